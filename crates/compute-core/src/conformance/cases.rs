@@ -1,0 +1,116 @@
+//! The sizes each group runs: odd sizes that hit every tail path, sizes above
+//! the backends' parallel thresholds, and (with [`Scale::Large`]) sizes that
+//! fill a GPU.
+
+use super::{Group, Scale};
+use crate::op::{BinaryOp, Conv2dSpec, GeluForm, MatmulSpec, Op, ReduceOp, RowOp, UnaryOp};
+
+/// Every unary op, with representative parameters.
+pub(crate) fn unary_ops() -> Vec<UnaryOp> {
+    vec![
+        UnaryOp::Relu,
+        UnaryOp::LeakyRelu { alpha: 0.01 },
+        UnaryOp::Elu { alpha: 1.3 },
+        UnaryOp::Sigmoid,
+        UnaryOp::Tanh,
+        UnaryOp::Swish,
+        UnaryOp::Gelu(GeluForm::Tanh),
+        UnaryOp::Gelu(GeluForm::Erf),
+        UnaryOp::Clip { min: -0.75, max: 2.5 },
+        UnaryOp::Scale { s: -1.7 },
+    ]
+}
+
+fn vector_lens(scale: Scale) -> Vec<usize> {
+    let mut v = vec![1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 255, 1000, 1023, 4097, 65_537, 1_048_583];
+    if scale == Scale::Large {
+        v.extend([16 * 1024 * 1024 + 3, 64 * 1024 * 1024 + 1]);
+    }
+    v
+}
+
+/// The ops of one group at this scale.
+pub fn cases(group: Group, scale: Scale) -> Vec<Op> {
+    let large = scale == Scale::Large;
+    match group {
+        Group::Unary => {
+            let lens = vector_lens(scale);
+            unary_ops()
+                .into_iter()
+                .flat_map(|op| {
+                    // The big sizes once per op is plenty; keep the odd small ones for all.
+                    lens.iter().map(move |&len| Op::unary(op, len))
+                })
+                .collect()
+        }
+        Group::Binary => [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul]
+            .into_iter()
+            .flat_map(|op| vector_lens(scale).into_iter().map(move |len| Op::binary(op, len)))
+            .collect(),
+        Group::Reductions => vector_lens(scale)
+            .into_iter()
+            .flat_map(|len| [Op::Reduce { op: ReduceOp::Sum, len }, Op::Reduce { op: ReduceOp::Max, len }, Op::Dot { len }])
+            .collect(),
+        Group::Rows => {
+            let mut shapes = vec![(1, 1), (1, 7), (3, 33), (5, 1000), (64, 4097), (300, 256), (2, 65_537), (1031, 17)];
+            if large {
+                shapes.extend([(4096, 4096), (65_536, 128), (8, 1 << 20)]);
+            }
+            let ops =
+                [RowOp::Softmax, RowOp::LogSoftmax, RowOp::LayerNorm { eps: 1e-5 }, RowOp::RmsNorm { eps: 1e-6 }];
+            ops.into_iter().flat_map(|op| shapes.iter().map(move |&(r, c)| Op::rows(op, r, c))).collect()
+        }
+        Group::Matmul => {
+            let mut shapes = vec![
+                (1, 1, 1),
+                (1, 7, 3),
+                (3, 1, 5),
+                (5, 3, 1),
+                (17, 33, 9),
+                (64, 64, 64),
+                (65, 31, 127),
+                (128, 256, 96),
+                (257, 129, 191),
+                (1, 513, 300),
+                (300, 513, 1),
+            ];
+            if large {
+                shapes.extend([(1024, 1024, 1024), (1000, 2000, 999), (2048, 64, 2048), (33, 4096, 65)]);
+            }
+            let mut ops = Vec::new();
+            for &(m, k, n) in &shapes {
+                for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                    ops.push(Op::Matmul(MatmulSpec { trans_a: ta, trans_b: tb, ..MatmulSpec::new(m, k, n) }));
+                }
+            }
+            ops
+        }
+        Group::BatchedMatmul => {
+            let mut v = vec![(3, 5, 7, 9, false, false), (4, 33, 65, 17, true, false), (2, 64, 32, 128, false, true), (7, 1, 9, 1, true, true)];
+            if large {
+                v.push((16, 256, 512, 256, false, false));
+            }
+            v.into_iter()
+                .map(|(batch, m, k, n, trans_a, trans_b)| Op::Matmul(MatmulSpec { batch, m, k, n, trans_a, trans_b }))
+                .collect()
+        }
+        Group::Conv2d => {
+            let c = |n, c_in, h, w, c_out, kh, kw, stride, padding| {
+                Op::Conv2d(Conv2dSpec { n, c_in, h, w, c_out, kh, kw, stride, padding })
+            };
+            let mut v = vec![
+                c(1, 1, 5, 5, 1, 3, 3, (1, 1), (0, 0)),
+                c(2, 3, 17, 13, 4, 3, 3, (1, 1), (1, 1)),
+                c(1, 8, 16, 16, 16, 1, 1, (1, 1), (0, 0)),
+                c(3, 4, 15, 20, 5, 5, 3, (2, 1), (2, 0)),
+                c(1, 2, 9, 9, 3, 4, 4, (3, 3), (1, 2)),
+                c(2, 16, 32, 32, 32, 3, 3, (2, 2), (1, 1)),
+            ];
+            if large {
+                v.push(c(8, 64, 56, 56, 64, 3, 3, (1, 1), (1, 1)));
+            }
+            v
+        }
+        Group::EdgeValues | Group::Errors | Group::Tensors => Vec::new(),
+    }
+}

@@ -1,0 +1,177 @@
+//! [`SimdBackend`]: the CPU implementation of [`Backend`].
+
+use std::any::Any;
+use std::sync::{Arc, RwLock};
+
+use compute_core::{
+    Backend, BackendKind, ComputeError, Location, Op, ReduceOp, Result, Tensor, TensorStorage, check_host_call,
+    check_tensor_call,
+};
+
+use crate::isa::Isa;
+use crate::{gemm, kernels};
+
+/// Runs every op on the CPU with the best SIMD path ([`Isa::detect`]) and, above
+/// the thresholds in [`crate::tuning`], on several threads.
+///
+/// Creating one is cheap with the global rayon pool ([`SimdBackend::new`]); a
+/// backend with its own thread count ([`SimdBackend::with_threads`]) owns a pool.
+#[derive(Clone)]
+pub struct SimdBackend {
+    isa: Isa,
+    pool: Option<Arc<rayon::ThreadPool>>,
+}
+
+impl std::fmt::Debug for SimdBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimdBackend").field("isa", &self.isa).field("threads", &self.threads()).finish()
+    }
+}
+
+impl Default for SimdBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SimdBackend {
+    /// The best ISA of this CPU, on rayon's global pool (all cores).
+    pub fn new() -> Self {
+        SimdBackend { isa: Isa::detect(), pool: None }
+    }
+
+    /// A backend on its own pool of `threads` threads (1 = single-threaded).
+    pub fn with_threads(threads: usize) -> Result<Self> {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads.max(1)).build().map_err(|e| {
+            ComputeError::DeviceUnavailable { backend: BackendKind::Simd, reason: format!("thread pool: {e}") }
+        })?;
+        Ok(SimdBackend { isa: Isa::detect(), pool: Some(Arc::new(pool)) })
+    }
+
+    /// The same backend forced onto another ISA path; `Unsupported`-style
+    /// [`ComputeError::DeviceUnavailable`] if this CPU lacks it.
+    pub fn with_isa(mut self, isa: Isa) -> Result<Self> {
+        if !isa.is_supported() {
+            return Err(ComputeError::DeviceUnavailable {
+                backend: BackendKind::Simd,
+                reason: format!("this CPU does not support the {isa} path"),
+            });
+        }
+        self.isa = isa;
+        Ok(self)
+    }
+
+    /// The SIMD path in use.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// Number of threads ops may use.
+    pub fn threads(&self) -> usize {
+        self.pool.as_ref().map_or_else(rayon::current_num_threads, |p| p.current_num_threads())
+    }
+
+    fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        match &self.pool {
+            Some(p) => p.install(f),
+            None => f(),
+        }
+    }
+
+    /// Runs a validated op on host slices.
+    fn compute(&self, op: &Op, inputs: &[&[f32]], out: &mut [f32]) {
+        let isa = self.isa;
+        self.install(|| match *op {
+            Op::Unary { op, .. } => kernels::elementwise::unary(isa, op, inputs[0], out),
+            Op::Binary { op, .. } => kernels::elementwise::binary(isa, op, inputs[0], inputs[1], out),
+            Op::Reduce { op: ReduceOp::Sum, .. } => out[0] = kernels::reduce::sum(isa, inputs[0]),
+            Op::Reduce { op: ReduceOp::Max, .. } => out[0] = kernels::reduce::max(isa, inputs[0]),
+            Op::Dot { .. } => out[0] = kernels::reduce::dot(isa, inputs[0], inputs[1]),
+            Op::Rows { op, rows, cols } => kernels::rows::run(isa, op, rows, cols, inputs, out),
+            Op::Matmul(spec) => gemm::sgemm(isa, &spec, inputs[0], inputs[1], out),
+            Op::Conv2d(spec) => kernels::conv::conv2d(isa, &spec, inputs[0], inputs[1], out),
+        })
+    }
+}
+
+/// Host memory standing in for device memory, so the CPU backend offers the
+/// same tensor API as the GPU backends (no copies between ops).
+#[derive(Debug)]
+pub struct HostStorage {
+    data: RwLock<Vec<f32>>,
+}
+
+impl TensorStorage for HostStorage {
+    fn len(&self) -> usize {
+        self.data.read().map_or(0, |d| d.len())
+    }
+    fn location(&self) -> Location {
+        Location { backend: BackendKind::Simd, device: 0 }
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+const HOST: Location = Location { backend: BackendKind::Simd, device: 0 };
+
+fn host(t: &Tensor) -> Result<&HostStorage> {
+    t.storage::<HostStorage>().ok_or_else(|| ComputeError::WrongDevice {
+        op: "tensor",
+        expected: HOST.to_string(),
+        found: t.location().to_string(),
+    })
+}
+
+fn poisoned(op: &'static str) -> ComputeError {
+    ComputeError::Driver { op, backend: BackendKind::Simd, message: "tensor lock poisoned by a panic".into() }
+}
+
+impl Backend for SimdBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Simd
+    }
+
+    fn device_name(&self) -> String {
+        format!("CPU {} x{} threads", self.isa, self.threads())
+    }
+
+    fn run(&self, op: &Op, inputs: &[&[f32]], output: &mut [f32]) -> Result<()> {
+        check_host_call(op, inputs, output)?;
+        self.compute(op, inputs, output);
+        Ok(())
+    }
+
+    fn upload(&self, data: &[f32]) -> Result<Tensor> {
+        Ok(Tensor::from_storage(Arc::new(HostStorage { data: RwLock::new(data.to_vec()) })))
+    }
+
+    fn alloc(&self, len: usize) -> Result<Tensor> {
+        Ok(Tensor::from_storage(Arc::new(HostStorage { data: RwLock::new(vec![0.0; len]) })))
+    }
+
+    fn download(&self, tensor: &Tensor, out: &mut [f32]) -> Result<()> {
+        let data = host(tensor)?.data.read().map_err(|_| poisoned("download"))?;
+        if data.len() != out.len() {
+            return Err(ComputeError::shape(
+                "download",
+                format!("tensor has {} elements, buffer {}", data.len(), out.len()),
+                format!("tensor=[{}] out=[{}]", data.len(), out.len()),
+            ));
+        }
+        out.copy_from_slice(&data);
+        Ok(())
+    }
+
+    fn run_tensors(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> Result<()> {
+        check_tensor_call(op, HOST, inputs, output)?;
+        let guards = inputs
+            .iter()
+            .map(|t| host(t)?.data.read().map_err(|_| poisoned(op.name())))
+            .collect::<Result<Vec<_>>>()?;
+        let slices: Vec<&[f32]> = guards.iter().map(|g| g.as_slice()).collect();
+        let mut out = host(output)?.data.write().map_err(|_| poisoned(op.name()))?;
+        self.compute(op, &slices, &mut out);
+        Ok(())
+    }
+}
