@@ -77,10 +77,7 @@ impl UnaryOp {
 
     /// Whether the op evaluates a transcendental (exp, tanh, erf) per element.
     pub fn is_transcendental(&self) -> bool {
-        matches!(
-            self,
-            UnaryOp::Elu { .. } | UnaryOp::Sigmoid | UnaryOp::Tanh | UnaryOp::Swish | UnaryOp::Gelu(_)
-        )
+        matches!(self, UnaryOp::Elu { .. } | UnaryOp::Sigmoid | UnaryOp::Tanh | UnaryOp::Swish | UnaryOp::Gelu(_))
     }
 
     /// FLOPs per element, counting one transcendental function as one FLOP.
@@ -402,9 +399,7 @@ fn mul(op: &'static str, shapes: &dyn Fn() -> String, xs: &[usize]) -> Result<us
         if x == 0 {
             return Err(ComputeError::shape(op, "zero-sized dimension", shapes()));
         }
-        acc = acc
-            .checked_mul(x)
-            .ok_or_else(|| ComputeError::shape(op, "size overflows usize", shapes()))?;
+        acc = acc.checked_mul(x).ok_or_else(|| ComputeError::shape(op, "size overflows usize", shapes()))?;
     }
     Ok(acc)
 }
@@ -570,9 +565,7 @@ impl Op {
                 Cost { flops: u(len), bytes_read: read(&[u(len), u(len)]), bytes_written: u(len) * F32 }
             }
             Op::Reduce { len, .. } => Cost { flops: u(len), bytes_read: read(&[u(len)]), bytes_written: F32 },
-            Op::Dot { len } => {
-                Cost { flops: 2 * u(len), bytes_read: read(&[u(len), u(len)]), bytes_written: F32 }
-            }
+            Op::Dot { len } => Cost { flops: 2 * u(len), bytes_read: read(&[u(len), u(len)]), bytes_written: F32 },
             Op::Rows { op, rows, cols } => {
                 let n = u(rows).saturating_mul(u(cols));
                 let params = match op {
@@ -600,7 +593,10 @@ impl Op {
                 let macs = out.saturating_mul(u(c.c_in) * u(c.kh) * u(c.kw));
                 Cost {
                     flops: macs.saturating_mul(2),
-                    bytes_read: read(&[u(c.n) * u(c.c_in) * u(c.h) * u(c.w), u(c.c_out) * u(c.c_in) * u(c.kh) * u(c.kw)]),
+                    bytes_read: read(&[
+                        u(c.n) * u(c.c_in) * u(c.h) * u(c.w),
+                        u(c.c_out) * u(c.c_in) * u(c.kh) * u(c.kw),
+                    ]),
                     bytes_written: out.saturating_mul(F32),
                 }
             }

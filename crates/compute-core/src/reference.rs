@@ -312,7 +312,9 @@ mod tests {
         let bt = [5.0, 7.0, 6.0, 8.0];
         let want = [19.0, 22.0, 43.0, 50.0];
         let spec = crate::MatmulSpec::new(2, 2, 2);
-        for (ta, tb, a, b) in [(false, false, &a, &b), (true, false, &at, &b), (false, true, &a, &bt), (true, true, &at, &bt)] {
+        for (ta, tb, a, b) in
+            [(false, false, &a, &b), (true, false, &at, &b), (false, true, &a, &bt), (true, true, &at, &bt)]
+        {
             let op = Op::Matmul(crate::MatmulSpec { trans_a: ta, trans_b: tb, ..spec });
             assert_eq!(run(&op, &[a, b]).unwrap().values, want);
         }

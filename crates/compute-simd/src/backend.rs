@@ -165,10 +165,8 @@ impl Backend for SimdBackend {
 
     fn run_tensors(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> Result<()> {
         check_tensor_call(op, HOST, inputs, output)?;
-        let guards = inputs
-            .iter()
-            .map(|t| host(t)?.data.read().map_err(|_| poisoned(op.name())))
-            .collect::<Result<Vec<_>>>()?;
+        let guards =
+            inputs.iter().map(|t| host(t)?.data.read().map_err(|_| poisoned(op.name()))).collect::<Result<Vec<_>>>()?;
         let slices: Vec<&[f32]> = guards.iter().map(|g| g.as_slice()).collect();
         let mut out = host(output)?.data.write().map_err(|_| poisoned(op.name()))?;
         self.compute(op, &slices, &mut out);

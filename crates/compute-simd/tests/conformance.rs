@@ -1,9 +1,33 @@
-//! The shared conformance suite on the CPU backend, on the best ISA path.
-//! (Every other path runs it too: `COMPUTE_SIMD_ISA=avx2|portable cargo test`.)
-use compute_core::{BackendKind, conformance::Config};
+//! The shared conformance suite on the CPU backend, once per ISA path this CPU
+//! supports (AVX-512 and AVX2+FMA on x86-64, NEON on aarch64, portable
+//! everywhere). A path this CPU lacks is reported as skipped.
+use compute_core::{BackendKind, ComputeError, conformance::Config};
+use compute_simd::{Isa, SimdBackend};
 
-compute_core::conformance_tests!(
-    || Ok::<_, compute_core::ComputeError>(compute_simd::SimdBackend::new()),
-    BackendKind::Simd,
-    Config::from_env()
-);
+fn on(isa: Isa) -> Result<SimdBackend, ComputeError> {
+    SimdBackend::new().with_isa(isa)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::*;
+    compute_core::conformance_tests!(|| on(Isa::Avx512), BackendKind::Simd, Config::from_env());
+}
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::*;
+    compute_core::conformance_tests!(|| on(Isa::Avx2), BackendKind::Simd, Config::from_env());
+}
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use super::*;
+    compute_core::conformance_tests!(|| on(Isa::Neon), BackendKind::Simd, Config::from_env());
+}
+mod portable {
+    use super::*;
+    compute_core::conformance_tests!(|| on(Isa::Portable), BackendKind::Simd, Config::from_env());
+}
+mod single_thread {
+    use super::*;
+    compute_core::conformance_tests!(|| SimdBackend::with_threads(1), BackendKind::Simd, Config::from_env());
+}

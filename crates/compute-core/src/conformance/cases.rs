@@ -49,15 +49,16 @@ pub fn cases(group: Group, scale: Scale) -> Vec<Op> {
             .collect(),
         Group::Reductions => vector_lens(scale)
             .into_iter()
-            .flat_map(|len| [Op::Reduce { op: ReduceOp::Sum, len }, Op::Reduce { op: ReduceOp::Max, len }, Op::Dot { len }])
+            .flat_map(|len| {
+                [Op::Reduce { op: ReduceOp::Sum, len }, Op::Reduce { op: ReduceOp::Max, len }, Op::Dot { len }]
+            })
             .collect(),
         Group::Rows => {
             let mut shapes = vec![(1, 1), (1, 7), (3, 33), (5, 1000), (64, 4097), (300, 256), (2, 65_537), (1031, 17)];
             if large {
                 shapes.extend([(4096, 4096), (65_536, 128), (8, 1 << 20)]);
             }
-            let ops =
-                [RowOp::Softmax, RowOp::LogSoftmax, RowOp::LayerNorm { eps: 1e-5 }, RowOp::RmsNorm { eps: 1e-6 }];
+            let ops = [RowOp::Softmax, RowOp::LogSoftmax, RowOp::LayerNorm { eps: 1e-5 }, RowOp::RmsNorm { eps: 1e-6 }];
             ops.into_iter().flat_map(|op| shapes.iter().map(move |&(r, c)| Op::rows(op, r, c))).collect()
         }
         Group::Matmul => {
@@ -86,7 +87,12 @@ pub fn cases(group: Group, scale: Scale) -> Vec<Op> {
             ops
         }
         Group::BatchedMatmul => {
-            let mut v = vec![(3, 5, 7, 9, false, false), (4, 33, 65, 17, true, false), (2, 64, 32, 128, false, true), (7, 1, 9, 1, true, true)];
+            let mut v = vec![
+                (3, 5, 7, 9, false, false),
+                (4, 33, 65, 17, true, false),
+                (2, 64, 32, 128, false, true),
+                (7, 1, 9, 1, true, true),
+            ];
             if large {
                 v.push((16, 256, 512, 256, false, false));
             }

@@ -128,7 +128,9 @@ pub fn tolerance(op: &Op) -> Tolerance {
         Op::Unary { op, .. } if op.is_transcendental() => Tolerance { abs: 1e-6, rel: 1e-5, cond: 0.0 },
         Op::Unary { .. } | Op::Binary { .. } => Tolerance { abs: TINY, rel: EPS, cond: 0.0 },
         Op::Reduce { op: ReduceOp::Max, .. } => Tolerance { abs: 0.0, rel: 0.0, cond: 0.0 },
-        Op::Reduce { len, .. } | Op::Dot { len } => Tolerance { abs: TINY, rel: 0.0, cond: EPS * (8.0 + 2.0 * sqrt(len)) },
+        Op::Reduce { len, .. } | Op::Dot { len } => {
+            Tolerance { abs: TINY, rel: 0.0, cond: EPS * (8.0 + 2.0 * sqrt(len)) }
+        }
         Op::Rows { op: RowOp::Softmax | RowOp::LogSoftmax, cols, .. } => {
             Tolerance { abs: 1e-7, rel: 1e-5 + 2.0 * EPS * sqrt(cols), cond: 2.0 * EPS * sqrt(cols) }
         }
@@ -197,13 +199,15 @@ pub fn inputs_for(op: &Op, rng: &mut Rng) -> Vec<Vec<f32>> {
     match op {
         Op::Unary { op, len } => {
             let wide = op.is_transcendental();
-            vec![(0..*len)
-                .map(|_| match rng.below(10) {
-                    0 if wide => rng.uniform(-100.0, 100.0),
-                    1 | 2 if wide => rng.uniform(-20.0, 20.0),
-                    _ => rng.uniform(-5.0, 5.0),
-                })
-                .collect()]
+            vec![
+                (0..*len)
+                    .map(|_| match rng.below(10) {
+                        0 if wide => rng.uniform(-100.0, 100.0),
+                        1 | 2 if wide => rng.uniform(-20.0, 20.0),
+                        _ => rng.uniform(-5.0, 5.0),
+                    })
+                    .collect(),
+            ]
         }
         Op::Binary { .. } | Op::Dot { .. } => vec![rng.vec(lens[0], -4.0, 4.0), rng.vec(lens[1], -4.0, 4.0)],
         Op::Reduce { .. } => vec![rng.vec(lens[0], -3.0, 5.0)],
@@ -246,7 +250,10 @@ pub fn run_group<B: Backend>(make: impl FnOnce() -> crate::Result<B>, kind: Back
         }
     };
     let seed = rng::fresh_seed();
-    eprintln!("conformance {group:?} on {kind} [{}], seed {seed} (replay: COMPUTE_TEST_SEED={seed})", backend.device_name());
+    eprintln!(
+        "conformance {group:?} on {kind} [{}], seed {seed} (replay: COMPUTE_TEST_SEED={seed})",
+        backend.device_name()
+    );
     let mut rng = Rng::new(seed);
     let failures = match group {
         Group::EdgeValues => edge_values(&backend, &mut rng, cfg),
@@ -272,7 +279,8 @@ pub fn run_group<B: Backend>(make: impl FnOnce() -> crate::Result<B>, kind: Back
 
 /// IEEE specials and extreme magnitudes mixed into random data.
 fn edge_values(backend: &dyn Backend, rng: &mut Rng, cfg: Config) -> Vec<String> {
-    let mut specials = vec![0.0f32, -0.0, 1e38, -1e38, 1e-38, -1e-38, 1e-45, -1e-45, 88.0, -88.0, 89.0, -104.0, 9.0, -9.0];
+    let mut specials =
+        vec![0.0f32, -0.0, 1e38, -1e38, 1e-38, -1e-38, 1e-45, -1e-45, 88.0, -88.0, 89.0, -104.0, 9.0, -9.0];
     if cfg.ieee_specials {
         specials.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, f32::MIN]);
     }
@@ -370,7 +378,12 @@ fn errors(backend: &dyn Backend, rng: &mut Rng) -> Vec<String> {
     check(Op::Dot { len: 10 }, vec![x.clone(), rng.vec(11, -1.0, 1.0)], 1, "dot with mismatched b");
     check(Op::Reduce { op: ReduceOp::Sum, len: 10 }, vec![x.clone()], 2, "sum with 2-element output");
     check(Op::rows(RowOp::Softmax, 3, 4), vec![x.clone()], 12, "softmax with short input");
-    check(Op::rows(RowOp::LayerNorm { eps: 1e-5 }, 2, 5), vec![x.clone(), rng.vec(5, 0.5, 1.5)], 10, "layer_norm without beta");
+    check(
+        Op::rows(RowOp::LayerNorm { eps: 1e-5 }, 2, 5),
+        vec![x.clone(), rng.vec(5, 0.5, 1.5)],
+        10,
+        "layer_norm without beta",
+    );
     check(Op::matmul(2, 5, 3), vec![x.clone(), rng.vec(14, -1.0, 1.0)], 6, "matmul with short b");
     check(Op::matmul(2, 5, 3), vec![x.clone(), rng.vec(15, -1.0, 1.0)], 7, "matmul with long output");
     check(Op::matmul(usize::MAX / 4, 8, 8), vec![x.clone(), rng.vec(64, -1.0, 1.0)], 8, "matmul overflowing usize");
