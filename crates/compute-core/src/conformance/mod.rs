@@ -489,3 +489,87 @@ macro_rules! conformance_tests {
         )*
     };
 }
+
+#[cfg(test)]
+mod tests {
+    //! The suite must catch broken backends, not just pass correct ones.
+    use super::*;
+    use crate::backend::{Tensor, check_host_call};
+
+    /// Computes through the reference, then applies a fault.
+    struct Faulty(fn(&mut [f32]));
+
+    impl Backend for Faulty {
+        fn kind(&self) -> BackendKind {
+            BackendKind::Simd
+        }
+        fn device_name(&self) -> String {
+            "faulty".into()
+        }
+        fn run(&self, op: &Op, inputs: &[&[f32]], output: &mut [f32]) -> crate::Result<()> {
+            check_host_call(op, inputs, output)?;
+            let r = reference::run(op, inputs)?;
+            for (o, v) in output.iter_mut().zip(r.values) {
+                *o = v as f32;
+            }
+            (self.0)(output);
+            Ok(())
+        }
+        fn upload(&self, _: &[f32]) -> crate::Result<Tensor> {
+            Err(ComputeError::Unsupported { op: "upload", backend: BackendKind::Simd })
+        }
+        fn alloc(&self, _: usize) -> crate::Result<Tensor> {
+            Err(ComputeError::Unsupported { op: "alloc", backend: BackendKind::Simd })
+        }
+        fn download(&self, _: &Tensor, _: &mut [f32]) -> crate::Result<()> {
+            Err(ComputeError::Unsupported { op: "download", backend: BackendKind::Simd })
+        }
+        fn run_tensors(&self, op: &Op, _: &[&Tensor], _: &Tensor) -> crate::Result<()> {
+            Err(ComputeError::Unsupported { op: op.name(), backend: BackendKind::Simd })
+        }
+    }
+
+    fn catches(fault: fn(&mut [f32]), op: Op) -> bool {
+        let mut rng = Rng::new(7);
+        let inputs = inputs_for(&op, &mut rng);
+        check_op(&Faulty(fault), &op, &inputs, 1.0).is_err()
+    }
+
+    #[test]
+    fn a_correct_backend_passes() {
+        assert!(!catches(|_| {}, Op::matmul(17, 33, 9)));
+        assert!(!catches(|_| {}, Op::unary(UnaryOp::Sigmoid, 1000)));
+    }
+
+    #[test]
+    fn an_unwritten_element_is_caught() {
+        // The poison survives: simulate a kernel that skips the last element.
+        assert!(catches(|o| *o.last_mut().unwrap() = POISON, Op::unary(UnaryOp::Relu, 1000)));
+    }
+
+    #[test]
+    fn small_errors_are_caught() {
+        let nudge = |o: &mut [f32]| o[3] *= 1.0 + 1e-4;
+        assert!(catches(nudge, Op::unary(UnaryOp::Tanh, 100)));
+        assert!(catches(nudge, Op::matmul(8, 64, 8)));
+        assert!(catches(nudge, Op::rows(RowOp::Softmax, 4, 50)));
+        // Two ulps off on an exact op.
+        let op = Op::unary(UnaryOp::Relu, 2);
+        let r = Faulty(|o| o[0] = o[0].next_up().next_up());
+        assert!(check_op(&r, &op, &[vec![1.5, -2.0]], 1.0).is_err());
+    }
+
+    #[test]
+    fn lost_nan_is_caught() {
+        let op = Op::unary(UnaryOp::Relu, 3);
+        let r = Faulty(|o| o[1] = 0.0);
+        assert!(check_op(&r, &op, &[vec![1.0, f32::NAN, -1.0]], 1.0).is_err());
+    }
+
+    #[test]
+    fn tolerances_are_tight_for_exact_ops() {
+        let t = tolerance(&Op::binary(BinaryOp::Add, 10));
+        assert_eq!(t.rel, f32::EPSILON as f64);
+        assert_eq!(tolerance(&Op::Reduce { op: ReduceOp::Max, len: 10 }).rel, 0.0);
+    }
+}
