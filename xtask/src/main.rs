@@ -1,1 +1,168 @@
-fn main() {}
+//! `cargo xtask <command>`: the project's task runner (std only, so it builds in seconds).
+//!
+//! - `test`       set up what the tests need (Mesa's software Vulkan, ptxas), then run every test
+//! - `bench`      the side-by-side benchmark report (CPU by default; `--backend wgpu|cuda|all`, `--dispatch`)
+//! - `ptx`        regenerate the checked-in PTX (`--check`: fail on a difference, run ptxas on every file)
+//! - `calibrate`  measure this machine's dispatch profile and save it
+//! - `deps`       check with `cargo tree` that the CPU-only crates pull no GPU dependency
+//! - `ci`         what `.ci/run` runs: fmt check, clippy, test
+
+mod ptx;
+mod setup;
+
+use std::process::{Command, ExitCode};
+
+const USAGE: &str = "usage: cargo xtask <test|bench|ptx|calibrate|ci> [args]
+  test [--quick]          set up Vulkan (lavapipe) and ptxas if missing, run all tests
+  bench [ARGS]            cargo run --release -p compute-benches -- ARGS (see `cargo xtask bench --help`)
+  ptx [--check]           write every kernel's PTX into ptx/ (or check it and run ptxas)
+  calibrate               measure and save the dispatch profile of this machine
+  deps                    check that compute-simd / dispatch without GPU features pull no GPU crate
+  ci                      cargo fmt --check, clippy -D warnings, then `test`";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((cmd, rest)) = args.split_first() else {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let result = match cmd.as_str() {
+        "test" => test(rest),
+        "bench" => bench(rest),
+        "ptx" => ptx::run(rest),
+        "calibrate" => calibrate(rest),
+        "ci" => ci(rest),
+        "deps" => deps(),
+        "-h" | "--help" | "help" => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        other => Err(format!("unknown command `{other}`\n{USAGE}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask {cmd}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Whether we run under CI (CI=true): nothing may be skipped there.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// Runs a command, echoing it first; an error if it fails.
+pub fn run(cmd: &mut Command) -> Result<(), String> {
+    eprintln!("$ {}", describe(cmd));
+    let status = cmd.status().map_err(|e| format!("{}: {e}", describe(cmd)))?;
+    if status.success() { Ok(()) } else { Err(format!("`{}` failed: {status}", describe(cmd))) }
+}
+
+fn describe(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+/// Every feature that compiles on any machine: the GPU backends load their
+/// drivers at run time and report `DeviceUnavailable` when there are none.
+const TEST_FEATURES: &str = "dispatch/gpu,dispatch/cuda,compute-ptx/cuda,compute-benches/gpu,compute-benches/cuda,compute-benches/dispatch";
+
+fn test(args: &[String]) -> Result<(), String> {
+    let quick = args.iter().any(|a| a == "--quick");
+    let env = setup::prepare()?;
+    let mut cmd = cargo();
+    cmd.args(["test", "--workspace", "--features", TEST_FEATURES]);
+    if quick {
+        cmd.arg("--lib");
+    }
+    for (k, v) in &env {
+        cmd.env(k, v);
+    }
+    run(&mut cmd)?;
+    ptx::run(&["--check".to_string()])?;
+    setup::report_skips(&env);
+    Ok(())
+}
+
+fn bench(args: &[String]) -> Result<(), String> {
+    let mut features = Vec::new();
+    let mut it = args.iter().peekable();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--backend" => match it.peek().map(|s| s.as_str()) {
+                Some("wgpu") => features.push("gpu"),
+                Some("cuda") => features.push("cuda"),
+                Some("all") => features.extend(["gpu", "cuda"]),
+                _ => {}
+            },
+            "--dispatch" => features.push("dispatch"),
+            _ => {}
+        }
+    }
+    let mut cmd = cargo();
+    cmd.args(["run", "--release", "-p", "compute-benches", "--bin", "compute-bench"]);
+    if !features.is_empty() {
+        cmd.args(["--features", &features.join(",")]);
+    }
+    cmd.arg("--").args(args);
+    run(&mut cmd)
+}
+
+fn calibrate(args: &[String]) -> Result<(), String> {
+    let mut cmd = cargo();
+    cmd.args(["run", "--release", "-p", "dispatch", "--example", "calibrate", "--features", "cuda", "--"]).args(args);
+    run(&mut cmd)
+}
+
+fn ci(_args: &[String]) -> Result<(), String> {
+    run(cargo().args(["fmt", "--all", "--check"]))?;
+    run(cargo().args(["clippy", "--workspace", "--all-targets", "--features", TEST_FEATURES, "--", "-D", "warnings"]))?;
+    test(&[])
+}
+
+/// `cargo tree` checks: what a user who depends on one sub-crate gets.
+fn deps() -> Result<(), String> {
+    let tree = |args: &[&str]| -> Result<String, String> {
+        let out = cargo()
+            .args(["tree", "-e", "normal", "--prefix", "none", "--format", "{p}"])
+            .args(args)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let forbidden = ["wgpu", "cudarc", "naga", "ash"];
+    for (what, args) in [
+        ("compute-simd", &["-p", "compute-simd"][..]),
+        ("compute-core", &["-p", "compute-core"][..]),
+        ("dispatch --no-default-features", &["-p", "dispatch", "--no-default-features"][..]),
+    ] {
+        let t = tree(args)?;
+        let bad: Vec<&str> = t
+            .lines()
+            .filter(|l| forbidden.iter().any(|f| l.split_whitespace().next() == Some(*f)))
+            .collect();
+        if !bad.is_empty() {
+            return Err(format!("{what} pulls GPU dependencies: {bad:?}"));
+        }
+        let crates: std::collections::BTreeSet<&str> = t.lines().filter_map(|l| l.split_whitespace().next()).collect();
+        eprintln!("{what}: {} crates, none of {forbidden:?}", crates.len());
+    }
+    let with_gpu = tree(&["-p", "dispatch"])?;
+    if !with_gpu.lines().any(|l| l.starts_with("wgpu ")) {
+        return Err("dispatch with default features should pull wgpu (feature `gpu`)".into());
+    }
+    Ok(())
+}

@@ -22,3 +22,4 @@ pub const PAR_CHUNK: usize = 1 << 16;
 
 /// Matrix products go parallel above this many multiply-adds (m·k·n).
 pub const PAR_GEMM_MIN_MACS: usize = 1 << 18;
+

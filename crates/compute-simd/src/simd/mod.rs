@@ -1,0 +1,148 @@
+//! A small SIMD abstraction the non-GEMM kernels are written against once.
+//!
+//! [`SimdF32`] is a vector of [`LANES`] (16) `f32` with the handful of
+//! operations the kernels need. It is implemented for AVX-512F (one `__m512`),
+//! AVX2+FMA (two `__m256`) and a portable path on `wide::f32x8` (two of them;
+//! SSE2 on x86-64, NEON on aarch64). Every implementation handles 16 lanes, so
+//! kernels step through data in blocks of `[f32; 16]` (one cache line) whatever
+//! the ISA, and a tail is one zero-padded block run through the same code.
+//!
+//! A kernel is a [`WithSimd`] task; [`dispatch`] runs it on the path the
+//! [`Isa`] names, inside a `#[target_feature]` function so that the generic
+//! code is compiled for that instruction set (the crate itself is built for the
+//! baseline target). A path this CPU lacks falls back to the next one down.
+//!
+//! `unsafe` lives only in the two x86 modules: intrinsics are called through a
+//! zero-sized token that can only be made after the CPU feature was detected.
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+pub mod blocks;
+pub mod math;
+mod portable;
+
+#[cfg(target_arch = "x86_64")]
+pub use avx2::Avx2;
+#[cfg(target_arch = "x86_64")]
+pub use avx512::Avx512;
+pub use portable::Portable;
+
+use crate::isa::Isa;
+
+/// Number of `f32` lanes in one [`SimdF32::V`], on every ISA.
+pub const LANES: usize = 16;
+
+/// One block of [`LANES`] floats: the unit kernels load and store.
+pub type Block = [f32; LANES];
+
+/// Sixteen `f32` lanes and the operations the kernels use on them. All methods
+/// are `#[inline(always)]` and cost one or two instructions unless noted.
+///
+/// Conventions: comparisons are ordered (false when either side is NaN);
+/// [`SimdF32::min`] and [`SimdF32::max`] follow x86 `minps`/`maxps` on every
+/// ISA: they return `b` when either operand is NaN or both are zero, so
+/// `max(c, x)` propagates a NaN `x`.
+pub trait SimdF32: Copy + Send + Sync {
+    /// The vector of 16 `f32`.
+    type V: Copy;
+    /// A lane mask produced by comparisons.
+    type M: Copy;
+
+    /// All lanes `x`.
+    fn splat(self, x: f32) -> Self::V;
+    /// Loads 16 floats (no alignment needed).
+    fn load(self, x: &Block) -> Self::V;
+    /// Stores 16 floats (no alignment needed).
+    fn store(self, out: &mut Block, v: Self::V);
+    /// Stores 16 floats bypassing the caches (non-temporal) when `out` is
+    /// 64-byte aligned and the ISA has streaming stores, a plain store
+    /// otherwise. Call [`SimdF32::fence`] after the last one.
+    fn stream(self, out: &mut Block, v: Self::V);
+    /// Orders earlier streaming stores before later stores (`sfence`).
+    fn fence(self);
+
+    /// `a + b`.
+    fn add(self, a: Self::V, b: Self::V) -> Self::V;
+    /// `a − b`.
+    fn sub(self, a: Self::V, b: Self::V) -> Self::V;
+    /// `a · b`.
+    fn mul(self, a: Self::V, b: Self::V) -> Self::V;
+    /// `a / b`, correctly rounded (about 5–10 cycles of throughput per vector).
+    fn div(self, a: Self::V, b: Self::V) -> Self::V;
+    /// `a · b + c`, fused (one rounding) where the ISA has FMA; the portable
+    /// path on x86-64 without FMA rounds twice.
+    fn fma(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+    /// `√a`, correctly rounded.
+    fn sqrt(self, a: Self::V) -> Self::V;
+    /// Lane-wise minimum; `b` if either is NaN (x86 semantics).
+    fn min(self, a: Self::V, b: Self::V) -> Self::V;
+    /// Lane-wise maximum; `b` if either is NaN (x86 semantics).
+    fn max(self, a: Self::V, b: Self::V) -> Self::V;
+    /// `|a|` (clears the sign bit; NaN stays NaN).
+    fn abs(self, a: Self::V) -> Self::V;
+    /// Rounds to the nearest integer, ties to even. Exact for `|a| < 2²²`, the
+    /// only range the kernels use it on.
+    fn round(self, a: Self::V) -> Self::V;
+    /// `2ⁿ` for lanes of `n` holding integers in `[−126, 127]` (built from the
+    /// exponent bits; other values give unspecified finite results or NaN-free garbage).
+    fn pow2i(self, n: Self::V) -> Self::V;
+    /// `a` with its low 12 mantissa bits cleared: a 12-bit `hi` part such that
+    /// `hi·hi` is exact and `a − hi` is exact (Veltkamp-style split).
+    fn split_hi(self, a: Self::V) -> Self::V;
+    /// `|mag|` with the sign bit of `sign`.
+    fn copysign(self, mag: Self::V, sign: Self::V) -> Self::V;
+
+    /// `a < b` (ordered).
+    fn lt(self, a: Self::V, b: Self::V) -> Self::M;
+    /// `a > b` (ordered).
+    fn gt(self, a: Self::V, b: Self::V) -> Self::M;
+    /// `a` is NaN.
+    fn is_nan(self, a: Self::V) -> Self::M;
+    /// Lanes set in either mask.
+    fn or(self, a: Self::M, b: Self::M) -> Self::M;
+    /// `m ? t : f` per lane.
+    fn select(self, m: Self::M, t: Self::V, f: Self::V) -> Self::V;
+    /// Whether any lane of `m` is set.
+    fn any(self, m: Self::M) -> bool;
+
+    /// Sum of the 16 lanes (a short tree; a few instructions).
+    fn reduce_add(self, v: Self::V) -> f32;
+    /// Largest lane, ignoring the NaN question (callers track NaN separately).
+    fn reduce_max(self, v: Self::V) -> f32;
+}
+
+/// A kernel that can run on any [`SimdF32`] implementation. Implementations of
+/// [`WithSimd::run`] must be `#[inline(always)]` so they are compiled inside the
+/// `#[target_feature]` entry of each ISA.
+pub trait WithSimd {
+    /// What the kernel returns.
+    type Output;
+    /// Runs the kernel with the vector type `S`.
+    fn run<S: SimdF32>(self, s: S) -> Self::Output;
+}
+
+/// Runs `task` on the path `isa` names; a path this CPU (or target) lacks falls
+/// back to AVX2 and then to the portable path. Costs one cached feature check.
+#[inline]
+pub fn dispatch<T: WithSimd>(isa: Isa, task: T) -> T::Output {
+    #[cfg(target_arch = "x86_64")]
+    let task = match isa {
+        Isa::Avx512 => match avx512::run(task) {
+            Ok(out) => return out,
+            Err(task) => match avx2::run(task) {
+                Ok(out) => return out,
+                Err(task) => task,
+            },
+        },
+        Isa::Avx2 => match avx2::run(task) {
+            Ok(out) => return out,
+            Err(task) => task,
+        },
+        Isa::Neon | Isa::Portable => task,
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = isa;
+    task.run(Portable)
+}

@@ -1,0 +1,144 @@
+//! [`SimdF32`] on `wide::f32x8` (two per vector): whatever the compile target
+//! gives, SSE2 on baseline x86-64 and NEON on aarch64. Used for
+//! [`crate::Isa::Portable`] and [`crate::Isa::Neon`]. No `unsafe` here.
+//!
+//! Operations `wide` leaves platform-dependent (NaN in min/max, rounding) are
+//! built from comparisons and blends so every target gives the same results.
+
+use wide::{bytemuck, f32x8, i32x8};
+
+use super::{Block, SimdF32};
+
+/// The portable path; always available.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Portable;
+
+/// Sixteen lanes as two `wide::f32x8`.
+pub type W2 = [f32x8; 2];
+
+/// `2²³ + 2²²`: adding and subtracting it rounds `|x| < 2²²` to an integer
+/// (ties to even) in the default rounding mode.
+const ROUND_MAGIC: f32 = 12_582_912.0;
+
+impl SimdF32 for Portable {
+    type V = W2;
+    type M = W2;
+
+    #[inline(always)]
+    fn splat(self, x: f32) -> W2 {
+        [f32x8::splat(x); 2]
+    }
+    #[inline(always)]
+    fn load(self, x: &Block) -> W2 {
+        bytemuck::cast(*x)
+    }
+    #[inline(always)]
+    fn store(self, out: &mut Block, v: W2) {
+        *out = bytemuck::cast(v);
+    }
+    #[inline(always)]
+    fn stream(self, out: &mut Block, v: W2) {
+        self.store(out, v)
+    }
+    #[inline(always)]
+    fn fence(self) {}
+
+    #[inline(always)]
+    fn add(self, a: W2, b: W2) -> W2 {
+        [a[0] + b[0], a[1] + b[1]]
+    }
+    #[inline(always)]
+    fn sub(self, a: W2, b: W2) -> W2 {
+        [a[0] - b[0], a[1] - b[1]]
+    }
+    #[inline(always)]
+    fn mul(self, a: W2, b: W2) -> W2 {
+        [a[0] * b[0], a[1] * b[1]]
+    }
+    #[inline(always)]
+    fn div(self, a: W2, b: W2) -> W2 {
+        [a[0] / b[0], a[1] / b[1]]
+    }
+    #[inline(always)]
+    fn fma(self, a: W2, b: W2, c: W2) -> W2 {
+        [a[0].mul_add(b[0], c[0]), a[1].mul_add(b[1], c[1])]
+    }
+    #[inline(always)]
+    fn sqrt(self, a: W2) -> W2 {
+        [a[0].sqrt(), a[1].sqrt()]
+    }
+    #[inline(always)]
+    fn min(self, a: W2, b: W2) -> W2 {
+        // a < b ? a : b — `b` when either is NaN, as x86 minps.
+        self.select(self.lt(a, b), a, b)
+    }
+    #[inline(always)]
+    fn max(self, a: W2, b: W2) -> W2 {
+        self.select(self.gt(a, b), a, b)
+    }
+    #[inline(always)]
+    fn abs(self, a: W2) -> W2 {
+        [a[0].abs(), a[1].abs()]
+    }
+    #[inline(always)]
+    fn round(self, a: W2) -> W2 {
+        let m = self.splat(ROUND_MAGIC);
+        let r = self.sub(self.add(a, m), m);
+        // Keep NaN (and anything beyond the exact range) as it was.
+        let big = [a[0].abs().simd_ge(f32x8::splat(4_194_304.0)), a[1].abs().simd_ge(f32x8::splat(4_194_304.0))];
+        self.select(self.or(big, self.is_nan(a)), a, r)
+    }
+    #[inline(always)]
+    fn pow2i(self, n: W2) -> W2 {
+        let e = |v: f32x8| {
+            let i: i32x8 = v.round_int() + i32x8::splat(127);
+            f32x8::from_bits((i << 23).cast_unsigned())
+        };
+        [e(n[0]), e(n[1])]
+    }
+    #[inline(always)]
+    fn split_hi(self, a: W2) -> W2 {
+        let h = |v: f32x8| f32x8::from_bits(v.to_bits() & wide::u32x8::splat(!0xfff));
+        [h(a[0]), h(a[1])]
+    }
+    #[inline(always)]
+    fn copysign(self, mag: W2, sign: W2) -> W2 {
+        let s = f32x8::splat(-0.0);
+        [(mag[0] & !s) | (sign[0] & s), (mag[1] & !s) | (sign[1] & s)]
+    }
+
+    #[inline(always)]
+    fn lt(self, a: W2, b: W2) -> W2 {
+        [a[0].simd_lt(b[0]), a[1].simd_lt(b[1])]
+    }
+    #[inline(always)]
+    fn gt(self, a: W2, b: W2) -> W2 {
+        [a[0].simd_gt(b[0]), a[1].simd_gt(b[1])]
+    }
+    #[inline(always)]
+    fn is_nan(self, a: W2) -> W2 {
+        [a[0].is_nan(), a[1].is_nan()]
+    }
+    #[inline(always)]
+    fn or(self, a: W2, b: W2) -> W2 {
+        [a[0] | b[0], a[1] | b[1]]
+    }
+    #[inline(always)]
+    fn select(self, m: W2, t: W2, f: W2) -> W2 {
+        [m[0].blend(t[0], f[0]), m[1].blend(t[1], f[1])]
+    }
+    #[inline(always)]
+    fn any(self, m: W2) -> bool {
+        (m[0] | m[1]).any()
+    }
+
+    #[inline(always)]
+    fn reduce_add(self, v: W2) -> f32 {
+        (v[0] + v[1]).reduce_add()
+    }
+    #[inline(always)]
+    fn reduce_max(self, v: W2) -> f32 {
+        let m = self.max(v, [v[1], v[0]]);
+        m[0].to_array().into_iter().fold(f32::NEG_INFINITY, f32::max)
+    }
+}

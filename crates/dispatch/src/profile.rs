@@ -1,0 +1,145 @@
+//! [`Profile`]: what each engine costs on this machine, as measured by
+//! [`crate::calibrate`] (or nominal figures until then). Serialised as JSON.
+
+use compute_core::{Cost, OpClass};
+use serde::{Deserialize, Serialize};
+
+use crate::engine::Engine;
+
+/// Version of the JSON layout; a cached file of another version is ignored.
+pub const FORMAT: u32 = 1;
+
+/// The measured profile of every engine of one machine.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    /// Layout version ([`FORMAT`]).
+    pub format: u32,
+    /// Which machine this is: every engine's device and driver description
+    /// (see [`crate::calibrate::profile_key`]). A cached profile is only reused
+    /// when its key matches the machine's.
+    pub key: String,
+    /// `true` when measured by [`crate::calibrate`], `false` for [`Profile::nominal`].
+    pub calibrated: bool,
+    /// Seconds since the Unix epoch when it was measured (0 for nominal ones).
+    pub created_unix_s: u64,
+    /// One entry per engine.
+    pub engines: Vec<EngineProfile>,
+}
+
+/// The cost of one engine: fixed latency, the bus to its memory, and time per
+/// op class as a function of work.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EngineProfile {
+    /// Which engine.
+    pub engine: Engine,
+    /// Its device description, as the backend prints it.
+    pub device: String,
+    /// Seconds of a call that does (almost) nothing on data already there:
+    /// launch plus synchronisation.
+    pub launch_s: f64,
+    /// The bus to the engine's memory; `None` when it works on host memory.
+    pub link: Option<Link>,
+    /// Measured call times per op class (data already resident).
+    pub classes: Vec<ClassCurve>,
+}
+
+/// Host ↔ device transfer costs of one engine.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Link {
+    /// Extra fixed seconds of a call on host data over one on resident data
+    /// (staging, the two copies' own latencies).
+    pub overhead_s: f64,
+    /// Host → device bytes per second.
+    pub h2d_bytes_per_s: f64,
+    /// Device → host bytes per second.
+    pub d2h_bytes_per_s: f64,
+}
+
+impl Link {
+    /// Seconds to bring `read` bytes in and `written` bytes back:
+    /// `overhead + read / h2d + written / d2h`.
+    pub fn round_trip_s(&self, read: u64, written: u64) -> f64 {
+        self.overhead_s + read as f64 / self.h2d_bytes_per_s + written as f64 / self.d2h_bytes_per_s
+    }
+}
+
+/// Measured full-call times of one op class on resident data, by amount of
+/// work ([`work`]), sorted by work.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClassCurve {
+    /// The op class.
+    pub class: OpClass,
+    /// `(work, seconds)` samples, increasing work.
+    pub points: Vec<Point>,
+}
+
+/// One calibration sample.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Point {
+    /// Work of the call ([`work`]).
+    pub work: f64,
+    /// Median seconds per call, launch and synchronisation included.
+    pub seconds: f64,
+}
+
+/// The amount of work the time of an op of `class` scales with: FLOPs for the
+/// compute-bound classes (matmul, conv, transcendental), bytes moved for the
+/// memory-bound ones. Computed from [`compute_core::Op::cost`]; costs nothing.
+pub fn work(class: OpClass, cost: &Cost) -> f64 {
+    match class {
+        OpClass::Matmul | OpClass::Conv | OpClass::Transcendental => cost.flops as f64,
+        OpClass::Elementwise | OpClass::RowWise | OpClass::Reduction => cost.bytes() as f64,
+    }
+}
+
+/// Work per second of each class, for nominal profiles, in [`OpClass::ALL`] order.
+type Rates = [f64; 6];
+
+impl Profile {
+    /// A profile from nominal figures (no measurement): for use before
+    /// [`crate::calibrate`] has run, and in tests. CPU: one thread moves
+    /// ~10 GB/s and runs ~50 GFLOP/s of matmul, all threads scale that ×0.8
+    /// each but pay 5 µs to wake; GPU: 10–20 µs launch, 20 µs and 12 GB/s of
+    /// pageable PCIe each way, 0.5–1 TB/s memory and 5–20 TFLOP/s matmul.
+    /// `threads` is the CPU engine's thread count.
+    pub fn nominal(engines: &[(Engine, String)], threads: usize) -> Profile {
+        let cpu1: Rates = [10e9, 2e9, 15e9, 5e9, 50e9, 30e9];
+        let scale = 0.8 * threads.max(1) as f64;
+        let engines = engines
+            .iter()
+            .map(|(engine, device)| {
+                let (launch_s, link, rates) = match engine {
+                    Engine::SimdSingle => (0.5e-6, None, cpu1),
+                    Engine::Simd => (5e-6, None, cpu1.map(|r| r * scale)),
+                    Engine::Cuda => (10e-6, Some(pcie()), [1e12, 5e12, 1e12, 0.8e12, 20e12, 5e12]),
+                    Engine::Wgpu => (20e-6, Some(pcie()), [0.5e12, 2e12, 0.5e12, 0.4e12, 5e12, 2e12]),
+                };
+                let classes = OpClass::ALL
+                    .iter()
+                    .zip(rates)
+                    .map(|(&class, rate)| {
+                        // Two samples on the line t = launch + work / rate.
+                        let points = [1e6, 1e9].map(|w| Point { work: w, seconds: launch_s + w / rate }).to_vec();
+                        ClassCurve { class, points }
+                    })
+                    .collect();
+                EngineProfile { engine: *engine, device: device.clone(), launch_s, link, classes }
+            })
+            .collect();
+        Profile { format: FORMAT, key: String::new(), calibrated: false, created_unix_s: 0, engines }
+    }
+
+    /// The entry of `engine`, if profiled.
+    pub fn engine(&self, engine: Engine) -> Option<&EngineProfile> {
+        self.engines.iter().find(|e| e.engine == engine)
+    }
+
+    /// JSON text of the profile.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+}
+
+fn pcie() -> Link {
+    Link { overhead_s: 20e-6, h2d_bytes_per_s: 12e9, d2h_bytes_per_s: 12e9 }
+}

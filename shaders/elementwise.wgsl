@@ -1,0 +1,149 @@
+// Element-wise ops: one input (`unary`) or two inputs of equal length (`binary`).
+//
+// Buffers are read and written as vec4<f32>: the backend allocates every buffer
+// rounded up to 16 bytes, so the last vec4 may hold up to 3 padding lanes past
+// `len`; they are computed and written like the others and never read back.
+// Each invocation handles PER vec4s, WG apart, so a warp's loads stay coalesced
+// and several are in flight at once. The workgroup grid may be 2-D (more than
+// 65535 groups): the flat group index is `wid.x + wid.y * nwg.x`.
+//
+// The op is a pipeline-overridable constant, so each op gets its own pipeline
+// with the other branches folded away.
+
+// Unary op codes: 0 relu, 1 leaky_relu(a), 2 elu(a), 3 sigmoid, 4 tanh, 5 swish,
+// 6 gelu (tanh form), 7 gelu (erf form), 8 clip(a, b), 9 scale(a).
+// Binary op codes: 0 add, 1 sub, 2 mul.
+override OP: u32 = 0u;
+
+struct Params {
+    // Elements in this piece.
+    len: u32,
+    _pad: u32,
+    // Op parameters (alpha, min/max, scale).
+    a: f32,
+    b: f32,
+}
+
+const WG: u32 = 256u;
+const PER: u32 = 4u;
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> y: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> b: array<vec4<f32>>;
+
+// 1 / (1 + e^-t), exact 0 below -87 (where e^t underflows f32) and no overflow above.
+fn sigmoid(t: f32) -> f32 {
+    if (t >= 0.0) {
+        return 1.0 / (1.0 + exp(-min(t, 88.0)));
+    }
+    if (t < -87.0) {
+        return 0.0;
+    }
+    let e = exp(t);
+    return e / (1.0 + e);
+}
+
+// tanh through e^(2|x|), clamped where tanh is 1 in f32.
+fn tanh_(v: f32) -> f32 {
+    let a = min(abs(v), 9.0);
+    let e = exp(2.0 * a);
+    return sign(v) * (1.0 - 2.0 / (e + 1.0));
+}
+
+// erfc(z) for z >= 0 (Numerical Recipes erfcc: fractional error < 1.2e-7).
+fn erfc_pos(z: f32) -> f32 {
+    let zc = min(z, 12.0);
+    let t = 1.0 / (1.0 + 0.5 * zc);
+    let poly = -zc * zc - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806
+        + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))));
+    return t * exp(poly);
+}
+
+fn unary_op(v: f32) -> f32 {
+    switch OP {
+        case 0u: { return max(v, 0.0); }
+        case 1u: { return select(p.a * v, v, v > 0.0); }
+        case 2u: { return select(p.a * (exp(max(v, -88.0)) - 1.0), v, v > 0.0); }
+        case 3u: { return sigmoid(v); }
+        case 4u: { return tanh_(v); }
+        case 5u: { return v * sigmoid(v); }
+        case 6u: {
+            // 0.5·x·(1 + tanh(u)) = x·sigmoid(2u): no cancellation for negative x.
+            let u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
+            return v * sigmoid(2.0 * u);
+        }
+        case 7u: {
+            // 0.5·x·(1 + erf(x/√2)) = 0.5·x·erfc(−x/√2).
+            let z = v * 0.7071067811865476;
+            var c: f32;
+            if (z <= 0.0) {
+                c = erfc_pos(-z);
+            } else {
+                c = 2.0 - erfc_pos(z);
+            }
+            return 0.5 * v * c;
+        }
+        case 8u: { return min(max(v, p.a), p.b); }
+        default: { return p.a * v; }
+    }
+}
+
+fn binary_op(u: vec4<f32>, v: vec4<f32>) -> vec4<f32> {
+    switch OP {
+        case 0u: { return u + v; }
+        case 1u: { return u - v; }
+        default: { return u * v; }
+    }
+}
+
+// All PER loads are issued before any store: storage bindings may alias as far as
+// the driver knows, so interleaving would serialise the loads.
+@compute @workgroup_size(256)
+fn unary(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let n4 = (p.len + 3u) / 4u;
+    let base = (wid.x + wid.y * nwg.x) * (WG * PER) + lid;
+    var v: array<vec4<f32>, PER>;
+    for (var i = 0u; i < PER; i++) {
+        let j = base + i * WG;
+        if (j < n4) {
+            v[i] = x[j];
+        }
+    }
+    for (var i = 0u; i < PER; i++) {
+        let j = base + i * WG;
+        if (j < n4) {
+            let u = v[i];
+            y[j] = vec4<f32>(unary_op(u.x), unary_op(u.y), unary_op(u.z), unary_op(u.w));
+        }
+    }
+}
+
+@compute @workgroup_size(256)
+fn binary(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let n4 = (p.len + 3u) / 4u;
+    let base = (wid.x + wid.y * nwg.x) * (WG * PER) + lid;
+    var u: array<vec4<f32>, PER>;
+    var v: array<vec4<f32>, PER>;
+    for (var i = 0u; i < PER; i++) {
+        let j = base + i * WG;
+        if (j < n4) {
+            u[i] = x[j];
+            v[i] = b[j];
+        }
+    }
+    for (var i = 0u; i < PER; i++) {
+        let j = base + i * WG;
+        if (j < n4) {
+            y[j] = binary_op(u[i], v[i]);
+        }
+    }
+}
