@@ -22,3 +22,8 @@ pub mod tuning;
 
 pub use backend::{HostStorage, SimdBackend};
 pub use isa::Isa;
+
+/// The README's code blocks, compiled and run as doctests so the quickstart stays true.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
