@@ -67,19 +67,34 @@ fn slot(lid: u32, long: bool) -> vec2<u32> {
     return vec2<u32>(lid / 2u, (lid % 2u) * 4u);
 }
 
-// Stores a loaded vec4 into a tile buffer. `long`: the vec4 runs along the 128
-// side (stored as is); otherwise it runs along k (scattered over 4 k rows).
-fn put(tile: ptr<workgroup, array<vec4<f32>, 512>>, buf: u32, lid: u32, long: bool, v: vec4<f32>) {
+// Stores a loaded vec4 into a tile buffer of A (B below). `long`: the vec4 runs
+// along the 128 side (stored as is); otherwise it runs along k (scattered over 4
+// k rows). Two copies because WGSL functions cannot take workgroup pointers.
+fn put_a(buf: u32, lid: u32, long: bool, v: vec4<f32>) {
     if (long) {
-        (*tile)[buf + lid] = v;
+        As[buf + lid] = v;
     } else {
         let s = slot(lid, false);
         let q = buf + s.y * 32u + s.x / 4u;
         let c = s.x % 4u;
-        (*tile)[q][c] = v.x;
-        (*tile)[q + 32u][c] = v.y;
-        (*tile)[q + 64u][c] = v.z;
-        (*tile)[q + 96u][c] = v.w;
+        As[q][c] = v.x;
+        As[q + 32u][c] = v.y;
+        As[q + 64u][c] = v.z;
+        As[q + 96u][c] = v.w;
+    }
+}
+
+fn put_b(buf: u32, lid: u32, long: bool, v: vec4<f32>) {
+    if (long) {
+        Bs[buf + lid] = v;
+    } else {
+        let s = slot(lid, false);
+        let q = buf + s.y * 32u + s.x / 4u;
+        let c = s.x % 4u;
+        Bs[q][c] = v.x;
+        Bs[q + 32u][c] = v.y;
+        Bs[q + 64u][c] = v.z;
+        Bs[q + 96u][c] = v.w;
     }
 }
 
@@ -140,6 +155,19 @@ fn load_b4(z: u32, col0: u32, k0: u32, lid: u32) -> vec4<f32> {
     return vec4<f32>(0.0);
 }
 
+// Row `row` of C at columns c0..c0+4 and c0+64..c0+68, as vec4 (n % 4 == 0).
+fn store4(z: u32, row: u32, c0: u32, v0: vec4<f32>, v1: vec4<f32>) {
+    if (row < p.m) {
+        let at = z * p.sc + row * p.n;
+        if (c0 < p.n) {
+            c4[(at + c0) / 4u] = v0;
+        }
+        if (c0 + 64u < p.n) {
+            c4[(at + c0 + 64u) / 4u] = v1;
+        }
+    }
+}
+
 @compute @workgroup_size(256)
 fn matmul_vec4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let z = wid.z + p.z0;
@@ -150,8 +178,8 @@ fn matmul_vec4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
     let steps = (p.k + BK - 1u) / BK;
     var va = load_a4(z, row0, 0u, lid);
     var vb = load_b4(z, col0, 0u, lid);
-    put(&As, 0u, lid, TA, va);
-    put(&Bs, 0u, lid, !TB, vb);
+    put_a(0u, lid, TA, va);
+    put_b(0u, lid, !TB, vb);
     workgroupBarrier();
     for (var t = 0u; t < steps; t++) {
         let cur = (t % 2u) * TILE;
@@ -162,25 +190,22 @@ fn matmul_vec4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
         }
         multiply(cur, tx, ty);
         if (more) {
-            put(&As, TILE - cur, lid, TA, va);
-            put(&Bs, TILE - cur, lid, !TB, vb);
+            put_a(TILE - cur, lid, TA, va);
+            put_b(TILE - cur, lid, !TB, vb);
         }
         workgroupBarrier();
     }
-    for (var i = 0u; i < 8u; i++) {
-        let row = row0 + (i / 4u) * 64u + ty * 4u + i % 4u;
-        if (row < p.m) {
-            let c0 = col0 + tx * 4u;
-            let c1 = c0 + 64u;
-            let at = z * p.sc + row * p.n;
-            if (c0 < p.n) {
-                c4[(at + c0) / 4u] = acc[2u * i];
-            }
-            if (c1 < p.n) {
-                c4[(at + c1) / 4u] = acc[2u * i + 1u];
-            }
-        }
-    }
+    // Literal accumulator indices only, so they stay in registers.
+    let r0 = row0 + ty * 4u;
+    let c0 = col0 + tx * 4u;
+    store4(z, r0, c0, acc[0], acc[1]);
+    store4(z, r0 + 1u, c0, acc[2], acc[3]);
+    store4(z, r0 + 2u, c0, acc[4], acc[5]);
+    store4(z, r0 + 3u, c0, acc[6], acc[7]);
+    store4(z, r0 + 64u, c0, acc[8], acc[9]);
+    store4(z, r0 + 65u, c0, acc[10], acc[11]);
+    store4(z, r0 + 66u, c0, acc[12], acc[13]);
+    store4(z, r0 + 67u, c0, acc[14], acc[15]);
 }
 
 // ---- scalar loads -----------------------------------------------------------
@@ -226,6 +251,21 @@ fn load_b1(z: u32, col0: u32, k0: u32, lid: u32) -> vec4<f32> {
     return vec4<f32>(b_at(z, col, kc), b_at(z, col + 1u, kc), b_at(z, col + 2u, kc), b_at(z, col + 3u, kc));
 }
 
+// Same as store4, element by element (any n).
+fn store1(z: u32, row: u32, c0: u32, v0: vec4<f32>, v1: vec4<f32>) {
+    if (row < p.m) {
+        let at = z * p.sc + row * p.n;
+        for (var j = 0u; j < 4u; j++) {
+            if (c0 + j < p.n) {
+                c1[at + c0 + j] = v0[j];
+            }
+            if (c0 + 64u + j < p.n) {
+                c1[at + c0 + 64u + j] = v1[j];
+            }
+        }
+    }
+}
+
 @compute @workgroup_size(256)
 fn matmul_scalar(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let z = wid.z + p.z0;
@@ -236,8 +276,8 @@ fn matmul_scalar(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
     let steps = (p.k + BK - 1u) / BK;
     var va = load_a1(z, row0, 0u, lid);
     var vb = load_b1(z, col0, 0u, lid);
-    put(&As, 0u, lid, TA, va);
-    put(&Bs, 0u, lid, !TB, vb);
+    put_a(0u, lid, TA, va);
+    put_b(0u, lid, !TB, vb);
     workgroupBarrier();
     for (var t = 0u; t < steps; t++) {
         let cur = (t % 2u) * TILE;
@@ -248,26 +288,19 @@ fn matmul_scalar(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
         }
         multiply(cur, tx, ty);
         if (more) {
-            put(&As, TILE - cur, lid, TA, va);
-            put(&Bs, TILE - cur, lid, !TB, vb);
+            put_a(TILE - cur, lid, TA, va);
+            put_b(TILE - cur, lid, !TB, vb);
         }
         workgroupBarrier();
     }
-    for (var i = 0u; i < 8u; i++) {
-        let row = row0 + (i / 4u) * 64u + ty * 4u + i % 4u;
-        if (row < p.m) {
-            let at = z * p.sc + row * p.n;
-            let v0 = acc[2u * i];
-            let v1 = acc[2u * i + 1u];
-            for (var j = 0u; j < 4u; j++) {
-                let c0 = col0 + tx * 4u + j;
-                if (c0 < p.n) {
-                    c1[at + c0] = v0[j];
-                }
-                if (c0 + 64u < p.n) {
-                    c1[at + c0 + 64u] = v1[j];
-                }
-            }
-        }
-    }
+    let r0 = row0 + ty * 4u;
+    let c0 = col0 + tx * 4u;
+    store1(z, r0, c0, acc[0], acc[1]);
+    store1(z, r0 + 1u, c0, acc[2], acc[3]);
+    store1(z, r0 + 2u, c0, acc[4], acc[5]);
+    store1(z, r0 + 3u, c0, acc[6], acc[7]);
+    store1(z, r0 + 64u, c0, acc[8], acc[9]);
+    store1(z, r0 + 65u, c0, acc[10], acc[11]);
+    store1(z, r0 + 66u, c0, acc[12], acc[13]);
+    store1(z, r0 + 67u, c0, acc[14], acc[15]);
 }

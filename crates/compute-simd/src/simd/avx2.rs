@@ -141,12 +141,25 @@ impl SimdF32 for Avx2 {
         avx!([_mm256_round_ps::<ROUND_NEAREST>(a[0]), _mm256_round_ps::<ROUND_NEAREST>(a[1])])
     }
     #[inline(always)]
-    fn pow2i(self, n: V2) -> V2 {
+    fn ldexp(self, x: V2, n: V2) -> V2 {
+        // n = h + k with h = n >> 1; 2ʰ and 2ᵏ are normal, x·2ʰ is exact and
+        // the second multiply rounds once.
         avx!({
             let bias = _mm256_set1_epi32(127);
+            let i = [_mm256_cvtps_epi32(n[0]), _mm256_cvtps_epi32(n[1])];
+            let h = [_mm256_srai_epi32::<1>(i[0]), _mm256_srai_epi32::<1>(i[1])];
+            let k = [_mm256_sub_epi32(i[0], h[0]), _mm256_sub_epi32(i[1], h[1])];
+            let ph = [
+                _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(h[0], bias))),
+                _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(h[1], bias))),
+            ];
+            let pk = [
+                _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(k[0], bias))),
+                _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(k[1], bias))),
+            ];
             [
-                _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n[0]), bias))),
-                _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n[1]), bias))),
+                _mm256_mul_ps(_mm256_mul_ps(x[0], ph[0]), pk[0]),
+                _mm256_mul_ps(_mm256_mul_ps(x[1], ph[1]), pk[1]),
             ]
         })
     }

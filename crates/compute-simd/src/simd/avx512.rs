@@ -119,11 +119,8 @@ impl SimdF32 for Avx512 {
         avx512!(_mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(a))
     }
     #[inline(always)]
-    fn pow2i(self, n: __m512) -> __m512 {
-        avx512!(_mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(
-            _mm512_cvtps_epi32(n),
-            _mm512_set1_epi32(127)
-        ))))
+    fn ldexp(self, x: __m512, n: __m512) -> __m512 {
+        avx512!(_mm512_scalef_ps(x, n))
     }
     #[inline(always)]
     fn split_hi(self, a: __m512) -> __m512 {

@@ -85,9 +85,10 @@ pub trait SimdF32: Copy + Send + Sync {
     /// Rounds to the nearest integer, ties to even. Exact for `|a| < 2²²`, the
     /// only range the kernels use it on.
     fn round(self, a: Self::V) -> Self::V;
-    /// `2ⁿ` for lanes of `n` holding integers in `[−126, 127]` (built from the
-    /// exponent bits; other values give unspecified finite results or NaN-free garbage).
-    fn pow2i(self, n: Self::V) -> Self::V;
+    /// `x·2ⁿ` for lanes of `n` holding integers with `|n| ≤ 252`, rounded once:
+    /// subnormal results and overflow to ±∞ behave as an IEEE multiplication.
+    /// (`vscalefps` on AVX-512; two exact power-of-two multiplies elsewhere.)
+    fn ldexp(self, x: Self::V, n: Self::V) -> Self::V;
     /// `a` with its low 12 mantissa bits cleared: a 12-bit `hi` part such that
     /// `hi·hi` is exact and `a − hi` is exact (Veltkamp-style split).
     fn split_hi(self, a: Self::V) -> Self::V;

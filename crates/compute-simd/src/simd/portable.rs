@@ -89,12 +89,19 @@ impl SimdF32 for Portable {
         self.select(self.or(big, self.is_nan(a)), a, r)
     }
     #[inline(always)]
-    fn pow2i(self, n: W2) -> W2 {
-        let e = |v: f32x8| {
-            let i: i32x8 = v.round_int() + i32x8::splat(127);
-            f32x8::from_bits((i << 23).cast_unsigned())
+    fn ldexp(self, x: W2, n: W2) -> W2 {
+        // n = h + k with h = n >> 1; 2ʰ and 2ᵏ are normal, x·2ʰ is exact and
+        // the second multiply rounds once.
+        let e = |x: f32x8, n: f32x8| {
+            let i: i32x8 = n.round_int();
+            let h = i >> 1;
+            let k = i - h;
+            let bias = i32x8::splat(127);
+            let ph = f32x8::from_bits(((h + bias) << 23).cast_unsigned());
+            let pk = f32x8::from_bits(((k + bias) << 23).cast_unsigned());
+            x * ph * pk
         };
-        [e(n[0]), e(n[1])]
+        [e(x[0], n[0]), e(x[1], n[1])]
     }
     #[inline(always)]
     fn split_hi(self, a: W2) -> W2 {

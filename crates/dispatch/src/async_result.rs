@@ -1,0 +1,289 @@
+//! [`AsyncGpuResult`]: the result of a call that runs while the caller does
+//! other work. States Pending → Ready or Error; blocking ([`AsyncGpuResult::wait`]),
+//! polling ([`AsyncGpuResult::try_get`]) and `std::future::Future` (any executor:
+//! pollster, tokio, a hand-written `block_on`).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use compute_core::{BackendKind, ComputeError, Result};
+
+use crate::lock::{lock, wait_timeout};
+
+/// Where an [`AsyncGpuResult`] stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AsyncState {
+    /// Still computing.
+    Pending,
+    /// Finished; the value is waiting to be taken.
+    Ready,
+    /// Finished with an error (or the value was already taken).
+    Error,
+}
+
+enum Slot<T> {
+    Pending,
+    Ready(T),
+    Error(ComputeError),
+    Taken,
+}
+
+struct Inner<T> {
+    slot: Slot<T>,
+    waker: Option<Waker>,
+    done_at: Option<Instant>,
+}
+
+struct Shared<T> {
+    inner: Mutex<Inner<T>>,
+    cv: Condvar,
+    op: &'static str,
+    backend: BackendKind,
+}
+
+impl<T> Shared<T> {
+    fn taken(&self) -> ComputeError {
+        ComputeError::Driver {
+            op: self.op,
+            backend: self.backend,
+            message: "the async result was already taken".into(),
+        }
+    }
+
+    fn take(&self, inner: &mut Inner<T>) -> Option<Result<T>> {
+        match std::mem::replace(&mut inner.slot, Slot::Taken) {
+            Slot::Pending => {
+                inner.slot = Slot::Pending;
+                None
+            }
+            Slot::Ready(v) => Some(Ok(v)),
+            Slot::Error(e) => {
+                inner.slot = Slot::Error(e.clone());
+                Some(Err(e))
+            }
+            Slot::Taken => Some(Err(self.taken())),
+        }
+    }
+}
+
+/// The result of an asynchronous call. The work runs elsewhere (a device
+/// queue, a worker thread); this handle costs one small allocation and waits
+/// without spinning.
+pub struct AsyncGpuResult<T> {
+    shared: Arc<Shared<T>>,
+}
+
+/// The producing side of an [`AsyncGpuResult`]. Dropping it without calling
+/// [`Completer::complete`] (e.g. when the worker panics) completes the result
+/// with an error, so no waiter is left hanging.
+pub struct Completer<T> {
+    shared: Option<Arc<Shared<T>>>,
+}
+
+impl<T> std::fmt::Debug for AsyncGpuResult<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncGpuResult").field("op", &self.shared.op).field("state", &self.state()).finish()
+    }
+}
+
+impl<T> AsyncGpuResult<T> {
+    /// A pending result and the completer that finishes it; errors it reports
+    /// name `op` and `backend`.
+    pub fn channel(op: &'static str, backend: BackendKind) -> (AsyncGpuResult<T>, Completer<T>) {
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(Inner { slot: Slot::Pending, waker: None, done_at: None }),
+            cv: Condvar::new(),
+            op,
+            backend,
+        });
+        (AsyncGpuResult { shared: shared.clone() }, Completer { shared: Some(shared) })
+    }
+
+    /// A result that is already finished with `result`.
+    pub fn finished(op: &'static str, backend: BackendKind, result: Result<T>) -> AsyncGpuResult<T> {
+        let (r, c) = Self::channel(op, backend);
+        c.complete(result);
+        r
+    }
+
+    /// Where it stands now. One lock, no waiting.
+    pub fn state(&self) -> AsyncState {
+        match lock(&self.shared.inner).slot {
+            Slot::Pending => AsyncState::Pending,
+            Slot::Ready(_) => AsyncState::Ready,
+            Slot::Error(_) | Slot::Taken => AsyncState::Error,
+        }
+    }
+
+    /// Whether it has finished (with a value or an error), so that
+    /// [`AsyncGpuResult::try_get`] returns it without waiting.
+    pub fn is_ready(&self) -> bool {
+        self.state() != AsyncState::Pending
+    }
+
+    /// The value if finished (`Ok(Some)`, taken: later calls return an error),
+    /// `Ok(None)` if still pending, or the error it finished with. Never waits.
+    pub fn try_get(&self) -> Result<Option<T>> {
+        let mut inner = lock(&self.shared.inner);
+        self.shared.take(&mut inner).transpose()
+    }
+
+    /// Blocks the calling thread until finished and returns the value or error.
+    pub fn wait(self) -> Result<T> {
+        let mut inner = lock(&self.shared.inner);
+        loop {
+            if let Some(r) = self.shared.take(&mut inner) {
+                return r;
+            }
+            inner = wait_timeout(&self.shared.cv, inner, Duration::from_secs(3600));
+        }
+    }
+
+    /// Waits at most `timeout`: `Ok(Some)` when finished in time, `Ok(None)` if
+    /// still pending, or the error it finished with.
+    pub fn wait_for(&self, timeout: Duration) -> Result<Option<T>> {
+        let deadline = Instant::now() + timeout;
+        let mut inner = lock(&self.shared.inner);
+        loop {
+            if let Some(r) = self.shared.take(&mut inner) {
+                return r.map(Some);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            inner = wait_timeout(&self.shared.cv, inner, deadline - now);
+        }
+    }
+
+    /// When the producer finished it, if it has.
+    pub fn completed_at(&self) -> Option<Instant> {
+        lock(&self.shared.inner).done_at
+    }
+}
+
+impl<T> Future for AsyncGpuResult<T> {
+    type Output = Result<T>;
+
+    /// Ready once the producer completed; otherwise registers the waker, which
+    /// the producer wakes when it completes.
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut inner = lock(&self.shared.inner);
+        match self.shared.take(&mut inner) {
+            Some(r) => Poll::Ready(r),
+            None => {
+                inner.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl<T> Completer<T> {
+    /// Finishes the result with `result`, waking every waiter.
+    pub fn complete(mut self, result: Result<T>) {
+        self.finish(result);
+    }
+
+    /// Whether the [`AsyncGpuResult`] was dropped, so nobody will read the value.
+    pub fn is_abandoned(&self) -> bool {
+        self.shared.as_ref().is_none_or(|s| Arc::strong_count(s) < 2)
+    }
+
+    fn finish(&mut self, result: Result<T>) {
+        let Some(shared) = self.shared.take() else { return };
+        let waker = {
+            let mut inner = lock(&shared.inner);
+            inner.slot = match result {
+                Ok(v) => Slot::Ready(v),
+                Err(e) => Slot::Error(e),
+            };
+            inner.done_at = Some(Instant::now());
+            inner.waker.take()
+        };
+        shared.cv.notify_all();
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
+impl<T> Drop for Completer<T> {
+    fn drop(&mut self) {
+        if let Some(shared) = &self.shared {
+            let err = ComputeError::Driver {
+                op: shared.op,
+                backend: shared.backend,
+                message: "the computation ended without producing a result (worker stopped or panicked)".into(),
+            };
+            self.finish(Err(err));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::Wake;
+
+    struct CountingWaker(AtomicUsize);
+    impl Wake for CountingWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn states_move_from_pending_to_ready_and_value_is_taken_once() {
+        let (r, c) = AsyncGpuResult::<Vec<f32>>::channel("relu", BackendKind::Simd);
+        assert_eq!(r.state(), AsyncState::Pending);
+        assert!(!r.is_ready());
+        assert!(matches!(r.try_get(), Ok(None)));
+        assert!(!c.is_abandoned());
+        c.complete(Ok(vec![1.5, 2.5]));
+        assert_eq!(r.state(), AsyncState::Ready);
+        assert!(r.completed_at().is_some());
+        assert_eq!(r.try_get().ok().flatten(), Some(vec![1.5, 2.5]));
+        assert_eq!(r.state(), AsyncState::Error);
+        assert!(r.try_get().is_err(), "a second take is an error, not a silent None");
+    }
+
+    #[test]
+    fn dropped_completer_finishes_with_an_error() {
+        let (r, c) = AsyncGpuResult::<u32>::channel("matmul", BackendKind::Wgpu);
+        drop(c);
+        assert_eq!(r.state(), AsyncState::Error);
+        let err = r.wait().unwrap_err();
+        assert!(err.to_string().contains("matmul"), "{err}");
+    }
+
+    #[test]
+    fn future_registers_the_waker_and_is_woken_on_completion() {
+        let (mut r, c) = AsyncGpuResult::<i32>::channel("sum", BackendKind::Simd);
+        let counter = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let waker = Waker::from(counter.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(Pin::new(&mut r).poll(&mut cx).is_pending());
+        assert_eq!(counter.0.load(Ordering::SeqCst), 0);
+        c.complete(Ok(42));
+        assert_eq!(counter.0.load(Ordering::SeqCst), 1);
+        match Pin::new(&mut r).poll(&mut cx) {
+            Poll::Ready(Ok(42)) => {}
+            other => panic!("expected Ready(Ok(42)), got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn wait_for_times_out_while_pending_and_errors_propagate() {
+        let (r, c) = AsyncGpuResult::<i32>::channel("dot", BackendKind::Cuda);
+        assert!(matches!(r.wait_for(Duration::from_millis(1)), Ok(None)));
+        c.complete(Err(ComputeError::Unsupported { op: "dot", backend: BackendKind::Cuda }));
+        assert!(matches!(r.wait_for(Duration::from_secs(5)), Err(ComputeError::Unsupported { .. })));
+        // The error stays readable.
+        assert!(matches!(r.try_get(), Err(ComputeError::Unsupported { .. })));
+    }
+}
