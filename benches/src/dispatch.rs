@@ -1,7 +1,477 @@
-//! Bench rows for the dispatch part (filled in by the dispatch work).
-use crate::report::Record;
+//! Bench rows for the dispatcher (`cargo xtask bench --dispatch`):
+//! - the profile measurement itself (how long `calibrate()` takes);
+//! - the cost of one decision, per policy (goal: under 1 µs);
+//! - the regret grid: every engine timed on each op family × size × placement
+//!   (data on the host, or already on each engine's device); for each policy
+//!   (`auto`, the seeds' 5× rule, the seeds' fixed threshold of 1000) the
+//!   regret of a cell is time(chosen engine) / time(fastest engine);
+//! - the batching executor against unbatched calls: three configurations ×
+//!   2–16 submitting threads, and `max_batch_size` 16–4096.
+//!
+//! On a machine without a GPU the engines are the CPU on all threads (`simd`)
+//! and on one (`simd1`): the regret then measures the thread-count choice only.
 
-/// Runs this part's rows; `quick` shrinks sizes and time budgets.
-pub fn rows(_quick: bool) -> Result<Vec<Record>, String> {
-    Err("not wired yet".into())
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use compute_core::{Backend, BinaryOp, Conv2dSpec, GeluForm, Op, RowOp, Tensor, UnaryOp};
+use dispatch::calibrate::Options;
+use dispatch::{BackendSelector, BatchConfig, BatchedExecutor, Compute, Engine, Placement, Policy, SEED_THRESHOLD};
+
+use crate::report::{Record, time};
+
+fn random(len: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+        })
+        .collect()
+}
+
+/// Runs every dispatch row; `quick` shrinks the grid and the budgets (< 2 min on 2 cores).
+pub fn rows(quick: bool) -> Result<Vec<Record>, String> {
+    let e = |e: compute_core::ComputeError| e.to_string();
+    let t0 = Instant::now();
+    let opts = if quick { Options::quick() } else { Options::default() };
+    let compute = Compute::builder().discover().calibration_options(opts).calibrate().build().map_err(e)?;
+    let calib_s = t0.elapsed().as_secs_f64();
+    let device = compute.device_name();
+    let mut out = vec![Record {
+        op: "calibrate".into(),
+        shape: format!("{} engines", compute.engines().len()),
+        backend: "dispatch".into(),
+        device: device.clone(),
+        threads: 1,
+        placement: "-".into(),
+        median_s: calib_s,
+        note: Some(format!("{} calibration of {:?}", if quick { "quick" } else { "default" }, compute.engines())),
+        ..Record::default()
+    }];
+    out.extend(decision_rows(&compute, &device));
+    let grid = Grid::new(quick);
+    out.extend(regret_rows(&compute, &device, &grid)?);
+    out.extend(executor_rows(&compute, &device, quick)?);
+    Ok(out)
+}
+
+fn policies(compute: &Compute) -> [(&'static str, Compute); 3] {
+    [
+        ("auto", compute.with_policy(Policy::Auto)),
+        ("5x rule", compute.with_policy(Policy::FiveX(BackendSelector::new()))),
+        ("threshold 1000", compute.with_policy(Policy::Threshold(SEED_THRESHOLD))),
+    ]
+}
+
+/// Seconds per decision of each policy over a mix of ops and placements.
+fn decision_rows(compute: &Compute, device: &str) -> Vec<Record> {
+    let ops = [
+        Op::binary(BinaryOp::Add, 1 << 20),
+        Op::unary(UnaryOp::Gelu(GeluForm::Tanh), 4096),
+        Op::Dot { len: 1 << 16 },
+        Op::rows(RowOp::Softmax, 64, 1024),
+        Op::matmul(512, 512, 512),
+        Op::matmul(16, 16, 16),
+    ];
+    let placements = [Placement::Host, Placement::Resident];
+    policies(compute)
+        .into_iter()
+        .map(|(name, c)| {
+            let per_call = 1000;
+            let s = time(
+                || {
+                    for i in 0..per_call {
+                        let op = &ops[i % ops.len()];
+                        black_box(c.choose(black_box(op), placements[i % 2]));
+                    }
+                },
+                Duration::from_millis(200),
+                5,
+            ) / per_call as f64;
+            Record {
+                op: "decision".into(),
+                shape: name.into(),
+                backend: "dispatch".into(),
+                device: device.into(),
+                threads: 1,
+                placement: "host+resident".into(),
+                median_s: s,
+                note: Some(format!("{:.0} ns per choose() over {} engines (goal < 1 µs)", s * 1e9, c.engines().len())),
+                ..Record::default()
+            }
+        })
+        .collect()
+}
+
+struct Grid {
+    quick: bool,
+    lens: Vec<usize>,
+    matmul: Vec<usize>,
+    conv_hw: Vec<usize>,
+    budget: Duration,
+    max_call_s: f64,
+}
+
+impl Grid {
+    fn new(quick: bool) -> Grid {
+        if quick {
+            Grid {
+                quick,
+                lens: [6, 10, 14, 18, 22].map(|p| 1usize << p).to_vec(),
+                matmul: vec![16, 32, 64, 128, 256, 512],
+                conv_hw: vec![4, 16, 64],
+                budget: Duration::from_millis(15),
+                max_call_s: 0.25,
+            }
+        } else {
+            Grid {
+                quick,
+                lens: (3..=13).map(|p| 1usize << (2 * p)).collect(),
+                matmul: vec![16, 32, 64, 128, 256, 512, 1024, 2048, 4096],
+                conv_hw: vec![4, 8, 16, 32, 64, 128, 256, 512],
+                budget: Duration::from_millis(60),
+                max_call_s: 5.0,
+            }
+        }
+    }
+
+    /// (family, shape label, op) for every cell, grouped by family in increasing size.
+    fn cells(&self) -> Vec<(&'static str, String, Op)> {
+        let mut v = Vec::new();
+        for &n in &self.lens {
+            let label = format!("2^{}", n.trailing_zeros());
+            v.push(("add", label.clone(), Op::binary(BinaryOp::Add, n)));
+            v.push(("gelu", label.clone(), Op::unary(UnaryOp::Gelu(GeluForm::Tanh), n)));
+            v.push(("dot", label.clone(), Op::Dot { len: n }));
+            let cols = n.min(256);
+            v.push(("softmax", label, Op::rows(RowOp::Softmax, n / cols, cols)));
+        }
+        for &n in &self.matmul {
+            v.push(("matmul", format!("{n}^3"), Op::matmul(n, n, n)));
+        }
+        for &hw in &self.conv_hw {
+            let spec =
+                Conv2dSpec { n: 1, c_in: 16, h: hw, w: hw, c_out: 16, kh: 3, kw: 3, stride: (1, 1), padding: (1, 1) };
+            v.push(("conv2d", format!("16x{hw}x{hw}"), Op::Conv2d(spec)));
+        }
+        v.sort_by_key(|(f, _, _)| *f);
+        v
+    }
+}
+
+/// Median seconds of `op` on `backend` with data on the host (`run`, transfers
+/// included) or resident on the engine (`run_tensors` + synchronise).
+fn time_engine(backend: &dyn Backend, op: &Op, inputs: &[Vec<f32>], resident: bool, g: &Grid, slow: bool) -> Result<f64, String> {
+    let e = |e: compute_core::ComputeError| format!("{} {}: {e}", op.name(), op.shapes());
+    let out_len = op.layout().map_err(e)?.output;
+    let min_reps = if slow { 1 } else { 3 };
+    let mut err = None;
+    let t = if resident {
+        let ts = inputs.iter().map(|v| backend.upload(v)).collect::<Result<Vec<Tensor>, _>>().map_err(e)?;
+        let refs: Vec<&Tensor> = ts.iter().collect();
+        let o = backend.alloc(out_len).map_err(e)?;
+        time(
+            || {
+                if let Err(x) = backend.run_tensors(op, &refs, &o).and_then(|()| backend.synchronize()) {
+                    err = Some(x);
+                }
+            },
+            g.budget,
+            min_reps,
+        )
+    } else {
+        let refs: Vec<&[f32]> = inputs.iter().map(Vec::as_slice).collect();
+        let mut o = vec![0.0f32; out_len];
+        time(
+            || {
+                if let Err(x) = backend.run(op, &refs, &mut o) {
+                    err = Some(x);
+                }
+            },
+            g.budget,
+            min_reps,
+        )
+    };
+    match err {
+        Some(x) => Err(e(x)),
+        None => Ok(t),
+    }
+}
+
+struct Cell {
+    family: &'static str,
+    shape: String,
+    resident: bool,
+    /// Per engine: (seconds, measured (false = extrapolated past the time cap)).
+    times: Vec<(Engine, f64, bool)>,
+    choices: [Engine; 3],
+}
+
+fn regret_rows(compute: &Compute, device: &str, g: &Grid) -> Result<Vec<Record>, String> {
+    let engines = compute.engines();
+    let pols = policies(compute);
+    let mut cells: Vec<Cell> = Vec::new();
+    let t0 = Instant::now();
+    for resident in [false, true] {
+        // Last measured (work, seconds) per engine and family, to skip calls past the cap.
+        let mut last: std::collections::HashMap<(Engine, &'static str), (f64, f64)> = Default::default();
+        for (family, shape, op) in g.cells() {
+            let layout = op.layout().map_err(|e| e.to_string())?;
+            let inputs: Vec<Vec<f32>> =
+                layout.inputs().iter().enumerate().map(|(i, &n)| random(n, 17 + i as u64 + n as u64)).collect();
+            let work = op.cost().flops.max(op.cost().bytes()) as f64;
+            let mut times = Vec::new();
+            for &eng in &engines {
+                let Some(b) = compute.backend(eng) else { continue };
+                if !b.supports(&op) {
+                    continue;
+                }
+                let predicted = last.get(&(eng, family)).map(|&(w, s)| s * work / w);
+                match predicted {
+                    Some(p) if p > g.max_call_s => times.push((eng, p, false)),
+                    _ => {
+                        let s = time_engine(b.as_ref(), &op, &inputs, resident, g, predicted.is_some_and(|p| p > 0.05))?;
+                        last.insert((eng, family), (work, s));
+                        times.push((eng, s, true));
+                    }
+                }
+            }
+            if !times.iter().any(|t| t.2) {
+                continue;
+            }
+            let placement = if resident { Placement::Resident } else { Placement::Host };
+            let choices = [0, 1, 2].map(|i| pols[i].1.choose(&op, placement));
+            cells.push(Cell { family, shape, resident, times, choices });
+        }
+    }
+    let grid_s = t0.elapsed().as_secs_f64();
+    let mut out = Vec::new();
+    let regret = |c: &Cell, e: Engine| {
+        let best = c.times.iter().map(|t| t.1).fold(f64::INFINITY, f64::min);
+        c.times.iter().find(|t| t.0 == e).map(|t| t.1 / best)
+    };
+    for c in &cells {
+        let (best_e, best_s, _) =
+            c.times.iter().copied().min_by(|a, b| a.1.total_cmp(&b.1)).unwrap_or((Engine::Simd, f64::NAN, false));
+        let auto = c.choices[0];
+        let auto_s = c.times.iter().find(|t| t.0 == auto).map_or(f64::NAN, |t| t.1);
+        let engines_txt: Vec<String> = c
+            .times
+            .iter()
+            .map(|(e, s, m)| format!("{e}={:.3e}{}", s, if *m { "" } else { "(extrapolated)" }))
+            .collect();
+        let regrets: Vec<String> = pols
+            .iter()
+            .zip(c.choices)
+            .map(|((name, _), e)| format!("{name}:{e} {:.2}", regret(c, e).unwrap_or(f64::NAN)))
+            .collect();
+        out.push(Record {
+            op: format!("regret/{}", c.family),
+            shape: c.shape.clone(),
+            backend: auto.as_str().into(),
+            device: device.into(),
+            threads: 1,
+            placement: if c.resident { "resident" } else { "host" }.into(),
+            median_s: auto_s,
+            note: Some(format!("{}; {}", regrets.join(", "), engines_txt.join(" "))),
+            ..Record::default()
+        }
+        .with_peer(&format!("best:{best_e}"), best_s));
+    }
+    // Summaries: geometric mean and worst regret per policy, over all cells and per placement.
+    for (i, (name, _)) in pols.iter().enumerate() {
+        for scope in ["all", "host", "resident"] {
+            let sel: Vec<(&Cell, f64)> = cells
+                .iter()
+                .filter(|c| scope == "all" || (scope == "resident") == c.resident)
+                .filter_map(|c| regret(c, c.choices[i]).map(|r| (c, r)))
+                .collect();
+            if sel.is_empty() {
+                continue;
+            }
+            let geo = (sel.iter().map(|(_, r)| r.ln()).sum::<f64>() / sel.len() as f64).exp();
+            let (wc, worst) = sel.iter().copied().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap_or((sel[0].0, 1.0));
+            let summary = format!(
+                "{name} regret ({scope}, {} cells): geo-mean {geo:.3}, worst {worst:.3} at {} {} {}",
+                sel.len(),
+                wc.family,
+                wc.shape,
+                if wc.resident { "resident" } else { "host" }
+            );
+            eprintln!("{summary}");
+            out.push(Record {
+                op: "regret".into(),
+                shape: format!("{name} / {scope}"),
+                backend: "dispatch".into(),
+                device: device.into(),
+                threads: 1,
+                placement: scope.into(),
+                median_s: geo,
+                ratio: Some(worst),
+                note: Some(format!("median_s holds the geo-mean regret, ratio the worst; {summary}; grid took {grid_s:.1} s")),
+                ..Record::default()
+            });
+        }
+    }
+    let _ = g.quick;
+    Ok(out)
+}
+
+/// Per-request latencies (seconds) and wall time of `threads` threads each making `n` requests.
+struct Load {
+    lat: Vec<f64>,
+    wall_s: f64,
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(((v.len().saturating_sub(1)) as f64 * p).round() as usize).copied().unwrap_or(f64::NAN)
+}
+
+fn request_op(len: usize) -> Op {
+    Op::unary(UnaryOp::Gelu(GeluForm::Tanh), len)
+}
+
+fn unbatched(compute: &Compute, threads: usize, n: usize, len: usize) -> Result<Load, String> {
+    let start = Instant::now();
+    let results: Vec<Result<Vec<f64>, String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    let x = random(len, t as u64 + 1);
+                    let mut out = vec![0.0f32; len];
+                    let mut lat = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        let t = Instant::now();
+                        compute.run(&request_op(len), &[&x], &mut out).map_err(|e| e.to_string())?;
+                        lat.push(t.elapsed().as_secs_f64());
+                    }
+                    Ok(lat)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into()))).collect()
+    });
+    let wall_s = start.elapsed().as_secs_f64();
+    let mut lat = Vec::new();
+    for r in results {
+        lat.extend(r?);
+    }
+    Ok(Load { lat, wall_s })
+}
+
+fn batched(exec: &BatchedExecutor, threads: usize, n: usize, len: usize, window: usize) -> Result<Load, String> {
+    let start = Instant::now();
+    let results: Vec<Result<Vec<f64>, String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let h = exec.handle();
+                s.spawn(move || {
+                    let x = Arc::new(random(len, t as u64 + 1));
+                    let mut lat = Vec::with_capacity(n);
+                    let mut inflight = std::collections::VecDeque::new();
+                    let finish = |(sent, r): (Instant, dispatch::AsyncGpuResult<Vec<f32>>), lat: &mut Vec<f64>| {
+                        let done = r.completed_at();
+                        r.wait().map_err(|e| e.to_string())?;
+                        let end = done.unwrap_or_else(Instant::now);
+                        lat.push(end.saturating_duration_since(sent).as_secs_f64());
+                        Ok::<(), String>(())
+                    };
+                    for _ in 0..n {
+                        if inflight.len() >= window
+                            && let Some(p) = inflight.pop_front()
+                        {
+                            finish(p, &mut lat)?;
+                        }
+                        let sent = Instant::now();
+                        let r = h.submit(request_op(len), vec![x.as_ref().clone()]).map_err(|e| e.to_string())?;
+                        inflight.push_back((sent, r));
+                    }
+                    while let Some(p) = inflight.pop_front() {
+                        finish(p, &mut lat)?;
+                    }
+                    Ok(lat)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into()))).collect()
+    });
+    let wall_s = start.elapsed().as_secs_f64();
+    let mut lat = Vec::new();
+    for r in results {
+        lat.extend(r?);
+    }
+    Ok(Load { lat, wall_s })
+}
+
+fn executor_rows(compute: &Compute, device: &str, quick: bool) -> Result<Vec<Record>, String> {
+    let len = 256;
+    let per_thread = if quick { 400 } else { 4000 };
+    let window = 64;
+    let thread_counts: &[usize] = if quick { &[2, 8, 16] } else { &[2, 4, 8, 16] };
+    let sizes: &[usize] = if quick { &[16, 256, 4096] } else { &[16, 64, 256, 1024, 4096] };
+    let mut runs: Vec<(String, BatchConfig, usize)> = Vec::new();
+    for (name, cfg) in
+        [("latency", BatchConfig::latency()), ("balanced", BatchConfig::balanced()), ("throughput", BatchConfig::throughput())]
+    {
+        for &t in thread_counts {
+            runs.push((format!("{name} t={t}"), cfg, t));
+        }
+    }
+    for &bs in sizes {
+        runs.push((format!("bs={bs} t=8"), BatchConfig::balanced().with_max_batch_size(bs), 8));
+    }
+    let mut base: std::collections::HashMap<usize, (f64, f64, f64)> = Default::default();
+    let mut out = Vec::new();
+    for (label, cfg, threads) in runs {
+        let (u_per_req, u_p50, u_p99) = match base.get(&threads) {
+            Some(&b) => b,
+            None => {
+                let mut u = unbatched(compute, threads, per_thread, len)?;
+                let b = (u.wall_s / u.lat.len() as f64, pct(&mut u.lat, 0.5), pct(&mut u.lat, 0.99));
+                base.insert(threads, b);
+                b
+            }
+        };
+        let exec = BatchedExecutor::new(compute.clone(), cfg).map_err(|e| e.to_string())?;
+        let mut l = batched(&exec, threads, per_thread, len, window)?;
+        let m = exec.shutdown();
+        let per_req = l.wall_s / l.lat.len() as f64;
+        let (p50, p99) = (pct(&mut l.lat, 0.5), pct(&mut l.lat, 0.99));
+        out.push(
+            Record {
+                op: "executor".into(),
+                shape: format!("{label} bs={} wait={}ms", cfg.max_batch_size, cfg.max_wait.as_millis()),
+                backend: "dispatch".into(),
+                device: device.into(),
+                threads,
+                placement: "host".into(),
+                median_s: per_req,
+                note: Some(format!(
+                    "gelu[{len}] x{per_thread}/thread, window {window}: batched {:.0} req/s p50 {:.3} ms p99 {:.3} ms; unbatched {:.0} req/s p50 {:.3} ms p99 {:.3} ms; {} batches, mean {:.1}, fill {:.1}%, flushes size/timeout/shutdown {}/{}/{}, queue p50 {:.3} ms p99 {:.3} ms",
+                    1.0 / per_req,
+                    p50 * 1e3,
+                    p99 * 1e3,
+                    1.0 / u_per_req,
+                    u_p50 * 1e3,
+                    u_p99 * 1e3,
+                    m.batches,
+                    m.mean_batch_size,
+                    m.fill_rate * 100.0,
+                    m.flush_size,
+                    m.flush_timeout,
+                    m.flush_shutdown,
+                    m.queue_p50_s * 1e3,
+                    m.queue_p99_s * 1e3
+                )),
+                ..Record::default()
+            }
+            .with_peer("unbatched", u_per_req),
+        );
+    }
+    Ok(out)
 }

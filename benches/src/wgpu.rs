@@ -1,7 +1,313 @@
-//! Bench rows for the wgpu part (filled in by the wgpu work).
-use crate::report::Record;
+//! Bench rows for the wgpu backend: sgemm and element-wise/softmax bandwidth on
+//! device-resident data (against cuBLAS's reference figure and an in-process
+//! device copy), host round trips, and the batch API against op-by-op calls.
+//!
+//! Resident rows submit `reps` ops back to back and wait once, so the CPU's
+//! recording overlaps the GPU's work and the median per op is GPU time.
+use std::time::Duration;
+
+use compute_core::{Backend, BinaryOp, Op, Ops, RowOp, Tensor, UnaryOp};
+use compute_wgpu::{DeviceOptions, GpuBuffer, WgpuBackend};
+
+use crate::report::{Record, time, time_pair};
+
+/// cuBLAS fp32 sgemm (no TF32) on H200, TFLOP/s, from /work/shared/GPU-RUNS.md
+/// (2026-11-21; midpoint where the table gives a range).
+const CUBLAS_TFLOPS: [(usize, f64); 4] = [(1024, 35.0), (2048, 49.5), (4096, 51.2), (8192, 51.2)];
+
+fn data(len: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+struct Bench {
+    gpu: WgpuBackend,
+    device: String,
+    budget: Duration,
+}
+
+impl Bench {
+    fn record(&self, op: &str, shape: String, placement: &str, median_s: f64) -> Record {
+        Record {
+            op: op.into(),
+            shape,
+            backend: "wgpu".into(),
+            device: self.device.clone(),
+            threads: 1,
+            placement: placement.into(),
+            median_s,
+            ..Record::default()
+        }
+    }
+
+    /// Median seconds per op of `reps` back-to-back `run_tensors` calls and one wait.
+    fn resident(&self, gpu: &WgpuBackend, op: &Op, inputs: &[&Tensor], out: &Tensor, reps: usize) -> Result<f64, String> {
+        let mut failure = None;
+        let t = time(
+            || {
+                for _ in 0..reps {
+                    if let Err(e) = gpu.run_tensors(op, inputs, out) {
+                        failure = Some(e);
+                    }
+                }
+                if let Err(e) = gpu.synchronize() {
+                    failure = Some(e);
+                }
+            },
+            self.budget,
+            3,
+        );
+        match failure {
+            Some(e) => Err(err(e)),
+            None => Ok(t / reps as f64),
+        }
+    }
+
+    /// Our op against a device copy moving the same bytes, interleaved; seconds per call each.
+    fn against_copy(&self, op: &Op, inputs: &[&Tensor], out: &Tensor, reps: usize) -> Result<(f64, f64), String> {
+        let bytes = op.cost().bytes() / 2; // a copy reads and writes each byte once
+        let src = self.gpu.alloc((bytes / 4) as usize).map_err(err)?;
+        let dst = self.gpu.alloc((bytes / 4) as usize).map_err(err)?;
+        let (s, d) = (buffer(&src)?, buffer(&dst)?);
+        let (device, queue) = self.gpu.device();
+        let mut failure = None;
+        let (ours, peer) = time_pair(
+            || {
+                for _ in 0..reps {
+                    if let Err(e) = self.gpu.run_tensors(op, inputs, out) {
+                        failure = Some(e);
+                    }
+                }
+                if let Err(e) = self.gpu.synchronize() {
+                    failure = Some(e);
+                }
+            },
+            || {
+                for _ in 0..reps {
+                    let mut enc = device.create_command_encoder(&Default::default());
+                    enc.copy_buffer_to_buffer(&s, 0, &d, 0, bytes);
+                    queue.submit([enc.finish()]);
+                }
+                if let Err(e) = self.gpu.synchronize() {
+                    failure = Some(e);
+                }
+            },
+            self.budget,
+            3,
+        );
+        match failure {
+            Some(e) => Err(err(e)),
+            None => Ok((ours / reps as f64, peer / reps as f64)),
+        }
+    }
+}
+
+fn buffer(t: &Tensor) -> Result<compute_wgpu::wgpu::Buffer, String> {
+    t.storage::<GpuBuffer>().map(|g| g.buffer().clone()).ok_or_else(|| "not a wgpu tensor".to_string())
+}
+
+fn sgemm_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), String> {
+    let checked = WgpuBackend::with_options(&DeviceOptions::from_env().with_matmul_bounds_checks(true)).map_err(err)?;
+    let sizes: &[usize] = if quick { &[1024, 2048] } else { &[1024, 2048, 4096, 8192, 4095] };
+    for &n in sizes {
+        let op = Op::matmul(n, n, n);
+        let flops = op.cost().flops as f64;
+        let reps = ((2e11 / flops) as usize).clamp(1, 200);
+        let (a, bm) = (data(n * n, 1), data(n * n, 2));
+        for (gpu, note) in [(&b.gpu, "naga bounds checks off"), (&checked, "naga bounds checks on")] {
+            let (ta, tb, tc) = (gpu.upload(&a).map_err(err)?, gpu.upload(&bm).map_err(err)?, gpu.alloc(n * n).map_err(err)?);
+            let t = b.resident(gpu, &op, &[&ta, &tb], &tc, reps)?;
+            let mut r = b.record("sgemm", format!("{n}x{n}x{n}"), "resident", t);
+            r.gflops = Some(flops / t / 1e9);
+            let path = if n % 4 == 0 { "vec4 kernel" } else { "scalar kernel" };
+            r.note = Some(format!("{note}, {path}"));
+            if let Some(&(_, tf)) = CUBLAS_TFLOPS.iter().find(|(s, _)| *s == n) {
+                r = r.with_peer("cublas (GPU-RUNS.md, H200)", flops / (tf * 1e12));
+            }
+            out.push(r);
+        }
+    }
+    for &n in if quick { &[1024][..] } else { &[1024, 2048, 4096][..] } {
+        let op = Op::matmul(n, n, n);
+        let (a, bm) = (data(n * n, 3), data(n * n, 4));
+        let mut c = vec![0.0f32; n * n];
+        let mut failure = None;
+        let t = time(
+            || {
+                if let Err(e) = b.gpu.matmul(&a, &bm, &mut c, n, n, n) {
+                    failure = Some(e);
+                }
+            },
+            b.budget,
+            3,
+        );
+        if let Some(e) = failure {
+            return Err(err(e));
+        }
+        let mut r = b.record("sgemm", format!("{n}x{n}x{n}"), "host", t);
+        r.gflops = Some(op.cost().flops as f64 / t / 1e9);
+        r.note = Some("host->GPU->host round trip per call".into());
+        out.push(r);
+    }
+    Ok(())
+}
+
+fn bandwidth_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), String> {
+    let lens: &[usize] = if quick { &[16 << 20] } else { &[64 << 20, 256 << 20] };
+    for &len in lens {
+        let x = b.gpu.upload(&data(len, 5)).map_err(err)?;
+        let y = b.gpu.upload(&data(len, 6)).map_err(err)?;
+        let o = b.gpu.alloc(len).map_err(err)?;
+        let reps = ((4 << 30) / (len * 12)).clamp(1, 50);
+        let mut ops = vec![
+            (Op::unary(UnaryOp::Relu, len), vec![&x]),
+            (Op::binary(BinaryOp::Add, len), vec![&x, &y]),
+        ];
+        if len == lens[0] {
+            ops.push((Op::unary(UnaryOp::Gelu(compute_core::GeluForm::Tanh), len), vec![&x]));
+        }
+        for (op, ins) in ops {
+            let (t, copy) = b.against_copy(&op, &ins, &o, reps)?;
+            let mut r = b.record(op.name(), format!("{}M", len >> 20), "resident", t);
+            r.gbps = Some(op.cost().bytes() as f64 / t / 1e9);
+            r.note = Some(format!("peer: device copy of the same bytes ({:.0} GB/s)", op.cost().bytes() as f64 / copy / 1e9));
+            out.push(r.with_peer("copy", copy));
+        }
+    }
+    let shapes: &[(usize, usize)] = if quick { &[(1024, 4096)] } else { &[(4096, 4096), (32768, 4096)] };
+    for &(rows, cols) in shapes {
+        let x = b.gpu.upload(&data(rows * cols, 7)).map_err(err)?;
+        let o = b.gpu.alloc(rows * cols).map_err(err)?;
+        let op = Op::rows(RowOp::Softmax, rows, cols);
+        let reps = ((2 << 30) / (rows * cols * 8)).clamp(1, 50);
+        let t = b.resident(&b.gpu, &op, &[&x], &o, reps)?;
+        let mut r = b.record("softmax", format!("{rows}x{cols}"), "resident", t);
+        r.gbps = Some(op.cost().bytes() as f64 / t / 1e9);
+        r.note = Some("PyTorch on H200: 2.57 TB/s (GPU-RUNS.md)".into());
+        out.push(r);
+    }
+    Ok(())
+}
+
+fn latency_rows(b: &Bench, out: &mut Vec<Record>) -> Result<(), String> {
+    // One 1k-element op, host -> GPU -> host, warm.
+    let x = data(1024, 8);
+    let mut y = vec![0.0f32; 1024];
+    let mut failure = None;
+    let t = time(
+        || {
+            if let Err(e) = b.gpu.relu(&x, &mut y) {
+                failure = Some(e);
+            }
+        },
+        b.budget,
+        20,
+    );
+    if let Some(e) = failure {
+        return Err(err(e));
+    }
+    let mut r = b.record("relu", "1k".into(), "host", t);
+    r.note = Some(format!("round trip {:.1} us (goal <= 150 us; PyTorch 29 us, GPU-RUNS.md)", t * 1e6));
+    out.push(r);
+
+    // A chain of 8 element-wise ops on 1M elements, from host data to host result.
+    let n = 1 << 20;
+    let (xs, ws) = (data(n, 9), data(n, 10));
+    let chain = [
+        Op::unary(UnaryOp::Relu, n),
+        Op::unary(UnaryOp::Scale { s: 0.5 }, n),
+        Op::binary(BinaryOp::Add, n),
+        Op::binary(BinaryOp::Mul, n),
+        Op::unary(UnaryOp::Sigmoid, n),
+        Op::unary(UnaryOp::Tanh, n),
+        Op::unary(UnaryOp::Swish, n),
+        Op::unary(UnaryOp::Gelu(compute_core::GeluForm::Tanh), n),
+    ];
+    let batch = || -> compute_core::Result<Vec<f32>> {
+        let mut bt = b.gpu.batch();
+        let w = bt.upload(&ws)?;
+        let mut cur = bt.upload(&xs)?;
+        for op in &chain {
+            cur = match op {
+                Op::Binary { .. } => bt.op(op, &[cur, w])?,
+                _ => bt.op(op, &[cur])?,
+            };
+        }
+        bt.read(cur)
+    };
+    let host = || -> compute_core::Result<Vec<f32>> {
+        let mut cur = xs.clone();
+        let mut next = vec![0.0f32; n];
+        for op in &chain {
+            match op {
+                Op::Binary { .. } => b.gpu.run(op, &[&cur, &ws], &mut next)?,
+                _ => b.gpu.run(op, &[&cur], &mut next)?,
+            }
+            std::mem::swap(&mut cur, &mut next);
+        }
+        Ok(cur)
+    };
+    let tensors = || -> compute_core::Result<Vec<f32>> {
+        let w = b.gpu.upload(&ws)?;
+        let mut cur = b.gpu.upload(&xs)?;
+        for op in &chain {
+            let next = b.gpu.alloc(n)?;
+            match op {
+                Op::Binary { .. } => b.gpu.run_tensors(op, &[&cur, &w], &next)?,
+                _ => b.gpu.run_tensors(op, &[&cur], &next)?,
+            }
+            cur = next;
+        }
+        let mut o = vec![0.0f32; n];
+        b.gpu.download(&cur, &mut o)?;
+        Ok(o)
+    };
+    let (want, got_host, got_tensors) = (batch().map_err(err)?, host().map_err(err)?, tensors().map_err(err)?);
+    if want != got_host || want != got_tensors {
+        return Err("chain of 8: batch, op-by-op and tensor results differ".into());
+    }
+    for (peer, name, note) in [
+        (&host as &dyn Fn() -> compute_core::Result<Vec<f32>>, "op-by-op host calls", "8 host round trips"),
+        (&tensors, "op-by-op tensor calls", "8 submissions, 1 read"),
+    ] {
+        let (ours, theirs) = time_pair(
+            || {
+                let _ = batch();
+            },
+            || {
+                let _ = peer();
+            },
+            b.budget,
+            5,
+        );
+        let mut r = b.record("chain8", "1M".into(), "host", ours);
+        r.note = Some(format!("batch API: 1 submission + 1 read; peer: {note}"));
+        out.push(r.with_peer(name, theirs));
+    }
+    Ok(())
+}
 
 /// Runs this part's rows; `quick` shrinks sizes and time budgets.
-pub fn rows(_quick: bool) -> Result<Vec<Record>, String> {
-    Err("not wired yet".into())
+pub fn rows(quick: bool) -> Result<Vec<Record>, String> {
+    let gpu = WgpuBackend::new().map_err(err)?;
+    let device = format!("{} ({}, {})", gpu.adapter().name, gpu.adapter().api, gpu.adapter().device_type);
+    eprintln!("wgpu bench on {}", gpu.adapter());
+    let budget = Duration::from_millis(if quick { 150 } else { 600 });
+    let b = Bench { gpu, device, budget };
+    let mut out = Vec::new();
+    latency_rows(&b, &mut out)?;
+    bandwidth_rows(&b, quick, &mut out)?;
+    sgemm_rows(&b, quick, &mut out)?;
+    Ok(out)
 }

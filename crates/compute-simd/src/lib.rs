@@ -18,6 +18,7 @@ mod backend;
 pub mod gemm;
 pub mod isa;
 pub mod kernels;
+pub mod simd;
 pub mod tuning;
 
 pub use backend::{HostStorage, SimdBackend};

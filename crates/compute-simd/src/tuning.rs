@@ -20,6 +20,11 @@ pub const PAR_ROWS_MIN: usize = 1 << 15;
 /// large enough to amortise scheduling, small enough to balance two cores.
 pub const PAR_CHUNK: usize = 1 << 16;
 
+/// Element-wise and row-wise outputs of at least this many elements are
+/// written with non-temporal (streaming) stores: they would not stay in cache
+/// anyway, and streaming saves the read-for-ownership of each output line.
+pub const STREAM_MIN: usize = 1 << 20;
+
 /// Matrix products go parallel above this many multiply-adds (m·k·n).
 pub const PAR_GEMM_MIN_MACS: usize = 1 << 18;
 

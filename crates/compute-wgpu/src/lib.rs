@@ -1,1 +1,42 @@
-//! Placeholder.
+//! # compute-wgpu
+//!
+//! Every op of the compute vocabulary ([`compute_core::Op`]) on any GPU wgpu
+//! reaches: Vulkan, Metal and DX12 on native, WebGPU in the browser (feature
+//! `webgpu`), and Mesa's lavapipe software Vulkan in CI.
+//!
+//! - [`WgpuBackend`] (alias [`GpuDevice`]) implements [`compute_core::Backend`]:
+//!   host calls, and device-resident tensors (upload once, chain ops, read once).
+//! - [`GpuCommandBatch`] records ops on buffer ids and runs them in ONE queue submission.
+//! - WGSL lives in the workspace's `shaders/` folder, one file per op family,
+//!   compiled into the binary; each pipeline is compiled once per device and
+//!   cached. Kernel parameters, host-call buffers and staging buffers are reused.
+//! - Adapter choice prefers a discrete GPU and can be forced ([`DeviceOptions`]);
+//!   [`WgpuBackend::adapter`] reports what was opened.
+//! - No panics: missing adapters or drivers, validation, out-of-memory, device
+//!   loss and device limits are typed [`compute_core::ComputeError`]s. Ops larger
+//!   than a storage binding are split, or refused with `LimitExceeded`.
+//! - Asynchronous results: [`WgpuBackend::download_async`],
+//!   [`WgpuBackend::run_async`], [`WgpuBackend::submitted_work_done`].
+//! - External buffer pools: [`WgpuBackend::create_buffer`],
+//!   [`WgpuBackend::tensor_from_buffer`] and [`BufferRecycler`].
+
+mod backend;
+mod batch;
+mod buffers;
+mod completion;
+mod context;
+mod encode;
+mod errors;
+mod kernels;
+mod options;
+mod plan;
+
+pub use backend::{GpuDevice, WgpuBackend, sync_available};
+pub use batch::{BufferId, GpuCommandBatch};
+pub use buffers::{BufferRecycler, GpuBuffer, padded_bytes};
+pub use completion::WorkDone;
+pub use compute_core::Ops;
+pub use context::AdapterReport;
+pub use options::{DeviceOptions, GpuApi};
+/// The wgpu crate this backend is built on (for [`WgpuBackend::device`] and pooled buffers).
+pub use wgpu;

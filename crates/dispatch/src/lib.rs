@@ -1,1 +1,57 @@
-//! Placeholder.
+//! # dispatch
+//!
+//! The product's top crate: write against [`Compute`] and each call runs where
+//! it is fastest — CUDA, wgpu or the CPU (on all threads or one) — as predicted
+//! by a [`CostModel`] measured on this machine ([`calibrate`]).
+//!
+//! ```
+//! use compute_core::Ops;
+//! // `Compute::auto()` finds every engine and loads (or measures once) the
+//! // machine's profile; this example uses nominal figures to start instantly.
+//! let compute = dispatch::Compute::builder().cpu().nominal_profile().build()?;
+//! let mut out = vec![0.0; 4];
+//! compute.relu(&[-1.0, 2.0, -3.0, 4.0], &mut out)?;
+//! assert_eq!(out, [0.0, 2.0, 0.0, 4.0]);
+//! assert!(compute.last_engine().is_some());
+//! # Ok::<(), compute_core::ComputeError>(())
+//! ```
+//!
+//! Also here, under the names the seeds' users expect:
+//! - [`BackendSelector`]: the seeds' 5× PCIe rule, as specified (for comparison).
+//! - [`HybridScheduler`]: the seeds' threshold scheduler (`matmul`, `matmul_pooled`,
+//!   `matmul_async`, `matmul_batch`, `pool_stats`), with a measured default threshold.
+//! - [`GpuBufferPool`] / [`GpuPoolStats`]: a capped, thread-safe pool of device buffers.
+//! - [`AsyncGpuResult`]: a result computed while the caller works; also a `Future`.
+//! - [`CommandBatch`]: upload → chained ops → one `execute()` → `read`.
+//! - [`BatchedExecutor`] / [`BatchedGpuHandle`] / [`BatchConfig`]: auto-batching of
+//!   small requests from many threads on a background thread.
+//!
+//! Features: `gpu` (default, wgpu), `cuda` (CUDA through compute-ptx), `gpu-wasm`
+//! (wgpu for WebGPU). With `default-features = false` only the CPU is compiled in,
+//! and every API above still works.
+
+mod async_result;
+mod batch;
+pub mod calibrate;
+mod compute;
+pub mod discover;
+mod engine;
+mod executor;
+mod hybrid;
+mod lane;
+mod lock;
+mod model;
+mod pool;
+pub mod profile;
+mod selector;
+
+pub use async_result::{AsyncGpuResult, AsyncState, Completer};
+pub use batch::{BufferId, CommandBatch};
+pub use compute::{Compute, ComputeBuilder, GpuCompute, Policy, seed_workload};
+pub use engine::{Engine, Placement};
+pub use executor::{BatchConfig, BatchedExecutor, BatchedGpuExecutor, BatchedGpuHandle, ExecutorMetrics, FlushReason};
+pub use hybrid::{HybridScheduler, MatmulOp, SEED_THRESHOLD, crossover_threshold};
+pub use model::{CostModel, Decision};
+pub use pool::{GpuBufferPool, GpuPoolStats, PooledTensor};
+pub use profile::Profile;
+pub use selector::{BackendSelector, SelectedBackend};

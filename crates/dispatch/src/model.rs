@@ -177,3 +177,121 @@ impl CostModel {
         best
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::{ClassCurve, EngineProfile, Point};
+    use compute_core::{BinaryOp, OpClass};
+
+    fn curve(class: OpClass, pts: &[(f64, f64)]) -> ClassCurve {
+        ClassCurve { class, points: pts.iter().map(|&(work, seconds)| Point { work, seconds }).collect() }
+    }
+
+    /// A GPU with 10 µs launch, 20 µs staging and 10 GB/s each way; a CPU with
+    /// 0.2 µs launch. Elementwise work is bytes, matmul work is FLOPs.
+    fn synthetic() -> Profile {
+        let gpu = EngineProfile {
+            engine: Engine::Cuda,
+            device: "synthetic gpu".into(),
+            launch_s: 10e-6,
+            link: Some(Link { overhead_s: 20e-6, h2d_bytes_per_s: 10e9, d2h_bytes_per_s: 10e9 }),
+            classes: vec![
+                curve(OpClass::Elementwise, &[(1.2e3, 11e-6), (1.2e9, 1.2e-3)]),
+                curve(OpClass::Matmul, &[(1e6, 1e-5), (1e9, 1e-4), (1e12, 0.1)]),
+            ],
+        };
+        let cpu = EngineProfile {
+            engine: Engine::Simd,
+            device: "synthetic cpu".into(),
+            launch_s: 0.2e-6,
+            link: None,
+            classes: vec![
+                curve(OpClass::Elementwise, &[(1.2e3, 1e-6), (1.2e5, 1e-4), (1.2e8, 1e-2)]),
+                curve(OpClass::Matmul, &[(1e3, 1e-6), (1e6, 1e-4), (1e9, 2e-2)]),
+            ],
+        };
+        Profile { format: crate::profile::FORMAT, key: "synthetic".into(), calibrated: true, created_unix_s: 0, engines: vec![gpu, cpu] }
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-9 * b.abs().max(1e-12)
+    }
+
+    #[test]
+    fn prediction_at_a_sample_is_the_sample_and_host_adds_the_round_trip() {
+        let m = CostModel::new(&synthetic());
+        // 2·500·1000·1000 = 1e9 FLOPs: exactly the middle GPU sample.
+        let op = Op::matmul(500, 1000, 1000);
+        let resident = m.predict(Engine::Cuda, &op, Placement::Resident).unwrap();
+        assert!(close(resident, 1e-4), "{resident}");
+        // Host: + 20 µs + 4·(500·1000 + 1000·1000) B / 10 GB/s + 4·500·1000 B / 10 GB/s = 20 µs + 600 µs + 200 µs.
+        let host = m.predict(Engine::Cuda, &op, Placement::Host).unwrap();
+        assert!(close(host, 1e-4 + 20e-6 + 600e-6 + 200e-6), "{host}");
+        // The CPU pays no transfer from the host.
+        let cpu = m.predict(Engine::Simd, &op, Placement::Host).unwrap();
+        assert!(close(cpu, 2e-2), "{cpu}");
+    }
+
+    #[test]
+    fn interpolation_is_log_log_and_extrapolation_linear() {
+        let m = CostModel::new(&synthetic());
+        // add of 1000 elements: 12 000 bytes, halfway (in log) between 1.2e3 and 1.2e5 → √(1e-6·1e-4) = 1e-5.
+        let add = Op::binary(BinaryOp::Add, 1000);
+        assert!(close(m.predict(Engine::Simd, &add, Placement::Resident).unwrap(), 1e-5));
+        // Below the first sample: launch + (t0 − launch)·w/w0 = 0.2 µs + 0.8 µs · 120/1200.
+        let tiny = Op::binary(BinaryOp::Add, 10);
+        assert!(close(m.predict(Engine::Simd, &tiny, Placement::Resident).unwrap(), 0.2e-6 + 0.08e-6));
+        // Above the last: launch + (tn − launch)·w/wn; add of 1e8 elements = 1.2e9 bytes, 10× the last sample.
+        let big = Op::binary(BinaryOp::Add, 100_000_000);
+        assert!(close(m.predict(Engine::Simd, &big, Placement::Resident).unwrap(), 0.2e-6 + (1e-2 - 0.2e-6) * 10.0));
+    }
+
+    #[test]
+    fn transfers_depend_on_where_the_data_is() {
+        let m = CostModel::new(&synthetic());
+        let add = Op::binary(BinaryOp::Add, 1_000_000); // reads 8 MB, writes 4 MB
+        let trip = 20e-6 + 8e6 / 10e9 + 4e6 / 10e9;
+        assert!(close(m.transfer_seconds(Engine::Cuda, &add.cost(), Placement::Host), trip));
+        assert_eq!(m.transfer_seconds(Engine::Cuda, &add.cost(), Placement::Resident), 0.0);
+        assert_eq!(m.transfer_seconds(Engine::Cuda, &add.cost(), Placement::On(Engine::Cuda)), 0.0);
+        // Data on the GPU: the CPU must bring it out and send the result back.
+        assert!(close(m.transfer_seconds(Engine::Simd, &add.cost(), Placement::On(Engine::Cuda)), trip));
+        assert_eq!(m.transfer_seconds(Engine::Simd, &add.cost(), Placement::Host), 0.0);
+        assert_eq!(m.transfer_seconds(Engine::SimdSingle, &add.cost(), Placement::On(Engine::Simd)), 0.0);
+    }
+
+    #[test]
+    fn decisions_on_a_synthetic_profile() {
+        let m = CostModel::new(&synthetic());
+        let both = [Engine::Cuda, Engine::Simd];
+        let pick = |op: Op, p: Placement| m.choose(&both, &op, p).unwrap().engine;
+        // Small: the GPU's launch alone exceeds the CPU's time.
+        assert_eq!(pick(Op::matmul(16, 16, 16), Placement::Host), Engine::Simd);
+        assert_eq!(pick(Op::binary(BinaryOp::Add, 256), Placement::Resident), Engine::Simd);
+        // 2048³ from the host: 17.2 GFLOP, GPU ≈ 17 ms + 5 ms of PCIe vs CPU ≈ 344 ms.
+        assert_eq!(pick(Op::matmul(2048, 2048, 2048), Placement::Host), Engine::Cuda);
+        // Large element-wise: the bus decides. From the host the CPU wins (16.8 ms vs 20 ms of PCIe
+        // alone), resident the GPU wins (0.2 ms).
+        let add = Op::binary(BinaryOp::Add, 1 << 24);
+        assert_eq!(pick(add, Placement::Host), Engine::Simd);
+        assert_eq!(pick(add, Placement::Resident), Engine::Cuda);
+        assert_eq!(pick(add, Placement::On(Engine::Cuda)), Engine::Cuda);
+        // An unprofiled class leaves only engines that have it: none here.
+        assert!(m.choose(&both, &Op::Dot { len: 100 }, Placement::Host).is_none());
+        // Ties go to the first candidate listed.
+        assert_eq!(m.choose(&[Engine::Simd, Engine::Simd], &add, Placement::Host).unwrap().engine, Engine::Simd);
+    }
+
+    #[test]
+    fn noisy_samples_are_made_monotone_and_bad_ones_dropped() {
+        let mut p = synthetic();
+        p.engines[1].classes = vec![curve(OpClass::Elementwise, &[(1.2e3, 5e-6), (1.2e4, 1e-6), (1.2e5, f64::NAN), (1.2e6, 1e-4)])];
+        let m = CostModel::new(&p);
+        // The dip to 1 µs is lifted to 5 µs; the NaN sample is ignored.
+        let at = |n: usize| m.predict(Engine::Simd, &Op::binary(BinaryOp::Add, n), Placement::Resident).unwrap();
+        assert!(close(at(1000), 5e-6), "{}", at(1000));
+        assert!(at(10_000) >= at(1000));
+        assert!(at(100_000) <= 1e-4 && at(100_000) >= 5e-6);
+    }
+}

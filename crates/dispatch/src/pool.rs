@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 
-use compute_core::{Backend, Location, Result, Tensor};
+use compute_core::{Backend, Result, Tensor};
 use serde::Serialize;
 
 use crate::lock::lock;
@@ -104,11 +104,6 @@ impl GpuBufferPool {
     pub fn new(backend: Arc<dyn Backend>, cap_bytes: u64) -> GpuBufferPool {
         let state = State { stats: GpuPoolStats { cap_bytes, ..Default::default() }, ..Default::default() };
         GpuBufferPool { inner: Arc::new(Inner { backend, state: Mutex::new(state) }) }
-    }
-
-    /// Where its buffers live.
-    pub fn location(&self) -> Option<Location> {
-        self.inner.backend.alloc(1).ok().map(|t| t.location())
     }
 
     /// A buffer of `len` elements: an idle one of that length if there is one

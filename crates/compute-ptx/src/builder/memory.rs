@@ -243,3 +243,22 @@ impl KernelBuilder {
         self.emit(format!("cp.async.wait_group {pending}"));
     }
 }
+
+impl KernelBuilder {
+    /// Widens a shared-window address to a 64-bit generic address (`cvta.shared.u64`),
+    /// for code that reads shared or global memory through one pointer.
+    pub fn shared_to_generic(&mut self, a: Reg<U32>) -> Reg<U64> {
+        let w = self.cvt::<U64, U32>(a);
+        let s = self.reg(w);
+        let d = self.fresh::<U64>();
+        let dn = d.name();
+        self.emit(format!("cvta.shared.u64 {dn}, {s}"));
+        d
+    }
+
+    /// Loads `N` (1, 2 or 4) values through a generic address (`ld.v4`): shared or global.
+    pub fn ld_generic_v<T: Data, const N: usize>(&mut self, base: Reg<U64>, off: i64) -> [Reg<T>; N] {
+        let a = self.gaddr(base, off);
+        self.load::<T, N>("ld", a)
+    }
+}

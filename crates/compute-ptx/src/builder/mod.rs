@@ -110,6 +110,7 @@ pub struct Kernel {
     name: String,
     target: Target,
     ptx: String,
+    params: Vec<Ty>,
 }
 
 impl Kernel {
@@ -128,6 +129,10 @@ impl Kernel {
     /// Takes the PTX text.
     pub fn into_ptx(self) -> String {
         self.ptx
+    }
+    /// The types of the entry point's parameters, in order: what a launch must pass.
+    pub fn params(&self) -> &[Ty] {
+        &self.params
     }
 }
 
@@ -204,8 +209,9 @@ impl KernelBuilder {
         self.target
     }
 
-    /// Adds a line to the comment block at the top of the module.
+    /// Adds a line (ASCII) to the comment block at the top of the module.
     pub fn doc(&mut self, line: &str) {
+        self.check_text(line);
         self.doc.push(line.to_string());
     }
 
@@ -220,14 +226,22 @@ impl KernelBuilder {
         self.min_blocks = Some(blocks);
     }
 
-    /// A comment line in the body.
+    /// A comment line in the body (one line of ASCII).
     pub fn comment(&mut self, text: &str) {
+        self.check_text(text);
         self.body.push(Line::Comment(text.to_string()));
     }
 
     /// An empty line in the body, to separate phases.
     pub fn blank(&mut self) {
         self.body.push(Line::Blank);
+    }
+
+    /// `ptxas` rejects non-ASCII text anywhere in a module, comments included.
+    fn check_text(&mut self, text: &str) {
+        if !text.is_ascii() || text.contains('\n') {
+            self.error(format!("comment `{text}` is not one line of ASCII"));
+        }
     }
 
     pub(crate) fn fresh<T: PtxType>(&mut self) -> Reg<T> {
@@ -288,7 +302,8 @@ impl KernelBuilder {
             return Err(BuildError { kernel: self.name, problems: self.errors });
         }
         let ptx = self.render();
-        Ok(Kernel { name: self.name, target: self.target, ptx })
+        let params = self.params.iter().map(|(_, t)| *t).collect();
+        Ok(Kernel { name: self.name, target: self.target, ptx, params })
     }
 
     fn render(&self) -> String {

@@ -1,21 +1,139 @@
-//! Element-wise unary and binary ops.
+//! Element-wise unary and binary ops: one pass over the data in 16-lane
+//! blocks on the chosen ISA, split across the pool above
+//! [`PAR_ELEMENTWISE_MIN`] / [`PAR_TRANSCENDENTAL_MIN`] elements, with
+//! streaming stores for outputs of [`STREAM_MIN`] elements or more.
+//! Accuracy of the transcendentals: see [`crate::simd::math`].
+
+use compute_core::{BinaryOp, GeluForm, UnaryOp};
+
+use super::par;
 use crate::isa::Isa;
-use compute_core::{BinaryOp, UnaryOp, reference};
+use crate::simd::{LaneFn, SimdF32, WithSimd, blocks, dispatch, math};
+use crate::tuning::{PAR_ELEMENTWISE_MIN, PAR_TRANSCENDENTAL_MIN, STREAM_MIN};
 
-/// `out[i] = op(x[i])`. Lengths are validated by the caller.
-pub fn unary(_isa: Isa, op: UnaryOp, x: &[f32], out: &mut [f32]) {
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = reference::unary(op, v as f64) as f32;
+/// `out[i] = op(x[i])` over `min(x.len(), out.len())` elements (the backend
+/// validates that they are equal). Memory-bound except for the
+/// transcendentals, which cost a few dozen vector instructions per 16 elements.
+pub fn unary(isa: Isa, op: UnaryOp, x: &[f32], out: &mut [f32]) {
+    let n = x.len().min(out.len());
+    let (x, out) = (x.split_at(n).0, out.split_at_mut(n).0);
+    let min_len = if op.is_transcendental() { PAR_TRANSCENDENTAL_MIN } else { PAR_ELEMENTWISE_MIN };
+    let stream = n >= STREAM_MIN;
+    par::zip1(x, out, min_len, |x, out| dispatch(isa, Unary { op, x, out, stream }));
+}
+
+/// `out[i] = a[i] op b[i]` over the shortest length (the backend validates
+/// that they are equal). Memory-bound: one pass, 12 bytes per element.
+pub fn binary(isa: Isa, op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) {
+    let n = a.len().min(b.len()).min(out.len());
+    let (a, b, out) = (a.split_at(n).0, b.split_at(n).0, out.split_at_mut(n).0);
+    let stream = n >= STREAM_MIN;
+    par::zip2(a, b, out, PAR_ELEMENTWISE_MIN, |a, b, out| dispatch(isa, Binary { op, a, b, out, stream }));
+}
+
+struct Unary<'a> {
+    op: UnaryOp,
+    x: &'a [f32],
+    out: &'a mut [f32],
+    stream: bool,
+}
+
+impl WithSimd for Unary<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<S: SimdF32>(self, s: S) {
+        let Unary { op, x, out, stream } = self;
+        match op {
+            UnaryOp::Relu => blocks::map1(s, x, out, stream, &UnaryFn::<RELU>(0.0, 0.0)),
+            UnaryOp::LeakyRelu { alpha } => blocks::map1(s, x, out, stream, &UnaryFn::<LEAKY_RELU>(alpha, 0.0)),
+            UnaryOp::Elu { alpha } => blocks::map1(s, x, out, stream, &UnaryFn::<ELU>(alpha, 0.0)),
+            UnaryOp::Sigmoid => blocks::map1(s, x, out, stream, &UnaryFn::<SIGMOID>(0.0, 0.0)),
+            UnaryOp::Tanh => blocks::map1(s, x, out, stream, &UnaryFn::<TANH>(0.0, 0.0)),
+            UnaryOp::Swish => blocks::map1(s, x, out, stream, &UnaryFn::<SWISH>(0.0, 0.0)),
+            UnaryOp::Gelu(GeluForm::Tanh) => blocks::map1(s, x, out, stream, &UnaryFn::<GELU_TANH>(0.0, 0.0)),
+            UnaryOp::Gelu(GeluForm::Erf) => blocks::map1(s, x, out, stream, &UnaryFn::<GELU_ERF>(0.0, 0.0)),
+            UnaryOp::Clip { min, max } => blocks::map1(s, x, out, stream, &UnaryFn::<CLIP>(min, max)),
+            UnaryOp::Scale { s: k } => blocks::map1(s, x, out, stream, &UnaryFn::<SCALE>(k, 0.0)),
+        }
     }
 }
 
-/// `out[i] = a[i] op b[i]`. Lengths are validated by the caller.
-pub fn binary(_isa: Isa, op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) {
-    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-        *o = match op {
-            BinaryOp::Add => x + y,
-            BinaryOp::Sub => x - y,
-            BinaryOp::Mul => x * y,
-        };
+const RELU: u8 = 0;
+const LEAKY_RELU: u8 = 1;
+const ELU: u8 = 2;
+const SIGMOID: u8 = 3;
+const TANH: u8 = 4;
+const SWISH: u8 = 5;
+const GELU_TANH: u8 = 6;
+const GELU_ERF: u8 = 7;
+const CLIP: u8 = 8;
+const SCALE: u8 = 9;
+
+/// Unary op number `OP` with its up to two parameters; the `match` on the
+/// constant disappears at compile time, leaving one loop per op.
+#[derive(Clone, Copy, Debug)]
+struct UnaryFn<const OP: u8>(f32, f32);
+
+impl<S: SimdF32, const OP: u8> LaneFn<S, 1> for UnaryFn<OP> {
+    #[inline(always)]
+    fn apply(&self, s: S, [v]: [S::V; 1]) -> S::V {
+        let zero = s.splat(0.0);
+        match OP {
+            // max(0, x) returns x when x is NaN.
+            RELU => s.max(zero, v),
+            LEAKY_RELU => s.select(s.gt(v, zero), v, s.mul(s.splat(self.0), v)),
+            ELU => math::elu(s, v, self.0),
+            SIGMOID => math::sigmoid(s, v),
+            TANH => math::tanh(s, v),
+            SWISH => math::swish(s, v),
+            GELU_TANH => math::gelu_tanh(s, v),
+            GELU_ERF => math::gelu_erf(s, v),
+            // Both return their second operand for NaN, so NaN propagates.
+            CLIP => s.min(s.splat(self.1), s.max(s.splat(self.0), v)),
+            _ => s.mul(s.splat(self.0), v),
+        }
     }
 }
+
+struct Binary<'a> {
+    op: BinaryOp,
+    a: &'a [f32],
+    b: &'a [f32],
+    out: &'a mut [f32],
+    stream: bool,
+}
+
+impl WithSimd for Binary<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<S: SimdF32>(self, s: S) {
+        let Binary { op, a, b, out, stream } = self;
+        match op {
+            BinaryOp::Add => blocks::map2(s, a, b, out, stream, &BinaryFn::<ADD>),
+            BinaryOp::Sub => blocks::map2(s, a, b, out, stream, &BinaryFn::<SUB>),
+            BinaryOp::Mul => blocks::map2(s, a, b, out, stream, &BinaryFn::<MUL>),
+        }
+    }
+}
+
+const ADD: u8 = 0;
+const SUB: u8 = 1;
+const MUL: u8 = 2;
+
+/// Binary op number `OP`.
+#[derive(Clone, Copy, Debug)]
+struct BinaryFn<const OP: u8>;
+
+impl<S: SimdF32, const OP: u8> LaneFn<S, 2> for BinaryFn<OP> {
+    #[inline(always)]
+    fn apply(&self, s: S, [a, b]: [S::V; 2]) -> S::V {
+        match OP {
+            ADD => s.add(a, b),
+            SUB => s.sub(a, b),
+            _ => s.mul(a, b),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -4,3 +4,6 @@ pub mod conv;
 pub mod elementwise;
 pub mod reduce;
 pub mod rows;
+mod par;
+#[cfg(test)]
+mod test_data;

@@ -1,12 +1,190 @@
-//! Row-wise ops: softmax, log_softmax, layer_norm, rms_norm.
-use crate::isa::Isa;
-use compute_core::{Op, RowOp, reference};
+//! Row-wise ops: softmax, log_softmax, layer_norm, rms_norm. Each row is
+//! handled by one task in a few vectorised passes that stay in cache for rows
+//! up to L2 size; rows are spread over the pool (several rows per task, about
+//! [`PAR_CHUNK`] elements) above [`PAR_ROWS_MIN`] elements in total. The pass
+//! that writes the final output uses streaming stores from [`STREAM_MIN`]
+//! elements on.
+//!
+//! - softmax: max (NaN-propagating), then `eˣ⁻ᵐᵃˣ` written out while summed,
+//!   then a scale by `1/Σ` in place: reads `x` twice (second time from cache).
+//! - log_softmax: max, `Σ eˣ⁻ᵐᵃˣ`, then `(x − max) − ln Σ`.
+//! - layer_norm: two-pass mean and variance (`Σ(x − mean)²`, accurate when
+//!   `|mean| ≫ std`), then `(x − mean)·inv·γ + β`.
+//! - rms_norm: `Σx²`, then `x·inv·γ`.
 
-/// Runs a row op on `x` (`rows × cols`) with its parameter vectors.
-pub fn run(_isa: Isa, op: RowOp, rows: usize, cols: usize, inputs: &[&[f32]], out: &mut [f32]) {
-    if let Ok(r) = reference::run(&Op::rows(op, rows, cols), inputs) {
-        for (o, v) in out.iter_mut().zip(r.values) {
-            *o = v as f32;
+use compute_core::RowOp;
+use rayon::prelude::*;
+
+use super::par;
+use crate::isa::Isa;
+use crate::simd::{LaneFn, SimdF32, WithSimd, blocks, dispatch, math};
+use crate::tuning::{PAR_CHUNK, PAR_ROWS_MIN, STREAM_MIN};
+
+/// Runs a row op on `x` (`rows × cols`, `inputs[0]`) with its parameter
+/// vectors (`gamma` = `inputs[1]`, `beta` = `inputs[2]`, each `cols` long)
+/// into `out` (`rows × cols`). Shapes are validated by the backend; missing or
+/// short inputs leave the rows they cover unwritten instead of panicking.
+pub fn run(isa: Isa, op: RowOp, rows: usize, cols: usize, inputs: &[&[f32]], out: &mut [f32]) {
+    let Some(&x) = inputs.first() else { return };
+    if cols == 0 {
+        return;
+    }
+    let gamma = inputs.get(1).copied().unwrap_or(&[]);
+    let beta = inputs.get(2).copied().unwrap_or(&[]);
+    let needed = match op {
+        RowOp::Softmax | RowOp::LogSoftmax => 0,
+        RowOp::RmsNorm { .. } => gamma.len(),
+        RowOp::LayerNorm { .. } => gamma.len().min(beta.len()),
+    };
+    if matches!(op, RowOp::LayerNorm { .. } | RowOp::RmsNorm { .. }) && needed < cols {
+        return;
+    }
+    let total = rows.saturating_mul(cols).min(x.len()).min(out.len());
+    let (x, out) = (x.split_at(total).0, out.split_at_mut(total).0);
+    let stream = total >= STREAM_MIN;
+    let task = |x: &[f32], out: &mut [f32]| dispatch(isa, Rows { op, cols, x, gamma, beta, out, stream });
+    if rows > 1 && par::worth_splitting(total, PAR_ROWS_MIN) {
+        let piece = (PAR_CHUNK / cols).max(1) * cols;
+        out.par_chunks_mut(piece).zip(x.par_chunks(piece)).for_each(|(o, x)| task(x, o));
+    } else {
+        task(x, out);
+    }
+}
+
+struct Rows<'a> {
+    op: RowOp,
+    cols: usize,
+    x: &'a [f32],
+    gamma: &'a [f32],
+    beta: &'a [f32],
+    out: &'a mut [f32],
+    stream: bool,
+}
+
+impl WithSimd for Rows<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<S: SimdF32>(self, s: S) {
+        let Rows { op, cols, x, gamma, beta, out, stream } = self;
+        let pairs = x.chunks_exact(cols).zip(out.chunks_exact_mut(cols));
+        match op {
+            RowOp::Softmax => pairs.for_each(|(x, out)| softmax(s, x, out, stream)),
+            RowOp::LogSoftmax => pairs.for_each(|(x, out)| log_softmax(s, x, out, stream)),
+            RowOp::LayerNorm { eps } => pairs.for_each(|(x, out)| layer_norm(s, x, gamma, beta, eps, out, stream)),
+            RowOp::RmsNorm { eps } => pairs.for_each(|(x, out)| rms_norm(s, x, gamma, eps, out, stream)),
         }
     }
 }
+
+/// Sum of `step` over the row, in `f64` after the vector accumulators.
+#[inline(always)]
+fn row_sum<S: SimdF32>(s: S, x: &[f32], pad: f32, step: &impl LaneFn<S, 2>) -> f64 {
+    s.reduce_add(blocks::fold1(s, x, pad, s.splat(0.0), step, &blocks::Add)) as f64
+}
+
+#[inline(always)]
+fn softmax<S: SimdF32>(s: S, x: &[f32], out: &mut [f32], stream: bool) {
+    let m = s.splat(blocks::max_of(s, x));
+    let sum = s.reduce_add(blocks::map1_sum(s, x, out, f32::NEG_INFINITY, &ExpMinus(m)));
+    blocks::map_in_place(s, out, stream, &Times(s.splat((1.0 / sum as f64) as f32)));
+}
+
+#[inline(always)]
+fn log_softmax<S: SimdF32>(s: S, x: &[f32], out: &mut [f32], stream: bool) {
+    let m = s.splat(blocks::max_of(s, x));
+    let sum = row_sum(s, x, f32::NEG_INFINITY, &AddExpMinus(m));
+    blocks::map1(s, x, out, stream, &MinusMinus(m, s.splat(sum.ln() as f32)));
+}
+
+#[inline(always)]
+fn layer_norm<S: SimdF32>(s: S, x: &[f32], gamma: &[f32], beta: &[f32], eps: f32, out: &mut [f32], stream: bool) {
+    let n = x.len() as f64;
+    let mean = (row_sum(s, x, 0.0, &blocks::Add) / n) as f32;
+    let mv = s.splat(mean);
+    let var = row_sum(s, x, mean, &AddSquaredDeviation(mv)) / n;
+    let inv = s.splat((1.0 / (var + eps as f64).sqrt()) as f32);
+    blocks::map3(s, x, gamma, beta, out, stream, &Normalize(mv, inv));
+}
+
+#[inline(always)]
+fn rms_norm<S: SimdF32>(s: S, x: &[f32], gamma: &[f32], eps: f32, out: &mut [f32], stream: bool) {
+    let ms = row_sum(s, x, 0.0, &AddSquare) / x.len() as f64;
+    let inv = s.splat((1.0 / (ms + eps as f64).sqrt()) as f32);
+    blocks::map2(s, x, gamma, out, stream, &ScaleBy(inv));
+}
+
+/// `e^(v − m)`.
+struct ExpMinus<V>(V);
+impl<S: SimdF32> LaneFn<S, 1> for ExpMinus<S::V> {
+    #[inline(always)]
+    fn apply(&self, s: S, [v]: [S::V; 1]) -> S::V {
+        math::exp(s, s.sub(v, self.0))
+    }
+}
+
+/// `acc + e^(v − m)`.
+struct AddExpMinus<V>(V);
+impl<S: SimdF32> LaneFn<S, 2> for AddExpMinus<S::V> {
+    #[inline(always)]
+    fn apply(&self, s: S, [acc, v]: [S::V; 2]) -> S::V {
+        s.add(acc, math::exp(s, s.sub(v, self.0)))
+    }
+}
+
+/// `v·k`.
+struct Times<V>(V);
+impl<S: SimdF32> LaneFn<S, 1> for Times<S::V> {
+    #[inline(always)]
+    fn apply(&self, s: S, [v]: [S::V; 1]) -> S::V {
+        s.mul(v, self.0)
+    }
+}
+
+/// `(v − m) − l`.
+struct MinusMinus<V>(V, V);
+impl<S: SimdF32> LaneFn<S, 1> for MinusMinus<S::V> {
+    #[inline(always)]
+    fn apply(&self, s: S, [v]: [S::V; 1]) -> S::V {
+        s.sub(s.sub(v, self.0), self.1)
+    }
+}
+
+/// `acc + (v − mean)²`.
+struct AddSquaredDeviation<V>(V);
+impl<S: SimdF32> LaneFn<S, 2> for AddSquaredDeviation<S::V> {
+    #[inline(always)]
+    fn apply(&self, s: S, [acc, v]: [S::V; 2]) -> S::V {
+        let d = s.sub(v, self.0);
+        s.fma(d, d, acc)
+    }
+}
+
+/// `acc + v²`.
+struct AddSquare;
+impl<S: SimdF32> LaneFn<S, 2> for AddSquare {
+    #[inline(always)]
+    fn apply(&self, s: S, [acc, v]: [S::V; 2]) -> S::V {
+        s.fma(v, v, acc)
+    }
+}
+
+/// `(v − mean)·inv·γ + β`.
+struct Normalize<V>(V, V);
+impl<S: SimdF32> LaneFn<S, 3> for Normalize<S::V> {
+    #[inline(always)]
+    fn apply(&self, s: S, [v, g, b]: [S::V; 3]) -> S::V {
+        s.fma(s.mul(s.sub(v, self.0), self.1), g, b)
+    }
+}
+
+/// `v·inv·γ`.
+struct ScaleBy<V>(V);
+impl<S: SimdF32> LaneFn<S, 2> for ScaleBy<S::V> {
+    #[inline(always)]
+    fn apply(&self, s: S, [v, g]: [S::V; 2]) -> S::V {
+        s.mul(s.mul(v, self.0), g)
+    }
+}
+
+#[cfg(test)]
+mod tests;

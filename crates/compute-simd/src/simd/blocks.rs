@@ -15,7 +15,7 @@
 //! All functions are `#[inline(always)]`: they are meant to be compiled inside a
 //! [`super::WithSimd`] task, with the vector function inlined into the loop.
 
-use super::{Block, LANES, SimdF32};
+use super::{Block, LANES, LaneFn, SimdF32};
 
 /// Elements folded into the four inner accumulators before they are added to
 /// the outer one.
@@ -48,7 +48,7 @@ fn head_len(out: &[f32], stream: bool) -> usize {
 
 /// `out[i] = f(x[i])` over `min(x.len(), out.len())` elements.
 #[inline(always)]
-pub fn map1<S: SimdF32>(s: S, x: &[f32], out: &mut [f32], stream: bool, f: impl Fn(S::V) -> S::V) {
+pub fn map1<S: SimdF32>(s: S, x: &[f32], out: &mut [f32], stream: bool, f: &impl LaneFn<S, 1>) {
     let n = x.len().min(out.len());
     let (x, out) = (x.split_at(n).0, out.split_at_mut(n).0);
     let head = head_len(out, stream);
@@ -56,31 +56,33 @@ pub fn map1<S: SimdF32>(s: S, x: &[f32], out: &mut [f32], stream: bool, f: impl 
     let (oh, out) = out.split_at_mut(head);
     if head > 0 {
         let mut buf = padded(xh, 0.0);
-        s.store(&mut buf, f(s.load(&buf)));
+        let y = f.apply(s, [s.load(&buf)]);
+        s.store(&mut buf, y);
         unpad(&buf, oh);
     }
     let (xb, xt) = x.as_chunks::<LANES>();
     let (ob, ot) = out.as_chunks_mut::<LANES>();
     if stream {
         for (xi, oi) in xb.iter().zip(ob) {
-            s.stream(oi, f(s.load(xi)));
+            s.stream(oi, f.apply(s, [s.load(xi)]));
         }
         s.fence();
     } else {
         for (xi, oi) in xb.iter().zip(ob) {
-            s.store(oi, f(s.load(xi)));
+            s.store(oi, f.apply(s, [s.load(xi)]));
         }
     }
     if !xt.is_empty() {
         let mut buf = padded(xt, 0.0);
-        s.store(&mut buf, f(s.load(&buf)));
+        let y = f.apply(s, [s.load(&buf)]);
+        s.store(&mut buf, y);
         unpad(&buf, ot);
     }
 }
 
 /// `out[i] = f(a[i], b[i])` over the shortest of the three lengths.
 #[inline(always)]
-pub fn map2<S: SimdF32>(s: S, a: &[f32], b: &[f32], out: &mut [f32], stream: bool, f: impl Fn(S::V, S::V) -> S::V) {
+pub fn map2<S: SimdF32>(s: S, a: &[f32], b: &[f32], out: &mut [f32], stream: bool, f: &impl LaneFn<S, 2>) {
     let n = a.len().min(b.len()).min(out.len());
     let (a, b, out) = (a.split_at(n).0, b.split_at(n).0, out.split_at_mut(n).0);
     let head = head_len(out, stream);
@@ -89,7 +91,8 @@ pub fn map2<S: SimdF32>(s: S, a: &[f32], b: &[f32], out: &mut [f32], stream: boo
     let (oh, out) = out.split_at_mut(head);
     if head > 0 {
         let mut buf = padded(ah, 0.0);
-        s.store(&mut buf, f(s.load(&buf), s.load(&padded(bh, 0.0))));
+        let y = f.apply(s, [s.load(&buf), s.load(&padded(bh, 0.0))]);
+        s.store(&mut buf, y);
         unpad(&buf, oh);
     }
     let (ab, at) = a.as_chunks::<LANES>();
@@ -97,17 +100,18 @@ pub fn map2<S: SimdF32>(s: S, a: &[f32], b: &[f32], out: &mut [f32], stream: boo
     let (ob, ot) = out.as_chunks_mut::<LANES>();
     if stream {
         for ((ai, bi), oi) in ab.iter().zip(bb).zip(ob) {
-            s.stream(oi, f(s.load(ai), s.load(bi)));
+            s.stream(oi, f.apply(s, [s.load(ai), s.load(bi)]));
         }
         s.fence();
     } else {
         for ((ai, bi), oi) in ab.iter().zip(bb).zip(ob) {
-            s.store(oi, f(s.load(ai), s.load(bi)));
+            s.store(oi, f.apply(s, [s.load(ai), s.load(bi)]));
         }
     }
     if !at.is_empty() {
         let mut buf = padded(at, 0.0);
-        s.store(&mut buf, f(s.load(&buf), s.load(&padded(bt, 0.0))));
+        let y = f.apply(s, [s.load(&buf), s.load(&padded(bt, 0.0))]);
+        s.store(&mut buf, y);
         unpad(&buf, ot);
     }
 }
@@ -121,7 +125,7 @@ pub fn map3<S: SimdF32>(
     c: &[f32],
     out: &mut [f32],
     stream: bool,
-    f: impl Fn(S::V, S::V, S::V) -> S::V,
+    f: &impl LaneFn<S, 3>,
 ) {
     let n = a.len().min(b.len()).min(c.len()).min(out.len());
     let (a, b, c, out) = (a.split_at(n).0, b.split_at(n).0, c.split_at(n).0, out.split_at_mut(n).0);
@@ -132,7 +136,8 @@ pub fn map3<S: SimdF32>(
     let (oh, out) = out.split_at_mut(head);
     if head > 0 {
         let mut buf = padded(ah, 0.0);
-        s.store(&mut buf, f(s.load(&buf), s.load(&padded(bh, 0.0)), s.load(&padded(ch, 0.0))));
+        let y = f.apply(s, [s.load(&buf), s.load(&padded(bh, 0.0)), s.load(&padded(ch, 0.0))]);
+        s.store(&mut buf, y);
         unpad(&buf, oh);
     }
     let (ab, at) = a.as_chunks::<LANES>();
@@ -141,45 +146,48 @@ pub fn map3<S: SimdF32>(
     let (ob, ot) = out.as_chunks_mut::<LANES>();
     if stream {
         for (((ai, bi), ci), oi) in ab.iter().zip(bb).zip(cb).zip(ob) {
-            s.stream(oi, f(s.load(ai), s.load(bi), s.load(ci)));
+            s.stream(oi, f.apply(s, [s.load(ai), s.load(bi), s.load(ci)]));
         }
         s.fence();
     } else {
         for (((ai, bi), ci), oi) in ab.iter().zip(bb).zip(cb).zip(ob) {
-            s.store(oi, f(s.load(ai), s.load(bi), s.load(ci)));
+            s.store(oi, f.apply(s, [s.load(ai), s.load(bi), s.load(ci)]));
         }
     }
     if !at.is_empty() {
         let mut buf = padded(at, 0.0);
-        s.store(&mut buf, f(s.load(&buf), s.load(&padded(bt, 0.0)), s.load(&padded(ct, 0.0))));
+        let y = f.apply(s, [s.load(&buf), s.load(&padded(bt, 0.0)), s.load(&padded(ct, 0.0))]);
+        s.store(&mut buf, y);
         unpad(&buf, ot);
     }
 }
 
 /// `x[i] = f(x[i])` in place.
 #[inline(always)]
-pub fn map_in_place<S: SimdF32>(s: S, x: &mut [f32], stream: bool, f: impl Fn(S::V) -> S::V) {
+pub fn map_in_place<S: SimdF32>(s: S, x: &mut [f32], stream: bool, f: &impl LaneFn<S, 1>) {
     let head = head_len(x, stream);
     let (xh, x) = x.split_at_mut(head);
     if head > 0 {
         let mut buf = padded(xh, 0.0);
-        s.store(&mut buf, f(s.load(&buf)));
+        let y = f.apply(s, [s.load(&buf)]);
+        s.store(&mut buf, y);
         unpad(&buf, xh);
     }
     let (xb, xt) = x.as_chunks_mut::<LANES>();
     if stream {
         for xi in xb {
-            s.stream(xi, f(s.load(xi)));
+            s.stream(xi, f.apply(s, [s.load(xi)]));
         }
         s.fence();
     } else {
         for xi in xb {
-            s.store(xi, f(s.load(xi)));
+            s.store(xi, f.apply(s, [s.load(xi)]));
         }
     }
     if !xt.is_empty() {
         let mut buf = padded(xt, 0.0);
-        s.store(&mut buf, f(s.load(&buf)));
+        let y = f.apply(s, [s.load(&buf)]);
+        s.store(&mut buf, y);
         unpad(&buf, xt);
     }
 }
@@ -187,7 +195,7 @@ pub fn map_in_place<S: SimdF32>(s: S, x: &mut [f32], stream: bool, f: impl Fn(S:
 /// `out[i] = f(x[i])` and returns the lane-wise sum of the outputs (tail lanes
 /// padded with `pad`, whose `f(pad)` must be 0), in four accumulators.
 #[inline(always)]
-pub fn map1_sum<S: SimdF32>(s: S, x: &[f32], out: &mut [f32], pad: f32, f: impl Fn(S::V) -> S::V) -> S::V {
+pub fn map1_sum<S: SimdF32>(s: S, x: &[f32], out: &mut [f32], pad: f32, f: &impl LaneFn<S, 1>) -> S::V {
     let n = x.len().min(out.len());
     let (x, out) = (x.split_at(n).0, out.split_at_mut(n).0);
     let zero = s.splat(0.0);
@@ -202,7 +210,7 @@ pub fn map1_sum<S: SimdF32>(s: S, x: &[f32], out: &mut [f32], pad: f32, f: impl 
             let (xb, _) = xi.as_chunks::<LANES>();
             let (ob, _) = oi.as_chunks_mut::<LANES>();
             for ((a, xb), ob) in acc.iter_mut().zip(xb).zip(ob) {
-                let y = f(s.load(xb));
+                let y = f.apply(s, [s.load(xb)]);
                 s.store(ob, y);
                 *a = s.add(*a, y);
             }
@@ -210,13 +218,13 @@ pub fn map1_sum<S: SimdF32>(s: S, x: &[f32], out: &mut [f32], pad: f32, f: impl 
         let (xb, xt) = xr.as_chunks::<LANES>();
         let (ob, ot) = or.as_chunks_mut::<LANES>();
         for ((a, xb), ob) in acc.iter_mut().zip(xb).zip(ob) {
-            let y = f(s.load(xb));
+            let y = f.apply(s, [s.load(xb)]);
             s.store(ob, y);
             *a = s.add(*a, y);
         }
         if !xt.is_empty() {
             let mut buf = padded(xt, pad);
-            let y = f(s.load(&buf));
+            let y = f.apply(s, [s.load(&buf)]);
             s.store(&mut buf, y);
             unpad(&buf, ot);
             acc[3] = s.add(acc[3], y);
@@ -237,8 +245,8 @@ pub fn fold1<S: SimdF32>(
     x: &[f32],
     pad: f32,
     init: S::V,
-    step: impl Fn(S::V, S::V) -> S::V,
-    combine: impl Fn(S::V, S::V) -> S::V,
+    step: &impl LaneFn<S, 2>,
+    combine: &impl LaneFn<S, 2>,
 ) -> S::V {
     let mut total = init;
     for x in x.chunks(FOLD_SPAN) {
@@ -247,18 +255,18 @@ pub fn fold1<S: SimdF32>(
         for xi in xq {
             let (xb, _) = xi.as_chunks::<LANES>();
             for (a, xb) in acc.iter_mut().zip(xb) {
-                *a = step(*a, s.load(xb));
+                *a = step.apply(s, [*a, s.load(xb)]);
             }
         }
         let (xb, xt) = xr.as_chunks::<LANES>();
         for (a, xb) in acc.iter_mut().zip(xb) {
-            *a = step(*a, s.load(xb));
+            *a = step.apply(s, [*a, s.load(xb)]);
         }
         if !xt.is_empty() {
-            acc[3] = step(acc[3], s.load(&padded(xt, pad)));
+            acc[3] = step.apply(s, [acc[3], s.load(&padded(xt, pad))]);
         }
         let [a0, a1, a2, a3] = acc;
-        total = combine(total, combine(combine(a0, a1), combine(a2, a3)));
+        total = combine.apply(s, [total, combine.apply(s, [combine.apply(s, [a0, a1]), combine.apply(s, [a2, a3])])]);
     }
     total
 }
@@ -271,8 +279,8 @@ pub fn fold2<S: SimdF32>(
     b: &[f32],
     pad: f32,
     init: S::V,
-    step: impl Fn(S::V, S::V, S::V) -> S::V,
-    combine: impl Fn(S::V, S::V) -> S::V,
+    step: &impl LaneFn<S, 3>,
+    combine: &impl LaneFn<S, 2>,
 ) -> S::V {
     let n = a.len().min(b.len());
     let (a, b) = (a.split_at(n).0, b.split_at(n).0);
@@ -285,19 +293,51 @@ pub fn fold2<S: SimdF32>(
             let (ab, _) = ai.as_chunks::<LANES>();
             let (bb, _) = bi.as_chunks::<LANES>();
             for ((acc, ab), bb) in acc.iter_mut().zip(ab).zip(bb) {
-                *acc = step(*acc, s.load(ab), s.load(bb));
+                *acc = step.apply(s, [*acc, s.load(ab), s.load(bb)]);
             }
         }
         let (ab, at) = ar.as_chunks::<LANES>();
         let (bb, bt) = br.as_chunks::<LANES>();
         for ((acc, ab), bb) in acc.iter_mut().zip(ab).zip(bb) {
-            *acc = step(*acc, s.load(ab), s.load(bb));
+            *acc = step.apply(s, [*acc, s.load(ab), s.load(bb)]);
         }
         if !at.is_empty() {
-            acc[3] = step(acc[3], s.load(&padded(at, pad)), s.load(&padded(bt, pad)));
+            acc[3] = step.apply(s, [acc[3], s.load(&padded(at, pad)), s.load(&padded(bt, pad))]);
         }
         let [a0, a1, a2, a3] = acc;
-        total = combine(total, combine(combine(a0, a1), combine(a2, a3)));
+        total = combine.apply(s, [total, combine.apply(s, [combine.apply(s, [a0, a1]), combine.apply(s, [a2, a3])])]);
     }
     total
+}
+
+/// `a + b`: the combine step of sums.
+#[derive(Clone, Copy, Debug)]
+pub struct Add;
+
+impl<S: SimdF32> LaneFn<S, 2> for Add {
+    #[inline(always)]
+    fn apply(&self, s: S, [a, b]: [S::V; 2]) -> S::V {
+        s.add(a, b)
+    }
+}
+
+/// `max(acc, v)` that keeps a NaN from either side: `max(v, acc)` returns
+/// `acc` when either is NaN (so a NaN accumulator sticks), and a NaN `v` is
+/// selected explicitly. Step and combine of NaN-propagating maxima.
+#[derive(Clone, Copy, Debug)]
+pub struct NanMax;
+
+impl<S: SimdF32> LaneFn<S, 2> for NanMax {
+    #[inline(always)]
+    fn apply(&self, s: S, [acc, v]: [S::V; 2]) -> S::V {
+        s.select(s.is_nan(v), v, s.max(v, acc))
+    }
+}
+
+/// Largest element of `x` (−∞ if empty), NaN if any element is NaN: one
+/// [`fold1`] with [`NanMax`].
+#[inline(always)]
+pub fn max_of<S: SimdF32>(s: S, x: &[f32]) -> f32 {
+    let m = fold1(s, x, f32::NEG_INFINITY, s.splat(f32::NEG_INFINITY), &NanMax, &NanMax);
+    if s.any(s.is_nan(m)) { f32::NAN } else { s.reduce_max(m) }
 }

@@ -114,6 +114,16 @@ pub trait SimdF32: Copy + Send + Sync {
     fn reduce_max(self, v: Self::V) -> f32;
 }
 
+/// A lane-wise function of `N` vectors: the per-block work of the loops in
+/// [`blocks`]. Implementations must mark [`LaneFn::apply`] `#[inline(always)]`:
+/// the loops are compiled inside each ISA's `#[target_feature]` entry, and only
+/// forced inlining guarantees the vector code lands there (a closure big enough
+/// to be outlined is compiled without the features and pays a call per intrinsic).
+pub trait LaneFn<S: SimdF32, const N: usize> {
+    /// Applies the function to one vector of each input.
+    fn apply(&self, s: S, v: [S::V; N]) -> S::V;
+}
+
 /// A kernel that can run on any [`SimdF32`] implementation. Implementations of
 /// [`WithSimd::run`] must be `#[inline(always)]` so they are compiled inside the
 /// `#[target_feature]` entry of each ISA.

@@ -97,8 +97,9 @@ impl SimdF32 for Portable {
             let h = i >> 1;
             let k = i - h;
             let bias = i32x8::splat(127);
-            let ph = f32x8::from_bits(((h + bias) << 23).cast_unsigned());
-            let pk = f32x8::from_bits(((k + bias) << 23).cast_unsigned());
+            let eh: i32x8 = (h + bias) << 23;
+            let ek: i32x8 = (k + bias) << 23;
+            let (ph, pk) = (f32x8::from_bits(eh.cast_unsigned()), f32x8::from_bits(ek.cast_unsigned()));
             x * ph * pk
         };
         [e(x[0], n[0]), e(x[1], n[1])]
@@ -132,7 +133,7 @@ impl SimdF32 for Portable {
     }
     #[inline(always)]
     fn select(self, m: W2, t: W2, f: W2) -> W2 {
-        [m[0].blend(t[0], f[0]), m[1].blend(t[1], f[1])]
+        [m[0].select(t[0], f[0]), m[1].select(t[1], f[1])]
     }
     #[inline(always)]
     fn any(self, m: W2) -> bool {

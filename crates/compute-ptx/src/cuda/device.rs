@@ -1,0 +1,129 @@
+//! One opened GPU: its context, the stream every backend on it shares, its
+//! properties, the cache of loaded kernels, and the host-call staging buffer.
+//! Opened once per process and device ordinal, then shared.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use compute_core::{BackendKind, ComputeError, Result};
+use cudarc::driver::sys::CUdevice_attribute;
+use cudarc::driver::{CudaContext, CudaStream};
+
+use super::driver::{self, Function, Staging};
+use crate::builder::Target;
+use crate::kernels::KernelId;
+use crate::kernels::rows::{BLOCK_CACHE_BYTES, RowShape};
+
+/// Floats of the host-call staging buffer (4 MiB): host calls whose inputs and
+/// output fit go through it without allocating.
+pub(crate) const STAGING_FLOATS: usize = 1 << 20;
+
+/// An opened device.
+#[derive(Debug)]
+pub(crate) struct Device {
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) stream: Arc<CudaStream>,
+    pub(crate) ordinal: u32,
+    pub(crate) target: Target,
+    pub(crate) name: String,
+    pub(crate) compute_capability: (i32, i32),
+    pub(crate) sm_count: u32,
+    kernels: Mutex<HashMap<KernelId, Arc<Function>>>,
+    staging: Mutex<Option<Staging>>,
+}
+
+fn unavailable(reason: String) -> ComputeError {
+    ComputeError::DeviceUnavailable { backend: BackendKind::Cuda, reason }
+}
+
+/// Locks a mutex; a poisoned one (a panic elsewhere while held) is still usable
+/// here, since every critical section leaves its data consistent.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+static DEVICES: OnceLock<Mutex<HashMap<u32, Arc<Device>>>> = OnceLock::new();
+
+/// Opens device `ordinal` (once per process; later calls share it).
+/// `DeviceUnavailable` without the driver library, without a GPU, or below
+/// compute capability 8.0.
+pub(crate) fn open(ordinal: u32) -> Result<Arc<Device>> {
+    if !driver::culib_present() {
+        return Err(unavailable("the CUDA driver library (libcuda) is not installed on this machine".into()));
+    }
+    let mut devices = lock(DEVICES.get_or_init(|| Mutex::new(HashMap::new())));
+    if let Some(d) = devices.get(&ordinal) {
+        return Ok(d.clone());
+    }
+    let ctx = CudaContext::new(ordinal as usize)
+        .map_err(|e| unavailable(format!("no usable CUDA device {ordinal}: {}", super::error::message(e))))?;
+    // SAFETY: each device has exactly one stream, shared by every backend on it, so
+    // all work on its buffers is ordered by that stream; cudarc's cross-stream
+    // event tracking is unneeded (and costs two events per allocation).
+    unsafe { ctx.disable_event_tracking() };
+    let stream = ctx.new_stream().map_err(|e| driver::err("open", e))?;
+    let cc = ctx.compute_capability().map_err(|e| driver::err("open", e))?;
+    let target = Target::for_compute_capability(cc.0, cc.1)
+        .ok_or_else(|| unavailable(format!("device {ordinal} has compute capability {}.{}; 8.0+ needed", cc.0, cc.1)))?;
+    let name = ctx.name().map_err(|e| driver::err("open", e))?;
+    let sm_count = driver::attribute(&ctx, CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as u32;
+    driver::keep_pool_memory(&ctx);
+    let d = Arc::new(Device {
+        ctx,
+        stream,
+        ordinal,
+        target,
+        name,
+        compute_capability: cc,
+        sm_count,
+        kernels: Mutex::new(HashMap::new()),
+        staging: Mutex::new(None),
+    });
+    devices.insert(ordinal, d.clone());
+    Ok(d)
+}
+
+impl Device {
+    /// The loaded kernel `id`: generated and JIT-compiled on first use (a few
+    /// milliseconds), then cached for the life of the process.
+    pub(crate) fn function(&self, id: KernelId) -> Result<Arc<Function>> {
+        if let Some(f) = lock(&self.kernels).get(&id) {
+            return Ok(f.clone());
+        }
+        let kernel = id.build(self.target).map_err(|e| ComputeError::Compile {
+            backend: BackendKind::Cuda,
+            kernel: e.kernel.clone(),
+            message: e.to_string(),
+        })?;
+        let smem = matches!(id, KernelId::Rows(_, RowShape::Block)).then_some(BLOCK_CACHE_BYTES);
+        let f = Arc::new(driver::load(&self.ctx, &kernel, smem)?);
+        lock(&self.kernels).insert(id, f.clone());
+        Ok(f)
+    }
+
+    /// Runs `f` with the staging buffer (allocated on first use), holding it
+    /// for the duration. `f` must synchronise before returning (it does: the
+    /// staged output is read back synchronously).
+    pub(crate) fn with_staging<R>(&self, f: impl FnOnce(&mut Staging) -> Result<R>) -> Result<R> {
+        let mut guard = lock(&self.staging);
+        if guard.is_none() {
+            *guard = Some(Staging::new(&self.ctx, &self.stream, STAGING_FLOATS)?);
+        }
+        match guard.as_mut() {
+            Some(s) => {
+                let r = f(s);
+                if r.is_err() {
+                    // Whatever failed, leave nothing in flight on the staging memory.
+                    let _ = self.stream.synchronize();
+                }
+                r
+            }
+            None => Err(unavailable("staging buffer".into())),
+        }
+    }
+
+    /// Waits for all queued work.
+    pub(crate) fn synchronize(&self, op: &'static str) -> Result<()> {
+        self.stream.synchronize().map_err(|e| driver::err(op, e))
+    }
+}

@@ -1,0 +1,341 @@
+//! Every call into the CUDA driver that `cudarc`'s safe API does not cover, and
+//! so every `unsafe` block of the crate: module loading with the JIT's error
+//! log, kernel launches, raw copies to and from device pointers, pinned host
+//! staging, and driver queries.
+
+use std::ffi::{CString, c_void};
+use std::sync::Arc;
+
+use compute_core::{BackendKind, ComputeError, Result};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DriverError, PinnedHostSlice, result, sys};
+
+use super::error::{driver_err, message};
+use crate::builder::{Kernel, Ty};
+
+/// Whether the CUDA driver library can be loaded on this machine. `cudarc`
+/// panics on first use without it, so this is asked before anything else.
+pub(crate) fn culib_present() -> bool {
+    // SAFETY: only tries to dlopen the driver library by its usual names; loading
+    // it runs no CUDA code beyond the library's initialisers.
+    unsafe { sys::is_culib_present() }
+}
+
+/// The driver's CUDA version as `major·1000 + minor·10` (13000 for 13.0).
+pub(crate) fn driver_version() -> Result<i32> {
+    let mut v: std::ffi::c_int = 0;
+    // SAFETY: `v` is a valid out-pointer for the duration of the call.
+    unsafe { sys::cuDriverGetVersion(&mut v) }.result().map_err(|e| driver_err("driver_version", e))?;
+    Ok(v)
+}
+
+/// Keeps freed device memory in the stream-ordered pool instead of returning it
+/// at every synchronisation (release threshold = max): allocations after the
+/// first are then a few microseconds. Best effort.
+pub(crate) fn keep_pool_memory(ctx: &CudaContext) {
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: the context is bound on this thread by the caller; `pool` is a valid
+    // out-pointer, and the threshold value lives until the call returns.
+    unsafe {
+        if sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()).result().is_ok() && !pool.is_null() {
+            let mut threshold: u64 = u64::MAX;
+            let _ = sys::cuMemPoolSetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut threshold as *mut u64).cast::<c_void>(),
+            );
+        }
+    }
+}
+
+/// A loaded kernel: its module (unloaded on drop) and entry point.
+#[derive(Debug)]
+pub(crate) struct Function {
+    module: sys::CUmodule,
+    func: sys::CUfunction,
+    name: String,
+    params: Vec<Ty>,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: module and function handles are plain driver handles, valid from any
+// thread once the owning context is bound (every use below binds it first);
+// the struct is immutable after loading.
+unsafe impl Send for Function {}
+// SAFETY: as above; launches with a shared `&Function` only read the handles.
+unsafe impl Sync for Function {}
+
+impl Drop for Function {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: the module was loaded by `load` and is unloaded once, here.
+            let _ = unsafe { sys::cuModuleUnload(self.module) };
+        }
+    }
+}
+
+/// JIT-compiles `kernel`'s PTX into the context and looks up its entry point.
+/// A compile failure carries the kernel name and the JIT's own error log.
+/// `max_dynamic_smem`: raise the kernel's dynamic shared-memory limit to this.
+pub(crate) fn load(ctx: &Arc<CudaContext>, kernel: &Kernel, max_dynamic_smem: Option<u32>) -> Result<Function> {
+    let compile_err = |message: String| ComputeError::Compile {
+        backend: BackendKind::Cuda,
+        kernel: kernel.name().to_string(),
+        message,
+    };
+    ctx.bind_to_thread().map_err(|e| driver_err("load_module", e))?;
+    let image = CString::new(kernel.ptx()).map_err(|_| compile_err("PTX text contains a NUL byte".into()))?;
+    let entry = CString::new(kernel.name()).map_err(|_| compile_err("kernel name contains a NUL byte".into()))?;
+    let mut log = vec![0u8; 16 * 1024];
+    let mut options = [
+        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+    ];
+    let mut values: [*mut c_void; 2] = [log.as_mut_ptr().cast(), log.len() as *mut c_void];
+    let mut module: sys::CUmodule = std::ptr::null_mut();
+    // SAFETY: `image` is a NUL-terminated PTX string; the two options point at a
+    // writable log buffer of the stated size; all outlive the call. The context
+    // is bound on this thread.
+    let loaded = unsafe {
+        sys::cuModuleLoadDataEx(
+            &mut module,
+            image.as_ptr().cast(),
+            options.len() as u32,
+            options.as_mut_ptr(),
+            values.as_mut_ptr(),
+        )
+    };
+    if let Err(e) = loaded.result() {
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        let text = String::from_utf8_lossy(log.get(..end).unwrap_or(&[])).trim().to_string();
+        return Err(compile_err(format!("{}; JIT log: {}", message(e), if text.is_empty() { "(empty)" } else { &text })));
+    }
+    let mut func: sys::CUfunction = std::ptr::null_mut();
+    // SAFETY: `module` was just loaded; `entry` is NUL-terminated; `func` is a valid out-pointer.
+    let got = unsafe { sys::cuModuleGetFunction(&mut func, module, entry.as_ptr()) };
+    let f = Function { module, func, name: kernel.name().to_string(), params: kernel.params().to_vec(), ctx: ctx.clone() };
+    got.result().map_err(|e| compile_err(format!("entry point not found: {}", message(e))))?;
+    if let Some(bytes) = max_dynamic_smem {
+        // SAFETY: `func` is a live function handle of the bound context.
+        unsafe {
+            sys::cuFuncSetAttribute(
+                f.func,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes as std::ffi::c_int,
+            )
+        }
+        .result()
+        .map_err(|e| compile_err(format!("setting the dynamic shared memory limit to {bytes}: {}", message(e))))?;
+    }
+    Ok(f)
+}
+
+/// One kernel argument.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Arg {
+    /// A device pointer (`.u64`).
+    Ptr(u64),
+    /// `.u32`.
+    U32(u32),
+    /// `.u64`.
+    U64(u64),
+    /// `.f32`.
+    F32(f32),
+}
+
+impl Arg {
+    fn ty(self) -> Ty {
+        match self {
+            Arg::Ptr(_) | Arg::U64(_) => Ty::U64,
+            Arg::U32(_) => Ty::U32,
+            Arg::F32(_) => Ty::F32,
+        }
+    }
+    /// The value's bytes, first in memory, in an 8-byte slot.
+    fn slot(self) -> u64 {
+        let mut b = [0u8; 8];
+        match self {
+            Arg::Ptr(v) | Arg::U64(v) => b = v.to_ne_bytes(),
+            Arg::U32(v) => b[..4].copy_from_slice(&v.to_ne_bytes()),
+            Arg::F32(v) => b[..4].copy_from_slice(&v.to_ne_bytes()),
+        }
+        u64::from_ne_bytes(b)
+    }
+}
+
+/// Launch geometry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Grid {
+    pub blocks: (u32, u32, u32),
+    pub threads: (u32, u32, u32),
+    pub dynamic_smem: u32,
+}
+
+/// Launches `f` on `stream`. The arguments are checked against the kernel's
+/// declared parameters first (count and type), so a mismatch is an error, not
+/// undefined behaviour; launch failures carry the kernel name.
+pub(crate) fn launch(stream: &CudaStream, f: &Function, grid: Grid, args: &[Arg]) -> Result<()> {
+    let op = "launch";
+    if args.len() != f.params.len() || args.iter().zip(&f.params).any(|(a, t)| a.ty() != *t) {
+        return Err(ComputeError::Driver {
+            op,
+            backend: BackendKind::Cuda,
+            message: format!(
+                "kernel `{}` takes ({:?}) but was given ({:?})",
+                f.name,
+                f.params,
+                args.iter().map(|a| a.ty()).collect::<Vec<_>>()
+            ),
+        });
+    }
+    let mut slots: Vec<u64> = args.iter().map(|a| a.slot()).collect();
+    let mut ptrs: Vec<*mut c_void> = slots.iter_mut().map(|s| (s as *mut u64).cast::<c_void>()).collect();
+    stream.context().bind_to_thread().map_err(|e| driver_err(op, e))?;
+    // SAFETY: the argument count and types match the entry point's declared
+    // parameters (checked above); each pointer addresses an 8-byte slot holding
+    // the value's bytes first, alive until the call returns (the driver copies
+    // them). Device pointers come from live allocations of this context, sized
+    // by the caller's plan for the op (validated by `Op::check`).
+    let r = unsafe {
+        result::launch_kernel(f.func, grid.blocks, grid.threads, grid.dynamic_smem, stream.cu_stream(), &mut ptrs)
+    };
+    r.map_err(|e| ComputeError::Driver {
+        op,
+        backend: BackendKind::Cuda,
+        message: format!("launching kernel `{}` (grid {:?}, block {:?}): {}", f.name, grid.blocks, grid.threads, message(e)),
+    })
+}
+
+/// Allocates `bytes` (at least 4) of device memory, stream-ordered.
+pub(crate) fn alloc(stream: &Arc<CudaStream>, bytes: usize, op: &'static str) -> Result<(CudaSlice<u8>, u64)> {
+    let n = bytes.max(4);
+    // SAFETY: the memory is uninitialised; every user writes before reading
+    // (kernels write their outputs in full, uploads copy in full) or reads
+    // deliberately uninitialised data only through `alloc` tensors, whose
+    // contents the trait documents as unspecified.
+    let slice = unsafe { stream.alloc::<u8>(n) }.map_err(|e| match e.0 {
+        sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+            ComputeError::OutOfMemory { op, backend: BackendKind::Cuda, requested_bytes: n as u64 }
+        }
+        _ => driver_err(op, e),
+    })?;
+    let ptr = {
+        let (ptr, _sync) = slice.device_ptr(stream);
+        ptr
+    };
+    Ok((slice, ptr))
+}
+
+/// Copies host `src` to device address `dst` on `stream`. From pageable memory
+/// the copy has consumed `src` when this returns; from the pinned staging
+/// buffer it completes at the next synchronisation (see [`Staging`]).
+pub(crate) fn htod(stream: &CudaStream, dst: u64, src: &[f32], op: &'static str) -> Result<()> {
+    // SAFETY: `dst` addresses a live allocation of at least `src.len()` floats
+    // (the caller sized it from the same length); `src` is valid for reads. For
+    // pageable memory the driver stages the data before returning; pinned memory
+    // is only our `Staging` buffer, which is not touched again before a sync.
+    unsafe { result::memcpy_htod_async(dst, src, stream.cu_stream()) }.map_err(|e| driver_err(op, e))
+}
+
+/// Copies `dst.len()` floats from device address `src` into `dst` and waits.
+pub(crate) fn dtoh_sync(stream: &CudaStream, dst: &mut [f32], src: u64, op: &'static str) -> Result<()> {
+    // SAFETY: `src` addresses a live allocation of at least `dst.len()` floats;
+    // `dst` is valid for writes and is not read until the stream is synchronised
+    // below, which is when the copy has completed.
+    unsafe { result::memcpy_dtoh_async(dst, src, stream.cu_stream()) }.map_err(|e| driver_err(op, e))?;
+    stream.synchronize().map_err(|e| driver_err(op, e))
+}
+
+/// Device-to-device copy of `bytes` bytes.
+pub(crate) fn dtod(stream: &CudaStream, dst: u64, src: u64, bytes: usize, op: &'static str) -> Result<()> {
+    // SAFETY: both addresses are live allocations of at least `bytes` bytes (the
+    // caller checks lengths); the copy is stream-ordered after prior work.
+    unsafe { result::memcpy_dtod_async(dst, src, bytes, stream.cu_stream()) }.map_err(|e| driver_err(op, e))
+}
+
+/// Pinned host buffer plus a device buffer of the same size: small host calls
+/// copy all inputs in one transfer and the output back in another, with no
+/// allocation. Whoever holds it (behind the device's mutex) synchronises the
+/// stream before releasing it, so its memory is never reused while a copy is
+/// in flight.
+pub(crate) struct Staging {
+    host: PinnedHostSlice<f32>,
+    _device: CudaSlice<u8>,
+    device_ptr: u64,
+    floats: usize,
+}
+
+impl std::fmt::Debug for Staging {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Staging({} floats)", self.floats)
+    }
+}
+
+impl Staging {
+    /// Allocates `floats` floats of each.
+    pub(crate) fn new(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, floats: usize) -> Result<Staging> {
+        // SAFETY: uninitialised pinned memory; only the prefix written by `stage_in`
+        // is ever copied or read. Flags 0: cached (not write-combined), since the
+        // host reads results back from it.
+        let host = unsafe { ctx.alloc_pinned_with_flags::<f32>(floats, 0) }.map_err(|e| driver_err("staging", e))?;
+        let (device, device_ptr) = alloc(stream, floats * 4, "staging")?;
+        Ok(Staging { host, _device: device, device_ptr, floats })
+    }
+
+    /// Capacity in floats.
+    pub(crate) fn floats(&self) -> usize {
+        self.floats
+    }
+
+    /// Device address of float `offset` of the device half.
+    pub(crate) fn device_at(&self, offset: usize) -> u64 {
+        self.device_ptr + 4 * offset as u64
+    }
+
+    /// Copies host slices into the pinned buffer at the given float offsets, then
+    /// the whole prefix `[0, end)` to the device in one transfer.
+    pub(crate) fn stage_in(&mut self, stream: &CudaStream, parts: &[(usize, &[f32])], end: usize) -> Result<()> {
+        let host = self.host.as_mut_slice().map_err(|e| driver_err("staging", e))?;
+        for (off, data) in parts {
+            let dst = host.get_mut(*off..*off + data.len()).ok_or_else(|| ComputeError::Driver {
+                op: "staging",
+                backend: BackendKind::Cuda,
+                message: "staging buffer too small".into(),
+            })?;
+            dst.copy_from_slice(data);
+        }
+        let prefix = host.get(..end).unwrap_or(&[]);
+        htod(stream, self.device_ptr, prefix, "upload")
+    }
+
+    /// Copies `out.len()` floats at float `offset` of the device half back, waits,
+    /// and fills `out`.
+    pub(crate) fn stage_out(&mut self, stream: &CudaStream, offset: usize, out: &mut [f32]) -> Result<()> {
+        let src = self.device_at(offset);
+        self.fetch(stream, src, out)
+    }
+
+    /// Copies `out.len()` floats from device address `src` through the pinned
+    /// buffer, waits, and fills `out`.
+    pub(crate) fn fetch(&mut self, stream: &CudaStream, src: u64, out: &mut [f32]) -> Result<()> {
+        let offset = 0;
+        let host = self.host.as_mut_slice().map_err(|e| driver_err("staging", e))?;
+        let region = host.get_mut(offset..offset + out.len()).ok_or_else(|| ComputeError::Driver {
+            op: "staging",
+            backend: BackendKind::Cuda,
+            message: "staging buffer too small".into(),
+        })?;
+        dtoh_sync(stream, region, src, "download")?;
+        out.copy_from_slice(region);
+        Ok(())
+    }
+}
+
+/// Reads device attribute `attr` of the context's device.
+pub(crate) fn attribute(ctx: &CudaContext, attr: sys::CUdevice_attribute) -> Result<i32> {
+    ctx.attribute(attr).map_err(|e| driver_err("device_attribute", e))
+}
+
+/// Wraps a [`DriverError`] for callers outside this module.
+pub(crate) fn err(op: &'static str, e: DriverError) -> ComputeError {
+    driver_err(op, e)
+}

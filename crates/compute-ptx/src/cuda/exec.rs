@@ -1,0 +1,294 @@
+//! How each op becomes kernel launches on device pointers: grid sizes, kernel
+//! choice (GEMM tier, row-kernel shape), temporaries, and device limits.
+
+use compute_core::{ComputeError, Conv2dSpec, MatmulSpec, Op, ReduceOp, Result};
+
+use super::device::Device;
+use super::driver::{self, Arg, Grid};
+use crate::kernels::elementwise::{self, UnaryKind};
+use crate::kernels::gemm_simple::TILE;
+use crate::kernels::gemm_simt::SimtConfig;
+use crate::kernels::reduce::{self, ReduceKind};
+use crate::kernels::rows::{self, RowKind, RowShape};
+use crate::kernels::{KernelId, conv};
+
+/// Which GEMM kernel runs a matrix product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GemmTier {
+    /// One thread per output, operands from global memory.
+    Naive,
+    /// 16×16 shared-memory tiles, one output per thread.
+    Tiled,
+    /// Register-blocked, double-buffered tiles of the given shape.
+    Simt(SimtConfig),
+}
+
+impl GemmTier {
+    /// The tier the backend picks: register-blocked when both `m` and `n` fill
+    /// at least half a block tile, tiled when they fill a 16×16 tile, naive for
+    /// thin products (vectors, single rows or columns).
+    pub fn choose(spec: &MatmulSpec) -> GemmTier {
+        let cfg = SimtConfig::default();
+        let simt_rows_fit = spec.m.div_ceil(cfg.bm as usize) <= MAX_GRID_YZ;
+        if spec.m >= 64 && spec.n >= 64 && simt_rows_fit {
+            GemmTier::Simt(cfg)
+        } else if spec.m >= 16 && spec.n >= 16 {
+            GemmTier::Tiled
+        } else {
+            GemmTier::Naive
+        }
+    }
+}
+
+const MAX_GRID_YZ: usize = 65_535;
+const MAX_GRID_X: usize = (1 << 31) - 1;
+/// Largest im2col buffer one chunk of images uses (floats).
+const COL_CHUNK_FLOATS: usize = 64 << 20;
+
+fn limit(op: &'static str, what: &'static str, requested: usize, maximum: usize) -> Result<()> {
+    if requested > maximum {
+        return Err(ComputeError::LimitExceeded { op, what, requested: requested as u64, maximum: maximum as u64 });
+    }
+    Ok(())
+}
+
+fn u32_of(op: &'static str, what: &'static str, v: usize) -> Result<u32> {
+    u32::try_from(v).map_err(|_| ComputeError::LimitExceeded {
+        op,
+        what,
+        requested: v as u64,
+        maximum: u64::from(u32::MAX),
+    })
+}
+
+/// Launches ops on one device's stream.
+pub(crate) struct Exec<'a> {
+    pub(crate) dev: &'a Device,
+}
+
+impl Exec<'_> {
+    fn launch(&self, id: KernelId, grid: Grid, args: &[Arg]) -> Result<()> {
+        let f = self.dev.function(id)?;
+        driver::launch(&self.dev.stream, &f, grid, args)
+    }
+
+    /// A stream-ordered temporary of `floats` floats, freed when dropped (after
+    /// the work queued before the drop).
+    fn temp(&self, floats: usize, op: &'static str) -> Result<(super::buffer::DeviceAlloc, u64)> {
+        let bytes = floats.checked_mul(4).ok_or(ComputeError::LimitExceeded {
+            op,
+            what: "temporary buffer bytes",
+            requested: floats as u64,
+            maximum: (usize::MAX / 4) as u64,
+        })?;
+        let (slice, ptr) = driver::alloc(&self.dev.stream, bytes, op)?;
+        Ok((super::buffer::DeviceAlloc::new(slice, ptr, bytes, self.dev.ordinal), ptr))
+    }
+
+    /// Queues `op` reading device addresses `ins` and writing `out`. The caller
+    /// has validated the op and sized every buffer from its layout.
+    pub(crate) fn run(&self, op: &Op, ins: &[u64], out: u64) -> Result<()> {
+        let input = |i: usize| {
+            ins.get(i).copied().ok_or_else(|| ComputeError::shape(op.name(), "missing input", op.shapes()))
+        };
+        match *op {
+            Op::Unary { op: u, len } => {
+                let (kind, p0, p1) = UnaryKind::of(u);
+                let args = [Arg::Ptr(input(0)?), Arg::Ptr(out), Arg::U64(len as u64), Arg::F32(p0), Arg::F32(p1)];
+                self.launch(KernelId::Unary(kind), self.stream_grid(len), &args)
+            }
+            Op::Binary { op: b, len } => {
+                let args = [Arg::Ptr(input(0)?), Arg::Ptr(input(1)?), Arg::Ptr(out), Arg::U64(len as u64)];
+                self.launch(KernelId::Binary(b), self.stream_grid(len), &args)
+            }
+            Op::Reduce { op: r, len } => {
+                let kind = if r == ReduceOp::Sum { ReduceKind::Sum } else { ReduceKind::Max };
+                self.reduce(kind, &[input(0)?], len, out, op.name())
+            }
+            Op::Dot { len } => self.reduce(ReduceKind::Dot, &[input(0)?, input(1)?], len, out, op.name()),
+            Op::Rows { op: r, rows, cols } => {
+                let (kind, eps) = RowKind::of(r);
+                let params: Vec<u64> = match kind {
+                    RowKind::Softmax | RowKind::LogSoftmax => vec![],
+                    RowKind::LayerNorm => vec![input(1)?, input(2)?],
+                    RowKind::RmsNorm => vec![input(1)?],
+                };
+                self.rows(kind, eps, input(0)?, &params, out, rows, cols, op.name())
+            }
+            Op::Matmul(spec) => {
+                self.matmul(GemmTier::choose(&spec), &spec, input(0)?, input(1)?, out, None, op.name())
+            }
+            Op::Conv2d(c) => self.conv2d(&c, input(0)?, input(1)?, out, op.name()),
+        }
+    }
+
+    /// Grid of the streaming kernels: enough blocks to cover the `float4`s, at
+    /// most 16 per multiprocessor (the loop strides over the rest).
+    fn stream_grid(&self, len: usize) -> Grid {
+        let per_block = elementwise::BLOCK as usize;
+        let want = len.div_ceil(4).div_ceil(per_block).max(1);
+        let cap = self.dev.sm_count as usize * 16;
+        Grid { blocks: (want.min(cap) as u32, 1, 1), threads: (per_block as u32, 1, 1), dynamic_smem: 0 }
+    }
+
+    fn reduce(&self, kind: ReduceKind, xs: &[u64], len: usize, out: u64, op: &'static str) -> Result<()> {
+        let threads = reduce::BLOCK;
+        let blocks = len.div_ceil(threads as usize * 16).clamp(1, self.dev.sm_count as usize * 4);
+        let grid = |b: usize| Grid { blocks: (b as u32, 1, 1), threads: (threads, 1, 1), dynamic_smem: 0 };
+        let mut args: Vec<Arg> = xs.iter().map(|&p| Arg::Ptr(p)).collect();
+        if blocks == 1 {
+            args.extend([Arg::Ptr(out), Arg::U64(len as u64)]);
+            return self.launch(KernelId::Reduce(kind), grid(1), &args);
+        }
+        let (_partials, pp) = self.temp(blocks, op)?;
+        args.extend([Arg::Ptr(pp), Arg::U64(len as u64)]);
+        self.launch(KernelId::Reduce(kind), grid(blocks), &args)?;
+        let fin = if kind == ReduceKind::Max { ReduceKind::Max } else { ReduceKind::Sum };
+        self.launch(KernelId::Reduce(fin), grid(1), &[Arg::Ptr(pp), Arg::Ptr(out), Arg::U64(blocks as u64)])
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rows(
+        &self,
+        kind: RowKind,
+        eps: f32,
+        x: u64,
+        params: &[u64],
+        out: u64,
+        n_rows: usize,
+        cols: usize,
+        op: &'static str,
+    ) -> Result<()> {
+        let r = u32_of(op, "rows", n_rows)?;
+        let c = u32_of(op, "columns", cols)?;
+        let mut args = vec![Arg::Ptr(x)];
+        args.extend(params.iter().map(|&p| Arg::Ptr(p)));
+        args.extend([Arg::Ptr(out), Arg::U32(r), Arg::U32(c)]);
+        if matches!(kind, RowKind::LayerNorm | RowKind::RmsNorm) {
+            args.push(Arg::F32(eps));
+        }
+        let threads = (rows::BLOCK, 1, 1);
+        if cols <= rows::WARP_MAX_COLS {
+            let blocks = n_rows.div_ceil(rows::WARP_ROWS as usize);
+            limit(op, "row blocks", blocks, MAX_GRID_X)?;
+            let smem = rows::WARP_ROWS * c * 4;
+            let grid = Grid { blocks: (blocks as u32, 1, 1), threads, dynamic_smem: smem };
+            return self.launch(KernelId::Rows(kind, RowShape::Warp), grid, &args);
+        }
+        limit(op, "row blocks", n_rows, MAX_GRID_X)?;
+        let cached = cols <= rows::BLOCK_CACHE_MAX_COLS;
+        args.push(Arg::U32(u32::from(cached)));
+        let smem = if cached { c * 4 } else { 0 };
+        let grid = Grid { blocks: (r, 1, 1), threads, dynamic_smem: smem };
+        self.launch(KernelId::Rows(kind, RowShape::Block), grid, &args)
+    }
+
+    /// `C = op(A)·op(B)` with `tier`. `batch_strides` overrides the contiguous
+    /// batch layout (elements between matrices of A, B, C; 0 shares one).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn matmul(
+        &self,
+        tier: GemmTier,
+        s: &MatmulSpec,
+        a: u64,
+        b: u64,
+        c: u64,
+        batch_strides: Option<(usize, usize, usize)>,
+        op: &'static str,
+    ) -> Result<()> {
+        let (m, n, k) = (u32_of(op, "m", s.m)?, u32_of(op, "n", s.n)?, u32_of(op, "k", s.k)?);
+        let (sa, sb, sc) = batch_strides.unwrap_or((s.m * s.k, s.k * s.n, s.m * s.n));
+        // Batches beyond the grid's z limit run as several launches.
+        let mut z0 = 0;
+        while z0 < s.batch {
+            let zc = (s.batch - z0).min(MAX_GRID_YZ);
+            let (ao, bo, co) = (a + 4 * (z0 * sa) as u64, b + 4 * (z0 * sb) as u64, c + 4 * (z0 * sc) as u64);
+            let strides = [Arg::U64(sa as u64), Arg::U64(sb as u64), Arg::U64(sc as u64)];
+            match tier {
+                GemmTier::Simt(cfg) => {
+                    let gy = s.m.div_ceil(cfg.bm as usize);
+                    limit(op, "GEMM row tiles", gy, MAX_GRID_YZ)?;
+                    let gx = s.n.div_ceil(cfg.bn as usize);
+                    limit(op, "GEMM column tiles", gx, MAX_GRID_X)?;
+                    let grid = Grid {
+                        blocks: (gx as u32, gy as u32, zc as u32),
+                        threads: (cfg.threads(), 1, 1),
+                        dynamic_smem: 0,
+                    };
+                    let mut args = vec![Arg::Ptr(ao), Arg::Ptr(bo), Arg::Ptr(co), Arg::U32(m), Arg::U32(n), Arg::U32(k)];
+                    args.extend(strides);
+                    self.launch(KernelId::GemmSimt(cfg, s.trans_a, s.trans_b), grid, &args)?;
+                }
+                GemmTier::Naive | GemmTier::Tiled => {
+                    let id = if tier == GemmTier::Naive { KernelId::GemmNaive } else { KernelId::GemmTiled };
+                    let (a_rs, a_cs) = if s.trans_a { (1, m) } else { (k, 1) };
+                    let (b_rs, b_cs) = if s.trans_b { (1, k) } else { (n, 1) };
+                    let gx = s.n.div_ceil(TILE as usize);
+                    limit(op, "GEMM column tiles", gx, MAX_GRID_X)?;
+                    // Rows beyond the grid's y limit run as several launches.
+                    let rows_per = MAX_GRID_YZ * TILE as usize;
+                    let mut i0 = 0;
+                    while i0 < s.m {
+                        let mc = (s.m - i0).min(rows_per);
+                        let a_i = ao + 4 * (i0 as u64) * u64::from(a_rs);
+                        let c_i = co + 4 * (i0 as u64) * u64::from(n);
+                        let grid = Grid {
+                            blocks: (gx as u32, mc.div_ceil(TILE as usize) as u32, zc as u32),
+                            threads: (TILE, TILE, 1),
+                            dynamic_smem: 0,
+                        };
+                        let mut args = vec![
+                            Arg::Ptr(a_i),
+                            Arg::Ptr(bo),
+                            Arg::Ptr(c_i),
+                            Arg::U32(mc as u32),
+                            Arg::U32(n),
+                            Arg::U32(k),
+                            Arg::U32(a_rs),
+                            Arg::U32(a_cs),
+                            Arg::U32(b_rs),
+                            Arg::U32(b_cs),
+                        ];
+                        args.extend(strides);
+                        self.launch(id, grid, &args)?;
+                        i0 += mc;
+                    }
+                }
+            }
+            z0 += zc;
+        }
+        Ok(())
+    }
+
+    /// im2col into a temporary, then one batched GEMM per chunk of images.
+    fn conv2d(&self, c: &Conv2dSpec, x: u64, w: u64, y: u64, op: &'static str) -> Result<()> {
+        let (oh, ow) = c
+            .output_hw()
+            .ok_or_else(|| ComputeError::shape(op, "kernel larger than padded input", Op::Conv2d(*c).shapes()))?;
+        let kk = c.c_in * c.kh * c.kw;
+        let pix = oh * ow;
+        let per_image = kk * pix;
+        let total = u32_of(op, "im2col elements per image", per_image)?;
+        let p: Vec<u32> = [c.c_in, c.h, c.w, c.kh, c.kw, c.stride.0, c.stride.1, c.padding.0, c.padding.1, oh, ow]
+            .iter()
+            .map(|&v| u32_of(op, "convolution size", v))
+            .collect::<Result<_>>()?;
+        let images_per_chunk = (COL_CHUNK_FLOATS / per_image).clamp(1, MAX_GRID_YZ);
+        let (_col, col) = self.temp(per_image * images_per_chunk.min(c.n), op)?;
+        let mut n0 = 0;
+        while n0 < c.n {
+            let nc = (c.n - n0).min(images_per_chunk);
+            let xo = x + 4 * (n0 * c.c_in * c.h * c.w) as u64;
+            let yo = y + 4 * (n0 * c.c_out * pix) as u64;
+            let mut args = vec![Arg::Ptr(xo), Arg::Ptr(col)];
+            args.extend(p.iter().map(|&v| Arg::U32(v)));
+            let blocks = (total as usize).div_ceil(conv::BLOCK as usize);
+            let grid = Grid { blocks: (blocks as u32, nc as u32, 1), threads: (conv::BLOCK, 1, 1), dynamic_smem: 0 };
+            self.launch(KernelId::Im2col, grid, &args)?;
+            let spec = MatmulSpec { batch: nc, m: c.c_out, k: kk, n: pix, trans_a: false, trans_b: false };
+            self.matmul(GemmTier::choose(&spec), &spec, w, col, yo, Some((0, per_image, c.c_out * pix)), op)?;
+            n0 += nc;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,303 @@
+//! [`CudaBackend`]: the op vocabulary on NVIDIA GPUs, from the generated PTX,
+//! through the CUDA driver (`cudarc`, loaded at run time).
+//!
+//! Nothing here needs the CUDA toolkit; at run time only the driver library.
+//! Without it, or without a GPU, [`CudaBackend::new`] returns
+//! [`ComputeError::DeviceUnavailable`] (it never panics), so a program built
+//! with the `cuda` feature runs unchanged on any machine.
+//!
+//! Kernels are generated for the device's target (sm_90 on Hopper, sm_80 on
+//! Ampere), JIT-compiled by the driver on first use and cached per device for
+//! the life of the process. All backends on one device share its context and
+//! one stream, so device tensors can move freely between them.
+
+mod buffer;
+mod device;
+mod driver;
+mod error;
+mod exec;
+
+use std::sync::Arc;
+
+use compute_core::{
+    Backend, BackendKind, ComputeError, Location, MatmulSpec, Op, Result, Tensor, check_host_call, check_tensor_call,
+};
+
+pub use buffer::{Completion, CudaBuffer, DeviceAlloc};
+pub use exec::GemmTier;
+
+use device::Device;
+use exec::Exec;
+
+/// What [`probe`] and [`CudaBackend::info`] report about a device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Device ordinal.
+    pub ordinal: u32,
+    /// Marketing name, e.g. `NVIDIA H200`.
+    pub name: String,
+    /// Compute capability (major, minor).
+    pub compute_capability: (i32, i32),
+    /// Streaming multiprocessors.
+    pub multiprocessors: u32,
+    /// Free device memory in bytes, at the time of the query.
+    pub memory_free: u64,
+    /// Total device memory in bytes.
+    pub memory_total: u64,
+    /// Driver CUDA version, e.g. `(13, 0)`.
+    pub driver_version: (i32, i32),
+    /// The PTX target kernels are emitted for.
+    pub target: crate::Target,
+}
+
+/// Opens device `ordinal` and describes it; `DeviceUnavailable` without a driver or GPU.
+pub fn probe(ordinal: u32) -> Result<DeviceInfo> {
+    let dev = device::open(ordinal)?;
+    info_of(&dev)
+}
+
+fn info_of(dev: &Device) -> Result<DeviceInfo> {
+    let (free, total) = dev.ctx.mem_get_info().map_err(|e| driver::err("device_info", e))?;
+    let v = driver::driver_version()?;
+    Ok(DeviceInfo {
+        ordinal: dev.ordinal,
+        name: dev.name.clone(),
+        compute_capability: dev.compute_capability,
+        multiprocessors: dev.sm_count,
+        memory_free: free as u64,
+        memory_total: total as u64,
+        driver_version: (v / 1000, (v % 1000) / 10),
+        target: dev.target,
+    })
+}
+
+/// The CUDA backend: every op of the vocabulary on one NVIDIA GPU.
+///
+/// Host calls ([`Backend::run`]) copy in, launch and copy out; inputs and output
+/// of up to 4 MiB together go through a pinned staging buffer in one transfer
+/// each way, larger ones through fresh device buffers. Tensor calls
+/// ([`Backend::run_tensors`]) only queue kernels and return; [`Backend::download`]
+/// and [`Backend::synchronize`] wait. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct CudaBackend {
+    dev: Arc<Device>,
+}
+
+impl CudaBackend {
+    /// The first GPU. `DeviceUnavailable` when the driver library or a GPU of
+    /// compute capability 8.0+ is missing. First call per process: context
+    /// creation (tens to hundreds of milliseconds); later calls share it.
+    pub fn new() -> Result<Self> {
+        Self::with_device(0)
+    }
+
+    /// GPU number `ordinal`.
+    pub fn with_device(ordinal: u32) -> Result<Self> {
+        Ok(CudaBackend { dev: device::open(ordinal)? })
+    }
+
+    /// Where this backend's tensors live.
+    pub fn location(&self) -> Location {
+        Location { backend: BackendKind::Cuda, device: self.dev.ordinal }
+    }
+
+    /// Name, compute capability, multiprocessors, memory and driver version.
+    pub fn info(&self) -> Result<DeviceInfo> {
+        info_of(&self.dev)
+    }
+
+    /// The PTX target this device's kernels are generated for.
+    pub fn target(&self) -> crate::Target {
+        self.dev.target
+    }
+
+    /// Allocates `bytes` of device memory from the driver's stream-ordered pool
+    /// (microseconds once the pool is warm). The raw unit of a buffer pool.
+    pub fn alloc_bytes(&self, bytes: usize) -> Result<Arc<DeviceAlloc>> {
+        let (slice, ptr) = driver::alloc(&self.dev.stream, bytes, "alloc")?;
+        Ok(Arc::new(DeviceAlloc::new(slice, ptr, bytes.max(4), self.dev.ordinal)))
+    }
+
+    /// A tensor of `len` floats over the start of `alloc` (which must be of this
+    /// device and hold `4·len` bytes). The tensor keeps `alloc` alive.
+    pub fn tensor_in(&self, alloc: Arc<DeviceAlloc>, len: usize) -> Result<Tensor> {
+        if alloc.ordinal() != self.dev.ordinal {
+            return Err(ComputeError::WrongDevice {
+                op: "tensor_in",
+                expected: self.location().to_string(),
+                found: format!("cuda:{}", alloc.ordinal()),
+            });
+        }
+        let need = len.checked_mul(4).unwrap_or(usize::MAX);
+        if need > alloc.bytes() {
+            return Err(ComputeError::shape(
+                "tensor_in",
+                format!("{len} floats need {need} bytes, the allocation has {}", alloc.bytes()),
+                format!("x=[{len}]"),
+            ));
+        }
+        Ok(Tensor::from_storage(Arc::new(CudaBuffer::new(alloc, len))))
+    }
+
+    /// Marks the current end of the device queue; poll the result to learn when
+    /// everything queued so far (e.g. a [`Backend::run_tensors`]) has finished.
+    pub fn record_completion(&self) -> Result<Completion> {
+        let ev = self.dev.stream.record_event(None).map_err(|e| driver::err("record_completion", e))?;
+        Ok(Completion::new(ev))
+    }
+
+    /// Runs a matrix product on device tensors with a chosen GEMM tier (the
+    /// tiers agree within the matmul tolerance; this exists for tests, tuning
+    /// and benchmarks). Queued, like [`Backend::run_tensors`].
+    pub fn matmul_tier(&self, tier: GemmTier, spec: MatmulSpec, a: &Tensor, b: &Tensor, c: &Tensor) -> Result<()> {
+        let op = Op::Matmul(spec);
+        check_tensor_call(&op, self.location(), &[a, b], c)?;
+        if let GemmTier::Simt(cfg) = tier {
+            cfg.check().map_err(|e| ComputeError::Compile {
+                backend: BackendKind::Cuda,
+                kernel: cfg.kernel_name(spec.trans_a, spec.trans_b),
+                message: e,
+            })?;
+        }
+        let (pa, pb, pc) = (self.ptr(a, &op)?, self.ptr(b, &op)?, self.ptr(c, &op)?);
+        Exec { dev: &self.dev }.matmul(tier, &spec, pa, pb, pc, None, op.name())
+    }
+
+    /// Device-to-device copy of `src` into `dst` (equal lengths), queued.
+    pub fn copy(&self, src: &Tensor, dst: &Tensor) -> Result<()> {
+        let op = Op::unary(compute_core::UnaryOp::Scale { s: 1.0 }, src.len().max(1));
+        if src.len() != dst.len() {
+            return Err(ComputeError::shape("copy", "lengths differ", format!("src=[{}] dst=[{}]", src.len(), dst.len())));
+        }
+        let (s, d) = (self.ptr(src, &op)?, self.ptr(dst, &op)?);
+        driver::dtod(&self.dev.stream, d, s, src.len() * 4, "copy")
+    }
+
+    fn buffer<'t>(&self, t: &'t Tensor, op: &Op) -> Result<&'t CudaBuffer> {
+        t.storage::<CudaBuffer>().filter(|b| b.allocation().ordinal() == self.dev.ordinal).ok_or_else(|| {
+            ComputeError::WrongDevice { op: op.name(), expected: self.location().to_string(), found: t.location().to_string() }
+        })
+    }
+
+    fn ptr(&self, t: &Tensor, op: &Op) -> Result<u64> {
+        Ok(self.buffer(t, op)?.device_ptr())
+    }
+
+    /// Host path through device buffers allocated for this call.
+    fn run_allocated(&self, op: &Op, inputs: &[&[f32]], output: &mut [f32]) -> Result<()> {
+        let name = op.name();
+        let mut keep = Vec::new();
+        let mut ptrs = Vec::new();
+        for x in inputs {
+            let (slice, p) = driver::alloc(&self.dev.stream, x.len() * 4, name)?;
+            driver::htod(&self.dev.stream, p, x, name)?;
+            keep.push(slice);
+            ptrs.push(p);
+        }
+        let (out_slice, out_ptr) = driver::alloc(&self.dev.stream, output.len() * 4, name)?;
+        Exec { dev: &self.dev }.run(op, &ptrs, out_ptr)?;
+        // Kernel faults surface here, before anything touches `output`; the
+        // result lands in a temporary first so a failed copy writes nothing.
+        self.dev.synchronize(name)?;
+        let mut tmp = vec![0.0f32; output.len()];
+        driver::dtoh_sync(&self.dev.stream, &mut tmp, out_ptr, name)?;
+        output.copy_from_slice(&tmp);
+        drop(out_slice);
+        drop(keep);
+        Ok(())
+    }
+
+    /// Host path through the pinned staging buffer: one copy in, one copy out.
+    fn run_staged(&self, op: &Op, inputs: &[&[f32]], output: &mut [f32]) -> Result<bool> {
+        let align = |n: usize| n.div_ceil(64) * 64;
+        let mut offsets = Vec::new();
+        let mut end = 0;
+        for x in inputs {
+            offsets.push(end);
+            end += align(x.len());
+        }
+        let out_off = end;
+        if out_off + output.len() > device::STAGING_FLOATS {
+            return Ok(false);
+        }
+        let dev = &self.dev;
+        dev.with_staging(|st| {
+            if out_off + output.len() > st.floats() {
+                return Ok(false);
+            }
+            let parts: Vec<(usize, &[f32])> = offsets.iter().copied().zip(inputs.iter().copied()).collect();
+            st.stage_in(&dev.stream, &parts, out_off)?;
+            let ptrs: Vec<u64> = offsets.iter().map(|&o| st.device_at(o)).collect();
+            Exec { dev }.run(op, &ptrs, st.device_at(out_off))?;
+            st.stage_out(&dev.stream, out_off, output)?;
+            Ok(true)
+        })
+    }
+}
+
+impl Backend for CudaBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cuda
+    }
+
+    fn device_name(&self) -> String {
+        format!("{} (cuda:{}, {})", self.dev.name, self.dev.ordinal, self.dev.target)
+    }
+
+    fn run(&self, op: &Op, inputs: &[&[f32]], output: &mut [f32]) -> Result<()> {
+        check_host_call(op, inputs, output)?;
+        if self.run_staged(op, inputs, output)? {
+            return Ok(());
+        }
+        self.run_allocated(op, inputs, output)
+    }
+
+    fn upload(&self, data: &[f32]) -> Result<Tensor> {
+        let alloc = self.alloc_bytes(data.len() * 4)?;
+        driver::htod(&self.dev.stream, alloc.device_ptr(), data, "upload")?;
+        self.tensor_in(alloc, data.len())
+    }
+
+    fn alloc(&self, len: usize) -> Result<Tensor> {
+        let bytes = len.checked_mul(4).ok_or(ComputeError::LimitExceeded {
+            op: "alloc",
+            what: "tensor bytes",
+            requested: len as u64,
+            maximum: (usize::MAX / 4) as u64,
+        })?;
+        let alloc = self.alloc_bytes(bytes)?;
+        self.tensor_in(alloc, len)
+    }
+
+    fn download(&self, tensor: &Tensor, out: &mut [f32]) -> Result<()> {
+        if tensor.len() != out.len() {
+            return Err(ComputeError::shape(
+                "download",
+                format!("tensor has {} elements, buffer {}", tensor.len(), out.len()),
+                format!("x=[{}]", tensor.len()),
+            ));
+        }
+        let op = Op::unary(compute_core::UnaryOp::Relu, out.len().max(1));
+        let src = self.ptr(tensor, &op)?;
+        // Queued work (and its faults) first, before anything touches `out`.
+        self.dev.synchronize("download")?;
+        if out.len() <= device::STAGING_FLOATS {
+            return self.dev.with_staging(|st| st.fetch(&self.dev.stream, src, out));
+        }
+        let mut tmp = vec![0.0f32; out.len()];
+        driver::dtoh_sync(&self.dev.stream, &mut tmp, src, "download")?;
+        out.copy_from_slice(&tmp);
+        Ok(())
+    }
+
+    fn run_tensors(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> Result<()> {
+        check_tensor_call(op, self.location(), inputs, output)?;
+        let ptrs = inputs.iter().map(|t| self.ptr(t, op)).collect::<Result<Vec<u64>>>()?;
+        let out = self.ptr(output, op)?;
+        Exec { dev: &self.dev }.run(op, &ptrs, out)
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.dev.synchronize("synchronize")
+    }
+}

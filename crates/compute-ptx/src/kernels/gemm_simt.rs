@@ -1,0 +1,541 @@
+//! The register-blocked SIMT GEMM: the fast fp32 tier (no tensor cores).
+//!
+//! Each block computes a `BM × BN` tile of `C`; each thread a `TM × TN` block
+//! of it, as `TM/4 × TN/4` sub-blocks of 4×4 spread `4·TY` rows and `4·TX`
+//! columns apart (so a warp's shared-memory reads are broadcasts or
+//! consecutive 16-byte words: no bank conflicts). `A` and `B` tiles of depth
+//! `BK` are double-buffered in shared memory, stored `k`-major (`As[k][m]`,
+//! `Bs[k][n]`, rows padded by 4 floats so the transposing stores of a
+//! `k`-contiguous operand do not conflict). The next tile's global loads
+//! (`ld.global.nc.v4`, one 16-byte load per slot) are issued before the
+//! current tile's `BK·TM·TN` `fma`s and stored after them: one barrier per
+//! tile. Edges (any `m`, `k`, `n`) fall back to predicated scalar loads with
+//! zero fill, and to scalar stores; a `float4` path needs the contiguous
+//! dimension to be a multiple of 4. Blocks are visited in groups of
+//! `group_m` tile-rows for L2 reuse. The transposes are compile-time
+//! variants: `nn`, `nt`, `tn`, `tt` (`t`: that operand is stored transposed).
+
+use crate::builder::{BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Pred, Reg, Src, Target, U32, U64};
+
+/// Shape of the register-blocked kernel. [`SimtConfig::default`] is the
+/// checked-in one; other shapes are for tuning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SimtConfig {
+    /// Rows of `C` per block.
+    pub bm: u32,
+    /// Columns of `C` per block.
+    pub bn: u32,
+    /// Depth of a shared-memory tile.
+    pub bk: u32,
+    /// Rows per thread (multiple of 4).
+    pub tm: u32,
+    /// Columns per thread (multiple of 4).
+    pub tn: u32,
+    /// Tile-rows per group in the block order (0: plain row-major order).
+    pub group_m: u32,
+    /// Blocks per multiprocessor `ptxas` must fit (`.minnctapersm`; 0: no hint).
+    pub min_blocks: u32,
+}
+
+impl Default for SimtConfig {
+    fn default() -> Self {
+        SimtConfig { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8, group_m: 8, min_blocks: 2 }
+    }
+}
+
+impl SimtConfig {
+    /// Threads per block: `(BM/TM)·(BN/TN)`.
+    pub fn threads(&self) -> u32 {
+        (self.bm / self.tm.max(1)) * (self.bn / self.tn.max(1))
+    }
+
+    /// Shared memory per block in bytes (two stages of both tiles).
+    pub fn shared_bytes(&self) -> u32 {
+        2 * self.bk * ((self.bm + 4) + (self.bn + 4)) * 4
+    }
+
+    /// Why this shape cannot be built, if it cannot.
+    pub fn check(&self) -> Result<(), String> {
+        let SimtConfig { bm, bn, bk, tm, tn, .. } = *self;
+        if tm == 0 || tn == 0 || tm % 4 != 0 || tn % 4 != 0 {
+            return Err(format!("thread tile {tm}x{tn}: both must be non-zero multiples of 4"));
+        }
+        if bm % tm != 0 || bn % tn != 0 || bk == 0 || bk % 4 != 0 {
+            return Err(format!("block tile {bm}x{bn}x{bk} does not divide into {tm}x{tn} thread tiles and k-steps of 4"));
+        }
+        let t = self.threads();
+        if !(32..=1024).contains(&t) || t % 32 != 0 {
+            return Err(format!("{t} threads per block: need a multiple of 32 in 32..=1024"));
+        }
+        if !(bk / 4).is_power_of_two() || !(bm / 4).is_power_of_two() || !(bn / 4).is_power_of_two() {
+            return Err(format!("bk/4, bm/4 and bn/4 must be powers of two (got {bk}, {bm}, {bn})"));
+        }
+        if (bm * bk / 4) % t != 0 || (bn * bk / 4) % t != 0 {
+            return Err(format!("tiles of {bm}x{bk} and {bk}x{bn} do not split evenly into float4 loads over {t} threads"));
+        }
+        if self.shared_bytes() > 48 * 1024 {
+            return Err(format!("{} bytes of shared memory: above the 48 KiB static limit", self.shared_bytes()));
+        }
+        Ok(())
+    }
+
+    /// Kernel name: `gemm_simt_nn` for the default shape, with the shape spelled
+    /// out for others (`gemm_simt_nn_128x128x16_8x8_g8_m2`).
+    pub fn kernel_name(&self, trans_a: bool, trans_b: bool) -> String {
+        let t = format!("{}{}", if trans_a { 't' } else { 'n' }, if trans_b { 't' } else { 'n' });
+        if *self == SimtConfig::default() {
+            format!("gemm_simt_{t}")
+        } else {
+            format!(
+                "gemm_simt_{t}_{}x{}x{}_{}x{}_g{}_m{}",
+                self.bm, self.bn, self.bk, self.tm, self.tn, self.group_m, self.min_blocks
+            )
+        }
+    }
+}
+
+/// One 16-byte global→shared load a thread does per tile.
+struct Slot {
+    /// Global address of this tile's four elements (advances every tile).
+    ptr: Reg<U64>,
+    /// Bytes `ptr` advances per tile.
+    step: Src<U64>,
+    /// `k` index of the slot's (first) element this tile (advances by BK).
+    kidx: Reg<U32>,
+    /// The four elements run along `k` (stored transposed into shared memory).
+    kcontig: bool,
+    /// Index along m/n of the slot's row (`k`-contiguous) or first element.
+    mn_idx: Reg<U32>,
+    /// Extent of m/n.
+    mn: Reg<U32>,
+    /// The `float4` path is allowed (alignment and bounds along m/n).
+    vec_ok: Reg<Pred>,
+    /// Byte offset of the slot's first element in a shared tile.
+    smem_off: u32,
+    /// Bytes between consecutive `k` in the shared tile (its padded row).
+    smem_row: u32,
+    /// Staging registers.
+    regs: [Reg<F32>; 4],
+}
+
+struct Operand<'a> {
+    base: Reg<U64>,
+    batch: Reg<U32>,
+    batch_stride: Reg<U64>,
+    /// `k` runs along the stored rows (contiguous): A not transposed, B transposed.
+    kcontig: bool,
+    /// Extent of the m/n dimension and its block origin.
+    mn: Reg<U32>,
+    mn0: Reg<U32>,
+    /// Rows of the tile along m/n (BM or BN).
+    tile_mn: u32,
+    /// Leading dimension of the stored matrix (its row length).
+    ld: Reg<U32>,
+    name: &'a str,
+}
+
+fn make_slots(b: &mut KernelBuilder, cfg: &SimtConfig, op: &Operand, tid: Reg<U32>, smem_base: u32) -> Vec<Slot> {
+    let threads = cfg.threads();
+    let per = op.tile_mn * cfg.bk / 4 / threads;
+    let row = (op.tile_mn + 4) * 4;
+    let z64 = b.cvt::<U64, U32>(op.batch);
+    let zoff = b.mul(z64, op.batch_stride);
+    let mut slots = Vec::new();
+    // The float4 path needs the stored row length to be a multiple of 4.
+    let ld_low = b.and(op.ld, 3u32);
+    let aligned = b.setp(Cmp::Eq, ld_low, 0u32);
+    for l in 0..per {
+        b.comment(&format!("{} load slot {l}", op.name));
+        let f = b.add(tid, l * threads);
+        if op.kcontig {
+            // f → (mn row r, k quad kq): elements (mn0 + r, kq..kq+3).
+            let r = b.shr(f, (cfg.bk / 4).trailing_zeros());
+            let kq = b.and(f, cfg.bk / 4 - 1);
+            let kq = b.shl(kq, 2u32);
+            let gr = b.add(op.mn0, r);
+            let mn_ok = b.setp(Cmp::Lt, gr, op.mn);
+            let e = b.mul_wide(gr, op.ld);
+            let kq64 = b.cvt::<U64, U32>(kq);
+            let e = b.add(e, kq64);
+            let e = b.add(e, zoff);
+            let bytes = b.shl(e, 2u32);
+            let ptr = b.add(op.base, bytes);
+            let step = Src::from(u64::from(cfg.bk) * 4);
+            let vec_ok = b.and_pred(aligned, mn_ok);
+            slots.push(Slot {
+                ptr,
+                step,
+                kidx: kq,
+                kcontig: true,
+                mn_idx: gr,
+                mn: op.mn,
+                vec_ok,
+                smem_off: smem_base,
+                smem_row: row,
+                regs: [b.mov(0.0f32), b.mov(0.0f32), b.mov(0.0f32), b.mov(0.0f32)],
+            });
+        } else {
+            // f → (k row kk, mn quad q): elements (kk, mn0 + q..q+3).
+            let quads = op.tile_mn / 4;
+            let kk = b.shr(f, quads.trailing_zeros());
+            let q = b.and(f, quads - 1);
+            let q = b.shl(q, 2u32);
+            let gq = b.add(op.mn0, q);
+            let g3 = b.add(gq, 3u32);
+            let last_ok = b.setp(Cmp::Lt, g3, op.mn);
+            let e = b.mul_wide(kk, op.ld);
+            let gq64 = b.cvt::<U64, U32>(gq);
+            let e = b.add(e, gq64);
+            let e = b.add(e, zoff);
+            let bytes = b.shl(e, 2u32);
+            let ptr = b.add(op.base, bytes);
+            let step = Src::from(b.mul_wide(op.ld, cfg.bk * 4));
+            let vec_ok = b.and_pred(aligned, last_ok);
+            slots.push(Slot {
+                ptr,
+                step,
+                kidx: kk,
+                kcontig: false,
+                mn_idx: gq,
+                mn: op.mn,
+                vec_ok,
+                smem_off: smem_base,
+                smem_row: row,
+                regs: [b.mov(0.0f32), b.mov(0.0f32), b.mov(0.0f32), b.mov(0.0f32)],
+            });
+        }
+    }
+    slots
+}
+
+/// Shared-memory store addresses of each slot (registers, per thread).
+fn slot_store_addr(b: &mut KernelBuilder, cfg: &SimtConfig, tile_mn: u32, kcontig: bool, tid: Reg<U32>, l: u32) -> Reg<U32> {
+    let threads = cfg.threads();
+    let row = (tile_mn + 4) * 4;
+    let f = b.add(tid, l * threads);
+    if kcontig {
+        let r = b.shr(f, (cfg.bk / 4).trailing_zeros());
+        let kq = b.and(f, cfg.bk / 4 - 1);
+        // byte offset = (4·kq)·row + 4·r
+        let a = b.mul(kq, 4 * row);
+        let r4 = b.shl(r, 2u32);
+        b.add(a, r4)
+    } else {
+        let quads = tile_mn / 4;
+        let kk = b.shr(f, quads.trailing_zeros());
+        let q = b.and(f, quads - 1);
+        let a = b.mul(kk, row);
+        let q16 = b.shl(q, 4u32);
+        b.add(a, q16)
+    }
+}
+
+/// Issues the global loads of one tile into the slots' staging registers.
+fn load_tile(b: &mut KernelBuilder, slots: &[Slot], k: Reg<U32>) {
+    for s in slots {
+        for &r in &s.regs {
+            b.assign(r, 0.0f32);
+        }
+        let full = if s.kcontig {
+            let k3 = b.add(s.kidx, 3u32);
+            let kin = b.setp(Cmp::Lt, k3, k);
+            b.and_pred(kin, s.vec_ok)
+        } else {
+            let kin = b.setp(Cmp::Lt, s.kidx, k);
+            b.and_pred(kin, s.vec_ok)
+        };
+        let ptr = s.ptr;
+        let regs = s.regs;
+        b.guarded(full, false, |b| {
+            let v = b.ld_global_nc_v::<F32, 4>(ptr, 0);
+            for (d, x) in regs.iter().zip(v) {
+                b.assign(*d, x);
+            }
+        });
+        let done = b.label("slot_loaded");
+        b.bra_if(full, done);
+        // Edge of the matrix: element by element, bounds recomputed here (rare).
+        let row_ok = s.kcontig.then(|| b.setp(Cmp::Lt, s.mn_idx, s.mn));
+        let k_ok = (!s.kcontig).then(|| b.setp(Cmp::Lt, s.kidx, k));
+        for j in 0..4u32 {
+            let ok = match (row_ok, k_ok) {
+                (Some(row_ok), _) => {
+                    let kj = b.add(s.kidx, j);
+                    let kin = b.setp(Cmp::Lt, kj, k);
+                    b.and_pred(kin, row_ok)
+                }
+                (None, Some(k_ok)) => {
+                    let mj = b.add(s.mn_idx, j);
+                    let min = b.setp(Cmp::Lt, mj, s.mn);
+                    b.and_pred(k_ok, min)
+                }
+                (None, None) => continue,
+            };
+            let d = regs[j as usize];
+            b.guarded(ok, false, |b| {
+                let v = b.ld_global_nc::<F32>(ptr, i64::from(j) * 4);
+                b.assign(d, v);
+            });
+        }
+        b.place(done);
+    }
+}
+
+/// Stores the staged tile into shared memory at stage offset `stage`.
+fn store_tile(b: &mut KernelBuilder, slots: &[Slot], addrs: &[Reg<U32>], stage: Reg<U32>) {
+    for (s, &a) in slots.iter().zip(addrs) {
+        let base = b.add(a, stage);
+        if s.kcontig {
+            for (j, &r) in s.regs.iter().enumerate() {
+                b.st_shared(base, i64::from(s.smem_off) + j as i64 * i64::from(s.smem_row), r);
+            }
+        } else {
+            let v: [Src<F32>; 4] = [s.regs[0].into(), s.regs[1].into(), s.regs[2].into(), s.regs[3].into()];
+            b.st_shared_v::<F32, 4>(base, i64::from(s.smem_off), v);
+        }
+    }
+}
+
+fn advance(b: &mut KernelBuilder, slots: &[Slot], bk: u32) {
+    for s in slots {
+        let p = b.add(s.ptr, s.step);
+        b.assign(s.ptr, p);
+        let k = b.add(s.kidx, bk);
+        b.assign(s.kidx, k);
+    }
+}
+
+/// The block's tile origin `(m0, n0)`; with `group_m`, blocks are visited in
+/// groups of `group_m` tile-rows that sweep the tile-columns (L2 reuse).
+/// Emitted twice (prologue, epilogue) so nothing of it stays live in the loop.
+fn block_origin(b: &mut KernelBuilder, cfg: &SimtConfig) -> (Reg<U32>, Reg<U32>) {
+    let cx = b.ctaid(Dim::X);
+    let cy = b.ctaid(Dim::Y);
+    let (pm, pn) = if cfg.group_m > 0 {
+        let g = cfg.group_m;
+        let npn = b.nctaid(Dim::X);
+        let npm = b.nctaid(Dim::Y);
+        let pid = b.mad(cy, npn, cx);
+        let width = b.mul(npn, g);
+        let gid = b.div(pid, width);
+        let first = b.mul(gid, g);
+        let left = b.sub(npm, first);
+        let gsz = b.min(left, g);
+        let inner = b.rem(pid, width);
+        let r = b.rem(inner, gsz);
+        let pm = b.add(first, r);
+        let pn = b.div(inner, gsz);
+        (pm, pn)
+    } else {
+        (cy, cx)
+    };
+    (b.mul(pm, cfg.bm), b.mul(pn, cfg.bn))
+}
+
+/// Builds the register-blocked kernel for one transpose combination.
+///
+/// Params: `a`, `b`, `c`, `m`, `n`, `k` (u32), `sa`, `sb`, `sc` (batch strides
+/// in elements). Launch: [`SimtConfig::threads`] threads, grid
+/// `(ceil(n/BN), ceil(m/BM), batch)`, no dynamic shared memory.
+pub fn simt(cfg: &SimtConfig, trans_a: bool, trans_b: bool, target: Target) -> Result<Kernel, BuildError> {
+    let name = cfg.kernel_name(trans_a, trans_b);
+    if let Err(e) = cfg.check() {
+        return Err(BuildError { kernel: name, problems: vec![e] });
+    }
+    let SimtConfig { bm, bn, bk, tm, tn, min_blocks, .. } = *cfg;
+    let threads = cfg.threads();
+    let (tx_n, ty_n) = (bn / tn, bm / tm);
+    let mut b = KernelBuilder::new(&name, target);
+    b.doc(&format!(
+        "{name}: C = {} * {}, register-blocked SIMT fp32 GEMM",
+        if trans_a { "A^T" } else { "A" },
+        if trans_b { "B^T" } else { "B" }
+    ));
+    b.doc(&format!(
+        "block tile {bm}x{bn}, k-tile {bk}, thread tile {tm}x{tn} ({threads} threads), double-buffered shared memory"
+    ));
+    b.doc("params: a, b, c, m, n, k, sa, sb, sc (batch strides in elements)");
+    b.doc(&format!("launch: {threads} threads, grid (ceil(n/{bn}), ceil(m/{bm}), batch)"));
+    b.max_threads(threads);
+    if min_blocks > 0 {
+        b.min_blocks_per_sm(min_blocks);
+    }
+    let pa = b.param_ptr("a");
+    let pb = b.param_ptr("b");
+    let pc = b.param_ptr("c");
+    let m = b.param::<U32>("m");
+    let n = b.param::<U32>("n");
+    let k = b.param::<U32>("k");
+    let sa = b.param::<U64>("sa");
+    let sb = b.param::<U64>("sb");
+    let sc = b.param::<U64>("sc");
+    let a_bytes = bk * (bm + 4) * 4;
+    let b_bytes = bk * (bn + 4) * 4;
+    let stage_bytes = a_bytes + b_bytes;
+    let smem = b.shared("tiles", 2 * stage_bytes, 16);
+
+    let tid = b.tid(Dim::X);
+    let z = b.ctaid(Dim::Z);
+    let (m0, n0) = block_origin(&mut b, cfg);
+
+    // Stored shapes: A is m×k (k-contiguous) or k×m; B is k×n or n×k (k-contiguous).
+    let a_op = Operand {
+        base: pa,
+        batch: z,
+        batch_stride: sa,
+        kcontig: !trans_a,
+        mn: m,
+        mn0: m0,
+        tile_mn: bm,
+        ld: if trans_a { m } else { k },
+        name: "A",
+    };
+    let b_op = Operand {
+        base: pb,
+        batch: z,
+        batch_stride: sb,
+        kcontig: trans_b,
+        mn: n,
+        mn0: n0,
+        tile_mn: bn,
+        ld: if trans_b { k } else { n },
+        name: "B",
+    };
+    let sbase = b.shared_base(&smem);
+    let a_slots = make_slots(&mut b, cfg, &a_op, tid, 0);
+    let b_slots = make_slots(&mut b, cfg, &b_op, tid, a_bytes);
+    let a_addrs: Vec<Reg<U32>> = (0..a_slots.len() as u32)
+        .map(|l| {
+            let o = slot_store_addr(&mut b, cfg, bm, a_op.kcontig, tid, l);
+            b.add(o, sbase)
+        })
+        .collect();
+    let b_addrs: Vec<Reg<U32>> = (0..b_slots.len() as u32)
+        .map(|l| {
+            let o = slot_store_addr(&mut b, cfg, bn, b_op.kcontig, tid, l);
+            b.add(o, sbase)
+        })
+        .collect();
+    let mut slots = a_slots;
+    slots.extend(b_slots);
+    let mut addrs = a_addrs;
+    addrs.extend(b_addrs);
+
+    // Compute-side read addresses: As[kk][r·4TY + 4ty], Bs[kk][c·4TX + 4tx].
+    let tx = b.rem(tid, tx_n);
+    let ty = b.div(tid, tx_n);
+    let ty16 = b.shl(ty, 4u32);
+    let a_rd = b.add(sbase, ty16);
+    let tx16 = b.shl(tx, 4u32);
+    let b_rd0 = b.add(sbase, tx16);
+    let b_rd = b.add(b_rd0, a_bytes);
+
+    let acc: Vec<Vec<Reg<F32>>> = (0..tm).map(|_| (0..tn).map(|_| b.mov(0.0f32)).collect()).collect();
+
+    b.blank();
+    b.comment("prologue: tile 0 into stage 0");
+    load_tile(&mut b, &slots, k);
+    let stage = b.mov(0u32);
+    store_tile(&mut b, &slots, &addrs, stage);
+    b.bar_sync();
+    // Tiles left after the current one: ceil(k/BK) - 1.
+    let ktiles = b.add(k, bk - 1);
+    let ktiles = b.div(ktiles, bk);
+    let left = b.sub(ktiles, 1u32);
+
+    let lp = b.label("k_tiles");
+    b.place(lp);
+    let has_next = b.setp(Cmp::Ne, left, 0u32);
+    b.comment("next tile's global loads, in flight during this tile's fmas");
+    advance(&mut b, &slots, bk);
+    let skip_load = b.label("no_next_load");
+    b.bra_unless(has_next, skip_load);
+    load_tile(&mut b, &slots, k);
+    b.place(skip_load);
+
+    b.comment(&format!("{bk} k-steps of {tm}x{tn} fmas from the current stage"));
+    let a_cur = b.add(a_rd, stage);
+    let b_cur = b.add(b_rd, stage);
+    for kk in 0..bk {
+        let mut af = Vec::new();
+        for r in 0..tm / 4 {
+            let off = i64::from(kk * (bm + 4) * 4 + r * ty_n * 16);
+            af.extend(b.ld_shared_v::<F32, 4>(a_cur, off));
+        }
+        let mut bf = Vec::new();
+        for c in 0..tn / 4 {
+            let off = i64::from(kk * (bn + 4) * 4 + c * tx_n * 16);
+            bf.extend(b.ld_shared_v::<F32, 4>(b_cur, off));
+        }
+        for i in 0..tm as usize {
+            for j in 0..tn as usize {
+                b.fma_acc(acc[i][j], af[i], bf[j]);
+            }
+        }
+    }
+    let done = b.label("k_done");
+    b.bra_unless(has_next, done);
+    b.comment("stage the next tile into the other buffer, then one barrier");
+    let other = b.sub(stage_bytes, stage);
+    store_tile(&mut b, &slots, &addrs, other);
+    b.bar_sync();
+    b.assign(stage, other);
+    let l1 = b.sub(left, 1u32);
+    b.assign(left, l1);
+    b.bra(lp);
+    b.place(done);
+
+    b.blank();
+    b.comment("epilogue: float4 stores where the row is inside and n % 4 == 0, else scalar");
+    b.comment("(thread and block coordinates recomputed: nothing of them stays live in the loop)");
+    let tid = b.tid(Dim::X);
+    let z = b.ctaid(Dim::Z);
+    let (m0, n0) = block_origin(&mut b, cfg);
+    let tx = b.rem(tid, tx_n);
+    let ty = b.div(tid, tx_n);
+    let n_low = b.and(n, 3u32);
+    let c_vec = b.setp(Cmp::Eq, n_low, 0u32);
+    let z64 = b.cvt::<U64, U32>(z);
+    let zc = b.mul(z64, sc);
+    for r in 0..tm / 4 {
+        for i in 0..4u32 {
+            let row = b.mad(ty, 4u32, m0);
+            let gi = b.add(row, r * ty_n * 4 + i);
+            let row_ok = b.setp(Cmp::Lt, gi, m);
+            let skip_row = b.label("row_out");
+            b.bra_unless(row_ok, skip_row);
+            let e = b.mul_wide(gi, n);
+            let e = b.add(e, zc);
+            for c in 0..tn / 4 {
+                let col = b.mad(tx, 4u32, n0);
+                let gj = b.add(col, c * tx_n * 4);
+                let gj64 = b.cvt::<U64, U32>(gj);
+                let ej = b.add(e, gj64);
+                let addr = elem_addr_plain(&mut b, pc, ej);
+                let g3 = b.add(gj, 3u32);
+                let in3 = b.setp(Cmp::Lt, g3, n);
+                let full = b.and_pred(in3, c_vec);
+                let vals: Vec<Reg<F32>> = (0..4).map(|j| acc[(r * 4 + i) as usize][(c * 4 + j) as usize]).collect();
+                b.guarded(full, false, |b| {
+                    b.st_global_v::<F32, 4>(addr, 0, [vals[0].into(), vals[1].into(), vals[2].into(), vals[3].into()]);
+                });
+                let stored = b.label("stored");
+                b.bra_if(full, stored);
+                for (j, &v) in vals.iter().enumerate() {
+                    let gjj = b.add(gj, j as u32);
+                    let ok = b.setp(Cmp::Lt, gjj, n);
+                    b.guarded(ok, false, |b| b.st_global(addr, j as i64 * 4, v));
+                }
+                b.place(stored);
+            }
+            b.place(skip_row);
+        }
+    }
+    b.ret();
+    b.finish()
+}
+
+fn elem_addr_plain(b: &mut KernelBuilder, base: Reg<U64>, idx: Reg<U64>) -> Reg<U64> {
+    let bytes = b.shl(idx, 2u32);
+    b.add(base, bytes)
+}

@@ -1,0 +1,114 @@
+//! Accurate `f32` device math built from PTX's fast approximations.
+//!
+//! `ex2.approx.f32` is accurate to about 2 ulp, but `exp(x) = 2^(x·log₂e)` loses
+//! `|x|·ε` to the rounding of the product; [`exp`] adds that rounding error back
+//! (computed exactly with an `fma`), which keeps the result within a few ulp
+//! over the whole range. `tanh`, `sigmoid`, both GELUs and `expm1` are built on
+//! it so that every transcendental op meets the conformance tolerance
+//! (`abs 1e-6 + rel 1e-5`; `tanh.approx.f32`'s 2⁻¹¹ would not).
+
+use crate::builder::{Cmp, F32, KernelBuilder, Reg};
+
+/// `log₂e` rounded to `f32`, and the rest of it.
+const LOG2E_HI: f32 = std::f64::consts::LOG2_E as f32;
+const LOG2E_LO: f32 = (std::f64::consts::LOG2_E - LOG2E_HI as f64) as f32;
+const LN2: f32 = std::f64::consts::LN_2 as f32;
+
+/// `eˣ` to a few ulp: `2^t · (1 + e·ln2)` with `t = fl(x·log₂e)` and `e` the exact
+/// rounding error of that product plus `x·(log₂e − fl(log₂e))`. The correction
+/// is dropped where `t` is not finite or beyond ±128 (over/underflow anyway).
+pub(crate) fn exp(b: &mut KernelBuilder, x: Reg<F32>) -> Reg<F32> {
+    let t = b.mul(x, LOG2E_HI);
+    let nt = b.neg(t);
+    let e = b.fma(x, LOG2E_HI, nt);
+    let e = b.fma(x, LOG2E_LO, e);
+    let at = b.abs(t);
+    let ok = b.setp(Cmp::Lt, at, 128.0f32);
+    let e = b.selp(e, 0.0f32, ok);
+    let y = b.ex2_approx(t);
+    let k = b.mul(e, LN2);
+    b.fma(y, k, y)
+}
+
+/// `eˣ − 1`, accurate near 0: a degree-8 Taylor polynomial for `|x| < 0.25`
+/// (truncation below 1e-10 relative), `exp(x) − 1` elsewhere.
+pub(crate) fn expm1(b: &mut KernelBuilder, x: Reg<F32>) -> Reg<F32> {
+    let ax = b.abs(x);
+    let small = b.setp(Cmp::Lt, ax, 0.25f32);
+    // q(x) = 1/2 + x/6 + x²/24 + … + x⁶/8!, so expm1 = x + x²·q(x).
+    let coeffs = [1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5];
+    let mut q = b.mov(1.0f32 / 40320.0);
+    for c in coeffs {
+        q = b.fma(q, x, c as f32);
+    }
+    let x2 = b.mul(x, x);
+    let poly = b.fma(x2, q, x);
+    let e = exp(b, x);
+    let big = b.sub(e, 1.0f32);
+    b.selp(poly, big, small)
+}
+
+/// `tanh(x) = sign(x)·expm1(2|x|)/(expm1(2|x|) + 2)`, with `|x|` capped at 9
+/// (where `tanh` rounds to ±1); NaN stays NaN, −0 stays −0.
+pub(crate) fn tanh(b: &mut KernelBuilder, x: Reg<F32>) -> Reg<F32> {
+    let a = b.abs(x);
+    let a = b.min_nan(a, 9.0f32);
+    let a2 = b.mul(a, 2.0f32);
+    let e = expm1(b, a2);
+    let d = b.add(e, 2.0f32);
+    let t = b.div(e, d);
+    b.copysign(t, x)
+}
+
+/// `1 / (1 + e⁻ˣ)`, correctly rounded reciprocal.
+pub(crate) fn sigmoid(b: &mut KernelBuilder, x: Reg<F32>) -> Reg<F32> {
+    let nx = b.neg(x);
+    let e = exp(b, nx);
+    let d = b.add(e, 1.0f32);
+    b.rcp(d)
+}
+
+/// `erfc(z)` for `z ≥ 0` (and +∞), fractional error about 1.2e-7: the Chebyshev
+/// fit `t·exp(−z² − 1.26551223 + t·P(t))`, `t = 1/(1 + z/2)` (Numerical Recipes'
+/// `erfcc`), with `−z² + …` rounded once by an `fma`.
+pub(crate) fn erfc_nonneg(b: &mut KernelBuilder, z: Reg<F32>) -> Reg<F32> {
+    let d = b.fma(z, 0.5f32, 1.0f32);
+    let t = b.rcp(d);
+    let coeffs = [
+        -0.822_152_23f32,
+        1.488_515_87,
+        -1.135_203_98,
+        0.278_868_07,
+        -0.186_288_06,
+        0.096_784_18,
+        0.374_091_96,
+        1.000_023_68,
+        -1.265_512_23,
+    ];
+    let mut p = b.mov(0.170_872_77f32);
+    for c in coeffs {
+        p = b.fma(p, t, c);
+    }
+    let nz = b.neg(z);
+    let arg = b.fma(nz, z, p);
+    let e = exp(b, arg);
+    b.mul(t, e)
+}
+
+/// `ln(s)` for `s > 0` from `lg2.approx` (absolute error about 2⁻²²·ln 2).
+pub(crate) fn ln(b: &mut KernelBuilder, s: Reg<F32>) -> Reg<F32> {
+    let l = b.lg2_approx(s);
+    b.mul(l, LN2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constants_split_log2e_exactly_enough() {
+        let sum = LOG2E_HI as f64 + LOG2E_LO as f64;
+        assert!((sum - std::f64::consts::LOG2_E).abs() < 1e-15);
+        assert!(LOG2E_LO.abs() < 1e-7 && LOG2E_LO != 0.0);
+    }
+}

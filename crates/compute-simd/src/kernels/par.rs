@@ -1,0 +1,65 @@
+//! Splitting element-wise work and reductions across the current rayon pool.
+//!
+//! Work goes parallel only above a size threshold and when the pool in scope
+//! has more than one thread; it is cut into [`PAR_CHUNK`]-element pieces that
+//! rayon's work stealing balances. Reductions of more than `min_len` elements
+//! are always cut into the same pieces, on one thread or many, so their result
+//! does not depend on the thread count.
+
+use rayon::prelude::*;
+
+use crate::tuning::PAR_CHUNK;
+
+/// Whether `len` elements are worth spreading over the current pool.
+#[inline]
+pub fn worth_splitting(len: usize, min_len: usize) -> bool {
+    len >= min_len && rayon::current_num_threads() > 1
+}
+
+/// Runs `f(x_piece, out_piece)` over matching pieces of `x` and `out`, in
+/// parallel above `min_len` elements. Costs one rayon task per piece.
+pub fn zip1(x: &[f32], out: &mut [f32], min_len: usize, f: impl Fn(&[f32], &mut [f32]) + Sync) {
+    if worth_splitting(out.len(), min_len) {
+        out.par_chunks_mut(PAR_CHUNK).zip(x.par_chunks(PAR_CHUNK)).for_each(|(o, x)| f(x, o));
+    } else {
+        f(x, out);
+    }
+}
+
+/// Runs `f(a_piece, b_piece, out_piece)` over matching pieces, in parallel
+/// above `min_len` elements.
+pub fn zip2(a: &[f32], b: &[f32], out: &mut [f32], min_len: usize, f: impl Fn(&[f32], &[f32], &mut [f32]) + Sync) {
+    if worth_splitting(out.len(), min_len) {
+        out.par_chunks_mut(PAR_CHUNK)
+            .zip(a.par_chunks(PAR_CHUNK))
+            .zip(b.par_chunks(PAR_CHUNK))
+            .for_each(|((o, a), b)| f(a, b, o));
+    } else {
+        f(a, b, out);
+    }
+}
+
+/// Partial results of `f` over `PAR_CHUNK` pieces of `x` (one piece when
+/// `x.len() < min_len`), in order; parallel when the pool has several threads.
+pub fn partials<T: Send>(x: &[f32], min_len: usize, f: impl Fn(&[f32]) -> T + Sync + Send) -> Vec<T> {
+    if x.len() < min_len {
+        return vec![f(x)];
+    }
+    if rayon::current_num_threads() > 1 {
+        x.par_chunks(PAR_CHUNK).map(f).collect()
+    } else {
+        x.chunks(PAR_CHUNK).map(f).collect()
+    }
+}
+
+/// Like [`partials`] over matching pieces of `a` and `b`.
+pub fn partials2<T: Send>(a: &[f32], b: &[f32], min_len: usize, f: impl Fn(&[f32], &[f32]) -> T + Sync + Send) -> Vec<T> {
+    if a.len() < min_len {
+        return vec![f(a, b)];
+    }
+    if rayon::current_num_threads() > 1 {
+        a.par_chunks(PAR_CHUNK).zip(b.par_chunks(PAR_CHUNK)).map(|(a, b)| f(a, b)).collect()
+    } else {
+        a.chunks(PAR_CHUNK).zip(b.chunks(PAR_CHUNK)).map(|(a, b)| f(a, b)).collect()
+    }
+}

@@ -1,0 +1,358 @@
+//! [`WgpuBackend`]: the wgpu implementation of [`Backend`], and its native and async entry points.
+
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+
+use compute_core::{Backend, BackendKind, ComputeError, Op, Result, Tensor, check_host_call, check_tensor_call};
+
+use crate::batch::GpuCommandBatch;
+use crate::buffers::{BufferRecycler, GpuBuffer, LOCATION, Use, padded_bytes};
+use crate::completion::{Signal, WorkDone};
+use crate::context::{AdapterReport, Context, block_on};
+use crate::encode::{self, Readback};
+use crate::errors::{self, KIND};
+use crate::options::DeviceOptions;
+use crate::plan::{self, View};
+
+/// Every op of the vocabulary on one GPU through wgpu (Vulkan, Metal, DX12, or
+/// the browser's WebGPU).
+///
+/// Cheap to clone (one shared device). Shaders are compiled once per device and
+/// pipelines cached; buffers for host calls, staging and kernel parameters are
+/// reused across calls. Host calls ([`Backend::run`]) copy in, run and copy out
+/// in one submission and wait; tensor calls ([`Backend::run_tensors`]) submit
+/// and return; [`GpuCommandBatch`] records many ops into one submission.
+#[derive(Clone, Debug)]
+pub struct WgpuBackend {
+    pub(crate) ctx: Arc<Context>,
+}
+
+/// The seeds' name for the backend: `GpuDevice::new()`, `.relu(&x, &mut out)`,
+/// `.matmul(&a, &b, &mut c, m, k, n)`, `.dot(&a, &b)` (the last three through
+/// [`compute_core::Ops`]).
+pub type GpuDevice = WgpuBackend;
+
+/// Whether the blocking API (`new`, `run`, `download`…) works on this target:
+/// true on native, false in the browser (use the async API there). Free.
+pub fn sync_available() -> bool {
+    cfg!(not(target_arch = "wasm32"))
+}
+
+impl WgpuBackend {
+    /// Opens the best adapter ([`DeviceOptions::from_env`]): blocking, native only.
+    /// Costs an adapter enumeration and device creation (milliseconds). Fails with
+    /// [`ComputeError::DeviceUnavailable`] when there is no adapter or no driver.
+    pub fn new() -> Result<Self> {
+        Self::with_options(&DeviceOptions::from_env())
+    }
+
+    /// Opens the adapter `options` ask for; blocking, native only.
+    pub fn with_options(options: &DeviceOptions) -> Result<Self> {
+        block_on(Self::new_async_with(options.clone()))
+    }
+
+    /// Opens the best adapter without blocking: the only way in the browser.
+    pub fn new_async() -> impl Future<Output = Result<Self>> {
+        Self::new_async_with(DeviceOptions::from_env())
+    }
+
+    /// Opens the adapter `options` ask for, without blocking.
+    pub async fn new_async_with(options: DeviceOptions) -> Result<Self> {
+        let ctx = Context::open(&options).await?;
+        Ok(WgpuBackend { ctx: Arc::new(ctx) })
+    }
+
+    /// Whether an adapter can be opened with the default options. Blocking and
+    /// cached for the process (the first call enumerates adapters: milliseconds).
+    /// Always false where the blocking API is unavailable.
+    pub fn is_available() -> bool {
+        static AVAILABLE: OnceLock<bool> = OnceLock::new();
+        *AVAILABLE.get_or_init(|| sync_available() && Self::new().is_ok())
+    }
+
+    /// Which adapter this backend opened and its limits.
+    pub fn adapter(&self) -> &AdapterReport {
+        &self.ctx.report
+    }
+
+    /// The wgpu device and queue, for callers that record their own commands. Free.
+    pub fn device(&self) -> (&wgpu::Device, &wgpu::Queue) {
+        (&self.ctx.device, &self.ctx.queue)
+    }
+
+    /// Whether matmul runs without naga's runtime bounds checks (the default; see [`DeviceOptions`]).
+    pub fn matmul_unchecked(&self) -> bool {
+        !self.ctx.kernels.matmul_checked
+    }
+
+    /// A new batch: ops recorded on buffer ids, run by one submission. Free.
+    pub fn batch(&self) -> GpuCommandBatch {
+        GpuCommandBatch::new(self.clone())
+    }
+
+    /// Sets the most bytes of free buffers kept for reuse (default 1 GiB; 0 disables).
+    pub fn set_buffer_cache_limit(&self, bytes: u64) {
+        self.ctx.cache.set_limit(bytes);
+    }
+
+    /// Bytes of free buffers currently kept for reuse.
+    pub fn buffer_cache_bytes(&self) -> u64 {
+        self.ctx.cache.free_bytes()
+    }
+
+    /// A new device buffer for `len` floats (usages `STORAGE | COPY_SRC | COPY_DST`,
+    /// [`padded_bytes`]`(len)` bytes, contents unspecified), not taken from this
+    /// backend's cache: the building block of an external pool. Costs one allocation.
+    pub fn create_buffer(&self, len: usize) -> Result<wgpu::Buffer> {
+        let bytes = padded_bytes(len);
+        if len == 0 {
+            return Err(ComputeError::shape("alloc", "zero-sized buffer", "x=[0]"));
+        }
+        if bytes > self.ctx.limits.max_buffer_size {
+            return Err(errors::limit("alloc", "buffer bytes", bytes, self.ctx.limits.max_buffer_size));
+        }
+        let scope = self.ctx.scope();
+        let buffer = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: bytes,
+            usage: Use::Storage.usages(),
+            mapped_at_creation: false,
+        });
+        scope.end_now("alloc", bytes)?;
+        Ok(buffer)
+    }
+
+    /// Wraps a device buffer of this backend as a tensor of `len` floats. When the
+    /// last handle drops, the buffer goes to `recycler` (an external pool) if given.
+    /// The buffer must have the usages and size of [`WgpuBackend::create_buffer`]
+    /// (checked: a shape error otherwise). Free.
+    pub fn tensor_from_buffer(
+        &self,
+        buffer: wgpu::Buffer,
+        len: usize,
+        recycler: Option<Arc<dyn BufferRecycler>>,
+    ) -> Result<Tensor> {
+        let need = padded_bytes(len);
+        if len == 0 || buffer.size() < need || !buffer.usage().contains(Use::Storage.usages()) {
+            return Err(ComputeError::shape(
+                "tensor_from_buffer",
+                format!(
+                    "buffer of {} bytes with usages {:?} cannot hold {len} floats (needs {need} bytes, STORAGE | COPY_SRC | COPY_DST)",
+                    buffer.size(),
+                    buffer.usage()
+                ),
+                format!("x=[{len}]"),
+            ));
+        }
+        Ok(Tensor::from_storage(Arc::new(GpuBuffer::new(buffer, len, self.ctx.id, recycler))))
+    }
+
+    /// A future that resolves when all work submitted so far has finished. Free to
+    /// create; on native a helper thread polls the device while it is pending.
+    pub fn submitted_work_done(&self) -> WorkDone {
+        let signal = Signal::new();
+        let sink = Arc::clone(&signal);
+        self.ctx.queue.on_submitted_work_done(move || sink.set(()));
+        WorkDone { signal, ctx: Arc::clone(&self.ctx), waiting: None }
+    }
+
+    /// Copies a tensor back to the host without blocking (the browser's way;
+    /// works on native too). Costs one submission and one staging buffer (reused).
+    pub fn download_async(&self, tensor: &Tensor) -> impl Future<Output = Result<Vec<f32>>> + use<> {
+        let read = self
+            .storage(tensor, "download")
+            .and_then(|g| encode::submit_and_read(&self.ctx, Vec::new(), g.buffer(), tensor.len(), "download"));
+        async move { read?.await }
+    }
+
+    /// Runs `op` on host data without blocking: uploads, runs and starts the read
+    /// back in one submission; the future yields the output.
+    pub fn run_async(&self, op: &Op, inputs: &[&[f32]]) -> impl Future<Output = Result<Vec<f32>>> + use<> {
+        let started = op.layout().and_then(|l| {
+            let mut lens = [0usize; 3];
+            for (d, x) in lens.iter_mut().zip(inputs) {
+                *d = x.len();
+            }
+            op.check(&lens[..inputs.len().min(3)], l.output)?;
+            if inputs.len() > 3 {
+                return Err(ComputeError::shape(op.name(), "too many inputs", op.shapes()));
+            }
+            self.start_host(op, inputs, l.output)
+        });
+        async move { started?.await }
+    }
+
+    /// The storage of a tensor of this device, or a typed error.
+    pub(crate) fn storage<'t>(&self, t: &'t Tensor, op: &'static str) -> Result<&'t GpuBuffer> {
+        let wrong = |found: String| ComputeError::WrongDevice {
+            op,
+            expected: format!("{LOCATION} (device {})", self.ctx.id),
+            found,
+        };
+        let g = t.storage::<GpuBuffer>().ok_or_else(|| wrong(t.location().to_string()))?;
+        if g.device_id() != self.ctx.id {
+            return Err(wrong(format!("{} (device {})", t.location(), g.device_id())));
+        }
+        Ok(g)
+    }
+
+    /// Uploads host inputs into cached buffers, plans `op`, and submits it with a
+    /// read back of the output. The buffers go back to the cache at once: any
+    /// later use of them is a later submission, which the queue orders after this one.
+    fn start_host(&self, op: &Op, inputs: &[&[f32]], out_len: usize) -> Result<Readback> {
+        let ctx = &self.ctx;
+        ctx.check_alive()?;
+        let name = op.name();
+        let mut held: Vec<wgpu::Buffer> = Vec::with_capacity(inputs.len() + 1);
+        let mut views = Vec::with_capacity(inputs.len());
+        let result = (|| {
+            for x in inputs {
+                let b = ctx.cache.take(ctx, Use::Storage, padded_bytes(x.len()), name)?;
+                held.push(b.clone());
+                ctx.queue.write_buffer(&b, 0, bytemuck::cast_slice(x));
+                views.push(View { buffer: b, len: x.len() });
+            }
+            let out = ctx.cache.take(ctx, Use::Storage, padded_bytes(out_len), name)?;
+            held.push(out.clone());
+            let mut steps = Vec::new();
+            plan::plan(ctx, op, &views, &View { buffer: out.clone(), len: out_len }, &mut steps)?;
+            encode::submit_and_read(ctx, steps, &out, out_len, name)
+        })();
+        for b in held {
+            ctx.cache.give(b);
+        }
+        result
+    }
+
+    /// Checks `op` against the device's limits without running it: the error
+    /// [`Backend::run`] would return for sizes the device cannot take. Free.
+    pub fn check_limits(&self, op: &Op) -> Result<()> {
+        let layout = op.layout()?;
+        let max_buffer = self.ctx.limits.max_buffer_size;
+        for &len in layout.inputs().iter().chain(std::iter::once(&layout.output)) {
+            if padded_bytes(len) > max_buffer {
+                return Err(errors::limit(op.name(), "buffer bytes", padded_bytes(len), max_buffer));
+            }
+        }
+        let max = self.ctx.max_binding();
+        let whole: [(Option<usize>, &'static str); 3] = match op {
+            Op::Matmul(_) => [
+                (layout.inputs().first().copied(), "storage buffer binding bytes (matmul A)"),
+                (layout.inputs().get(1).copied(), "storage buffer binding bytes (matmul B)"),
+                (Some(layout.output), "storage buffer binding bytes (matmul C)"),
+            ],
+            Op::Conv2d(_) => [
+                (layout.inputs().first().copied(), "storage buffer binding bytes (conv input)"),
+                (layout.inputs().get(1).copied(), "storage buffer binding bytes (conv weights)"),
+                (Some(layout.output), "storage buffer binding bytes (conv output)"),
+            ],
+            _ => [(None, ""), (None, ""), (None, "")],
+        };
+        for (len, what) in whole {
+            if let Some(len) = len.filter(|&l| padded_bytes(l) > max) {
+                return Err(errors::limit(op.name(), what, padded_bytes(len), max));
+            }
+        }
+        if let Op::Rows { cols, .. } = *op
+            && (cols as u64).saturating_mul(4) > max
+        {
+            return Err(errors::limit(op.name(), "storage buffer binding bytes (one row)", cols as u64 * 4, max));
+        }
+        Ok(())
+    }
+}
+
+impl Backend for WgpuBackend {
+    fn kind(&self) -> BackendKind {
+        KIND
+    }
+
+    fn device_name(&self) -> String {
+        format!("{} ({}, {})", self.ctx.report.name, self.ctx.report.api, self.ctx.report.device_type)
+    }
+
+    /// Uploads the inputs (reused buffers), runs `op`, copies the output back: one
+    /// submission, then a wait. Ops larger than one storage binding are split.
+    fn run(&self, op: &Op, inputs: &[&[f32]], output: &mut [f32]) -> Result<()> {
+        let layout = check_host_call(op, inputs, output)?;
+        if !sync_available() {
+            return Err(errors::unavailable("blocking calls are not available in the browser: use run_async"));
+        }
+        self.check_limits(op)?;
+        let read = self.start_host(op, inputs, layout.output)?;
+        // Read into a scratch vector first: nothing partial reaches `output` on error.
+        let mut tmp = vec![0.0f32; output.len()];
+        read.wait_into(&mut tmp)?;
+        output.copy_from_slice(&tmp);
+        Ok(())
+    }
+
+    /// A new tensor from a reused buffer; the copy is queued (it happens before
+    /// the next submission). Returns at once.
+    fn upload(&self, data: &[f32]) -> Result<Tensor> {
+        if data.is_empty() {
+            return Err(ComputeError::shape("upload", "zero-sized tensor", "x=[0]"));
+        }
+        let ctx = &self.ctx;
+        ctx.check_alive()?;
+        let buffer = ctx.cache.take(ctx, Use::Storage, padded_bytes(data.len()), "upload")?;
+        let scope = ctx.scope();
+        ctx.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(data));
+        scope.end_now("upload", padded_bytes(data.len()))?;
+        let recycler: Arc<dyn BufferRecycler> = ctx.cache.clone();
+        Ok(Tensor::from_storage(Arc::new(GpuBuffer::new(buffer, data.len(), ctx.id, Some(recycler)))))
+    }
+
+    /// A tensor on a reused buffer (contents unspecified). Free when the cache has one.
+    fn alloc(&self, len: usize) -> Result<Tensor> {
+        if len == 0 {
+            return Err(ComputeError::shape("alloc", "zero-sized tensor", "x=[0]"));
+        }
+        let ctx = &self.ctx;
+        ctx.check_alive()?;
+        let buffer = ctx.cache.take(ctx, Use::Storage, padded_bytes(len), "alloc")?;
+        let recycler: Arc<dyn BufferRecycler> = ctx.cache.clone();
+        Ok(Tensor::from_storage(Arc::new(GpuBuffer::new(buffer, len, ctx.id, Some(recycler)))))
+    }
+
+    /// Waits for the work queued so far that writes the tensor, then copies it out.
+    fn download(&self, tensor: &Tensor, out: &mut [f32]) -> Result<()> {
+        if out.len() != tensor.len() {
+            return Err(ComputeError::shape(
+                "download",
+                format!("output has {} elements, tensor has {}", out.len(), tensor.len()),
+                format!("x=[{}]", tensor.len()),
+            ));
+        }
+        let g = self.storage(tensor, "download")?;
+        let read = encode::submit_and_read(&self.ctx, Vec::new(), g.buffer(), tensor.len(), "download")?;
+        let mut tmp = vec![0.0f32; out.len()];
+        read.wait_into(&mut tmp)?;
+        out.copy_from_slice(&tmp);
+        Ok(())
+    }
+
+    /// Records `op` and submits it; returns without waiting.
+    fn run_tensors(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> Result<()> {
+        check_tensor_call(op, LOCATION, inputs, output)?;
+        self.check_limits(op)?;
+        let mut views = Vec::with_capacity(inputs.len());
+        for t in inputs {
+            views.push(View { buffer: self.storage(t, op.name())?.buffer().clone(), len: t.len() });
+        }
+        let out = View { buffer: self.storage(output, op.name())?.buffer().clone(), len: output.len() };
+        let mut steps = Vec::new();
+        plan::plan(&self.ctx, op, &views, &out, &mut steps)?;
+        encode::submit(&self.ctx, &steps, op.name()).map(|_| ())
+    }
+
+    /// Blocks until all submitted work has finished; reports errors of earlier
+    /// asynchronous work.
+    fn synchronize(&self) -> Result<()> {
+        self.ctx.check_alive()?;
+        #[cfg(not(target_arch = "wasm32"))]
+        self.ctx.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| errors::from_poll("synchronize", e))?;
+        self.ctx.check_alive()?;
+        self.ctx.take_uncaptured("synchronize")
+    }
+}

@@ -1,0 +1,198 @@
+//! Completion of device work as futures, and the thread that drives them on native.
+//!
+//! wgpu reports completion through callbacks (`map_async`,
+//! `on_submitted_work_done`) that fire while someone polls the device. In the
+//! browser the event loop does that; on native a per-device poller thread,
+//! started on the first future that has to wait, calls `device.poll` while any
+//! future is waiting, so futures complete without busy-waiting and without a
+//! caller blocking. Blocking calls (`download`, `synchronize`) poll on their
+//! own thread instead.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context as TaskContext, Poll, Waker};
+
+/// A one-shot slot a callback fills and a future waits on.
+#[derive(Debug)]
+pub(crate) struct Signal<T> {
+    state: Mutex<(Option<T>, Option<Waker>)>,
+}
+
+impl<T> Signal<T> {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Signal { state: Mutex::new((None, None)) })
+    }
+
+    /// Fills the slot and wakes the waiting future.
+    pub(crate) fn set(&self, value: T) {
+        let waker = match self.state.lock() {
+            Ok(mut s) => {
+                s.0 = Some(value);
+                s.1.take()
+            }
+            Err(_) => None,
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    /// Takes the value if it is there, else remembers `waker`.
+    pub(crate) fn poll(&self, waker: &Waker) -> Option<T> {
+        let mut s = self.state.lock().ok()?;
+        if let Some(v) = s.0.take() {
+            return Some(v);
+        }
+        s.1 = Some(waker.clone());
+        None
+    }
+
+    /// Takes the value if it is there.
+    pub(crate) fn take(&self) -> Option<T> {
+        self.state.lock().ok().and_then(|mut s| s.0.take())
+    }
+}
+
+#[derive(Debug, Default)]
+struct PollerState {
+    waiting: AtomicUsize,
+    started: AtomicBool,
+    shutdown: AtomicBool,
+    lock: Mutex<()>,
+    cv: Condvar,
+}
+
+/// Drives `device.poll` on a helper thread while any future waits (native);
+/// does nothing in the browser.
+#[derive(Debug)]
+pub(crate) struct Poller {
+    device: wgpu::Device,
+    state: Arc<PollerState>,
+}
+
+/// Held by a waiting future: while any exists, the poller thread polls.
+#[derive(Debug)]
+pub(crate) struct Waiting {
+    state: Arc<PollerState>,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.state.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Poller {
+    pub(crate) fn new(device: wgpu::Device) -> Self {
+        Poller { device, state: Arc::new(PollerState::default()) }
+    }
+
+    /// Registers a waiting future (starting the thread on first use).
+    pub(crate) fn wait(&self) -> Waiting {
+        self.state.waiting.fetch_add(1, Ordering::AcqRel);
+        #[cfg(not(target_arch = "wasm32"))]
+        self.start();
+        if let Ok(_g) = self.state.lock.lock() {
+            self.state.cv.notify_all();
+        }
+        Waiting { state: Arc::clone(&self.state) }
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    fn start(&self) {
+        if self.state.started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let state = Arc::clone(&self.state);
+        let device = self.device.clone();
+        let spawned = std::thread::Builder::new().name("compute-wgpu-poller".into()).spawn(move || {
+            while !state.shutdown.load(Ordering::Acquire) {
+                if state.waiting.load(Ordering::Acquire) == 0 {
+                    let Ok(g) = state.lock.lock() else { return };
+                    // Re-checked under the lock that `wait` notifies under: no lost wake-up.
+                    if state.waiting.load(Ordering::Acquire) == 0 && !state.shutdown.load(Ordering::Acquire) {
+                        let _unused = state.cv.wait(g);
+                    }
+                    continue;
+                }
+                // Blocks until the latest submission finishes; fires map and done callbacks.
+                let _ = device.poll(wgpu::PollType::wait_indefinitely());
+                // The futures just completed drop their `Waiting` once polled; give them a moment.
+                if let Ok(g) = state.lock.lock() {
+                    let _unused = state.cv.wait_timeout(g, std::time::Duration::from_micros(200));
+                }
+            }
+        });
+        if spawned.is_err() {
+            // No thread: futures fall back to polling the device themselves.
+            self.state.started.store(false, Ordering::Release);
+        }
+    }
+
+    /// Whether a helper thread is driving the device.
+    pub(crate) fn running(&self) -> bool {
+        self.state.started.load(Ordering::Acquire)
+    }
+
+    /// Non-blocking poll of the device (fires ready callbacks).
+    pub(crate) fn poke(&self) {
+        #[cfg(not(target_arch = "wasm32"))]
+        let _ = self.device.poll(wgpu::PollType::Poll);
+    }
+
+    /// Stops the thread (when the device's context drops).
+    pub(crate) fn shutdown(&self) {
+        self.state.shutdown.store(true, Ordering::Release);
+        if let Ok(_g) = self.state.lock.lock() {
+            self.state.cv.notify_all();
+        }
+    }
+}
+
+/// Resolves when all work submitted before it was created has finished on the
+/// device. From [`crate::WgpuBackend::submitted_work_done`].
+#[must_use = "futures do nothing unless awaited"]
+#[derive(Debug)]
+pub struct WorkDone {
+    pub(crate) signal: Arc<Signal<()>>,
+    pub(crate) ctx: Arc<crate::context::Context>,
+    pub(crate) waiting: Option<Waiting>,
+}
+
+impl WorkDone {
+    /// Whether the work has finished (polls the device once, without blocking).
+    pub fn is_done(&mut self) -> bool {
+        self.ctx.poller.poke();
+        match self.signal.take() {
+            Some(()) => {
+                // Remember it for a later `await`.
+                self.signal.set(());
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Future for WorkDone {
+    type Output = compute_core::Result<()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        if self.signal.poll(cx.waker()).is_some() {
+            self.waiting = None;
+            return Poll::Ready(self.ctx.check_alive());
+        }
+        if self.waiting.is_none() {
+            self.waiting = Some(self.ctx.poller.wait());
+        }
+        // Native without a poller thread: poll the device from here, cooperatively.
+        #[cfg(not(target_arch = "wasm32"))]
+        if !self.ctx.poller.running() {
+            self.ctx.poller.poke();
+            cx.waker().wake_by_ref();
+        }
+        Poll::Pending
+    }
+}

@@ -1,0 +1,288 @@
+//! Opening a device: adapter choice, limits, error capture, device-lost tracking.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use compute_core::{ComputeError, Result};
+
+use crate::buffers::BufferCache;
+use crate::completion::Poller;
+use crate::encode::Arena;
+use crate::errors::{self, KIND};
+use crate::kernels::Kernels;
+use crate::options::DeviceOptions;
+
+/// Which adapter the backend opened and the limits that shape its calls.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdapterReport {
+    /// Adapter name, e.g. `NVIDIA H200` or `llvmpipe (LLVM 15.0.6, 256 bits)`.
+    pub name: String,
+    /// Graphics API, e.g. `Vulkan`.
+    pub api: String,
+    /// `DiscreteGpu`, `IntegratedGpu`, `VirtualGpu`, `Cpu` (software) or `Other`.
+    pub device_type: String,
+    /// Driver name and version text.
+    pub driver: String,
+    /// Largest storage buffer binding in bytes (lavapipe: 128 MiB; H200: 2 GiB − 4).
+    pub max_binding_bytes: u64,
+    /// Largest buffer in bytes.
+    pub max_buffer_bytes: u64,
+}
+
+impl std::fmt::Display for AdapterReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ({}, {}, driver {}; max binding {} MiB)",
+            self.name,
+            self.api,
+            self.device_type,
+            self.driver,
+            self.max_binding_bytes >> 20
+        )
+    }
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Everything one open device owns; shared by the backend, its tensors' users and batches.
+pub(crate) struct Context {
+    pub(crate) device: wgpu::Device,
+    pub(crate) queue: wgpu::Queue,
+    pub(crate) report: AdapterReport,
+    pub(crate) limits: wgpu::Limits,
+    /// Distinguishes devices: a tensor of another device is a `WrongDevice` error.
+    pub(crate) id: u64,
+    lost: Arc<Mutex<Option<String>>>,
+    uncaptured: Arc<Mutex<Option<String>>>,
+    pub(crate) kernels: Kernels,
+    pub(crate) cache: Arc<BufferCache>,
+    pub(crate) arena: Mutex<Arena>,
+    pub(crate) poller: Poller,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("adapter", &self.report).field("id", &self.id).finish()
+    }
+}
+
+fn rank(t: wgpu::DeviceType) -> u8 {
+    match t {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Other => 3,
+        wgpu::DeviceType::Cpu => 4,
+    }
+}
+
+/// Picks the adapter `options` ask for: name filter, no software adapter unless
+/// allowed, then the best device type.
+async fn choose_adapter(instance: &wgpu::Instance, options: &DeviceOptions) -> Result<wgpu::Adapter> {
+    let mut adapters = instance.enumerate_adapters(options.backends()).await;
+    if adapters.is_empty() {
+        // The browser's WebGPU is reached only through request_adapter.
+        let req = wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            force_fallback_adapter: false,
+            compatible_surface: None,
+            apply_limit_buckets: false,
+        };
+        if let Ok(a) = instance.request_adapter(&req).await {
+            adapters.push(a);
+        }
+    }
+    let seen: Vec<String> = adapters
+        .iter()
+        .map(|a| {
+            let i = a.get_info();
+            format!("{} [{:?}, {:?}]", i.name, i.backend, i.device_type)
+        })
+        .collect();
+    let wanted = options.adapter_name.as_ref().map(|n| n.to_lowercase());
+    let best = adapters
+        .into_iter()
+        .filter(|a| {
+            let info = a.get_info();
+            wanted.as_ref().is_none_or(|w| info.name.to_lowercase().contains(w))
+                && (options.allow_fallback || info.device_type != wgpu::DeviceType::Cpu)
+        })
+        .min_by_key(|a| rank(a.get_info().device_type));
+    best.ok_or_else(|| {
+        let found = if seen.is_empty() { "none".to_string() } else { seen.join(", ") };
+        errors::unavailable(format!(
+            "no GPU adapter matches (backends {:?}, name {:?}, fallback {}); adapters found: {found}. \
+             On Linux install a Vulkan driver (e.g. `apt-get install mesa-vulkan-drivers libvulkan1`).",
+            options.backends(),
+            options.adapter_name,
+            if options.allow_fallback { "allowed" } else { "refused" },
+        ))
+    })
+}
+
+impl Context {
+    /// Opens the device `options` describe. Costs an adapter enumeration and a
+    /// device creation (milliseconds to tens of milliseconds).
+    pub(crate) async fn open(options: &DeviceOptions) -> Result<Context> {
+        if wgpu::Instance::enabled_backend_features().is_empty() {
+            return Err(errors::unavailable("no wgpu backend is compiled in for this target"));
+        }
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = options.backends();
+        desc.flags = wgpu::InstanceFlags::empty().with_env();
+        let instance = wgpu::Instance::new(desc);
+        let adapter = choose_adapter(&instance, options).await?;
+        let info = adapter.get_info();
+        let limits = adapter.limits();
+        let mut used = limits.clone();
+        if let Some(cap) = options.max_binding_bytes {
+            used.max_storage_buffer_binding_size = used.max_storage_buffer_binding_size.min(cap.max(256));
+        }
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("compute-wgpu"),
+                required_features: wgpu::Features::empty(),
+                required_limits: limits.clone(),
+                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                memory_hints: wgpu::MemoryHints::Performance,
+                trace: wgpu::Trace::Off,
+            })
+            .await
+            .map_err(|e| errors::unavailable(format!("opening {}: {e}", info.name)))?;
+        let lost = Arc::new(Mutex::new(None));
+        let lost_sink = Arc::clone(&lost);
+        device.set_device_lost_callback(move |reason, message| {
+            if let Ok(mut slot) = lost_sink.lock() {
+                slot.get_or_insert(format!("{reason:?}: {message}"));
+            }
+        });
+        // Without a handler wgpu panics on errors outside an error scope; keep the
+        // first one and report it from the next call that waits on the device.
+        let uncaptured = Arc::new(Mutex::new(None));
+        let sink = Arc::clone(&uncaptured);
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            if let Ok(mut slot) = sink.lock() {
+                slot.get_or_insert(e.to_string());
+            }
+        }));
+        let report = AdapterReport {
+            name: info.name.clone(),
+            api: format!("{:?}", info.backend),
+            device_type: format!("{:?}", info.device_type),
+            driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
+            max_binding_bytes: used.max_storage_buffer_binding_size,
+            max_buffer_bytes: limits.max_buffer_size,
+        };
+        let poller = Poller::new(device.clone());
+        Ok(Context {
+            kernels: Kernels::new(options.matmul_bounds_checks),
+            cache: Arc::new(BufferCache::new(&used)),
+            arena: Mutex::new(Arena::default()),
+            device,
+            queue,
+            report,
+            limits: used,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            lost,
+            uncaptured,
+            poller,
+        })
+    }
+
+    /// `DeviceLost` once the driver has reported the device lost.
+    pub(crate) fn check_alive(&self) -> Result<()> {
+        match self.lost.lock().ok().and_then(|s| s.clone()) {
+            Some(reason) => Err(ComputeError::DeviceLost { backend: KIND, reason }),
+            None => Ok(()),
+        }
+    }
+
+    /// Reports (once) an error that happened outside any error scope.
+    pub(crate) fn take_uncaptured(&self, op: &'static str) -> Result<()> {
+        match self.uncaptured.lock().ok().and_then(|mut s| s.take()) {
+            Some(message) => Err(errors::driver(op, format!("earlier uncaptured error: {message}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Opens an error scope catching validation, out-of-memory and internal errors
+    /// of everything this thread does on the device until [`Scope::end`].
+    pub(crate) fn scope(&self) -> Scope {
+        let internal = self.device.push_error_scope(wgpu::ErrorFilter::Internal);
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        // Field order is the reverse of the pushes: an early return drops (pops) them in order.
+        Scope { validation, oom, internal }
+    }
+
+    /// Largest storage binding in bytes, rounded down to the offset alignment.
+    pub(crate) fn max_binding(&self) -> u64 {
+        let align = self.offset_align();
+        (self.limits.max_storage_buffer_binding_size / align) * align
+    }
+
+    /// Alignment of storage binding offsets (at least 16, for vec4 arrays).
+    pub(crate) fn offset_align(&self) -> u64 {
+        u64::from(self.limits.min_storage_buffer_offset_alignment).max(16)
+    }
+
+    /// Most workgroups per grid dimension.
+    pub(crate) fn max_groups(&self) -> u32 {
+        self.limits.max_compute_workgroups_per_dimension.max(1)
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        self.poller.shutdown();
+    }
+}
+
+/// An open error scope (three filters). Pop it with [`Scope::end`] on the thread that opened it.
+#[must_use = "an error scope must be ended to see its errors"]
+pub(crate) struct Scope {
+    validation: wgpu::ErrorScopeGuard,
+    oom: wgpu::ErrorScopeGuard,
+    internal: wgpu::ErrorScopeGuard,
+}
+
+impl Scope {
+    /// Pops the scope; the future yields the first error it caught, as a typed error of `op`.
+    /// On native the future is ready at once.
+    pub(crate) fn end(
+        self,
+        op: &'static str,
+        requested_bytes: u64,
+    ) -> impl Future<Output = Result<()>> + wgpu::WasmNotSend {
+        let Scope { validation, oom, internal } = self;
+        let v = validation.pop();
+        let o = oom.pop();
+        let i = internal.pop();
+        async move {
+            let (v, o, i) = (v.await, o.await, i.await);
+            match o.or(v).or(i) {
+                Some(e) => Err(errors::from_wgpu(op, e, requested_bytes)),
+                None => Ok(()),
+            }
+        }
+    }
+
+    /// [`Scope::end`], waited for (native only: there the future is ready at once).
+    pub(crate) fn end_now(self, op: &'static str, requested_bytes: u64) -> Result<()> {
+        block_on(self.end(op, requested_bytes))
+    }
+}
+
+/// Runs a future to completion on this thread (native), or refuses (browser).
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) fn block_on<T>(f: impl Future<Output = Result<T>>) -> Result<T> {
+    pollster::block_on(f)
+}
+
+/// Runs a future to completion on this thread (native), or refuses (browser).
+#[cfg(target_arch = "wasm32")]
+pub(crate) fn block_on<T>(_f: impl Future<Output = Result<T>>) -> Result<T> {
+    Err(errors::unavailable("blocking calls are not available in the browser: use the async API"))
+}

@@ -1,0 +1,247 @@
+//! Recording steps into one command encoder and one queue submission, and
+//! reading results back to the host.
+//!
+//! Kernel parameters of a submission go into one uniform buffer (the arena,
+//! reused and grown as needed), one 256-byte-aligned slot per dispatch, written
+//! with a single `write_buffer`. The arena's lock is held from that write to the
+//! submit, so submissions from several threads never see each other's
+//! parameters; the queue orders a later write after earlier submissions.
+
+use std::future::Future;
+use std::num::NonZeroU64;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
+
+use compute_core::{ComputeError, Result};
+
+use crate::buffers::Use;
+use crate::completion::{Signal, Waiting};
+use crate::context::Context;
+use crate::errors;
+use crate::kernels::Compiled;
+use crate::plan::{PARAM_BYTES, Step};
+
+/// The reusable uniform buffer of kernel parameters.
+#[derive(Debug, Default)]
+pub(crate) struct Arena {
+    buffer: Option<wgpu::Buffer>,
+}
+
+impl Arena {
+    fn ensure(&mut self, ctx: &Context, bytes: u64) -> wgpu::Buffer {
+        match &self.buffer {
+            Some(b) if b.size() >= bytes => b.clone(),
+            _ => {
+                let size = bytes.max(4096).next_power_of_two();
+                let b = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("compute-wgpu params"),
+                    size,
+                    usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                });
+                self.buffer = Some(b.clone());
+                b
+            }
+        }
+    }
+}
+
+fn binding(buffer: &wgpu::Buffer, offset: u64, size: u64) -> wgpu::BindingResource<'_> {
+    wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset, size: NonZeroU64::new(size) })
+}
+
+/// Records `steps` into one encoder and submits it once. Returns when the work
+/// is queued (not finished). Costs one bind group per dispatch and one
+/// `write_buffer` of all parameters; pipelines are compiled on first use.
+pub(crate) fn submit(ctx: &Context, steps: &[Step], op: &'static str) -> Result<wgpu::SubmissionIndex> {
+    ctx.check_alive()?;
+    let compiled: Vec<Compiled> = steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Dispatch(d) => Some(ctx.kernels.get(ctx, d.kernel)),
+            Step::Copy { .. } => None,
+        })
+        .collect::<Result<_>>()?;
+    let stride = u64::from(ctx.limits.min_uniform_buffer_offset_alignment).max(PARAM_BYTES);
+    let mut params = Vec::with_capacity(compiled.len() * stride as usize);
+    for s in steps {
+        if let Step::Dispatch(d) = s {
+            let start = params.len();
+            params.extend_from_slice(bytemuck::cast_slice(&d.params));
+            params.resize(start + stride as usize, 0);
+        }
+    }
+    let mut arena = ctx.arena.lock().map_err(|_| errors::driver(op, "parameter arena lock poisoned"))?;
+    let scope = ctx.scope();
+    let uniform = (!params.is_empty()).then(|| {
+        let u = arena.ensure(ctx, params.len() as u64);
+        ctx.queue.write_buffer(&u, 0, &params);
+        u
+    });
+    let mut encoder = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(op) });
+    let mut i = 0;
+    let mut slot = 0usize;
+    while i < steps.len() {
+        match &steps[i] {
+            Step::Copy { src, dst, bytes } => {
+                encoder.copy_buffer_to_buffer(src, 0, dst, 0, *bytes);
+                i += 1;
+            }
+            Step::Dispatch(_) => {
+                let mut pass = encoder
+                    .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(op), timestamp_writes: None });
+                while let Some(Step::Dispatch(d)) = steps.get(i) {
+                    let (Some(c), Some(u)) = (compiled.get(slot), uniform.as_ref()) else {
+                        return Err(errors::driver(op, "internal: dispatch without a pipeline"));
+                    };
+                    let mut entries = Vec::with_capacity(d.bindings.len() + 1);
+                    entries.push(wgpu::BindGroupEntry {
+                        binding: 0,
+                        resource: binding(u, slot as u64 * stride, PARAM_BYTES),
+                    });
+                    for b in &d.bindings {
+                        entries.push(wgpu::BindGroupEntry {
+                            binding: b.slot,
+                            resource: binding(&b.buffer, b.offset, b.size),
+                        });
+                    }
+                    let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: None,
+                        layout: &c.layout,
+                        entries: &entries,
+                    });
+                    pass.set_pipeline(&c.pipeline);
+                    pass.set_bind_group(0, &group, &[]);
+                    pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+                    slot += 1;
+                    i += 1;
+                }
+            }
+        }
+    }
+    let index = ctx.queue.submit([encoder.finish()]);
+    drop(arena);
+    scope.end_now(op, 0)?;
+    ctx.check_alive()?;
+    Ok(index)
+}
+
+/// A read of `len` floats from the device, in flight: a mapped staging buffer
+/// on its way. Wait for it with [`Readback::wait_into`] (native) or `.await`.
+#[must_use = "a readback does nothing unless waited for"]
+#[derive(Debug)]
+pub(crate) struct Readback {
+    ctx: Arc<Context>,
+    staging: Option<wgpu::Buffer>,
+    len: usize,
+    index: wgpu::SubmissionIndex,
+    signal: Arc<Signal<std::result::Result<(), wgpu::BufferAsyncError>>>,
+    waiting: Option<Waiting>,
+    op: &'static str,
+}
+
+/// Submits `steps` followed by a copy of `len` floats from `src` into a staging
+/// buffer, and starts mapping it. One submission in all.
+pub(crate) fn submit_and_read(
+    ctx: &Arc<Context>,
+    mut steps: Vec<Step>,
+    src: &wgpu::Buffer,
+    len: usize,
+    op: &'static str,
+) -> Result<Readback> {
+    let bytes = (len as u64).saturating_mul(4);
+    let staging = ctx.cache.take(ctx, Use::Readback, bytes, op)?;
+    steps.push(Step::Copy { src: src.clone(), dst: staging.clone(), bytes });
+    let index = match submit(ctx, &steps, op) {
+        Ok(i) => i,
+        Err(e) => {
+            ctx.cache.give(staging);
+            return Err(e);
+        }
+    };
+    let signal = Signal::new();
+    let sink = Arc::clone(&signal);
+    staging.slice(0..bytes).map_async(wgpu::MapMode::Read, move |r| sink.set(r));
+    Ok(Readback { ctx: Arc::clone(ctx), staging: Some(staging), len, index, signal, waiting: None, op })
+}
+
+impl Readback {
+    /// Copies the mapped floats out, unmaps, returns the staging buffer to the cache.
+    fn finish(&mut self, mapped: std::result::Result<(), wgpu::BufferAsyncError>, out: &mut [f32]) -> Result<()> {
+        let staging = self.staging.take().ok_or_else(|| errors::driver(self.op, "readback already consumed"))?;
+        let result = match mapped {
+            Ok(()) => {
+                let bytes = (self.len as u64).saturating_mul(4);
+                match staging.slice(0..bytes).get_mapped_range() {
+                    Ok(view) => {
+                        // The staging buffer is 4-aligned but may not be f32-aligned as a byte
+                        // slice, so copy through a byte view of `out`.
+                        let dst: &mut [u8] = bytemuck::cast_slice_mut(out);
+                        match view.get(..dst.len()) {
+                            Some(src) => {
+                                dst.copy_from_slice(src);
+                                Ok(())
+                            }
+                            None => Err(errors::driver(self.op, "mapped range shorter than the output")),
+                        }
+                    }
+                    Err(e) => Err(errors::driver(self.op, format!("reading the staging buffer: {e}"))),
+                }
+            }
+            Err(e) => {
+                self.ctx.check_alive()?;
+                Err(errors::driver(self.op, format!("mapping the staging buffer: {e}")))
+            }
+        };
+        if result.is_ok() {
+            staging.unmap();
+            self.ctx.cache.give(staging);
+        }
+        result
+    }
+
+    /// Blocks until the data is on the host and writes it into `out` (`len` floats). Native only.
+    pub(crate) fn wait_into(mut self, out: &mut [f32]) -> Result<()> {
+        if out.len() != self.len {
+            return Err(ComputeError::shape(
+                self.op,
+                format!("output has {} elements, expected {}", out.len(), self.len),
+                format!("x=[{}]", self.len),
+            ));
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        self.ctx
+            .device
+            .poll(wgpu::PollType::Wait { submission_index: Some(self.index.clone()), timeout: None })
+            .map_err(|e| errors::from_poll(self.op, e))?;
+        self.ctx.check_alive()?;
+        let mapped = self
+            .signal
+            .take()
+            .ok_or_else(|| errors::driver(self.op, "the device finished but the staging buffer was not mapped"))?;
+        self.finish(mapped, out)?;
+        self.ctx.take_uncaptured(self.op)
+    }
+}
+
+impl Future for Readback {
+    type Output = Result<Vec<f32>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        if let Some(mapped) = self.signal.poll(cx.waker()) {
+            self.waiting = None;
+            let mut out = vec![0.0f32; self.len];
+            return Poll::Ready(self.finish(mapped, &mut out).map(|()| out));
+        }
+        if self.waiting.is_none() {
+            self.waiting = Some(self.ctx.poller.wait());
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        if !self.ctx.poller.running() {
+            self.ctx.poller.poke();
+            cx.waker().wake_by_ref();
+        }
+        Poll::Pending
+    }
+}

@@ -1,0 +1,230 @@
+//! The WGSL kernels (from the top-level `shaders/` folder, compiled into the
+//! binary) and the per-device cache of their compute pipelines.
+//!
+//! A shader module is compiled once per device on first use; each
+//! (entry point, pipeline-overridable constants) pair becomes one pipeline,
+//! compiled once and kept for the device's life.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use compute_core::{ComputeError, Result};
+
+use crate::context::Context;
+use crate::errors::KIND;
+
+/// One WGSL source file: a family of ops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Module {
+    Elementwise,
+    Reduce,
+    Rows,
+    Matmul,
+    Conv,
+}
+
+impl Module {
+    fn source(self) -> &'static str {
+        match self {
+            Module::Elementwise => include_str!("../../../shaders/elementwise.wgsl"),
+            Module::Reduce => include_str!("../../../shaders/reduce.wgsl"),
+            Module::Rows => include_str!("../../../shaders/rows.wgsl"),
+            Module::Matmul => include_str!("../../../shaders/matmul.wgsl"),
+            Module::Conv => include_str!("../../../shaders/conv.wgsl"),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Module::Elementwise => "elementwise.wgsl",
+            Module::Reduce => "reduce.wgsl",
+            Module::Rows => "rows.wgsl",
+            Module::Matmul => "matmul.wgsl",
+            Module::Conv => "conv.wgsl",
+        }
+    }
+}
+
+/// One compute pipeline: an entry point with its constants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Kernel {
+    /// `elementwise.wgsl` `unary`, op code.
+    Unary(u32),
+    /// `elementwise.wgsl` `binary`, op code.
+    Binary(u32),
+    /// `reduce.wgsl` `partials`, op code.
+    ReducePartials(u32),
+    /// `reduce.wgsl` `finish`, op code.
+    ReduceFinish(u32),
+    /// `rows.wgsl` `softmax`: 0 softmax, 1 log_softmax.
+    Softmax(u32),
+    /// `rows.wgsl` `layer_norm`.
+    LayerNorm,
+    /// `rows.wgsl` `rms_norm`.
+    RmsNorm,
+    /// `matmul.wgsl` `matmul_vec4` or `matmul_scalar`, transposes; `checked`:
+    /// compiled with naga's runtime bounds checks.
+    Matmul { vec4: bool, ta: bool, tb: bool, checked: bool },
+    /// `conv.wgsl` `conv2d`.
+    Conv2d,
+}
+
+impl Kernel {
+    fn module(self) -> Module {
+        match self {
+            Kernel::Unary(_) | Kernel::Binary(_) => Module::Elementwise,
+            Kernel::ReducePartials(_) | Kernel::ReduceFinish(_) => Module::Reduce,
+            Kernel::Softmax(_) | Kernel::LayerNorm | Kernel::RmsNorm => Module::Rows,
+            Kernel::Matmul { .. } => Module::Matmul,
+            Kernel::Conv2d => Module::Conv,
+        }
+    }
+
+    fn entry(self) -> &'static str {
+        match self {
+            Kernel::Unary(_) => "unary",
+            Kernel::Binary(_) => "binary",
+            Kernel::ReducePartials(_) => "partials",
+            Kernel::ReduceFinish(_) => "finish",
+            Kernel::Softmax(_) => "softmax",
+            Kernel::LayerNorm => "layer_norm",
+            Kernel::RmsNorm => "rms_norm",
+            Kernel::Matmul { vec4: true, .. } => "matmul_vec4",
+            Kernel::Matmul { vec4: false, .. } => "matmul_scalar",
+            Kernel::Conv2d => "conv2d",
+        }
+    }
+
+    fn constants(self) -> Vec<(&'static str, f64)> {
+        let flag = |b: bool| if b { 1.0 } else { 0.0 };
+        match self {
+            Kernel::Unary(op)
+            | Kernel::Binary(op)
+            | Kernel::ReducePartials(op)
+            | Kernel::ReduceFinish(op)
+            | Kernel::Softmax(op) => vec![("OP", f64::from(op))],
+            Kernel::Matmul { ta, tb, .. } => vec![("TA", flag(ta)), ("TB", flag(tb))],
+            Kernel::LayerNorm | Kernel::RmsNorm | Kernel::Conv2d => Vec::new(),
+        }
+    }
+
+    /// Whether this kernel's module is compiled without naga's runtime checks.
+    fn unchecked(self) -> bool {
+        matches!(self, Kernel::Matmul { checked: false, .. })
+    }
+}
+
+/// A compiled pipeline and its bind group layout (group 0).
+#[derive(Clone, Debug)]
+pub(crate) struct Compiled {
+    pub(crate) pipeline: wgpu::ComputePipeline,
+    pub(crate) layout: wgpu::BindGroupLayout,
+}
+
+/// Per-device cache of shader modules and pipelines.
+#[derive(Debug)]
+pub(crate) struct Kernels {
+    /// Whether matmul keeps naga's runtime bounds checks.
+    pub(crate) matmul_checked: bool,
+    modules: Mutex<HashMap<(Module, bool), wgpu::ShaderModule>>,
+    pipelines: Mutex<HashMap<Kernel, Compiled>>,
+}
+
+fn compile_error(kernel: &str, e: impl std::fmt::Display) -> ComputeError {
+    ComputeError::Compile { backend: KIND, kernel: kernel.to_string(), message: e.to_string() }
+}
+
+impl Kernels {
+    pub(crate) fn new(matmul_checked: bool) -> Self {
+        Kernels { matmul_checked, modules: Mutex::new(HashMap::new()), pipelines: Mutex::new(HashMap::new()) }
+    }
+
+    /// The pipeline for `kernel`, compiled on first use (milliseconds; a cache hit costs a map lookup).
+    pub(crate) fn get(&self, ctx: &Context, kernel: Kernel) -> Result<Compiled> {
+        let poisoned = |_| compile_error(kernel.entry(), "pipeline cache lock poisoned");
+        if let Some(c) = self.pipelines.lock().map_err(poisoned)?.get(&kernel) {
+            return Ok(c.clone());
+        }
+        let module = self.module(ctx, kernel.module(), kernel.unchecked())?;
+        let constants = kernel.constants();
+        let scope = ctx.scope();
+        let pipeline = ctx.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(kernel.entry()),
+            layout: None,
+            module: &module,
+            entry_point: Some(kernel.entry()),
+            compilation_options: wgpu::PipelineCompilationOptions {
+                constants: &constants,
+                // Every kernel writes its workgroup memory before reading it.
+                zero_initialize_workgroup_memory: false,
+            },
+            cache: None,
+        });
+        let layout = pipeline.get_bind_group_layout(0);
+        scope.end_now("compile", 0).map_err(|e| compile_error(kernel.entry(), e))?;
+        let compiled = Compiled { pipeline, layout };
+        self.pipelines.lock().map_err(poisoned)?.insert(kernel, compiled.clone());
+        Ok(compiled)
+    }
+
+    fn module(&self, ctx: &Context, module: Module, unchecked: bool) -> Result<wgpu::ShaderModule> {
+        let poisoned = |_| compile_error(module.name(), "module cache lock poisoned");
+        if let Some(m) = self.modules.lock().map_err(poisoned)?.get(&(module, unchecked)) {
+            return Ok(m.clone());
+        }
+        let desc = wgpu::ShaderModuleDescriptor {
+            label: Some(module.name()),
+            source: wgpu::ShaderSource::Wgsl(module.source().into()),
+        };
+        let scope = ctx.scope();
+        let compiled = if unchecked {
+            // SAFETY: only `matmul.wgsl` is compiled unchecked. Its kernels compare every
+            // global index against the matrix extents (m, k, n) before using it, the host
+            // validates that each binding holds the batch × extents it is told (`plan.rs`),
+            // workgroup indices are below the arrays' sizes by construction, private
+            // accumulators are indexed by literals only, and every loop runs a finite
+            // number of steps bounded by k. So no access can leave its binding and no loop
+            // can run forever: the two things the dropped checks guard against.
+            unsafe { ctx.device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
+        } else {
+            ctx.device.create_shader_module(desc)
+        };
+        scope.end_now("compile", 0).map_err(|e| compile_error(module.name(), e))?;
+        self.modules.lock().map_err(poisoned)?.insert((module, unchecked), compiled.clone());
+        Ok(compiled)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_module_parses_and_validates_with_naga() {
+        // Every GPU test compiles the shaders too; this catches WGSL errors on machines without a GPU.
+        for m in [Module::Elementwise, Module::Reduce, Module::Rows, Module::Matmul, Module::Conv] {
+            let module = naga::front::wgsl::parse_str(m.source())
+                .unwrap_or_else(|e| panic!("{} does not parse:\n{}", m.name(), e.emit_to_string(m.source())));
+            let mut validator =
+                naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::default());
+            if let Err(e) = validator.validate(&module) {
+                panic!("{} does not validate:\n{}", m.name(), e.emit_to_string(m.source()));
+            }
+            assert!(!module.entry_points.is_empty(), "{} has no entry point", m.name());
+        }
+    }
+
+    #[test]
+    fn kernels_name_their_entry_points_and_constants() {
+        assert_eq!(Kernel::Unary(3).entry(), "unary");
+        assert_eq!(Kernel::Unary(3).constants(), vec![("OP", 3.0)]);
+        let mm = Kernel::Matmul { vec4: true, ta: true, tb: false, checked: false };
+        assert_eq!(mm.entry(), "matmul_vec4");
+        assert_eq!(mm.constants(), vec![("TA", 1.0), ("TB", 0.0)]);
+        assert!(mm.unchecked());
+        assert!(!Kernel::Unary(0).unchecked());
+        for k in [Kernel::Unary(0), Kernel::ReduceFinish(0), Kernel::LayerNorm, Kernel::Conv2d, mm] {
+            assert!(k.module().source().contains(&format!("fn {}(", k.entry())), "{k:?}");
+        }
+    }
+}

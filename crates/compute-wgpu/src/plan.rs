@@ -1,0 +1,404 @@
+//! Turning one validated [`Op`] on device buffers into kernel dispatches,
+//! split to respect the adapter's limits.
+//!
+//! A storage binding may be smaller than a buffer (lavapipe: 128 MiB, H200:
+//! 2 GiB − 4), and a grid dimension holds at most 65535 workgroups. Element-wise
+//! ops and reductions are split into pieces of at most one binding; row ops into
+//! pieces of whole rows; matmul batches into grids of at most 65535 matrices.
+//! What cannot be split (one row, one matrix or one convolution operand larger
+//! than a binding) is a [`ComputeError::LimitExceeded`] naming requested and
+//! maximum bytes. Nothing here touches the device except taking a scratch
+//! buffer from the cache for reductions.
+
+use compute_core::{BinaryOp, ComputeError, GeluForm, Op, ReduceOp, Result, RowOp, UnaryOp};
+
+use crate::buffers::{Use, padded_bytes};
+use crate::context::Context;
+use crate::errors;
+use crate::kernels::Kernel;
+
+/// Bytes of every kernel's uniform parameter block.
+pub(crate) const PARAM_BYTES: u64 = 64;
+
+/// One buffer range bound at `slot` of group 0.
+#[derive(Clone, Debug)]
+pub(crate) struct Binding {
+    pub(crate) slot: u32,
+    pub(crate) buffer: wgpu::Buffer,
+    pub(crate) offset: u64,
+    pub(crate) size: u64,
+}
+
+/// One kernel launch: pipeline, parameters (slot 0), storage bindings, grid.
+#[derive(Clone, Debug)]
+pub(crate) struct Dispatch {
+    pub(crate) kernel: Kernel,
+    pub(crate) params: [u32; 16],
+    pub(crate) bindings: Vec<Binding>,
+    pub(crate) groups: [u32; 3],
+}
+
+/// One command of a submission.
+#[derive(Clone, Debug)]
+pub(crate) enum Step {
+    Dispatch(Dispatch),
+    /// Copies `bytes` from the start of `src` to the start of `dst`.
+    Copy {
+        src: wgpu::Buffer,
+        dst: wgpu::Buffer,
+        bytes: u64,
+    },
+}
+
+/// `len` floats at the start of `buffer` (which holds at least `padded_bytes(len)`).
+#[derive(Clone, Debug)]
+pub(crate) struct View {
+    pub(crate) buffer: wgpu::Buffer,
+    pub(crate) len: usize,
+}
+
+/// Floats one element-wise workgroup covers (256 invocations × 4 vec4).
+const ELEMENTWISE_GROUP: u64 = 4096;
+/// Most partials one reduction piece writes.
+const MAX_PARTIALS: u64 = 1024;
+/// vec4s each reduction invocation reads at least (when the input is large).
+const REDUCE_PER_INVOCATION: u64 = 8;
+
+fn params(values: &[u32]) -> [u32; 16] {
+    let mut p = [0u32; 16];
+    for (d, s) in p.iter_mut().zip(values) {
+        *d = *s;
+    }
+    p
+}
+
+fn to_u32(op: &'static str, what: &'static str, v: u64) -> Result<u32> {
+    u32::try_from(v).map_err(|_| errors::limit(op, what, v, u64::from(u32::MAX)))
+}
+
+fn bind(slot: u32, buffer: &wgpu::Buffer, offset: u64, size: u64) -> Binding {
+    Binding { slot, buffer: buffer.clone(), offset, size }
+}
+
+/// A grid of `groups` workgroups: 1-D if it fits, else 2-D (kernels flatten it
+/// and skip the surplus groups).
+fn grid(ctx: &Context, op: &'static str, groups: u64) -> Result<[u32; 3]> {
+    let max = u64::from(ctx.max_groups());
+    let groups = groups.max(1);
+    if groups <= max {
+        return Ok([to_u32(op, "workgroups", groups)?, 1, 1]);
+    }
+    let y = groups.div_ceil(max);
+    if y > max {
+        return Err(errors::limit(op, "workgroups", groups, max.saturating_mul(max)));
+    }
+    Ok([to_u32(op, "workgroups", max)?, to_u32(op, "workgroups", y)?, 1])
+}
+
+/// Splits `len` floats into pieces of at most one binding: (first element, count).
+fn pieces(ctx: &Context, len: usize) -> Vec<(u64, u64)> {
+    let chunk = (ctx.max_binding() / 4).max(4);
+    let len = len as u64;
+    (0..len.div_ceil(chunk)).map(|i| (i * chunk, chunk.min(len - i * chunk))).collect()
+}
+
+fn unary_code(op: UnaryOp) -> (u32, f32, f32) {
+    match op {
+        UnaryOp::Relu => (0, 0.0, 0.0),
+        UnaryOp::LeakyRelu { alpha } => (1, alpha, 0.0),
+        UnaryOp::Elu { alpha } => (2, alpha, 0.0),
+        UnaryOp::Sigmoid => (3, 0.0, 0.0),
+        UnaryOp::Tanh => (4, 0.0, 0.0),
+        UnaryOp::Swish => (5, 0.0, 0.0),
+        UnaryOp::Gelu(GeluForm::Tanh) => (6, 0.0, 0.0),
+        UnaryOp::Gelu(GeluForm::Erf) => (7, 0.0, 0.0),
+        UnaryOp::Clip { min, max } => (8, min, max),
+        UnaryOp::Scale { s } => (9, s, 0.0),
+    }
+}
+
+fn binary_code(op: BinaryOp) -> u32 {
+    match op {
+        BinaryOp::Add => 0,
+        BinaryOp::Sub => 1,
+        BinaryOp::Mul => 2,
+    }
+}
+
+/// Appends the dispatches of `op` (already validated against the views'
+/// lengths) reading `inputs` and writing `output`. Costs no device work.
+pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps: &mut Vec<Step>) -> Result<()> {
+    let name = op.name();
+    let input = |i: usize| {
+        inputs.get(i).ok_or_else(|| {
+            ComputeError::shape(name, format!("expected at least {} inputs, got {}", i + 1, inputs.len()), op.shapes())
+        })
+    };
+    match *op {
+        Op::Unary { op: u, len } => {
+            let (code, a, b) = unary_code(u);
+            let x = input(0)?;
+            for (start, n) in pieces(ctx, len) {
+                let (off, size) = (start * 4, padded_bytes(n as usize));
+                steps.push(Step::Dispatch(Dispatch {
+                    kernel: Kernel::Unary(code),
+                    params: params(&[to_u32(name, "elements", n)?, 0, a.to_bits(), b.to_bits()]),
+                    bindings: vec![bind(1, &x.buffer, off, size), bind(2, &output.buffer, off, size)],
+                    groups: grid(ctx, name, n.div_ceil(ELEMENTWISE_GROUP))?,
+                }));
+            }
+        }
+        Op::Binary { op: b, len } => {
+            let (x, y) = (input(0)?, input(1)?);
+            for (start, n) in pieces(ctx, len) {
+                let (off, size) = (start * 4, padded_bytes(n as usize));
+                steps.push(Step::Dispatch(Dispatch {
+                    kernel: Kernel::Binary(binary_code(b)),
+                    params: params(&[to_u32(name, "elements", n)?]),
+                    bindings: vec![
+                        bind(1, &x.buffer, off, size),
+                        bind(3, &y.buffer, off, size),
+                        bind(2, &output.buffer, off, size),
+                    ],
+                    groups: grid(ctx, name, n.div_ceil(ELEMENTWISE_GROUP))?,
+                }));
+            }
+        }
+        Op::Reduce { op: r, len } => {
+            let code = match r {
+                ReduceOp::Sum => 0,
+                ReduceOp::Max => 1,
+            };
+            let x = input(0)?;
+            reduce(ctx, name, code, x, x, len, output, steps)?;
+        }
+        Op::Dot { len } => reduce(ctx, name, 2, input(0)?, input(1)?, len, output, steps)?,
+        Op::Rows { op: r, rows, cols } => {
+            let kernel = match r {
+                RowOp::Softmax => Kernel::Softmax(0),
+                RowOp::LogSoftmax => Kernel::Softmax(1),
+                RowOp::LayerNorm { .. } => Kernel::LayerNorm,
+                RowOp::RmsNorm { .. } => Kernel::RmsNorm,
+            };
+            let eps = match r {
+                RowOp::LayerNorm { eps } | RowOp::RmsNorm { eps } => eps,
+                RowOp::Softmax | RowOp::LogSoftmax => 0.0,
+            };
+            let x = input(0)?;
+            let row_bytes = (cols as u64).saturating_mul(4);
+            let max = ctx.max_binding();
+            if row_bytes > max {
+                return Err(errors::limit(name, "storage buffer binding bytes (one row)", row_bytes, max));
+            }
+            // Piece offsets must be multiples of the binding offset alignment.
+            let align = ctx.offset_align();
+            let step_rows = align / gcd(row_bytes, align);
+            let per = (max / row_bytes) / step_rows * step_rows;
+            if per == 0 {
+                return Err(errors::limit(
+                    name,
+                    "storage buffer binding bytes (aligned rows)",
+                    row_bytes * step_rows,
+                    max,
+                ));
+            }
+            let cols32 = to_u32(name, "columns", cols as u64)?;
+            let rows = rows as u64;
+            let mut start = 0;
+            while start < rows {
+                let n = per.min(rows - start);
+                let (off, size) = (start * row_bytes, n * row_bytes);
+                let mut bindings = vec![bind(1, &x.buffer, off, size), bind(2, &output.buffer, off, size)];
+                if let RowOp::LayerNorm { .. } | RowOp::RmsNorm { .. } = r {
+                    bindings.push(bind(3, &input(1)?.buffer, 0, row_bytes));
+                }
+                if let RowOp::LayerNorm { .. } = r {
+                    bindings.push(bind(4, &input(2)?.buffer, 0, row_bytes));
+                }
+                steps.push(Step::Dispatch(Dispatch {
+                    kernel,
+                    params: params(&[to_u32(name, "rows", n)?, cols32, eps.to_bits()]),
+                    bindings,
+                    groups: grid(ctx, name, n)?,
+                }));
+                start += n;
+            }
+        }
+        Op::Matmul(s) => {
+            let (a, b) = (input(0)?, input(1)?);
+            let max = ctx.max_binding();
+            let sizes = [
+                (a.len, "storage buffer binding bytes (matmul A)"),
+                (b.len, "storage buffer binding bytes (matmul B)"),
+                (output.len, "storage buffer binding bytes (matmul C)"),
+            ];
+            for (len, what) in sizes {
+                if padded_bytes(len) > max {
+                    return Err(errors::limit(name, what, padded_bytes(len), max));
+                }
+            }
+            let vec4 = (if s.trans_a { s.m } else { s.k }) % 4 == 0
+                && (if s.trans_b { s.k } else { s.n }) % 4 == 0
+                && s.n % 4 == 0;
+            let kernel = Kernel::Matmul { vec4, ta: s.trans_a, tb: s.trans_b, checked: ctx.kernels.matmul_checked };
+            let (m, k, n) = (s.m as u64, s.k as u64, s.n as u64);
+            let gx = n.div_ceil(128);
+            let gy = m.div_ceil(128);
+            let maxg = u64::from(ctx.max_groups());
+            if gx > maxg || gy > maxg {
+                return Err(errors::limit(name, "workgroups per dimension", gx.max(gy), maxg));
+            }
+            let slots = if vec4 { [1, 2, 3] } else { [4, 5, 6] };
+            let bindings = vec![
+                bind(slots[0], &a.buffer, 0, padded_bytes(a.len)),
+                bind(slots[1], &b.buffer, 0, padded_bytes(b.len)),
+                bind(slots[2], &output.buffer, 0, padded_bytes(output.len)),
+            ];
+            let dims = [to_u32(name, "rows", m)?, to_u32(name, "columns", n)?, to_u32(name, "inner dimension", k)?];
+            let strides =
+                [to_u32(name, "elements", m * k)?, to_u32(name, "elements", k * n)?, to_u32(name, "elements", m * n)?];
+            let batch = s.batch as u64;
+            let mut z0 = 0;
+            while z0 < batch {
+                let gz = maxg.min(batch - z0);
+                steps.push(Step::Dispatch(Dispatch {
+                    kernel,
+                    params: params(&[
+                        dims[0],
+                        dims[1],
+                        dims[2],
+                        to_u32(name, "batch", z0)?,
+                        strides[0],
+                        strides[1],
+                        strides[2],
+                    ]),
+                    bindings: bindings.clone(),
+                    groups: [
+                        to_u32(name, "workgroups", gx)?,
+                        to_u32(name, "workgroups", gy)?,
+                        to_u32(name, "workgroups", gz)?,
+                    ],
+                }));
+                z0 += gz;
+            }
+        }
+        Op::Conv2d(c) => {
+            let (x, w) = (input(0)?, input(1)?);
+            let max = ctx.max_binding();
+            for (len, what) in [
+                (x.len, "storage buffer binding bytes (conv input)"),
+                (w.len, "storage buffer binding bytes (conv weights)"),
+                (output.len, "storage buffer binding bytes (conv output)"),
+            ] {
+                if padded_bytes(len) > max {
+                    return Err(errors::limit(name, what, padded_bytes(len), max));
+                }
+            }
+            let (oh, ow) = c
+                .output_hw()
+                .ok_or_else(|| ComputeError::shape(name, "kernel larger than padded input", op.shapes()))?;
+            let u = |v: usize| to_u32(name, "convolution size", v as u64);
+            let total = output.len as u64;
+            steps.push(Step::Dispatch(Dispatch {
+                kernel: Kernel::Conv2d,
+                params: params(&[
+                    u(c.n)?,
+                    u(c.c_in)?,
+                    u(c.h)?,
+                    u(c.w)?,
+                    u(c.c_out)?,
+                    u(c.kh)?,
+                    u(c.kw)?,
+                    u(c.stride.0)?,
+                    u(c.stride.1)?,
+                    u(c.padding.0)?,
+                    u(c.padding.1)?,
+                    u(oh)?,
+                    u(ow)?,
+                    to_u32(name, "elements", total)?,
+                ]),
+                bindings: vec![
+                    bind(1, &x.buffer, 0, padded_bytes(x.len)),
+                    bind(2, &w.buffer, 0, padded_bytes(w.len)),
+                    bind(3, &output.buffer, 0, padded_bytes(output.len)),
+                ],
+                groups: grid(ctx, name, total.div_ceil(256))?,
+            }));
+        }
+    }
+    Ok(())
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a.max(1)
+}
+
+/// Sum, max (code 0, 1: `b` is `x`) or dot (code 2) of `len` elements into `out[0]`:
+/// partials per piece into a scratch buffer, then one workgroup finishes.
+#[allow(clippy::too_many_arguments)]
+fn reduce(
+    ctx: &Context,
+    name: &'static str,
+    code: u32,
+    x: &View,
+    b: &View,
+    len: usize,
+    out: &View,
+    steps: &mut Vec<Step>,
+) -> Result<()> {
+    let parts: Vec<(u64, u64, u64)> = pieces(ctx, len)
+        .into_iter()
+        .map(|(start, n)| (start, n, n.div_ceil(4).div_ceil(256 * REDUCE_PER_INVOCATION).clamp(1, MAX_PARTIALS)))
+        .collect();
+    let total: u64 = parts.iter().map(|p| p.2).sum();
+    let scratch_bytes = padded_bytes(total as usize);
+    let scratch = ctx.cache.take(ctx, Use::Storage, scratch_bytes, name)?;
+    let mut first = 0;
+    for (start, n, groups) in parts {
+        let (off, size) = (start * 4, padded_bytes(n as usize));
+        steps.push(Step::Dispatch(Dispatch {
+            kernel: Kernel::ReducePartials(code),
+            params: params(&[to_u32(name, "elements", n)?, to_u32(name, "partials", first)?]),
+            bindings: vec![
+                bind(1, &x.buffer, off, size),
+                bind(2, &b.buffer, off, size),
+                bind(3, &scratch, 0, scratch_bytes),
+            ],
+            groups: [to_u32(name, "workgroups", groups)?, 1, 1],
+        }));
+        first += groups;
+    }
+    steps.push(Step::Dispatch(Dispatch {
+        kernel: Kernel::ReduceFinish(code),
+        params: params(&[to_u32(name, "partials", total)?]),
+        bindings: vec![bind(4, &scratch, 0, scratch_bytes), bind(5, &out.buffer, 0, padded_bytes(out.len))],
+        groups: [1, 1, 1],
+    }));
+    // Later users of the scratch buffer are ordered after these dispatches by the queue.
+    ctx.cache.give(scratch);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gcd_of_row_bytes_and_alignment() {
+        assert_eq!(gcd(4 * 17, 256), 4);
+        assert_eq!(gcd(4096, 256), 256);
+        assert_eq!(gcd(0, 0), 1);
+    }
+
+    #[test]
+    fn op_codes_match_the_shader_switches() {
+        assert_eq!(unary_code(UnaryOp::Relu).0, 0);
+        assert_eq!(unary_code(UnaryOp::Clip { min: -1.0, max: 2.0 }), (8, -1.0, 2.0));
+        assert_eq!(unary_code(UnaryOp::Scale { s: 3.0 }), (9, 3.0, 0.0));
+        assert_eq!(binary_code(BinaryOp::Mul), 2);
+        assert_eq!(params(&[1, 2, 3])[..4], [1, 2, 3, 0]);
+    }
+}

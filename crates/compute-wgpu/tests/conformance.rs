@@ -1,0 +1,7 @@
+//! The shared conformance suite on the wgpu backend (lavapipe in CI, the real
+//! GPU on the GPU machine). Without any adapter the groups print SKIPPED, unless
+//! `COMPUTE_REQUIRE` lists `wgpu` (then they fail).
+use compute_core::{BackendKind, conformance::Config};
+use compute_wgpu::WgpuBackend;
+
+compute_core::conformance_tests!(WgpuBackend::new, BackendKind::Wgpu, Config::from_env().without_ieee_specials());

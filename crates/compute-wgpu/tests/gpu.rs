@@ -1,0 +1,293 @@
+//! Behaviour of the wgpu backend beyond the shared conformance suite: limits
+//! (split or refused), the batch API, asynchronous results, external buffer
+//! pools, adapter choice and typed errors. Each test prints the adapter it ran
+//! on; without any adapter they print SKIPPED, and fail when `COMPUTE_REQUIRE`
+//! lists `wgpu` or `CI=true`.
+
+use std::sync::{Arc, Mutex};
+
+use compute_core::conformance::rng::Rng;
+use compute_core::{Backend, BackendKind, ComputeError, Op, Ops, ReduceOp, RowOp, UnaryOp};
+use compute_wgpu::{BufferRecycler, DeviceOptions, WgpuBackend, wgpu};
+
+fn open(options: DeviceOptions, test: &str) -> Option<WgpuBackend> {
+    match WgpuBackend::with_options(&options) {
+        Ok(b) => {
+            eprintln!("{test}: on {}", b.adapter());
+            Some(b)
+        }
+        Err(e) => {
+            let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+            if compute_core::conformance::required(BackendKind::Wgpu) || ci {
+                panic!("{test}: a wgpu adapter is required here (COMPUTE_REQUIRE / CI) but: {e}");
+            }
+            eprintln!("SKIPPED: {test}: no wgpu adapter: {e}");
+            None
+        }
+    }
+}
+
+fn gpu(test: &str) -> Option<WgpuBackend> {
+    open(DeviceOptions::from_env(), test)
+}
+
+fn seed() -> Rng {
+    let s = compute_core::conformance::rng::fresh_seed();
+    eprintln!("seed {s}");
+    Rng::new(s)
+}
+
+#[test]
+fn ops_larger_than_a_binding_are_split_or_refused() {
+    // A 64 KiB binding cap makes every family split on any device, with small data.
+    let Some(gpu) = open(DeviceOptions::from_env().with_max_binding_bytes(64 << 10), "split") else { return };
+    assert_eq!(gpu.adapter().max_binding_bytes, 64 << 10);
+    let mut rng = seed();
+    let n = 3 * (16 << 10) + 1001; // 3 pieces and an odd tail
+    let x = rng.vec(n, -4.0, 4.0);
+    let y = rng.vec(n, -4.0, 4.0);
+    let mut out = vec![f32::NAN; n];
+    gpu.relu(&x, &mut out).unwrap();
+    assert!(out.iter().zip(&x).all(|(o, v)| *o == v.max(0.0)), "split relu differs");
+    gpu.add(&x, &y, &mut out).unwrap();
+    assert!(out.iter().zip(x.iter().zip(&y)).all(|(o, (a, b))| *o == a + b), "split add differs");
+    let want: f64 = x.iter().zip(&y).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
+    let scale: f64 = x.iter().zip(&y).map(|(a, b)| (f64::from(*a) * f64::from(*b)).abs()).sum();
+    let got = gpu.dot(&x, &y).unwrap();
+    assert!((f64::from(got) - want).abs() <= 1e-5 * scale, "split dot {got} vs {want}");
+    let max = gpu.max(&x).unwrap();
+    assert_eq!(max, x.iter().copied().fold(f32::MIN, f32::max));
+    // Rows: 100 rows of 1000 floats (4000 B) -> pieces of whole, aligned rows.
+    let (rows, cols) = (100, 1000);
+    let m = rng.vec(rows * cols, -3.0, 3.0);
+    let mut sm = vec![f32::NAN; rows * cols];
+    gpu.softmax(&m, rows, cols, &mut sm).unwrap();
+    let op = Op::rows(RowOp::Softmax, rows, cols);
+    assert_eq!(compute_core::conformance::compare(&op, &[&m], &sm, 1.0), None);
+    // One row larger than a binding, and a matrix larger than a binding, are refused.
+    let long = Op::rows(RowOp::Softmax, 1, 20_000);
+    match gpu.check_limits(&long) {
+        Err(ComputeError::LimitExceeded { requested: 80_000, maximum: 65_536, .. }) => {}
+        other => panic!("softmax row over the cap: {other:?}"),
+    }
+    let (mm, k) = (4100, 4);
+    let a = rng.vec(mm * k, -1.0, 1.0);
+    let b = rng.vec(k * k, -1.0, 1.0);
+    let mut c = vec![7.0f32; mm * k];
+    match gpu.matmul(&a, &b, &mut c, mm, k, k) {
+        Err(ComputeError::LimitExceeded { op: "matmul", what, requested, maximum }) => {
+            assert!(what.contains("matmul A"), "{what}");
+            assert_eq!((requested, maximum), (65_600, 65_536));
+        }
+        other => panic!("matmul over the cap: {other:?}"),
+    }
+    assert!(c.iter().all(|&v| v == 7.0), "output written despite the error");
+}
+
+#[test]
+fn real_binding_limit_splits_elementwise_and_reductions() {
+    let Some(gpu) = gpu("real limit") else { return };
+    let max = gpu.adapter().max_binding_bytes;
+    if max > 512 << 20 {
+        eprintln!(
+            "SKIPPED: real limit: binding limit {max} B would need several GiB of host memory (the capped test covers splitting)"
+        );
+        return;
+    }
+    // lavapipe: 128 MiB per binding; this relu is 128 MiB + 16 KiB.
+    let n = (max / 4) as usize + 4099;
+    let mut rng = seed();
+    let x: Vec<f32> = (0..n).map(|i| if i % 3 == 0 { -(i as f32) } else { rng.uniform(-2.0, 2.0) }).collect();
+    let mut out = vec![f32::NAN; n];
+    gpu.relu(&x, &mut out).unwrap();
+    let bad = out.iter().zip(&x).filter(|(o, v)| **o != v.max(0.0)).count();
+    assert_eq!(bad, 0, "relu over {n} elements (more than one {max}-byte binding)");
+    let s = gpu.run(&Op::Reduce { op: ReduceOp::Max, len: n }, &[&x], &mut out[..1]);
+    assert!(s.is_ok(), "{s:?}");
+    assert_eq!(out[0], x.iter().copied().fold(f32::MIN, f32::max));
+}
+
+#[test]
+fn batch_runs_a_chain_in_one_submission() {
+    let Some(gpu) = gpu("batch") else { return };
+    let mut rng = seed();
+    let n = 10_007;
+    let x = rng.vec(n, -3.0, 3.0);
+    let w = rng.vec(n, -1.0, 1.0);
+    let mut batch = gpu.batch();
+    let bx = batch.upload(&x).unwrap();
+    let bw = batch.upload(&w).unwrap();
+    let r = batch.relu(bx).unwrap();
+    let s = batch.scale(r, 0.5).unwrap();
+    let a = batch.add(s, bw).unwrap();
+    let m = batch.mul(a, bx).unwrap();
+    let g = batch.sigmoid(m).unwrap();
+    let t = batch.tanh(g).unwrap();
+    let sw = batch.swish(t).unwrap();
+    let ge = batch.gelu(sw).unwrap();
+    let d = batch.dot(ge, bw).unwrap();
+    assert_eq!(batch.pending(), 9);
+    // Shape errors are returned and record nothing.
+    let short = batch.upload(&x[..10]).unwrap();
+    assert!(matches!(batch.add(bx, short), Err(ComputeError::Shape { op: "add", .. })));
+    assert!(matches!(batch.matmul(bx, bw, 3, 5, 7), Err(ComputeError::Shape { op: "matmul", .. })));
+    assert_eq!(batch.pending(), 9);
+    batch.execute().unwrap();
+    assert_eq!((batch.pending(), batch.submissions()), (0, 1), "nine ops, one submission");
+    let got = batch.read(ge).unwrap();
+    let dot = batch.read(d).unwrap();
+    // The same chain through host calls, op by op.
+    let step = |op: UnaryOp, v: &[f32]| {
+        let mut o = vec![0.0; v.len()];
+        gpu.unary(op, v, &mut o).unwrap();
+        o
+    };
+    let mut h = step(UnaryOp::Relu, &x);
+    h = step(UnaryOp::Scale { s: 0.5 }, &h);
+    let mut tmp = vec![0.0; n];
+    gpu.add(&h, &w, &mut tmp).unwrap();
+    gpu.mul(&tmp, &x, &mut h).unwrap();
+    for op in [UnaryOp::Sigmoid, UnaryOp::Tanh, UnaryOp::Swish, UnaryOp::Gelu(compute_core::GeluForm::Tanh)] {
+        h = step(op, &h);
+    }
+    assert_eq!(got, h, "batch chain differs from the op-by-op chain on the same device");
+    let host_dot = gpu.dot(&h, &w).unwrap();
+    assert!((dot[0] - host_dot).abs() <= 1e-4 * host_dot.abs().max(1.0), "{} vs {host_dot}", dot[0]);
+    // Reading executes what is pending first.
+    let again = batch.scale(bx, 2.0).unwrap();
+    let doubled = batch.read(again).unwrap();
+    assert!(doubled.iter().zip(&x).all(|(d, v)| *d == 2.0 * v));
+    assert!(matches!(batch.read(d), Ok(v) if v == dot));
+}
+
+#[test]
+fn async_results_and_work_done() {
+    let Some(gpu) = gpu("async") else { return };
+    let mut rng = seed();
+    let x = rng.vec(4099, -2.0, 2.0);
+    let op = Op::unary(UnaryOp::Relu, x.len());
+    let y = pollster::block_on(gpu.run_async(&op, &[&x])).unwrap();
+    assert!(y.iter().zip(&x).all(|(a, b)| *a == b.max(0.0)));
+    let t = gpu.upload(&x).unwrap();
+    let o = gpu.alloc(x.len()).unwrap();
+    gpu.run_tensors(&Op::unary(UnaryOp::Scale { s: 3.0 }, x.len()), &[&t], &o).unwrap();
+    pollster::block_on(gpu.submitted_work_done()).unwrap();
+    let back = pollster::block_on(gpu.download_async(&o)).unwrap();
+    assert!(back.iter().zip(&x).all(|(a, b)| *a == 3.0 * b));
+    // Shape errors come back through the future too.
+    let bad = pollster::block_on(gpu.run_async(&Op::unary(UnaryOp::Relu, 5), &[&x]));
+    assert!(matches!(bad, Err(ComputeError::Shape { .. })), "{bad:?}");
+}
+
+#[derive(Debug, Default)]
+struct Pool {
+    returned: Mutex<Vec<wgpu::Buffer>>,
+}
+
+impl BufferRecycler for Pool {
+    fn recycle(&self, buffer: wgpu::Buffer) {
+        if let Ok(mut r) = self.returned.lock() {
+            r.push(buffer);
+        }
+    }
+}
+
+#[test]
+fn external_pools_get_their_buffers_back() {
+    let Some(gpu) = gpu("pool") else { return };
+    let pool = Arc::new(Pool::default());
+    let buffer = gpu.create_buffer(1000).unwrap();
+    assert!(buffer.size() >= 4000);
+    let recycler: Arc<dyn BufferRecycler> = pool.clone();
+    let t = gpu.tensor_from_buffer(buffer, 1000, Some(recycler)).unwrap();
+    let x: Vec<f32> = (0..1000).map(|i| i as f32 - 500.0).collect();
+    let src = gpu.upload(&x).unwrap();
+    gpu.run_tensors(&Op::unary(UnaryOp::Relu, 1000), &[&src], &t).unwrap();
+    let mut back = vec![0.0; 1000];
+    gpu.download(&t, &mut back).unwrap();
+    assert!(back.iter().zip(&x).all(|(a, b)| *a == b.max(0.0)));
+    assert!(pool.returned.lock().unwrap().is_empty());
+    drop(t);
+    let returned = pool.returned.lock().unwrap();
+    assert_eq!(returned.len(), 1, "the pool got its buffer back");
+    // Too small a buffer is refused with a shape error.
+    let small = gpu.create_buffer(10).unwrap();
+    assert!(matches!(gpu.tensor_from_buffer(small, 1000, None), Err(ComputeError::Shape { .. })));
+}
+
+#[test]
+fn typed_errors_never_panics() {
+    let Some(gpu) = gpu("errors") else { return };
+    // Beyond the largest buffer: refused before allocating.
+    let huge = (gpu.adapter().max_buffer_bytes / 4 + 1) as usize;
+    assert!(matches!(gpu.alloc(huge), Err(ComputeError::LimitExceeded { what: "buffer bytes", .. })));
+    assert!(matches!(gpu.check_limits(&Op::unary(UnaryOp::Relu, huge)), Err(ComputeError::LimitExceeded { .. })));
+    // A tensor of another device.
+    let other = WgpuBackend::new().unwrap();
+    let t = other.upload(&[1.0, 2.0]).unwrap();
+    let o = gpu.alloc(2).unwrap();
+    assert!(matches!(
+        gpu.run_tensors(&Op::unary(UnaryOp::Relu, 2), &[&t], &o),
+        Err(ComputeError::WrongDevice { op: "relu", .. })
+    ));
+    // A CPU tensor.
+    let cpu_like = compute_core::Tensor::from_storage(Arc::new(Fake));
+    assert!(gpu.download(&cpu_like, &mut [0.0; 2]).is_err());
+    // Adapter choice that matches nothing.
+    let none = WgpuBackend::with_options(&DeviceOptions::default().with_adapter_name("no such adapter 42"));
+    assert!(matches!(none, Err(ComputeError::DeviceUnavailable { .. })), "{none:?}");
+    // The backend still works after all that.
+    let mut out = [0.0; 3];
+    gpu.relu(&[-1.0, 0.5, 2.0], &mut out).unwrap();
+    assert_eq!(out, [0.0, 0.5, 2.0]);
+    gpu.synchronize().unwrap();
+}
+
+#[derive(Debug)]
+struct Fake;
+impl compute_core::TensorStorage for Fake {
+    fn len(&self) -> usize {
+        2
+    }
+    fn location(&self) -> compute_core::Location {
+        compute_core::Location { backend: BackendKind::Simd, device: 0 }
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+#[test]
+fn matmul_with_and_without_bounds_checks_agree() {
+    let Some(fast) = gpu("matmul checks") else { return };
+    let Some(checked) = open(DeviceOptions::from_env().with_matmul_bounds_checks(true), "matmul checks") else {
+        return;
+    };
+    assert!(fast.matmul_unchecked() && !checked.matmul_unchecked());
+    let mut rng = seed();
+    for (m, k, n) in [(130, 67, 129), (128, 64, 256)] {
+        let a = rng.vec(m * k, -1.0, 1.0);
+        let b = rng.vec(k * n, -1.0, 1.0);
+        let (mut c1, mut c2) = (vec![0.0; m * n], vec![0.0; m * n]);
+        fast.matmul(&a, &b, &mut c1, m, k, n).unwrap();
+        checked.matmul(&a, &b, &mut c2, m, k, n).unwrap();
+        assert_eq!(c1, c2, "{m}x{k}x{n}");
+        let op = Op::matmul(m, k, n);
+        assert_eq!(compute_core::conformance::compare(&op, &[&a, &b], &c1, 1.0), None);
+    }
+}
+
+#[test]
+fn adapter_choice_prefers_hardware_and_honours_the_fallback_switch() {
+    let Some(gpu) = gpu("adapter") else { return };
+    let software = gpu.adapter().device_type == "Cpu";
+    let hw_only = WgpuBackend::with_options(&DeviceOptions::from_env().with_fallback(false));
+    if software {
+        // Only a software adapter here (CI): refusing it leaves nothing.
+        assert!(matches!(hw_only, Err(ComputeError::DeviceUnavailable { .. })), "{hw_only:?}");
+    } else {
+        assert_eq!(hw_only.map(|b| b.adapter().name.clone()).ok().as_deref(), Some(gpu.adapter().name.as_str()));
+    }
+    let by_name = WgpuBackend::with_options(&DeviceOptions::default().with_adapter_name(&gpu.adapter().name));
+    assert_eq!(by_name.map(|b| b.adapter().name.clone()).ok(), Some(gpu.adapter().name.clone()));
+}

@@ -1,0 +1,38 @@
+//! `cargo xtask calibrate`: measures this machine's dispatch profile and saves
+//! it where `Compute::auto()` looks for it (see `dispatch::calibrate`).
+//! Prints the engines found, the profile's path and a one-line summary per engine.
+
+fn main() {
+    for f in dispatch::discover::probe() {
+        println!("engine {f:?}");
+    }
+    match dispatch::calibrate::run_and_save() {
+        Ok((profile, path)) => {
+            println!("saved {}", path.display());
+            for e in &profile.engines {
+                let link = e.link.map_or_else(
+                    || "host memory".to_string(),
+                    |l| {
+                        format!(
+                            "staging {:.1} µs, h2d {:.1} GB/s, d2h {:.1} GB/s",
+                            l.overhead_s * 1e6,
+                            l.h2d_bytes_per_s / 1e9,
+                            l.d2h_bytes_per_s / 1e9
+                        )
+                    },
+                );
+                println!(
+                    "{:<6} launch {:>8.2} µs, {link}, {} op classes [{}]",
+                    e.engine.as_str(),
+                    e.launch_s * 1e6,
+                    e.classes.len(),
+                    e.device
+                );
+            }
+        }
+        Err(e) => {
+            eprintln!("calibration failed: {e}");
+            std::process::exit(1);
+        }
+    }
+}

@@ -1,0 +1,308 @@
+//! Measures a [`Profile`] on this machine, and keeps it in the user's cache.
+//!
+//! For each engine: the fixed cost of a call on resident data (launch +
+//! synchronise), for GPUs the host↔device bandwidth and per-call staging
+//! overhead, and for each op class the call time at a ladder of sizes (data
+//! resident). A ladder stops early when the next size would take longer than
+//! [`Options::max_call`]; the model extrapolates linearly past the last sample.
+//! Default options take about two seconds per CPU engine and less per GPU.
+//!
+//! The profile is saved as JSON in `$COMPUTE_PROFILE` if set, else
+//! `$XDG_CACHE_HOME/compute/profile-<hash>.json`, else
+//! `~/.cache/compute/profile-<hash>.json`, where the hash is that of
+//! [`profile_key`]: a profile measured on other hardware or drivers is never reused.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use compute_core::conformance::rng::Rng;
+use compute_core::{
+    Backend, BackendKind, BinaryOp, ComputeError, Conv2dSpec, GeluForm, Op, OpClass, Result, RowOp, Tensor,
+    UnaryOp,
+};
+
+use crate::engine::Engine;
+use crate::profile::{ClassCurve, EngineProfile, FORMAT, Link, Point, Profile, work};
+
+/// How long calibration may take.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Options {
+    /// Time spent timing one size (at least `min_reps` calls).
+    pub budget_per_point: Duration,
+    /// Minimum calls timed per size (after one warm-up call).
+    pub min_reps: usize,
+    /// A ladder stops before a size whose single call would exceed this.
+    pub max_call: Duration,
+    /// Total time per engine; the remaining ladders are cut short past it.
+    pub max_per_engine: Duration,
+}
+
+impl Default for Options {
+    /// 15 ms per size, ≥ 3 calls, calls up to 80 ms, 2.5 s per engine.
+    fn default() -> Self {
+        Options {
+            budget_per_point: Duration::from_millis(15),
+            min_reps: 3,
+            max_call: Duration::from_millis(80),
+            max_per_engine: Duration::from_millis(2500),
+        }
+    }
+}
+
+impl Options {
+    /// A fast, coarse calibration (tests, CI): 3 ms per size, calls up to 10 ms.
+    pub fn quick() -> Self {
+        Options {
+            budget_per_point: Duration::from_millis(3),
+            min_reps: 2,
+            max_call: Duration::from_millis(10),
+            max_per_engine: Duration::from_millis(600),
+        }
+    }
+}
+
+/// The identity of a machine's engines: format, crate version, and each
+/// engine's device description (which the backends make include the driver).
+pub fn profile_key(engines: &[(Engine, Arc<dyn Backend>)]) -> String {
+    let devices: Vec<String> = engines.iter().map(|(e, b)| format!("{e}={}", b.device_name())).collect();
+    format!("format {FORMAT}; dispatch {}; {}", env!("CARGO_PKG_VERSION"), devices.join("; "))
+}
+
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// Where the profile of the machine with `key` is cached (see the module docs);
+/// `None` when neither `COMPUTE_PROFILE`, `XDG_CACHE_HOME` nor `HOME` is set.
+pub fn cache_path(key: &str) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("COMPUTE_PROFILE").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").filter(|p| !p.is_empty()).map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("compute").join(format!("profile-{:016x}.json", fnv1a(key))))
+}
+
+fn io_error(action: &str, path: &Path, e: impl std::fmt::Display) -> ComputeError {
+    ComputeError::Driver {
+        op: "calibrate",
+        backend: BackendKind::Simd,
+        message: format!("{action} {}: {e}", path.display()),
+    }
+}
+
+/// Reads the profile at `path` if it exists, parses, has this [`FORMAT`] and
+/// the given `key`. One file read.
+pub fn load(path: &Path, key: &str) -> Option<Profile> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let profile: Profile = serde_json::from_str(&text).ok()?;
+    (profile.format == FORMAT && profile.key == key).then_some(profile)
+}
+
+/// Writes `profile` to `path` as JSON (creating the folder; written to a
+/// temporary file first, then renamed, so readers never see half a file).
+pub fn save(profile: &Profile, path: &Path) -> Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| io_error("creating", dir, e))?;
+    }
+    let text = serde_json::to_string_pretty(profile).map_err(|e| io_error("serialising for", path, e))?;
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, text).map_err(|e| io_error("writing", &tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| io_error("renaming to", path, e))
+}
+
+/// What `cargo xtask calibrate` runs: finds the engines, measures them with
+/// the default [`Options`] and saves the profile to [`cache_path`]. Returns the
+/// profile and where it was written. Takes a few seconds.
+pub fn run_and_save() -> Result<(Profile, PathBuf)> {
+    let engines = crate::discover::available();
+    let key = profile_key(&engines);
+    let profile = calibrate(&engines, &Options::default())?;
+    let path = cache_path(&key).ok_or_else(|| ComputeError::Driver {
+        op: "calibrate",
+        backend: BackendKind::Simd,
+        message: "no cache directory: set COMPUTE_PROFILE, XDG_CACHE_HOME or HOME".into(),
+    })?;
+    save(&profile, &path)?;
+    Ok((profile, path))
+}
+
+/// Measures every engine in `engines` and returns their [`Profile`], keyed by
+/// [`profile_key`]. An op class an engine does not support gets no curve (the
+/// model then never picks that engine for it); any other failure is returned.
+pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Result<Profile> {
+    let mut out = Vec::with_capacity(engines.len());
+    for (engine, backend) in engines {
+        out.push(calibrate_engine(*engine, backend.as_ref(), opts)?);
+    }
+    let created_unix_s = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    Ok(Profile { format: FORMAT, key: profile_key(engines), calibrated: true, created_unix_s, engines: out })
+}
+
+/// Median seconds of `f` over `budget` (≥ `min_reps` calls after a warm-up).
+fn median_time(mut f: impl FnMut() -> Result<()>, budget: Duration, min_reps: usize) -> Result<f64> {
+    f()?;
+    let start = Instant::now();
+    let mut samples = Vec::with_capacity(min_reps.max(8));
+    while samples.len() < min_reps || (start.elapsed() < budget && samples.len() < 2000) {
+        let t = Instant::now();
+        f()?;
+        samples.push(t.elapsed().as_secs_f64());
+    }
+    samples.sort_by(|a, b| a.total_cmp(b));
+    Ok(samples.get(samples.len() / 2).copied().unwrap_or(0.0).max(1e-9))
+}
+
+/// The ladder of calibration ops of each class, smallest first.
+fn ladder(class: OpClass) -> Vec<Op> {
+    let lens = [1usize << 6, 1 << 10, 1 << 13, 1 << 16, 1 << 18, 1 << 20, 1 << 22];
+    match class {
+        OpClass::Elementwise => lens.iter().map(|&n| Op::binary(BinaryOp::Add, n)).collect(),
+        OpClass::Transcendental => lens.iter().map(|&n| Op::unary(UnaryOp::Gelu(GeluForm::Tanh), n)).collect(),
+        OpClass::Reduction => lens.iter().map(|&n| Op::Dot { len: n }).collect(),
+        OpClass::RowWise => lens.iter().map(|&n| Op::rows(RowOp::Softmax, (n / 256).max(1), 256)).collect(),
+        OpClass::Matmul => [8usize, 16, 32, 64, 128, 256, 512, 1024, 2048].iter().map(|&n| Op::matmul(n, n, n)).collect(),
+        OpClass::Conv => [4usize, 8, 16, 32, 64, 128, 256]
+            .iter()
+            .map(|&hw| {
+                Op::Conv2d(Conv2dSpec {
+                    n: 1,
+                    c_in: 16,
+                    h: hw,
+                    w: hw,
+                    c_out: 16,
+                    kh: 3,
+                    kw: 3,
+                    stride: (1, 1),
+                    padding: (1, 1),
+                })
+            })
+            .collect(),
+    }
+}
+
+/// Random inputs of `op` (never all zeros).
+fn inputs(op: &Op, rng: &mut Rng) -> Result<Vec<Vec<f32>>> {
+    Ok(op.layout()?.inputs().iter().map(|&n| rng.vec(n, -1.0, 1.0)).collect())
+}
+
+/// Seconds of one call of `op` on data resident on `engine` (CPU: host slices;
+/// GPU: uploaded once, then run + synchronise per call).
+fn time_resident(engine: Engine, b: &dyn Backend, op: &Op, rng: &mut Rng, opts: &Options) -> Result<f64> {
+    let ins = inputs(op, rng)?;
+    let out_len = op.layout()?.output;
+    if engine.is_gpu() {
+        let tensors = ins.iter().map(|v| b.upload(v)).collect::<Result<Vec<Tensor>>>()?;
+        let refs: Vec<&Tensor> = tensors.iter().collect();
+        let out = b.alloc(out_len)?;
+        median_time(
+            || {
+                b.run_tensors(op, &refs, &out)?;
+                b.synchronize()
+            },
+            opts.budget_per_point,
+            opts.min_reps,
+        )
+    } else {
+        let refs: Vec<&[f32]> = ins.iter().map(|v| v.as_slice()).collect();
+        let mut out = vec![0.0f32; out_len];
+        median_time(|| b.run(op, &refs, &mut out), opts.budget_per_point, opts.min_reps)
+    }
+}
+
+fn calibrate_engine(engine: Engine, b: &dyn Backend, opts: &Options) -> Result<EngineProfile> {
+    let started = Instant::now();
+    let mut rng = Rng::new(0x5eed_0000 ^ engine.index() as u64);
+    let tiny = Op::unary(UnaryOp::Relu, 64);
+    let launch_s = time_resident(engine, b, &tiny, &mut rng, opts)?;
+    let link = if engine.is_gpu() { Some(measure_link(b, &tiny, launch_s, &mut rng, opts)?) } else { None };
+    let mut classes = Vec::new();
+    for class in OpClass::ALL {
+        let mut points: Vec<Point> = Vec::new();
+        for op in ladder(class) {
+            if !b.supports(&op) {
+                break;
+            }
+            let w = work(class, &op.cost());
+            // Stop before a size predicted (linearly from the last one) to be too slow.
+            if let Some(last) = points.last()
+                && (last.seconds * w / last.work > opts.max_call.as_secs_f64() || started.elapsed() > opts.max_per_engine)
+            {
+                break;
+            }
+            match time_resident(engine, b, &op, &mut rng, opts) {
+                Ok(seconds) => points.push(Point { work: w, seconds }),
+                Err(ComputeError::Unsupported { .. } | ComputeError::LimitExceeded { .. }) => break,
+                Err(ComputeError::OutOfMemory { .. }) if !points.is_empty() => break,
+                Err(e) => return Err(e),
+            }
+        }
+        if !points.is_empty() {
+            classes.push(ClassCurve { class, points });
+        }
+    }
+    Ok(EngineProfile { engine, device: b.device_name(), launch_s, link, classes })
+}
+
+/// Host ↔ device costs: the extra fixed time of a host call over a resident
+/// one, and bandwidth each way from a 16 MiB copy minus a tiny one.
+fn measure_link(b: &dyn Backend, tiny: &Op, launch_s: f64, rng: &mut Rng, opts: &Options) -> Result<Link> {
+    let x = inputs(tiny, rng)?;
+    let refs: Vec<&[f32]> = x.iter().map(|v| v.as_slice()).collect();
+    let mut out = vec![0.0f32; 64];
+    let host_call = median_time(|| b.run(tiny, &refs, &mut out), opts.budget_per_point, opts.min_reps)?;
+    let big_len = 1usize << 22;
+    let big = rng.vec(big_len, -1.0, 1.0);
+    let small = rng.vec(64, -1.0, 1.0);
+    let up_big = median_time(|| b.upload(&big).map(drop), opts.budget_per_point, opts.min_reps)?;
+    let up_small = median_time(|| b.upload(&small).map(drop), opts.budget_per_point, opts.min_reps)?;
+    let t_big = b.upload(&big)?;
+    let t_small = b.upload(&small)?;
+    let mut back_big = vec![0.0f32; big_len];
+    let mut back_small = vec![0.0f32; 64];
+    let down_big = median_time(|| b.download(&t_big, &mut back_big), opts.budget_per_point, opts.min_reps)?;
+    let down_small = median_time(|| b.download(&t_small, &mut back_small), opts.budget_per_point, opts.min_reps)?;
+    let bytes = (big_len - 64) as f64 * 4.0;
+    Ok(Link {
+        overhead_s: (host_call - launch_s).max(0.0),
+        h2d_bytes_per_s: bytes / (up_big - up_small).max(1e-7),
+        d2h_bytes_per_s: bytes / (down_big - down_small).max(1e-7),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ladders_are_valid_and_increasing() {
+        for class in OpClass::ALL {
+            let ops = ladder(class);
+            assert!(ops.len() >= 5, "{class:?}");
+            let mut prev = 0.0;
+            for op in ops {
+                assert!(op.layout().is_ok(), "{op:?}");
+                assert_eq!(op.class(), class);
+                let w = work(class, &op.cost());
+                assert!(w > prev, "{class:?}: work must increase");
+                prev = w;
+            }
+        }
+    }
+
+    #[test]
+    fn cache_path_hashes_the_key() {
+        // Only meaningful when COMPUTE_PROFILE is not set in the test environment.
+        if std::env::var_os("COMPUTE_PROFILE").is_some() {
+            return;
+        }
+        if let (Some(a), Some(b)) = (cache_path("machine a"), cache_path("machine b")) {
+            assert_ne!(a, b);
+            assert!(a.to_string_lossy().contains("compute"));
+            assert_eq!(a.extension().and_then(|e| e.to_str()), Some("json"));
+        }
+    }
+}

@@ -1,0 +1,573 @@
+//! [`Compute`]: the entry point. It finds the engines of this machine, and for
+//! each call predicts every engine's time with the [`CostModel`] and runs the
+//! call on the fastest, falling back to the CPU if a GPU fails.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use compute_core::{Backend, BackendKind, ComputeError, Location, Op, Result, Tensor, check_host_call};
+
+use crate::async_result::AsyncGpuResult;
+use crate::batch::CommandBatch;
+use crate::calibrate::{self, Options};
+use crate::engine::{Engine, Placement};
+use crate::lane::Lane;
+use crate::model::CostModel;
+use crate::pool::{GpuBufferPool, GpuPoolStats};
+use crate::profile::Profile;
+use crate::selector::{BackendSelector, SelectedBackend};
+
+/// How [`Compute`] picks the engine of a call.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Policy {
+    /// The smallest predicted time of the measured [`CostModel`] (the default).
+    Auto,
+    /// The seeds' 5× PCIe rule ([`BackendSelector`]): the first GPU if it says
+    /// GPU, else the CPU on all threads.
+    FiveX(BackendSelector),
+    /// The seeds' fixed threshold: the first GPU when the workload (`m·k·n` for
+    /// a matmul, multiply-adds for a conv, elements otherwise) is at least this.
+    Threshold(u64),
+    /// Always this engine (or the CPU if it is absent).
+    Fixed(Engine),
+}
+
+/// The seeds' workload measure for [`Policy::Threshold`]: `batch·m·k·n` for a
+/// matmul, multiply-adds for a conv, the input's element count otherwise.
+pub fn seed_workload(op: &Op) -> u64 {
+    let u = |x: usize| x as u64;
+    match *op {
+        Op::Matmul(s) => u(s.batch).saturating_mul(u(s.m)).saturating_mul(u(s.k)).saturating_mul(u(s.n)),
+        Op::Conv2d(_) => op.cost().flops / 2,
+        Op::Unary { len, .. } | Op::Binary { len, .. } | Op::Reduce { len, .. } | Op::Dot { len } => u(len),
+        Op::Rows { rows, cols, .. } => u(rows).saturating_mul(u(cols)),
+    }
+}
+
+/// Whether an error means "this engine cannot do it" (try another) rather
+/// than "this call is wrong" (report it).
+pub(crate) fn worth_falling_back(e: &ComputeError) -> bool {
+    !matches!(e, ComputeError::Shape { .. } | ComputeError::WrongDevice { .. })
+}
+
+#[derive(Clone)]
+pub(crate) struct Slot {
+    pub(crate) engine: Engine,
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) pool: GpuBufferPool,
+}
+
+struct Inner {
+    slots: Vec<Slot>,
+    policy: Policy,
+    model: CostModel,
+    profile: Profile,
+    last: AtomicU8,
+    lane: Lane,
+}
+
+/// One handle on every engine of the machine. Implements [`Backend`] (so every
+/// op of the vocabulary, and the named methods of [`compute_core::Ops`], work on
+/// host slices and on device tensors) by choosing an engine per call.
+/// Cheap to clone (shared); `Send + Sync`.
+#[derive(Clone)]
+pub struct Compute {
+    inner: Arc<Inner>,
+}
+
+/// The seeds' name for [`Compute`].
+pub type GpuCompute = Compute;
+
+impl std::fmt::Debug for Compute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compute")
+            .field("engines", &self.engines())
+            .field("policy", &self.inner.policy)
+            .field("calibrated", &self.inner.profile.calibrated)
+            .finish()
+    }
+}
+
+/// Where [`ComputeBuilder::build`] gets its profile.
+#[derive(Clone, Debug)]
+enum ProfileSource {
+    CacheOrCalibrate(Option<PathBuf>),
+    Nominal,
+    Given(Box<Profile>),
+    Calibrate,
+}
+
+/// Builds a [`Compute`] from chosen engines, profile and policy.
+pub struct ComputeBuilder {
+    engines: Vec<(Engine, Arc<dyn Backend>)>,
+    profile: ProfileSource,
+    policy: Policy,
+    pool_cap_bytes: u64,
+    calibration: Options,
+}
+
+impl Default for ComputeBuilder {
+    fn default() -> Self {
+        ComputeBuilder {
+            engines: Vec::new(),
+            profile: ProfileSource::CacheOrCalibrate(None),
+            policy: Policy::Auto,
+            pool_cap_bytes: 256 << 20,
+            calibration: Options::default(),
+        }
+    }
+}
+
+impl ComputeBuilder {
+    /// Adds every engine present ([`crate::discover::available`]).
+    pub fn discover(mut self) -> Self {
+        self.engines.extend(crate::discover::available());
+        self
+    }
+
+    /// Adds the CPU engines only.
+    pub fn cpu(mut self) -> Self {
+        self.engines.extend(crate::discover::cpu());
+        self
+    }
+
+    /// Adds `backend` as `engine` (replacing an engine of that name). Engines
+    /// are preferred in the order CUDA, wgpu, CPU whatever the order added.
+    pub fn engine(mut self, engine: Engine, backend: Arc<dyn Backend>) -> Self {
+        self.engines.retain(|(e, _)| *e != engine);
+        self.engines.push((engine, backend));
+        self
+    }
+
+    /// Uses `profile` as given (no cache, no measurement).
+    pub fn profile(mut self, profile: Profile) -> Self {
+        self.profile = ProfileSource::Given(Box::new(profile));
+        self
+    }
+
+    /// Uses [`Profile::nominal`] figures (no cache, no measurement).
+    pub fn nominal_profile(mut self) -> Self {
+        self.profile = ProfileSource::Nominal;
+        self
+    }
+
+    /// Measures a fresh profile (not saved), with the options of
+    /// [`ComputeBuilder::calibration_options`].
+    pub fn calibrate(mut self) -> Self {
+        self.profile = ProfileSource::Calibrate;
+        self
+    }
+
+    /// Options of any measurement `build` makes (default [`Options::default`]).
+    pub fn calibration_options(mut self, opts: Options) -> Self {
+        self.calibration = opts;
+        self
+    }
+
+    /// Loads the profile from `path`, or measures and saves it there if the
+    /// file is missing or was measured on other hardware (the default uses
+    /// [`calibrate::cache_path`]).
+    pub fn profile_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.profile = ProfileSource::CacheOrCalibrate(Some(path.into()));
+        self
+    }
+
+    /// How engines are chosen (default [`Policy::Auto`]).
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Idle bytes each engine's buffer pool may keep (default 256 MiB).
+    pub fn pool_cap_bytes(mut self, cap: u64) -> Self {
+        self.pool_cap_bytes = cap;
+        self
+    }
+
+    /// Builds it: orders the engines, gets the profile (which may measure for
+    /// a few seconds on first use, see [`calibrate`]), makes one pool per engine.
+    pub fn build(self) -> Result<Compute> {
+        let mut engines = self.engines;
+        engines.sort_by_key(|(e, _)| e.index());
+        if engines.is_empty() {
+            return Err(ComputeError::DeviceUnavailable {
+                backend: BackendKind::Simd,
+                reason: "no engine was given to the builder".into(),
+            });
+        }
+        let key = calibrate::profile_key(&engines);
+        let profile = match self.profile {
+            ProfileSource::Given(p) => *p,
+            ProfileSource::Nominal => {
+                let named: Vec<(Engine, String)> = engines.iter().map(|(e, b)| (*e, b.device_name())).collect();
+                let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+                Profile { key: key.clone(), ..Profile::nominal(&named, threads) }
+            }
+            ProfileSource::Calibrate => calibrate::calibrate(&engines, &self.calibration)?,
+            ProfileSource::CacheOrCalibrate(path) => {
+                let path = path.or_else(|| calibrate::cache_path(&key));
+                match path.as_deref().and_then(|p| calibrate::load(p, &key)) {
+                    Some(p) => p,
+                    None => {
+                        let p = calibrate::calibrate(&engines, &self.calibration)?;
+                        // A read-only cache only costs a re-measurement next time.
+                        if let Some(path) = &path {
+                            let _ = calibrate::save(&p, path);
+                        }
+                        p
+                    }
+                }
+            }
+        };
+        let cap = self.pool_cap_bytes;
+        let slots = engines
+            .into_iter()
+            .map(|(engine, backend)| Slot { engine, pool: GpuBufferPool::new(backend.clone(), cap), backend })
+            .collect();
+        Ok(Compute::from_parts(slots, self.policy, profile))
+    }
+}
+
+impl Compute {
+    fn from_parts(slots: Vec<Slot>, policy: Policy, profile: Profile) -> Compute {
+        Compute {
+            inner: Arc::new(Inner {
+                slots,
+                policy,
+                model: CostModel::new(&profile),
+                profile,
+                last: AtomicU8::new(0),
+                lane: Lane::new("dispatch-async"),
+            }),
+        }
+    }
+
+    /// Every engine present (CUDA, then wgpu, then the CPU), with the profile
+    /// cached for this machine, or measured now (a few seconds, once) and
+    /// cached; [`Policy::Auto`]. Never fails for lack of a GPU: the CPU is
+    /// always there.
+    pub fn auto() -> Result<Compute> {
+        ComputeBuilder::default().discover().build()
+    }
+
+    /// The CPU engines only, with their cached or freshly measured profile.
+    pub fn cpu() -> Result<Compute> {
+        ComputeBuilder::default().cpu().build()
+    }
+
+    /// A builder with no engine yet.
+    pub fn builder() -> ComputeBuilder {
+        ComputeBuilder::default()
+    }
+
+    /// The same engines, pools and profile under another policy.
+    pub fn with_policy(&self, policy: Policy) -> Compute {
+        Compute::from_parts(self.inner.slots.clone(), policy, self.inner.profile.clone())
+    }
+
+    /// The same engines and pools with another profile.
+    pub fn with_profile(&self, profile: Profile) -> Compute {
+        Compute::from_parts(self.inner.slots.clone(), self.inner.policy, profile)
+    }
+
+    /// Whether a GPU engine is present.
+    pub fn is_gpu(&self) -> bool {
+        self.inner.slots.iter().any(|s| s.engine.is_gpu())
+    }
+
+    /// The engines present, in preference order.
+    pub fn engines(&self) -> Vec<Engine> {
+        self.inner.slots.iter().map(|s| s.engine).collect()
+    }
+
+    /// The backend families present (`cuda`, `wgpu`, `simd`), in preference order.
+    pub fn backends(&self) -> Vec<BackendKind> {
+        let mut kinds: Vec<BackendKind> = Vec::new();
+        for s in &self.inner.slots {
+            if !kinds.contains(&s.engine.kind()) {
+                kinds.push(s.engine.kind());
+            }
+        }
+        kinds
+    }
+
+    /// The engine that ran the most recent call of this handle (or any clone
+    /// of it); `None` before the first call.
+    pub fn last_engine(&self) -> Option<Engine> {
+        match self.inner.last.load(Ordering::Relaxed) {
+            0 => None,
+            i => Engine::from_index(i as usize - 1),
+        }
+    }
+
+    /// The backend family of [`Compute::last_engine`].
+    pub fn last_backend(&self) -> Option<BackendKind> {
+        self.last_engine().map(Engine::kind)
+    }
+
+    /// The profile in use.
+    pub fn profile(&self) -> &Profile {
+        &self.inner.profile
+    }
+
+    /// The cost model in use.
+    pub fn model(&self) -> &CostModel {
+        &self.inner.model
+    }
+
+    /// The policy in use.
+    pub fn policy(&self) -> Policy {
+        self.inner.policy
+    }
+
+    /// The backend of `engine`, if present.
+    pub fn backend(&self, engine: Engine) -> Option<Arc<dyn Backend>> {
+        self.slot(engine).map(|s| s.backend.clone())
+    }
+
+    /// The buffer pool of `engine`, if present.
+    pub fn pool(&self, engine: Engine) -> Option<&GpuBufferPool> {
+        self.slot(engine).map(|s| &s.pool)
+    }
+
+    /// Counters of `engine`'s pool (all zero if absent).
+    pub fn pool_stats(&self, engine: Engine) -> GpuPoolStats {
+        self.pool(engine).map(|p| p.stats()).unwrap_or_default()
+    }
+
+    /// The first GPU engine, if any.
+    pub fn first_gpu(&self) -> Option<Engine> {
+        self.inner.slots.iter().map(|s| s.engine).find(|e| e.is_gpu())
+    }
+
+    /// The preferred engine: the first GPU, else the CPU. [`Backend::upload`]
+    /// and [`Backend::alloc`] put tensors there.
+    pub fn primary(&self) -> Engine {
+        self.inner.slots.first().map_or(Engine::Simd, |s| s.engine)
+    }
+
+    pub(crate) fn slot(&self, engine: Engine) -> Option<&Slot> {
+        self.inner.slots.iter().find(|s| s.engine == engine)
+    }
+
+    fn cpu_engine(&self) -> Engine {
+        self.inner.slots.iter().map(|s| s.engine).find(|e| !e.is_gpu()).unwrap_or_else(|| self.primary())
+    }
+
+    fn unavailable(engine: Engine) -> ComputeError {
+        ComputeError::DeviceUnavailable {
+            backend: engine.kind(),
+            reason: format!("engine `{engine}` is not part of this Compute"),
+        }
+    }
+
+    /// The engine the policy picks for `op` with data at `placement`, among the
+    /// engines that support it. Allocation-free; under a microsecond with four
+    /// engines (measured by `cargo xtask bench --dispatch`).
+    pub fn choose(&self, op: &Op, placement: Placement) -> Engine {
+        self.choose_among(op, placement, |_| true)
+    }
+
+    fn choose_among(&self, op: &Op, placement: Placement, allowed: impl Fn(Engine) -> bool) -> Engine {
+        let fallback = self.cpu_engine();
+        let ok = |s: &&Slot| allowed(s.engine) && s.backend.supports(op);
+        let first_gpu = || self.inner.slots.iter().filter(ok).map(|s| s.engine).find(|e| e.is_gpu());
+        let usable = |e: Engine| self.inner.slots.iter().filter(ok).any(|s| s.engine == e);
+        let cpu = if usable(Engine::Simd) { Engine::Simd } else { fallback };
+        match self.inner.policy {
+            Policy::Auto => {
+                let class = op.class();
+                let cost = op.cost();
+                let mut best: Option<(Engine, f64)> = None;
+                for s in self.inner.slots.iter().filter(ok) {
+                    if let Some(t) = self.inner.model.predict_cost(s.engine, class, &cost, placement)
+                        && best.is_none_or(|(_, b)| t < b)
+                    {
+                        best = Some((s.engine, t));
+                    }
+                }
+                best.map_or(cpu, |(e, _)| e)
+            }
+            Policy::FiveX(sel) => match sel.select_for_op(op) {
+                SelectedBackend::Gpu => first_gpu().unwrap_or(cpu),
+                SelectedBackend::Simd => cpu,
+            },
+            Policy::Threshold(t) if seed_workload(op) >= t => first_gpu().unwrap_or(cpu),
+            Policy::Threshold(_) => cpu,
+            Policy::Fixed(e) if usable(e) => e,
+            Policy::Fixed(_) => cpu,
+        }
+    }
+
+    fn record(&self, engine: Engine) {
+        self.inner.last.store(engine.index() as u8 + 1, Ordering::Relaxed);
+    }
+
+    /// Runs `op` on host data on `engine` exactly (no choice, no fallback).
+    pub fn run_on(&self, engine: Engine, op: &Op, inputs: &[&[f32]], output: &mut [f32]) -> Result<()> {
+        let slot = self.slot(engine).ok_or_else(|| Self::unavailable(engine))?;
+        slot.backend.run(op, inputs, output)?;
+        self.record(engine);
+        Ok(())
+    }
+
+    /// Runs `op` on `first`; if that engine fails for a reason other than the
+    /// call itself (unsupported, out of memory, device lost…), runs it on the CPU.
+    pub(crate) fn run_with_fallback(&self, first: Engine, op: &Op, inputs: &[&[f32]], out: &mut [f32]) -> Result<()> {
+        match self.run_on(first, op, inputs, out) {
+            Err(e) if worth_falling_back(&e) && first != self.cpu_engine() => {
+                self.run_on(self.cpu_engine(), op, inputs, out)
+            }
+            r => r,
+        }
+    }
+
+    /// Runs `op` on host data and returns a new output vector.
+    pub fn run_vec(&self, op: &Op, inputs: &[&[f32]]) -> Result<Vec<f32>> {
+        let mut out = vec![0.0f32; op.layout()?.output];
+        self.run(op, inputs, &mut out)?;
+        Ok(out)
+    }
+
+    /// Starts `op` on owned host data and returns at once: the call runs on
+    /// this handle's worker thread (on the engine it chooses, GPU or CPU) while
+    /// the caller goes on. Shapes are checked before it is queued.
+    pub fn run_async(&self, op: Op, inputs: Vec<Vec<f32>>) -> Result<AsyncGpuResult<Vec<f32>>> {
+        let lens: Vec<usize> = inputs.iter().map(|v| v.len()).collect();
+        let layout = op.check(&lens, op.layout()?.output)?;
+        let engine = self.choose(&op, Placement::Host);
+        let (result, completer) = AsyncGpuResult::channel(op.name(), engine.kind());
+        let this = self.clone();
+        let job = Box::new(move || {
+            let refs: Vec<&[f32]> = inputs.iter().map(|v| v.as_slice()).collect();
+            let mut out = vec![0.0f32; layout.output];
+            let r = this.run_with_fallback(engine, &op, &refs, &mut out).map(|()| out);
+            completer.complete(r);
+        });
+        if let Err(job) = self.inner.lane.submit(job) {
+            // No worker thread could be started: run here, still delivering through the result.
+            job();
+        }
+        Ok(result)
+    }
+
+    /// Queues a closure on this handle's worker thread (used by the scheduler).
+    pub(crate) fn spawn(&self, job: crate::lane::Job) {
+        if let Err(job) = self.inner.lane.submit(job) {
+            job();
+        }
+    }
+
+    /// Uploads `data` to `engine`'s memory.
+    pub fn upload_to(&self, engine: Engine, data: &[f32]) -> Result<Tensor> {
+        self.slot(engine).ok_or_else(|| Self::unavailable(engine))?.backend.upload(data)
+    }
+
+    /// Runs `op` on tensors and returns a new output tensor on the device of
+    /// the first input.
+    pub fn apply(&self, op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
+        let home = inputs.first().map(|t| Engine::home_of(t.location().backend)).unwrap_or_else(|| self.primary());
+        let out = self.slot(home).ok_or_else(|| Self::unavailable(home))?.backend.alloc(op.layout()?.output)?;
+        self.run_tensors(op, inputs, &out)?;
+        Ok(out)
+    }
+
+    /// A command batch on this handle: upload, chained ops, one execute, read.
+    pub fn batch(&self) -> CommandBatch {
+        CommandBatch::new(self)
+    }
+
+    /// Measures a new profile of this handle's engines (not saved; see
+    /// [`calibrate::run_and_save`]).
+    pub fn calibrate(&self, opts: &Options) -> Result<Profile> {
+        let engines: Vec<(Engine, Arc<dyn Backend>)> =
+            self.inner.slots.iter().map(|s| (s.engine, s.backend.clone())).collect();
+        calibrate::calibrate(&engines, opts)
+    }
+
+    fn home_slot(&self, op: &'static str, loc: Location) -> Result<&Slot> {
+        self.slot(Engine::home_of(loc.backend)).ok_or_else(|| ComputeError::WrongDevice {
+            op,
+            expected: self.backends().iter().map(|k| k.as_str()).collect::<Vec<_>>().join("|"),
+            found: loc.to_string(),
+        })
+    }
+}
+
+impl Backend for Compute {
+    fn kind(&self) -> BackendKind {
+        self.primary().kind()
+    }
+
+    fn device_name(&self) -> String {
+        let parts: Vec<String> =
+            self.inner.slots.iter().map(|s| format!("{}: {}", s.engine, s.backend.device_name())).collect();
+        format!("dispatch [{}]", parts.join(", "))
+    }
+
+    fn supports(&self, op: &Op) -> bool {
+        self.inner.slots.iter().any(|s| s.backend.supports(op))
+    }
+
+    /// Checks shapes, picks the engine ([`Compute::choose`] with host data), runs
+    /// there, and falls back to the CPU if a GPU fails.
+    fn run(&self, op: &Op, inputs: &[&[f32]], output: &mut [f32]) -> Result<()> {
+        check_host_call(op, inputs, output)?;
+        let engine = self.choose(op, Placement::Host);
+        self.run_with_fallback(engine, op, inputs, output)
+    }
+
+    /// Uploads to the primary engine (the first GPU, else the CPU).
+    fn upload(&self, data: &[f32]) -> Result<Tensor> {
+        self.upload_to(self.primary(), data)
+    }
+
+    fn alloc(&self, len: usize) -> Result<Tensor> {
+        let e = self.primary();
+        self.slot(e).ok_or_else(|| Self::unavailable(e))?.backend.alloc(len)
+    }
+
+    fn download(&self, tensor: &Tensor, out: &mut [f32]) -> Result<()> {
+        let loc = tensor.location();
+        self.home_slot("download", loc)?.backend.download(tensor, out)
+    }
+
+    /// Runs where the output tensor lives (inputs on another device are copied
+    /// there first). On the CPU the model also picks the thread count.
+    fn run_tensors(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> Result<()> {
+        let lens: Vec<usize> = inputs.iter().map(|t| t.len()).collect();
+        op.check(&lens, output.len())?;
+        if inputs.iter().any(|t| t.same_storage(output)) {
+            return Err(ComputeError::shape(op.name(), "output tensor aliases an input", op.shapes()));
+        }
+        let loc = output.location();
+        let home = self.home_slot(op.name(), loc)?;
+        // Bring stray inputs to the output's device.
+        let mut moved: Vec<Tensor> = Vec::new();
+        for t in inputs.iter().filter(|t| t.location() != loc) {
+            let src = self.home_slot(op.name(), t.location())?;
+            let mut host = vec![0.0f32; t.len()];
+            src.backend.download(t, &mut host)?;
+            moved.push(home.backend.upload(&host)?);
+        }
+        let mut moved_iter = moved.iter();
+        let local: Vec<&Tensor> = inputs
+            .iter()
+            .map(|t| if t.location() == loc { Some(*t) } else { moved_iter.next() })
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| ComputeError::shape(op.name(), "input migration lost a tensor", op.shapes()))?;
+        let engine = self.choose_among(op, Placement::Resident, |e| e.same_memory(home.engine));
+        let slot = self.slot(engine).filter(|s| s.engine.same_memory(home.engine)).unwrap_or(home);
+        slot.backend.run_tensors(op, &local, output)?;
+        self.record(slot.engine);
+        Ok(())
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        for s in &self.inner.slots {
+            s.backend.synchronize()?;
+        }
+        Ok(())
+    }
+}

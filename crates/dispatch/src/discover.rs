@@ -1,0 +1,84 @@
+//! Finds the engines present on this machine: CUDA, then wgpu, then the CPU.
+//! A GPU backend that is compiled out (feature off) or finds no device is
+//! skipped with its reason; the CPU is always there.
+
+use std::sync::Arc;
+
+use compute_core::{Backend, ComputeError};
+use compute_simd::SimdBackend;
+
+use crate::engine::Engine;
+
+/// One engine found, or why it is missing.
+pub struct Found {
+    /// Which engine.
+    pub engine: Engine,
+    /// The backend, or why it could not be created.
+    pub backend: Result<Arc<dyn Backend>, ComputeError>,
+}
+
+impl std::fmt::Debug for Found {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.backend {
+            Ok(b) => write!(f, "{}: {}", self.engine, b.device_name()),
+            Err(e) => write!(f, "{}: unavailable ({e})", self.engine),
+        }
+    }
+}
+
+/// Tries every engine in preference order (CUDA, wgpu, CPU on all threads,
+/// CPU on one thread) and reports each. Creating a GPU backend opens the
+/// device (tens to hundreds of milliseconds); the CPU ones cost microseconds.
+pub fn probe() -> Vec<Found> {
+    let mut found = vec![Found { engine: Engine::Cuda, backend: cuda() }, Found { engine: Engine::Wgpu, backend: wgpu() }];
+    let cpu = SimdBackend::new();
+    let threads = cpu.threads();
+    found.push(Found { engine: Engine::Simd, backend: Ok(Arc::new(cpu)) });
+    // With one hardware thread the single-threaded engine is the same engine.
+    let single = if threads > 1 {
+        SimdBackend::with_threads(1).map(|b| Arc::new(b) as Arc<dyn Backend>)
+    } else {
+        Err(ComputeError::DeviceUnavailable {
+            backend: compute_core::BackendKind::Simd,
+            reason: "one CPU thread: the single-threaded engine would duplicate `simd`".into(),
+        })
+    };
+    found.push(Found { engine: Engine::SimdSingle, backend: single });
+    found
+}
+
+/// The engines that are present, in preference order.
+pub fn available() -> Vec<(Engine, Arc<dyn Backend>)> {
+    probe().into_iter().filter_map(|f| f.backend.ok().map(|b| (f.engine, b))).collect()
+}
+
+/// The CPU engines only (all threads, one thread).
+pub fn cpu() -> Vec<(Engine, Arc<dyn Backend>)> {
+    probe().into_iter().filter(|f| !f.engine.is_gpu()).filter_map(|f| f.backend.ok().map(|b| (f.engine, b))).collect()
+}
+
+#[cfg(feature = "cuda")]
+fn cuda() -> Result<Arc<dyn Backend>, ComputeError> {
+    compute_ptx::CudaBackend::new(0).map(|b| Arc::new(b) as Arc<dyn Backend>)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda() -> Result<Arc<dyn Backend>, ComputeError> {
+    Err(ComputeError::DeviceUnavailable {
+        backend: compute_core::BackendKind::Cuda,
+        reason: "built without the `cuda` feature of `dispatch`".into(),
+    })
+}
+
+#[cfg(any(feature = "gpu", feature = "gpu-wasm"))]
+fn wgpu() -> Result<Arc<dyn Backend>, ComputeError> {
+    compute_wgpu::WgpuBackend::new().map(|b| Arc::new(b) as Arc<dyn Backend>)
+}
+
+#[cfg(not(any(feature = "gpu", feature = "gpu-wasm")))]
+fn wgpu() -> Result<Arc<dyn Backend>, ComputeError> {
+    Err(ComputeError::DeviceUnavailable {
+        backend: compute_core::BackendKind::Wgpu,
+        reason: "built without the `gpu` feature of `dispatch`".into(),
+    })
+}

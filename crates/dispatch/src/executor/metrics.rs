@@ -1,0 +1,111 @@
+//! Executor metrics: batches, fill rate, flush reasons, queue latency.
+
+use serde::Serialize;
+
+/// Why a batch was dispatched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum FlushReason {
+    /// It reached `max_batch_size` requests.
+    Size,
+    /// Its oldest request had waited `max_wait`.
+    Timeout,
+    /// The executor was shutting down.
+    Shutdown,
+}
+
+/// A snapshot of an executor's counters.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ExecutorMetrics {
+    /// Requests accepted.
+    pub submitted: u64,
+    /// Requests refused (queue full on `try_submit`, or shut down).
+    pub rejected: u64,
+    /// Requests answered with a value.
+    pub completed: u64,
+    /// Requests answered with an error.
+    pub failed: u64,
+    /// Dispatches made (a merged group counts once).
+    pub batches: u64,
+    /// Requests per batch, on average.
+    pub mean_batch_size: f64,
+    /// `mean_batch_size / max_batch_size`.
+    pub fill_rate: f64,
+    /// Batches flushed for size.
+    pub flush_size: u64,
+    /// Batches flushed because their oldest request waited `max_wait`.
+    pub flush_timeout: u64,
+    /// Batches flushed by shutdown.
+    pub flush_shutdown: u64,
+    /// Median seconds from submission to dispatch (last 65 536 requests).
+    pub queue_p50_s: f64,
+    /// 99th percentile of the same.
+    pub queue_p99_s: f64,
+}
+
+const WINDOW: usize = 1 << 16;
+
+/// The mutable counters behind [`ExecutorMetrics`].
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    pub(crate) submitted: u64,
+    pub(crate) rejected: u64,
+    pub(crate) completed: u64,
+    pub(crate) failed: u64,
+    pub(crate) batches: u64,
+    pub(crate) batched_requests: u64,
+    pub(crate) flush_size: u64,
+    pub(crate) flush_timeout: u64,
+    pub(crate) flush_shutdown: u64,
+    queue: Vec<f64>,
+    next: usize,
+}
+
+impl State {
+    /// Records one dispatch of `n` requests and their queue times.
+    pub(crate) fn batch(&mut self, reason: FlushReason, queue_s: impl Iterator<Item = f64>) {
+        self.batches += 1;
+        match reason {
+            FlushReason::Size => self.flush_size += 1,
+            FlushReason::Timeout => self.flush_timeout += 1,
+            FlushReason::Shutdown => self.flush_shutdown += 1,
+        }
+        for q in queue_s {
+            self.batched_requests += 1;
+            if self.queue.len() < WINDOW {
+                self.queue.push(q);
+            } else if let Some(slot) = self.queue.get_mut(self.next) {
+                *slot = q;
+            }
+            self.next = (self.next + 1) % WINDOW;
+        }
+    }
+
+    /// The snapshot; sorts a copy of the latency window (O(n log n), n ≤ 65 536).
+    pub(crate) fn snapshot(&self, max_batch_size: usize) -> ExecutorMetrics {
+        let mut q = self.queue.clone();
+        q.sort_by(|a, b| a.total_cmp(b));
+        let pct = |p: f64| {
+            if q.is_empty() {
+                0.0
+            } else {
+                let i = ((q.len() - 1) as f64 * p).round() as usize;
+                q.get(i).copied().unwrap_or(0.0)
+            }
+        };
+        let mean = if self.batches == 0 { 0.0 } else { self.batched_requests as f64 / self.batches as f64 };
+        ExecutorMetrics {
+            submitted: self.submitted,
+            rejected: self.rejected,
+            completed: self.completed,
+            failed: self.failed,
+            batches: self.batches,
+            mean_batch_size: mean,
+            fill_rate: mean / max_batch_size.max(1) as f64,
+            flush_size: self.flush_size,
+            flush_timeout: self.flush_timeout,
+            flush_shutdown: self.flush_shutdown,
+            queue_p50_s: pct(0.5),
+            queue_p99_s: pct(0.99),
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! Test backends: a CPU backend under a GPU's name (optionally failing), and
+//! one that holds each call until the test opens a gate.
+#![allow(dead_code)]
+
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use compute_core::{Backend, BackendKind, ComputeError, Op, Result, Tensor};
+use compute_simd::SimdBackend;
+use dispatch::profile::{ClassCurve, EngineProfile, Link, Point};
+use dispatch::{Engine, Profile};
+
+/// The CPU backend reporting itself as a GPU family; `fail` makes every host
+/// `run` return `DeviceLost` (tensors still work, on host memory).
+pub struct FakeGpu {
+    pub inner: SimdBackend,
+    pub kind: BackendKind,
+    pub fail: bool,
+}
+
+impl FakeGpu {
+    pub fn new(kind: BackendKind, fail: bool) -> Arc<dyn Backend> {
+        Arc::new(FakeGpu { inner: SimdBackend::new(), kind, fail })
+    }
+}
+
+impl Backend for FakeGpu {
+    fn kind(&self) -> BackendKind {
+        self.kind
+    }
+    fn device_name(&self) -> String {
+        format!("fake {} over {}", self.kind, self.inner.device_name())
+    }
+    fn run(&self, op: &Op, inputs: &[&[f32]], output: &mut [f32]) -> Result<()> {
+        if self.fail {
+            return Err(ComputeError::DeviceLost { backend: self.kind, reason: "test device lost".into() });
+        }
+        self.inner.run(op, inputs, output)
+    }
+    fn upload(&self, data: &[f32]) -> Result<Tensor> {
+        self.inner.upload(data)
+    }
+    fn alloc(&self, len: usize) -> Result<Tensor> {
+        self.inner.alloc(len)
+    }
+    fn download(&self, tensor: &Tensor, out: &mut [f32]) -> Result<()> {
+        self.inner.download(tensor, out)
+    }
+    fn run_tensors(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> Result<()> {
+        self.inner.run_tensors(op, inputs, output)
+    }
+}
+
+/// The CPU backend whose host `run` waits for the test to open a gate (one
+/// `send(())` per call), recording events in order. Gives up after 60 s with
+/// an error, so a test that never opens the gate fails instead of hanging.
+pub struct Gated {
+    pub inner: SimdBackend,
+    pub gate: Mutex<Receiver<()>>,
+    pub events: Arc<Mutex<Vec<String>>>,
+}
+
+impl Gated {
+    pub fn new() -> (Arc<Gated>, Sender<()>, Arc<Mutex<Vec<String>>>) {
+        let (tx, rx) = channel();
+        let events = Arc::new(Mutex::new(Vec::new()));
+        (Arc::new(Gated { inner: SimdBackend::new(), gate: Mutex::new(rx), events: events.clone() }), tx, events)
+    }
+}
+
+impl Backend for Gated {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Simd
+    }
+    fn device_name(&self) -> String {
+        "gated cpu".into()
+    }
+    fn run(&self, op: &Op, inputs: &[&[f32]], output: &mut [f32]) -> Result<()> {
+        self.events.lock().unwrap().push(format!("{} waiting", op.name()));
+        let opened = self.gate.lock().unwrap().recv_timeout(Duration::from_secs(60));
+        if opened.is_err() {
+            return Err(ComputeError::Driver { op: op.name(), backend: BackendKind::Simd, message: "gate never opened".into() });
+        }
+        self.inner.run(op, inputs, output)?;
+        self.events.lock().unwrap().push(format!("{} done", op.name()));
+        Ok(())
+    }
+    fn upload(&self, data: &[f32]) -> Result<Tensor> {
+        self.inner.upload(data)
+    }
+    fn alloc(&self, len: usize) -> Result<Tensor> {
+        self.inner.alloc(len)
+    }
+    fn download(&self, tensor: &Tensor, out: &mut [f32]) -> Result<()> {
+        self.inner.download(tensor, out)
+    }
+    fn run_tensors(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> Result<()> {
+        self.inner.run_tensors(op, inputs, output)
+    }
+}
+
+/// A profile where `gpu` is extremely fast at everything, so the model always
+/// picks it (`launch` 1 ns, no link cost), and the CPU engines are slow.
+pub fn gpu_always_wins(gpu: Engine) -> Profile {
+    let fast = |engine: Engine, secs_per_work: f64, launch_s: f64, link: Option<Link>| EngineProfile {
+        engine,
+        device: format!("synthetic {engine}"),
+        launch_s,
+        link,
+        classes: compute_core::OpClass::ALL
+            .iter()
+            .map(|&class| ClassCurve {
+                class,
+                points: vec![Point { work: 1.0, seconds: launch_s + secs_per_work }, Point { work: 1e9, seconds: launch_s + 1e9 * secs_per_work }],
+            })
+            .collect(),
+    };
+    let free = Link { overhead_s: 0.0, h2d_bytes_per_s: 1e18, d2h_bytes_per_s: 1e18 };
+    Profile {
+        format: dispatch::profile::FORMAT,
+        key: "synthetic".into(),
+        calibrated: false,
+        created_unix_s: 0,
+        engines: vec![
+            fast(gpu, 1e-18, 1e-9, Some(free)),
+            fast(Engine::Simd, 1e-9, 1e-6, None),
+            fast(Engine::SimdSingle, 1e-9, 1e-6, None),
+        ],
+    }
+}
+
+/// Random data in [-2, 2], never all zeros.
+pub fn data(seed: u64, len: usize) -> Vec<f32> {
+    compute_core::conformance::rng::Rng::new(seed).vec(len, -2.0, 2.0)
+}
+
+/// Panics with the mismatch if `out` is not `op` of `inputs` within the conformance tolerance.
+pub fn assert_matches_reference(op: &Op, inputs: &[&[f32]], out: &[f32]) {
+    if let Some(msg) = compute_core::conformance::compare(op, inputs, out, 1.0) {
+        panic!("{} {}: {msg}", op.name(), op.shapes());
+    }
+}

@@ -1,0 +1,57 @@
+//! The shared conformance suite through `Compute`: the CPU with nominal and
+//! with measured profiles (so both CPU engines get calls), and with a failing
+//! GPU in front (every host call falls back to the CPU).
+mod common;
+
+use std::sync::OnceLock;
+
+use compute_core::{BackendKind, ComputeError, conformance::Config};
+use dispatch::calibrate::Options;
+use dispatch::{Compute, Engine, Profile};
+
+mod nominal {
+    use super::*;
+    compute_core::conformance_tests!(
+        || Compute::builder().cpu().nominal_profile().build(),
+        BackendKind::Simd,
+        Config::from_env()
+    );
+}
+
+fn measured() -> Result<Profile, ComputeError> {
+    static PROFILE: OnceLock<Result<Profile, ComputeError>> = OnceLock::new();
+    PROFILE
+        .get_or_init(|| Compute::builder().cpu().calibration_options(Options::quick()).calibrate().build().map(|c| c.profile().clone()))
+        .clone()
+}
+
+mod measured {
+    use super::*;
+    compute_core::conformance_tests!(
+        || Compute::builder().cpu().profile(measured()?).build(),
+        BackendKind::Simd,
+        Config::from_env()
+    );
+}
+
+mod single_thread_engine {
+    use super::*;
+    compute_core::conformance_tests!(
+        || Ok::<_, ComputeError>(Compute::builder().cpu().nominal_profile().build()?.with_policy(dispatch::Policy::Fixed(Engine::SimdSingle))),
+        BackendKind::Simd,
+        Config::from_env()
+    );
+}
+
+mod failing_gpu_in_front {
+    use super::*;
+    compute_core::conformance_tests!(
+        || Compute::builder()
+            .cpu()
+            .engine(Engine::Cuda, common::FakeGpu::new(BackendKind::Cuda, true))
+            .profile(common::gpu_always_wins(Engine::Cuda))
+            .build(),
+        BackendKind::Simd,
+        Config::from_env()
+    );
+}

@@ -1,0 +1,186 @@
+//! The batching executor: coalescing, flush reasons, backpressure, and a
+//! stress test with shutdown in the middle (every accepted request answered
+//! correctly, every other refused with an error, none left hanging).
+mod common;
+
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use common::{Gated, assert_matches_reference, data};
+use compute_core::{BinaryOp, ComputeError, GeluForm, Op, RowOp, UnaryOp};
+use dispatch::{BatchConfig, BatchedExecutor, Compute, Engine, FlushReason};
+
+fn cpu() -> Compute {
+    Compute::builder().cpu().nominal_profile().build().unwrap()
+}
+
+/// A request of kind `i % 6`, with inputs drawn from `seed`.
+fn request(i: usize, seed: u64) -> (Op, Vec<Vec<f32>>) {
+    let len = 1 + (seed as usize * 7 + i) % 97;
+    match i % 6 {
+        0 => (Op::unary(UnaryOp::Gelu(GeluForm::Tanh), len), vec![data(seed, len)]),
+        1 => (Op::binary(BinaryOp::Add, len), vec![data(seed, len), data(seed + 1, len)]),
+        2 => (Op::rows(RowOp::Softmax, 1 + i % 3, 16), vec![data(seed, (1 + i % 3) * 16)]),
+        3 => (Op::matmul(4, 8, 3), vec![data(seed, 32), data(seed + 1, 24)]),
+        4 => (Op::Dot { len }, vec![data(seed, len), data(seed + 1, len)]),
+        _ => (Op::unary(UnaryOp::LeakyRelu { alpha: 0.1 }, len), vec![data(seed, len)]),
+    }
+}
+
+#[test]
+fn stress_16_threads_1000_requests_with_shutdown_in_the_middle() {
+    let exec = BatchedExecutor::new(cpu(), BatchConfig::balanced().with_max_batch_size(64)).unwrap();
+    let threads = 16;
+    let per_thread = 1000;
+    let half = per_thread / 2;
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let after_shutdown = Arc::new(Barrier::new(threads + 1));
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let h = exec.handle();
+            let (barrier, after_shutdown) = (barrier.clone(), after_shutdown.clone());
+            std::thread::spawn(move || {
+                let mut accepted = Vec::new();
+                let mut refused = 0usize;
+                for i in 0..per_thread {
+                    if i == half {
+                        barrier.wait(); // the main thread shuts down while the second half is submitted
+                    }
+                    let seed = (t * per_thread + i) as u64 * 3;
+                    let (op, ins) = request(i, seed);
+                    match h.submit(op, ins.clone()) {
+                        Ok(r) => accepted.push((op, ins, r)),
+                        Err(ComputeError::Driver { message, .. }) if message.contains("shut down") => refused += 1,
+                        Err(e) => panic!("unexpected error: {e}"),
+                    }
+                }
+                after_shutdown.wait();
+                // After shutdown every submission is refused.
+                let (op, ins) = request(0, 1);
+                assert!(h.submit(op, ins).is_err());
+                refused += 1;
+                let n = accepted.len();
+                for (op, ins, r) in accepted {
+                    let refs: Vec<&[f32]> = ins.iter().map(Vec::as_slice).collect();
+                    let out = r.wait().unwrap_or_else(|e| panic!("accepted request failed: {e}"));
+                    assert_matches_reference(&op, &refs, &out);
+                }
+                (n, refused)
+            })
+        })
+        .collect();
+    barrier.wait();
+    exec.handle().shutdown();
+    after_shutdown.wait();
+    let (mut accepted, mut refused) = (0, 0);
+    for w in workers {
+        let (a, r) = w.join().unwrap();
+        accepted += a;
+        refused += r;
+    }
+    let m = exec.shutdown();
+    assert_eq!(accepted + refused, threads * per_thread + threads);
+    assert!(accepted >= threads * half, "the whole first half was accepted");
+    assert_eq!(m.submitted as usize, accepted);
+    assert_eq!(m.rejected as usize, refused);
+    assert_eq!(m.completed as usize, accepted, "{m:?}");
+    assert_eq!(m.failed, 0);
+    assert!(m.batches > 0 && m.batches <= m.submitted);
+    assert!(m.flush_shutdown <= m.batches);
+    assert!(m.mean_batch_size >= 1.0);
+    assert!(m.queue_p50_s <= m.queue_p99_s);
+}
+
+#[test]
+fn compatible_requests_share_one_dispatch_flushed_by_size() {
+    let cfg = BatchConfig::balanced().with_max_batch_size(3).with_max_wait(Duration::from_secs(30));
+    let exec = BatchedExecutor::new(cpu(), cfg).unwrap();
+    let h = exec.handle();
+    let xs: Vec<Vec<f32>> = (0..3).map(|i| data(i, 10 + i as usize)).collect();
+    let rs: Vec<_> = xs.iter().map(|x| h.unary(UnaryOp::Sigmoid, x.clone()).unwrap()).collect();
+    for (x, r) in xs.iter().zip(rs) {
+        assert_matches_reference(&Op::unary(UnaryOp::Sigmoid, x.len()), &[x], &r.wait().unwrap());
+    }
+    let m = exec.metrics();
+    assert_eq!((m.batches, m.flush_size, m.flush_timeout), (1, 1, 0), "{m:?}");
+    assert_eq!(m.mean_batch_size, 3.0);
+    assert_eq!(m.fill_rate, 1.0);
+}
+
+#[test]
+fn a_lone_request_is_flushed_by_its_wait_limit() {
+    let cfg = BatchConfig::latency().with_max_wait(Duration::from_millis(2));
+    let exec = BatchedExecutor::new(cpu(), cfg).unwrap();
+    let (a, b) = (data(1, 12), data(2, 20));
+    let out = exec.handle().matmul(a.clone(), b.clone(), 3, 4, 5).unwrap().wait().unwrap();
+    assert_matches_reference(&Op::matmul(3, 4, 5), &[&a, &b], &out);
+    let m = exec.shutdown();
+    assert_eq!((m.batches, m.flush_timeout, m.completed), (1, 1, 1), "{m:?}");
+}
+
+#[test]
+fn incompatible_requests_are_not_merged_and_reductions_run_alone() {
+    let cfg = BatchConfig::balanced().with_max_wait(Duration::from_secs(30));
+    let exec = BatchedExecutor::new(cpu(), cfg).unwrap();
+    let h = exec.handle();
+    let x = data(3, 50);
+    let r1 = h.submit(Op::unary(UnaryOp::Scale { s: 2.0 }, 50), vec![x.clone()]).unwrap();
+    let r2 = h.submit(Op::unary(UnaryOp::Scale { s: 3.0 }, 50), vec![x.clone()]).unwrap();
+    let r3 = h.submit(Op::Dot { len: 50 }, vec![x.clone(), x.clone()]).unwrap();
+    let r4 = h.submit(Op::Dot { len: 50 }, vec![x.clone(), x.clone()]).unwrap();
+    // Nothing is due for 30 s: shutdown flushes all four groups now.
+    let m = exec.shutdown();
+    assert_eq!(r1.wait().unwrap(), x.iter().map(|v| v * 2.0).collect::<Vec<_>>());
+    assert_eq!(r2.wait().unwrap(), x.iter().map(|v| v * 3.0).collect::<Vec<_>>());
+    let d3 = r3.wait().unwrap();
+    assert_matches_reference(&Op::Dot { len: 50 }, &[&x, &x], &d3);
+    assert_eq!(r4.wait().unwrap(), d3);
+    assert_eq!((m.batches, m.flush_shutdown, m.completed), (4, 4, 4), "{m:?}");
+    let _ = FlushReason::Shutdown;
+}
+
+#[test]
+fn a_full_queue_blocks_submit_and_fails_try_submit() {
+    let (gated, gate, _) = Gated::new();
+    let c = Compute::builder().engine(Engine::Simd, gated).nominal_profile().build().unwrap();
+    let cfg = BatchConfig { max_batch_size: 1, max_wait: Duration::from_millis(1), channel_size: 2 };
+    let exec = BatchedExecutor::new(c, cfg).unwrap();
+    let h = exec.handle();
+    let x = data(4, 8);
+    let relu = || Op::unary(UnaryOp::Relu, 8);
+    // The first request is taken by the worker, which then waits at the gate;
+    // the next two fill the queue (the third submit waits until the first is taken).
+    let r1 = h.submit(relu(), vec![x.clone()]).unwrap();
+    let r2 = h.submit(relu(), vec![x.clone()]).unwrap();
+    let r3 = h.submit(relu(), vec![x.clone()]).unwrap();
+    match h.try_submit(relu(), vec![x.clone()]) {
+        Err(ComputeError::LimitExceeded { maximum: 2, .. }) => {}
+        other => panic!("expected a full-queue error, got {other:?}"),
+    }
+    assert_eq!(exec.metrics().rejected, 1);
+    for _ in 0..3 {
+        gate.send(()).unwrap();
+    }
+    let want: Vec<f32> = x.iter().map(|v| v.max(0.0)).collect();
+    for r in [r1, r2, r3] {
+        assert_eq!(r.wait().unwrap(), want);
+    }
+    let m = exec.shutdown();
+    assert_eq!((m.submitted, m.completed, m.rejected), (3, 3, 1));
+}
+
+#[test]
+fn dropping_the_executor_answers_everything_accepted() {
+    let cfg = BatchConfig::throughput().with_max_wait(Duration::from_secs(60));
+    let exec = BatchedExecutor::new(cpu(), cfg).unwrap();
+    let h = exec.handle();
+    let xs: Vec<Vec<f32>> = (0..20).map(|i| data(100 + i, 33)).collect();
+    let rs: Vec<_> = xs.iter().map(|x| h.unary(UnaryOp::Tanh, x.clone()).unwrap()).collect();
+    drop(exec);
+    assert!(!h.is_open());
+    for (x, r) in xs.iter().zip(rs) {
+        assert_matches_reference(&Op::unary(UnaryOp::Tanh, 33), &[x], &r.wait().unwrap());
+    }
+    assert!(h.submit(Op::unary(UnaryOp::Tanh, 33), vec![data(9, 33)]).is_err());
+    assert!(matches!(h.submit(Op::unary(UnaryOp::Tanh, 3), vec![data(9, 4)]), Err(ComputeError::Shape { .. })));
+}
