@@ -108,7 +108,6 @@ fn decision_rows(compute: &Compute, device: &str) -> Vec<Record> {
 }
 
 struct Grid {
-    quick: bool,
     lens: Vec<usize>,
     matmul: Vec<usize>,
     conv_hw: Vec<usize>,
@@ -120,16 +119,14 @@ impl Grid {
     fn new(quick: bool) -> Grid {
         if quick {
             Grid {
-                quick,
-                lens: [6, 10, 14, 18, 22].map(|p| 1usize << p).to_vec(),
+                lens: (3..=11).map(|p| 1usize << (2 * p)).collect(),
                 matmul: vec![16, 32, 64, 128, 256, 512],
-                conv_hw: vec![4, 16, 64],
-                budget: Duration::from_millis(15),
+                conv_hw: vec![4, 8, 16, 32, 64],
+                budget: Duration::from_millis(40),
                 max_call_s: 0.25,
             }
         } else {
             Grid {
-                quick,
                 lens: (3..=13).map(|p| 1usize << (2 * p)).collect(),
                 matmul: vec![16, 32, 64, 128, 256, 512, 1024, 2048, 4096],
                 conv_hw: vec![4, 8, 16, 32, 64, 128, 256, 512],
@@ -163,43 +160,52 @@ impl Grid {
     }
 }
 
-/// Median seconds of `op` on `backend` with data on the host (`run`, transfers
-/// included) or resident on the engine (`run_tensors` + synchronise).
-fn time_engine(backend: &dyn Backend, op: &Op, inputs: &[Vec<f32>], resident: bool, g: &Grid, slow: bool) -> Result<f64, String> {
+/// One engine's call of a cell, ready to time: `run` on host data (transfers
+/// included) or `run_tensors` + synchronise on data resident on the engine.
+type Call<'a> = Box<dyn FnMut() -> Result<(), compute_core::ComputeError> + 'a>;
+
+fn prepare<'a>(
+    backend: &'a dyn Backend,
+    op: &'a Op,
+    inputs: &'a [Vec<f32>],
+    resident: bool,
+) -> Result<Call<'a>, String> {
     let e = |e: compute_core::ComputeError| format!("{} {}: {e}", op.name(), op.shapes());
     let out_len = op.layout().map_err(e)?.output;
-    let min_reps = if slow { 1 } else { 3 };
-    let mut err = None;
-    let t = if resident {
+    if resident {
         let ts = inputs.iter().map(|v| backend.upload(v)).collect::<Result<Vec<Tensor>, _>>().map_err(e)?;
-        let refs: Vec<&Tensor> = ts.iter().collect();
         let o = backend.alloc(out_len).map_err(e)?;
-        time(
-            || {
-                if let Err(x) = backend.run_tensors(op, &refs, &o).and_then(|()| backend.synchronize()) {
-                    err = Some(x);
-                }
-            },
-            g.budget,
-            min_reps,
-        )
+        Ok(Box::new(move || {
+            let refs: Vec<&Tensor> = ts.iter().collect();
+            backend.run_tensors(op, &refs, &o).and_then(|()| backend.synchronize())
+        }))
     } else {
-        let refs: Vec<&[f32]> = inputs.iter().map(Vec::as_slice).collect();
         let mut o = vec![0.0f32; out_len];
-        time(
-            || {
-                if let Err(x) = backend.run(op, &refs, &mut o) {
-                    err = Some(x);
-                }
-            },
-            g.budget,
-            min_reps,
-        )
-    };
-    match err {
-        Some(x) => Err(e(x)),
-        None => Ok(t),
+        Ok(Box::new(move || {
+            let refs: Vec<&[f32]> = inputs.iter().map(Vec::as_slice).collect();
+            backend.run(op, &refs, &mut o)
+        }))
     }
+}
+
+/// Times every call round-robin (one call of each per round, after a warm-up
+/// call of each) so they all see the same machine state; median seconds each.
+fn time_interleaved(calls: &mut [Call<'_>], budget: Duration, min_rounds: usize) -> Result<Vec<f64>, String> {
+    for c in calls.iter_mut() {
+        c().map_err(|e| e.to_string())?;
+    }
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); calls.len()];
+    let start = Instant::now();
+    let mut rounds = 0;
+    while rounds < min_rounds || (start.elapsed() < budget && rounds < 5000) {
+        for (c, s) in calls.iter_mut().zip(samples.iter_mut()) {
+            let t = Instant::now();
+            c().map_err(|e| e.to_string())?;
+            s.push(t.elapsed().as_secs_f64());
+        }
+        rounds += 1;
+    }
+    Ok(samples.iter_mut().map(|s| crate::report::median(s)).collect())
 }
 
 struct Cell {
@@ -215,6 +221,8 @@ fn regret_rows(compute: &Compute, device: &str, g: &Grid) -> Result<Vec<Record>,
     let engines = compute.engines();
     let pols = policies(compute);
     let mut cells: Vec<Cell> = Vec::new();
+    let backends: Vec<(Engine, Arc<dyn Backend>)> =
+        engines.iter().filter_map(|&e| compute.backend(e).map(|b| (e, b))).collect();
     let t0 = Instant::now();
     for resident in [false, true] {
         // Last measured (work, seconds) per engine and family, to skip calls past the cap.
@@ -225,20 +233,28 @@ fn regret_rows(compute: &Compute, device: &str, g: &Grid) -> Result<Vec<Record>,
                 layout.inputs().iter().enumerate().map(|(i, &n)| random(n, 17 + i as u64 + n as u64)).collect();
             let work = op.cost().flops.max(op.cost().bytes()) as f64;
             let mut times = Vec::new();
-            for &eng in &engines {
-                let Some(b) = compute.backend(eng) else { continue };
+            let mut timed: Vec<Engine> = Vec::new();
+            let mut calls: Vec<Call<'_>> = Vec::new();
+            let mut slow = false;
+            for (eng, b) in &backends {
                 if !b.supports(&op) {
                     continue;
                 }
-                let predicted = last.get(&(eng, family)).map(|&(w, s)| s * work / w);
+                let predicted = last.get(&(*eng, family)).map(|&(w, s)| s * work / w);
                 match predicted {
-                    Some(p) if p > g.max_call_s => times.push((eng, p, false)),
+                    Some(p) if p > g.max_call_s => times.push((*eng, p, false)),
                     _ => {
-                        let s = time_engine(b.as_ref(), &op, &inputs, resident, g, predicted.is_some_and(|p| p > 0.05))?;
-                        last.insert((eng, family), (work, s));
-                        times.push((eng, s, true));
+                        slow |= predicted.is_some_and(|p| p > 0.05);
+                        timed.push(*eng);
+                        calls.push(prepare(b.as_ref(), &op, &inputs, resident)?);
                     }
                 }
+            }
+            let medians = time_interleaved(&mut calls, g.budget, if slow { 1 } else { 5 })?;
+            drop(calls);
+            for (eng, s) in timed.into_iter().zip(medians) {
+                last.insert((eng, family), (work, s));
+                times.push((eng, s, true));
             }
             if !times.iter().any(|t| t.2) {
                 continue;
@@ -269,18 +285,20 @@ fn regret_rows(compute: &Compute, device: &str, g: &Grid) -> Result<Vec<Record>,
             .zip(c.choices)
             .map(|((name, _), e)| format!("{name}:{e} {:.2}", regret(c, e).unwrap_or(f64::NAN)))
             .collect();
-        out.push(Record {
-            op: format!("regret/{}", c.family),
-            shape: c.shape.clone(),
-            backend: auto.as_str().into(),
-            device: device.into(),
-            threads: 1,
-            placement: if c.resident { "resident" } else { "host" }.into(),
-            median_s: auto_s,
-            note: Some(format!("{}; {}", regrets.join(", "), engines_txt.join(" "))),
-            ..Record::default()
-        }
-        .with_peer(&format!("best:{best_e}"), best_s));
+        out.push(
+            Record {
+                op: format!("regret/{}", c.family),
+                shape: c.shape.clone(),
+                backend: auto.as_str().into(),
+                device: device.into(),
+                threads: 1,
+                placement: if c.resident { "resident" } else { "host" }.into(),
+                median_s: auto_s,
+                note: Some(format!("{}; {}", regrets.join(", "), engines_txt.join(" "))),
+                ..Record::default()
+            }
+            .with_peer(&format!("best:{best_e}"), best_s),
+        );
     }
     // Summaries: geometric mean and worst regret per policy, over all cells and per placement.
     for (i, (name, _)) in pols.iter().enumerate() {
@@ -312,12 +330,13 @@ fn regret_rows(compute: &Compute, device: &str, g: &Grid) -> Result<Vec<Record>,
                 placement: scope.into(),
                 median_s: geo,
                 ratio: Some(worst),
-                note: Some(format!("median_s holds the geo-mean regret, ratio the worst; {summary}; grid took {grid_s:.1} s")),
+                note: Some(format!(
+                    "median_s holds the geo-mean regret, ratio the worst; {summary}; grid took {grid_s:.1} s"
+                )),
                 ..Record::default()
             });
         }
     }
-    let _ = g.quick;
     Ok(out)
 }
 
@@ -411,13 +430,14 @@ fn batched(exec: &BatchedExecutor, threads: usize, n: usize, len: usize, window:
 fn executor_rows(compute: &Compute, device: &str, quick: bool) -> Result<Vec<Record>, String> {
     let len = 256;
     let per_thread = if quick { 400 } else { 4000 };
-    let window = 64;
     let thread_counts: &[usize] = if quick { &[2, 8, 16] } else { &[2, 4, 8, 16] };
     let sizes: &[usize] = if quick { &[16, 256, 4096] } else { &[16, 64, 256, 1024, 4096] };
     let mut runs: Vec<(String, BatchConfig, usize)> = Vec::new();
-    for (name, cfg) in
-        [("latency", BatchConfig::latency()), ("balanced", BatchConfig::balanced()), ("throughput", BatchConfig::throughput())]
-    {
+    for (name, cfg) in [
+        ("latency", BatchConfig::latency()),
+        ("balanced", BatchConfig::balanced()),
+        ("throughput", BatchConfig::throughput()),
+    ] {
         for &t in thread_counts {
             runs.push((format!("{name} t={t}"), cfg, t));
         }
@@ -438,6 +458,8 @@ fn executor_rows(compute: &Compute, device: &str, quick: bool) -> Result<Vec<Rec
             }
         };
         let exec = BatchedExecutor::new(compute.clone(), cfg).map_err(|e| e.to_string())?;
+        // In flight per thread: enough for full batches, bounded so queueing stays finite.
+        let window = (2 * cfg.max_batch_size / threads).max(64);
         let mut l = batched(&exec, threads, per_thread, len, window)?;
         let m = exec.shutdown();
         let per_req = l.wall_s / l.lat.len() as f64;

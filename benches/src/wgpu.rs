@@ -82,6 +82,7 @@ impl Bench {
         let (s, d) = (buffer(&src)?, buffer(&dst)?);
         let (device, queue) = self.gpu.device();
         let mut failure = None;
+        let mut copy_failure = None;
         let (ours, peer) = time_pair(
             || {
                 for _ in 0..reps {
@@ -100,13 +101,13 @@ impl Bench {
                     queue.submit([enc.finish()]);
                 }
                 if let Err(e) = self.gpu.synchronize() {
-                    failure = Some(e);
+                    copy_failure = Some(e);
                 }
             },
             self.budget,
             3,
         );
-        match failure {
+        match failure.or(copy_failure) {
             Some(e) => Err(err(e)),
             None => Ok((ours / reps as f64, peer / reps as f64)),
         }

@@ -4,9 +4,11 @@
 //! - `bench`      the side-by-side benchmark report (CPU by default; `--backend wgpu|cuda|all`, `--dispatch`)
 //! - `ptx`        regenerate the checked-in PTX (`--check`: fail on a difference, run ptxas on every file)
 //! - `calibrate`  measure this machine's dispatch profile and save it
+//! - `gpu-bundle` build the binaries a GPU-machine run needs into `.gpu/` (see `gpu.rs`)
 //! - `deps`       check with `cargo tree` that the CPU-only crates pull no GPU dependency
 //! - `ci`         what `.ci/run` runs: fmt check, clippy, test
 
+mod gpu;
 mod ptx;
 mod setup;
 
@@ -17,6 +19,7 @@ const USAGE: &str = "usage: cargo xtask <test|bench|ptx|calibrate|ci> [args]
   bench [ARGS]            cargo run --release -p compute-benches -- ARGS (see `cargo xtask bench --help`)
   ptx [--check]           write every kernel's PTX into ptx/ (or check it and run ptxas)
   calibrate               measure and save the dispatch profile of this machine
+  gpu-bundle [--no-bench]  build test and bench binaries into .gpu/ for a GPU-machine run (.gpu/run.sh)
   deps                    check that compute-simd / dispatch without GPU features pull no GPU crate
   ci                      cargo fmt --check, clippy -D warnings, then `test`";
 
@@ -33,6 +36,7 @@ fn main() -> ExitCode {
         "calibrate" => calibrate(rest),
         "ci" => ci(rest),
         "deps" => deps(),
+        "gpu-bundle" => gpu::bundle(rest),
         "-h" | "--help" | "help" => {
             println!("{USAGE}");
             Ok(())

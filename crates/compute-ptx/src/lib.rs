@@ -17,6 +17,7 @@
 
 pub mod builder;
 pub mod kernels;
+pub mod plan;
 
 #[cfg(feature = "cuda")]
 pub mod cuda;

@@ -5,8 +5,13 @@
 //! from `Op::cost`) is printed with the medians.
 //!
 //! ```text
-//! cargo run --release -p compute-simd --example kernels_bandwidth -- [len_millions] [reps] [isa...]
+//! cargo run --release -p compute-simd --example kernels_bandwidth -- [len_in_units_of_2^20] [reps] [isa...]
+//! cargo run --release -p compute-simd --example kernels_bandwidth -- thresholds
 //! ```
+//!
+//! `thresholds` times each op class at sizes 2¹⁰…2²⁰ on one thread against the
+//! same single-threaded kernel run on two halves in a 2-thread pool: the size
+//! where the split starts winning is the parallel threshold in `tuning.rs`.
 
 use std::error::Error;
 use std::hint::black_box;
@@ -56,9 +61,86 @@ fn time_pair(mut a: impl FnMut(), mut b: impl FnMut(), reps: usize) -> (f64, f64
     (median(ta), median(tb))
 }
 
+/// One-thread time against two-halves-on-two-threads time, per size.
+fn thresholds() -> Result<(), Box<dyn Error>> {
+    // No pool of its own: kernels run in whichever pool is installed around them.
+    let backend = SimdBackend::new();
+    let pool1 = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
+    let pool2 = rayon::ThreadPoolBuilder::new().num_threads(2).build()?;
+    let max = 1 << 20;
+    let x = random(max, 7);
+    let mut out = vec![0.0f32; max];
+    println!("{:<10} {:>9} {:>10} {:>10} {:>7}", "op", "len", "1 thread", "2 halves", "speedup");
+    let classes: [(&str, fn(usize) -> Op); 5] = [
+        ("relu", |n| Op::unary(UnaryOp::Relu, n)),
+        ("sigmoid", |n| Op::unary(UnaryOp::Sigmoid, n)),
+        ("gelu_erf", |n| Op::unary(UnaryOp::Gelu(GeluForm::Erf), n)),
+        ("sum", |n| Op::Reduce { op: ReduceOp::Sum, len: n }),
+        ("softmax", |n| Op::rows(RowOp::Softmax, n / 256, 256)),
+    ];
+    for (name, make) in classes {
+        for shift in 10..=20 {
+            let n = 1usize << shift;
+            let (op, half_op) = (make(n), make(n / 2));
+            let reduce = matches!(op, Op::Reduce { .. });
+            // Batches of calls, so each timing is well above the clock resolution.
+            let batch = (1usize << 22 >> shift).max(1);
+            let ok = std::sync::atomic::AtomicBool::new(true);
+            let check = |r: compute_core::Result<()>| {
+                if r.is_err() {
+                    ok.store(false, std::sync::atomic::Ordering::Relaxed);
+                }
+            };
+            let mut single = |out: &mut [f32]| {
+                pool1.install(|| {
+                    for _ in 0..batch {
+                        let o = if reduce { &mut out[..1] } else { &mut out[..n] };
+                        check(backend.run(&op, &[&x[..n]], o));
+                    }
+                })
+            };
+            let mut halves = |out: &mut [f32]| {
+                pool2.install(|| {
+                    for _ in 0..batch {
+                        let (xa, xb) = x[..n].split_at(n / 2);
+                        let (oa, ob) = out[..n].split_at_mut(n / 2);
+                        let (oa, ob) = if reduce { (&mut oa[..1], &mut ob[..1]) } else { (oa, ob) };
+                        rayon::join(|| check(backend.run(&half_op, &[xa], oa)), || check(backend.run(&half_op, &[xb], ob)));
+                    }
+                })
+            };
+            let out_ptr = &mut out;
+            let (mut t1, mut t2) = (Vec::new(), Vec::new());
+            for i in 0..15 {
+                let mut time = |f: &mut dyn FnMut(&mut [f32]), t: &mut Vec<f64>| {
+                    let start = Instant::now();
+                    f(out_ptr);
+                    t.push(start.elapsed().as_secs_f64() / batch as f64);
+                };
+                if i % 2 == 0 {
+                    time(&mut single, &mut t1);
+                    time(&mut halves, &mut t2);
+                } else {
+                    time(&mut halves, &mut t2);
+                    time(&mut single, &mut t1);
+                }
+            }
+            if !ok.load(std::sync::atomic::Ordering::Relaxed) {
+                return Err(format!("{name} failed").into());
+            }
+            let (t1, t2) = (median(t1), median(t2));
+            println!("{name:<10} {n:>9} {:>8.2}us {:>8.2}us {:>7.2}", t1 * 1e6, t2 * 1e6, t1 / t2);
+        }
+    }
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let len = args.first().and_then(|s| s.parse::<usize>().ok()).unwrap_or(16) << 20;
+    if args.first().map(String::as_str) == Some("thresholds") {
+        return thresholds();
+    }
+    let len = (args.first().and_then(|s| s.parse::<f64>().ok()).unwrap_or(16.0) * (1 << 20) as f64) as usize;
     let reps = args.get(1).and_then(|s| s.parse::<usize>().ok()).unwrap_or(15);
     let mut isas: Vec<Isa> = args.iter().skip(2).filter_map(|s| Isa::parse(s)).collect();
     if isas.is_empty() {

@@ -27,4 +27,3 @@ pub const STREAM_MIN: usize = 1 << 20;
 
 /// Matrix products go parallel above this many multiply-adds (m·k·n).
 pub const PAR_GEMM_MIN_MACS: usize = 1 << 18;
-

@@ -152,12 +152,7 @@ impl CommandBatch {
         for s in &self.steps {
             total += model.predict(engine, &s.op, Placement::Resident)?;
         }
-        let up: u64 = self
-            .buffers
-            .iter()
-            .filter(|b| matches!(b.1, Source::Upload(_)))
-            .map(|b| b.0 as u64 * 4)
-            .sum();
+        let up: u64 = self.buffers.iter().filter(|b| matches!(b.1, Source::Upload(_))).map(|b| b.0 as u64 * 4).sum();
         let down: u64 = self
             .steps
             .iter()

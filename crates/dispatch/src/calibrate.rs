@@ -18,8 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use compute_core::conformance::rng::Rng;
 use compute_core::{
-    Backend, BackendKind, BinaryOp, ComputeError, Conv2dSpec, GeluForm, Op, OpClass, Result, RowOp, Tensor,
-    UnaryOp,
+    Backend, BackendKind, BinaryOp, ComputeError, Conv2dSpec, GeluForm, Op, OpClass, Result, RowOp, Tensor, UnaryOp,
 };
 
 use crate::engine::Engine;
@@ -164,7 +163,9 @@ fn ladder(class: OpClass) -> Vec<Op> {
         OpClass::Transcendental => lens.iter().map(|&n| Op::unary(UnaryOp::Gelu(GeluForm::Tanh), n)).collect(),
         OpClass::Reduction => lens.iter().map(|&n| Op::Dot { len: n }).collect(),
         OpClass::RowWise => lens.iter().map(|&n| Op::rows(RowOp::Softmax, (n / 256).max(1), 256)).collect(),
-        OpClass::Matmul => [8usize, 16, 32, 64, 128, 256, 512, 1024, 2048].iter().map(|&n| Op::matmul(n, n, n)).collect(),
+        OpClass::Matmul => {
+            [8usize, 16, 32, 64, 128, 256, 512, 1024, 2048].iter().map(|&n| Op::matmul(n, n, n)).collect()
+        }
         OpClass::Conv => [4usize, 8, 16, 32, 64, 128, 256]
             .iter()
             .map(|&hw| {
@@ -229,7 +230,8 @@ fn calibrate_engine(engine: Engine, b: &dyn Backend, opts: &Options) -> Result<E
             let w = work(class, &op.cost());
             // Stop before a size predicted (linearly from the last one) to be too slow.
             if let Some(last) = points.last()
-                && (last.seconds * w / last.work > opts.max_call.as_secs_f64() || started.elapsed() > opts.max_per_engine)
+                && (last.seconds * w / last.work > opts.max_call.as_secs_f64()
+                    || started.elapsed() > opts.max_per_engine)
             {
                 break;
             }

@@ -381,7 +381,11 @@ impl Compute {
                 let cost = op.cost();
                 let mut best: Option<(Engine, f64)> = None;
                 for s in self.inner.slots.iter().filter(ok) {
-                    if let Some(t) = self.inner.model.predict_cost(s.engine, class, &cost, placement)
+                    if let Some(t) = self
+                        .inner
+                        .model
+                        .predict_cost(s.engine, class, &cost, placement)
+                        .map(|t| crate::model::comparable(s.engine, t))
                         && best.is_none_or(|(_, b)| t < b)
                     {
                         best = Some((s.engine, t));

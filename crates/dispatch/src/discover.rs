@@ -30,7 +30,8 @@ impl std::fmt::Debug for Found {
 /// CPU on one thread) and reports each. Creating a GPU backend opens the
 /// device (tens to hundreds of milliseconds); the CPU ones cost microseconds.
 pub fn probe() -> Vec<Found> {
-    let mut found = vec![Found { engine: Engine::Cuda, backend: cuda() }, Found { engine: Engine::Wgpu, backend: wgpu() }];
+    let mut found =
+        vec![Found { engine: Engine::Cuda, backend: cuda() }, Found { engine: Engine::Wgpu, backend: wgpu() }];
     let cpu = SimdBackend::new();
     let threads = cpu.threads();
     found.push(Found { engine: Engine::Simd, backend: Ok(Arc::new(cpu)) });
@@ -59,7 +60,7 @@ pub fn cpu() -> Vec<(Engine, Arc<dyn Backend>)> {
 
 #[cfg(feature = "cuda")]
 fn cuda() -> Result<Arc<dyn Backend>, ComputeError> {
-    compute_ptx::CudaBackend::new(0).map(|b| Arc::new(b) as Arc<dyn Backend>)
+    compute_ptx::CudaBackend::new().map(|b| Arc::new(b) as Arc<dyn Backend>)
 }
 
 #[cfg(not(feature = "cuda"))]

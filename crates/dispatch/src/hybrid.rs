@@ -144,14 +144,7 @@ impl HybridScheduler {
 
     /// Starts `A·B` and returns at once; it runs on the handle's worker thread
     /// (the GPU or CPU as the threshold says) while the caller goes on.
-    pub fn matmul_async(
-        &self,
-        a: &[f32],
-        b: &[f32],
-        m: usize,
-        k: usize,
-        n: usize,
-    ) -> Result<AsyncGpuResult<Vec<f32>>> {
+    pub fn matmul_async(&self, a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Result<AsyncGpuResult<Vec<f32>>> {
         let op = check_matmul(a, b, m, k, n)?;
         let engine = self.engine_for(m, k, n);
         let (result, completer) = AsyncGpuResult::channel(op.name(), engine.kind());

@@ -2,8 +2,8 @@
 //! asynchronous without an async runtime. The thread starts on first use and
 //! ends when its owner is dropped and the queued jobs are done.
 
-use std::sync::mpsc::{Sender, channel};
 use std::sync::OnceLock;
+use std::sync::mpsc::{Sender, channel};
 
 /// A boxed job.
 pub(crate) type Job = Box<dyn FnOnce() + Send + 'static>;

@@ -7,6 +7,17 @@ use compute_core::{Cost, Op, OpClass};
 use crate::engine::{Engine, Placement};
 use crate::profile::{Link, Profile, work};
 
+/// How much faster the single-threaded CPU engine must be predicted than the
+/// others before it is chosen: near a tie the two CPU engines differ by noise,
+/// and the all-threads engine is the safer default.
+pub const SINGLE_THREAD_MARGIN: f64 = 1.05;
+
+/// The time an engine is compared with: its prediction, times
+/// [`SINGLE_THREAD_MARGIN`] for [`Engine::SimdSingle`].
+pub fn comparable(engine: Engine, seconds: f64) -> f64 {
+    if engine == Engine::SimdSingle { seconds * SINGLE_THREAD_MARGIN } else { seconds }
+}
+
 /// One class's samples in log–log space, ready for interpolation.
 #[derive(Clone, Debug, Default)]
 struct Curve {
@@ -56,8 +67,7 @@ impl Curve {
         let lw = w.ln();
         // First sample with ln_w >= lw; 1 ≤ i < len since w0 < w < wn.
         let i = self.ln_w.partition_point(|&x| x < lw);
-        match (self.ln_w.get(i.wrapping_sub(1)), self.ln_w.get(i), self.ln_t.get(i.wrapping_sub(1)), self.ln_t.get(i))
-        {
+        match (self.ln_w.get(i.wrapping_sub(1)), self.ln_w.get(i), self.ln_t.get(i.wrapping_sub(1)), self.ln_t.get(i)) {
             (Some(&wa), Some(&wb), Some(&ta), Some(&tb)) if wb > wa => (ta + (tb - ta) * (lw - wa) / (wb - wa)).exp(),
             _ => launch + (tn - launch).max(0.0) * (w / wn),
         }
@@ -162,14 +172,15 @@ impl CostModel {
     }
 
     /// The engine among `candidates` with the smallest predicted time for `op`
-    /// (first listed wins ties); `None` if none of them is profiled.
+    /// (first listed wins ties; the single-threaded CPU engine must win by
+    /// [`SINGLE_THREAD_MARGIN`]); `None` if none of them is profiled.
     pub fn choose(&self, candidates: &[Engine], op: &Op, placement: Placement) -> Option<Decision> {
         let class = op.class();
         let cost = op.cost();
         let mut best: Option<Decision> = None;
         for &engine in candidates {
             if let Some(seconds) = self.predict_cost(engine, class, &cost, placement)
-                && best.is_none_or(|b| seconds < b.seconds)
+                && best.is_none_or(|b| comparable(engine, seconds) < comparable(b.engine, b.seconds))
             {
                 best = Some(Decision { engine, seconds });
             }
@@ -211,7 +222,13 @@ mod tests {
                 curve(OpClass::Matmul, &[(1e3, 1e-6), (1e6, 1e-4), (1e9, 2e-2)]),
             ],
         };
-        Profile { format: crate::profile::FORMAT, key: "synthetic".into(), calibrated: true, created_unix_s: 0, engines: vec![gpu, cpu] }
+        Profile {
+            format: crate::profile::FORMAT,
+            key: "synthetic".into(),
+            calibrated: true,
+            created_unix_s: 0,
+            engines: vec![gpu, cpu],
+        }
     }
 
     fn close(a: f64, b: f64) -> bool {
@@ -286,12 +303,49 @@ mod tests {
     #[test]
     fn noisy_samples_are_made_monotone_and_bad_ones_dropped() {
         let mut p = synthetic();
-        p.engines[1].classes = vec![curve(OpClass::Elementwise, &[(1.2e3, 5e-6), (1.2e4, 1e-6), (1.2e5, f64::NAN), (1.2e6, 1e-4)])];
+        p.engines[1].classes =
+            vec![curve(OpClass::Elementwise, &[(1.2e3, 5e-6), (1.2e4, 1e-6), (1.2e5, f64::NAN), (1.2e6, 1e-4)])];
         let m = CostModel::new(&p);
         // The dip to 1 µs is lifted to 5 µs; the NaN sample is ignored.
         let at = |n: usize| m.predict(Engine::Simd, &Op::binary(BinaryOp::Add, n), Placement::Resident).unwrap();
         assert!(close(at(1000), 5e-6), "{}", at(1000));
         assert!(at(10_000) >= at(1000));
         assert!(at(100_000) <= 1e-4 && at(100_000) >= 5e-6);
+    }
+}
+
+#[cfg(test)]
+mod margin_tests {
+    use super::*;
+    use crate::profile::{ClassCurve, EngineProfile, Point};
+    use compute_core::{BinaryOp, OpClass};
+
+    fn cpu(engine: Engine, seconds: f64) -> EngineProfile {
+        EngineProfile {
+            engine,
+            device: "cpu".into(),
+            launch_s: 0.0,
+            link: None,
+            classes: vec![ClassCurve { class: OpClass::Elementwise, points: vec![Point { work: 12e6, seconds }] }],
+        }
+    }
+
+    #[test]
+    fn single_thread_engine_must_win_by_the_margin() {
+        let op = Op::binary(BinaryOp::Add, 1_000_000); // 12e6 bytes: exactly the sample
+        let engines = [Engine::Simd, Engine::SimdSingle];
+        let pick = |single: f64| {
+            let p = Profile {
+                format: crate::profile::FORMAT,
+                key: String::new(),
+                calibrated: true,
+                created_unix_s: 0,
+                engines: vec![cpu(Engine::Simd, 1e-3), cpu(Engine::SimdSingle, single)],
+            };
+            CostModel::new(&p).choose(&engines, &op, Placement::Host).unwrap().engine
+        };
+        assert_eq!(pick(0.97e-3), Engine::Simd, "3% faster is within the noise margin");
+        assert_eq!(pick(0.90e-3), Engine::SimdSingle, "10% faster is taken");
+        assert_eq!(pick(1.2e-3), Engine::Simd);
     }
 }

@@ -15,7 +15,7 @@ use compute_core::Op;
 use dispatch::{AsyncState, Compute, Engine, HybridScheduler};
 
 fn gated_compute() -> (Compute, std::sync::mpsc::Sender<()>, Arc<std::sync::Mutex<Vec<String>>>) {
-    let (gated, gate, events) = Gated::new();
+    let (gated, gate, events) = Gated::open();
     let c = Compute::builder().engine(Engine::Simd, gated).nominal_profile().build().unwrap();
     (c, gate, events)
 }

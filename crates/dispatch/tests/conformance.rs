@@ -21,7 +21,14 @@ mod nominal {
 fn measured() -> Result<Profile, ComputeError> {
     static PROFILE: OnceLock<Result<Profile, ComputeError>> = OnceLock::new();
     PROFILE
-        .get_or_init(|| Compute::builder().cpu().calibration_options(Options::quick()).calibrate().build().map(|c| c.profile().clone()))
+        .get_or_init(|| {
+            Compute::builder()
+                .cpu()
+                .calibration_options(Options::quick())
+                .calibrate()
+                .build()
+                .map(|c| c.profile().clone())
+        })
         .clone()
 }
 
@@ -37,7 +44,13 @@ mod measured {
 mod single_thread_engine {
     use super::*;
     compute_core::conformance_tests!(
-        || Ok::<_, ComputeError>(Compute::builder().cpu().nominal_profile().build()?.with_policy(dispatch::Policy::Fixed(Engine::SimdSingle))),
+        || Ok::<_, ComputeError>(
+            Compute::builder()
+                .cpu()
+                .nominal_profile()
+                .build()?
+                .with_policy(dispatch::Policy::Fixed(Engine::SimdSingle))
+        ),
         BackendKind::Simd,
         Config::from_env()
     );
@@ -48,10 +61,39 @@ mod failing_gpu_in_front {
     compute_core::conformance_tests!(
         || Compute::builder()
             .cpu()
-            .engine(Engine::Cuda, common::FakeGpu::new(BackendKind::Cuda, true))
+            .engine(Engine::Cuda, common::FakeGpu::arc(BackendKind::Cuda, true))
             .profile(common::gpu_always_wins(Engine::Cuda))
             .build(),
         BackendKind::Simd,
         Config::from_env()
     );
+}
+
+/// The discovered GPU engine of `kind` in front of the CPU, with a profile that
+/// sends every call to it; unavailable (the groups skip, or fail under
+/// `COMPUTE_REQUIRE`) when this build or machine has no such GPU.
+fn gpu_first(engine: Engine) -> Result<Compute, ComputeError> {
+    let found = dispatch::discover::probe().into_iter().find(|f| f.engine == engine);
+    let backend = match found.map(|f| f.backend) {
+        Some(Ok(b)) => b,
+        Some(Err(e)) => return Err(e),
+        None => {
+            return Err(ComputeError::DeviceUnavailable { backend: engine.kind(), reason: "not probed".into() });
+        }
+    };
+    Compute::builder().cpu().engine(engine, backend).profile(common::gpu_always_wins(engine)).build()
+}
+
+mod wgpu_first {
+    use super::*;
+    compute_core::conformance_tests!(
+        || gpu_first(Engine::Wgpu),
+        BackendKind::Wgpu,
+        Config::from_env().without_ieee_specials()
+    );
+}
+
+mod cuda_first {
+    use super::*;
+    compute_core::conformance_tests!(|| gpu_first(Engine::Cuda), BackendKind::Cuda, Config::from_env());
 }

@@ -150,7 +150,7 @@ fn hybrid_scheduler_on_the_cpu() {
 fn a_failing_gpu_falls_back_to_the_cpu() {
     let c = Compute::builder()
         .cpu()
-        .engine(Engine::Cuda, FakeGpu::new(BackendKind::Cuda, true))
+        .engine(Engine::Cuda, FakeGpu::arc(BackendKind::Cuda, true))
         .profile(gpu_always_wins(Engine::Cuda))
         .build()
         .unwrap();
@@ -167,13 +167,17 @@ fn a_failing_gpu_falls_back_to_the_cpu() {
     assert!(s.should_use_gpu(2, 2, 2));
     let (ma, mb) = (data(17, 6), data(18, 6));
     assert_matches_reference(&Op::matmul(2, 3, 2), &[&ma, &mb], &s.matmul(&ma, &mb, 2, 3, 2).unwrap());
-    assert_matches_reference(&Op::matmul(2, 3, 2), &[&ma, &mb], &s.matmul_async(&ma, &mb, 2, 3, 2).unwrap().wait().unwrap());
+    assert_matches_reference(
+        &Op::matmul(2, 3, 2),
+        &[&ma, &mb],
+        &s.matmul_async(&ma, &mb, 2, 3, 2).unwrap().wait().unwrap(),
+    );
     assert_matches_reference(&op, &[&a, &b], &c.run_async(op, vec![a.clone(), b.clone()]).unwrap().wait().unwrap());
 }
 
 #[test]
 fn policies_route_as_specified() {
-    let gpu = FakeGpu::new(BackendKind::Wgpu, false);
+    let gpu = FakeGpu::arc(BackendKind::Wgpu, false);
     let c = Compute::builder().cpu().engine(Engine::Wgpu, gpu).profile(gpu_always_wins(Engine::Wgpu)).build().unwrap();
     let small = Op::matmul(8, 8, 8); // 512 < 1000
     let big = Op::matmul(16, 16, 16); // 4096 ≥ 1000
@@ -212,7 +216,11 @@ fn profile_is_measured_saved_reused_and_keyed_by_machine() {
         let p = first.profile().engine(e).expect("every engine profiled");
         assert!(p.launch_s > 0.0 && p.launch_s < 0.1, "{p:?}");
         assert!(p.link.is_none(), "CPU engines have no bus");
-        assert!(p.classes.len() == 6, "every class measured on the CPU: {:?}", p.classes.iter().map(|c| c.class).collect::<Vec<_>>());
+        assert!(
+            p.classes.len() == 6,
+            "every class measured on the CPU: {:?}",
+            p.classes.iter().map(|c| c.class).collect::<Vec<_>>()
+        );
         for c in &p.classes {
             assert!(c.points.len() >= 2, "{:?}", c);
             assert!(c.points.iter().all(|pt| pt.seconds > 0.0 && pt.seconds.is_finite()));
@@ -245,4 +253,26 @@ fn tensors_from_another_engine_are_moved_to_the_output_device() {
     let mut back = vec![0.0; 64];
     c.download(&out, &mut back).unwrap();
     assert_eq!(back, x.iter().map(|v| v.max(0.0)).collect::<Vec<_>>());
+}
+
+#[test]
+fn every_discovered_engine_runs_and_is_reported() {
+    // On this machine only the CPU may be present; on a GPU machine (or with
+    // lavapipe) the GPU engines are exercised too, each called directly.
+    let c = Compute::builder().discover().nominal_profile().build().unwrap();
+    let probe = dispatch::discover::probe();
+    for f in &probe {
+        assert_eq!(f.backend.is_ok(), c.engines().contains(&f.engine), "{f:?}");
+    }
+    assert!(c.engines().contains(&Engine::Simd), "the CPU is always there");
+    assert_eq!(c.is_gpu(), c.engines().iter().any(|e| e.is_gpu()));
+    assert_eq!(c.primary(), c.engines()[0]);
+    let op = Op::rows(RowOp::LayerNorm { eps: 1e-5 }, 7, 33);
+    let (x, g, b) = (data(30, 7 * 33), data(31, 33), data(32, 33));
+    for e in c.engines() {
+        let mut out = vec![f32::NAN; 7 * 33];
+        c.run_on(e, &op, &[&x, &g, &b], &mut out).unwrap();
+        assert_matches_reference(&op, &[&x, &g, &b], &out);
+        assert_eq!(c.last_engine(), Some(e));
+    }
 }

@@ -141,7 +141,7 @@ fn incompatible_requests_are_not_merged_and_reductions_run_alone() {
 
 #[test]
 fn a_full_queue_blocks_submit_and_fails_try_submit() {
-    let (gated, gate, _) = Gated::new();
+    let (gated, gate, _) = Gated::open();
     let c = Compute::builder().engine(Engine::Simd, gated).nominal_profile().build().unwrap();
     let cfg = BatchConfig { max_batch_size: 1, max_wait: Duration::from_millis(1), channel_size: 2 };
     let exec = BatchedExecutor::new(c, cfg).unwrap();

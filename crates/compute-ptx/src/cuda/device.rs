@@ -12,6 +12,7 @@ use cudarc::driver::{CudaContext, CudaStream};
 use super::driver::{self, Function, Staging};
 use crate::builder::Target;
 use crate::kernels::KernelId;
+use crate::plan::{Arg, Grid, Launcher};
 use crate::kernels::rows::{BLOCK_CACHE_BYTES, RowShape};
 
 /// Floats of the host-call staging buffer (4 MiB): host calls whose inputs and
@@ -122,8 +123,31 @@ impl Device {
         }
     }
 
+    /// A temporary device buffer (stream-ordered free on drop).
+    pub(crate) fn temp(&self, bytes: usize, op: &'static str) -> Result<super::buffer::DeviceAlloc> {
+        let (slice, ptr) = driver::alloc(&self.stream, bytes, op)?;
+        Ok(super::buffer::DeviceAlloc::new(slice, ptr, bytes.max(4), self.ordinal))
+    }
+
     /// Waits for all queued work.
     pub(crate) fn synchronize(&self, op: &'static str) -> Result<()> {
         self.stream.synchronize().map_err(|e| driver::err(op, e))
+    }
+}
+
+impl Launcher for Device {
+    fn sm_count(&self) -> u32 {
+        self.sm_count
+    }
+
+    fn launch(&self, id: KernelId, grid: Grid, args: &[Arg]) -> Result<()> {
+        let f = self.function(id)?;
+        driver::launch(&self.stream, &f, grid, args)
+    }
+
+    fn temp(&self, bytes: usize, op: &'static str) -> Result<(Box<dyn std::any::Any>, u64)> {
+        let a = Device::temp(self, bytes, op)?;
+        let p = a.device_ptr();
+        Ok((Box::new(a), p))
     }
 }

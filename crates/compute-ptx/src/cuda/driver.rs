@@ -11,6 +11,7 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DriverError,
 
 use super::error::{driver_err, message};
 use crate::builder::{Kernel, Ty};
+use crate::plan::{Arg, Grid};
 
 /// Whether the CUDA driver library can be loaded on this machine. `cudarc`
 /// panics on first use without it, so this is asked before anything else.
@@ -129,45 +130,15 @@ pub(crate) fn load(ctx: &Arc<CudaContext>, kernel: &Kernel, max_dynamic_smem: Op
     Ok(f)
 }
 
-/// One kernel argument.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum Arg {
-    /// A device pointer (`.u64`).
-    Ptr(u64),
-    /// `.u32`.
-    U32(u32),
-    /// `.u64`.
-    U64(u64),
-    /// `.f32`.
-    F32(f32),
-}
-
-impl Arg {
-    fn ty(self) -> Ty {
-        match self {
-            Arg::Ptr(_) | Arg::U64(_) => Ty::U64,
-            Arg::U32(_) => Ty::U32,
-            Arg::F32(_) => Ty::F32,
-        }
+/// The argument's bytes, first in memory, in an 8-byte slot.
+fn slot(a: Arg) -> u64 {
+    let mut b = [0u8; 8];
+    match a {
+        Arg::Ptr(v) | Arg::U64(v) => b = v.to_ne_bytes(),
+        Arg::U32(v) => b[..4].copy_from_slice(&v.to_ne_bytes()),
+        Arg::F32(v) => b[..4].copy_from_slice(&v.to_ne_bytes()),
     }
-    /// The value's bytes, first in memory, in an 8-byte slot.
-    fn slot(self) -> u64 {
-        let mut b = [0u8; 8];
-        match self {
-            Arg::Ptr(v) | Arg::U64(v) => b = v.to_ne_bytes(),
-            Arg::U32(v) => b[..4].copy_from_slice(&v.to_ne_bytes()),
-            Arg::F32(v) => b[..4].copy_from_slice(&v.to_ne_bytes()),
-        }
-        u64::from_ne_bytes(b)
-    }
-}
-
-/// Launch geometry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Grid {
-    pub blocks: (u32, u32, u32),
-    pub threads: (u32, u32, u32),
-    pub dynamic_smem: u32,
+    u64::from_ne_bytes(b)
 }
 
 /// Launches `f` on `stream`. The arguments are checked against the kernel's
@@ -187,7 +158,7 @@ pub(crate) fn launch(stream: &CudaStream, f: &Function, grid: Grid, args: &[Arg]
             ),
         });
     }
-    let mut slots: Vec<u64> = args.iter().map(|a| a.slot()).collect();
+    let mut slots: Vec<u64> = args.iter().map(|a| slot(*a)).collect();
     let mut ptrs: Vec<*mut c_void> = slots.iter_mut().map(|s| (s as *mut u64).cast::<c_void>()).collect();
     stream.context().bind_to_thread().map_err(|e| driver_err(op, e))?;
     // SAFETY: the argument count and types match the entry point's declared

@@ -15,7 +15,6 @@ mod buffer;
 mod device;
 mod driver;
 mod error;
-mod exec;
 
 use std::sync::Arc;
 
@@ -24,10 +23,10 @@ use compute_core::{
 };
 
 pub use buffer::{Completion, CudaBuffer, DeviceAlloc};
-pub use exec::GemmTier;
+pub use crate::plan::GemmTier;
 
 use device::Device;
-use exec::Exec;
+use crate::plan;
 
 /// What [`probe`] and [`CudaBackend::info`] report about a device.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -160,7 +159,7 @@ impl CudaBackend {
             })?;
         }
         let (pa, pb, pc) = (self.ptr(a, &op)?, self.ptr(b, &op)?, self.ptr(c, &op)?);
-        Exec { dev: &self.dev }.matmul(tier, &spec, pa, pb, pc, None, op.name())
+        plan::run_matmul(&*self.dev, tier, &spec, (pa, pb, pc), None)
     }
 
     /// Device-to-device copy of `src` into `dst` (equal lengths), queued.
@@ -195,7 +194,7 @@ impl CudaBackend {
             ptrs.push(p);
         }
         let (out_slice, out_ptr) = driver::alloc(&self.dev.stream, output.len() * 4, name)?;
-        Exec { dev: &self.dev }.run(op, &ptrs, out_ptr)?;
+        plan::run_op(&*self.dev, op, &ptrs, out_ptr)?;
         // Kernel faults surface here, before anything touches `output`; the
         // result lands in a temporary first so a failed copy writes nothing.
         self.dev.synchronize(name)?;
@@ -228,7 +227,7 @@ impl CudaBackend {
             let parts: Vec<(usize, &[f32])> = offsets.iter().copied().zip(inputs.iter().copied()).collect();
             st.stage_in(&dev.stream, &parts, out_off)?;
             let ptrs: Vec<u64> = offsets.iter().map(|&o| st.device_at(o)).collect();
-            Exec { dev }.run(op, &ptrs, st.device_at(out_off))?;
+            plan::run_op(&**dev, op, &ptrs, st.device_at(out_off))?;
             st.stage_out(&dev.stream, out_off, output)?;
             Ok(true)
         })
@@ -294,7 +293,7 @@ impl Backend for CudaBackend {
         check_tensor_call(op, self.location(), inputs, output)?;
         let ptrs = inputs.iter().map(|t| self.ptr(t, op)).collect::<Result<Vec<u64>>>()?;
         let out = self.ptr(output, op)?;
-        Exec { dev: &self.dev }.run(op, &ptrs, out)
+        plan::run_op(&*self.dev, op, &ptrs, out)
     }
 
     fn synchronize(&self) -> Result<()> {

@@ -16,18 +16,20 @@ const LN2: f32 = std::f64::consts::LN_2 as f32;
 
 /// `eˣ` to a few ulp: `2^t · (1 + e·ln2)` with `t = fl(x·log₂e)` and `e` the exact
 /// rounding error of that product plus `x·(log₂e − fl(log₂e))`. The correction
-/// is dropped where `t` is not finite or beyond ±128 (over/underflow anyway).
+/// is dropped where `|t| ≥ 128` (the result has over/underflowed anyway).
 pub(crate) fn exp(b: &mut KernelBuilder, x: Reg<F32>) -> Reg<F32> {
     let t = b.mul(x, LOG2E_HI);
     let nt = b.neg(t);
     let e = b.fma(x, LOG2E_HI, nt);
     let e = b.fma(x, LOG2E_LO, e);
-    let at = b.abs(t);
-    let ok = b.setp(Cmp::Lt, at, 128.0f32);
-    let e = b.selp(e, 0.0f32, ok);
     let y = b.ex2_approx(t);
     let k = b.mul(e, LN2);
-    b.fma(y, k, y)
+    let r = b.fma(y, k, y);
+    // Beyond ±128 (and for ±inf, NaN) the result is 0, inf or NaN already, and
+    // the correction could only turn inf·0 into NaN.
+    let at = b.abs(t);
+    let ok = b.setp(Cmp::Lt, at, 128.0f32);
+    b.selp(r, y, ok)
 }
 
 /// `eˣ − 1`, accurate near 0: a degree-8 Taylor polynomial for `|x| < 0.25`
@@ -95,10 +97,22 @@ pub(crate) fn erfc_nonneg(b: &mut KernelBuilder, z: Reg<F32>) -> Reg<F32> {
     b.mul(t, e)
 }
 
-/// `ln(s)` for `s > 0` from `lg2.approx` (absolute error about 2⁻²²·ln 2).
-pub(crate) fn ln(b: &mut KernelBuilder, s: Reg<F32>) -> Reg<F32> {
+/// `ln(s)` for `s ≥ 1` (softmax sums): `log1p(s − 1)` by its series where
+/// `s − 1 < 1/16` (exact subtraction, truncation below 1e-8 relative), else
+/// `lg2.approx(s)·ln 2` (absolute error about 2⁻²²·ln 2 on a result ≥ 0.06).
+pub(crate) fn ln_ge1(b: &mut KernelBuilder, s: Reg<F32>) -> Reg<F32> {
+    let u = b.sub(s, 1.0f32);
+    let small = b.setp(Cmp::Lt, u, 0.0625f32);
+    // log1p(u) = u·(1 − u·(1/2 − u·(1/3 − … − u/8))).
+    let mut q = b.mov(1.0f32 / 8.0);
+    for c in [1.0f32 / 7.0, 1.0 / 6.0, 1.0 / 5.0, 1.0 / 4.0, 1.0 / 3.0, 0.5, 1.0] {
+        let nu = b.neg(u);
+        q = b.fma(nu, q, c);
+    }
+    let series = b.mul(u, q);
     let l = b.lg2_approx(s);
-    b.mul(l, LN2)
+    let big = b.mul(l, LN2);
+    b.selp(series, big, small)
 }
 
 #[cfg(test)]

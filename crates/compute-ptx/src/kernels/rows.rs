@@ -216,13 +216,20 @@ fn sum_combine(b: &mut KernelBuilder, x: &[Reg<F32>], y: &[Reg<F32>]) -> Vec<Reg
     x.iter().zip(y).map(|(&p, &q)| b.add(p, q)).collect()
 }
 
+/// `e^(v − m)`, exactly 1 when `v == m` (so rescaling by an unchanged max
+/// never perturbs the running sum, whatever `ex2.approx(0)` returns).
+fn exp_or_one(b: &mut KernelBuilder, v: Reg<F32>, m: Reg<F32>) -> Reg<F32> {
+    let d = b.sub(v, m);
+    let e = math::exp(b, d);
+    let same = b.setp(Cmp::Eq, v, m);
+    b.selp(1.0f32, e, same)
+}
+
 /// `(m, s) ⊕ (m', s') = (max, s·e^(m−max) + s'·e^(m'−max))`.
 fn softmax_combine(b: &mut KernelBuilder, x: &[Reg<F32>], y: &[Reg<F32>]) -> Vec<Reg<F32>> {
     let m = b.max(x[0], y[0]);
-    let d1 = b.sub(x[0], m);
-    let e1 = math::exp(b, d1);
-    let d2 = b.sub(y[0], m);
-    let e2 = math::exp(b, d2);
+    let e1 = exp_or_one(b, x[0], m);
+    let e2 = exp_or_one(b, y[0], m);
     let t = b.mul(y[1], e2);
     let s = b.fma(x[1], e1, t);
     vec![m, s]
@@ -261,8 +268,7 @@ fn pass_a(b: &mut KernelBuilder, c: &Ctx, vec: bool) -> Vec<Reg<F32>> {
                     mx = b.max(mx, x);
                 }
                 let mn = b.max(st[0], mx);
-                let d = b.sub(st[0], mn);
-                let sc = math::exp(b, d);
+                let sc = exp_or_one(b, st[0], mn);
                 let mut s = b.mul(st[1], sc);
                 for &x in v {
                     let dx = b.sub(x, mn);
@@ -325,7 +331,7 @@ fn finish_row(b: &mut KernelBuilder, c: &Ctx, vec: bool, src: Source, stats: &[R
             });
         }
         RowKind::LogSoftmax => {
-            let (m, ls) = (stats[0], math::ln(b, stats[1]));
+            let (m, ls) = (stats[0], math::ln_ge1(b, stats[1]));
             for_units(b, c, vec, src, &mut |b, idx, v| {
                 let ys = v
                     .iter()

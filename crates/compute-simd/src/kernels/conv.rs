@@ -75,7 +75,10 @@ fn unfold_channel(c: &Conv2dSpec, oh: usize, ow: usize, src: &[f32], dst: &mut [
         for kx in 0..c.kw {
             let Some(row) = rows.next() else { return };
             for (oy, seg) in row.chunks_exact_mut(ow).enumerate() {
-                let line = (oy * sh + ky).checked_sub(ph).filter(|&iy| iy < c.h).and_then(|iy| src.get(iy * c.w..(iy + 1) * c.w));
+                let line = (oy * sh + ky)
+                    .checked_sub(ph)
+                    .filter(|&iy| iy < c.h)
+                    .and_then(|iy| src.get(iy * c.w..(iy + 1) * c.w));
                 let Some(line) = line else {
                     seg.fill(0.0);
                     continue;

@@ -2,8 +2,8 @@
 
 pub mod conv;
 pub mod elementwise;
+mod par;
 pub mod reduce;
 pub mod rows;
-mod par;
 #[cfg(test)]
 mod test_data;

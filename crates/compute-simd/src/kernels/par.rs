@@ -53,7 +53,12 @@ pub fn partials<T: Send>(x: &[f32], min_len: usize, f: impl Fn(&[f32]) -> T + Sy
 }
 
 /// Like [`partials`] over matching pieces of `a` and `b`.
-pub fn partials2<T: Send>(a: &[f32], b: &[f32], min_len: usize, f: impl Fn(&[f32], &[f32]) -> T + Sync + Send) -> Vec<T> {
+pub fn partials2<T: Send>(
+    a: &[f32],
+    b: &[f32],
+    min_len: usize,
+    f: impl Fn(&[f32], &[f32]) -> T + Sync + Send,
+) -> Vec<T> {
     if a.len() < min_len {
         return vec![f(a, b)];
     }

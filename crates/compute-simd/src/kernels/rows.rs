@@ -5,8 +5,9 @@
 //! that writes the final output uses streaming stores from [`STREAM_MIN`]
 //! elements on.
 //!
-//! - softmax: max (NaN-propagating), then `eˣ⁻ᵐᵃˣ` written out while summed,
-//!   then a scale by `1/Σ` in place: reads `x` twice (second time from cache).
+//! - softmax: max (NaN-propagating), then `eˣ⁻ᵐᵃˣ` written out (or, when
+//!   streaming, to a row scratch in cache) while summed, then a scale by `1/Σ`:
+//!   reads `x` twice (the second time from cache).
 //! - log_softmax: max, `Σ eˣ⁻ᵐᵃˣ`, then `(x − max) − ln Σ`.
 //! - layer_norm: two-pass mean and variance (`Σ(x − mean)²`, accurate when
 //!   `|mean| ≫ std`), then `(x − mean)·inv·γ + β`.
@@ -66,12 +67,18 @@ impl WithSimd for Rows<'_> {
     #[inline(always)]
     fn run<S: SimdF32>(self, s: S) {
         let Rows { op, cols, x, gamma, beta, out, stream } = self;
-        let pairs = x.chunks_exact(cols).zip(out.chunks_exact_mut(cols));
-        match op {
-            RowOp::Softmax => pairs.for_each(|(x, out)| softmax(s, x, out, stream)),
-            RowOp::LogSoftmax => pairs.for_each(|(x, out)| log_softmax(s, x, out, stream)),
-            RowOp::LayerNorm { eps } => pairs.for_each(|(x, out)| layer_norm(s, x, gamma, beta, eps, out, stream)),
-            RowOp::RmsNorm { eps } => pairs.for_each(|(x, out)| rms_norm(s, x, gamma, eps, out, stream)),
+        // With streaming stores, softmax stages e^(x − max) in a row-sized
+        // scratch that stays in cache, instead of writing `out` twice (which
+        // would cost a read-for-ownership of every output line from memory).
+        let mut scratch = if stream && op == RowOp::Softmax { vec![0.0f32; cols] } else { Vec::new() };
+        // Plain loops, not closures: closures may be compiled outside the ISA entry.
+        for (x, out) in x.chunks_exact(cols).zip(out.chunks_exact_mut(cols)) {
+            match op {
+                RowOp::Softmax => softmax(s, x, out, &mut scratch, stream),
+                RowOp::LogSoftmax => log_softmax(s, x, out, stream),
+                RowOp::LayerNorm { eps } => layer_norm(s, x, gamma, beta, eps, out, stream),
+                RowOp::RmsNorm { eps } => rms_norm(s, x, gamma, eps, out, stream),
+            }
         }
     }
 }
@@ -82,11 +89,18 @@ fn row_sum<S: SimdF32>(s: S, x: &[f32], pad: f32, step: &impl LaneFn<S, 2>) -> f
     s.reduce_add(blocks::fold1(s, x, pad, s.splat(0.0), step, &blocks::Add)) as f64
 }
 
+/// Softmax of one row. `scratch` is either empty (then `out` holds the
+/// exponentials between passes) or `cols` long (used with `stream`).
 #[inline(always)]
-fn softmax<S: SimdF32>(s: S, x: &[f32], out: &mut [f32], stream: bool) {
+fn softmax<S: SimdF32>(s: S, x: &[f32], out: &mut [f32], scratch: &mut [f32], stream: bool) {
     let m = s.splat(blocks::max_of(s, x));
-    let sum = s.reduce_add(blocks::map1_sum(s, x, out, f32::NEG_INFINITY, &ExpMinus(m)));
-    blocks::map_in_place(s, out, stream, &Times(s.splat((1.0 / sum as f64) as f32)));
+    if scratch.len() == x.len() {
+        let sum = s.reduce_add(blocks::map1_sum(s, x, scratch, f32::NEG_INFINITY, &ExpMinus(m)));
+        blocks::map1(s, scratch, out, stream, &Times(s.splat((1.0 / sum as f64) as f32)));
+    } else {
+        let sum = s.reduce_add(blocks::map1_sum(s, x, out, f32::NEG_INFINITY, &ExpMinus(m)));
+        blocks::map_in_place(s, out, stream, &Times(s.splat((1.0 / sum as f64) as f32)));
+    }
 }
 
 #[inline(always)]

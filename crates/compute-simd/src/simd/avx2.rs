@@ -157,10 +157,7 @@ impl SimdF32 for Avx2 {
                 _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(k[0], bias))),
                 _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(k[1], bias))),
             ];
-            [
-                _mm256_mul_ps(_mm256_mul_ps(x[0], ph[0]), pk[0]),
-                _mm256_mul_ps(_mm256_mul_ps(x[1], ph[1]), pk[1]),
-            ]
+            [_mm256_mul_ps(_mm256_mul_ps(x[0], ph[0]), pk[0]), _mm256_mul_ps(_mm256_mul_ps(x[1], ph[1]), pk[1])]
         })
     }
     #[inline(always)]

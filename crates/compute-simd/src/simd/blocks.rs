@@ -118,15 +118,7 @@ pub fn map2<S: SimdF32>(s: S, a: &[f32], b: &[f32], out: &mut [f32], stream: boo
 
 /// `out[i] = f(a[i], b[i], c[i])` over the shortest of the four lengths.
 #[inline(always)]
-pub fn map3<S: SimdF32>(
-    s: S,
-    a: &[f32],
-    b: &[f32],
-    c: &[f32],
-    out: &mut [f32],
-    stream: bool,
-    f: &impl LaneFn<S, 3>,
-) {
+pub fn map3<S: SimdF32>(s: S, a: &[f32], b: &[f32], c: &[f32], out: &mut [f32], stream: bool, f: &impl LaneFn<S, 3>) {
     let n = a.len().min(b.len()).min(c.len()).min(out.len());
     let (a, b, c, out) = (a.split_at(n).0, b.split_at(n).0, c.split_at(n).0, out.split_at_mut(n).0);
     let head = head_len(out, stream);

@@ -29,11 +29,11 @@ const LN2_LO: f32 = -2.121_944_4e-4;
 const EXP_MIN: f32 = -120.0;
 const EXP_MAX: f32 = 89.0;
 /// Cephes `expf`: `eʳ − 1 ≈ r + r²·P(r)` on `|r| ≤ ln2/2`, relative error 3.4e-9.
-const EXP_P: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5.000_000_1e-1];
+const EXP_P: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5];
 
 /// `erf(w) ≈ w·E(w²)` on `|w| ≤ 1/2` (Chebyshev fit, relative error 6e-8 with
 /// these rounded coefficients).
-const ERF_E: [f32; 5] = [4.718_701_4e-3, -2.675_756_6e-2, 1.128_282_9e-1, -3.761_260_8e-1, 1.128_379_1];
+const ERF_E: [f32; 5] = [4.718_701_4e-3, -2.675_756_6e-2, 1.128_282_9e-1, -3.761_260_8e-1, FRAC_2_SQRT_PI];
 /// `erfc(|x|/√2) ≈ e^(−x²/2)·t·K(t)` with `t = 4/(4 + |x|)` (exact constants),
 /// for `0.7 ≤ |x| ≤ 15.05` (Chebyshev fit in `t` on `[0.21, 0.851]`, relative
 /// error 2.3e-9 with these rounded coefficients).
@@ -50,6 +50,7 @@ const ERFC_K: [f32; 10] = [
     1.994_685_7e-1,
 ];
 const FRAC_1_SQRT_2: f32 = std::f32::consts::FRAC_1_SQRT_2;
+const FRAC_2_SQRT_PI: f32 = std::f32::consts::FRAC_2_SQRT_PI;
 /// `√(2/π)`, the gelu tanh-form constant.
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 const GELU_K: f32 = 0.044_715;

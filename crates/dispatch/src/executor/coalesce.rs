@@ -125,7 +125,9 @@ mod tests {
                 let gamma = rng.vec(6, 0.5, 1.5);
                 [2usize, 3]
                     .iter()
-                    .map(|&r| (Op::rows(RowOp::RmsNorm { eps: 1e-5 }, r, 6), vec![rng.vec(r * 6, -2.0, 2.0), gamma.clone()]))
+                    .map(|&r| {
+                        (Op::rows(RowOp::RmsNorm { eps: 1e-5 }, r, 6), vec![rng.vec(r * 6, -2.0, 2.0), gamma.clone()])
+                    })
                     .collect()
             },
             (0..3).map(|_| (Op::matmul(3, 4, 5), vec![rng.vec(12, -1.0, 1.0), rng.vec(20, -1.0, 1.0)])).collect(),
@@ -150,7 +152,10 @@ mod tests {
     #[test]
     fn different_parameters_or_shapes_do_not_share_a_key() {
         let x = vec![vec![1.0f32; 8]];
-        assert_ne!(key(&Op::unary(UnaryOp::Scale { s: 2.0 }, 8), &x, 0), key(&Op::unary(UnaryOp::Scale { s: 3.0 }, 8), &x, 1));
+        assert_ne!(
+            key(&Op::unary(UnaryOp::Scale { s: 2.0 }, 8), &x, 0),
+            key(&Op::unary(UnaryOp::Scale { s: 3.0 }, 8), &x, 1)
+        );
         assert_ne!(key(&Op::matmul(2, 3, 4), &[], 0), key(&Op::matmul(2, 3, 5), &[], 1));
         let g1 = vec![vec![1.0f32; 8], vec![1.0; 4]];
         let g2 = vec![vec![1.0f32; 8], vec![2.0; 4]];

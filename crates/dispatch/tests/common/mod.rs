@@ -20,7 +20,7 @@ pub struct FakeGpu {
 }
 
 impl FakeGpu {
-    pub fn new(kind: BackendKind, fail: bool) -> Arc<dyn Backend> {
+    pub fn arc(kind: BackendKind, fail: bool) -> Arc<dyn Backend> {
         Arc::new(FakeGpu { inner: SimdBackend::new(), kind, fail })
     }
 }
@@ -62,7 +62,7 @@ pub struct Gated {
 }
 
 impl Gated {
-    pub fn new() -> (Arc<Gated>, Sender<()>, Arc<Mutex<Vec<String>>>) {
+    pub fn open() -> (Arc<Gated>, Sender<()>, Arc<Mutex<Vec<String>>>) {
         let (tx, rx) = channel();
         let events = Arc::new(Mutex::new(Vec::new()));
         (Arc::new(Gated { inner: SimdBackend::new(), gate: Mutex::new(rx), events: events.clone() }), tx, events)
@@ -80,7 +80,11 @@ impl Backend for Gated {
         self.events.lock().unwrap().push(format!("{} waiting", op.name()));
         let opened = self.gate.lock().unwrap().recv_timeout(Duration::from_secs(60));
         if opened.is_err() {
-            return Err(ComputeError::Driver { op: op.name(), backend: BackendKind::Simd, message: "gate never opened".into() });
+            return Err(ComputeError::Driver {
+                op: op.name(),
+                backend: BackendKind::Simd,
+                message: "gate never opened".into(),
+            });
         }
         self.inner.run(op, inputs, output)?;
         self.events.lock().unwrap().push(format!("{} done", op.name()));
@@ -112,7 +116,10 @@ pub fn gpu_always_wins(gpu: Engine) -> Profile {
             .iter()
             .map(|&class| ClassCurve {
                 class,
-                points: vec![Point { work: 1.0, seconds: launch_s + secs_per_work }, Point { work: 1e9, seconds: launch_s + 1e9 * secs_per_work }],
+                points: vec![
+                    Point { work: 1.0, seconds: launch_s + secs_per_work },
+                    Point { work: 1e9, seconds: launch_s + 1e9 * secs_per_work },
+                ],
             })
             .collect(),
     };

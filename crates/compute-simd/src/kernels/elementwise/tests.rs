@@ -98,7 +98,8 @@ fn cheap_unary_ops_equal_scalar_f32_exactly() {
     x[7] = f32::INFINITY;
     x[8] = f32::NEG_INFINITY;
     for isa in Isa::available() {
-        let cases: [(UnaryOp, fn(f32) -> f32); 4] = [
+        type Scalar = fn(f32) -> f32;
+        let cases: [(UnaryOp, Scalar); 4] = [
             (UnaryOp::Relu, |v| if v > 0.0 { v } else { 0.0 }),
             (UnaryOp::LeakyRelu { alpha: 0.01 }, |v| if v > 0.0 { v } else { 0.01 * v }),
             (UnaryOp::Clip { min: -0.75, max: 2.5 }, |v| v.clamp(-0.75, 2.5)),
@@ -116,7 +117,8 @@ fn cheap_unary_ops_equal_scalar_f32_exactly() {
 
 #[test]
 fn nan_propagates_through_relu_clip_and_leaky_relu() {
-    let x = [f32::NAN, 1.0, -1.0, f32::NAN, 3.0, -0.0, 2.0, f32::NAN, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, f32::NAN];
+    let x =
+        [f32::NAN, 1.0, -1.0, f32::NAN, 3.0, -0.0, 2.0, f32::NAN, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, f32::NAN];
     for isa in Isa::available() {
         for op in [UnaryOp::Relu, UnaryOp::Clip { min: -0.5, max: 0.5 }, UnaryOp::LeakyRelu { alpha: 0.1 }] {
             let mut out = vec![POISON; x.len()];

@@ -5,7 +5,8 @@ use crate::kernels::test_data::{pool, uniform};
 use compute_core::Op;
 use compute_core::conformance::{POISON, compare};
 
-const OPS: [RowOp; 4] = [RowOp::Softmax, RowOp::LogSoftmax, RowOp::LayerNorm { eps: 1e-5 }, RowOp::RmsNorm { eps: 1e-6 }];
+const OPS: [RowOp; 4] =
+    [RowOp::Softmax, RowOp::LogSoftmax, RowOp::LayerNorm { eps: 1e-5 }, RowOp::RmsNorm { eps: 1e-6 }];
 
 fn check(isa: Isa, op: RowOp, rows: usize, cols: usize, x: &[f32], factor: f64) -> Vec<f32> {
     let gamma = uniform(cols, 0.5, 1.5, 21);

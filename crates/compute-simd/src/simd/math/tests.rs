@@ -229,8 +229,8 @@ fn inputs(f: F) -> Vec<f32> {
         -9.0,
         0.5,
         -0.5,
-        0.707_106_8,
-        -0.707_106_8,
+        std::f32::consts::FRAC_1_SQRT_2,
+        -std::f32::consts::FRAC_1_SQRT_2,
     ]);
     x
 }

@@ -1,10 +1,10 @@
-//! How each op becomes kernel launches on device pointers: grid sizes, kernel
-//! choice (GEMM tier, row-kernel shape), temporaries, and device limits.
+//! How each op becomes kernel launches on device addresses: kernel choice
+//! (GEMM tier, row-kernel shape), grid sizes, arguments, temporaries and the
+//! device's grid limits. Generic over a [`Launcher`]: the CUDA backend launches
+//! through the driver; a PTX emulator can run the same plans on the CPU.
 
 use compute_core::{ComputeError, Conv2dSpec, MatmulSpec, Op, ReduceOp, Result};
 
-use super::device::Device;
-use super::driver::{self, Arg, Grid};
 use crate::kernels::elementwise::{self, UnaryKind};
 use crate::kernels::gemm_simple::TILE;
 use crate::kernels::gemm_simt::SimtConfig;
@@ -61,33 +61,90 @@ fn u32_of(op: &'static str, what: &'static str, v: usize) -> Result<u32> {
     })
 }
 
-/// Launches ops on one device's stream.
-pub(crate) struct Exec<'a> {
-    pub(crate) dev: &'a Device,
+/// One kernel argument, as the kernel's parameter list declares it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Arg {
+    /// A device address (`.u64`).
+    Ptr(u64),
+    /// `.u32`.
+    U32(u32),
+    /// `.u64`.
+    U64(u64),
+    /// `.f32`.
+    F32(f32),
+}
+
+impl Arg {
+    /// The PTX type of the parameter this argument fills.
+    pub fn ty(self) -> crate::builder::Ty {
+        match self {
+            Arg::Ptr(_) | Arg::U64(_) => crate::builder::Ty::U64,
+            Arg::U32(_) => crate::builder::Ty::U32,
+            Arg::F32(_) => crate::builder::Ty::F32,
+        }
+    }
+}
+
+/// Launch geometry: blocks, threads per block, dynamic shared memory bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grid {
+    /// Grid size in blocks (x, y, z).
+    pub blocks: (u32, u32, u32),
+    /// Block size in threads (x, y, z).
+    pub threads: (u32, u32, u32),
+    /// Dynamic shared memory per block, bytes.
+    pub dynamic_smem: u32,
+}
+
+/// What runs a plan: launches kernels in order and provides temporaries.
+pub trait Launcher {
+    /// Streaming multiprocessors (sizes the grids of streaming kernels).
+    fn sm_count(&self) -> u32;
+    /// Queues kernel `id` with `grid` and `args`, after all earlier launches.
+    fn launch(&self, id: KernelId, grid: Grid, args: &[Arg]) -> Result<()>;
+    /// A device buffer of `bytes` bytes for this plan's intermediates; the
+    /// returned guard frees it (after the queued work that uses it) when dropped.
+    fn temp(&self, bytes: usize, op: &'static str) -> Result<(Box<dyn std::any::Any>, u64)>;
+}
+
+/// Queues `op` reading device addresses `ins` and writing `out`. The caller
+/// has validated the op ([`Op::check`]) and sized every buffer from its layout.
+pub fn run_op(l: &dyn Launcher, op: &Op, ins: &[u64], out: u64) -> Result<()> {
+    Exec { l }.run(op, ins, out)
+}
+
+/// Queues a matrix product with a chosen tier; `batch_strides` (elements
+/// between consecutive matrices of A, B, C; 0 shares one) defaults to contiguous.
+pub fn run_matmul(
+    l: &dyn Launcher,
+    tier: GemmTier,
+    spec: &MatmulSpec,
+    (a, b, c): (u64, u64, u64),
+    batch_strides: Option<(usize, usize, usize)>,
+) -> Result<()> {
+    Exec { l }.matmul(tier, spec, a, b, c, batch_strides, "matmul")
+}
+
+struct Exec<'a> {
+    l: &'a dyn Launcher,
 }
 
 impl Exec<'_> {
     fn launch(&self, id: KernelId, grid: Grid, args: &[Arg]) -> Result<()> {
-        let f = self.dev.function(id)?;
-        driver::launch(&self.dev.stream, &f, grid, args)
+        self.l.launch(id, grid, args)
     }
 
-    /// A stream-ordered temporary of `floats` floats, freed when dropped (after
-    /// the work queued before the drop).
-    fn temp(&self, floats: usize, op: &'static str) -> Result<(super::buffer::DeviceAlloc, u64)> {
+    fn temp(&self, floats: usize, op: &'static str) -> Result<(Box<dyn std::any::Any>, u64)> {
         let bytes = floats.checked_mul(4).ok_or(ComputeError::LimitExceeded {
             op,
             what: "temporary buffer bytes",
             requested: floats as u64,
             maximum: (usize::MAX / 4) as u64,
         })?;
-        let (slice, ptr) = driver::alloc(&self.dev.stream, bytes, op)?;
-        Ok((super::buffer::DeviceAlloc::new(slice, ptr, bytes, self.dev.ordinal), ptr))
+        self.l.temp(bytes, op)
     }
 
-    /// Queues `op` reading device addresses `ins` and writing `out`. The caller
-    /// has validated the op and sized every buffer from its layout.
-    pub(crate) fn run(&self, op: &Op, ins: &[u64], out: u64) -> Result<()> {
+    fn run(&self, op: &Op, ins: &[u64], out: u64) -> Result<()> {
         let input = |i: usize| {
             ins.get(i).copied().ok_or_else(|| ComputeError::shape(op.name(), "missing input", op.shapes()))
         };
@@ -127,13 +184,13 @@ impl Exec<'_> {
     fn stream_grid(&self, len: usize) -> Grid {
         let per_block = elementwise::BLOCK as usize;
         let want = len.div_ceil(4).div_ceil(per_block).max(1);
-        let cap = self.dev.sm_count as usize * 16;
+        let cap = self.l.sm_count() as usize * 16;
         Grid { blocks: (want.min(cap) as u32, 1, 1), threads: (per_block as u32, 1, 1), dynamic_smem: 0 }
     }
 
     fn reduce(&self, kind: ReduceKind, xs: &[u64], len: usize, out: u64, op: &'static str) -> Result<()> {
         let threads = reduce::BLOCK;
-        let blocks = len.div_ceil(threads as usize * 16).clamp(1, self.dev.sm_count as usize * 4);
+        let blocks = len.div_ceil(threads as usize * 16).clamp(1, self.l.sm_count() as usize * 4);
         let grid = |b: usize| Grid { blocks: (b as u32, 1, 1), threads: (threads, 1, 1), dynamic_smem: 0 };
         let mut args: Vec<Arg> = xs.iter().map(|&p| Arg::Ptr(p)).collect();
         if blocks == 1 {
@@ -186,7 +243,7 @@ impl Exec<'_> {
     /// `C = op(A)·op(B)` with `tier`. `batch_strides` overrides the contiguous
     /// batch layout (elements between matrices of A, B, C; 0 shares one).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn matmul(
+    fn matmul(
         &self,
         tier: GemmTier,
         s: &MatmulSpec,

@@ -1,0 +1,725 @@
+//! A small PTX interpreter for the subset `compute-ptx` emits, to run every
+//! kernel of the set on the CPU in tests: threads of a block run until they
+//! reach a barrier, a shuffle or their end, then meet there (shuffles per warp,
+//! barriers per block). Global and shared memory are bounds- and
+//! alignment-checked: an out-of-bounds or misaligned access fails the test, as
+//! `compute-sanitizer --tool memcheck` would on the GPU. Approximate
+//! instructions (`ex2.approx`, `lg2.approx`) are modelled by the exact function
+//! rounded to f32 (the hardware is within 2 ulp of it).
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap};
+
+use compute_ptx::kernels::KernelId;
+use compute_ptx::plan::{Arg, Grid};
+use compute_ptx::{Kernel, Target};
+
+#[derive(Clone, Debug)]
+enum Opnd {
+    Reg(usize),
+    Imm(u64),
+    Special(&'static str),
+    Sym(u32),
+    Mem(Box<Opnd>, i64),
+    Vec(Vec<Opnd>),
+    Param(usize),
+    Label(usize),
+}
+
+#[derive(Clone, Debug)]
+struct Inst {
+    guard: Option<(usize, bool)>,
+    parts: Vec<String>,
+    args: Vec<Opnd>,
+    text: String,
+}
+
+/// A parsed kernel.
+#[derive(Debug)]
+pub struct Program {
+    name: String,
+    params: Vec<(String, String)>,
+    code: Vec<Inst>,
+    nregs: usize,
+    static_smem: u32,
+    /// Offset of the dynamic shared array (after the static ones), if declared.
+    dynamic_at: Option<u32>,
+}
+
+fn parse_imm(t: &str) -> Option<u64> {
+    if let Some(h) = t.strip_prefix("0f") {
+        return u32::from_str_radix(h, 16).ok().map(u64::from);
+    }
+    if let Some(h) = t.strip_prefix("0d") {
+        return u64::from_str_radix(h, 16).ok();
+    }
+    if let Some(h) = t.strip_prefix("0x") {
+        return u64::from_str_radix(h, 16).ok();
+    }
+    t.parse::<i64>().ok().map(|v| v as u64)
+}
+
+fn split_args(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut depth = 0;
+    let mut cur = String::new();
+    for c in s.chars() {
+        match c {
+            '{' | '[' => {
+                depth += 1;
+                cur.push(c)
+            }
+            '}' | ']' => {
+                depth -= 1;
+                cur.push(c)
+            }
+            ',' if depth == 0 => {
+                out.push(cur.trim().to_string());
+                cur.clear();
+            }
+            _ => cur.push(c),
+        }
+    }
+    if !cur.trim().is_empty() {
+        out.push(cur.trim().to_string());
+    }
+    out
+}
+
+impl Program {
+    /// Parses one module of one entry point.
+    pub fn parse(ptx: &str) -> Program {
+        let mut params = Vec::new();
+        let mut regs: HashMap<String, usize> = HashMap::new();
+        let mut syms: HashMap<String, u32> = HashMap::new();
+        let mut static_smem = 0u32;
+        let mut dynamic_name = None;
+        let mut dyn_align = 16;
+        let mut labels: HashMap<String, usize> = HashMap::new();
+        let mut raw: Vec<(Option<(String, bool)>, String, String)> = Vec::new();
+        let mut name = String::new();
+        let mut in_body = false;
+        for line in ptx.lines() {
+            let line = line.split("//").next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            if let Some(rest) = line.strip_prefix(".visible .entry ") {
+                name = rest.trim_end_matches('(').to_string();
+                continue;
+            }
+            if line.starts_with(".param") {
+                let t: Vec<&str> = line.trim_end_matches(',').split_whitespace().collect();
+                params.push((t[2].to_string(), t[1].trim_start_matches('.').to_string()));
+                continue;
+            }
+            if line.starts_with(".shared") || line.starts_with(".extern .shared") {
+                let t: Vec<&str> = line.trim_end_matches(';').split_whitespace().collect();
+                let align: u32 = t[t.iter().position(|x| *x == ".align").unwrap() + 1].parse().unwrap();
+                let decl = t[t.len() - 1];
+                let (nm, size) = decl.split_once('[').unwrap();
+                let size = size.trim_end_matches(']');
+                if size.is_empty() {
+                    dynamic_name = Some(nm.to_string());
+                    dyn_align = align;
+                } else {
+                    static_smem = static_smem.div_ceil(align) * align;
+                    syms.insert(nm.to_string(), static_smem);
+                    static_smem += size.parse::<u32>().unwrap();
+                }
+                continue;
+            }
+            if line == "{" {
+                in_body = true;
+                continue;
+            }
+            if !in_body || line == "}" || line.starts_with(".reg") || line.starts_with('.') || line == ")" {
+                continue;
+            }
+            if let Some(l) = line.strip_suffix(':') {
+                labels.insert(l.to_string(), raw.len());
+                continue;
+            }
+            let line = line.trim_end_matches(';');
+            let (guard, rest) = if let Some(g) = line.strip_prefix('@') {
+                let (p, rest) = g.split_once(' ').unwrap();
+                let neg = p.starts_with('!');
+                (Some((p.trim_start_matches('!').to_string(), neg)), rest.trim())
+            } else {
+                (None, line)
+            };
+            let (op, args) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+            raw.push((guard, op.to_string(), args.trim().to_string()));
+        }
+        let dynamic_at = dynamic_name.as_ref().map(|n| {
+            let at = static_smem.div_ceil(dyn_align) * dyn_align;
+            syms.insert(n.clone(), at);
+            at
+        });
+        let reg_of = |r: &str, regs: &mut HashMap<String, usize>| {
+            let n = regs.len();
+            *regs.entry(r.to_string()).or_insert(n)
+        };
+        let param_index: HashMap<String, usize> = params.iter().enumerate().map(|(i, (n, _))| (n.clone(), i)).collect();
+        let mut code = Vec::new();
+        for (guard, op, args) in raw {
+            let parse_one = |a: &str, regs: &mut HashMap<String, usize>| -> Opnd {
+                let a = a.trim();
+                if a.starts_with('%') {
+                    let special = ["%tid.x", "%tid.y", "%tid.z", "%ntid.x", "%ntid.y", "%ntid.z", "%ctaid.x", "%ctaid.y", "%ctaid.z", "%nctaid.x", "%nctaid.y", "%nctaid.z", "%laneid"];
+                    if let Some(s) = special.iter().find(|s| **s == a) {
+                        return Opnd::Special(s);
+                    }
+                    return Opnd::Reg(reg_of(a, regs));
+                }
+                if let Some(l) = labels.get(a) {
+                    return Opnd::Label(*l);
+                }
+                if let Some(s) = syms.get(a) {
+                    return Opnd::Sym(*s);
+                }
+                if let Some(v) = parse_imm(a) {
+                    return Opnd::Imm(v);
+                }
+                panic!("cannot parse operand `{a}` in {name}");
+            };
+            let mut parsed = Vec::new();
+            for a in split_args(&args) {
+                if let Some(inner) = a.strip_prefix('[').and_then(|x| x.strip_suffix(']')) {
+                    if let Some(p) = param_index.get(inner) {
+                        parsed.push(Opnd::Param(*p));
+                        continue;
+                    }
+                    let (base, off) = match inner.find(['+', '-']) {
+                        Some(i) if i > 0 => (&inner[..i], inner[i..].trim_start_matches('+').parse::<i64>().unwrap()),
+                        _ => (inner, 0),
+                    };
+                    parsed.push(Opnd::Mem(Box::new(parse_one(base, &mut regs)), off));
+                } else if let Some(inner) = a.strip_prefix('{').and_then(|x| x.strip_suffix('}')) {
+                    parsed.push(Opnd::Vec(inner.split(',').map(|x| parse_one(x, &mut regs)).collect()));
+                } else {
+                    parsed.push(parse_one(&a, &mut regs));
+                }
+            }
+            let guard = guard.map(|(p, n)| (reg_of(&p, &mut regs), n));
+            let parts: Vec<String> = op.split('.').map(String::from).collect();
+            code.push(Inst { guard, parts, args: parsed, text: format!("{op} {args}") });
+        }
+        Program { name, params, code, nregs: regs.len(), static_smem, dynamic_at }
+    }
+}
+
+/// Device memory: bounds-checked allocations in one address space.
+#[derive(Debug, Default)]
+pub struct Memory {
+    bufs: BTreeMap<u64, Vec<u8>>,
+    next: u64,
+}
+
+impl Memory {
+    pub fn new() -> Memory {
+        Memory { bufs: BTreeMap::new(), next: 0x1_0000_0000 }
+    }
+    /// Allocates `bytes` (256-aligned), filled with a NaN pattern so unwritten reads show.
+    pub fn alloc(&mut self, bytes: usize) -> u64 {
+        let a = self.next;
+        self.next += (bytes.max(4) as u64).div_ceil(256) * 256 + 256;
+        let fill = f32::from_bits(0x7fc0_beef).to_ne_bytes();
+        self.bufs.insert(a, fill.iter().copied().cycle().take(bytes.max(4)).collect());
+        a
+    }
+    pub fn free(&mut self, a: u64) {
+        self.bufs.remove(&a);
+    }
+    fn slot(&mut self, addr: u64, n: usize, what: &str) -> &mut [u8] {
+        let (start, buf) = self.bufs.range_mut(..=addr).next_back().unwrap_or_else(|| panic!("{what}: address {addr:#x} is not in any allocation"));
+        let off = (addr - start) as usize;
+        if off + n > buf.len() {
+            panic!("{what}: {n}-byte access at {addr:#x} is out of bounds (allocation {start:#x} of {} bytes)", buf.len());
+        }
+        &mut buf[off..off + n]
+    }
+    pub fn write_f32(&mut self, addr: u64, data: &[f32]) {
+        let s = self.slot(addr, data.len() * 4, "upload");
+        for (c, v) in s.chunks_mut(4).zip(data) {
+            c.copy_from_slice(&v.to_ne_bytes());
+        }
+    }
+    pub fn read_f32(&mut self, addr: u64, n: usize) -> Vec<f32> {
+        let s = self.slot(addr, n * 4, "download");
+        s.chunks(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect()
+    }
+}
+
+#[derive(Clone)]
+struct Thread {
+    pc: usize,
+    regs: Vec<u64>,
+    done: bool,
+    /// Waiting at a barrier or shuffle (pc points at it).
+    waiting: bool,
+    tid: (u32, u32, u32),
+    lane: u32,
+}
+
+fn type_bits(t: &str) -> u32 {
+    match t {
+        "f64" | "u64" | "s64" | "b64" => 64,
+        "pred" => 1,
+        _ => 32,
+    }
+}
+
+fn f(x: u64) -> f32 {
+    f32::from_bits(x as u32)
+}
+fn fb(x: f32) -> u64 {
+    u64::from(x.to_bits())
+}
+
+/// Runs `prog` over a whole grid. Panics on any fault, with the kernel name.
+/// `approx`: (factor on every `ex2.approx` result, term added to every
+/// `lg2.approx` result), to model the hardware's approximation error; (1, 0) is exact.
+pub fn run(prog: &Program, mem: &mut Memory, grid: Grid, args: &[Arg], approx: (f64, f64)) {
+    assert_eq!(args.len(), prog.params.len(), "{}: argument count", prog.name);
+    let argv: Vec<u64> = args
+        .iter()
+        .map(|a| match *a {
+            Arg::Ptr(v) | Arg::U64(v) => v,
+            Arg::U32(v) => u64::from(v),
+            Arg::F32(v) => fb(v),
+        })
+        .collect();
+    let (bx, by, bz) = grid.blocks;
+    let (tx, ty, tz) = grid.threads;
+    for z in 0..bz {
+        for y in 0..by {
+            for x in 0..bx {
+                run_block(prog, mem, grid, &argv, (x, y, z), (tx, ty, tz), approx);
+            }
+        }
+    }
+}
+
+fn run_block(
+    prog: &Program,
+    mem: &mut Memory,
+    grid: Grid,
+    argv: &[u64],
+    cta: (u32, u32, u32),
+    nt: (u32, u32, u32),
+    approx: (f64, f64),
+) {
+    let nthreads = (nt.0 * nt.1 * nt.2) as usize;
+    let smem_size = prog.static_smem.max(prog.dynamic_at.unwrap_or(0)) as usize
+        + if prog.dynamic_at.is_some() { grid.dynamic_smem as usize } else { 0 };
+    let mut shared = vec![0xAAu8; smem_size];
+    let mut threads: Vec<Thread> = (0..nthreads as u32)
+        .map(|i| Thread {
+            pc: 0,
+            regs: vec![0; prog.nregs],
+            done: false,
+            waiting: false,
+            tid: (i % nt.0, (i / nt.0) % nt.1, i / (nt.0 * nt.1)),
+            lane: i % 32,
+        })
+        .collect();
+    let ctx = Ctx { prog, argv, cta, nt, nct: grid.blocks, approx };
+    loop {
+        let mut progressed = false;
+        for t in threads.iter_mut() {
+            if !t.done && !t.waiting {
+                step_until_sync(&ctx, t, mem, &mut shared);
+                progressed = true;
+            }
+        }
+        if threads.iter().all(|t| t.done) {
+            return;
+        }
+        // Shuffles: a warp whose live lanes all wait at the same shuffle.
+        for w in 0..nthreads.div_ceil(32) {
+            let lanes = &threads[w * 32..((w + 1) * 32).min(nthreads)];
+            let live: Vec<&Thread> = lanes.iter().filter(|t| !t.done).collect();
+            if live.is_empty() || !live.iter().all(|t| t.waiting) {
+                continue;
+            }
+            let pc = live[0].pc;
+            let inst = &prog.code[pc];
+            if inst.parts[0] != "shfl" {
+                continue;
+            }
+            assert!(live.iter().all(|t| t.pc == pc), "{}: warp {w} diverged at a shuffle", prog.name);
+            assert_eq!(live.len(), lanes.len(), "{}: shuffle with exited lanes", prog.name);
+            let vals: Vec<u64> = lanes.iter().map(|t| val(&ctx, t, &inst.args[1])).collect();
+            let mode = inst.parts[2].as_str();
+            let results: Vec<u64> = lanes
+                .iter()
+                .map(|t| {
+                    let b = val(&ctx, t, &inst.args[2]) as u32;
+                    let src = match mode {
+                        "bfly" => t.lane ^ b,
+                        "down" => t.lane + b,
+                        "up" => t.lane.wrapping_sub(b),
+                        "idx" => b,
+                        m => panic!("shfl mode {m}"),
+                    };
+                    vals.get(src as usize).copied().filter(|_| src < 32).unwrap_or(vals[t.lane as usize])
+                })
+                .collect();
+            for (i, t) in threads[w * 32..((w + 1) * 32).min(nthreads)].iter_mut().enumerate() {
+                if let Opnd::Reg(d) = inst.args[0] {
+                    t.regs[d] = results[i];
+                }
+                t.pc += 1;
+                t.waiting = false;
+            }
+            progressed = true;
+        }
+        // Barrier: every live thread waits at a bar.sync.
+        let live: Vec<usize> = (0..nthreads).filter(|&i| !threads[i].done).collect();
+        if live.iter().all(|&i| threads[i].waiting && prog.code[threads[i].pc].parts[0] == "bar") {
+            assert_eq!(live.len(), nthreads, "{}: barrier reached after some threads exited", prog.name);
+            for &i in &live {
+                threads[i].pc += 1;
+                threads[i].waiting = false;
+            }
+            progressed = true;
+        }
+        assert!(progressed, "{}: deadlock (threads wait at different barriers/shuffles)", prog.name);
+    }
+}
+
+struct Ctx<'a> {
+    prog: &'a Program,
+    argv: &'a [u64],
+    cta: (u32, u32, u32),
+    nt: (u32, u32, u32),
+    nct: (u32, u32, u32),
+    approx: (f64, f64),
+}
+
+fn val(ctx: &Ctx, t: &Thread, o: &Opnd) -> u64 {
+    match o {
+        Opnd::Reg(r) => t.regs[*r],
+        Opnd::Imm(v) => *v,
+        Opnd::Sym(a) => u64::from(*a),
+        Opnd::Special(s) => u64::from(match *s {
+            "%tid.x" => t.tid.0,
+            "%tid.y" => t.tid.1,
+            "%tid.z" => t.tid.2,
+            "%ntid.x" => ctx.nt.0,
+            "%ntid.y" => ctx.nt.1,
+            "%ntid.z" => ctx.nt.2,
+            "%ctaid.x" => ctx.cta.0,
+            "%ctaid.y" => ctx.cta.1,
+            "%ctaid.z" => ctx.cta.2,
+            "%nctaid.x" => ctx.nct.0,
+            "%nctaid.y" => ctx.nct.1,
+            "%nctaid.z" => ctx.nct.2,
+            "%laneid" => t.lane,
+            s => panic!("special {s}"),
+        }),
+        Opnd::Param(i) => ctx.argv[*i],
+        other => panic!("{}: not a value: {other:?}", ctx.prog.name),
+    }
+}
+
+fn addr(ctx: &Ctx, t: &Thread, o: &Opnd) -> u64 {
+    match o {
+        Opnd::Mem(base, off) => val(ctx, t, base).wrapping_add(*off as u64),
+        other => panic!("{}: not an address: {other:?}", ctx.prog.name),
+    }
+}
+
+fn access<'m>(ctx: &Ctx, mem: &'m mut Memory, shared: &'m mut [u8], space: &str, a: u64, n: usize, text: &str) -> &'m mut [u8] {
+    assert!(a % n.min(16) as u64 == 0, "{}: misaligned {n}-byte access at {a:#x}: {text}", ctx.prog.name);
+    if space == "shared" {
+        let a = a as usize;
+        assert!(a + n <= shared.len(), "{}: shared access [{a}, {}) beyond {} bytes: {text}", ctx.prog.name, a + n, shared.len());
+        &mut shared[a..a + n]
+    } else {
+        mem.slot(a, n, &format!("{}: {text}", ctx.prog.name))
+    }
+}
+
+fn setp(cmp: &str, ty: &str, a: u64, b: u64) -> bool {
+    if ty == "f32" {
+        let (x, y) = (f(a), f(b));
+        let nan = x.is_nan() || y.is_nan();
+        return match cmp {
+            "eq" => !nan && x == y,
+            "ne" => !nan && x != y,
+            "lt" => !nan && x < y,
+            "le" => !nan && x <= y,
+            "gt" => !nan && x > y,
+            "ge" => !nan && x >= y,
+            "neu" => nan || x != y,
+            "ltu" => nan || x < y,
+            "geu" => nan || x >= y,
+            "nan" => nan,
+            "num" => !nan,
+            c => panic!("setp.{c}.f32"),
+        };
+    }
+    let signed = ty.starts_with('s');
+    let bits = type_bits(ty);
+    let (x, y): (i128, i128) = if signed {
+        if bits == 32 { (a as u32 as i32 as i128, b as u32 as i32 as i128) } else { (a as i64 as i128, b as i64 as i128) }
+    } else if bits == 32 {
+        (a as u32 as i128, b as u32 as i128)
+    } else {
+        (a as i128, b as i128)
+    };
+    match cmp {
+        "eq" => x == y,
+        "ne" => x != y,
+        "lt" => x < y,
+        "le" => x <= y,
+        "gt" => x > y,
+        "ge" => x >= y,
+        c => panic!("setp.{c}.{ty}"),
+    }
+}
+
+fn int_op(op: &str, ty: &str, a: u64, b: u64) -> u64 {
+    let bits = type_bits(ty);
+    let mask = if bits == 32 { 0xffff_ffffu64 } else { u64::MAX };
+    let signed = ty.starts_with('s');
+    let r = match op {
+        "add" => a.wrapping_add(b),
+        "sub" => a.wrapping_sub(b),
+        "mul" => a.wrapping_mul(b),
+        "and" => a & b,
+        "or" => a | b,
+        "xor" => a ^ b,
+        "shl" => {
+            if b >= u64::from(bits) { 0 } else { a << b }
+        }
+        "shr" => {
+            if signed {
+                let v = if bits == 32 { a as u32 as i32 as i64 } else { a as i64 };
+                (v >> b.min(u64::from(bits) - 1)) as u64
+            } else if b >= u64::from(bits) {
+                0
+            } else {
+                (a & mask) >> b
+            }
+        }
+        "div" | "rem" | "min" | "max" => {
+            if signed {
+                let (x, y) = if bits == 32 { (a as u32 as i32 as i64, b as u32 as i32 as i64) } else { (a as i64, b as i64) };
+                (match op {
+                    "div" => x.checked_div(y).unwrap_or(-1),
+                    "rem" => x.checked_rem(y).unwrap_or(x),
+                    "min" => x.min(y),
+                    _ => x.max(y),
+                }) as u64
+            } else {
+                let (x, y) = (a & mask, b & mask);
+                match op {
+                    "div" => x.checked_div(y).unwrap_or(mask),
+                    "rem" => x.checked_rem(y).unwrap_or(x),
+                    "min" => x.min(y),
+                    _ => x.max(y),
+                }
+            }
+        }
+        o => panic!("integer op {o}.{ty}"),
+    };
+    r & mask
+}
+
+fn float_op(op: &str, nan_mode: bool, a: f32, b: f32) -> f32 {
+    match op {
+        "add" => a + b,
+        "sub" => a - b,
+        "mul" => a * b,
+        "div" => a / b,
+        "min" if nan_mode => {
+            if a.is_nan() || b.is_nan() { f32::NAN } else { a.min(b) }
+        }
+        "max" if nan_mode => {
+            if a.is_nan() || b.is_nan() { f32::NAN } else { a.max(b) }
+        }
+        "min" => a.min(b),
+        "max" => a.max(b),
+        o => panic!("float op {o}"),
+    }
+}
+
+/// Executes `t` until it ends or reaches a barrier or shuffle.
+fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8]) {
+    let code = &ctx.prog.code;
+    let mut budget = 50_000_000u64;
+    loop {
+        budget -= 1;
+        assert!(budget > 0, "{}: runaway thread", ctx.prog.name);
+        let Some(inst) = code.get(t.pc) else { panic!("{}: fell off the end", ctx.prog.name) };
+        if let Some((p, neg)) = inst.guard {
+            let on = t.regs[p] != 0;
+            if on == neg {
+                t.pc += 1;
+                continue;
+            }
+        }
+        let p = &inst.parts;
+        let op = p[0].as_str();
+        let ty = p.last().map(String::as_str).unwrap_or("");
+        let dst = |inst: &Inst| match inst.args.first() {
+            Some(Opnd::Reg(r)) => *r,
+            other => panic!("{}: bad destination {other:?} in {}", ctx.prog.name, inst.text),
+        };
+        let a = |i: usize| val(ctx, t, &inst.args[i]);
+        match op {
+            "bar" | "shfl" => {
+                t.waiting = true;
+                return;
+            }
+            "ret" => {
+                t.done = true;
+                return;
+            }
+            "bra" => {
+                match inst.args[0] {
+                    Opnd::Label(l) => t.pc = l,
+                    _ => panic!("bra target"),
+                }
+                continue;
+            }
+            "ld" | "st" => {
+                let space = p[1].as_str();
+                let width = p.iter().find_map(|x| x.strip_prefix('v').and_then(|n| n.parse::<usize>().ok())).unwrap_or(1);
+                let esz = (type_bits(ty) / 8) as usize;
+                if op == "ld" && space == "param" {
+                    let v = match inst.args[1] {
+                        Opnd::Param(i) => ctx.argv[i],
+                        _ => panic!("ld.param operand"),
+                    };
+                    let d = dst(inst);
+                    t.regs[d] = v;
+                    t.pc += 1;
+                    continue;
+                }
+                let (ai, vi) = if op == "ld" { (1, 0) } else { (0, 1) };
+                let ad = addr(ctx, t, &inst.args[ai]);
+                let regs_of = |o: &Opnd| -> Vec<Opnd> {
+                    match o {
+                        Opnd::Vec(v) => v.clone(),
+                        x => vec![x.clone()],
+                    }
+                };
+                let vals = regs_of(&inst.args[vi]);
+                assert_eq!(vals.len(), width, "vector width");
+                let bytes = access(ctx, mem, shared, space, ad, esz * width, &inst.text);
+                if op == "ld" {
+                    for (i, o) in vals.iter().enumerate() {
+                        let c = &bytes[i * esz..(i + 1) * esz];
+                        let v = if esz == 4 { u64::from(u32::from_ne_bytes([c[0], c[1], c[2], c[3]])) } else { u64::from_ne_bytes(c.try_into().unwrap()) };
+                        if let Opnd::Reg(r) = o {
+                            t.regs[*r] = v;
+                        }
+                    }
+                } else {
+                    let vs: Vec<u64> = vals.iter().map(|o| val(ctx, t, o)).collect();
+                    for (i, v) in vs.iter().enumerate() {
+                        let c = &mut bytes[i * esz..(i + 1) * esz];
+                        if esz == 4 { c.copy_from_slice(&(*v as u32).to_ne_bytes()) } else { c.copy_from_slice(&v.to_ne_bytes()) }
+                    }
+                }
+                t.pc += 1;
+                continue;
+            }
+            _ => {}
+        }
+        let d = dst(inst);
+        let r: u64 = match op {
+            "mov" => a(1),
+            "cvta" => a(1),
+            "selp" => {
+                if a(3) != 0 { a(1) } else { a(2) }
+            }
+            "setp" => u64::from(setp(&p[1], ty, a(1), a(2))),
+            "not" => u64::from(a(1) == 0),
+            "and" | "or" | "xor" if ty == "pred" => {
+                let (x, y) = (a(1) != 0, a(2) != 0);
+                u64::from(match op {
+                    "and" => x && y,
+                    "or" => x || y,
+                    _ => x != y,
+                })
+            }
+            "cvt" => {
+                let (dt, st) = (p[p.len() - 2].as_str(), p[p.len() - 1].as_str());
+                let rnd = if p.len() == 4 { p[1].as_str() } else { "" };
+                let x = a(1);
+                match (dt, st) {
+                    ("f32", "u32") => fb(x as u32 as f32),
+                    ("f32", "s32") => fb(x as u32 as i32 as f32),
+                    ("f32", "u64") => fb(x as f32),
+                    ("f32", "f32") => fb(match rnd {
+                        "rni" => f(x).round_ties_even(),
+                        "rmi" => f(x).floor(),
+                        "rzi" => f(x).trunc(),
+                        r => panic!("cvt.{r}.f32.f32"),
+                    }),
+                    ("u32", "f32") => u64::from(f(x) as u32),
+                    ("s32", "f32") => u64::from(f(x) as i32 as u32),
+                    ("u64", "u32") => x & 0xffff_ffff,
+                    ("u32", "u64") => x & 0xffff_ffff,
+                    ("u64", "s32") | ("s64", "s32") => x as u32 as i32 as i64 as u64,
+                    (d2, s2) => panic!("cvt {d2} <- {s2}"),
+                }
+            }
+            "fma" => fb(f(a(1)).mul_add(f(a(2)), f(a(3)))),
+            "mad" => {
+                let m = int_op("mul", ty, a(1), a(2));
+                int_op("add", ty, m, a(3))
+            }
+            "mul" if p[1] == "wide" => {
+                if ty == "u32" {
+                    (a(1) & 0xffff_ffff) * (a(2) & 0xffff_ffff)
+                } else {
+                    ((a(1) as u32 as i32 as i64) * (a(2) as u32 as i32 as i64)) as u64
+                }
+            }
+            "neg" if ty == "f32" => fb(-f(a(1))),
+            "abs" if ty == "f32" => fb(f(a(1)).abs()),
+            "copysign" => fb(f(a(2)).copysign(f(a(1)))),
+            "rcp" => fb(1.0 / f(a(1))),
+            "sqrt" => fb(f(a(1)).sqrt()),
+            "rsqrt" => fb((1.0 / (f(a(1)) as f64).sqrt()) as f32),
+            "ex2" => fb(((f(a(1)) as f64).exp2() * ctx.approx.0) as f32),
+            "lg2" => fb(((f(a(1)) as f64).log2() + ctx.approx.1) as f32),
+            "tanh" => fb(f(a(1)).tanh()),
+            "add" | "sub" | "mul" | "div" | "min" | "max" if ty == "f32" => {
+                fb(float_op(op, p.iter().any(|x| x == "NaN"), f(a(1)), f(a(2))))
+            }
+            "add" | "sub" | "mul" | "div" | "rem" | "min" | "max" | "and" | "or" | "xor" | "shl" | "shr" => {
+                let ity = if ty.starts_with('b') { if type_bits(ty) == 32 { "u32" } else { "u64" } } else { ty };
+                int_op(op, ity, a(1), a(2))
+            }
+            _ => panic!("{}: instruction not emulated: {}", ctx.prog.name, inst.text),
+        };
+        t.regs[d] = r;
+        t.pc += 1;
+    }
+}
+
+/// Builds, parses and caches kernels (sm_90 text).
+#[derive(Default)]
+pub struct Kernels {
+    cache: std::sync::Mutex<HashMap<KernelId, std::sync::Arc<(Kernel, Program)>>>,
+}
+
+impl Kernels {
+    pub fn get(&self, id: KernelId) -> std::sync::Arc<(Kernel, Program)> {
+        let mut c = self.cache.lock().unwrap();
+        c.entry(id)
+            .or_insert_with(|| {
+                let k: Kernel = id.build(Target::Sm90).unwrap_or_else(|e| panic!("{e}"));
+                let p = Program::parse(k.ptx());
+                std::sync::Arc::new((k, p))
+            })
+            .clone()
+    }
+}

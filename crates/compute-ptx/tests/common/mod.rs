@@ -1,0 +1,173 @@
+//! Test support: [`EmuBackend`] runs the CUDA backend's launch plans and the
+//! generated kernels in a PTX emulator on the CPU.
+#![allow(dead_code)]
+
+pub mod emu;
+
+use std::any::Any;
+use std::sync::{Arc, Mutex};
+
+use compute_core::{
+    Backend, BackendKind, ComputeError, Location, Op, Result, Tensor, TensorStorage, check_host_call, check_tensor_call,
+};
+use compute_ptx::kernels::KernelId;
+use compute_ptx::plan::{self, Arg, Grid, Launcher};
+use emu::{Kernels, Memory};
+
+/// Where emulated tensors live (a device number no GPU has).
+pub const EMU_DEVICE: u32 = 9000;
+
+/// The CUDA backend's plans, run by the PTX emulator.
+#[derive(Clone, Default)]
+pub struct EmuBackend {
+    mem: Arc<Mutex<Memory>>,
+    kernels: Arc<Kernels>,
+    /// Every launch, in order: (kernel, grid).
+    pub log: Arc<Mutex<Vec<(String, Grid)>>>,
+    approx: (f64, f64),
+}
+
+struct Freed {
+    mem: Arc<Mutex<Memory>>,
+    addr: u64,
+}
+impl Drop for Freed {
+    fn drop(&mut self) {
+        self.mem.lock().unwrap().free(self.addr);
+    }
+}
+
+#[derive(Debug)]
+struct EmuStorage {
+    addr: u64,
+    len: usize,
+    _free: Arc<FreedDebug>,
+}
+#[derive(Debug)]
+struct FreedDebug(#[allow(dead_code)] u64);
+
+impl TensorStorage for EmuStorage {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn location(&self) -> Location {
+        Location { backend: BackendKind::Cuda, device: EMU_DEVICE }
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl EmuBackend {
+    pub fn new() -> Self {
+        EmuBackend { mem: Arc::new(Mutex::new(Memory::new())), approx: (1.0, 0.0), ..Default::default() }
+    }
+    /// Every `ex2.approx` result scaled by `ex2_factor`, `lg2_term` added to every
+    /// `lg2.approx` result: the hardware's documented error bounds, made worst-case.
+    pub fn with_approx_error(ex2_factor: f64, lg2_term: f64) -> Self {
+        EmuBackend { approx: (ex2_factor, lg2_term), ..Self::new() }
+    }
+    fn loc(&self) -> Location {
+        Location { backend: BackendKind::Cuda, device: EMU_DEVICE }
+    }
+    fn addr(&self, t: &Tensor) -> Result<u64> {
+        t.storage::<EmuStorage>().map(|s| s.addr).ok_or(ComputeError::WrongDevice {
+            op: "emu",
+            expected: self.loc().to_string(),
+            found: t.location().to_string(),
+        })
+    }
+    /// Runs a matmul with a forced tier on host data.
+    pub fn matmul_tier(&self, tier: plan::GemmTier, spec: compute_core::MatmulSpec, a: &[f32], b: &[f32]) -> Vec<f32> {
+        let mut mem = self.mem.lock().unwrap();
+        let pa = mem.alloc(a.len() * 4);
+        mem.write_f32(pa, a);
+        let pb = mem.alloc(b.len() * 4);
+        mem.write_f32(pb, b);
+        let n = spec.batch * spec.m * spec.n;
+        let pc = mem.alloc(n * 4);
+        drop(mem);
+        plan::run_matmul(self, tier, &spec, (pa, pb, pc), None).unwrap();
+        let mut mem = self.mem.lock().unwrap();
+        let out = mem.read_f32(pc, n);
+        mem.free(pa);
+        mem.free(pb);
+        mem.free(pc);
+        out
+    }
+}
+
+impl Launcher for EmuBackend {
+    fn sm_count(&self) -> u32 {
+        // Few "multiprocessors": grid-stride loops and multi-block reductions get exercised.
+        2
+    }
+    fn launch(&self, id: KernelId, grid: Grid, args: &[Arg]) -> Result<()> {
+        let kp = self.kernels.get(id);
+        let (kernel, prog) = (&kp.0, &kp.1);
+        let types: Vec<_> = args.iter().map(|a| a.ty()).collect();
+        assert_eq!(types, kernel.params(), "{}: argument types", kernel.name());
+        self.log.lock().unwrap().push((kernel.name().to_string(), grid));
+        let mut mem = self.mem.lock().unwrap();
+        emu::run(prog, &mut mem, grid, args, self.approx);
+        Ok(())
+    }
+    fn temp(&self, bytes: usize, _op: &'static str) -> Result<(Box<dyn Any>, u64)> {
+        let addr = self.mem.lock().unwrap().alloc(bytes);
+        Ok((Box::new(Freed { mem: self.mem.clone(), addr }), addr))
+    }
+}
+
+impl Backend for EmuBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cuda
+    }
+    fn device_name(&self) -> String {
+        "PTX emulator (sm_90 text)".into()
+    }
+    fn run(&self, op: &Op, inputs: &[&[f32]], output: &mut [f32]) -> Result<()> {
+        check_host_call(op, inputs, output)?;
+        let mut mem = self.mem.lock().unwrap();
+        let ptrs: Vec<u64> = inputs
+            .iter()
+            .map(|x| {
+                let p = mem.alloc(x.len() * 4);
+                mem.write_f32(p, x);
+                p
+            })
+            .collect();
+        let out = mem.alloc(output.len() * 4);
+        drop(mem);
+        plan::run_op(self, op, &ptrs, out)?;
+        let mut mem = self.mem.lock().unwrap();
+        output.copy_from_slice(&mem.read_f32(out, output.len()));
+        for p in ptrs.into_iter().chain([out]) {
+            mem.free(p);
+        }
+        Ok(())
+    }
+    fn upload(&self, data: &[f32]) -> Result<Tensor> {
+        let mut mem = self.mem.lock().unwrap();
+        let addr = mem.alloc(data.len() * 4);
+        mem.write_f32(addr, data);
+        Ok(Tensor::from_storage(Arc::new(EmuStorage { addr, len: data.len(), _free: Arc::new(FreedDebug(addr)) })))
+    }
+    fn alloc(&self, len: usize) -> Result<Tensor> {
+        let addr = self.mem.lock().unwrap().alloc(len * 4);
+        Ok(Tensor::from_storage(Arc::new(EmuStorage { addr, len, _free: Arc::new(FreedDebug(addr)) })))
+    }
+    fn download(&self, tensor: &Tensor, out: &mut [f32]) -> Result<()> {
+        if tensor.len() != out.len() {
+            return Err(ComputeError::shape("download", "length mismatch", ""));
+        }
+        let a = self.addr(tensor)?;
+        out.copy_from_slice(&self.mem.lock().unwrap().read_f32(a, out.len()));
+        Ok(())
+    }
+    fn run_tensors(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> Result<()> {
+        check_tensor_call(op, self.loc(), inputs, output)?;
+        let ptrs = inputs.iter().map(|t| self.addr(t)).collect::<Result<Vec<_>>>()?;
+        let out = self.addr(output)?;
+        plan::run_op(self, op, &ptrs, out)
+    }
+}

@@ -1,0 +1,73 @@
+//! Every kernel of the set, run by the PTX emulator on the CPU through the
+//! CUDA backend's own launch plans: the conformance suite at small sizes, plus
+//! each GEMM tier forced. No GPU needed; what the GPU machine adds is the
+//! hardware's own `ex2`/`lg2` and timing.
+
+mod common;
+
+use common::EmuBackend;
+use compute_core::conformance::{Config, compare, rng::Rng};
+use compute_core::{BackendKind, MatmulSpec, Op};
+use compute_ptx::kernels::gemm_simt::SimtConfig;
+use compute_ptx::plan::GemmTier;
+
+mod suite {
+    use super::*;
+    compute_core::conformance_tests!(|| Ok(EmuBackend::new()), BackendKind::Cuda, Config::from_env());
+}
+
+/// `ex2.approx.f32` is within 2 ulp and `lg2.approx.f32` within about 2⁻²²
+/// absolute: the transcendental kernels must meet the tolerance at both ends.
+#[test]
+fn transcendentals_tolerate_the_approximation_error_bounds() {
+    use compute_core::conformance::{Group, run_group};
+    let two_ulp = 2.0 * f64::from(f32::EPSILON);
+    for (ex2, lg2) in [(1.0 + two_ulp, 2.5e-7), (1.0 - two_ulp, -2.5e-7)] {
+        for g in [Group::Unary, Group::Rows, Group::EdgeValues] {
+            run_group(|| Ok(EmuBackend::with_approx_error(ex2, lg2)), BackendKind::Cuda, g, Config::from_env());
+        }
+    }
+}
+
+fn check_tier(tier: GemmTier, shapes: &[(usize, usize, usize, usize)]) {
+    let emu = EmuBackend::new();
+    let mut rng = Rng::new(0x5eed_0001);
+    for &(batch, m, k, n) in shapes {
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            let spec = MatmulSpec { batch, m, k, n, trans_a: ta, trans_b: tb };
+            let a = rng.vec(batch * m * k, -1.0, 1.0);
+            let b = rng.vec(batch * k * n, -1.0, 1.0);
+            let out = emu.matmul_tier(tier, spec, &a, &b);
+            if let Some(msg) = compare(&Op::Matmul(spec), &[&a, &b], &out, 1.0) {
+                panic!("{tier:?} {spec:?}: {msg}");
+            }
+        }
+    }
+}
+
+#[test]
+fn naive_tier_on_odd_shapes() {
+    check_tier(GemmTier::Naive, &[(1, 1, 1, 1), (2, 5, 7, 3), (1, 17, 33, 19)]);
+}
+
+#[test]
+fn tiled_tier_on_odd_shapes() {
+    check_tier(GemmTier::Tiled, &[(1, 1, 1, 1), (2, 5, 7, 3), (1, 17, 33, 19), (1, 40, 20, 33)]);
+}
+
+#[test]
+fn simt_tier_on_edges_and_multiples() {
+    let shapes = [(1, 1, 1, 1), (1, 3, 5, 7), (1, 130, 9, 70), (2, 64, 16, 128), (1, 129, 12, 131)];
+    check_tier(GemmTier::Simt(SimtConfig::default()), &shapes);
+}
+
+#[test]
+fn simt_tuning_shapes_build_and_agree() {
+    for cfg in [
+        SimtConfig { bk: 16, ..SimtConfig::default() },
+        SimtConfig { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4, ..SimtConfig::default() },
+        SimtConfig { bn: 256, tn: 16, ..SimtConfig::default() },
+    ] {
+        check_tier(GemmTier::Simt(cfg), &[(1, 70, 21, 90), (1, 128, 32, 256)]);
+    }
+}

@@ -1,0 +1,168 @@
+//! CUDA-only behaviour beyond the conformance suite: every GEMM tier forced,
+//! buffer-pool allocations, completion events, long chains of device ops, and
+//! driver errors that name the kernel. Each test prints SKIPPED without a GPU
+//! (and fails instead when `COMPUTE_REQUIRE` lists `cuda`).
+#![cfg(feature = "cuda")]
+
+use std::sync::Arc;
+
+use compute_core::conformance::{compare, required, rng::Rng};
+use compute_core::{Backend, BackendKind, ComputeError, MatmulSpec, Op, RowOp, UnaryOp};
+use compute_ptx::CudaBackend;
+use compute_ptx::cuda::GemmTier;
+use compute_ptx::kernels::gemm_simt::SimtConfig;
+
+fn backend(test: &str) -> Option<CudaBackend> {
+    match CudaBackend::new() {
+        Ok(b) => Some(b),
+        Err(e) if !required(BackendKind::Cuda) => {
+            eprintln!("SKIPPED: {test}: {e}");
+            None
+        }
+        Err(e) => panic!("{test}: cuda is required here but unavailable: {e}"),
+    }
+}
+
+fn run_tier(be: &CudaBackend, tier: GemmTier, spec: MatmulSpec, rng: &mut Rng) -> Result<(), String> {
+    let a = rng.vec(spec.batch * spec.m * spec.k, -1.0, 1.0);
+    let b = rng.vec(spec.batch * spec.k * spec.n, -1.0, 1.0);
+    let (ta, tb) = (be.upload(&a).map_err(|e| e.to_string())?, be.upload(&b).map_err(|e| e.to_string())?);
+    let tc = be.upload(&vec![f32::NAN; spec.batch * spec.m * spec.n]).map_err(|e| e.to_string())?;
+    be.matmul_tier(tier, spec, &ta, &tb, &tc).map_err(|e| e.to_string())?;
+    let mut out = vec![0.0; spec.batch * spec.m * spec.n];
+    be.download(&tc, &mut out).map_err(|e| e.to_string())?;
+    match compare(&Op::Matmul(spec), &[&a, &b], &out, 1.0) {
+        None => Ok(()),
+        Some(m) => Err(format!("{tier:?} {spec:?}: {m}")),
+    }
+}
+
+#[test]
+fn every_gemm_tier_matches_the_reference() {
+    let Some(be) = backend("every_gemm_tier_matches_the_reference") else { return };
+    let mut rng = Rng::new(compute_core::conformance::rng::fresh_seed());
+    let tuned = [
+        SimtConfig { bk: 16, ..SimtConfig::default() },
+        SimtConfig { min_blocks: 1, ..SimtConfig::default() },
+        SimtConfig { bm: 128, bn: 256, tm: 8, tn: 16, min_blocks: 1, ..SimtConfig::default() },
+        SimtConfig { bm: 64, bn: 128, bk: 16, ..SimtConfig::default() },
+    ];
+    let mut tiers = vec![GemmTier::Naive, GemmTier::Tiled, GemmTier::Simt(SimtConfig::default())];
+    tiers.extend(tuned.map(GemmTier::Simt));
+    let shapes = [(1, 1, 1, 1), (1, 7, 13, 5), (3, 33, 65, 17), (1, 129, 257, 130), (1, 1000, 999, 1001), (2, 256, 64, 384)];
+    let mut fails = Vec::new();
+    for tier in tiers {
+        for &(batch, m, k, n) in &shapes {
+            if tier == GemmTier::Naive && m * n * k > 1 << 24 {
+                continue;
+            }
+            for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                let spec = MatmulSpec { batch, m, k, n, trans_a: ta, trans_b: tb };
+                if let Err(e) = run_tier(&be, tier, spec, &mut rng) {
+                    fails.push(e);
+                }
+            }
+        }
+    }
+    assert!(fails.is_empty(), "{} failures:\n{}", fails.len(), fails.join("\n"));
+}
+
+#[test]
+fn pooled_allocations_back_tensors() {
+    let Some(be) = backend("pooled_allocations_back_tensors") else { return };
+    let mut rng = Rng::new(7);
+    let alloc = be.alloc_bytes(4096).expect("alloc");
+    assert_eq!(alloc.bytes(), 4096);
+    let x = rng.vec(1000, -3.0, 3.0);
+    let tx = be.upload(&x).expect("upload");
+    let ty = be.tensor_in(alloc.clone(), 1000).expect("tensor over the pooled allocation");
+    assert_eq!(Arc::strong_count(&alloc), 2);
+    be.run_tensors(&Op::unary(UnaryOp::Relu, 1000), &[&tx], &ty).expect("relu");
+    let mut y = vec![0.0; 1000];
+    be.download(&ty, &mut y).expect("download");
+    assert!(x.iter().zip(&y).all(|(a, b)| a.max(0.0) == *b));
+    drop(ty);
+    assert_eq!(Arc::strong_count(&alloc), 1, "the pool can reuse the allocation once the tensor is gone");
+    match be.tensor_in(alloc, 1025) {
+        Err(ComputeError::Shape { .. }) => {}
+        other => panic!("a tensor larger than its allocation must be refused, got {other:?}"),
+    }
+}
+
+#[test]
+fn completion_follows_queued_work() {
+    let Some(be) = backend("completion_follows_queued_work") else { return };
+    let mut rng = Rng::new(9);
+    let n = 1024;
+    let a = rng.vec(n * n, -1.0, 1.0);
+    let (ta, tb, tc) = (be.upload(&a).unwrap(), be.upload(&a).unwrap(), be.alloc(n * n).unwrap());
+    for _ in 0..20 {
+        be.run_tensors(&Op::matmul(n, n, n), &[&ta, &tb], &tc).unwrap();
+    }
+    let done = be.record_completion().unwrap();
+    done.wait().unwrap();
+    assert!(done.is_complete().unwrap());
+    let mut c = vec![0.0; n * n];
+    be.download(&tc, &mut c).unwrap();
+    assert!(compare(&Op::matmul(n, n, n), &[&a, &a], &c, 1.0).is_none());
+}
+
+#[test]
+fn long_device_chains_stay_on_the_device() {
+    let Some(be) = backend("long_device_chains_stay_on_the_device") else { return };
+    let mut rng = Rng::new(11);
+    let (rows, cols) = (300, 1500);
+    let x = rng.vec(rows * cols, -2.0, 2.0);
+    let t0 = be.upload(&x).unwrap();
+    let t1 = be.alloc(rows * cols).unwrap();
+    // softmax(softmax(…)) 50 times on the device, then once on the host path for comparison.
+    let op = Op::rows(RowOp::Softmax, rows, cols);
+    let (mut src, mut dst) = (&t0, &t1);
+    let mut host = x.clone();
+    for _ in 0..50 {
+        be.run_tensors(&op, &[src], dst).unwrap();
+        std::mem::swap(&mut src, &mut dst);
+        let mut next = vec![0.0; rows * cols];
+        be.run(&op, &[&host], &mut next).unwrap();
+        host = next;
+    }
+    let mut got = vec![0.0; rows * cols];
+    be.download(src, &mut got).unwrap();
+    assert_eq!(got, host, "device chain and host path run the same kernels on the same data");
+    assert!((got.iter().take(cols).map(|v| *v as f64).sum::<f64>() - 1.0).abs() < 1e-4);
+}
+
+#[test]
+fn tensors_of_other_devices_are_refused() {
+    let Some(be) = backend("tensors_of_other_devices_are_refused") else { return };
+    let cpu = compute_core::Tensor::from_storage(Arc::new(Foreign));
+    let out = be.alloc(4).unwrap();
+    match be.run_tensors(&Op::unary(UnaryOp::Relu, 4), &[&cpu], &out) {
+        Err(ComputeError::WrongDevice { .. }) => {}
+        other => panic!("expected WrongDevice, got {other:?}"),
+    }
+}
+
+#[derive(Debug)]
+struct Foreign;
+impl compute_core::TensorStorage for Foreign {
+    fn len(&self) -> usize {
+        4
+    }
+    fn location(&self) -> compute_core::Location {
+        compute_core::Location { backend: BackendKind::Simd, device: 0 }
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+#[test]
+fn device_info_is_sane() {
+    let Some(be) = backend("device_info_is_sane") else { return };
+    let info = be.info().unwrap();
+    assert!(info.multiprocessors > 0);
+    assert!(info.memory_total >= info.memory_free && info.memory_free > 0);
+    assert!(info.driver_version.0 >= 12, "{info:?}");
+    eprintln!("{info:?}");
+}
