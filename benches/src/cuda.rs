@@ -181,12 +181,15 @@ fn sgemm_rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> 
 fn sweep_configs() -> Vec<SimtConfig> {
     let d = SimtConfig::default();
     vec![
-        SimtConfig { bk: 16, ..d },
         SimtConfig { min_blocks: 1, ..d },
         SimtConfig { group_m: 0, ..d },
+        SimtConfig { async_copy: true, ..d },
+        SimtConfig { async_copy: true, min_blocks: 1, ..d },
         SimtConfig { bk: 16, min_blocks: 1, ..d },
+        SimtConfig { async_copy: true, bk: 16, min_blocks: 1, ..d },
         SimtConfig { bm: 128, bn: 256, tm: 8, tn: 16, min_blocks: 1, ..d },
-        SimtConfig { bm: 64, bn: 128, tm: 8, tn: 8, bk: 16, ..d },
+        SimtConfig { bm: 64, bn: 128, ..d },
+        SimtConfig { bm: 64, bn: 128, bk: 16, ..d },
     ]
 }
 

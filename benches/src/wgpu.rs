@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use compute_core::{Backend, BinaryOp, Op, Ops, RowOp, Tensor, UnaryOp};
-use compute_wgpu::{DeviceOptions, GpuBuffer, WgpuBackend};
+use compute_wgpu::{DeviceOptions, GpuBuffer, MatmulTiles, WgpuBackend};
 
 use crate::report::{Record, time, time_pair};
 
@@ -114,32 +114,55 @@ impl Bench {
     }
 }
 
+/// Adds a row and prints it at once (a long run shows progress, and a killed one its rows so far).
+fn push(out: &mut Vec<Record>, r: Record) {
+    eprintln!(
+        "  {} {} {}: {:.3} ms{}{}{}",
+        r.op,
+        r.shape,
+        r.placement,
+        r.median_s * 1e3,
+        r.gflops.map_or(String::new(), |g| format!(", {g:.0} GFLOP/s")),
+        r.gbps.map_or(String::new(), |g| format!(", {g:.0} GB/s")),
+        r.ratio.map_or(String::new(), |x| format!(", x{x:.3} vs {}", r.peer.as_deref().unwrap_or("peer")))
+    );
+    out.push(r);
+}
+
 fn buffer(t: &Tensor) -> Result<compute_wgpu::wgpu::Buffer, String> {
     t.storage::<GpuBuffer>().map(|g| g.buffer().clone()).ok_or_else(|| "not a wgpu tensor".to_string())
 }
 
 fn sgemm_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), String> {
-    let checked = WgpuBackend::with_options(&DeviceOptions::from_env().with_matmul_bounds_checks(true)).map_err(err)?;
-    let sizes: &[usize] = if quick { &[1024, 2048] } else { &[1024, 2048, 4096, 8192, 4095] };
+    let open = |o: DeviceOptions| WgpuBackend::with_options(&o).map_err(err);
+    let checked = open(DeviceOptions::from_env().with_matmul_bounds_checks(true))?;
+    let large = open(DeviceOptions::from_env().with_matmul_tiles(MatmulTiles::Large))?;
+    let small = open(DeviceOptions::from_env().with_matmul_tiles(MatmulTiles::Small))?;
+    let sizes: &[usize] = if quick { &[256, 512] } else { &[1024, 2048, 4096, 8192, 4095] };
     for &n in sizes {
         let op = Op::matmul(n, n, n);
         let flops = op.cost().flops as f64;
-        let reps = ((2e11 / flops) as usize).clamp(1, 200);
+        let reps = ((if quick { 2e9 } else { 2e11 } / flops) as usize).clamp(1, 200);
         let (a, bm) = (data(n * n, 1), data(n * n, 2));
-        for (gpu, note) in [(&b.gpu, "naga bounds checks off"), (&checked, "naga bounds checks on")] {
+        let mut variants = vec![(&b.gpu, "auto tiles, naga bounds checks off"), (&checked, "auto tiles, naga bounds checks on")];
+        if n % 4 == 0 && n <= 4096 {
+            variants.push((&large, "128x128 tiles, checks off"));
+            variants.push((&small, "64x64 tiles, checks off"));
+        }
+        for (gpu, note) in variants {
             let (ta, tb, tc) = (gpu.upload(&a).map_err(err)?, gpu.upload(&bm).map_err(err)?, gpu.alloc(n * n).map_err(err)?);
             let t = b.resident(gpu, &op, &[&ta, &tb], &tc, reps)?;
             let mut r = b.record("sgemm", format!("{n}x{n}x{n}"), "resident", t);
             r.gflops = Some(flops / t / 1e9);
-            let path = if n % 4 == 0 { "vec4 kernel" } else { "scalar kernel" };
+            let path = if n % 4 == 0 { "vec4 loads" } else { "scalar loads" };
             r.note = Some(format!("{note}, {path}"));
             if let Some(&(_, tf)) = CUBLAS_TFLOPS.iter().find(|(s, _)| *s == n) {
                 r = r.with_peer("cublas (GPU-RUNS.md, H200)", flops / (tf * 1e12));
             }
-            out.push(r);
+            push(out, r);
         }
     }
-    for &n in if quick { &[1024][..] } else { &[1024, 2048, 4096][..] } {
+    for &n in if quick { &[256][..] } else { &[1024, 2048, 4096][..] } {
         let op = Op::matmul(n, n, n);
         let (a, bm) = (data(n * n, 3), data(n * n, 4));
         let mut c = vec![0.0f32; n * n];
@@ -159,7 +182,7 @@ fn sgemm_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), Strin
         let mut r = b.record("sgemm", format!("{n}x{n}x{n}"), "host", t);
         r.gflops = Some(op.cost().flops as f64 / t / 1e9);
         r.note = Some("host->GPU->host round trip per call".into());
-        out.push(r);
+        push(out, r);
     }
     Ok(())
 }
@@ -183,7 +206,7 @@ fn bandwidth_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), S
             let mut r = b.record(op.name(), format!("{}M", len >> 20), "resident", t);
             r.gbps = Some(op.cost().bytes() as f64 / t / 1e9);
             r.note = Some(format!("peer: device copy of the same bytes ({:.0} GB/s)", op.cost().bytes() as f64 / copy / 1e9));
-            out.push(r.with_peer("copy", copy));
+            push(out, r.with_peer("copy", copy));
         }
     }
     let shapes: &[(usize, usize)] = if quick { &[(1024, 4096)] } else { &[(4096, 4096), (32768, 4096)] };
@@ -196,7 +219,7 @@ fn bandwidth_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), S
         let mut r = b.record("softmax", format!("{rows}x{cols}"), "resident", t);
         r.gbps = Some(op.cost().bytes() as f64 / t / 1e9);
         r.note = Some("PyTorch on H200: 2.57 TB/s (GPU-RUNS.md)".into());
-        out.push(r);
+        push(out, r);
     }
     Ok(())
 }
@@ -220,7 +243,7 @@ fn latency_rows(b: &Bench, out: &mut Vec<Record>) -> Result<(), String> {
     }
     let mut r = b.record("relu", "1k".into(), "host", t);
     r.note = Some(format!("round trip {:.1} us (goal <= 150 us; PyTorch 29 us, GPU-RUNS.md)", t * 1e6));
-    out.push(r);
+    push(out, r);
 
     // A chain of 8 element-wise ops on 1M elements, from host data to host result.
     let n = 1 << 20;
@@ -294,7 +317,7 @@ fn latency_rows(b: &Bench, out: &mut Vec<Record>) -> Result<(), String> {
         );
         let mut r = b.record("chain8", "1M".into(), "host", ours);
         r.note = Some(format!("batch API: 1 submission + 1 read; peer: {note}"));
-        out.push(r.with_peer(name, theirs));
+        push(out, r.with_peer(name, theirs));
     }
     Ok(())
 }

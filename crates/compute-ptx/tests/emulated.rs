@@ -16,15 +16,16 @@ mod suite {
     compute_core::conformance_tests!(|| Ok(EmuBackend::new()), BackendKind::Cuda, Config::from_env());
 }
 
-/// `ex2.approx.f32` is within 2 ulp and `lg2.approx.f32` within about 2⁻²²
-/// absolute: the transcendental kernels must meet the tolerance at both ends.
+/// `ex2.approx.f32` is within 2 ulp, `lg2.approx.f32` within about 2⁻²²
+/// absolute and `rcp.approx.f32` within 1 ulp: the transcendental kernels must
+/// meet the tolerance at both ends.
 #[test]
 fn transcendentals_tolerate_the_approximation_error_bounds() {
     use compute_core::conformance::{Group, run_group};
-    let two_ulp = 2.0 * f64::from(f32::EPSILON);
-    for (ex2, lg2) in [(1.0 + two_ulp, 2.5e-7), (1.0 - two_ulp, -2.5e-7)] {
+    let ulp = f64::from(f32::EPSILON);
+    for (ex2, lg2, rcp) in [(1.0 + 2.0 * ulp, 2.5e-7, 1.0 - ulp), (1.0 - 2.0 * ulp, -2.5e-7, 1.0 + ulp)] {
         for g in [Group::Unary, Group::Rows, Group::EdgeValues] {
-            run_group(|| Ok(EmuBackend::with_approx_error(ex2, lg2)), BackendKind::Cuda, g, Config::from_env());
+            run_group(|| Ok(EmuBackend::with_approx_error(ex2, lg2, rcp)), BackendKind::Cuda, g, Config::from_env());
         }
     }
 }
@@ -67,6 +68,10 @@ fn simt_tuning_shapes_build_and_agree() {
         SimtConfig { bk: 16, ..SimtConfig::default() },
         SimtConfig { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4, ..SimtConfig::default() },
         SimtConfig { bn: 256, tn: 16, ..SimtConfig::default() },
+        SimtConfig { async_copy: true, ..SimtConfig::default() },
+        SimtConfig { async_copy: true, bk: 16, min_blocks: 1, ..SimtConfig::default() },
+        SimtConfig { warp_tiled: true, ..SimtConfig::default() },
+        SimtConfig { warp_tiled: true, async_copy: true, ..SimtConfig::default() },
     ] {
         check_tier(GemmTier::Simt(cfg), &[(1, 70, 21, 90), (1, 128, 32, 256)]);
     }

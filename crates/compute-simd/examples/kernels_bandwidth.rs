@@ -12,6 +12,10 @@
 //! `thresholds` times each op class at sizes 2¹⁰…2²⁰ on one thread against the
 //! same single-threaded kernel run on two halves in a 2-thread pool: the size
 //! where the split starts winning is the parallel threshold in `tuning.rs`.
+//!
+//! `compute` runs each op on 64K elements (in L2) on one thread and reports
+//! CPU nanoseconds per element of this thread (from `/proc/thread-self/schedstat`),
+//! which other processes on a busy machine hardly disturb.
 
 use std::error::Error;
 use std::hint::black_box;
@@ -71,7 +75,8 @@ fn thresholds() -> Result<(), Box<dyn Error>> {
     let x = random(max, 7);
     let mut out = vec![0.0f32; max];
     println!("{:<10} {:>9} {:>10} {:>10} {:>7}", "op", "len", "1 thread", "2 halves", "speedup");
-    let classes: [(&str, fn(usize) -> Op); 5] = [
+    type MakeOp = fn(usize) -> Op;
+    let classes: [(&str, MakeOp); 5] = [
         ("relu", |n| Op::unary(UnaryOp::Relu, n)),
         ("sigmoid", |n| Op::unary(UnaryOp::Sigmoid, n)),
         ("gelu_erf", |n| Op::unary(UnaryOp::Gelu(GeluForm::Erf), n)),
@@ -135,8 +140,89 @@ fn thresholds() -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
+/// CPU time this thread has run, in nanoseconds (Linux).
+fn thread_cpu_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat").ok()?.split_whitespace().next()?.parse().ok()
+}
+
+/// In-cache cost per element of every op on one thread, by thread CPU time.
+fn compute(isas: &[Isa]) -> Result<(), Box<dyn Error>> {
+    let n = 1 << 16;
+    let cols = 1024;
+    let (x, y) = (random(n, 8), random(n, 9));
+    let (gamma, beta) = (random(cols, 10), random(cols, 11));
+    let mut out = vec![0.0f32; n];
+    let ops = [
+        Op::unary(UnaryOp::Relu, n),
+        Op::binary(BinaryOp::Add, n),
+        Op::unary(UnaryOp::Sigmoid, n),
+        Op::unary(UnaryOp::Tanh, n),
+        Op::unary(UnaryOp::Gelu(GeluForm::Tanh), n),
+        Op::unary(UnaryOp::Gelu(GeluForm::Erf), n),
+        Op::unary(UnaryOp::Swish, n),
+        Op::unary(UnaryOp::Elu { alpha: 1.0 }, n),
+        Op::rows(RowOp::Softmax, n / cols, cols),
+        Op::rows(RowOp::LogSoftmax, n / cols, cols),
+        Op::rows(RowOp::LayerNorm { eps: 1e-5 }, n / cols, cols),
+        Op::rows(RowOp::RmsNorm { eps: 1e-5 }, n / cols, cols),
+        Op::Reduce { op: ReduceOp::Sum, len: n },
+        Op::Dot { len: n },
+        Op::Reduce { op: ReduceOp::Max, len: n },
+    ];
+    for &isa in isas {
+        // No pool of its own: the calls run on the measuring 1-thread pool below.
+        let backend = SimdBackend::new().with_isa(isa)?;
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
+        println!("\n{} on {n} elements in cache: CPU ns per element (median of 5 samples of 100 ms)", backend.device_name());
+        for op in &ops {
+            let inputs: Vec<&[f32]> = match op {
+                Op::Binary { .. } | Op::Dot { .. } => vec![&x, &y],
+                Op::Rows { op: RowOp::LayerNorm { .. }, .. } => vec![&x, &gamma, &beta],
+                Op::Rows { op: RowOp::RmsNorm { .. }, .. } => vec![&x, &gamma],
+                _ => vec![&x],
+            };
+            let o = if matches!(op, Op::Reduce { .. } | Op::Dot { .. }) { &mut out[..1] } else { &mut out[..] };
+            let mut samples = Vec::new();
+            let mut failed = None;
+            for _ in 0..5 {
+                // Run until 100 ms of this thread's CPU time have passed (the
+                // counter advances in scheduler ticks).
+                let (t, calls) = pool.install(|| {
+                    let start = thread_cpu_ns().unwrap_or(0);
+                    let mut calls = 0u64;
+                    loop {
+                        for _ in 0..20 {
+                            if let Err(e) = backend.run(op, &inputs, o) {
+                                failed = Some(e);
+                            }
+                        }
+                        calls += 20;
+                        let t = thread_cpu_ns().unwrap_or(u64::MAX).saturating_sub(start);
+                        if t >= 100_000_000 {
+                            break (t, calls);
+                        }
+                    }
+                });
+                samples.push(t as f64 / (calls as f64 * n as f64));
+            }
+            if let Some(e) = failed {
+                return Err(e.into());
+            }
+            println!("{:<12} {:>6.3} ns/element", op.name(), median(samples));
+        }
+    }
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("compute") {
+        let mut isas: Vec<Isa> = args.iter().skip(1).filter_map(|s| Isa::parse(s)).collect();
+        if isas.is_empty() {
+            isas = Isa::available();
+        }
+        return compute(&isas);
+    }
     if args.first().map(String::as_str) == Some("thresholds") {
         return thresholds();
     }

@@ -177,7 +177,7 @@ impl Context {
         };
         let poller = Poller::new(device.clone());
         Ok(Context {
-            kernels: Kernels::new(options.matmul_bounds_checks),
+            kernels: Kernels::new(options.matmul_bounds_checks, options.matmul_tiles),
             cache: Arc::new(BufferCache::new(&used)),
             arena: Mutex::new(Arena::default()),
             device,

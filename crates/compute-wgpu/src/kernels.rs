@@ -12,6 +12,7 @@ use compute_core::{ComputeError, Result};
 
 use crate::context::Context;
 use crate::errors::KIND;
+use crate::options::MatmulTiles;
 
 /// One WGSL source file: a family of ops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -45,6 +46,27 @@ impl Module {
     }
 }
 
+/// The matmul entry points of `matmul.wgsl`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum MatmulKernel {
+    /// 128 × 128 tiles, 8 × 8 per invocation, vec4 loads (aligned shapes).
+    Large,
+    /// 64 × 64 tiles, 4 × 4 per invocation, vec4 loads (aligned shapes).
+    Small,
+    /// 64 × 64 tiles, scalar loads (any shape).
+    Scalar,
+}
+
+impl MatmulKernel {
+    /// Rows and columns of C per workgroup.
+    pub(crate) fn tile(self) -> u64 {
+        match self {
+            MatmulKernel::Large => 128,
+            MatmulKernel::Small | MatmulKernel::Scalar => 64,
+        }
+    }
+}
+
 /// One compute pipeline: an entry point with its constants.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Kernel {
@@ -62,9 +84,9 @@ pub(crate) enum Kernel {
     LayerNorm,
     /// `rows.wgsl` `rms_norm`.
     RmsNorm,
-    /// `matmul.wgsl` `matmul_vec4` or `matmul_scalar`, transposes; `checked`:
-    /// compiled with naga's runtime bounds checks.
-    Matmul { vec4: bool, ta: bool, tb: bool, checked: bool },
+    /// `matmul.wgsl`: which tiling, transposes; `checked`: compiled with naga's
+    /// runtime bounds checks.
+    Matmul { tiles: MatmulKernel, ta: bool, tb: bool, checked: bool },
     /// `conv.wgsl` `conv2d`.
     Conv2d,
 }
@@ -89,8 +111,9 @@ impl Kernel {
             Kernel::Softmax(_) => "softmax",
             Kernel::LayerNorm => "layer_norm",
             Kernel::RmsNorm => "rms_norm",
-            Kernel::Matmul { vec4: true, .. } => "matmul_vec4",
-            Kernel::Matmul { vec4: false, .. } => "matmul_scalar",
+            Kernel::Matmul { tiles: MatmulKernel::Large, .. } => "matmul_vec4",
+            Kernel::Matmul { tiles: MatmulKernel::Small, .. } => "matmul_vec4_small",
+            Kernel::Matmul { tiles: MatmulKernel::Scalar, .. } => "matmul_scalar",
             Kernel::Conv2d => "conv2d",
         }
     }
@@ -126,6 +149,8 @@ pub(crate) struct Compiled {
 pub(crate) struct Kernels {
     /// Whether matmul keeps naga's runtime bounds checks.
     pub(crate) matmul_checked: bool,
+    /// Which matmul tiling aligned shapes use.
+    pub(crate) matmul_tiles: MatmulTiles,
     modules: Mutex<HashMap<(Module, bool), wgpu::ShaderModule>>,
     pipelines: Mutex<HashMap<Kernel, Compiled>>,
 }
@@ -135,8 +160,13 @@ fn compile_error(kernel: &str, e: impl std::fmt::Display) -> ComputeError {
 }
 
 impl Kernels {
-    pub(crate) fn new(matmul_checked: bool) -> Self {
-        Kernels { matmul_checked, modules: Mutex::new(HashMap::new()), pipelines: Mutex::new(HashMap::new()) }
+    pub(crate) fn new(matmul_checked: bool, matmul_tiles: MatmulTiles) -> Self {
+        Kernels {
+            matmul_checked,
+            matmul_tiles,
+            modules: Mutex::new(HashMap::new()),
+            pipelines: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The pipeline for `kernel`, compiled on first use (milliseconds; a cache hit costs a map lookup).
@@ -218,12 +248,14 @@ mod tests {
     fn kernels_name_their_entry_points_and_constants() {
         assert_eq!(Kernel::Unary(3).entry(), "unary");
         assert_eq!(Kernel::Unary(3).constants(), vec![("OP", 3.0)]);
-        let mm = Kernel::Matmul { vec4: true, ta: true, tb: false, checked: false };
+        let mm = Kernel::Matmul { tiles: MatmulKernel::Large, ta: true, tb: false, checked: false };
         assert_eq!(mm.entry(), "matmul_vec4");
         assert_eq!(mm.constants(), vec![("TA", 1.0), ("TB", 0.0)]);
         assert!(mm.unchecked());
         assert!(!Kernel::Unary(0).unchecked());
-        for k in [Kernel::Unary(0), Kernel::ReduceFinish(0), Kernel::LayerNorm, Kernel::Conv2d, mm] {
+        let small = Kernel::Matmul { tiles: MatmulKernel::Small, ta: false, tb: true, checked: true };
+        let scalar = Kernel::Matmul { tiles: MatmulKernel::Scalar, ta: false, tb: false, checked: false };
+        for k in [Kernel::Unary(0), Kernel::ReduceFinish(0), Kernel::LayerNorm, Kernel::Conv2d, mm, small, scalar] {
             assert!(k.module().source().contains(&format!("fn {}(", k.entry())), "{k:?}");
         }
     }

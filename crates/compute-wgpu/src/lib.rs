@@ -37,6 +37,6 @@ pub use buffers::{BufferRecycler, GpuBuffer, padded_bytes};
 pub use completion::WorkDone;
 pub use compute_core::Ops;
 pub use context::AdapterReport;
-pub use options::{DeviceOptions, GpuApi};
+pub use options::{DeviceOptions, GpuApi, MatmulTiles};
 /// The wgpu crate this backend is built on (for [`WgpuBackend::device`] and pooled buffers).
 pub use wgpu;

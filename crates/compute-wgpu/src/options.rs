@@ -36,6 +36,19 @@ impl GpuApi {
     }
 }
 
+/// Which matmul tiling aligned shapes use (unaligned shapes always take the
+/// scalar-load kernel with 64 × 64 tiles).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MatmulTiles {
+    /// 128 × 128 tiles when they make enough workgroups to fill a large GPU, else 64 × 64.
+    #[default]
+    Auto,
+    /// Always 128 × 128 tiles (8 × 8 outputs per invocation).
+    Large,
+    /// Always 64 × 64 tiles (4 × 4 outputs per invocation).
+    Small,
+}
+
 /// How [`crate::WgpuBackend`] chooses and opens its device. Building one costs nothing.
 ///
 /// By default the backend searches every compiled-in API, prefers a discrete
@@ -56,6 +69,8 @@ pub struct DeviceOptions {
     /// Caps the storage binding size below the adapter's (bytes), so that ops are
     /// split (or refused) as on a smaller device: for tests of the splitting paths.
     pub max_binding_bytes: Option<u64>,
+    /// Matmul tiling (for tuning and benchmarks; `Auto` by default).
+    pub matmul_tiles: MatmulTiles,
 }
 
 impl Default for DeviceOptions {
@@ -66,6 +81,7 @@ impl Default for DeviceOptions {
             allow_fallback: true,
             matmul_bounds_checks: false,
             max_binding_bytes: None,
+            matmul_tiles: MatmulTiles::Auto,
         }
     }
 }
@@ -75,7 +91,8 @@ impl DeviceOptions {
     /// `COMPUTE_WGPU_BACKEND` (`vulkan`, `metal`, `dx12`, `webgpu`),
     /// `COMPUTE_WGPU_ADAPTER` (part of the adapter's name),
     /// `COMPUTE_WGPU_ALLOW_FALLBACK` (`0` refuses software adapters),
-    /// `COMPUTE_WGPU_MATMUL_CHECKS` (`1` keeps naga's bounds checks in matmul).
+    /// `COMPUTE_WGPU_MATMUL_CHECKS` (`1` keeps naga's bounds checks in matmul),
+    /// `COMPUTE_WGPU_MATMUL_TILES` (`large`, `small`, or automatic).
     pub fn from_env() -> Self {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
         let flag = |k: &str, default: bool| var(k).map_or(default, |v| !matches!(v.trim(), "0" | "false" | "no"));
@@ -85,6 +102,7 @@ impl DeviceOptions {
             allow_fallback: flag("COMPUTE_WGPU_ALLOW_FALLBACK", true),
             matmul_bounds_checks: flag("COMPUTE_WGPU_MATMUL_CHECKS", false),
             max_binding_bytes: None,
+            matmul_tiles: MatmulTiles::Auto,
         }
     }
 
@@ -109,6 +127,12 @@ impl DeviceOptions {
     /// Keeps (or drops) naga's runtime bounds checks in the matmul shader.
     pub fn with_matmul_bounds_checks(mut self, on: bool) -> Self {
         self.matmul_bounds_checks = on;
+        self
+    }
+
+    /// Forces a matmul tiling.
+    pub fn with_matmul_tiles(mut self, tiles: MatmulTiles) -> Self {
+        self.matmul_tiles = tiles;
         self
     }
 

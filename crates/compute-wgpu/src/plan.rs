@@ -15,7 +15,8 @@ use compute_core::{BinaryOp, ComputeError, GeluForm, Op, ReduceOp, Result, RowOp
 use crate::buffers::{Use, padded_bytes};
 use crate::context::Context;
 use crate::errors;
-use crate::kernels::Kernel;
+use crate::kernels::{Kernel, MatmulKernel};
+use crate::options::MatmulTiles;
 
 /// Bytes of every kernel's uniform parameter block.
 pub(crate) const PARAM_BYTES: u64 = 64;
@@ -59,6 +60,9 @@ pub(crate) struct View {
 
 /// Floats one element-wise workgroup covers (256 invocations × 4 vec4).
 const ELEMENTWISE_GROUP: u64 = 4096;
+/// Fewest 128 × 128 workgroups for which matmul takes the large tiles (below,
+/// 64 × 64 tiles make four times as many workgroups to fill the GPU).
+const LARGE_TILE_MIN_GROUPS: u64 = 256;
 /// Most partials one reduction piece writes.
 const MAX_PARTIALS: u64 = 1024;
 /// vec4s each reduction invocation reads at least (when the input is large).
@@ -240,10 +244,23 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
             let vec4 = (if s.trans_a { s.m } else { s.k }) % 4 == 0
                 && (if s.trans_b { s.k } else { s.n }) % 4 == 0
                 && s.n % 4 == 0;
-            let kernel = Kernel::Matmul { vec4, ta: s.trans_a, tb: s.trans_b, checked: ctx.kernels.matmul_checked };
             let (m, k, n) = (s.m as u64, s.k as u64, s.n as u64);
-            let gx = n.div_ceil(128);
-            let gy = m.div_ceil(128);
+            let batch = s.batch as u64;
+            let tiles = if !vec4 {
+                MatmulKernel::Scalar
+            } else {
+                match ctx.kernels.matmul_tiles {
+                    MatmulTiles::Large => MatmulKernel::Large,
+                    MatmulTiles::Small => MatmulKernel::Small,
+                    MatmulTiles::Auto => {
+                        let large_groups = n.div_ceil(128).saturating_mul(m.div_ceil(128)).saturating_mul(batch);
+                        if large_groups >= LARGE_TILE_MIN_GROUPS { MatmulKernel::Large } else { MatmulKernel::Small }
+                    }
+                }
+            };
+            let kernel = Kernel::Matmul { tiles, ta: s.trans_a, tb: s.trans_b, checked: ctx.kernels.matmul_checked };
+            let gx = n.div_ceil(tiles.tile());
+            let gy = m.div_ceil(tiles.tile());
             let maxg = u64::from(ctx.max_groups());
             if gx > maxg || gy > maxg {
                 return Err(errors::limit(name, "workgroups per dimension", gx.max(gy), maxg));
@@ -257,7 +274,6 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
             let dims = [to_u32(name, "rows", m)?, to_u32(name, "columns", n)?, to_u32(name, "inner dimension", k)?];
             let strides =
                 [to_u32(name, "elements", m * k)?, to_u32(name, "elements", k * n)?, to_u32(name, "elements", m * n)?];
-            let batch = s.batch as u64;
             let mut z0 = 0;
             while z0 < batch {
                 let gz = maxg.min(batch - z0);

@@ -9,6 +9,22 @@ fn main() {
     match dispatch::calibrate::run_and_save() {
         Ok((profile, path)) => {
             println!("saved {}", path.display());
+            let engines = dispatch::discover::available();
+            let mut builder = dispatch::Compute::builder().profile(profile.clone());
+            for (e, b) in engines {
+                builder = builder.engine(e, b);
+            }
+            if let Ok(compute) = builder.build() {
+                let t = dispatch::crossover_threshold(&compute);
+                if t == u64::MAX {
+                    println!("HybridScheduler default threshold: no GPU is predicted faster (CPU only)");
+                } else {
+                    println!(
+                        "HybridScheduler default threshold (measured crossover): m·k·n ≥ {t} (≈ {:.0}³)",
+                        (t as f64).cbrt()
+                    );
+                }
+            }
             for e in &profile.engines {
                 let link = e.link.map_or_else(
                     || "host memory".to_string(),

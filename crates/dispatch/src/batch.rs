@@ -39,9 +39,17 @@ impl Held {
     }
 }
 
+enum Store {
+    /// Tensors of any backend, filled through `run_tensors`.
+    Tensors(Vec<Held>),
+    /// wgpu's own batch (one queue submission), with each buffer's id in it.
+    #[cfg(any(feature = "gpu", feature = "gpu-wasm"))]
+    Wgpu(std::sync::Mutex<compute_wgpu::GpuCommandBatch>, Vec<Option<compute_wgpu::BufferId>>),
+}
+
 struct Executed {
     engine: Engine,
-    tensors: Vec<Held>,
+    store: Store,
 }
 
 /// A recorded chain of ops. Recording costs nothing on the device; shapes are
@@ -185,7 +193,40 @@ impl CommandBatch {
         heaviest.map_or_else(|| self.compute.primary(), |s| self.compute.choose(&s.op, Placement::Host))
     }
 
+    /// Records the whole chain into wgpu's own batch: one command encoder, one submission.
+    #[cfg(any(feature = "gpu", feature = "gpu-wasm"))]
+    fn run_on_wgpu(&self, w: &compute_wgpu::WgpuBackend) -> Result<Executed> {
+        let mut gb = w.batch();
+        let mut ids: Vec<Option<compute_wgpu::BufferId>> = Vec::with_capacity(self.buffers.len());
+        for (_, src) in &self.buffers {
+            ids.push(match src {
+                Source::Upload(data) => Some(gb.upload(data)?),
+                Source::Output => None,
+            });
+        }
+        for s in &self.steps {
+            let ins = s
+                .inputs
+                .iter()
+                .map(|&i| ids.get(i).copied().flatten())
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| ComputeError::shape(s.op.name(), "batch input out of range", s.op.shapes()))?;
+            let out = gb.op(&s.op, &ins)?;
+            if let Some(slot) = ids.get_mut(s.output) {
+                *slot = Some(out);
+            }
+        }
+        gb.execute()?;
+        Ok(Executed { engine: Engine::Wgpu, store: Store::Wgpu(std::sync::Mutex::new(gb), ids) })
+    }
+
     fn run_on(&self, engine: Engine) -> Result<Executed> {
+        #[cfg(any(feature = "gpu", feature = "gpu-wasm"))]
+        if engine == Engine::Wgpu
+            && let Some(w) = self.compute.native_wgpu()
+        {
+            return self.run_on_wgpu(w);
+        }
         let slot = self.compute.slot(engine).ok_or_else(|| ComputeError::DeviceUnavailable {
             backend: engine.kind(),
             reason: format!("engine `{engine}` is not part of this Compute"),
@@ -211,12 +252,15 @@ impl CommandBatch {
             slot.backend.run_tensors(&s.op, &ins, out)?;
         }
         slot.backend.synchronize()?;
-        Ok(Executed { engine, tensors })
+        Ok(Executed { engine, store: Store::Tensors(tensors) })
     }
 
     /// Runs every recorded op in order on the chosen engine, with one
     /// synchronisation at the end; falls back to the CPU if a GPU fails.
-    /// Returns the engine used. Outputs come from the engine's buffer pool.
+    /// Returns the engine used. On a discovered wgpu device the chain is
+    /// recorded into `compute_wgpu::GpuCommandBatch` (one queue submission);
+    /// elsewhere each op is queued with `run_tensors` (which does not wait on
+    /// the GPU backends) and outputs come from the engine's buffer pool.
     pub fn execute(&mut self) -> Result<Engine> {
         self.done = None;
         let engine = self.choose();
@@ -243,11 +287,15 @@ impl CommandBatch {
             .done
             .as_ref()
             .ok_or_else(|| ComputeError::shape("batch_read", "execute() has not run since the last change", ""))?;
-        let t = done
-            .tensors
-            .get(id.0)
-            .map(Held::tensor)
-            .ok_or_else(|| ComputeError::shape("batch_read", "unknown buffer id", format!("id={}", id.0)))?;
+        let unknown = || ComputeError::shape("batch_read", "unknown buffer id", format!("id={}", id.0));
+        let t = match &done.store {
+            Store::Tensors(ts) => ts.get(id.0).map(Held::tensor).ok_or_else(unknown)?,
+            #[cfg(any(feature = "gpu", feature = "gpu-wasm"))]
+            Store::Wgpu(gb, ids) => {
+                let bid = ids.get(id.0).copied().flatten().ok_or_else(unknown)?;
+                return crate::lock::lock(gb).read(bid);
+            }
+        };
         let backend = self.compute.backend(done.engine).ok_or_else(|| ComputeError::DeviceUnavailable {
             backend: done.engine.kind(),
             reason: "engine vanished".into(),

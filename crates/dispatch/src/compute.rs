@@ -60,6 +60,7 @@ pub(crate) struct Slot {
 
 struct Inner {
     slots: Vec<Slot>,
+    native: crate::discover::Native,
     policy: Policy,
     model: CostModel,
     profile: Profile,
@@ -101,6 +102,7 @@ enum ProfileSource {
 /// Builds a [`Compute`] from chosen engines, profile and policy.
 pub struct ComputeBuilder {
     engines: Vec<(Engine, Arc<dyn Backend>)>,
+    native: crate::discover::Native,
     profile: ProfileSource,
     policy: Policy,
     pool_cap_bytes: u64,
@@ -111,6 +113,7 @@ impl Default for ComputeBuilder {
     fn default() -> Self {
         ComputeBuilder {
             engines: Vec::new(),
+            native: Default::default(),
             profile: ProfileSource::CacheOrCalibrate(None),
             policy: Policy::Auto,
             pool_cap_bytes: 256 << 20,
@@ -122,7 +125,11 @@ impl Default for ComputeBuilder {
 impl ComputeBuilder {
     /// Adds every engine present ([`crate::discover::available`]).
     pub fn discover(mut self) -> Self {
-        self.engines.extend(crate::discover::available());
+        let (found, native) = crate::discover::available_native();
+        for (e, b) in found {
+            self = self.engine(e, b);
+        }
+        self.native = native;
         self
     }
 
@@ -135,6 +142,7 @@ impl ComputeBuilder {
     /// Adds `backend` as `engine` (replacing an engine of that name). Engines
     /// are preferred in the order CUDA, wgpu, CPU whatever the order added.
     pub fn engine(mut self, engine: Engine, backend: Arc<dyn Backend>) -> Self {
+        self.native.forget(engine);
         self.engines.retain(|(e, _)| *e != engine);
         self.engines.push((engine, backend));
         self
@@ -225,15 +233,16 @@ impl ComputeBuilder {
             .into_iter()
             .map(|(engine, backend)| Slot { engine, pool: GpuBufferPool::new(backend.clone(), cap), backend })
             .collect();
-        Ok(Compute::from_parts(slots, self.policy, profile))
+        Ok(Compute::from_parts(slots, self.native, self.policy, profile))
     }
 }
 
 impl Compute {
-    fn from_parts(slots: Vec<Slot>, policy: Policy, profile: Profile) -> Compute {
+    fn from_parts(slots: Vec<Slot>, native: crate::discover::Native, policy: Policy, profile: Profile) -> Compute {
         Compute {
             inner: Arc::new(Inner {
                 slots,
+                native,
                 policy,
                 model: CostModel::new(&profile),
                 profile,
@@ -263,12 +272,12 @@ impl Compute {
 
     /// The same engines, pools and profile under another policy.
     pub fn with_policy(&self, policy: Policy) -> Compute {
-        Compute::from_parts(self.inner.slots.clone(), policy, self.inner.profile.clone())
+        Compute::from_parts(self.inner.slots.clone(), self.inner.native.clone(), policy, self.inner.profile.clone())
     }
 
     /// The same engines and pools with another profile.
     pub fn with_profile(&self, profile: Profile) -> Compute {
-        Compute::from_parts(self.inner.slots.clone(), self.inner.policy, profile)
+        Compute::from_parts(self.inner.slots.clone(), self.inner.native.clone(), self.inner.policy, profile)
     }
 
     /// Whether a GPU engine is present.
@@ -345,6 +354,12 @@ impl Compute {
     /// and [`Backend::alloc`] put tensors there.
     pub fn primary(&self) -> Engine {
         self.inner.slots.first().map_or(Engine::Simd, |s| s.engine)
+    }
+
+    /// The typed wgpu backend, when discovered (not when given to the builder).
+    #[cfg(any(feature = "gpu", feature = "gpu-wasm"))]
+    pub(crate) fn native_wgpu(&self) -> Option<&compute_wgpu::WgpuBackend> {
+        self.inner.native.wgpu.as_ref()
     }
 
     pub(crate) fn slot(&self, engine: Engine) -> Option<&Slot> {

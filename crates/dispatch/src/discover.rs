@@ -17,6 +17,25 @@ pub struct Found {
     pub backend: Result<Arc<dyn Backend>, ComputeError>,
 }
 
+/// Typed handles of discovered GPU backends, for their native APIs beyond the
+/// `Backend` trait (wgpu: one-submission command batches).
+#[derive(Clone, Default)]
+pub(crate) struct Native {
+    #[cfg(any(feature = "gpu", feature = "gpu-wasm"))]
+    pub(crate) wgpu: Option<compute_wgpu::WgpuBackend>,
+}
+
+impl Native {
+    /// Forgets the typed handle of `engine` (when a user replaces that engine).
+    pub(crate) fn forget(&mut self, engine: Engine) {
+        #[cfg(any(feature = "gpu", feature = "gpu-wasm"))]
+        if engine == Engine::Wgpu {
+            self.wgpu = None;
+        }
+        let _ = engine;
+    }
+}
+
 impl std::fmt::Debug for Found {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.backend {
@@ -30,8 +49,20 @@ impl std::fmt::Debug for Found {
 /// CPU on one thread) and reports each. Creating a GPU backend opens the
 /// device (tens to hundreds of milliseconds); the CPU ones cost microseconds.
 pub fn probe() -> Vec<Found> {
+    probe_native().0
+}
+
+/// [`probe`], also returning the typed GPU handles.
+pub(crate) fn probe_native() -> (Vec<Found>, Native) {
+    #[cfg(any(feature = "gpu", feature = "gpu-wasm"))]
+    let (wgpu, native) = match wgpu() {
+        Ok(w) => (Ok(Arc::new(w.clone()) as Arc<dyn Backend>), Native { wgpu: Some(w) }),
+        Err(e) => (Err(e), Native::default()),
+    };
+    #[cfg(not(any(feature = "gpu", feature = "gpu-wasm")))]
+    let (wgpu, native) = (wgpu(), Native::default());
     let mut found =
-        vec![Found { engine: Engine::Cuda, backend: cuda() }, Found { engine: Engine::Wgpu, backend: wgpu() }];
+        vec![Found { engine: Engine::Cuda, backend: cuda() }, Found { engine: Engine::Wgpu, backend: wgpu }];
     let cpu = SimdBackend::new();
     let threads = cpu.threads();
     found.push(Found { engine: Engine::Simd, backend: Ok(Arc::new(cpu)) });
@@ -45,12 +76,21 @@ pub fn probe() -> Vec<Found> {
         })
     };
     found.push(Found { engine: Engine::SimdSingle, backend: single });
-    found
+    (found, native)
 }
 
+/// An engine and its backend.
+pub type EngineBackend = (Engine, Arc<dyn Backend>);
+
 /// The engines that are present, in preference order.
-pub fn available() -> Vec<(Engine, Arc<dyn Backend>)> {
-    probe().into_iter().filter_map(|f| f.backend.ok().map(|b| (f.engine, b))).collect()
+pub fn available() -> Vec<EngineBackend> {
+    available_native().0
+}
+
+/// [`available`], also returning the typed GPU handles.
+pub(crate) fn available_native() -> (Vec<EngineBackend>, Native) {
+    let (found, native) = probe_native();
+    (found.into_iter().filter_map(|f| f.backend.ok().map(|b| (f.engine, b))).collect(), native)
 }
 
 /// The CPU engines only (all threads, one thread).
@@ -72,8 +112,8 @@ fn cuda() -> Result<Arc<dyn Backend>, ComputeError> {
 }
 
 #[cfg(any(feature = "gpu", feature = "gpu-wasm"))]
-fn wgpu() -> Result<Arc<dyn Backend>, ComputeError> {
-    compute_wgpu::WgpuBackend::new().map(|b| Arc::new(b) as Arc<dyn Backend>)
+fn wgpu() -> Result<compute_wgpu::WgpuBackend, ComputeError> {
+    compute_wgpu::WgpuBackend::new()
 }
 
 #[cfg(not(any(feature = "gpu", feature = "gpu-wasm")))]

@@ -306,8 +306,6 @@ imm_from!(
     i32 => S32 via Int as i128,
     u64 => U64 via Int as i128,
     i64 => S64 via Int as i128,
-    u32 => B32 via Int as i128,
-    u64 => B64 via Int as i128,
     f32 => F32 via F32 as f32,
     f64 => F64 via F64 as f64
 );

@@ -127,7 +127,7 @@ fn apply(b: &mut KernelBuilder, kind: UnaryKind, x: Reg<F32>, p0: Reg<F32>, p1: 
             let nx = b.neg(x);
             let e = math::exp(b, nx);
             let d = b.add(e, 1.0f32);
-            let y = b.div(x, d);
+            let y = math::div_by_ge1(b, x, d);
             let ninf = b.setp(Cmp::Eq, x, f32::NEG_INFINITY);
             b.selp(minus_zero, y, ninf)
         }
@@ -140,7 +140,7 @@ fn apply(b: &mut KernelBuilder, kind: UnaryKind, x: Reg<F32>, p0: Reg<F32>, p1: 
             let nu = b.neg(u2);
             let e = math::exp(b, nu);
             let d = b.add(e, 1.0f32);
-            let y = b.div(x, d);
+            let y = math::div_by_ge1(b, x, d);
             let ninf = b.setp(Cmp::Eq, x, f32::NEG_INFINITY);
             b.selp(minus_zero, y, ninf)
         }

@@ -35,11 +35,19 @@ pub struct SimtConfig {
     pub group_m: u32,
     /// Blocks per multiprocessor `ptxas` must fit (`.minnctapersm`; 0: no hint).
     pub min_blocks: u32,
+    /// Copy the operand tiles that need no transposition (`A` stored transposed,
+    /// `B` not) straight into shared memory with `cp.async` (sm_80+), skipping
+    /// registers; the others still go through registers.
+    pub async_copy: bool,
+    /// Lay each warp's threads out as 4×8 thread tiles (else 2×16): a warp's
+    /// shared-memory fragment reads then touch 4 and 8 distinct `float4`s, one
+    /// wavefront each.
+    pub warp_tiled: bool,
 }
 
 impl Default for SimtConfig {
     fn default() -> Self {
-        SimtConfig { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8, group_m: 8, min_blocks: 2 }
+        SimtConfig { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8, group_m: 8, min_blocks: 2, async_copy: false, warp_tiled: false }
     }
 }
 
@@ -73,6 +81,9 @@ impl SimtConfig {
         if (bm * bk / 4) % t != 0 || (bn * bk / 4) % t != 0 {
             return Err(format!("tiles of {bm}x{bk} and {bk}x{bn} do not split evenly into float4 loads over {t} threads"));
         }
+        if self.warp_tiled && ((bn / tn) % 8 != 0 || (bm / tm) % 4 != 0) {
+            return Err(format!("warp tiling needs {}x{} thread tiles in multiples of 4x8", bm / tm, bn / tn));
+        }
         if self.shared_bytes() > 48 * 1024 {
             return Err(format!("{} bytes of shared memory: above the 48 KiB static limit", self.shared_bytes()));
         }
@@ -87,8 +98,16 @@ impl SimtConfig {
             format!("gemm_simt_{t}")
         } else {
             format!(
-                "gemm_simt_{t}_{}x{}x{}_{}x{}_g{}_m{}",
-                self.bm, self.bn, self.bk, self.tm, self.tn, self.group_m, self.min_blocks
+                "gemm_simt_{t}_{}x{}x{}_{}x{}_g{}_m{}{}{}",
+                self.bm,
+                self.bn,
+                self.bk,
+                self.tm,
+                self.tn,
+                self.group_m,
+                self.min_blocks,
+                if self.async_copy { "_async" } else { "" },
+                if self.warp_tiled { "_wt" } else { "" }
             )
         }
     }
@@ -116,6 +135,11 @@ struct Slot {
     smem_row: u32,
     /// Staging registers.
     regs: [Reg<F32>; 4],
+    /// Copied with `cp.async` straight into shared memory (no staging).
+    direct: bool,
+    /// The operand's base address for this batch (a valid source for the
+    /// zero-byte copies of out-of-bounds elements).
+    base: Reg<U64>,
 }
 
 struct Operand<'a> {
@@ -140,6 +164,9 @@ fn make_slots(b: &mut KernelBuilder, cfg: &SimtConfig, op: &Operand, tid: Reg<U3
     let row = (op.tile_mn + 4) * 4;
     let z64 = b.cvt::<U64, U32>(op.batch);
     let zoff = b.mul(z64, op.batch_stride);
+    let zbytes = b.shl(zoff, 2u32);
+    let base = b.add(op.base, zbytes);
+    let direct = cfg.async_copy && !op.kcontig;
     let mut slots = Vec::new();
     // The float4 path needs the stored row length to be a multiple of 4.
     let ld_low = b.and(op.ld, 3u32);
@@ -173,6 +200,8 @@ fn make_slots(b: &mut KernelBuilder, cfg: &SimtConfig, op: &Operand, tid: Reg<U3
                 smem_off: smem_base,
                 smem_row: row,
                 regs: [b.mov(0.0f32), b.mov(0.0f32), b.mov(0.0f32), b.mov(0.0f32)],
+                direct,
+                base,
             });
         } else {
             // f → (k row kk, mn quad q): elements (kk, mn0 + q..q+3).
@@ -202,6 +231,8 @@ fn make_slots(b: &mut KernelBuilder, cfg: &SimtConfig, op: &Operand, tid: Reg<U3
                 smem_off: smem_base,
                 smem_row: row,
                 regs: [b.mov(0.0f32), b.mov(0.0f32), b.mov(0.0f32), b.mov(0.0f32)],
+                direct,
+                base,
             });
         }
     }
@@ -230,9 +261,45 @@ fn slot_store_addr(b: &mut KernelBuilder, cfg: &SimtConfig, tile_mn: u32, kconti
     }
 }
 
-/// Issues the global loads of one tile into the slots' staging registers.
-fn load_tile(b: &mut KernelBuilder, slots: &[Slot], k: Reg<U32>) {
-    for s in slots {
+/// `cp.async` of one direct slot's four elements into shared address `dst`:
+/// one 16-byte copy when they are all inside and aligned, else four 4-byte
+/// copies, each zero-filled (source size 0, source address clamped to the
+/// matrix base) where its element is outside.
+fn copy_async(b: &mut KernelBuilder, s: &Slot, k: Reg<U32>, dst: Reg<U32>) {
+    let kin = b.setp(Cmp::Lt, s.kidx, k);
+    let full = b.and_pred(kin, s.vec_ok);
+    let ptr = s.ptr;
+    b.guarded(full, false, |b| b.cp_async_16(dst, 0, ptr, 0, None));
+    let done = b.label("slot_copied");
+    b.bra_if(full, done);
+    for j in 0..4u32 {
+        let mj = b.add(s.mn_idx, j);
+        let min = b.setp(Cmp::Lt, mj, s.mn);
+        let ok = b.and_pred(kin, min);
+        let elem = b.add(ptr, u64::from(j) * 4);
+        let src = b.selp(elem, s.base, ok);
+        let bytes = b.selp(4u32, 0u32, ok);
+        b.cp_async_4(dst, i64::from(j) * 4, src, 0, Some(bytes.into()));
+    }
+    b.place(done);
+}
+
+/// Issues the global loads of one tile: `cp.async` for direct slots (into
+/// `stage` of shared memory), the staging registers for the others.
+fn load_tile(b: &mut KernelBuilder, slots: &[Slot], addrs: &[Reg<U32>], stage: Reg<U32>, k: Reg<U32>) {
+    let mut any_async = false;
+    for (s, &a) in slots.iter().zip(addrs) {
+        if s.direct {
+            let dst = b.add(a, stage);
+            let dst = b.add(dst, s.smem_off);
+            copy_async(b, s, k, dst);
+            any_async = true;
+        }
+    }
+    if any_async {
+        b.cp_async_commit();
+    }
+    for s in slots.iter().filter(|s| !s.direct) {
         for &r in &s.regs {
             b.assign(r, 0.0f32);
         }
@@ -283,7 +350,7 @@ fn load_tile(b: &mut KernelBuilder, slots: &[Slot], k: Reg<U32>) {
 
 /// Stores the staged tile into shared memory at stage offset `stage`.
 fn store_tile(b: &mut KernelBuilder, slots: &[Slot], addrs: &[Reg<U32>], stage: Reg<U32>) {
-    for (s, &a) in slots.iter().zip(addrs) {
+    for (s, &a) in slots.iter().zip(addrs).filter(|(s, _)| !s.direct) {
         let base = b.add(a, stage);
         if s.kcontig {
             for (j, &r) in s.regs.iter().enumerate() {
@@ -330,6 +397,25 @@ fn block_origin(b: &mut KernelBuilder, cfg: &SimtConfig) -> (Reg<U32>, Reg<U32>)
         (cy, cx)
     };
     (b.mul(pm, cfg.bm), b.mul(pn, cfg.bn))
+}
+
+/// This thread's column and row in the `(BN/TN) × (BM/TM)` thread grid.
+fn thread_coords(b: &mut KernelBuilder, cfg: &SimtConfig, tid: Reg<U32>) -> (Reg<U32>, Reg<U32>) {
+    let tx_n = cfg.bn / cfg.tn;
+    if !cfg.warp_tiled {
+        return (b.rem(tid, tx_n), b.div(tid, tx_n));
+    }
+    // Warp w covers threads (wy·4 .. +4, wx·8 .. +8); lane l is (l / 8, l % 8) in it.
+    let lane = b.and(tid, 31u32);
+    let w = b.shr(tid, 5u32);
+    let per_row = tx_n / 8;
+    let wx = b.rem(w, per_row);
+    let wy = b.div(w, per_row);
+    let tx_in = b.and(lane, 7u32);
+    let ty_in = b.shr(lane, 3u32);
+    let tx = b.mad(wx, 8u32, tx_in);
+    let ty = b.mad(wy, 4u32, ty_in);
+    (tx, ty)
 }
 
 /// Builds the register-blocked kernel for one transpose combination.
@@ -422,8 +508,7 @@ pub fn simt(cfg: &SimtConfig, trans_a: bool, trans_b: bool, target: Target) -> R
     addrs.extend(b_addrs);
 
     // Compute-side read addresses: As[kk][r·4TY + 4ty], Bs[kk][c·4TX + 4tx].
-    let tx = b.rem(tid, tx_n);
-    let ty = b.div(tid, tx_n);
+    let (tx, ty) = thread_coords(&mut b, cfg, tid);
     let ty16 = b.shl(ty, 4u32);
     let a_rd = b.add(sbase, ty16);
     let tx16 = b.shl(tx, 4u32);
@@ -434,9 +519,13 @@ pub fn simt(cfg: &SimtConfig, trans_a: bool, trans_b: bool, target: Target) -> R
 
     b.blank();
     b.comment("prologue: tile 0 into stage 0");
-    load_tile(&mut b, &slots, k);
     let stage = b.mov(0u32);
+    load_tile(&mut b, &slots, &addrs, stage, k);
     store_tile(&mut b, &slots, &addrs, stage);
+    let any_async = slots.iter().any(|s| s.direct);
+    if any_async {
+        b.cp_async_wait(0);
+    }
     b.bar_sync();
     // Tiles left after the current one: ceil(k/BK) - 1.
     let ktiles = b.add(k, bk - 1);
@@ -450,7 +539,8 @@ pub fn simt(cfg: &SimtConfig, trans_a: bool, trans_b: bool, target: Target) -> R
     advance(&mut b, &slots, bk);
     let skip_load = b.label("no_next_load");
     b.bra_unless(has_next, skip_load);
-    load_tile(&mut b, &slots, k);
+    let next_stage = b.sub(stage_bytes, stage);
+    load_tile(&mut b, &slots, &addrs, next_stage, k);
     b.place(skip_load);
 
     b.comment(&format!("{bk} k-steps of {tm}x{tn} fmas from the current stage"));
@@ -478,6 +568,9 @@ pub fn simt(cfg: &SimtConfig, trans_a: bool, trans_b: bool, target: Target) -> R
     b.comment("stage the next tile into the other buffer, then one barrier");
     let other = b.sub(stage_bytes, stage);
     store_tile(&mut b, &slots, &addrs, other);
+    if any_async {
+        b.cp_async_wait(0);
+    }
     b.bar_sync();
     b.assign(stage, other);
     let l1 = b.sub(left, 1u32);
@@ -491,8 +584,7 @@ pub fn simt(cfg: &SimtConfig, trans_a: bool, trans_b: bool, target: Target) -> R
     let tid = b.tid(Dim::X);
     let z = b.ctaid(Dim::Z);
     let (m0, n0) = block_origin(&mut b, cfg);
-    let tx = b.rem(tid, tx_n);
-    let ty = b.div(tid, tx_n);
+    let (tx, ty) = thread_coords(&mut b, cfg, tid);
     let n_low = b.and(n, 3u32);
     let c_vec = b.setp(Cmp::Eq, n_low, 0u32);
     let z64 = b.cvt::<U64, U32>(z);

@@ -5,7 +5,9 @@
 //! (computed exactly with an `fma`), which keeps the result within a few ulp
 //! over the whole range. `tanh`, `sigmoid`, both GELUs and `expm1` are built on
 //! it so that every transcendental op meets the conformance tolerance
-//! (`abs 1e-6 + rel 1e-5`; `tanh.approx.f32`'s 2⁻¹¹ would not).
+//! (`abs 1e-6 + rel 1e-5`; `tanh.approx.f32`'s 2⁻¹¹ would not). Divisions by
+//! quantities ≥ 1 use `rcp.approx.f32` (1 ulp) instead of the long IEEE
+//! `div.rn` sequence, which keeps these ops at memory speed.
 
 use crate::builder::{Cmp, F32, KernelBuilder, Reg};
 
@@ -58,16 +60,24 @@ pub(crate) fn tanh(b: &mut KernelBuilder, x: Reg<F32>) -> Reg<F32> {
     let a2 = b.mul(a, 2.0f32);
     let e = expm1(b, a2);
     let d = b.add(e, 2.0f32);
-    let t = b.div(e, d);
+    let r = b.rcp_approx(d);
+    let t = b.mul(e, r);
     b.copysign(t, x)
 }
 
-/// `1 / (1 + e⁻ˣ)`, correctly rounded reciprocal.
+/// `1 / (1 + e⁻ˣ)`.
 pub(crate) fn sigmoid(b: &mut KernelBuilder, x: Reg<F32>) -> Reg<F32> {
     let nx = b.neg(x);
     let e = exp(b, nx);
     let d = b.add(e, 1.0f32);
-    b.rcp(d)
+    b.rcp_approx(d)
+}
+
+/// `x / d` for `d ≥ 1` (or +inf) as `x · rcp.approx(d)`: within 2 ulp, far
+/// cheaper than the IEEE `div.rn` sequence, and exact limits (`x/inf = ±0`).
+pub(crate) fn div_by_ge1(b: &mut KernelBuilder, x: Reg<F32>, d: Reg<F32>) -> Reg<F32> {
+    let r = b.rcp_approx(d);
+    b.mul(x, r)
 }
 
 /// `erfc(z)` for `z ≥ 0` (and +∞), fractional error about 1.2e-7: the Chebyshev
@@ -75,7 +85,7 @@ pub(crate) fn sigmoid(b: &mut KernelBuilder, x: Reg<F32>) -> Reg<F32> {
 /// `erfcc`), with `−z² + …` rounded once by an `fma`.
 pub(crate) fn erfc_nonneg(b: &mut KernelBuilder, z: Reg<F32>) -> Reg<F32> {
     let d = b.fma(z, 0.5f32, 1.0f32);
-    let t = b.rcp(d);
+    let t = b.rcp_approx(d);
     let coeffs = [
         -0.822_152_23f32,
         1.488_515_87,

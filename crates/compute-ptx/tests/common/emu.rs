@@ -279,8 +279,9 @@ fn fb(x: f32) -> u64 {
 
 /// Runs `prog` over a whole grid. Panics on any fault, with the kernel name.
 /// `approx`: (factor on every `ex2.approx` result, term added to every
-/// `lg2.approx` result), to model the hardware's approximation error; (1, 0) is exact.
-pub fn run(prog: &Program, mem: &mut Memory, grid: Grid, args: &[Arg], approx: (f64, f64)) {
+/// `lg2.approx` result, factor on every `rcp.approx` result), to model the
+/// hardware's approximation error; (1, 0, 1) is exact.
+pub fn run(prog: &Program, mem: &mut Memory, grid: Grid, args: &[Arg], approx: (f64, f64, f64)) {
     assert_eq!(args.len(), prog.params.len(), "{}: argument count", prog.name);
     let argv: Vec<u64> = args
         .iter()
@@ -308,7 +309,7 @@ fn run_block(
     argv: &[u64],
     cta: (u32, u32, u32),
     nt: (u32, u32, u32),
-    approx: (f64, f64),
+    approx: (f64, f64, f64),
 ) {
     let nthreads = (nt.0 * nt.1 * nt.2) as usize;
     let smem_size = prog.static_smem.max(prog.dynamic_at.unwrap_or(0)) as usize
@@ -395,7 +396,7 @@ struct Ctx<'a> {
     cta: (u32, u32, u32),
     nt: (u32, u32, u32),
     nct: (u32, u32, u32),
-    approx: (f64, f64),
+    approx: (f64, f64, f64),
 }
 
 fn val(ctx: &Ctx, t: &Thread, o: &Opnd) -> u64 {
@@ -629,6 +630,23 @@ fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8
                 t.pc += 1;
                 continue;
             }
+            "cp" => {
+                // cp.async: done at once (this emulator has no asynchrony); commit/wait are no-ops.
+                if p[2] == "ca" || p[2] == "cg" {
+                    let n = a(2) as usize;
+                    let src_size = if inst.args.len() > 3 { a(3) as usize } else { n };
+                    let d_at = addr(ctx, t, &inst.args[0]);
+                    let s_at = addr(ctx, t, &inst.args[1]);
+                    let mut data = vec![0u8; n];
+                    if src_size > 0 {
+                        let src = access(ctx, mem, shared, "global", s_at, n, &inst.text);
+                        data[..src_size].copy_from_slice(&src[..src_size]);
+                    }
+                    access(ctx, mem, shared, "shared", d_at, n, &inst.text).copy_from_slice(&data);
+                }
+                t.pc += 1;
+                continue;
+            }
             _ => {}
         }
         let d = dst(inst);
@@ -685,6 +703,7 @@ fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8
             "neg" if ty == "f32" => fb(-f(a(1))),
             "abs" if ty == "f32" => fb(f(a(1)).abs()),
             "copysign" => fb(f(a(2)).copysign(f(a(1)))),
+            "rcp" if p[1] == "approx" => fb(((1.0 / f(a(1)) as f64) * ctx.approx.2) as f32),
             "rcp" => fb(1.0 / f(a(1))),
             "sqrt" => fb(f(a(1)).sqrt()),
             "rsqrt" => fb((1.0 / (f(a(1)) as f64).sqrt()) as f32),

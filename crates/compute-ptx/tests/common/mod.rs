@@ -24,7 +24,7 @@ pub struct EmuBackend {
     kernels: Arc<Kernels>,
     /// Every launch, in order: (kernel, grid).
     pub log: Arc<Mutex<Vec<(String, Grid)>>>,
-    approx: (f64, f64),
+    approx: (f64, f64, f64),
 }
 
 struct Freed {
@@ -60,12 +60,13 @@ impl TensorStorage for EmuStorage {
 
 impl EmuBackend {
     pub fn new() -> Self {
-        EmuBackend { mem: Arc::new(Mutex::new(Memory::new())), approx: (1.0, 0.0), ..Default::default() }
+        EmuBackend { mem: Arc::new(Mutex::new(Memory::new())), approx: (1.0, 0.0, 1.0), ..Default::default() }
     }
     /// Every `ex2.approx` result scaled by `ex2_factor`, `lg2_term` added to every
-    /// `lg2.approx` result: the hardware's documented error bounds, made worst-case.
-    pub fn with_approx_error(ex2_factor: f64, lg2_term: f64) -> Self {
-        EmuBackend { approx: (ex2_factor, lg2_term), ..Self::new() }
+    /// `lg2.approx` result, every `rcp.approx` result scaled by `rcp_factor`: the
+    /// hardware's error bounds, made worst-case.
+    pub fn with_approx_error(ex2_factor: f64, lg2_term: f64, rcp_factor: f64) -> Self {
+        EmuBackend { approx: (ex2_factor, lg2_term, rcp_factor), ..Self::new() }
     }
     fn loc(&self) -> Location {
         Location { backend: BackendKind::Cuda, device: EMU_DEVICE }

@@ -42,7 +42,7 @@ impl WithSimd for Sum<'_> {
     type Output = f32;
     #[inline(always)]
     fn run<S: SimdF32>(self, s: S) -> f32 {
-        s.reduce_add(blocks::fold1(s, self.x, 0.0, s.splat(0.0), &blocks::Add, &blocks::Add))
+        s.reduce_add(blocks::fold1(s, self.x, 0.0, s.splat(0.0), &[], &blocks::Add, &blocks::Add))
     }
 }
 

@@ -71,12 +71,15 @@ impl WithSimd for Rows<'_> {
         // scratch that stays in cache, instead of writing `out` twice (which
         // would cost a read-for-ownership of every output line from memory).
         let mut scratch = if stream && op == RowOp::Softmax { vec![0.0f32; cols] } else { Vec::new() };
-        // Plain loops, not closures: closures may be compiled outside the ISA entry.
-        for (x, out) in x.chunks_exact(cols).zip(out.chunks_exact_mut(cols)) {
+        // Plain loops, not closures: closures may be compiled outside the ISA
+        // entry. The compute-heavy pass of each row prefetches the next row.
+        let mut rows = x.chunks_exact(cols).zip(out.chunks_exact_mut(cols)).peekable();
+        while let Some((x, out)) = rows.next() {
+            let ahead = rows.peek().map_or(&[][..], |(next, _)| *next);
             match op {
-                RowOp::Softmax => softmax(s, x, out, &mut scratch, stream),
-                RowOp::LogSoftmax => log_softmax(s, x, out, stream),
-                RowOp::LayerNorm { eps } => layer_norm(s, x, gamma, beta, eps, out, stream),
+                RowOp::Softmax => softmax(s, x, out, &mut scratch, ahead, stream),
+                RowOp::LogSoftmax => log_softmax(s, x, out, ahead, stream),
+                RowOp::LayerNorm { eps } => layer_norm(s, x, gamma, beta, eps, out, ahead, stream),
                 RowOp::RmsNorm { eps } => rms_norm(s, x, gamma, eps, out, stream),
             }
         }
@@ -85,44 +88,54 @@ impl WithSimd for Rows<'_> {
 
 /// Sum of `step` over the row, in `f64` after the vector accumulators.
 #[inline(always)]
-fn row_sum<S: SimdF32>(s: S, x: &[f32], pad: f32, step: &impl LaneFn<S, 2>) -> f64 {
-    s.reduce_add(blocks::fold1(s, x, pad, s.splat(0.0), step, &blocks::Add)) as f64
+fn row_sum<S: SimdF32>(s: S, x: &[f32], pad: f32, ahead: &[f32], step: &impl LaneFn<S, 2>) -> f64 {
+    s.reduce_add(blocks::fold1(s, x, pad, s.splat(0.0), ahead, step, &blocks::Add)) as f64
 }
 
 /// Softmax of one row. `scratch` is either empty (then `out` holds the
 /// exponentials between passes) or `cols` long (used with `stream`).
 #[inline(always)]
-fn softmax<S: SimdF32>(s: S, x: &[f32], out: &mut [f32], scratch: &mut [f32], stream: bool) {
+fn softmax<S: SimdF32>(s: S, x: &[f32], out: &mut [f32], scratch: &mut [f32], ahead: &[f32], stream: bool) {
     let m = s.splat(blocks::max_of(s, x));
     if scratch.len() == x.len() {
-        let sum = s.reduce_add(blocks::map1_sum(s, x, scratch, f32::NEG_INFINITY, &ExpMinus(m)));
+        let sum = s.reduce_add(blocks::map1_sum(s, x, scratch, f32::NEG_INFINITY, ahead, &ExpMinus(m)));
         blocks::map1(s, scratch, out, stream, &Times(s.splat((1.0 / sum as f64) as f32)));
     } else {
-        let sum = s.reduce_add(blocks::map1_sum(s, x, out, f32::NEG_INFINITY, &ExpMinus(m)));
+        let sum = s.reduce_add(blocks::map1_sum(s, x, out, f32::NEG_INFINITY, ahead, &ExpMinus(m)));
         blocks::map_in_place(s, out, stream, &Times(s.splat((1.0 / sum as f64) as f32)));
     }
 }
 
 #[inline(always)]
-fn log_softmax<S: SimdF32>(s: S, x: &[f32], out: &mut [f32], stream: bool) {
+fn log_softmax<S: SimdF32>(s: S, x: &[f32], out: &mut [f32], ahead: &[f32], stream: bool) {
     let m = s.splat(blocks::max_of(s, x));
-    let sum = row_sum(s, x, f32::NEG_INFINITY, &AddExpMinus(m));
+    let sum = row_sum(s, x, f32::NEG_INFINITY, ahead, &AddExpMinus(m));
     blocks::map1(s, x, out, stream, &MinusMinus(m, s.splat(sum.ln() as f32)));
 }
 
 #[inline(always)]
-fn layer_norm<S: SimdF32>(s: S, x: &[f32], gamma: &[f32], beta: &[f32], eps: f32, out: &mut [f32], stream: bool) {
+#[allow(clippy::too_many_arguments)]
+fn layer_norm<S: SimdF32>(
+    s: S,
+    x: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    eps: f32,
+    out: &mut [f32],
+    ahead: &[f32],
+    stream: bool,
+) {
     let n = x.len() as f64;
-    let mean = (row_sum(s, x, 0.0, &blocks::Add) / n) as f32;
+    let mean = (row_sum(s, x, 0.0, &[], &blocks::Add) / n) as f32;
     let mv = s.splat(mean);
-    let var = row_sum(s, x, mean, &AddSquaredDeviation(mv)) / n;
+    let var = row_sum(s, x, mean, ahead, &AddSquaredDeviation(mv)) / n;
     let inv = s.splat((1.0 / (var + eps as f64).sqrt()) as f32);
     blocks::map3(s, x, gamma, beta, out, stream, &Normalize(mv, inv));
 }
 
 #[inline(always)]
 fn rms_norm<S: SimdF32>(s: S, x: &[f32], gamma: &[f32], eps: f32, out: &mut [f32], stream: bool) {
-    let ms = row_sum(s, x, 0.0, &AddSquare) / x.len() as f64;
+    let ms = row_sum(s, x, 0.0, &[], &AddSquare) / x.len() as f64;
     let inv = s.splat((1.0 / (ms + eps as f64).sqrt()) as f32);
     blocks::map2(s, x, gamma, out, stream, &ScaleBy(inv));
 }

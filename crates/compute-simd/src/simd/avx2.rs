@@ -55,8 +55,6 @@ macro_rules! pair {
     };
 }
 
-const ROUND_NEAREST: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-
 impl SimdF32 for Avx2 {
     type V = V2;
     type M = V2;
@@ -100,6 +98,13 @@ impl SimdF32 for Avx2 {
     }
 
     #[inline(always)]
+    fn prefetch(self, x: &Block) {
+        // SAFETY: prefetching is part of SSE, which every x86-64 CPU has, and
+        // never faults; the pointer comes from a reference anyway.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(x.as_ptr().cast()) }
+    }
+
+    #[inline(always)]
     fn add(self, a: V2, b: V2) -> V2 {
         pair!(_mm256_add_ps, a, b)
     }
@@ -135,10 +140,6 @@ impl SimdF32 for Avx2 {
     fn abs(self, a: V2) -> V2 {
         let m = avx!(_mm256_castsi256_ps(_mm256_set1_epi32(i32::MAX)));
         pair!(_mm256_and_ps, a, [m, m])
-    }
-    #[inline(always)]
-    fn round(self, a: V2) -> V2 {
-        avx!([_mm256_round_ps::<ROUND_NEAREST>(a[0]), _mm256_round_ps::<ROUND_NEAREST>(a[1])])
     }
     #[inline(always)]
     fn ldexp(self, x: V2, n: V2) -> V2 {

@@ -79,6 +79,13 @@ impl SimdF32 for Avx512 {
     }
 
     #[inline(always)]
+    fn prefetch(self, x: &Block) {
+        // SAFETY: prefetching is part of SSE, which every x86-64 CPU has, and
+        // never faults; the pointer comes from a reference anyway.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(x.as_ptr().cast()) }
+    }
+
+    #[inline(always)]
     fn add(self, a: __m512, b: __m512) -> __m512 {
         avx512!(_mm512_add_ps(a, b))
     }
@@ -113,10 +120,6 @@ impl SimdF32 for Avx512 {
     #[inline(always)]
     fn abs(self, a: __m512) -> __m512 {
         avx512!(_mm512_abs_ps(a))
-    }
-    #[inline(always)]
-    fn round(self, a: __m512) -> __m512 {
-        avx512!(_mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(a))
     }
     #[inline(always)]
     fn ldexp(self, x: __m512, n: __m512) -> __m512 {

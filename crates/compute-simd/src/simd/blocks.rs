@@ -185,16 +185,29 @@ pub fn map_in_place<S: SimdF32>(s: S, x: &mut [f32], stream: bool, f: &impl Lane
 }
 
 /// `out[i] = f(x[i])` and returns the lane-wise sum of the outputs (tail lanes
-/// padded with `pad`, whose `f(pad)` must be 0), in four accumulators.
+/// padded with `pad`, whose `f(pad)` must be 0), in four accumulators. One
+/// cache line of `ahead` (the data the caller reads next, e.g. the next row) is
+/// prefetched per block, at the same offset, so its memory latency overlaps
+/// this pass's arithmetic; pass `&[]` for none.
 #[inline(always)]
-pub fn map1_sum<S: SimdF32>(s: S, x: &[f32], out: &mut [f32], pad: f32, f: &impl LaneFn<S, 1>) -> S::V {
+pub fn map1_sum<S: SimdF32>(
+    s: S,
+    x: &[f32],
+    out: &mut [f32],
+    pad: f32,
+    ahead: &[f32],
+    f: &impl LaneFn<S, 1>,
+) -> S::V {
     let n = x.len().min(out.len());
     let (x, out) = (x.split_at(n).0, out.split_at_mut(n).0);
     let zero = s.splat(0.0);
     let mut total = zero;
     let mut xs = x.chunks(FOLD_SPAN);
     let mut os = out.chunks_mut(FOLD_SPAN);
+    let mut ahead = ahead.chunks(FOLD_SPAN);
     while let (Some(x), Some(out)) = (xs.next(), os.next()) {
+        let (pb, _) = ahead.next().unwrap_or(&[]).as_chunks::<LANES>();
+        let mut pb = pb.iter();
         let (xq, xr) = x.as_chunks::<{ 4 * LANES }>();
         let (oq, or) = out.as_chunks_mut::<{ 4 * LANES }>();
         let mut acc = [zero; 4];
@@ -202,6 +215,9 @@ pub fn map1_sum<S: SimdF32>(s: S, x: &[f32], out: &mut [f32], pad: f32, f: &impl
             let (xb, _) = xi.as_chunks::<LANES>();
             let (ob, _) = oi.as_chunks_mut::<LANES>();
             for ((a, xb), ob) in acc.iter_mut().zip(xb).zip(ob) {
+                if let Some(p) = pb.next() {
+                    s.prefetch(p);
+                }
                 let y = f.apply(s, [s.load(xb)]);
                 s.store(ob, y);
                 *a = s.add(*a, y);
@@ -230,23 +246,30 @@ pub fn map1_sum<S: SimdF32>(s: S, x: &[f32], out: &mut [f32], pad: f32, f: &impl
 /// Folds `x` into one vector: `step(acc, v)` over 16-lane blocks into four
 /// accumulators started at `init`, combined with `combine` (and restarted every
 /// [`FOLD_SPAN`] elements). The tail block is padded with `pad`, which must be
-/// neutral for `step`.
+/// neutral for `step`. `ahead` is prefetched as in [`map1_sum`] (`&[]` for none).
 #[inline(always)]
 pub fn fold1<S: SimdF32>(
     s: S,
     x: &[f32],
     pad: f32,
     init: S::V,
+    ahead: &[f32],
     step: &impl LaneFn<S, 2>,
     combine: &impl LaneFn<S, 2>,
 ) -> S::V {
     let mut total = init;
+    let mut ahead = ahead.chunks(FOLD_SPAN);
     for x in x.chunks(FOLD_SPAN) {
+        let (pb, _) = ahead.next().unwrap_or(&[]).as_chunks::<LANES>();
+        let mut pb = pb.iter();
         let (xq, xr) = x.as_chunks::<{ 4 * LANES }>();
         let mut acc = [init; 4];
         for xi in xq {
             let (xb, _) = xi.as_chunks::<LANES>();
             for (a, xb) in acc.iter_mut().zip(xb) {
+                if let Some(p) = pb.next() {
+                    s.prefetch(p);
+                }
                 *a = step.apply(s, [*a, s.load(xb)]);
             }
         }
@@ -330,6 +353,6 @@ impl<S: SimdF32> LaneFn<S, 2> for NanMax {
 /// [`fold1`] with [`NanMax`].
 #[inline(always)]
 pub fn max_of<S: SimdF32>(s: S, x: &[f32]) -> f32 {
-    let m = fold1(s, x, f32::NEG_INFINITY, s.splat(f32::NEG_INFINITY), &NanMax, &NanMax);
+    let m = fold1(s, x, f32::NEG_INFINITY, s.splat(f32::NEG_INFINITY), &[], &NanMax, &NanMax);
     if s.any(s.is_nan(m)) { f32::NAN } else { s.reduce_max(m) }
 }

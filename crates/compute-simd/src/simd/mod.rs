@@ -62,6 +62,9 @@ pub trait SimdF32: Copy + Send + Sync {
     fn stream(self, out: &mut Block, v: Self::V);
     /// Orders earlier streaming stores before later stores (`sfence`).
     fn fence(self);
+    /// Hints that the cache line holding `x` will be read soon (`prefetcht0`;
+    /// nothing on the portable path). Never faults.
+    fn prefetch(self, x: &Block);
 
     /// `a + b`.
     fn add(self, a: Self::V, b: Self::V) -> Self::V;
@@ -82,9 +85,6 @@ pub trait SimdF32: Copy + Send + Sync {
     fn max(self, a: Self::V, b: Self::V) -> Self::V;
     /// `|a|` (clears the sign bit; NaN stays NaN).
     fn abs(self, a: Self::V) -> Self::V;
-    /// Rounds to the nearest integer, ties to even. Exact for `|a| < 2²²`, the
-    /// only range the kernels use it on.
-    fn round(self, a: Self::V) -> Self::V;
     /// `x·2ⁿ` for lanes of `n` holding integers with `|n| ≤ 252`, rounded once:
     /// subnormal results and overflow to ±∞ behave as an IEEE multiplication.
     /// (`vscalefps` on AVX-512; two exact power-of-two multiplies elsewhere.)

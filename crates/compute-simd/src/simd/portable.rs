@@ -2,7 +2,7 @@
 //! gives, SSE2 on baseline x86-64 and NEON on aarch64. Used for
 //! [`crate::Isa::Portable`] and [`crate::Isa::Neon`]. No `unsafe` here.
 //!
-//! Operations `wide` leaves platform-dependent (NaN in min/max, rounding) are
+//! Operations `wide` leaves platform-dependent (NaN in min/max) are
 //! built from comparisons and blends so every target gives the same results.
 
 use wide::{bytemuck, f32x8, i32x8};
@@ -15,10 +15,6 @@ pub struct Portable;
 
 /// Sixteen lanes as two `wide::f32x8`.
 pub type W2 = [f32x8; 2];
-
-/// `2²³ + 2²²`: adding and subtracting it rounds `|x| < 2²²` to an integer
-/// (ties to even) in the default rounding mode.
-const ROUND_MAGIC: f32 = 12_582_912.0;
 
 impl SimdF32 for Portable {
     type V = W2;
@@ -42,6 +38,8 @@ impl SimdF32 for Portable {
     }
     #[inline(always)]
     fn fence(self) {}
+    #[inline(always)]
+    fn prefetch(self, _x: &Block) {}
 
     #[inline(always)]
     fn add(self, a: W2, b: W2) -> W2 {
@@ -79,14 +77,6 @@ impl SimdF32 for Portable {
     #[inline(always)]
     fn abs(self, a: W2) -> W2 {
         [a[0].abs(), a[1].abs()]
-    }
-    #[inline(always)]
-    fn round(self, a: W2) -> W2 {
-        let m = self.splat(ROUND_MAGIC);
-        let r = self.sub(self.add(a, m), m);
-        // Keep NaN (and anything beyond the exact range) as it was.
-        let big = [a[0].abs().simd_ge(f32x8::splat(4_194_304.0)), a[1].abs().simd_ge(f32x8::splat(4_194_304.0))];
-        self.select(self.or(big, self.is_nan(a)), a, r)
     }
     #[inline(always)]
     fn ldexp(self, x: W2, n: W2) -> W2 {

@@ -1,0 +1,125 @@
+//! The GPU paths on whatever GPU engine this build and machine have (wgpu on
+//! lavapipe in CI, CUDA and wgpu on the GPU machine): pool over real device
+//! buffers, command batch, scheduler, async results and the executor, each
+//! forced onto the GPU by a synthetic profile. Skipped (loudly) without a GPU,
+//! unless `COMPUTE_REQUIRE` names the backend.
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use common::{assert_matches_reference, data, gpu_always_wins};
+use compute_core::{BinaryOp, Op, RowOp, Tensor, UnaryOp, conformance::required};
+use dispatch::{BatchConfig, BatchedExecutor, Compute, Engine, GpuBufferPool, HybridScheduler, Placement};
+
+/// Every GPU engine present, each as a Compute that prefers it.
+fn gpus() -> Vec<(Engine, Compute)> {
+    let mut out = Vec::new();
+    for f in dispatch::discover::probe().into_iter().filter(|f| f.engine.is_gpu()) {
+        match f.backend {
+            Ok(b) => {
+                // Given as a plain `Backend` (the trait path) ...
+                let given = Compute::builder().cpu().engine(f.engine, b).profile(gpu_always_wins(f.engine));
+                out.push((f.engine, given.build().unwrap()));
+                // ... and discovered (wgpu's command batch then runs as one submission).
+                let found = Compute::builder().discover().profile(gpu_always_wins(f.engine));
+                out.push((f.engine, found.build().unwrap()));
+            }
+            Err(e) => {
+                assert!(!required(f.engine.kind()), "{} is required here but unavailable: {e}", f.engine);
+                eprintln!("SKIPPED: {} GPU tests: {e}", f.engine);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn pool_over_device_buffers_lends_each_buffer_once() {
+    for (engine, c) in gpus() {
+        let backend = c.backend(engine).unwrap();
+        let pool = GpuBufferPool::new(backend.clone(), 64 * 1024);
+        let live: Arc<Mutex<Vec<Tensor>>> = Arc::new(Mutex::new(Vec::new()));
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let (pool, live, backend) = (pool.clone(), live.clone(), backend.clone());
+                s.spawn(move || {
+                    for i in 0..25 {
+                        let len = [256usize, 1024, 4096][(t + i) % 3];
+                        let buf = pool.acquire(len).unwrap();
+                        assert_eq!(buf.location().backend, engine.kind());
+                        {
+                            let mut l = live.lock().unwrap();
+                            assert!(!l.iter().any(|x| x.same_storage(&buf)), "buffer lent twice");
+                            l.push(buf.tensor().clone());
+                        }
+                        let mark = data((t * 100 + i) as u64, len);
+                        let src = backend.upload(&mark).unwrap();
+                        backend.run_tensors(&Op::unary(UnaryOp::Scale { s: 1.0 }, len), &[&src], &buf).unwrap();
+                        let mut back = vec![0.0; len];
+                        backend.download(&buf, &mut back).unwrap();
+                        assert_eq!(back, mark, "another user wrote into this buffer");
+                        let mut l = live.lock().unwrap();
+                        let pos = l.iter().position(|x| x.same_storage(&buf)).unwrap();
+                        l.swap_remove(pos);
+                        drop(l);
+                        drop(buf);
+                        assert!(pool.stats().bytes_held <= 64 * 1024);
+                    }
+                });
+            }
+        });
+        let s = pool.stats();
+        assert_eq!(s.hits + s.misses, 100, "{s:?}");
+        assert!(s.hits > 0, "{s:?}");
+        assert_eq!(s.buffers_in_use, 0);
+    }
+}
+
+#[test]
+fn batch_scheduler_async_and_executor_run_on_the_gpu() {
+    for (engine, c) in gpus() {
+        // Command batch: the chain runs on the GPU, results equal the reference.
+        let (m, k, n) = (24, 40, 32);
+        let (a, b) = (data(1, m * k), data(2, k * n));
+        let mut batch = c.batch();
+        let (ba, bb) = (batch.upload(&a), batch.upload(&b));
+        let mm = batch.matmul(ba, bb, m, k, n).unwrap();
+        let g = batch.gelu(mm).unwrap();
+        let sm = batch.softmax(g, m, n).unwrap();
+        assert_eq!(batch.execute().unwrap(), engine);
+        let mm_out = batch.read(mm).unwrap();
+        assert_matches_reference(&Op::matmul(m, k, n), &[&a, &b], &mm_out);
+        let g_out = batch.read(g).unwrap();
+        assert_matches_reference(&Op::rows(RowOp::Softmax, m, n), &[&g_out], &batch.read(sm).unwrap());
+
+        // Scheduler with threshold 1: every matmul on the GPU.
+        let s = HybridScheduler::from_compute(c.clone(), Some(1));
+        assert!(s.should_use_gpu(2, 2, 2));
+        assert_matches_reference(&Op::matmul(m, k, n), &[&a, &b], &s.matmul(&a, &b, m, k, n).unwrap());
+        assert_eq!(c.last_engine(), Some(engine));
+        for _ in 0..3 {
+            assert_matches_reference(&Op::matmul(m, k, n), &[&a, &b], &s.matmul_pooled(&a, &b, m, k, n).unwrap());
+        }
+        assert!(s.pool_stats().hits >= 2, "{:?}", s.pool_stats());
+        let pending = s.matmul_async(&a, &b, m, k, n).unwrap();
+        assert_matches_reference(&Op::matmul(m, k, n), &[&a, &b], &pending.wait().unwrap());
+        let outs = s.matmul_batch(&[(a.clone(), b.clone(), m, k, n), (b.clone(), a.clone(), n, k, m)]).unwrap();
+        assert_matches_reference(&Op::matmul(m, k, n), &[&a, &b], &outs[0]);
+        assert_matches_reference(&Op::matmul(n, k, m), &[&b, &a], &outs[1]);
+
+        // Executor: merged adds dispatched to the GPU.
+        let exec = BatchedExecutor::new(c.clone(), BatchConfig::latency()).unwrap();
+        let h = exec.handle();
+        let xs: Vec<(Vec<f32>, Vec<f32>)> = (0..10).map(|i| (data(10 + i, 100), data(40 + i, 100))).collect();
+        let rs: Vec<_> = xs
+            .iter()
+            .map(|(x, y)| h.submit(Op::binary(BinaryOp::Add, 100), vec![x.clone(), y.clone()]).unwrap())
+            .collect();
+        for ((x, y), r) in xs.iter().zip(rs) {
+            assert_matches_reference(&Op::binary(BinaryOp::Add, 100), &[x, y], &r.wait().unwrap());
+        }
+        let metrics = exec.shutdown();
+        assert_eq!(metrics.completed, 10);
+        assert_eq!(c.choose(&Op::binary(BinaryOp::Add, 1000), Placement::Host), engine);
+    }
+}
