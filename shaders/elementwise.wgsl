@@ -89,11 +89,43 @@ fn unary_op(v: f32) -> f32 {
     }
 }
 
+// Subnormal inputs. GPUs may flush subnormals to zero in arithmetic (WGSL
+// allows it; NVIDIA's Vulkan driver does), which loses normal results such as
+// 1e-38 · 1.7 or 1e-38 + 1e-38. Loads and bit casts keep them, so add, sub, mul
+// and scale rebuild subnormal operands from their bits, scaled by 2^64 into the
+// normal range, and scale the result back: exact (one rounding) wherever the
+// result is normal. Costs a few ALU operations per element of a memory-bound op.
+const UP: f32 = 18446744073709551616.0; // 2^64
+const DOWN: f32 = 5.42101086242752217e-20; // 2^-64
+
+// 2^64 · v, exact for subnormal v (bits rebuilt: mantissa · 2^-149 · 2^64).
+fn up(v: vec4<f32>) -> vec4<f32> {
+    let bits = bitcast<vec4<u32>>(v);
+    let mant = vec4<f32>(bits & vec4<u32>(0x007fffffu)) * 2.58493941422821148e-26; // 2^-85
+    let sub = select(mant, -mant, (bits & vec4<u32>(0x80000000u)) != vec4<u32>(0u));
+    return select(v * UP, sub, (bits & vec4<u32>(0x7f800000u)) == vec4<u32>(0u));
+}
+
+fn tiny(v: vec4<f32>) -> vec4<bool> {
+    return (bitcast<vec4<u32>>(v) & vec4<u32>(0x7f800000u)) == vec4<u32>(0u);
+}
+
+// s · v, also for subnormal v.
+fn scale(v: vec4<f32>, s: f32) -> vec4<f32> {
+    return select(v * s, (up(v) * s) * DOWN, tiny(v));
+}
+
 fn binary_op(u: vec4<f32>, v: vec4<f32>) -> vec4<f32> {
     switch OP {
-        case 0u: { return u + v; }
-        case 1u: { return u - v; }
-        default: { return u * v; }
+        case 0u: { return select(u + v, (up(u) + up(v)) * DOWN, tiny(u) & tiny(v)); }
+        case 1u: { return select(u - v, (up(u) - up(v)) * DOWN, tiny(u) & tiny(v)); }
+        default: {
+            // At most one subnormal factor matters: two make an underflow anyway.
+            let w = select(u, up(u), tiny(u));
+            let z = select(v, up(v), tiny(v) & !tiny(u));
+            let scaled = tiny(u) | tiny(v);
+            return select(u * v, (w * z) * DOWN, scaled);
+        }
     }
 }
 
@@ -118,7 +150,11 @@ fn unary(
         let j = base + i * WG;
         if (j < n4) {
             let u = v[i];
-            y[j] = vec4<f32>(unary_op(u.x), unary_op(u.y), unary_op(u.z), unary_op(u.w));
+            if (OP == 9u) {
+                y[j] = scale(u, p.a);
+            } else {
+                y[j] = vec4<f32>(unary_op(u.x), unary_op(u.y), unary_op(u.z), unary_op(u.w));
+            }
         }
     }
 }

@@ -4,7 +4,7 @@
 // Workgroups of 256 invocations (16 × 16) compute one tile of C:
 // - large tiles (`matmul_vec4`): 128 × 128, each invocation an 8 × 8 block
 //   (rows ty·4..+4 and 64+ty·4..+4, columns tx·4..+4 and 64+tx·4..+4) in 16
-//   vec4 accumulators; K in steps of BK = 8.
+//   vec4 accumulators; K in steps of LBK = 8 or 16 (pipeline-overridable).
 // - small tiles (`matmul_vec4_small`, `matmul_scalar`): 64 × 64, each
 //   invocation a 4 × 4 block (rows ty·4..+4, columns tx·4..+4); K in steps of
 //   BK = 16. Four times as many workgroups: for matrices too small to fill the
@@ -13,8 +13,8 @@
 // into registers for the next step while it multiplies the current step out of
 // workgroup memory (double-buffered: one barrier per step). Tiles are stored
 // k-major (As[k][m], Bs[k][n]): the inner loop reads whole vec4s of A and B.
-// A tile buffer is always 256 vec4s: W vec4s across (W = 32 large, 16 small)
-// times BK = 256 / W rows of k.
+// A tile buffer is W vec4s across (W = 32 large, 16 small) times BK rows of k:
+// 32·LBK vec4s (large) or 256 (small); the workgroup arrays hold two.
 //
 // `matmul_vec4*` load A, B and store C as vec4. They need the contiguous
 // dimension of each stored matrix (A: k, or m when transposed; B: n, or k when
@@ -23,13 +23,16 @@
 // shape. Edges are bounds-checked against m, k, n (zeros are loaded outside),
 // so the kernels never index past a binding: every global index below is
 // `z·stride + row·ld + col` with row and col checked against the matrix's
-// extents, and every workgroup index is below 512 by construction. That is
+// extents, and every workgroup index is below the arrays' 64·LBK by construction. That is
 // what lets the backend compile this module without naga's runtime bounds checks.
 //
 // Transposes are pipeline-overridable constants; batch is the grid's z.
 
 override TA: bool = false;
 override TB: bool = false;
+// K step of the large tiles (8 or 16); sizes the workgroup arrays (the small
+// tiles use the default, whose arrays are exactly their two 256-vec4 buffers).
+override LBK: u32 = 8u;
 
 struct Params {
     m: u32,
@@ -43,7 +46,7 @@ struct Params {
     sc: u32,
 }
 
-// vec4s in one tile buffer (W · BK).
+// vec4s in one small tile buffer (16 · 16).
 const TILE: u32 = 256u;
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -54,31 +57,31 @@ const TILE: u32 = 256u;
 @group(0) @binding(5) var<storage, read> b1: array<f32>;
 @group(0) @binding(6) var<storage, read_write> c1: array<f32>;
 
-// Double-buffered tiles: As[buf + kk·W + m/4][m % 4], buf ∈ {0, TILE}.
-var<workgroup> As: array<vec4<f32>, 512>;
-var<workgroup> Bs: array<vec4<f32>, 512>;
+// Double-buffered tiles: As[buf + kk·W + m/4][m % 4], buf ∈ {0, one buffer}.
+var<workgroup> As: array<vec4<f32>, 64u * LBK>;
+var<workgroup> Bs: array<vec4<f32>, 64u * LBK>;
 
 var<private> acc: array<vec4<f32>, 16>;
 
-// Where invocation `lid` loads its vec4 of a tile W vec4s wide: returns (index
-// across the tile, index along k) of the vec4's first element. `long`: the
-// vec4 runs across the tile; otherwise along k (64 / W vec4s per tile row).
-fn slot(lid: u32, long: bool, w: u32) -> vec2<u32> {
+// Where the l-th vec4 of a tile W vec4s wide and `bk` deep comes from: returns
+// (index across the tile, index along k) of its first element. `long`: the vec4
+// runs across the tile; otherwise along k (bk / 4 vec4s per tile row).
+fn slot(l: u32, long: bool, w: u32, bk: u32) -> vec2<u32> {
     if (long) {
-        return vec2<u32>((lid % w) * 4u, lid / w);
+        return vec2<u32>((l % w) * 4u, l / w);
     }
-    let per = 64u / w;
-    return vec2<u32>(lid / per, (lid % per) * 4u);
+    let per = bk / 4u;
+    return vec2<u32>(l / per, (l % per) * 4u);
 }
 
-// Stores a loaded vec4 into a tile buffer of A (B below): as is when it runs
-// across the tile, else scattered over 4 k rows. Two copies because WGSL
+// Stores the l-th loaded vec4 into a tile buffer of A (B below): as is when it
+// runs across the tile, else scattered over 4 k rows. Two copies because WGSL
 // functions cannot take workgroup pointers.
-fn put_a(buf: u32, lid: u32, long: bool, w: u32, v: vec4<f32>) {
+fn put_a(buf: u32, l: u32, long: bool, w: u32, bk: u32, v: vec4<f32>) {
     if (long) {
-        As[buf + lid] = v;
+        As[buf + l] = v;
     } else {
-        let s = slot(lid, false, w);
+        let s = slot(l, false, w, bk);
         let q = buf + s.y * w + s.x / 4u;
         let c = s.x % 4u;
         As[q][c] = v.x;
@@ -88,11 +91,11 @@ fn put_a(buf: u32, lid: u32, long: bool, w: u32, v: vec4<f32>) {
     }
 }
 
-fn put_b(buf: u32, lid: u32, long: bool, w: u32, v: vec4<f32>) {
+fn put_b(buf: u32, l: u32, long: bool, w: u32, bk: u32, v: vec4<f32>) {
     if (long) {
-        Bs[buf + lid] = v;
+        Bs[buf + l] = v;
     } else {
-        let s = slot(lid, false, w);
+        let s = slot(l, false, w, bk);
         let q = buf + s.y * w + s.x / 4u;
         let c = s.x % 4u;
         Bs[q][c] = v.x;
@@ -104,7 +107,7 @@ fn put_b(buf: u32, lid: u32, long: bool, w: u32, v: vec4<f32>) {
 
 // Large tiles: 64 FMAs per k, the 8 × 8 block of this invocation.
 fn multiply(buf: u32, tx: u32, ty: u32) {
-    for (var kk = 0u; kk < 8u; kk++) {
+    for (var kk = 0u; kk < LBK; kk++) {
         let r = buf + kk * 32u;
         let x0 = As[r + ty];
         let x1 = As[r + 16u + ty];
@@ -145,8 +148,8 @@ fn multiply_small(buf: u32, tx: u32, ty: u32) {
 // ---- vec4 loads and stores --------------------------------------------------
 
 // A's vec4 for the tile at (row0, k0): A is m × k (k contiguous), or k × m when TA.
-fn load_a4(z: u32, row0: u32, k0: u32, lid: u32, w: u32) -> vec4<f32> {
-    let s = slot(lid, TA, w);
+fn load_a4(z: u32, row0: u32, k0: u32, l: u32, w: u32, bk: u32) -> vec4<f32> {
+    let s = slot(l, TA, w, bk);
     let row = row0 + s.x;
     let kc = k0 + s.y;
     if (row < p.m && kc < p.k) {
@@ -159,8 +162,8 @@ fn load_a4(z: u32, row0: u32, k0: u32, lid: u32, w: u32) -> vec4<f32> {
 }
 
 // B's vec4 for the tile at (k0, col0): B is k × n (n contiguous), or n × k when TB.
-fn load_b4(z: u32, col0: u32, k0: u32, lid: u32, w: u32) -> vec4<f32> {
-    let s = slot(lid, !TB, w);
+fn load_b4(z: u32, col0: u32, k0: u32, l: u32, w: u32, bk: u32) -> vec4<f32> {
+    let s = slot(l, !TB, w, bk);
     let col = col0 + s.x;
     let kc = k0 + s.y;
     if (col < p.n && kc < p.k) {
@@ -186,23 +189,46 @@ fn matmul_vec4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
     let col0 = wid.x * 128u;
     let tx = lid % 16u;
     let ty = lid / 16u;
-    let steps = (p.k + 7u) / 8u;
-    var va = load_a4(z, row0, 0u, lid, 32u);
-    var vb = load_b4(z, col0, 0u, lid, 32u);
-    put_a(0u, lid, TA, 32u, va);
-    put_b(0u, lid, !TB, 32u, vb);
+    let steps = (p.k + LBK - 1u) / LBK;
+    // One tile buffer: 32 · LBK vec4s; each invocation moves LBK / 8 of A and of B.
+    let one = 32u * LBK;
+    let deep = LBK == 16u;
+    var va0 = load_a4(z, row0, 0u, lid, 32u, LBK);
+    var vb0 = load_b4(z, col0, 0u, lid, 32u, LBK);
+    var va1 = vec4<f32>(0.0);
+    var vb1 = vec4<f32>(0.0);
+    if (deep) {
+        va1 = load_a4(z, row0, 0u, lid + 256u, 32u, LBK);
+        vb1 = load_b4(z, col0, 0u, lid + 256u, 32u, LBK);
+    }
+    put_a(0u, lid, TA, 32u, LBK, va0);
+    put_b(0u, lid, !TB, 32u, LBK, vb0);
+    if (deep) {
+        put_a(0u, lid + 256u, TA, 32u, LBK, va1);
+        put_b(0u, lid + 256u, !TB, 32u, LBK, vb1);
+    }
     workgroupBarrier();
     for (var t = 0u; t < steps; t++) {
-        let cur = (t % 2u) * TILE;
+        let cur = (t % 2u) * one;
+        let nxt = one - cur;
         let more = t + 1u < steps;
+        let k1 = (t + 1u) * LBK;
         if (more) {
-            va = load_a4(z, row0, (t + 1u) * 8u, lid, 32u);
-            vb = load_b4(z, col0, (t + 1u) * 8u, lid, 32u);
+            va0 = load_a4(z, row0, k1, lid, 32u, LBK);
+            vb0 = load_b4(z, col0, k1, lid, 32u, LBK);
+            if (deep) {
+                va1 = load_a4(z, row0, k1, lid + 256u, 32u, LBK);
+                vb1 = load_b4(z, col0, k1, lid + 256u, 32u, LBK);
+            }
         }
         multiply(cur, tx, ty);
         if (more) {
-            put_a(TILE - cur, lid, TA, 32u, va);
-            put_b(TILE - cur, lid, !TB, 32u, vb);
+            put_a(nxt, lid, TA, 32u, LBK, va0);
+            put_b(nxt, lid, !TB, 32u, LBK, vb0);
+            if (deep) {
+                put_a(nxt, lid + 256u, TA, 32u, LBK, va1);
+                put_b(nxt, lid + 256u, !TB, 32u, LBK, vb1);
+            }
         }
         workgroupBarrier();
     }
@@ -236,22 +262,22 @@ fn matmul_vec4_small(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
     let tx = lid % 16u;
     let ty = lid / 16u;
     let steps = (p.k + 15u) / 16u;
-    var va = load_a4(z, row0, 0u, lid, 16u);
-    var vb = load_b4(z, col0, 0u, lid, 16u);
-    put_a(0u, lid, TA, 16u, va);
-    put_b(0u, lid, !TB, 16u, vb);
+    var va = load_a4(z, row0, 0u, lid, 16u, 16u);
+    var vb = load_b4(z, col0, 0u, lid, 16u, 16u);
+    put_a(0u, lid, TA, 16u, 16u, va);
+    put_b(0u, lid, !TB, 16u, 16u, vb);
     workgroupBarrier();
     for (var t = 0u; t < steps; t++) {
         let cur = (t % 2u) * TILE;
         let more = t + 1u < steps;
         if (more) {
-            va = load_a4(z, row0, (t + 1u) * 16u, lid, 16u);
-            vb = load_b4(z, col0, (t + 1u) * 16u, lid, 16u);
+            va = load_a4(z, row0, (t + 1u) * 16u, lid, 16u, 16u);
+            vb = load_b4(z, col0, (t + 1u) * 16u, lid, 16u, 16u);
         }
         multiply_small(cur, tx, ty);
         if (more) {
-            put_a(TILE - cur, lid, TA, 16u, va);
-            put_b(TILE - cur, lid, !TB, 16u, vb);
+            put_a(TILE - cur, lid, TA, 16u, 16u, va);
+            put_b(TILE - cur, lid, !TB, 16u, 16u, vb);
         }
         workgroupBarrier();
     }
@@ -286,8 +312,8 @@ fn b_at(z: u32, col: u32, kc: u32) -> f32 {
 }
 
 // The same elements as load_a4, one at a time with each bounds-checked.
-fn load_a1(z: u32, row0: u32, k0: u32, lid: u32, w: u32) -> vec4<f32> {
-    let s = slot(lid, TA, w);
+fn load_a1(z: u32, row0: u32, k0: u32, l: u32, w: u32, bk: u32) -> vec4<f32> {
+    let s = slot(l, TA, w, bk);
     let row = row0 + s.x;
     let kc = k0 + s.y;
     if (TA) {
@@ -296,8 +322,8 @@ fn load_a1(z: u32, row0: u32, k0: u32, lid: u32, w: u32) -> vec4<f32> {
     return vec4<f32>(a_at(z, row, kc), a_at(z, row, kc + 1u), a_at(z, row, kc + 2u), a_at(z, row, kc + 3u));
 }
 
-fn load_b1(z: u32, col0: u32, k0: u32, lid: u32, w: u32) -> vec4<f32> {
-    let s = slot(lid, !TB, w);
+fn load_b1(z: u32, col0: u32, k0: u32, l: u32, w: u32, bk: u32) -> vec4<f32> {
+    let s = slot(l, !TB, w, bk);
     let col = col0 + s.x;
     let kc = k0 + s.y;
     if (TB) {
@@ -333,22 +359,22 @@ fn matmul_scalar(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
     let tx = lid % 16u;
     let ty = lid / 16u;
     let steps = (p.k + 15u) / 16u;
-    var va = load_a1(z, row0, 0u, lid, 16u);
-    var vb = load_b1(z, col0, 0u, lid, 16u);
-    put_a(0u, lid, TA, 16u, va);
-    put_b(0u, lid, !TB, 16u, vb);
+    var va = load_a1(z, row0, 0u, lid, 16u, 16u);
+    var vb = load_b1(z, col0, 0u, lid, 16u, 16u);
+    put_a(0u, lid, TA, 16u, 16u, va);
+    put_b(0u, lid, !TB, 16u, 16u, vb);
     workgroupBarrier();
     for (var t = 0u; t < steps; t++) {
         let cur = (t % 2u) * TILE;
         let more = t + 1u < steps;
         if (more) {
-            va = load_a1(z, row0, (t + 1u) * 16u, lid, 16u);
-            vb = load_b1(z, col0, (t + 1u) * 16u, lid, 16u);
+            va = load_a1(z, row0, (t + 1u) * 16u, lid, 16u, 16u);
+            vb = load_b1(z, col0, (t + 1u) * 16u, lid, 16u, 16u);
         }
         multiply_small(cur, tx, ty);
         if (more) {
-            put_a(TILE - cur, lid, TA, 16u, va);
-            put_b(TILE - cur, lid, !TB, 16u, vb);
+            put_a(TILE - cur, lid, TA, 16u, 16u, va);
+            put_b(TILE - cur, lid, !TB, 16u, 16u, vb);
         }
         workgroupBarrier();
     }

@@ -2,9 +2,10 @@
 //
 // One workgroup of 256 invocations per row (flat group index over a possibly
 // 2-D grid). Each pass strides over the row with coalesced loads and reduces
-// through workgroup memory; the later passes re-read the row, which is still
-// in cache for the row lengths where this matters. Sums over a row are
-// two-pass (mean first, then squared deviations) for accuracy.
+// through workgroup memory. Softmax keeps a row of up to 4096 floats in
+// workgroup memory (one read and one write of device memory per element); the
+// other passes re-read the row, which is then still in cache. Sums over a row
+// are two-pass (mean first, then squared deviations) for accuracy.
 
 // softmax entry: 0 softmax, 1 log_softmax (pipeline-overridable).
 override OP: u32 = 0u;
@@ -28,6 +29,9 @@ const LOWEST: f32 = -3.40282347e38;
 @group(0) @binding(4) var<storage, read> beta: array<f32>;
 
 var<workgroup> scratch: array<f32, WG>;
+// Softmax's copy of its row (rows of at most CACHE floats).
+const CACHE: u32 = 4096u;
+var<workgroup> row_cache: array<f32, CACHE>;
 
 // Sum (or max) of one value per invocation, returned to every invocation.
 // Call from uniform control flow.
@@ -57,25 +61,54 @@ fn softmax(
         return;
     }
     let base = row * p.cols;
+    // Uniform: every invocation of the workgroup takes the same branches below.
+    let cached = p.cols <= CACHE;
     var m = LOWEST;
     for (var c = lid; c < p.cols; c += WG) {
-        m = max(m, x[base + c]);
+        let v = x[base + c];
+        if (cached) {
+            row_cache[c] = v;
+        }
+        m = max(m, v);
     }
     m = reduce(m, lid, true);
+    // Each invocation reads back only the elements it wrote: no barrier needed.
     var s = 0.0;
     for (var c = lid; c < p.cols; c += WG) {
-        s += exp(x[base + c] - m);
+        var v: f32;
+        if (cached) {
+            v = row_cache[c];
+        } else {
+            v = x[base + c];
+        }
+        let e = exp(v - m);
+        if (cached && OP == 0u) {
+            row_cache[c] = e;
+        }
+        s += e;
     }
     s = reduce(s, lid, false);
     if (OP == 0u) {
         let inv = 1.0 / s;
         for (var c = lid; c < p.cols; c += WG) {
-            y[base + c] = exp(x[base + c] - m) * inv;
+            var e: f32;
+            if (cached) {
+                e = row_cache[c];
+            } else {
+                e = exp(x[base + c] - m);
+            }
+            y[base + c] = e * inv;
         }
     } else {
         let shift = m + log(s);
         for (var c = lid; c < p.cols; c += WG) {
-            y[base + c] = x[base + c] - shift;
+            var v: f32;
+            if (cached) {
+                v = row_cache[c];
+            } else {
+                v = x[base + c];
+            }
+            y[base + c] = v - shift;
         }
     }
 }

@@ -110,7 +110,8 @@ fn sgemm_rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> 
     for &n in sizes {
         let a_host = random(n * n, 11 + n as u64);
         let b_host = random(n * n, 13 + n as u64);
-        let (a, b, c) = (be.upload(&a_host).map_err(err)?, be.upload(&b_host).map_err(err)?, be.alloc(n * n).map_err(err)?);
+        let (a, b, c) =
+            (be.upload(&a_host).map_err(err)?, be.upload(&b_host).map_err(err)?, be.alloc(n * n).map_err(err)?);
         let ca = blas.stream.clone_htod(&a_host).map_err(err)?;
         let cb = blas.stream.clone_htod(&b_host).map_err(err)?;
         let mut cc = blas.stream.alloc_zeros::<f32>(n * n).map_err(err)?;
@@ -178,18 +179,14 @@ fn sgemm_rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> 
 }
 
 /// Other register-blocked shapes timed by `COMPUTE_PTX_GEMM_SWEEP`.
-fn sweep_configs() -> Vec<SimtConfig> {
+pub fn sweep_configs() -> Vec<SimtConfig> {
     let d = SimtConfig::default();
     vec![
+        SimtConfig { async_copy: false, warp_tiled: false, ..d },
+        SimtConfig { async_copy: false, ..d },
+        SimtConfig { warp_tiled: false, ..d },
+        SimtConfig { group_m: 16, ..d },
         SimtConfig { min_blocks: 1, ..d },
-        SimtConfig { group_m: 0, ..d },
-        SimtConfig { async_copy: true, ..d },
-        SimtConfig { async_copy: true, min_blocks: 1, ..d },
-        SimtConfig { bk: 16, min_blocks: 1, ..d },
-        SimtConfig { async_copy: true, bk: 16, min_blocks: 1, ..d },
-        SimtConfig { bm: 128, bn: 256, tm: 8, tn: 16, min_blocks: 1, ..d },
-        SimtConfig { bm: 64, bn: 128, ..d },
-        SimtConfig { bm: 64, bn: 128, bk: 16, ..d },
     ]
 }
 
@@ -277,7 +274,9 @@ fn stream_rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) ->
         let (ours, copy) = against_copy(be, (bytes / 8.0) as usize, budget, || be.run_tensors(&op, &ins, &one))?;
         let mut r = record(name, label.clone(), device, "resident", ours).with_peer("copy", copy);
         r.gbps = Some(gb(bytes, ours));
-        r.note = Some(format!("reads {bytes:.0} bytes; peer copies them (half read, half written); goal >= 0.9x read bandwidth"));
+        r.note = Some(format!(
+            "reads {bytes:.0} bytes; peer copies them (half read, half written); goal >= 0.9x read bandwidth"
+        ));
         rows.push(r);
     }
     let (rr, cc) = if quick { (16384, 4096) } else { (65536, 4096) };

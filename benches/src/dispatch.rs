@@ -9,7 +9,9 @@
 //!   2–16 submitting threads, and `max_batch_size` 16–4096.
 //!
 //! On a machine without a GPU the engines are the CPU on all threads (`simd`)
-//! and on one (`simd1`): the regret then measures the thread-count choice only.
+//! and on one (`simd1`), plus wgpu on a software adapter if one is installed
+//! (lavapipe); `DISPATCH_ENGINES=simd,simd1` restricts the grid to the named
+//! engines, and the regret then measures the thread-count choice only.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -37,8 +39,17 @@ fn random(len: usize, seed: u64) -> Vec<f32> {
 pub fn rows(quick: bool) -> Result<Vec<Record>, String> {
     let e = |e: compute_core::ComputeError| e.to_string();
     let t0 = Instant::now();
-    let opts = if quick { Options::quick() } else { Options::default() };
-    let compute = Compute::builder().discover().calibration_options(opts).calibrate().build().map_err(e)?;
+    let opts = Options::default();
+    // `DISPATCH_ENGINES=simd,simd1` (names as in the tables) restricts the grid to some engines.
+    let only: Option<Vec<String>> =
+        std::env::var("DISPATCH_ENGINES").ok().map(|v| v.split(',').map(|x| x.trim().to_string()).collect());
+    let mut builder = Compute::builder();
+    for (engine, backend) in dispatch::discover::available() {
+        if only.as_ref().is_none_or(|o| o.iter().any(|x| x == engine.as_str())) {
+            builder = builder.engine(engine, backend);
+        }
+    }
+    let compute = builder.calibration_options(opts).calibrate().build().map_err(e)?;
     let calib_s = t0.elapsed().as_secs_f64();
     let device = compute.device_name();
     let mut out = vec![Record {
@@ -49,7 +60,7 @@ pub fn rows(quick: bool) -> Result<Vec<Record>, String> {
         threads: 1,
         placement: "-".into(),
         median_s: calib_s,
-        note: Some(format!("{} calibration of {:?}", if quick { "quick" } else { "default" }, compute.engines())),
+        note: Some(format!("default calibration of {:?}", compute.engines())),
         ..Record::default()
     }];
     out.extend(decision_rows(&compute, &device));
@@ -189,7 +200,8 @@ fn prepare<'a>(
 }
 
 /// Times every call round-robin (one call of each per round, after a warm-up
-/// call of each) so they all see the same machine state; median seconds each.
+/// call of each, the order rotating each round) so they all see the same
+/// machine state; median seconds each.
 fn time_interleaved(calls: &mut [Call<'_>], budget: Duration, min_rounds: usize) -> Result<Vec<f64>, String> {
     for c in calls.iter_mut() {
         c().map_err(|e| e.to_string())?;
@@ -198,10 +210,16 @@ fn time_interleaved(calls: &mut [Call<'_>], budget: Duration, min_rounds: usize)
     let start = Instant::now();
     let mut rounds = 0;
     while rounds < min_rounds || (start.elapsed() < budget && rounds < 5000) {
-        for (c, s) in calls.iter_mut().zip(samples.iter_mut()) {
-            let t = Instant::now();
-            c().map_err(|e| e.to_string())?;
-            s.push(t.elapsed().as_secs_f64());
+        // Rotate the order each round: a call right after another engine's (whose
+        // worker threads may still be spinning) must not always be the same one.
+        let n = calls.len();
+        for k in 0..n {
+            let i = (k + rounds) % n;
+            if let (Some(c), Some(s)) = (calls.get_mut(i), samples.get_mut(i)) {
+                let t = Instant::now();
+                c().map_err(|e| e.to_string())?;
+                s.push(t.elapsed().as_secs_f64());
+            }
         }
         rounds += 1;
     }
@@ -215,6 +233,8 @@ struct Cell {
     /// Per engine: (seconds, measured (false = extrapolated past the time cap)).
     times: Vec<(Engine, f64, bool)>,
     choices: [Engine; 3],
+    /// Ratio of two medians of the same engine (`simd`) in this cell: the noise floor.
+    noise: Option<f64>,
 }
 
 fn regret_rows(compute: &Compute, device: &str, g: &Grid) -> Result<Vec<Record>, String> {
@@ -250,8 +270,22 @@ fn regret_rows(compute: &Compute, device: &str, g: &Grid) -> Result<Vec<Record>,
                     }
                 }
             }
-            let medians = time_interleaved(&mut calls, g.budget, if slow { 1 } else { 5 })?;
+            // A second, identical call of the all-threads CPU engine: the gap between
+            // its two medians is the measurement's noise floor for this cell.
+            let twin = timed.iter().position(|&e| e == Engine::Simd);
+            if let (Some(_), Some((_, b))) = (twin, backends.iter().find(|(e, _)| *e == Engine::Simd)) {
+                calls.push(prepare(b.as_ref(), &op, &inputs, resident)?);
+            }
+            let mut medians = time_interleaved(&mut calls, g.budget, if slow { 1 } else { 5 })?;
             drop(calls);
+            let noise = match twin {
+                Some(i) => {
+                    let again = medians.pop().unwrap_or(f64::NAN);
+                    let first = medians.get(i).copied().unwrap_or(f64::NAN);
+                    Some(first.max(again) / first.min(again))
+                }
+                None => None,
+            };
             for (eng, s) in timed.into_iter().zip(medians) {
                 last.insert((eng, family), (work, s));
                 times.push((eng, s, true));
@@ -261,7 +295,7 @@ fn regret_rows(compute: &Compute, device: &str, g: &Grid) -> Result<Vec<Record>,
             }
             let placement = if resident { Placement::Resident } else { Placement::Host };
             let choices = [0, 1, 2].map(|i| pols[i].1.choose(&op, placement));
-            cells.push(Cell { family, shape, resident, times, choices });
+            cells.push(Cell { family, shape, resident, times, choices, noise });
         }
     }
     let grid_s = t0.elapsed().as_secs_f64();
@@ -294,13 +328,43 @@ fn regret_rows(compute: &Compute, device: &str, g: &Grid) -> Result<Vec<Record>,
                 threads: 1,
                 placement: if c.resident { "resident" } else { "host" }.into(),
                 median_s: auto_s,
-                note: Some(format!("{}; {}", regrets.join(", "), engines_txt.join(" "))),
+                note: Some(format!(
+                    "{}; {}; noise floor {}",
+                    regrets.join(", "),
+                    engines_txt.join(" "),
+                    c.noise.map_or("-".to_string(), |n| format!("{n:.2}"))
+                )),
                 ..Record::default()
             }
             .with_peer(&format!("best:{best_e}"), best_s),
         );
     }
     // Summaries: geometric mean and worst regret per policy, over all cells and per placement.
+    let noise: Vec<(&Cell, f64)> = cells.iter().filter_map(|c| c.noise.map(|n| (c, n))).collect();
+    if !noise.is_empty() {
+        let geo = (noise.iter().map(|(_, r)| r.ln()).sum::<f64>() / noise.len() as f64).exp();
+        let (wc, worst) = noise.iter().copied().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap_or((noise[0].0, 1.0));
+        let summary = format!(
+            "noise floor (simd timed twice per cell, {} cells): geo-mean {geo:.3}, worst {worst:.3} at {} {} {}",
+            noise.len(),
+            wc.family,
+            wc.shape,
+            if wc.resident { "resident" } else { "host" }
+        );
+        eprintln!("{summary}");
+        out.push(Record {
+            op: "regret".into(),
+            shape: "noise floor".into(),
+            backend: "simd".into(),
+            device: device.into(),
+            threads: 1,
+            placement: "all".into(),
+            median_s: geo,
+            ratio: Some(worst),
+            note: Some(format!("median_s holds the geo-mean, ratio the worst; {summary}")),
+            ..Record::default()
+        });
+    }
     for (i, (name, _)) in pols.iter().enumerate() {
         for scope in ["all", "host", "resident"] {
             let sel: Vec<(&Cell, f64)> = cells
@@ -429,7 +493,7 @@ fn batched(exec: &BatchedExecutor, threads: usize, n: usize, len: usize, window:
 
 fn executor_rows(compute: &Compute, device: &str, quick: bool) -> Result<Vec<Record>, String> {
     let len = 256;
-    let per_thread = if quick { 400 } else { 4000 };
+    let per_thread = if quick { 2000 } else { 8000 };
     let thread_counts: &[usize] = if quick { &[2, 8, 16] } else { &[2, 4, 8, 16] };
     let sizes: &[usize] = if quick { &[16, 256, 4096] } else { &[16, 64, 256, 1024, 4096] };
     let mut runs: Vec<(String, BatchConfig, usize)> = Vec::new();
@@ -474,21 +538,21 @@ fn executor_rows(compute: &Compute, device: &str, quick: bool) -> Result<Vec<Rec
                 placement: "host".into(),
                 median_s: per_req,
                 note: Some(format!(
-                    "gelu[{len}] x{per_thread}/thread, window {window}: batched {:.0} req/s p50 {:.3} ms p99 {:.3} ms; unbatched {:.0} req/s p50 {:.3} ms p99 {:.3} ms; {} batches, mean {:.1}, fill {:.1}%, flushes size/timeout/shutdown {}/{}/{}, queue p50 {:.3} ms p99 {:.3} ms",
+                    "gelu[{len}] x{per_thread}/thread, window {window}: batched {:.0} req/s p50 {:.1} µs p99 {:.1} µs; unbatched {:.0} req/s p50 {:.1} µs p99 {:.1} µs; {} batches, mean {:.1}, fill {:.1}%, flushes size/timeout/shutdown {}/{}/{}, queue p50 {:.1} µs p99 {:.1} µs",
                     1.0 / per_req,
-                    p50 * 1e3,
-                    p99 * 1e3,
+                    p50 * 1e6,
+                    p99 * 1e6,
                     1.0 / u_per_req,
-                    u_p50 * 1e3,
-                    u_p99 * 1e3,
+                    u_p50 * 1e6,
+                    u_p99 * 1e6,
                     m.batches,
                     m.mean_batch_size,
                     m.fill_rate * 100.0,
                     m.flush_size,
                     m.flush_timeout,
                     m.flush_shutdown,
-                    m.queue_p50_s * 1e3,
-                    m.queue_p99_s * 1e3
+                    m.queue_p50_s * 1e6,
+                    m.queue_p99_s * 1e6
                 )),
                 ..Record::default()
             }

@@ -129,6 +129,18 @@ fn push(out: &mut Vec<Record>, r: Record) {
     out.push(r);
 }
 
+/// Ops per timed sample so that one sample is ~10 ms of GPU work (`est_s` per op):
+/// the wait at the end of a sample then costs under 1%.
+fn reps_for(quick: bool, est_s: f64) -> usize {
+    if quick {
+        return 2;
+    }
+    ((0.01 / est_s.max(1e-7)) as usize).clamp(2, 500)
+}
+
+/// Device-to-device copy on H200 (bytes read + written), /work/shared/GPU-RUNS.md.
+const COPY_BYTES_PER_S: f64 = 4.22e12;
+
 fn buffer(t: &Tensor) -> Result<compute_wgpu::wgpu::Buffer, String> {
     t.storage::<GpuBuffer>().map(|g| g.buffer().clone()).ok_or_else(|| "not a wgpu tensor".to_string())
 }
@@ -137,16 +149,20 @@ fn sgemm_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), Strin
     let open = |o: DeviceOptions| WgpuBackend::with_options(&o).map_err(err);
     let checked = open(DeviceOptions::from_env().with_matmul_bounds_checks(true))?;
     let large = open(DeviceOptions::from_env().with_matmul_tiles(MatmulTiles::Large))?;
+    let deep = open(DeviceOptions::from_env().with_matmul_tiles(MatmulTiles::LargeDeep))?;
     let small = open(DeviceOptions::from_env().with_matmul_tiles(MatmulTiles::Small))?;
     let sizes: &[usize] = if quick { &[256, 512] } else { &[1024, 2048, 4096, 8192, 4095] };
     for &n in sizes {
         let op = Op::matmul(n, n, n);
         let flops = op.cost().flops as f64;
-        let reps = ((if quick { 2e9 } else { 2e11 } / flops) as usize).clamp(1, 200);
+        let reps = reps_for(quick, flops / 3e13);
         let (a, bm) = (data(n * n, 1), data(n * n, 2));
         let mut variants = vec![(&b.gpu, "auto tiles, naga bounds checks off"), (&checked, "auto tiles, naga bounds checks on")];
+        if n % 4 == 0 {
+            variants.push((&deep, "128x128 tiles K-step 16, checks off"));
+        }
         if n % 4 == 0 && n <= 4096 {
-            variants.push((&large, "128x128 tiles, checks off"));
+            variants.push((&large, "128x128 tiles K-step 8, checks off"));
             variants.push((&small, "64x64 tiles, checks off"));
         }
         for (gpu, note) in variants {
@@ -193,7 +209,7 @@ fn bandwidth_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), S
         let x = b.gpu.upload(&data(len, 5)).map_err(err)?;
         let y = b.gpu.upload(&data(len, 6)).map_err(err)?;
         let o = b.gpu.alloc(len).map_err(err)?;
-        let reps = ((4 << 30) / (len * 12)).clamp(1, 50);
+        let reps = reps_for(quick, (len * 12) as f64 / 3e12);
         let mut ops = vec![
             (Op::unary(UnaryOp::Relu, len), vec![&x]),
             (Op::binary(BinaryOp::Add, len), vec![&x, &y]),
@@ -203,10 +219,14 @@ fn bandwidth_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), S
         }
         for (op, ins) in ops {
             let (t, copy) = b.against_copy(&op, &ins, &o, reps)?;
+            let bytes = op.cost().bytes() as f64;
             let mut r = b.record(op.name(), format!("{}M", len >> 20), "resident", t);
-            r.gbps = Some(op.cost().bytes() as f64 / t / 1e9);
-            r.note = Some(format!("peer: device copy of the same bytes ({:.0} GB/s)", op.cost().bytes() as f64 / copy / 1e9));
-            push(out, r.with_peer("copy", copy));
+            r.gbps = Some(bytes / t / 1e9);
+            r.note = Some(format!(
+                "peer: CUDA device copy 4.22 TB/s (GPU-RUNS.md, H200); wgpu copy_buffer_to_buffer here: {:.0} GB/s",
+                bytes / copy / 1e9
+            ));
+            push(out, r.with_peer("device copy (reference)", bytes / COPY_BYTES_PER_S));
         }
     }
     let shapes: &[(usize, usize)] = if quick { &[(1024, 4096)] } else { &[(4096, 4096), (32768, 4096)] };
@@ -214,7 +234,7 @@ fn bandwidth_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), S
         let x = b.gpu.upload(&data(rows * cols, 7)).map_err(err)?;
         let o = b.gpu.alloc(rows * cols).map_err(err)?;
         let op = Op::rows(RowOp::Softmax, rows, cols);
-        let reps = ((2 << 30) / (rows * cols * 8)).clamp(1, 50);
+        let reps = reps_for(quick, (rows * cols * 8) as f64 / 2e12);
         let t = b.resident(&b.gpu, &op, &[&x], &o, reps)?;
         let mut r = b.record("softmax", format!("{rows}x{cols}"), "resident", t);
         r.gbps = Some(op.cost().bytes() as f64 / t / 1e9);
@@ -301,6 +321,56 @@ fn latency_rows(b: &Bench, out: &mut Vec<Record>) -> Result<(), String> {
     if want != got_host || want != got_tensors {
         return Err("chain of 8: batch, op-by-op and tensor results differ".into());
     }
+    // The same chain on device-resident data: the submissions alone.
+    let (tx, tw) = (b.gpu.upload(&xs).map_err(err)?, b.gpu.upload(&ws).map_err(err)?);
+    let mut failure = None;
+    let mut peer_failure = None;
+    let (ours, theirs) = time_pair(
+        || {
+            let run = || -> compute_core::Result<()> {
+                let mut bt = b.gpu.batch();
+                let w = bt.insert(tw.clone())?;
+                let mut cur = bt.insert(tx.clone())?;
+                for op in &chain {
+                    cur = match op {
+                        Op::Binary { .. } => bt.op(op, &[cur, w])?,
+                        _ => bt.op(op, &[cur])?,
+                    };
+                }
+                bt.execute()?;
+                b.gpu.synchronize()
+            };
+            if let Err(e) = run() {
+                failure = Some(e);
+            }
+        },
+        || {
+            let run = || -> compute_core::Result<()> {
+                let mut cur = tx.clone();
+                for op in &chain {
+                    let next = b.gpu.alloc(n)?;
+                    match op {
+                        Op::Binary { .. } => b.gpu.run_tensors(op, &[&cur, &tw], &next)?,
+                        _ => b.gpu.run_tensors(op, &[&cur], &next)?,
+                    }
+                    cur = next;
+                }
+                b.gpu.synchronize()
+            };
+            if let Err(e) = run() {
+                peer_failure = Some(e);
+            }
+        },
+        b.budget,
+        5,
+    );
+    if let Some(e) = failure.or(peer_failure) {
+        return Err(err(e));
+    }
+    let mut r = b.record("chain8", "1M".into(), "resident", ours);
+    r.note = Some("batch API, 1 submission + wait; peer: 8 run_tensors submissions + wait".into());
+    push(out, r.with_peer("op-by-op tensor calls", theirs));
+
     for (peer, name, note) in [
         (&host as &dyn Fn() -> compute_core::Result<Vec<f32>>, "op-by-op host calls", "8 host round trips"),
         (&tensors, "op-by-op tensor calls", "8 submissions, 1 read"),
@@ -327,7 +397,7 @@ pub fn rows(quick: bool) -> Result<Vec<Record>, String> {
     let gpu = WgpuBackend::new().map_err(err)?;
     let device = format!("{} ({}, {})", gpu.adapter().name, gpu.adapter().api, gpu.adapter().device_type);
     eprintln!("wgpu bench on {}", gpu.adapter());
-    let budget = Duration::from_millis(if quick { 150 } else { 600 });
+    let budget = Duration::from_millis(if quick { 150 } else { 400 });
     let b = Bench { gpu, device, budget };
     let mut out = Vec::new();
     latency_rows(&b, &mut out)?;

@@ -11,8 +11,36 @@ mod cuda;
 #[allow(dead_code)]
 mod report;
 
+/// `--profile-gemm N`: each register-blocked shape of the sweep, once, at
+/// `N³` (for `ncu -k regex:gemm_simt`); no timing.
+fn profile_gemm(n: usize) -> Result<(), String> {
+    use compute_core::{Backend, MatmulSpec};
+    use compute_ptx::cuda::GemmTier;
+    let be = compute_ptx::CudaBackend::new().map_err(|e| e.to_string())?;
+    let data: Vec<f32> = (0..n * n).map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 500.0).collect();
+    let (a, b, c) = (be.upload(&data), be.upload(&data), be.alloc(n * n));
+    let (a, b, c) = (a.map_err(|e| e.to_string())?, b.map_err(|e| e.to_string())?, c.map_err(|e| e.to_string())?);
+    let mut configs = vec![compute_ptx::kernels::gemm_simt::SimtConfig::default()];
+    configs.extend(cuda::sweep_configs());
+    for cfg in configs {
+        be.matmul_tier(GemmTier::Simt(cfg), MatmulSpec::new(n, n, n), &a, &b, &c).map_err(|e| e.to_string())?;
+        be.synchronize().map_err(|e| e.to_string())?;
+        println!("ran {}", cfg.kernel_name(false, false));
+    }
+    Ok(())
+}
+
 fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--profile-gemm") {
+        let n = args.get(i + 1).and_then(|v| v.parse().ok()).unwrap_or(4096);
+        if let Err(e) = profile_gemm(n) {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+        return;
+    }
+    let quick = args.iter().any(|a| a == "--quick");
     match cuda::rows(quick) {
         Ok(rows) => {
             for r in &rows {

@@ -145,9 +145,8 @@ impl Exec<'_> {
     }
 
     fn run(&self, op: &Op, ins: &[u64], out: u64) -> Result<()> {
-        let input = |i: usize| {
-            ins.get(i).copied().ok_or_else(|| ComputeError::shape(op.name(), "missing input", op.shapes()))
-        };
+        let input =
+            |i: usize| ins.get(i).copied().ok_or_else(|| ComputeError::shape(op.name(), "missing input", op.shapes()));
         match *op {
             Op::Unary { op: u, len } => {
                 let (kind, p0, p1) = UnaryKind::of(u);
@@ -172,9 +171,7 @@ impl Exec<'_> {
                 };
                 self.rows(kind, eps, input(0)?, &params, out, rows, cols, op.name())
             }
-            Op::Matmul(spec) => {
-                self.matmul(GemmTier::choose(&spec), &spec, input(0)?, input(1)?, out, None, op.name())
-            }
+            Op::Matmul(spec) => self.matmul(GemmTier::choose(&spec), &spec, input(0)?, input(1)?, out, None, op.name()),
             Op::Conv2d(c) => self.conv2d(&c, input(0)?, input(1)?, out, op.name()),
         }
     }
@@ -272,7 +269,8 @@ impl Exec<'_> {
                         threads: (cfg.threads(), 1, 1),
                         dynamic_smem: 0,
                     };
-                    let mut args = vec![Arg::Ptr(ao), Arg::Ptr(bo), Arg::Ptr(co), Arg::U32(m), Arg::U32(n), Arg::U32(k)];
+                    let mut args =
+                        vec![Arg::Ptr(ao), Arg::Ptr(bo), Arg::Ptr(co), Arg::U32(m), Arg::U32(n), Arg::U32(k)];
                     args.extend(strides);
                     self.launch(KernelId::GemmSimt(cfg, s.trans_a, s.trans_b), grid, &args)?;
                 }

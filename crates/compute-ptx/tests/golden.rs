@@ -43,7 +43,8 @@ fn every_module_is_well_formed() {
             let t = k.ptx();
             assert!(t.is_ascii(), "{}: ptxas rejects non-ASCII", k.name());
             assert!(t.contains(&format!(".target {}\n", target.name())));
-            let version: f32 = t.lines().find_map(|l| l.strip_prefix(".version ")).and_then(|v| v.parse().ok()).unwrap();
+            let version: f32 =
+                t.lines().find_map(|l| l.strip_prefix(".version ")).and_then(|v| v.parse().ok()).unwrap();
             assert!(version <= 9.0, "{}: .version {version} is above what a CUDA 13.0 driver JIT-compiles", k.name());
             assert_eq!(t.matches(".entry ").count(), 1, "{}", k.name());
             assert!(t.contains(&format!(".entry {}(", k.name())));

@@ -110,7 +110,10 @@ fn thresholds() -> Result<(), Box<dyn Error>> {
                         let (xa, xb) = x[..n].split_at(n / 2);
                         let (oa, ob) = out[..n].split_at_mut(n / 2);
                         let (oa, ob) = if reduce { (&mut oa[..1], &mut ob[..1]) } else { (oa, ob) };
-                        rayon::join(|| check(backend.run(&half_op, &[xa], oa)), || check(backend.run(&half_op, &[xb], ob)));
+                        rayon::join(
+                            || check(backend.run(&half_op, &[xa], oa)),
+                            || check(backend.run(&half_op, &[xb], ob)),
+                        );
                     }
                 })
             };
@@ -173,7 +176,10 @@ fn compute(isas: &[Isa]) -> Result<(), Box<dyn Error>> {
         // No pool of its own: the calls run on the measuring 1-thread pool below.
         let backend = SimdBackend::new().with_isa(isa)?;
         let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
-        println!("\n{} on {n} elements in cache: CPU ns per element (median of 5 samples of 100 ms)", backend.device_name());
+        println!(
+            "\n{} on {n} elements in cache: CPU ns per element (median of 5 samples of 100 ms)",
+            backend.device_name()
+        );
         for op in &ops {
             let inputs: Vec<&[f32]> = match op {
                 Op::Binary { .. } | Op::Dot { .. } => vec![&x, &y],

@@ -205,19 +205,21 @@ impl WgpuBackend {
         let name = op.name();
         let mut held: Vec<wgpu::Buffer> = Vec::with_capacity(inputs.len() + 1);
         let mut views = Vec::with_capacity(inputs.len());
+        let mut staged = encode::Staged::default();
         let result = (|| {
+            let mut steps = Vec::new();
             for x in inputs {
                 let b = ctx.cache.take(ctx, Use::Storage, padded_bytes(x.len()), name)?;
                 held.push(b.clone());
-                ctx.queue.write_buffer(&b, 0, bytemuck::cast_slice(x));
+                encode::upload_into(ctx, &b, x, &mut steps, &mut staged, name)?;
                 views.push(View { buffer: b, len: x.len() });
             }
             let out = ctx.cache.take(ctx, Use::Storage, padded_bytes(out_len), name)?;
             held.push(out.clone());
-            let mut steps = Vec::new();
             plan::plan(ctx, op, &views, &View { buffer: out.clone(), len: out_len }, &mut steps)?;
             encode::submit_and_read(ctx, steps, &out, out_len, name)
         })();
+        staged.recycle(ctx);
         for b in held {
             ctx.cache.give(b);
         }
@@ -287,8 +289,10 @@ impl Backend for WgpuBackend {
         Ok(())
     }
 
-    /// A new tensor from a reused buffer; the copy is queued (it happens before
-    /// the next submission). Returns at once.
+    /// A new tensor from a reused buffer. Small data is queued with
+    /// `write_buffer` (it reaches the device before the next submission); large
+    /// data goes through a reused staging buffer and one submission. Returns
+    /// without waiting for the device.
     fn upload(&self, data: &[f32]) -> Result<Tensor> {
         if data.is_empty() {
             return Err(ComputeError::shape("upload", "zero-sized tensor", "x=[0]"));
@@ -296,9 +300,15 @@ impl Backend for WgpuBackend {
         let ctx = &self.ctx;
         ctx.check_alive()?;
         let buffer = ctx.cache.take(ctx, Use::Storage, padded_bytes(data.len()), "upload")?;
-        let scope = ctx.scope();
-        ctx.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(data));
-        scope.end_now("upload", padded_bytes(data.len()))?;
+        let mut steps = Vec::new();
+        let mut staged = encode::Staged::default();
+        let done = encode::upload_into(ctx, &buffer, data, &mut steps, &mut staged, "upload")
+            .and_then(|()| if steps.is_empty() { Ok(()) } else { encode::submit(ctx, &steps, "upload").map(|_| ()) });
+        staged.recycle(ctx);
+        if let Err(e) = done {
+            ctx.cache.give(buffer);
+            return Err(e);
+        }
         let recycler: Arc<dyn BufferRecycler> = ctx.cache.clone();
         Ok(Tensor::from_storage(Arc::new(GpuBuffer::new(buffer, data.len(), ctx.id, Some(recycler)))))
     }

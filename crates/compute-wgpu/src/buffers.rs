@@ -92,6 +92,8 @@ pub(crate) enum Use {
     Storage,
     /// `MAP_READ | COPY_DST`: staging for reads back to the host.
     Readback,
+    /// `MAP_WRITE | COPY_SRC`: staging for large uploads, kept mapped while free.
+    Upload,
 }
 
 impl Use {
@@ -99,11 +101,12 @@ impl Use {
         match self {
             Use::Storage => wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
             Use::Readback => wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            Use::Upload => wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
         }
     }
 
     fn of(usages: wgpu::BufferUsages) -> Option<Use> {
-        [Use::Storage, Use::Readback].into_iter().find(|u| u.usages() == usages)
+        [Use::Storage, Use::Readback, Use::Upload].into_iter().find(|u| u.usages() == usages)
     }
 }
 
@@ -170,7 +173,7 @@ impl BufferCache {
     }
 
     /// A buffer of at least `bytes` for `usage`: a free one of the same class, or a
-    /// new one. A request beyond the device's largest buffer is a `LimitExceeded`
+    /// new one. `Upload` buffers come mapped (free ones are kept mapped). A request beyond the device's largest buffer is a `LimitExceeded`
     /// error of `op`; a failed allocation an `OutOfMemory` error.
     pub(crate) fn take(&self, ctx: &Context, usage: Use, bytes: u64, op: &'static str) -> Result<wgpu::Buffer> {
         if bytes > self.max_buffer {
@@ -188,13 +191,25 @@ impl BufferCache {
             label: None,
             size: class,
             usage: usage.usages(),
-            mapped_at_creation: false,
+            mapped_at_creation: usage == Use::Upload,
         });
         scope.end_now(op, class)?;
         Ok(buffer)
     }
 
-    /// Returns a buffer for reuse; dropped instead (freed once no submitted or
+    /// Maps a used upload buffer again in the background and returns it to the
+    /// cache once it is mapped (after the GPU has read it).
+    pub(crate) fn recycle_upload(self: &Arc<Self>, buffer: wgpu::Buffer) {
+        let cache = Arc::clone(self);
+        let again = buffer.clone();
+        buffer.slice(..).map_async(wgpu::MapMode::Write, move |r| {
+            if r.is_ok() {
+                cache.give(again);
+            }
+        });
+    }
+
+    /// Returns a buffer for reuse (an `Upload` buffer only while mapped); dropped instead (freed once no submitted or
     /// recorded work uses it) when the cache is full or the buffer is not of a
     /// size class this cache hands out.
     pub(crate) fn give(&self, buffer: wgpu::Buffer) {

@@ -182,7 +182,7 @@ impl Future for WorkDone {
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         if self.signal.poll(cx.waker()).is_some() {
             self.waiting = None;
-            return Poll::Ready(self.ctx.check_alive());
+            return Poll::Ready(self.ctx.check_alive().and_then(|()| self.ctx.take_uncaptured("submitted_work_done")));
         }
         if self.waiting.is_none() {
             self.waiting = Some(self.ctx.poller.wait());

@@ -209,12 +209,19 @@ impl Context {
 
     /// Opens an error scope catching validation, out-of-memory and internal errors
     /// of everything this thread does on the device until [`Scope::end`].
+    #[cfg(not(target_arch = "wasm32"))]
     pub(crate) fn scope(&self) -> Scope {
         let internal = self.device.push_error_scope(wgpu::ErrorFilter::Internal);
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         // Field order is the reverse of the pushes: an early return drops (pops) them in order.
         Scope { validation, oom, internal }
+    }
+
+    /// In the browser: no scope (see [`Scope::end_now`]).
+    #[cfg(target_arch = "wasm32")]
+    pub(crate) fn scope(&self) -> Scope {
+        Scope {}
     }
 
     /// Largest storage binding in bytes, rounded down to the offset alignment.
@@ -243,14 +250,18 @@ impl Drop for Context {
 /// An open error scope (three filters). Pop it with [`Scope::end`] on the thread that opened it.
 #[must_use = "an error scope must be ended to see its errors"]
 pub(crate) struct Scope {
+    #[cfg(not(target_arch = "wasm32"))]
     validation: wgpu::ErrorScopeGuard,
+    #[cfg(not(target_arch = "wasm32"))]
     oom: wgpu::ErrorScopeGuard,
+    #[cfg(not(target_arch = "wasm32"))]
     internal: wgpu::ErrorScopeGuard,
 }
 
 impl Scope {
     /// Pops the scope; the future yields the first error it caught, as a typed error of `op`.
     /// On native the future is ready at once.
+    #[cfg(not(target_arch = "wasm32"))]
     pub(crate) fn end(
         self,
         op: &'static str,
@@ -269,9 +280,18 @@ impl Scope {
         }
     }
 
-    /// [`Scope::end`], waited for (native only: there the future is ready at once).
+    /// [`Scope::end`], waited for: on native the future is ready at once.
+    #[cfg(not(target_arch = "wasm32"))]
     pub(crate) fn end_now(self, op: &'static str, requested_bytes: u64) -> Result<()> {
         block_on(self.end(op, requested_bytes))
+    }
+
+    /// In the browser no scope is pushed (its result could only be awaited):
+    /// errors go to the uncaptured-error handler instead, and the next
+    /// completion (readback or work-done future) reports them.
+    #[cfg(target_arch = "wasm32")]
+    pub(crate) fn end_now(self, _op: &'static str, _requested_bytes: u64) -> Result<()> {
+        Ok(())
     }
 }
 

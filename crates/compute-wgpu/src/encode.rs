@@ -127,6 +127,53 @@ pub(crate) fn submit(ctx: &Context, steps: &[Step], op: &'static str) -> Result<
     Ok(index)
 }
 
+/// Uploads at least this large go through a reused, mapped staging buffer;
+/// smaller ones through `queue.write_buffer` (whose staging memory wgpu
+/// allocates per call: cheap when small, slow for tens of MiB).
+pub(crate) const STAGED_UPLOAD_BYTES: u64 = 4 << 20;
+
+/// Staging buffers of uploads recorded into a submission, to re-map once it is submitted.
+#[derive(Debug, Default)]
+pub(crate) struct Staged(Vec<wgpu::Buffer>);
+
+impl Staged {
+    /// Re-maps the staging buffers in the background (call after the submit).
+    pub(crate) fn recycle(self, ctx: &Context) {
+        for b in self.0 {
+            ctx.cache.recycle_upload(b);
+        }
+    }
+}
+
+/// Copies `data` into the start of `dst`: small data with `queue.write_buffer`
+/// (it reaches the device before the next submission), large data through a
+/// mapped staging buffer whose copy is appended to `steps`.
+pub(crate) fn upload_into(
+    ctx: &Context,
+    dst: &wgpu::Buffer,
+    data: &[f32],
+    steps: &mut Vec<Step>,
+    staged: &mut Staged,
+    op: &'static str,
+) -> Result<()> {
+    let bytes: &[u8] = bytemuck::cast_slice(data);
+    let n = bytes.len() as u64;
+    if n < STAGED_UPLOAD_BYTES {
+        let scope = ctx.scope();
+        ctx.queue.write_buffer(dst, 0, bytes);
+        return scope.end_now(op, n);
+    }
+    let staging = ctx.cache.take(ctx, Use::Upload, n, op)?;
+    let written = staging.slice(0..n).get_mapped_range_mut().map(|mut view| view.copy_from_slice(bytes));
+    if let Err(e) = written {
+        return Err(errors::driver(op, format!("writing the upload staging buffer: {e}")));
+    }
+    staging.unmap();
+    steps.push(Step::Copy { src: staging.clone(), dst: dst.clone(), bytes: n });
+    staged.0.push(staging);
+    Ok(())
+}
+
 /// A read of `len` floats from the device, in flight: a mapped staging buffer
 /// on its way. Wait for it with [`Readback::wait_into`] (native) or `.await`.
 #[must_use = "a readback does nothing unless waited for"]
@@ -232,7 +279,8 @@ impl Future for Readback {
         if let Some(mapped) = self.signal.poll(cx.waker()) {
             self.waiting = None;
             let mut out = vec![0.0f32; self.len];
-            return Poll::Ready(self.finish(mapped, &mut out).map(|()| out));
+            let result = self.finish(mapped, &mut out).and_then(|()| self.ctx.take_uncaptured(self.op));
+            return Poll::Ready(result.map(|()| out));
         }
         if self.waiting.is_none() {
             self.waiting = Some(self.ctx.poller.wait());

@@ -49,8 +49,10 @@ impl Module {
 /// The matmul entry points of `matmul.wgsl`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum MatmulKernel {
-    /// 128 × 128 tiles, 8 × 8 per invocation, vec4 loads (aligned shapes).
+    /// 128 × 128 tiles, 8 × 8 per invocation, K steps of 8, vec4 loads (aligned shapes).
     Large,
+    /// The same with K steps of 16 (half the barriers, twice the workgroup memory).
+    LargeDeep,
     /// 64 × 64 tiles, 4 × 4 per invocation, vec4 loads (aligned shapes).
     Small,
     /// 64 × 64 tiles, scalar loads (any shape).
@@ -61,7 +63,7 @@ impl MatmulKernel {
     /// Rows and columns of C per workgroup.
     pub(crate) fn tile(self) -> u64 {
         match self {
-            MatmulKernel::Large => 128,
+            MatmulKernel::Large | MatmulKernel::LargeDeep => 128,
             MatmulKernel::Small | MatmulKernel::Scalar => 64,
         }
     }
@@ -111,7 +113,7 @@ impl Kernel {
             Kernel::Softmax(_) => "softmax",
             Kernel::LayerNorm => "layer_norm",
             Kernel::RmsNorm => "rms_norm",
-            Kernel::Matmul { tiles: MatmulKernel::Large, .. } => "matmul_vec4",
+            Kernel::Matmul { tiles: MatmulKernel::Large | MatmulKernel::LargeDeep, .. } => "matmul_vec4",
             Kernel::Matmul { tiles: MatmulKernel::Small, .. } => "matmul_vec4_small",
             Kernel::Matmul { tiles: MatmulKernel::Scalar, .. } => "matmul_scalar",
             Kernel::Conv2d => "conv2d",
@@ -126,7 +128,10 @@ impl Kernel {
             | Kernel::ReducePartials(op)
             | Kernel::ReduceFinish(op)
             | Kernel::Softmax(op) => vec![("OP", f64::from(op))],
-            Kernel::Matmul { ta, tb, .. } => vec![("TA", flag(ta)), ("TB", flag(tb))],
+            Kernel::Matmul { ta, tb, tiles, .. } => {
+                let deep = if tiles == MatmulKernel::LargeDeep { 16.0 } else { 8.0 };
+                vec![("TA", flag(ta)), ("TB", flag(tb)), ("LBK", deep)]
+            }
             Kernel::LayerNorm | Kernel::RmsNorm | Kernel::Conv2d => Vec::new(),
         }
     }
@@ -250,7 +255,7 @@ mod tests {
         assert_eq!(Kernel::Unary(3).constants(), vec![("OP", 3.0)]);
         let mm = Kernel::Matmul { tiles: MatmulKernel::Large, ta: true, tb: false, checked: false };
         assert_eq!(mm.entry(), "matmul_vec4");
-        assert_eq!(mm.constants(), vec![("TA", 1.0), ("TB", 0.0)]);
+        assert_eq!(mm.constants(), vec![("TA", 1.0), ("TB", 0.0), ("LBK", 8.0)]);
         assert!(mm.unchecked());
         assert!(!Kernel::Unary(0).unchecked());
         let small = Kernel::Matmul { tiles: MatmulKernel::Small, ta: false, tb: true, checked: true };

@@ -43,8 +43,10 @@ pub enum MatmulTiles {
     /// 128 × 128 tiles when they make enough workgroups to fill a large GPU, else 64 × 64.
     #[default]
     Auto,
-    /// Always 128 × 128 tiles (8 × 8 outputs per invocation).
+    /// Always 128 × 128 tiles (8 × 8 outputs per invocation), K steps of 8.
     Large,
+    /// Always 128 × 128 tiles, K steps of 16.
+    LargeDeep,
     /// Always 64 × 64 tiles (4 × 4 outputs per invocation).
     Small,
 }
@@ -92,7 +94,7 @@ impl DeviceOptions {
     /// `COMPUTE_WGPU_ADAPTER` (part of the adapter's name),
     /// `COMPUTE_WGPU_ALLOW_FALLBACK` (`0` refuses software adapters),
     /// `COMPUTE_WGPU_MATMUL_CHECKS` (`1` keeps naga's bounds checks in matmul),
-    /// `COMPUTE_WGPU_MATMUL_TILES` (`large`, `small`, or automatic).
+    /// `COMPUTE_WGPU_MATMUL_TILES` (`large`, `deep`, `small`, or automatic).
     pub fn from_env() -> Self {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
         let flag = |k: &str, default: bool| var(k).map_or(default, |v| !matches!(v.trim(), "0" | "false" | "no"));

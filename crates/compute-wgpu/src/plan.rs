@@ -63,6 +63,8 @@ const ELEMENTWISE_GROUP: u64 = 4096;
 /// Fewest 128 × 128 workgroups for which matmul takes the large tiles (below,
 /// 64 × 64 tiles make four times as many workgroups to fill the GPU).
 const LARGE_TILE_MIN_GROUPS: u64 = 256;
+/// The large tiling `Auto` uses.
+const LARGE_TILES: MatmulKernel = MatmulKernel::Large;
 /// Most partials one reduction piece writes.
 const MAX_PARTIALS: u64 = 1024;
 /// vec4s each reduction invocation reads at least (when the input is large).
@@ -96,7 +98,9 @@ fn grid(ctx: &Context, op: &'static str, groups: u64) -> Result<[u32; 3]> {
     if y > max {
         return Err(errors::limit(op, "workgroups", groups, max.saturating_mul(max)));
     }
-    Ok([to_u32(op, "workgroups", max)?, to_u32(op, "workgroups", y)?, 1])
+    // The narrowest x that covers `groups` with y rows: at most y − 1 surplus groups.
+    let x = groups.div_ceil(y);
+    Ok([to_u32(op, "workgroups", x)?, to_u32(op, "workgroups", y)?, 1])
 }
 
 /// Splits `len` floats into pieces of at most one binding: (first element, count).
@@ -251,10 +255,11 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
             } else {
                 match ctx.kernels.matmul_tiles {
                     MatmulTiles::Large => MatmulKernel::Large,
+                    MatmulTiles::LargeDeep => MatmulKernel::LargeDeep,
                     MatmulTiles::Small => MatmulKernel::Small,
                     MatmulTiles::Auto => {
                         let large_groups = n.div_ceil(128).saturating_mul(m.div_ceil(128)).saturating_mul(batch);
-                        if large_groups >= LARGE_TILE_MIN_GROUPS { MatmulKernel::Large } else { MatmulKernel::Small }
+                        if large_groups >= LARGE_TILE_MIN_GROUPS { LARGE_TILES } else { MatmulKernel::Small }
                     }
                 }
             };

@@ -3,8 +3,10 @@
 //! For each engine: the fixed cost of a call on resident data (launch +
 //! synchronise), for GPUs the host↔device bandwidth and per-call staging
 //! overhead, and for each op class the call time at a ladder of sizes (data
-//! resident). A ladder stops early when the next size would take longer than
-//! [`Options::max_call`]; the model extrapolates linearly past the last sample.
+//! resident). At each size the engines are timed round-robin, one call each per
+//! round, so that a load spike on a shared machine hits all of them alike. A ladder stops early when the next size would take longer than
+//! [`Options::max_call`] (the two smallest sizes are always measured); the
+//! model extrapolates linearly past the last sample.
 //! Default options take about two seconds per CPU engine and less per GPU.
 //!
 //! The profile is saved as JSON in `$COMPUTE_PROFILE` if set, else
@@ -33,7 +35,8 @@ pub struct Options {
     pub min_reps: usize,
     /// A ladder stops before a size whose single call would exceed this.
     pub max_call: Duration,
-    /// Total time per engine; the remaining ladders are cut short past it.
+    /// Time per engine (the total is this times the number of engines); the
+    /// remaining ladders are cut short past it.
     pub max_per_engine: Duration,
 }
 
@@ -133,12 +136,133 @@ pub fn run_and_save() -> Result<(Profile, PathBuf)> {
 /// [`profile_key`]. An op class an engine does not support gets no curve (the
 /// model then never picks that engine for it); any other failure is returned.
 pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Result<Profile> {
+    let mut rng = Rng::new(0x5eed_0001);
+    let tiny = Op::unary(UnaryOp::Relu, 64);
+    let launches = time_all(engines, &tiny, &mut rng, opts)?;
     let mut out = Vec::with_capacity(engines.len());
-    for (engine, backend) in engines {
-        out.push(calibrate_engine(*engine, backend.as_ref(), opts)?);
+    for ((engine, b), launch) in engines.iter().zip(&launches) {
+        let launch_s = launch.ok_or_else(|| ComputeError::Unsupported { op: tiny.name(), backend: engine.kind() })?;
+        let link =
+            if engine.is_gpu() { Some(measure_link(b.as_ref(), &tiny, launch_s, &mut rng, opts)?) } else { None };
+        out.push(EngineProfile { engine: *engine, device: b.device_name(), launch_s, link, classes: Vec::new() });
+    }
+    let started = Instant::now();
+    let budget = opts.max_per_engine.saturating_mul(engines.len().max(1) as u32);
+    for class in OpClass::ALL {
+        let mut points: Vec<Vec<Point>> = vec![Vec::new(); engines.len()];
+        let mut active: Vec<bool> = vec![true; engines.len()];
+        for op in ladder(class) {
+            let w = work(class, &op.cost());
+            for ((a, pts), (_, b)) in active.iter_mut().zip(&points).zip(engines) {
+                // Stop before a size predicted (linearly from the last one) to be too slow;
+                // the two smallest sizes are always measured (a curve needs two samples).
+                let too_slow = pts.len() >= 2
+                    && pts.last().is_some_and(|last| {
+                        last.seconds * w / last.work > opts.max_call.as_secs_f64() || started.elapsed() > budget
+                    });
+                *a = *a && b.supports(&op) && !too_slow;
+            }
+            if !active.iter().any(|&a| a) {
+                break;
+            }
+            let subset: Vec<(Engine, Arc<dyn Backend>)> =
+                engines.iter().zip(&active).filter(|(_, a)| **a).map(|(e, _)| e.clone()).collect();
+            let times = time_all(&subset, &op, &mut rng, opts)?;
+            let mut t = times.into_iter();
+            for ((a, pts), _) in active.iter_mut().zip(points.iter_mut()).zip(engines) {
+                if !*a {
+                    continue;
+                }
+                match t.next().flatten() {
+                    Some(seconds) => pts.push(Point { work: w, seconds }),
+                    None => *a = false,
+                }
+            }
+        }
+        for (e, pts) in out.iter_mut().zip(points) {
+            if !pts.is_empty() {
+                e.classes.push(ClassCurve { class, points: pts });
+            }
+        }
     }
     let created_unix_s = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     Ok(Profile { format: FORMAT, key: profile_key(engines), calibrated: true, created_unix_s, engines: out })
+}
+
+/// One timed call of `op` on an engine: host slices on the CPU; on a GPU,
+/// inputs uploaded once, then `run_tensors` + `synchronize` per call.
+type Call<'a> = Box<dyn FnMut() -> Result<()> + 'a>;
+
+fn prepare<'a>(engine: Engine, b: &'a dyn Backend, op: &'a Op, ins: &'a [Vec<f32>]) -> Result<Call<'a>> {
+    let out_len = op.layout()?.output;
+    if engine.is_gpu() {
+        let tensors = ins.iter().map(|v| b.upload(v)).collect::<Result<Vec<Tensor>>>()?;
+        let out = b.alloc(out_len)?;
+        Ok(Box::new(move || {
+            let refs: Vec<&Tensor> = tensors.iter().collect();
+            b.run_tensors(op, &refs, &out)?;
+            b.synchronize()
+        }))
+    } else {
+        let mut out = vec![0.0f32; out_len];
+        Ok(Box::new(move || {
+            let refs: Vec<&[f32]> = ins.iter().map(|v| v.as_slice()).collect();
+            b.run(op, &refs, &mut out)
+        }))
+    }
+}
+
+/// Median seconds of one call of `op` on each engine, data resident, timed
+/// round-robin (one call of each engine per round) so that every engine sees
+/// the same machine state: a load spike cannot favour one of them. `None` for
+/// an engine that refuses the op (unsupported, over a limit, out of memory).
+fn time_all(
+    engines: &[(Engine, Arc<dyn Backend>)],
+    op: &Op,
+    rng: &mut Rng,
+    opts: &Options,
+) -> Result<Vec<Option<f64>>> {
+    let ins = inputs(op, rng)?;
+    let mut calls: Vec<Option<Call<'_>>> = Vec::with_capacity(engines.len());
+    for (engine, b) in engines {
+        // Warm-up call, which also tells whether the engine takes the op at all.
+        let call = prepare(*engine, b.as_ref(), op, &ins).and_then(|mut c| c().map(|()| c));
+        match call {
+            Ok(c) => calls.push(Some(c)),
+            Err(
+                ComputeError::Unsupported { .. }
+                | ComputeError::LimitExceeded { .. }
+                | ComputeError::OutOfMemory { .. },
+            ) => calls.push(None),
+            Err(e) => return Err(e),
+        }
+    }
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); calls.len()];
+    let start = Instant::now();
+    let mut rounds = 0;
+    while rounds < opts.min_reps || (start.elapsed() < opts.budget_per_point && rounds < 2000) {
+        // The order rotates each round: a call right after another engine's (whose
+        // worker threads may still be spinning) must not always be the same one.
+        let n = calls.len();
+        for k in 0..n {
+            let i = (k + rounds) % n;
+            if let (Some(Some(c)), Some(s)) = (calls.get_mut(i), samples.get_mut(i)) {
+                let t = Instant::now();
+                c()?;
+                s.push(t.elapsed().as_secs_f64());
+            }
+        }
+        rounds += 1;
+    }
+    Ok(calls
+        .iter()
+        .zip(samples.iter_mut())
+        .map(|(c, s)| {
+            c.as_ref()?;
+            s.sort_by(|a, b| a.total_cmp(b));
+            s.get(s.len() / 2).map(|m| m.max(1e-9))
+        })
+        .collect())
 }
 
 /// Median seconds of `f` over `budget` (≥ `min_reps` calls after a warm-up).
@@ -188,65 +312,6 @@ fn ladder(class: OpClass) -> Vec<Op> {
 /// Random inputs of `op` (never all zeros).
 fn inputs(op: &Op, rng: &mut Rng) -> Result<Vec<Vec<f32>>> {
     Ok(op.layout()?.inputs().iter().map(|&n| rng.vec(n, -1.0, 1.0)).collect())
-}
-
-/// Seconds of one call of `op` on data resident on `engine` (CPU: host slices;
-/// GPU: uploaded once, then run + synchronise per call).
-fn time_resident(engine: Engine, b: &dyn Backend, op: &Op, rng: &mut Rng, opts: &Options) -> Result<f64> {
-    let ins = inputs(op, rng)?;
-    let out_len = op.layout()?.output;
-    if engine.is_gpu() {
-        let tensors = ins.iter().map(|v| b.upload(v)).collect::<Result<Vec<Tensor>>>()?;
-        let refs: Vec<&Tensor> = tensors.iter().collect();
-        let out = b.alloc(out_len)?;
-        median_time(
-            || {
-                b.run_tensors(op, &refs, &out)?;
-                b.synchronize()
-            },
-            opts.budget_per_point,
-            opts.min_reps,
-        )
-    } else {
-        let refs: Vec<&[f32]> = ins.iter().map(|v| v.as_slice()).collect();
-        let mut out = vec![0.0f32; out_len];
-        median_time(|| b.run(op, &refs, &mut out), opts.budget_per_point, opts.min_reps)
-    }
-}
-
-fn calibrate_engine(engine: Engine, b: &dyn Backend, opts: &Options) -> Result<EngineProfile> {
-    let started = Instant::now();
-    let mut rng = Rng::new(0x5eed_0000 ^ engine.index() as u64);
-    let tiny = Op::unary(UnaryOp::Relu, 64);
-    let launch_s = time_resident(engine, b, &tiny, &mut rng, opts)?;
-    let link = if engine.is_gpu() { Some(measure_link(b, &tiny, launch_s, &mut rng, opts)?) } else { None };
-    let mut classes = Vec::new();
-    for class in OpClass::ALL {
-        let mut points: Vec<Point> = Vec::new();
-        for op in ladder(class) {
-            if !b.supports(&op) {
-                break;
-            }
-            let w = work(class, &op.cost());
-            // Stop before a size predicted (linearly from the last one) to be too slow.
-            if let Some(last) = points.last()
-                && (last.seconds * w / last.work > opts.max_call.as_secs_f64()
-                    || started.elapsed() > opts.max_per_engine)
-            {
-                break;
-            }
-            match time_resident(engine, b, &op, &mut rng, opts) {
-                Ok(seconds) => points.push(Point { work: w, seconds }),
-                Err(ComputeError::Unsupported { .. } | ComputeError::LimitExceeded { .. }) => break,
-                Err(ComputeError::OutOfMemory { .. }) if !points.is_empty() => break,
-                Err(e) => return Err(e),
-            }
-        }
-        if !points.is_empty() {
-            classes.push(ClassCurve { class, points });
-        }
-    }
-    Ok(EngineProfile { engine, device: b.device_name(), launch_s, link, classes })
 }
 
 /// Host ↔ device costs: the extra fixed time of a host call over a resident

@@ -8,9 +8,12 @@ use crate::engine::{Engine, Placement};
 use crate::profile::{Link, Profile, work};
 
 /// How much faster the single-threaded CPU engine must be predicted than the
-/// others before it is chosen: near a tie the two CPU engines differ by noise,
-/// and the all-threads engine is the safer default.
-pub const SINGLE_THREAD_MARGIN: f64 = 1.05;
+/// others before it is chosen. The two CPU engines run the same kernels and
+/// `simd` already stays on one thread below its parallel thresholds, so they
+/// differ mostly by noise: on the shared 2-core development machine, two
+/// timings of the same engine differ by 8–10 % (geo-mean) and up to ~3×. Never
+/// taking `simd1` for less than 25 % bounds what the margin itself can cost.
+pub const SINGLE_THREAD_MARGIN: f64 = 1.25;
 
 /// The time an engine is compared with: its prediction, times
 /// [`SINGLE_THREAD_MARGIN`] for [`Engine::SimdSingle`].
@@ -344,8 +347,8 @@ mod margin_tests {
             };
             CostModel::new(&p).choose(&engines, &op, Placement::Host).unwrap().engine
         };
-        assert_eq!(pick(0.97e-3), Engine::Simd, "3% faster is within the noise margin");
-        assert_eq!(pick(0.90e-3), Engine::SimdSingle, "10% faster is taken");
+        assert_eq!(pick(0.90e-3), Engine::Simd, "10% faster is within the noise margin");
+        assert_eq!(pick(0.70e-3), Engine::SimdSingle, "30% faster is taken");
         assert_eq!(pick(1.2e-3), Engine::Simd);
     }
 }

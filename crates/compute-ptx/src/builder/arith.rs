@@ -2,8 +2,8 @@
 //! approximations. Float add/sub/mul carry `.rn`, so `ptxas` never contracts
 //! them into an `fma` behind the kernel's back; `fma` is always explicit.
 
-use super::types::{CvtFrom, Data, F32, F64, Float, Int, Pred, PtxType, Reg, S32, S64, Src, Ty, U32, U64, Word};
 use super::KernelBuilder;
+use super::types::{CvtFrom, Data, F32, F64, Float, Int, Pred, PtxType, Reg, S32, S64, Src, Ty, U32, U64, Word};
 
 /// Types with `add`/`sub`/`mul`/`min`/`max`.
 pub trait Num: Data {

@@ -210,7 +210,14 @@ impl KernelBuilder {
     /// (`cp.async.cg.shared.global`, sm_80+), bypassing registers and L1. With
     /// `src_bytes`, only that many bytes (0..=16) are read and the rest of the
     /// 16 are zero-filled: the bounds-checked form for the edges of a tile.
-    pub fn cp_async_16(&mut self, dst: Reg<U32>, dst_off: i64, src: Reg<U64>, src_off: i64, src_bytes: Option<Src<U32>>) {
+    pub fn cp_async_16(
+        &mut self,
+        dst: Reg<U32>,
+        dst_off: i64,
+        src: Reg<U64>,
+        src_off: i64,
+        src_bytes: Option<Src<U32>>,
+    ) {
         let d = self.saddr(dst, dst_off);
         let s = self.gaddr(src, src_off);
         let extra = match src_bytes {
@@ -222,7 +229,14 @@ impl KernelBuilder {
 
     /// Starts an asynchronous 4-byte copy from global to shared memory
     /// (`cp.async.ca.shared.global`), zero-filling when `src_bytes` is 0.
-    pub fn cp_async_4(&mut self, dst: Reg<U32>, dst_off: i64, src: Reg<U64>, src_off: i64, src_bytes: Option<Src<U32>>) {
+    pub fn cp_async_4(
+        &mut self,
+        dst: Reg<U32>,
+        dst_off: i64,
+        src: Reg<U64>,
+        src_off: i64,
+        src_bytes: Option<Src<U32>>,
+    ) {
         let d = self.saddr(dst, dst_off);
         let s = self.gaddr(src, src_off);
         let extra = match src_bytes {

@@ -317,7 +317,8 @@ impl KernelBuilder {
             }
         }
         s.push_str("//\n\n");
-        let _ = writeln!(s, ".version {}\n.target {}\n.address_size 64\n", self.target.ptx_version(), self.target.name());
+        let _ =
+            writeln!(s, ".version {}\n.target {}\n.address_size 64\n", self.target.ptx_version(), self.target.name());
         for sh in &self.shared {
             match sh.bytes {
                 Some(n) => {

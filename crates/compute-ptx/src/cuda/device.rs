@@ -12,8 +12,8 @@ use cudarc::driver::{CudaContext, CudaStream};
 use super::driver::{self, Function, Staging};
 use crate::builder::Target;
 use crate::kernels::KernelId;
-use crate::plan::{Arg, Grid, Launcher};
 use crate::kernels::rows::{BLOCK_CACHE_BYTES, RowShape};
+use crate::plan::{Arg, Grid, Launcher};
 
 /// Floats of the host-call staging buffer (4 MiB): host calls whose inputs and
 /// output fit go through it without allocating.
@@ -64,8 +64,9 @@ pub(crate) fn open(ordinal: u32) -> Result<Arc<Device>> {
     unsafe { ctx.disable_event_tracking() };
     let stream = ctx.new_stream().map_err(|e| driver::err("open", e))?;
     let cc = ctx.compute_capability().map_err(|e| driver::err("open", e))?;
-    let target = Target::for_compute_capability(cc.0, cc.1)
-        .ok_or_else(|| unavailable(format!("device {ordinal} has compute capability {}.{}; 8.0+ needed", cc.0, cc.1)))?;
+    let target = Target::for_compute_capability(cc.0, cc.1).ok_or_else(|| {
+        unavailable(format!("device {ordinal} has compute capability {}.{}; 8.0+ needed", cc.0, cc.1))
+    })?;
     let name = ctx.name().map_err(|e| driver::err("open", e))?;
     let sm_count = driver::attribute(&ctx, CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as u32;
     driver::keep_pool_memory(&ctx);

@@ -87,10 +87,8 @@ pub(crate) fn load(ctx: &Arc<CudaContext>, kernel: &Kernel, max_dynamic_smem: Op
     let image = CString::new(kernel.ptx()).map_err(|_| compile_err("PTX text contains a NUL byte".into()))?;
     let entry = CString::new(kernel.name()).map_err(|_| compile_err("kernel name contains a NUL byte".into()))?;
     let mut log = vec![0u8; 16 * 1024];
-    let mut options = [
-        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
-        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-    ];
+    let mut options =
+        [sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER, sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES];
     let mut values: [*mut c_void; 2] = [log.as_mut_ptr().cast(), log.len() as *mut c_void];
     let mut module: sys::CUmodule = std::ptr::null_mut();
     // SAFETY: `image` is a NUL-terminated PTX string; the two options point at a
@@ -108,12 +106,17 @@ pub(crate) fn load(ctx: &Arc<CudaContext>, kernel: &Kernel, max_dynamic_smem: Op
     if let Err(e) = loaded.result() {
         let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
         let text = String::from_utf8_lossy(log.get(..end).unwrap_or(&[])).trim().to_string();
-        return Err(compile_err(format!("{}; JIT log: {}", message(e), if text.is_empty() { "(empty)" } else { &text })));
+        return Err(compile_err(format!(
+            "{}; JIT log: {}",
+            message(e),
+            if text.is_empty() { "(empty)" } else { &text }
+        )));
     }
     let mut func: sys::CUfunction = std::ptr::null_mut();
     // SAFETY: `module` was just loaded; `entry` is NUL-terminated; `func` is a valid out-pointer.
     let got = unsafe { sys::cuModuleGetFunction(&mut func, module, entry.as_ptr()) };
-    let f = Function { module, func, name: kernel.name().to_string(), params: kernel.params().to_vec(), ctx: ctx.clone() };
+    let f =
+        Function { module, func, name: kernel.name().to_string(), params: kernel.params().to_vec(), ctx: ctx.clone() };
     got.result().map_err(|e| compile_err(format!("entry point not found: {}", message(e))))?;
     if let Some(bytes) = max_dynamic_smem {
         // SAFETY: `func` is a live function handle of the bound context.
@@ -172,7 +175,13 @@ pub(crate) fn launch(stream: &CudaStream, f: &Function, grid: Grid, args: &[Arg]
     r.map_err(|e| ComputeError::Driver {
         op,
         backend: BackendKind::Cuda,
-        message: format!("launching kernel `{}` (grid {:?}, block {:?}): {}", f.name, grid.blocks, grid.threads, message(e)),
+        message: format!(
+            "launching kernel `{}` (grid {:?}, block {:?}): {}",
+            f.name,
+            grid.blocks,
+            grid.threads,
+            message(e)
+        ),
     })
 }
 

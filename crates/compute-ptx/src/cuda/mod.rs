@@ -22,11 +22,11 @@ use compute_core::{
     Backend, BackendKind, ComputeError, Location, MatmulSpec, Op, Result, Tensor, check_host_call, check_tensor_call,
 };
 
-pub use buffer::{Completion, CudaBuffer, DeviceAlloc};
 pub use crate::plan::GemmTier;
+pub use buffer::{Completion, CudaBuffer, DeviceAlloc};
 
-use device::Device;
 use crate::plan;
+use device::Device;
 
 /// What [`probe`] and [`CudaBackend::info`] report about a device.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -127,7 +127,7 @@ impl CudaBackend {
                 found: format!("cuda:{}", alloc.ordinal()),
             });
         }
-        let need = len.checked_mul(4).unwrap_or(usize::MAX);
+        let need = len.saturating_mul(4);
         if need > alloc.bytes() {
             return Err(ComputeError::shape(
                 "tensor_in",
@@ -166,7 +166,11 @@ impl CudaBackend {
     pub fn copy(&self, src: &Tensor, dst: &Tensor) -> Result<()> {
         let op = Op::unary(compute_core::UnaryOp::Scale { s: 1.0 }, src.len().max(1));
         if src.len() != dst.len() {
-            return Err(ComputeError::shape("copy", "lengths differ", format!("src=[{}] dst=[{}]", src.len(), dst.len())));
+            return Err(ComputeError::shape(
+                "copy",
+                "lengths differ",
+                format!("src=[{}] dst=[{}]", src.len(), dst.len()),
+            ));
         }
         let (s, d) = (self.ptr(src, &op)?, self.ptr(dst, &op)?);
         driver::dtod(&self.dev.stream, d, s, src.len() * 4, "copy")
@@ -174,7 +178,11 @@ impl CudaBackend {
 
     fn buffer<'t>(&self, t: &'t Tensor, op: &Op) -> Result<&'t CudaBuffer> {
         t.storage::<CudaBuffer>().filter(|b| b.allocation().ordinal() == self.dev.ordinal).ok_or_else(|| {
-            ComputeError::WrongDevice { op: op.name(), expected: self.location().to_string(), found: t.location().to_string() }
+            ComputeError::WrongDevice {
+                op: op.name(),
+                expected: self.location().to_string(),
+                found: t.location().to_string(),
+            }
         })
     }
 

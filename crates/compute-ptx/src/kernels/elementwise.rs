@@ -98,7 +98,9 @@ impl UnaryKind {
             UnaryKind::Tanh => "y = sign(x)*expm1(2|x|)/(expm1(2|x|) + 2)",
             UnaryKind::Swish => "y = x/(1 + exp(-x))",
             UnaryKind::GeluTanh => "y = x/(1 + exp(-2u)), u = sqrt(2/pi)*(x + 0.044715x^3)  (= 0.5x(1 + tanh u))",
-            UnaryKind::GeluErf => "y = x >= 0 ? x - x*erfc(x/sqrt2)/2 : x*erfc(|x|/sqrt2)/2  (= 0.5x(1 + erf(x/sqrt2)))",
+            UnaryKind::GeluErf => {
+                "y = x >= 0 ? x - x*erfc(x/sqrt2)/2 : x*erfc(|x|/sqrt2)/2  (= 0.5x(1 + erf(x/sqrt2)))"
+            }
             UnaryKind::Clip => "y = min(max(x, lo), hi), NaN kept",
             UnaryKind::Scale => "y = s*x",
         }
@@ -175,11 +177,10 @@ struct Stream {
     n: Reg<U64>,
 }
 
-fn stream_loop(
-    b: &mut KernelBuilder,
-    s: &Stream,
-    body: &mut dyn FnMut(&mut KernelBuilder, &[Reg<F32>]) -> Reg<F32>,
-) {
+/// Emits the value of one output element from the input elements.
+type ElementFn<'a> = dyn FnMut(&mut KernelBuilder, &[Reg<F32>]) -> Reg<F32> + 'a;
+
+fn stream_loop(b: &mut KernelBuilder, s: &Stream, body: &mut ElementFn<'_>) {
     let tid = b.global_index_x();
     let ntid = b.ntid(crate::builder::Dim::X);
     let nct = b.nctaid(crate::builder::Dim::X);
@@ -310,11 +311,15 @@ pub fn binary_name(op: BinaryOp) -> &'static str {
 /// Builds the kernel of one binary op.
 pub fn binary(op: BinaryOp, target: Target) -> Result<Kernel, BuildError> {
     let mut b = KernelBuilder::new(binary_name(op), target);
-    b.doc(&format!("{}: y = a {} b, element-wise, correctly rounded", binary_name(op), match op {
-        BinaryOp::Add => "+",
-        BinaryOp::Sub => "-",
-        BinaryOp::Mul => "*",
-    }));
+    b.doc(&format!(
+        "{}: y = a {} b, element-wise, correctly rounded",
+        binary_name(op),
+        match op {
+            BinaryOp::Add => "+",
+            BinaryOp::Sub => "-",
+            BinaryOp::Mul => "*",
+        }
+    ));
     b.doc("params: a, b, y (f32 pointers), n (elements)");
     b.doc(&format!("launch: {BLOCK} threads per block, any grid (grid-stride)"));
     b.max_threads(BLOCK);

@@ -46,7 +46,13 @@ fn strided_params(b: &mut KernelBuilder) -> GemmParams {
 }
 
 /// `base + 4·(z·stride + idx)` as a byte address.
-pub(crate) fn elem_addr(b: &mut KernelBuilder, base: Reg<U64>, z: Reg<U32>, stride: Reg<U64>, idx: Reg<U64>) -> Reg<U64> {
+pub(crate) fn elem_addr(
+    b: &mut KernelBuilder,
+    base: Reg<U64>,
+    z: Reg<U32>,
+    stride: Reg<U64>,
+    idx: Reg<U64>,
+) -> Reg<U64> {
     let z64 = b.cvt::<U64, U32>(z);
     let e = b.mad(z64, stride, idx);
     let bytes = b.shl(e, 2u32);

@@ -47,7 +47,17 @@ pub struct SimtConfig {
 
 impl Default for SimtConfig {
     fn default() -> Self {
-        SimtConfig { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8, group_m: 8, min_blocks: 2, async_copy: false, warp_tiled: false }
+        SimtConfig {
+            bm: 128,
+            bn: 128,
+            bk: 8,
+            tm: 8,
+            tn: 8,
+            group_m: 8,
+            min_blocks: 2,
+            async_copy: true,
+            warp_tiled: true,
+        }
     }
 }
 
@@ -69,17 +79,24 @@ impl SimtConfig {
             return Err(format!("thread tile {tm}x{tn}: both must be non-zero multiples of 4"));
         }
         if bm % tm != 0 || bn % tn != 0 || bk == 0 || bk % 4 != 0 {
-            return Err(format!("block tile {bm}x{bn}x{bk} does not divide into {tm}x{tn} thread tiles and k-steps of 4"));
+            return Err(format!(
+                "block tile {bm}x{bn}x{bk} does not divide into {tm}x{tn} thread tiles and k-steps of 4"
+            ));
         }
         let t = self.threads();
-        if !(32..=1024).contains(&t) || t % 32 != 0 {
+        if !(32..=1024).contains(&t) || !t.is_multiple_of(32) {
             return Err(format!("{t} threads per block: need a multiple of 32 in 32..=1024"));
         }
         if !(bk / 4).is_power_of_two() || !(bm / 4).is_power_of_two() || !(bn / 4).is_power_of_two() {
             return Err(format!("bk/4, bm/4 and bn/4 must be powers of two (got {bk}, {bm}, {bn})"));
         }
+        if !t.is_multiple_of(bm / 4) || !t.is_multiple_of(bn / 4) || !t.is_multiple_of(bk / 4) {
+            return Err(format!("{t} threads do not cover whole rows of the {bm}x{bk} and {bk}x{bn} tiles"));
+        }
         if (bm * bk / 4) % t != 0 || (bn * bk / 4) % t != 0 {
-            return Err(format!("tiles of {bm}x{bk} and {bk}x{bn} do not split evenly into float4 loads over {t} threads"));
+            return Err(format!(
+                "tiles of {bm}x{bk} and {bk}x{bn} do not split evenly into float4 loads over {t} threads"
+            ));
         }
         if self.warp_tiled && ((bn / tn) % 8 != 0 || (bm / tm) % 4 != 0) {
             return Err(format!("warp tiling needs {}x{} thread tiles in multiples of 4x8", bm / tm, bn / tn));
@@ -113,33 +130,41 @@ impl SimtConfig {
     }
 }
 
-/// One 16-byte global→shared load a thread does per tile.
-struct Slot {
-    /// Global address of this tile's four elements (advances every tile).
-    ptr: Reg<U64>,
-    /// Bytes `ptr` advances per tile.
-    step: Src<U64>,
-    /// `k` index of the slot's (first) element this tile (advances by BK).
-    kidx: Reg<U32>,
-    /// The four elements run along `k` (stored transposed into shared memory).
+/// The loads of one operand's tile a thread does: `slots` 16-byte loads whose
+/// addresses, indices and shared-memory offsets differ from slot 0's by
+/// constants (or, for addresses, by a multiple of the leading dimension), so
+/// only slot 0's state lives in registers through the loop.
+struct OperandLoads {
+    /// The four elements of a slot run along `k` (stored transposed).
     kcontig: bool,
-    /// Index along m/n of the slot's row (`k`-contiguous) or first element.
-    mn_idx: Reg<U32>,
-    /// Extent of m/n.
-    mn: Reg<U32>,
-    /// The `float4` path is allowed (alignment and bounds along m/n).
-    vec_ok: Reg<Pred>,
-    /// Byte offset of the slot's first element in a shared tile.
-    smem_off: u32,
-    /// Bytes between consecutive `k` in the shared tile (its padded row).
-    smem_row: u32,
-    /// Staging registers.
-    regs: [Reg<F32>; 4],
     /// Copied with `cp.async` straight into shared memory (no staging).
     direct: bool,
+    slots: u32,
+    /// Slot 0's global address this tile (advances every tile).
+    ptr: Reg<U64>,
+    /// Slot 0's `k` index this tile (advances by BK).
+    kidx: Reg<U32>,
+    /// Slot 0's index along m/n (its row if `kcontig`, else its first element).
+    mn_idx: Reg<U32>,
+    /// Extent of m/n, and the stored row length.
+    mn: Reg<U32>,
+    ld: Reg<U32>,
+    /// The row length is a multiple of 4 (the `float4` path is aligned).
+    aligned: Reg<Pred>,
+    /// Slot `l` is `l·row_step` rows further along the stored rows (m/n rows if
+    /// `kcontig`, else k rows): `l·row_step·ld` elements and, if `kcontig`,
+    /// `l·row_step` along m/n, else along k.
+    row_step: u32,
+    /// Slot 0's shared-memory byte address within stage 0.
+    st_addr: Reg<U32>,
+    /// Shared-memory bytes between consecutive slots, and between consecutive k.
+    st_step: u32,
+    smem_row: u32,
     /// The operand's base address for this batch (a valid source for the
     /// zero-byte copies of out-of-bounds elements).
     base: Reg<U64>,
+    /// Staging registers per slot (none when `direct`).
+    regs: Vec<[Reg<F32>; 4]>,
 }
 
 struct Operand<'a> {
@@ -158,217 +183,229 @@ struct Operand<'a> {
     name: &'a str,
 }
 
-fn make_slots(b: &mut KernelBuilder, cfg: &SimtConfig, op: &Operand, tid: Reg<U32>, smem_base: u32) -> Vec<Slot> {
+fn operand_loads(
+    b: &mut KernelBuilder,
+    cfg: &SimtConfig,
+    op: &Operand,
+    tid: Reg<U32>,
+    sbase: Reg<U32>,
+    region: u32,
+) -> OperandLoads {
+    b.comment(&format!("{} tile loads", op.name));
     let threads = cfg.threads();
-    let per = op.tile_mn * cfg.bk / 4 / threads;
+    let slots = op.tile_mn * cfg.bk / 4 / threads;
     let row = (op.tile_mn + 4) * 4;
     let z64 = b.cvt::<U64, U32>(op.batch);
     let zoff = b.mul(z64, op.batch_stride);
     let zbytes = b.shl(zoff, 2u32);
     let base = b.add(op.base, zbytes);
-    let direct = cfg.async_copy && !op.kcontig;
-    let mut slots = Vec::new();
-    // The float4 path needs the stored row length to be a multiple of 4.
     let ld_low = b.and(op.ld, 3u32);
     let aligned = b.setp(Cmp::Eq, ld_low, 0u32);
-    for l in 0..per {
-        b.comment(&format!("{} load slot {l}", op.name));
-        let f = b.add(tid, l * threads);
-        if op.kcontig {
-            // f → (mn row r, k quad kq): elements (mn0 + r, kq..kq+3).
-            let r = b.shr(f, (cfg.bk / 4).trailing_zeros());
-            let kq = b.and(f, cfg.bk / 4 - 1);
-            let kq = b.shl(kq, 2u32);
-            let gr = b.add(op.mn0, r);
-            let mn_ok = b.setp(Cmp::Lt, gr, op.mn);
-            let e = b.mul_wide(gr, op.ld);
-            let kq64 = b.cvt::<U64, U32>(kq);
-            let e = b.add(e, kq64);
-            let e = b.add(e, zoff);
-            let bytes = b.shl(e, 2u32);
-            let ptr = b.add(op.base, bytes);
-            let step = Src::from(u64::from(cfg.bk) * 4);
-            let vec_ok = b.and_pred(aligned, mn_ok);
-            slots.push(Slot {
-                ptr,
-                step,
-                kidx: kq,
-                kcontig: true,
-                mn_idx: gr,
-                mn: op.mn,
-                vec_ok,
-                smem_off: smem_base,
-                smem_row: row,
-                regs: [b.mov(0.0f32), b.mov(0.0f32), b.mov(0.0f32), b.mov(0.0f32)],
-                direct,
-                base,
-            });
-        } else {
-            // f → (k row kk, mn quad q): elements (kk, mn0 + q..q+3).
-            let quads = op.tile_mn / 4;
-            let kk = b.shr(f, quads.trailing_zeros());
-            let q = b.and(f, quads - 1);
-            let q = b.shl(q, 2u32);
-            let gq = b.add(op.mn0, q);
-            let g3 = b.add(gq, 3u32);
-            let last_ok = b.setp(Cmp::Lt, g3, op.mn);
-            let e = b.mul_wide(kk, op.ld);
-            let gq64 = b.cvt::<U64, U32>(gq);
-            let e = b.add(e, gq64);
-            let e = b.add(e, zoff);
-            let bytes = b.shl(e, 2u32);
-            let ptr = b.add(op.base, bytes);
-            let step = Src::from(b.mul_wide(op.ld, cfg.bk * 4));
-            let vec_ok = b.and_pred(aligned, last_ok);
-            slots.push(Slot {
-                ptr,
-                step,
-                kidx: kk,
-                kcontig: false,
-                mn_idx: gq,
-                mn: op.mn,
-                vec_ok,
-                smem_off: smem_base,
-                smem_row: row,
-                regs: [b.mov(0.0f32), b.mov(0.0f32), b.mov(0.0f32), b.mov(0.0f32)],
-                direct,
-                base,
-            });
-        }
-    }
-    slots
-}
-
-/// Shared-memory store addresses of each slot (registers, per thread).
-fn slot_store_addr(b: &mut KernelBuilder, cfg: &SimtConfig, tile_mn: u32, kcontig: bool, tid: Reg<U32>, l: u32) -> Reg<U32> {
-    let threads = cfg.threads();
-    let row = (tile_mn + 4) * 4;
-    let f = b.add(tid, l * threads);
-    if kcontig {
-        let r = b.shr(f, (cfg.bk / 4).trailing_zeros());
-        let kq = b.and(f, cfg.bk / 4 - 1);
-        // byte offset = (4·kq)·row + 4·r
-        let a = b.mul(kq, 4 * row);
+    let direct = cfg.async_copy && !op.kcontig;
+    let (ptr, kidx, mn_idx, row_step, st_addr, st_step) = if op.kcontig {
+        // Float4 f = tid + l·T → (m/n row f / (BK/4), k quad f % (BK/4)).
+        let r = b.shr(tid, (cfg.bk / 4).trailing_zeros());
+        let kq = b.and(tid, cfg.bk / 4 - 1);
+        let kq = b.shl(kq, 2u32);
+        let gr = b.add(op.mn0, r);
+        let e = b.mul_wide(gr, op.ld);
+        let kq64 = b.cvt::<U64, U32>(kq);
+        let e = b.add(e, kq64);
+        let bytes = b.shl(e, 2u32);
+        let ptr = b.add(base, bytes);
+        // Shared As[kq + j][r]: byte (kq·row + 4r).
+        let sa = b.mul(kq, row);
         let r4 = b.shl(r, 2u32);
-        b.add(a, r4)
+        let sa = b.add(sa, r4);
+        let sa = b.add(sa, sbase);
+        let row_step = threads / (cfg.bk / 4);
+        (ptr, kq, gr, row_step, sa, row_step * 4)
     } else {
-        let quads = tile_mn / 4;
-        let kk = b.shr(f, quads.trailing_zeros());
-        let q = b.and(f, quads - 1);
-        let a = b.mul(kk, row);
-        let q16 = b.shl(q, 4u32);
-        b.add(a, q16)
+        // Float4 f → (k row f / (TILE/4), m/n quad f % (TILE/4)).
+        let quads = op.tile_mn / 4;
+        let kk = b.shr(tid, quads.trailing_zeros());
+        let q = b.and(tid, quads - 1);
+        let q = b.shl(q, 2u32);
+        let gq = b.add(op.mn0, q);
+        let e = b.mul_wide(kk, op.ld);
+        let gq64 = b.cvt::<U64, U32>(gq);
+        let e = b.add(e, gq64);
+        let bytes = b.shl(e, 2u32);
+        let ptr = b.add(base, bytes);
+        // Shared Bs[kk][q..q+3]: byte (kk·row + 4q).
+        let sa = b.mul(kk, row);
+        let q4 = b.shl(q, 2u32);
+        let sa = b.add(sa, q4);
+        let sa = b.add(sa, sbase);
+        let row_step = threads / quads;
+        (ptr, kk, gq, row_step, sa, row_step * row)
+    };
+    let st_addr = b.add(st_addr, region);
+    let regs = if direct {
+        Vec::new()
+    } else {
+        (0..slots).map(|_| [b.mov(0.0f32), b.mov(0.0f32), b.mov(0.0f32), b.mov(0.0f32)]).collect()
+    };
+    OperandLoads {
+        kcontig: op.kcontig,
+        direct,
+        slots,
+        ptr,
+        kidx,
+        mn_idx,
+        mn: op.mn,
+        ld: op.ld,
+        aligned,
+        row_step,
+        st_addr,
+        st_step,
+        smem_row: row,
+        base,
+        regs,
     }
 }
 
-/// `cp.async` of one direct slot's four elements into shared address `dst`:
-/// one 16-byte copy when they are all inside and aligned, else four 4-byte
-/// copies, each zero-filled (source size 0, source address clamped to the
-/// matrix base) where its element is outside.
-fn copy_async(b: &mut KernelBuilder, s: &Slot, k: Reg<U32>, dst: Reg<U32>) {
-    let kin = b.setp(Cmp::Lt, s.kidx, k);
-    let full = b.and_pred(kin, s.vec_ok);
-    let ptr = s.ptr;
-    b.guarded(full, false, |b| b.cp_async_16(dst, 0, ptr, 0, None));
-    let done = b.label("slot_copied");
-    b.bra_if(full, done);
-    for j in 0..4u32 {
-        let mj = b.add(s.mn_idx, j);
-        let min = b.setp(Cmp::Lt, mj, s.mn);
-        let ok = b.and_pred(kin, min);
-        let elem = b.add(ptr, u64::from(j) * 4);
-        let src = b.selp(elem, s.base, ok);
-        let bytes = b.selp(4u32, 0u32, ok);
-        b.cp_async_4(dst, i64::from(j) * 4, src, 0, Some(bytes.into()));
+/// Slot `l`'s (address, k index, m/n index), derived from slot 0's.
+fn slot_state(b: &mut KernelBuilder, o: &OperandLoads, l: u32) -> (Reg<U64>, Reg<U32>, Reg<U32>) {
+    if l == 0 {
+        return (o.ptr, o.kidx, o.mn_idx);
     }
-    b.place(done);
+    let d = b.mul_wide(o.ld, 4 * l * o.row_step);
+    let ptr = b.add(o.ptr, d);
+    if o.kcontig {
+        let mn = b.add(o.mn_idx, l * o.row_step);
+        (ptr, o.kidx, mn)
+    } else {
+        let k = b.add(o.kidx, l * o.row_step);
+        (ptr, k, o.mn_idx)
+    }
 }
 
-/// Issues the global loads of one tile: `cp.async` for direct slots (into
-/// `stage` of shared memory), the staging registers for the others.
-fn load_tile(b: &mut KernelBuilder, slots: &[Slot], addrs: &[Reg<U32>], stage: Reg<U32>, k: Reg<U32>) {
+/// Whether slot state `(kidx, mn_idx)` can load its four elements as one
+/// aligned `float4` this tile.
+fn slot_full(b: &mut KernelBuilder, o: &OperandLoads, kidx: Reg<U32>, mn_idx: Reg<U32>, k: Reg<U32>) -> Reg<Pred> {
+    let (kin, mnin) = if o.kcontig {
+        let k3 = b.add(kidx, 3u32);
+        (b.setp(Cmp::Lt, k3, k), b.setp(Cmp::Lt, mn_idx, o.mn))
+    } else {
+        let m3 = b.add(mn_idx, 3u32);
+        (b.setp(Cmp::Lt, kidx, k), b.setp(Cmp::Lt, m3, o.mn))
+    };
+    let both = b.and_pred(kin, mnin);
+    b.and_pred(both, o.aligned)
+}
+
+/// Whether element `j` of a slot's four is inside the matrix.
+fn elem_ok(
+    b: &mut KernelBuilder,
+    o: &OperandLoads,
+    kidx: Reg<U32>,
+    mn_idx: Reg<U32>,
+    k: Reg<U32>,
+    j: u32,
+) -> Reg<Pred> {
+    if o.kcontig {
+        let kj = b.add(kidx, j);
+        let kin = b.setp(Cmp::Lt, kj, k);
+        let mnin = b.setp(Cmp::Lt, mn_idx, o.mn);
+        b.and_pred(kin, mnin)
+    } else {
+        let mj = b.add(mn_idx, j);
+        let mnin = b.setp(Cmp::Lt, mj, o.mn);
+        let kin = b.setp(Cmp::Lt, kidx, k);
+        b.and_pred(kin, mnin)
+    }
+}
+
+/// Issues the global loads of one tile: `cp.async` for direct operands (into
+/// `stage` of shared memory, then one commit), the staging registers for the
+/// others. Edge slots fall back to element-wise predicated loads (zero fill);
+/// `cp.async` edges use 4-byte copies with a source size of 0 outside, from a
+/// source address clamped to the matrix base.
+fn load_tile(b: &mut KernelBuilder, ops: &[&OperandLoads], stage: Reg<U32>, k: Reg<U32>) {
     let mut any_async = false;
-    for (s, &a) in slots.iter().zip(addrs) {
-        if s.direct {
-            let dst = b.add(a, stage);
-            let dst = b.add(dst, s.smem_off);
-            copy_async(b, s, k, dst);
-            any_async = true;
+    for o in ops.iter().filter(|o| o.direct) {
+        let first = b.add(o.st_addr, stage);
+        for l in 0..o.slots {
+            let (ptr, kidx, mn_idx) = slot_state(b, o, l);
+            let full = slot_full(b, o, kidx, mn_idx, k);
+            let off = i64::from(l * o.st_step);
+            b.guarded(full, false, |b| b.cp_async_16(first, off, ptr, 0, None));
+            let done = b.label("slot_copied");
+            b.bra_if(full, done);
+            for j in 0..4u32 {
+                let ok = elem_ok(b, o, kidx, mn_idx, k, j);
+                let elem = b.add(ptr, u64::from(j) * 4);
+                let src = b.selp(elem, o.base, ok);
+                let bytes = b.selp(4u32, 0u32, ok);
+                b.cp_async_4(first, off + i64::from(j) * 4, src, 0, Some(bytes.into()));
+            }
+            b.place(done);
         }
+        any_async = true;
     }
     if any_async {
         b.cp_async_commit();
     }
-    for s in slots.iter().filter(|s| !s.direct) {
-        for &r in &s.regs {
-            b.assign(r, 0.0f32);
-        }
-        let full = if s.kcontig {
-            let k3 = b.add(s.kidx, 3u32);
-            let kin = b.setp(Cmp::Lt, k3, k);
-            b.and_pred(kin, s.vec_ok)
-        } else {
-            let kin = b.setp(Cmp::Lt, s.kidx, k);
-            b.and_pred(kin, s.vec_ok)
-        };
-        let ptr = s.ptr;
-        let regs = s.regs;
-        b.guarded(full, false, |b| {
-            let v = b.ld_global_nc_v::<F32, 4>(ptr, 0);
-            for (d, x) in regs.iter().zip(v) {
-                b.assign(*d, x);
+    for o in ops.iter().filter(|o| !o.direct) {
+        for l in 0..o.slots {
+            let regs = o.regs[l as usize];
+            for &r in &regs {
+                b.assign(r, 0.0f32);
             }
-        });
-        let done = b.label("slot_loaded");
-        b.bra_if(full, done);
-        // Edge of the matrix: element by element, bounds recomputed here (rare).
-        let row_ok = s.kcontig.then(|| b.setp(Cmp::Lt, s.mn_idx, s.mn));
-        let k_ok = (!s.kcontig).then(|| b.setp(Cmp::Lt, s.kidx, k));
-        for j in 0..4u32 {
-            let ok = match (row_ok, k_ok) {
-                (Some(row_ok), _) => {
-                    let kj = b.add(s.kidx, j);
-                    let kin = b.setp(Cmp::Lt, kj, k);
-                    b.and_pred(kin, row_ok)
+            let (ptr, kidx, mn_idx) = slot_state(b, o, l);
+            let full = slot_full(b, o, kidx, mn_idx, k);
+            b.guarded(full, false, |b| {
+                let v = b.ld_global_nc_v::<F32, 4>(ptr, 0);
+                for (d, x) in regs.iter().zip(v) {
+                    b.assign(*d, x);
                 }
-                (None, Some(k_ok)) => {
-                    let mj = b.add(s.mn_idx, j);
-                    let min = b.setp(Cmp::Lt, mj, s.mn);
-                    b.and_pred(k_ok, min)
-                }
-                (None, None) => continue,
-            };
-            let d = regs[j as usize];
-            b.guarded(ok, false, |b| {
-                let v = b.ld_global_nc::<F32>(ptr, i64::from(j) * 4);
-                b.assign(d, v);
             });
+            let done = b.label("slot_loaded");
+            b.bra_if(full, done);
+            for j in 0..4u32 {
+                let ok = elem_ok(b, o, kidx, mn_idx, k, j);
+                let d = regs[j as usize];
+                b.guarded(ok, false, |b| {
+                    let v = b.ld_global_nc::<F32>(ptr, i64::from(j) * 4);
+                    b.assign(d, v);
+                });
+            }
+            b.place(done);
         }
-        b.place(done);
     }
 }
 
 /// Stores the staged tile into shared memory at stage offset `stage`.
-fn store_tile(b: &mut KernelBuilder, slots: &[Slot], addrs: &[Reg<U32>], stage: Reg<U32>) {
-    for (s, &a) in slots.iter().zip(addrs).filter(|(s, _)| !s.direct) {
-        let base = b.add(a, stage);
-        if s.kcontig {
-            for (j, &r) in s.regs.iter().enumerate() {
-                b.st_shared(base, i64::from(s.smem_off) + j as i64 * i64::from(s.smem_row), r);
+fn store_tile(b: &mut KernelBuilder, ops: &[&OperandLoads], stage: Reg<U32>) {
+    for o in ops.iter().filter(|o| !o.direct) {
+        let first = b.add(o.st_addr, stage);
+        for l in 0..o.slots {
+            let regs = o.regs[l as usize];
+            let off = i64::from(l * o.st_step);
+            if o.kcontig {
+                for (j, &r) in regs.iter().enumerate() {
+                    b.st_shared(first, off + j as i64 * i64::from(o.smem_row), r);
+                }
+            } else {
+                b.st_shared_v::<F32, 4>(first, off, regs.map(Src::from));
             }
-        } else {
-            let v: [Src<F32>; 4] = [s.regs[0].into(), s.regs[1].into(), s.regs[2].into(), s.regs[3].into()];
-            b.st_shared_v::<F32, 4>(base, i64::from(s.smem_off), v);
         }
     }
 }
 
-fn advance(b: &mut KernelBuilder, slots: &[Slot], bk: u32) {
-    for s in slots {
-        let p = b.add(s.ptr, s.step);
-        b.assign(s.ptr, p);
-        let k = b.add(s.kidx, bk);
-        b.assign(s.kidx, k);
+/// Moves every operand's slot 0 to the next tile.
+fn advance(b: &mut KernelBuilder, ops: &[&OperandLoads], bk: u32) {
+    for o in ops {
+        let p = if o.kcontig {
+            b.add(o.ptr, u64::from(bk) * 4)
+        } else {
+            let step = b.mul_wide(o.ld, bk * 4);
+            b.add(o.ptr, step)
+        };
+        b.assign(o.ptr, p);
+        let k = b.add(o.kidx, bk);
+        b.assign(o.kidx, k);
     }
 }
 
@@ -488,24 +525,9 @@ pub fn simt(cfg: &SimtConfig, trans_a: bool, trans_b: bool, target: Target) -> R
         name: "B",
     };
     let sbase = b.shared_base(&smem);
-    let a_slots = make_slots(&mut b, cfg, &a_op, tid, 0);
-    let b_slots = make_slots(&mut b, cfg, &b_op, tid, a_bytes);
-    let a_addrs: Vec<Reg<U32>> = (0..a_slots.len() as u32)
-        .map(|l| {
-            let o = slot_store_addr(&mut b, cfg, bm, a_op.kcontig, tid, l);
-            b.add(o, sbase)
-        })
-        .collect();
-    let b_addrs: Vec<Reg<U32>> = (0..b_slots.len() as u32)
-        .map(|l| {
-            let o = slot_store_addr(&mut b, cfg, bn, b_op.kcontig, tid, l);
-            b.add(o, sbase)
-        })
-        .collect();
-    let mut slots = a_slots;
-    slots.extend(b_slots);
-    let mut addrs = a_addrs;
-    addrs.extend(b_addrs);
+    let a_loads = operand_loads(&mut b, cfg, &a_op, tid, sbase, 0);
+    let b_loads = operand_loads(&mut b, cfg, &b_op, tid, sbase, a_bytes);
+    let ops = [&a_loads, &b_loads];
 
     // Compute-side read addresses: As[kk][r·4TY + 4ty], Bs[kk][c·4TX + 4tx].
     let (tx, ty) = thread_coords(&mut b, cfg, tid);
@@ -520,9 +542,9 @@ pub fn simt(cfg: &SimtConfig, trans_a: bool, trans_b: bool, target: Target) -> R
     b.blank();
     b.comment("prologue: tile 0 into stage 0");
     let stage = b.mov(0u32);
-    load_tile(&mut b, &slots, &addrs, stage, k);
-    store_tile(&mut b, &slots, &addrs, stage);
-    let any_async = slots.iter().any(|s| s.direct);
+    load_tile(&mut b, &ops, stage, k);
+    store_tile(&mut b, &ops, stage);
+    let any_async = ops.iter().any(|o| o.direct);
     if any_async {
         b.cp_async_wait(0);
     }
@@ -536,11 +558,11 @@ pub fn simt(cfg: &SimtConfig, trans_a: bool, trans_b: bool, target: Target) -> R
     b.place(lp);
     let has_next = b.setp(Cmp::Ne, left, 0u32);
     b.comment("next tile's global loads, in flight during this tile's fmas");
-    advance(&mut b, &slots, bk);
+    advance(&mut b, &ops, bk);
     let skip_load = b.label("no_next_load");
     b.bra_unless(has_next, skip_load);
     let next_stage = b.sub(stage_bytes, stage);
-    load_tile(&mut b, &slots, &addrs, next_stage, k);
+    load_tile(&mut b, &ops, next_stage, k);
     b.place(skip_load);
 
     b.comment(&format!("{bk} k-steps of {tm}x{tn} fmas from the current stage"));
@@ -567,7 +589,7 @@ pub fn simt(cfg: &SimtConfig, trans_a: bool, trans_b: bool, target: Target) -> R
     b.bra_unless(has_next, done);
     b.comment("stage the next tile into the other buffer, then one barrier");
     let other = b.sub(stage_bytes, stage);
-    store_tile(&mut b, &slots, &addrs, other);
+    store_tile(&mut b, &ops, other);
     if any_async {
         b.cp_async_wait(0);
     }

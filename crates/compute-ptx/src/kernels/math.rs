@@ -74,10 +74,13 @@ pub(crate) fn sigmoid(b: &mut KernelBuilder, x: Reg<F32>) -> Reg<F32> {
 }
 
 /// `x / d` for `d ≥ 1` (or +inf) as `x · rcp.approx(d)`: within 2 ulp, far
-/// cheaper than the IEEE `div.rn` sequence, and exact limits (`x/inf = ±0`).
+/// cheaper than the IEEE `div.rn` sequence, with exact limits (`x/inf = ±0`)
+/// and `x/1 = x` exactly (so `x` near `FLT_MAX` cannot round up to inf).
 pub(crate) fn div_by_ge1(b: &mut KernelBuilder, x: Reg<F32>, d: Reg<F32>) -> Reg<F32> {
     let r = b.rcp_approx(d);
-    b.mul(x, r)
+    let q = b.mul(x, r);
+    let one = b.setp(Cmp::Eq, d, 1.0f32);
+    b.selp(x, q, one)
 }
 
 /// `erfc(z)` for `z ≥ 0` (and +∞), fractional error about 1.2e-7: the Chebyshev
@@ -86,8 +89,9 @@ pub(crate) fn div_by_ge1(b: &mut KernelBuilder, x: Reg<F32>, d: Reg<F32>) -> Reg
 pub(crate) fn erfc_nonneg(b: &mut KernelBuilder, z: Reg<F32>) -> Reg<F32> {
     let d = b.fma(z, 0.5f32, 1.0f32);
     let t = b.rcp_approx(d);
-    let coeffs = [
-        -0.822_152_23f32,
+    // Numerical Recipes' coefficients, in f64 as published, rounded to f32 here.
+    let coeffs: [f64; 9] = [
+        -0.822_152_23,
         1.488_515_87,
         -1.135_203_98,
         0.278_868_07,
@@ -97,9 +101,9 @@ pub(crate) fn erfc_nonneg(b: &mut KernelBuilder, z: Reg<F32>) -> Reg<F32> {
         1.000_023_68,
         -1.265_512_23,
     ];
-    let mut p = b.mov(0.170_872_77f32);
+    let mut p = b.mov(0.170_872_77f64 as f32);
     for c in coeffs {
-        p = b.fma(p, t, c);
+        p = b.fma(p, t, c as f32);
     }
     let nz = b.neg(z);
     let arg = b.fma(nz, z, p);

@@ -118,6 +118,11 @@ struct Ctx {
     lane: Reg<U32>,
 }
 
+/// Emits the use of one unit's values (unit index, values).
+type UnitFn<'a> = dyn FnMut(&mut KernelBuilder, Reg<U32>, &[Reg<F32>]) + 'a;
+/// Emits the combination of two threads' statistics.
+type CombineFn = dyn Fn(&mut KernelBuilder, &[Reg<F32>], &[Reg<F32>]) -> Vec<Reg<F32>>;
+
 /// Loads one unit (a `float4` or one value) at unit index `idx`.
 fn load_unit(b: &mut KernelBuilder, vec: bool, src: Source, idx: Reg<U32>) -> Vec<Reg<F32>> {
     let shift = if vec { 4u32 } else { 2u32 };
@@ -137,13 +142,7 @@ fn load_unit(b: &mut KernelBuilder, vec: bool, src: Source, idx: Reg<U32>) -> Ve
 
 /// Emits `for (k = gl; k < limit; k += group)` over units, [`UNROLL`] units per
 /// iteration (all loads first), then the remainder one at a time.
-fn for_units(
-    b: &mut KernelBuilder,
-    c: &Ctx,
-    vec: bool,
-    src: Source,
-    body: &mut dyn FnMut(&mut KernelBuilder, Reg<U32>, &[Reg<F32>]),
-) {
+fn for_units(b: &mut KernelBuilder, c: &Ctx, vec: bool, src: Source, body: &mut UnitFn<'_>) {
     let limit = if vec { c.cols4 } else { c.cols };
     let k = b.mov(c.gl);
     let main = b.label("unrolled");
@@ -177,12 +176,7 @@ fn for_units(
 }
 
 /// Combines every thread's values across the group; every thread gets the result.
-fn group_reduce(
-    b: &mut KernelBuilder,
-    c: &Ctx,
-    vals: Vec<Reg<F32>>,
-    combine: &dyn Fn(&mut KernelBuilder, &[Reg<F32>], &[Reg<F32>]) -> Vec<Reg<F32>>,
-) -> Vec<Reg<F32>> {
+fn group_reduce(b: &mut KernelBuilder, c: &Ctx, vals: Vec<Reg<F32>>, combine: &CombineFn) -> Vec<Reg<F32>> {
     let mut v = vals;
     for mask in [16, 8, 4, 2, 1] {
         let o: Vec<Reg<F32>> = v.iter().map(|&r| b.shfl_bfly(r, mask)).collect();
@@ -472,10 +466,7 @@ pub fn row_kernel(kind: RowKind, shape: RowShape, target: Target) -> Result<Kern
         }
         RowShape::Block => (cta, tid, BLOCK, dyn_base),
     };
-    let cached = match cached_flag {
-        Some(f) => Some(b.setp(Cmp::Ne, f, 0u32)),
-        None => None,
-    };
+    let cached = cached_flag.map(|f| b.setp(Cmp::Ne, f, 0u32));
     let scratch = scratch_decl.as_ref().map(|s| b.shared_base(s));
     let roff = b.mul_wide(row, cols);
     let roff = b.shl(roff, 2u32);

@@ -34,6 +34,9 @@ struct Inst {
     text: String,
 }
 
+/// (guard register and negation, opcode, operand text) before operands are resolved.
+type RawInst = (Option<(String, bool)>, String, String);
+
 /// A parsed kernel.
 #[derive(Debug)]
 pub struct Program {
@@ -96,7 +99,7 @@ impl Program {
         let mut dynamic_name = None;
         let mut dyn_align = 16;
         let mut labels: HashMap<String, usize> = HashMap::new();
-        let mut raw: Vec<(Option<(String, bool)>, String, String)> = Vec::new();
+        let mut raw: Vec<RawInst> = Vec::new();
         let mut name = String::new();
         let mut in_body = false;
         for line in ptx.lines() {
@@ -166,7 +169,21 @@ impl Program {
             let parse_one = |a: &str, regs: &mut HashMap<String, usize>| -> Opnd {
                 let a = a.trim();
                 if a.starts_with('%') {
-                    let special = ["%tid.x", "%tid.y", "%tid.z", "%ntid.x", "%ntid.y", "%ntid.z", "%ctaid.x", "%ctaid.y", "%ctaid.z", "%nctaid.x", "%nctaid.y", "%nctaid.z", "%laneid"];
+                    let special = [
+                        "%tid.x",
+                        "%tid.y",
+                        "%tid.z",
+                        "%ntid.x",
+                        "%ntid.y",
+                        "%ntid.z",
+                        "%ctaid.x",
+                        "%ctaid.y",
+                        "%ctaid.z",
+                        "%nctaid.x",
+                        "%nctaid.y",
+                        "%nctaid.z",
+                        "%laneid",
+                    ];
                     if let Some(s) = special.iter().find(|s| **s == a) {
                         return Opnd::Special(s);
                     }
@@ -232,10 +249,17 @@ impl Memory {
         self.bufs.remove(&a);
     }
     fn slot(&mut self, addr: u64, n: usize, what: &str) -> &mut [u8] {
-        let (start, buf) = self.bufs.range_mut(..=addr).next_back().unwrap_or_else(|| panic!("{what}: address {addr:#x} is not in any allocation"));
+        let (start, buf) = self
+            .bufs
+            .range_mut(..=addr)
+            .next_back()
+            .unwrap_or_else(|| panic!("{what}: address {addr:#x} is not in any allocation"));
         let off = (addr - start) as usize;
         if off + n > buf.len() {
-            panic!("{what}: {n}-byte access at {addr:#x} is out of bounds (allocation {start:#x} of {} bytes)", buf.len());
+            panic!(
+                "{what}: {n}-byte access at {addr:#x} is out of bounds (allocation {start:#x} of {} bytes)",
+                buf.len()
+            );
         }
         &mut buf[off..off + n]
     }
@@ -432,11 +456,25 @@ fn addr(ctx: &Ctx, t: &Thread, o: &Opnd) -> u64 {
     }
 }
 
-fn access<'m>(ctx: &Ctx, mem: &'m mut Memory, shared: &'m mut [u8], space: &str, a: u64, n: usize, text: &str) -> &'m mut [u8] {
-    assert!(a % n.min(16) as u64 == 0, "{}: misaligned {n}-byte access at {a:#x}: {text}", ctx.prog.name);
+fn access<'m>(
+    ctx: &Ctx,
+    mem: &'m mut Memory,
+    shared: &'m mut [u8],
+    space: &str,
+    a: u64,
+    n: usize,
+    text: &str,
+) -> &'m mut [u8] {
+    assert!(a.is_multiple_of(n.min(16) as u64), "{}: misaligned {n}-byte access at {a:#x}: {text}", ctx.prog.name);
     if space == "shared" {
         let a = a as usize;
-        assert!(a + n <= shared.len(), "{}: shared access [{a}, {}) beyond {} bytes: {text}", ctx.prog.name, a + n, shared.len());
+        assert!(
+            a + n <= shared.len(),
+            "{}: shared access [{a}, {}) beyond {} bytes: {text}",
+            ctx.prog.name,
+            a + n,
+            shared.len()
+        );
         &mut shared[a..a + n]
     } else {
         mem.slot(a, n, &format!("{}: {text}", ctx.prog.name))
@@ -465,7 +503,11 @@ fn setp(cmp: &str, ty: &str, a: u64, b: u64) -> bool {
     let signed = ty.starts_with('s');
     let bits = type_bits(ty);
     let (x, y): (i128, i128) = if signed {
-        if bits == 32 { (a as u32 as i32 as i128, b as u32 as i32 as i128) } else { (a as i64 as i128, b as i64 as i128) }
+        if bits == 32 {
+            (a as u32 as i32 as i128, b as u32 as i32 as i128)
+        } else {
+            (a as i64 as i128, b as i64 as i128)
+        }
     } else if bits == 32 {
         (a as u32 as i128, b as u32 as i128)
     } else {
@@ -494,7 +536,11 @@ fn int_op(op: &str, ty: &str, a: u64, b: u64) -> u64 {
         "or" => a | b,
         "xor" => a ^ b,
         "shl" => {
-            if b >= u64::from(bits) { 0 } else { a << b }
+            if b >= u64::from(bits) {
+                0
+            } else {
+                a << b
+            }
         }
         "shr" => {
             if signed {
@@ -508,7 +554,8 @@ fn int_op(op: &str, ty: &str, a: u64, b: u64) -> u64 {
         }
         "div" | "rem" | "min" | "max" => {
             if signed {
-                let (x, y) = if bits == 32 { (a as u32 as i32 as i64, b as u32 as i32 as i64) } else { (a as i64, b as i64) };
+                let (x, y) =
+                    if bits == 32 { (a as u32 as i32 as i64, b as u32 as i32 as i64) } else { (a as i64, b as i64) };
                 (match op {
                     "div" => x.checked_div(y).unwrap_or(-1),
                     "rem" => x.checked_rem(y).unwrap_or(x),
@@ -537,10 +584,18 @@ fn float_op(op: &str, nan_mode: bool, a: f32, b: f32) -> f32 {
         "mul" => a * b,
         "div" => a / b,
         "min" if nan_mode => {
-            if a.is_nan() || b.is_nan() { f32::NAN } else { a.min(b) }
+            if a.is_nan() || b.is_nan() {
+                f32::NAN
+            } else {
+                a.min(b)
+            }
         }
         "max" if nan_mode => {
-            if a.is_nan() || b.is_nan() { f32::NAN } else { a.max(b) }
+            if a.is_nan() || b.is_nan() {
+                f32::NAN
+            } else {
+                a.max(b)
+            }
         }
         "min" => a.min(b),
         "max" => a.max(b),
@@ -589,7 +644,8 @@ fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8
             }
             "ld" | "st" => {
                 let space = p[1].as_str();
-                let width = p.iter().find_map(|x| x.strip_prefix('v').and_then(|n| n.parse::<usize>().ok())).unwrap_or(1);
+                let width =
+                    p.iter().find_map(|x| x.strip_prefix('v').and_then(|n| n.parse::<usize>().ok())).unwrap_or(1);
                 let esz = (type_bits(ty) / 8) as usize;
                 if op == "ld" && space == "param" {
                     let v = match inst.args[1] {
@@ -615,7 +671,11 @@ fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8
                 if op == "ld" {
                     for (i, o) in vals.iter().enumerate() {
                         let c = &bytes[i * esz..(i + 1) * esz];
-                        let v = if esz == 4 { u64::from(u32::from_ne_bytes([c[0], c[1], c[2], c[3]])) } else { u64::from_ne_bytes(c.try_into().unwrap()) };
+                        let v = if esz == 4 {
+                            u64::from(u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                        } else {
+                            u64::from_ne_bytes(c.try_into().unwrap())
+                        };
                         if let Opnd::Reg(r) = o {
                             t.regs[*r] = v;
                         }
@@ -624,7 +684,11 @@ fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8
                     let vs: Vec<u64> = vals.iter().map(|o| val(ctx, t, o)).collect();
                     for (i, v) in vs.iter().enumerate() {
                         let c = &mut bytes[i * esz..(i + 1) * esz];
-                        if esz == 4 { c.copy_from_slice(&(*v as u32).to_ne_bytes()) } else { c.copy_from_slice(&v.to_ne_bytes()) }
+                        if esz == 4 {
+                            c.copy_from_slice(&(*v as u32).to_ne_bytes())
+                        } else {
+                            c.copy_from_slice(&v.to_ne_bytes())
+                        }
                     }
                 }
                 t.pc += 1;
@@ -654,7 +718,11 @@ fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8
             "mov" => a(1),
             "cvta" => a(1),
             "selp" => {
-                if a(3) != 0 { a(1) } else { a(2) }
+                if a(3) != 0 {
+                    a(1)
+                } else {
+                    a(2)
+                }
             }
             "setp" => u64::from(setp(&p[1], ty, a(1), a(2))),
             "not" => u64::from(a(1) == 0),

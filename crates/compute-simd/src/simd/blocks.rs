@@ -12,8 +12,9 @@
 //! rounding error of a sum grows with `FOLD_SPAN/64 + len/FOLD_SPAN` additions
 //! per lane instead of `len/64`.
 //!
-//! All functions are `#[inline(always)]`: they are meant to be compiled inside a
-//! [`super::WithSimd`] task, with the vector function inlined into the loop.
+//! Every function is one pass over its slices (plus one padded block at each
+//! end) and is `#[inline(always)]`: it is meant to be compiled inside a
+//! [`super::WithSimd`] task, with the [`LaneFn`] inlined into the loop.
 
 use super::{Block, LANES, LaneFn, SimdF32};
 
@@ -190,14 +191,7 @@ pub fn map_in_place<S: SimdF32>(s: S, x: &mut [f32], stream: bool, f: &impl Lane
 /// prefetched per block, at the same offset, so its memory latency overlaps
 /// this pass's arithmetic; pass `&[]` for none.
 #[inline(always)]
-pub fn map1_sum<S: SimdF32>(
-    s: S,
-    x: &[f32],
-    out: &mut [f32],
-    pad: f32,
-    ahead: &[f32],
-    f: &impl LaneFn<S, 1>,
-) -> S::V {
+pub fn map1_sum<S: SimdF32>(s: S, x: &[f32], out: &mut [f32], pad: f32, ahead: &[f32], f: &impl LaneFn<S, 1>) -> S::V {
     let n = x.len().min(out.len());
     let (x, out) = (x.split_at(n).0, out.split_at_mut(n).0);
     let zero = s.splat(0.0);

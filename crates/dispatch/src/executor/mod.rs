@@ -16,7 +16,7 @@ mod coalesce;
 mod metrics;
 
 use std::collections::HashMap;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -289,45 +289,88 @@ struct Group {
     reqs: Vec<Request>,
 }
 
+/// The worker's pending groups.
+struct Pending<'a> {
+    groups: HashMap<coalesce::Key, Group>,
+    seq: u64,
+    compute: &'a Compute,
+    shared: &'a Shared,
+}
+
+impl Pending<'_> {
+    /// Adds a request to its group; dispatches the group if it is full.
+    fn add(&mut self, r: Request) {
+        self.seq += 1;
+        let key = coalesce::key(&r.op, &r.inputs, self.seq);
+        let g = self.groups.entry(key).or_insert_with(|| Group { oldest: r.enqueued, reqs: Vec::new() });
+        g.oldest = g.oldest.min(r.enqueued);
+        g.reqs.push(r);
+        if g.reqs.len() >= self.shared.config.max_batch_size
+            && let Some(g) = self.groups.remove(&key)
+        {
+            flush(self.compute, self.shared, g, FlushReason::Size);
+        }
+    }
+
+    /// Dispatches every group whose oldest request has waited `max_wait`.
+    fn flush_due(&mut self) {
+        let now = Instant::now();
+        let wait = self.shared.config.max_wait;
+        let due: Vec<coalesce::Key> =
+            self.groups.iter().filter(|(_, g)| g.oldest + wait <= now).map(|(k, _)| *k).collect();
+        for k in due {
+            if let Some(g) = self.groups.remove(&k) {
+                flush(self.compute, self.shared, g, FlushReason::Timeout);
+            }
+        }
+    }
+
+    /// Dispatches everything (shutdown).
+    fn flush_all(&mut self) {
+        for (_, g) in self.groups.drain() {
+            flush(self.compute, self.shared, g, FlushReason::Shutdown);
+        }
+    }
+}
+
 fn worker(rx: Receiver<Msg>, compute: Compute, shared: Arc<Shared>) {
-    let cfg = shared.config;
-    let mut groups: HashMap<coalesce::Key, Group> = HashMap::new();
-    let mut seq = 0u64;
+    let mut p = Pending { groups: HashMap::new(), seq: 0, compute: &compute, shared: &shared };
     loop {
-        let deadline = groups.values().map(|g| g.oldest + cfg.max_wait).min();
+        let deadline = p.groups.values().map(|g| g.oldest + shared.config.max_wait).min();
         let msg = match deadline {
             None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
             Some(d) => rx.recv_timeout(d.saturating_duration_since(Instant::now())),
         };
-        match msg {
-            Ok(Msg::Request(r)) => {
-                seq += 1;
-                let key = coalesce::key(&r.op, &r.inputs, seq);
-                let g = groups.entry(key).or_insert_with(|| Group { oldest: r.enqueued, reqs: Vec::new() });
-                g.oldest = g.oldest.min(r.enqueued);
-                g.reqs.push(r);
-                if g.reqs.len() >= cfg.max_batch_size
-                    && let Some(g) = groups.remove(&key)
-                {
-                    flush(&compute, &shared, g, FlushReason::Size);
+        let mut next = match msg {
+            Ok(m) => Some(m),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => Some(Msg::Shutdown),
+        };
+        // Take what is already queued (at most one channel's worth, so that due
+        // groups are never starved by a steady stream) before deciding what is
+        // due: under load the requests waiting in the channel join their groups
+        // instead of each group leaving half empty because its oldest request
+        // waited in the queue.
+        let mut drained = 0usize;
+        while let Some(m) = next {
+            match m {
+                Msg::Request(r) => p.add(r),
+                Msg::Shutdown => {
+                    p.flush_all();
+                    return;
                 }
             }
-            Ok(Msg::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
-                for (_, g) in groups.drain() {
-                    flush(&compute, &shared, g, FlushReason::Shutdown);
-                }
-                return;
+            drained += 1;
+            if drained > shared.config.channel_size {
+                break;
             }
-            Err(RecvTimeoutError::Timeout) => {}
+            next = match rx.try_recv() {
+                Ok(m) => Some(m),
+                Err(TryRecvError::Empty) => None,
+                Err(TryRecvError::Disconnected) => Some(Msg::Shutdown),
+            };
         }
-        let now = Instant::now();
-        let due: Vec<coalesce::Key> =
-            groups.iter().filter(|(_, g)| g.oldest + cfg.max_wait <= now).map(|(k, _)| *k).collect();
-        for k in due {
-            if let Some(g) = groups.remove(&k) {
-                flush(&compute, &shared, g, FlushReason::Timeout);
-            }
-        }
+        p.flush_due();
     }
 }
 
