@@ -72,10 +72,10 @@ fn existing(root: &Path) -> Vec<PathBuf> {
         if let Ok(rd) = std::fs::read_dir(&dir) {
             for e in rd.flatten() {
                 let p = e.path();
-                if p.extension().is_some_and(|x| x == "ptx") {
-                    if let Ok(rel) = p.strip_prefix(root) {
-                        v.push(rel.to_path_buf());
-                    }
+                if p.extension().is_some_and(|x| x == "ptx")
+                    && let Ok(rel) = p.strip_prefix(root)
+                {
+                    v.push(rel.to_path_buf());
                 }
             }
         }

@@ -58,10 +58,7 @@ pub(crate) fn open(ordinal: u32) -> Result<Arc<Device>> {
     }
     let ctx = CudaContext::new(ordinal as usize)
         .map_err(|e| unavailable(format!("no usable CUDA device {ordinal}: {}", super::error::message(e))))?;
-    // SAFETY: each device has exactly one stream, shared by every backend on it, so
-    // all work on its buffers is ordered by that stream; cudarc's cross-stream
-    // event tracking is unneeded (and costs two events per allocation).
-    unsafe { ctx.disable_event_tracking() };
+    driver::single_stream(&ctx);
     let stream = ctx.new_stream().map_err(|e| driver::err("open", e))?;
     let cc = ctx.compute_capability().map_err(|e| driver::err("open", e))?;
     let target = Target::for_compute_capability(cc.0, cc.1).ok_or_else(|| {

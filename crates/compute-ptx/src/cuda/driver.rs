@@ -29,6 +29,15 @@ pub(crate) fn driver_version() -> Result<i32> {
     Ok(v)
 }
 
+/// Turns off cudarc's cross-stream event tracking for buffers allocated from
+/// now on: each device has exactly one stream here, which orders all work.
+pub(crate) fn single_stream(ctx: &CudaContext) {
+    // SAFETY: every device is driven through exactly one stream, shared by every
+    // backend on it, so all work on its buffers is ordered by that stream; the
+    // tracking (two events per allocation) would only add cost.
+    unsafe { ctx.disable_event_tracking() };
+}
+
 /// Keeps freed device memory in the stream-ordered pool instead of returning it
 /// at every synchronisation (release threshold = max): allocations after the
 /// first are then a few microseconds. Best effort.

@@ -2,23 +2,26 @@
 //!
 //! Each block computes a `BM × BN` tile of `C`; each thread a `TM × TN` block
 //! of it, as `TM/4 × TN/4` sub-blocks of 4×4 spread `4·TY` rows and `4·TX`
-//! columns apart (so a warp's shared-memory reads are broadcasts or
-//! consecutive 16-byte words: no bank conflicts). `A` and `B` tiles of depth
-//! `BK` are double-buffered in shared memory, stored `k`-major (`As[k][m]`,
-//! `Bs[k][n]`, rows padded by 4 floats so the transposing stores of a
-//! `k`-contiguous operand do not conflict). The next tile's global loads
-//! (`ld.global.nc.v4`, one 16-byte load per slot) are issued before the
-//! current tile's `BK·TM·TN` `fma`s and stored after them: one barrier per
-//! tile. Edges (any `m`, `k`, `n`) fall back to predicated scalar loads with
-//! zero fill, and to scalar stores; a `float4` path needs the contiguous
-//! dimension to be a multiple of 4. Blocks are visited in groups of
-//! `group_m` tile-rows for L2 reuse. The transposes are compile-time
-//! variants: `nn`, `nt`, `tn`, `tt` (`t`: that operand is stored transposed).
+//! columns apart, with each warp's threads laid out as a 4×8 tile, so a warp's
+//! shared-memory fragment reads touch 4 and 8 distinct `float4`s (broadcasts,
+//! no bank conflicts). `A` and `B` tiles of depth `BK` are double-buffered in
+//! shared memory, stored `k`-major (`As[k][m]`, `Bs[k][n]`, rows padded by 4
+//! floats so the transposing stores of a `k`-contiguous operand do not
+//! conflict). The operand whose rows already run along m/n (`A` transposed,
+//! `B` not) is copied with `cp.async` straight into the next stage; the other
+//! is loaded into registers (`ld.global.nc.v4`) before the current tile's
+//! `BK·TM·TN` `fma`s and stored, transposed, after them: one barrier per tile.
+//! Edges (any `m`, `k`, `n`) fall back to predicated scalar loads (or 4-byte
+//! `cp.async` with zero fill), and to scalar stores; a `float4` path needs the
+//! contiguous dimension to be a multiple of 4. Blocks are visited in groups of
+//! `group_m` tile-rows for L2 reuse. The transposes are compile-time variants:
+//! `nn`, `nt`, `tn`, `tt` (`t`: that operand is stored transposed).
 
 use crate::builder::{BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Pred, Reg, Src, Target, U32, U64};
 
 /// Shape of the register-blocked kernel. [`SimtConfig::default`] is the
-/// checked-in one; other shapes are for tuning.
+/// checked-in one (the fastest measured on an H200, see `docs/ptx.md`); other
+/// shapes are for tuning and tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SimtConfig {
     /// Rows of `C` per block.
