@@ -25,6 +25,7 @@ struct Params {
 }
 
 const WG: u32 = 256u;
+// vec4s per invocation (`binary` is unrolled for exactly 4).
 const PER: u32 = 4u;
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -112,19 +113,33 @@ fn tiny(v: vec4<f32>) -> vec4<bool> {
 
 // s · v, also for subnormal v.
 fn scale(v: vec4<f32>, s: f32) -> vec4<f32> {
-    return select(v * s, (up(v) * s) * DOWN, tiny(v));
+    let t = tiny(v);
+    if (!any(t)) {
+        return v * s;
+    }
+    return select(v * s, (up(v) * s) * DOWN, t);
 }
 
 fn binary_op(u: vec4<f32>, v: vec4<f32>) -> vec4<f32> {
+    // The exact path only where a lane has a subnormal (or zero) operand: a rare,
+    // per-invocation branch, so the common case stays three loads' worth of work.
+    let tu = tiny(u);
+    let tv = tiny(v);
+    if (!any(tu | tv)) {
+        switch OP {
+            case 0u: { return u + v; }
+            case 1u: { return u - v; }
+            default: { return u * v; }
+        }
+    }
     switch OP {
-        case 0u: { return select(u + v, (up(u) + up(v)) * DOWN, tiny(u) & tiny(v)); }
-        case 1u: { return select(u - v, (up(u) - up(v)) * DOWN, tiny(u) & tiny(v)); }
+        case 0u: { return select(u + v, (up(u) + up(v)) * DOWN, tu & tv); }
+        case 1u: { return select(u - v, (up(u) - up(v)) * DOWN, tu & tv); }
         default: {
             // At most one subnormal factor matters: two make an underflow anyway.
-            let w = select(u, up(u), tiny(u));
-            let z = select(v, up(v), tiny(v) & !tiny(u));
-            let scaled = tiny(u) | tiny(v);
-            return select(u * v, (w * z) * DOWN, scaled);
+            let w = select(u, up(u), tu);
+            let z = select(v, up(v), tv & !tu);
+            return select(u * v, (w * z) * DOWN, tu | tv);
         }
     }
 }
@@ -159,6 +174,9 @@ fn unary(
     }
 }
 
+// Unrolled by hand (no private arrays): with the subnormal path inlined, a
+// loop over arrays as in `unary` may stay a loop, and its arrays then live in
+// local memory.
 @compute @workgroup_size(256)
 fn binary(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -166,20 +184,44 @@ fn binary(
     @builtin(local_invocation_index) lid: u32,
 ) {
     let n4 = (p.len + 3u) / 4u;
-    let base = (wid.x + wid.y * nwg.x) * (WG * PER) + lid;
-    var u: array<vec4<f32>, PER>;
-    var v: array<vec4<f32>, PER>;
-    for (var i = 0u; i < PER; i++) {
-        let j = base + i * WG;
-        if (j < n4) {
-            u[i] = x[j];
-            v[i] = b[j];
-        }
+    let j0 = (wid.x + wid.y * nwg.x) * (WG * PER) + lid;
+    let j1 = j0 + WG;
+    let j2 = j1 + WG;
+    let j3 = j2 + WG;
+    var u0 = vec4<f32>(0.0);
+    var v0 = vec4<f32>(0.0);
+    var u1 = vec4<f32>(0.0);
+    var v1 = vec4<f32>(0.0);
+    var u2 = vec4<f32>(0.0);
+    var v2 = vec4<f32>(0.0);
+    var u3 = vec4<f32>(0.0);
+    var v3 = vec4<f32>(0.0);
+    if (j0 < n4) {
+        u0 = x[j0];
+        v0 = b[j0];
     }
-    for (var i = 0u; i < PER; i++) {
-        let j = base + i * WG;
-        if (j < n4) {
-            y[j] = binary_op(u[i], v[i]);
-        }
+    if (j1 < n4) {
+        u1 = x[j1];
+        v1 = b[j1];
+    }
+    if (j2 < n4) {
+        u2 = x[j2];
+        v2 = b[j2];
+    }
+    if (j3 < n4) {
+        u3 = x[j3];
+        v3 = b[j3];
+    }
+    if (j0 < n4) {
+        y[j0] = binary_op(u0, v0);
+    }
+    if (j1 < n4) {
+        y[j1] = binary_op(u1, v1);
+    }
+    if (j2 < n4) {
+        y[j2] = binary_op(u2, v2);
+    }
+    if (j3 < n4) {
+        y[j3] = binary_op(u3, v3);
     }
 }

@@ -11,6 +11,9 @@
 //!   benchmark (release, `--features cuda`) into `.gpu/ptx/` with a `run.sh`
 //!   that runs the conformance suite (large), the GPU tests,
 //!   `compute-sanitizer` memcheck and racecheck, and the benchmarks there.
+//!
+//! `XTASK_ROOT` overrides the workspace root (for running this module from
+//! another crate).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,8 +1,9 @@
 //! Memory-bound kernels against the machine's own bandwidth, measured in the
 //! same run: every op is timed interleaved with its peer (copy =
 //! `out.copy_from_slice(x)` split over the threads, or a pure streaming read
-//! for reductions) and the ratio of achieved bandwidths (bytes read + written,
-//! from `Op::cost`) is printed with the medians.
+//! for reductions). `ratio` is the ratio of achieved bandwidths (bytes read +
+//! written, from `Op::cost`) from the two medians; `pairs` is the median of
+//! the same ratio taken per adjacent pair, which is steadier on a busy machine.
 //!
 //! ```text
 //! cargo run --release -p compute-simd --example kernels_bandwidth -- [len_in_units_of_2^20] [reps] [isa...]
@@ -43,26 +44,30 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Times `a` and `b` alternately `reps` times (after one warm-up each) and
-/// returns their median seconds.
-fn time_pair(mut a: impl FnMut(), mut b: impl FnMut(), reps: usize) -> (f64, f64) {
+/// returns their median seconds and the median of the per-pair ratios
+/// `time(b) / time(a)`, which load arriving mid-run disturbs least.
+fn time_pair(mut a: impl FnMut(), mut b: impl FnMut(), reps: usize) -> (f64, f64, f64) {
     a();
     b();
-    let (mut ta, mut tb) = (Vec::new(), Vec::new());
+    let (mut ta, mut tb, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..reps {
-        let one = |f: &mut dyn FnMut(), t: &mut Vec<f64>| {
+        let one = |f: &mut dyn FnMut()| {
             let start = Instant::now();
             f();
-            t.push(start.elapsed().as_secs_f64());
+            start.elapsed().as_secs_f64()
         };
-        if i % 2 == 0 {
-            one(&mut a, &mut ta);
-            one(&mut b, &mut tb);
+        let (x, y) = if i % 2 == 0 {
+            let x = one(&mut a);
+            (x, one(&mut b))
         } else {
-            one(&mut b, &mut tb);
-            one(&mut a, &mut ta);
-        }
+            let y = one(&mut b);
+            (one(&mut a), y)
+        };
+        ta.push(x);
+        tb.push(y);
+        ratios.push(y / x);
     }
-    (median(ta), median(tb))
+    (median(ta), median(tb), median(ratios))
 }
 
 /// One-thread time against two-halves-on-two-threads time, per size.
@@ -270,7 +275,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
             let chunk = len.div_ceil(threads);
             println!("\n{} ({threads} thread{})", backend.device_name(), if threads > 1 { "s" } else { "" });
-            println!("{:<12} {:>9} {:>9} {:>9} {:>7}", "op", "GB/s", "peer", "peer GB/s", "ratio");
+            println!("{:<12} {:>9} {:>9} {:>9} {:>7} {:>7}", "op", "GB/s", "peer", "peer GB/s", "ratio", "pairs");
             for op in &ops {
                 let inputs: Vec<&[f32]> = match op {
                     Op::Binary { .. } | Op::Dot { .. } => vec![&x, &y],
@@ -281,7 +286,7 @@ fn main() -> Result<(), Box<dyn Error>> {
                 let bytes = op.cost().bytes() as f64;
                 let reduction = matches!(op, Op::Reduce { .. } | Op::Dot { .. });
                 let mut failed = None;
-                let (t_op, t_peer, peer, peer_bytes) = if reduction {
+                let (t_op, t_peer, pair_ratio, peer, peer_bytes) = if reduction {
                     let mut o = [0.0f32];
                     let run = || {
                         if let Err(e) = backend.run(op, &inputs, &mut o) {
@@ -305,8 +310,8 @@ fn main() -> Result<(), Box<dyn Error>> {
                         });
                         black_box(s);
                     };
-                    let (a, b) = time_pair(run, read, reps);
-                    (a, b, "read", 4.0 * len as f64)
+                    let (a, b, r) = time_pair(run, read, reps);
+                    (a, b, r, "read", 4.0 * len as f64)
                 } else {
                     let run = || {
                         if let Err(e) = backend.run(op, &inputs, &mut out) {
@@ -320,14 +325,15 @@ fn main() -> Result<(), Box<dyn Error>> {
                         });
                         black_box(&out2);
                     };
-                    let (a, b) = time_pair(run, copy, reps);
-                    (a, b, "copy", 8.0 * len as f64)
+                    let (a, b, r) = time_pair(run, copy, reps);
+                    (a, b, r, "copy", 8.0 * len as f64)
                 };
                 if let Some(e) = failed {
                     return Err(e.into());
                 }
                 let (gbs, peer_gbs) = (bytes / t_op / 1e9, peer_bytes / t_peer / 1e9);
-                println!("{:<12} {:>9.1} {:>9} {:>9.1} {:>7.2}", op.name(), gbs, peer, peer_gbs, gbs / peer_gbs);
+                let ratio = pair_ratio * bytes / peer_bytes;
+                println!("{:<12} {:>9.1} {:>9} {:>9.1} {:>7.2} {:>7.2}", op.name(), gbs, peer, peer_gbs, gbs / peer_gbs, ratio);
             }
         }
     }

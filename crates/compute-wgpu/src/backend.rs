@@ -282,11 +282,8 @@ impl Backend for WgpuBackend {
         }
         self.check_limits(op)?;
         let read = self.start_host(op, inputs, layout.output)?;
-        // Read into a scratch vector first: nothing partial reaches `output` on error.
-        let mut tmp = vec![0.0f32; output.len()];
-        read.wait_into(&mut tmp)?;
-        output.copy_from_slice(&tmp);
-        Ok(())
+        // Writes `output` only once the result is mapped on the host: all or nothing.
+        read.wait_into(output)
     }
 
     /// A new tensor from a reused buffer. Small data is queued with
@@ -336,10 +333,7 @@ impl Backend for WgpuBackend {
         }
         let g = self.storage(tensor, "download")?;
         let read = encode::submit_and_read(&self.ctx, Vec::new(), g.buffer(), tensor.len(), "download")?;
-        let mut tmp = vec![0.0f32; out.len()];
-        read.wait_into(&mut tmp)?;
-        out.copy_from_slice(&tmp);
-        Ok(())
+        read.wait_into(out)
     }
 
     /// Records `op` and submits it; returns without waiting.
@@ -361,8 +355,29 @@ impl Backend for WgpuBackend {
     fn synchronize(&self) -> Result<()> {
         self.ctx.check_alive()?;
         #[cfg(not(target_arch = "wasm32"))]
-        self.ctx.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| errors::from_poll("synchronize", e))?;
+        crate::completion::wait_for(&self.ctx, None, "synchronize")?;
         self.ctx.check_alive()?;
         self.ctx.take_uncaptured("synchronize")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn is_send<T: Send>(_: &T) -> bool {
+        true
+    }
+
+    #[test]
+    fn futures_are_send_so_multithreaded_executors_can_run_them() {
+        // Never polled: only their types matter (no device needed).
+        assert!(is_send(&WgpuBackend::new_async()));
+        assert!(is_send(&WgpuBackend::new_async_with(DeviceOptions::default())));
+        fn readback_is_send(r: Readback) -> bool {
+            is_send(&r)
+        }
+        let _ = readback_is_send;
+        assert!(sync_available());
     }
 }

@@ -55,6 +55,103 @@ impl<T> Signal<T> {
     }
 }
 
+/// Serialises opening a device with waiting on one, process-wide: opening takes
+/// it exclusively, each bounded wait shares it.
+///
+/// Observed on an H200 (NVIDIA 580.159, Vulkan): tests that open a second device
+/// while other threads wait on theirs hung when run in parallel in one process,
+/// and passed one at a time (the conformance suite, which opens all its devices
+/// before any wait, passed in parallel). Cause not established; this guard keeps
+/// device creation from overlapping a wait inside the driver. Costs nothing
+/// measurable: waits are bounded slices and devices are opened rarely.
+static DRIVER: Mutex<Driver> = Mutex::new(Driver { opening: false, queued: 0, waiting: 0 });
+static DRIVER_CHANGED: Condvar = Condvar::new();
+
+/// Who is inside the driver: one opener, or any number of waiters.
+#[derive(Debug)]
+struct Driver {
+    opening: bool,
+    /// Openers waiting for their turn (new waits hold back for them).
+    queued: usize,
+    waiting: usize,
+}
+
+/// Exclusive hold of [`DRIVER`] while a device is opened; released on drop.
+/// Holds no lock guard itself, so futures that keep it stay `Send`.
+#[derive(Debug)]
+pub(crate) struct Opening(());
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        if let Ok(mut d) = DRIVER.lock() {
+            d.opening = false;
+        }
+        DRIVER_CHANGED.notify_all();
+    }
+}
+
+/// Waits until no device is being opened and no wait is in progress, then holds [`DRIVER`].
+pub(crate) fn opening() -> Opening {
+    if let Ok(mut d) = DRIVER.lock() {
+        d.queued += 1;
+        while d.opening || d.waiting > 0 {
+            match DRIVER_CHANGED.wait(d) {
+                Ok(g) => d = g,
+                Err(_) => return Opening(()),
+            }
+        }
+        d.queued -= 1;
+        d.opening = true;
+    }
+    Opening(())
+}
+
+/// Waits on the device for at most `slice` (for `index`, or the latest
+/// submission), sharing [`DRIVER`] meanwhile. Native only.
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) fn wait_slice(
+    device: &wgpu::Device,
+    index: Option<wgpu::SubmissionIndex>,
+    slice: std::time::Duration,
+) -> Result<wgpu::PollStatus, wgpu::PollError> {
+    if let Ok(mut d) = DRIVER.lock() {
+        while d.opening || d.queued > 0 {
+            match DRIVER_CHANGED.wait(d) {
+                Ok(g) => d = g,
+                // Poisoned: skip the bookkeeping; the wait below is bounded anyway.
+                Err(_) => return device.poll(wgpu::PollType::Wait { submission_index: index, timeout: Some(slice) }),
+            }
+        }
+        d.waiting += 1;
+    }
+    let r = device.poll(wgpu::PollType::Wait { submission_index: index, timeout: Some(slice) });
+    if let Ok(mut d) = DRIVER.lock() {
+        d.waiting = d.waiting.saturating_sub(1);
+    }
+    DRIVER_CHANGED.notify_all();
+    r
+}
+
+/// Blocks until submission `index` (or the latest one) has finished, in slices
+/// of at most 100 ms (checking for a lost device between them). Native only.
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) fn wait_for(
+    ctx: &crate::context::Context,
+    index: Option<wgpu::SubmissionIndex>,
+    op: &'static str,
+) -> compute_core::Result<()> {
+    loop {
+        match wait_slice(&ctx.device, index.clone(), std::time::Duration::from_millis(100)) {
+            Ok(_) => return Ok(()),
+            Err(wgpu::PollError::Timeout) => ctx.check_alive()?,
+            Err(e) => return Err(crate::errors::from_poll(op, e)),
+        }
+    }
+}
+
+/// Longest single wait of the poller thread inside the driver.
+const POLL_SLICE: std::time::Duration = std::time::Duration::from_millis(5);
+
 #[derive(Debug, Default)]
 struct PollerState {
     waiting: AtomicUsize,
@@ -117,8 +214,9 @@ impl Poller {
                     }
                     continue;
                 }
-                // Blocks until the latest submission finishes; fires map and done callbacks.
-                let _ = device.poll(wgpu::PollType::wait_indefinitely());
+                // Waits (at most a few ms at a time, so the thread never sits in the
+                // driver indefinitely) for the latest submission; fires map and done callbacks.
+                let _ = wait_slice(&device, None, POLL_SLICE);
                 // The futures just completed drop their `Waiting` once polled; give them a moment.
                 if let Ok(g) = state.lock.lock() {
                     let _unused = state.cv.wait_timeout(g, std::time::Duration::from_micros(200));

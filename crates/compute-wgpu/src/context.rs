@@ -32,15 +32,9 @@ pub struct AdapterReport {
 
 impl std::fmt::Display for AdapterReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} ({}, {}, driver {}; max binding {} MiB)",
-            self.name,
-            self.api,
-            self.device_type,
-            self.driver,
-            self.max_binding_bytes >> 20
-        )
+        let b = self.max_binding_bytes;
+        let binding = if b >= 1 << 20 { format!("{} MiB", b >> 20) } else { format!("{} KiB", b >> 10) };
+        write!(f, "{} ({}, {}, driver {}; max binding {binding})", self.name, self.api, self.device_type, self.driver)
     }
 }
 
@@ -129,6 +123,9 @@ impl Context {
         if wgpu::Instance::enabled_backend_features().is_empty() {
             return Err(errors::unavailable("no wgpu backend is compiled in for this target"));
         }
+        // Not across an await in the browser (single-threaded there anyway).
+        #[cfg(not(target_arch = "wasm32"))]
+        let _exclusive = crate::completion::opening();
         let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
         desc.backends = options.backends();
         desc.flags = wgpu::InstanceFlags::empty().with_env();

@@ -258,17 +258,15 @@ impl Readback {
             ));
         }
         #[cfg(not(target_arch = "wasm32"))]
-        self.ctx
-            .device
-            .poll(wgpu::PollType::Wait { submission_index: Some(self.index.clone()), timeout: None })
-            .map_err(|e| errors::from_poll(self.op, e))?;
+        crate::completion::wait_for(&self.ctx, Some(self.index.clone()), self.op)?;
         self.ctx.check_alive()?;
+        // Errors first: `out` is written only by a call that succeeds.
+        self.ctx.take_uncaptured(self.op)?;
         let mapped = self
             .signal
             .take()
             .ok_or_else(|| errors::driver(self.op, "the device finished but the staging buffer was not mapped"))?;
-        self.finish(mapped, out)?;
-        self.ctx.take_uncaptured(self.op)
+        self.finish(mapped, out)
     }
 }
 
@@ -279,7 +277,7 @@ impl Future for Readback {
         if let Some(mapped) = self.signal.poll(cx.waker()) {
             self.waiting = None;
             let mut out = vec![0.0f32; self.len];
-            let result = self.finish(mapped, &mut out).and_then(|()| self.ctx.take_uncaptured(self.op));
+            let result = self.ctx.take_uncaptured(self.op).and_then(|()| self.finish(mapped, &mut out));
             return Poll::Ready(result.map(|()| out));
         }
         if self.waiting.is_none() {

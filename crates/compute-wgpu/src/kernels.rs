@@ -260,7 +260,11 @@ mod tests {
         assert!(!Kernel::Unary(0).unchecked());
         let small = Kernel::Matmul { tiles: MatmulKernel::Small, ta: false, tb: true, checked: true };
         let scalar = Kernel::Matmul { tiles: MatmulKernel::Scalar, ta: false, tb: false, checked: false };
-        for k in [Kernel::Unary(0), Kernel::ReduceFinish(0), Kernel::LayerNorm, Kernel::Conv2d, mm, small, scalar] {
+        let rows = [Kernel::Softmax(1), Kernel::LayerNorm, Kernel::RmsNorm];
+        for k in [Kernel::Unary(0), Kernel::Binary(2), Kernel::ReduceFinish(0), Kernel::Conv2d, mm, small, scalar]
+            .into_iter()
+            .chain(rows)
+        {
             assert!(k.module().source().contains(&format!("fn {}(", k.entry())), "{k:?}");
         }
     }

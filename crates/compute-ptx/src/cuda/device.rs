@@ -96,8 +96,9 @@ impl Device {
         })?;
         let smem = matches!(id, KernelId::Rows(_, RowShape::Block)).then_some(BLOCK_CACHE_BYTES);
         let f = Arc::new(driver::load(&self.ctx, &kernel, smem)?);
-        lock(&self.kernels).insert(id, f.clone());
-        Ok(f)
+        // Another thread may have loaded it meanwhile: keep the first (it may
+        // already be queued); ours, never launched, is unloaded on drop.
+        Ok(lock(&self.kernels).entry(id).or_insert(f).clone())
     }
 
     /// Runs `f` with the staging buffer (allocated on first use), holding it

@@ -265,8 +265,7 @@ fn pass_a(b: &mut KernelBuilder, c: &Ctx, vec: bool) -> Vec<Reg<F32>> {
                 let sc = exp_or_one(b, st[0], mn);
                 let mut s = b.mul(st[1], sc);
                 for &x in v {
-                    let dx = b.sub(x, mn);
-                    let e = math::exp(b, dx);
+                    let e = exp_or_one(b, x, mn);
                     s = b.add(s, e);
                 }
                 b.assign(st[0], mn);
