@@ -191,11 +191,11 @@ fn memory_rows(backend: &SimdBackend, pool: &rayon::ThreadPool, t: usize, quick:
     }
     // Reductions against a pure streaming read (8 independent accumulators).
     let mut read = || {
-        pool.install(|| {
+        let total = pool.install(|| {
             x.par_chunks(chunk)
                 .map(|c| {
                     let mut acc = [0.0f32; 16];
-                    for v in c.chunks_exact(16) {
+                    for v in black_box(c).chunks_exact(16) {
                         for (a, &b) in acc.iter_mut().zip(v) {
                             *a += b;
                         }
@@ -204,7 +204,7 @@ fn memory_rows(backend: &SimdBackend, pool: &rayon::ThreadPool, t: usize, quick:
                 })
                 .sum::<f32>()
         });
-        black_box(());
+        black_box(total);
     };
     for op in [Op::Reduce { op: ReduceOp::Sum, len }, Op::Dot { len }, Op::Reduce { op: ReduceOp::Max, len }] {
         let inputs: Vec<&[f32]> = if matches!(op, Op::Dot { .. }) { vec![&x, &y] } else { vec![&x] };

@@ -333,7 +333,15 @@ fn main() -> Result<(), Box<dyn Error>> {
                 }
                 let (gbs, peer_gbs) = (bytes / t_op / 1e9, peer_bytes / t_peer / 1e9);
                 let ratio = pair_ratio * bytes / peer_bytes;
-                println!("{:<12} {:>9.1} {:>9} {:>9.1} {:>7.2} {:>7.2}", op.name(), gbs, peer, peer_gbs, gbs / peer_gbs, ratio);
+                println!(
+                    "{:<12} {:>9.1} {:>9} {:>9.1} {:>7.2} {:>7.2}",
+                    op.name(),
+                    gbs,
+                    peer,
+                    peer_gbs,
+                    gbs / peer_gbs,
+                    ratio
+                );
             }
         }
     }

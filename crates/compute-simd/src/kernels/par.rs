@@ -1,13 +1,16 @@
 //! Splitting element-wise work and reductions across the current rayon pool.
 //!
 //! Work goes parallel only above a size threshold and when the pool in scope
-//! has more than one thread; it is cut into [`PAR_CHUNK`]-element pieces that
-//! rayon's work stealing balances. Reductions of more than `min_len` elements
-//! are always cut into the same pieces, on one thread or many, so their result
-//! does not depend on the thread count.
+//! has more than one thread; it is cut into pieces of [`PAR_CHUNK`] elements
+//! that rayon's work stealing balances (element-wise work just above the
+//! threshold gets smaller pieces, one per thread, so it splits at all).
+//! Reductions of more than `min_len` elements are always cut into the same
+//! `PAR_CHUNK` pieces, on one thread or many, so their result does not depend
+//! on the thread count.
 
 use rayon::prelude::*;
 
+use crate::simd::LANES;
 use crate::tuning::PAR_CHUNK;
 
 /// Whether `len` elements are worth spreading over the current pool.
@@ -16,11 +19,19 @@ pub fn worth_splitting(len: usize, min_len: usize) -> bool {
     len >= min_len && rayon::current_num_threads() > 1
 }
 
+/// Piece length for splitting `len` elements of element-wise work over the
+/// current pool: [`PAR_CHUNK`], or less so that every thread gets a piece (a
+/// multiple of 16 elements, so pieces keep the base's 64-byte alignment).
+pub fn piece_len(len: usize) -> usize {
+    len.div_ceil(rayon::current_num_threads().max(1)).next_multiple_of(LANES).clamp(LANES, PAR_CHUNK)
+}
+
 /// Runs `f(x_piece, out_piece)` over matching pieces of `x` and `out`, in
 /// parallel above `min_len` elements. Costs one rayon task per piece.
 pub fn zip1(x: &[f32], out: &mut [f32], min_len: usize, f: impl Fn(&[f32], &mut [f32]) + Sync) {
     if worth_splitting(out.len(), min_len) {
-        out.par_chunks_mut(PAR_CHUNK).zip(x.par_chunks(PAR_CHUNK)).for_each(|(o, x)| f(x, o));
+        let p = piece_len(out.len());
+        out.par_chunks_mut(p).zip(x.par_chunks(p)).for_each(|(o, x)| f(x, o));
     } else {
         f(x, out);
     }
@@ -30,10 +41,8 @@ pub fn zip1(x: &[f32], out: &mut [f32], min_len: usize, f: impl Fn(&[f32], &mut 
 /// above `min_len` elements.
 pub fn zip2(a: &[f32], b: &[f32], out: &mut [f32], min_len: usize, f: impl Fn(&[f32], &[f32], &mut [f32]) + Sync) {
     if worth_splitting(out.len(), min_len) {
-        out.par_chunks_mut(PAR_CHUNK)
-            .zip(a.par_chunks(PAR_CHUNK))
-            .zip(b.par_chunks(PAR_CHUNK))
-            .for_each(|((o, a), b)| f(a, b, o));
+        let p = piece_len(out.len());
+        out.par_chunks_mut(p).zip(a.par_chunks(p)).zip(b.par_chunks(p)).for_each(|((o, a), b)| f(a, b, o));
     } else {
         f(a, b, out);
     }

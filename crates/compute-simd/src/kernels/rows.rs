@@ -1,7 +1,8 @@
 //! Row-wise ops: softmax, log_softmax, layer_norm, rms_norm. Each row is
 //! handled by one task in a few vectorised passes that stay in cache for rows
 //! up to L2 size; rows are spread over the pool (several rows per task, about
-//! [`PAR_CHUNK`] elements) above [`PAR_ROWS_MIN`] elements in total. The pass
+//! [`PAR_CHUNK`] elements, at least one task per thread) above [`PAR_ROWS_MIN`]
+//! elements in total. The pass
 //! that writes the final output uses streaming stores from [`STREAM_MIN`]
 //! elements on.
 //!
@@ -45,7 +46,10 @@ pub fn run(isa: Isa, op: RowOp, rows: usize, cols: usize, inputs: &[&[f32]], out
     let stream = total >= STREAM_MIN;
     let task = |x: &[f32], out: &mut [f32]| dispatch(isa, Rows { op, cols, x, gamma, beta, out, stream });
     if rows > 1 && par::worth_splitting(total, PAR_ROWS_MIN) {
-        let piece = (PAR_CHUNK / cols).max(1) * cols;
+        // About PAR_CHUNK elements of whole rows per task, fewer rows when that
+        // would leave a thread without work.
+        let per_task = (PAR_CHUNK / cols).min(rows.div_ceil(rayon::current_num_threads().max(1))).max(1);
+        let piece = per_task * cols;
         out.par_chunks_mut(piece).zip(x.par_chunks(piece)).for_each(|(o, x)| task(x, o));
     } else {
         task(x, out);
