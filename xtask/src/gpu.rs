@@ -15,6 +15,9 @@ const DEBS: &[&str] = &["libvulkan1", "libegl1", "libglvnd0", "libopengl0", "lib
 /// Test binaries and the bench binary to build, with their features.
 const TESTS: &[(&str, &str)] = &[("compute-ptx", "cuda"), ("compute-wgpu", ""), ("dispatch", "gpu,cuda")];
 
+/// Test targets that exercise a GPU (unit tests, golden and emulator tests run everywhere and stay home).
+const GPU_TARGETS: &[&str] = &["conformance", "gpu", "async_overlap", "executor", "pool"];
+
 fn executables(json: &str) -> Vec<PathBuf> {
     json.lines()
         .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains("\"test\":true"))
@@ -30,6 +33,7 @@ fn executables(json: &str) -> Vec<PathBuf> {
 pub fn bundle(args: &[String]) -> Result<(), String> {
     let root = Path::new(".gpu");
     let bin = root.join("bin");
+    let _ = std::fs::remove_dir_all(&bin);
     std::fs::create_dir_all(&bin).map_err(|e| e.to_string())?;
     for (pkg, features) in TESTS {
         let mut cmd = cargo();
@@ -45,7 +49,11 @@ pub fn bundle(args: &[String]) -> Result<(), String> {
         for exe in executables(&String::from_utf8_lossy(&out.stdout)) {
             let name = exe.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             // Cargo names test binaries `<target>-<hash>`; keep the package in the name.
-            let dest = bin.join(format!("test-{pkg}-{}", name.rsplit_once('-').map_or(name.as_str(), |(n, _)| n)));
+            let target = name.rsplit_once('-').map_or(name.as_str(), |(n, _)| n);
+            if !GPU_TARGETS.contains(&target) {
+                continue;
+            }
+            let dest = bin.join(format!("test-{pkg}-{target}"));
             std::fs::copy(&exe, &dest).map_err(|e| format!("{}: {e}", exe.display()))?;
             let _ = Command::new("strip").arg(&dest).status();
         }

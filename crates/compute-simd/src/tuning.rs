@@ -39,3 +39,26 @@ pub const STREAM_MIN: usize = 1 << 20;
 
 /// Matrix products go parallel above this many multiply-adds (m·k·n).
 pub const PAR_GEMM_MIN_MACS: usize = 1 << 18;
+
+/// GEMM depth block: the `mr × kc` values of `A` of a tile (12 KiB) stay in L1
+/// while the micro-kernel sweeps the packed `kc × nc` block of `B` held in L2;
+/// a deep block also halves the passes over `C` (measured: 512 beats 256 and
+/// 384 by 2–5 % at 1024–2048).
+pub const GEMM_KC: usize = 512;
+
+/// GEMM row block: rows of a transposed `A` packed at once (`mc × kc`,
+/// L3-resident, reused across every column block). A row-major `A` is read in
+/// place and needs no row blocks.
+pub const GEMM_MC: usize = 1024;
+
+/// GEMM column block: columns of `B` packed at once (`kc × nc`, L2-resident).
+pub const GEMM_NC: usize = 512;
+
+/// GEMM with a transposed `B` (`n × k`, rows contiguous along the depth) and
+/// at most this many rows of `C` runs as dot products of rows, without packing.
+pub const GEMM_DOTS_MAX_M: usize = 16;
+
+/// GEMM with a row-major `B` and at most this many rows of `C` (per thread)
+/// reads `B` in place instead of packing it: with so few rows the copy costs
+/// more than the strided reads it saves.
+pub const GEMM_INPLACE_B_MAX_M: usize = 128;

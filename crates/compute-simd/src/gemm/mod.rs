@@ -1,12 +1,246 @@
-//! SGEMM: `C = op(A)·op(B)`.
-use crate::isa::Isa;
-use compute_core::{MatmulSpec, Op, reference};
+//! SGEMM: `C = op(A)·op(B)`, BLIS-style, with register-tiled micro-kernels
+//! per ISA (see [`kernel`]: AVX-512 6×64, AVX2+FMA 6×16, portable `wide`).
+//!
+//! Loops, outermost first: row blocks of [`GEMM_MC`] → depth blocks of
+//! [`GEMM_KC`] → column blocks of [`GEMM_NC`] (`B` packed into `nr`-column
+//! panels, L2-resident) → `mr × nr` register tiles, columns innermost, so the
+//! `mr` rows of `A` of a tile stay in L1 while the `B` panels stream past.
+//! A row-major `A` is read in place (broadcasts need no packing); a transposed
+//! one is packed into `mr`-row panels. Transposes are absorbed by the packing
+//! ([`pack`]), so all four transpose combinations run at about the same speed.
+//!
+//! Short products skip packing: with at most [`GEMM_INPLACE_B_MAX_M`] rows a
+//! row-major `B` is read in place (software-prefetched), with at most
+//! [`GEMM_DOTS_MAX_M`] rows a transposed `B` is used as rows of dot products,
+//! and a one-column product runs as a one-row product of the transposes.
+//!
+//! Above [`PAR_GEMM_MIN_MACS`] the columns (or, for narrow products, the rows)
+//! of `C` are split into one part per thread of the current rayon pool; each
+//! thread packs into its own reusable buffers. Many small products of a batch
+//! run one per task instead.
+//!
+//! Only `kernel.rs` contains `unsafe`.
 
-/// Computes the product described by `spec` into `c`. Shapes are validated by the caller.
-pub fn sgemm(_isa: Isa, spec: &MatmulSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
-    if let Ok(r) = reference::run(&Op::Matmul(*spec), &[a, b]) {
-        for (o, v) in c.iter_mut().zip(r.values) {
-            *o = v as f32;
+mod kernel;
+mod pack;
+#[cfg(test)]
+mod tests;
+
+use std::cell::RefCell;
+
+use compute_core::MatmulSpec;
+use rayon::prelude::*;
+
+use crate::isa::Isa;
+use crate::tuning::{GEMM_DOTS_MAX_M, GEMM_INPLACE_B_MAX_M, GEMM_KC, GEMM_MC, GEMM_NC, PAR_GEMM_MIN_MACS};
+use kernel::{Block, MatMut, PanelsA, PanelsB, Tile};
+use pack::Operands;
+
+/// Computes the product described by `spec` into `c` (overwriting it), on the
+/// kernel of `isa` (the portable one if this CPU lacks `isa`). Shapes are
+/// validated by the caller; a short slice only shortens the work.
+///
+/// Costs `2·batch·m·k·n` FLOPs, at close to the FMA peak of the ISA for large
+/// products, plus packing (one copy of `B`, and of a transposed `A`, per
+/// thread); uses every thread of the current rayon pool above
+/// [`PAR_GEMM_MIN_MACS`] multiply-adds. Allocates nothing per call beyond
+/// each thread's first packing buffers (kept for reuse, about
+/// `(GEMM_MC + GEMM_NC)·GEMM_KC` values) and a small list of parts.
+pub fn sgemm(isa: Isa, spec: &MatmulSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
+    let isa = if isa.is_supported() { isa } else { Isa::Portable };
+    let MatmulSpec { batch, m, k, n, trans_a, trans_b } = *spec;
+    let (sa, sb, sc) = (m.saturating_mul(k), k.saturating_mul(n), m.saturating_mul(n));
+    if batch == 0 || sc == 0 {
+        return;
+    }
+    if k == 0 {
+        c.iter_mut().take(batch.saturating_mul(sc)).for_each(|x| *x = 0.0);
+        return;
+    }
+    let operands = |a, b| Operands { a, b, m, k, n, trans_a, trans_b };
+    let threads = rayon::current_num_threads().max(1);
+    let macs = sc.saturating_mul(k);
+    if threads > 1 && batch > 1 && macs < PAR_GEMM_MIN_MACS && macs.saturating_mul(batch) >= PAR_GEMM_MIN_MACS {
+        // Many small products: one task per product.
+        a.par_chunks_exact(sa).zip(b.par_chunks_exact(sb)).zip(c.par_chunks_exact_mut(sc)).take(batch).for_each(
+            |((a, b), c)| product(isa, &operands(a, b), c, 1),
+        );
+    } else {
+        for ((a, b), c) in a.chunks_exact(sa).zip(b.chunks_exact(sb)).zip(c.chunks_exact_mut(sc)).take(batch) {
+            product(isa, &operands(a, b), c, threads);
         }
+    }
+}
+
+/// One product into `c` (`m×n`), split across up to `threads` threads.
+fn product(isa: Isa, op: &Operands<'_>, c: &mut [f32], threads: usize) {
+    let op = &normalized(op);
+    let (m, n, k) = (op.m, op.n, op.k);
+    let macs = m.saturating_mul(k).saturating_mul(n);
+    let threads = if macs < PAR_GEMM_MIN_MACS { 1 } else { threads };
+    let Some(view) = MatMut::new(c, m, n, n) else {
+        return;
+    };
+    // Few rows times a transposed B: dot products along the contiguous depth
+    // beat transposing all of B into panels.
+    let dots = op.trans_b && m <= GEMM_DOTS_MAX_M;
+    let a_rows = if dots && op.trans_a { transposed(op.a, k, m) } else { Vec::new() };
+    let x = if dots && op.trans_a { &a_rows[..] } else { op.a };
+    let run = |(i0, j0): (usize, usize), mut part: MatMut<'_>| {
+        if dots {
+            let x = x.get(i0 * k..).unwrap_or_default();
+            kernel::dots(isa, k, (x, k), (op.b.get(j0 * k..).unwrap_or_default(), k), &mut part);
+        } else {
+            compute(isa, op, (i0, j0), part);
+        }
+    };
+    if threads <= 1 {
+        run((0, 0), view);
+        return;
+    }
+    let t = kernel::tile(isa);
+    let (row_unit, col_unit) = if dots { (1, 8) } else { (t.mr, t.nr) };
+    let (row_units, col_units) = (m.div_ceil(row_unit), n.div_ceil(col_unit));
+    // Columns first: each thread then packs only its own part of B.
+    let by_cols = col_units >= 2 * threads;
+    let mut parts = Vec::with_capacity(threads);
+    let mut rest = view;
+    if by_cols {
+        let cols = col_units.div_ceil(threads) * col_unit;
+        let mut j0 = 0;
+        while rest.cols() > 0 {
+            let (part, tail) = rest.split_cols(cols);
+            parts.push(((0, j0), part));
+            j0 += cols;
+            rest = tail;
+        }
+    } else {
+        let rows = row_units.div_ceil(threads) * row_unit;
+        let mut i0 = 0;
+        while rest.rows() > 0 {
+            let (part, tail) = rest.split_rows(rows);
+            parts.push(((i0, 0), part));
+            i0 += rows;
+            rest = tail;
+        }
+    }
+    parts.into_par_iter().for_each(|(origin, part)| run(origin, part));
+}
+
+/// The `cols × rows` transpose of the row-major `rows × cols` matrix `a`.
+/// Costs one pass over `a` and an allocation.
+fn transposed(a: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut t = vec![0.0; rows * cols];
+    for (r, row) in a.chunks_exact(cols).take(rows).enumerate() {
+        for (x, &v) in t.iter_mut().skip(r).step_by(rows).zip(row) {
+            *x = v;
+        }
+    }
+    t
+}
+
+/// The same product in its cheapest form: a one-row `op(A)` or one-column
+/// `op(B)` reads the same either way, and a one-column product is computed as
+/// the one-row product `Cᵀ = op(B)ᵀ·op(A)ᵀ` (same memory for `C`).
+fn normalized<'a>(op: &Operands<'a>) -> Operands<'a> {
+    let mut op = *op;
+    op.trans_a &= op.m > 1;
+    op.trans_b &= op.n > 1;
+    if op.n == 1 && op.m > 1 {
+        op = Operands { a: op.b, b: op.a, m: 1, k: op.k, n: op.m, trans_a: false, trans_b: !op.trans_a };
+    }
+    op
+}
+
+/// The block of `C = op(A)·op(B)` at `origin` (row, column) into the view `c`, on one thread.
+fn compute(isa: Isa, op: &Operands<'_>, (i0, j0): (usize, usize), mut c: MatMut<'_>) {
+    let t = kernel::tile(isa);
+    let Tile { mr, nr } = t;
+    let (mc, nc, k) = (c.rows(), c.cols(), op.k);
+    let kc = balanced(k, GEMM_KC, 1);
+    // A row-major A is read in place; a transposed one is packed.
+    let a_in_place = !op.trans_a;
+    // Few rows reuse each value of B too little to pay for packing it: a
+    // row-major B is then read in place (only its ragged last columns are packed).
+    let b_in_place = !op.trans_b && mc <= GEMM_INPLACE_B_MAX_M;
+    let mcb = if a_in_place { mc.max(1) } else { balanced(mc, GEMM_MC, mr) };
+    let ncb = if b_in_place { nc.max(1) } else { balanced(nc, GEMM_NC, nr) };
+    let a_len = if a_in_place { 0 } else { mcb.next_multiple_of(mr) * kc };
+    let b_len = if b_in_place { nr * kc } else { ncb.next_multiple_of(nr) * kc };
+    with_buffers(a_len, b_len, |abuf, bbuf| {
+        for ib in (0..mc).step_by(mcb) {
+            let mcur = mcb.min(mc - ib);
+            for (pi, p) in (0..k).step_by(kc).enumerate() {
+                let kcur = kc.min(k - p);
+                let accumulate = pi > 0;
+                let a = if a_in_place {
+                    let s = (i0 + ib) * k + p;
+                    PanelsA::Rows { a: op.a.get(s..).unwrap_or_default(), lda: k }
+                } else {
+                    pack::pack_a(isa, op, t, (i0 + ib, mcur), (p, kcur), abuf);
+                    PanelsA::Packed(abuf)
+                };
+                for jb in (0..nc).step_by(ncb) {
+                    let ncur = ncb.min(nc - jb);
+                    let full = if b_in_place { ncur / nr * nr } else { 0 };
+                    if full > 0 {
+                        let s = p * op.n + j0 + jb;
+                        let b = PanelsB::Rows { b: op.b.get(s..).unwrap_or_default(), ldb: op.n };
+                        kernel::block(isa, &Block { kc: kcur, a, b, accumulate }, &mut c.block(ib, jb, mcur, full));
+                    }
+                    if full < ncur {
+                        pack::pack_b(isa, op, t, (p, kcur), (j0 + jb + full, ncur - full), bbuf);
+                        let blk = Block { kc: kcur, a, b: PanelsB::Packed(bbuf), accumulate };
+                        kernel::block(isa, &blk, &mut c.block(ib, jb + full, mcur, ncur - full));
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// The block size for `len` elements at most `max` per block (a multiple of
+/// `unit`), with the blocks as equal as possible.
+fn balanced(len: usize, max: usize, unit: usize) -> usize {
+    let max = max.max(unit);
+    let blocks = len.div_ceil(max).max(1);
+    len.div_ceil(blocks).next_multiple_of(unit).max(unit)
+}
+
+thread_local! {
+    /// Packing buffers of this thread, kept between calls.
+    static PACK: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with two 64-byte-aligned packing buffers of `a_len` and `b_len`
+/// values, from this thread's reusable storage (a fresh allocation only on
+/// first use, growth, or re-entry).
+fn with_buffers(a_len: usize, b_len: usize, f: impl FnOnce(&mut [f32], &mut [f32])) {
+    let mut f = Some(f);
+    let _ = PACK.try_with(|cell| {
+        if let Ok(mut v) = cell.try_borrow_mut()
+            && let Some(f) = f.take()
+        {
+            split(&mut v, a_len, b_len, f);
+        }
+    });
+    if let Some(f) = f {
+        split(&mut Vec::new(), a_len, b_len, f);
+    }
+}
+
+/// Grows `v` as needed and hands `f` two disjoint aligned slices of it.
+fn split(v: &mut Vec<f32>, a_len: usize, b_len: usize, f: impl FnOnce(&mut [f32], &mut [f32])) {
+    const ALIGN: usize = 16; // f32 values in 64 bytes
+    let a_pad = a_len.next_multiple_of(ALIGN);
+    let need = a_pad + b_len + ALIGN;
+    if v.len() < need {
+        v.resize(need, 0.0);
+    }
+    let off = v.as_ptr().align_offset(64).min(ALIGN);
+    if let Some((a, b)) = v.get_mut(off..off + a_pad + b_len).and_then(|s| s.split_at_mut_checked(a_pad))
+        && let (Some(a), Some(b)) = (a.get_mut(..a_len), b.get_mut(..b_len))
+    {
+        f(a, b);
     }
 }

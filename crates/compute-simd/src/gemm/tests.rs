@@ -1,0 +1,170 @@
+//! Edge shapes of every ISA path against a plain triple loop in f64.
+use super::*;
+
+/// Deterministic values in [-1, 1), never all zero.
+fn values(len: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// `op(A)·op(B)` in f64 by the definition, with `Σ|aᵢₚ·bₚⱼ|` per element.
+fn reference(spec: &MatmulSpec, a: &[f32], b: &[f32]) -> (Vec<f64>, Vec<f64>) {
+    let MatmulSpec { batch, m, k, n, trans_a, trans_b } = *spec;
+    let (mut out, mut scale) = (Vec::new(), Vec::new());
+    for t in 0..batch {
+        let (a, b) = (&a[t * m * k..(t + 1) * m * k], &b[t * k * n..(t + 1) * k * n]);
+        for i in 0..m {
+            for j in 0..n {
+                let (mut s, mut abs) = (0.0f64, 0.0f64);
+                for p in 0..k {
+                    let x = if trans_a { a[p * m + i] } else { a[i * k + p] } as f64;
+                    let y = if trans_b { b[j * k + p] } else { b[p * n + j] } as f64;
+                    s += x * y;
+                    abs += (x * y).abs();
+                }
+                out.push(s);
+                scale.push(abs);
+            }
+        }
+    }
+    (out, scale)
+}
+
+/// Runs `spec` on `isa` in a pool of `threads` and checks every element.
+fn check(isa: Isa, spec: MatmulSpec, threads: usize) {
+    let MatmulSpec { batch, m, k, n, .. } = spec;
+    let a = values(batch * m * k, (m * 31 + k * 7 + n) as u64);
+    let b = values(batch * k * n, (n * 17 + k * 3 + m + 1) as u64);
+    let mut c = vec![f32::NAN; batch * m * n];
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
+    pool.install(|| sgemm(isa, &spec, &a, &b, &mut c));
+    let (want, scale) = reference(&spec, &a, &b);
+    let tol = f32::EPSILON as f64 * (8.0 + 2.0 * (k as f64).sqrt());
+    for (idx, ((&got, &w), &s)) in c.iter().zip(&want).zip(&scale).enumerate() {
+        assert!(
+            (got as f64 - w).abs() <= tol * s + 1e-30,
+            "{isa} {spec:?} threads={threads}: element {idx} is {got}, want {w}"
+        );
+    }
+}
+
+const EDGES: [usize; 10] = [1, 2, 3, 5, 15, 16, 17, 31, 33, 65];
+
+#[test]
+fn edge_shapes_every_isa_and_transpose() {
+    for isa in Isa::available() {
+        for &m in &EDGES {
+            for &k in &[1, 2, 3, 16, 17, 33] {
+                for &n in &EDGES {
+                    for (trans_a, trans_b) in [(false, false), (true, false), (false, true), (true, true)] {
+                        check(isa, MatmulSpec { batch: 1, m, k, n, trans_a, trans_b }, 1);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn tile_and_block_boundaries() {
+    // Sizes straddling whole tiles (6, 8, 16, 64 wide) and the depth/column
+    // blocks (GEMM_KC, GEMM_NC) on every path.
+    let shapes = [(7, GEMM_KC + 1, 65), (13, 2 * GEMM_KC + 3, 129), (97, 300, GEMM_NC + 17), (64, 64, 64)];
+    for isa in Isa::available() {
+        for &(m, k, n) in &shapes {
+            for (trans_a, trans_b) in [(false, false), (true, true)] {
+                check(isa, MatmulSpec { batch: 1, m, k, n, trans_a, trans_b }, 1);
+            }
+        }
+    }
+}
+
+#[test]
+fn batches() {
+    for isa in Isa::available() {
+        check(isa, MatmulSpec { batch: 3, m: 17, k: 9, n: 33, trans_a: false, trans_b: true }, 1);
+        check(isa, MatmulSpec { batch: 5, m: 2, k: 31, n: 3, trans_a: true, trans_b: false }, 2);
+        // Small products, many of them: split over the batch on two threads.
+        check(isa, MatmulSpec { batch: 40, m: 33, k: 40, n: 31, trans_a: false, trans_b: false }, 2);
+    }
+}
+
+#[test]
+fn parallel_above_threshold() {
+    // m·k·n well above PAR_GEMM_MIN_MACS, split by rows and by columns.
+    for isa in Isa::available() {
+        for (m, k, n) in [(301, 129, 257), (7, 700, 1000), (1000, 300, 5), (1, 700, 1000), (1000, 700, 1)] {
+            assert!(m * k * n >= PAR_GEMM_MIN_MACS);
+            for (trans_a, trans_b) in [(false, false), (true, false), (false, true), (true, true)] {
+                check(isa, MatmulSpec { batch: 1, m, k, n, trans_a, trans_b }, 2);
+            }
+        }
+    }
+}
+
+#[test]
+fn zero_depth_writes_zeros() {
+    let mut c = vec![f32::NAN; 6];
+    sgemm(Isa::detect(), &MatmulSpec::new(2, 0, 3), &[], &[], &mut c);
+    assert_eq!(c, [0.0; 6]);
+}
+
+#[test]
+fn nan_and_infinity_propagate() {
+    let (m, k, n) = (9, 5, 70);
+    let mut a = values(m * k, 1);
+    let b = values(k * n, 2);
+    a[3 * k + 2] = f32::NAN;
+    a[7 * k] = f32::INFINITY;
+    for isa in Isa::available() {
+        let mut c = vec![0.0; m * n];
+        sgemm(isa, &MatmulSpec::new(m, k, n), &a, &b, &mut c);
+        for j in 0..n {
+            assert!(c[3 * n + j].is_nan(), "{isa}: row with a NaN");
+            assert!(c[7 * n + j].is_infinite() || c[7 * n + j].is_nan(), "{isa}: row with an infinity");
+            assert!(c[n + j].is_finite(), "{isa}: clean row");
+        }
+    }
+}
+
+#[test]
+fn view_splits_are_disjoint_and_clamped() {
+    let mut buf: Vec<f32> = (0..24).map(|x| x as f32).collect();
+    let view = MatMut::new(&mut buf, 4, 5, 6).expect("fits");
+    let (left, right) = view.split_cols(2);
+    assert_eq!((left.rows(), left.cols(), right.rows(), right.cols()), (4, 2, 4, 3));
+    let (top, bottom) = right.split_rows(9);
+    assert_eq!((top.rows(), bottom.rows()), (4, 0));
+    assert!(MatMut::new(&mut buf, 5, 5, 5).is_none(), "too short");
+    assert!(MatMut::new(&mut buf, 2, 7, 6).is_none(), "wider than the stride");
+}
+
+#[test]
+fn simd_transpose_matches_definition() {
+    for isa in Isa::available() {
+        let s = kernel::transpose_size(isa);
+        if s == 0 {
+            continue;
+        }
+        let (ld, ldd) = (s + 3, s + 5);
+        let src = values(s * ld, 9);
+        let mut dst = vec![f32::NAN; s * ldd];
+        assert!(kernel::transpose(isa, &src, ld, &mut dst, ldd), "{isa}");
+        for r in 0..s {
+            for c in 0..s {
+                assert_eq!(dst[c * ldd + r], src[r * ld + c], "{isa} ({r}, {c})");
+            }
+        }
+        // Too short a destination: refused, nothing written.
+        let mut short = vec![1.0; (s - 1) * ldd + s - 1];
+        assert!(!kernel::transpose(isa, &src, ld, &mut short, ldd));
+        assert!(short.iter().all(|&x| x == 1.0));
+    }
+}
