@@ -7,7 +7,9 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use std::hint::black_box;
 
 fn data(len: usize, seed: u32) -> Vec<f32> {
-    (0..len).map(|i| ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8) as f32 / 8_388_608.0 - 1.0).collect()
+    (0..len)
+        .map(|i| ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8) as f32 / 8_388_608.0 - 1.0)
+        .collect()
 }
 
 fn elementwise(c: &mut Criterion) {

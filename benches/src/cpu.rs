@@ -67,9 +67,16 @@ fn sgemm_rows(backend: &SimdBackend, pool: &rayon::ThreadPool, t: usize, quick: 
         let mut c2 = vec![f32::NAN; n * n];
         let op = Op::matmul(n, n, n);
         let flops = op.cost().flops as f64;
-        let budget = Duration::from_millis(if quick { 300 } else if n >= 2048 { 2500 } else { 1200 });
+        let budget = Duration::from_millis(if quick {
+            300
+        } else if n >= 2048 {
+            2500
+        } else {
+            1200
+        });
         let reps = if n >= 4096 { 3 } else { 5 };
-        let peers: &[Peer] = if t == 1 { &[Peer::Faer, Peer::Gemm, Peer::MatrixMultiply] } else { &[Peer::Faer, Peer::Gemm] };
+        let peers: &[Peer] =
+            if t == 1 { &[Peer::Faer, Peer::Gemm, Peer::MatrixMultiply] } else { &[Peer::Faer, Peer::Gemm] };
         for &peer in peers {
             let (m_ours, m_peer) = time_pair(
                 || backend.run(&op, &[&a, &b], &mut c).expect("sgemm"),
@@ -130,8 +137,25 @@ fn run_peer(peer: Peer, a: &[f32], b: &[f32], c: &mut [f32], n: usize, t: usize)
             // SAFETY: the three buffers hold n·n f32 (asserted above); strides describe row-major n×n.
             unsafe {
                 gemm::gemm(
-                    n, n, n, c.as_mut_ptr(), 1, s, false, a.as_ptr(), 1, s, b.as_ptr(), 1, s, 0.0f32, 1.0f32, false,
-                    false, false, par,
+                    n,
+                    n,
+                    n,
+                    c.as_mut_ptr(),
+                    1,
+                    s,
+                    false,
+                    a.as_ptr(),
+                    1,
+                    s,
+                    b.as_ptr(),
+                    1,
+                    s,
+                    0.0f32,
+                    1.0f32,
+                    false,
+                    false,
+                    false,
+                    par,
                 )
             }
         }
@@ -153,9 +177,8 @@ fn memory_rows(backend: &SimdBackend, pool: &rayon::ThreadPool, t: usize, quick:
     let mut out = vec![f32::NAN; len];
     let mut out2 = vec![f32::NAN; len];
     let chunk = len.div_ceil(t);
-    let mut copy = || {
-        pool.install(|| out2.par_chunks_mut(chunk).zip(x.par_chunks(chunk)).for_each(|(o, i)| o.copy_from_slice(i)))
-    };
+    let mut copy =
+        || pool.install(|| out2.par_chunks_mut(chunk).zip(x.par_chunks(chunk)).for_each(|(o, i)| o.copy_from_slice(i)));
     let mut rows = Vec::new();
     let bytes_copy = 8.0 * len as f64;
     let streaming: Vec<Op> = vec![
@@ -178,8 +201,7 @@ fn memory_rows(backend: &SimdBackend, pool: &rayon::ThreadPool, t: usize, quick:
             Op::Rows { op: RowOp::LayerNorm { .. }, .. } => vec![&x, &gamma, &beta],
             _ => vec![&x],
         };
-        let (m, m_copy) =
-            time_pair(|| backend.run(&op, &inputs, &mut out).expect("op"), &mut copy, budget, 5);
+        let (m, m_copy) = time_pair(|| backend.run(&op, &inputs, &mut out).expect("op"), &mut copy, budget, 5);
         let bytes = op.cost().bytes() as f64;
         let mut r = base(op.name(), label.clone(), backend, t, m);
         r.gbps = Some(bytes / m / 1e9);

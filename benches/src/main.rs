@@ -82,7 +82,9 @@ fn section(name: &str, args: &Args) -> Result<Vec<Record>, String> {
         "cuda" => cuda::rows(args.quick),
         #[cfg(feature = "dispatch")]
         "dispatch" => dispatch::rows(args.quick),
-        other => Err(format!("the {other} rows are not built in: run through `cargo xtask bench` (it enables the feature)")),
+        other => {
+            Err(format!("the {other} rows are not built in: run through `cargo xtask bench` (it enables the feature)"))
+        }
     }
 }
 

@@ -29,15 +29,15 @@ pub fn render(title: &str, rows: &[Record]) -> String {
     for (i, r) in rows.iter().enumerate() {
         let y = top + bar_h * i as f64;
         let ratio = r.ratio.unwrap_or(0.0);
-        let color = if ratio >= 1.0 { "#2a7" } else if ratio >= 0.9 { "#db3" } else { "#d54" };
-        let label = format!(
-            "{} {} {} t={} vs {}",
-            r.op,
-            r.shape,
-            r.backend,
-            r.threads,
-            r.peer.as_deref().unwrap_or("-")
-        );
+        let color = if ratio >= 1.0 {
+            "#2a7"
+        } else if ratio >= 0.9 {
+            "#db3"
+        } else {
+            "#d54"
+        };
+        let label =
+            format!("{} {} {} t={} vs {}", r.op, r.shape, r.backend, r.threads, r.peer.as_deref().unwrap_or("-"));
         s += &format!(
             "<text x=\"{lx}\" y=\"{ty}\" text-anchor=\"end\">{label}</text>\
              <rect x=\"{x0}\" y=\"{ry}\" width=\"{bw:.1}\" height=\"{bh}\" fill=\"{color}\"/>\

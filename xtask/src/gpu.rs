@@ -84,7 +84,11 @@ pub fn bundle(args: &[String]) -> Result<(), String> {
     std::fs::write(root.join("run.sh"), RUN_SH).map_err(|e| e.to_string())?;
     eprintln!(
         "bundle ready in .gpu/ ({}); on the GPU machine run, with .gpu carried:\n  bash .gpu/run.sh [tests|bench|all]",
-        Command::new("du").args(["-sh", ".gpu"]).output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default()
+        Command::new("du")
+            .args(["-sh", ".gpu"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
     );
     Ok(())
 }
@@ -103,7 +107,8 @@ rc=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
   for t in .gpu/bin/test-*; do
     echo "== $t" | tee -a "$OUT/tests.log"
-    COMPUTE_REQUIRE=cuda,wgpu COMPUTE_CONFORMANCE=large "$t" --test-threads=1 2>&1 | tail -n 60 >> "$OUT/tests.log" || rc=1
+    case "$t" in *compute-*-conformance) scale=large ;; *) scale=small ;; esac
+    COMPUTE_REQUIRE=cuda,wgpu COMPUTE_CONFORMANCE=$scale timeout 240 "$t" --test-threads=1 2>&1 | tail -n 60 >> "$OUT/tests.log" || rc=1
   done
   grep -E "^test result|FAILED|panicked" "$OUT/tests.log" | tail -n 40
 fi

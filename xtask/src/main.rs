@@ -79,7 +79,8 @@ fn cargo() -> Command {
 
 /// Every feature that compiles on any machine: the GPU backends load their
 /// drivers at run time and report `DeviceUnavailable` when there are none.
-const TEST_FEATURES: &str = "dispatch/gpu,dispatch/cuda,compute-ptx/cuda,compute-benches/gpu,compute-benches/cuda,compute-benches/dispatch";
+const TEST_FEATURES: &str =
+    "dispatch/gpu,dispatch/cuda,compute-ptx/cuda,compute-benches/gpu,compute-benches/cuda,compute-benches/dispatch";
 
 fn test(args: &[String]) -> Result<(), String> {
     let quick = args.iter().any(|a| a == "--quick");
@@ -154,10 +155,8 @@ fn deps() -> Result<(), String> {
         ("dispatch --no-default-features", &["-p", "dispatch", "--no-default-features"][..]),
     ] {
         let t = tree(args)?;
-        let bad: Vec<&str> = t
-            .lines()
-            .filter(|l| forbidden.iter().any(|f| l.split_whitespace().next() == Some(*f)))
-            .collect();
+        let bad: Vec<&str> =
+            t.lines().filter(|l| forbidden.iter().any(|f| l.split_whitespace().next() == Some(*f))).collect();
         if !bad.is_empty() {
             return Err(format!("{what} pulls GPU dependencies: {bad:?}"));
         }

@@ -8,9 +8,8 @@ use crate::{in_ci, run};
 /// Whether Mesa's software Vulkan (lavapipe) and the Vulkan loader are installed.
 fn lavapipe_present() -> bool {
     let icd = ["/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d"].iter().any(|d| {
-        std::fs::read_dir(d).is_ok_and(|entries| {
-            entries.flatten().any(|e| e.file_name().to_string_lossy().starts_with("lvp_icd"))
-        })
+        std::fs::read_dir(d)
+            .is_ok_and(|entries| entries.flatten().any(|e| e.file_name().to_string_lossy().starts_with("lvp_icd")))
     });
     let loader = Command::new("ldconfig")
         .arg("-p")
@@ -36,9 +35,13 @@ pub fn prepare() -> Result<Vec<(String, String)>, String> {
         if is_root() && Path::new("/usr/bin/apt-get").exists() {
             eprintln!("xtask: installing Mesa's software Vulkan (lavapipe) for the wgpu tests");
             run(Command::new("apt-get").args(["update", "-qq"]))?;
-            run(Command::new("apt-get")
-                .env("DEBIAN_FRONTEND", "noninteractive")
-                .args(["install", "-y", "-qq", "mesa-vulkan-drivers", "libvulkan1"]))?;
+            run(Command::new("apt-get").env("DEBIAN_FRONTEND", "noninteractive").args([
+                "install",
+                "-y",
+                "-qq",
+                "mesa-vulkan-drivers",
+                "libvulkan1",
+            ]))?;
         } else {
             let msg = "no Vulkan driver: install Mesa's software Vulkan (Debian/Ubuntu: \
                        `sudo apt-get install mesa-vulkan-drivers libvulkan1`) to run the wgpu tests";

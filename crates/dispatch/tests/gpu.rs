@@ -86,7 +86,10 @@ fn batch_scheduler_async_and_executor_run_on_the_gpu() {
         let mm = batch.matmul(ba, bb, m, k, n).unwrap();
         let g = batch.gelu(mm).unwrap();
         let sm = batch.softmax(g, m, n).unwrap();
-        assert_eq!(batch.execute().unwrap(), engine);
+        // With several GPUs discovered (CUDA and Vulkan on one NVIDIA machine) the model may
+        // pick the other one: what matters is that the chain ran on a GPU.
+        let ran = batch.execute().unwrap();
+        assert!(ran.is_gpu(), "batch for {engine} ran on {ran}");
         let mm_out = batch.read(mm).unwrap();
         assert_matches_reference(&Op::matmul(m, k, n), &[&a, &b], &mm_out);
         let g_out = batch.read(g).unwrap();
@@ -96,7 +99,7 @@ fn batch_scheduler_async_and_executor_run_on_the_gpu() {
         let s = HybridScheduler::from_compute(c.clone(), Some(1));
         assert!(s.should_use_gpu(2, 2, 2));
         assert_matches_reference(&Op::matmul(m, k, n), &[&a, &b], &s.matmul(&a, &b, m, k, n).unwrap());
-        assert_eq!(c.last_engine(), Some(engine));
+        assert!(c.last_engine().is_some_and(|e| e.is_gpu()), "{:?}", c.last_engine());
         for _ in 0..3 {
             assert_matches_reference(&Op::matmul(m, k, n), &[&a, &b], &s.matmul_pooled(&a, &b, m, k, n).unwrap());
         }
@@ -120,6 +123,6 @@ fn batch_scheduler_async_and_executor_run_on_the_gpu() {
         }
         let metrics = exec.shutdown();
         assert_eq!(metrics.completed, 10);
-        assert_eq!(c.choose(&Op::binary(BinaryOp::Add, 1000), Placement::Host), engine);
+        assert!(c.choose(&Op::binary(BinaryOp::Add, 1000), Placement::Host).is_gpu());
     }
 }

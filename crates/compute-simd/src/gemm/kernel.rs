@@ -79,7 +79,7 @@ impl<'a> MatMut<'a> {
     /// too short or `cols > ld`.
     pub(crate) fn new(c: &'a mut [f32], rows: usize, cols: usize, ld: usize) -> Option<Self> {
         let need = if rows == 0 || cols == 0 { 0 } else { (rows - 1).checked_mul(ld)?.checked_add(cols)? };
-        (cols <= ld && need <= c.len()).then(|| MatMut { ptr: c.as_mut_ptr(), rows, cols, ld, _borrow: PhantomData })
+        (cols <= ld && need <= c.len()).then_some(MatMut { ptr: c.as_mut_ptr(), rows, cols, ld, _borrow: PhantomData })
     }
 
     /// Rows of the view.
@@ -186,7 +186,7 @@ pub(crate) fn block(isa: Isa, blk: &Block<'_>, c: &mut MatMut<'_>) {
         PanelsB::Packed(b) => (b.len() >= panels.saturating_mul(kc), b, t.nr, true),
         PanelsB::Rows { b, ldb } => {
             let need = (kc - 1).saturating_mul(ldb).saturating_add(nc);
-            (nc % t.nr == 0 && nc <= ldb && b.len() >= need, b, ldb, false)
+            (nc.is_multiple_of(t.nr) && nc <= ldb && b.len() >= need, b, ldb, false)
         }
     };
     let ok = a_ok && b_ok && isa.is_supported();
@@ -250,7 +250,8 @@ pub(crate) fn dots(isa: Isa, k: usize, (x, ldx): (&[f32], usize), (y, ldy): (&[f
     if m == 0 || n == 0 {
         return;
     }
-    let fits = |v: &[f32], ld: usize, rows: usize| k <= ld && v.len() >= (rows - 1).saturating_mul(ld).saturating_add(k);
+    let fits =
+        |v: &[f32], ld: usize, rows: usize| k <= ld && v.len() >= (rows - 1).saturating_mul(ld).saturating_add(k);
     let ok = k > 0 && fits(x, ldx, m) && fits(y, ldy, n) && isa.is_supported();
     debug_assert!(ok, "gemm dots with inconsistent lengths");
     if !ok {
@@ -409,7 +410,8 @@ pub(crate) fn transpose_size(isa: Isa) -> usize {
 /// too short. Costs `s` loads, `s` stores and about `4·s` shuffles.
 pub(crate) fn transpose(isa: Isa, src: &[f32], ld: usize, dst: &mut [f32], ldd: usize) -> bool {
     let s = transpose_size(isa);
-    let fits = |len: usize, stride: usize| s > 0 && stride >= s && len >= (s - 1).saturating_mul(stride).saturating_add(s);
+    let fits =
+        |len: usize, stride: usize| s > 0 && stride >= s && len >= (s - 1).saturating_mul(stride).saturating_add(s);
     if !(fits(src.len(), ld) && fits(dst.len(), ldd) && isa.is_supported()) {
         return false;
     }
@@ -424,7 +426,6 @@ pub(crate) fn transpose(isa: Isa, src: &[f32], ld: usize, dst: &mut [f32], ldd: 
     }
     true
 }
-
 
 /// Raw view of a block. Contract: `b` holds `⌈nc/NR⌉·NR·kc` packed values
 /// (`b_packed`, `b_step = NR`), or (in place, `b_step` = row stride ≥ `nc`, `nc` a multiple

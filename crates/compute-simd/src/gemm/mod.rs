@@ -62,9 +62,11 @@ pub fn sgemm(isa: Isa, spec: &MatmulSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
     let macs = sc.saturating_mul(k);
     if threads > 1 && batch > 1 && macs < PAR_GEMM_MIN_MACS && macs.saturating_mul(batch) >= PAR_GEMM_MIN_MACS {
         // Many small products: one task per product.
-        a.par_chunks_exact(sa).zip(b.par_chunks_exact(sb)).zip(c.par_chunks_exact_mut(sc)).take(batch).for_each(
-            |((a, b), c)| product(isa, &operands(a, b), c, 1),
-        );
+        a.par_chunks_exact(sa)
+            .zip(b.par_chunks_exact(sb))
+            .zip(c.par_chunks_exact_mut(sc))
+            .take(batch)
+            .for_each(|((a, b), c)| product(isa, &operands(a, b), c, 1));
     } else {
         for ((a, b), c) in a.chunks_exact(sa).zip(b.chunks_exact(sb)).zip(c.chunks_exact_mut(sc)).take(batch) {
             product(isa, &operands(a, b), c, threads);

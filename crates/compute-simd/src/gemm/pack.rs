@@ -33,7 +33,14 @@ const CHUNK: usize = 16;
 /// Packs rows `i0..i0+mc` and depths `p0..p0+kc` of `op(A)` into `⌈mc/mr⌉`
 /// panels of `kc` steps of `mr` values (rows past `mc` are zero). Costs one
 /// read and one write per packed value.
-pub(crate) fn pack_a(isa: Isa, op: &Operands<'_>, t: Tile, rows: (usize, usize), depth: (usize, usize), dst: &mut [f32]) {
+pub(crate) fn pack_a(
+    isa: Isa,
+    op: &Operands<'_>,
+    t: Tile,
+    rows: (usize, usize),
+    depth: (usize, usize),
+    dst: &mut [f32],
+) {
     match t.mr {
         4 => pack_a_w::<4>(isa, op, rows, depth, dst),
         6 => pack_a_w::<6>(isa, op, rows, depth, dst),
@@ -45,7 +52,14 @@ pub(crate) fn pack_a(isa: Isa, op: &Operands<'_>, t: Tile, rows: (usize, usize),
 /// Packs depths `p0..p0+kc` and columns `j0..j0+nc` of `op(B)` into
 /// `⌈nc/nr⌉` panels of `kc` steps of `nr` values (columns past `nc` are
 /// zero). Costs one read and one write per packed value.
-pub(crate) fn pack_b(isa: Isa, op: &Operands<'_>, t: Tile, depth: (usize, usize), cols: (usize, usize), dst: &mut [f32]) {
+pub(crate) fn pack_b(
+    isa: Isa,
+    op: &Operands<'_>,
+    t: Tile,
+    depth: (usize, usize),
+    cols: (usize, usize),
+    dst: &mut [f32],
+) {
     match t.nr {
         8 => pack_b_w::<8>(isa, op, depth, cols, dst),
         16 => pack_b_w::<16>(isa, op, depth, cols, dst),
@@ -56,7 +70,13 @@ pub(crate) fn pack_b(isa: Isa, op: &Operands<'_>, t: Tile, depth: (usize, usize)
 }
 
 /// [`pack_a`] for panels `W` rows high.
-fn pack_a_w<const W: usize>(isa: Isa, op: &Operands<'_>, (i0, mc): (usize, usize), (p0, kc): (usize, usize), dst: &mut [f32]) {
+fn pack_a_w<const W: usize>(
+    isa: Isa,
+    op: &Operands<'_>,
+    (i0, mc): (usize, usize),
+    (p0, kc): (usize, usize),
+    dst: &mut [f32],
+) {
     if kc == 0 {
         return;
     }
@@ -77,7 +97,13 @@ fn pack_a_w<const W: usize>(isa: Isa, op: &Operands<'_>, (i0, mc): (usize, usize
 }
 
 /// [`pack_b`] for panels `W` columns wide.
-fn pack_b_w<const W: usize>(isa: Isa, op: &Operands<'_>, (p0, kc): (usize, usize), (j0, nc): (usize, usize), dst: &mut [f32]) {
+fn pack_b_w<const W: usize>(
+    isa: Isa,
+    op: &Operands<'_>,
+    (p0, kc): (usize, usize),
+    (j0, nc): (usize, usize),
+    dst: &mut [f32],
+) {
     if kc == 0 {
         return;
     }
@@ -127,7 +153,7 @@ fn transpose_into<const W: usize>(isa: Isa, src: &[f32], ld: usize, used: usize,
         let p = ci * CHUNK;
         let steps = (kc - p).min(CHUNK);
         let mut l = 0;
-        if s > 0 && steps % s == 0 {
+        if s > 0 && steps.is_multiple_of(s) {
             // Whole s×s blocks: lanes l..l+s of steps q..q+s.
             while l + s <= used {
                 for q in (0..steps).step_by(s) {
