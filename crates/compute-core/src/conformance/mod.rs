@@ -2,7 +2,7 @@
 //!
 //! Each backend crate adds one line to its tests:
 //!
-//! ```ignore
+//! ```text
 //! compute_core::conformance_tests!(|| compute_simd::SimdBackend::new(), compute_core::conformance::Config::from_env());
 //! ```
 //!
