@@ -1,5 +1,5 @@
 //! SGEMM: `C = op(A)·op(B)`, BLIS-style, with register-tiled micro-kernels
-//! per ISA (see [`kernel`]: AVX-512 6×64, AVX2+FMA 6×16, portable `wide`).
+//! per ISA (module `kernel`: AVX-512 6×64, AVX2+FMA 6×16, portable `wide`).
 //!
 //! Loops, outermost first: row blocks of [`GEMM_MC`] → depth blocks of
 //! [`GEMM_KC`] → column blocks of [`GEMM_NC`] (`B` packed into `nr`-column
@@ -7,7 +7,7 @@
 //! `mr` rows of `A` of a tile stay in L1 while the `B` panels stream past.
 //! A row-major `A` is read in place (broadcasts need no packing); a transposed
 //! one is packed into `mr`-row panels. Transposes are absorbed by the packing
-//! ([`pack`]), so all four transpose combinations run at about the same speed.
+//! (module `pack`), so all four transpose combinations run at about the same speed.
 //!
 //! Short products skip packing: with at most [`GEMM_INPLACE_B_MAX_M`] rows a
 //! row-major `B` is read in place (software-prefetched), with at most
@@ -103,8 +103,9 @@ fn product(isa: Isa, op: &Operands<'_>, c: &mut [f32], threads: usize) {
     let t = kernel::tile(isa);
     let (row_unit, col_unit) = if dots { (1, 8) } else { (t.mr, t.nr) };
     let (row_units, col_units) = (m.div_ceil(row_unit), n.div_ceil(col_unit));
-    // Columns first: each thread then packs only its own part of B.
-    let by_cols = col_units >= 2 * threads;
+    // Columns first: each thread then packs only its own part of B. A
+    // transposed A is packed too: rows first then, so that is not done twice.
+    let by_cols = col_units >= 2 * threads && !(op.trans_a && !dots && row_units >= 2 * threads);
     let mut parts = Vec::with_capacity(threads);
     let mut rest = view;
     if by_cols {
