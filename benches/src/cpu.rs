@@ -10,7 +10,7 @@ use compute_core::{Backend, BinaryOp, GeluForm, Op, ReduceOp, RowOp, UnaryOp};
 use compute_simd::SimdBackend;
 use rayon::prelude::*;
 
-use crate::report::{Record, time_pair};
+use crate::report::{Record, random, time_pair};
 
 /// Options of the CPU section.
 pub struct CpuOpts {
@@ -18,18 +18,6 @@ pub struct CpuOpts {
     pub threads: Vec<usize>,
     /// Smaller sizes and budgets.
     pub quick: bool,
-}
-
-fn random(len: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
-        })
-        .collect()
 }
 
 /// Runs every CPU row.

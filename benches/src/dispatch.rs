@@ -21,19 +21,7 @@ use compute_core::{Backend, BinaryOp, Conv2dSpec, GeluForm, Op, RowOp, Tensor, U
 use dispatch::calibrate::Options;
 use dispatch::{BackendSelector, BatchConfig, BatchedExecutor, Compute, Engine, Placement, Policy, SEED_THRESHOLD};
 
-use crate::report::{Record, time};
-
-fn random(len: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
-        })
-        .collect()
-}
+use crate::report::{Record, random, time};
 
 /// Runs every dispatch row; `quick` shrinks the grid and the budgets (< 2 min on 2 cores).
 pub fn rows(quick: bool) -> Result<Vec<Record>, String> {

@@ -9,23 +9,11 @@ use std::time::Duration;
 use compute_core::{Backend, BinaryOp, Op, Ops, RowOp, Tensor, UnaryOp};
 use compute_wgpu::{DeviceOptions, GpuBuffer, MatmulTiles, WgpuBackend};
 
-use crate::report::{Record, time, time_pair};
+use crate::report::{Record, random, time, time_pair};
 
 /// cuBLAS fp32 sgemm (no TF32) on H200, TFLOP/s, from /work/shared/GPU-RUNS.md
 /// (2026-11-21; midpoint where the table gives a range).
 const CUBLAS_TFLOPS: [(usize, f64); 4] = [(1024, 35.0), (2048, 49.5), (4096, 51.2), (8192, 51.2)];
-
-fn data(len: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
 
 fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
@@ -163,7 +151,7 @@ fn sgemm_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), Strin
         let op = Op::matmul(n, n, n);
         let flops = op.cost().flops as f64;
         let reps = reps_for(quick, flops / 3e13);
-        let (a, bm) = (data(n * n, 1), data(n * n, 2));
+        let (a, bm) = (random(n * n, 1), random(n * n, 2));
         let mut variants =
             vec![(&b.gpu, "auto tiles, naga bounds checks off"), (&checked, "auto tiles, naga bounds checks on")];
         if n == 4096 {
@@ -189,7 +177,7 @@ fn sgemm_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), Strin
     }
     for &n in if quick { &[256][..] } else { &[1024, 2048, 4096][..] } {
         let op = Op::matmul(n, n, n);
-        let (a, bm) = (data(n * n, 3), data(n * n, 4));
+        let (a, bm) = (random(n * n, 3), random(n * n, 4));
         let mut c = vec![0.0f32; n * n];
         let mut failure = None;
         let t = time(
@@ -215,8 +203,8 @@ fn sgemm_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), Strin
 fn bandwidth_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), String> {
     let lens: &[usize] = if quick { &[16 << 20] } else { &[64 << 20, 256 << 20] };
     for &len in lens {
-        let x = b.gpu.upload(&data(len, 5)).map_err(err)?;
-        let y = b.gpu.upload(&data(len, 6)).map_err(err)?;
+        let x = b.gpu.upload(&random(len, 5)).map_err(err)?;
+        let y = b.gpu.upload(&random(len, 6)).map_err(err)?;
         let o = b.gpu.alloc(len).map_err(err)?;
         let reps = reps_for(quick, (len * 12) as f64 / 3e12);
         let mut ops = vec![(Op::unary(UnaryOp::Relu, len), vec![&x]), (Op::binary(BinaryOp::Add, len), vec![&x, &y])];
@@ -238,7 +226,7 @@ fn bandwidth_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), S
     // Rows of 4096 take the register kernel; 8192 the three-pass one (same bytes as 32768x4096).
     let shapes: &[(usize, usize)] = if quick { &[(1024, 4096)] } else { &[(4096, 4096), (32768, 4096), (16384, 8192)] };
     for &(rows, cols) in shapes {
-        let x = b.gpu.upload(&data(rows * cols, 7)).map_err(err)?;
+        let x = b.gpu.upload(&random(rows * cols, 7)).map_err(err)?;
         let o = b.gpu.alloc(rows * cols).map_err(err)?;
         let op = Op::rows(RowOp::Softmax, rows, cols);
         let reps = reps_for(quick, (rows * cols * 8) as f64 / 2e12);
@@ -253,7 +241,7 @@ fn bandwidth_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), S
 
 fn latency_rows(b: &Bench, out: &mut Vec<Record>) -> Result<(), String> {
     // One 1k-element op, host -> GPU -> host, warm.
-    let x = data(1024, 8);
+    let x = random(1024, 8);
     let mut y = vec![0.0f32; 1024];
     let mut failure = None;
     let t = time(
@@ -274,7 +262,7 @@ fn latency_rows(b: &Bench, out: &mut Vec<Record>) -> Result<(), String> {
 
     // A chain of 8 element-wise ops on 1M elements, from host data to host result.
     let n = 1 << 20;
-    let (xs, ws) = (data(n, 9), data(n, 10));
+    let (xs, ws) = (random(n, 9), random(n, 10));
     let chain = [
         Op::unary(UnaryOp::Relu, n),
         Op::unary(UnaryOp::Scale { s: 0.5 }, n),
