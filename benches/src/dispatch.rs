@@ -329,30 +329,7 @@ fn regret_rows(compute: &Compute, device: &str, g: &Grid) -> Result<Vec<Record>,
     }
     // Summaries: geometric mean and worst regret per policy, over all cells and per placement.
     let noise: Vec<(&Cell, f64)> = cells.iter().filter_map(|c| c.noise.map(|n| (c, n))).collect();
-    if !noise.is_empty() {
-        let geo = (noise.iter().map(|(_, r)| r.ln()).sum::<f64>() / noise.len() as f64).exp();
-        let (wc, worst) = noise.iter().copied().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap_or((noise[0].0, 1.0));
-        let summary = format!(
-            "noise floor (simd timed twice per cell, {} cells): geo-mean {geo:.3}, worst {worst:.3} at {} {} {}",
-            noise.len(),
-            wc.family,
-            wc.shape,
-            if wc.resident { "resident" } else { "host" }
-        );
-        eprintln!("{summary}");
-        out.push(Record {
-            op: "regret".into(),
-            shape: "noise floor".into(),
-            backend: "simd".into(),
-            device: device.into(),
-            threads: 1,
-            placement: "all".into(),
-            median_s: geo,
-            ratio: Some(worst),
-            note: Some(format!("median_s holds the geo-mean, ratio the worst; {summary}")),
-            ..Record::default()
-        });
-    }
+    out.extend(summary("noise floor (simd timed twice per cell", "noise floor", "simd", "all", &noise, device, ""));
     for (i, (name, _)) in pols.iter().enumerate() {
         for scope in ["all", "host", "resident"] {
             let sel: Vec<(&Cell, f64)> = cells
@@ -360,36 +337,48 @@ fn regret_rows(compute: &Compute, device: &str, g: &Grid) -> Result<Vec<Record>,
                 .filter(|c| scope == "all" || (scope == "resident") == c.resident)
                 .filter_map(|c| regret(c, c.choices[i]).map(|r| (c, r)))
                 .collect();
-            if sel.is_empty() {
-                continue;
-            }
-            let geo = (sel.iter().map(|(_, r)| r.ln()).sum::<f64>() / sel.len() as f64).exp();
-            let (wc, worst) = sel.iter().copied().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap_or((sel[0].0, 1.0));
-            let summary = format!(
-                "{name} regret ({scope}, {} cells): geo-mean {geo:.3}, worst {worst:.3} at {} {} {}",
-                sel.len(),
-                wc.family,
-                wc.shape,
-                if wc.resident { "resident" } else { "host" }
-            );
-            eprintln!("{summary}");
-            out.push(Record {
-                op: "regret".into(),
-                shape: format!("{name} / {scope}"),
-                backend: "dispatch".into(),
-                device: device.into(),
-                threads: 1,
-                placement: scope.into(),
-                median_s: geo,
-                ratio: Some(worst),
-                note: Some(format!(
-                    "median_s holds the geo-mean regret, ratio the worst; {summary}; grid took {grid_s:.1} s"
-                )),
-                ..Record::default()
-            });
+            let label = format!("{name} regret ({scope}");
+            let grid = format!("; grid took {grid_s:.1} s");
+            out.extend(summary(&label, &format!("{name} / {scope}"), "dispatch", scope, &sel, device, &grid));
         }
     }
     Ok(out)
+}
+
+/// One summary row: the geometric mean (in `median_s`) and the worst (in `ratio`) of
+/// per-cell ratios, also printed; `None` when there are no cells.
+fn summary(
+    label: &str,
+    shape: &str,
+    backend: &str,
+    placement: &str,
+    cells: &[(&Cell, f64)],
+    device: &str,
+    extra: &str,
+) -> Option<Record> {
+    let &(first, _) = cells.first()?;
+    let geo = (cells.iter().map(|(_, r)| r.ln()).sum::<f64>() / cells.len() as f64).exp();
+    let (wc, worst) = cells.iter().copied().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap_or((first, 1.0));
+    let text = format!(
+        "{label}, {} cells): geo-mean {geo:.3}, worst {worst:.3} at {} {} {}",
+        cells.len(),
+        wc.family,
+        wc.shape,
+        if wc.resident { "resident" } else { "host" }
+    );
+    eprintln!("{text}");
+    Some(Record {
+        op: "regret".into(),
+        shape: shape.into(),
+        backend: backend.into(),
+        device: device.into(),
+        threads: 1,
+        placement: placement.into(),
+        median_s: geo,
+        ratio: Some(worst),
+        note: Some(format!("median_s holds the geo-mean, ratio the worst; {text}{extra}")),
+        ..Record::default()
+    })
 }
 
 /// Per-request latencies (seconds) and wall time of `threads` threads each making `n` requests.
