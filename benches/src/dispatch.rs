@@ -161,7 +161,8 @@ impl Grid {
 
 /// One engine's call of a cell, ready to time: `run` on host data (transfers
 /// included) or `run_tensors` + synchronise on data resident on the engine.
-type Call<'a> = Box<dyn FnMut() -> Result<(), compute_core::ComputeError> + 'a>;
+/// Timed with the same rotating bursts as calibration ([`dispatch::timing`]).
+use dispatch::timing::Call;
 
 fn prepare<'a>(
     backend: &'a dyn Backend,
@@ -187,33 +188,6 @@ fn prepare<'a>(
     }
 }
 
-/// Times every call round-robin (one call of each per round, after a warm-up
-/// call of each, the order rotating each round) so they all see the same
-/// machine state; median seconds each.
-fn time_interleaved(calls: &mut [Call<'_>], budget: Duration, min_rounds: usize) -> Result<Vec<f64>, String> {
-    for c in calls.iter_mut() {
-        c().map_err(|e| e.to_string())?;
-    }
-    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); calls.len()];
-    let start = Instant::now();
-    let mut rounds = 0;
-    while rounds < min_rounds || (start.elapsed() < budget && rounds < 5000) {
-        // Rotate the order each round: a call right after another engine's (whose
-        // worker threads may still be spinning) must not always be the same one.
-        let n = calls.len();
-        for k in 0..n {
-            let i = (k + rounds) % n;
-            if let (Some(c), Some(s)) = (calls.get_mut(i), samples.get_mut(i)) {
-                let t = Instant::now();
-                c().map_err(|e| e.to_string())?;
-                s.push(t.elapsed().as_secs_f64());
-            }
-        }
-        rounds += 1;
-    }
-    Ok(samples.iter_mut().map(|s| crate::report::median(s)).collect())
-}
-
 struct Cell {
     family: &'static str,
     shape: String,
@@ -223,6 +197,8 @@ struct Cell {
     choices: [Engine; 3],
     /// Ratio of two medians of the same engine (`simd`) in this cell: the noise floor.
     noise: Option<f64>,
+    /// What `auto`'s model predicted per engine (seconds), to show where it was wrong.
+    predicted: Vec<(Engine, f64)>,
 }
 
 fn regret_rows(compute: &Compute, device: &str, g: &Grid) -> Result<Vec<Record>, String> {
@@ -242,7 +218,7 @@ fn regret_rows(compute: &Compute, device: &str, g: &Grid) -> Result<Vec<Record>,
             let work = op.cost().flops.max(op.cost().bytes()) as f64;
             let mut times = Vec::new();
             let mut timed: Vec<Engine> = Vec::new();
-            let mut calls: Vec<Call<'_>> = Vec::new();
+            let mut calls: Vec<Option<Call<'_>>> = Vec::new();
             let mut slow = false;
             for (eng, b) in &backends {
                 if !b.supports(&op) {
@@ -254,7 +230,7 @@ fn regret_rows(compute: &Compute, device: &str, g: &Grid) -> Result<Vec<Record>,
                     _ => {
                         slow |= predicted.is_some_and(|p| p > 0.05);
                         timed.push(*eng);
-                        calls.push(prepare(b.as_ref(), &op, &inputs, resident)?);
+                        calls.push(Some(prepare(b.as_ref(), &op, &inputs, resident)?));
                     }
                 }
             }
@@ -262,9 +238,14 @@ fn regret_rows(compute: &Compute, device: &str, g: &Grid) -> Result<Vec<Record>,
             // its two medians is the measurement's noise floor for this cell.
             let twin = timed.iter().position(|&e| e == Engine::Simd);
             if let (Some(_), Some((_, b))) = (twin, backends.iter().find(|(e, _)| *e == Engine::Simd)) {
-                calls.push(prepare(b.as_ref(), &op, &inputs, resident)?);
+                calls.push(Some(prepare(b.as_ref(), &op, &inputs, resident)?));
             }
-            let mut medians = time_interleaved(&mut calls, g.budget, if slow { 1 } else { 5 })?;
+            let mut medians: Vec<f64> =
+                dispatch::timing::median_round_robin(&mut calls, g.budget, if slow { 1 } else { 5 }, 5000)
+                    .map_err(|e| e.to_string())?
+                    .into_iter()
+                    .map(|m| m.unwrap_or(f64::NAN))
+                    .collect();
             drop(calls);
             let noise = match twin {
                 Some(i) => {
@@ -283,7 +264,9 @@ fn regret_rows(compute: &Compute, device: &str, g: &Grid) -> Result<Vec<Record>,
             }
             let placement = if resident { Placement::Resident } else { Placement::Host };
             let choices = [0, 1, 2].map(|i| pols[i].1.choose(&op, placement));
-            cells.push(Cell { family, shape, resident, times, choices, noise });
+            let model = compute.model();
+            let predicted = times.iter().filter_map(|t| model.predict(t.0, &op, placement).map(|p| (t.0, p))).collect();
+            cells.push(Cell { family, shape, resident, times, choices, noise, predicted });
         }
     }
     let grid_s = t0.elapsed().as_secs_f64();
@@ -317,9 +300,10 @@ fn regret_rows(compute: &Compute, device: &str, g: &Grid) -> Result<Vec<Record>,
                 placement: if c.resident { "resident" } else { "host" }.into(),
                 median_s: auto_s,
                 note: Some(format!(
-                    "{}; {}; noise floor {}",
+                    "{}; {}; predicted {}; noise floor {}",
                     regrets.join(", "),
                     engines_txt.join(" "),
+                    c.predicted.iter().map(|(e, p)| format!("{e}={p:.3e}")).collect::<Vec<_>>().join(" "),
                     c.noise.map_or("-".to_string(), |n| format!("{n:.2}"))
                 )),
                 ..Record::default()

@@ -71,17 +71,21 @@ impl SimdBackend {
         self.pool.as_ref().map_or_else(rayon::current_num_threads, |p| p.current_num_threads())
     }
 
-    fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+    /// Runs `f` in this backend's pool, or on the calling thread when the
+    /// backend has none or `op` is too small to go parallel anywhere: handing
+    /// work to a pool thread costs a wake-up (measured 20–25 µs on a 16-core
+    /// VM), far more than a small op itself.
+    fn install<R: Send>(&self, op: &Op, f: impl FnOnce() -> R + Send) -> R {
         match &self.pool {
-            Some(p) => p.install(f),
-            None => f(),
+            Some(p) if !stays_sequential(op) => p.install(f),
+            _ => f(),
         }
     }
 
     /// Runs a validated op on host slices.
     fn compute(&self, op: &Op, inputs: &[&[f32]], out: &mut [f32]) {
         let isa = self.isa;
-        self.install(|| match *op {
+        self.install(op, || match *op {
             Op::Unary { op, .. } => kernels::elementwise::unary(isa, op, inputs[0], out),
             Op::Binary { op, .. } => kernels::elementwise::binary(isa, op, inputs[0], inputs[1], out),
             Op::Reduce { op: ReduceOp::Sum, .. } => out[0] = kernels::reduce::sum(isa, inputs[0]),
@@ -91,6 +95,20 @@ impl SimdBackend {
             Op::Matmul(spec) => gemm::sgemm(isa, &spec, inputs[0], inputs[1], out),
             Op::Conv2d(spec) => kernels::conv::conv2d(isa, &spec, inputs[0], inputs[1], out),
         })
+    }
+}
+
+/// Whether `op` is below every parallel threshold of [`crate::tuning`], so its
+/// kernels run on one thread whatever pool is current.
+fn stays_sequential(op: &Op) -> bool {
+    use crate::tuning::{PAR_GEMM_MIN_MACS, PAR_ROWS_MIN, PAR_TRANSCENDENTAL_MIN};
+    // The smallest element threshold of any element-wise, reduction or row kernel.
+    let min_elems = PAR_ROWS_MIN.min(PAR_TRANSCENDENTAL_MIN);
+    match *op {
+        Op::Unary { len, .. } | Op::Binary { len, .. } | Op::Reduce { len, .. } | Op::Dot { len } => len < min_elems,
+        Op::Rows { rows, cols, .. } => rows.saturating_mul(cols) < min_elems,
+        Op::Matmul(s) => s.batch.saturating_mul(s.m).saturating_mul(s.k).saturating_mul(s.n) < PAR_GEMM_MIN_MACS,
+        Op::Conv2d(_) => false,
     }
 }
 

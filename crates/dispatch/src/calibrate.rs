@@ -25,6 +25,7 @@ use compute_core::{
 
 use crate::engine::Engine;
 use crate::profile::{ClassCurve, EngineProfile, FORMAT, Link, Point, Profile, work};
+use crate::timing::{Call, median_round_robin};
 
 /// How long calibration may take.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -191,8 +192,6 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
 
 /// One timed call of `op` on an engine: host slices on the CPU; on a GPU,
 /// inputs uploaded once, then `run_tensors` + `synchronize` per call.
-type Call<'a> = Box<dyn FnMut() -> Result<()> + 'a>;
-
 fn prepare<'a>(engine: Engine, b: &'a dyn Backend, op: &'a Op, ins: &'a [Vec<f32>]) -> Result<Call<'a>> {
     let out_len = op.layout()?.output;
     if engine.is_gpu() {
@@ -212,10 +211,10 @@ fn prepare<'a>(engine: Engine, b: &'a dyn Backend, op: &'a Op, ins: &'a [Vec<f32
     }
 }
 
-/// Median seconds of one call of `op` on each engine, data resident, timed
-/// round-robin (one call of each engine per round) so that every engine sees
-/// the same machine state: a load spike cannot favour one of them. `None` for
-/// an engine that refuses the op (unsupported, over a limit, out of memory).
+/// Median seconds of one call of `op` on each engine, data resident, timed in
+/// rotating bursts ([`crate::timing`]) so that every engine sees the same
+/// machine state. `None` for an engine that refuses the op (unsupported, over a
+/// limit, out of memory).
 fn time_all(
     engines: &[(Engine, Arc<dyn Backend>)],
     op: &Op,
@@ -237,32 +236,7 @@ fn time_all(
             Err(e) => return Err(e),
         }
     }
-    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); calls.len()];
-    let start = Instant::now();
-    let mut rounds = 0;
-    while rounds < opts.min_reps || (start.elapsed() < opts.budget_per_point && rounds < 2000) {
-        // The order rotates each round: a call right after another engine's (whose
-        // worker threads may still be spinning) must not always be the same one.
-        let n = calls.len();
-        for k in 0..n {
-            let i = (k + rounds) % n;
-            if let (Some(Some(c)), Some(s)) = (calls.get_mut(i), samples.get_mut(i)) {
-                let t = Instant::now();
-                c()?;
-                s.push(t.elapsed().as_secs_f64());
-            }
-        }
-        rounds += 1;
-    }
-    Ok(calls
-        .iter()
-        .zip(samples.iter_mut())
-        .map(|(c, s)| {
-            c.as_ref()?;
-            s.sort_by(|a, b| a.total_cmp(b));
-            s.get(s.len() / 2).map(|m| m.max(1e-9))
-        })
-        .collect())
+    median_round_robin(&mut calls, opts.budget_per_point, opts.min_reps, 2000)
 }
 
 /// Median seconds of `f` over `budget` (≥ `min_reps` calls after a warm-up).
@@ -275,8 +249,7 @@ fn median_time(mut f: impl FnMut() -> Result<()>, budget: Duration, min_reps: us
         f()?;
         samples.push(t.elapsed().as_secs_f64());
     }
-    samples.sort_by(|a, b| a.total_cmp(b));
-    Ok(samples.get(samples.len() / 2).copied().unwrap_or(0.0).max(1e-9))
+    Ok(crate::timing::median(&mut samples).unwrap_or(1e-9))
 }
 
 /// The ladder of calibration ops of each class, smallest first.

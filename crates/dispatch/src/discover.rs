@@ -1,8 +1,15 @@
 //! Finds the engines present on this machine: CUDA, then wgpu, then the CPU.
 //! A GPU backend that is compiled out (feature off) or finds no device is
 //! skipped with its reason; the CPU is always there.
+//!
+//! GPU devices are opened once per process and shared: the first probe opens
+//! them (tens to hundreds of milliseconds), every later probe, `Compute::auto()`
+//! and calibration hands out clones of the same handles, so a program that
+//! creates many `Compute`s neither pays for nor holds more than one device
+//! each. The outcome of that first attempt, success or the error, is kept for
+//! the life of the process.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use compute_core::{Backend, ComputeError};
 use compute_simd::SimdBackend;
@@ -46,8 +53,9 @@ impl std::fmt::Debug for Found {
 }
 
 /// Tries every engine in preference order (CUDA, wgpu, CPU on all threads,
-/// CPU on one thread) and reports each. Creating a GPU backend opens the
-/// device (tens to hundreds of milliseconds); the CPU ones cost microseconds.
+/// CPU on one thread) and reports each. The first call opens the GPU devices
+/// (tens to hundreds of milliseconds); later calls share them and cost
+/// microseconds, as the CPU ones always do.
 pub fn probe() -> Vec<Found> {
     probe_native().0
 }
@@ -63,19 +71,7 @@ pub(crate) fn probe_native() -> (Vec<Found>, Native) {
     let (wgpu, native) = (wgpu(), Native::default());
     let mut found =
         vec![Found { engine: Engine::Cuda, backend: cuda() }, Found { engine: Engine::Wgpu, backend: wgpu }];
-    let cpu = SimdBackend::new();
-    let threads = cpu.threads();
-    found.push(Found { engine: Engine::Simd, backend: Ok(Arc::new(cpu)) });
-    // With one hardware thread the single-threaded engine is the same engine.
-    let single = if threads > 1 {
-        SimdBackend::with_threads(1).map(|b| Arc::new(b) as Arc<dyn Backend>)
-    } else {
-        Err(ComputeError::DeviceUnavailable {
-            backend: compute_core::BackendKind::Simd,
-            reason: "one CPU thread: the single-threaded engine would duplicate `simd`".into(),
-        })
-    };
-    found.push(Found { engine: Engine::SimdSingle, backend: single });
+    found.extend(cpu_found());
     (found, native)
 }
 
@@ -93,14 +89,34 @@ pub(crate) fn available_native() -> (Vec<EngineBackend>, Native) {
     (found.into_iter().filter_map(|f| f.backend.ok().map(|b| (f.engine, b))).collect(), native)
 }
 
-/// The CPU engines only (all threads, one thread).
+/// The CPU engines only (all threads, one thread); opens no GPU.
 pub fn cpu() -> Vec<(Engine, Arc<dyn Backend>)> {
-    probe().into_iter().filter(|f| !f.engine.is_gpu()).filter_map(|f| f.backend.ok().map(|b| (f.engine, b))).collect()
+    cpu_found().into_iter().filter_map(|f| f.backend.ok().map(|b| (f.engine, b))).collect()
+}
+
+/// The two CPU engines, each found or with the reason it is missing.
+fn cpu_found() -> Vec<Found> {
+    let cpu = SimdBackend::new();
+    let threads = cpu.threads();
+    // With one hardware thread the single-threaded engine is the same engine.
+    let single = if threads > 1 {
+        SimdBackend::with_threads(1).map(|b| Arc::new(b) as Arc<dyn Backend>)
+    } else {
+        Err(ComputeError::DeviceUnavailable {
+            backend: compute_core::BackendKind::Simd,
+            reason: "one CPU thread: the single-threaded engine would duplicate `simd`".into(),
+        })
+    };
+    vec![
+        Found { engine: Engine::Simd, backend: Ok(Arc::new(cpu)) },
+        Found { engine: Engine::SimdSingle, backend: single },
+    ]
 }
 
 #[cfg(feature = "cuda")]
 fn cuda() -> Result<Arc<dyn Backend>, ComputeError> {
-    compute_ptx::CudaBackend::new().map(|b| Arc::new(b) as Arc<dyn Backend>)
+    static CUDA: OnceLock<Result<Arc<dyn Backend>, ComputeError>> = OnceLock::new();
+    CUDA.get_or_init(|| compute_ptx::CudaBackend::new().map(|b| Arc::new(b) as Arc<dyn Backend>)).clone()
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -113,7 +129,8 @@ fn cuda() -> Result<Arc<dyn Backend>, ComputeError> {
 
 #[cfg(any(feature = "gpu", feature = "gpu-wasm"))]
 fn wgpu() -> Result<compute_wgpu::WgpuBackend, ComputeError> {
-    compute_wgpu::WgpuBackend::new()
+    static WGPU: OnceLock<Result<compute_wgpu::WgpuBackend, ComputeError>> = OnceLock::new();
+    WGPU.get_or_init(compute_wgpu::WgpuBackend::new).clone()
 }
 
 #[cfg(not(any(feature = "gpu", feature = "gpu-wasm")))]

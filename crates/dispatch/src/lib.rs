@@ -44,6 +44,7 @@ mod model;
 mod pool;
 pub mod profile;
 mod selector;
+pub mod timing;
 
 pub use async_result::{AsyncGpuResult, AsyncState, Completer};
 pub use batch::{BufferId, CommandBatch};

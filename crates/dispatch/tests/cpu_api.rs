@@ -276,3 +276,25 @@ fn every_discovered_engine_runs_and_is_reported() {
         assert_eq!(c.last_engine(), Some(e));
     }
 }
+
+#[test]
+fn gpu_devices_are_opened_once_and_shared() {
+    // Every probe after the first hands out the same devices: many `Compute`s
+    // in one process must not each open (and hold) a device of their own. On
+    // the NVIDIA machine, ~50 probes that each opened a device left wgpu with
+    // no Vulkan adapter; this also guards that.
+    let first: Vec<(Engine, Result<String, String>)> = dispatch::discover::probe()
+        .into_iter()
+        .map(|f| (f.engine, f.backend.map(|b| b.device_name()).map_err(|e| e.to_string())))
+        .collect();
+    for _ in 0..64 {
+        let again: Vec<(Engine, Result<String, String>)> = dispatch::discover::probe()
+            .into_iter()
+            .map(|f| (f.engine, f.backend.map(|b| b.device_name()).map_err(|e| e.to_string())))
+            .collect();
+        assert_eq!(again, first);
+    }
+    let a = Compute::builder().discover().nominal_profile().build().unwrap();
+    let b = Compute::builder().discover().nominal_profile().build().unwrap();
+    assert_eq!(a.engines(), b.engines());
+}

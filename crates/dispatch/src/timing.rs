@@ -1,0 +1,112 @@
+//! Timing several engines on the same call fairly: what calibration and the
+//! dispatch benchmark both measure with.
+//!
+//! Engines are timed round-robin, one burst each per round and the order
+//! rotating each round, so a load spike hits all of them alike. A burst starts
+//! with one untimed call, because the first call after another engine's pays
+//! for that engine's leftovers (its rayon workers still spinning on every
+//! core, a cold cache, a GPU queue gone idle), which is not this engine's
+//! cost; it then times single calls until about [`BURST`] has passed (at
+//! most [`BURST_CALLS`]). What gets compared is each engine's steady state on
+//! repeated calls, which is what a program doing this call in a loop sees.
+
+use std::time::{Duration, Instant};
+
+use compute_core::Result;
+
+/// One engine's call, ready to time.
+pub type Call<'a> = Box<dyn FnMut() -> Result<()> + 'a>;
+
+/// Time spent on one engine's burst before moving to the next engine.
+pub const BURST: Duration = Duration::from_millis(1);
+
+/// Most timed calls in one burst.
+pub const BURST_CALLS: usize = 32;
+
+/// Median seconds per call of each `Some` call (`None` stays `None`), timed in
+/// rotating bursts for at least `min_rounds` rounds and then until `budget`
+/// has passed (at most `max_rounds`). A call whose untimed first call of a
+/// burst takes over 50 ms gets one timed call per burst. Costs about
+/// `max(budget, min_rounds × calls × (2 calls or BURST))`; the first error of
+/// any call is returned.
+pub fn median_round_robin(
+    calls: &mut [Option<Call<'_>>],
+    budget: Duration,
+    min_rounds: usize,
+    max_rounds: usize,
+) -> Result<Vec<Option<f64>>> {
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); calls.len()];
+    let start = Instant::now();
+    let mut rounds = 0;
+    while rounds < min_rounds || (start.elapsed() < budget && rounds < max_rounds) {
+        let n = calls.len();
+        for k in 0..n {
+            let i = (k + rounds) % n;
+            if let (Some(Some(c)), Some(s)) = (calls.get_mut(i), samples.get_mut(i)) {
+                let t = Instant::now();
+                c()?;
+                let slow = t.elapsed() > Duration::from_millis(50);
+                let burst = Instant::now();
+                for _ in 0..BURST_CALLS {
+                    let t = Instant::now();
+                    c()?;
+                    s.push(t.elapsed().as_secs_f64());
+                    if slow || burst.elapsed() >= BURST {
+                        break;
+                    }
+                }
+            }
+        }
+        rounds += 1;
+    }
+    Ok(calls.iter().zip(samples.iter_mut()).map(|(c, s)| c.as_ref().and_then(|_| median(s))).collect())
+}
+
+/// Median of `s` (sorts it), at least 1 ns; `None` when empty.
+pub fn median(s: &mut [f64]) -> Option<f64> {
+    s.sort_by(|a, b| a.total_cmp(b));
+    s.get(s.len() / 2).map(|m| m.max(1e-9))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_every_call_and_skips_none() {
+        let (mut a, mut b) = (0usize, 0usize);
+        let mut calls: Vec<Option<Call<'_>>> = vec![
+            Some(Box::new(|| {
+                a += 1;
+                std::thread::sleep(Duration::from_micros(200));
+                Ok(())
+            })),
+            None,
+            Some(Box::new(|| {
+                b += 1;
+                Ok(())
+            })),
+        ];
+        let t = median_round_robin(&mut calls, Duration::ZERO, 3, 3).expect("no errors");
+        drop(calls);
+        assert!(t[0].is_some_and(|s| s >= 200e-6), "{t:?}");
+        assert!(t[1].is_none());
+        assert!(t[2].is_some_and(|s| s < 200e-6), "{t:?}");
+        // Three rounds of a warm-up plus at least one timed call each.
+        assert!(a >= 6 && b >= 6, "{a} {b}");
+    }
+
+    #[test]
+    fn the_first_error_is_returned() {
+        let mut calls: Vec<Option<Call<'_>>> = vec![Some(Box::new(|| {
+            Err(compute_core::ComputeError::Unsupported { op: "relu", backend: compute_core::BackendKind::Simd })
+        }))];
+        assert!(median_round_robin(&mut calls, Duration::ZERO, 1, 1).is_err());
+    }
+
+    #[test]
+    fn median_of_odd_and_even() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&mut []), None);
+    }
+}
