@@ -376,22 +376,25 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
     v.get(((v.len().saturating_sub(1)) as f64 * p).round() as usize).copied().unwrap_or(f64::NAN)
 }
 
-fn request_op(len: usize) -> Op {
-    Op::unary(UnaryOp::Gelu(GeluForm::Tanh), len)
+/// Random inputs of a request (one vector per operand), different per thread.
+fn request_inputs(op: &Op, seed: u64) -> Result<Vec<Vec<f32>>, String> {
+    let layout = op.layout().map_err(|e| e.to_string())?;
+    Ok(layout.inputs().iter().enumerate().map(|(i, &n)| random(n, seed * 31 + i as u64)).collect())
 }
 
-fn unbatched(compute: &Compute, threads: usize, n: usize, len: usize) -> Result<Load, String> {
+fn unbatched(compute: &Compute, threads: usize, n: usize, op: &Op) -> Result<Load, String> {
     let start = Instant::now();
     let results: Vec<Result<Vec<f64>, String>> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
             .map(|t| {
                 s.spawn(move || {
-                    let x = random(len, t as u64 + 1);
-                    let mut out = vec![0.0f32; len];
+                    let x = request_inputs(op, t as u64 + 1)?;
+                    let refs: Vec<&[f32]> = x.iter().map(Vec::as_slice).collect();
+                    let mut out = vec![0.0f32; op.layout().map_err(|e| e.to_string())?.output];
                     let mut lat = Vec::with_capacity(n);
                     for _ in 0..n {
                         let t = Instant::now();
-                        compute.run(&request_op(len), &[&x], &mut out).map_err(|e| e.to_string())?;
+                        compute.run(op, &refs, &mut out).map_err(|e| e.to_string())?;
                         lat.push(t.elapsed().as_secs_f64());
                     }
                     Ok(lat)
@@ -408,14 +411,14 @@ fn unbatched(compute: &Compute, threads: usize, n: usize, len: usize) -> Result<
     Ok(Load { lat, wall_s })
 }
 
-fn batched(exec: &BatchedExecutor, threads: usize, n: usize, len: usize, window: usize) -> Result<Load, String> {
+fn batched(exec: &BatchedExecutor, threads: usize, n: usize, op: &Op, window: usize) -> Result<Load, String> {
     let start = Instant::now();
     let results: Vec<Result<Vec<f64>, String>> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
             .map(|t| {
                 let h = exec.handle();
                 s.spawn(move || {
-                    let x = Arc::new(random(len, t as u64 + 1));
+                    let x = request_inputs(op, t as u64 + 1)?;
                     let mut lat = Vec::with_capacity(n);
                     let mut inflight = std::collections::VecDeque::new();
                     let finish = |(sent, r): (Instant, dispatch::AsyncGpuResult<Vec<f32>>), lat: &mut Vec<f64>| {
@@ -432,7 +435,7 @@ fn batched(exec: &BatchedExecutor, threads: usize, n: usize, len: usize, window:
                             finish(p, &mut lat)?;
                         }
                         let sent = Instant::now();
-                        let r = h.submit(request_op(len), vec![x.as_ref().clone()]).map_err(|e| e.to_string())?;
+                        let r = h.submit(*op, x.clone()).map_err(|e| e.to_string())?;
                         inflight.push_back((sent, r));
                     }
                     while let Some(p) = inflight.pop_front() {
@@ -452,46 +455,56 @@ fn batched(exec: &BatchedExecutor, threads: usize, n: usize, len: usize, window:
     Ok(Load { lat, wall_s })
 }
 
+/// The executor against unbatched calls: the seeds' three configurations ×
+/// 2–16 submitting threads and `max_batch_size` 16–4096, on a tiny request
+/// (gelu of 256 elements, which the CPU answers in well under a microsecond),
+/// and the balanced configuration on a request with real work (a 64³ matmul,
+/// 0.5 MFLOP), where one dispatch of many products can pay.
 fn executor_rows(compute: &Compute, device: &str, quick: bool) -> Result<Vec<Record>, String> {
-    let len = 256;
+    let gelu = Op::unary(UnaryOp::Gelu(GeluForm::Tanh), 256);
+    let matmul = Op::matmul(64, 64, 64);
     let per_thread = if quick { 2000 } else { 8000 };
     let thread_counts: &[usize] = if quick { &[2, 8, 16] } else { &[2, 4, 8, 16] };
     let sizes: &[usize] = if quick { &[16, 256, 4096] } else { &[16, 64, 256, 1024, 4096] };
-    let mut runs: Vec<(String, BatchConfig, usize)> = Vec::new();
+    let mut runs: Vec<(String, BatchConfig, usize, Op, usize)> = Vec::new();
     for (name, cfg) in [
         ("latency", BatchConfig::latency()),
         ("balanced", BatchConfig::balanced()),
         ("throughput", BatchConfig::throughput()),
     ] {
         for &t in thread_counts {
-            runs.push((format!("{name} t={t}"), cfg, t));
+            runs.push((format!("{name} t={t}"), cfg, t, gelu, per_thread));
         }
     }
     for &bs in sizes {
-        runs.push((format!("bs={bs} t=8"), BatchConfig::balanced().with_max_batch_size(bs), 8));
+        runs.push((format!("bs={bs} t=8"), BatchConfig::balanced().with_max_batch_size(bs), 8, gelu, per_thread));
     }
-    let mut base: std::collections::HashMap<usize, (f64, f64, f64)> = Default::default();
+    for &t in &[2usize, 8, 16] {
+        runs.push((format!("balanced t={t}"), BatchConfig::balanced(), t, matmul, per_thread / 8));
+    }
+    let mut base: std::collections::HashMap<(usize, String), (f64, f64, f64)> = Default::default();
     let mut out = Vec::new();
-    for (label, cfg, threads) in runs {
-        let (u_per_req, u_p50, u_p99) = match base.get(&threads) {
+    for (label, cfg, threads, op, n) in runs {
+        let what = format!("{}[{}]", op.name(), op.shapes());
+        let (u_per_req, u_p50, u_p99) = match base.get(&(threads, what.clone())) {
             Some(&b) => b,
             None => {
-                let mut u = unbatched(compute, threads, per_thread, len)?;
+                let mut u = unbatched(compute, threads, n, &op)?;
                 let b = (u.wall_s / u.lat.len() as f64, pct(&mut u.lat, 0.5), pct(&mut u.lat, 0.99));
-                base.insert(threads, b);
+                base.insert((threads, what.clone()), b);
                 b
             }
         };
         let exec = BatchedExecutor::new(compute.clone(), cfg).map_err(|e| e.to_string())?;
         // In flight per thread: enough for full batches, bounded so queueing stays finite.
         let window = (2 * cfg.max_batch_size / threads).max(64);
-        let mut l = batched(&exec, threads, per_thread, len, window)?;
+        let mut l = batched(&exec, threads, n, &op, window)?;
         let m = exec.shutdown();
         let per_req = l.wall_s / l.lat.len() as f64;
         let (p50, p99) = (pct(&mut l.lat, 0.5), pct(&mut l.lat, 0.99));
         out.push(
             Record {
-                op: "executor".into(),
+                op: format!("executor/{}", op.name()),
                 shape: format!("{label} bs={} wait={}ms", cfg.max_batch_size, cfg.max_wait.as_millis()),
                 backend: "dispatch".into(),
                 device: device.into(),
@@ -499,7 +512,7 @@ fn executor_rows(compute: &Compute, device: &str, quick: bool) -> Result<Vec<Rec
                 placement: "host".into(),
                 median_s: per_req,
                 note: Some(format!(
-                    "gelu[{len}] x{per_thread}/thread, window {window}: batched {:.0} req/s p50 {:.1} µs p99 {:.1} µs; unbatched {:.0} req/s p50 {:.1} µs p99 {:.1} µs; {} batches, mean {:.1}, fill {:.1}%, flushes size/timeout/shutdown {}/{}/{}, queue p50 {:.1} µs p99 {:.1} µs",
+                    "{what} x{n}/thread, window {window}: batched {:.0} req/s p50 {:.1} µs p99 {:.1} µs; unbatched {:.0} req/s p50 {:.1} µs p99 {:.1} µs; {} batches, mean {:.1}, fill {:.1}%, flushes size/timeout/shutdown {}/{}/{}, queue p50 {:.1} µs p99 {:.1} µs; engines {}",
                     1.0 / per_req,
                     p50 * 1e6,
                     p99 * 1e6,
@@ -513,7 +526,8 @@ fn executor_rows(compute: &Compute, device: &str, quick: bool) -> Result<Vec<Rec
                     m.flush_timeout,
                     m.flush_shutdown,
                     m.queue_p50_s * 1e6,
-                    m.queue_p99_s * 1e6
+                    m.queue_p99_s * 1e6,
+                    m.engines_text()
                 )),
                 ..Record::default()
             }

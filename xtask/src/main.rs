@@ -1,6 +1,7 @@
 //! `cargo xtask <command>`: the project's task runner (std only, so it builds in seconds).
 //!
-//! - `test`       set up what the tests need (Mesa's software Vulkan, ptxas), then run every test
+//! - `test`       set up what the tests need (Mesa's software Vulkan, ptxas, the wasm32 target), then run
+//!   every test, the PTX check and the browser (`gpu-wasm`) build check
 //! - `bench`      the side-by-side benchmark report (CPU by default; `--backend wgpu|cuda|all`, `--dispatch`)
 //! - `ptx`        regenerate the checked-in PTX (`--check`: fail on a difference, run ptxas on every file)
 //! - `calibrate`  measure this machine's dispatch profile and save it
@@ -15,7 +16,7 @@ mod setup;
 use std::process::{Command, ExitCode};
 
 const USAGE: &str = "usage: cargo xtask <test|bench|ptx|calibrate|ci> [args]
-  test [--quick]          set up Vulkan (lavapipe) and ptxas if missing, run all tests
+  test [--quick]          set up Vulkan (lavapipe), ptxas and wasm32 if missing, run all tests and build checks
   bench [ARGS]            cargo run --release -p compute-benches -- ARGS (see `cargo xtask bench --help`)
   ptx [--check]           write every kernel's PTX into ptx/ (or check it and run ptxas)
   calibrate               measure and save the dispatch profile of this machine
@@ -95,8 +96,32 @@ fn test(args: &[String]) -> Result<(), String> {
     }
     run(&mut cmd)?;
     ptx::run(&["--check".to_string()])?;
+    if !quick {
+        wasm()?;
+    }
     setup::report_skips(&env);
     Ok(())
+}
+
+/// The browser build: `dispatch` with only `gpu-wasm` (wgpu on WebGPU) must
+/// compile for wasm32 without warnings. Nothing runs (no browser here).
+fn wasm() -> Result<(), String> {
+    if !setup::wasm_target()? {
+        return Ok(());
+    }
+    run(cargo().args([
+        "clippy",
+        "-p",
+        "dispatch",
+        "--no-default-features",
+        "--features",
+        "gpu-wasm",
+        "--target",
+        setup::WASM_TARGET,
+        "--",
+        "-D",
+        "warnings",
+    ]))
 }
 
 fn bench(args: &[String]) -> Result<(), String> {

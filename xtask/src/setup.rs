@@ -71,3 +71,33 @@ pub fn report_skips(env: &[(String, String)]) {
          with `cargo xtask ptx --gpu-bundle` (see docs/ptx.md)."
     );
 }
+
+/// The browser target the `gpu-wasm` feature builds for.
+pub const WASM_TARGET: &str = "wasm32-unknown-unknown";
+
+/// Whether the Rust standard library for [`WASM_TARGET`] is installed; adds it
+/// with `rustup` when it is not (a download of about 20 MB). `Ok(false)` (the
+/// check is skipped loudly) when that fails outside CI; an error under CI.
+pub fn wasm_target() -> Result<bool, String> {
+    let installed = || {
+        Command::new("rustup")
+            .args(["target", "list", "--installed"])
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).lines().any(|l| l.trim() == WASM_TARGET))
+    };
+    if installed() {
+        return Ok(true);
+    }
+    eprintln!("xtask: adding the {WASM_TARGET} target (rustup) for the `gpu-wasm` build check");
+    let added = run(Command::new("rustup").args(["target", "add", WASM_TARGET])).is_ok() && installed();
+    if added {
+        return Ok(true);
+    }
+    let msg =
+        format!("no {WASM_TARGET} standard library: `rustup target add {WASM_TARGET}` to check the browser build");
+    if in_ci() {
+        return Err(msg);
+    }
+    eprintln!("\n!!! SKIPPING the `gpu-wasm` build check: {msg}\n");
+    Ok(false)
+}

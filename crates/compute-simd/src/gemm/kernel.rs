@@ -27,12 +27,16 @@ pub(crate) struct Tile {
 }
 
 /// AVX-512: 6 rows by 4 vectors (64 columns): 24 accumulators of 32 registers.
+#[cfg(target_arch = "x86_64")]
 const AVX512_MR: usize = 6;
+#[cfg(target_arch = "x86_64")]
 const AVX512_NV: usize = 4;
 /// How many depth steps ahead the kernel prefetches a `B` read in place.
 const PREFETCH_STEPS: usize = 8;
 /// AVX2+FMA: 6 rows by 2 vectors (16 columns): 12 accumulators of 16 registers.
+#[cfg(target_arch = "x86_64")]
 const AVX2_MR: usize = 6;
+#[cfg(target_arch = "x86_64")]
 const AVX2_NV: usize = 2;
 /// Portable `wide::f32x8`: aarch64 has 32 NEON registers (an `f32x8` takes
 /// two), SSE2 has 16.
@@ -417,14 +421,19 @@ pub(crate) fn transpose(isa: Isa, src: &[f32], ld: usize, dst: &mut [f32], ldd: 
     }
     match isa {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX-512F present and both 16×16 blocks inside their slices (checked above).
-        Isa::Avx512 => unsafe { x86::transpose16(src.as_ptr(), ld, dst.as_mut_ptr(), ldd) },
+        Isa::Avx512 => {
+            // SAFETY: AVX-512F present and both 16×16 blocks inside their slices (checked above).
+            unsafe { x86::transpose16(src.as_ptr(), ld, dst.as_mut_ptr(), ldd) };
+            true
+        }
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX present and both 8×8 blocks inside their slices (checked above).
-        Isa::Avx2 => unsafe { x86::transpose8(src.as_ptr(), ld, dst.as_mut_ptr(), ldd) },
-        _ => return false,
+        Isa::Avx2 => {
+            // SAFETY: AVX present and both 8×8 blocks inside their slices (checked above).
+            unsafe { x86::transpose8(src.as_ptr(), ld, dst.as_mut_ptr(), ldd) };
+            true
+        }
+        _ => false,
     }
-    true
 }
 
 /// Raw view of a block. Contract: `b` holds `⌈nc/NR⌉·NR·kc` packed values

@@ -2,6 +2,8 @@
 
 use serde::Serialize;
 
+use crate::engine::Engine;
+
 /// Why a batch was dispatched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum FlushReason {
@@ -40,6 +42,18 @@ pub struct ExecutorMetrics {
     pub queue_p50_s: f64,
     /// 99th percentile of the same.
     pub queue_p99_s: f64,
+    /// Dispatches per engine, as the policy chose them (most first).
+    pub engines: Vec<(Engine, u64)>,
+}
+
+impl ExecutorMetrics {
+    /// `engines` as text, e.g. `"wgpu 12, simd 3"` (`"-"` when none).
+    pub fn engines_text(&self) -> String {
+        if self.engines.is_empty() {
+            return "-".into();
+        }
+        self.engines.iter().map(|(e, n)| format!("{e} {n}")).collect::<Vec<_>>().join(", ")
+    }
 }
 
 const WINDOW: usize = 1 << 16;
@@ -56,14 +70,19 @@ pub(crate) struct State {
     pub(crate) flush_size: u64,
     pub(crate) flush_timeout: u64,
     pub(crate) flush_shutdown: u64,
+    pub(crate) engines: Vec<(Engine, u64)>,
     queue: Vec<f64>,
     next: usize,
 }
 
 impl State {
-    /// Records one dispatch of `n` requests and their queue times.
-    pub(crate) fn batch(&mut self, reason: FlushReason, queue_s: impl Iterator<Item = f64>) {
+    /// Records one dispatch of `n` requests on `engine` and their queue times.
+    pub(crate) fn batch(&mut self, reason: FlushReason, engine: Engine, queue_s: impl Iterator<Item = f64>) {
         self.batches += 1;
+        match self.engines.iter_mut().find(|(e, _)| *e == engine) {
+            Some((_, n)) => *n += 1,
+            None => self.engines.push((engine, 1)),
+        }
         match reason {
             FlushReason::Size => self.flush_size += 1,
             FlushReason::Timeout => self.flush_timeout += 1,
@@ -92,6 +111,8 @@ impl State {
                 q.get(i).copied().unwrap_or(0.0)
             }
         };
+        let mut engines = self.engines.clone();
+        engines.sort_by_key(|e| std::cmp::Reverse(e.1));
         let mean = if self.batches == 0 { 0.0 } else { self.batched_requests as f64 / self.batches as f64 };
         ExecutorMetrics {
             submitted: self.submitted,
@@ -106,6 +127,7 @@ impl State {
             flush_shutdown: self.flush_shutdown,
             queue_p50_s: pct(0.5),
             queue_p99_s: pct(0.99),
+            engines,
         }
     }
 }

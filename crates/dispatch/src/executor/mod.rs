@@ -27,6 +27,7 @@ pub use metrics::{ExecutorMetrics, FlushReason};
 
 use crate::async_result::{AsyncGpuResult, Completer};
 use crate::compute::Compute;
+use crate::engine::Placement;
 use crate::lock::{lock, read, write};
 
 /// Batching parameters.
@@ -391,13 +392,23 @@ fn run_caught(compute: &Compute, op: &Op, inputs: &[Vec<f32>]) -> Result<Vec<f32
 
 fn flush(compute: &Compute, shared: &Shared, group: Group, reason: FlushReason) {
     let start = Instant::now();
-    lock(&shared.metrics).batch(reason, group.reqs.iter().map(|r| start.duration_since(r.enqueued).as_secs_f64()));
     let merged = if group.reqs.len() > 1 {
         let views: Vec<(&Op, &[Vec<f32>])> = group.reqs.iter().map(|r| (&r.op, r.inputs.as_slice())).collect();
         coalesce::merge(&views)
     } else {
         None
     };
+    // The engine the policy picks for what is dispatched (the same choice `run_vec` makes).
+    let engine = match (&merged, group.reqs.first()) {
+        (Some(m), _) => compute.choose(&m.op, Placement::Host),
+        (None, Some(r)) => compute.choose(&r.op, Placement::Host),
+        (None, None) => compute.primary(),
+    };
+    lock(&shared.metrics).batch(
+        reason,
+        engine,
+        group.reqs.iter().map(|r| start.duration_since(r.enqueued).as_secs_f64()),
+    );
     let outcomes: Vec<Outcome> = match merged {
         Some(m) => {
             let result = run_caught(compute, &m.op, &m.inputs);
