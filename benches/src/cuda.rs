@@ -6,7 +6,8 @@
 //! Device work is timed on the host around `launch × reps + synchronize`
 //! (`reps` launches per sample keep the synchronisation cost out of the
 //! figure). Inputs are random, never zeros. Set `COMPUTE_PTX_GEMM_SWEEP=1` to
-//! add rows for other register-blocked GEMM shapes (tuning).
+//! add rows for other register-blocked GEMM shapes (tuning) at 2048³, 4096³
+//! and 8192³, also with `--quick`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -104,8 +105,8 @@ impl Cublas {
 
 fn sgemm_rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Result<Vec<Record>, String> {
     let blas = Cublas::new()?;
-    let sizes: &[usize] = if quick { &[2048] } else { &[2048, 4096, 8192] };
     let sweep = std::env::var("COMPUTE_PTX_GEMM_SWEEP").is_ok_and(|v| !v.is_empty() && v != "0");
+    let sizes: &[usize] = if quick && !sweep { &[2048] } else { &[2048, 4096, 8192] };
     let mut rows = Vec::new();
     for &n in sizes {
         let a_host = random(n * n, 11 + n as u64);
@@ -119,7 +120,7 @@ fn sgemm_rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> 
         let reps = (2048 * 2048 * 2048 * 4 / (n * n * n)).clamp(1, 8);
         let op = Op::matmul(n, n, n);
         let mut configs = vec![SimtConfig::default()];
-        if sweep && n == 4096 {
+        if sweep {
             configs.extend(sweep_configs());
         }
         for cfg in configs {
@@ -172,22 +173,26 @@ fn sgemm_rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> 
                 cfg.kernel_name(false, false),
                 flops / theirs / 1e12
             ));
+            if sweep {
+                // Progress as it goes: a sweep is long, and a time limit may cut it short.
+                eprintln!(
+                    "sweep {n} {:<58} {:>6.2} TFLOP/s  cuBLAS {:>6.2}  ratio {:.3}  diff {diff:.1e}",
+                    cfg.kernel_name(false, false),
+                    flops / ours / 1e12,
+                    flops / theirs / 1e12,
+                    theirs / ours
+                );
+            }
             rows.push(r);
         }
     }
     Ok(rows)
 }
 
-/// Other register-blocked shapes timed by `COMPUTE_PTX_GEMM_SWEEP`.
+/// Other register-blocked shapes timed by `COMPUTE_PTX_GEMM_SWEEP`
+/// (`compute_ptx::kernels::gemm_simt::sweep_configs`).
 pub fn sweep_configs() -> Vec<SimtConfig> {
-    let d = SimtConfig::default();
-    vec![
-        SimtConfig { async_copy: false, warp_tiled: false, ..d },
-        SimtConfig { async_copy: false, ..d },
-        SimtConfig { warp_tiled: false, ..d },
-        SimtConfig { group_m: 16, ..d },
-        SimtConfig { min_blocks: 1, ..d },
-    ]
+    compute_ptx::kernels::gemm_simt::sweep_configs()
 }
 
 /// Times `f` (`reps` launches) against a device copy of `copy_floats` floats

@@ -3,7 +3,8 @@
 //! prints one line per row and the rows as JSON.
 //!
 //! `cargo run --release -p compute-ptx --features cuda --example cuda_bench [--quick]`
-//! (`COMPUTE_PTX_GEMM_SWEEP=1` adds other GEMM shapes at 4096).
+//! (`COMPUTE_PTX_GEMM_SWEEP=1` adds the other GEMM shapes of
+//! `gemm_simt::sweep_configs` at 2048³, 4096³ and 8192³, also with `--quick`).
 
 #[path = "../../../benches/src/cuda.rs"]
 mod cuda;

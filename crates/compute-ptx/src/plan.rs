@@ -267,7 +267,7 @@ impl Exec<'_> {
                     let grid = Grid {
                         blocks: (gx as u32, gy as u32, zc as u32),
                         threads: (cfg.threads(), 1, 1),
-                        dynamic_smem: 0,
+                        dynamic_smem: cfg.dynamic_shared_bytes(),
                     };
                     let mut args =
                         vec![Arg::Ptr(ao), Arg::Ptr(bo), Arg::Ptr(co), Arg::U32(m), Arg::U32(n), Arg::U32(k)];

@@ -41,16 +41,21 @@ fn run_tier(be: &CudaBackend, tier: GemmTier, spec: MatmulSpec, rng: &mut Rng) -
 fn every_gemm_tier_matches_the_reference() {
     let Some(be) = backend("every_gemm_tier_matches_the_reference") else { return };
     let mut rng = Rng::new(compute_core::conformance::rng::fresh_seed());
-    let d = SimtConfig::default();
+    let d = SimtConfig::register_staged();
+    let piped = SimtConfig { async_transpose: true, ..d };
     let tuned = [
         SimtConfig { async_copy: false, warp_tiled: false, ..d },
         SimtConfig { bk: 16, min_blocks: 1, ..d },
         SimtConfig { bm: 128, bn: 256, tm: 8, tn: 16, min_blocks: 1, ..d },
         SimtConfig { bm: 64, bn: 128, bk: 16, warp_tiled: false, ..d },
         SimtConfig { group_m: 0, async_copy: false, ..d },
+        SimtConfig { stages: 4, ..piped },
+        SimtConfig { tm: 16, tn: 8, stages: 3, min_blocks: 3, ..piped },
+        SimtConfig { tm: 8, tn: 16, stages: 2, bk: 16, ..piped },
+        SimtConfig { bk: 16, stages: 3, early_barrier: true, ..piped },
     ];
     let mut tiers = vec![GemmTier::Naive, GemmTier::Tiled, GemmTier::Simt(SimtConfig::default())];
-    tiers.extend(tuned.map(GemmTier::Simt));
+    tiers.extend(tuned.into_iter().filter(|c| *c != SimtConfig::default()).map(GemmTier::Simt));
     let shapes =
         [(1, 1, 1, 1), (1, 7, 13, 5), (3, 33, 65, 17), (1, 129, 257, 130), (1, 1000, 999, 1001), (2, 256, 64, 384)];
     let mut fails = Vec::new();

@@ -94,7 +94,11 @@ impl Device {
             kernel: e.kernel.clone(),
             message: e.to_string(),
         })?;
-        let smem = matches!(id, KernelId::Rows(_, RowShape::Block)).then_some(BLOCK_CACHE_BYTES);
+        let smem = match id {
+            KernelId::Rows(_, RowShape::Block) => Some(BLOCK_CACHE_BYTES),
+            KernelId::GemmSimt(cfg, ..) if cfg.dynamic_shared_bytes() > 0 => Some(cfg.dynamic_shared_bytes()),
+            _ => None,
+        };
         let f = Arc::new(driver::load(&self.ctx, &kernel, smem)?);
         // Another thread may have loaded it meanwhile: keep the first (it may
         // already be queued); ours, never launched, is unloaded on drop.

@@ -4,13 +4,26 @@
 //! of it, as `TM/4 × TN/4` sub-blocks of 4×4 spread `4·TY` rows and `4·TX`
 //! columns apart, with each warp's threads laid out as a 4×8 tile, so a warp's
 //! shared-memory fragment reads touch 4 and 8 distinct `float4`s (broadcasts,
-//! no bank conflicts). `A` and `B` tiles of depth `BK` are double-buffered in
-//! shared memory, stored `k`-major (`As[k][m]`, `Bs[k][n]`, rows padded by 4
-//! floats so the transposing stores of a `k`-contiguous operand do not
-//! conflict). The operand whose rows already run along m/n (`A` transposed,
-//! `B` not) is copied with `cp.async` straight into the next stage; the other
-//! is loaded into registers (`ld.global.nc.v4`) before the current tile's
-//! `BK·TM·TN` `fma`s and stored, transposed, after them: one barrier per tile.
+//! no bank conflicts). `A` and `B` tiles of depth `BK` live in `stages`
+//! shared-memory stages, stored `k`-major (`As[k][m]`, `Bs[k][n]`, rows padded
+//! by 4 floats so the transposing stores of a `k`-contiguous operand do not
+//! conflict).
+//!
+//! The default (128×128 block tile, `BK` = 16, 256 threads of 8×8, two
+//! stages) copies every operand with `cp.async`: the one whose rows already
+//! run along m/n (`A` transposed, `B` not) in 16-byte copies, the
+//! `k`-contiguous one (`A` not transposed, `B` transposed) in 4-byte copies
+//! that transpose it on the fly (a warp reads 8 consecutive `k` of 4 rows,
+//! whole 32-byte sectors, and stores them to 32 distinct banks), so no
+//! staging registers and no store phase. The next tile is issued at the top
+//! of each tile's loop; `cp.async.wait_group` and the one barrier per tile
+//! sit before the tile's last k-step, where the next tile's first fragments
+//! are loaded, hiding their latency behind that k-step's `fma`s
+//! (`early_barrier`). More stages (dynamic shared memory above 48 KiB), the
+//! older register-staged loop (`ld.global.nc.v4` before the fmas, transposed
+//! stores after them) and other thread tiles stay buildable for the sweep
+//! ([`sweep_configs`]).
+//!
 //! Edges (any `m`, `k`, `n`) fall back to predicated scalar loads (or 4-byte
 //! `cp.async` with zero fill), and to scalar stores; a `float4` path needs the
 //! contiguous dimension to be a multiple of 4. Blocks are visited in groups of
@@ -19,9 +32,15 @@
 
 use crate::builder::{BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Pred, Reg, Src, Target, U32, U64};
 
+/// The most shared memory a kernel may declare statically.
+const MAX_STATIC_SHARED: u32 = 48 * 1024;
+/// The most shared memory a block may have on sm_80 (sm_90: 227 KiB).
+const MAX_SHARED: u32 = 163 * 1024;
+
 /// Shape of the register-blocked kernel. [`SimtConfig::default`] is the
-/// checked-in one (the fastest measured on an H200, see `docs/ptx.md`); other
-/// shapes are for tuning and tests.
+/// checked-in one (the fastest measured on an H200, see `docs/ptx.md`: 128×128
+/// tiles, k-tile 16, 256 threads of 8×8, two `cp.async` stages, early
+/// barrier); other shapes are for tuning and tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SimtConfig {
     /// Rows of `C` per block.
@@ -40,16 +59,54 @@ pub struct SimtConfig {
     pub min_blocks: u32,
     /// Copy the operand tiles that need no transposition (`A` stored transposed,
     /// `B` not) straight into shared memory with `cp.async` (sm_80+), skipping
-    /// registers; the others still go through registers.
+    /// registers; the others go through registers unless `async_transpose`.
     pub async_copy: bool,
     /// Lay each warp's threads out as 4×8 thread tiles (else 2×16): a warp's
     /// shared-memory fragment reads then touch 4 and 8 distinct `float4`s, one
     /// wavefront each.
     pub warp_tiled: bool,
+    /// Shared-memory stages of the k-tile pipeline (2..=4). Above 2, every
+    /// operand must be copied with `cp.async` (`async_copy` and
+    /// `async_transpose`).
+    pub stages: u32,
+    /// Copy the `k`-contiguous operand (`A` not transposed, `B` transposed) with
+    /// 4-byte `cp.async`s that transpose it on the fly into the `k`-major
+    /// layout (a warp reads 8 consecutive `k` of 4 rows: whole 32-byte
+    /// sectors, conflict-free stores), instead of staging it through registers.
+    /// Needs `async_copy` and `bk` a multiple of 8.
+    pub async_transpose: bool,
+    /// In the `cp.async` pipeline, wait and pass the barrier before a tile's
+    /// last k-step instead of before its first, and load the next tile's first
+    /// fragments there, so their shared-memory latency hides behind that
+    /// k-step's fmas (CUTLASS's multistage order). With 2 stages the next tile
+    /// then has `BK-1` k-steps to land instead of `BK`.
+    pub early_barrier: bool,
 }
 
 impl Default for SimtConfig {
     fn default() -> Self {
+        SimtConfig {
+            bm: 128,
+            bn: 128,
+            bk: 16,
+            tm: 8,
+            tn: 8,
+            group_m: 8,
+            min_blocks: 2,
+            async_copy: true,
+            warp_tiled: true,
+            stages: 2,
+            async_transpose: true,
+            early_barrier: true,
+        }
+    }
+}
+
+impl SimtConfig {
+    /// The previous default: two stages, the `k`-contiguous operand staged
+    /// through registers (`ld.global.nc.v4`) and transposed on store, the other
+    /// copied with 16-byte `cp.async`; 256 threads of 8×8.
+    pub fn register_staged() -> SimtConfig {
         SimtConfig {
             bm: 128,
             bn: 128,
@@ -60,19 +117,34 @@ impl Default for SimtConfig {
             min_blocks: 2,
             async_copy: true,
             warp_tiled: true,
+            stages: 2,
+            async_transpose: false,
+            early_barrier: false,
         }
     }
-}
 
-impl SimtConfig {
     /// Threads per block: `(BM/TM)·(BN/TN)`.
     pub fn threads(&self) -> u32 {
         (self.bm / self.tm.max(1)) * (self.bn / self.tn.max(1))
     }
 
-    /// Shared memory per block in bytes (two stages of both tiles).
+    /// Shared memory per block in bytes (`stages` stages of both tiles).
     pub fn shared_bytes(&self) -> u32 {
-        2 * self.bk * ((self.bm + 4) + (self.bn + 4)) * 4
+        self.stages * self.bk * ((self.bm + 4) + (self.bn + 4)) * 4
+    }
+
+    /// Bytes of dynamic shared memory to launch with: the stages when they
+    /// exceed the 48 KiB a kernel may declare statically (the kernel then
+    /// declares them `.extern` and its loader raises the limit), else 0.
+    pub fn dynamic_shared_bytes(&self) -> u32 {
+        if self.shared_bytes() > MAX_STATIC_SHARED { self.shared_bytes() } else { 0 }
+    }
+
+    /// Every operand goes through `cp.async` for every transpose, so the
+    /// `stages`-deep pipeline is used (else the two-stage loop with the
+    /// `k`-contiguous operand staged through registers).
+    pub fn all_async(&self) -> bool {
+        self.async_copy && self.async_transpose
     }
 
     /// Why this shape cannot be built, if it cannot.
@@ -104,8 +176,39 @@ impl SimtConfig {
         if self.warp_tiled && ((bn / tn) % 8 != 0 || (bm / tm) % 4 != 0) {
             return Err(format!("warp tiling needs {}x{} thread tiles in multiples of 4x8", bm / tm, bn / tn));
         }
-        if self.shared_bytes() > 48 * 1024 {
-            return Err(format!("{} bytes of shared memory: above the 48 KiB static limit", self.shared_bytes()));
+        if !(2..=4).contains(&self.stages) {
+            return Err(format!("{} stages: need 2..=4", self.stages));
+        }
+        if self.stages > 2 && !self.all_async() {
+            return Err(format!(
+                "{} stages need every operand copied by cp.async (async_copy, async_transpose)",
+                self.stages
+            ));
+        }
+        if self.early_barrier && !self.all_async() {
+            return Err("early_barrier needs the cp.async pipeline (async_copy, async_transpose)".into());
+        }
+        if self.async_transpose {
+            if !self.async_copy {
+                return Err("async_transpose needs async_copy".into());
+            }
+            let rows = t / bk.max(1);
+            if !bk.is_multiple_of(8)
+                || !t.is_multiple_of(bk)
+                || !rows.is_power_of_two()
+                || !bm.is_multiple_of(rows)
+                || !bn.is_multiple_of(rows)
+            {
+                return Err(format!(
+                    "async_transpose: bk {bk} must be a multiple of 8 dividing {t} threads into a power-of-two number of rows dividing {bm} and {bn}"
+                ));
+            }
+        }
+        if self.shared_bytes() > MAX_SHARED {
+            return Err(format!(
+                "{} bytes of shared memory: above {MAX_SHARED}, the most a block may have on sm_80",
+                self.shared_bytes()
+            ));
         }
         Ok(())
     }
@@ -118,7 +221,7 @@ impl SimtConfig {
             format!("gemm_simt_{t}")
         } else {
             format!(
-                "gemm_simt_{t}_{}x{}x{}_{}x{}_g{}_m{}{}{}",
+                "gemm_simt_{t}_{}x{}x{}_{}x{}_g{}_m{}{}{}{}{}{}",
                 self.bm,
                 self.bn,
                 self.bk,
@@ -127,21 +230,67 @@ impl SimtConfig {
                 self.group_m,
                 self.min_blocks,
                 if self.async_copy { "_async" } else { "" },
-                if self.warp_tiled { "_wt" } else { "" }
+                if self.warp_tiled { "_wt" } else { "" },
+                if self.async_transpose { "_at" } else { "" },
+                if self.stages != 2 { format!("_s{}", self.stages) } else { String::new() },
+                if self.early_barrier { "_eb" } else { "" }
             )
         }
     }
 }
 
-/// The loads of one operand's tile a thread does: `slots` 16-byte loads whose
-/// addresses, indices and shared-memory offsets differ from slot 0's by
-/// constants (or, for addresses, by a multiple of the leading dimension), so
-/// only slot 0's state lives in registers through the loop.
+/// The shapes the benchmark's sweep times next to the default
+/// (`COMPUTE_PTX_GEMM_SWEEP=1`), for tuning: the previous register-staged
+/// default, and the all-`cp.async` pipeline at other depths (`BK` 8/16/32),
+/// stage counts (2–4), barrier placements, block orders and thread tiles
+/// (128 threads of 16×8, 128×256 tiles of 8×16).
+pub fn sweep_configs() -> Vec<SimtConfig> {
+    let d = SimtConfig::default();
+    let staged = SimtConfig::register_staged();
+    let piped = SimtConfig { async_copy: true, async_transpose: true, ..staged };
+    let eb = SimtConfig { early_barrier: true, ..piped };
+    let t128 = SimtConfig { tm: 16, tn: 8, ..eb };
+    let wide = SimtConfig { bn: 256, tn: 16, min_blocks: 1, ..eb };
+    let all = vec![
+        staged,
+        SimtConfig { stages: 3, ..piped },
+        SimtConfig { stages: 3, ..eb },
+        SimtConfig { stages: 3, early_barrier: false, ..wide },
+        SimtConfig { early_barrier: false, ..d },
+        SimtConfig { group_m: 4, ..d },
+        SimtConfig { group_m: 16, ..d },
+        SimtConfig { stages: 3, ..d },
+        SimtConfig { stages: 4, ..d },
+        SimtConfig { bk: 32, ..piped },
+        SimtConfig { bk: 32, ..eb },
+        SimtConfig { bk: 16, stages: 3, min_blocks: 2, ..t128 },
+        SimtConfig { bk: 16, ..wide },
+    ];
+    all.into_iter().filter(|c| *c != d).collect()
+}
+
+/// How one operand's tiles reach shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    /// `ld.global.nc.v4` into registers before the current tile's fmas, stored
+    /// (transposed if `k`-contiguous) after them.
+    Staged,
+    /// 16-byte `cp.async` straight into shared memory (rows run along m/n).
+    Async16,
+    /// 4-byte `cp.async`s of a `k`-contiguous operand, one element each,
+    /// transposing it into the `k`-major layout.
+    Async4,
+}
+
+/// The loads of one operand's tile a thread does: `slots` loads (16-byte, or
+/// 4-byte for [`Route::Async4`]) whose addresses, indices and shared-memory
+/// offsets differ from slot 0's by constants (or, for addresses, by a multiple
+/// of the leading dimension), so only slot 0's state lives in registers
+/// through the loop.
 struct OperandLoads {
-    /// The four elements of a slot run along `k` (stored transposed).
+    /// The elements of a slot run along `k` (stored transposed).
     kcontig: bool,
-    /// Copied with `cp.async` straight into shared memory (no staging).
-    direct: bool,
+    route: Route,
     slots: u32,
     /// Slot 0's global address this tile (advances every tile).
     ptr: Reg<U64>,
@@ -166,8 +315,14 @@ struct OperandLoads {
     /// The operand's base address for this batch (a valid source for the
     /// zero-byte copies of out-of-bounds elements).
     base: Reg<U64>,
-    /// Staging registers per slot (none when `direct`).
+    /// Staging registers per slot (only for [`Route::Staged`]).
     regs: Vec<[Reg<F32>; 4]>,
+}
+
+impl OperandLoads {
+    fn is_async(&self) -> bool {
+        self.route != Route::Staged
+    }
 }
 
 struct Operand<'a> {
@@ -196,7 +351,13 @@ fn operand_loads(
 ) -> OperandLoads {
     b.comment(&format!("{} tile loads", op.name));
     let threads = cfg.threads();
-    let slots = op.tile_mn * cfg.bk / 4 / threads;
+    let route = match (cfg.async_copy, op.kcontig, cfg.async_transpose) {
+        (false, _, _) | (true, true, false) => Route::Staged,
+        (true, false, _) => Route::Async16,
+        (true, true, true) => Route::Async4,
+    };
+    let per_slot = if route == Route::Async4 { 1 } else { 4 };
+    let slots = op.tile_mn * cfg.bk / per_slot / threads;
     let row = (op.tile_mn + 4) * 4;
     let z64 = b.cvt::<U64, U32>(op.batch);
     let zoff = b.mul(z64, op.batch_stride);
@@ -204,8 +365,29 @@ fn operand_loads(
     let base = b.add(op.base, zbytes);
     let ld_low = b.and(op.ld, 3u32);
     let aligned = b.setp(Cmp::Eq, ld_low, 0u32);
-    let direct = cfg.async_copy && !op.kcontig;
-    let (ptr, kidx, mn_idx, row_step, st_addr, st_step) = if op.kcontig {
+    let (ptr, kidx, mn_idx, row_step, st_addr, st_step) = if route == Route::Async4 {
+        // Thread f copies k = f % 8 + 8·(chunk) of row (f / 8) % R, R = T / BK rows
+        // per pass, chunk = f / (8R): a warp reads 8 consecutive k of 4 rows (whole
+        // 32-byte sectors) and stores them to banks 4k + row (mod 32): no conflicts.
+        let rows = threads / cfg.bk;
+        let kl = b.and(tid, 7u32);
+        let g = b.shr(tid, 3u32);
+        let r = b.and(g, rows - 1);
+        let chunk = b.shr(g, rows.trailing_zeros());
+        let kk = b.mad(chunk, 8u32, kl);
+        let gr = b.add(op.mn0, r);
+        let e = b.mul_wide(gr, op.ld);
+        let kk64 = b.cvt::<U64, U32>(kk);
+        let e = b.add(e, kk64);
+        let bytes = b.shl(e, 2u32);
+        let ptr = b.add(base, bytes);
+        // Shared As[kk][r]: byte (kk·row + 4r).
+        let sa = b.mul(kk, row);
+        let r4 = b.shl(r, 2u32);
+        let sa = b.add(sa, r4);
+        let sa = b.add(sa, sbase);
+        (ptr, kk, gr, rows, sa, rows * 4)
+    } else if op.kcontig {
         // Float4 f = tid + l·T → (m/n row f / (BK/4), k quad f % (BK/4)).
         let r = b.shr(tid, (cfg.bk / 4).trailing_zeros());
         let kq = b.and(tid, cfg.bk / 4 - 1);
@@ -244,14 +426,14 @@ fn operand_loads(
         (ptr, kk, gq, row_step, sa, row_step * row)
     };
     let st_addr = b.add(st_addr, region);
-    let regs = if direct {
+    let regs = if route != Route::Staged {
         Vec::new()
     } else {
         (0..slots).map(|_| [b.mov(0.0f32), b.mov(0.0f32), b.mov(0.0f32), b.mov(0.0f32)]).collect()
     };
     OperandLoads {
         kcontig: op.kcontig,
-        direct,
+        route,
         slots,
         ptr,
         kidx,
@@ -320,14 +502,13 @@ fn elem_ok(
     }
 }
 
-/// Issues the global loads of one tile: `cp.async` for direct operands (into
-/// `stage` of shared memory, then one commit), the staging registers for the
-/// others. Edge slots fall back to element-wise predicated loads (zero fill);
-/// `cp.async` edges use 4-byte copies with a source size of 0 outside, from a
-/// source address clamped to the matrix base.
-fn load_tile(b: &mut KernelBuilder, ops: &[&OperandLoads], stage: Reg<U32>, k: Reg<U32>) {
-    let mut any_async = false;
-    for o in ops.iter().filter(|o| o.direct) {
+/// Issues the global loads of one tile: `cp.async` for the asynchronous
+/// operands (into `stage` of shared memory, closed by a commit if `commit`),
+/// the staging registers for the others. Edge slots fall back to element-wise
+/// predicated loads (zero fill); `cp.async` edges use 4-byte copies with a
+/// source size of 0 outside, from a source address clamped to the matrix base.
+fn load_tile(b: &mut KernelBuilder, ops: &[&OperandLoads], stage: Reg<U32>, k: Reg<U32>, commit: bool) {
+    for o in ops.iter().filter(|o| o.route == Route::Async16) {
         let first = b.add(o.st_addr, stage);
         for l in 0..o.slots {
             let (ptr, kidx, mn_idx) = slot_state(b, o, l);
@@ -345,12 +526,38 @@ fn load_tile(b: &mut KernelBuilder, ops: &[&OperandLoads], stage: Reg<U32>, k: R
             }
             b.place(done);
         }
-        any_async = true;
     }
-    if any_async {
+    for o in ops.iter().filter(|o| o.route == Route::Async4) {
+        // One k per thread; its rows rise with the slot, so the last slot's row
+        // decides whether the whole tile is inside.
+        let first = b.add(o.st_addr, stage);
+        let kin = b.setp(Cmp::Lt, o.kidx, k);
+        let last = b.add(o.mn_idx, (o.slots - 1) * o.row_step);
+        let lin = b.setp(Cmp::Lt, last, o.mn);
+        let full = b.and_pred(kin, lin);
+        let edge = b.label("tile_edge");
+        let done = b.label("tile_copied");
+        b.bra_unless(full, edge);
+        for l in 0..o.slots {
+            let (ptr, _, _) = slot_state(b, o, l);
+            b.cp_async_4(first, i64::from(l * o.st_step), ptr, 0, None);
+        }
+        b.bra(done);
+        b.place(edge);
+        for l in 0..o.slots {
+            let (ptr, _, mn_idx) = slot_state(b, o, l);
+            let mnin = b.setp(Cmp::Lt, mn_idx, o.mn);
+            let ok = b.and_pred(kin, mnin);
+            let src = b.selp(ptr, o.base, ok);
+            let bytes = b.selp(4u32, 0u32, ok);
+            b.cp_async_4(first, i64::from(l * o.st_step), src, 0, Some(bytes.into()));
+        }
+        b.place(done);
+    }
+    if commit {
         b.cp_async_commit();
     }
-    for o in ops.iter().filter(|o| !o.direct) {
+    for o in ops.iter().filter(|o| o.route == Route::Staged) {
         for l in 0..o.slots {
             let regs = o.regs[l as usize];
             for &r in &regs {
@@ -381,7 +588,7 @@ fn load_tile(b: &mut KernelBuilder, ops: &[&OperandLoads], stage: Reg<U32>, k: R
 
 /// Stores the staged tile into shared memory at stage offset `stage`.
 fn store_tile(b: &mut KernelBuilder, ops: &[&OperandLoads], stage: Reg<U32>) {
-    for o in ops.iter().filter(|o| !o.direct) {
+    for o in ops.iter().filter(|o| o.route == Route::Staged) {
         let first = b.add(o.st_addr, stage);
         for l in 0..o.slots {
             let regs = o.regs[l as usize];
@@ -458,11 +665,234 @@ fn thread_coords(b: &mut KernelBuilder, cfg: &SimtConfig, tid: Reg<U32>) -> (Reg
     (tx, ty)
 }
 
+/// One k-step's fragments from the stage whose `A` and `B` tiles start at
+/// `a_cur` and `b_cur`: `TM/4` `float4`s of `A`, `TN/4` of `B`.
+fn load_fragments(
+    b: &mut KernelBuilder,
+    cfg: &SimtConfig,
+    a_cur: Reg<U32>,
+    b_cur: Reg<U32>,
+    kk: u32,
+) -> (Vec<Reg<F32>>, Vec<Reg<F32>>) {
+    let SimtConfig { bm, bn, tm, tn, .. } = *cfg;
+    let (tx_n, ty_n) = (bn / tn, bm / tm);
+    let mut af = Vec::new();
+    for r in 0..tm / 4 {
+        let off = i64::from(kk * (bm + 4) * 4 + r * ty_n * 16);
+        af.extend(b.ld_shared_v::<F32, 4>(a_cur, off));
+    }
+    let mut bf = Vec::new();
+    for c in 0..tn / 4 {
+        let off = i64::from(kk * (bn + 4) * 4 + c * tx_n * 16);
+        bf.extend(b.ld_shared_v::<F32, 4>(b_cur, off));
+    }
+    (af, bf)
+}
+
+/// The `TM·TN` fmas of one k-step.
+fn fmas(b: &mut KernelBuilder, acc: &[Vec<Reg<F32>>], af: &[Reg<F32>], bf: &[Reg<F32>]) {
+    for (row, &x) in acc.iter().zip(af) {
+        for (&c, &y) in row.iter().zip(bf) {
+            b.fma_acc(c, x, y);
+        }
+    }
+}
+
+/// One k-tile's `BK·TM·TN` fmas from the shared-memory stage at byte offset
+/// `stage` (fragments read as `float4`s: `TM/4` of `A`, `TN/4` of `B` per k).
+fn compute_tile(
+    b: &mut KernelBuilder,
+    cfg: &SimtConfig,
+    (a_rd, b_rd): (Reg<U32>, Reg<U32>),
+    acc: &[Vec<Reg<F32>>],
+    stage: Reg<U32>,
+) {
+    let SimtConfig { bk, tm, tn, .. } = *cfg;
+    b.comment(&format!("{bk} k-steps of {tm}x{tn} fmas from the current stage"));
+    let a_cur = b.add(a_rd, stage);
+    let b_cur = b.add(b_rd, stage);
+    for kk in 0..bk {
+        let (af, bf) = load_fragments(b, cfg, a_cur, b_cur, kk);
+        fmas(b, acc, &af, &bf);
+    }
+}
+
+/// Moves a stage offset to the next stage, wrapping after the last.
+fn next_stage(b: &mut KernelBuilder, cfg: &SimtConfig, r: Reg<U32>) {
+    let stage_bytes = cfg.bk * ((cfg.bm + 4) + (cfg.bn + 4)) * 4;
+    let n = b.add(r, stage_bytes);
+    let wrap = b.setp(Cmp::Eq, n, cfg.stages * stage_bytes);
+    let n = b.selp(0u32, n, wrap);
+    b.assign(r, n);
+}
+
+/// `ceil(k / BK)`: the number of k-tiles.
+fn k_tiles(b: &mut KernelBuilder, cfg: &SimtConfig, k: Reg<U32>) -> Reg<U32> {
+    let t = b.add(k, cfg.bk - 1);
+    b.div(t, cfg.bk)
+}
+
+/// The two-stage loop with the `k`-contiguous operand staged through
+/// registers: next tile's loads issued before this tile's fmas, stored after
+/// them, one barrier per tile.
+fn register_staged(
+    b: &mut KernelBuilder,
+    cfg: &SimtConfig,
+    ops: &[&OperandLoads],
+    rd: (Reg<U32>, Reg<U32>),
+    acc: &[Vec<Reg<F32>>],
+    k: Reg<U32>,
+) {
+    let SimtConfig { bm, bn, bk, .. } = *cfg;
+    let stage_bytes = bk * ((bm + 4) + (bn + 4)) * 4;
+    let any_async = ops.iter().any(|o| o.is_async());
+    b.blank();
+    b.comment("prologue: tile 0 into stage 0");
+    let stage = b.mov(0u32);
+    load_tile(b, ops, stage, k, any_async);
+    store_tile(b, ops, stage);
+    if any_async {
+        b.cp_async_wait(0);
+    }
+    b.bar_sync();
+    // Tiles left after the current one: ceil(k/BK) - 1.
+    let ktiles = k_tiles(b, cfg, k);
+    let left = b.sub(ktiles, 1u32);
+
+    let lp = b.label("k_tiles");
+    b.place(lp);
+    let has_next = b.setp(Cmp::Ne, left, 0u32);
+    b.comment("next tile's global loads, in flight during this tile's fmas");
+    advance(b, ops, bk);
+    let skip_load = b.label("no_next_load");
+    b.bra_unless(has_next, skip_load);
+    let next_stage = b.sub(stage_bytes, stage);
+    load_tile(b, ops, next_stage, k, any_async);
+    b.place(skip_load);
+
+    compute_tile(b, cfg, rd, acc, stage);
+    let done = b.label("k_done");
+    b.bra_unless(has_next, done);
+    b.comment("stage the next tile into the other buffer, then one barrier");
+    let other = b.sub(stage_bytes, stage);
+    store_tile(b, ops, other);
+    if any_async {
+        b.cp_async_wait(0);
+    }
+    b.bar_sync();
+    b.assign(stage, other);
+    let l1 = b.sub(left, 1u32);
+    b.assign(left, l1);
+    b.bra(lp);
+    b.place(done);
+}
+
+/// The `stages`-deep loop with every operand copied by `cp.async`: the
+/// prologue issues tiles `0..S-1` (one commit group each; tiles past `k` are
+/// zero-filled); iteration `t` waits for tile `t`'s group
+/// (`cp.async.wait_group S-2`), passes one barrier (tile `t` visible to all,
+/// and every thread done with stage `(t-1) mod S`), issues tile `t+S-1` into
+/// that stage (an empty group past the last tile keeps the count), then
+/// computes tile `t`.
+fn pipelined(
+    b: &mut KernelBuilder,
+    cfg: &SimtConfig,
+    ops: &[&OperandLoads],
+    rd: (Reg<U32>, Reg<U32>),
+    acc: &[Vec<Reg<F32>>],
+    k: Reg<U32>,
+) {
+    let SimtConfig { bm, bn, bk, stages, .. } = *cfg;
+    let stage_bytes = bk * ((bm + 4) + (bn + 4)) * 4;
+    b.blank();
+    b.comment(&format!("prologue: tiles 0..{} into stages 0..{}", stages - 1, stages - 1));
+    for s in 0..stages - 1 {
+        if s > 0 {
+            advance(b, ops, bk);
+        }
+        let st = b.mov(s * stage_bytes);
+        load_tile(b, ops, st, k, true);
+    }
+    let left = k_tiles(b, cfg, k);
+    let cur = b.mov(0u32);
+    let next = b.mov((stages - 1) * stage_bytes);
+    let done = b.label("k_done");
+    let none = b.setp(Cmp::Eq, left, 0u32);
+    b.bra_if(none, done);
+
+    let (a_rd, b_rd) = rd;
+    let frags = if cfg.early_barrier {
+        b.comment("tile 0 landed; its first fragments");
+        b.cp_async_wait(stages - 2);
+        b.bar_sync();
+        let (af, bf) = load_fragments(b, cfg, a_rd, b_rd, 0);
+        let af: Vec<Reg<F32>> = af.into_iter().map(|x| b.mov(x)).collect();
+        let bf: Vec<Reg<F32>> = bf.into_iter().map(|x| b.mov(x)).collect();
+        Some((af, bf))
+    } else {
+        None
+    };
+
+    let lp = b.label("k_tiles");
+    b.place(lp);
+    if frags.is_none() {
+        b.cp_async_wait(stages - 2);
+        b.bar_sync();
+    }
+    b.comment(&format!("tile t+{} into the stage freed by tile t-1, in flight during this tile's fmas", stages - 1));
+    let more = b.setp(Cmp::Gt, left, stages - 1);
+    let skip_load = b.label("no_next_load");
+    b.bra_unless(more, skip_load);
+    advance(b, ops, bk);
+    load_tile(b, ops, next, k, false);
+    b.place(skip_load);
+    b.cp_async_commit();
+
+    match &frags {
+        None => {
+            compute_tile(b, cfg, rd, acc, cur);
+            next_stage(b, cfg, cur);
+        }
+        Some((af0, bf0)) => {
+            b.comment(&format!("{bk} k-steps; before the last: wait for tile t+1, barrier, its first fragments"));
+            let a_cur = b.add(a_rd, cur);
+            let b_cur = b.add(b_rd, cur);
+            let (mut af, mut bf) = (af0.clone(), bf0.clone());
+            for kk in 0..bk {
+                let (naf, nbf) = if kk + 1 < bk {
+                    load_fragments(b, cfg, a_cur, b_cur, kk + 1)
+                } else {
+                    b.cp_async_wait(stages - 2);
+                    b.bar_sync();
+                    next_stage(b, cfg, cur);
+                    let a_nx = b.add(a_rd, cur);
+                    let b_nx = b.add(b_rd, cur);
+                    load_fragments(b, cfg, a_nx, b_nx, 0)
+                };
+                fmas(b, acc, &af, &bf);
+                (af, bf) = (naf, nbf);
+            }
+            for (d, x) in af0.iter().zip(&af).chain(bf0.iter().zip(&bf)) {
+                b.assign(*d, *x);
+            }
+        }
+    }
+    next_stage(b, cfg, next);
+    let l1 = b.sub(left, 1u32);
+    b.assign(left, l1);
+    let again = b.setp(Cmp::Ne, left, 0u32);
+    b.bra_if(again, lp);
+    b.place(done);
+    b.comment("no copy may be left in flight (the zero-filled tiles past k)");
+    b.cp_async_wait(0);
+}
+
 /// Builds the register-blocked kernel for one transpose combination.
 ///
 /// Params: `a`, `b`, `c`, `m`, `n`, `k` (u32), `sa`, `sb`, `sc` (batch strides
 /// in elements). Launch: [`SimtConfig::threads`] threads, grid
-/// `(ceil(n/BN), ceil(m/BM), batch)`, no dynamic shared memory.
+/// `(ceil(n/BN), ceil(m/BM), batch)`, [`SimtConfig::dynamic_shared_bytes`] of
+/// dynamic shared memory.
 pub fn simt(cfg: &SimtConfig, trans_a: bool, trans_b: bool, target: Target) -> Result<Kernel, BuildError> {
     let name = cfg.kernel_name(trans_a, trans_b);
     if let Err(e) = cfg.check() {
@@ -478,10 +908,15 @@ pub fn simt(cfg: &SimtConfig, trans_a: bool, trans_b: bool, target: Target) -> R
         if trans_b { "B^T" } else { "B" }
     ));
     b.doc(&format!(
-        "block tile {bm}x{bn}, k-tile {bk}, thread tile {tm}x{tn} ({threads} threads), double-buffered shared memory"
+        "block tile {bm}x{bn}, k-tile {bk}, thread tile {tm}x{tn} ({threads} threads), {} shared-memory stages{}",
+        cfg.stages,
+        if cfg.all_async() { ", every operand copied by cp.async" } else { "" }
     ));
     b.doc("params: a, b, c, m, n, k, sa, sb, sc (batch strides in elements)");
-    b.doc(&format!("launch: {threads} threads, grid (ceil(n/{bn}), ceil(m/{bm}), batch)"));
+    b.doc(&format!(
+        "launch: {threads} threads, grid (ceil(n/{bn}), ceil(m/{bm}), batch), {} bytes of dynamic shared memory",
+        cfg.dynamic_shared_bytes()
+    ));
     b.max_threads(threads);
     if min_blocks > 0 {
         b.min_blocks_per_sm(min_blocks);
@@ -498,7 +933,12 @@ pub fn simt(cfg: &SimtConfig, trans_a: bool, trans_b: bool, target: Target) -> R
     let a_bytes = bk * (bm + 4) * 4;
     let b_bytes = bk * (bn + 4) * 4;
     let stage_bytes = a_bytes + b_bytes;
-    let smem = b.shared("tiles", 2 * stage_bytes, 16);
+    debug_assert_eq!(stage_bytes * cfg.stages, cfg.shared_bytes());
+    let smem = if cfg.dynamic_shared_bytes() > 0 {
+        b.dynamic_shared("tiles", 16)
+    } else {
+        b.shared("tiles", cfg.stages * stage_bytes, 16)
+    };
 
     let tid = b.tid(Dim::X);
     let z = b.ctaid(Dim::Z);
@@ -542,66 +982,11 @@ pub fn simt(cfg: &SimtConfig, trans_a: bool, trans_b: bool, target: Target) -> R
 
     let acc: Vec<Vec<Reg<F32>>> = (0..tm).map(|_| (0..tn).map(|_| b.mov(0.0f32)).collect()).collect();
 
-    b.blank();
-    b.comment("prologue: tile 0 into stage 0");
-    let stage = b.mov(0u32);
-    load_tile(&mut b, &ops, stage, k);
-    store_tile(&mut b, &ops, stage);
-    let any_async = ops.iter().any(|o| o.direct);
-    if any_async {
-        b.cp_async_wait(0);
+    if cfg.all_async() {
+        pipelined(&mut b, cfg, &ops, (a_rd, b_rd), &acc, k);
+    } else {
+        register_staged(&mut b, cfg, &ops, (a_rd, b_rd), &acc, k);
     }
-    b.bar_sync();
-    // Tiles left after the current one: ceil(k/BK) - 1.
-    let ktiles = b.add(k, bk - 1);
-    let ktiles = b.div(ktiles, bk);
-    let left = b.sub(ktiles, 1u32);
-
-    let lp = b.label("k_tiles");
-    b.place(lp);
-    let has_next = b.setp(Cmp::Ne, left, 0u32);
-    b.comment("next tile's global loads, in flight during this tile's fmas");
-    advance(&mut b, &ops, bk);
-    let skip_load = b.label("no_next_load");
-    b.bra_unless(has_next, skip_load);
-    let next_stage = b.sub(stage_bytes, stage);
-    load_tile(&mut b, &ops, next_stage, k);
-    b.place(skip_load);
-
-    b.comment(&format!("{bk} k-steps of {tm}x{tn} fmas from the current stage"));
-    let a_cur = b.add(a_rd, stage);
-    let b_cur = b.add(b_rd, stage);
-    for kk in 0..bk {
-        let mut af = Vec::new();
-        for r in 0..tm / 4 {
-            let off = i64::from(kk * (bm + 4) * 4 + r * ty_n * 16);
-            af.extend(b.ld_shared_v::<F32, 4>(a_cur, off));
-        }
-        let mut bf = Vec::new();
-        for c in 0..tn / 4 {
-            let off = i64::from(kk * (bn + 4) * 4 + c * tx_n * 16);
-            bf.extend(b.ld_shared_v::<F32, 4>(b_cur, off));
-        }
-        for i in 0..tm as usize {
-            for j in 0..tn as usize {
-                b.fma_acc(acc[i][j], af[i], bf[j]);
-            }
-        }
-    }
-    let done = b.label("k_done");
-    b.bra_unless(has_next, done);
-    b.comment("stage the next tile into the other buffer, then one barrier");
-    let other = b.sub(stage_bytes, stage);
-    store_tile(&mut b, &ops, other);
-    if any_async {
-        b.cp_async_wait(0);
-    }
-    b.bar_sync();
-    b.assign(stage, other);
-    let l1 = b.sub(left, 1u32);
-    b.assign(left, l1);
-    b.bra(lp);
-    b.place(done);
 
     b.blank();
     b.comment("epilogue: float4 stores where the row is inside and n % 4 == 0, else scalar");
@@ -655,4 +1040,29 @@ pub fn simt(cfg: &SimtConfig, trans_a: bool, trans_b: bool, target: Target) -> R
 fn elem_addr_plain(b: &mut KernelBuilder, base: Reg<U64>, idx: Reg<U64>) -> Reg<U64> {
     let bytes = b.shl(idx, 2u32);
     b.add(base, bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_are_checked_and_deep_pipelines_use_dynamic_shared_memory() {
+        let d = SimtConfig::default();
+        assert_eq!(d.check(), Ok(()));
+        assert_eq!(d.dynamic_shared_bytes(), 0, "the default fits in static shared memory");
+        let deep = SimtConfig { stages: 3, ..d };
+        assert_eq!(deep.dynamic_shared_bytes(), 3 * 16 * (132 + 132) * 4);
+        let k = simt(&deep, false, false, Target::Sm90).expect("3 stages of k-tile 16 build");
+        assert!(k.ptx().contains(".extern .shared"), "above 48 KiB the stages are dynamic shared memory");
+        let staged = SimtConfig::register_staged();
+        assert!(SimtConfig { stages: 3, ..staged }.check().is_err(), "3 stages need every operand in cp.async");
+        assert!(SimtConfig { early_barrier: true, ..staged }.check().is_err());
+        assert!(SimtConfig { async_copy: false, ..d }.check().is_err(), "async_transpose needs async_copy");
+        assert!(SimtConfig { bk: 4, ..d }.check().is_err(), "4-byte transposing copies need bk % 8 == 0");
+        assert!(SimtConfig { stages: 5, ..d }.check().is_err());
+        for cfg in sweep_configs() {
+            assert_eq!(cfg.check(), Ok(()), "{cfg:?}");
+        }
+    }
 }

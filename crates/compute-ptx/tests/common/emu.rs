@@ -284,6 +284,10 @@ struct Thread {
     waiting: bool,
     tid: (u32, u32, u32),
     lane: u32,
+    /// `cp.async` copies issued since the last commit: (shared address, data).
+    open_copies: Vec<(u64, Vec<u8>)>,
+    /// Committed groups not yet waited for, oldest first.
+    groups: std::collections::VecDeque<Vec<(u64, Vec<u8>)>>,
 }
 
 fn type_bits(t: &str) -> u32 {
@@ -347,6 +351,8 @@ fn run_block(
             waiting: false,
             tid: (i % nt.0, (i / nt.0) % nt.1, i / (nt.0 * nt.1)),
             lane: i % 32,
+            open_copies: Vec::new(),
+            groups: Default::default(),
         })
         .collect();
     let ctx = Ctx { prog, argv, cta, nt, nct: grid.blocks, approx };
@@ -632,6 +638,11 @@ fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8
                 return;
             }
             "ret" => {
+                assert!(
+                    t.open_copies.is_empty() && t.groups.iter().all(Vec::is_empty),
+                    "{}: thread exits with cp.async copies in flight",
+                    ctx.prog.name
+                );
                 t.done = true;
                 return;
             }
@@ -695,18 +706,38 @@ fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8
                 continue;
             }
             "cp" => {
-                // cp.async: done at once (this emulator has no asynchrony); commit/wait are no-ops.
-                if p[2] == "ca" || p[2] == "cg" {
-                    let n = a(2) as usize;
-                    let src_size = if inst.args.len() > 3 { a(3) as usize } else { n };
-                    let d_at = addr(ctx, t, &inst.args[0]);
-                    let s_at = addr(ctx, t, &inst.args[1]);
-                    let mut data = vec![0u8; n];
-                    if src_size > 0 {
-                        let src = access(ctx, mem, shared, "global", s_at, n, &inst.text);
-                        data[..src_size].copy_from_slice(&src[..src_size]);
+                // cp.async, modelled as late as the rules allow: the source is read at
+                // issue, the destination is poisoned (all-ones bytes: NaN) at issue, and
+                // the data lands only when a `cp.async.wait_group` retires its group. A
+                // kernel that reads a tile before waiting for it, or overwrites a stage
+                // another thread still reads, computes NaNs.
+                match p[2].as_str() {
+                    "ca" | "cg" => {
+                        let n = a(2) as usize;
+                        let src_size = if inst.args.len() > 3 { a(3) as usize } else { n };
+                        let d_at = addr(ctx, t, &inst.args[0]);
+                        let s_at = addr(ctx, t, &inst.args[1]);
+                        let mut data = vec![0u8; n];
+                        if src_size > 0 {
+                            let src = access(ctx, mem, shared, "global", s_at, n, &inst.text);
+                            data[..src_size].copy_from_slice(&src[..src_size]);
+                        }
+                        access(ctx, mem, shared, "shared", d_at, n, &inst.text).fill(0xFF);
+                        t.open_copies.push((d_at, data));
                     }
-                    access(ctx, mem, shared, "shared", d_at, n, &inst.text).copy_from_slice(&data);
+                    "commit_group" => {
+                        let g = std::mem::take(&mut t.open_copies);
+                        t.groups.push_back(g);
+                    }
+                    "wait_group" => {
+                        let keep = a(0) as usize;
+                        while t.groups.len() > keep {
+                            for (d_at, data) in t.groups.pop_front().unwrap_or_default() {
+                                access(ctx, mem, shared, "shared", d_at, data.len(), &inst.text).copy_from_slice(&data);
+                            }
+                        }
+                    }
+                    other => panic!("{}: cp.async.{other}", ctx.prog.name),
                 }
                 t.pc += 1;
                 continue;
