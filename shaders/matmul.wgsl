@@ -1,38 +1,33 @@
 // C = op(A) · op(B), batched, for any m, k, n: tiled through workgroup memory
-// with register blocking.
+// with register blocking. Three kernels:
+// - `matmul_tiled` (below, with its own header): tiles of 128 × 128, 128 × 64
+//   or 64 × 64, each invocation an 8 × 8 block, K steps of 8 or 16, tuning
+//   switches as pipeline-overridable constants. Aligned shapes that fill the GPU.
+// - `matmul_vec4_small`: 64 × 64 tiles of 256 invocations (16 × 16), each a
+//   4 × 4 block (rows ty·4..+4, columns tx·4..+4), K steps of BK = 16. Aligned
+//   shapes too small for the tiled kernel's workgroups to fill the GPU.
+// - `matmul_scalar`: the same tiling with scalar loads and stores: any shape.
+// Every invocation loads its share of the next K step from global memory into
+// registers while it multiplies the current step out of workgroup memory
+// (double-buffered: one barrier per step). Tiles are stored k-major
+// (As[k][m], Bs[k][n]): the inner loop reads whole vec4s of A and B.
 //
-// Workgroups of 256 invocations (16 × 16) compute one tile of C:
-// - large tiles (`matmul_vec4`): 128 × 128, each invocation an 8 × 8 block
-//   (rows ty·4..+4 and 64+ty·4..+4, columns tx·4..+4 and 64+tx·4..+4) in 16
-//   vec4 accumulators; K in steps of LBK = 8 or 16 (pipeline-overridable).
-// - small tiles (`matmul_vec4_small`, `matmul_scalar`): 64 × 64, each
-//   invocation a 4 × 4 block (rows ty·4..+4, columns tx·4..+4); K in steps of
-//   BK = 16. Four times as many workgroups: for matrices too small to fill the
-//   GPU with large tiles, and for unaligned shapes.
-// Every invocation loads one vec4 of A and one of B per step from global memory
-// into registers for the next step while it multiplies the current step out of
-// workgroup memory (double-buffered: one barrier per step). Tiles are stored
-// k-major (As[k][m], Bs[k][n]): the inner loop reads whole vec4s of A and B.
-// A tile buffer is W vec4s across (W = 32 large, 16 small) times BK rows of k:
-// 32·LBK vec4s (large) or 256 (small); the workgroup arrays hold two.
-//
-// `matmul_vec4*` load A, B and store C as vec4. They need the contiguous
-// dimension of each stored matrix (A: k, or m when transposed; B: n, or k when
-// transposed) and n to be multiples of 4, so a vec4 is wholly inside or wholly
-// outside its matrix. `matmul_scalar` loads and stores element by element: any
-// shape. Edges are bounds-checked against m, k, n (zeros are loaded outside),
-// so the kernels never index past a binding: every global index below is
-// `z·stride + row·ld + col` with row and col checked against the matrix's
-// extents, and every workgroup index is below the arrays' 64·LBK by construction. That is
-// what lets the backend compile this module without naga's runtime bounds checks.
+// `matmul_tiled` and `matmul_vec4_small` load A, B and store C as vec4. They
+// need the contiguous dimension of each stored matrix (A: k, or m when
+// transposed; B: n, or k when transposed) and n to be multiples of 4, so a vec4
+// is wholly inside or wholly outside its matrix. Edges are bounds-checked
+// against m, k, n (zeros are loaded outside), so the kernels never index past a
+// binding: every global index below is `z·stride + row·ld + col` with row and
+// col checked against the matrix's extents; every workgroup index is below its
+// array's size by construction (the bounds are stated where the arrays are);
+// private arrays are indexed by literals only; every loop runs a number of steps
+// bounded by k. That is what lets the backend compile this module without naga's
+// runtime bounds checks.
 //
 // Transposes are pipeline-overridable constants; batch is the grid's z.
 
 override TA: bool = false;
 override TB: bool = false;
-// K step of the large tiles (8 or 16); sizes the workgroup arrays (the small
-// tiles use the default, whose arrays are exactly their two 256-vec4 buffers).
-override LBK: u32 = 8u;
 
 struct Params {
     m: u32,
@@ -57,9 +52,10 @@ const TILE: u32 = 256u;
 @group(0) @binding(5) var<storage, read> b1: array<f32>;
 @group(0) @binding(6) var<storage, read_write> c1: array<f32>;
 
-// Double-buffered tiles: As[buf + kk·W + m/4][m % 4], buf ∈ {0, one buffer}.
-var<workgroup> As: array<vec4<f32>, 64u * LBK>;
-var<workgroup> Bs: array<vec4<f32>, 64u * LBK>;
+// Double-buffered small tiles: As[buf + kk·16 + m/4][m % 4], buf ∈ {0, TILE};
+// every index is below buf + 15·16 + 16 ≤ 2·TILE.
+var<workgroup> As: array<vec4<f32>, 2u * TILE>;
+var<workgroup> Bs: array<vec4<f32>, 2u * TILE>;
 
 var<private> acc: array<vec4<f32>, 16>;
 
@@ -102,33 +98,6 @@ fn put_b(buf: u32, l: u32, long: bool, w: u32, bk: u32, v: vec4<f32>) {
         Bs[q + w][c] = v.y;
         Bs[q + 2u * w][c] = v.z;
         Bs[q + 3u * w][c] = v.w;
-    }
-}
-
-// Large tiles: 64 FMAs per k, the 8 × 8 block of this invocation.
-fn multiply(buf: u32, tx: u32, ty: u32) {
-    for (var kk = 0u; kk < LBK; kk++) {
-        let r = buf + kk * 32u;
-        let x0 = As[r + ty];
-        let x1 = As[r + 16u + ty];
-        let y0 = Bs[r + tx];
-        let y1 = Bs[r + 16u + tx];
-        acc[0] = fma(vec4<f32>(x0.x), y0, acc[0]);
-        acc[1] = fma(vec4<f32>(x0.x), y1, acc[1]);
-        acc[2] = fma(vec4<f32>(x0.y), y0, acc[2]);
-        acc[3] = fma(vec4<f32>(x0.y), y1, acc[3]);
-        acc[4] = fma(vec4<f32>(x0.z), y0, acc[4]);
-        acc[5] = fma(vec4<f32>(x0.z), y1, acc[5]);
-        acc[6] = fma(vec4<f32>(x0.w), y0, acc[6]);
-        acc[7] = fma(vec4<f32>(x0.w), y1, acc[7]);
-        acc[8] = fma(vec4<f32>(x1.x), y0, acc[8]);
-        acc[9] = fma(vec4<f32>(x1.x), y1, acc[9]);
-        acc[10] = fma(vec4<f32>(x1.y), y0, acc[10]);
-        acc[11] = fma(vec4<f32>(x1.y), y1, acc[11]);
-        acc[12] = fma(vec4<f32>(x1.z), y0, acc[12]);
-        acc[13] = fma(vec4<f32>(x1.z), y1, acc[13]);
-        acc[14] = fma(vec4<f32>(x1.w), y0, acc[14]);
-        acc[15] = fma(vec4<f32>(x1.w), y1, acc[15]);
     }
 }
 
@@ -182,60 +151,317 @@ fn store4(z: u32, row: u32, c0: u32, v: vec4<f32>) {
     }
 }
 
-@compute @workgroup_size(256)
-fn matmul_vec4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let z = wid.z + p.z0;
-    let row0 = wid.y * 128u;
-    let col0 = wid.x * 128u;
-    let tx = lid % 16u;
-    let ty = lid / 16u;
-    let steps = (p.k + LBK - 1u) / LBK;
-    // One tile buffer: 32 · LBK vec4s; each invocation moves LBK / 8 of A and of B.
-    let one = 32u * LBK;
-    let deep = LBK == 16u;
-    var va0 = load_a4(z, row0, 0u, lid, 32u, LBK);
-    var vb0 = load_b4(z, col0, 0u, lid, 32u, LBK);
-    var va1 = vec4<f32>(0.0);
-    var vb1 = vec4<f32>(0.0);
-    if (deep) {
-        va1 = load_a4(z, row0, 0u, lid + 256u, 32u, LBK);
-        vb1 = load_b4(z, col0, 0u, lid + 256u, 32u, LBK);
+// ---- matmul_tiled: the tunable register-blocked kernel ----------------------
+//
+// Tiles of TBM × TBN (128 × 128, 128 × 64, 64 × 64 or 128 × 32) with
+// WG = TBM·TBN/64 invocations, each an 8 × 8 block: rows ty·4..+4 and
+// TBM/2+ty·4..+4, columns tx·4..+4 and TBN/2+tx·4..+4 (tx < TBN/8,
+// ty < TBM/8), in 16 vec4 accumulators indexed by literals only. K in steps of
+// TBK = 8 or 16, every step written out (no loop over k inside a tile, no
+// dynamic index into a private array). Tiles are stored k-major, each k row
+// padded by one vec4 (AW = TBM/4 + 1, BW = TBN/4 + 1 vec4s), so that the
+// transposing stores of a k-contiguous operand hit distinct banks. The next
+// tile's vec4s are loaded into registers while the current one is multiplied:
+// all at once, or (SPLIT) half before each half of the multiply. Double-buffered:
+// one barrier per K step. AHEAD (not with SPLIT) issues the loads two tiles ahead
+// instead of one, into a second set of registers (the K loop then runs an even
+// number of steps; a surplus step multiplies zeros). GROUP > 0 visits the tiles
+// GROUP tile-rows at a time
+// (column by column within a group) instead of row by row; W84 lays a subgroup
+// of 32 out as 8 × 4 invocations instead of 16 × 2 (128-column tiles only).
+
+override TBM: u32 = 128u;
+override TBN: u32 = 128u;
+override TBK: u32 = 8u;
+override SPLIT: bool = false;
+override AHEAD: bool = false;
+override GROUP: u32 = 0u;
+override W84: bool = false;
+// Invocations; vec4 stride of a k row of the A and B tiles.
+override WG: u32 = TBM * TBN / 64u;
+override AW: u32 = TBM / 4u + 1u;
+override BW: u32 = TBN / 4u + 1u;
+// vec4s of A and of B each invocation moves per tile: 1, 2 or 4 (the host never
+// asks for more).
+override NA: u32 = 16u * TBK / TBN;
+override NB: u32 = 16u * TBK / TBM;
+
+// Double-buffered tiles: Ta[buf + k·AW + m/4][m % 4], Tb[buf + k·BW + n/4][n % 4],
+// buf ∈ {0, TBK·AW} (A) and {0, TBK·BW} (B). Every index is below
+// buf + (TBK − 1)·AW + TBM/4 < 2·TBK·AW (k < TBK, m < TBM; likewise for B):
+// reads at ty + {0, TBM/8} < TBM/4 and tx + {0, TBN/8} < TBN/4 within a row,
+// stores at slot() positions, which stay inside the tile for l < NA·WG (NB·WG).
+var<workgroup> Ta: array<vec4<f32>, 2u * TBK * AW>;
+var<workgroup> Tb: array<vec4<f32>, 2u * TBK * BW>;
+
+// Loads in flight (literal indices only); qa, qb: the second set of AHEAD.
+var<private> pa: array<vec4<f32>, 4>;
+var<private> pb: array<vec4<f32>, 4>;
+var<private> qa: array<vec4<f32>, 4>;
+var<private> qb: array<vec4<f32>, 4>;
+
+// Stores the l-th vec4 of an A tile (l < TBM·TBK/4) into Ta at `buf`.
+fn put_ta(buf: u32, l: u32, v: vec4<f32>) {
+    let s = slot(l, TA, TBM / 4u, TBK);
+    let q = buf + s.y * AW + s.x / 4u;
+    if (TA) {
+        Ta[q] = v;
+    } else {
+        let c = s.x % 4u;
+        Ta[q][c] = v.x;
+        Ta[q + AW][c] = v.y;
+        Ta[q + 2u * AW][c] = v.z;
+        Ta[q + 3u * AW][c] = v.w;
     }
-    put_a(0u, lid, TA, 32u, LBK, va0);
-    put_b(0u, lid, !TB, 32u, LBK, vb0);
-    if (deep) {
-        put_a(0u, lid + 256u, TA, 32u, LBK, va1);
-        put_b(0u, lid + 256u, !TB, 32u, LBK, vb1);
+}
+
+// Stores the l-th vec4 of a B tile (l < TBN·TBK/4) into Tb at `buf`.
+fn put_tb(buf: u32, l: u32, v: vec4<f32>) {
+    let s = slot(l, !TB, TBN / 4u, TBK);
+    let q = buf + s.y * BW + s.x / 4u;
+    if (!TB) {
+        Tb[q] = v;
+    } else {
+        let c = s.x % 4u;
+        Tb[q][c] = v.x;
+        Tb[q + BW][c] = v.y;
+        Tb[q + 2u * BW][c] = v.z;
+        Tb[q + 3u * BW][c] = v.w;
+    }
+}
+
+// One k: 64 FMAs. `a`, `b`: this invocation's first vec4 of the k row of A and B.
+fn kstep(a: u32, b: u32) {
+    let x0 = Ta[a];
+    let x1 = Ta[a + TBM / 8u];
+    let y0 = Tb[b];
+    let y1 = Tb[b + TBN / 8u];
+    acc[0] = fma(vec4<f32>(x0.x), y0, acc[0]);
+    acc[1] = fma(vec4<f32>(x0.x), y1, acc[1]);
+    acc[2] = fma(vec4<f32>(x0.y), y0, acc[2]);
+    acc[3] = fma(vec4<f32>(x0.y), y1, acc[3]);
+    acc[4] = fma(vec4<f32>(x0.z), y0, acc[4]);
+    acc[5] = fma(vec4<f32>(x0.z), y1, acc[5]);
+    acc[6] = fma(vec4<f32>(x0.w), y0, acc[6]);
+    acc[7] = fma(vec4<f32>(x0.w), y1, acc[7]);
+    acc[8] = fma(vec4<f32>(x1.x), y0, acc[8]);
+    acc[9] = fma(vec4<f32>(x1.x), y1, acc[9]);
+    acc[10] = fma(vec4<f32>(x1.y), y0, acc[10]);
+    acc[11] = fma(vec4<f32>(x1.y), y1, acc[11]);
+    acc[12] = fma(vec4<f32>(x1.z), y0, acc[12]);
+    acc[13] = fma(vec4<f32>(x1.z), y1, acc[13]);
+    acc[14] = fma(vec4<f32>(x1.w), y0, acc[14]);
+    acc[15] = fma(vec4<f32>(x1.w), y1, acc[15]);
+}
+
+// Half a tile: TBK / 2 k's from `a`, `b`.
+fn multiply_half(a: u32, b: u32) {
+    kstep(a, b);
+    kstep(a + AW, b + BW);
+    kstep(a + 2u * AW, b + 2u * BW);
+    kstep(a + 3u * AW, b + 3u * BW);
+    if (TBK == 16u) {
+        kstep(a + 4u * AW, b + 4u * BW);
+        kstep(a + 5u * AW, b + 5u * BW);
+        kstep(a + 6u * AW, b + 6u * BW);
+        kstep(a + 7u * AW, b + 7u * BW);
+    }
+}
+
+// Whether part i of n (vec4 lid + i·WG of the tile) is loaded with the first
+// half (all parts unless SPLIT; with SPLIT the first n/2, or the only one).
+fn first_part(i: u32, n: u32) -> bool {
+    if (SPLIT) {
+        return i < max(n / 2u, 1u);
+    }
+    return i < n;
+}
+
+// Whether part i of n is loaded with the second half (SPLIT only).
+fn second_part(i: u32, n: u32) -> bool {
+    return SPLIT && n >= 2u && i >= n / 2u && i < n;
+}
+
+// Loads of the tile at k1 (parts of the first half, `second`: of the second).
+fn fetch(z: u32, row0: u32, col0: u32, k1: u32, lid: u32, second: bool) {
+    // Literal part numbers and private indices; the conditions are constants.
+    if (select(first_part(0u, NA), second_part(0u, NA), second)) {
+        pa[0] = load_a4(z, row0, k1, lid, TBM / 4u, TBK);
+    }
+    if (select(first_part(1u, NA), second_part(1u, NA), second)) {
+        pa[1] = load_a4(z, row0, k1, lid + WG, TBM / 4u, TBK);
+    }
+    if (select(first_part(2u, NA), second_part(2u, NA), second)) {
+        pa[2] = load_a4(z, row0, k1, lid + 2u * WG, TBM / 4u, TBK);
+    }
+    if (select(first_part(3u, NA), second_part(3u, NA), second)) {
+        pa[3] = load_a4(z, row0, k1, lid + 3u * WG, TBM / 4u, TBK);
+    }
+    if (select(first_part(0u, NB), second_part(0u, NB), second)) {
+        pb[0] = load_b4(z, col0, k1, lid, TBN / 4u, TBK);
+    }
+    if (select(first_part(1u, NB), second_part(1u, NB), second)) {
+        pb[1] = load_b4(z, col0, k1, lid + WG, TBN / 4u, TBK);
+    }
+    if (select(first_part(2u, NB), second_part(2u, NB), second)) {
+        pb[2] = load_b4(z, col0, k1, lid + 2u * WG, TBN / 4u, TBK);
+    }
+    if (select(first_part(3u, NB), second_part(3u, NB), second)) {
+        pb[3] = load_b4(z, col0, k1, lid + 3u * WG, TBN / 4u, TBK);
+    }
+}
+
+// Stores what `fetch` with the same `second` loaded into the buffers at na, nb.
+fn stash(na: u32, nb: u32, lid: u32, second: bool) {
+    if (select(first_part(0u, NA), second_part(0u, NA), second)) {
+        put_ta(na, lid, pa[0]);
+    }
+    if (select(first_part(1u, NA), second_part(1u, NA), second)) {
+        put_ta(na, lid + WG, pa[1]);
+    }
+    if (select(first_part(2u, NA), second_part(2u, NA), second)) {
+        put_ta(na, lid + 2u * WG, pa[2]);
+    }
+    if (select(first_part(3u, NA), second_part(3u, NA), second)) {
+        put_ta(na, lid + 3u * WG, pa[3]);
+    }
+    if (select(first_part(0u, NB), second_part(0u, NB), second)) {
+        put_tb(nb, lid, pb[0]);
+    }
+    if (select(first_part(1u, NB), second_part(1u, NB), second)) {
+        put_tb(nb, lid + WG, pb[1]);
+    }
+    if (select(first_part(2u, NB), second_part(2u, NB), second)) {
+        put_tb(nb, lid + 2u * WG, pb[2]);
+    }
+    if (select(first_part(3u, NB), second_part(3u, NB), second)) {
+        put_tb(nb, lid + 3u * WG, pb[3]);
+    }
+}
+
+// AHEAD: all parts of the tile at k1 into the second set.
+fn fetch_q(z: u32, row0: u32, col0: u32, k1: u32, lid: u32) {
+    qa[0] = load_a4(z, row0, k1, lid, TBM / 4u, TBK);
+    if (NA > 1u) {
+        qa[1] = load_a4(z, row0, k1, lid + WG, TBM / 4u, TBK);
+    }
+    if (NA > 2u) {
+        qa[2] = load_a4(z, row0, k1, lid + 2u * WG, TBM / 4u, TBK);
+        qa[3] = load_a4(z, row0, k1, lid + 3u * WG, TBM / 4u, TBK);
+    }
+    qb[0] = load_b4(z, col0, k1, lid, TBN / 4u, TBK);
+    if (NB > 1u) {
+        qb[1] = load_b4(z, col0, k1, lid + WG, TBN / 4u, TBK);
+    }
+    if (NB > 2u) {
+        qb[2] = load_b4(z, col0, k1, lid + 2u * WG, TBN / 4u, TBK);
+        qb[3] = load_b4(z, col0, k1, lid + 3u * WG, TBN / 4u, TBK);
+    }
+}
+
+fn stash_q(na: u32, nb: u32, lid: u32) {
+    put_ta(na, lid, qa[0]);
+    if (NA > 1u) {
+        put_ta(na, lid + WG, qa[1]);
+    }
+    if (NA > 2u) {
+        put_ta(na, lid + 2u * WG, qa[2]);
+        put_ta(na, lid + 3u * WG, qa[3]);
+    }
+    put_tb(nb, lid, qb[0]);
+    if (NB > 1u) {
+        put_tb(nb, lid + WG, qb[1]);
+    }
+    if (NB > 2u) {
+        put_tb(nb, lid + 2u * WG, qb[2]);
+        put_tb(nb, lid + 3u * WG, qb[3]);
+    }
+}
+
+// A whole tile from `a`, `b`.
+fn multiply_tile(a: u32, b: u32) {
+    multiply_half(a, b);
+    multiply_half(a + (TBK / 2u) * AW, b + (TBK / 2u) * BW);
+}
+
+@compute @workgroup_size(WG)
+fn matmul_tiled(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let z = wid.z + p.z0;
+    // Tile (tm, tn): as dispatched, or GROUP tile-rows at a time. With GROUP the
+    // linear index lin < nx·ny maps one to one onto tm < ny, tn < nx.
+    var tm = wid.y;
+    var tn = wid.x;
+    if (GROUP > 0u) {
+        let lin = wid.y * groups.x + wid.x;
+        let per = GROUP * groups.x;
+        let first = (lin / per) * GROUP;
+        let rows = min(groups.y - first, GROUP);
+        tm = first + (lin % per) % rows;
+        tn = (lin % per) / rows;
+    }
+    let row0 = tm * TBM;
+    let col0 = tn * TBN;
+    var tx = lid % (TBN / 8u);
+    var ty = lid / (TBN / 8u);
+    if (W84 && TBN == 128u) {
+        tx = lid % 8u + 8u * ((lid / 32u) % 2u);
+        ty = (lid % 32u) / 8u + 4u * (lid / 64u);
+    }
+    let steps = (p.k + TBK - 1u) / TBK;
+    let one_a = TBK * AW;
+    let one_b = TBK * BW;
+    fetch(z, row0, col0, 0u, lid, false);
+    stash(0u, 0u, lid, false);
+    fetch(z, row0, col0, 0u, lid, true);
+    stash(0u, 0u, lid, true);
+    if (AHEAD) {
+        // Tile t in buffer t % 2; the loads of tile t + 2 go out while tile t is
+        // multiplied and reach workgroup memory after tile t + 1 is.
+        fetch_q(z, row0, col0, TBK, lid);
+        workgroupBarrier();
+        for (var t = 0u; t < steps; t += 2u) {
+            fetch(z, row0, col0, (t + 2u) * TBK, lid, false);
+            multiply_tile(ty, tx);
+            stash_q(one_a, one_b, lid);
+            workgroupBarrier();
+            fetch_q(z, row0, col0, (t + 3u) * TBK, lid);
+            multiply_tile(one_a + ty, one_b + tx);
+            stash(0u, 0u, lid, false);
+            workgroupBarrier();
+        }
     }
     workgroupBarrier();
-    for (var t = 0u; t < steps; t++) {
-        let cur = (t % 2u) * one;
-        let nxt = one - cur;
-        let more = t + 1u < steps;
-        let k1 = (t + 1u) * LBK;
-        if (more) {
-            va0 = load_a4(z, row0, k1, lid, 32u, LBK);
-            vb0 = load_b4(z, col0, k1, lid, 32u, LBK);
-            if (deep) {
-                va1 = load_a4(z, row0, k1, lid + 256u, 32u, LBK);
-                vb1 = load_b4(z, col0, k1, lid + 256u, 32u, LBK);
-            }
+    for (var t = 0u; t < select(steps, 0u, AHEAD); t++) {
+        let ca = (t % 2u) * one_a;
+        let cb = (t % 2u) * one_b;
+        let na = one_a - ca;
+        let nb = one_b - cb;
+        let k1 = (t + 1u) * TBK;
+        let a = ca + ty;
+        let b = cb + tx;
+        // The last step loads past k: the loads are bounds-checked (zeros) and the
+        // stores go to the buffer nobody reads any more.
+        fetch(z, row0, col0, k1, lid, false);
+        if (SPLIT) {
+            multiply_half(a, b);
+            stash(na, nb, lid, false);
+            fetch(z, row0, col0, k1, lid, true);
+            multiply_half(a + (TBK / 2u) * AW, b + (TBK / 2u) * BW);
+        } else {
+            multiply_tile(a, b);
         }
-        multiply(cur, tx, ty);
-        if (more) {
-            put_a(nxt, lid, TA, 32u, LBK, va0);
-            put_b(nxt, lid, !TB, 32u, LBK, vb0);
-            if (deep) {
-                put_a(nxt, lid + 256u, TA, 32u, LBK, va1);
-                put_b(nxt, lid + 256u, !TB, 32u, LBK, vb1);
-            }
-        }
+        // SPLIT: the second half's parts; otherwise all of them.
+        stash(na, nb, lid, SPLIT);
         workgroupBarrier();
     }
-    // Literal accumulator indices only, so they stay in registers.
     let r0 = row0 + ty * 4u;
+    let r1 = r0 + TBM / 2u;
     let c0 = col0 + tx * 4u;
-    let c1 = c0 + 64u;
+    let c1 = c0 + TBN / 2u;
     store4(z, r0, c0, acc[0]);
     store4(z, r0, c1, acc[1]);
     store4(z, r0 + 1u, c0, acc[2]);
@@ -244,14 +470,14 @@ fn matmul_vec4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
     store4(z, r0 + 2u, c1, acc[5]);
     store4(z, r0 + 3u, c0, acc[6]);
     store4(z, r0 + 3u, c1, acc[7]);
-    store4(z, r0 + 64u, c0, acc[8]);
-    store4(z, r0 + 64u, c1, acc[9]);
-    store4(z, r0 + 65u, c0, acc[10]);
-    store4(z, r0 + 65u, c1, acc[11]);
-    store4(z, r0 + 66u, c0, acc[12]);
-    store4(z, r0 + 66u, c1, acc[13]);
-    store4(z, r0 + 67u, c0, acc[14]);
-    store4(z, r0 + 67u, c1, acc[15]);
+    store4(z, r1, c0, acc[8]);
+    store4(z, r1, c1, acc[9]);
+    store4(z, r1 + 1u, c0, acc[10]);
+    store4(z, r1 + 1u, c1, acc[11]);
+    store4(z, r1 + 2u, c0, acc[12]);
+    store4(z, r1 + 2u, c1, acc[13]);
+    store4(z, r1 + 3u, c0, acc[14]);
+    store4(z, r1 + 3u, c1, acc[15]);
 }
 
 @compute @workgroup_size(256)

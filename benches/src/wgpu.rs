@@ -4,6 +4,12 @@
 //!
 //! Resident rows submit `reps` ops back to back and wait once, so the CPU's
 //! recording overlaps the GPU's work and the median per op is GPU time.
+//!
+//! `COMPUTE_WGPU_MATMUL_SWEEP=1` (or a comma-separated list of tilings, see
+//! [`MatmulTiles::parse`], each optionally `+checks`) replaces all rows by a
+//! tuning sweep: matmul tilings at 2048³, 4096³, 8192³ and 1024³ on one device,
+//! each interleaved with cuBLAS sgemm in the same process when the bench is built
+//! with feature `cuda`, and checked against cuBLAS's result.
 use std::time::Duration;
 
 use compute_core::{Backend, BinaryOp, Op, Ops, RowOp, Tensor, UnaryOp};
@@ -141,30 +147,28 @@ fn buffer(t: &Tensor) -> Result<compute_wgpu::wgpu::Buffer, String> {
 }
 
 fn sgemm_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), String> {
-    let open = |o: DeviceOptions| WgpuBackend::with_options(&o).map_err(err);
-    let checked = open(DeviceOptions::from_env().with_matmul_bounds_checks(true))?;
-    let large = open(DeviceOptions::from_env().with_matmul_tiles(MatmulTiles::Large))?;
-    let deep = open(DeviceOptions::from_env().with_matmul_tiles(MatmulTiles::LargeDeep))?;
-    let small = open(DeviceOptions::from_env().with_matmul_tiles(MatmulTiles::Small))?;
     let sizes: &[usize] = if quick { &[256, 512] } else { &[1024, 2048, 4096, 8192, 4095] };
     for &n in sizes {
         let op = Op::matmul(n, n, n);
         let flops = op.cost().flops as f64;
         let reps = reps_for(quick, flops / 3e13);
         let (a, bm) = (random(n * n, 1), random(n * n, 2));
-        let mut variants =
-            vec![(&b.gpu, "auto tiles, naga bounds checks off"), (&checked, "auto tiles, naga bounds checks on")];
-        if n == 4096 {
-            variants.push((&deep, "128x128 tiles K-step 16, checks off"));
-        }
+        // One device, the tiling switched between variants (opening many devices in one
+        // process has exhausted the NVIDIA driver, see docs/wgpu.md).
+        let mut variants = vec![
+            (MatmulTiles::Auto, false, "auto tiles, naga bounds checks off"),
+            (MatmulTiles::Auto, true, "auto tiles, naga bounds checks on"),
+        ];
         if n % 4 == 0 && n <= 4096 {
-            variants.push((&large, "128x128 tiles K-step 8, checks off"));
-            variants.push((&small, "64x64 tiles, checks off"));
+            variants.push((MatmulTiles::Small, false, "64x64 tiles, checks off"));
         }
-        for (gpu, note) in variants {
-            let (ta, tb, tc) =
-                (gpu.upload(&a).map_err(err)?, gpu.upload(&bm).map_err(err)?, gpu.alloc(n * n).map_err(err)?);
-            let t = b.resident(gpu, &op, &[&ta, &tb], &tc, reps)?;
+        let (ta, tb, tc) =
+            (b.gpu.upload(&a).map_err(err)?, b.gpu.upload(&bm).map_err(err)?, b.gpu.alloc(n * n).map_err(err)?);
+        for (tiles, checks, note) in variants {
+            b.gpu.set_matmul(tiles, checks);
+            let t = b.resident(&b.gpu, &op, &[&ta, &tb], &tc, reps);
+            b.gpu.set_matmul(MatmulTiles::Auto, false);
+            let t = t?;
             let mut r = b.record("sgemm", format!("{n}x{n}x{n}"), "resident", t);
             r.gflops = Some(flops / t / 1e9);
             let path = if n % 4 == 0 { "vec4 loads" } else { "scalar loads" };
@@ -387,8 +391,230 @@ fn latency_rows(b: &Bench, out: &mut Vec<Record>) -> Result<(), String> {
     Ok(())
 }
 
+/// cuBLAS sgemm on its own stream, for the sweep's same-process peer.
+#[cfg(feature = "cuda")]
+mod cublas {
+    use std::sync::Arc;
+
+    use cudarc::cublas::sys::cublasOperation_t;
+    use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
+    use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
+
+    use super::err;
+
+    /// A cuBLAS handle and the three n × n operands of one size.
+    pub struct Sgemm {
+        stream: Arc<CudaStream>,
+        blas: CudaBlas,
+        n: usize,
+        a: CudaSlice<f32>,
+        b: CudaSlice<f32>,
+        c: CudaSlice<f32>,
+    }
+
+    impl Sgemm {
+        /// Copies `a` and `b` (row-major n × n) to the device.
+        pub fn new(n: usize, a: &[f32], b: &[f32]) -> Result<Sgemm, String> {
+            // SAFETY: only probes whether the cuBLAS library can be loaded.
+            if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+                return Err("cuBLAS (libcublas) not found: add /usr/local/cuda/lib64 to LD_LIBRARY_PATH".into());
+            }
+            let stream = CudaContext::new(0).map_err(err)?.new_stream().map_err(err)?;
+            let blas = CudaBlas::new(stream.clone()).map_err(err)?;
+            let (a, b) = (stream.clone_htod(a).map_err(err)?, stream.clone_htod(b).map_err(err)?);
+            let c = stream.alloc_zeros::<f32>(n * n).map_err(err)?;
+            Ok(Sgemm { stream, blas, n, a, b, c })
+        }
+
+        /// `reps` sgemms (row-major C = A·B as column-major Cᵀ = Bᵀ·Aᵀ), then a synchronize.
+        pub fn run(&mut self, reps: usize) -> Result<(), String> {
+            let n = self.n as i32;
+            let cfg = GemmConfig {
+                transa: cublasOperation_t::CUBLAS_OP_N,
+                transb: cublasOperation_t::CUBLAS_OP_N,
+                m: n,
+                n,
+                k: n,
+                alpha: 1.0f32,
+                lda: n,
+                ldb: n,
+                beta: 0.0f32,
+                ldc: n,
+            };
+            for _ in 0..reps {
+                // SAFETY: all three buffers hold n·n floats on this stream's device.
+                unsafe { self.blas.gemm(cfg, &self.b, &self.a, &mut self.c) }.map_err(err)?;
+            }
+            self.stream.synchronize().map_err(err)
+        }
+
+        /// The last result.
+        pub fn result(&self) -> Result<Vec<f32>, String> {
+            self.stream.clone_dtoh(&self.c).map_err(err)
+        }
+    }
+}
+
+/// The sweep's default list: tilings with naga's bounds checks off, then a few with them on.
+const SWEEP: &str = "auto,small,\
+    tiled-128x128-8,tiled-128x128-8-grouped,tiled-128x128-8-w84,tiled-128x128-8-grouped-w84,\
+    tiled-128x128-16,tiled-128x128-16-split,tiled-128x128-16-grouped,tiled-128x128-16-w84,\
+    tiled-128x64-8,tiled-128x64-8-split,tiled-128x64-8-grouped,tiled-128x64-16-split,\
+    tiled-64x64-8,tiled-64x64-8-split,tiled-64x64-16,tiled-64x64-16-split,tiled-128x32-8,\
+    tiled-128x128-8-ahead,tiled-128x128-8-grouped-ahead,tiled-128x128-16-ahead,tiled-128x64-8-ahead,\
+    tiled-64x64-8-ahead,\
+    auto+checks,tiled-128x128-8+checks,tiled-128x128-8-grouped+checks,tiled-128x128-16+checks,\
+    tiled-128x128-16-grouped+checks,tiled-128x64-8+checks,tiled-64x64-8+checks";
+
+/// The (tiling, bounds checks) pairs the sweep times: `COMPUTE_WGPU_MATMUL_SWEEP`
+/// names them (`+checks` keeps naga's bounds checks), or `1` for [`SWEEP`].
+fn sweep_variants(spec: &str) -> Result<Vec<(MatmulTiles, bool)>, String> {
+    let list = if matches!(spec.trim(), "1" | "all" | "true") { SWEEP } else { spec };
+    list.split(',')
+        .map(|v| {
+            let (name, checks) = v.trim().strip_suffix("+checks").map_or((v.trim(), false), |n| (n, true));
+            MatmulTiles::parse(name).map(|t| (t, checks)).ok_or_else(|| format!("unknown matmul tiling {name:?}"))
+        })
+        .collect()
+}
+
+/// The tuning sweep (module docs): one row per (tiling, bounds checks) and size,
+/// all on one device (the tiling is switched with [`WgpuBackend::set_matmul`]).
+fn sweep_rows(spec: &str, quick: bool) -> Result<Vec<Record>, String> {
+    let budget = Duration::from_millis(if quick { 100 } else { 300 });
+    // 1024 (last) shows where the large tiles stop paying.
+    let sizes: &[usize] = if quick { &[256, 512] } else { &[2048, 4096, 8192, 1024] };
+    let variants = sweep_variants(spec)?;
+    let gpu = WgpuBackend::with_options(&DeviceOptions::from_env()).map_err(err)?;
+    let device = format!("{} ({}, {})", gpu.adapter().name, gpu.adapter().api, gpu.adapter().device_type);
+    eprintln!("wgpu matmul sweep on {}: {} variants", gpu.adapter(), variants.len());
+    let mut out = Vec::new();
+    for &n in sizes {
+        let op = Op::matmul(n, n, n);
+        let flops = op.cost().flops as f64;
+        let reps = reps_for(quick, flops / 3e13);
+        let (a, bm) = (random(n * n, 21), random(n * n, 22));
+        let (ta, tb, tc) =
+            (gpu.upload(&a).map_err(err)?, gpu.upload(&bm).map_err(err)?, gpu.alloc(n * n).map_err(err)?);
+        #[cfg(feature = "cuda")]
+        let mut peer = match cublas::Sgemm::new(n, &a, &bm) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!("  no cuBLAS peer: {e}");
+                None
+            }
+        };
+        #[cfg(feature = "cuda")]
+        let reference = match peer.as_mut() {
+            Some(p) => Some(p.run(1).and_then(|_| p.result())?),
+            None => None,
+        };
+        #[cfg(not(feature = "cuda"))]
+        let reference: Option<Vec<f32>> = None;
+        for &(tiles, checks) in &variants {
+            gpu.set_matmul(tiles, checks);
+            let mut note = format!("{tiles}, naga bounds checks {}", if checks { "on" } else { "off" });
+            let mut failure = None;
+            let ours = || {
+                for _ in 0..reps {
+                    gpu.run_tensors(&op, &[&ta, &tb], &tc)?;
+                }
+                gpu.synchronize()
+            };
+            #[cfg(feature = "cuda")]
+            let (t, peer_t) = match peer.as_mut() {
+                Some(p) => {
+                    let mut peer_failure = None;
+                    let (t, pt) = time_pair(
+                        || {
+                            if let Err(e) = ours() {
+                                failure = Some(err(e));
+                            }
+                        },
+                        || {
+                            if let Err(e) = p.run(reps) {
+                                peer_failure = Some(e);
+                            }
+                        },
+                        budget,
+                        3,
+                    );
+                    if let Some(e) = peer_failure {
+                        return Err(format!("cuBLAS {n}: {e}"));
+                    }
+                    (t, Some(pt / reps as f64))
+                }
+                None => (
+                    time(
+                        || {
+                            if let Err(e) = ours() {
+                                failure = Some(err(e))
+                            }
+                        },
+                        budget,
+                        3,
+                    ),
+                    None,
+                ),
+            };
+            #[cfg(not(feature = "cuda"))]
+            let (t, peer_t): (f64, Option<f64>) = (
+                time(
+                    || {
+                        if let Err(e) = ours() {
+                            failure = Some(err(e))
+                        }
+                    },
+                    budget,
+                    3,
+                ),
+                None,
+            );
+            let t = t / reps as f64;
+            if let Some(e) = failure {
+                eprintln!("  sgemm {n} {note}: {e}");
+                continue;
+            }
+            if let Some(want) = &reference {
+                let mut got = vec![0.0f32; n * n];
+                gpu.download(&tc, &mut got).map_err(err)?;
+                let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE);
+                let diff = got.iter().zip(want).fold(0.0f32, |m, (x, y)| m.max((x - y).abs())) / scale;
+                note = format!("{note}; max |ours-cublas|/max|C| = {diff:.1e}");
+            }
+            let mut r = Record {
+                op: "sgemm".into(),
+                shape: format!("{n}x{n}x{n}"),
+                backend: "wgpu".into(),
+                device: device.clone(),
+                threads: 1,
+                placement: "resident".into(),
+                median_s: t,
+                gflops: Some(flops / t / 1e9),
+                ..Record::default()
+            };
+            if let Some(pt) = peer_t {
+                r = r.with_peer("cublas (same run)", pt);
+                note = format!("{note}; cuBLAS {:.1} TFLOP/s", flops / pt / 1e12);
+            }
+            eprintln!(
+                "  sgemm {n}: {:.2} TFLOP/s{} [{note}]",
+                flops / t / 1e12,
+                r.ratio.map_or(String::new(), |x| format!(", x{x:.3} vs cuBLAS"))
+            );
+            r.note = Some(note);
+            out.push(r);
+        }
+    }
+    gpu.set_matmul(MatmulTiles::Auto, false);
+    Ok(out)
+}
+
 /// Runs this part's rows; `quick` shrinks sizes and time budgets.
 pub fn rows(quick: bool) -> Result<Vec<Record>, String> {
+    if let Some(spec) = std::env::var("COMPUTE_WGPU_MATMUL_SWEEP").ok().filter(|v| !v.trim().is_empty() && v != "0") {
+        return sweep_rows(&spec, quick);
+    }
     let gpu = WgpuBackend::new().map_err(err)?;
     let device = format!("{} ({}, {})", gpu.adapter().name, gpu.adapter().api, gpu.adapter().device_type);
     eprintln!("wgpu bench on {}", gpu.adapter());

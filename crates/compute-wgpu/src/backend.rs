@@ -11,7 +11,8 @@ use crate::completion::{Signal, WorkDone};
 use crate::context::{AdapterReport, Context, block_on};
 use crate::encode::{self, Readback};
 use crate::errors::{self, KIND};
-use crate::options::DeviceOptions;
+use crate::kernels::MatmulChoice;
+use crate::options::{DeviceOptions, MatmulTiles};
 use crate::plan::{self, View};
 
 /// Every op of the vocabulary on one GPU through wgpu (Vulkan, Metal, DX12, or
@@ -82,7 +83,20 @@ impl WgpuBackend {
 
     /// Whether matmul runs without naga's runtime bounds checks (the default; see [`DeviceOptions`]).
     pub fn matmul_unchecked(&self) -> bool {
-        !self.ctx.kernels.matmul_checked
+        !self.ctx.kernels.matmul().checked
+    }
+
+    /// The matmul tiling aligned shapes use (see [`DeviceOptions::matmul_tiles`]).
+    pub fn matmul_tiles(&self) -> MatmulTiles {
+        self.ctx.kernels.matmul().tiles
+    }
+
+    /// Changes the matmul tiling and whether naga's bounds checks stay in, for ops
+    /// submitted from now on (ops already submitted keep theirs): for tuning and
+    /// benchmarks on one device. Pipelines are compiled on first use and cached, so
+    /// switching back and forth costs nothing after the first call of each.
+    pub fn set_matmul(&self, tiles: MatmulTiles, bounds_checks: bool) {
+        self.ctx.kernels.set_matmul(MatmulChoice { checked: bounds_checks, tiles });
     }
 
     /// A new batch: ops recorded on buffer ids, run by one submission. Free.

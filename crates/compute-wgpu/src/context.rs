@@ -10,7 +10,7 @@ use crate::buffers::BufferCache;
 use crate::completion::Poller;
 use crate::encode::Arena;
 use crate::errors::{self, KIND};
-use crate::kernels::Kernels;
+use crate::kernels::{Kernels, MatmulChoice};
 use crate::options::DeviceOptions;
 
 /// Which adapter the backend opened and the limits that shape its calls.
@@ -174,7 +174,7 @@ impl Context {
         };
         let poller = Poller::new(device.clone());
         Ok(Context {
-            kernels: Kernels::new(options.matmul_bounds_checks, options.matmul_tiles),
+            kernels: Kernels::new(MatmulChoice { checked: options.matmul_bounds_checks, tiles: options.matmul_tiles }),
             cache: Arc::new(BufferCache::new(&used)),
             arena: Mutex::new(Arena::default()),
             device,

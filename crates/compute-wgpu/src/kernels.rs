@@ -12,7 +12,7 @@ use compute_core::{ComputeError, Result};
 
 use crate::context::Context;
 use crate::errors::KIND;
-use crate::options::MatmulTiles;
+use crate::options::{MatmulTiles, TiledMatmul};
 
 /// One WGSL source file: a family of ops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -49,22 +49,20 @@ impl Module {
 /// The matmul entry points of `matmul.wgsl`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum MatmulKernel {
-    /// 128 × 128 tiles, 8 × 8 per invocation, K steps of 8, vec4 loads (aligned shapes).
-    Large,
-    /// The same with K steps of 16 (half the barriers, twice the workgroup memory).
-    LargeDeep,
     /// 64 × 64 tiles, 4 × 4 per invocation, vec4 loads (aligned shapes).
     Small,
     /// 64 × 64 tiles, scalar loads (any shape).
     Scalar,
+    /// `matmul_tiled` in the given configuration (aligned shapes).
+    Tiled(TiledMatmul),
 }
 
 impl MatmulKernel {
     /// Rows and columns of C per workgroup.
-    pub(crate) fn tile(self) -> u64 {
+    pub(crate) fn tile(self) -> (u64, u64) {
         match self {
-            MatmulKernel::Large | MatmulKernel::LargeDeep => 128,
-            MatmulKernel::Small | MatmulKernel::Scalar => 64,
+            MatmulKernel::Small | MatmulKernel::Scalar => (64, 64),
+            MatmulKernel::Tiled(t) => t.tile(),
         }
     }
 }
@@ -113,9 +111,9 @@ impl Kernel {
             Kernel::Softmax(_) => "softmax",
             Kernel::LayerNorm => "layer_norm",
             Kernel::RmsNorm => "rms_norm",
-            Kernel::Matmul { tiles: MatmulKernel::Large | MatmulKernel::LargeDeep, .. } => "matmul_vec4",
             Kernel::Matmul { tiles: MatmulKernel::Small, .. } => "matmul_vec4_small",
             Kernel::Matmul { tiles: MatmulKernel::Scalar, .. } => "matmul_scalar",
+            Kernel::Matmul { tiles: MatmulKernel::Tiled(_), .. } => "matmul_tiled",
             Kernel::Conv2d => "conv2d",
         }
     }
@@ -128,10 +126,18 @@ impl Kernel {
             | Kernel::ReducePartials(op)
             | Kernel::ReduceFinish(op)
             | Kernel::Softmax(op) => vec![("OP", f64::from(op))],
-            Kernel::Matmul { ta, tb, tiles, .. } => {
-                let deep = if tiles == MatmulKernel::LargeDeep { 16.0 } else { 8.0 };
-                vec![("TA", flag(ta)), ("TB", flag(tb)), ("LBK", deep)]
-            }
+            Kernel::Matmul { ta, tb, tiles: MatmulKernel::Tiled(t), .. } => vec![
+                ("TA", flag(ta)),
+                ("TB", flag(tb)),
+                ("TBM", t.tile().0 as f64),
+                ("TBN", t.tile().1 as f64),
+                ("TBK", f64::from(t.k_step())),
+                ("SPLIT", flag(t.split())),
+                ("AHEAD", flag(t.ahead())),
+                ("GROUP", if t.grouped() { 8.0 } else { 0.0 }),
+                ("W84", flag(t.warps_8x4())),
+            ],
+            Kernel::Matmul { ta, tb, .. } => vec![("TA", flag(ta)), ("TB", flag(tb))],
             Kernel::LayerNorm | Kernel::RmsNorm | Kernel::Conv2d => Vec::new(),
         }
     }
@@ -149,13 +155,19 @@ pub(crate) struct Compiled {
     pub(crate) layout: wgpu::BindGroupLayout,
 }
 
+/// How matmuls are compiled: naga's checks, tiling. Switchable while the device lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MatmulChoice {
+    /// Whether matmul keeps naga's runtime bounds checks.
+    pub(crate) checked: bool,
+    /// Which matmul tiling aligned shapes use.
+    pub(crate) tiles: MatmulTiles,
+}
+
 /// Per-device cache of shader modules and pipelines.
 #[derive(Debug)]
 pub(crate) struct Kernels {
-    /// Whether matmul keeps naga's runtime bounds checks.
-    pub(crate) matmul_checked: bool,
-    /// Which matmul tiling aligned shapes use.
-    pub(crate) matmul_tiles: MatmulTiles,
+    matmul: Mutex<MatmulChoice>,
     modules: Mutex<HashMap<(Module, bool), wgpu::ShaderModule>>,
     pipelines: Mutex<HashMap<Kernel, Compiled>>,
 }
@@ -165,12 +177,27 @@ fn compile_error(kernel: &str, e: impl std::fmt::Display) -> ComputeError {
 }
 
 impl Kernels {
-    pub(crate) fn new(matmul_checked: bool, matmul_tiles: MatmulTiles) -> Self {
+    pub(crate) fn new(matmul: MatmulChoice) -> Self {
         Kernels {
-            matmul_checked,
-            matmul_tiles,
+            matmul: Mutex::new(matmul),
             modules: Mutex::new(HashMap::new()),
             pipelines: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The current matmul choice.
+    pub(crate) fn matmul(&self) -> MatmulChoice {
+        match self.matmul.lock() {
+            Ok(m) => *m,
+            Err(poisoned) => *poisoned.into_inner(),
+        }
+    }
+
+    /// Changes the matmul choice for ops planned from now on.
+    pub(crate) fn set_matmul(&self, choice: MatmulChoice) {
+        match self.matmul.lock() {
+            Ok(mut m) => *m = choice,
+            Err(poisoned) => *poisoned.into_inner() = choice,
         }
     }
 
@@ -214,12 +241,14 @@ impl Kernels {
         let scope = ctx.scope();
         let compiled = if unchecked {
             // SAFETY: only `matmul.wgsl` is compiled unchecked. Its kernels compare every
-            // global index against the matrix extents (m, k, n) before using it, the host
-            // validates that each binding holds the batch × extents it is told (`plan.rs`),
-            // workgroup indices are below the arrays' sizes by construction, private
-            // accumulators are indexed by literals only, and every loop runs a finite
-            // number of steps bounded by k. So no access can leave its binding and no loop
-            // can run forever: the two things the dropped checks guard against.
+            // global index against the matrix extents (m, k, n) before using it (also the
+            // loads of `matmul_tiled` past the last K step, and its regrouped tile
+            // coordinates stay inside the grid), the host validates that each binding holds
+            // the batch × extents it is told (`plan.rs`), workgroup indices are below the
+            // arrays' sizes by construction (bounds stated in the shader), private arrays
+            // (accumulators, loads in flight) are indexed by literals only, and every loop
+            // runs a finite number of steps bounded by k. So no access can leave its binding
+            // and no loop can run forever: the two things the dropped checks guard against.
             unsafe { ctx.device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
         } else {
             ctx.device.create_shader_module(desc)
@@ -253,17 +282,30 @@ mod tests {
     fn kernels_name_their_entry_points_and_constants() {
         assert_eq!(Kernel::Unary(3).entry(), "unary");
         assert_eq!(Kernel::Unary(3).constants(), vec![("OP", 3.0)]);
-        let mm = Kernel::Matmul { tiles: MatmulKernel::Large, ta: true, tb: false, checked: false };
-        assert_eq!(mm.entry(), "matmul_vec4");
-        assert_eq!(mm.constants(), vec![("TA", 1.0), ("TB", 0.0), ("LBK", 8.0)]);
+        let mm = Kernel::Matmul { tiles: MatmulKernel::Small, ta: true, tb: false, checked: false };
+        assert_eq!(mm.entry(), "matmul_vec4_small");
+        assert_eq!(mm.constants(), vec![("TA", 1.0), ("TB", 0.0)]);
         assert!(mm.unchecked());
         assert!(!Kernel::Unary(0).unchecked());
         let small = Kernel::Matmul { tiles: MatmulKernel::Small, ta: false, tb: true, checked: true };
         let scalar = Kernel::Matmul { tiles: MatmulKernel::Scalar, ta: false, tb: false, checked: false };
+        let tiled = TiledMatmul::new(128, 64, 16).and_then(|t| t.with_split(true)).map(MatmulKernel::Tiled).unwrap();
+        let tiled = Kernel::Matmul { tiles: tiled, ta: true, tb: true, checked: false };
+        let want = [
+            ("TBM", 128.0),
+            ("TBN", 64.0),
+            ("TBK", 16.0),
+            ("SPLIT", 1.0),
+            ("AHEAD", 0.0),
+            ("GROUP", 0.0),
+            ("W84", 0.0),
+        ];
+        assert_eq!(tiled.constants(), [[("TA", 1.0), ("TB", 1.0)].as_slice(), &want].concat());
         let rows = [Kernel::Softmax(1), Kernel::LayerNorm, Kernel::RmsNorm];
-        for k in [Kernel::Unary(0), Kernel::Binary(2), Kernel::ReduceFinish(0), Kernel::Conv2d, mm, small, scalar]
-            .into_iter()
-            .chain(rows)
+        for k in
+            [Kernel::Unary(0), Kernel::Binary(2), Kernel::ReduceFinish(0), Kernel::Conv2d, mm, small, scalar, tiled]
+                .into_iter()
+                .chain(rows)
         {
             assert!(k.module().source().contains(&format!("fn {}(", k.entry())), "{k:?}");
         }

@@ -20,6 +20,9 @@
 //! - External buffer pools: [`WgpuBackend::create_buffer`],
 //!   [`WgpuBackend::tensor_from_buffer`] and [`BufferRecycler`].
 
+// In the browser (wasm32 + WebGPU) the native-only pieces — the poller thread,
+// blocking waits, `wgpu::PollError` mapping — are compiled but never called.
+#![cfg_attr(target_arch = "wasm32", allow(dead_code, reason = "native-only helpers unused in the browser"))]
 mod backend;
 mod batch;
 mod buffers;
@@ -37,6 +40,6 @@ pub use buffers::{BufferRecycler, GpuBuffer, padded_bytes};
 pub use completion::WorkDone;
 pub use compute_core::Ops;
 pub use context::AdapterReport;
-pub use options::{DeviceOptions, GpuApi, MatmulTiles};
+pub use options::{DeviceOptions, GpuApi, MatmulTiles, TiledMatmul};
 /// The wgpu crate this backend is built on (for [`WgpuBackend::device`] and pooled buffers).
 pub use wgpu;

@@ -40,15 +40,201 @@ impl GpuApi {
 /// scalar-load kernel with 64 × 64 tiles).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum MatmulTiles {
-    /// 128 × 128 tiles when they make enough workgroups to fill a large GPU, else 64 × 64.
+    /// By the number of tiles the shape makes (measured best on an H200, see
+    /// `docs/wgpu.md`): [`TiledMatmul::AUTO_HUGE`] from 1024 tiles of 128 × 128,
+    /// [`TiledMatmul::AUTO_LARGE`] from 256, [`TiledMatmul::AUTO_MEDIUM`] from 128
+    /// tiles of 128 × 64, else [`MatmulTiles::Small`].
     #[default]
     Auto,
-    /// Always 128 × 128 tiles (8 × 8 outputs per invocation), K steps of 8.
-    Large,
-    /// Always 128 × 128 tiles, K steps of 16.
-    LargeDeep,
-    /// Always 64 × 64 tiles (4 × 4 outputs per invocation).
+    /// Always the `matmul_vec4_small` kernel: 64 × 64 tiles, 4 × 4 outputs per invocation.
     Small,
+    /// Always the `matmul_tiled` kernel in this configuration.
+    Tiled(TiledMatmul),
+}
+
+impl MatmulTiles {
+    /// Parses `auto`, `small`, or a [`TiledMatmul`] name such as
+    /// `tiled-128x128-8-ahead` (case-insensitive).
+    pub fn parse(name: &str) -> Option<MatmulTiles> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "auto" => Some(MatmulTiles::Auto),
+            "small" => Some(MatmulTiles::Small),
+            other => TiledMatmul::parse(other).map(MatmulTiles::Tiled),
+        }
+    }
+}
+
+impl std::fmt::Display for MatmulTiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MatmulTiles::Auto => f.write_str("auto"),
+            MatmulTiles::Small => f.write_str("small"),
+            MatmulTiles::Tiled(t) => t.fmt(f),
+        }
+    }
+}
+
+/// A configuration of the register-blocked `matmul_tiled` kernel (see
+/// `shaders/matmul.wgsl`): tiles of 128 × 128, 128 × 64, 64 × 64 or 128 × 32
+/// (tile_m·tile_n/64 invocations, 8 × 8 outputs each), K steps of 8 or 16
+/// (8 only for 128 × 32), and switches: `split` issues the next tile's loads in
+/// two halves, `ahead` issues them two tiles ahead (not with `split`), `grouped`
+/// visits the tiles 8 tile-rows at a time, and `warps_8x4` lays each subgroup of
+/// 32 out as 8 × 4 invocations instead of 16 × 2 (128-column tiles only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TiledMatmul {
+    tile_m: u32,
+    tile_n: u32,
+    k_step: u32,
+    split: bool,
+    ahead: bool,
+    grouped: bool,
+    warps_8x4: bool,
+}
+
+impl TiledMatmul {
+    /// `Auto`'s choice from 1024 tiles of 128 × 128 (4096³ and up): 128 × 64 tiles,
+    /// K step 8, loads two tiles ahead.
+    pub const AUTO_HUGE: TiledMatmul = TiledMatmul { ahead: true, ..TiledMatmul::plain(128, 64, 8) };
+    /// `Auto`'s choice from 256 tiles of 128 × 128 (2048³): 128 × 128 tiles, K step
+    /// 8, loads two tiles ahead, tiles visited 8 tile-rows at a time.
+    pub const AUTO_LARGE: TiledMatmul = TiledMatmul { ahead: true, grouped: true, ..TiledMatmul::plain(128, 128, 8) };
+    /// `Auto`'s choice from 128 tiles of 128 × 64 (1024³): 128 × 64 tiles, K step 8,
+    /// tiles visited 8 tile-rows at a time.
+    pub const AUTO_MEDIUM: TiledMatmul = TiledMatmul { grouped: true, ..TiledMatmul::plain(128, 64, 8) };
+
+    const fn plain(tile_m: u32, tile_n: u32, k_step: u32) -> TiledMatmul {
+        TiledMatmul { tile_m, tile_n, k_step, split: false, ahead: false, grouped: false, warps_8x4: false }
+    }
+
+    /// Tiles of `tile_m` × `tile_n`, K step `k_step`, no switches; `None` for a
+    /// combination the kernel does not have.
+    pub fn new(tile_m: u32, tile_n: u32, k_step: u32) -> Option<TiledMatmul> {
+        let tile = matches!((tile_m, tile_n), (128, 128) | (128, 64) | (64, 64) | (128, 32));
+        // Each invocation moves 16·k_step/tile_n vec4s of A and 16·k_step/tile_m of B per tile: at most 4.
+        let valid = tile && matches!(k_step, 8 | 16) && 16 * k_step <= 4 * tile_m.min(tile_n);
+        valid.then_some(TiledMatmul {
+            tile_m,
+            tile_n,
+            k_step,
+            split: false,
+            ahead: false,
+            grouped: false,
+            warps_8x4: false,
+        })
+    }
+
+    /// Loads the next tile in two halves (or not); `None` with `ahead`.
+    pub fn with_split(mut self, on: bool) -> Option<TiledMatmul> {
+        self.split = on;
+        (!(on && self.ahead)).then_some(self)
+    }
+
+    /// Issues the loads two tiles ahead (or one); `None` with `split`.
+    pub fn with_ahead(mut self, on: bool) -> Option<TiledMatmul> {
+        self.ahead = on;
+        (!(on && self.split)).then_some(self)
+    }
+
+    /// Visits the tiles 8 tile-rows at a time (or row by row).
+    pub fn with_grouped(mut self, on: bool) -> TiledMatmul {
+        self.grouped = on;
+        self
+    }
+
+    /// 8 × 4 invocations per subgroup of 32; `None` unless the tiles have 128 columns.
+    pub fn with_warps_8x4(mut self, on: bool) -> Option<TiledMatmul> {
+        self.warps_8x4 = on;
+        (!on || self.tile_n == 128).then_some(self)
+    }
+
+    /// Every configuration: each tile shape and K step plain, `split` or `ahead`,
+    /// each with and without `grouped`, and the 128-column ones also with `warps_8x4`.
+    pub fn all() -> Vec<TiledMatmul> {
+        let mut v = Vec::new();
+        for (m, n) in [(128, 128), (128, 64), (64, 64), (128, 32)] {
+            for k in [8, 16] {
+                let Some(t) = TiledMatmul::new(m, n, k) else { continue };
+                let loads = [Some(t), t.with_split(true), t.with_ahead(true)];
+                for t in loads.into_iter().flatten() {
+                    for grouped in [false, true] {
+                        let t = t.with_grouped(grouped);
+                        v.push(t);
+                        v.extend(t.with_warps_8x4(true).filter(|_| n == 128));
+                    }
+                }
+            }
+        }
+        v
+    }
+
+    /// Invocations per workgroup: tile_m · tile_n / 64.
+    pub fn threads(self) -> u32 {
+        self.tile_m * self.tile_n / 64
+    }
+
+    /// Rows × columns of C per workgroup.
+    pub fn tile(self) -> (u64, u64) {
+        (u64::from(self.tile_m), u64::from(self.tile_n))
+    }
+
+    /// K step (8 or 16).
+    pub fn k_step(self) -> u32 {
+        self.k_step
+    }
+
+    /// Whether the next tile is loaded in two halves.
+    pub fn split(self) -> bool {
+        self.split
+    }
+
+    /// Whether the loads go out two tiles ahead.
+    pub fn ahead(self) -> bool {
+        self.ahead
+    }
+
+    /// Whether the tiles are visited 8 tile-rows at a time.
+    pub fn grouped(self) -> bool {
+        self.grouped
+    }
+
+    /// Whether subgroups are laid out 8 × 4.
+    pub fn warps_8x4(self) -> bool {
+        self.warps_8x4
+    }
+
+    /// Parses the [`Display`](std::fmt::Display) form,
+    /// `tiled-<m>x<n>-<k step>[-split|-ahead][-grouped][-w84]` (switches in any order).
+    pub fn parse(name: &str) -> Option<TiledMatmul> {
+        let name = name.trim().to_ascii_lowercase();
+        let mut parts = name.strip_prefix("tiled-")?.split('-');
+        let (m, n) = parts.next()?.split_once('x')?;
+        let mut t = TiledMatmul::new(m.parse().ok()?, n.parse().ok()?, parts.next()?.parse().ok()?)?;
+        for switch in parts {
+            t = match switch {
+                "split" => t.with_split(true)?,
+                "ahead" => t.with_ahead(true)?,
+                "grouped" => t.with_grouped(true),
+                "w84" => t.with_warps_8x4(true)?,
+                _ => return None,
+            };
+        }
+        Some(t)
+    }
+}
+
+impl std::fmt::Display for TiledMatmul {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "tiled-{}x{}-{}", self.tile_m, self.tile_n, self.k_step)?;
+        let switches =
+            [(self.split, "-split"), (self.ahead, "-ahead"), (self.grouped, "-grouped"), (self.warps_8x4, "-w84")];
+        for (on, name) in switches {
+            if on {
+                f.write_str(name)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// How [`crate::WgpuBackend`] chooses and opens its device. Building one costs nothing.
@@ -94,7 +280,8 @@ impl DeviceOptions {
     /// `COMPUTE_WGPU_ADAPTER` (part of the adapter's name),
     /// `COMPUTE_WGPU_ALLOW_FALLBACK` (`0` refuses software adapters),
     /// `COMPUTE_WGPU_MATMUL_CHECKS` (`1` keeps naga's bounds checks in matmul),
-    /// `COMPUTE_WGPU_MATMUL_TILES` (`large`, `deep`, `small`, or automatic).
+    /// `COMPUTE_WGPU_MATMUL_TILES` (`auto`, `small`, `tiled-128x128-8`…:
+    /// [`MatmulTiles::parse`]; anything else is `auto`).
     pub fn from_env() -> Self {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
         let flag = |k: &str, default: bool| var(k).map_or(default, |v| !matches!(v.trim(), "0" | "false" | "no"));
@@ -104,7 +291,7 @@ impl DeviceOptions {
             allow_fallback: flag("COMPUTE_WGPU_ALLOW_FALLBACK", true),
             matmul_bounds_checks: flag("COMPUTE_WGPU_MATMUL_CHECKS", false),
             max_binding_bytes: None,
-            matmul_tiles: MatmulTiles::Auto,
+            matmul_tiles: var("COMPUTE_WGPU_MATMUL_TILES").and_then(|v| MatmulTiles::parse(&v)).unwrap_or_default(),
         }
     }
 
@@ -173,5 +360,45 @@ mod tests {
         assert_eq!(o.adapter_name.as_deref(), Some("llvm"));
         assert!(!o.allow_fallback);
         assert!(DeviceOptions::default().backends().contains(wgpu::Backends::VULKAN | wgpu::Backends::METAL));
+    }
+
+    #[test]
+    fn matmul_tilings_parse_from_their_names() {
+        let all = TiledMatmul::all();
+        for t in &all {
+            assert_eq!(TiledMatmul::parse(&t.to_string()), Some(*t));
+            assert_eq!(MatmulTiles::parse(&t.to_string()), Some(MatmulTiles::Tiled(*t)));
+            assert_eq!(t.threads(), (t.tile().0 * t.tile().1 / 64) as u32);
+        }
+        // 7 shapes × K steps, × (plain, split, ahead) × grouped, and 2 of them (128 columns) also with w84.
+        assert_eq!(all.len(), 7 * 6 + 2 * 6);
+        for m in [MatmulTiles::Auto, MatmulTiles::Small] {
+            assert_eq!(MatmulTiles::parse(&m.to_string()), Some(m));
+        }
+        for (t, name) in [
+            (TiledMatmul::AUTO_HUGE, "tiled-128x64-8-ahead"),
+            (TiledMatmul::AUTO_LARGE, "tiled-128x128-8-ahead-grouped"),
+            (TiledMatmul::AUTO_MEDIUM, "tiled-128x64-8-grouped"),
+        ] {
+            assert_eq!(t.to_string(), name);
+            assert!(all.contains(&t));
+        }
+        let t = TiledMatmul::parse("tiled-128x64-16-grouped-split").unwrap();
+        assert_eq!((t.tile(), t.k_step(), t.split(), t.grouped(), t.warps_8x4()), ((128, 64), 16, true, true, false));
+        assert_eq!(t.to_string(), "tiled-128x64-16-split-grouped");
+        for bad in [
+            "tiled-128x32-16",
+            "tiled-64x128-8",
+            "tiled-128x128-4",
+            "tiled-128x128-8-fast",
+            "tiled-128x128",
+            "tiled-128x64-8-w84",
+            "tiled-128x128-8-split-ahead",
+            "tiled-256-8",
+            "large",
+            "big",
+        ] {
+            assert_eq!(MatmulTiles::parse(bad), None, "{bad}");
+        }
     }
 }

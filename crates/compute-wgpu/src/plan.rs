@@ -16,7 +16,7 @@ use crate::buffers::{Use, padded_bytes};
 use crate::context::Context;
 use crate::errors;
 use crate::kernels::{Kernel, MatmulKernel};
-use crate::options::MatmulTiles;
+use crate::options::{MatmulTiles, TiledMatmul};
 
 /// Bytes of every kernel's uniform parameter block.
 pub(crate) const PARAM_BYTES: u64 = 64;
@@ -60,11 +60,6 @@ pub(crate) struct View {
 
 /// Floats one element-wise workgroup covers (256 invocations × 4 vec4).
 const ELEMENTWISE_GROUP: u64 = 4096;
-/// Fewest 128 × 128 workgroups for which matmul takes the large tiles (below,
-/// 64 × 64 tiles make four times as many workgroups to fill the GPU).
-const LARGE_TILE_MIN_GROUPS: u64 = 256;
-/// The large tiling `Auto` uses.
-const LARGE_TILES: MatmulKernel = MatmulKernel::Large;
 /// Most partials one reduction piece writes.
 const MAX_PARTIALS: u64 = 1024;
 /// vec4s each reduction invocation reads at least (when the input is large).
@@ -250,22 +245,20 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
                 && s.n % 4 == 0;
             let (m, k, n) = (s.m as u64, s.k as u64, s.n as u64);
             let batch = s.batch as u64;
+            let choice = ctx.kernels.matmul();
             let tiles = if !vec4 {
                 MatmulKernel::Scalar
             } else {
-                match ctx.kernels.matmul_tiles {
-                    MatmulTiles::Large => MatmulKernel::Large,
-                    MatmulTiles::LargeDeep => MatmulKernel::LargeDeep,
+                match choice.tiles {
                     MatmulTiles::Small => MatmulKernel::Small,
-                    MatmulTiles::Auto => {
-                        let large_groups = n.div_ceil(128).saturating_mul(m.div_ceil(128)).saturating_mul(batch);
-                        if large_groups >= LARGE_TILE_MIN_GROUPS { LARGE_TILES } else { MatmulKernel::Small }
-                    }
+                    MatmulTiles::Tiled(t) => MatmulKernel::Tiled(t),
+                    MatmulTiles::Auto => auto_tiles(m, n, batch),
                 }
             };
-            let kernel = Kernel::Matmul { tiles, ta: s.trans_a, tb: s.trans_b, checked: ctx.kernels.matmul_checked };
-            let gx = n.div_ceil(tiles.tile());
-            let gy = m.div_ceil(tiles.tile());
+            let kernel = Kernel::Matmul { tiles, ta: s.trans_a, tb: s.trans_b, checked: choice.checked };
+            let (tile_m, tile_n) = tiles.tile();
+            let gx = n.div_ceil(tile_n);
+            let gy = m.div_ceil(tile_m);
             let maxg = u64::from(ctx.max_groups());
             if gx > maxg || gy > maxg {
                 return Err(errors::limit(name, "workgroups per dimension", gx.max(gy), maxg));
@@ -350,6 +343,23 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
     Ok(())
 }
 
+/// `MatmulTiles::Auto` for an aligned `batch × m × n` output: the configuration
+/// measured fastest on an H200 (132 SMs) for that many tiles (`docs/wgpu.md`,
+/// 2026-11-21: 4096³ and 8192³, 2048³, 1024³); 64 × 64 tiles below, where larger
+/// ones leave most of the GPU idle.
+fn auto_tiles(m: u64, n: u64, batch: u64) -> MatmulKernel {
+    let tiles = |tm: u64, tn: u64| m.div_ceil(tm).saturating_mul(n.div_ceil(tn)).saturating_mul(batch);
+    if tiles(128, 128) >= 1024 {
+        MatmulKernel::Tiled(TiledMatmul::AUTO_HUGE)
+    } else if tiles(128, 128) >= 256 {
+        MatmulKernel::Tiled(TiledMatmul::AUTO_LARGE)
+    } else if tiles(128, 64) >= 128 {
+        MatmulKernel::Tiled(TiledMatmul::AUTO_MEDIUM)
+    } else {
+        MatmulKernel::Small
+    }
+}
+
 fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
         (a, b) = (b, a % b);
@@ -412,6 +422,19 @@ mod tests {
         assert_eq!(gcd(4 * 17, 256), 4);
         assert_eq!(gcd(4096, 256), 256);
         assert_eq!(gcd(0, 0), 1);
+    }
+
+    #[test]
+    fn auto_takes_the_measured_best_tiling_for_the_shape() {
+        let tiled = |t| MatmulKernel::Tiled(t);
+        assert_eq!(auto_tiles(8192, 8192, 1), tiled(TiledMatmul::AUTO_HUGE));
+        assert_eq!(auto_tiles(4096, 4096, 1), tiled(TiledMatmul::AUTO_HUGE));
+        assert_eq!(auto_tiles(2048, 2048, 4), tiled(TiledMatmul::AUTO_HUGE));
+        assert_eq!(auto_tiles(2048, 2048, 1), tiled(TiledMatmul::AUTO_LARGE));
+        assert_eq!(auto_tiles(4000, 1000, 1), tiled(TiledMatmul::AUTO_LARGE));
+        assert_eq!(auto_tiles(1024, 1024, 1), tiled(TiledMatmul::AUTO_MEDIUM));
+        assert_eq!(auto_tiles(512, 512, 1), MatmulKernel::Small);
+        assert_eq!(auto_tiles(u64::MAX, u64::MAX, u64::MAX), tiled(TiledMatmul::AUTO_HUGE));
     }
 
     #[test]

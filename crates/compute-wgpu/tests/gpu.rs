@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use compute_core::conformance::rng::Rng;
 use compute_core::{Backend, BackendKind, ComputeError, Op, Ops, ReduceOp, RowOp, UnaryOp};
-use compute_wgpu::{BufferRecycler, DeviceOptions, WgpuBackend, wgpu};
+use compute_wgpu::{BufferRecycler, DeviceOptions, MatmulTiles, TiledMatmul, WgpuBackend, wgpu};
 
 fn open(options: DeviceOptions, test: &str) -> Option<WgpuBackend> {
     match WgpuBackend::with_options(&options) {
@@ -275,6 +275,57 @@ fn matmul_with_and_without_bounds_checks_agree() {
         let op = Op::matmul(m, k, n);
         assert_eq!(compute_core::conformance::compare(&op, &[&a, &b], &c1, 1.0), None);
     }
+}
+
+#[test]
+fn every_matmul_tiling_matches_the_reference() {
+    // Aligned shapes (the vec4 kernels) with partial tiles in m, n and k, batches;
+    // each tiling switched on on one device, then one forced through the options
+    // on a device of its own.
+    let Some(gpu) = gpu("matmul tilings") else { return };
+    // The automatic choices and the small kernel with every transpose; every tile
+    // shape and K step of `matmul_tiled`, plain and `ahead` (the loops that differ),
+    // with A and B both plain or both transposed (each operand's two store paths);
+    // the other switches on a few (`split` moves loads, `grouped` and `w84` only
+    // change which invocation computes what). Each (tiling, transposes) is one
+    // pipeline to compile, which dominates the time on lavapipe.
+    let all_transposes = [(false, false), (true, false), (false, true), (true, true)];
+    let mut tilings: Vec<(MatmulTiles, &[(bool, bool)])> = vec![(MatmulTiles::Auto, &all_transposes)];
+    tilings.push((MatmulTiles::Small, &all_transposes));
+    for t in [TiledMatmul::AUTO_HUGE, TiledMatmul::AUTO_LARGE, TiledMatmul::AUTO_MEDIUM] {
+        tilings.push((MatmulTiles::Tiled(t), &all_transposes));
+    }
+    let few = ["tiled-128x128-16-split", "tiled-128x64-8-split", "tiled-128x128-8-grouped-w84"];
+    let chosen = |t: &TiledMatmul| {
+        let name = t.to_string();
+        (!t.split() && !t.grouped() && !t.warps_8x4()) || few.contains(&name.as_str())
+    };
+    for t in TiledMatmul::all().into_iter().filter(chosen) {
+        tilings.push((MatmulTiles::Tiled(t), &[(false, false), (true, true)]));
+    }
+    let shapes = [(1, 4, 4, 4), (1, 132, 36, 200), (2, 128, 64, 68), (3, 20, 24, 260), (1, 260, 8, 136)];
+    let mut rng = seed();
+    let mut check = |gpu: &WgpuBackend, transposes: &[(bool, bool)]| {
+        for &(batch, m, k, n) in &shapes {
+            for &(trans_a, trans_b) in transposes {
+                let op = Op::Matmul(compute_core::MatmulSpec { batch, m, k, n, trans_a, trans_b });
+                let inputs = compute_core::conformance::inputs_for(&op, &mut rng);
+                if let Err(e) = compute_core::conformance::check_op(gpu, &op, &inputs, 1.0) {
+                    panic!("{} (checks {}): {e}", gpu.matmul_tiles(), !gpu.matmul_unchecked());
+                }
+            }
+        }
+    };
+    for (tiles, transposes) in tilings {
+        gpu.set_matmul(tiles, false);
+        check(&gpu, transposes);
+    }
+    let last = TiledMatmul::parse("tiled-128x128-16-split-grouped-w84").map(MatmulTiles::Tiled).unwrap();
+    gpu.set_matmul(last, true);
+    check(&gpu, &[(true, false)]);
+    let Some(own) = open(DeviceOptions::from_env().with_matmul_tiles(last), "matmul tilings") else { return };
+    assert_eq!(own.matmul_tiles(), last);
+    check(&own, &[(false, true)]);
 }
 
 #[test]
