@@ -70,7 +70,9 @@ pub fn bundle(args: &[String]) -> Result<(), String> {
             "gpu,cuda,dispatch",
         ]))?;
         let dest = bin.join("compute-bench");
-        std::fs::copy("target/release/compute-bench", &dest).map_err(|e| e.to_string())?;
+        let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+        let built = Path::new(&target).join("release").join("compute-bench");
+        std::fs::copy(&built, &dest).map_err(|e| format!("{}: {e}", built.display()))?;
         let _ = Command::new("strip").arg(&dest).status();
     }
     let gl = root.join("gl");
