@@ -1,8 +1,11 @@
 // C = op(A) · op(B), batched, for any m, k, n: tiled through workgroup memory
 // with register blocking. Three kernels:
 // - `matmul_tiled` (below, with its own header): tiles of 128 × 128, 128 × 64
-//   or 64 × 64, each invocation an 8 × 8 block, K steps of 8 or 16, tuning
+//   or 64 × 64, each invocation an 8 × 8 block (or 8 × 4: TN), K steps of 8 or 16, tuning
 //   switches as pipeline-overridable constants. Aligned shapes that fill the GPU.
+//   With split-K (SK = 2 or 4) each workgroup multiplies one of SK slices of k
+//   into a partial tile of a scratch buffer, and `matmul_reduce` sums the SK
+//   partials into C (a second dispatch of the same pass).
 // - `matmul_vec4_small`: 64 × 64 tiles of 256 invocations (16 × 16), each a
 //   4 × 4 block (rows ty·4..+4, columns tx·4..+4), K steps of BK = 16. Aligned
 //   shapes too small for the tiled kernel's workgroups to fill the GPU.
@@ -18,7 +21,9 @@
 // is wholly inside or wholly outside its matrix. Edges are bounds-checked
 // against m, k, n (zeros are loaded outside), so the kernels never index past a
 // binding: every global index below is `z·stride + row·ld + col` with row and
-// col checked against the matrix's extents; every workgroup index is below its
+// col checked against the matrix's extents (k against `k_end` ≤ k, the end of
+// this workgroup's slice of k); `matmul_reduce` indexes below the binding sizes
+// the host computes for it (stated there); every workgroup index is below its
 // array's size by construction (the bounds are stated where the arrays are);
 // private arrays are indexed by literals only; every loop runs a number of steps
 // bounded by k. That is what lets the backend compile this module without naga's
@@ -39,7 +44,18 @@ struct Params {
     sa: u32,
     sb: u32,
     sc: u32,
+    // `matmul_reduce` only: vec4s of C it writes (matrices of this dispatch · sc / 4).
+    len4: u32,
 }
+
+// Split-K: slices of k per matrix (1: none). The tiled kernel's grid z is then
+// matrices · SK (z = matrix · SK + slice), and C is a scratch buffer holding
+// matrices · SK partial matrices of sc elements each, in grid-z order.
+override SK: u32 = 1u;
+
+// End of the k range the loads of this invocation may read (≤ p.k): p.k, or the
+// end of its split-K slice. Set first thing by every entry point.
+var<private> k_end: u32;
 
 // vec4s in one small tile buffer (16 · 16).
 const TILE: u32 = 256u;
@@ -121,7 +137,7 @@ fn load_a4(z: u32, row0: u32, k0: u32, l: u32, w: u32, bk: u32) -> vec4<f32> {
     let s = slot(l, TA, w, bk);
     let row = row0 + s.x;
     let kc = k0 + s.y;
-    if (row < p.m && kc < p.k) {
+    if (row < p.m && kc < k_end) {
         if (TA) {
             return a4[(z * p.sa + kc * p.m + row) / 4u];
         }
@@ -135,7 +151,7 @@ fn load_b4(z: u32, col0: u32, k0: u32, l: u32, w: u32, bk: u32) -> vec4<f32> {
     let s = slot(l, !TB, w, bk);
     let col = col0 + s.x;
     let kc = k0 + s.y;
-    if (col < p.n && kc < p.k) {
+    if (col < p.n && kc < k_end) {
         if (TB) {
             return b4[(z * p.sb + col * p.k + kc) / 4u];
         }
@@ -156,7 +172,9 @@ fn store4(z: u32, row: u32, c0: u32, v: vec4<f32>) {
 // Tiles of TBM × TBN (128 × 128, 128 × 64, 64 × 64 or 128 × 32) with
 // WG = TBM·TBN/64 invocations, each an 8 × 8 block: rows ty·4..+4 and
 // TBM/2+ty·4..+4, columns tx·4..+4 and TBN/2+tx·4..+4 (tx < TBN/8,
-// ty < TBM/8), in 16 vec4 accumulators indexed by literals only. K in steps of
+// ty < TBM/8), in 16 vec4 accumulators indexed by literals only. TN = 4
+// (`narrow`): WG = TBM·TBN/32 invocations, each 8 × 4 (columns tx·4..+4 only,
+// tx < TBN/4; the 8 even accumulators): more warps for the same tile. K in steps of
 // TBK = 8 or 16, every step written out (no loop over k inside a tile, no
 // dynamic index into a private array). Tiles are stored k-major, each k row
 // padded by one vec4 (AW = TBM/4 + 1, BW = TBN/4 + 1 vec4s), so that the
@@ -169,6 +187,10 @@ fn store4(z: u32, row: u32, c0: u32, v: vec4<f32>) {
 // GROUP tile-rows at a time
 // (column by column within a group) instead of row by row; W84 lays a subgroup
 // of 32 out as 8 × 4 invocations instead of 16 × 2 (128-column tiles only).
+// SK > 1 (split-K, above): the grid's z runs over matrices · SK, each workgroup
+// multiplies K steps [slice·per, (slice + 1)·per) of its tile (loads checked
+// against k_end, the slice's end) and stores its partial tile into the scratch
+// binding at matrix z·SK + slice; `matmul_reduce` then sums the slices into C.
 
 override TBM: u32 = 128u;
 override TBN: u32 = 128u;
@@ -177,19 +199,23 @@ override SPLIT: bool = false;
 override AHEAD: bool = false;
 override GROUP: u32 = 0u;
 override W84: bool = false;
+// Columns of C per invocation: 8 (two vec4s TBN/2 apart) or 4 (NARROW: one vec4;
+// TBN/4 invocations across, twice the invocations per tile).
+override TN: u32 = 8u;
 // Invocations; vec4 stride of a k row of the A and B tiles.
-override WG: u32 = TBM * TBN / 64u;
+override WG: u32 = TBM * TBN / (8u * TN);
 override AW: u32 = TBM / 4u + 1u;
 override BW: u32 = TBN / 4u + 1u;
 // vec4s of A and of B each invocation moves per tile: 1, 2 or 4 (the host never
-// asks for more).
-override NA: u32 = 16u * TBK / TBN;
-override NB: u32 = 16u * TBK / TBM;
+// asks for more or fewer: TBM·TBK/4 and TBN·TBK/4 are 1, 2 or 4 times WG).
+override NA: u32 = TBM * TBK / (4u * WG);
+override NB: u32 = TBN * TBK / (4u * WG);
 
 // Double-buffered tiles: Ta[buf + k·AW + m/4][m % 4], Tb[buf + k·BW + n/4][n % 4],
 // buf ∈ {0, TBK·AW} (A) and {0, TBK·BW} (B). Every index is below
 // buf + (TBK − 1)·AW + TBM/4 < 2·TBK·AW (k < TBK, m < TBM; likewise for B):
-// reads at ty + {0, TBM/8} < TBM/4 and tx + {0, TBN/8} < TBN/4 within a row,
+// reads at ty + {0, TBM/8} < TBM/4 and tx + {0, TBN/8} < TBN/4 (TN = 4: tx < TBN/4
+// alone) within a row,
 // stores at slot() positions, which stay inside the tile for l < NA·WG (NB·WG).
 var<workgroup> Ta: array<vec4<f32>, 2u * TBK * AW>;
 var<workgroup> Tb: array<vec4<f32>, 2u * TBK * BW>;
@@ -235,23 +261,27 @@ fn kstep(a: u32, b: u32) {
     let x0 = Ta[a];
     let x1 = Ta[a + TBM / 8u];
     let y0 = Tb[b];
-    let y1 = Tb[b + TBN / 8u];
     acc[0] = fma(vec4<f32>(x0.x), y0, acc[0]);
-    acc[1] = fma(vec4<f32>(x0.x), y1, acc[1]);
     acc[2] = fma(vec4<f32>(x0.y), y0, acc[2]);
-    acc[3] = fma(vec4<f32>(x0.y), y1, acc[3]);
     acc[4] = fma(vec4<f32>(x0.z), y0, acc[4]);
-    acc[5] = fma(vec4<f32>(x0.z), y1, acc[5]);
     acc[6] = fma(vec4<f32>(x0.w), y0, acc[6]);
-    acc[7] = fma(vec4<f32>(x0.w), y1, acc[7]);
     acc[8] = fma(vec4<f32>(x1.x), y0, acc[8]);
-    acc[9] = fma(vec4<f32>(x1.x), y1, acc[9]);
     acc[10] = fma(vec4<f32>(x1.y), y0, acc[10]);
-    acc[11] = fma(vec4<f32>(x1.y), y1, acc[11]);
     acc[12] = fma(vec4<f32>(x1.z), y0, acc[12]);
-    acc[13] = fma(vec4<f32>(x1.z), y1, acc[13]);
     acc[14] = fma(vec4<f32>(x1.w), y0, acc[14]);
-    acc[15] = fma(vec4<f32>(x1.w), y1, acc[15]);
+    // TN = 4 (one vec4 of columns): the odd accumulators stay unused, and the
+    // read TBN/8 vec4s further (past tx < TBN/4's row) does not happen.
+    if (TN == 8u) {
+        let y1 = Tb[b + TBN / 8u];
+        acc[1] = fma(vec4<f32>(x0.x), y1, acc[1]);
+        acc[3] = fma(vec4<f32>(x0.y), y1, acc[3]);
+        acc[5] = fma(vec4<f32>(x0.z), y1, acc[5]);
+        acc[7] = fma(vec4<f32>(x0.w), y1, acc[7]);
+        acc[9] = fma(vec4<f32>(x1.x), y1, acc[9]);
+        acc[11] = fma(vec4<f32>(x1.y), y1, acc[11]);
+        acc[13] = fma(vec4<f32>(x1.z), y1, acc[13]);
+        acc[15] = fma(vec4<f32>(x1.w), y1, acc[15]);
+    }
 }
 
 // Half a tile: TBK / 2 k's from `a`, `b`.
@@ -390,7 +420,21 @@ fn matmul_tiled(
     @builtin(num_workgroups) groups: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let z = wid.z + p.z0;
+    // Matrix z of A and B; zc: of C (with split-K the partial matrix in scratch,
+    // wid.z < matrices · SK, the scratch binding's extent in sc-element matrices).
+    let z = wid.z / SK + p.z0;
+    var zc = z;
+    // This workgroup's k range [k0, k_end): K steps dealt out evenly over SK
+    // slices (a slice of a short k may be empty: its partial is zeros). k0 and
+    // k_end stay below p.k + SK·TBK, which the host keeps within u32.
+    var k0 = 0u;
+    k_end = p.k;
+    if (SK > 1u) {
+        zc = wid.z;
+        let per = ((p.k + TBK - 1u) / TBK + SK - 1u) / SK * TBK;
+        k0 = min((wid.z % SK) * per, p.k);
+        k_end = min(k0 + per, p.k);
+    }
     // Tile (tm, tn): as dispatched, or GROUP tile-rows at a time. With GROUP the
     // linear index lin < nx·ny maps one to one onto tm < ny, tn < nx.
     var tm = wid.y;
@@ -405,30 +449,31 @@ fn matmul_tiled(
     }
     let row0 = tm * TBM;
     let col0 = tn * TBN;
-    var tx = lid % (TBN / 8u);
-    var ty = lid / (TBN / 8u);
+    // tx < TBN/TN across (TBN/8, or TBN/4 with TN = 4), ty < TBM/8: lid < WG.
+    var tx = lid % (TBN / TN);
+    var ty = lid / (TBN / TN);
     if (W84 && TBN == 128u) {
         tx = lid % 8u + 8u * ((lid / 32u) % 2u);
         ty = (lid % 32u) / 8u + 4u * (lid / 64u);
     }
-    let steps = (p.k + TBK - 1u) / TBK;
+    let steps = (k_end - k0 + TBK - 1u) / TBK;
     let one_a = TBK * AW;
     let one_b = TBK * BW;
-    fetch(z, row0, col0, 0u, lid, false);
+    fetch(z, row0, col0, k0, lid, false);
     stash(0u, 0u, lid, false);
-    fetch(z, row0, col0, 0u, lid, true);
+    fetch(z, row0, col0, k0, lid, true);
     stash(0u, 0u, lid, true);
     if (AHEAD) {
         // Tile t in buffer t % 2; the loads of tile t + 2 go out while tile t is
         // multiplied and reach workgroup memory after tile t + 1 is.
-        fetch_q(z, row0, col0, TBK, lid);
+        fetch_q(z, row0, col0, k0 + TBK, lid);
         workgroupBarrier();
         for (var t = 0u; t < steps; t += 2u) {
-            fetch(z, row0, col0, (t + 2u) * TBK, lid, false);
+            fetch(z, row0, col0, k0 + (t + 2u) * TBK, lid, false);
             multiply_tile(ty, tx);
             stash_q(one_a, one_b, lid);
             workgroupBarrier();
-            fetch_q(z, row0, col0, (t + 3u) * TBK, lid);
+            fetch_q(z, row0, col0, k0 + (t + 3u) * TBK, lid);
             multiply_tile(one_a + ty, one_b + tx);
             stash(0u, 0u, lid, false);
             workgroupBarrier();
@@ -440,7 +485,7 @@ fn matmul_tiled(
         let cb = (t % 2u) * one_b;
         let na = one_a - ca;
         let nb = one_b - cb;
-        let k1 = (t + 1u) * TBK;
+        let k1 = k0 + (t + 1u) * TBK;
         let a = ca + ty;
         let b = cb + tx;
         // The last step loads past k: the loads are bounds-checked (zeros) and the
@@ -461,28 +506,31 @@ fn matmul_tiled(
     let r0 = row0 + ty * 4u;
     let r1 = r0 + TBM / 2u;
     let c0 = col0 + tx * 4u;
-    let c1 = c0 + TBN / 2u;
-    store4(z, r0, c0, acc[0]);
-    store4(z, r0, c1, acc[1]);
-    store4(z, r0 + 1u, c0, acc[2]);
-    store4(z, r0 + 1u, c1, acc[3]);
-    store4(z, r0 + 2u, c0, acc[4]);
-    store4(z, r0 + 2u, c1, acc[5]);
-    store4(z, r0 + 3u, c0, acc[6]);
-    store4(z, r0 + 3u, c1, acc[7]);
-    store4(z, r1, c0, acc[8]);
-    store4(z, r1, c1, acc[9]);
-    store4(z, r1 + 1u, c0, acc[10]);
-    store4(z, r1 + 1u, c1, acc[11]);
-    store4(z, r1 + 2u, c0, acc[12]);
-    store4(z, r1 + 2u, c1, acc[13]);
-    store4(z, r1 + 3u, c0, acc[14]);
-    store4(z, r1 + 3u, c1, acc[15]);
+    store4(zc, r0, c0, acc[0]);
+    store4(zc, r0 + 1u, c0, acc[2]);
+    store4(zc, r0 + 2u, c0, acc[4]);
+    store4(zc, r0 + 3u, c0, acc[6]);
+    store4(zc, r1, c0, acc[8]);
+    store4(zc, r1 + 1u, c0, acc[10]);
+    store4(zc, r1 + 2u, c0, acc[12]);
+    store4(zc, r1 + 3u, c0, acc[14]);
+    if (TN == 8u) {
+        let c1 = c0 + TBN / 2u;
+        store4(zc, r0, c1, acc[1]);
+        store4(zc, r0 + 1u, c1, acc[3]);
+        store4(zc, r0 + 2u, c1, acc[5]);
+        store4(zc, r0 + 3u, c1, acc[7]);
+        store4(zc, r1, c1, acc[9]);
+        store4(zc, r1 + 1u, c1, acc[11]);
+        store4(zc, r1 + 2u, c1, acc[13]);
+        store4(zc, r1 + 3u, c1, acc[15]);
+    }
 }
 
 @compute @workgroup_size(256)
 fn matmul_vec4_small(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let z = wid.z + p.z0;
+    k_end = p.k;
     let row0 = wid.y * 64u;
     let col0 = wid.x * 64u;
     let tx = lid % 16u;
@@ -515,10 +563,38 @@ fn matmul_vec4_small(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
     store4(z, r0 + 3u, c0, acc[3]);
 }
 
+// ---- matmul_reduce: the second dispatch of split-K --------------------------
+//
+// C[z0 + j] = Σ_s partial[j·SK + s] for the j < len4 / (sc / 4) matrices of one
+// dispatch, one vec4 per invocation (1-D or 2-D grid, surplus invocations
+// return). Bindings: the scratch of partials as a4 (the host binds exactly
+// len4·SK vec4s: every read index (j·SK + s)·sc/4 + e < len4·SK since e < sc/4,
+// s < SK and j·sc/4 + e = i < len4), C as c4 (z0·sc/4 + i < (z0 + j + 1)·sc/4,
+// within the batch the host validated). Sums in slice order: deterministic.
+@compute @workgroup_size(256)
+fn matmul_reduce(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let i = (wid.y * groups.x + wid.x) * 256u + lid;
+    if (i >= p.len4) {
+        return;
+    }
+    let sc4 = p.sc / 4u;
+    let j = i / sc4;
+    let e = i % sc4;
+    var sum = a4[j * SK * sc4 + e];
+    for (var s = 1u; s < SK; s++) {
+        sum += a4[(j * SK + s) * sc4 + e];
+    }
+    c4[p.z0 * sc4 + i] = sum;
+}
+
 // ---- scalar loads and stores ------------------------------------------------
 
 fn a_at(z: u32, row: u32, kc: u32) -> f32 {
-    if (row < p.m && kc < p.k) {
+    if (row < p.m && kc < k_end) {
         if (TA) {
             return a1[z * p.sa + kc * p.m + row];
         }
@@ -528,7 +604,7 @@ fn a_at(z: u32, row: u32, kc: u32) -> f32 {
 }
 
 fn b_at(z: u32, col: u32, kc: u32) -> f32 {
-    if (col < p.n && kc < p.k) {
+    if (col < p.n && kc < k_end) {
         if (TB) {
             return b1[z * p.sb + col * p.k + kc];
         }
@@ -580,6 +656,7 @@ fn store1(z: u32, row: u32, c0: u32, v: vec4<f32>) {
 @compute @workgroup_size(256)
 fn matmul_scalar(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let z = wid.z + p.z0;
+    k_end = p.k;
     let row0 = wid.y * 64u;
     let col0 = wid.x * 64u;
     let tx = lid % 16u;

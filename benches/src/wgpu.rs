@@ -3,7 +3,10 @@
 //! device copy), host round trips, and the batch API against op-by-op calls.
 //!
 //! Resident rows submit `reps` ops back to back and wait once, so the CPU's
-//! recording overlaps the GPU's work and the median per op is GPU time.
+//! recording overlaps the GPU's work and the median per op is GPU time plus the
+//! gaps between submissions. Rows with shape `<len>M gpu-timed` time one
+//! dispatch with GPU timestamps instead ([`WgpuBackend::time_tensors`]; the
+//! in-process `copy_buffer_to_buffer` peer likewise), where the device offers them.
 //!
 //! `COMPUTE_WGPU_MATMUL_SWEEP=1` (or a comma-separated list of tilings, see
 //! [`MatmulTiles::parse`], each optionally `+checks`) replaces all rows by a
@@ -112,6 +115,43 @@ impl Bench {
             Some(e) => Err(err(e)),
             None => Ok((ours / reps as f64, peer / reps as f64)),
         }
+    }
+}
+
+impl Bench {
+    /// Medians of `samples` GPU-timed runs of `op` (one dispatch between two
+    /// timestamps, one submission and a wait each) and of a `copy_buffer_to_buffer`
+    /// moving the same bytes, interleaved; `None` where the device has no timestamps.
+    fn gpu_timed(
+        &self,
+        op: &Op,
+        inputs: &[&Tensor],
+        out: &Tensor,
+        samples: usize,
+    ) -> Result<Option<(f64, f64)>, String> {
+        if !self.gpu.gpu_timing() {
+            eprintln!("  {}: no GPU timestamps on this device, gpu-timed rows skipped", op.name());
+            return Ok(None);
+        }
+        let bytes = op.cost().bytes() / 2;
+        let src = self.gpu.alloc((bytes / 4) as usize).map_err(err)?;
+        let dst = self.gpu.alloc((bytes / 4) as usize).map_err(err)?;
+        let (s, d) = (buffer(&src)?, buffer(&dst)?);
+        let (mut ours, mut copies) = (Vec::new(), Vec::new());
+        // One warm-up of each (pipeline compilation, first touch), then the samples.
+        for i in 0..=samples {
+            let t = self.gpu.time_tensors(op, inputs, out).map_err(err)?;
+            let c = self.gpu.time_commands(|enc| enc.copy_buffer_to_buffer(&s, 0, &d, 0, bytes)).map_err(err)?;
+            if let (Some(t), Some(c), true) = (t, c, i > 0) {
+                ours.push(t);
+                copies.push(c);
+            }
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied()
+        };
+        Ok(median(&mut ours).zip(median(&mut copies)))
     }
 }
 
@@ -225,6 +265,18 @@ fn bandwidth_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), S
                 bytes / copy / 1e9
             ));
             push(out, r.with_peer("device copy (reference)", bytes / COPY_BYTES_PER_S));
+            if let Some((t, copy)) = b.gpu_timed(&op, &ins, &o, if quick { 3 } else { 15 })? {
+                let mut r = b.record(op.name(), format!("{}M gpu-timed", len >> 20), "resident", t);
+                r.gbps = Some(bytes / t / 1e9);
+                r.note = Some(format!(
+                    "GPU timestamps around one dispatch, median of {}; peer: CUDA device copy 4.22 TB/s \
+                     (GPU-RUNS.md, H200); wgpu copy_buffer_to_buffer GPU-timed here: {:.0} GB/s (op x{:.3} of it)",
+                    if quick { 3 } else { 15 },
+                    bytes / copy / 1e9,
+                    copy / t
+                ));
+                push(out, r.with_peer("device copy (reference)", bytes / COPY_BYTES_PER_S));
+            }
         }
     }
     // Rows of 4096 take the register kernel; 8192 the three-pass one (same bytes as 32768x4096).

@@ -29,7 +29,20 @@ struct Config {
 fn configs() -> Vec<Config> {
     let mut v = Vec::new();
     v.push(Config { label: "matmul_vec4_small".into(), entry: "matmul_vec4_small", constants: vec![] });
-    for t in compute_wgpu::TiledMatmul::all() {
+    // Every configuration without split-K, then the `narrow` and split-K ones of the sweep.
+    let extra = [
+        "tiled-64x64-8-narrow",
+        "tiled-64x64-16-narrow",
+        "tiled-128x64-16-narrow",
+        "tiled-128x64-16-ahead-narrow",
+        "tiled-128x64-16-grouped-narrow",
+        "tiled-128x128-8-ahead-grouped-sk2",
+        "tiled-128x64-8-ahead-sk2",
+    ];
+    let tilings = compute_wgpu::TiledMatmul::all()
+        .into_iter()
+        .chain(extra.iter().filter_map(|n| compute_wgpu::TiledMatmul::parse(n)));
+    for t in tilings {
         let flag = |b: bool| if b { 1.0 } else { 0.0 };
         v.push(Config {
             label: t.to_string(),
@@ -42,6 +55,8 @@ fn configs() -> Vec<Config> {
                 ("AHEAD", flag(t.ahead())),
                 ("GROUP", if t.grouped() { 8.0 } else { 0.0 }),
                 ("W84", flag(t.warps_8x4())),
+                ("TN", if t.narrow() { 4.0 } else { 8.0 }),
+                ("SK", f64::from(t.split_k())),
             ],
         });
     }

@@ -161,6 +161,68 @@ impl WgpuBackend {
         Ok(Tensor::from_storage(Arc::new(GpuBuffer::new(buffer, len, self.ctx.id, recycler))))
     }
 
+    /// Whether [`WgpuBackend::time_tensors`] and [`WgpuBackend::time_commands`] can
+    /// time on the GPU: the device was opened with `TIMESTAMP_QUERY` and
+    /// `TIMESTAMP_QUERY_INSIDE_ENCODERS` (requested whenever the adapter offers
+    /// them). Free.
+    pub fn gpu_timing(&self) -> bool {
+        self.ctx.timestamps()
+    }
+
+    /// Runs `op` as [`Backend::run_tensors`] does, in one submission with a GPU
+    /// timestamp written before its first command and one after its last, waits
+    /// for it, and returns the seconds between them (`None` without
+    /// [`WgpuBackend::gpu_timing`]; then nothing runs). GPU time of the op alone,
+    /// without the gaps between submissions that host timing includes. Costs a
+    /// query set and two 16-byte buffers per call, and a wait. Native only.
+    pub fn time_tensors(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> Result<Option<f64>> {
+        check_tensor_call(op, LOCATION, inputs, output)?;
+        self.check_limits(op)?;
+        let Some(timer) = encode::Timer::new(&self.ctx) else { return Ok(None) };
+        let mut views = Vec::with_capacity(inputs.len());
+        for t in inputs {
+            views.push(View { buffer: self.storage(t, op.name())?.buffer().clone(), len: t.len() });
+        }
+        let out = View { buffer: self.storage(output, op.name())?.buffer().clone(), len: output.len() };
+        let mut steps = Vec::new();
+        plan::plan(&self.ctx, op, &views, &out, &mut steps)?;
+        let index = encode::submit_timed(&self.ctx, &steps, op.name(), Some(&timer))?;
+        self.timer_seconds(&timer, index, op.name())
+    }
+
+    /// The GPU seconds of the commands `record` puts into a fresh encoder (for
+    /// example a `copy_buffer_to_buffer` to compare with), timed as
+    /// [`WgpuBackend::time_tensors`] times an op; `None` (and `record` is not
+    /// called) without [`WgpuBackend::gpu_timing`]. One submission and a wait.
+    pub fn time_commands(&self, record: impl FnOnce(&mut wgpu::CommandEncoder)) -> Result<Option<f64>> {
+        self.ctx.check_alive()?;
+        let Some(timer) = encode::Timer::new(&self.ctx) else { return Ok(None) };
+        let scope = self.ctx.scope();
+        let mut encoder =
+            self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("time_commands") });
+        timer.begin(&mut encoder);
+        record(&mut encoder);
+        timer.end(&mut encoder);
+        let index = self.ctx.queue.submit([encoder.finish()]);
+        scope.end_now("time_commands", 0)?;
+        self.timer_seconds(&timer, index, "time_commands")
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    fn timer_seconds(
+        &self,
+        timer: &encode::Timer,
+        index: wgpu::SubmissionIndex,
+        op: &'static str,
+    ) -> Result<Option<f64>> {
+        timer.seconds(&self.ctx, index, op).map(Some)
+    }
+
+    #[cfg(target_arch = "wasm32")]
+    fn timer_seconds(&self, _: &encode::Timer, _: wgpu::SubmissionIndex, _: &'static str) -> Result<Option<f64>> {
+        Err(errors::unavailable("blocking calls are not available in the browser"))
+    }
+
     /// A future that resolves when all work submitted so far has finished. Free to
     /// create; on native a helper thread polls the device while it is pending.
     pub fn submitted_work_done(&self) -> WorkDone {

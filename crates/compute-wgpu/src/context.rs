@@ -40,6 +40,9 @@ impl std::fmt::Display for AdapterReport {
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Timestamps written anywhere in a command encoder (native Vulkan, Metal, DX12).
+const TIMESTAMPS_IN_ENCODERS: wgpu::Features = wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS;
+
 /// Everything one open device owns; shared by the backend, its tensors' users and batches.
 pub(crate) struct Context {
     pub(crate) device: wgpu::Device,
@@ -116,6 +119,28 @@ async fn choose_adapter(instance: &wgpu::Instance, options: &DeviceOptions) -> R
     })
 }
 
+/// The process's wgpu instance for `backends`, created on first use and shared
+/// by every device opened afterwards. An instance per device is what wgpu's
+/// examples do, but the NVIDIA Vulkan driver (580, H200) stops reporting any
+/// adapter after about 28 instances were created in one process, even when each
+/// was dropped. Creating one costs a loader and driver enumeration (milliseconds).
+fn shared_instance(backends: wgpu::Backends) -> wgpu::Instance {
+    static INSTANCES: Mutex<Vec<(wgpu::Backends, wgpu::Instance)>> = Mutex::new(Vec::new());
+    let create = || {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = backends;
+        desc.flags = wgpu::InstanceFlags::empty().with_env();
+        wgpu::Instance::new(desc)
+    };
+    let Ok(mut all) = INSTANCES.lock() else { return create() };
+    if let Some((_, i)) = all.iter().find(|(b, _)| *b == backends) {
+        return i.clone();
+    }
+    let instance = create();
+    all.push((backends, instance.clone()));
+    instance
+}
+
 impl Context {
     /// Opens the device `options` describe. Costs an adapter enumeration and a
     /// device creation (milliseconds to tens of milliseconds).
@@ -126,10 +151,7 @@ impl Context {
         // Not across an await in the browser (single-threaded there anyway).
         #[cfg(not(target_arch = "wasm32"))]
         let _exclusive = crate::completion::opening();
-        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
-        desc.backends = options.backends();
-        desc.flags = wgpu::InstanceFlags::empty().with_env();
-        let instance = wgpu::Instance::new(desc);
+        let instance = shared_instance(options.backends());
         let adapter = choose_adapter(&instance, options).await?;
         let info = adapter.get_info();
         let limits = adapter.limits();
@@ -137,17 +159,24 @@ impl Context {
         if let Some(cap) = options.max_binding_bytes {
             used.max_storage_buffer_binding_size = used.max_storage_buffer_binding_size.min(cap.max(256));
         }
-        let (device, queue) = adapter
-            .request_device(&wgpu::DeviceDescriptor {
+        // GPU-side timing (`WgpuBackend::time_tensors`) where the adapter offers it; optional:
+        // a device that refuses the features is opened without them.
+        let timing = adapter.features() & (wgpu::Features::TIMESTAMP_QUERY | TIMESTAMPS_IN_ENCODERS);
+        let request = |features: wgpu::Features| {
+            adapter.request_device(&wgpu::DeviceDescriptor {
                 label: Some("compute-wgpu"),
-                required_features: wgpu::Features::empty(),
+                required_features: features,
                 required_limits: limits.clone(),
                 experimental_features: wgpu::ExperimentalFeatures::disabled(),
                 memory_hints: wgpu::MemoryHints::Performance,
                 trace: wgpu::Trace::Off,
             })
-            .await
-            .map_err(|e| errors::unavailable(format!("opening {}: {e}", info.name)))?;
+        };
+        let opened = match request(timing).await {
+            Err(_) if !timing.is_empty() => request(wgpu::Features::empty()).await,
+            r => r,
+        };
+        let (device, queue) = opened.map_err(|e| errors::unavailable(format!("opening {}: {e}", info.name)))?;
         let lost = Arc::new(Mutex::new(None));
         let lost_sink = Arc::clone(&lost);
         device.set_device_lost_callback(move |reason, message| {
@@ -230,6 +259,11 @@ impl Context {
     /// Alignment of storage binding offsets (at least 16, for vec4 arrays).
     pub(crate) fn offset_align(&self) -> u64 {
         u64::from(self.limits.min_storage_buffer_offset_alignment).max(16)
+    }
+
+    /// Whether the device writes timestamps inside command encoders (GPU-side timing).
+    pub(crate) fn timestamps(&self) -> bool {
+        self.device.features().contains(wgpu::Features::TIMESTAMP_QUERY | TIMESTAMPS_IN_ENCODERS)
     }
 
     /// Most workgroups per grid dimension.

@@ -55,6 +55,91 @@ fn binding(buffer: &wgpu::Buffer, offset: u64, size: u64) -> wgpu::BindingResour
 /// is queued (not finished). Costs one bind group per dispatch and one
 /// `write_buffer` of all parameters; pipelines are compiled on first use.
 pub(crate) fn submit(ctx: &Context, steps: &[Step], op: &'static str) -> Result<wgpu::SubmissionIndex> {
+    submit_timed(ctx, steps, op, None)
+}
+
+/// Two timestamps around the commands of one submission, and the buffers that
+/// bring them back to the host (created per use: a query set and two 16-byte buffers).
+#[derive(Debug)]
+pub(crate) struct Timer {
+    set: wgpu::QuerySet,
+    resolve: wgpu::Buffer,
+    read: wgpu::Buffer,
+}
+
+impl Timer {
+    /// `None` unless the device writes timestamps inside encoders.
+    pub(crate) fn new(ctx: &Context) -> Option<Timer> {
+        if !ctx.timestamps() {
+            return None;
+        }
+        let set = ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("compute-wgpu timer"),
+            ty: wgpu::QueryType::Timestamp,
+            count: 2,
+        });
+        let buffer = |usage| {
+            ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("compute-wgpu timer"),
+                size: 16,
+                usage,
+                mapped_at_creation: false,
+            })
+        };
+        let resolve = buffer(wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC);
+        let read = buffer(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+        Some(Timer { set, resolve, read })
+    }
+
+    /// The first timestamp: before everything recorded after it.
+    pub(crate) fn begin(&self, encoder: &mut wgpu::CommandEncoder) {
+        encoder.write_timestamp(&self.set, 0);
+    }
+
+    /// The second timestamp, then its resolve and copy to the host-readable buffer.
+    pub(crate) fn end(&self, encoder: &mut wgpu::CommandEncoder) {
+        encoder.write_timestamp(&self.set, 1);
+        encoder.resolve_query_set(&self.set, 0..2, &self.resolve, 0);
+        encoder.copy_buffer_to_buffer(&self.resolve, 0, &self.read, 0, 16);
+    }
+
+    /// Waits for submission `index` and returns the seconds between the two
+    /// timestamps (ticks · `queue.get_timestamp_period()`). Native only.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) fn seconds(&self, ctx: &Context, index: wgpu::SubmissionIndex, op: &'static str) -> Result<f64> {
+        let signal = Signal::new();
+        let sink = Arc::clone(&signal);
+        self.read.slice(0..16).map_async(wgpu::MapMode::Read, move |r| sink.set(r));
+        crate::completion::wait_for(ctx, Some(index), op)?;
+        ctx.check_alive()?;
+        ctx.take_uncaptured(op)?;
+        match signal.take() {
+            Some(Ok(())) => {}
+            Some(Err(e)) => return Err(errors::driver(op, format!("mapping the timestamps: {e}"))),
+            None => return Err(errors::driver(op, "the device finished but the timestamps were not mapped")),
+        }
+        let ticks = match self.read.slice(0..16).get_mapped_range() {
+            Ok(view) => {
+                let at = |i: usize| view.get(i..i + 8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
+                match (at(0), at(8)) {
+                    (Some(t0), Some(t1)) => t1.saturating_sub(t0),
+                    _ => return Err(errors::driver(op, "timestamp buffer shorter than 16 bytes")),
+                }
+            }
+            Err(e) => return Err(errors::driver(op, format!("reading the timestamps: {e}"))),
+        };
+        self.read.unmap();
+        Ok(ticks as f64 * f64::from(ctx.queue.get_timestamp_period()) * 1e-9)
+    }
+}
+
+/// [`submit`], with `timer`'s timestamps first and last in the encoder when given.
+pub(crate) fn submit_timed(
+    ctx: &Context,
+    steps: &[Step],
+    op: &'static str,
+    timer: Option<&Timer>,
+) -> Result<wgpu::SubmissionIndex> {
     ctx.check_alive()?;
     let compiled: Vec<Compiled> = steps
         .iter()
@@ -80,6 +165,9 @@ pub(crate) fn submit(ctx: &Context, steps: &[Step], op: &'static str) -> Result<
         u
     });
     let mut encoder = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(op) });
+    if let Some(t) = timer {
+        t.begin(&mut encoder);
+    }
     let mut i = 0;
     let mut slot = 0usize;
     while i < steps.len() {
@@ -119,6 +207,9 @@ pub(crate) fn submit(ctx: &Context, steps: &[Step], op: &'static str) -> Result<
                 }
             }
         }
+    }
+    if let Some(t) = timer {
+        t.end(&mut encoder);
     }
     let index = ctx.queue.submit([encoder.finish()]);
     drop(arena);

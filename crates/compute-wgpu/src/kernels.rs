@@ -87,6 +87,9 @@ pub(crate) enum Kernel {
     /// `matmul.wgsl`: which tiling, transposes; `checked`: compiled with naga's
     /// runtime bounds checks.
     Matmul { tiles: MatmulKernel, ta: bool, tb: bool, checked: bool },
+    /// `matmul.wgsl` `matmul_reduce`: sums `sk` split-K partials into C;
+    /// `checked` as for the matmul it finishes (same module).
+    MatmulReduce { sk: u32, checked: bool },
     /// `conv.wgsl` `conv2d`.
     Conv2d,
 }
@@ -97,7 +100,7 @@ impl Kernel {
             Kernel::Unary(_) | Kernel::Binary(_) => Module::Elementwise,
             Kernel::ReducePartials(_) | Kernel::ReduceFinish(_) => Module::Reduce,
             Kernel::Softmax(_) | Kernel::LayerNorm | Kernel::RmsNorm => Module::Rows,
-            Kernel::Matmul { .. } => Module::Matmul,
+            Kernel::Matmul { .. } | Kernel::MatmulReduce { .. } => Module::Matmul,
             Kernel::Conv2d => Module::Conv,
         }
     }
@@ -114,6 +117,7 @@ impl Kernel {
             Kernel::Matmul { tiles: MatmulKernel::Small, .. } => "matmul_vec4_small",
             Kernel::Matmul { tiles: MatmulKernel::Scalar, .. } => "matmul_scalar",
             Kernel::Matmul { tiles: MatmulKernel::Tiled(_), .. } => "matmul_tiled",
+            Kernel::MatmulReduce { .. } => "matmul_reduce",
             Kernel::Conv2d => "conv2d",
         }
     }
@@ -136,7 +140,10 @@ impl Kernel {
                 ("AHEAD", flag(t.ahead())),
                 ("GROUP", if t.grouped() { 8.0 } else { 0.0 }),
                 ("W84", flag(t.warps_8x4())),
+                ("TN", if t.narrow() { 4.0 } else { 8.0 }),
+                ("SK", f64::from(t.split_k())),
             ],
+            Kernel::MatmulReduce { sk, .. } => vec![("SK", f64::from(sk))],
             Kernel::Matmul { ta, tb, .. } => vec![("TA", flag(ta)), ("TB", flag(tb))],
             Kernel::LayerNorm | Kernel::RmsNorm | Kernel::Conv2d => Vec::new(),
         }
@@ -144,7 +151,7 @@ impl Kernel {
 
     /// Whether this kernel's module is compiled without naga's runtime checks.
     fn unchecked(self) -> bool {
-        matches!(self, Kernel::Matmul { checked: false, .. })
+        matches!(self, Kernel::Matmul { checked: false, .. } | Kernel::MatmulReduce { checked: false, .. })
     }
 }
 
@@ -242,9 +249,13 @@ impl Kernels {
         let compiled = if unchecked {
             // SAFETY: only `matmul.wgsl` is compiled unchecked. Its kernels compare every
             // global index against the matrix extents (m, k, n) before using it (also the
-            // loads of `matmul_tiled` past the last K step, and its regrouped tile
+            // loads of `matmul_tiled` past the last K step; with split-K the loads compare k
+            // against the end of the workgroup's slice, which is at most k; its regrouped tile
             // coordinates stay inside the grid), the host validates that each binding holds
-            // the batch × extents it is told (`plan.rs`), workgroup indices are below the
+            // the batch × extents it is told (`plan.rs`; for split-K the scratch binding holds
+            // exactly the grid's matrices · slices partial matrices that the tiled kernel
+            // writes and `matmul_reduce` reads, and `matmul_reduce` skips invocations past the
+            // vec4s it is told, whose C range the host checks), workgroup indices are below the
             // arrays' sizes by construction (bounds stated in the shader), private arrays
             // (accumulators, loads in flight) are indexed by literals only, and every loop
             // runs a finite number of steps bounded by k. So no access can leave its binding
@@ -299,9 +310,14 @@ mod tests {
             ("AHEAD", 0.0),
             ("GROUP", 0.0),
             ("W84", 0.0),
+            ("TN", 8.0),
+            ("SK", 1.0),
         ];
         assert_eq!(tiled.constants(), [[("TA", 1.0), ("TB", 1.0)].as_slice(), &want].concat());
-        let rows = [Kernel::Softmax(1), Kernel::LayerNorm, Kernel::RmsNorm];
+        let reduce = Kernel::MatmulReduce { sk: 4, checked: false };
+        assert_eq!(reduce.constants(), vec![("SK", 4.0)]);
+        assert!(reduce.unchecked() && reduce.module() == Module::Matmul);
+        let rows = [Kernel::Softmax(1), Kernel::LayerNorm, Kernel::RmsNorm, reduce];
         for k in
             [Kernel::Unary(0), Kernel::Binary(2), Kernel::ReduceFinish(0), Kernel::Conv2d, mm, small, scalar, tiled]
                 .into_iter()

@@ -46,6 +46,12 @@ pub enum MatmulTiles {
     /// tiles of 128 × 64, else [`MatmulTiles::Small`].
     #[default]
     Auto,
+    /// A candidate for `Auto` (name `auto-sk`), unmeasured: as [`MatmulTiles::Auto`],
+    /// but shapes of fewer than 512 tiles of 128 × 128 that `Auto` gives 128 × 128 or
+    /// 128 × 64 tiles (2048³, 1024³) take [`TiledMatmul::AUTO_LARGE`] with split-K
+    /// instead: 2 slices from 256 tiles, 4 below, when each slice keeps at least
+    /// 128 of k (see [`TiledMatmul::with_split_k`]). For the tuning sweep.
+    AutoSplitK,
     /// Always the `matmul_vec4_small` kernel: 64 × 64 tiles, 4 × 4 outputs per invocation.
     Small,
     /// Always the `matmul_tiled` kernel in this configuration.
@@ -58,6 +64,7 @@ impl MatmulTiles {
     pub fn parse(name: &str) -> Option<MatmulTiles> {
         match name.trim().to_ascii_lowercase().as_str() {
             "auto" => Some(MatmulTiles::Auto),
+            "auto-sk" => Some(MatmulTiles::AutoSplitK),
             "small" => Some(MatmulTiles::Small),
             other => TiledMatmul::parse(other).map(MatmulTiles::Tiled),
         }
@@ -68,6 +75,7 @@ impl std::fmt::Display for MatmulTiles {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             MatmulTiles::Auto => f.write_str("auto"),
+            MatmulTiles::AutoSplitK => f.write_str("auto-sk"),
             MatmulTiles::Small => f.write_str("small"),
             MatmulTiles::Tiled(t) => t.fmt(f),
         }
@@ -81,6 +89,15 @@ impl std::fmt::Display for MatmulTiles {
 /// two halves, `ahead` issues them two tiles ahead (not with `split`), `grouped`
 /// visits the tiles 8 tile-rows at a time, and `warps_8x4` lays each subgroup of
 /// 32 out as 8 × 4 invocations instead of 16 × 2 (128-column tiles only).
+/// `narrow` gives each invocation 8 × 4 outputs instead of 8 × 8 (twice the
+/// invocations per tile: tile_m·tile_n/32; needs a K step of at least
+/// tile_m/8 and tile_n/8, so that every invocation loads a whole vec4 of each
+/// operand, and at most 256 invocations: 64 × 64 with K step 8 or 16, 128 × 64
+/// with 16).
+/// Split-K (`sk2`, `sk4`) cuts k into 2 or 4 slices: S times the workgroups for
+/// shapes with few tiles, at the cost of a scratch buffer of S·m·n floats per
+/// matrix (from the backend's buffer cache), writing and re-reading it, and a
+/// second dispatch that sums the slices into C.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TiledMatmul {
     tile_m: u32,
@@ -90,6 +107,8 @@ pub struct TiledMatmul {
     ahead: bool,
     grouped: bool,
     warps_8x4: bool,
+    narrow: bool,
+    split_k: u32,
 }
 
 impl TiledMatmul {
@@ -104,7 +123,17 @@ impl TiledMatmul {
     pub const AUTO_MEDIUM: TiledMatmul = TiledMatmul { grouped: true, ..TiledMatmul::plain(128, 64, 8) };
 
     const fn plain(tile_m: u32, tile_n: u32, k_step: u32) -> TiledMatmul {
-        TiledMatmul { tile_m, tile_n, k_step, split: false, ahead: false, grouped: false, warps_8x4: false }
+        TiledMatmul {
+            tile_m,
+            tile_n,
+            k_step,
+            split: false,
+            ahead: false,
+            grouped: false,
+            warps_8x4: false,
+            narrow: false,
+            split_k: 1,
+        }
     }
 
     /// Tiles of `tile_m` × `tile_n`, K step `k_step`, no switches; `None` for a
@@ -121,6 +150,8 @@ impl TiledMatmul {
             ahead: false,
             grouped: false,
             warps_8x4: false,
+            narrow: false,
+            split_k: 1,
         })
     }
 
@@ -142,13 +173,33 @@ impl TiledMatmul {
         self
     }
 
-    /// 8 × 4 invocations per subgroup of 32; `None` unless the tiles have 128 columns.
+    /// 8 × 4 invocations per subgroup of 32; `None` unless the tiles have 128 columns
+    /// (and not with `narrow`).
     pub fn with_warps_8x4(mut self, on: bool) -> Option<TiledMatmul> {
         self.warps_8x4 = on;
-        (!on || self.tile_n == 128).then_some(self)
+        (!on || (self.tile_n == 128 && !self.narrow)).then_some(self)
     }
 
-    /// Every configuration: each tile shape and K step plain, `split` or `ahead`,
+    /// 8 × 4 outputs per invocation (tile_m·tile_n/32 invocations) instead of 8 × 8;
+    /// `None` with `warps_8x4`, a K step below tile_m/8 or tile_n/8, or 128 × 128
+    /// tiles (512 invocations).
+    pub fn with_narrow(mut self, on: bool) -> Option<TiledMatmul> {
+        self.narrow = on;
+        // At most 256 invocations (the smallest limit WebGPU guarantees).
+        let fits = 8 * self.k_step >= self.tile_m.max(self.tile_n) && self.tile_m * self.tile_n <= 8192;
+        (!on || (fits && !self.warps_8x4)).then_some(self)
+    }
+
+    /// Cuts k into `slices` (1: no split-K, 2 or 4) whose partial products a second
+    /// dispatch sums; `None` for another count. Shapes whose `slices` partial
+    /// matrices do not fit one storage binding run without split-K.
+    pub fn with_split_k(mut self, slices: u32) -> Option<TiledMatmul> {
+        self.split_k = slices;
+        matches!(slices, 1 | 2 | 4).then_some(self)
+    }
+
+    /// Every configuration without split-K (each also takes
+    /// [`TiledMatmul::with_split_k`]): each tile shape and K step plain, `split` or `ahead`,
     /// each with and without `grouped`, and the 128-column ones also with `warps_8x4`.
     pub fn all() -> Vec<TiledMatmul> {
         let mut v = Vec::new();
@@ -168,9 +219,14 @@ impl TiledMatmul {
         v
     }
 
-    /// Invocations per workgroup: tile_m · tile_n / 64.
+    /// Invocations per workgroup: tile_m · tile_n / 64 (/ 32 when `narrow`).
     pub fn threads(self) -> u32 {
-        self.tile_m * self.tile_n / 64
+        self.tile_m * self.tile_n / if self.narrow { 32 } else { 64 }
+    }
+
+    /// Whether each invocation computes 8 × 4 outputs (else 8 × 8).
+    pub fn narrow(self) -> bool {
+        self.narrow
     }
 
     /// Rows × columns of C per workgroup.
@@ -203,8 +259,14 @@ impl TiledMatmul {
         self.warps_8x4
     }
 
+    /// Slices of k (1: no split-K).
+    pub fn split_k(self) -> u32 {
+        self.split_k
+    }
+
     /// Parses the [`Display`](std::fmt::Display) form,
-    /// `tiled-<m>x<n>-<k step>[-split|-ahead][-grouped][-w84]` (switches in any order).
+    /// `tiled-<m>x<n>-<k step>[-split|-ahead][-grouped][-w84|-narrow][-sk2|-sk4]`
+    /// (switches in any order).
     pub fn parse(name: &str) -> Option<TiledMatmul> {
         let name = name.trim().to_ascii_lowercase();
         let mut parts = name.strip_prefix("tiled-")?.split('-');
@@ -216,6 +278,10 @@ impl TiledMatmul {
                 "ahead" => t.with_ahead(true)?,
                 "grouped" => t.with_grouped(true),
                 "w84" => t.with_warps_8x4(true)?,
+                "narrow" => t.with_narrow(true)?,
+                "sk1" => t.with_split_k(1)?,
+                "sk2" => t.with_split_k(2)?,
+                "sk4" => t.with_split_k(4)?,
                 _ => return None,
             };
         }
@@ -226,12 +292,20 @@ impl TiledMatmul {
 impl std::fmt::Display for TiledMatmul {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "tiled-{}x{}-{}", self.tile_m, self.tile_n, self.k_step)?;
-        let switches =
-            [(self.split, "-split"), (self.ahead, "-ahead"), (self.grouped, "-grouped"), (self.warps_8x4, "-w84")];
+        let switches = [
+            (self.split, "-split"),
+            (self.ahead, "-ahead"),
+            (self.grouped, "-grouped"),
+            (self.warps_8x4, "-w84"),
+            (self.narrow, "-narrow"),
+        ];
         for (on, name) in switches {
             if on {
                 f.write_str(name)?;
             }
+        }
+        if self.split_k > 1 {
+            write!(f, "-sk{}", self.split_k)?;
         }
         Ok(())
     }
@@ -372,7 +446,7 @@ mod tests {
         }
         // 7 shapes × K steps, × (plain, split, ahead) × grouped, and 2 of them (128 columns) also with w84.
         assert_eq!(all.len(), 7 * 6 + 2 * 6);
-        for m in [MatmulTiles::Auto, MatmulTiles::Small] {
+        for m in [MatmulTiles::Auto, MatmulTiles::AutoSplitK, MatmulTiles::Small] {
             assert_eq!(MatmulTiles::parse(&m.to_string()), Some(m));
         }
         for (t, name) in [
@@ -386,6 +460,15 @@ mod tests {
         let t = TiledMatmul::parse("tiled-128x64-16-grouped-split").unwrap();
         assert_eq!((t.tile(), t.k_step(), t.split(), t.grouped(), t.warps_8x4()), ((128, 64), 16, true, true, false));
         assert_eq!(t.to_string(), "tiled-128x64-16-split-grouped");
+        let t = TiledMatmul::parse("tiled-128x128-8-sk4-ahead-grouped").unwrap();
+        assert_eq!(t, TiledMatmul::AUTO_LARGE.with_split_k(4).unwrap());
+        assert_eq!(t.to_string(), "tiled-128x128-8-ahead-grouped-sk4");
+        assert_eq!(TiledMatmul::parse("tiled-64x64-8-sk1"), TiledMatmul::new(64, 64, 8));
+        assert_eq!(TiledMatmul::AUTO_LARGE.with_split_k(3), None);
+        let t = TiledMatmul::parse("tiled-128x64-16-narrow-ahead-sk2").unwrap();
+        assert_eq!((t.threads(), t.narrow(), t.split_k()), (256, true, 2));
+        assert_eq!(t.to_string(), "tiled-128x64-16-ahead-narrow-sk2");
+        assert_eq!(TiledMatmul::parse("tiled-64x64-8-narrow").map(|t| t.threads()), Some(128));
         for bad in [
             "tiled-128x32-16",
             "tiled-64x128-8",
@@ -395,6 +478,11 @@ mod tests {
             "tiled-128x64-8-w84",
             "tiled-128x128-8-split-ahead",
             "tiled-256-8",
+            "tiled-128x128-8-sk3",
+            "tiled-128x64-8-narrow",
+            "tiled-128x128-16-w84-narrow",
+            "tiled-128x128-16-narrow",
+            "tiled-128x128-8-sk8",
             "large",
             "big",
         ] {

@@ -246,20 +246,38 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
             let (m, k, n) = (s.m as u64, s.k as u64, s.n as u64);
             let batch = s.batch as u64;
             let choice = ctx.kernels.matmul();
-            let tiles = if !vec4 {
+            let mut tiles = if !vec4 {
                 MatmulKernel::Scalar
             } else {
                 match choice.tiles {
                     MatmulTiles::Small => MatmulKernel::Small,
                     MatmulTiles::Tiled(t) => MatmulKernel::Tiled(t),
                     MatmulTiles::Auto => auto_tiles(m, n, batch),
+                    MatmulTiles::AutoSplitK => auto_split_k(m, k, n, batch),
                 }
             };
+            let maxg = u64::from(ctx.max_groups());
+            // Split-K: `sk` slices; matrices per dispatch such that the grid's z (matrices ·
+            // sk) and the scratch of partials (matrices · sk · m · n floats, one binding)
+            // fit. Where one matrix's partials do not fit (or k is near u32's range, which
+            // the shader's slice bounds must stay inside), no split-K.
+            let mut sk = 1;
+            let mut per_dispatch = maxg;
+            if let MatmulKernel::Tiled(t) = tiles
+                && t.split_k() > 1
+            {
+                let slices = u64::from(t.split_k());
+                let fit = (max / (slices * m * n * 4).max(1)).min(maxg / slices);
+                if fit == 0 || k > u64::from(u32::MAX / 2) {
+                    tiles = MatmulKernel::Tiled(t.with_split_k(1).unwrap_or(t));
+                } else {
+                    (sk, per_dispatch) = (slices, fit);
+                }
+            }
             let kernel = Kernel::Matmul { tiles, ta: s.trans_a, tb: s.trans_b, checked: choice.checked };
             let (tile_m, tile_n) = tiles.tile();
             let gx = n.div_ceil(tile_n);
             let gy = m.div_ceil(tile_m);
-            let maxg = u64::from(ctx.max_groups());
             if gx > maxg || gy > maxg {
                 return Err(errors::limit(name, "workgroups per dimension", gx.max(gy), maxg));
             }
@@ -272,28 +290,61 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
             let dims = [to_u32(name, "rows", m)?, to_u32(name, "columns", n)?, to_u32(name, "inner dimension", k)?];
             let strides =
                 [to_u32(name, "elements", m * k)?, to_u32(name, "elements", k * n)?, to_u32(name, "elements", m * n)?];
+            let scratch = if sk > 1 {
+                Some(ctx.cache.take(ctx, Use::Storage, sk * per_dispatch.min(batch) * m * n * 4, name)?)
+            } else {
+                None
+            };
             let mut z0 = 0;
             while z0 < batch {
-                let gz = maxg.min(batch - z0);
-                steps.push(Step::Dispatch(Dispatch {
-                    kernel,
-                    params: params(&[
-                        dims[0],
-                        dims[1],
-                        dims[2],
-                        to_u32(name, "batch", z0)?,
-                        strides[0],
-                        strides[1],
-                        strides[2],
-                    ]),
-                    bindings: bindings.clone(),
-                    groups: [
-                        to_u32(name, "workgroups", gx)?,
-                        to_u32(name, "workgroups", gy)?,
-                        to_u32(name, "workgroups", gz)?,
-                    ],
-                }));
+                let gz = per_dispatch.min(batch - z0);
+                // vec4s of C this dispatch writes (n % 4 == 0 wherever sk > 1).
+                let len4 = to_u32(name, "elements", gz * m * n / 4)?;
+                let p = params(&[
+                    dims[0],
+                    dims[1],
+                    dims[2],
+                    to_u32(name, "batch", z0)?,
+                    strides[0],
+                    strides[1],
+                    strides[2],
+                    len4,
+                ]);
+                let (gx, gy) = (to_u32(name, "workgroups", gx)?, to_u32(name, "workgroups", gy)?);
+                match &scratch {
+                    None => steps.push(Step::Dispatch(Dispatch {
+                        kernel,
+                        params: p,
+                        bindings: bindings.clone(),
+                        groups: [gx, gy, to_u32(name, "workgroups", gz)?],
+                    })),
+                    Some(scratch) => {
+                        // Partial matrices z·sk + slice of this dispatch's gz matrices.
+                        let part_bytes = sk * gz * m * n * 4;
+                        let mut tiled = bindings.clone();
+                        tiled[2] = bind(slots[2], scratch, 0, part_bytes);
+                        steps.push(Step::Dispatch(Dispatch {
+                            kernel,
+                            params: p,
+                            bindings: tiled,
+                            groups: [gx, gy, to_u32(name, "workgroups", gz * sk)?],
+                        }));
+                        steps.push(Step::Dispatch(Dispatch {
+                            kernel: Kernel::MatmulReduce { sk: sk as u32, checked: choice.checked },
+                            params: p,
+                            bindings: vec![
+                                bind(1, scratch, 0, part_bytes),
+                                bind(3, &output.buffer, 0, padded_bytes(output.len)),
+                            ],
+                            groups: grid(ctx, name, u64::from(len4).div_ceil(256))?,
+                        }));
+                    }
+                }
                 z0 += gz;
+            }
+            // Later users of the scratch buffer are ordered after these dispatches.
+            if let Some(scratch) = scratch {
+                ctx.cache.give(scratch);
             }
         }
         Op::Conv2d(c) => {
@@ -357,6 +408,23 @@ fn auto_tiles(m: u64, n: u64, batch: u64) -> MatmulKernel {
         MatmulKernel::Tiled(TiledMatmul::AUTO_MEDIUM)
     } else {
         MatmulKernel::Small
+    }
+}
+
+/// `MatmulTiles::AutoSplitK`: [`auto_tiles`], except that shapes of fewer than
+/// 512 tiles of 128 × 128 which it gives `AUTO_LARGE` or `AUTO_MEDIUM` take
+/// `AUTO_LARGE` with k cut into 2 slices (from 256 tiles) or 4 (below), each
+/// slice at least 128 long (else 2, else no split). Unmeasured: for the sweep.
+fn auto_split_k(m: u64, k: u64, n: u64, batch: u64) -> MatmulKernel {
+    let base = auto_tiles(m, n, batch);
+    let tiles = m.div_ceil(128).saturating_mul(n.div_ceil(128)).saturating_mul(batch);
+    if base == MatmulKernel::Small || base == MatmulKernel::Tiled(TiledMatmul::AUTO_HUGE) || tiles >= 512 {
+        return base;
+    }
+    let wanted = if tiles >= 256 { 2 } else { 4 };
+    match [wanted, 2].into_iter().find(|&s| k / u64::from(s) >= 128) {
+        Some(s) => TiledMatmul::AUTO_LARGE.with_split_k(s).map_or(base, MatmulKernel::Tiled),
+        None => base,
     }
 }
 
@@ -435,6 +503,13 @@ mod tests {
         assert_eq!(auto_tiles(1024, 1024, 1), tiled(TiledMatmul::AUTO_MEDIUM));
         assert_eq!(auto_tiles(512, 512, 1), MatmulKernel::Small);
         assert_eq!(auto_tiles(u64::MAX, u64::MAX, u64::MAX), tiled(TiledMatmul::AUTO_HUGE));
+        let sk = |s| tiled(TiledMatmul::AUTO_LARGE.with_split_k(s).unwrap());
+        assert_eq!(auto_split_k(4096, 4096, 4096, 1), tiled(TiledMatmul::AUTO_HUGE));
+        assert_eq!(auto_split_k(2048, 2048, 2048, 1), sk(2));
+        assert_eq!(auto_split_k(1024, 1024, 1024, 1), sk(4));
+        assert_eq!(auto_split_k(1024, 300, 1024, 1), sk(2));
+        assert_eq!(auto_split_k(1024, 200, 1024, 1), tiled(TiledMatmul::AUTO_MEDIUM));
+        assert_eq!(auto_split_k(512, 4096, 512, 1), MatmulKernel::Small);
     }
 
     #[test]

@@ -303,10 +303,31 @@ fn every_matmul_tiling_matches_the_reference() {
     for t in TiledMatmul::all().into_iter().filter(chosen) {
         tilings.push((MatmulTiles::Tiled(t), &[(false, false), (true, true)]));
     }
-    let shapes = [(1, 4, 4, 4), (1, 132, 36, 200), (2, 128, 64, 68), (3, 20, 24, 260), (1, 260, 8, 136)];
+    // Split-K: the automatic candidate with every transpose, then slices of 2 and 4
+    // over each loop kind (plain, `split`, `ahead`) and tile shape; `narrow` (8 × 4
+    // per invocation) on each tile shape it has, plain, `split`, `ahead`, split-K. The shapes' k
+    // leave the last slices short or empty (k = 4, 36 with 4 slices of 8-steps).
+    tilings.push((MatmulTiles::AutoSplitK, &all_transposes));
+    tilings.push((MatmulTiles::Tiled(TiledMatmul::AUTO_LARGE.with_split_k(4).unwrap()), &all_transposes));
+    for name in [
+        "tiled-128x128-8-ahead-grouped-sk2",
+        "tiled-128x64-8-ahead-sk2",
+        "tiled-128x64-8-grouped-sk4",
+        "tiled-64x64-16-split-sk2",
+        "tiled-128x32-8-sk4",
+        "tiled-64x64-8-narrow",
+        "tiled-64x64-16-split-narrow",
+        "tiled-128x64-16-narrow",
+        "tiled-128x64-16-ahead-grouped-narrow",
+        "tiled-128x64-16-ahead-narrow-sk4",
+    ] {
+        tilings.push((MatmulTiles::parse(name).unwrap(), &[(false, false), (true, true)]));
+    }
+    let shapes =
+        [(1, 4, 4, 4), (1, 132, 36, 200), (2, 128, 64, 68), (3, 20, 24, 260), (1, 260, 8, 136), (2, 68, 300, 132)];
     let mut rng = seed();
-    let mut check = |gpu: &WgpuBackend, transposes: &[(bool, bool)]| {
-        for &(batch, m, k, n) in &shapes {
+    let mut check_shapes = |gpu: &WgpuBackend, transposes: &[(bool, bool)], shapes: &[(usize, usize, usize, usize)]| {
+        for &(batch, m, k, n) in shapes {
             for &(trans_a, trans_b) in transposes {
                 let op = Op::Matmul(compute_core::MatmulSpec { batch, m, k, n, trans_a, trans_b });
                 let inputs = compute_core::conformance::inputs_for(&op, &mut rng);
@@ -316,6 +337,7 @@ fn every_matmul_tiling_matches_the_reference() {
             }
         }
     };
+    let mut check = |gpu: &WgpuBackend, transposes: &[(bool, bool)]| check_shapes(gpu, transposes, &shapes);
     for (tiles, transposes) in tilings {
         gpu.set_matmul(tiles, false);
         check(&gpu, transposes);
@@ -326,6 +348,14 @@ fn every_matmul_tiling_matches_the_reference() {
     let Some(own) = open(DeviceOptions::from_env().with_matmul_tiles(last), "matmul tilings") else { return };
     assert_eq!(own.matmul_tiles(), last);
     check(&own, &[(false, true)]);
+    // Split-K with a 64 KiB binding: the 2 partials of 20 × 260 fit one matrix per
+    // dispatch (batch 3: three tiled + reduce pairs), those of 36 × 48 four (one
+    // pair), those of 100 × 100 none (no split-K).
+    let sk2 = TiledMatmul::parse("tiled-128x128-8-ahead-grouped-sk2").map(MatmulTiles::Tiled).unwrap();
+    let opts = DeviceOptions::from_env().with_matmul_tiles(sk2).with_max_binding_bytes(64 << 10);
+    let Some(small) = open(opts, "matmul tilings") else { return };
+    let fitting = [(3, 20, 16, 260), (2, 36, 100, 48), (1, 100, 16, 100), (1, 4, 4, 4)];
+    check_shapes(&small, &[(false, false), (true, true)], &fitting);
 }
 
 #[test]
@@ -341,4 +371,33 @@ fn adapter_choice_prefers_hardware_and_honours_the_fallback_switch() {
     }
     let by_name = WgpuBackend::with_options(&DeviceOptions::default().with_adapter_name(&gpu.adapter().name));
     assert_eq!(by_name.map(|b| b.adapter().name.clone()).ok(), Some(gpu.adapter().name.clone()));
+}
+
+#[test]
+fn gpu_timing_times_an_op_and_a_copy() {
+    let Some(gpu) = gpu("gpu timing") else { return };
+    let n = 1 << 16;
+    let x = gpu.upload(&seed().vec(n, -1.0, 1.0)).unwrap();
+    let y = gpu.alloc(n).unwrap();
+    let op = Op::unary(UnaryOp::Relu, n);
+    let Some(t) = gpu.time_tensors(&op, &[&x], &y).unwrap() else {
+        eprintln!("gpu timing: {} offers no timestamps inside encoders", gpu.adapter());
+        assert!(!gpu.gpu_timing());
+        return;
+    };
+    assert!(gpu.gpu_timing());
+    assert!((0.0..10.0).contains(&t), "{t}");
+    // The timed op ran: its output is relu of the input.
+    let (mut xs, mut ys) = (vec![0.0; n], vec![0.0; n]);
+    gpu.download(&x, &mut xs).unwrap();
+    gpu.download(&y, &mut ys).unwrap();
+    assert!(xs.iter().zip(&ys).all(|(a, b)| a.max(0.0) == *b));
+    let (src, dst) = (gpu.alloc(n).unwrap(), gpu.alloc(n).unwrap());
+    let (s, d) = (
+        src.storage::<compute_wgpu::GpuBuffer>().unwrap().buffer().clone(),
+        dst.storage::<compute_wgpu::GpuBuffer>().unwrap().buffer().clone(),
+    );
+    let copy = gpu.time_commands(|enc| enc.copy_buffer_to_buffer(&s, 0, &d, 0, (n * 4) as u64)).unwrap();
+    assert!(copy.is_some_and(|c| c.is_finite() && c >= 0.0), "{copy:?}");
+    eprintln!("gpu timing: relu {n}: {:.1} us, copy {:.1} us", t * 1e6, copy.unwrap_or(0.0) * 1e6);
 }
