@@ -6,7 +6,8 @@
 //! that writes the final output uses streaming stores from [`STREAM_MIN`]
 //! elements on.
 //!
-//! - softmax: max (NaN-propagating), then `eˣ⁻ᵐᵃˣ` written out (or, when
+//! - softmax: max (of the non-NaN elements: a NaN spreads through the sum),
+//!   then `eˣ⁻ᵐᵃˣ` written out (or, when
 //!   streaming, to a row scratch in cache) while summed, then a scale by `1/Σ`:
 //!   reads `x` twice (the second time from cache).
 //! - log_softmax: max, `Σ eˣ⁻ᵐᵃˣ`, then `(x − max) − ln Σ`.
@@ -100,7 +101,7 @@ fn row_sum<S: SimdF32>(s: S, x: &[f32], pad: f32, ahead: &[f32], step: &impl Lan
 /// exponentials between passes) or `cols` long (used with `stream`).
 #[inline(always)]
 fn softmax<S: SimdF32>(s: S, x: &[f32], out: &mut [f32], scratch: &mut [f32], ahead: &[f32], stream: bool) {
-    let m = s.splat(blocks::max_of(s, x));
+    let m = s.splat(max_ignoring_nan(s, x));
     if scratch.len() == x.len() {
         let sum = s.reduce_add(blocks::map1_sum(s, x, scratch, f32::NEG_INFINITY, ahead, &ExpMinus(m)));
         blocks::map1(s, scratch, out, stream, &Times(s.splat((1.0 / sum as f64) as f32)));
@@ -112,7 +113,7 @@ fn softmax<S: SimdF32>(s: S, x: &[f32], out: &mut [f32], scratch: &mut [f32], ah
 
 #[inline(always)]
 fn log_softmax<S: SimdF32>(s: S, x: &[f32], out: &mut [f32], ahead: &[f32], stream: bool) {
-    let m = s.splat(blocks::max_of(s, x));
+    let m = s.splat(max_ignoring_nan(s, x));
     let sum = row_sum(s, x, f32::NEG_INFINITY, ahead, &AddExpMinus(m));
     blocks::map1(s, x, out, stream, &MinusMinus(m, s.splat(sum.ln() as f32)));
 }
@@ -144,12 +145,31 @@ fn rms_norm<S: SimdF32>(s: S, x: &[f32], gamma: &[f32], eps: f32, out: &mut [f32
     blocks::map2(s, x, gamma, out, stream, &ScaleBy(inv));
 }
 
+/// Largest element of `x` that is not NaN (−∞ if none): one `max` per block,
+/// against [`blocks::max_of`]'s three. Enough for the shift of softmax and
+/// log_softmax: a NaN in the row makes its `e^(x − max)` NaN, hence the sum
+/// and every output, whatever the max.
+#[inline(always)]
+fn max_ignoring_nan<S: SimdF32>(s: S, x: &[f32]) -> f32 {
+    let ninf = f32::NEG_INFINITY;
+    s.reduce_max(blocks::fold1(s, x, ninf, s.splat(ninf), &[], &MaxIgnoringNan, &MaxIgnoringNan))
+}
+
+/// `max(acc, v)`, dropping a NaN `v` (`max(v, acc)` returns `acc` then).
+struct MaxIgnoringNan;
+impl<S: SimdF32> LaneFn<S, 2> for MaxIgnoringNan {
+    #[inline(always)]
+    fn apply(&self, s: S, [acc, v]: [S::V; 2]) -> S::V {
+        s.max(v, acc)
+    }
+}
+
 /// `e^(v − m)`.
 struct ExpMinus<V>(V);
 impl<S: SimdF32> LaneFn<S, 1> for ExpMinus<S::V> {
     #[inline(always)]
     fn apply(&self, s: S, [v]: [S::V; 1]) -> S::V {
-        math::exp(s, s.sub(v, self.0))
+        math::exp_nonpositive(s, s.sub(v, self.0))
     }
 }
 
@@ -158,7 +178,7 @@ struct AddExpMinus<V>(V);
 impl<S: SimdF32> LaneFn<S, 2> for AddExpMinus<S::V> {
     #[inline(always)]
     fn apply(&self, s: S, [acc, v]: [S::V; 2]) -> S::V {
-        s.add(acc, math::exp(s, s.sub(v, self.0)))
+        s.add(acc, math::exp_nonpositive(s, s.sub(v, self.0)))
     }
 }
 

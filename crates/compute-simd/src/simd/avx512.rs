@@ -164,6 +164,17 @@ impl SimdF32 for Avx512 {
         m != 0
     }
 
+    const FAST_LOOKUP: bool = true;
+    #[inline(always)]
+    fn lookup32(self, table: &[f32; 32], idx: __m512) -> __m512 {
+        let (lo, hi) = table.split_at(16);
+        avx512!(_mm512_permutex2var_ps(
+            _mm512_loadu_ps(lo.as_ptr()),
+            _mm512_castps_si512(idx),
+            _mm512_loadu_ps(hi.as_ptr())
+        ))
+    }
+
     #[inline(always)]
     fn reduce_add(self, v: __m512) -> f32 {
         avx512!(_mm512_reduce_add_ps(v))

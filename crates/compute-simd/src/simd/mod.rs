@@ -108,6 +108,24 @@ pub trait SimdF32: Copy + Send + Sync {
     /// Whether any lane of `m` is set.
     fn any(self, m: Self::M) -> bool;
 
+    /// Whether [`SimdF32::lookup32`] is a single instruction (AVX-512
+    /// `vpermt2ps`). Elsewhere it goes through memory lane by lane, and
+    /// table-driven code should take another route.
+    const FAST_LOOKUP: bool = false;
+    /// Lane `i` is `table[bits(idx[i]) & 31]`: a lookup in a 32-entry table by
+    /// the low five bits of each lane's bit pattern. One instruction on AVX-512
+    /// (the table stays in two registers across a loop); a loop through memory
+    /// elsewhere (see [`SimdF32::FAST_LOOKUP`]).
+    #[inline(always)]
+    fn lookup32(self, table: &[f32; 32], idx: Self::V) -> Self::V {
+        let mut buf = [0.0f32; LANES];
+        self.store(&mut buf, idx);
+        for v in &mut buf {
+            *v = table[(v.to_bits() & 31) as usize];
+        }
+        self.load(&buf)
+    }
+
     /// Sum of the 16 lanes (a short tree; a few instructions).
     fn reduce_add(self, v: Self::V) -> f32;
     /// Largest lane, ignoring the NaN question (callers track NaN separately).

@@ -131,7 +131,10 @@ fn nan_propagates_through_relu_clip_and_leaky_relu() {
     }
 }
 
-/// AVX-512 and AVX2+FMA run the same algorithm with the same roundings.
+/// AVX-512 and AVX2+FMA run the same algorithm with the same roundings, except
+/// gelu_erf, whose AVX-512 path takes `Φ` from 32-entry tables for `|x| < 3.875`
+/// (one `vpermt2ps` per lookup; AVX2 has no such instruction and keeps the
+/// general formula; both are checked against float64 in `simd::math::tests`).
 #[test]
 fn avx512_and_avx2_agree_bit_for_bit() {
     if !(Isa::Avx512.is_supported() && Isa::Avx2.is_supported()) {
@@ -140,7 +143,7 @@ fn avx512_and_avx2_agree_bit_for_bit() {
     }
     let mut x = uniform(4099, -30.0, 30.0, 5);
     x.extend(uniform(1000, -120.0, 120.0, 6));
-    for op in unary_ops() {
+    for op in unary_ops().into_iter().filter(|&op| op != UnaryOp::Gelu(GeluForm::Erf)) {
         let mut a = vec![POISON; x.len()];
         let mut b = vec![POISON; x.len()];
         unary(Isa::Avx512, op, &x, &mut a);

@@ -10,6 +10,7 @@ use crate::simd::{LaneFn, WithSimd, blocks, dispatch};
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum F {
     Exp,
+    ExpNonpositive,
     Expm1,
     Sigmoid,
     Swish,
@@ -30,6 +31,7 @@ impl<S: SimdF32> LaneFn<S, 1> for F {
     fn apply(&self, s: S, [v]: [S::V; 1]) -> S::V {
         match *self {
             F::Exp => exp(s, v),
+            F::ExpNonpositive => exp_nonpositive(s, v),
             F::Expm1 => expm1(s, v),
             F::Sigmoid => sigmoid(s, v),
             F::Swish => swish(s, v),
@@ -96,7 +98,7 @@ fn sigmoid64(x: f64) -> f64 {
 fn reference(f: F, x: f32) -> f64 {
     let x = x as f64;
     match f {
-        F::Exp => x.exp(),
+        F::Exp | F::ExpNonpositive => x.exp(),
         F::Expm1 => x.exp_m1(),
         F::Sigmoid => sigmoid64(x),
         F::Swish => {
@@ -135,6 +137,7 @@ fn bound(f: F, x: f32, isa: Isa) -> f64 {
     let fused = isa != Isa::Portable || cfg!(any(target_feature = "fma", target_arch = "aarch64"));
     match f {
         F::Exp | F::Expm1 => 2.0,
+        F::ExpNonpositive => 2.5,
         F::Sigmoid | F::Swish | F::Tanh | F::Elu(_) => 3.0,
         F::GeluErf => {
             if fused {
@@ -188,7 +191,7 @@ impl Rng {
 /// Grid, random and special inputs for `f`.
 fn inputs(f: F) -> Vec<f32> {
     let span: f32 = match f {
-        F::Exp | F::Expm1 => 110.0,
+        F::Exp | F::Expm1 | F::ExpNonpositive => 110.0,
         F::Tanh => 12.0,
         F::GeluErf | F::GeluTanh => 20.0,
         _ => 110.0,
@@ -236,7 +239,10 @@ fn inputs(f: F) -> Vec<f32> {
 }
 
 fn check(f: F) {
-    let x = inputs(f);
+    let mut x = inputs(f);
+    if f == F::ExpNonpositive {
+        x.retain(|v| v.is_nan() || *v <= 0.0);
+    }
     for isa in Isa::available() {
         let mut y = vec![f32::NAN; x.len()];
         dispatch(isa, Apply { f, x: &x, out: &mut y });
@@ -269,6 +275,11 @@ fn check(f: F) {
 #[test]
 fn exp_within_2_ulp() {
     check(F::Exp);
+}
+
+#[test]
+fn exp_nonpositive_within_2_5_ulp() {
+    check(F::ExpNonpositive);
 }
 
 #[test]
@@ -305,6 +316,58 @@ fn gelu_tanh_within_its_conditioning_bound() {
 #[test]
 fn gelu_erf_within_7_ulp_with_fma_8_without() {
     check(F::GeluErf);
+}
+
+#[test]
+fn gelu_erf_table_route_within_3_5_ulp() {
+    // Every point of this grid is ≥ −6.85, so on AVX-512 every vector takes
+    // the table route of `gelu_erf`; elsewhere this re-checks the general route.
+    let n = 1_500_000;
+    let mut x: Vec<f32> = (0..n).map(|i| -6.85 + 14.85 * i as f32 / n as f32).collect();
+    x.extend((1..=10_000).flat_map(|i| [i as f32 * 1e-5, -(i as f32) * 1e-5, i as f32 * 1e-38, -(i as f32) * 1e-38]));
+    x.extend([0.0, -0.0, -6.85, 6.85, 30.0, 1e30, f32::INFINITY, f32::MAX, 0.414_213_57, -0.414_213_57]);
+    for isa in Isa::available() {
+        let mut y = vec![f32::NAN; x.len()];
+        dispatch(isa, Apply { f: F::GeluErf, x: &x, out: &mut y });
+        let bound = if isa == Isa::Avx512 { 3.5 } else { bound(F::GeluErf, 0.0, isa) };
+        let mut worst = (0.0f64, 0.0f32);
+        for (&xi, &yi) in x.iter().zip(&y) {
+            let e = ulp_error(yi, reference(F::GeluErf, xi)).unwrap_or(f64::INFINITY);
+            if e > worst.0 {
+                worst = (e, xi);
+            }
+        }
+        eprintln!("GeluErf on {isa}, x ≥ −6.85: max {:.2} ulp at x={:e}", worst.0, worst.1);
+        assert!(worst.0 <= bound, "GeluErf on {isa}: {:.2} ulp at x={:e}", worst.0, worst.1);
+    }
+    let mut y = [f32::NAN; 2];
+    dispatch(Isa::best(), Apply { f: F::GeluErf, x: &[-0.0, 0.0], out: &mut y });
+    assert!(y[0] == 0.0 && y[0].is_sign_negative() && y[1] == 0.0 && y[1].is_sign_positive(), "{y:?}");
+}
+
+/// `lookup32` of each ISA against the plain table lookup it stands for.
+struct Lookup<'a>(&'a [f32], &'a mut [f32]);
+impl WithSimd for Lookup<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<S: SimdF32>(self, s: S) {
+        let table: [f32; 32] = std::array::from_fn(|i| i as f32 * 1.5 - 7.0);
+        for (x, o) in self.0.as_chunks::<16>().0.iter().zip(self.1.as_chunks_mut::<16>().0) {
+            s.store(o, s.lookup32(&table, s.load(x)));
+        }
+    }
+}
+
+#[test]
+fn lookup32_uses_the_low_five_bits_on_every_isa() {
+    let idx: Vec<f32> = (0..64u32).map(|i| f32::from_bits(0x4b40_0000 + i * 7)).collect();
+    for isa in Isa::available() {
+        let mut out = vec![f32::NAN; idx.len()];
+        dispatch(isa, Lookup(&idx, &mut out));
+        for (i, (&x, &y)) in idx.iter().zip(&out).enumerate() {
+            assert_eq!(y, (x.to_bits() & 31) as f32 * 1.5 - 7.0, "lane {i} on {isa}");
+        }
+    }
 }
 
 #[test]
