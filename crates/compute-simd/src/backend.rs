@@ -15,11 +15,14 @@ use crate::{gemm, kernels};
 /// the thresholds in [`crate::tuning`], on several threads.
 ///
 /// Creating one is cheap with the global rayon pool ([`SimdBackend::new`]); a
-/// backend with its own thread count ([`SimdBackend::with_threads`]) owns a pool.
+/// backend with its own thread count ([`SimdBackend::with_threads`]) owns a
+/// pool, except a one-thread backend, which runs every op on the caller's thread.
 #[derive(Clone)]
 pub struct SimdBackend {
     isa: Isa,
     pool: Option<Arc<rayon::ThreadPool>>,
+    /// Every op on the calling thread, single-threaded (`with_threads(1)`).
+    single: bool,
 }
 
 impl std::fmt::Debug for SimdBackend {
@@ -37,15 +40,19 @@ impl Default for SimdBackend {
 impl SimdBackend {
     /// The best ISA of this CPU, on rayon's global pool (all cores).
     pub fn new() -> Self {
-        SimdBackend { isa: Isa::detect(), pool: None }
+        SimdBackend { isa: Isa::detect(), pool: None, single: false }
     }
 
-    /// A backend on its own pool of `threads` threads (1 = single-threaded).
+    /// A backend on its own pool of `threads` threads; with 1 (or 0) no pool:
+    /// every op runs on the calling thread, single-threaded, at no hand-off cost.
     pub fn with_threads(threads: usize) -> Result<Self> {
+        if threads <= 1 {
+            return Ok(SimdBackend { isa: Isa::detect(), pool: None, single: true });
+        }
         let pool = rayon::ThreadPoolBuilder::new().num_threads(threads.max(1)).build().map_err(|e| {
             ComputeError::DeviceUnavailable { backend: BackendKind::Simd, reason: format!("thread pool: {e}") }
         })?;
-        Ok(SimdBackend { isa: Isa::detect(), pool: Some(Arc::new(pool)) })
+        Ok(SimdBackend { isa: Isa::detect(), pool: Some(Arc::new(pool)), single: false })
     }
 
     /// The same backend forced onto another ISA path; `Unsupported`-style
@@ -68,6 +75,9 @@ impl SimdBackend {
 
     /// Number of threads ops may use.
     pub fn threads(&self) -> usize {
+        if self.single {
+            return 1;
+        }
         self.pool.as_ref().map_or_else(rayon::current_num_threads, |p| p.current_num_threads())
     }
 
@@ -77,6 +87,7 @@ impl SimdBackend {
     /// VM), far more than a small op itself.
     fn install<R: Send>(&self, op: &Op, f: impl FnOnce() -> R + Send) -> R {
         match &self.pool {
+            _ if self.single => kernels::par::sequential(f),
             Some(p) if !stays_sequential(op) => p.install(f),
             _ => f(),
         }

@@ -120,10 +120,12 @@ async fn choose_adapter(instance: &wgpu::Instance, options: &DeviceOptions) -> R
 }
 
 /// The process's wgpu instance for `backends`, created on first use and shared
-/// by every device opened afterwards. An instance per device is what wgpu's
-/// examples do, but the NVIDIA Vulkan driver (580, H200) stops reporting any
-/// adapter after about 28 instances were created in one process, even when each
-/// was dropped. Creating one costs a loader and driver enumeration (milliseconds).
+/// by every device opened afterwards (creating one costs a loader and driver
+/// enumeration: milliseconds). With an instance per open, as this crate had,
+/// the 29th open in one process found no adapter at all on the NVIDIA H200
+/// machine (driver 580); with one shared instance 80 opens in a row pass there.
+/// (A bare wgpu program creating and dropping 80 instance + device pairs did
+/// not fail there either, so which object of the old path ran out is not known.)
 fn shared_instance(backends: wgpu::Backends) -> wgpu::Instance {
     static INSTANCES: Mutex<Vec<(wgpu::Backends, wgpu::Instance)>> = Mutex::new(Vec::new());
     let create = || {

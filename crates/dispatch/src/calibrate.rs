@@ -42,10 +42,10 @@ pub struct Options {
 }
 
 impl Default for Options {
-    /// 15 ms per size, ≥ 3 calls, calls up to 80 ms, 2.5 s per engine.
+    /// 25 ms per size, ≥ 3 rounds, calls up to 80 ms, 2.5 s per engine.
     fn default() -> Self {
         Options {
-            budget_per_point: Duration::from_millis(15),
+            budget_per_point: Duration::from_millis(25),
             min_reps: 3,
             max_call: Duration::from_millis(80),
             max_per_engine: Duration::from_millis(2500),
@@ -252,9 +252,14 @@ fn median_time(mut f: impl FnMut() -> Result<()>, budget: Duration, min_reps: us
     Ok(crate::timing::median(&mut samples).unwrap_or(1e-9))
 }
 
-/// The ladder of calibration ops of each class, smallest first.
+/// The ladder of calibration ops of each class, smallest first. Element
+/// counts step by 2 from 2¹⁰ to 2²⁰: the CPU engine's time jumps where a
+/// kernel starts using every thread (its thresholds in `compute_simd::tuning`
+/// lie between 2¹³ and 2¹⁸), and a sparser ladder interpolates across that
+/// jump (on the 16-core GPU machine, gelu at 2¹⁴ was predicted 5.6 µs from
+/// samples at 2¹³ and 2¹⁶, and took 15 µs).
 fn ladder(class: OpClass) -> Vec<Op> {
-    let lens = [1usize << 6, 1 << 10, 1 << 13, 1 << 16, 1 << 18, 1 << 20, 1 << 22];
+    let lens: Vec<usize> = [6u32].into_iter().chain(10..=20).chain([22]).map(|p| 1usize << p).collect();
     match class {
         OpClass::Elementwise => lens.iter().map(|&n| Op::binary(BinaryOp::Add, n)).collect(),
         OpClass::Transcendental => lens.iter().map(|&n| Op::unary(UnaryOp::Gelu(GeluForm::Tanh), n)).collect(),

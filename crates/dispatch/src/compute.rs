@@ -394,19 +394,14 @@ impl Compute {
             Policy::Auto => {
                 let class = op.class();
                 let cost = op.cost();
-                let mut best: Option<(Engine, f64)> = None;
-                for s in self.inner.slots.iter().filter(ok) {
-                    if let Some(t) = self
-                        .inner
-                        .model
-                        .predict_cost(s.engine, class, &cost, placement)
-                        .map(|t| crate::model::comparable(s.engine, t))
-                        && best.is_none_or(|(_, b)| t < b)
-                    {
-                        best = Some((s.engine, t));
-                    }
-                }
-                best.map_or(cpu, |(e, _)| e)
+                let model = &self.inner.model;
+                let times = self
+                    .inner
+                    .slots
+                    .iter()
+                    .filter(ok)
+                    .filter_map(|s| model.predict_cost(s.engine, class, &cost, placement).map(|t| (s.engine, t)));
+                crate::model::pick(times).map_or(cpu, |(e, _)| e)
             }
             Policy::FiveX(sel) => match sel.select_for_op(op) {
                 SelectedBackend::Gpu => first_gpu().unwrap_or(cpu),

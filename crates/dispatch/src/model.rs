@@ -7,18 +7,36 @@ use compute_core::{Cost, Op, OpClass};
 use crate::engine::{Engine, Placement};
 use crate::profile::{Link, Profile, work};
 
-/// How much faster the single-threaded CPU engine must be predicted than the
-/// others before it is chosen. The two CPU engines run the same kernels and
-/// `simd` already stays on one thread below its parallel thresholds, so they
-/// differ mostly by noise: on the shared 2-core development machine, two
-/// timings of the same engine differ by 8–10 % (geo-mean) and up to ~3×. Never
-/// taking `simd1` for less than 25 % bounds what the margin itself can cost.
-pub const SINGLE_THREAD_MARGIN: f64 = 1.25;
+/// How much faster the all-threads CPU engine (`simd`) must be predicted than
+/// the one-thread engine (`simd1`) before it is chosen over it. Near a tie the
+/// one-thread engine is the safer pick: it runs on the caller's thread and its
+/// time is steady, while `simd` wakes a pool whose threads a busy machine may
+/// not give it (on the 2-core development machine two timings of `simd` in the
+/// same grid cell differ by up to ~2×; `simd1`'s do not). Choosing `simd1`
+/// when `simd` really is up to 25 % faster is all the margin can cost.
+pub const MULTI_THREAD_MARGIN: f64 = 1.25;
 
-/// The time an engine is compared with: its prediction, times
-/// [`SINGLE_THREAD_MARGIN`] for [`Engine::SimdSingle`].
-pub fn comparable(engine: Engine, seconds: f64) -> f64 {
-    if engine == Engine::SimdSingle { seconds * SINGLE_THREAD_MARGIN } else { seconds }
+/// The engine with the smallest predicted seconds among `times` (first listed
+/// wins ties), except that when that is `simd` and the next best is `simd1`
+/// within [`MULTI_THREAD_MARGIN`] of it, `simd1` is chosen. `None` when
+/// `times` is empty.
+pub fn pick(times: impl IntoIterator<Item = (Engine, f64)>) -> Option<(Engine, f64)> {
+    let faster = |best: Option<(Engine, f64)>, t: f64| best.is_none_or(|(_, b)| t < b);
+    let (mut best, mut best_other) = (None, None);
+    for (engine, t) in times {
+        if faster(best, t) {
+            best = Some((engine, t));
+        }
+        if engine != Engine::Simd && faster(best_other, t) {
+            best_other = Some((engine, t));
+        }
+    }
+    match (best, best_other) {
+        (Some((Engine::Simd, t)), Some((Engine::SimdSingle, t1))) if t1 <= t * MULTI_THREAD_MARGIN => {
+            Some((Engine::SimdSingle, t1))
+        }
+        (b, _) => b,
+    }
 }
 
 /// One class's samples in log–log space, ready for interpolation.
@@ -174,21 +192,13 @@ impl CostModel {
         Some(compute + self.transfer_seconds(engine, cost, placement))
     }
 
-    /// The engine among `candidates` with the smallest predicted time for `op`
-    /// (first listed wins ties; the single-threaded CPU engine must win by
-    /// [`SINGLE_THREAD_MARGIN`]); `None` if none of them is profiled.
+    /// The engine among `candidates` with the smallest predicted time for `op`,
+    /// as [`pick`] chooses; `None` if none of them is profiled.
     pub fn choose(&self, candidates: &[Engine], op: &Op, placement: Placement) -> Option<Decision> {
         let class = op.class();
         let cost = op.cost();
-        let mut best: Option<Decision> = None;
-        for &engine in candidates {
-            if let Some(seconds) = self.predict_cost(engine, class, &cost, placement)
-                && best.is_none_or(|b| comparable(engine, seconds) < comparable(b.engine, b.seconds))
-            {
-                best = Some(Decision { engine, seconds });
-            }
-        }
-        best
+        pick(candidates.iter().filter_map(|&e| self.predict_cost(e, class, &cost, placement).map(|t| (e, t))))
+            .map(|(engine, seconds)| Decision { engine, seconds })
     }
 }
 
@@ -334,10 +344,10 @@ mod margin_tests {
     }
 
     #[test]
-    fn single_thread_engine_must_win_by_the_margin() {
+    fn all_threads_engine_must_win_by_the_margin() {
         let op = Op::binary(BinaryOp::Add, 1_000_000); // 12e6 bytes: exactly the sample
         let engines = [Engine::Simd, Engine::SimdSingle];
-        let pick = |single: f64| {
+        let choose = |single: f64| {
             let p = Profile {
                 format: crate::profile::FORMAT,
                 key: String::new(),
@@ -347,8 +357,19 @@ mod margin_tests {
             };
             CostModel::new(&p).choose(&engines, &op, Placement::Host).unwrap().engine
         };
-        assert_eq!(pick(0.90e-3), Engine::Simd, "10% faster is within the noise margin");
-        assert_eq!(pick(0.70e-3), Engine::SimdSingle, "30% faster is taken");
-        assert_eq!(pick(1.2e-3), Engine::Simd);
+        assert_eq!(choose(0.90e-3), Engine::SimdSingle, "faster anyway");
+        assert_eq!(choose(1.2e-3), Engine::SimdSingle, "simd 20% faster is within the margin");
+        assert_eq!(choose(1.3e-3), Engine::Simd, "30% faster is taken");
+    }
+
+    #[test]
+    fn the_margin_only_decides_between_the_cpu_engines() {
+        assert_eq!(pick([]), None);
+        let (s, s1, gpu) = (Engine::Simd, Engine::SimdSingle, Engine::Cuda);
+        assert_eq!(pick([(gpu, 0.5), (s, 1.0), (s1, 1.1)]), Some((gpu, 0.5)));
+        assert_eq!(pick([(gpu, 1.2), (s, 1.0), (s1, 1.1)]), Some((s1, 1.1)));
+        assert_eq!(pick([(gpu, 1.05), (s, 1.0), (s1, 1.1)]), Some((s, 1.0)), "the GPU sits between them");
+        assert_eq!(pick([(gpu, 1.0), (s1, 1.0)]), Some((gpu, 1.0)), "first listed wins a tie");
+        assert_eq!(pick([(s, 1.0), (gpu, 1.2)]), Some((s, 1.0)));
     }
 }

@@ -6,8 +6,9 @@
 //! with one untimed call, because the first call after another engine's pays
 //! for that engine's leftovers (its rayon workers still spinning on every
 //! core, a cold cache, a GPU queue gone idle), which is not this engine's
-//! cost; it then times single calls until about [`BURST`] has passed (at
-//! most [`BURST_CALLS`]). What gets compared is each engine's steady state on
+//! cost — and more untimed calls follow until [`SETTLE`] has passed; it then
+//! times single calls until about [`BURST`] has passed (at most
+//! [`BURST_CALLS`]). What gets compared is each engine's steady state on
 //! repeated calls, which is what a program doing this call in a loop sees.
 
 use std::time::{Duration, Instant};
@@ -23,12 +24,15 @@ pub const BURST: Duration = Duration::from_millis(1);
 /// Most timed calls in one burst.
 pub const BURST_CALLS: usize = 32;
 
+/// Least time a burst spends on untimed calls before it times any.
+pub const SETTLE: Duration = Duration::from_micros(200);
+
 /// Median seconds per call of each `Some` call (`None` stays `None`), timed in
 /// rotating bursts for at least `min_rounds` rounds and then until `budget`
 /// has passed (at most `max_rounds`). A call whose untimed first call of a
 /// burst takes over 50 ms gets one timed call per burst. Costs about
-/// `max(budget, min_rounds × calls × (2 calls or BURST))`; the first error of
-/// any call is returned.
+/// `max(budget, min_rounds × calls × (2 calls or SETTLE + BURST))`; the first
+/// error of any call is returned.
 pub fn median_round_robin(
     calls: &mut [Option<Call<'_>>],
     budget: Duration,
@@ -46,6 +50,11 @@ pub fn median_round_robin(
                 let t = Instant::now();
                 c()?;
                 let slow = t.elapsed() > Duration::from_millis(50);
+                // Settle: more untimed calls until SETTLE has passed, so that worker threads
+                // the previous engine left spinning (rayon's, a software GPU's) go idle.
+                while t.elapsed() < SETTLE {
+                    c()?;
+                }
                 let burst = Instant::now();
                 for _ in 0..BURST_CALLS {
                     let t = Instant::now();

@@ -58,7 +58,7 @@ pub fn sgemm(isa: Isa, spec: &MatmulSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
         return;
     }
     let operands = |a, b| Operands { a, b, m, k, n, trans_a, trans_b };
-    let threads = rayon::current_num_threads().max(1);
+    let threads = crate::kernels::par::threads();
     let macs = sc.saturating_mul(k);
     if threads > 1 && batch > 1 && macs < PAR_GEMM_MIN_MACS && macs.saturating_mul(batch) >= PAR_GEMM_MIN_MACS {
         // Many small products: one task per product.

@@ -2,7 +2,7 @@
 
 pub mod conv;
 pub mod elementwise;
-mod par;
+pub(crate) mod par;
 pub mod reduce;
 pub mod rows;
 #[cfg(test)]

@@ -49,7 +49,7 @@ pub fn run(isa: Isa, op: RowOp, rows: usize, cols: usize, inputs: &[&[f32]], out
     if rows > 1 && par::worth_splitting(total, PAR_ROWS_MIN) {
         // About PAR_CHUNK elements of whole rows per task, fewer rows when that
         // would leave a thread without work.
-        let per_task = (PAR_CHUNK / cols).min(rows.div_ceil(rayon::current_num_threads().max(1))).max(1);
+        let per_task = (PAR_CHUNK / cols).min(rows.div_ceil(par::threads())).max(1);
         let piece = per_task * cols;
         out.par_chunks_mut(piece).zip(x.par_chunks(piece)).for_each(|(o, x)| task(x, o));
     } else {
