@@ -52,7 +52,7 @@ pub use compute::{Compute, ComputeBuilder, GpuCompute, Policy, seed_workload};
 pub use engine::{Engine, Placement};
 pub use executor::{BatchConfig, BatchedExecutor, BatchedGpuExecutor, BatchedGpuHandle, ExecutorMetrics, FlushReason};
 pub use hybrid::{HybridScheduler, MatmulOp, SEED_THRESHOLD, crossover_threshold};
-pub use model::{CostModel, Decision, MULTI_THREAD_MARGIN};
+pub use model::{CostModel, Decision, pick};
 pub use pool::{GpuBufferPool, GpuPoolStats, PooledTensor};
 pub use profile::Profile;
 pub use selector::{BackendSelector, SelectedBackend};
