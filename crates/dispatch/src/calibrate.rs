@@ -293,32 +293,34 @@ fn inputs(op: &Op, rng: &mut Rng) -> Result<Vec<Vec<f32>>> {
 }
 
 /// Host ↔ device costs: the extra fixed time of a host call over a resident
-/// one, and bandwidth each way from a 1 MiB copy minus a tiny one. 1 MiB, not
-/// more, because the calls whose engine is a close call move about that much
-/// (conv 16×128², matmul 512³): on the H200 machine, with bandwidths from
-/// 16 MiB copies, the model predicted CUDA's host-data conv 16×128² at 1.6× its
-/// measured time and wgpu's at 0.65–0.8×.
+/// one, and bandwidth each way below and above a 1 MiB knee: from a 1 MiB copy
+/// minus a tiny one, and a 16 MiB copy minus a 1 MiB one. The calls whose
+/// engine is a close call move about 1 MiB (conv 16×128², matmul 512³), the
+/// large ones tens of MiB, and drivers copy the two differently.
 fn measure_link(b: &dyn Backend, tiny: &Op, launch_s: f64, rng: &mut Rng, opts: &Options) -> Result<Link> {
     let x = inputs(tiny, rng)?;
     let refs: Vec<&[f32]> = x.iter().map(|v| v.as_slice()).collect();
     let mut out = vec![0.0f32; 64];
     let host_call = median_time(|| b.run(tiny, &refs, &mut out), opts.budget_per_point, opts.min_reps)?;
-    let big_len = 1usize << 18;
-    let big = rng.vec(big_len, -1.0, 1.0);
-    let small = rng.vec(64, -1.0, 1.0);
-    let up_big = median_time(|| b.upload(&big).map(drop), opts.budget_per_point, opts.min_reps)?;
-    let up_small = median_time(|| b.upload(&small).map(drop), opts.budget_per_point, opts.min_reps)?;
-    let t_big = b.upload(&big)?;
-    let t_small = b.upload(&small)?;
-    let mut back_big = vec![0.0f32; big_len];
-    let mut back_small = vec![0.0f32; 64];
-    let down_big = median_time(|| b.download(&t_big, &mut back_big), opts.budget_per_point, opts.min_reps)?;
-    let down_small = median_time(|| b.download(&t_small, &mut back_small), opts.budget_per_point, opts.min_reps)?;
-    let bytes = (big_len - 64) as f64 * 4.0;
+    let lens = [64usize, 1 << 18, 1 << 22];
+    let mut up = [0.0f64; 3];
+    let mut down = [0.0f64; 3];
+    for ((&len, u), d) in lens.iter().zip(&mut up).zip(&mut down) {
+        let data = rng.vec(len, -1.0, 1.0);
+        *u = median_time(|| b.upload(&data).map(drop), opts.budget_per_point, opts.min_reps)?;
+        let t = b.upload(&data)?;
+        let mut back = vec![0.0f32; len];
+        *d = median_time(|| b.download(&t, &mut back), opts.budget_per_point, opts.min_reps)?;
+    }
+    let bytes = |i: usize, j: usize| (lens[j] - lens[i]) as f64 * 4.0;
+    let bw = |t: &[f64; 3], i: usize, j: usize| bytes(i, j) / (t[j] - t[i]).max(1e-7);
     Ok(Link {
         overhead_s: (host_call - launch_s).max(0.0),
-        h2d_bytes_per_s: bytes / (up_big - up_small).max(1e-7),
-        d2h_bytes_per_s: bytes / (down_big - down_small).max(1e-7),
+        h2d_bytes_per_s: bw(&up, 0, 1),
+        d2h_bytes_per_s: bw(&down, 0, 1),
+        knee_bytes: bytes(0, 1),
+        h2d_large_bytes_per_s: bw(&up, 1, 2),
+        d2h_large_bytes_per_s: bw(&down, 1, 2),
     })
 }
 

@@ -119,9 +119,7 @@ impl CostModel {
                 }
             }
             let launch_s = if e.launch_s.is_finite() { e.launch_s.max(0.0) } else { 0.0 };
-            let link = e.link.filter(|l| {
-                l.overhead_s.is_finite() && l.h2d_bytes_per_s > 0.0 && l.d2h_bytes_per_s > 0.0 && l.overhead_s >= 0.0
-            });
+            let link = e.link.filter(Link::is_valid);
             if let Some(slot) = model.engines.get_mut(e.engine.index()) {
                 *slot = Some(EngineModel { launch_s, link, curves });
             }
@@ -196,7 +194,7 @@ mod tests {
             engine: Engine::Cuda,
             device: "synthetic gpu".into(),
             launch_s: 10e-6,
-            link: Some(Link { overhead_s: 20e-6, h2d_bytes_per_s: 10e9, d2h_bytes_per_s: 10e9 }),
+            link: Some(Link::uniform(20e-6, 10e9, 10e9)),
             classes: vec![
                 curve(OpClass::Elementwise, &[(1.2e3, 11e-6), (1.2e9, 1.2e-3)]),
                 curve(OpClass::Matmul, &[(1e6, 1e-5), (1e9, 1e-4), (1e12, 0.1)]),

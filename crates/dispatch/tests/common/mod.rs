@@ -123,7 +123,7 @@ pub fn gpu_always_wins(gpu: Engine) -> Profile {
             })
             .collect(),
     };
-    let free = Link { overhead_s: 0.0, h2d_bytes_per_s: 1e18, d2h_bytes_per_s: 1e18 };
+    let free = Link::uniform(0.0, 1e18, 1e18);
     Profile {
         format: dispatch::profile::FORMAT,
         key: "synthetic".into(),
