@@ -61,7 +61,9 @@ pub fn median(v: &mut [f64]) -> f64 {
 }
 
 /// Calls `f` until `budget` has passed (at least `min_reps` times, after one
-/// warm-up call) and returns the median seconds per call.
+/// warm-up call) and returns the median seconds per call. (Used by the GPU and
+/// dispatch rows only, so unused in a CPU-only build.)
+#[allow(dead_code)]
 pub fn time<F: FnMut()>(mut f: F, budget: Duration, min_reps: usize) -> f64 {
     f();
     let start = Instant::now();
