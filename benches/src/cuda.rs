@@ -84,19 +84,7 @@ impl Cublas {
 
     /// Row-major `C = A·B` (`n × n`): column-major `Cᵀ = Bᵀ·Aᵀ`.
     fn sgemm(&self, n: usize, a: &CudaSlice<f32>, b: &CudaSlice<f32>, c: &mut CudaSlice<f32>) -> Result<(), String> {
-        let n = n as i32;
-        let cfg = GemmConfig {
-            transa: cublasOperation_t::CUBLAS_OP_N,
-            transb: cublasOperation_t::CUBLAS_OP_N,
-            m: n,
-            n,
-            k: n,
-            alpha: 1.0f32,
-            lda: n,
-            ldb: n,
-            beta: 0.0f32,
-            ldc: n,
-        };
+        let cfg = square_sgemm_config(n);
         // SAFETY: all three buffers hold n·n floats on this stream's device, as
         // the configuration states.
         unsafe { self.blas.gemm(cfg, b, a, c) }.map_err(err)
@@ -321,4 +309,22 @@ fn round_trip_row(be: &CudaBackend, device: &str, budget: Duration) -> Result<Re
     let mut r = record("relu", "1k".into(), device, "host", t);
     r.note = Some("warm host->GPU->host round trip of one op; goal <= 30 us".into());
     Ok(r)
+}
+
+/// cuBLAS arguments of the row-major `n × n` product `C = A·B`, issued as the
+/// column-major `Cᵀ = Bᵀ·Aᵀ` (pass `B` as cuBLAS's first operand, `A` second).
+pub fn square_sgemm_config(n: usize) -> GemmConfig<f32> {
+    let n = n as i32;
+    GemmConfig {
+        transa: cublasOperation_t::CUBLAS_OP_N,
+        transb: cublasOperation_t::CUBLAS_OP_N,
+        m: n,
+        n,
+        k: n,
+        alpha: 1.0f32,
+        lda: n,
+        ldb: n,
+        beta: 0.0f32,
+        ldc: n,
+    }
 }

@@ -448,8 +448,7 @@ fn latency_rows(b: &Bench, out: &mut Vec<Record>) -> Result<(), String> {
 mod cublas {
     use std::sync::Arc;
 
-    use cudarc::cublas::sys::cublasOperation_t;
-    use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
+    use cudarc::cublas::{CudaBlas, Gemm};
     use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 
     use super::err;
@@ -480,19 +479,7 @@ mod cublas {
 
         /// `reps` sgemms (row-major C = A·B as column-major Cᵀ = Bᵀ·Aᵀ), then a synchronize.
         pub fn run(&mut self, reps: usize) -> Result<(), String> {
-            let n = self.n as i32;
-            let cfg = GemmConfig {
-                transa: cublasOperation_t::CUBLAS_OP_N,
-                transb: cublasOperation_t::CUBLAS_OP_N,
-                m: n,
-                n,
-                k: n,
-                alpha: 1.0f32,
-                lda: n,
-                ldb: n,
-                beta: 0.0f32,
-                ldc: n,
-            };
+            let cfg = crate::cuda::square_sgemm_config(self.n);
             for _ in 0..reps {
                 // SAFETY: all three buffers hold n·n floats on this stream's device.
                 unsafe { self.blas.gemm(cfg, &self.b, &self.a, &mut self.c) }.map_err(err)?;
@@ -573,8 +560,9 @@ fn sweep_rows(spec: &str, quick: bool) -> Result<Vec<Record>, String> {
                 }
                 gpu.synchronize()
             };
+            // With cuBLAS: ours and cuBLAS interleaved; otherwise ours alone.
             #[cfg(feature = "cuda")]
-            let (t, peer_t) = match peer.as_mut() {
+            let paired = match peer.as_mut() {
                 Some(p) => {
                     let mut peer_failure = None;
                     let (t, pt) = time_pair(
@@ -594,34 +582,23 @@ fn sweep_rows(spec: &str, quick: bool) -> Result<Vec<Record>, String> {
                     if let Some(e) = peer_failure {
                         return Err(format!("cuBLAS {n}: {e}"));
                     }
-                    (t, Some(pt / reps as f64))
+                    Some((t, pt / reps as f64))
                 }
-                None => (
-                    time(
-                        || {
-                            if let Err(e) = ours() {
-                                failure = Some(err(e))
-                            }
-                        },
-                        budget,
-                        3,
-                    ),
-                    None,
-                ),
+                None => None,
             };
             #[cfg(not(feature = "cuda"))]
-            let (t, peer_t): (f64, Option<f64>) = (
-                time(
-                    || {
+            let paired: Option<(f64, f64)> = None;
+            let (t, peer_t) = match paired {
+                Some((t, pt)) => (t, Some(pt)),
+                None => {
+                    let alone = || {
                         if let Err(e) = ours() {
                             failure = Some(err(e))
                         }
-                    },
-                    budget,
-                    3,
-                ),
-                None,
-            );
+                    };
+                    (time(alone, budget, 3), None)
+                }
+            };
             let t = t / reps as f64;
             if let Some(e) = failure {
                 eprintln!("  sgemm {n} {note}: {e}");

@@ -169,16 +169,11 @@ impl WgpuBackend {
         self.ctx.timestamps()
     }
 
-    /// Runs `op` as [`Backend::run_tensors`] does, in one submission with a GPU
-    /// timestamp written before its first command and one after its last, waits
-    /// for it, and returns the seconds between them (`None` without
-    /// [`WgpuBackend::gpu_timing`]; then nothing runs). GPU time of the op alone,
-    /// without the gaps between submissions that host timing includes. Costs a
-    /// query set and two 16-byte buffers per call, and a wait. Native only.
-    pub fn time_tensors(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> Result<Option<f64>> {
+    /// Checks a call on resident tensors and plans its dispatches (nothing is
+    /// recorded yet): what `run_tensors` and `time_tensors` submit.
+    fn planned(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> Result<Vec<plan::Step>> {
         check_tensor_call(op, LOCATION, inputs, output)?;
         self.check_limits(op)?;
-        let Some(timer) = encode::Timer::new(&self.ctx) else { return Ok(None) };
         let mut views = Vec::with_capacity(inputs.len());
         for t in inputs {
             views.push(View { buffer: self.storage(t, op.name())?.buffer().clone(), len: t.len() });
@@ -186,6 +181,18 @@ impl WgpuBackend {
         let out = View { buffer: self.storage(output, op.name())?.buffer().clone(), len: output.len() };
         let mut steps = Vec::new();
         plan::plan(&self.ctx, op, &views, &out, &mut steps)?;
+        Ok(steps)
+    }
+
+    /// Runs `op` as [`Backend::run_tensors`] does, in one submission with a GPU
+    /// timestamp written before its first command and one after its last, waits
+    /// for it, and returns the seconds between them (`None` without
+    /// [`WgpuBackend::gpu_timing`]; then nothing runs). GPU time of the op alone,
+    /// without the gaps between submissions that host timing includes. Costs a
+    /// query set and two 16-byte buffers per call, and a wait. Native only.
+    pub fn time_tensors(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> Result<Option<f64>> {
+        let steps = self.planned(op, inputs, output)?;
+        let Some(timer) = encode::Timer::new(&self.ctx) else { return Ok(None) };
         let index = encode::submit_timed(&self.ctx, &steps, op.name(), Some(&timer))?;
         self.timer_seconds(&timer, index, op.name())
     }
@@ -414,15 +421,7 @@ impl Backend for WgpuBackend {
 
     /// Records `op` and submits it; returns without waiting.
     fn run_tensors(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> Result<()> {
-        check_tensor_call(op, LOCATION, inputs, output)?;
-        self.check_limits(op)?;
-        let mut views = Vec::with_capacity(inputs.len());
-        for t in inputs {
-            views.push(View { buffer: self.storage(t, op.name())?.buffer().clone(), len: t.len() });
-        }
-        let out = View { buffer: self.storage(output, op.name())?.buffer().clone(), len: output.len() };
-        let mut steps = Vec::new();
-        plan::plan(&self.ctx, op, &views, &out, &mut steps)?;
+        let steps = self.planned(op, inputs, output)?;
         encode::submit(&self.ctx, &steps, op.name()).map(|_| ())
     }
 

@@ -142,17 +142,7 @@ impl TiledMatmul {
         let tile = matches!((tile_m, tile_n), (128, 128) | (128, 64) | (64, 64) | (128, 32));
         // Each invocation moves 16·k_step/tile_n vec4s of A and 16·k_step/tile_m of B per tile: at most 4.
         let valid = tile && matches!(k_step, 8 | 16) && 16 * k_step <= 4 * tile_m.min(tile_n);
-        valid.then_some(TiledMatmul {
-            tile_m,
-            tile_n,
-            k_step,
-            split: false,
-            ahead: false,
-            grouped: false,
-            warps_8x4: false,
-            narrow: false,
-            split_k: 1,
-        })
+        valid.then_some(TiledMatmul::plain(tile_m, tile_n, k_step))
     }
 
     /// Loads the next tile in two halves (or not); `None` with `ahead`.
