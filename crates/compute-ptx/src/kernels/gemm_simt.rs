@@ -375,34 +375,16 @@ fn operand_loads(
         let r = b.and(g, rows - 1);
         let chunk = b.shr(g, rows.trailing_zeros());
         let kk = b.mad(chunk, 8u32, kl);
-        let gr = b.add(op.mn0, r);
-        let e = b.mul_wide(gr, op.ld);
-        let kk64 = b.cvt::<U64, U32>(kk);
-        let e = b.add(e, kk64);
-        let bytes = b.shl(e, 2u32);
-        let ptr = b.add(base, bytes);
-        // Shared As[kk][r]: byte (kk·row + 4r).
-        let sa = b.mul(kk, row);
-        let r4 = b.shl(r, 2u32);
-        let sa = b.add(sa, r4);
-        let sa = b.add(sa, sbase);
+        // Shared As[kk][r].
+        let (ptr, gr, sa) = kcontig_addresses(b, op, base, sbase, r, kk, row);
         (ptr, kk, gr, rows, sa, rows * 4)
     } else if op.kcontig {
         // Float4 f = tid + l·T → (m/n row f / (BK/4), k quad f % (BK/4)).
         let r = b.shr(tid, (cfg.bk / 4).trailing_zeros());
         let kq = b.and(tid, cfg.bk / 4 - 1);
         let kq = b.shl(kq, 2u32);
-        let gr = b.add(op.mn0, r);
-        let e = b.mul_wide(gr, op.ld);
-        let kq64 = b.cvt::<U64, U32>(kq);
-        let e = b.add(e, kq64);
-        let bytes = b.shl(e, 2u32);
-        let ptr = b.add(base, bytes);
-        // Shared As[kq + j][r]: byte (kq·row + 4r).
-        let sa = b.mul(kq, row);
-        let r4 = b.shl(r, 2u32);
-        let sa = b.add(sa, r4);
-        let sa = b.add(sa, sbase);
+        // Shared As[kq + j][r].
+        let (ptr, gr, sa) = kcontig_addresses(b, op, base, sbase, r, kq, row);
         let row_step = threads / (cfg.bk / 4);
         (ptr, kq, gr, row_step, sa, row_step * 4)
     } else {
@@ -451,6 +433,31 @@ fn operand_loads(
 }
 
 /// Slot `l`'s (address, k index, m/n index), derived from slot 0's.
+/// Addresses of element `k` of row `r` of a k-contiguous operand's tile: the
+/// global pointer (`base + ((mn0 + r)·ld + k)·4`), the global row `mn0 + r`, and
+/// the shared-memory byte address of `As[k][r]` (`sbase + k·row + 4r`).
+fn kcontig_addresses(
+    b: &mut KernelBuilder,
+    op: &Operand,
+    base: Reg<U64>,
+    sbase: Reg<U32>,
+    r: Reg<U32>,
+    k: Reg<U32>,
+    row: u32,
+) -> (Reg<U64>, Reg<U32>, Reg<U32>) {
+    let gr = b.add(op.mn0, r);
+    let e = b.mul_wide(gr, op.ld);
+    let k64 = b.cvt::<U64, U32>(k);
+    let e = b.add(e, k64);
+    let bytes = b.shl(e, 2u32);
+    let ptr = b.add(base, bytes);
+    let sa = b.mul(k, row);
+    let r4 = b.shl(r, 2u32);
+    let sa = b.add(sa, r4);
+    let sa = b.add(sa, sbase);
+    (ptr, gr, sa)
+}
+
 fn slot_state(b: &mut KernelBuilder, o: &OperandLoads, l: u32) -> (Reg<U64>, Reg<U32>, Reg<U32>) {
     if l == 0 {
         return (o.ptr, o.kidx, o.mn_idx);
