@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use compute_core::{Backend, BinaryOp, Conv2dSpec, GeluForm, Op, RowOp, Tensor, UnaryOp};
 use dispatch::calibrate::Options;
+use dispatch::timing::Call;
 use dispatch::{BackendSelector, BatchConfig, BatchedExecutor, Compute, Engine, Placement, Policy, SEED_THRESHOLD};
 
 use crate::report::{Record, random, time};
@@ -162,8 +163,6 @@ impl Grid {
 /// One engine's call of a cell, ready to time: `run` on host data (transfers
 /// included) or `run_tensors` + synchronise on data resident on the engine.
 /// Timed with the same rotating bursts as calibration ([`dispatch::timing`]).
-use dispatch::timing::Call;
-
 fn prepare<'a>(
     backend: &'a dyn Backend,
     op: &'a Op,

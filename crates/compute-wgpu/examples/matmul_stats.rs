@@ -43,22 +43,7 @@ fn configs() -> Vec<Config> {
         .into_iter()
         .chain(extra.iter().filter_map(|n| compute_wgpu::TiledMatmul::parse(n)));
     for t in tilings {
-        let flag = |b: bool| if b { 1.0 } else { 0.0 };
-        v.push(Config {
-            label: t.to_string(),
-            entry: "matmul_tiled",
-            constants: vec![
-                ("TBM", t.tile().0 as f64),
-                ("TBN", t.tile().1 as f64),
-                ("TBK", f64::from(t.k_step())),
-                ("SPLIT", flag(t.split())),
-                ("AHEAD", flag(t.ahead())),
-                ("GROUP", if t.grouped() { 8.0 } else { 0.0 }),
-                ("W84", flag(t.warps_8x4())),
-                ("TN", if t.narrow() { 4.0 } else { 8.0 }),
-                ("SK", f64::from(t.split_k())),
-            ],
-        });
+        v.push(Config { label: t.to_string(), entry: "matmul_tiled", constants: t.override_constants() });
     }
     v
 }

@@ -130,19 +130,11 @@ impl Kernel {
             | Kernel::ReducePartials(op)
             | Kernel::ReduceFinish(op)
             | Kernel::Softmax(op) => vec![("OP", f64::from(op))],
-            Kernel::Matmul { ta, tb, tiles: MatmulKernel::Tiled(t), .. } => vec![
-                ("TA", flag(ta)),
-                ("TB", flag(tb)),
-                ("TBM", t.tile().0 as f64),
-                ("TBN", t.tile().1 as f64),
-                ("TBK", f64::from(t.k_step())),
-                ("SPLIT", flag(t.split())),
-                ("AHEAD", flag(t.ahead())),
-                ("GROUP", if t.grouped() { 8.0 } else { 0.0 }),
-                ("W84", flag(t.warps_8x4())),
-                ("TN", if t.narrow() { 4.0 } else { 8.0 }),
-                ("SK", f64::from(t.split_k())),
-            ],
+            Kernel::Matmul { ta, tb, tiles: MatmulKernel::Tiled(t), .. } => {
+                let mut c = vec![("TA", flag(ta)), ("TB", flag(tb))];
+                c.extend(t.override_constants());
+                c
+            }
             Kernel::MatmulReduce { sk, .. } => vec![("SK", f64::from(sk))],
             Kernel::Matmul { ta, tb, .. } => vec![("TA", flag(ta)), ("TB", flag(tb))],
             Kernel::LayerNorm | Kernel::RmsNorm | Kernel::Conv2d => Vec::new(),

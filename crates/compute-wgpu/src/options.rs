@@ -254,6 +254,24 @@ impl TiledMatmul {
         self.split_k
     }
 
+    /// The pipeline-overridable constants of `matmul_tiled` (in `shaders/matmul.wgsl`)
+    /// that select this tiling, as `(name, value)` pairs; the transposes `TA`/`TB`
+    /// are not among them. Allocates one small vector.
+    pub fn override_constants(self) -> Vec<(&'static str, f64)> {
+        let flag = |b: bool| if b { 1.0 } else { 0.0 };
+        vec![
+            ("TBM", f64::from(self.tile_m)),
+            ("TBN", f64::from(self.tile_n)),
+            ("TBK", f64::from(self.k_step)),
+            ("SPLIT", flag(self.split)),
+            ("AHEAD", flag(self.ahead)),
+            ("GROUP", if self.grouped { 8.0 } else { 0.0 }),
+            ("W84", flag(self.warps_8x4)),
+            ("TN", if self.narrow { 4.0 } else { 8.0 }),
+            ("SK", f64::from(self.split_k)),
+        ]
+    }
+
     /// Parses the [`Display`](std::fmt::Display) form,
     /// `tiled-<m>x<n>-<k step>[-split|-ahead][-grouped][-w84|-narrow][-sk2|-sk4]`
     /// (switches in any order).

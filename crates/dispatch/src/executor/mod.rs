@@ -27,7 +27,7 @@ pub use metrics::{ExecutorMetrics, FlushReason};
 
 use crate::async_result::{AsyncGpuResult, Completer};
 use crate::compute::Compute;
-use crate::engine::Placement;
+use crate::engine::{Engine, Placement};
 use crate::lock::{lock, read, write};
 
 /// Batching parameters.
@@ -375,11 +375,13 @@ fn worker(rx: Receiver<Msg>, compute: Compute, shared: Arc<Shared>) {
     }
 }
 
-/// Runs `op` through `compute`, turning a panic into an error.
-fn run_caught(compute: &Compute, op: &Op, inputs: &[Vec<f32>]) -> Result<Vec<f32>> {
+/// Runs `op` through `compute` on `engine` (the CPU if that engine fails for
+/// a reason other than the call), turning a panic into an error.
+fn run_caught(compute: &Compute, engine: Engine, op: &Op, inputs: &[Vec<f32>]) -> Result<Vec<f32>> {
     let run = || {
         let refs: Vec<&[f32]> = inputs.iter().map(Vec::as_slice).collect();
-        compute.run_vec(op, &refs)
+        let mut out = vec![0.0f32; op.layout()?.output];
+        compute.run_with_fallback(engine, op, &refs, &mut out).map(|()| out)
     };
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or_else(|_| {
         Err(ComputeError::Driver {
@@ -398,12 +400,13 @@ fn flush(compute: &Compute, shared: &Shared, group: Group, reason: FlushReason) 
     } else {
         None
     };
-    // The engine the policy picks for what is dispatched (the same choice `run_vec` makes).
-    let engine = match (&merged, group.reqs.first()) {
-        (Some(m), _) => compute.choose(&m.op, Placement::Host),
-        (None, Some(r)) => compute.choose(&r.op, Placement::Host),
-        (None, None) => compute.primary(),
+    // Where each dispatch runs, as the policy picks: the merged call, or each
+    // request that could not be merged. The metrics count the first.
+    let engines: Vec<Engine> = match &merged {
+        Some(m) => vec![compute.choose(&m.op, Placement::Host)],
+        None => group.reqs.iter().map(|r| compute.choose(&r.op, Placement::Host)).collect(),
     };
+    let engine = engines.first().copied().unwrap_or_else(|| compute.primary());
     lock(&shared.metrics).batch(
         reason,
         engine,
@@ -411,7 +414,7 @@ fn flush(compute: &Compute, shared: &Shared, group: Group, reason: FlushReason) 
     );
     let outcomes: Vec<Outcome> = match merged {
         Some(m) => {
-            let result = run_caught(compute, &m.op, &m.inputs);
+            let result = run_caught(compute, engine, &m.op, &m.inputs);
             let mut offset = 0usize;
             group
                 .reqs
@@ -429,7 +432,13 @@ fn flush(compute: &Compute, shared: &Shared, group: Group, reason: FlushReason) 
                 })
                 .collect()
         }
-        None => group.reqs.into_iter().map(|r| (r.completer, run_caught(compute, &r.op, &r.inputs))).collect(),
+        // Requests that could not be merged run one by one, each on its own choice.
+        None => group
+            .reqs
+            .into_iter()
+            .zip(engines)
+            .map(|(r, e)| (r.completer, run_caught(compute, e, &r.op, &r.inputs)))
+            .collect(),
     };
     {
         // Counted before anyone is woken, so a caller that saw its result sees it counted.
