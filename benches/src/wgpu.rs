@@ -12,7 +12,10 @@
 //! [`MatmulTiles::parse`], each optionally `+checks`) replaces all rows by a
 //! tuning sweep: matmul tilings at 2048³, 4096³, 8192³ and 1024³ on one device,
 //! each interleaved with cuBLAS sgemm in the same process when the bench is built
-//! with feature `cuda`, and checked against cuBLAS's result.
+//! with feature `cuda`, and checked against cuBLAS's result. Each is timed two
+//! ways: `reps` submissions of one matmul each, and `reps` matmuls recorded into
+//! one submission (as cuBLAS's `reps` launches on one stream); the note adds
+//! one matmul's GPU time from timestamps.
 use std::time::Duration;
 
 use compute_core::{Backend, BinaryOp, Op, Ops, RowOp, Tensor, UnaryOp};
@@ -218,6 +221,28 @@ fn sgemm_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), Strin
             }
             push(out, r);
         }
+        // Auto tiles, the `reps` matmuls of a sample in one submission (no gaps between
+        // submissions: what cuBLAS's launches on one stream have).
+        let mut failure = None;
+        let t = time(
+            || {
+                if let Err(e) = one_submission(&b.gpu, &op, [&ta, &tb], &tc, reps) {
+                    failure = Some(e);
+                }
+            },
+            b.budget,
+            3,
+        ) / reps as f64;
+        if let Some(e) = failure {
+            return Err(err(e));
+        }
+        let mut r = b.record("sgemm, one submission", format!("{n}x{n}x{n}"), "resident", t);
+        r.gflops = Some(flops / t / 1e9);
+        r.note = Some(format!("auto tiles, checks off, {reps} matmuls recorded into one submission per sample"));
+        if let Some(&(_, tf)) = CUBLAS_TFLOPS.iter().find(|(s, _)| *s == n) {
+            r = r.with_peer("cublas (GPU-RUNS.md, H200)", flops / (tf * 1e12));
+        }
+        push(out, r);
     }
     for &n in if quick { &[256][..] } else { &[1024, 2048, 4096][..] } {
         let op = Op::matmul(n, n, n);
@@ -517,6 +542,64 @@ fn sweep_variants(spec: &str) -> Result<Vec<(MatmulTiles, bool)>, String> {
         .collect()
 }
 
+/// Records `reps` runs of `op` on resident tensors into one batch (one command
+/// encoder, one queue submission), submits it and waits.
+fn one_submission(
+    gpu: &WgpuBackend,
+    op: &Op,
+    inputs: [&Tensor; 2],
+    out: &Tensor,
+    reps: usize,
+) -> compute_core::Result<()> {
+    let mut batch = gpu.batch();
+    let ids = [batch.insert(inputs[0].clone())?, batch.insert(inputs[1].clone())?];
+    let c = batch.insert(out.clone())?;
+    for _ in 0..reps {
+        batch.op_into(op, &ids, c)?;
+    }
+    batch.execute()?;
+    gpu.synchronize()
+}
+
+/// Seconds per matmul of `ours` (which runs `reps` of them and waits), and of
+/// cuBLAS's `reps` sgemms when there is a peer, the two interleaved.
+fn pair_with_cublas(
+    ours: &dyn Fn() -> compute_core::Result<()>,
+    #[cfg(feature = "cuda")] peer: Option<&mut cublas::Sgemm>,
+    reps: usize,
+    budget: Duration,
+) -> Result<(f64, Option<f64>), String> {
+    let mut failure = None;
+    let mut run = || {
+        if let Err(e) = ours() {
+            failure = Some(err(e));
+        }
+    };
+    #[cfg(feature = "cuda")]
+    if let Some(p) = peer {
+        let mut peer_failure = None;
+        let (t, pt) = time_pair(
+            &mut run,
+            || {
+                if let Err(e) = p.run(reps) {
+                    peer_failure = Some(e);
+                }
+            },
+            budget,
+            3,
+        );
+        if let Some(e) = failure.or(peer_failure) {
+            return Err(e);
+        }
+        return Ok((t / reps as f64, Some(pt / reps as f64)));
+    }
+    let t = time(&mut run, budget, 3);
+    match failure {
+        Some(e) => Err(e),
+        None => Ok((t / reps as f64, None)),
+    }
+}
+
 /// The tuning sweep (module docs): one row per (tiling, bounds checks) and size,
 /// all on one device (the tiling is switched with [`WgpuBackend::set_matmul`]).
 fn sweep_rows(spec: &str, quick: bool) -> Result<Vec<Record>, String> {
@@ -553,56 +636,39 @@ fn sweep_rows(spec: &str, quick: bool) -> Result<Vec<Record>, String> {
         for &(tiles, checks) in &variants {
             gpu.set_matmul(tiles, checks);
             let mut note = format!("{tiles}, naga bounds checks {}", if checks { "on" } else { "off" });
-            let mut failure = None;
-            let ours = || {
+            // Per op: `reps` submissions of one matmul each, then one wait.
+            let per_op = || -> compute_core::Result<()> {
                 for _ in 0..reps {
                     gpu.run_tensors(&op, &[&ta, &tb], &tc)?;
                 }
                 gpu.synchronize()
             };
-            // With cuBLAS: ours and cuBLAS interleaved; otherwise ours alone.
-            #[cfg(feature = "cuda")]
-            let paired = match peer.as_mut() {
-                Some(p) => {
-                    let mut peer_failure = None;
-                    let (t, pt) = time_pair(
-                        || {
-                            if let Err(e) = ours() {
-                                failure = Some(err(e));
-                            }
-                        },
-                        || {
-                            if let Err(e) = p.run(reps) {
-                                peer_failure = Some(e);
-                            }
-                        },
-                        budget,
-                        3,
-                    );
-                    if let Some(e) = peer_failure {
-                        return Err(format!("cuBLAS {n}: {e}"));
-                    }
-                    Some((t, pt / reps as f64))
+            // One submission of `reps` matmuls (the batch API), then one wait: what
+            // cuBLAS's `reps` launches on one stream followed by one synchronize are.
+            let one_submission = || one_submission(&gpu, &op, [&ta, &tb], &tc, reps);
+            let mut timed = Vec::new();
+            for (mode, ours) in [("per-op submissions", &per_op as &dyn Fn() -> _), ("one submission", &one_submission)]
+            {
+                match pair_with_cublas(
+                    ours,
+                    #[cfg(feature = "cuda")]
+                    peer.as_mut(),
+                    reps,
+                    budget,
+                ) {
+                    Ok(t) => timed.push((mode, t)),
+                    Err(e) => eprintln!("  sgemm {n} {note} ({mode}): {e}"),
                 }
-                None => None,
-            };
-            #[cfg(not(feature = "cuda"))]
-            let paired: Option<(f64, f64)> = None;
-            let (t, peer_t) = match paired {
-                Some((t, pt)) => (t, Some(pt)),
-                None => {
-                    let alone = || {
-                        if let Err(e) = ours() {
-                            failure = Some(err(e))
-                        }
-                    };
-                    (time(alone, budget, 3), None)
-                }
-            };
-            let t = t / reps as f64;
-            if let Some(e) = failure {
-                eprintln!("  sgemm {n} {note}: {e}");
+            }
+            if timed.is_empty() {
                 continue;
+            }
+            // GPU time of one matmul alone (timestamps around its dispatches).
+            let mut gpu_s: Vec<f64> =
+                (0..11).filter_map(|_| gpu.time_tensors(&op, &[&ta, &tb], &tc).ok().flatten()).collect();
+            if !gpu_s.is_empty() {
+                let g = crate::report::median(&mut gpu_s);
+                note = format!("{note}; one matmul GPU-timed {:.2} TFLOP/s", flops / g / 1e12);
             }
             if let Some(want) = &reference {
                 let mut got = vec![0.0f32; n * n];
@@ -611,28 +677,31 @@ fn sweep_rows(spec: &str, quick: bool) -> Result<Vec<Record>, String> {
                 let diff = got.iter().zip(want).fold(0.0f32, |m, (x, y)| m.max((x - y).abs())) / scale;
                 note = format!("{note}; max |ours-cublas|/max|C| = {diff:.1e}");
             }
-            let mut r = Record {
-                op: "sgemm".into(),
-                shape: format!("{n}x{n}x{n}"),
-                backend: "wgpu".into(),
-                device: device.clone(),
-                threads: 1,
-                placement: "resident".into(),
-                median_s: t,
-                gflops: Some(flops / t / 1e9),
-                ..Record::default()
-            };
-            if let Some(pt) = peer_t {
-                r = r.with_peer("cublas (same run)", pt);
-                note = format!("{note}; cuBLAS {:.1} TFLOP/s", flops / pt / 1e12);
+            for (mode, (t, peer_t)) in timed {
+                let mut r = Record {
+                    op: format!("sgemm, {mode}"),
+                    shape: format!("{n}x{n}x{n}"),
+                    backend: "wgpu".into(),
+                    device: device.clone(),
+                    threads: 1,
+                    placement: "resident".into(),
+                    median_s: t,
+                    gflops: Some(flops / t / 1e9),
+                    ..Record::default()
+                };
+                let mut row_note = format!("{note}; {reps} matmuls per sample");
+                if let Some(pt) = peer_t {
+                    r = r.with_peer("cublas (same run)", pt);
+                    row_note = format!("{row_note}; cuBLAS {:.1} TFLOP/s", flops / pt / 1e12);
+                }
+                eprintln!(
+                    "  sgemm {n} {mode}: {:.2} TFLOP/s{} [{row_note}]",
+                    flops / t / 1e12,
+                    r.ratio.map_or(String::new(), |x| format!(", x{x:.3} vs cuBLAS"))
+                );
+                r.note = Some(row_note);
+                out.push(r);
             }
-            eprintln!(
-                "  sgemm {n}: {:.2} TFLOP/s{} [{note}]",
-                flops / t / 1e12,
-                r.ratio.map_or(String::new(), |x| format!(", x{x:.3} vs cuBLAS"))
-            );
-            r.note = Some(note);
-            out.push(r);
         }
     }
     gpu.set_matmul(MatmulTiles::Auto, false);

@@ -3,8 +3,12 @@
 //! For each engine: the fixed cost of a call on resident data (launch +
 //! synchronise), for GPUs the host↔device bandwidth and per-call staging
 //! overhead, and for each op class the call time at a ladder of sizes (data
-//! resident). At each size the engines are timed round-robin, one call each per
-//! round, so that a load spike on a shared machine hits all of them alike. A ladder stops early when the next size would take longer than
+//! resident). At each size the engines are timed round-robin, in bursts each
+//! round ([`crate::timing`]), so that a load spike on a shared machine hits all
+//! of them alike; each class's ladder is measured twice (a whole pass up the
+//! ladder apart) and each point keeps the faster median, so that a phase of a few tens of
+//! milliseconds in which the machine was busy elsewhere does not become an
+//! engine's speed. A ladder stops early when the next size would take longer than
 //! [`Options::max_call`] (the two smallest sizes are always measured); the
 //! model extrapolates linearly past the last sample.
 //! Default options take about two seconds per CPU engine and less per GPU.
@@ -30,7 +34,8 @@ use crate::timing::{Call, median_round_robin};
 /// How long calibration may take.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Options {
-    /// Time spent timing one size (at least `min_reps` calls).
+    /// Time spent timing one size, split over the two passes (at least
+    /// `min_reps` calls in each).
     pub budget_per_point: Duration,
     /// Minimum calls timed per size (after one warm-up call).
     pub min_reps: usize,
@@ -149,38 +154,53 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
     }
     let started = Instant::now();
     let budget = opts.max_per_engine.saturating_mul(engines.len().max(1) as u32);
+    let half = Options { budget_per_point: opts.budget_per_point / 2, ..*opts };
     for class in OpClass::ALL {
-        let mut points: Vec<Vec<Point>> = vec![Vec::new(); engines.len()];
+        // Per ladder size: its op, its work, and each engine's seconds (`None`: not timed).
+        let mut rows: Vec<(Op, f64, Vec<Option<f64>>)> = Vec::new();
         let mut active: Vec<bool> = vec![true; engines.len()];
+        // Pass 1: up the ladder, each engine stopping before a size predicted (linearly
+        // from its last one) to be too slow; the two smallest sizes are always
+        // measured (a curve needs two samples).
         for op in ladder(class) {
             let w = work(class, &op.cost());
-            for ((a, pts), (_, b)) in active.iter_mut().zip(&points).zip(engines) {
-                // Stop before a size predicted (linearly from the last one) to be too slow;
-                // the two smallest sizes are always measured (a curve needs two samples).
-                let too_slow = pts.len() >= 2
-                    && pts.last().is_some_and(|last| {
-                        last.seconds * w / last.work > opts.max_call.as_secs_f64() || started.elapsed() > budget
+            for (i, (a, (_, b))) in active.iter_mut().zip(engines).enumerate() {
+                let mut timed = rows.iter().filter_map(|r| r.2.get(i).copied().flatten().map(|s| (r.1, s)));
+                let count = timed.clone().count();
+                let too_slow = count >= 2
+                    && timed.next_back().is_some_and(|(last_w, last_s)| {
+                        last_s * w / last_w > opts.max_call.as_secs_f64() || started.elapsed() > budget
                     });
                 *a = *a && b.supports(&op) && !too_slow;
             }
             if !active.iter().any(|&a| a) {
                 break;
             }
-            let subset: Vec<(Engine, Arc<dyn Backend>)> =
-                engines.iter().zip(&active).filter(|(_, a)| **a).map(|(e, _)| e.clone()).collect();
-            let times = time_all(&subset, &op, &mut rng, opts)?;
-            let mut t = times.into_iter();
-            for ((a, pts), _) in active.iter_mut().zip(points.iter_mut()).zip(engines) {
-                if !*a {
-                    continue;
-                }
-                match t.next().flatten() {
-                    Some(seconds) => pts.push(Point { work: w, seconds }),
-                    None => *a = false,
+            let seconds = time_subset(engines, &active, &op, &mut rng, &half)?;
+            for (a, s) in active.iter_mut().zip(&seconds) {
+                *a = *a && s.is_some();
+            }
+            rows.push((op, w, seconds));
+        }
+        // Pass 2, a whole ladder later: the same sizes on the same engines, and each
+        // point keeps the faster of its two medians. A shared machine has phases of
+        // 50–100 ms in which an engine runs up to 2× slower (one of two cores taken
+        // away from a two-thread engine, measured on a 2-core VM); one median can
+        // land in such a phase, two medians a pass apart rarely both do.
+        for (op, _, seconds) in &mut rows {
+            let timed: Vec<bool> = seconds.iter().map(Option::is_some).collect();
+            let again = time_subset(engines, &timed, op, &mut rng, &half)?;
+            for (s, a) in seconds.iter_mut().zip(again) {
+                if let (Some(s), Some(a)) = (s.as_mut(), a) {
+                    *s = s.min(a);
                 }
             }
         }
-        for (e, pts) in out.iter_mut().zip(points) {
+        for (i, e) in out.iter_mut().enumerate() {
+            let pts: Vec<Point> = rows
+                .iter()
+                .filter_map(|(_, work, s)| s.get(i).copied().flatten().map(|seconds| Point { work: *work, seconds }))
+                .collect();
             if !pts.is_empty() {
                 e.classes.push(ClassCurve { class, points: pts });
             }
@@ -237,6 +257,21 @@ fn time_all(
         }
     }
     median_round_robin(&mut calls, opts.budget_per_point, opts.min_reps, 2000)
+}
+
+/// [`time_all`] on the engines whose `active` flag is set; `None` for the others
+/// (and for an engine that refuses the op), in the order of `engines`.
+fn time_subset(
+    engines: &[(Engine, Arc<dyn Backend>)],
+    active: &[bool],
+    op: &Op,
+    rng: &mut Rng,
+    opts: &Options,
+) -> Result<Vec<Option<f64>>> {
+    let subset: Vec<(Engine, Arc<dyn Backend>)> =
+        engines.iter().zip(active).filter(|(_, a)| **a).map(|(e, _)| e.clone()).collect();
+    let mut times = time_all(&subset, op, rng, opts)?.into_iter();
+    Ok(active.iter().map(|&a| if a { times.next().flatten() } else { None }).collect())
 }
 
 /// Median seconds of `f` over `budget` (≥ `min_reps` calls after a warm-up).
