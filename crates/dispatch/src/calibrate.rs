@@ -5,8 +5,8 @@
 //! overhead, and for each op class the call time at a ladder of sizes (data
 //! resident). At each size the engines are timed round-robin, in bursts each
 //! round ([`crate::timing`]), so that a load spike on a shared machine hits all
-//! of them alike; each class's ladder is measured twice (a whole pass up the
-//! ladder apart) and each point keeps the faster median, so that a phase of a few tens of
+//! of them alike; each class's ladder is measured [`PASSES`] times (a whole
+//! pass up the ladder apart) and each point keeps the fastest median, so that a phase of a few tens of
 //! milliseconds in which the machine was busy elsewhere does not become an
 //! engine's speed. A ladder stops early when the next size would take longer than
 //! [`Options::max_call`] (the two smallest sizes are always measured); the
@@ -31,11 +31,14 @@ use crate::engine::Engine;
 use crate::profile::{ClassCurve, EngineProfile, FORMAT, Link, Point, Profile, work};
 use crate::timing::{Call, median_round_robin};
 
+/// Times each class's ladder is measured; each point keeps its fastest median.
+pub const PASSES: usize = 3;
+
 /// How long calibration may take.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Options {
-    /// Time spent timing one size, split over the two passes (at least
-    /// `min_reps` calls in each).
+    /// Time spent timing one size, split over the [`PASSES`] (at least
+    /// `min_reps` rounds in each).
     pub budget_per_point: Duration,
     /// Minimum calls timed per size (after one warm-up call).
     pub min_reps: usize,
@@ -154,7 +157,7 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
     }
     let started = Instant::now();
     let budget = opts.max_per_engine.saturating_mul(engines.len().max(1) as u32);
-    let half = Options { budget_per_point: opts.budget_per_point / 2, ..*opts };
+    let per_pass = Options { budget_per_point: opts.budget_per_point / PASSES as u32, ..*opts };
     for class in OpClass::ALL {
         // Per ladder size: its op, its work, and each engine's seconds (`None`: not timed).
         let mut rows: Vec<(Op, f64, Vec<Option<f64>>)> = Vec::new();
@@ -176,23 +179,26 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
             if !active.iter().any(|&a| a) {
                 break;
             }
-            let seconds = time_subset(engines, &active, &op, &mut rng, &half)?;
+            let seconds = time_subset(engines, &active, &op, &mut rng, &per_pass)?;
             for (a, s) in active.iter_mut().zip(&seconds) {
                 *a = *a && s.is_some();
             }
             rows.push((op, w, seconds));
         }
-        // Pass 2, a whole ladder later: the same sizes on the same engines, and each
-        // point keeps the faster of its two medians. A shared machine has phases of
-        // 50–100 ms in which an engine runs up to 2× slower (one of two cores taken
-        // away from a two-thread engine, measured on a 2-core VM); one median can
-        // land in such a phase, two medians a pass apart rarely both do.
-        for (op, _, seconds) in &mut rows {
-            let timed: Vec<bool> = seconds.iter().map(Option::is_some).collect();
-            let again = time_subset(engines, &timed, op, &mut rng, &half)?;
-            for (s, a) in seconds.iter_mut().zip(again) {
-                if let (Some(s), Some(a)) = (s.as_mut(), a) {
-                    *s = s.min(a);
+        // Passes 2.., each a whole ladder later: the same sizes on the same engines,
+        // and each point keeps its fastest median. On a shared machine an engine has
+        // phases in which it runs up to 2× slower (measured on a 2-core VM: the
+        // two-thread engine at one-thread speed for tens of milliseconds, at one
+        // size in one calibration and another in the next); one median can land in
+        // such a phase, PASSES medians a ladder apart rarely all do.
+        for _ in 1..PASSES {
+            for (op, _, seconds) in &mut rows {
+                let timed: Vec<bool> = seconds.iter().map(Option::is_some).collect();
+                let again = time_subset(engines, &timed, op, &mut rng, &per_pass)?;
+                for (s, a) in seconds.iter_mut().zip(again) {
+                    if let (Some(s), Some(a)) = (s.as_mut(), a) {
+                        *s = s.min(a);
+                    }
                 }
             }
         }
@@ -294,7 +300,7 @@ fn median_time(mut f: impl FnMut() -> Result<()>, budget: Duration, min_reps: us
 /// jump (on the 16-core GPU machine, gelu at 2¹⁴ was predicted 5.6 µs from
 /// samples at 2¹³ and 2¹⁶, and took 15 µs).
 fn ladder(class: OpClass) -> Vec<Op> {
-    let lens: Vec<usize> = [6u32].into_iter().chain(10..=20).chain([22]).map(|p| 1usize << p).collect();
+    let lens: Vec<usize> = [6u32].into_iter().chain(10..=20).chain([22, 24]).map(|p| 1usize << p).collect();
     match class {
         OpClass::Elementwise => lens.iter().map(|&n| Op::binary(BinaryOp::Add, n)).collect(),
         OpClass::Transcendental => lens.iter().map(|&n| Op::unary(UnaryOp::Gelu(GeluForm::Tanh), n)).collect(),

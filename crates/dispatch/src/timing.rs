@@ -1,8 +1,10 @@
 //! Timing several engines on the same call fairly: what calibration and the
 //! dispatch benchmark both measure with.
 //!
-//! Engines are timed round-robin, one burst each per round and the order
-//! rotating each round, so a load spike hits all of them alike. A burst starts
+//! Engines are timed round-robin, one burst each per round in an order
+//! shuffled each round, so a load spike hits all of them alike and no engine
+//! always follows the same one (a rotation keeps the cyclic order: each engine
+//! would always pay for the same predecessor's leftovers). A burst starts
 //! with one untimed call, because the first call after another engine's pays
 //! for that engine's leftovers (its rayon workers still spinning on every
 //! core, a cold cache, a GPU queue gone idle), which is not this engine's
@@ -42,10 +44,11 @@ pub fn median_round_robin(
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); calls.len()];
     let start = Instant::now();
     let mut rounds = 0;
+    let mut order: Vec<usize> = (0..calls.len()).collect();
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     while rounds < min_rounds || (start.elapsed() < budget && rounds < max_rounds) {
-        let n = calls.len();
-        for k in 0..n {
-            let i = (k + rounds) % n;
+        shuffle(&mut order, &mut seed);
+        for &i in &order {
             if let (Some(Some(c)), Some(s)) = (calls.get_mut(i), samples.get_mut(i)) {
                 let t = Instant::now();
                 c()?;
@@ -69,6 +72,17 @@ pub fn median_round_robin(
         rounds += 1;
     }
     Ok(calls.iter().zip(samples.iter_mut()).map(|(c, s)| c.as_ref().and_then(|_| median(s))).collect())
+}
+
+/// Fisher–Yates shuffle of `v` driven by a xorshift generator in `seed`
+/// (deterministic: the same sequence of orders every run).
+fn shuffle(v: &mut [usize], seed: &mut u64) {
+    for i in (1..v.len()).rev() {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        v.swap(i, (*seed % (i as u64 + 1)) as usize);
+    }
 }
 
 /// Median of `s` (sorts it), at least 1 ns; `None` when empty.
@@ -111,6 +125,29 @@ mod tests {
             Err(compute_core::ComputeError::Unsupported { op: "relu", backend: compute_core::BackendKind::Simd })
         }))];
         assert!(median_round_robin(&mut calls, Duration::ZERO, 1, 1).is_err());
+    }
+
+    #[test]
+    fn every_engine_follows_every_other_one() {
+        // Over enough rounds each ordered pair (a right after b, within a round)
+        // occurs: no engine always pays for the same predecessor.
+        let mut order: Vec<usize> = (0..4).collect();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut seen = [[false; 4]; 4];
+        for _ in 0..64 {
+            shuffle(&mut order, &mut seed);
+            let mut sorted = order.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, vec![0, 1, 2, 3], "a permutation");
+            for w in order.windows(2) {
+                seen[w[1]][w[0]] = true;
+            }
+        }
+        for (a, row) in seen.iter().enumerate() {
+            for (b, &s) in row.iter().enumerate() {
+                assert!(a == b || s, "{a} never ran right after {b}");
+            }
+        }
     }
 
     #[test]
