@@ -41,14 +41,15 @@ impl GpuApi {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum MatmulTiles {
     /// By the number of tiles the shape makes (measured best on an H200, see
-    /// `docs/wgpu.md`): [`TiledMatmul::AUTO_HUGE`] from 1024 tiles of 128 × 128,
-    /// [`TiledMatmul::AUTO_LARGE`] from 256, [`TiledMatmul::AUTO_MEDIUM`] from 128
+    /// `docs/wgpu.md`): [`TiledMatmul::AUTO_LARGE`] from 256 tiles of 128 × 128,
+    /// [`TiledMatmul::AUTO_MEDIUM`] from 128
     /// tiles of 128 × 64, else [`MatmulTiles::Small`].
     #[default]
     Auto,
-    /// A candidate for `Auto` (name `auto-sk`), unmeasured: as [`MatmulTiles::Auto`],
-    /// but shapes of fewer than 512 tiles of 128 × 128 that `Auto` gives 128 × 128 or
-    /// 128 × 64 tiles (2048³, 1024³) take [`TiledMatmul::AUTO_LARGE`] with split-K
+    /// A candidate for `Auto` (name `auto-sk`), measured slower than `Auto` at 1024³
+    /// and 2048³ on the H200 (`docs/wgpu.md`): as [`MatmulTiles::Auto`],
+    /// but shapes of fewer than 512 tiles of 128 × 128 that `Auto` gives
+    /// `AUTO_LARGE` or `AUTO_MEDIUM` (2048³, 1024³) take [`TiledMatmul::AUTO_LARGE`] with split-K
     /// instead: 2 slices from 256 tiles, 4 below, when each slice keeps at least
     /// 128 of k (see [`TiledMatmul::with_split_k`]). For the tuning sweep.
     AutoSplitK,
@@ -112,15 +113,17 @@ pub struct TiledMatmul {
 }
 
 impl TiledMatmul {
-    /// `Auto`'s choice from 1024 tiles of 128 × 128 (4096³ and up): 128 × 64 tiles,
-    /// K step 8, loads two tiles ahead.
-    pub const AUTO_HUGE: TiledMatmul = TiledMatmul { ahead: true, ..TiledMatmul::plain(128, 64, 8) };
-    /// `Auto`'s choice from 256 tiles of 128 × 128 (2048³): 128 × 128 tiles, K step
-    /// 8, loads two tiles ahead, tiles visited 8 tile-rows at a time.
-    pub const AUTO_LARGE: TiledMatmul = TiledMatmul { ahead: true, grouped: true, ..TiledMatmul::plain(128, 128, 8) };
-    /// `Auto`'s choice from 128 tiles of 128 × 64 (1024³): 128 × 64 tiles, K step 8,
-    /// tiles visited 8 tile-rows at a time.
-    pub const AUTO_MEDIUM: TiledMatmul = TiledMatmul { grouped: true, ..TiledMatmul::plain(128, 64, 8) };
+    /// `Auto`'s choice from 256 tiles of 128 × 128 (2048³ and up): 128 × 128 tiles,
+    /// K step 8, loads two tiles ahead, tiles visited 8 tile-rows at a time, each
+    /// subgroup laid out as 8 × 4 invocations. Measured best at 2048³–8192³ on the
+    /// H200 (0.82–0.88× cuBLAS with the matmuls of a sample in one submission,
+    /// `docs/benchmarks.md`).
+    pub const AUTO_LARGE: TiledMatmul =
+        TiledMatmul { ahead: true, grouped: true, warps_8x4: true, ..TiledMatmul::plain(128, 128, 8) };
+    /// `Auto`'s choice from 128 tiles of 128 × 64 (1024³): 64 × 64 tiles of 128
+    /// invocations, each 8 × 4 outputs (`narrow`), K step 16: twice the
+    /// workgroups of 128 × 64 tiles and four times the warps per SM.
+    pub const AUTO_MEDIUM: TiledMatmul = TiledMatmul { narrow: true, ..TiledMatmul::plain(64, 64, 16) };
 
     const fn plain(tile_m: u32, tile_n: u32, k_step: u32) -> TiledMatmul {
         TiledMatmul {
@@ -458,18 +461,18 @@ mod tests {
             assert_eq!(MatmulTiles::parse(&m.to_string()), Some(m));
         }
         for (t, name) in [
-            (TiledMatmul::AUTO_HUGE, "tiled-128x64-8-ahead"),
-            (TiledMatmul::AUTO_LARGE, "tiled-128x128-8-ahead-grouped"),
-            (TiledMatmul::AUTO_MEDIUM, "tiled-128x64-8-grouped"),
+            (TiledMatmul::AUTO_LARGE, "tiled-128x128-8-ahead-grouped-w84"),
+            (TiledMatmul::AUTO_MEDIUM, "tiled-64x64-16-narrow"),
         ] {
             assert_eq!(t.to_string(), name);
-            assert!(all.contains(&t));
+            assert_eq!(TiledMatmul::parse(name), Some(t));
         }
+        assert!(all.contains(&TiledMatmul::AUTO_LARGE));
         let t = TiledMatmul::parse("tiled-128x64-16-grouped-split").unwrap();
         assert_eq!((t.tile(), t.k_step(), t.split(), t.grouped(), t.warps_8x4()), ((128, 64), 16, true, true, false));
         assert_eq!(t.to_string(), "tiled-128x64-16-split-grouped");
         let t = TiledMatmul::parse("tiled-128x128-8-sk4-ahead-grouped").unwrap();
-        assert_eq!(t, TiledMatmul::AUTO_LARGE.with_split_k(4).unwrap());
+        assert_eq!(t, TiledMatmul::AUTO_LARGE.with_warps_8x4(false).and_then(|t| t.with_split_k(4)).unwrap());
         assert_eq!(t.to_string(), "tiled-128x128-8-ahead-grouped-sk4");
         assert_eq!(TiledMatmul::parse("tiled-64x64-8-sk1"), TiledMatmul::new(64, 64, 8));
         assert_eq!(TiledMatmul::AUTO_LARGE.with_split_k(3), None);

@@ -396,13 +396,11 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
 
 /// `MatmulTiles::Auto` for an aligned `batch × m × n` output: the configuration
 /// measured fastest on an H200 (132 SMs) for that many tiles (`docs/wgpu.md`,
-/// 2026-11-21: 4096³ and 8192³, 2048³, 1024³); 64 × 64 tiles below, where larger
-/// ones leave most of the GPU idle.
+/// sweeps of 2026-11-21 at 1024³, 2048³, 4096³ and 8192³); the small kernel's
+/// 64 × 64 tiles below, where larger ones leave most of the GPU idle.
 fn auto_tiles(m: u64, n: u64, batch: u64) -> MatmulKernel {
     let tiles = |tm: u64, tn: u64| m.div_ceil(tm).saturating_mul(n.div_ceil(tn)).saturating_mul(batch);
-    if tiles(128, 128) >= 1024 {
-        MatmulKernel::Tiled(TiledMatmul::AUTO_HUGE)
-    } else if tiles(128, 128) >= 256 {
+    if tiles(128, 128) >= 256 {
         MatmulKernel::Tiled(TiledMatmul::AUTO_LARGE)
     } else if tiles(128, 64) >= 128 {
         MatmulKernel::Tiled(TiledMatmul::AUTO_MEDIUM)
@@ -414,11 +412,12 @@ fn auto_tiles(m: u64, n: u64, batch: u64) -> MatmulKernel {
 /// `MatmulTiles::AutoSplitK`: [`auto_tiles`], except that shapes of fewer than
 /// 512 tiles of 128 × 128 which it gives `AUTO_LARGE` or `AUTO_MEDIUM` take
 /// `AUTO_LARGE` with k cut into 2 slices (from 256 tiles) or 4 (below), each
-/// slice at least 128 long (else 2, else no split). Unmeasured: for the sweep.
+/// slice at least 128 long (else 2, else no split). For the sweep: measured
+/// slower than `Auto` at 1024³ and 2048³ on the H200 (`docs/wgpu.md`).
 fn auto_split_k(m: u64, k: u64, n: u64, batch: u64) -> MatmulKernel {
     let base = auto_tiles(m, n, batch);
     let tiles = m.div_ceil(128).saturating_mul(n.div_ceil(128)).saturating_mul(batch);
-    if base == MatmulKernel::Small || base == MatmulKernel::Tiled(TiledMatmul::AUTO_HUGE) || tiles >= 512 {
+    if base == MatmulKernel::Small || tiles >= 512 {
         return base;
     }
     let wanted = if tiles >= 256 { 2 } else { 4 };
@@ -495,16 +494,16 @@ mod tests {
     #[test]
     fn auto_takes_the_measured_best_tiling_for_the_shape() {
         let tiled = |t| MatmulKernel::Tiled(t);
-        assert_eq!(auto_tiles(8192, 8192, 1), tiled(TiledMatmul::AUTO_HUGE));
-        assert_eq!(auto_tiles(4096, 4096, 1), tiled(TiledMatmul::AUTO_HUGE));
-        assert_eq!(auto_tiles(2048, 2048, 4), tiled(TiledMatmul::AUTO_HUGE));
+        assert_eq!(auto_tiles(8192, 8192, 1), tiled(TiledMatmul::AUTO_LARGE));
+        assert_eq!(auto_tiles(4096, 4096, 1), tiled(TiledMatmul::AUTO_LARGE));
+        assert_eq!(auto_tiles(2048, 2048, 4), tiled(TiledMatmul::AUTO_LARGE));
         assert_eq!(auto_tiles(2048, 2048, 1), tiled(TiledMatmul::AUTO_LARGE));
         assert_eq!(auto_tiles(4000, 1000, 1), tiled(TiledMatmul::AUTO_LARGE));
         assert_eq!(auto_tiles(1024, 1024, 1), tiled(TiledMatmul::AUTO_MEDIUM));
         assert_eq!(auto_tiles(512, 512, 1), MatmulKernel::Small);
-        assert_eq!(auto_tiles(u64::MAX, u64::MAX, u64::MAX), tiled(TiledMatmul::AUTO_HUGE));
+        assert_eq!(auto_tiles(u64::MAX, u64::MAX, u64::MAX), tiled(TiledMatmul::AUTO_LARGE));
         let sk = |s| tiled(TiledMatmul::AUTO_LARGE.with_split_k(s).unwrap());
-        assert_eq!(auto_split_k(4096, 4096, 4096, 1), tiled(TiledMatmul::AUTO_HUGE));
+        assert_eq!(auto_split_k(4096, 4096, 4096, 1), tiled(TiledMatmul::AUTO_LARGE));
         assert_eq!(auto_split_k(2048, 2048, 2048, 1), sk(2));
         assert_eq!(auto_split_k(1024, 1024, 1024, 1), sk(4));
         assert_eq!(auto_split_k(1024, 300, 1024, 1), sk(2));

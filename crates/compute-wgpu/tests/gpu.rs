@@ -292,7 +292,7 @@ fn every_matmul_tiling_matches_the_reference() {
     let all_transposes = [(false, false), (true, false), (false, true), (true, true)];
     let mut tilings: Vec<(MatmulTiles, &[(bool, bool)])> = vec![(MatmulTiles::Auto, &all_transposes)];
     tilings.push((MatmulTiles::Small, &all_transposes));
-    for t in [TiledMatmul::AUTO_HUGE, TiledMatmul::AUTO_LARGE, TiledMatmul::AUTO_MEDIUM] {
+    for t in [TiledMatmul::AUTO_LARGE, TiledMatmul::AUTO_MEDIUM] {
         tilings.push((MatmulTiles::Tiled(t), &all_transposes));
     }
     let few = ["tiled-128x128-16-split", "tiled-128x64-8-split", "tiled-128x128-8-grouped-w84"];
