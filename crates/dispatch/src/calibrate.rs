@@ -32,7 +32,7 @@ use crate::profile::{ClassCurve, EngineProfile, FORMAT, Link, Point, Profile, wo
 use crate::timing::{Call, median_round_robin};
 
 /// Times each class's ladder is measured; each point keeps its fastest median.
-pub const PASSES: usize = 3;
+pub const PASSES: usize = 2;
 
 /// How long calibration may take.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -300,7 +300,7 @@ fn median_time(mut f: impl FnMut() -> Result<()>, budget: Duration, min_reps: us
 /// jump (on the 16-core GPU machine, gelu at 2¹⁴ was predicted 5.6 µs from
 /// samples at 2¹³ and 2¹⁶, and took 15 µs).
 fn ladder(class: OpClass) -> Vec<Op> {
-    let lens: Vec<usize> = [6u32].into_iter().chain(10..=20).chain([22, 24]).map(|p| 1usize << p).collect();
+    let lens: Vec<usize> = [6u32].into_iter().chain(10..=20).chain([22]).map(|p| 1usize << p).collect();
     match class {
         OpClass::Elementwise => lens.iter().map(|&n| Op::binary(BinaryOp::Add, n)).collect(),
         OpClass::Transcendental => lens.iter().map(|&n| Op::unary(UnaryOp::Gelu(GeluForm::Tanh), n)).collect(),
