@@ -32,7 +32,7 @@ use crate::profile::{ClassCurve, EngineProfile, FORMAT, Link, Point, Profile, wo
 use crate::timing::{Call, median_round_robin};
 
 /// Times each class's ladder is measured; each point keeps its fastest median.
-pub const PASSES: usize = 2;
+pub const PASSES: usize = 3;
 
 /// How long calibration may take.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -44,8 +44,8 @@ pub struct Options {
     pub min_reps: usize,
     /// A ladder stops before a size whose single call would exceed this.
     pub max_call: Duration,
-    /// Time per engine (the total is this times the number of engines); the
-    /// remaining ladders are cut short past it.
+    /// Time per engine (the total is this times the number of engines, shared
+    /// equally by the op classes); a class's ladders are cut short past its share.
     pub max_per_engine: Duration,
 }
 
@@ -155,10 +155,12 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
             if engine.is_gpu() { Some(measure_link(b.as_ref(), &tiny, launch_s, &mut rng, opts)?) } else { None };
         out.push(EngineProfile { engine: *engine, device: b.device_name(), launch_s, link, classes: Vec::new() });
     }
-    let started = Instant::now();
-    let budget = opts.max_per_engine.saturating_mul(engines.len().max(1) as u32);
+    // Each op class gets an equal share of the time, so that slow early classes
+    // (large element-wise sizes on a software GPU) cannot starve matmul and conv.
+    let budget = opts.max_per_engine.saturating_mul(engines.len().max(1) as u32) / OpClass::ALL.len() as u32;
     let per_pass = Options { budget_per_point: opts.budget_per_point / PASSES as u32, ..*opts };
     for class in OpClass::ALL {
+        let started = Instant::now();
         // Per ladder size: its op, its work, and each engine's seconds (`None`: not timed).
         let mut rows: Vec<(Op, f64, Vec<Option<f64>>)> = Vec::new();
         let mut active: Vec<bool> = vec![true; engines.len()];
@@ -300,7 +302,7 @@ fn median_time(mut f: impl FnMut() -> Result<()>, budget: Duration, min_reps: us
 /// jump (on the 16-core GPU machine, gelu at 2¹⁴ was predicted 5.6 µs from
 /// samples at 2¹³ and 2¹⁶, and took 15 µs).
 fn ladder(class: OpClass) -> Vec<Op> {
-    let lens: Vec<usize> = [6u32].into_iter().chain(10..=20).chain([22]).map(|p| 1usize << p).collect();
+    let lens: Vec<usize> = [6u32].into_iter().chain(10..=20).chain([22, 24]).map(|p| 1usize << p).collect();
     match class {
         OpClass::Elementwise => lens.iter().map(|&n| Op::binary(BinaryOp::Add, n)).collect(),
         OpClass::Transcendental => lens.iter().map(|&n| Op::unary(UnaryOp::Gelu(GeluForm::Tanh), n)).collect(),
