@@ -223,19 +223,13 @@ fn sgemm_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), Strin
         }
         // Auto tiles, the `reps` matmuls of a sample in one submission (no gaps between
         // submissions: what cuBLAS's launches on one stream have).
-        let mut failure = None;
-        let t = time(
-            || {
-                if let Err(e) = one_submission(&b.gpu, &op, [&ta, &tb], &tc, reps) {
-                    failure = Some(e);
-                }
-            },
+        let (t, _) = pair_with_cublas(
+            &|| one_submission(&b.gpu, &op, [&ta, &tb], &tc, reps),
+            #[cfg(feature = "cuda")]
+            None,
+            reps,
             b.budget,
-            3,
-        ) / reps as f64;
-        if let Some(e) = failure {
-            return Err(err(e));
-        }
+        )?;
         let mut r = b.record("sgemm, one submission", format!("{n}x{n}x{n}"), "resident", t);
         r.gflops = Some(flops / t / 1e9);
         r.note = Some(format!("auto tiles, checks off, {reps} matmuls recorded into one submission per sample"));
