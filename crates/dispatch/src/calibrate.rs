@@ -8,10 +8,14 @@
 //! of them alike; each class's ladder is measured [`PASSES`] times (a whole
 //! pass up the ladder apart) and each point keeps the fastest median, so that a phase of a few tens of
 //! milliseconds in which the machine was busy elsewhere does not become an
-//! engine's speed. A ladder stops early when the next size would take longer than
-//! [`Options::max_call`] (the two smallest sizes are always measured); the
-//! model extrapolates linearly past the last sample.
-//! Default options take about two seconds per CPU engine and less per GPU.
+//! engine's speed. Only the engines in the running at a size ([`contenders`]:
+//! within [`RUNNING_WITHIN`] of the fastest) are timed again there. A ladder
+//! stops early for an engine when its next size would take longer than
+//! [`Options::max_call`], or once it is [`DROP_BEYOND`] times slower than the
+//! fastest (the two smallest sizes are always measured); the model
+//! extrapolates linearly past the last sample. Default options took 4.5 s for
+//! three engines on the 2-core development machine (two CPU engines and
+//! lavapipe); see `docs/benchmarks.md`.
 //!
 //! The profile is saved as JSON in `$COMPUTE_PROFILE` if set, else
 //! `$XDG_CACHE_HOME/compute/profile-<hash>.json`, else
@@ -50,12 +54,12 @@ pub struct Options {
 }
 
 impl Default for Options {
-    /// 25 ms per size, ≥ 3 rounds, calls up to 80 ms, 2.5 s per engine.
+    /// 25 ms per size, ≥ 3 rounds, calls up to 20 ms, 2.5 s per engine.
     fn default() -> Self {
         Options {
             budget_per_point: Duration::from_millis(25),
             min_reps: 3,
-            max_call: Duration::from_millis(80),
+            max_call: Duration::from_millis(20),
             max_per_engine: Duration::from_millis(2500),
         }
     }
@@ -145,14 +149,14 @@ pub fn run_and_save() -> Result<(Profile, PathBuf)> {
 /// [`profile_key`]. An op class an engine does not support gets no curve (the
 /// model then never picks that engine for it); any other failure is returned.
 pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Result<Profile> {
-    let mut rng = Rng::new(0x5eed_0001);
+    let mut pool = RandomPool::new(0x5eed_0001);
     let tiny = Op::unary(UnaryOp::Relu, 64);
-    let launches = time_all(engines, &tiny, &mut rng, opts)?;
+    let launches = time_all(engines, &tiny, &mut pool, opts)?;
     let mut out = Vec::with_capacity(engines.len());
     for ((engine, b), launch) in engines.iter().zip(&launches) {
         let launch_s = launch.ok_or_else(|| ComputeError::Unsupported { op: tiny.name(), backend: engine.kind() })?;
         let link =
-            if engine.is_gpu() { Some(measure_link(b.as_ref(), &tiny, launch_s, &mut rng, opts)?) } else { None };
+            if engine.is_gpu() { Some(measure_link(b.as_ref(), &tiny, launch_s, &mut pool, opts)?) } else { None };
         out.push(EngineProfile { engine: *engine, device: b.device_name(), launch_s, link, classes: Vec::new() });
     }
     // Each op class gets an equal share of the time, so that slow early classes
@@ -163,40 +167,72 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
         let started = Instant::now();
         // Per ladder size: its op, its work, and each engine's seconds (`None`: not timed).
         let mut rows: Vec<(Op, f64, Vec<Option<f64>>)> = Vec::new();
+        // Rows whose first pass alone took SPREAD or longer.
+        let mut spread: Vec<usize> = Vec::new();
         let mut active: Vec<bool> = vec![true; engines.len()];
-        // Pass 1: up the ladder, each engine stopping before a size predicted (linearly
-        // from its last one) to be too slow; the two smallest sizes are always
-        // measured (a curve needs two samples).
+        // Consecutive sizes at which each engine was DROP_BEYOND× slower than the fastest.
+        let mut behind: Vec<usize> = vec![0; engines.len()];
+        // Pass 1: up the ladder. An engine stops before a size predicted (linearly
+        // from its last one) to be too slow, or once it is DROP_BEYOND× slower than
+        // the fastest at two sizes in a row with its time growing with the work (past
+        // its fixed cost, so it cannot catch up further on; the model extrapolates
+        // it linearly); the two smallest sizes are always measured (a curve needs
+        // two samples).
         for op in ladder(class) {
             let w = work(class, &op.cost());
             for (i, (a, (_, b))) in active.iter_mut().zip(engines).enumerate() {
                 let mut timed = rows.iter().filter_map(|r| r.2.get(i).copied().flatten().map(|s| (r.1, s)));
                 let count = timed.clone().count();
+                let last = timed.next_back();
                 let too_slow = count >= 2
-                    && timed.next_back().is_some_and(|(last_w, last_s)| {
+                    && last.is_some_and(|(last_w, last_s)| {
                         last_s * w / last_w > opts.max_call.as_secs_f64() || started.elapsed() > budget
                     });
-                *a = *a && b.supports(&op) && !too_slow;
+                let out_of_running = count >= 2
+                    && behind.get(i).is_some_and(|&n| n >= 2)
+                    && (timed.next_back().zip(last)).is_some_and(|((w0, s0), (w1, s1))| s1 / s0 >= (w1 / w0).sqrt());
+                *a = *a && b.supports(&op) && !too_slow && !out_of_running;
             }
             if !active.iter().any(|&a| a) {
                 break;
             }
-            let seconds = time_subset(engines, &active, &op, &mut rng, &per_pass)?;
+            let row_started = Instant::now();
+            let seconds = time_subset(engines, &active, &op, &mut pool, &per_pass)?;
+            if row_started.elapsed() >= SPREAD {
+                spread.push(rows.len());
+            }
             for (a, s) in active.iter_mut().zip(&seconds) {
                 *a = *a && s.is_some();
             }
+            let running = contenders(&seconds, &round_trips(&out, &op), DROP_BEYOND);
+            for ((n, &r), s) in behind.iter_mut().zip(&running).zip(&seconds) {
+                *n = if r || s.is_none() { 0 } else { *n + 1 };
+            }
             rows.push((op, w, seconds));
         }
-        // Passes 2.., each a whole ladder later: the same sizes on the same engines,
-        // and each point keeps its fastest median. On a shared machine an engine has
-        // phases in which it runs up to 2× slower (measured on a 2-core VM: the
-        // two-thread engine at one-thread speed for tens of milliseconds, at one
-        // size in one calibration and another in the next); one median can land in
-        // such a phase, PASSES medians a ladder apart rarely all do.
+        // Passes 2.., each a whole ladder later: the same sizes on the engines that
+        // are in the running there or at a neighbouring size (the others' times do
+        // not change a decision), and each point keeps its fastest median. Sizes
+        // whose first pass took SPREAD or more are not timed again: their rounds
+        // were already spread over that time. On a shared machine an engine has
+        // phases in which it runs up to 2× slower
+        // (measured on a 2-core VM: the two-thread engine at one-thread speed for
+        // tens of milliseconds, at one size in one calibration and another in the
+        // next); one median can land in such a phase, PASSES medians a ladder
+        // apart rarely all do.
+        let running: Vec<Vec<bool>> =
+            rows.iter().map(|(op, _, s)| contenders(s, &round_trips(&out, op), RUNNING_WITHIN)).collect();
         for _ in 1..PASSES {
-            for (op, _, seconds) in &mut rows {
-                let timed: Vec<bool> = seconds.iter().map(Option::is_some).collect();
-                let again = time_subset(engines, &timed, op, &mut rng, &per_pass)?;
+            for (r, (op, _, seconds)) in rows.iter_mut().enumerate() {
+                let near = |i: usize| {
+                    (r.saturating_sub(1)..=r + 1)
+                        .any(|k| running.get(k).and_then(|c| c.get(i)).copied().unwrap_or(false))
+                };
+                let again: Vec<bool> = seconds.iter().enumerate().map(|(i, s)| s.is_some() && near(i)).collect();
+                if again.iter().filter(|&&a| a).count() < 2 || spread.contains(&r) {
+                    continue;
+                }
+                let again = time_subset(engines, &again, op, &mut pool, &per_pass)?;
                 for (s, a) in seconds.iter_mut().zip(again) {
                     if let (Some(s), Some(a)) = (s.as_mut(), a) {
                         *s = s.min(a);
@@ -218,9 +254,45 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
     Ok(Profile { format: FORMAT, key: profile_key(engines), calibrated: true, created_unix_s, engines: out })
 }
 
+/// A ladder size whose first pass took this long is not timed again (see
+/// [`PASSES`]).
+pub const SPREAD: Duration = Duration::from_millis(100);
+
+/// An engine whose time is within this factor of the fastest one's is in the
+/// running (see [`contenders`]).
+pub const RUNNING_WITHIN: f64 = 3.0;
+
+/// Calibration stops timing an engine up a ladder once it is this many times
+/// slower than the fastest (resident and host data alike) at two sizes in a row.
+/// Larger than [`RUNNING_WITHIN`]: on the 2-core machine the two-thread engine
+/// measured 3.5× the one-thread one's time at 2¹⁶ elements (waking the second
+/// thread) and was the faster from 2¹⁹ on.
+pub const DROP_BEYOND: f64 = 8.0;
+
+/// Which engines are in the running at one size: those whose `seconds` are
+/// `within` that factor of the fastest, either on resident data or with
+/// each engine's `round_trip` (host data) added. The others cannot be the
+/// model's choice there unless their times are off by that factor.
+fn contenders(seconds: &[Option<f64>], round_trip: &[f64], within: f64) -> Vec<bool> {
+    let host = |i: usize, s: f64| s + round_trip.get(i).copied().unwrap_or(0.0);
+    let best = seconds.iter().flatten().copied().fold(f64::INFINITY, f64::min);
+    let best_host = seconds.iter().enumerate().filter_map(|(i, s)| s.map(|s| host(i, s))).fold(f64::INFINITY, f64::min);
+    seconds
+        .iter()
+        .enumerate()
+        .map(|(i, s)| s.is_some_and(|s| s <= within * best || host(i, s) <= within * best_host))
+        .collect()
+}
+
+/// Each engine's host round trip for `op` from its measured link (0 for CPU engines).
+fn round_trips(engines: &[EngineProfile], op: &Op) -> Vec<f64> {
+    let cost = op.cost();
+    engines.iter().map(|e| e.link.map_or(0.0, |l| l.round_trip_s(cost.bytes_read, cost.bytes_written))).collect()
+}
+
 /// One timed call of `op` on an engine: host slices on the CPU; on a GPU,
 /// inputs uploaded once, then `run_tensors` + `synchronize` per call.
-fn prepare<'a>(engine: Engine, b: &'a dyn Backend, op: &'a Op, ins: &'a [Vec<f32>]) -> Result<Call<'a>> {
+fn prepare<'a>(engine: Engine, b: &'a dyn Backend, op: &'a Op, ins: &'a [&'a [f32]]) -> Result<Call<'a>> {
     let out_len = op.layout()?.output;
     if engine.is_gpu() {
         let tensors = ins.iter().map(|v| b.upload(v)).collect::<Result<Vec<Tensor>>>()?;
@@ -232,10 +304,7 @@ fn prepare<'a>(engine: Engine, b: &'a dyn Backend, op: &'a Op, ins: &'a [Vec<f32
         }))
     } else {
         let mut out = vec![0.0f32; out_len];
-        Ok(Box::new(move || {
-            let refs: Vec<&[f32]> = ins.iter().map(|v| v.as_slice()).collect();
-            b.run(op, &refs, &mut out)
-        }))
+        Ok(Box::new(move || b.run(op, ins, &mut out)))
     }
 }
 
@@ -246,10 +315,10 @@ fn prepare<'a>(engine: Engine, b: &'a dyn Backend, op: &'a Op, ins: &'a [Vec<f32
 fn time_all(
     engines: &[(Engine, Arc<dyn Backend>)],
     op: &Op,
-    rng: &mut Rng,
+    data: &mut RandomPool,
     opts: &Options,
 ) -> Result<Vec<Option<f64>>> {
-    let ins = inputs(op, rng)?;
+    let ins = data.inputs(op)?;
     let mut calls: Vec<Option<Call<'_>>> = Vec::with_capacity(engines.len());
     for (engine, b) in engines {
         // Warm-up call, which also tells whether the engine takes the op at all.
@@ -273,12 +342,12 @@ fn time_subset(
     engines: &[(Engine, Arc<dyn Backend>)],
     active: &[bool],
     op: &Op,
-    rng: &mut Rng,
+    data: &mut RandomPool,
     opts: &Options,
 ) -> Result<Vec<Option<f64>>> {
     let subset: Vec<(Engine, Arc<dyn Backend>)> =
         engines.iter().zip(active).filter(|(_, a)| **a).map(|(e, _)| e.clone()).collect();
-    let mut times = time_all(&subset, op, rng, opts)?.into_iter();
+    let mut times = time_all(&subset, op, data, opts)?.into_iter();
     Ok(active.iter().map(|&a| if a { times.next().flatten() } else { None }).collect())
 }
 
@@ -330,9 +399,44 @@ fn ladder(class: OpClass) -> Vec<Op> {
     }
 }
 
-/// Random inputs of `op` (never all zeros).
-fn inputs(op: &Op, rng: &mut Rng) -> Result<Vec<Vec<f32>>> {
-    Ok(op.layout()?.inputs().iter().map(|&n| rng.vec(n, -1.0, 1.0)).collect())
+/// Random values in [−1, 1) (never all zeros) from which every calibration
+/// call takes its inputs: drawn once and grown as larger calls need, instead
+/// of drawing tens of millions of values again for each size and pass.
+struct RandomPool {
+    rng: Rng,
+    values: Vec<f32>,
+}
+
+impl RandomPool {
+    fn new(seed: u64) -> RandomPool {
+        RandomPool { rng: Rng::new(seed), values: Vec::new() }
+    }
+
+    /// `len` values.
+    fn slice(&mut self, len: usize) -> &[f32] {
+        self.inputs_of(&[len]).pop().unwrap_or(&[])
+    }
+
+    /// The inputs of `op`: consecutive, disjoint slices of the pool.
+    fn inputs(&mut self, op: &Op) -> Result<Vec<&[f32]>> {
+        Ok(self.inputs_of(op.layout()?.inputs()))
+    }
+
+    fn inputs_of(&mut self, lens: &[usize]) -> Vec<&[f32]> {
+        let total: usize = lens.iter().sum();
+        if self.values.len() < total {
+            let more = self.rng.vec(total - self.values.len(), -1.0, 1.0);
+            self.values.extend(more);
+        }
+        let mut rest = self.values.as_slice();
+        lens.iter()
+            .map(|&n| {
+                let (head, tail) = rest.split_at(n.min(rest.len()));
+                rest = tail;
+                head
+            })
+            .collect()
+    }
 }
 
 /// Host ↔ device costs: the extra fixed time of a host call over a resident
@@ -340,18 +444,17 @@ fn inputs(op: &Op, rng: &mut Rng) -> Result<Vec<Vec<f32>>> {
 /// minus a tiny one, and a 16 MiB copy minus a 1 MiB one. The calls whose
 /// engine is a close call move about 1 MiB (conv 16×128², matmul 512³), the
 /// large ones tens of MiB, and drivers copy the two differently.
-fn measure_link(b: &dyn Backend, tiny: &Op, launch_s: f64, rng: &mut Rng, opts: &Options) -> Result<Link> {
-    let x = inputs(tiny, rng)?;
-    let refs: Vec<&[f32]> = x.iter().map(|v| v.as_slice()).collect();
+fn measure_link(b: &dyn Backend, tiny: &Op, launch_s: f64, data: &mut RandomPool, opts: &Options) -> Result<Link> {
+    let refs = data.inputs(tiny)?;
     let mut out = vec![0.0f32; 64];
     let host_call = median_time(|| b.run(tiny, &refs, &mut out), opts.budget_per_point, opts.min_reps)?;
     let lens = [64usize, 1 << 18, 1 << 22];
     let mut up = [0.0f64; 3];
     let mut down = [0.0f64; 3];
     for ((&len, u), d) in lens.iter().zip(&mut up).zip(&mut down) {
-        let data = rng.vec(len, -1.0, 1.0);
-        *u = median_time(|| b.upload(&data).map(drop), opts.budget_per_point, opts.min_reps)?;
-        let t = b.upload(&data)?;
+        let values = data.slice(len);
+        *u = median_time(|| b.upload(values).map(drop), opts.budget_per_point, opts.min_reps)?;
+        let t = b.upload(values)?;
         let mut back = vec![0.0f32; len];
         *d = median_time(|| b.download(&t, &mut back), opts.budget_per_point, opts.min_reps)?;
     }
@@ -385,6 +488,31 @@ mod tests {
                 prev = w;
             }
         }
+    }
+
+    #[test]
+    fn contenders_count_the_host_round_trip() {
+        // A GPU 10× faster on resident data but with a 5 ms round trip, a CPU
+        // engine at 1 ms and another at 2.5 ms: on host data the GPU takes 5.1 ms
+        // and both CPUs are within 3× of the best (1 ms).
+        let s = [Some(0.1e-3), Some(1e-3), Some(2.5e-3), None];
+        let trip = [5e-3, 0.0, 0.0, 0.0];
+        assert_eq!(contenders(&s, &trip, 3.0), vec![true, true, true, false]);
+        // Without the round trip only the GPU is within 3×; the CPUs are 10× and
+        // 25× behind.
+        assert_eq!(contenders(&s, &[0.0; 4], 3.0), vec![true, false, false, false]);
+        assert_eq!(contenders(&s, &[0.0; 4], 20.0), vec![true, true, false, false]);
+    }
+
+    #[test]
+    fn the_random_pool_hands_out_disjoint_nonzero_inputs() {
+        let mut pool = RandomPool::new(7);
+        let op = Op::binary(BinaryOp::Add, 1000);
+        let ins = pool.inputs(&op).expect("valid op");
+        assert_eq!(ins.len(), 2);
+        assert!(ins.iter().all(|v| v.len() == 1000 && v.iter().any(|&x| x != 0.0)));
+        assert_ne!(ins[0], ins[1]);
+        assert_eq!(pool.slice(3000).len(), 3000, "grows on demand");
     }
 
     #[test]
