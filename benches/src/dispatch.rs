@@ -298,15 +298,20 @@ fn regret_rows(compute: &Compute, device: &str, g: &Grid) -> Result<Vec<Record>,
         }
     }
     // Pass 2, the whole grid later: the engines within RETIME_WITHIN of each cell's
-    // fastest are timed again, and each keeps the faster of its two medians. A
+    // fastest, and those a policy chooses there (whose time is that policy's
+    // regret), are timed again, and each keeps the faster of its two medians. A
     // shared machine has phases of tens of milliseconds in which one engine runs
     // up to 2× slower (on the 2-core VM: a two-thread engine that lost a core); a
     // median taken in one is not that engine's speed, and two medians a whole
     // grid apart rarely both fall in one. Calibration measures the same way.
     let mut cells: Vec<Cell> = Vec::new();
     for mut c in pending {
+        let placement = if c.resident { Placement::Resident } else { Placement::Host };
+        let choices = [0, 1, 2].map(|i| pols[i].1.choose(&c.op, placement));
         let best = c.times.iter().filter(|t| t.2).map(|t| t.1).fold(f64::INFINITY, f64::min);
-        let again: Vec<Engine> = c.times.iter().filter(|t| t.2 && t.1 <= RETIME_WITHIN * best).map(|t| t.0).collect();
+        let chosen = |e: Engine| choices.contains(&e);
+        let again: Vec<Engine> =
+            c.times.iter().filter(|t| t.2 && (t.1 <= RETIME_WITHIN * best || chosen(t.0))).map(|t| t.0).collect();
         let twin = c.twin.is_some() && again.contains(&Engine::Simd);
         let mut medians = time_engines(&backends, &again, twin, &c.op, c.resident, g.budget, c.min_rounds)?;
         if let (true, Some((first, first_twin))) = (twin, c.twin) {
@@ -320,8 +325,6 @@ fn regret_rows(compute: &Compute, device: &str, g: &Grid) -> Result<Vec<Record>,
             }
         }
         let noise = c.twin.map(|(a, b)| a.max(b) / a.min(b));
-        let placement = if c.resident { Placement::Resident } else { Placement::Host };
-        let choices = [0, 1, 2].map(|i| pols[i].1.choose(&c.op, placement));
         let model = compute.model();
         let predicted = c.times.iter().filter_map(|t| model.predict(t.0, &c.op, placement).map(|p| (t.0, p))).collect();
         cells.push(Cell {

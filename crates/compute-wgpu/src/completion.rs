@@ -18,11 +18,13 @@ use std::task::{Context as TaskContext, Poll, Waker};
 #[derive(Debug)]
 pub(crate) struct Signal<T> {
     state: Mutex<(Option<T>, Option<Waker>)>,
+    /// Notified on [`Signal::set`], for threads that block ([`Signal::wait_for`]).
+    filled: Condvar,
 }
 
 impl<T> Signal<T> {
     pub(crate) fn new() -> Arc<Self> {
-        Arc::new(Signal { state: Mutex::new((None, None)) })
+        Arc::new(Signal { state: Mutex::new((None, None)), filled: Condvar::new() })
     }
 
     /// Fills the slot and wakes the waiting future.
@@ -34,6 +36,7 @@ impl<T> Signal<T> {
             }
             Err(_) => None,
         };
+        self.filled.notify_all();
         if let Some(w) = waker {
             w.wake();
         }
@@ -52,6 +55,14 @@ impl<T> Signal<T> {
     /// Takes the value if it is there.
     pub(crate) fn take(&self) -> Option<T> {
         self.state.lock().ok().and_then(|mut s| s.0.take())
+    }
+
+    /// Takes the value, waiting up to `timeout` for it to be set.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) fn wait_for(&self, timeout: std::time::Duration) -> Option<T> {
+        let guard = self.state.lock().ok()?;
+        let (mut guard, _) = self.filled.wait_timeout_while(guard, timeout, |s| s.0.is_none()).ok()?;
+        guard.0.take()
     }
 }
 

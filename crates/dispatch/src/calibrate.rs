@@ -174,10 +174,11 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
         let mut behind: Vec<usize> = vec![0; engines.len()];
         // Pass 1: up the ladder. An engine stops before a size predicted (linearly
         // from its last one) to be too slow, or once it is DROP_BEYOND× slower than
-        // the fastest at two sizes in a row with its time growing with the work (past
-        // its fixed cost, so it cannot catch up further on; the model extrapolates
-        // it linearly); the two smallest sizes are always measured (a curve needs
-        // two samples).
+        // the fastest at two sizes in a row, past its fixed cost (its time is
+        // FIXED_SHARE× its time at the class's smallest size, and grows with the
+        // work), so it cannot catch up
+        // further on; the model extrapolates it linearly. The two smallest sizes
+        // are always measured (a curve needs two samples).
         for op in ladder(class) {
             let w = work(class, &op.cost());
             for (i, (a, (_, b))) in active.iter_mut().zip(engines).enumerate() {
@@ -188,9 +189,11 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
                     && last.is_some_and(|(last_w, last_s)| {
                         last_s * w / last_w > opts.max_call.as_secs_f64() || started.elapsed() > budget
                     });
+                let fixed = timed.clone().next().map_or(0.0, |(_, s)| s);
                 let out_of_running = count >= 2
                     && behind.get(i).is_some_and(|&n| n >= 2)
-                    && (timed.next_back().zip(last)).is_some_and(|((w0, s0), (w1, s1))| s1 / s0 >= (w1 / w0).sqrt());
+                    && (timed.next_back().zip(last))
+                        .is_some_and(|((w0, s0), (w1, s1))| s1 >= FIXED_SHARE * fixed && s1 / s0 >= (w1 / w0).sqrt());
                 *a = *a && b.supports(&op) && !too_slow && !out_of_running;
             }
             if !active.iter().any(|&a| a) {
@@ -268,6 +271,16 @@ pub const RUNNING_WITHIN: f64 = 3.0;
 /// measured 3.5× the one-thread one's time at 2¹⁶ elements (waking the second
 /// thread) and was the faster from 2¹⁹ on.
 pub const DROP_BEYOND: f64 = 8.0;
+
+/// An engine is only dropped from a ladder (see [`DROP_BEYOND`]) at a size
+/// whose time is at least this many times its time at the class's smallest
+/// size (its fixed cost for that class). A GPU's time on small calls is mostly
+/// fixed cost and grows in steps: on the H200 machine CUDA's dot went from 9
+/// to 15 µs between 2¹² and 2¹⁴ elements, 8× the CPU's, then stayed under
+/// 20 µs up to 2²², and wgpu's matmul took 60–110 µs from 16³ to 512³ (its
+/// launch on a tiny relu is less); dropped there and extrapolated linearly,
+/// they were predicted 3 ms at 2²² and 600 s at 4096³.
+pub const FIXED_SHARE: f64 = 4.0;
 
 /// Which engines are in the running at one size: those whose `seconds` are
 /// `within` that factor of the fastest, either on resident data or with
