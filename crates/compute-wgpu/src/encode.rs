@@ -350,20 +350,25 @@ impl Readback {
     /// returns: measured on the H200 (4 threads downloading, 1 call in 40),
     /// the submission was done before the callback had run. So this polls
     /// again and waits for the callback, up to [`MAP_CALLBACK_WAIT`].
-    #[cfg(not(target_arch = "wasm32"))]
     fn mapped(&self) -> Result<std::result::Result<(), wgpu::BufferAsyncError>> {
-        let deadline = std::time::Instant::now() + MAP_CALLBACK_WAIT;
-        loop {
-            if let Some(m) = self.signal.take() {
-                return Ok(m);
-            }
-            if std::time::Instant::now() >= deadline {
-                return Err(errors::driver(self.op, "the device finished but the staging buffer was not mapped"));
-            }
-            // Fires callbacks that are ready, on this thread; never blocks.
-            let _ = self.ctx.device.poll(wgpu::PollType::Poll);
-            if let Some(m) = self.signal.wait_for(std::time::Duration::from_millis(1)) {
-                return Ok(m);
+        let not_mapped = || errors::driver(self.op, "the device finished but the staging buffer was not mapped");
+        #[cfg(target_arch = "wasm32")]
+        return self.signal.take().ok_or_else(not_mapped);
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let deadline = std::time::Instant::now() + MAP_CALLBACK_WAIT;
+            loop {
+                if let Some(m) = self.signal.take() {
+                    return Ok(m);
+                }
+                if std::time::Instant::now() >= deadline {
+                    return Err(not_mapped());
+                }
+                // Fires callbacks that are ready, on this thread; never blocks.
+                let _ = self.ctx.device.poll(wgpu::PollType::Poll);
+                if let Some(m) = self.signal.wait_for(std::time::Duration::from_millis(1)) {
+                    return Ok(m);
+                }
             }
         }
     }

@@ -167,8 +167,6 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
         let started = Instant::now();
         // Per ladder size: its op, its work, and each engine's seconds (`None`: not timed).
         let mut rows: Vec<(Op, f64, Vec<Option<f64>>)> = Vec::new();
-        // Rows whose first pass alone took SPREAD or longer.
-        let mut spread: Vec<usize> = Vec::new();
         let mut active: Vec<bool> = vec![true; engines.len()];
         // Consecutive sizes at which each engine was DROP_BEYOND× slower than the fastest.
         let mut behind: Vec<usize> = vec![0; engines.len()];
@@ -199,11 +197,7 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
             if !active.iter().any(|&a| a) {
                 break;
             }
-            let row_started = Instant::now();
             let seconds = time_subset(engines, &active, &op, &mut pool, &per_pass)?;
-            if row_started.elapsed() >= SPREAD {
-                spread.push(rows.len());
-            }
             for (a, s) in active.iter_mut().zip(&seconds) {
                 *a = *a && s.is_some();
             }
@@ -215,9 +209,10 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
         }
         // Passes 2.., each a whole ladder later: the same sizes on the engines that
         // are in the running there or at a neighbouring size (the others' times do
-        // not change a decision), and each point keeps its fastest median. Sizes
-        // whose first pass took SPREAD or more are not timed again: their rounds
-        // were already spread over that time. On a shared machine an engine has
+        // not change a decision), and each point keeps its fastest median. Sizes at
+        // which every such engine's call takes SLOW_CALL or more are not timed
+        // again: their rounds already spread over tens of milliseconds. On a
+        // shared machine an engine has
         // phases in which it runs up to 2× slower
         // (measured on a 2-core VM: the two-thread engine at one-thread speed for
         // tens of milliseconds, at one size in one calibration and another in the
@@ -232,7 +227,9 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
                         .any(|k| running.get(k).and_then(|c| c.get(i)).copied().unwrap_or(false))
                 };
                 let again: Vec<bool> = seconds.iter().enumerate().map(|(i, s)| s.is_some() && near(i)).collect();
-                if again.iter().filter(|&&a| a).count() < 2 || spread.contains(&r) {
+                let fastest_again =
+                    seconds.iter().zip(&again).filter_map(|(s, &a)| s.filter(|_| a)).fold(f64::INFINITY, f64::min);
+                if again.iter().filter(|&&a| a).count() < 2 || fastest_again >= SLOW_CALL.as_secs_f64() {
                     continue;
                 }
                 let again = time_subset(engines, &again, op, &mut pool, &per_pass)?;
@@ -257,9 +254,12 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
     Ok(Profile { format: FORMAT, key: profile_key(engines), calibrated: true, created_unix_s, engines: out })
 }
 
-/// A ladder size whose first pass took this long is not timed again (see
-/// [`PASSES`]).
-pub const SPREAD: Duration = Duration::from_millis(100);
+/// A ladder size at which every engine still in the running takes this long
+/// per call is not timed again (see [`PASSES`]). (Deciding by how long the
+/// size's first pass took instead let one slow engine — lavapipe's 40 ms conv
+/// at 64² — spare the CPU engines their second and third passes, and one slow
+/// median of the two-thread engine then stood.)
+pub const SLOW_CALL: Duration = Duration::from_millis(5);
 
 /// An engine whose time is within this factor of the fastest one's is in the
 /// running (see [`contenders`]).
