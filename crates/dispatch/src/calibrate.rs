@@ -12,10 +12,11 @@
 //! within [`RUNNING_WITHIN`] of the fastest) are timed again there. A ladder
 //! stops early for an engine when its next size would take longer than
 //! [`Options::max_call`], or once it is [`DROP_BEYOND`] times slower than the
-//! fastest (the two smallest sizes are always measured); the model
-//! extrapolates linearly past the last sample. Default options took 4.5 s for
-//! three engines on the 2-core development machine (two CPU engines and
-//! lavapipe); see `docs/benchmarks.md`.
+//! fastest past its fixed cost ([`FIXED_SHARE`]; the two smallest sizes are
+//! always measured); the model extrapolates linearly past the last sample.
+//! Default options took 4.1–4.7 s for three engines on the 2-core development
+//! machine (two CPU engines and lavapipe) and 4.6–7.0 s for four on the H200
+//! machine; see `docs/benchmarks.md`.
 //!
 //! The profile is saved as JSON in `$COMPUTE_PROFILE` if set, else
 //! `$XDG_CACHE_HOME/compute/profile-<hash>.json`, else
