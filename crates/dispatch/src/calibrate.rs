@@ -8,7 +8,7 @@
 //! of them alike; each class's ladder is measured [`PASSES`] times (a whole
 //! pass up the ladder apart) and each point keeps the fastest median, so that a phase of a few tens of
 //! milliseconds in which the machine was busy elsewhere does not become an
-//! engine's speed. Only the engines in the running at a size ([`contenders`]:
+//! engine's speed. Only the engines in the running at a size (`contenders`:
 //! within [`RUNNING_WITHIN`] of the fastest) are timed again there. A ladder
 //! stops early for an engine when its next size would take longer than
 //! [`Options::max_call`], or once it is [`DROP_BEYOND`] times slower than the
@@ -263,7 +263,7 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
 pub const SLOW_CALL: Duration = Duration::from_millis(5);
 
 /// An engine whose time is within this factor of the fastest one's is in the
-/// running (see [`contenders`]).
+/// running (see `contenders`).
 pub const RUNNING_WITHIN: f64 = 3.0;
 
 /// Calibration stops timing an engine up a ladder once it is this many times
