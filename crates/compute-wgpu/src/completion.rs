@@ -18,7 +18,7 @@ use std::task::{Context as TaskContext, Poll, Waker};
 #[derive(Debug)]
 pub(crate) struct Signal<T> {
     state: Mutex<(Option<T>, Option<Waker>)>,
-    /// Notified on [`Signal::set`], for threads that block ([`Signal::wait_for`]).
+    /// Notified on [`Signal::set`], for threads that block ([`Signal::take_finished`]).
     filled: Condvar,
 }
 
@@ -57,14 +57,43 @@ impl<T> Signal<T> {
         self.state.lock().ok().and_then(|mut s| s.0.take())
     }
 
-    /// Takes the value, waiting up to `timeout` for it to be set.
-    #[cfg(not(target_arch = "wasm32"))]
-    pub(crate) fn wait_for(&self, timeout: std::time::Duration) -> Option<T> {
-        let guard = self.state.lock().ok()?;
-        let (mut guard, _) = self.filled.wait_timeout_while(guard, timeout, |s| s.0.is_none()).ok()?;
-        guard.0.take()
+    /// The value of a callback whose work the device has finished (its
+    /// submission waited for). When several threads poll one device, the poll
+    /// that completed the work may be another thread's, which runs the callback
+    /// after its poll returns: on the H200 machine, 1 download in 40 with 4
+    /// threads found its submission done and its map callback not yet run. So
+    /// this polls again and waits for the callback, up to [`CALLBACK_WAIT`];
+    /// `None` past that. In the browser (no blocking) it only takes the value.
+    pub(crate) fn take_finished(&self, device: &wgpu::Device) -> Option<T> {
+        #[cfg(target_arch = "wasm32")]
+        {
+            let _ = device;
+            self.take()
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let deadline = std::time::Instant::now() + CALLBACK_WAIT;
+            loop {
+                let guard = self.state.lock().ok()?;
+                let slice = std::time::Duration::from_millis(1);
+                let (mut guard, _) = self.filled.wait_timeout_while(guard, slice, |s| s.0.is_none()).ok()?;
+                if let Some(v) = guard.0.take() {
+                    return Some(v);
+                }
+                drop(guard);
+                if std::time::Instant::now() >= deadline {
+                    return None;
+                }
+                // Runs the callbacks that are ready, on this thread; never blocks.
+                let _ = device.poll(wgpu::PollType::Poll);
+            }
+        }
     }
 }
+
+/// Longest [`Signal::take_finished`] waits for a callback.
+#[cfg(not(target_arch = "wasm32"))]
+const CALLBACK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Serialises opening a device with waiting on one, process-wide: opening takes
 /// it exclusively, each bounded wait shares it.

@@ -19,11 +19,6 @@ use crate::buffers::Use;
 use crate::completion::{Signal, Waiting};
 use crate::context::Context;
 use crate::errors;
-
-/// Longest a blocking download waits, after its submission has finished, for
-/// the staging buffer's map callback (see `Readback::mapped`).
-#[cfg(not(target_arch = "wasm32"))]
-const MAP_CALLBACK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 use crate::kernels::Compiled;
 use crate::plan::{PARAM_BYTES, Step};
 
@@ -118,7 +113,7 @@ impl Timer {
         crate::completion::wait_for(ctx, Some(index), op)?;
         ctx.check_alive()?;
         ctx.take_uncaptured(op)?;
-        match signal.take() {
+        match signal.take_finished(&ctx.device) {
             Some(Ok(())) => {}
             Some(Err(e)) => return Err(errors::driver(op, format!("mapping the timestamps: {e}"))),
             None => return Err(errors::driver(op, "the device finished but the timestamps were not mapped")),
@@ -344,35 +339,6 @@ impl Readback {
         result
     }
 
-    /// The staging buffer's map result, once the device has finished. When
-    /// several threads poll one device, the poll that completes this buffer's
-    /// mapping may be another thread's, which runs the callback after its poll
-    /// returns: measured on the H200 (4 threads downloading, 1 call in 40),
-    /// the submission was done before the callback had run. So this polls
-    /// again and waits for the callback, up to [`MAP_CALLBACK_WAIT`].
-    fn mapped(&self) -> Result<std::result::Result<(), wgpu::BufferAsyncError>> {
-        let not_mapped = || errors::driver(self.op, "the device finished but the staging buffer was not mapped");
-        #[cfg(target_arch = "wasm32")]
-        return self.signal.take().ok_or_else(not_mapped);
-        #[cfg(not(target_arch = "wasm32"))]
-        {
-            let deadline = std::time::Instant::now() + MAP_CALLBACK_WAIT;
-            loop {
-                if let Some(m) = self.signal.take() {
-                    return Ok(m);
-                }
-                if std::time::Instant::now() >= deadline {
-                    return Err(not_mapped());
-                }
-                // Fires callbacks that are ready, on this thread; never blocks.
-                let _ = self.ctx.device.poll(wgpu::PollType::Poll);
-                if let Some(m) = self.signal.wait_for(std::time::Duration::from_millis(1)) {
-                    return Ok(m);
-                }
-            }
-        }
-    }
-
     /// Blocks until the data is on the host and writes it into `out` (`len` floats). Native only.
     pub(crate) fn wait_into(mut self, out: &mut [f32]) -> Result<()> {
         if out.len() != self.len {
@@ -387,7 +353,10 @@ impl Readback {
         self.ctx.check_alive()?;
         // Errors first: `out` is written only by a call that succeeds.
         self.ctx.take_uncaptured(self.op)?;
-        let mapped = self.mapped()?;
+        let mapped = self
+            .signal
+            .take_finished(&self.ctx.device)
+            .ok_or_else(|| errors::driver(self.op, "the device finished but the staging buffer was not mapped"))?;
         self.finish(mapped, out)
     }
 }

@@ -175,24 +175,24 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
         // from its last one) to be too slow, or once it is DROP_BEYOND× slower than
         // the fastest at two sizes in a row, past its fixed cost (its time is
         // FIXED_SHARE× its time at the class's smallest size, and grows with the
-        // work), so it cannot catch up
-        // further on; the model extrapolates it linearly. The two smallest sizes
-        // are always measured (a curve needs two samples).
+        // work), so it cannot catch up further on; the model extrapolates it
+        // linearly. The two smallest sizes are always measured (a curve needs two
+        // samples).
         for op in ladder(class) {
             let w = work(class, &op.cost());
             for (i, (a, (_, b))) in active.iter_mut().zip(engines).enumerate() {
-                let mut timed = rows.iter().filter_map(|r| r.2.get(i).copied().flatten().map(|s| (r.1, s)));
-                let count = timed.clone().count();
-                let last = timed.next_back();
-                let too_slow = count >= 2
-                    && last.is_some_and(|(last_w, last_s)| {
-                        last_s * w / last_w > opts.max_call.as_secs_f64() || started.elapsed() > budget
-                    });
-                let fixed = timed.clone().next().map_or(0.0, |(_, s)| s);
-                let out_of_running = count >= 2
-                    && behind.get(i).is_some_and(|&n| n >= 2)
-                    && (timed.next_back().zip(last))
-                        .is_some_and(|((w0, s0), (w1, s1))| s1 >= FIXED_SHARE * fixed && s1 / s0 >= (w1 / w0).sqrt());
+                // This engine's (work, seconds) so far, smallest first.
+                let timed: Vec<(f64, f64)> =
+                    rows.iter().filter_map(|r| r.2.get(i).copied().flatten().map(|s| (r.1, s))).collect();
+                let (too_slow, out_of_running) =
+                    match (timed.first(), timed.len().checked_sub(2).and_then(|j| timed.get(j..))) {
+                        (Some(&(_, fixed)), Some(&[(w0, s0), (w1, s1)])) => {
+                            let too_slow = s1 * w / w1 > opts.max_call.as_secs_f64() || started.elapsed() > budget;
+                            let past_fixed = s1 >= FIXED_SHARE * fixed && s1 / s0 >= (w1 / w0).sqrt();
+                            (too_slow, behind.get(i).is_some_and(|&n| n >= 2) && past_fixed)
+                        }
+                        _ => (false, false),
+                    };
                 *a = *a && b.supports(&op) && !too_slow && !out_of_running;
             }
             if !active.iter().any(|&a| a) {
@@ -212,28 +212,32 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
         // are in the running there or at a neighbouring size (the others' times do
         // not change a decision), and each point keeps its fastest median. Sizes at
         // which every such engine's call takes SLOW_CALL or more are not timed
-        // again: their rounds already spread over tens of milliseconds. On a
-        // shared machine an engine has
-        // phases in which it runs up to 2× slower
-        // (measured on a 2-core VM: the two-thread engine at one-thread speed for
-        // tens of milliseconds, at one size in one calibration and another in the
-        // next); one median can land in such a phase, PASSES medians a ladder
-        // apart rarely all do.
+        // again: their rounds already spread over tens of milliseconds. On a shared
+        // machine an engine has phases in which it runs up to 2× slower (measured on
+        // a 2-core VM: the two-thread engine at one-thread speed for tens of
+        // milliseconds, at one size in one calibration and another in the next);
+        // one median can land in such a phase, PASSES medians a ladder apart rarely
+        // all do.
         let running: Vec<Vec<bool>> =
             rows.iter().map(|(op, _, s)| contenders(s, &round_trips(&out, op), RUNNING_WITHIN)).collect();
-        for _ in 1..PASSES {
-            for (r, (op, _, seconds)) in rows.iter_mut().enumerate() {
-                let near = |i: usize| {
-                    (r.saturating_sub(1)..=r + 1)
-                        .any(|k| running.get(k).and_then(|c| c.get(i)).copied().unwrap_or(false))
-                };
+        // Per row, the engines to time again (`None`: the row is not timed again).
+        let retime: Vec<Option<Vec<bool>>> = rows
+            .iter()
+            .enumerate()
+            .map(|(r, (_, _, seconds))| {
+                let neighbours = running.get(r.saturating_sub(1)..(r + 2).min(running.len())).unwrap_or(&[]);
+                let near = |i: usize| neighbours.iter().any(|c| c.get(i) == Some(&true));
                 let again: Vec<bool> = seconds.iter().enumerate().map(|(i, s)| s.is_some() && near(i)).collect();
-                let fastest_again =
+                let fastest =
                     seconds.iter().zip(&again).filter_map(|(s, &a)| s.filter(|_| a)).fold(f64::INFINITY, f64::min);
-                if again.iter().filter(|&&a| a).count() < 2 || fastest_again >= SLOW_CALL.as_secs_f64() {
-                    continue;
-                }
-                let again = time_subset(engines, &again, op, &mut pool, &per_pass)?;
+                let worth = again.iter().filter(|&&a| a).count() >= 2 && fastest < SLOW_CALL.as_secs_f64();
+                worth.then_some(again)
+            })
+            .collect();
+        for _ in 1..PASSES {
+            for ((op, _, seconds), again) in rows.iter_mut().zip(&retime) {
+                let Some(again) = again else { continue };
+                let again = time_subset(engines, again, op, &mut pool, &per_pass)?;
                 for (s, a) in seconds.iter_mut().zip(again) {
                     if let (Some(s), Some(a)) = (s.as_mut(), a) {
                         *s = s.min(a);
