@@ -81,14 +81,14 @@ impl SimdBackend {
         self.pool.as_ref().map_or_else(rayon::current_num_threads, |p| p.current_num_threads())
     }
 
-    /// Runs `f` in this backend's pool, or on the calling thread when the
-    /// backend has none or `op` is too small to go parallel anywhere: handing
-    /// work to a pool thread costs a wake-up (measured 20–25 µs on a 16-core
-    /// VM), far more than a small op itself.
+    /// Runs `f` on the calling thread: alone for a one-thread backend or when
+    /// `op` is too small to go parallel anywhere, else with its kernels
+    /// splitting work over this backend's pool (or rayon's global one), the
+    /// calling thread taking its share ([`kernels::fork`](crate::kernels)).
     fn install<R: Send>(&self, op: &Op, f: impl FnOnce() -> R + Send) -> R {
         match &self.pool {
             _ if self.single => kernels::par::sequential(f),
-            Some(p) if !stays_sequential(op) => p.install(f),
+            Some(p) if !stays_sequential(op) => kernels::fork::in_pool(p, f),
             _ => f(),
         }
     }

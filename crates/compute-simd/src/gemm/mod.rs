@@ -15,7 +15,7 @@
 //! and a one-column product runs as a one-row product of the transposes.
 //!
 //! Above [`PAR_GEMM_MIN_MACS`] the columns (or, for narrow products, the rows)
-//! of `C` are split into one part per thread of the current rayon pool; each
+//! of `C` are split into one part per thread of the pool in scope; each
 //! thread packs into its own reusable buffers. Many small products of a batch
 //! run one per task instead.
 //!
@@ -29,9 +29,9 @@ mod tests;
 use std::cell::RefCell;
 
 use compute_core::MatmulSpec;
-use rayon::prelude::*;
 
 use crate::isa::Isa;
+use crate::kernels::fork;
 use crate::tuning::{GEMM_DOTS_MAX_M, GEMM_INPLACE_B_MAX_M, GEMM_KC, GEMM_MC, GEMM_NC, PAR_GEMM_MIN_MACS};
 use kernel::{Block, MatMut, PanelsA, PanelsB, Tile};
 use pack::Operands;
@@ -42,7 +42,7 @@ use pack::Operands;
 ///
 /// Costs `2·batch·m·k·n` FLOPs, at close to the FMA peak of the ISA for large
 /// products, plus packing (one copy of `B`, and of a transposed `A`, per
-/// thread); uses every thread of the current rayon pool above
+/// thread); uses every thread of the pool in scope above
 /// [`PAR_GEMM_MIN_MACS`] multiply-adds. Allocates nothing per call beyond
 /// each thread's first packing buffers (kept for reuse, about
 /// `(GEMM_MC + GEMM_NC)·GEMM_KC` values) and a small list of parts.
@@ -66,11 +66,13 @@ pub fn sgemm(isa: Isa, spec: &MatmulSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
         // product. (Splitting each 64³ product of a merged batch over 16 threads
         // held the batching executor to 1/50 of the unbatched request rate on
         // the 16-core GPU machine.)
-        a.par_chunks_exact(sa)
-            .zip(b.par_chunks_exact(sb))
-            .zip(c.par_chunks_exact_mut(sc))
-            .take(batch)
-            .for_each(|((a, b), c)| product(isa, &operands(a, b), c, 1));
+        let whole = batch.min(c.len() / sc) * sc;
+        let c = c.get_mut(..whole).unwrap_or_default();
+        fork::chunks_mut(c, sc, |i, c| {
+            if let (Some(a), Some(b)) = (a.get(i * sa..(i + 1) * sa), b.get(i * sb..(i + 1) * sb)) {
+                product(isa, &operands(a, b), c, 1);
+            }
+        });
     } else {
         for ((a, b), c) in a.chunks_exact(sa).zip(b.chunks_exact(sb)).zip(c.chunks_exact_mut(sc)).take(batch) {
             product(isa, &operands(a, b), c, threads);
@@ -131,7 +133,7 @@ fn product(isa: Isa, op: &Operands<'_>, c: &mut [f32], threads: usize) {
             rest = tail;
         }
     }
-    parts.into_par_iter().for_each(|(origin, part)| run(origin, part));
+    fork::each(parts, |(origin, part)| run(origin, part));
 }
 
 /// The `cols × rows` transpose of the row-major `rows × cols` matrix `a`.

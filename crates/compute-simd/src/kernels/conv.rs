@@ -6,7 +6,6 @@
 //! with stride 1 and no padding needs no unfolding: the image itself is `col`.
 
 use compute_core::{Conv2dSpec, MatmulSpec};
-use rayon::prelude::*;
 
 use super::par;
 use crate::gemm;
@@ -61,7 +60,7 @@ fn im2col(c: &Conv2dSpec, oh: usize, ow: usize, img: &[f32], col: &mut [f32]) {
         }
     };
     if par::worth_splitting(col.len(), PAR_ELEMENTWISE_MIN) {
-        col.par_chunks_mut(per_channel).enumerate().for_each(|(ci, dst)| channel(ci, dst));
+        super::fork::chunks_mut(col, per_channel, channel);
     } else {
         col.chunks_mut(per_channel).enumerate().for_each(|(ci, dst)| channel(ci, dst));
     }

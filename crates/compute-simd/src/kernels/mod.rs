@@ -2,6 +2,7 @@
 
 pub mod conv;
 pub mod elementwise;
+pub(crate) mod fork;
 pub(crate) mod par;
 pub mod reduce;
 pub mod rows;

@@ -2,16 +2,16 @@
 //!
 //! Work goes parallel only above a size threshold and when the pool in scope
 //! has more than one thread; it is cut into pieces of [`PAR_CHUNK`] elements
-//! that rayon's work stealing balances (element-wise work just above the
-//! threshold gets smaller pieces, one per thread, so it splits at all).
+//! that the calling thread and the pool's threads claim as they get free
+//! ([`super::fork`]; element-wise work just above the threshold gets smaller
+//! pieces, one per thread, so it splits at all).
 //! Reductions of more than `min_len` elements are always cut into the same
 //! `PAR_CHUNK` pieces, on one thread or many, so their result does not depend
 //! on the thread count.
 
 use std::cell::Cell;
 
-use rayon::prelude::*;
-
+use super::fork;
 use crate::simd::LANES;
 use crate::tuning::PAR_CHUNK;
 
@@ -21,10 +21,11 @@ thread_local! {
 }
 
 /// Threads the kernels may use from here: 1 inside [`sequential`], else the
-/// size of the rayon pool in scope (the global one outside any pool).
+/// size of the pool in scope ([`fork::in_pool`], else rayon's: the global one
+/// outside any pool).
 #[inline]
 pub fn threads() -> usize {
-    if SEQUENTIAL.with(Cell::get) { 1 } else { rayon::current_num_threads().max(1) }
+    if SEQUENTIAL.with(Cell::get) { 1 } else { fork::pool_threads() }
 }
 
 /// Runs `f` on the calling thread with every kernel single-threaded, however
@@ -54,12 +55,19 @@ pub fn piece_len(len: usize) -> usize {
     len.div_ceil(threads()).next_multiple_of(LANES).clamp(LANES, PAR_CHUNK)
 }
 
+/// The `i`-th piece of `p` elements of `x` (shorter at the end, empty past it).
+pub fn piece(x: &[f32], i: usize, p: usize) -> &[f32] {
+    let start = i.saturating_mul(p).min(x.len());
+    let rest = x.get(start..).unwrap_or_default();
+    rest.get(..p.min(rest.len())).unwrap_or_default()
+}
+
 /// Runs `f(x_piece, out_piece)` over matching pieces of `x` and `out`, in
-/// parallel above `min_len` elements. Costs one rayon task per piece.
+/// parallel above `min_len` elements ([`fork::chunks_mut`]).
 pub fn zip1(x: &[f32], out: &mut [f32], min_len: usize, f: impl Fn(&[f32], &mut [f32]) + Sync) {
     if worth_splitting(out.len(), min_len) {
         let p = piece_len(out.len());
-        out.par_chunks_mut(p).zip(x.par_chunks(p)).for_each(|(o, x)| f(x, o));
+        fork::chunks_mut(out, p, |i, o| f(piece(x, i, p), o));
     } else {
         f(x, out);
     }
@@ -70,7 +78,7 @@ pub fn zip1(x: &[f32], out: &mut [f32], min_len: usize, f: impl Fn(&[f32], &mut 
 pub fn zip2(a: &[f32], b: &[f32], out: &mut [f32], min_len: usize, f: impl Fn(&[f32], &[f32], &mut [f32]) + Sync) {
     if worth_splitting(out.len(), min_len) {
         let p = piece_len(out.len());
-        out.par_chunks_mut(p).zip(a.par_chunks(p)).zip(b.par_chunks(p)).for_each(|((o, a), b)| f(a, b, o));
+        fork::chunks_mut(out, p, |i, o| f(piece(a, i, p), piece(b, i, p), o));
     } else {
         f(a, b, out);
     }
@@ -82,7 +90,7 @@ pub fn partials<T: Send>(x: &[f32], min_len: usize, f: impl Fn(&[f32]) -> T + Sy
     if x.len() < min_len {
         return vec![f(x)];
     }
-    if threads() > 1 { x.par_chunks(PAR_CHUNK).map(f).collect() } else { x.chunks(PAR_CHUNK).map(f).collect() }
+    fork::map(x.len().div_ceil(PAR_CHUNK), |i| f(piece(x, i, PAR_CHUNK)))
 }
 
 /// Like [`partials`] over matching pieces of `a` and `b`.
@@ -95,11 +103,7 @@ pub fn partials2<T: Send>(
     if a.len() < min_len {
         return vec![f(a, b)];
     }
-    if threads() > 1 {
-        a.par_chunks(PAR_CHUNK).zip(b.par_chunks(PAR_CHUNK)).map(|(a, b)| f(a, b)).collect()
-    } else {
-        a.chunks(PAR_CHUNK).zip(b.chunks(PAR_CHUNK)).map(|(a, b)| f(a, b)).collect()
-    }
+    fork::map(a.len().div_ceil(PAR_CHUNK), |i| f(piece(a, i, PAR_CHUNK), piece(b, i, PAR_CHUNK)))
 }
 
 #[cfg(test)]

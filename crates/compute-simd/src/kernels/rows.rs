@@ -16,7 +16,6 @@
 //! - rms_norm: `Σx²`, then `x·inv·γ`.
 
 use compute_core::RowOp;
-use rayon::prelude::*;
 
 use super::par;
 use crate::isa::Isa;
@@ -51,7 +50,7 @@ pub fn run(isa: Isa, op: RowOp, rows: usize, cols: usize, inputs: &[&[f32]], out
         // would leave a thread without work.
         let per_task = (PAR_CHUNK / cols).min(rows.div_ceil(par::threads())).max(1);
         let piece = per_task * cols;
-        out.par_chunks_mut(piece).zip(x.par_chunks(piece)).for_each(|(o, x)| task(x, o));
+        super::fork::chunks_mut(out, piece, |i, o| task(par::piece(x, i, piece), o));
     } else {
         task(x, out);
     }
