@@ -14,9 +14,10 @@ use crate::{gemm, kernels};
 /// Runs every op on the CPU with the best SIMD path ([`Isa::detect`]) and, above
 /// the thresholds in [`crate::tuning`], on several threads.
 ///
-/// Creating one is cheap with the global rayon pool ([`SimdBackend::new`]); a
-/// backend with its own thread count ([`SimdBackend::with_threads`]) owns a
-/// pool, except a one-thread backend, which runs every op on the caller's thread.
+/// Creating one is cheap: [`SimdBackend::new`] shares the crate's helper
+/// threads (one per core but one, started on first use); a backend with its
+/// own thread count ([`SimdBackend::with_threads`]) owns a pool of one thread
+/// fewer, and a one-thread backend runs every op on the caller's thread.
 #[derive(Clone)]
 pub struct SimdBackend {
     isa: Isa,
@@ -38,7 +39,8 @@ impl Default for SimdBackend {
 }
 
 impl SimdBackend {
-    /// The best ISA of this CPU, on rayon's global pool (all cores).
+    /// The best ISA of this CPU, on every core: the calling thread and the
+    /// crate's helper threads (from inside a rayon pool: that pool's threads).
     pub fn new() -> Self {
         SimdBackend { isa: Isa::detect(), pool: None, single: false }
     }
@@ -49,7 +51,8 @@ impl SimdBackend {
         if threads <= 1 {
             return Ok(SimdBackend { isa: Isa::detect(), pool: None, single: true });
         }
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads.max(1)).build().map_err(|e| {
+        // The calling thread works too (`kernels::fork`): the pool has one thread fewer.
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads - 1).build().map_err(|e| {
             ComputeError::DeviceUnavailable { backend: BackendKind::Simd, reason: format!("thread pool: {e}") }
         })?;
         Ok(SimdBackend { isa: Isa::detect(), pool: Some(Arc::new(pool)), single: false })
@@ -78,12 +81,12 @@ impl SimdBackend {
         if self.single {
             return 1;
         }
-        self.pool.as_ref().map_or_else(rayon::current_num_threads, |p| p.current_num_threads())
+        self.pool.as_ref().map_or_else(kernels::fork::pool_threads, |p| p.current_num_threads() + 1)
     }
 
     /// Runs `f` on the calling thread: alone for a one-thread backend or when
     /// `op` is too small to go parallel anywhere, else with its kernels
-    /// splitting work over this backend's pool (or rayon's global one), the
+    /// splitting work over this backend's pool (or the crate's helpers), the
     /// calling thread taking its share ([`kernels::fork`](crate::kernels)).
     fn install<R: Send>(&self, op: &Op, f: impl FnOnce() -> R + Send) -> R {
         match &self.pool {

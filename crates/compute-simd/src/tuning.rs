@@ -37,6 +37,20 @@ pub const PAR_CHUNK: usize = 1 << 16;
 /// would have stayed in L3 pays for this; not measured.)
 pub const STREAM_MIN: usize = 1 << 20;
 
+/// conv2d unfolds (im2col) an image whose whole unfolding (`c_in·kh·kw`
+/// values per output pixel) has at most this many values in one piece, with
+/// one SGEMM on every thread, and larger ones in blocks of [`CONV_BLOCK`]
+/// spread over the threads. Measured on the 2-core VM (16 channels in and
+/// out, 3×3, p50 on two threads): at 16² (37K values) 29 µs whole against
+/// 35–36 µs as one block; at 32² (147K) 79–84 µs whole against 52–57 µs in
+/// blocks.
+pub const CONV_WHOLE_MAX: usize = 1 << 16;
+
+/// conv2d blocks of output pixels hold about this many unfolded values
+/// (256 KiB, a quarter of the L2), each multiplied by the weights while it is
+/// still in cache.
+pub const CONV_BLOCK: usize = 1 << 16;
+
 /// Matrix products go parallel above this many multiply-adds (m·k·n).
 pub const PAR_GEMM_MIN_MACS: usize = 1 << 18;
 

@@ -8,8 +8,9 @@
 //! (p50 of 200 calls, four phases a few milliseconds apart), so neither the
 //! speed-up nor the time of a call could be predicted.
 //!
-//! Here [`for_each_index`] spawns `threads − 1` helper jobs into the rayon
-//! pool in scope, and the caller and the helpers claim pieces from a shared
+//! Here [`for_each_index`] spawns `threads − 1` helper jobs (into the crate's
+//! own pool of one thread fewer than the cores, or into the rayon pool the
+//! caller is a worker of), and the caller and the helpers claim pieces from a shared
 //! counter until none is left; the caller then spins only while a helper
 //! finishes a piece it already claimed. A helper that starts late finds
 //! nothing to claim and returns without touching the caller's data, so a
@@ -24,17 +25,16 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 thread_local! {
-    /// The pool helper jobs go to while [`in_pool`] runs on this thread
-    /// (`None`: rayon's pool in scope, the global one outside any pool).
+    /// The pool helper jobs go to while [`in_pool`] runs on this thread.
     static POOL: RefCell<Option<Arc<rayon::ThreadPool>>> = const { RefCell::new(None) };
 }
 
 /// Runs `f` with `pool` as the pool that kernels on this thread split their
-/// work over (the calling thread works too). Nothing is handed to the pool
-/// until a kernel splits.
+/// work over: the calling thread and `pool`'s threads. Nothing is handed to
+/// the pool until a kernel splits.
 pub fn in_pool<R>(pool: &Arc<rayon::ThreadPool>, f: impl FnOnce() -> R) -> R {
     struct Restore(Option<Arc<rayon::ThreadPool>>);
     impl Drop for Restore {
@@ -47,16 +47,60 @@ pub fn in_pool<R>(pool: &Arc<rayon::ThreadPool>, f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// Threads of the pool that [`for_each_index`] would use from this thread
-/// (the caller counts as one of them).
+/// The crate's own helper threads, for callers outside any pool: one fewer
+/// than the cores, since the caller works too. (Helping from rayon's global
+/// pool, of one thread per core, left a thread too many: on the 2-core VM the
+/// idle one kept a core busy looking for work, the woken helper was then
+/// queued behind the caller on the caller's core, and for phases of seconds
+/// the caller did all the work alone.) `None` on one core, or where threads
+/// cannot be started.
+fn helpers() -> Option<&'static rayon::ThreadPool> {
+    static HELPERS: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
+    HELPERS
+        .get_or_init(|| {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let pool =
+                rayon::ThreadPoolBuilder::new().num_threads(cores - 1).thread_name(|i| format!("compute-simd-{i}"));
+            if cores > 1 { pool.build().ok() } else { None }
+        })
+        .as_ref()
+}
+
+/// Where helper jobs go from this thread.
+enum Helpers<'a> {
+    /// A pool set by [`in_pool`], or the crate's helpers: the caller plus its threads.
+    Pool(&'a rayon::ThreadPool),
+    /// The rayon pool this thread is a worker of: its threads, the caller included.
+    Current,
+    /// Nowhere: the caller works alone.
+    Alone,
+}
+
+fn with_helpers<R>(f: impl FnOnce(Helpers<'_>) -> R) -> R {
+    POOL.with(|p| match p.borrow().as_deref() {
+        Some(pool) => f(Helpers::Pool(pool)),
+        None if rayon::current_thread_index().is_some() => f(Helpers::Current),
+        None => f(helpers().map_or(Helpers::Alone, Helpers::Pool)),
+    })
+}
+
+/// Threads that [`for_each_index`] would use from this thread, the caller
+/// included: those of the pool set by [`in_pool`] plus one; on a rayon
+/// worker, that pool's threads; elsewhere, every core (the caller plus the
+/// crate's helper threads).
 pub fn pool_threads() -> usize {
-    POOL.with(|p| p.borrow().as_ref().map_or_else(rayon::current_num_threads, |p| p.current_num_threads())).max(1)
+    with_helpers(|h| match h {
+        Helpers::Pool(p) => p.current_num_threads() + 1,
+        Helpers::Current => rayon::current_num_threads(),
+        Helpers::Alone => 1,
+    })
 }
 
 fn spawn(job: impl FnOnce() + Send + 'static) {
-    POOL.with(|p| match p.borrow().as_ref() {
-        Some(pool) => pool.spawn(job),
-        None => rayon::spawn(job),
+    with_helpers(|h| match h {
+        Helpers::Pool(p) => p.spawn(job),
+        Helpers::Current => rayon::spawn(job),
+        Helpers::Alone => job(),
     });
 }
 
@@ -219,7 +263,7 @@ mod tests {
             });
             assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "{pieces} pieces");
             let used = threads.lock().expect("not poisoned").len();
-            assert!(used <= 3, "at most the pool's thread count: {used}");
+            assert!(used <= 4, "at most the caller and the pool's 3 threads: {used}");
             if pieces >= 7 {
                 assert!(used >= 2, "the pool's threads helped: {used}");
             }

@@ -1,4 +1,4 @@
-//! Splitting element-wise work and reductions across the current rayon pool.
+//! Splitting element-wise work and reductions across threads ([`super::fork`]).
 //!
 //! Work goes parallel only above a size threshold and when the pool in scope
 //! has more than one thread; it is cut into pieces of [`PAR_CHUNK`] elements
@@ -20,9 +20,8 @@ thread_local! {
     static SEQUENTIAL: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Threads the kernels may use from here: 1 inside [`sequential`], else the
-/// size of the pool in scope ([`fork::in_pool`], else rayon's: the global one
-/// outside any pool).
+/// Threads the kernels may use from here, the caller included: 1 inside
+/// [`sequential`], else [`fork::pool_threads`].
 #[inline]
 pub fn threads() -> usize {
     if SEQUENTIAL.with(Cell::get) { 1 } else { fork::pool_threads() }

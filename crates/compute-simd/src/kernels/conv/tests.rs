@@ -60,9 +60,12 @@ fn strides_paddings_and_kernel_shapes() {
 }
 
 #[test]
-fn large_unfold_in_parallel() {
-    let c = spec(2, 16, 40, 40, 8, 3, 3, (1, 1), (1, 1));
-    for threads in [1, 2] {
-        pool(threads).install(|| check(crate::isa::Isa::detect(), c));
+fn many_blocks_in_parallel() {
+    // 40² and 38×24 output pixels of 144 and 75 values each: several blocks
+    // of CONV_BLOCK values, the last one partial, some spanning output rows.
+    for c in [spec(2, 16, 40, 40, 8, 3, 3, (1, 1), (1, 1)), spec(1, 3, 75, 47, 5, 5, 5, (2, 2), (2, 2))] {
+        for threads in [1, 2, 3] {
+            pool(threads).install(|| check(crate::isa::Isa::detect(), c));
+        }
     }
 }
