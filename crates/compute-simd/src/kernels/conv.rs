@@ -67,7 +67,7 @@ pub fn conv2d(isa: Isa, spec: &Conv2dSpec, x: &[f32], w: &[f32], out: &mut [f32]
             gemm::sgemm(isa, &MatmulSpec::new(c.c_out, k, ohw), w, &col, o);
         } else {
             // Per block: its pixel range and its part of every output channel's row.
-            let mut parts: Vec<((usize, usize), Vec<&mut [f32]>)> =
+            let mut parts: Vec<Block<'_>> =
                 (0..blocks).map(|b| ((b * cols, ((b + 1) * cols).min(ohw)), Vec::with_capacity(c.c_out))).collect();
             for row in o.chunks_exact_mut(ohw) {
                 let mut rest = row;
@@ -81,6 +81,9 @@ pub fn conv2d(isa: Isa, spec: &Conv2dSpec, x: &[f32], w: &[f32], out: &mut [f32]
         }
     }
 }
+
+/// One block of output pixels: its range, and its part of every output channel's row.
+type Block<'a> = ((usize, usize), Vec<&'a mut [f32]>);
 
 /// Unfolds one whole image (`c_in × h × w`) into `col` (`c_in·kh·kw × oh·ow`),
 /// laid out as in [`unfold`]; in parallel across input channels when large.
