@@ -309,8 +309,9 @@ const GELU_Q: [[f32; 32]; 7] = [
 /// Σₖ GELU_TANH_Q[k][j]·dᵏ`. Each piece is a least-squares fit of relative
 /// error made near-minimax by Lawson reweighting (200 Chebyshev points, 30
 /// rounds): at most 4.9e-8 before rounding the coefficients to `f32`,
-/// 1.1e-7 after (checked on 2001 points per piece in f64). The Horner sums in
-/// `d` have no cancellation (`|d·q′/q| ≤ ½`).
+/// 1.1e-7 after (checked on 2001 points per piece in f64); the fit is
+/// `docs/fits/gelu_tanh_q.py`. The Horner sums in `d` have no cancellation
+/// (`|d·q′/q| ≤ ½`).
 const GELU_TANH_Q: [[f32; 32]; 7] = [
     [
         5e-1,
