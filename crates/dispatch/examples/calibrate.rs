@@ -1,14 +1,16 @@
 //! `cargo xtask calibrate`: measures this machine's dispatch profile and saves
 //! it where `Compute::auto()` looks for it (see `dispatch::calibrate`).
-//! Prints the engines found, the profile's path and a one-line summary per engine.
+//! Prints the engines found, how long the measurement took (engines already
+//! open), the profile's path and a one-line summary per engine.
 
 fn main() {
     for f in dispatch::discover::probe() {
         println!("engine {f:?}");
     }
+    let started = std::time::Instant::now();
     match dispatch::calibrate::run_and_save() {
         Ok((profile, path)) => {
-            println!("saved {}", path.display());
+            println!("measured in {:.2} s, saved {}", started.elapsed().as_secs_f64(), path.display());
             let engines = dispatch::discover::available();
             let mut builder = dispatch::Compute::builder().profile(profile.clone());
             for (e, b) in engines {

@@ -14,9 +14,10 @@
 //! [`Options::max_call`], or once it is [`DROP_BEYOND`] times slower than the
 //! fastest past its fixed cost ([`FIXED_SHARE`]; the two smallest sizes are
 //! always measured); the model extrapolates linearly past the last sample.
-//! Default options took 4.1–4.7 s for three engines on the 2-core development
-//! machine (two CPU engines and lavapipe) and 4.6–7.0 s for four on the H200
-//! machine; see `docs/benchmarks.md`.
+//! Default options took 2.6–2.7 s for three engines on the 2-core development
+//! machine (two CPU engines and lavapipe; engines already open) and, with the
+//! devices' opening, 3.1–4.9 s for four on the H200 machine; see
+//! `docs/benchmarks.md`.
 //!
 //! The profile is saved as JSON in `$COMPUTE_PROFILE` if set, else
 //! `$XDG_CACHE_HOME/compute/profile-<hash>.json`, else
