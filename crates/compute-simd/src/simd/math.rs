@@ -746,6 +746,9 @@ pub fn gelu_tanh<S: SimdF32>(s: S, x: S::V) -> S::V {
     // The low bits of k are the piece j = round(v); d = v − j is exact.
     let k = s.add(v, s.splat(EXP_SHIFT));
     let d = s.sub(v, s.sub(k, s.splat(EXP_SHIFT)));
+    // The same Horner-by-lookup tail as `gelu_erf`'s, written out: moving
+    // both into one helper taking the table by reference cost 0.353 → 0.41 ns
+    // per element (gelu_erf 0.328 → 0.415) in `kernels_bandwidth compute`.
     let mut q = s.lookup32(&GELU_TANH_Q[6], k);
     for c in GELU_TANH_Q[..6].iter().rev() {
         q = s.fma(q, d, s.lookup32(c, k));
