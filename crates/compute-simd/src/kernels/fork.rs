@@ -311,6 +311,30 @@ mod tests {
     }
 
     #[test]
+    fn concurrent_callers_share_the_helpers_without_mixing_work() {
+        // Six plain threads (not rayon workers: they all use the crate's helper
+        // pool) each split their own work many times; every output must be
+        // exactly its own, whichever threads ran its pieces.
+        std::thread::scope(|scope| {
+            for t in 0..6usize {
+                scope.spawn(move || {
+                    for round in 0..200usize {
+                        let mut v = vec![0usize; 4099];
+                        chunks_mut(&mut v, 97, |i, piece| {
+                            for (j, x) in piece.iter_mut().enumerate() {
+                                *x = t * 1_000_000 + round * 10_000 + i * 97 + j;
+                            }
+                        });
+                        let ok = v.iter().enumerate().all(|(i, &x)| x == t * 1_000_000 + round * 10_000 + i);
+                        assert!(ok, "thread {t}, round {round}");
+                        assert_eq!(map(7, |i| i + t), (t..t + 7).collect::<Vec<_>>());
+                    }
+                });
+            }
+        });
+    }
+
+    #[test]
     fn sequential_and_one_piece_stay_on_the_caller() {
         let me = std::thread::current().id();
         let pool = Arc::new(crate::kernels::test_data::pool(2));
