@@ -55,6 +55,9 @@ impl WithSimd for Unary<'_> {
             UnaryOp::Clip { min, max } => blocks::map1(s, x, out, stream, &UnaryFn::<CLIP>(min, max)),
             UnaryOp::Scale { s: k } => blocks::map1(s, x, out, stream, &UnaryFn::<SCALE>(k, 0.0)),
         }
+        if stream {
+            s.fence();
+        }
     }
 }
 
@@ -112,6 +115,9 @@ impl WithSimd for Binary<'_> {
             BinaryOp::Add => blocks::map2(s, a, b, out, stream, &BinaryFn::<ADD>),
             BinaryOp::Sub => blocks::map2(s, a, b, out, stream, &BinaryFn::<SUB>),
             BinaryOp::Mul => blocks::map2(s, a, b, out, stream, &BinaryFn::<MUL>),
+        }
+        if stream {
+            s.fence();
         }
     }
 }

@@ -87,6 +87,10 @@ impl WithSimd for Rows<'_> {
                 RowOp::RmsNorm { eps } => rms_norm(s, x, gamma, eps, out, stream),
             }
         }
+        // One fence for every row's streaming stores (see `blocks`).
+        if stream {
+            s.fence();
+        }
     }
 }
 

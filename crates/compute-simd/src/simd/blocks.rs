@@ -5,7 +5,11 @@
 //! element goes through the same instructions wherever it sits. With
 //! `stream = true` the output body is written with non-temporal stores from
 //! its first 64-byte boundary on: that saves the read-for-ownership of outputs
-//! too large to stay in cache (see [`crate::tuning::STREAM_MIN`]).
+//! too large to stay in cache (see [`crate::tuning::STREAM_MIN`]). Maps do not
+//! fence: a kernel that streams calls [`SimdF32::fence`] once after its last
+//! map, before its output is handed on. (A fence after every row's map held
+//! a one-thread softmax of 4096-float rows to the drain of each row's
+//! stores.)
 //!
 //! Folds keep four independent vector accumulators (64 lanes on every ISA) and
 //! restart them every [`FOLD_SPAN`] elements into an outer accumulator, so the
@@ -67,7 +71,6 @@ pub fn map1<S: SimdF32>(s: S, x: &[f32], out: &mut [f32], stream: bool, f: &impl
         for (xi, oi) in xb.iter().zip(ob) {
             s.stream(oi, f.apply(s, [s.load(xi)]));
         }
-        s.fence();
     } else {
         for (xi, oi) in xb.iter().zip(ob) {
             s.store(oi, f.apply(s, [s.load(xi)]));
@@ -103,7 +106,6 @@ pub fn map2<S: SimdF32>(s: S, a: &[f32], b: &[f32], out: &mut [f32], stream: boo
         for ((ai, bi), oi) in ab.iter().zip(bb).zip(ob) {
             s.stream(oi, f.apply(s, [s.load(ai), s.load(bi)]));
         }
-        s.fence();
     } else {
         for ((ai, bi), oi) in ab.iter().zip(bb).zip(ob) {
             s.store(oi, f.apply(s, [s.load(ai), s.load(bi)]));
@@ -141,7 +143,6 @@ pub fn map3<S: SimdF32>(s: S, a: &[f32], b: &[f32], c: &[f32], out: &mut [f32], 
         for (((ai, bi), ci), oi) in ab.iter().zip(bb).zip(cb).zip(ob) {
             s.stream(oi, f.apply(s, [s.load(ai), s.load(bi), s.load(ci)]));
         }
-        s.fence();
     } else {
         for (((ai, bi), ci), oi) in ab.iter().zip(bb).zip(cb).zip(ob) {
             s.store(oi, f.apply(s, [s.load(ai), s.load(bi), s.load(ci)]));
@@ -171,7 +172,6 @@ pub fn map_in_place<S: SimdF32>(s: S, x: &mut [f32], stream: bool, f: &impl Lane
         for xi in xb {
             s.stream(xi, f.apply(s, [s.load(xi)]));
         }
-        s.fence();
     } else {
         for xi in xb {
             s.store(xi, f.apply(s, [s.load(xi)]));
