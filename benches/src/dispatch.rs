@@ -38,8 +38,12 @@ pub fn rows(quick: bool) -> Result<Vec<Record>, String> {
             builder = builder.engine(engine, backend);
         }
     }
+    let open_s = t0.elapsed().as_secs_f64();
     let compute = builder.calibration_options(opts).calibrate().build().map_err(e)?;
     let calib_s = t0.elapsed().as_secs_f64();
+    let steps: Vec<String> =
+        compute.profile().timings.iter().map(|t| format!("{} {:.2} s", t.step, t.seconds)).collect();
+    eprintln!("calibration: {calib_s:.2} s; engines opened in {open_s:.2} s, then {}", steps.join(", "));
     let device = compute.device_name();
     let mut out = vec![Record {
         op: "calibrate".into(),
@@ -49,7 +53,11 @@ pub fn rows(quick: bool) -> Result<Vec<Record>, String> {
         threads: 1,
         placement: "-".into(),
         median_s: calib_s,
-        note: Some(format!("default calibration of {:?}", compute.engines())),
+        note: Some(format!(
+            "default calibration of {:?}: engines opened in {open_s:.2} s, then {}",
+            compute.engines(),
+            steps.join(", ")
+        )),
         ..Record::default()
     }];
     out.extend(decision_rows(&compute, &device));

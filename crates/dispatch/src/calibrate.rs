@@ -34,7 +34,7 @@ use compute_core::{
 };
 
 use crate::engine::Engine;
-use crate::profile::{ClassCurve, EngineProfile, FORMAT, Link, Point, Profile, work};
+use crate::profile::{ClassCurve, EngineProfile, FORMAT, Link, Point, Profile, StepTime, work};
 use crate::timing::{Call, median_round_robin};
 
 /// Times each class's ladder is measured; each point keeps its fastest median.
@@ -151,14 +151,26 @@ pub fn run_and_save() -> Result<(Profile, PathBuf)> {
 /// [`profile_key`]. An op class an engine does not support gets no curve (the
 /// model then never picks that engine for it); any other failure is returned.
 pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Result<Profile> {
+    let mut timings = Vec::new();
+    let mut step = Instant::now();
+    let mut lap = |name: String| {
+        timings.push(StepTime { step: name, seconds: step.elapsed().as_secs_f64() });
+        step = Instant::now();
+    };
     let mut pool = RandomPool::new(0x5eed_0001);
     let tiny = Op::unary(UnaryOp::Relu, 64);
     let launches = time_all(engines, &tiny, &mut pool, opts)?;
+    lap("launch".into());
     let mut out = Vec::with_capacity(engines.len());
     for ((engine, b), launch) in engines.iter().zip(&launches) {
         let launch_s = launch.ok_or_else(|| ComputeError::Unsupported { op: tiny.name(), backend: engine.kind() })?;
-        let link =
-            if engine.is_gpu() { Some(measure_link(b.as_ref(), &tiny, launch_s, &mut pool, opts)?) } else { None };
+        let link = if engine.is_gpu() {
+            let link = measure_link(b.as_ref(), &tiny, launch_s, &mut pool, opts)?;
+            lap(format!("link {engine}"));
+            Some(link)
+        } else {
+            None
+        };
         out.push(EngineProfile { engine: *engine, device: b.device_name(), launch_s, link, classes: Vec::new() });
     }
     // Each op class gets an equal share of the time, so that slow early classes
@@ -255,9 +267,10 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
                 e.classes.push(ClassCurve { class, points: pts });
             }
         }
+        lap(format!("{class:?}"));
     }
     let created_unix_s = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    Ok(Profile { format: FORMAT, key: profile_key(engines), calibrated: true, created_unix_s, engines: out })
+    Ok(Profile { format: FORMAT, key: profile_key(engines), calibrated: true, created_unix_s, engines: out, timings })
 }
 
 /// A ladder size at which every engine still in the running takes this long

@@ -216,6 +216,7 @@ mod tests {
             calibrated: true,
             created_unix_s: 0,
             engines: vec![gpu, cpu],
+            timings: Vec::new(),
         }
     }
 
@@ -329,6 +330,7 @@ mod pick_tests {
                 calibrated: true,
                 created_unix_s: 0,
                 engines: vec![cpu(Engine::Simd, 1e-3), cpu(Engine::SimdSingle, single)],
+                timings: Vec::new(),
             };
             CostModel::new(&p).choose(&engines, &op, Placement::Host).unwrap().engine
         };

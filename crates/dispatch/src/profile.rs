@@ -24,6 +24,21 @@ pub struct Profile {
     pub created_unix_s: u64,
     /// One entry per engine.
     pub engines: Vec<EngineProfile>,
+    /// How long each step of the measurement took, in order (empty for
+    /// nominal profiles and for files written before this field existed).
+    #[serde(default)]
+    pub timings: Vec<StepTime>,
+}
+
+/// The wall time of one step of [`crate::calibrate`]: `"launch"` (the tiny
+/// call on every engine), `"link <engine>"` (a GPU's transfers), or an op
+/// class's ladder (`"Matmul"`, …).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StepTime {
+    /// Which step.
+    pub step: String,
+    /// Its wall time, seconds.
+    pub seconds: f64,
 }
 
 /// The cost of one engine: fixed latency, the bus to its memory, and time per
@@ -160,7 +175,14 @@ impl Profile {
                 EngineProfile { engine: *engine, device: device.clone(), launch_s, link, classes }
             })
             .collect();
-        Profile { format: FORMAT, key: String::new(), calibrated: false, created_unix_s: 0, engines }
+        Profile {
+            format: FORMAT,
+            key: String::new(),
+            calibrated: false,
+            created_unix_s: 0,
+            engines,
+            timings: Vec::new(),
+        }
     }
 
     /// The entry of `engine`, if profiled.

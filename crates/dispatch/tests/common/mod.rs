@@ -134,6 +134,7 @@ pub fn gpu_always_wins(gpu: Engine) -> Profile {
             fast(Engine::Simd, 1e-9, 1e-6, None),
             fast(Engine::SimdSingle, 1e-9, 1e-6, None),
         ],
+        timings: Vec::new(),
     }
 }
 
