@@ -401,9 +401,15 @@ fn median_time(mut f: impl FnMut() -> Result<()>, budget: Duration, min_reps: us
 /// kernel starts using every thread (its thresholds in `compute_simd::tuning`
 /// lie between 2¹³ and 2¹⁸), and a sparser ladder interpolates across that
 /// jump (on the 16-core GPU machine, gelu at 2¹⁴ was predicted 5.6 µs from
-/// samples at 2¹³ and 2¹⁶, and took 15 µs).
+/// samples at 2¹³ and 2¹⁶, and took 15 µs). The ladders stop at 2²²
+/// elements (48 MiB moved by an add): on the H200 machine the four 2²⁴ sizes
+/// took about 0.6 s of a 2.75–3.0 s calibration (setting up 64 MiB inputs on
+/// two GPUs, and calls of 7–10 ms on one CPU thread), and past 2²² no engine
+/// is close to another there (at 2²⁴ in one `cargo xtask bench --dispatch`:
+/// on resident data CUDA 11–20× faster than all CPU threads and 2× faster
+/// than wgpu; on host data the CPU 14–23× faster than either GPU's round trip).
 fn ladder(class: OpClass) -> Vec<Op> {
-    let lens: Vec<usize> = [6u32].into_iter().chain(10..=20).chain([22, 24]).map(|p| 1usize << p).collect();
+    let lens: Vec<usize> = [6u32].into_iter().chain(10..=20).chain([22]).map(|p| 1usize << p).collect();
     match class {
         OpClass::Elementwise => lens.iter().map(|&n| Op::binary(BinaryOp::Add, n)).collect(),
         OpClass::Transcendental => lens.iter().map(|&n| Op::unary(UnaryOp::Gelu(GeluForm::Tanh), n)).collect(),
@@ -435,8 +441,8 @@ fn ladder(class: OpClass) -> Vec<Op> {
 /// call takes its inputs: drawn once and grown as larger calls need, instead
 /// of drawing tens of millions of values again for each size and pass. Past
 /// [`RandomPool::DRAWN`] values the pool repeats its first ones (no kernel's
-/// speed depends on the order of its values): drawing all 32 Mi values of the
-/// largest ladder call took about 0.2 s of the calibration.
+/// speed depends on the order of its values): drawing all 32 Mi values of
+/// what was then the largest ladder call (2²⁴) took about 0.2 s.
 struct RandomPool {
     rng: Rng,
     values: Vec<f32>,
