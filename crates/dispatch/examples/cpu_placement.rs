@@ -35,6 +35,8 @@ enum Way {
     Mixed,
     /// Three `Vec`s, each one page longer, the buffer on its first page boundary.
     PageAligned,
+    /// As `Fresh`, but buffer `k` (a, b, out) as in `PageAligned`.
+    OneAligned(usize),
     /// Tensors from the one-thread engine's `upload` and `alloc`, run with `run_tensors`.
     Resident,
     /// One `Vec`: a at `offset` bytes past a page boundary, b and out each
@@ -51,6 +53,7 @@ impl std::fmt::Display for Way {
             Way::Fresh => write!(f, "fresh"),
             Way::Mixed => write!(f, "mixed"),
             Way::PageAligned => write!(f, "page-aligned"),
+            Way::OneAligned(k) => write!(f, "only {} aligned", ["a", "b", "out"][*k % 3]),
             Way::Resident => write!(f, "resident"),
             Way::Block { offset, gap } => write!(f, "off {offset} gap {gap}"),
             Way::Reversed { offset, gap } => write!(f, "rev {offset} gap {gap}"),
@@ -58,10 +61,13 @@ impl std::fmt::Display for Way {
     }
 }
 
-const WAYS: [Way; 8] = [
+const WAYS: [Way; 11] = [
     Way::Fresh,
     Way::Mixed,
     Way::PageAligned,
+    Way::OneAligned(0),
+    Way::OneAligned(1),
+    Way::OneAligned(2),
     Way::Resident,
     Way::Block { offset: 0, gap: 4096 },
     Way::Block { offset: 16, gap: 4096 },
@@ -107,8 +113,11 @@ fn main() -> Result<(), ComputeError> {
                 }
                 let mut bufs: Vec<(Vec<f32>, usize)> = match way {
                     Way::Fresh | Way::Mixed | Way::Resident => (0..3).map(|i| (fill(n, i), 0)).collect(),
-                    Way::PageAligned => (0..3)
+                    Way::PageAligned | Way::OneAligned(_) => (0..3)
                         .map(|i| {
+                            if matches!(way, Way::OneAligned(k) if k != i) {
+                                return (fill(n, i), 0);
+                            }
                             let v = fill(n + 1024, i);
                             let at = (1024 - (v.as_ptr() as usize / 4) % 1024) % 1024;
                             (v, at)
