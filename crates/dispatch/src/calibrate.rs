@@ -192,8 +192,10 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
         // FIXED_SHARE× its time at the class's smallest size, and grows with the
         // work), so it cannot catch up further on; the model extrapolates it
         // linearly. The two smallest sizes are always measured (a curve needs two
-        // samples).
-        for op in ladder(class) {
+        // samples). Past the regular sizes (see `ladder`) only the engines whose
+        // time is still mostly fixed cost are timed.
+        let (ops, regular) = ladder(class);
+        for (rung, op) in ops.into_iter().enumerate() {
             let w = work(class, &op.cost());
             for (i, (a, (_, b))) in active.iter_mut().zip(engines).enumerate() {
                 // This engine's (work, seconds) so far, smallest first.
@@ -202,8 +204,11 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
                 let (too_slow, out_of_running) =
                     match (timed.first(), timed.len().checked_sub(2).and_then(|j| timed.get(j..))) {
                         (Some(&(_, fixed)), Some(&[(w0, s0), (w1, s1)])) => {
-                            let too_slow = s1 * w / w1 > opts.max_call.as_secs_f64() || started.elapsed() > budget;
-                            let past_fixed = s1 >= FIXED_SHARE * fixed && s1 / s0 >= (w1 / w0).sqrt();
+                            let slope_known = s1 >= FIXED_SHARE * fixed;
+                            let too_slow = s1 * w / w1 > opts.max_call.as_secs_f64()
+                                || started.elapsed() > budget
+                                || (rung >= regular && slope_known);
+                            let past_fixed = slope_known && s1 / s0 >= (w1 / w0).sqrt();
                             (too_slow, behind.get(i).is_some_and(|&n| n >= 2) && past_fixed)
                         }
                         _ => (false, false),
@@ -398,29 +403,36 @@ fn median_time(mut f: impl FnMut() -> Result<()>, budget: Duration, min_reps: us
     Ok(crate::timing::median(&mut samples).unwrap_or(1e-9))
 }
 
-/// The ladder of calibration ops of each class, smallest first. Element
+/// The ladder of calibration ops of each class, smallest first, and how many
+/// of them are regular sizes, timed on every engine still climbing. Element
 /// counts step by 2 from 2¹⁰ to 2²⁰: the CPU engine's time jumps where a
 /// kernel starts using every thread (its thresholds in `compute_simd::tuning`
 /// lie between 2¹³ and 2¹⁸), and a sparser ladder interpolates across that
 /// jump (on the 16-core GPU machine, gelu at 2¹⁴ was predicted 5.6 µs from
-/// samples at 2¹³ and 2¹⁶, and took 15 µs). The ladders stop at 2²²
-/// elements (48 MiB moved by an add): on the H200 machine the four 2²⁴ sizes
-/// took about 0.6 s of a 2.75–3.0 s calibration (setting up 64 MiB inputs on
-/// two GPUs, and calls of 7–10 ms on one CPU thread), and past 2²² no engine
-/// is close to another there (at 2²⁴ in one `cargo xtask bench --dispatch`:
-/// on resident data CUDA 11–20× faster than all CPU threads and 2× faster
-/// than wgpu; on host data the CPU 14–23× faster than either GPU's round trip).
-fn ladder(class: OpClass) -> Vec<Op> {
-    let lens: Vec<usize> = [6u32].into_iter().chain(10..=20).chain([22]).map(|p| 1usize << p).collect();
+/// samples at 2¹³ and 2¹⁶, and took 15 µs). The regular sizes stop at 2²²;
+/// 2²⁴ is only for engines whose time at 2²² is still under [`FIXED_SHARE`]
+/// times their fixed cost, whose growth with size the model could not
+/// extrapolate yet. On the H200 machine the 2²⁴ size on every engine took
+/// about 0.6 s of a 2.75–3.0 s calibration (64 MiB inputs on two GPUs, calls
+/// of 7–10 ms on one CPU thread); dropped altogether, wgpu was predicted
+/// 81 µs at 2²⁶ (flat from its 2²⁰ and 2²² samples) and took 200–300 µs.
+fn ladder(class: OpClass) -> (Vec<Op>, usize) {
+    let lens: Vec<usize> = [6u32].into_iter().chain(10..=20).chain([22, 24]).map(|p| 1usize << p).collect();
+    let regular = lens.len() - 1;
+    let by_len = |f: &dyn Fn(usize) -> Op| (lens.iter().map(|&n| f(n)).collect::<Vec<Op>>(), regular);
+    let all = |ops: Vec<Op>| {
+        let n = ops.len();
+        (ops, n)
+    };
     match class {
-        OpClass::Elementwise => lens.iter().map(|&n| Op::binary(BinaryOp::Add, n)).collect(),
-        OpClass::Transcendental => lens.iter().map(|&n| Op::unary(UnaryOp::Gelu(GeluForm::Tanh), n)).collect(),
-        OpClass::Reduction => lens.iter().map(|&n| Op::Dot { len: n }).collect(),
-        OpClass::RowWise => lens.iter().map(|&n| Op::rows(RowOp::Softmax, (n / 256).max(1), 256)).collect(),
+        OpClass::Elementwise => by_len(&|n| Op::binary(BinaryOp::Add, n)),
+        OpClass::Transcendental => by_len(&|n| Op::unary(UnaryOp::Gelu(GeluForm::Tanh), n)),
+        OpClass::Reduction => by_len(&|n| Op::Dot { len: n }),
+        OpClass::RowWise => by_len(&|n| Op::rows(RowOp::Softmax, (n / 256).max(1), 256)),
         OpClass::Matmul => {
-            [8usize, 16, 32, 64, 128, 256, 512, 1024, 2048].iter().map(|&n| Op::matmul(n, n, n)).collect()
+            all([8usize, 16, 32, 64, 128, 256, 512, 1024, 2048].iter().map(|&n| Op::matmul(n, n, n)).collect())
         }
-        OpClass::Conv => [4usize, 8, 16, 32, 64, 128, 256]
+        OpClass::Conv => all([4usize, 8, 16, 32, 64, 128, 256]
             .iter()
             .map(|&hw| {
                 Op::Conv2d(Conv2dSpec {
@@ -435,7 +447,7 @@ fn ladder(class: OpClass) -> Vec<Op> {
                     padding: (1, 1),
                 })
             })
-            .collect(),
+            .collect()),
     }
 }
 
@@ -528,7 +540,8 @@ mod tests {
     #[test]
     fn ladders_are_valid_and_increasing() {
         for class in OpClass::ALL {
-            let ops = ladder(class);
+            let (ops, regular) = ladder(class);
+            assert!(regular >= 5 && regular <= ops.len(), "{class:?}");
             assert!(ops.len() >= 5, "{class:?}");
             let mut prev = 0.0;
             for op in ops {
