@@ -140,10 +140,12 @@ pub struct HostStorage {
 /// elements) or one cache line of extra memory.
 ///
 /// Why: on the H200 machine's Xeon, the one-thread add of 2¹⁷ elements took a
-/// median 69–87 µs over 96 trials of three separately allocated `Vec`s (the
-/// system allocator starts them 16 bytes past a page boundary), and 16–18.5 µs
-/// when each started on a page boundary (`cargo run --release -p dispatch
-/// --example cpu_placement`, docs/benchmarks.md).
+/// median 61–87 µs over 96 trials of three separately allocated `Vec`s (the
+/// system allocator starts them 16 bytes past a page boundary; eight runs),
+/// and 14.4–18.5 µs when each started on a page boundary; on tensors from
+/// `upload`/`alloc`, 17.0 µs (slowest trial 61) before this and 14.6 (22)
+/// after (`cargo run --release -p dispatch --example cpu_placement`,
+/// docs/dispatch.md). The cause is not known.
 #[derive(Debug)]
 struct Aligned {
     buf: Vec<f32>,

@@ -15,10 +15,10 @@
 //! fastest past its fixed cost ([`FIXED_SHARE`]; the two smallest sizes are
 //! always measured); the model extrapolates linearly past the last sample.
 //! Default options took 1.8–1.9 s for three engines on the 2-core development
-//! machine (two CPU engines and lavapipe; engines already open) and 1.9 s for
-//! four on the H200 machine, 2.75 s in a machine's first process (when the
+//! machine (two CPU engines and lavapipe; engines already open) and 2.5 s for
+//! four on the H200 machine, 3.8 s in a machine's first process (when the
 //! CUDA driver compiles the kernels' PTX); with the devices' opening,
-//! 2.3–2.7 s. [`Profile::timings`] holds each step's time; see
+//! 2.7–3.3 s. [`Profile::timings`] holds each step's time; see
 //! `docs/benchmarks.md`.
 //!
 //! The profile is saved as JSON in `$COMPUTE_PROFILE` if set, else

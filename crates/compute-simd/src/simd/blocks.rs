@@ -3,11 +3,10 @@
 //! Maps run a vector function over whole blocks and over one zero-padded
 //! block each for the head before the output's first 64-byte boundary and for
 //! the tail, so every element goes through the same instructions wherever it
-//! sits, and every store of the body fills one whole cache line. (A buffer
-//! from the system allocator starts 16 bytes past a page boundary; on the
-//! H200 machine's Xeon, an unaligned one-thread add of 2¹⁷ elements took a
-//! median 87 µs over 96 fresh allocations and a page-aligned one 18.5 µs,
-//! `cargo run --release -p dispatch --example cpu_placement`.) With
+//! sits, and every store of the body fills one whole cache line (a buffer
+//! from the system allocator starts 16 bytes past one: a one-thread add of
+//! 2¹⁵ elements on such buffers went from 3.67 to 3.44 µs on the 2-core Zen 4,
+//! `cargo run --release -p dispatch --example cpu_placement`, `fresh`). With
 //! `stream = true` the output body is written with non-temporal stores: that
 //! saves the read-for-ownership of outputs too large to stay in cache (see
 //! [`crate::tuning::STREAM_MIN`]). Maps do not
