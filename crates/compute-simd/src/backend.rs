@@ -141,7 +141,7 @@ pub struct HostStorage {
 ///
 /// Why: on the H200 machine's Xeon, the one-thread add of 2¹⁷ elements took a
 /// median 61–87 µs over 96 trials of three separately allocated `Vec`s (the
-/// system allocator starts them 16 bytes past a page boundary; eight runs),
+/// system allocator starts them 16 bytes past a page boundary; nine runs),
 /// and 14.4–18.5 µs when each started on a page boundary; on tensors from
 /// `upload`/`alloc`, 17.0 µs (slowest trial 61) before this and 14.6 (22)
 /// after (`cargo run --release -p dispatch --example cpu_placement`,
