@@ -41,9 +41,8 @@ pub fn rows(quick: bool) -> Result<Vec<Record>, String> {
     let open_s = t0.elapsed().as_secs_f64();
     let compute = builder.calibration_options(opts).calibrate().build().map_err(e)?;
     let calib_s = t0.elapsed().as_secs_f64();
-    let steps: Vec<String> =
-        compute.profile().timings.iter().map(|t| format!("{} {:.2} s", t.step, t.seconds)).collect();
-    eprintln!("calibration: {calib_s:.2} s; engines opened in {open_s:.2} s, then {}", steps.join(", "));
+    let steps = compute.profile().timings_text();
+    eprintln!("calibration: {calib_s:.2} s; engines opened in {open_s:.2} s, then {steps}");
     let device = compute.device_name();
     let mut out = vec![Record {
         op: "calibrate".into(),
@@ -54,9 +53,8 @@ pub fn rows(quick: bool) -> Result<Vec<Record>, String> {
         placement: "-".into(),
         median_s: calib_s,
         note: Some(format!(
-            "default calibration of {:?}: engines opened in {open_s:.2} s, then {}",
-            compute.engines(),
-            steps.join(", ")
+            "default calibration of {:?}: engines opened in {open_s:.2} s, then {steps}",
+            compute.engines()
         )),
         ..Record::default()
     }];
@@ -159,9 +157,7 @@ impl Grid {
             v.push(("matmul", format!("{n}^3"), Op::matmul(n, n, n)));
         }
         for &hw in &self.conv_hw {
-            let spec =
-                Conv2dSpec { n: 1, c_in: 16, h: hw, w: hw, c_out: 16, kh: 3, kw: 3, stride: (1, 1), padding: (1, 1) };
-            v.push(("conv2d", format!("16x{hw}x{hw}"), Op::Conv2d(spec)));
+            v.push(("conv2d", format!("16x{hw}x{hw}"), Op::Conv2d(Conv2dSpec::same(16, hw, 16, 3))));
         }
         v.sort_by_key(|(f, _, _)| *f);
         v

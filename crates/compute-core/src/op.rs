@@ -237,6 +237,13 @@ pub struct Conv2dSpec {
 }
 
 impl Conv2dSpec {
+    /// One `c_in × hw × hw` image through a `k × k` kernel with stride 1 and
+    /// `k / 2` zero padding ("same" size for odd `k`) into `c_out` channels.
+    /// Costs nothing; validate with [`Op::layout`].
+    pub fn same(c_in: usize, hw: usize, c_out: usize, k: usize) -> Conv2dSpec {
+        Conv2dSpec { n: 1, c_in, h: hw, w: hw, c_out, kh: k, kw: k, stride: (1, 1), padding: (k / 2, k / 2) }
+    }
+
     /// Output height and width, or `None` if the kernel does not fit the padded input
     /// or a stride is zero.
     pub fn output_hw(&self) -> Option<(usize, usize)> {
@@ -629,6 +636,14 @@ mod tests {
         assert_eq!((dot.flops, dot.bytes_read, dot.bytes_written), (2000, 8000, 4));
         let ln = Op::rows(RowOp::LayerNorm { eps: 1e-5 }, 10, 100).cost();
         assert_eq!((ln.flops, ln.bytes_read, ln.bytes_written), (8000, 4000 + 800, 4000));
+    }
+
+    #[test]
+    fn same_conv_keeps_the_image_size_for_odd_kernels() {
+        let c = Conv2dSpec::same(16, 32, 8, 3);
+        assert_eq!((c.n, c.c_in, c.c_out, c.kh, c.kw, c.stride, c.padding), (1, 16, 8, 3, 3, (1, 1), (1, 1)));
+        assert_eq!(c.output_hw(), Some((32, 32)));
+        assert_eq!(Conv2dSpec::same(1, 7, 1, 5).output_hw(), Some((7, 7)));
     }
 
     #[test]

@@ -11,8 +11,7 @@ fn main() {
     match dispatch::calibrate::run_and_save() {
         Ok((profile, path)) => {
             println!("measured in {:.2} s, saved {}", started.elapsed().as_secs_f64(), path.display());
-            let steps: Vec<String> = profile.timings.iter().map(|t| format!("{} {:.2} s", t.step, t.seconds)).collect();
-            println!("steps: {}", steps.join(", "));
+            println!("steps: {}", profile.timings_text());
             let engines = dispatch::discover::available();
             let mut builder = dispatch::Compute::builder().profile(profile.clone());
             for (e, b) in engines {

@@ -15,19 +15,7 @@ use compute_core::{BinaryOp, Conv2dSpec, GeluForm, Op, RowOp, UnaryOp};
 
 fn main() -> Result<(), compute_core::ComputeError> {
     let engines = dispatch::discover::cpu();
-    let conv = |hw: usize| {
-        Op::Conv2d(Conv2dSpec {
-            n: 1,
-            c_in: 16,
-            h: hw,
-            w: hw,
-            c_out: 16,
-            kh: 3,
-            kw: 3,
-            stride: (1, 1),
-            padding: (1, 1),
-        })
-    };
+    let conv = |hw: usize| Op::Conv2d(Conv2dSpec::same(16, hw, 16, 3));
     let ops = [
         Op::binary(BinaryOp::Add, 1 << 16),
         Op::binary(BinaryOp::Add, 1 << 18),

@@ -103,16 +103,16 @@ fn main() -> Result<(), ComputeError> {
                     (0..len).map(|j| ((j * 7919 + i + t) % 1000) as f32 / 1000.0 - 0.5).collect()
                 };
                 // Three buffers a, b, out: (the Vec, where the buffer starts in it).
-                if let Way::Resident = way {
-                    let ins = [one.upload(&fill(n, 0))?, one.upload(&fill(n, 1))?];
-                    let out = one.alloc(n)?;
-                    let mut call = || one.run_tensors(&op, &[&ins[0], &ins[1]], &out);
-                    medians.push(median_call(&mut call, None)?);
-                    keep_tensors.extend(ins.into_iter().chain([out]));
-                    continue;
-                }
                 let mut bufs: Vec<(Vec<f32>, usize)> = match way {
-                    Way::Fresh | Way::Mixed | Way::Resident => (0..3).map(|i| (fill(n, i), 0)).collect(),
+                    Way::Resident => {
+                        let ins = [one.upload(&fill(n, 0))?, one.upload(&fill(n, 1))?];
+                        let out = one.alloc(n)?;
+                        let mut call = || one.run_tensors(&op, &[&ins[0], &ins[1]], &out);
+                        medians.push(median_call(&mut call, None)?);
+                        keep_tensors.extend(ins.into_iter().chain([out]));
+                        continue;
+                    }
+                    Way::Fresh | Way::Mixed => (0..3).map(|i| (fill(n, i), 0)).collect(),
                     Way::PageAligned | Way::OneAligned(_) => (0..3)
                         .map(|i| {
                             if matches!(way, Way::OneAligned(k) if k != i) {

@@ -418,37 +418,23 @@ fn median_time(mut f: impl FnMut() -> Result<()>, budget: Duration, min_reps: us
 /// 81 µs at 2²⁶ (flat from its 2²⁰ and 2²² samples) and took 200–300 µs.
 fn ladder(class: OpClass) -> (Vec<Op>, usize) {
     let lens: Vec<usize> = [6u32].into_iter().chain(10..=20).chain([22, 24]).map(|p| 1usize << p).collect();
-    let regular = lens.len() - 1;
-    let by_len = |f: &dyn Fn(usize) -> Op| (lens.iter().map(|&n| f(n)).collect::<Vec<Op>>(), regular);
-    let all = |ops: Vec<Op>| {
-        let n = ops.len();
-        (ops, n)
-    };
-    match class {
-        OpClass::Elementwise => by_len(&|n| Op::binary(BinaryOp::Add, n)),
-        OpClass::Transcendental => by_len(&|n| Op::unary(UnaryOp::Gelu(GeluForm::Tanh), n)),
-        OpClass::Reduction => by_len(&|n| Op::Dot { len: n }),
-        OpClass::RowWise => by_len(&|n| Op::rows(RowOp::Softmax, (n / 256).max(1), 256)),
-        OpClass::Matmul => {
-            all([8usize, 16, 32, 64, 128, 256, 512, 1024, 2048].iter().map(|&n| Op::matmul(n, n, n)).collect())
+    let by_len = |f: fn(usize) -> Op| lens.iter().map(|&n| f(n)).collect::<Vec<Op>>();
+    let ops = match class {
+        OpClass::Elementwise => by_len(|n| Op::binary(BinaryOp::Add, n)),
+        OpClass::Transcendental => by_len(|n| Op::unary(UnaryOp::Gelu(GeluForm::Tanh), n)),
+        OpClass::Reduction => by_len(|n| Op::Dot { len: n }),
+        OpClass::RowWise => by_len(|n| Op::rows(RowOp::Softmax, (n / 256).max(1), 256)),
+        OpClass::Matmul => [8usize, 16, 32, 64, 128, 256, 512, 1024, 2048].map(|n| Op::matmul(n, n, n)).to_vec(),
+        OpClass::Conv => {
+            [4usize, 8, 16, 32, 64, 128, 256].map(|hw| Op::Conv2d(Conv2dSpec::same(16, hw, 16, 3))).to_vec()
         }
-        OpClass::Conv => all([4usize, 8, 16, 32, 64, 128, 256]
-            .iter()
-            .map(|&hw| {
-                Op::Conv2d(Conv2dSpec {
-                    n: 1,
-                    c_in: 16,
-                    h: hw,
-                    w: hw,
-                    c_out: 16,
-                    kh: 3,
-                    kw: 3,
-                    stride: (1, 1),
-                    padding: (1, 1),
-                })
-            })
-            .collect()),
-    }
+    };
+    // Only the element-count ladders have a last, launch-bound-only size.
+    let regular = match class {
+        OpClass::Matmul | OpClass::Conv => ops.len(),
+        _ => lens.len() - 1,
+    };
+    (ops, regular)
 }
 
 /// Random values in [−1, 1) (never all zeros) from which every calibration

@@ -190,6 +190,12 @@ impl Profile {
         self.engines.iter().find(|e| e.engine == engine)
     }
 
+    /// The step timings as one line, e.g. `launch 0.03 s, Elementwise 0.30 s`.
+    pub fn timings_text(&self) -> String {
+        let steps: Vec<String> = self.timings.iter().map(|t| format!("{} {:.2} s", t.step, t.seconds)).collect();
+        steps.join(", ")
+    }
+
     /// JSON text of the profile.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_default()
