@@ -100,6 +100,31 @@ fn pooled_allocations_back_tensors() {
 }
 
 #[test]
+fn prepare_loads_the_kernels_of_its_ops() {
+    let Some(be) = backend("prepare_loads_the_kernels_of_its_ops") else { return };
+    let ops = [
+        Op::unary(UnaryOp::Elu { alpha: 0.7 }, 1000),
+        Op::rows(RowOp::LogSoftmax, 3, 5000),
+        Op::matmul(33, 17, 65),
+        Op::Conv2d(compute_core::Conv2dSpec::same(3, 9, 4, 3)),
+    ];
+    // An op with invalid shapes is skipped, not an error.
+    let mut with_bad = ops.to_vec();
+    with_bad.push(Op::matmul(0, 4, 4));
+    be.prepare(&with_bad).unwrap();
+    assert!(be.is_prepared(&ops).unwrap());
+    let mut rng = Rng::new(21);
+    for op in &ops {
+        let layout = op.layout().unwrap();
+        let ins: Vec<Vec<f32>> = layout.inputs().iter().map(|&n| rng.vec(n, -1.0, 1.0)).collect();
+        let refs: Vec<&[f32]> = ins.iter().map(Vec::as_slice).collect();
+        let mut out = vec![f32::NAN; layout.output];
+        be.run(op, &refs, &mut out).unwrap();
+        assert!(compare(op, &refs, &out, 1.0).is_none(), "{op:?}");
+    }
+}
+
+#[test]
 fn completion_follows_queued_work() {
     let Some(be) = backend("completion_follows_queued_work") else { return };
     let mut rng = Rng::new(9);

@@ -159,8 +159,16 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
         timings.push(StepTime { step: name, seconds: step.elapsed().as_secs_f64() });
         step = Instant::now();
     };
-    let mut pool = RandomPool::new(0x5eed_0001);
     let tiny = Op::unary(UnaryOp::Relu, 64);
+    // Every kernel the ladders need, compiled up front (several at a time)
+    // instead of one by one in each size's warm-up call.
+    let mut all: Vec<Op> = OpClass::ALL.into_iter().flat_map(|c| ladder(c).0).collect();
+    all.push(tiny);
+    for (_, b) in engines {
+        b.prepare(&all)?;
+    }
+    lap("prepare".into());
+    let mut pool = RandomPool::new(0x5eed_0001);
     let launches = time_all(engines, &tiny, &mut pool, opts)?;
     lap("launch".into());
     let mut out = Vec::with_capacity(engines.len());

@@ -584,4 +584,9 @@ impl Backend for Compute {
         }
         Ok(())
     }
+
+    /// Prepares `ops` on every engine (a GPU compiles their kernels).
+    fn prepare(&self, ops: &[Op]) -> Result<()> {
+        self.inner.slots.iter().try_for_each(|s| s.backend.prepare(ops))
+    }
 }

@@ -30,9 +30,10 @@ pub struct Profile {
     pub timings: Vec<StepTime>,
 }
 
-/// The wall time of one step of [`crate::calibrate`]: `"launch"` (the tiny
-/// call on every engine), `"link <engine>"` (a GPU's transfers), or an op
-/// class's ladder (`"Matmul"`, …).
+/// The wall time of one step of [`crate::calibrate`]: `"prepare"` (the GPUs
+/// compile the ladders' kernels), `"launch"` (the tiny call on every engine),
+/// `"link <engine>"` (a GPU's transfers), or an op class's ladder
+/// (`"Matmul"`, …).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StepTime {
     /// Which step.

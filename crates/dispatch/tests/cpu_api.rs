@@ -226,6 +226,12 @@ fn profile_is_measured_saved_reused_and_keyed_by_machine() {
             assert!(c.points.iter().all(|pt| pt.seconds > 0.0 && pt.seconds.is_finite()));
         }
     }
+    // Each step's wall time: prepare, launch, then one per class (no links on the CPU).
+    let steps: Vec<&str> = first.profile().timings.iter().map(|t| t.step.as_str()).collect();
+    assert_eq!(steps, ["prepare", "launch", "Elementwise", "Transcendental", "Reduction", "RowWise", "Matmul", "Conv"]);
+    assert!(first.profile().timings.iter().all(|t| t.seconds >= 0.0 && t.seconds < 60.0));
+    // Preparing ops is harmless on engines with nothing to compile.
+    first.prepare(&[Op::matmul(8, 8, 8), Op::matmul(0, 1, 1)]).unwrap();
     let second = build();
     assert_eq!(second.profile(), first.profile(), "reused from the cache, not measured again");
     // A profile of another machine (other key) is not reused.

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use compute_core::{BackendKind, ComputeError, Result};
+use compute_core::{BackendKind, ComputeError, Op, Result};
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaStream};
 
@@ -13,7 +13,7 @@ use super::driver::{self, Function, Staging};
 use crate::builder::Target;
 use crate::kernels::KernelId;
 use crate::kernels::rows::{BLOCK_CACHE_BYTES, RowShape};
-use crate::plan::{Arg, Grid, Launcher};
+use crate::plan::{self, Arg, Grid, Launcher};
 
 /// Floats of the host-call staging buffer (4 MiB): host calls whose inputs and
 /// output fit go through it without allocating.
@@ -105,6 +105,57 @@ impl Device {
         Ok(lock(&self.kernels).entry(id).or_insert(f).clone())
     }
 
+    /// The kernels that `ops` launch and that are not loaded yet, each once:
+    /// one dry run of each op's plan. Ops with invalid shapes are skipped.
+    pub(crate) fn missing_kernels(&self, ops: &[&Op]) -> Result<Vec<KernelId>> {
+        let recorder = Recorder { sm_count: self.sm_count, ids: Mutex::new(Vec::new()) };
+        for op in ops {
+            let Ok(layout) = op.layout() else { continue };
+            let ins = vec![0u64; layout.inputs().len()];
+            plan::run_op(&recorder, op, &ins, 0)?;
+        }
+        let mut ids = recorder.ids.into_inner().unwrap_or_else(|p| p.into_inner());
+        let loaded = lock(&self.kernels);
+        let mut seen = std::collections::HashSet::new();
+        ids.retain(|id| !loaded.contains_key(id) && seen.insert(*id));
+        Ok(ids)
+    }
+
+    /// Loads every kernel that `ops` launch and that is not loaded yet, on up
+    /// to [`PREPARE_THREADS`] threads (the driver's JIT compiles one module
+    /// per call, and a fresh machine has no compiled copy cached). Costs the
+    /// JIT of the missing kernels divided by the threads.
+    pub(crate) fn load_all(&self, ops: &[&Op]) -> Result<()> {
+        let ids = self.missing_kernels(ops)?;
+        let threads = PREPARE_THREADS.min(ids.len());
+        if threads <= 1 {
+            return ids.into_iter().try_for_each(|id| self.function(id).map(drop));
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    scope.spawn(|| {
+                        loop {
+                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some(&id) = ids.get(i) else { return Ok(()) };
+                            self.function(id)?;
+                        }
+                    })
+                })
+                .collect();
+            workers.into_iter().try_for_each(|w| {
+                w.join().unwrap_or_else(|_| {
+                    Err(ComputeError::Driver {
+                        op: "prepare",
+                        backend: BackendKind::Cuda,
+                        message: "a kernel-loading thread panicked".into(),
+                    })
+                })
+            })
+        })
+    }
+
     /// Runs `f` with the staging buffer (allocated on first use), holding it
     /// for the duration. `f` must synchronise before returning (it does: the
     /// staged output is read back synchronously).
@@ -135,6 +186,30 @@ impl Device {
     /// Waits for all queued work.
     pub(crate) fn synchronize(&self, op: &'static str) -> Result<()> {
         self.stream.synchronize().map_err(|e| driver::err(op, e))
+    }
+}
+
+/// Threads [`Device::load_all`] compiles kernels on.
+pub(crate) const PREPARE_THREADS: usize = 8;
+
+/// A [`Launcher`] that only notes which kernels a plan would launch.
+struct Recorder {
+    sm_count: u32,
+    ids: Mutex<Vec<KernelId>>,
+}
+
+impl Launcher for Recorder {
+    fn sm_count(&self) -> u32 {
+        self.sm_count
+    }
+
+    fn launch(&self, id: KernelId, _grid: Grid, _args: &[Arg]) -> Result<()> {
+        lock(&self.ids).push(id);
+        Ok(())
+    }
+
+    fn temp(&self, _bytes: usize, _op: &'static str) -> Result<(Box<dyn std::any::Any>, u64)> {
+        Ok((Box::new(()), 0))
     }
 }
 

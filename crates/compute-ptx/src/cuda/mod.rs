@@ -105,6 +105,14 @@ impl CudaBackend {
         info_of(&self.dev)
     }
 
+    /// Whether every kernel that `ops` launch is compiled and loaded already
+    /// (see [`Backend::prepare`]), so their first calls pay no JIT. One dry
+    /// run of each op's plan.
+    pub fn is_prepared(&self, ops: &[Op]) -> Result<bool> {
+        let ops: Vec<&Op> = ops.iter().collect();
+        Ok(self.dev.missing_kernels(&ops)?.is_empty())
+    }
+
     /// The PTX target this device's kernels are generated for.
     pub fn target(&self) -> crate::Target {
         self.dev.target
@@ -306,5 +314,12 @@ impl Backend for CudaBackend {
 
     fn synchronize(&self) -> Result<()> {
         self.dev.synchronize("synchronize")
+    }
+
+    /// JIT-compiles the kernels of `ops` that are not loaded yet, on up to
+    /// [`device::PREPARE_THREADS`] threads.
+    fn prepare(&self, ops: &[Op]) -> Result<()> {
+        let ops: Vec<&Op> = ops.iter().filter(|op| self.supports(op)).collect();
+        self.dev.load_all(&ops)
     }
 }

@@ -62,8 +62,9 @@ pub trait SimdF32: Copy + Send + Sync {
     fn stream(self, out: &mut Block, v: Self::V);
     /// Orders earlier streaming stores before later stores (`sfence`).
     fn fence(self);
-    /// Hints that the cache line holding `x` will be read soon (`prefetcht0`;
-    /// nothing on the portable path). Never faults.
+    /// Hints that the cache line holding `x` will be read soon (`prefetcht1`
+    /// with AVX-512, `prefetcht0` with AVX2, nothing on the portable path).
+    /// Never faults.
     fn prefetch(self, x: &Block);
 
     /// `a + b`.
