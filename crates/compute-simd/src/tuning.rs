@@ -76,3 +76,15 @@ pub const GEMM_DOTS_MAX_M: usize = 16;
 /// reads `B` in place instead of packing it: with so few rows the copy costs
 /// more than the strided reads it saves.
 pub const GEMM_INPLACE_B_MAX_M: usize = 128;
+
+/// Kernels that prefetch the next row while working on this one ask for L2
+/// instead of L1 (`SimdF32::prefetch_l2`) when that row has at least this many
+/// elements: a long row and its scratch fill L1 already, a short one is read
+/// soon after. Measured on the 2-core Zen 4 (AVX-512), softmax, median ms of 60
+/// calls alternating the two hints in one process (L1 / L2): 4096-float rows
+/// on 16 Mi floats 8.45 / 8.12, 6.74 / 6.45, 6.72 / 6.30 (one thread), 4.39 /
+/// 4.05 (two); on 4 Mi floats, 2048-float rows 1.96 / 1.89 (one thread), 0.95
+/// / 0.94 (two); 1024 1.59 / 1.70 and 0.94 / 0.99; 512 1.90 / 2.00; 256 3.09
+/// / 3.48 and 1.21 / 1.38. With AVX2 the L1 hint stayed ahead at 4096 (13.6 /
+/// 14.4 ms), so there `prefetch_l2` is `prefetch`.
+pub const PREFETCH_L2_FROM: usize = 2048;

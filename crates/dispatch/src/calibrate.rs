@@ -14,12 +14,13 @@
 //! [`Options::max_call`], or once it is [`DROP_BEYOND`] times slower than the
 //! fastest past its fixed cost ([`FIXED_SHARE`]; the two smallest sizes are
 //! always measured); the model extrapolates linearly past the last sample.
-//! Default options took 1.8–1.9 s for three engines on the 2-core development
-//! machine (two CPU engines and lavapipe; engines already open) and 2.5 s for
-//! four on the H200 machine, 3.8 s in a machine's first process (when the
-//! CUDA driver compiles the kernels' PTX); with the devices' opening,
-//! 2.7–3.3 s. [`Profile::timings`] holds each step's time; see
-//! `docs/benchmarks.md`.
+//! First, each GPU engine compiles the kernels of every ladder op
+//! ([`Backend::prepare`]), so that no size's step pays for it. Default options
+//! took 1.8–1.9 s for three engines on the 2-core development machine (two CPU
+//! engines and lavapipe; engines already open) and 2.5 s for four on the H200
+//! machine, 3.8 s in a fresh machine's first process (when the drivers
+//! compile the kernels); with the devices' opening, 2.7–4.5 s.
+//! [`Profile::timings`] holds each step's time; see `docs/dispatch.md`.
 //!
 //! The profile is saved as JSON in `$COMPUTE_PROFILE` if set, else
 //! `$XDG_CACHE_HOME/compute/profile-<hash>.json`, else

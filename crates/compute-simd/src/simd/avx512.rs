@@ -80,14 +80,14 @@ impl SimdF32 for Avx512 {
 
     #[inline(always)]
     fn prefetch(self, x: &Block) {
-        // Into L2 (`prefetcht1`), not L1: the row kernels that prefetch the
-        // next row work on a row and its scratch, which fill L1 already. A
-        // one-thread softmax of 4096-float rows on 16 Mi floats went 4–9%
-        // faster than with `prefetcht0` in seven interleaved comparisons on
-        // the 2-core Zen 4 (2026-11-21); on the AVX2 path, which spends twice
-        // the instructions per exponential, `prefetcht0` stayed ahead.
         // SAFETY: prefetching is part of SSE, which every x86-64 CPU has, and
         // never faults; the pointer comes from a reference anyway.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(x.as_ptr().cast()) }
+    }
+
+    #[inline(always)]
+    fn prefetch_l2(self, x: &Block) {
+        // SAFETY: as in `prefetch`.
         unsafe { _mm_prefetch::<_MM_HINT_T1>(x.as_ptr().cast()) }
     }
 

@@ -25,6 +25,7 @@
 //! [`super::WithSimd`] task, with the [`LaneFn`] inlined into the loop.
 
 use super::{Block, LANES, LaneFn, SimdF32};
+use crate::tuning::PREFETCH_L2_FROM;
 
 /// Elements folded into the four inner accumulators before they are added to
 /// the outer one.
@@ -189,6 +190,13 @@ pub fn map_in_place<S: SimdF32>(s: S, x: &mut [f32], stream: bool, f: &impl Lane
     }
 }
 
+/// Prefetches `p`, into L2 when `far` (the caller's next row is long: see
+/// [`PREFETCH_L2_FROM`]).
+#[inline(always)]
+fn prefetch<S: SimdF32>(s: S, p: &Block, far: bool) {
+    if far { s.prefetch_l2(p) } else { s.prefetch(p) }
+}
+
 /// `out[i] = f(x[i])` and returns the lane-wise sum of the outputs (tail lanes
 /// padded with `pad`, whose `f(pad)` must be 0), in four accumulators. One
 /// cache line of `ahead` (the data the caller reads next, e.g. the next row) is
@@ -202,6 +210,7 @@ pub fn map1_sum<S: SimdF32>(s: S, x: &[f32], out: &mut [f32], pad: f32, ahead: &
     let mut total = zero;
     let mut xs = x.chunks(FOLD_SPAN);
     let mut os = out.chunks_mut(FOLD_SPAN);
+    let far = ahead.len() >= PREFETCH_L2_FROM;
     let mut ahead = ahead.chunks(FOLD_SPAN);
     while let (Some(x), Some(out)) = (xs.next(), os.next()) {
         let (pb, _) = ahead.next().unwrap_or(&[]).as_chunks::<LANES>();
@@ -214,7 +223,7 @@ pub fn map1_sum<S: SimdF32>(s: S, x: &[f32], out: &mut [f32], pad: f32, ahead: &
             let (ob, _) = oi.as_chunks_mut::<LANES>();
             for ((a, xb), ob) in acc.iter_mut().zip(xb).zip(ob) {
                 if let Some(p) = pb.next() {
-                    s.prefetch(p);
+                    prefetch(s, p, far);
                 }
                 let y = f.apply(s, [s.load(xb)]);
                 s.store(ob, y);
@@ -256,6 +265,7 @@ pub fn fold1<S: SimdF32>(
     combine: &impl LaneFn<S, 2>,
 ) -> S::V {
     let mut total = init;
+    let far = ahead.len() >= PREFETCH_L2_FROM;
     let mut ahead = ahead.chunks(FOLD_SPAN);
     for x in x.chunks(FOLD_SPAN) {
         let (pb, _) = ahead.next().unwrap_or(&[]).as_chunks::<LANES>();
@@ -266,7 +276,7 @@ pub fn fold1<S: SimdF32>(
             let (xb, _) = xi.as_chunks::<LANES>();
             for (a, xb) in acc.iter_mut().zip(xb) {
                 if let Some(p) = pb.next() {
-                    s.prefetch(p);
+                    prefetch(s, p, far);
                 }
                 *a = step.apply(s, [*a, s.load(xb)]);
             }

@@ -62,10 +62,16 @@ pub trait SimdF32: Copy + Send + Sync {
     fn stream(self, out: &mut Block, v: Self::V);
     /// Orders earlier streaming stores before later stores (`sfence`).
     fn fence(self);
-    /// Hints that the cache line holding `x` will be read soon (`prefetcht1`
-    /// with AVX-512, `prefetcht0` with AVX2, nothing on the portable path).
-    /// Never faults.
+    /// Hints that the cache line holding `x` will be read soon (`prefetcht0`;
+    /// nothing on the portable path). Never faults.
     fn prefetch(self, x: &Block);
+    /// Like [`SimdF32::prefetch`], for data read a while later: into L2 where
+    /// that measured faster (`prefetcht1` with AVX-512; see
+    /// [`crate::tuning::PREFETCH_L2_FROM`]), else the same as `prefetch`.
+    #[inline(always)]
+    fn prefetch_l2(self, x: &Block) {
+        self.prefetch(x)
+    }
 
     /// `a + b`.
     fn add(self, a: Self::V, b: Self::V) -> Self::V;
