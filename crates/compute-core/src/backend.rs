@@ -119,8 +119,8 @@ pub trait Backend: Send + Sync {
     }
 
     /// Readies what `ops` need ahead of their first calls, so those calls do
-    /// not pay for it: a GPU backend compiles and loads their kernels (several
-    /// at a time where its driver allows). Optional: every call readies what
+    /// not pay for it: a GPU backend compiles and loads their kernels.
+    /// Optional: every call readies what
     /// it needs on first use anyway, and the default does nothing. Ops this
     /// backend does not support, or with invalid shapes, are skipped; driver
     /// and compile failures are returned.

@@ -80,7 +80,7 @@ pub const GEMM_INPLACE_B_MAX_M: usize = 128;
 /// Kernels that prefetch the next row while working on this one ask for L2
 /// instead of L1 (`SimdF32::prefetch_l2`) when that row has at least this many
 /// elements: a long row and its scratch fill L1 already, a short one is read
-/// soon after. Measured on the 2-core Zen 4 (AVX-512), softmax, median ms of 60
+/// soon after. Measured on the 2-core Zen 4 (AVX-512), softmax, median ms of 40–60
 /// calls alternating the two hints in one process (L1 / L2): 4096-float rows
 /// on 16 Mi floats 8.45 / 8.12, 6.74 / 6.45, 6.72 / 6.30 (one thread), 4.39 /
 /// 4.05 (two); on 4 Mi floats, 2048-float rows 1.96 / 1.89 (one thread), 0.95

@@ -161,8 +161,8 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
         step = Instant::now();
     };
     let tiny = Op::unary(UnaryOp::Relu, 64);
-    // Every kernel the ladders need, compiled up front (several at a time)
-    // instead of one by one in each size's warm-up call.
+    // Every kernel the ladders need, compiled up front instead of in the
+    // warm-up calls of each size's step.
     let mut all: Vec<Op> = OpClass::ALL.into_iter().flat_map(|c| ladder(c).0).collect();
     all.push(tiny);
     for (_, b) in engines {

@@ -121,41 +121,14 @@ impl Device {
         Ok(ids)
     }
 
-    /// Loads every kernel that `ops` launch and that is not loaded yet, on up
-    /// to [`PREPARE_THREADS`] threads (the driver's JIT compiles one module
-    /// per call, and a fresh machine has no compiled copy cached). Costs the
-    /// JIT of the missing kernels: on the H200 machine (driver 580) 0.52–0.64 s
-    /// for the calibration ladders' kernels, about what compiling them one by
-    /// one had cost — that driver seems to compile one module at a time.
+    /// Loads every kernel that `ops` launch and that is not loaded yet, one
+    /// after the other. Costs the JIT of the missing kernels (a fresh machine
+    /// has no compiled copy cached). Compiling on 8 threads was tried: on the
+    /// H200 machine (driver 580) it took 0.52–0.64 s for the calibration
+    /// ladders' kernels, about what compiling them one by one had cost, so
+    /// that driver seems to compile one module at a time.
     pub(crate) fn load_all(&self, ops: &[&Op]) -> Result<()> {
-        let ids = self.missing_kernels(ops)?;
-        let threads = PREPARE_THREADS.min(ids.len());
-        if threads <= 1 {
-            return ids.into_iter().try_for_each(|id| self.function(id).map(drop));
-        }
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..threads)
-                .map(|_| {
-                    scope.spawn(|| {
-                        loop {
-                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let Some(&id) = ids.get(i) else { return Ok(()) };
-                            self.function(id)?;
-                        }
-                    })
-                })
-                .collect();
-            workers.into_iter().try_for_each(|w| {
-                w.join().unwrap_or_else(|_| {
-                    Err(ComputeError::Driver {
-                        op: "prepare",
-                        backend: BackendKind::Cuda,
-                        message: "a kernel-loading thread panicked".into(),
-                    })
-                })
-            })
-        })
+        self.missing_kernels(ops)?.into_iter().try_for_each(|id| self.function(id).map(drop))
     }
 
     /// Runs `f` with the staging buffer (allocated on first use), holding it
@@ -190,9 +163,6 @@ impl Device {
         self.stream.synchronize().map_err(|e| driver::err(op, e))
     }
 }
-
-/// Threads [`Device::load_all`] compiles kernels on.
-pub(crate) const PREPARE_THREADS: usize = 8;
 
 /// A [`Launcher`] that only notes which kernels a plan would launch.
 struct Recorder {

@@ -316,8 +316,8 @@ impl Backend for CudaBackend {
         self.dev.synchronize("synchronize")
     }
 
-    /// JIT-compiles the kernels of `ops` that are not loaded yet, on up to 8
-    /// threads (see [`CudaBackend::is_prepared`]).
+    /// JIT-compiles the kernels of `ops` that are not loaded yet (see
+    /// [`CudaBackend::is_prepared`]).
     fn prepare(&self, ops: &[Op]) -> Result<()> {
         let ops: Vec<&Op> = ops.iter().filter(|op| self.supports(op)).collect();
         self.dev.load_all(&ops)
