@@ -134,7 +134,24 @@ impl Timer {
 }
 
 /// [`submit`], with `timer`'s timestamps first and last in the encoder when given.
+/// The steps' scratch buffers go back to the cache once the submission is
+/// queued (or failed before it was: then nothing uses them).
 pub(crate) fn submit_timed(
+    ctx: &Context,
+    steps: &[Step],
+    op: &'static str,
+    timer: Option<&Timer>,
+) -> Result<wgpu::SubmissionIndex> {
+    let submitted = record_and_submit(ctx, steps, op, timer);
+    for s in steps {
+        if let Step::Scratch(b) = s {
+            ctx.cache.give(b.clone());
+        }
+    }
+    submitted
+}
+
+fn record_and_submit(
     ctx: &Context,
     steps: &[Step],
     op: &'static str,
@@ -145,7 +162,7 @@ pub(crate) fn submit_timed(
         .iter()
         .filter_map(|s| match s {
             Step::Dispatch(d) => Some(ctx.kernels.get(ctx, d.kernel)),
-            Step::Copy { .. } => None,
+            Step::Copy { .. } | Step::Scratch(_) => None,
         })
         .collect::<Result<_>>()?;
     let stride = u64::from(ctx.limits.min_uniform_buffer_offset_alignment).max(PARAM_BYTES);
@@ -176,6 +193,7 @@ pub(crate) fn submit_timed(
                 encoder.copy_buffer_to_buffer(src, 0, dst, 0, *bytes);
                 i += 1;
             }
+            Step::Scratch(_) => i += 1,
             Step::Dispatch(_) => {
                 let mut pass = encoder
                     .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(op), timestamp_writes: None });

@@ -7,8 +7,9 @@
 //! pieces of whole rows; matmul batches into grids of at most 65535 matrices.
 //! What cannot be split (one row, one matrix or one convolution operand larger
 //! than a binding) is a [`ComputeError::LimitExceeded`] naming requested and
-//! maximum bytes. Nothing here touches the device except taking a scratch
-//! buffer from the cache for reductions.
+//! maximum bytes. Nothing here touches the device except taking scratch
+//! buffers from the cache (reductions, split-K matmul), which the steps carry
+//! as [`Step::Scratch`] until their submission.
 
 use compute_core::{BinaryOp, ComputeError, GeluForm, Op, ReduceOp, Result, RowOp, UnaryOp};
 
@@ -49,6 +50,13 @@ pub(crate) enum Step {
         dst: wgpu::Buffer,
         bytes: u64,
     },
+    /// A scratch buffer from the backend's cache that later steps use. It goes
+    /// back to the cache only once the submission holding these steps is queued:
+    /// any later user is then a later submission, which the queue orders after
+    /// this one. (Given back earlier, another thread's submission, or an upload
+    /// made before this batch executes, could take it first and see these
+    /// dispatches overwrite its data.)
+    Scratch(wgpu::Buffer),
 }
 
 /// `len` floats at the start of `buffer` (which holds at least `padded_bytes(len)`).
@@ -291,7 +299,9 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
             let strides =
                 [to_u32(name, "elements", m * k)?, to_u32(name, "elements", k * n)?, to_u32(name, "elements", m * n)?];
             let scratch = if sk > 1 {
-                Some(ctx.cache.take(ctx, Use::Storage, sk * per_dispatch.min(batch) * m * n * 4, name)?)
+                let b = ctx.cache.take(ctx, Use::Storage, sk * per_dispatch.min(batch) * m * n * 4, name)?;
+                steps.push(Step::Scratch(b.clone()));
+                Some(b)
             } else {
                 None
             };
@@ -341,10 +351,6 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
                     }
                 }
                 z0 += gz;
-            }
-            // Later users of the scratch buffer are ordered after these dispatches.
-            if let Some(scratch) = scratch {
-                ctx.cache.give(scratch);
             }
         }
         Op::Conv2d(c) => {
@@ -454,6 +460,7 @@ fn reduce(
     let total: u64 = parts.iter().map(|p| p.2).sum();
     let scratch_bytes = padded_bytes(total as usize);
     let scratch = ctx.cache.take(ctx, Use::Storage, scratch_bytes, name)?;
+    steps.push(Step::Scratch(scratch.clone()));
     let mut first = 0;
     for (start, n, groups) in parts {
         let (off, size) = (start * 4, padded_bytes(n as usize));
@@ -475,8 +482,6 @@ fn reduce(
         bindings: vec![bind(4, &scratch, 0, scratch_bytes), bind(5, &out.buffer, 0, padded_bytes(out.len))],
         groups: [1, 1, 1],
     }));
-    // Later users of the scratch buffer are ordered after these dispatches by the queue.
-    ctx.cache.give(scratch);
     Ok(())
 }
 

@@ -161,6 +161,100 @@ fn batch_runs_a_chain_in_one_submission() {
 }
 
 #[test]
+fn scratch_buffers_stay_reserved_until_their_work_is_submitted() {
+    // A split-K matmul and a reduction plan into scratch buffers from the
+    // backend's cache. Recorded into a batch, they must not hand those buffers
+    // to anyone before the batch is submitted: an upload in between would
+    // otherwise get one and see the dispatches overwrite its data.
+    let Some(gpu) = gpu("scratch") else { return };
+    gpu.set_matmul(MatmulTiles::AutoSplitK, false);
+    let mut rng = seed();
+    let x = rng.vec(1000, -1.0, 1.0);
+    let (m, k, n) = (1024, 512, 1024);
+    let a = rng.vec(m * k, -1.0, 1.0);
+    let b = rng.vec(k * n, -1.0, 1.0);
+    let mut batch = gpu.batch();
+    let bx = batch.upload(&x).unwrap();
+    let ba = batch.upload(&a).unwrap();
+    let bb = batch.upload(&b).unwrap();
+    let c = batch.matmul(ba, bb, m, k, n).unwrap();
+    let s = batch.sum(bx).unwrap();
+    // Uploads of the size classes of both scratch buffers (the reduction's
+    // partials and the matmul's 4 slices of partial products).
+    let later: Vec<_> = [64, 4 * m * n]
+        .into_iter()
+        .map(|len| {
+            let data = rng.vec(len, 1.0, 2.0);
+            (gpu.upload(&data).unwrap(), data)
+        })
+        .collect();
+    batch.execute().unwrap();
+    let sum = batch.read(s).unwrap()[0];
+    let want: f64 = x.iter().map(|&v| f64::from(v)).sum();
+    assert!((f64::from(sum) - want).abs() < 1e-3, "sum {sum} vs {want}");
+    let got = batch.read(c).unwrap();
+    for _ in 0..64 {
+        let (i, j) = (rng.below(m), rng.below(n));
+        let want: f64 = (0..k).map(|p| f64::from(a[i * k + p]) * f64::from(b[p * n + j])).sum();
+        assert!((f64::from(got[i * n + j]) - want).abs() < 1e-2, "c[{i},{j}] {} vs {want}", got[i * n + j]);
+    }
+    let wrong: Vec<(usize, usize)> = later
+        .iter()
+        .map(|(t, data)| {
+            let mut back = vec![f32::NAN; data.len()];
+            gpu.download(t, &mut back).unwrap();
+            (back.iter().zip(data).filter(|(g, w)| g != w).count(), data.len())
+        })
+        .collect();
+    assert!(wrong.iter().all(|w| w.0 == 0), "(overwritten, uploaded) floats: {wrong:?}");
+}
+
+#[test]
+fn host_calls_from_many_threads_get_their_own_results() {
+    // Small host calls of every family from eight threads at once on one backend:
+    // buffers, scratch, parameters and staging are shared through its caches.
+    let Some(gpu) = gpu("threads") else { return };
+    let base = compute_core::conformance::rng::fresh_seed();
+    eprintln!("seed {base}");
+    std::thread::scope(|scope| {
+        for t in 0..8u64 {
+            let gpu = gpu.clone();
+            scope.spawn(move || {
+                let mut rng = Rng::new(base.wrapping_add(t));
+                for i in 0..60 {
+                    let len = 1 + (i * 7 + t as usize * 13) % 300;
+                    let x = rng.vec(len, 0.5, 2.0);
+                    let mut out = vec![f32::NAN; 1];
+                    gpu.run(&Op::Reduce { op: ReduceOp::Sum, len }, &[&x], &mut out).unwrap();
+                    let want: f64 = x.iter().map(|&v| f64::from(v)).sum();
+                    assert!(
+                        (f64::from(out[0]) - want).abs() <= 1e-4 * want,
+                        "thread {t} call {i}: sum of {len}: {} vs {want}",
+                        out[0]
+                    );
+                    let mut y = vec![f32::NAN; len];
+                    gpu.run(&Op::unary(UnaryOp::Scale { s: 2.0 }, len), &[&x], &mut y).unwrap();
+                    assert!(y.iter().zip(&x).all(|(a, b)| *a == 2.0 * b), "thread {t} call {i}: scale of {len}");
+                    let (m, k, n) = (2, 2048, 4);
+                    let a = rng.vec(m * k, -1.0, 1.0);
+                    let b = rng.vec(k * n, -1.0, 1.0);
+                    let mut c = vec![f32::NAN; m * n];
+                    gpu.run(&Op::matmul(m, k, n), &[&a, &b], &mut c).unwrap();
+                    for (idx, got) in c.iter().enumerate() {
+                        let (r, col) = (idx / n, idx % n);
+                        let want: f64 = (0..k).map(|p| f64::from(a[r * k + p]) * f64::from(b[p * n + col])).sum();
+                        assert!(
+                            (f64::from(*got) - want).abs() < 1e-2,
+                            "thread {t} call {i}: matmul c[{idx}] {got} vs {want}"
+                        );
+                    }
+                }
+            });
+        }
+    });
+}
+
+#[test]
 fn async_results_and_work_done() {
     let Some(gpu) = gpu("async") else { return };
     let mut rng = seed();
