@@ -1,7 +1,8 @@
 //! `cargo xtask gpu-bundle`: builds everything a GPU-machine run needs into `.gpu/`
 //! (test binaries, the bench binary, the Vulkan loader packages) and writes
 //! `.gpu/run.sh`, which runs the conformance suites at large sizes on CUDA and on
-//! the NVIDIA Vulkan adapter, then the benchmark report, logging under `$OUT`.
+//! the NVIDIA Vulkan adapter (one test thread), every test binary again at small
+//! sizes with parallel test threads, then the benchmark report, logging under `$OUT`.
 //! The machine needs the NVIDIA driver only: no Rust, no CUDA toolkit
 //! (compute-sanitizer is used when present).
 
@@ -112,7 +113,13 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
     case "$t" in *compute-*-conformance) scale=large ;; *) scale=small ;; esac
     COMPUTE_REQUIRE=cuda,wgpu COMPUTE_CONFORMANCE=$scale timeout 240 "$t" --test-threads=1 2>&1 | tail -n 60 >> "$OUT/tests.log" || rc=1
   done
-  grep -E "^test result|FAILED|panicked" "$OUT/tests.log" | tail -n 40
+  # Again with the default test threads: many tests share one process-wide
+  # backend, so this is where races between calls show up.
+  for t in .gpu/bin/test-*; do
+    echo "== $t (parallel)" | tee -a "$OUT/tests.log"
+    COMPUTE_REQUIRE=cuda,wgpu COMPUTE_CONFORMANCE=small timeout 240 "$t" 2>&1 | tail -n 60 >> "$OUT/tests.log" || rc=1
+  done
+  grep -E "^== |^test result|FAILED|panicked" "$OUT/tests.log" | tail -n 60
 fi
 if [ "$what" = sanitize ] || [ "$what" = all ]; then
   san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)

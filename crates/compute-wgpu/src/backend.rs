@@ -309,6 +309,43 @@ impl WgpuBackend {
         result
     }
 
+    /// Whether every pipeline `ops` need is compiled (see [`Backend::prepare`]):
+    /// then their first calls compile nothing. Plans each op (no device work).
+    pub fn is_prepared(&self, ops: &[Op]) -> Result<bool> {
+        let kernels = self.kernels_of(ops)?;
+        self.ctx.kernels.has_all(&kernels)
+    }
+
+    /// The kernels `ops` dispatch, each op planned on a placeholder buffer
+    /// (nothing recorded or submitted). Ops with invalid shapes or beyond this
+    /// device's limits are skipped (their calls report why); the kernels of the
+    /// steps an op planned before such an error are kept.
+    fn kernels_of(&self, ops: &[Op]) -> Result<Vec<crate::kernels::Kernel>> {
+        let ctx = &self.ctx;
+        let placeholder = ctx.cache.take(ctx, Use::Storage, 256, "prepare")?;
+        let mut kernels = Vec::new();
+        for op in ops {
+            let Ok(layout) = op.layout() else { continue };
+            if self.check_limits(op).is_err() {
+                continue;
+            }
+            let view = |len| View { buffer: placeholder.clone(), len };
+            let inputs: Vec<View> = layout.inputs().iter().map(|&len| view(len)).collect();
+            let mut steps = Vec::new();
+            let _ = plan::plan(ctx, op, &inputs, &view(layout.output), &mut steps);
+            for step in steps {
+                match step {
+                    plan::Step::Dispatch(d) => kernels.push(d.kernel),
+                    // Never submitted: free for anyone at once.
+                    plan::Step::Scratch(b) => ctx.cache.give(b),
+                    plan::Step::Copy { .. } => {}
+                }
+            }
+        }
+        ctx.cache.give(placeholder);
+        Ok(kernels)
+    }
+
     /// Checks `op` against the device's limits without running it: the error
     /// [`Backend::run`] would return for sizes the device cannot take. Free.
     pub fn check_limits(&self, op: &Op) -> Result<()> {
@@ -423,6 +460,18 @@ impl Backend for WgpuBackend {
     fn run_tensors(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> Result<()> {
         let steps = self.planned(op, inputs, output)?;
         encode::submit(&self.ctx, &steps, op.name()).map(|_| ())
+    }
+
+    /// Compiles the pipelines `ops` need: each op is planned on a placeholder
+    /// buffer (nothing is recorded or submitted), then the missing shader
+    /// modules and pipelines are compiled on several threads. Ops with invalid
+    /// shapes or beyond this device's limits are skipped. Costs what the ops'
+    /// first calls would pay for compiling, less the overlap; a hash lookup per
+    /// kernel when all are compiled.
+    fn prepare(&self, ops: &[Op]) -> Result<()> {
+        self.ctx.check_alive()?;
+        let kernels = self.kernels_of(ops)?;
+        self.ctx.kernels.compile_all(&self.ctx, &kernels)
     }
 
     /// Blocks until all submitted work has finished; reports errors of earlier

@@ -5,7 +5,7 @@
 //! (entry point, pipeline-overridable constants) pair becomes one pipeline,
 //! compiled once and kept for the device's life.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use compute_core::{ComputeError, Result};
@@ -228,6 +228,30 @@ impl Kernels {
         Ok(compiled)
     }
 
+    /// Whether every kernel of `kernels` has its pipeline compiled. One lock.
+    pub(crate) fn has_all(&self, kernels: &[Kernel]) -> Result<bool> {
+        let have = self.pipelines.lock().map_err(|_| compile_error("prepare", "pipeline cache lock poisoned"))?;
+        Ok(kernels.iter().all(|k| have.contains_key(k)))
+    }
+
+    /// Compiles every kernel of `kernels` not compiled yet: first their shader
+    /// modules, then their pipelines, each stage on up to [`COMPILE_THREADS`]
+    /// threads (one at a time in the browser). Costs what their first uses
+    /// would, spread over the threads; nothing when all are cached.
+    pub(crate) fn compile_all(&self, ctx: &Context, kernels: &[Kernel]) -> Result<()> {
+        let poisoned = |_| compile_error("prepare", "pipeline cache lock poisoned");
+        let missing: Vec<Kernel> = {
+            let have = self.pipelines.lock().map_err(poisoned)?;
+            let mut seen = HashSet::new();
+            kernels.iter().copied().filter(|k| !have.contains_key(k) && seen.insert(*k)).collect()
+        };
+        let mut seen = HashSet::new();
+        let modules: Vec<(Module, bool)> =
+            missing.iter().map(|k| (k.module(), k.unchecked())).filter(|m| seen.insert(*m)).collect();
+        on_threads(&modules, |&(m, u)| self.module(ctx, m, u).map(drop))?;
+        on_threads(&missing, |&k| self.get(ctx, k).map(drop))
+    }
+
     fn module(&self, ctx: &Context, module: Module, unchecked: bool) -> Result<wgpu::ShaderModule> {
         let poisoned = |_| compile_error(module.name(), "module cache lock poisoned");
         if let Some(m) = self.modules.lock().map_err(poisoned)?.get(&(module, unchecked)) {
@@ -260,6 +284,26 @@ impl Kernels {
         self.modules.lock().map_err(poisoned)?.insert((module, unchecked), compiled.clone());
         Ok(compiled)
     }
+}
+
+/// Most threads [`Kernels::compile_all`] compiles on.
+pub(crate) const COMPILE_THREADS: usize = 8;
+
+/// Runs `f` on every item, on up to [`COMPILE_THREADS`] threads (the items
+/// dealt round-robin); the first error wins. In the browser, one after the other.
+fn on_threads<T: Sync>(items: &[T], f: impl Fn(&T) -> Result<()> + Sync) -> Result<()> {
+    let threads = COMPILE_THREADS.min(items.len());
+    if cfg!(target_arch = "wasm32") || threads <= 1 {
+        return items.iter().try_for_each(f);
+    }
+    std::thread::scope(|scope| {
+        let f = &f;
+        let handles: Vec<_> =
+            (0..threads).map(|t| scope.spawn(move || items.iter().skip(t).step_by(threads).try_for_each(f))).collect();
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().unwrap_or_else(|_| Err(compile_error("prepare", "a compiling thread panicked"))))
+    })
 }
 
 #[cfg(test)]

@@ -255,6 +255,31 @@ fn host_calls_from_many_threads_get_their_own_results() {
 }
 
 #[test]
+fn prepare_compiles_the_pipelines_of_its_ops() {
+    let Some(gpu) = gpu("prepare") else { return };
+    let ops = [
+        Op::unary(UnaryOp::Sigmoid, 1000),
+        Op::Reduce { op: ReduceOp::Sum, len: 5000 },
+        Op::rows(RowOp::Softmax, 3, 7),
+        Op::matmul(64, 64, 64),
+        Op::matmul(3, 5, 7),
+    ];
+    assert!(!gpu.is_prepared(&ops).unwrap(), "a fresh device has nothing compiled");
+    gpu.prepare(&ops).unwrap();
+    assert!(gpu.is_prepared(&ops).unwrap());
+    // Invalid shapes are skipped, not errors; preparing again compiles nothing.
+    gpu.prepare(&[Op::matmul(0, 4, 4), Op::unary(UnaryOp::Relu, 0)]).unwrap();
+    gpu.prepare(&ops).unwrap();
+    let mut rng = seed();
+    let x = rng.vec(21, -3.0, 3.0);
+    let mut y = vec![f32::NAN; 21];
+    gpu.run(&ops[2], &[&x], &mut y).unwrap();
+    for row in y.chunks(7) {
+        assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5, "softmax row {row:?}");
+    }
+}
+
+#[test]
 fn async_results_and_work_done() {
     let Some(gpu) = gpu("async") else { return };
     let mut rng = seed();

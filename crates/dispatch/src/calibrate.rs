@@ -15,7 +15,7 @@
 //! fastest past its fixed cost ([`FIXED_SHARE`]; the two smallest sizes are
 //! always measured); the model extrapolates linearly past the last sample.
 //! First, each GPU engine compiles the kernels of every ladder op
-//! ([`Backend::prepare`]), so that no size's step pays for it. Default options
+//! ([`Backend::prepare`], the engines at once), so that no size's step pays for it. Default options
 //! took 1.8–1.9 s for three engines on the 2-core development machine (two CPU
 //! engines and lavapipe; engines already open) and 2.5 s for four on the H200
 //! machine, 3.8 s in a fresh machine's first process (when the drivers
@@ -165,9 +165,8 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
     // warm-up calls of each size's step.
     let mut all: Vec<Op> = OpClass::ALL.into_iter().flat_map(|c| ladder(c).0).collect();
     all.push(tiny);
-    for (_, b) in engines {
-        b.prepare(&all)?;
-    }
+    let backends: Vec<&dyn Backend> = engines.iter().map(|(_, b)| b.as_ref()).collect();
+    prepare_concurrently(&backends, &all)?;
     lap("prepare".into());
     let mut pool = RandomPool::new(0x5eed_0001);
     let launches = time_all(engines, &tiny, &mut pool, opts)?;
@@ -287,6 +286,27 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
     }
     let created_unix_s = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     Ok(Profile { format: FORMAT, key: profile_key(engines), calibrated: true, created_unix_s, engines: out, timings })
+}
+
+/// [`Backend::prepare`] of `ops` on every backend, each on its own thread, so
+/// that one driver's compiles overlap another's; the first error wins. One
+/// after the other in the browser. Takes as long as the slowest backend's prepare.
+pub(crate) fn prepare_concurrently(backends: &[&dyn Backend], ops: &[Op]) -> Result<()> {
+    if cfg!(target_arch = "wasm32") || backends.len() <= 1 {
+        return backends.iter().try_for_each(|b| b.prepare(ops));
+    }
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = backends.iter().map(|b| scope.spawn(move || b.prepare(ops))).collect();
+        handles.into_iter().zip(backends).try_for_each(|(h, b)| {
+            h.join().unwrap_or_else(|_| {
+                Err(ComputeError::Driver {
+                    op: "prepare",
+                    backend: b.kind(),
+                    message: "the preparing thread panicked".into(),
+                })
+            })
+        })
+    })
 }
 
 /// A ladder size at which every engine still in the running takes this long

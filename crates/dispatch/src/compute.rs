@@ -585,8 +585,10 @@ impl Backend for Compute {
         Ok(())
     }
 
-    /// Prepares `ops` on every engine (a GPU compiles their kernels).
+    /// Prepares `ops` on every engine at once, one thread each (a GPU compiles
+    /// their kernels): takes as long as the slowest engine's prepare.
     fn prepare(&self, ops: &[Op]) -> Result<()> {
-        self.inner.slots.iter().try_for_each(|s| s.backend.prepare(ops))
+        let backends: Vec<&dyn Backend> = self.inner.slots.iter().map(|s| s.backend.as_ref()).collect();
+        crate::calibrate::prepare_concurrently(&backends, ops)
     }
 }
