@@ -17,9 +17,9 @@
 //! First, each GPU engine compiles the kernels of every ladder op
 //! ([`Backend::prepare`], the engines at once), so that no size's step pays for it. Default options
 //! took 1.8–1.9 s for three engines on the 2-core development machine (two CPU
-//! engines and lavapipe; engines already open) and 2.5 s for four on the H200
-//! machine, 3.8 s in a fresh machine's first process (when the drivers
-//! compile the kernels); with the devices' opening, 2.7–4.5 s.
+//! engines and lavapipe; engines already open) and 2.3–2.5 s for four on the
+//! H200 machine, 3.1 s in a fresh machine's first process (when the drivers
+//! compile the kernels); with the devices' opening, 2.7–4.8 s.
 //! [`Profile::timings`] holds each step's time; see `docs/dispatch.md`.
 //!
 //! The profile is saved as JSON in `$COMPUTE_PROFILE` if set, else
