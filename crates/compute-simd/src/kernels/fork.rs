@@ -251,14 +251,27 @@ mod tests {
     #[test]
     fn every_index_runs_once_on_several_threads() {
         let pool = Arc::new(crate::kernels::test_data::pool(3));
+        let caller = std::thread::current().id();
         for pieces in [0, 1, 2, 3, 7, 100] {
             let hits: Vec<AtomicU32> = (0..pieces).map(|_| AtomicU32::new(0)).collect();
             let threads = Mutex::new(std::collections::HashSet::new());
+            let helped = std::sync::atomic::AtomicBool::new(false);
             in_pool(&pool, || {
                 for_each_index(pieces, &|i| {
                     hits[i].fetch_add(1, Ordering::Relaxed);
-                    std::thread::sleep(std::time::Duration::from_micros(200));
                     threads.lock().expect("not poisoned").insert(std::thread::current().id());
+                    if std::thread::current().id() != caller {
+                        helped.store(true, Ordering::Release);
+                    } else if pieces >= 7 {
+                        // The caller holds its piece until a helper has run one (at
+                        // most 10 s): on a loaded machine it could otherwise finish
+                        // every piece before a helper wakes, which is correct but
+                        // would not show that the helpers take part.
+                        let start = std::time::Instant::now();
+                        while !helped.load(Ordering::Acquire) && start.elapsed() < std::time::Duration::from_secs(10) {
+                            std::thread::sleep(std::time::Duration::from_micros(100));
+                        }
+                    }
                 })
             });
             assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "{pieces} pieces");
