@@ -286,7 +286,10 @@ impl Kernels {
     }
 }
 
-/// Most threads [`Kernels::compile_all`] compiles on.
+/// Most threads [`Kernels::compile_all`] compiles on. Measured on the H200
+/// (NVIDIA Vulkan driver 580, its pipeline cache emptied, CUDA's warm): the
+/// calibration ladders' pipelines took 0.47 s on one thread and 0.21 s on 8
+/// (one run each), which then hides under the CUDA backend's own compiles.
 pub(crate) const COMPILE_THREADS: usize = 8;
 
 /// Runs `f` on every item, on up to [`COMPILE_THREADS`] threads (the items
