@@ -278,7 +278,10 @@ mod tests {
             let used = threads.lock().expect("not poisoned").len();
             assert!(used <= 4, "at most the caller and the pool's 3 threads: {used}");
             if pieces >= 7 {
-                assert!(used >= 2, "the pool's threads helped: {used}");
+                // Not `used >= 2`: a helper may claim every piece while the
+                // caller is descheduled between spawning and claiming (seen
+                // once in CI), which is correct too.
+                assert!(helped.load(Ordering::Acquire), "a pool thread ran a piece ({used} threads ran)");
             }
         }
     }
