@@ -17,10 +17,16 @@ fn main() -> Result<(), compute_core::ComputeError> {
     let engines = dispatch::discover::cpu();
     let conv = |hw: usize| Op::Conv2d(Conv2dSpec::same(16, hw, 16, 3));
     let ops = [
+        Op::binary(BinaryOp::Add, 1 << 15),
         Op::binary(BinaryOp::Add, 1 << 16),
+        Op::binary(BinaryOp::Add, 1 << 17),
         Op::binary(BinaryOp::Add, 1 << 18),
+        Op::unary(UnaryOp::Gelu(GeluForm::Tanh), 1 << 14),
+        Op::unary(UnaryOp::Gelu(GeluForm::Tanh), 1 << 15),
         Op::unary(UnaryOp::Gelu(GeluForm::Tanh), 1 << 16),
         Op::Dot { len: 1 << 20 },
+        Op::rows(RowOp::Softmax, 32, 256),
+        Op::rows(RowOp::Softmax, 64, 256),
         Op::rows(RowOp::Softmax, 256, 256),
         Op::rows(RowOp::Softmax, 1024, 256),
         Op::matmul(128, 128, 128),
