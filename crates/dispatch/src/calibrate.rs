@@ -563,16 +563,17 @@ fn knee_call() -> Op {
 ///
 /// `measure_link` times bare uploads and downloads back to back, with the
 /// host data hot in cache; a host call in use (and in the dispatch benchmark)
-/// comes between other engines' calls. On the H200 machine the model so
-/// fitted predicted CUDA's host calls of 64 KiB–1 MiB per buffer 10–30 %
-/// short over the seventh to ninth sessions' grids (matmul 512³: 281 µs
-/// predicted against 345 µs measured, medians of twelve runs), and auto chose
-/// CUDA there over a CPU engine up to 1.67× faster. Here [`knee_call`] is
-/// timed on host data and on resident data in rotating bursts with every
-/// engine's host call in between, as a ladder size is; the link's small-copy
-/// bandwidths are scaled (both by the same factor, keeping their ratio) so
-/// that its round trip equals the difference, less the link's fixed
-/// overhead. Costs one size's timing budget.
+/// comes between other engines' calls. [`knee_call`] is timed on host data and
+/// on resident data in rotating bursts with every engine's host call in
+/// between, as a ladder size is; the link's small-copy bandwidths are scaled
+/// (both by the same factor, keeping their ratio) so that its round trip
+/// equals the difference. Costs one size's timing budget (0.02 s).
+///
+/// On the H200 machine, without this fit, CUDA's host calls with 256 KiB–1
+/// MiB per buffer took 1.03–1.31× their prediction (median of twelve grid
+/// runs per cell; matmul 512³: 345 µs measured, 281 µs predicted), and auto
+/// chose CUDA there over a CPU engine up to 1.63× faster. With it, over three
+/// runs: matmul 512³ 1.00–1.05×, the 2¹⁸ cells 0.82–1.18×.
 fn fit_links_to_host_calls(
     engines: &[(Engine, Arc<dyn Backend>)],
     profiles: &mut [EngineProfile],
