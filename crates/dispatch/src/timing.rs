@@ -9,9 +9,10 @@
 //! for that engine's leftovers (its rayon workers still spinning on every
 //! core, a cold cache, a GPU queue gone idle), which is not this engine's
 //! cost — and more untimed calls follow until [`SETTLE`] has passed; it then
-//! times single calls until about [`BURST`] has passed (at most
-//! [`BURST_CALLS`]). What gets compared is each engine's steady state on
-//! repeated calls, which is what a program doing this call in a loop sees.
+//! takes samples until about [`BURST`] has passed (at most [`BURST_CALLS`]):
+//! each one call, or for calls under [`SAMPLE_MIN`] the mean of a group of
+//! calls. What gets compared is each engine's steady state on repeated
+//! calls, which is what a program doing this call in a loop sees.
 
 use std::time::{Duration, Instant};
 
@@ -28,6 +29,25 @@ pub const BURST_CALLS: usize = 32;
 
 /// Least time a burst spends on untimed calls before it times any.
 pub const SETTLE: Duration = Duration::from_micros(200);
+
+/// Least time one sample covers: calls shorter than this are timed in groups
+/// (at most [`MAX_GROUP`] calls) and each sample is the group's mean, so that
+/// a sample of a 0.1 µs call is not a third the clock's own overhead and its
+/// jitter.
+pub const SAMPLE_MIN: Duration = Duration::from_micros(2);
+
+/// Most calls timed as one sample.
+pub const MAX_GROUP: usize = 64;
+
+/// Calls per sample for a call taking `seconds`: enough to cover
+/// [`SAMPLE_MIN`], 1 for calls at least that long, at most [`MAX_GROUP`].
+pub fn calls_per_sample(seconds: f64) -> usize {
+    if seconds.is_nan() {
+        return 1;
+    }
+    let n = SAMPLE_MIN.as_secs_f64() / seconds.max(1e-12);
+    if n >= MAX_GROUP as f64 { MAX_GROUP } else { (n.ceil() as usize).max(1) }
+}
 
 /// Median seconds per call of each `Some` call (`None` stays `None`), timed in
 /// rotating bursts for at least `min_rounds` rounds and then until `budget`
@@ -55,14 +75,19 @@ pub fn median_round_robin(
                 let slow = t.elapsed() > Duration::from_millis(50);
                 // Settle: more untimed calls until SETTLE has passed, so that worker threads
                 // the previous engine left spinning (rayon's, a software GPU's) go idle.
+                let mut settled = 1u32;
                 while t.elapsed() < SETTLE {
                     c()?;
+                    settled += 1;
                 }
+                let group = calls_per_sample(t.elapsed().as_secs_f64() / f64::from(settled));
                 let burst = Instant::now();
                 for _ in 0..BURST_CALLS {
                     let t = Instant::now();
-                    c()?;
-                    s.push(t.elapsed().as_secs_f64());
+                    for _ in 0..group {
+                        c()?;
+                    }
+                    s.push(t.elapsed().as_secs_f64() / group as f64);
                     if slow || burst.elapsed() >= BURST {
                         break;
                     }
@@ -148,6 +173,27 @@ mod tests {
                 assert!(a == b || s, "{a} never ran right after {b}");
             }
         }
+    }
+
+    #[test]
+    fn short_calls_are_timed_in_groups() {
+        assert_eq!(calls_per_sample(1e-3), 1);
+        assert_eq!(calls_per_sample(2e-6), 1);
+        assert_eq!(calls_per_sample(1e-6), 2);
+        assert_eq!(calls_per_sample(70e-9), 29);
+        assert_eq!(calls_per_sample(1e-9), MAX_GROUP);
+        assert_eq!(calls_per_sample(0.0), MAX_GROUP);
+        assert_eq!(calls_per_sample(f64::NAN), 1, "an unusable estimate times single calls");
+        // A call of a few ns: each of its samples is one group's mean.
+        let mut n = 0usize;
+        let mut calls: Vec<Option<Call<'_>>> = vec![Some(Box::new(|| {
+            n += 1;
+            Ok(())
+        }))];
+        let t = median_round_robin(&mut calls, Duration::ZERO, 1, 1).expect("no errors");
+        drop(calls);
+        assert!(t[0].is_some_and(|s| s < 1e-6), "{t:?}");
+        assert!(n >= 2 * MAX_GROUP, "settling plus at least one group of {MAX_GROUP}: {n}");
     }
 
     #[test]
