@@ -13,6 +13,7 @@
 //! (lavapipe); `DISPATCH_ENGINES=simd,simd1` restricts the grid to the named
 //! engines, and the regret then measures the thread-count choice only.
 
+use std::cell::RefCell;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -171,6 +172,7 @@ fn prepare<'a>(
     backend: &'a dyn Backend,
     op: &'a Op,
     inputs: &'a [Vec<f32>],
+    out: &'a RefCell<Vec<f32>>,
     resident: bool,
 ) -> Result<Call<'a>, String> {
     let e = |e: compute_core::ComputeError| format!("{} {}: {e}", op.name(), op.shapes());
@@ -183,10 +185,9 @@ fn prepare<'a>(
             backend.run_tensors(op, &refs, &o).and_then(|()| backend.synchronize())
         }))
     } else {
-        let mut o = vec![0.0f32; out_len];
         Ok(Box::new(move || {
             let refs: Vec<&[f32]> = inputs.iter().map(Vec::as_slice).collect();
-            backend.run(op, &refs, &mut o)
+            backend.run(op, &refs, &mut out.borrow_mut())
         }))
     }
 }
@@ -223,11 +224,16 @@ fn time_engines(
     min_rounds: usize,
 ) -> Result<Vec<f64>, String> {
     let inputs = cell_inputs(op)?;
+    // On host data every engine reads the same inputs and writes the same
+    // output buffer: a call's time at small sizes depends on where its buffers
+    // lie relative to each other (4K aliasing), which is the caller's, not
+    // the engine's, doing.
+    let out = RefCell::new(vec![0.0f32; op.layout().map_err(|e| e.to_string())?.output]);
     let mut calls: Vec<Option<Call<'_>>> = Vec::new();
     let find = |e: Engine| backends.iter().find(|(x, _)| *x == e).map(|(_, b)| b.as_ref());
     for &e in engines.iter().chain(twin.then_some(&Engine::Simd)) {
         let b = find(e).ok_or_else(|| format!("no engine {e}"))?;
-        calls.push(Some(prepare(b, op, &inputs, resident)?));
+        calls.push(Some(prepare(b, op, &inputs, &out, resident)?));
     }
     let medians = dispatch::timing::median_round_robin(&mut calls, budget, min_rounds, 5000)
         .map_err(|e| e.to_string())?

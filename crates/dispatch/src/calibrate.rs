@@ -27,6 +27,7 @@
 //! `~/.cache/compute/profile-<hash>.json`, where the hash is that of
 //! [`profile_key`]: a profile measured on other hardware or drivers is never reused.
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -362,9 +363,16 @@ fn round_trips(engines: &[EngineProfile], op: &Op) -> Vec<f64> {
     engines.iter().map(|e| e.link.map_or(0.0, |l| l.round_trip_s(cost.bytes_read, cost.bytes_written))).collect()
 }
 
-/// One timed call of `op` on an engine: host slices on the CPU; on a GPU,
-/// inputs uploaded once, then `run_tensors` + `synchronize` per call.
-fn prepare<'a>(engine: Engine, b: &'a dyn Backend, op: &'a Op, ins: &'a [&'a [f32]]) -> Result<Call<'a>> {
+/// One timed call of `op` on an engine: host slices on the CPU, writing
+/// `out` (shared by the CPU engines, so that they run on the same buffers);
+/// on a GPU, inputs uploaded once, then `run_tensors` + `synchronize` per call.
+fn prepare<'a>(
+    engine: Engine,
+    b: &'a dyn Backend,
+    op: &'a Op,
+    ins: &'a [&'a [f32]],
+    out: &'a RefCell<Vec<f32>>,
+) -> Result<Call<'a>> {
     let out_len = op.layout()?.output;
     if engine.is_gpu() {
         let tensors = ins.iter().map(|v| b.upload(v)).collect::<Result<Vec<Tensor>>>()?;
@@ -375,8 +383,8 @@ fn prepare<'a>(engine: Engine, b: &'a dyn Backend, op: &'a Op, ins: &'a [&'a [f3
             b.synchronize()
         }))
     } else {
-        let mut out = vec![0.0f32; out_len];
-        Ok(Box::new(move || b.run(op, ins, &mut out)))
+        out.borrow_mut().resize(out_len, 0.0);
+        Ok(Box::new(move || b.run(op, ins, &mut out.borrow_mut()[..out_len])))
     }
 }
 
@@ -391,10 +399,11 @@ fn time_all(
     opts: &Options,
 ) -> Result<Vec<Option<f64>>> {
     let ins = data.inputs(op)?;
+    let out = RefCell::new(Vec::new());
     let mut calls: Vec<Option<Call<'_>>> = Vec::with_capacity(engines.len());
     for (engine, b) in engines {
         // Warm-up call, which also tells whether the engine takes the op at all.
-        let call = prepare(*engine, b.as_ref(), op, &ins).and_then(|mut c| c().map(|()| c));
+        let call = prepare(*engine, b.as_ref(), op, &ins, &out).and_then(|mut c| c().map(|()| c));
         match call {
             Ok(c) => calls.push(Some(c)),
             Err(
@@ -583,19 +592,18 @@ fn fit_links_to_host_calls(
     let op = knee_call();
     let cost = op.cost();
     let ins = data.inputs(&op)?;
-    let out_len = op.layout()?.output;
-    let (op, ins) = (&op, &ins[..]);
+    let out = RefCell::new(vec![0.0f32; op.layout()?.output]);
+    let (op, ins, out) = (&op, &ins[..], &out);
     // Per engine: its host call, then (GPUs only) its resident call; `slots`
     // holds the GPUs' two places in `calls`.
     let mut calls: Vec<Option<Call<'_>>> = Vec::new();
     let mut slots = Vec::new();
     for (engine, b) in engines {
         let b = b.as_ref();
-        let mut host_out = vec![0.0f32; out_len];
-        let mut host: Call<'_> = Box::new(move || b.run(op, ins, &mut host_out));
+        let mut host: Call<'_> = Box::new(move || b.run(op, ins, &mut out.borrow_mut()));
         // Warm-up calls; an engine that refuses the op keeps its link as measured.
         let resident = if engine.is_gpu() {
-            match prepare(*engine, b, op, ins).and_then(|mut r| host().and_then(|()| r()).map(|()| r)) {
+            match prepare(*engine, b, op, ins, out).and_then(|mut r| host().and_then(|()| r()).map(|()| r)) {
                 Ok(r) => Some(r),
                 Err(
                     ComputeError::Unsupported { .. }
