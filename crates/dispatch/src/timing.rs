@@ -184,16 +184,12 @@ mod tests {
         assert_eq!(calls_per_sample(1e-9), MAX_GROUP);
         assert_eq!(calls_per_sample(0.0), MAX_GROUP);
         assert_eq!(calls_per_sample(f64::NAN), 1, "an unusable estimate times single calls");
-        // A call of a few ns: each of its samples is one group's mean.
-        let mut n = 0usize;
-        let mut calls: Vec<Option<Call<'_>>> = vec![Some(Box::new(|| {
-            n += 1;
-            Ok(())
-        }))];
+        // End to end, a call of a few ns gets a median per call under 1 µs. (How
+        // many calls a group gets depends on how fast settling went, so it is
+        // not asserted: a loaded machine may settle slowly.)
+        let mut calls: Vec<Option<Call<'_>>> = vec![Some(Box::new(|| Ok(())))];
         let t = median_round_robin(&mut calls, Duration::ZERO, 1, 1).expect("no errors");
-        drop(calls);
         assert!(t[0].is_some_and(|s| s < 1e-6), "{t:?}");
-        assert!(n >= 2 * MAX_GROUP, "settling plus at least one group of {MAX_GROUP}: {n}");
     }
 
     #[test]
