@@ -6,7 +6,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use compute_core::conformance::rng::Rng;
+use compute_core::conformance::{compare, rng::Rng};
 use compute_core::{Backend, BackendKind, ComputeError, Op, Ops, ReduceOp, RowOp, UnaryOp};
 use compute_wgpu::{BufferRecycler, DeviceOptions, MatmulTiles, TiledMatmul, WgpuBackend, wgpu};
 
@@ -224,29 +224,22 @@ fn host_calls_from_many_threads_get_their_own_results() {
                 for i in 0..60 {
                     let len = 1 + (i * 7 + t as usize * 13) % 300;
                     let x = rng.vec(len, 0.5, 2.0);
+                    let sum = Op::Reduce { op: ReduceOp::Sum, len };
                     let mut out = vec![f32::NAN; 1];
-                    gpu.run(&Op::Reduce { op: ReduceOp::Sum, len }, &[&x], &mut out).unwrap();
-                    let want: f64 = x.iter().map(|&v| f64::from(v)).sum();
-                    assert!(
-                        (f64::from(out[0]) - want).abs() <= 1e-4 * want,
-                        "thread {t} call {i}: sum of {len}: {} vs {want}",
-                        out[0]
-                    );
+                    gpu.run(&sum, &[&x], &mut out).unwrap();
+                    if let Some(e) = compare(&sum, &[&x], &out, 1.0) {
+                        panic!("thread {t} call {i}: sum of {len}: {e}");
+                    }
                     let mut y = vec![f32::NAN; len];
                     gpu.run(&Op::unary(UnaryOp::Scale { s: 2.0 }, len), &[&x], &mut y).unwrap();
                     assert!(y.iter().zip(&x).all(|(a, b)| *a == 2.0 * b), "thread {t} call {i}: scale of {len}");
-                    let (m, k, n) = (2, 2048, 4);
-                    let a = rng.vec(m * k, -1.0, 1.0);
-                    let b = rng.vec(k * n, -1.0, 1.0);
-                    let mut c = vec![f32::NAN; m * n];
-                    gpu.run(&Op::matmul(m, k, n), &[&a, &b], &mut c).unwrap();
-                    for (idx, got) in c.iter().enumerate() {
-                        let (r, col) = (idx / n, idx % n);
-                        let want: f64 = (0..k).map(|p| f64::from(a[r * k + p]) * f64::from(b[p * n + col])).sum();
-                        assert!(
-                            (f64::from(*got) - want).abs() < 1e-2,
-                            "thread {t} call {i}: matmul c[{idx}] {got} vs {want}"
-                        );
+                    let matmul = Op::matmul(2, 2048, 4);
+                    let a = rng.vec(2 * 2048, -1.0, 1.0);
+                    let b = rng.vec(2048 * 4, -1.0, 1.0);
+                    let mut c = vec![f32::NAN; 2 * 4];
+                    gpu.run(&matmul, &[&a, &b], &mut c).unwrap();
+                    if let Some(e) = compare(&matmul, &[&a, &b], &c, 1.0) {
+                        panic!("thread {t} call {i}: matmul: {e}");
                     }
                 }
             });

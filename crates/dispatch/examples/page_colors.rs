@@ -77,7 +77,8 @@ fn main() -> Result<(), ComputeError> {
                     per_colour[(*f as usize) % colours] += 1;
                 }
                 let breaks = frames.windows(2).filter(|w| w[1] != w[0] + 1).count();
-                let thp = frames.iter().filter(|&&f| is_thp(f)).count();
+                let mut flags = std::fs::File::open("/proc/kpageflags").ok();
+                let thp = frames.iter().filter(|&&f| is_thp(flags.as_mut(), f)).count();
                 println!(
                     "{:<7} 2^{p:<4} {t:>5}  {:>9.2}  {:>20}  {breaks:>6}  {thp:>9}  {}",
                     if aligned { "page" } else { "plain" },
@@ -107,9 +108,10 @@ fn frames_of(addr: usize, bytes: usize) -> Option<Vec<u64>> {
     )
 }
 
-/// Whether frame `pfn` is part of a transparent huge page (`/proc/kpageflags` bit 22).
-fn is_thp(pfn: u64) -> bool {
-    let Ok(mut f) = std::fs::File::open("/proc/kpageflags") else { return false };
+/// Whether frame `pfn` is part of a transparent huge page (bit 22 of its
+/// entry in `flags`, the open `/proc/kpageflags`; false without it).
+fn is_thp(flags: Option<&mut std::fs::File>, pfn: u64) -> bool {
+    let Some(f) = flags else { return false };
     let mut raw = [0u8; 8];
     f.seek(SeekFrom::Start(pfn * 8)).is_ok()
         && f.read_exact(&mut raw).is_ok()

@@ -15,7 +15,9 @@
 //! fastest past its fixed cost ([`FIXED_SHARE`]; the two smallest sizes are
 //! always measured); the model extrapolates linearly past the last sample.
 //! First, each GPU engine compiles the kernels of every ladder op
-//! ([`Backend::prepare`], the engines at once), so that no size's step pays for it. Default options
+//! ([`Backend::prepare`], the engines at once), so that no size's step pays
+//! for it; after the links are measured, each is fitted to one real host call
+//! (`fit_links_to_host_calls`). Default options
 //! took 1.8–1.9 s for three engines on the 2-core development machine (two CPU
 //! engines and lavapipe; engines already open) and 2.3–2.5 s for four on the
 //! H200 machine, 3.1 s in a fresh machine's first process (when the drivers
@@ -406,15 +408,21 @@ fn time_all(
         let call = prepare(*engine, b.as_ref(), op, &ins, &out).and_then(|mut c| c().map(|()| c));
         match call {
             Ok(c) => calls.push(Some(c)),
-            Err(
-                ComputeError::Unsupported { .. }
-                | ComputeError::LimitExceeded { .. }
-                | ComputeError::OutOfMemory { .. },
-            ) => calls.push(None),
+            Err(e) if refuses(&e) => calls.push(None),
             Err(e) => return Err(e),
         }
     }
     median_round_robin(&mut calls, opts.budget_per_point, opts.min_reps, 2000)
+}
+
+/// Whether `e` says the engine does not take the op (unsupported, over a
+/// limit, out of memory): calibration then leaves that engine out of the
+/// size, instead of failing.
+fn refuses(e: &ComputeError) -> bool {
+    matches!(
+        e,
+        ComputeError::Unsupported { .. } | ComputeError::LimitExceeded { .. } | ComputeError::OutOfMemory { .. }
+    )
 }
 
 /// [`time_all`] on the engines whose `active` flag is set; `None` for the others
@@ -601,26 +609,20 @@ fn fit_links_to_host_calls(
     for (engine, b) in engines {
         let b = b.as_ref();
         let mut host: Call<'_> = Box::new(move || b.run(op, ins, &mut out.borrow_mut()));
+        if !engine.is_gpu() {
+            calls.push(Some(host));
+            slots.push(None);
+            continue;
+        }
         // Warm-up calls; an engine that refuses the op keeps its link as measured.
-        let resident = if engine.is_gpu() {
-            match prepare(*engine, b, op, ins, out).and_then(|mut r| host().and_then(|()| r()).map(|()| r)) {
-                Ok(r) => Some(r),
-                Err(
-                    ComputeError::Unsupported { .. }
-                    | ComputeError::LimitExceeded { .. }
-                    | ComputeError::OutOfMemory { .. },
-                ) => {
-                    slots.push(None);
-                    continue;
-                }
-                Err(e) => return Err(e),
+        match prepare(*engine, b, op, ins, out).and_then(|mut r| host().and_then(|()| r()).map(|()| r)) {
+            Ok(resident) => {
+                slots.push(Some((calls.len(), calls.len() + 1)));
+                calls.extend([Some(host), Some(resident)]);
             }
-        } else {
-            None
-        };
-        calls.push(Some(host));
-        slots.push(resident.is_some().then(|| (calls.len() - 1, calls.len())));
-        calls.extend(resident.map(Some));
+            Err(e) if refuses(&e) => slots.push(None),
+            Err(e) => return Err(e),
+        }
     }
     let medians = median_round_robin(&mut calls, opts.budget_per_point, opts.min_reps, 2000)?;
     for (profile, slot) in profiles.iter_mut().zip(slots) {

@@ -32,8 +32,8 @@ pub struct Profile {
 
 /// The wall time of one step of [`crate::calibrate`]: `"prepare"` (the GPUs
 /// compile the ladders' kernels), `"launch"` (the tiny call on every engine),
-/// `"link <engine>"` (a GPU's transfers), or an op class's ladder
-/// (`"Matmul"`, …).
+/// `"link <engine>"` (a GPU's transfers), `"host calls"` (the links fitted to
+/// a real host call), or an op class's ladder (`"Matmul"`, …).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StepTime {
     /// Which step.
