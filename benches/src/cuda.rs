@@ -26,17 +26,9 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// Deterministic random values in [-1, 1) (xorshift), never all zero.
+/// Deterministic random values in [-1, 1) ([`compute_core::rng`]), never all zero.
 fn random(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
+    compute_core::rng::random_vec(n, -1.0, 1.0, seed)
 }
 
 /// Runs this part's rows; `quick` shrinks sizes and time budgets.

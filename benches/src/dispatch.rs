@@ -3,7 +3,7 @@
 //! - the cost of one decision, per policy (goal: under 1 µs);
 //! - the regret grid: every engine timed on each op family × size × placement
 //!   (data on the host, or already on each engine's device); for each policy
-//!   (`auto`, the seeds' 5× rule, the seeds' fixed threshold of 1000) the
+//!   (`auto`, the 5× PCIe rule, the fixed threshold of 1000) the
 //!   regret of a cell is time(chosen engine) / time(fastest engine);
 //! - the batching executor against unbatched calls: three configurations ×
 //!   2–16 submitting threads, and `max_batch_size` 16–4096.
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use compute_core::{Backend, BinaryOp, Conv2dSpec, GeluForm, Op, RowOp, Tensor, UnaryOp};
 use dispatch::calibrate::Options;
 use dispatch::timing::Call;
-use dispatch::{BackendSelector, BatchConfig, BatchedExecutor, Compute, Engine, Placement, Policy, SEED_THRESHOLD};
+use dispatch::{BackendSelector, BatchConfig, BatchedExecutor, Compute, Engine, FIXED_THRESHOLD, Placement, Policy};
 
 use crate::report::{Record, random, time};
 
@@ -70,7 +70,7 @@ fn policies(compute: &Compute) -> [(&'static str, Compute); 3] {
     [
         ("auto", compute.with_policy(Policy::Auto)),
         ("5x rule", compute.with_policy(Policy::FiveX(BackendSelector::new()))),
-        ("threshold 1000", compute.with_policy(Policy::Threshold(SEED_THRESHOLD))),
+        ("threshold 1000", compute.with_policy(Policy::Threshold(FIXED_THRESHOLD))),
     ]
 }
 
@@ -533,7 +533,7 @@ fn batched(exec: &BatchedExecutor, threads: usize, n: usize, op: &Op, window: us
     Ok(Load { lat, wall_s })
 }
 
-/// The executor against unbatched calls: the seeds' three configurations ×
+/// The executor against unbatched calls: the three standard configurations ×
 /// 2–16 submitting threads and `max_batch_size` 16–4096, on a tiny request
 /// (gelu of 256 elements, which the CPU answers in well under a microsecond),
 /// and the balanced configuration on a request with real work (a 64³ matmul,

@@ -94,16 +94,8 @@ pub fn time_pair<A: FnMut(), B: FnMut()>(mut ours: A, mut peer: B, budget: Durat
     (median(&mut a), median(&mut b))
 }
 
-/// `len` pseudo-random values in `[-2, 2)` (xorshift, deterministic per seed):
-/// benchmark inputs are never zeros, which can run faster than real data.
+/// `len` pseudo-random values in `[-2, 2)` ([`compute_core::rng`], deterministic
+/// per seed): benchmark inputs are never zeros, which can run faster than real data.
 pub fn random(len: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
-        })
-        .collect()
+    compute_core::rng::random_vec(len, -2.0, 2.0, seed)
 }

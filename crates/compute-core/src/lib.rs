@@ -4,16 +4,34 @@
 //! once here ([`Op`]: shapes, validation, FLOPs and bytes moved), every backend
 //! implements one trait ([`Backend`]), every failure is one error type
 //! ([`ComputeError`]), and one conformance suite ([`conformance`]) checks every
-//! backend against a float64 [`reference`].
+//! backend against a float64 [`reference`](mod@reference).
 //!
 //! This crate has no dependency beyond `thiserror` (and `serde`, optionally).
+//!
+//! An op knows its shapes, its cost and its float64 answer, with no backend:
+//!
+//! ```
+//! use compute_core::{Op, reference};
+//! let op = Op::matmul(2, 3, 2); // [2×3]·[3×2]
+//! assert_eq!(op.cost().flops, 2 * 2 * 3 * 2);
+//! let a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+//! let b = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0];
+//! let c = reference::run(&op, &[&a, &b])?;
+//! assert_eq!(c.values, [4.0, 5.0, 10.0, 11.0]);
+//! // A wrong length is a typed error naming the op and shapes, never a panic.
+//! assert!(op.check(&[6, 5], 4).is_err());
+//! # Ok::<(), compute_core::ComputeError>(())
+//! ```
 
+pub mod async_ops;
 pub mod backend;
 pub mod conformance;
 pub mod error;
 pub mod op;
 pub mod reference;
+pub mod rng;
 
+pub use async_ops::AsyncOps;
 pub use backend::{Backend, Location, Ops, Tensor, TensorStorage, check_host_call, check_tensor_call};
 pub use error::{BackendKind, ComputeError, Result};
 pub use op::{BinaryOp, Conv2dSpec, Cost, GeluForm, Layout, MatmulSpec, Op, OpClass, ReduceOp, RowOp, UnaryOp};

@@ -201,3 +201,10 @@ fn device_info_is_sane() {
     assert!(info.driver_version.0 >= 12, "{info:?}");
     eprintln!("{info:?}");
 }
+
+#[test]
+fn async_names_match_the_blocking_ones() {
+    let Some(be) = backend("async_names_match_the_blocking_ones") else { return };
+    let mut rng = Rng::new(compute_core::conformance::rng::fresh_seed());
+    compute_core::conformance::check_async_ops(&be, &mut rng).unwrap();
+}

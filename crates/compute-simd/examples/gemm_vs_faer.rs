@@ -94,15 +94,9 @@ fn measure(
     ta: bool,
     tb: bool,
 ) -> Result<Measured, Box<dyn std::error::Error>> {
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ (m * k * n) as u64;
-    let mut rand = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        (seed >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    };
-    let a: Vec<f32> = (0..m * k).map(|_| rand()).collect();
-    let b: Vec<f32> = (0..k * n).map(|_| rand()).collect();
+    let mut rng = compute_core::rng::Rng::new((m * k * n) as u64);
+    let a = rng.vec(m * k, -1.0, 1.0);
+    let b = rng.vec(k * n, -1.0, 1.0);
     let mut c = vec![0.0f32; m * n];
     let op = Op::Matmul(MatmulSpec { trans_a: ta, trans_b: tb, ..MatmulSpec::new(m, k, n) });
     // faer gets the same mathematical operands, in its native column-major layout.

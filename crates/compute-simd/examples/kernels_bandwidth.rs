@@ -27,15 +27,7 @@ use compute_simd::{Isa, SimdBackend};
 use rayon::prelude::*;
 
 fn random(len: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
-        })
-        .collect()
+    compute_core::rng::random_vec(len, -2.0, 2.0, seed)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

@@ -128,7 +128,7 @@ fn stays_sequential(op: &Op) -> bool {
 
 /// Host memory standing in for device memory, so the CPU backend offers the
 /// same tensor API as the GPU backends (no copies between ops). Its values
-/// start on a page boundary from [`Aligned::PAGE_FROM`] elements on, and on a
+/// start on a page boundary from 16384 elements (64 KiB) on, and on a
 /// cache line below that.
 #[derive(Debug)]
 pub struct HostStorage {
@@ -205,6 +205,20 @@ fn host(t: &Tensor) -> Result<&HostStorage> {
 
 fn poisoned(op: &'static str) -> ComputeError {
     ComputeError::Driver { op, backend: BackendKind::Simd, message: "tensor lock poisoned by a panic".into() }
+}
+
+/// The async names of every op (`relu_async`, `matmul_async`…): a CPU call
+/// finishes before it returns, so each future runs the op at its first poll and
+/// is ready at once.
+impl compute_core::AsyncOps for SimdBackend {
+    fn run_async_into<'a>(
+        &'a self,
+        op: Op,
+        inputs: &'a [&'a [f32]],
+        output: &'a mut [f32],
+    ) -> impl std::future::Future<Output = Result<()>> + 'a {
+        compute_core::async_ops::run_ready(self, op, inputs, output)
+    }
 }
 
 impl Backend for SimdBackend {

@@ -5,7 +5,7 @@
 /// Element-wise ops (relu, add, scale…) go parallel above this many elements:
 /// below it, waking a second thread costs more than the memory time it saves.
 /// Measured (`kernels_bandwidth thresholds`, relu on 2 halves vs 1 thread,
-/// AVX-512, 2-core Zen 5): 0.91–0.97× at 16K, 1.24–1.27× at 32K.
+/// AVX-512, 2-core Zen 4): 0.91–0.97× at 16K, 1.24–1.27× at 32K.
 pub const PAR_ELEMENTWISE_MIN: usize = 1 << 15;
 
 /// Transcendental element-wise ops (sigmoid, gelu…) are compute-heavier per

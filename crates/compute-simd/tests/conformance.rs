@@ -31,3 +31,9 @@ mod single_thread {
     use super::*;
     compute_core::conformance_tests!(|| SimdBackend::with_threads(1), BackendKind::Simd, Config::from_env());
 }
+
+#[test]
+fn async_names_match_the_blocking_ones() {
+    let mut rng = compute_core::conformance::rng::Rng::new(compute_core::conformance::rng::fresh_seed());
+    compute_core::conformance::check_async_ops(&SimdBackend::new(), &mut rng).unwrap();
+}

@@ -28,7 +28,7 @@ pub struct WgpuBackend {
     pub(crate) ctx: Arc<Context>,
 }
 
-/// The seeds' name for the backend: `GpuDevice::new()`, `.relu(&x, &mut out)`,
+/// The backend under its trueno-compatible name: `GpuDevice::new()`, `.relu(&x, &mut out)`,
 /// `.matmul(&a, &b, &mut c, m, k, n)`, `.dot(&a, &b)` (the last three through
 /// [`compute_core::Ops`]).
 pub type GpuDevice = WgpuBackend;
@@ -38,6 +38,9 @@ pub type GpuDevice = WgpuBackend;
 pub fn sync_available() -> bool {
     cfg!(not(target_arch = "wasm32"))
 }
+
+/// Whether the default adapter opens, once known (see [`WgpuBackend::is_available`]).
+static AVAILABLE: OnceLock<bool> = OnceLock::new();
 
 impl WgpuBackend {
     /// Opens the best adapter ([`DeviceOptions::from_env`]): blocking, native only.
@@ -65,10 +68,25 @@ impl WgpuBackend {
 
     /// Whether an adapter can be opened with the default options. Blocking and
     /// cached for the process (the first call enumerates adapters: milliseconds).
-    /// Always false where the blocking API is unavailable.
+    /// Always false where the blocking API is unavailable: use
+    /// [`is_available_async`](Self::is_available_async) there.
     pub fn is_available() -> bool {
-        static AVAILABLE: OnceLock<bool> = OnceLock::new();
-        *AVAILABLE.get_or_init(|| sync_available() && Self::new().is_ok())
+        if !sync_available() {
+            return false;
+        }
+        *AVAILABLE.get_or_init(|| Self::new().is_ok())
+    }
+
+    /// Whether an adapter can be opened with the default options, without
+    /// blocking: the only form that works in the browser. The first answer is
+    /// cached for the process (shared with [`is_available`](Self::is_available));
+    /// the first call opens a device (milliseconds) and drops it.
+    pub async fn is_available_async() -> bool {
+        if let Some(&known) = AVAILABLE.get() {
+            return known;
+        }
+        let found = Self::new_async().await.is_ok();
+        *AVAILABLE.get_or_init(|| found)
     }
 
     /// Which adapter this backend opened and its limits.
@@ -380,6 +398,20 @@ impl WgpuBackend {
         {
             return Err(errors::limit(op.name(), "storage buffer binding bytes (one row)", cols as u64 * 4, max));
         }
+        Ok(())
+    }
+}
+
+/// The async names of every op (`relu_async`, `matmul_async`, `dot_async`…),
+/// the browser's way to call the GPU: the inputs are uploaded and the op
+/// submitted at the first poll; the future resolves when the result is back on
+/// the host (no thread blocks), then copies it into the output.
+impl compute_core::AsyncOps for WgpuBackend {
+    async fn run_async_into<'a>(&'a self, op: Op, inputs: &'a [&'a [f32]], output: &'a mut [f32]) -> Result<()> {
+        let layout = check_host_call(&op, inputs, output)?;
+        self.check_limits(&op)?;
+        let result = self.start_host(&op, inputs, layout.output)?.await?;
+        output.copy_from_slice(&result);
         Ok(())
     }
 }

@@ -1,4 +1,4 @@
-//! [`GpuCommandBatch`]: the seeds' batch API. Ops are recorded on buffer ids and
+//! [`GpuCommandBatch`]: the trueno-compatible batch API. Ops are recorded on buffer ids and
 //! run by [`GpuCommandBatch::execute`] as ONE command encoder and ONE queue
 //! submission, however many ops there are.
 

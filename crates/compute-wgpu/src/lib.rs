@@ -15,10 +15,26 @@
 //! - No panics: missing adapters or drivers, validation, out-of-memory, device
 //!   loss and device limits are typed [`compute_core::ComputeError`]s. Ops larger
 //!   than a storage binding are split, or refused with `LimitExceeded`.
-//! - Asynchronous results: [`WgpuBackend::download_async`],
-//!   [`WgpuBackend::run_async`], [`WgpuBackend::submitted_work_done`].
+//! - Asynchronous results: every op by its async name through
+//!   [`compute_core::AsyncOps`] (`relu_async`, `matmul_async`, `dot_async`…),
+//!   [`WgpuBackend::new_async`], [`WgpuBackend::is_available_async`],
+//!   [`WgpuBackend::download_async`], [`WgpuBackend::run_async`],
+//!   [`WgpuBackend::submitted_work_done`]; [`runtime`] drives them on native.
 //! - External buffer pools: [`WgpuBackend::create_buffer`],
 //!   [`WgpuBackend::tensor_from_buffer`] and [`BufferRecycler`].
+//!
+//! ```
+//! use compute_core::{AsyncOps, Ops};
+//! use compute_wgpu::{GpuDevice, runtime};
+//! // Without an adapter (no GPU, no software Vulkan) this is a typed error.
+//! let Ok(gpu) = GpuDevice::new() else { return Ok(()) };
+//! let mut out = vec![0.0; 4];
+//! gpu.relu(&[-1.0, 2.0, -3.0, 4.0], &mut out)?; // blocking, native only
+//! assert_eq!(out, [0.0, 2.0, 0.0, 4.0]);
+//! let dot = runtime::block_on(gpu.dot_async(&[1.0, 2.0], &[3.0, 4.0]))?; // the browser's way
+//! assert_eq!(dot, 11.0);
+//! # Ok::<(), compute_core::ComputeError>(())
+//! ```
 
 // In the browser (wasm32 + WebGPU) the native-only pieces — the poller thread,
 // blocking waits, `wgpu::PollError` mapping — are compiled but never called.
@@ -33,12 +49,13 @@ mod errors;
 mod kernels;
 mod options;
 mod plan;
+pub mod runtime;
 
 pub use backend::{GpuDevice, WgpuBackend, sync_available};
 pub use batch::{BufferId, GpuCommandBatch};
 pub use buffers::{BufferRecycler, GpuBuffer, padded_bytes};
 pub use completion::WorkDone;
-pub use compute_core::Ops;
+pub use compute_core::{AsyncOps, Ops};
 pub use context::AdapterReport;
 pub use options::{DeviceOptions, GpuApi, MatmulTiles, TiledMatmul};
 /// The wgpu crate this backend is built on (for [`WgpuBackend::device`] and pooled buffers).

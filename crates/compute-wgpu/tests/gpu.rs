@@ -513,3 +513,16 @@ fn gpu_timing_times_an_op_and_a_copy() {
     assert!(copy.is_some_and(|c| c.is_finite() && c >= 0.0), "{copy:?}");
     eprintln!("gpu timing: relu {n}: {:.1} us, copy {:.1} us", t * 1e6, copy.unwrap_or(0.0) * 1e6);
 }
+
+#[test]
+fn async_names_match_the_blocking_ones() {
+    let Some(gpu) = gpu("async_names") else { return };
+    compute_core::conformance::check_async_ops(&gpu, &mut seed()).unwrap();
+    // The trueno-compatible spellings, driven by the crate's runtime helper.
+    assert!(compute_wgpu::runtime::block_on(WgpuBackend::is_available_async()));
+    assert!(WgpuBackend::is_available());
+    let x = [-1.0f32, 0.5, 2.0];
+    let mut out = [f32::NAN; 3];
+    compute_wgpu::runtime::block_on(compute_core::AsyncOps::relu_async(&gpu, &x, &mut out)).unwrap();
+    assert_eq!(out, [0.0, 0.5, 2.0]);
+}

@@ -23,19 +23,21 @@ use crate::selector::{BackendSelector, SelectedBackend};
 pub enum Policy {
     /// The smallest predicted time of the measured [`CostModel`] (the default).
     Auto,
-    /// The seeds' 5× PCIe rule ([`BackendSelector`]): the first GPU if it says
+    /// The 5× PCIe rule ([`BackendSelector`]): the first GPU if the rule says
     /// GPU, else the CPU on all threads.
     FiveX(BackendSelector),
-    /// The seeds' fixed threshold: the first GPU when the workload (`m·k·n` for
-    /// a matmul, multiply-adds for a conv, elements otherwise) is at least this.
+    /// The fixed-threshold policy: the first GPU when the workload
+    /// ([`fixed_threshold_workload`]: `m·k·n` for a matmul, multiply-adds for a
+    /// conv, elements otherwise) is at least this.
     Threshold(u64),
     /// Always this engine (or the CPU if it is absent).
     Fixed(Engine),
 }
 
-/// The seeds' workload measure for [`Policy::Threshold`]: `batch·m·k·n` for a
-/// matmul, multiply-adds for a conv, the input's element count otherwise.
-pub fn seed_workload(op: &Op) -> u64 {
+/// The workload [`Policy::Threshold`] compares with its threshold: `batch·m·k·n`
+/// for a matmul, multiply-adds for a conv, the input's element count otherwise.
+/// Free (arithmetic on the op's sizes).
+pub fn fixed_threshold_workload(op: &Op) -> u64 {
     let u = |x: usize| x as u64;
     match *op {
         Op::Matmul(s) => u(s.batch).saturating_mul(u(s.m)).saturating_mul(u(s.k)).saturating_mul(u(s.n)),
@@ -43,6 +45,12 @@ pub fn seed_workload(op: &Op) -> u64 {
         Op::Unary { len, .. } | Op::Binary { len, .. } | Op::Reduce { len, .. } | Op::Dot { len } => u(len),
         Op::Rows { rows, cols, .. } => u(rows).saturating_mul(u(cols)),
     }
+}
+
+/// Former name of [`fixed_threshold_workload`].
+#[deprecated(since = "0.2.0", note = "renamed to `fixed_threshold_workload`")]
+pub fn seed_workload(op: &Op) -> u64 {
+    fixed_threshold_workload(op)
 }
 
 /// Whether an error means "this engine cannot do it" (try another) rather
@@ -77,7 +85,7 @@ pub struct Compute {
     inner: Arc<Inner>,
 }
 
-/// The seeds' name for [`Compute`].
+/// [`Compute`] under its trueno-compatible name.
 pub type GpuCompute = Compute;
 
 impl std::fmt::Debug for Compute {
@@ -407,7 +415,7 @@ impl Compute {
                 SelectedBackend::Gpu => first_gpu().unwrap_or(cpu),
                 SelectedBackend::Simd => cpu,
             },
-            Policy::Threshold(t) if seed_workload(op) >= t => first_gpu().unwrap_or(cpu),
+            Policy::Threshold(t) if fixed_threshold_workload(op) >= t => first_gpu().unwrap_or(cpu),
             Policy::Threshold(_) => cpu,
             Policy::Fixed(e) if usable(e) => e,
             Policy::Fixed(_) => cpu,
@@ -506,6 +514,20 @@ impl Compute {
             expected: self.backends().iter().map(|k| k.as_str()).collect::<Vec<_>>().join("|"),
             found: loc.to_string(),
         })
+    }
+}
+
+/// The async names of every op (`relu_async`, `matmul_async`…) on the engine
+/// the policy picks: each future runs the call at its first poll, as
+/// [`Backend::run`] would, and is ready when it returns.
+impl compute_core::AsyncOps for Compute {
+    fn run_async_into<'a>(
+        &'a self,
+        op: Op,
+        inputs: &'a [&'a [f32]],
+        output: &'a mut [f32],
+    ) -> impl std::future::Future<Output = Result<()>> + 'a {
+        compute_core::async_ops::run_ready(self, op, inputs, output)
     }
 }
 

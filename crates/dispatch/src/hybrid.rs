@@ -1,4 +1,4 @@
-//! [`HybridScheduler`]: the seeds' matmul scheduler — a fixed threshold on
+//! [`HybridScheduler`]: the trueno-compatible matmul scheduler — a fixed threshold on
 //! `m·k·n` decides CPU or GPU — with real pooling, real asynchrony and real
 //! batching underneath.
 
@@ -11,7 +11,7 @@ use crate::compute::{Compute, worth_falling_back};
 use crate::engine::{Engine, Placement};
 use crate::pool::GpuPoolStats;
 
-/// One matmul of a batch, as the seeds write it: `(a, b, m, k, n)`.
+/// One matmul of a batch, as trueno's scheduler takes it: `(a, b, m, k, n)`.
 pub type MatmulOp = (Vec<f32>, Vec<f32>, usize, usize, usize);
 
 /// Routes matmuls by a threshold on `m·k·n`.
@@ -21,9 +21,13 @@ pub struct HybridScheduler {
     threshold: u64,
 }
 
-/// The seeds' default threshold (`m·k·n ≥ 1000` goes to the GPU); kept as
-/// the "fixed threshold" policy the dispatch benchmark compares against.
-pub const SEED_THRESHOLD: u64 = 1000;
+/// The fixed-threshold policy's classic setting (`m·k·n ≥ 1000` goes to the
+/// GPU, trueno's default), which the dispatch benchmark compares against.
+pub const FIXED_THRESHOLD: u64 = 1000;
+
+/// Former name of [`FIXED_THRESHOLD`].
+#[deprecated(since = "0.2.0", note = "renamed to `FIXED_THRESHOLD`")]
+pub const SEED_THRESHOLD: u64 = FIXED_THRESHOLD;
 
 /// The `m·k·n` from which the profile predicts a GPU faster than the CPU for a
 /// square matmul on host data (scanning `n` in steps of 2^(1/4) up to 16384);

@@ -16,9 +16,9 @@
 //! # Ok::<(), compute_core::ComputeError>(())
 //! ```
 //!
-//! Also here, under the names the seeds' users expect:
-//! - [`BackendSelector`]: the seeds' 5× PCIe rule, as specified (for comparison).
-//! - [`HybridScheduler`]: the seeds' threshold scheduler (`matmul`, `matmul_pooled`,
+//! Also here, under the names users of trueno know (the trueno-compatible surface):
+//! - [`BackendSelector`]: the 5× PCIe rule, as trueno specifies it (for comparison).
+//! - [`HybridScheduler`]: the fixed-threshold scheduler (`matmul`, `matmul_pooled`,
 //!   `matmul_async`, `matmul_batch`, `pool_stats`), with a measured default threshold.
 //! - [`GpuBufferPool`] / [`GpuPoolStats`]: a capped, thread-safe pool of device buffers.
 //! - [`AsyncGpuResult`]: a result computed while the caller works; also a `Future`.
@@ -48,10 +48,14 @@ pub mod timing;
 
 pub use async_result::{AsyncGpuResult, AsyncState, Completer};
 pub use batch::{BufferId, CommandBatch};
-pub use compute::{Compute, ComputeBuilder, GpuCompute, Policy, seed_workload};
+#[allow(deprecated)]
+pub use compute::seed_workload;
+pub use compute::{Compute, ComputeBuilder, GpuCompute, Policy, fixed_threshold_workload};
 pub use engine::{Engine, Placement};
 pub use executor::{BatchConfig, BatchedExecutor, BatchedGpuExecutor, BatchedGpuHandle, ExecutorMetrics, FlushReason};
-pub use hybrid::{HybridScheduler, MatmulOp, SEED_THRESHOLD, crossover_threshold};
+#[allow(deprecated)]
+pub use hybrid::SEED_THRESHOLD;
+pub use hybrid::{FIXED_THRESHOLD, HybridScheduler, MatmulOp, crossover_threshold};
 pub use model::{CostModel, Decision, pick};
 pub use pool::{GpuBufferPool, GpuPoolStats, PooledTensor};
 pub use profile::Profile;

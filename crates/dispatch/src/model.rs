@@ -59,7 +59,7 @@ impl Curve {
     /// latency overlaps its work at the largest sizes calibrated, so what is
     /// left after subtracting it understates the cost of more work. On the
     /// H200 machine wgpu's add took 115–122 µs at 2²⁴ and 289–315 µs at 2²⁶
-    /// (six grid runs, eighth and ninth sessions); extrapolated on top of its
+    /// (six grid runs of `compute-bench --dispatch`, 2026-11-22); extrapolated on top of its
     /// launch it was predicted 196–308 µs at 2²⁶, and auto once chose it over
     /// CUDA's 203 µs (regret 1.55). In proportion it is predicted 4 × 115–122
     /// µs, and CUDA 4 × 58 µs against 203–205 µs measured: pessimistic for

@@ -21,7 +21,7 @@ use crate::lock::lock;
 
 const F32: u64 = 4;
 
-/// Counters of a [`GpuBufferPool`], as the seeds print them.
+/// Counters of a [`GpuBufferPool`] (trueno's names).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct GpuPoolStats {
     /// Acquires served from the pool.

@@ -1,4 +1,4 @@
-//! [`BackendSelector`]: the seeds' "5× PCIe rule", exactly as specified.
+//! [`BackendSelector`]: the "5× PCIe rule", exactly as trueno specifies it.
 //!
 //! GPU only if `compute_time > min_dispatch_ratio × transfer_time`, with
 //! `transfer_time = data_bytes / pcie_bandwidth` and `compute_time = flops /
@@ -20,7 +20,7 @@ pub enum SelectedBackend {
     Gpu,
 }
 
-/// The seeds' cost model: fixed bus bandwidth, fixed GPU throughput, fixed ratio.
+/// The 5× PCIe rule's cost model: fixed bus bandwidth, fixed GPU throughput, fixed ratio.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BackendSelector {
     pcie_bandwidth: f64,
@@ -46,8 +46,8 @@ impl BackendSelector {
         self
     }
 
-    /// Sets the GPU throughput in FLOP per second (the seeds call it "gflops"
-    /// but pass FLOP/s: `40e12` for an RTX 4090).
+    /// Sets the GPU throughput in FLOP per second (trueno's name says "gflops"
+    /// but its callers pass FLOP/s: `40e12` for an RTX 4090).
     pub fn with_gpu_gflops(mut self, flops_per_s: f64) -> Self {
         self.gpu_flops = flops_per_s;
         self
@@ -112,7 +112,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn defaults_are_the_seeds() {
+    fn defaults_are_truenos() {
         let s = BackendSelector::new();
         assert_eq!((s.pcie_bandwidth(), s.gpu_flops(), s.min_dispatch_ratio()), (32e9, 20e12, 5.0));
     }

@@ -17,6 +17,7 @@
 use std::time::{Duration, Instant};
 
 use compute_core::Result;
+use compute_core::rng::Rng;
 
 /// One engine's call, ready to time.
 pub type Call<'a> = Box<dyn FnMut() -> Result<()> + 'a>;
@@ -65,9 +66,9 @@ pub fn median_round_robin(
     let start = Instant::now();
     let mut rounds = 0;
     let mut order: Vec<usize> = (0..calls.len()).collect();
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     while rounds < min_rounds || (start.elapsed() < budget && rounds < max_rounds) {
-        shuffle(&mut order, &mut seed);
+        rng.shuffle(&mut order);
         for &i in &order {
             if let (Some(Some(c)), Some(s)) = (calls.get_mut(i), samples.get_mut(i)) {
                 let t = Instant::now();
@@ -97,17 +98,6 @@ pub fn median_round_robin(
         rounds += 1;
     }
     Ok(calls.iter().zip(samples.iter_mut()).map(|(c, s)| c.as_ref().and_then(|_| median(s))).collect())
-}
-
-/// Fisher–Yates shuffle of `v` driven by a xorshift generator in `seed`
-/// (deterministic: the same sequence of orders every run).
-fn shuffle(v: &mut [usize], seed: &mut u64) {
-    for i in (1..v.len()).rev() {
-        *seed ^= *seed << 13;
-        *seed ^= *seed >> 7;
-        *seed ^= *seed << 17;
-        v.swap(i, (*seed % (i as u64 + 1)) as usize);
-    }
 }
 
 /// Median of `s` (sorts it), at least 1 ns; `None` when empty.
@@ -157,10 +147,10 @@ mod tests {
         // Over enough rounds each ordered pair (a right after b, within a round)
         // occurs: no engine always pays for the same predecessor.
         let mut order: Vec<usize> = (0..4).collect();
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
         let mut seen = [[false; 4]; 4];
         for _ in 0..64 {
-            shuffle(&mut order, &mut seed);
+            rng.shuffle(&mut order);
             let mut sorted = order.clone();
             sorted.sort_unstable();
             assert_eq!(sorted, vec![0, 1, 2, 3], "a permutation");

@@ -181,7 +181,7 @@ fn policies_route_as_specified() {
     let c = Compute::builder().cpu().engine(Engine::Wgpu, gpu).profile(gpu_always_wins(Engine::Wgpu)).build().unwrap();
     let small = Op::matmul(8, 8, 8); // 512 < 1000
     let big = Op::matmul(16, 16, 16); // 4096 ≥ 1000
-    let threshold = c.with_policy(Policy::Threshold(dispatch::SEED_THRESHOLD));
+    let threshold = c.with_policy(Policy::Threshold(dispatch::FIXED_THRESHOLD));
     assert_eq!(threshold.choose(&small, Placement::Host), Engine::Simd);
     assert_eq!(threshold.choose(&big, Placement::Host), Engine::Wgpu);
     let five = c.with_policy(Policy::FiveX(BackendSelector::new()));
@@ -303,4 +303,10 @@ fn gpu_devices_are_opened_once_and_shared() {
     let a = Compute::builder().discover().nominal_profile().build().unwrap();
     let b = Compute::builder().discover().nominal_profile().build().unwrap();
     assert_eq!(a.engines(), b.engines());
+}
+
+#[test]
+fn async_names_match_the_blocking_ones() {
+    let mut rng = compute_core::rng::Rng::new(compute_core::rng::fresh_seed());
+    compute_core::conformance::check_async_ops(&cpu(), &mut rng).unwrap();
 }

@@ -17,7 +17,8 @@
 //! be available: if it is not, the tests fail instead of skipping.
 
 mod cases;
-pub mod rng;
+/// The seeded generator the suite draws its inputs from (see [`crate::rng`]).
+pub use crate::rng;
 
 use crate::backend::Backend;
 use crate::error::{BackendKind, ComputeError};
@@ -233,6 +234,74 @@ pub fn check_op(backend: &dyn Backend, op: &Op, inputs: &[Vec<f32>], factor: f64
         None => Ok(()),
         Some(msg) => Err(format!("{} {} {:?}: {msg}", op.name(), op.shapes(), op)),
     }
+}
+
+/// Checks the async names of every op family ([`crate::AsyncOps`]) against the
+/// blocking ones on `backend`: a unary, binary, dot, sum, max, softmax, layer
+/// and RMS norm and matmul call through each must give bit-identical outputs,
+/// and a call with a wrong output length must fail with `Shape` and leave the
+/// output untouched. `block_on` drives a future to completion (native only).
+/// `Err` lists every difference.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn check_async_ops<B: Backend + crate::AsyncOps>(backend: &B, rng: &mut Rng) -> Result<(), String> {
+    use crate::Ops;
+    use crate::async_ops::block_on;
+    let mut failures = Vec::new();
+    let mut same = |name: &str, sync: crate::Result<Vec<f32>>, fut: crate::Result<Vec<f32>>| match (sync, fut) {
+        (Ok(a), Ok(b)) if a.iter().map(|v| v.to_bits()).eq(b.iter().map(|v| v.to_bits())) => {}
+        (a, b) => failures.push(format!("{name}: blocking {a:?} vs async {b:?}")),
+    };
+    let (rows, cols) = (7, 129);
+    let n = rows * cols;
+    let x = rng.vec(n, -3.0, 3.0);
+    let y = rng.vec(n, -3.0, 3.0);
+    let gamma = rng.vec(cols, 0.5, 1.5);
+    let beta = rng.vec(cols, -0.5, 0.5);
+    let run = |f: &dyn Fn(&mut [f32]) -> crate::Result<()>| {
+        let mut out = vec![POISON; n];
+        f(&mut out).map(|()| out)
+    };
+    same("gelu", run(&|o| backend.gelu(&x, o)), run(&|o| block_on(backend.gelu_async(&x, o))));
+    same("relu", run(&|o| backend.relu(&x, o)), run(&|o| block_on(backend.relu_async(&x, o))));
+    same("sub", run(&|o| backend.sub(&x, &y, o)), run(&|o| block_on(backend.sub_async(&x, &y, o))));
+    same(
+        "softmax",
+        run(&|o| backend.softmax(&x, rows, cols, o)),
+        run(&|o| block_on(backend.softmax_async(&x, rows, cols, o))),
+    );
+    same(
+        "layer_norm",
+        run(&|o| backend.layer_norm(&x, &gamma, &beta, rows, cols, 1e-5, o)),
+        run(&|o| block_on(backend.layer_norm_async(&x, &gamma, &beta, rows, cols, 1e-5, o))),
+    );
+    same(
+        "rms_norm",
+        run(&|o| backend.rms_norm(&x, &gamma, rows, cols, 1e-5, o)),
+        run(&|o| block_on(backend.rms_norm_async(&x, &gamma, rows, cols, 1e-5, o))),
+    );
+    let scalar = |v: crate::Result<f32>| v.map(|s| vec![s]);
+    same("dot", scalar(backend.dot(&x, &y)), scalar(block_on(backend.dot_async(&x, &y))));
+    same("sum", scalar(backend.sum(&x)), scalar(block_on(backend.sum_async(&x))));
+    same("max", scalar(backend.max(&x)), scalar(block_on(backend.max_async(&x))));
+    let (m, k, nn) = (rows, cols, 33);
+    let b = rng.vec(k * nn, -1.0, 1.0);
+    let mm = |f: &dyn Fn(&mut [f32]) -> crate::Result<()>| {
+        let mut out = vec![POISON; m * nn];
+        f(&mut out).map(|()| out)
+    };
+    same(
+        "matmul",
+        mm(&|o| backend.matmul(&x, &b, o, m, k, nn)),
+        mm(&|o| block_on(backend.matmul_async(&x, &b, o, m, k, nn))),
+    );
+    let mut short = vec![POISON; n - 1];
+    match block_on(backend.add_async(&x, &y, &mut short)) {
+        Err(ComputeError::Shape { .. }) if short.iter().all(|v| v.to_bits() == POISON.to_bits()) => {}
+        other => failures.push(format!("add_async into a short output: {other:?}, output written: {}", {
+            short.iter().any(|v| v.to_bits() != POISON.to_bits())
+        })),
+    }
+    if failures.is_empty() { Ok(()) } else { Err(failures.join("\n")) }
 }
 
 /// Runs one group against a backend; panics with every failure and the seed.

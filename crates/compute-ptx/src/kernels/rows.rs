@@ -417,7 +417,7 @@ fn row_path(b: &mut KernelBuilder, c: &Ctx, vec: bool) {
 
 /// Builds one row kernel.
 ///
-/// Params: `x`, [`gamma`], [`beta`], `y`, `rows`, `cols` (u32), [`eps`], and for
+/// Params: `x`, `gamma`, `beta`, `y`, `rows`, `cols` (u32), `eps`, and for
 /// block kernels `cached` (non-zero: the row fits the dynamic shared memory).
 /// Launch: [`BLOCK`] threads; warp kernels `ceil(rows/8)` blocks with
 /// `8·cols·4` bytes of dynamic shared memory, block kernels `rows` blocks with

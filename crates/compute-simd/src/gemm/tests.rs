@@ -3,15 +3,7 @@ use super::*;
 
 /// Deterministic values in [-1, 1), never all zero.
 fn values(len: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
+    compute_core::rng::random_vec(len, -1.0, 1.0, seed)
 }
 
 /// `op(A)·op(B)` in f64 by the definition, with `Σ|aᵢₚ·bₚⱼ|` per element.

@@ -760,7 +760,7 @@ pub fn gelu_tanh<S: SimdF32>(s: S, x: S::V) -> S::V {
     if s.any(far) { s.select(far, gelu_tanh_general(s, x), table) } else { table }
 }
 
-/// GELU, tanh form, for any `x`, through [`times_sigmoid`] (no cancellation
+/// GELU, tanh form, for any `x`, as `x` times a sigmoid (no cancellation
 /// for negative `x`; one division, about 30 instructions). Error bound as
 /// [`gelu_tanh`]'s.
 #[inline(always)]

@@ -116,7 +116,7 @@ pub struct BatchedExecutor {
     worker: Option<JoinHandle<()>>,
 }
 
-/// The seeds' name for [`BatchedExecutor`].
+/// [`BatchedExecutor`] under its trueno-compatible name.
 pub type BatchedGpuExecutor = BatchedExecutor;
 
 impl BatchedExecutor {

@@ -175,19 +175,6 @@ fn ulp_error(y: f32, r: f64) -> Option<f64> {
     Some((y as f64 - r).abs() / ulp(r))
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
-        lo + (hi - lo) * ((self.next() >> 40) as f32 / (1u64 << 24) as f32)
-    }
-}
-
 /// Grid, random and special inputs for `f`.
 fn inputs(f: F) -> Vec<f32> {
     let span: f32 = match f {
@@ -203,14 +190,14 @@ fn inputs(f: F) -> Vec<f32> {
         let v = i as f32 * 1e-4;
         [v, -v, v * 1e-30, -v * 1e-30]
     }));
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut rng = compute_core::rng::Rng::new(0x2545_f491_4f6c_dd1d);
     for _ in 0..100_000 {
-        let bits = rng.next() as u32;
+        let bits = rng.next_u64() as u32;
         let v = f32::from_bits(bits);
         if !v.is_nan() {
             x.push(v);
         }
-        x.push(rng.uniform(-span, span));
+        x.push(rng.uniform(-span as f64, span as f64));
         x.push(rng.uniform(-120.0, 120.0));
     }
     x.extend([
