@@ -5,7 +5,8 @@
 //! - `bench`      the side-by-side benchmark report (CPU by default; `--backend wgpu|cuda|all`, `--dispatch`)
 //! - `ptx`        regenerate the checked-in PTX (`--check`: fail on a difference, run ptxas on every file)
 //! - `calibrate`  measure this machine's dispatch profile and save it
-//! - `gpu-bundle` build the binaries a GPU-machine run needs into `.gpu/` (see `gpu.rs`)
+//! - `gpu-bundle` build the test, example and bench binaries a GPU-machine run needs into `.gpu/`, with
+//!   `.gpu/run.sh [tests|sanitize|bench|ncu|all]` to run them there (see `gpu.rs`)
 //! - `deps`       check with `cargo tree` that the CPU-only crates pull no GPU dependency
 //! - `ci`         what `.ci/run` runs: fmt check, clippy, test
 
@@ -15,12 +16,13 @@ mod setup;
 
 use std::process::{Command, ExitCode};
 
-const USAGE: &str = "usage: cargo xtask <test|bench|ptx|calibrate|ci> [args]
+const USAGE: &str = "usage: cargo xtask <test|bench|ptx|calibrate|gpu-bundle|deps|ci> [args]
   test [--quick]          set up Vulkan (lavapipe), ptxas and wasm32 if missing, run all tests and build checks
   bench [ARGS]            cargo run --release -p compute-benches -- ARGS (see `cargo xtask bench --help`)
   ptx [--check]           write every kernel's PTX into ptx/ (or check it and run ptxas)
   calibrate               measure and save the dispatch profile of this machine
-  gpu-bundle [--no-bench]  build test and bench binaries into .gpu/ for a GPU-machine run (.gpu/run.sh)
+  gpu-bundle [--no-bench] build test, example and bench binaries into .gpu/ for a GPU machine;
+                          there: bash .gpu/run.sh [tests|sanitize|bench|ncu|all]
   deps                    check that compute-simd / dispatch without GPU features pull no GPU crate
   ci                      cargo fmt --check, clippy -D warnings, then `test`";
 

@@ -67,8 +67,8 @@ pub fn report_skips(env: &[(String, String)]) {
         eprintln!("!!! the wgpu conformance tests were SKIPPED (no Vulkan driver)");
     }
     eprintln!(
-        "!!! the CUDA conformance tests were SKIPPED: no NVIDIA GPU on this machine. They run on a GPU machine \
-         with `cargo xtask ptx --gpu-bundle` (see docs/ptx.md)."
+        "!!! the CUDA conformance tests were SKIPPED: no NVIDIA GPU on this machine. To run them on a GPU machine, \
+         build the bundle with `cargo xtask gpu-bundle`, then run `bash .gpu/run.sh tests` there (see docs/ptx.md)."
     );
 }
 

@@ -1,64 +1,33 @@
-//! Builds the register-blocked GEMM kernel and prints its PTX. No GPU needed.
+//! Builds a GEMM kernel with [`GemmKernel`] and prints its PTX. No GPU needed.
 //!
-//! `cargo run -p compute-ptx --example gemm_kernel [nn|nt|tn|tt] [sm_80|sm_90]`
-//!
-//! `--sweep DIR` instead writes the default and every shape of
-//! [`sweep_configs`] (all four transposes) as `DIR/<kernel>.ptx`, to check
-//! their registers and spills with `ptxas -v` before any GPU time.
-use compute_ptx::Target;
-use compute_ptx::kernels::gemm_simt::{SimtConfig, simt, sweep_configs};
+//! `cargo run -p compute-ptx --example gemm_kernel [naive|tiled|simt] [TILE]`
+//! (default: `simt`, the register-blocked kernel the CUDA backend uses; `TILE`
+//! is the tiled tier's side, 8, 16 or 32, default 32). The PTX goes to stdout,
+//! a summary of the kernel and its launch shape for 1024³ to stderr.
+use compute_ptx::GemmKernel;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Some(i) = args.iter().position(|a| a == "--sweep") {
-        let dir = std::path::PathBuf::from(args.get(i + 1).map_or("gemm_sweep", String::as_str));
-        let target = if args.iter().any(|a| a == "sm_80") { Target::Sm80 } else { Target::Sm90 };
-        if let Err(e) = std::fs::create_dir_all(&dir) {
-            eprintln!("{}: {e}", dir.display());
-            std::process::exit(1);
-        }
-        let mut configs = vec![SimtConfig::default()];
-        configs.extend(sweep_configs());
-        for cfg in configs {
-            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
-                match simt(&cfg, ta, tb, target) {
-                    Ok(k) => {
-                        let path = dir.join(format!("{}.ptx", k.name()));
-                        if let Err(e) = std::fs::write(&path, k.ptx()) {
-                            eprintln!("{}: {e}", path.display());
-                            std::process::exit(1);
-                        }
-                        println!("{}", path.display());
-                    }
-                    Err(e) => {
-                        eprintln!("{e}");
-                        std::process::exit(1);
-                    }
-                }
-            }
-        }
-        return;
-    }
-    let trans = args.iter().find(|a| a.len() == 2 && a.chars().all(|c| c == 'n' || c == 't'));
-    let (ta, tb) = match trans.map(String::as_str) {
-        Some("tn") => (true, false),
-        Some("nt") => (false, true),
-        Some("tt") => (true, true),
-        _ => (false, false),
+    let (m, n, k) = (1024, 1024, 1024);
+    let kernel = match args.first().map(String::as_str) {
+        Some("naive") => GemmKernel::naive(m, n, k),
+        Some("tiled") => GemmKernel::tiled(m, n, k, args.get(1).and_then(|t| t.parse().ok()).unwrap_or(32)),
+        _ => GemmKernel::simt(m, n, k),
     };
-    let target = if args.iter().any(|a| a == "sm_80") { Target::Sm80 } else { Target::Sm90 };
-    let cfg = SimtConfig::default();
-    match simt(&cfg, ta, tb, target) {
-        Ok(k) => {
-            print!("{}", k.ptx());
+    match kernel.emit_ptx() {
+        Ok(ptx) => {
+            print!("{ptx}");
             eprintln!(
-                "{}: {} threads, {} bytes of shared memory, {} lines of PTX",
-                k.name(),
-                cfg.threads(),
-                cfg.shared_bytes(),
-                k.ptx().lines().count()
+                "{}: block {:?}, grid {:?} for {m}x{n}x{k}, {} lines of PTX",
+                kernel.name(),
+                kernel.block_dim(),
+                kernel.grid_dim(),
+                ptx.lines().count()
             );
         }
-        Err(e) => eprintln!("{e}"),
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(1);
+        }
     }
 }

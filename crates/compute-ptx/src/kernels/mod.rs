@@ -3,14 +3,21 @@
 //! [`catalog`] lists every kernel the CUDA backend launches; `cargo xtask ptx`
 //! writes each one's PTX for every [`Target`] into the top-level `ptx/` folder,
 //! and the golden test checks those files against what this code emits.
+//!
+//! [`GemmKernel`] is a single entry to the three GEMM tiers for callers who
+//! want a kernel's PTX and launch shape without the CUDA backend
+//! (`GemmKernel::tiled(m, n, k, 32).emit_ptx()`).
 
 pub mod conv;
 pub mod elementwise;
+mod gemm_kernel;
 pub mod gemm_simple;
 pub mod gemm_simt;
 pub(crate) mod math;
 pub mod reduce;
 pub mod rows;
+
+pub use gemm_kernel::GemmKernel;
 
 use crate::builder::{BuildError, Kernel, Target};
 use compute_core::BinaryOp;
