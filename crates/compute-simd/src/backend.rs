@@ -157,19 +157,25 @@ impl Aligned {
     /// Tensors of this many elements (64 KiB) or more start on a 4 KiB page.
     const PAGE_FROM: usize = 1 << 14;
 
-    /// `len` zeros.
-    fn zeroed(len: usize) -> Aligned {
+    /// `len` zeros, or `OutOfMemory` (naming `op`) when the allocator cannot
+    /// provide them: the process never aborts on a large request.
+    fn zeroed(len: usize, op: &'static str) -> Result<Aligned> {
         let align = if len >= Self::PAGE_FROM { 1024 } else { 16 };
-        let buf = vec![0.0f32; len + align - 1];
+        let oom = || ComputeError::OutOfMemory {
+            op,
+            backend: BackendKind::Simd,
+            requested_bytes: (len as u64).saturating_mul(4),
+        };
+        let buf = len.checked_add(align - 1).and_then(zeroed_vec).ok_or_else(oom)?;
         let start = buf.as_ptr().align_offset(align * 4).min(align - 1);
-        Aligned { buf, start, len }
+        Ok(Aligned { buf, start, len })
     }
 
     /// A copy of `data`.
-    fn from_slice(data: &[f32]) -> Aligned {
-        let mut a = Aligned::zeroed(data.len());
+    fn from_slice(data: &[f32], op: &'static str) -> Result<Aligned> {
+        let mut a = Aligned::zeroed(data.len(), op)?;
         a.as_mut_slice().copy_from_slice(data);
-        a
+        Ok(a)
     }
 
     fn as_slice(&self) -> &[f32] {
@@ -179,6 +185,25 @@ impl Aligned {
     fn as_mut_slice(&mut self) -> &mut [f32] {
         &mut self.buf[self.start..self.start + self.len]
     }
+}
+
+/// `len` zeros in a new `Vec`, or `None` when the allocator cannot provide them
+/// (`vec![0.0; len]` would abort the process instead). The zeros come from
+/// `alloc_zeroed`, so a large vector costs no page faults until it is used.
+fn zeroed_vec(len: usize) -> Option<Vec<f32>> {
+    let layout = std::alloc::Layout::array::<f32>(len).ok()?;
+    if layout.size() == 0 {
+        return Some(Vec::new());
+    }
+    // SAFETY: `layout` has a non-zero size (checked above).
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<f32>();
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: `ptr` comes from the global allocator with the layout of `len`
+    // f32s (size 4·len, align 4), which is what `Vec<f32>` with capacity `len`
+    // frees; all its bytes are zero, a valid 0.0 for each of the `len` elements.
+    Some(unsafe { Vec::from_raw_parts(ptr, len, len) })
 }
 
 impl TensorStorage for HostStorage {
@@ -237,11 +262,14 @@ impl Backend for SimdBackend {
     }
 
     fn upload(&self, data: &[f32]) -> Result<Tensor> {
-        Ok(Tensor::from_storage(Arc::new(HostStorage { data: RwLock::new(Aligned::from_slice(data)) })))
+        let data = Aligned::from_slice(data, "upload")?;
+        Ok(Tensor::from_storage(Arc::new(HostStorage { data: RwLock::new(data) })))
     }
 
+    /// A tensor of `len` zeros; `OutOfMemory` when this host cannot allocate it.
     fn alloc(&self, len: usize) -> Result<Tensor> {
-        Ok(Tensor::from_storage(Arc::new(HostStorage { data: RwLock::new(Aligned::zeroed(len)) })))
+        let data = Aligned::zeroed(len, "alloc")?;
+        Ok(Tensor::from_storage(Arc::new(HostStorage { data: RwLock::new(data) })))
     }
 
     fn download(&self, tensor: &Tensor, out: &mut [f32]) -> Result<()> {
@@ -272,19 +300,40 @@ impl Backend for SimdBackend {
 #[cfg(test)]
 mod tests {
     use super::Aligned;
+    use crate::SimdBackend;
+    use compute_core::{Backend, BackendKind, ComputeError};
 
     #[test]
     fn host_tensors_start_on_a_page_or_a_cache_line_and_keep_their_values() {
         for len in [0usize, 1, 15, 1000, Aligned::PAGE_FROM - 1, Aligned::PAGE_FROM, 3 * Aligned::PAGE_FROM + 5] {
             let data: Vec<f32> = (0..len).map(|i| i as f32 * 0.5 - 3.0).collect();
-            let a = Aligned::from_slice(&data);
+            let a = Aligned::from_slice(&data, "upload").unwrap();
             assert_eq!(a.as_slice(), &data[..], "len {len}");
             let align = if len >= Aligned::PAGE_FROM { 4096 } else { 64 };
             assert_eq!(a.as_slice().as_ptr() as usize % align, 0, "len {len}");
-            let z = Aligned::zeroed(len);
+            let z = Aligned::zeroed(len, "alloc").unwrap();
             assert_eq!(z.as_slice().len(), len);
             assert!(z.as_slice().iter().all(|&v| v == 0.0));
             assert_eq!(z.as_slice().as_ptr() as usize % align, 0, "len {len}");
         }
+    }
+
+    #[test]
+    fn an_allocation_the_host_cannot_make_is_out_of_memory_not_an_abort() {
+        let cpu = SimdBackend::new();
+        // 4 EiB: more than any address space, so every allocator refuses it.
+        match cpu.alloc(1 << 60) {
+            Err(ComputeError::OutOfMemory { op: "alloc", backend: BackendKind::Simd, requested_bytes }) => {
+                assert_eq!(requested_bytes, 1 << 62)
+            }
+            other => panic!("expected OutOfMemory, got {other:?}"),
+        }
+        // 4 TiB: beyond this machine; refused unless the allocator overcommits.
+        match cpu.alloc(1 << 40) {
+            Err(ComputeError::OutOfMemory { .. }) => {}
+            Ok(t) => eprintln!("alloc of 4 TiB was granted by an overcommitting allocator ({} elements)", t.len()),
+            Err(e) => panic!("expected OutOfMemory, got {e}"),
+        }
+        assert_eq!(cpu.alloc(3).unwrap().len(), 3);
     }
 }
