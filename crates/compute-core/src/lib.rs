@@ -6,7 +6,8 @@
 //! ([`ComputeError`]), and one conformance suite ([`conformance`]) checks every
 //! backend against a float64 [`reference`](mod@reference).
 //!
-//! This crate has no dependency beyond `thiserror` (and `serde`, optionally).
+//! This crate depends on `thiserror` and `half` (the `f16` and `bf16` types)
+//! only (and `serde`, optionally).
 //!
 //! An op knows its shapes, its cost and its float64 answer, with no backend:
 //!
@@ -26,6 +27,7 @@
 pub mod async_ops;
 pub mod backend;
 pub mod conformance;
+pub mod dtype;
 pub mod error;
 pub mod op;
 pub mod reference;
@@ -33,5 +35,6 @@ pub mod rng;
 
 pub use async_ops::AsyncOps;
 pub use backend::{Backend, Location, Ops, Tensor, TensorStorage, check_host_call, check_tensor_call};
+pub use dtype::{DType, Element, bf16, f16};
 pub use error::{BackendKind, ComputeError, Result};
 pub use op::{BinaryOp, Conv2dSpec, Cost, GeluForm, Layout, MatmulSpec, Op, OpClass, ReduceOp, RowOp, UnaryOp};

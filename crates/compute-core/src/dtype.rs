@@ -1,0 +1,211 @@
+//! Element types: [`DType`] names the type of an operand's values, and
+//! [`Element`] is the Rust type behind each scalar dtype (`f32`, and the `half`
+//! crate's `f16` and `bf16`).
+//!
+//! Conversions from `f32` round to nearest, ties to even; NaN stays NaN (its
+//! sign kept, the payload quieted); ±∞ and ±0 are kept; values past the
+//! narrower type's range become ±∞. This is what PyTorch's `.to(dtype)`, the
+//! CUDA `cvt.rn` instructions and AVX-512's `vcvtneps2bf16` do, so every backend
+//! can agree bit for bit.
+//!
+//! ```
+//! use compute_core::{DType, Element};
+//! use half::bf16;
+//! assert_eq!(DType::BF16.size_in_bytes(), 2);
+//! assert_eq!(<bf16 as Element>::DTYPE, DType::BF16);
+//! // 1 + 2⁻⁸ lies halfway between two bf16 values: ties go to the even one.
+//! assert_eq!(bf16::from_f32(1.0 + 1.0 / 256.0).to_f32(), 1.0);
+//! assert!(bf16::from_f32(f32::NAN).to_f32().is_nan());
+//! ```
+
+use std::fmt;
+
+pub use half::{bf16, f16};
+
+/// The type of an operand's values.
+///
+/// Marked `non_exhaustive`: 8-bit floats (`F8E4M3`) and GGML's quantized
+/// block types join it as they are supported, so a `match` on it needs a
+/// wildcard arm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub enum DType {
+    /// IEEE 754 binary32.
+    F32,
+    /// IEEE 754 binary16: 5 exponent bits, 10 mantissa bits (max 65504).
+    F16,
+    /// bfloat16: f32's 8 exponent bits, 7 mantissa bits.
+    BF16,
+}
+
+impl DType {
+    /// Every dtype this version knows, in a fixed order (for tests and tables).
+    pub const ALL: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+    /// Bytes of one value.
+    pub const fn size_in_bytes(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F16 | DType::BF16 => 2,
+        }
+    }
+
+    /// Bytes of `len` values, or `None` when that overflows `u64`.
+    pub fn bytes_for(self, len: usize) -> Option<u64> {
+        (len as u64).checked_mul(self.size_in_bytes() as u64)
+    }
+
+    /// Short lower-case name, as printed in errors, tables and JSON (`f32`, `f16`, `bf16`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+        }
+    }
+
+    /// Unit roundoff: half the distance from 1.0 to the next value
+    /// (2⁻²⁴ for f32, 2⁻¹¹ for f16, 2⁻⁸ for bf16). Tolerances scale with it.
+    pub fn unit_roundoff(self) -> f64 {
+        match self {
+            DType::F32 => f64::from(f32::EPSILON) / 2.0,
+            DType::F16 => f16::EPSILON.to_f64() / 2.0,
+            DType::BF16 => bf16::EPSILON.to_f64() / 2.0,
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for half::f16 {}
+    impl Sealed for half::bf16 {}
+}
+
+/// A Rust type that holds one value of a scalar [`DType`]: `f32`, [`f16`] or
+/// [`bf16`]. Sealed: the library's kernels exist for exactly these.
+///
+/// Every conversion is exact except [`Element::from_f32`] into a narrower type,
+/// which rounds as the [module](self) describes. Each costs a few instructions
+/// (a shift for bf16 → f32; F16C or a short bit sequence for f16).
+pub trait Element:
+    Copy + Default + PartialEq + PartialOrd + fmt::Debug + Send + Sync + 'static + sealed::Sealed
+{
+    /// The dtype this type holds.
+    const DTYPE: DType;
+    /// `x` rounded to this type (nearest, ties to even; NaN stays NaN).
+    fn from_f32(x: f32) -> Self;
+    /// This value as `f32` (exact).
+    fn to_f32(self) -> f32;
+    /// This value as `f64` (exact).
+    fn to_f64(self) -> f64 {
+        f64::from(self.to_f32())
+    }
+}
+
+impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+    fn from_f32(x: f32) -> Self {
+        x
+    }
+    fn to_f32(self) -> f32 {
+        self
+    }
+}
+
+impl Element for f16 {
+    const DTYPE: DType = DType::F16;
+    fn from_f32(x: f32) -> Self {
+        f16::from_f32(x)
+    }
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+}
+
+impl Element for bf16 {
+    const DTYPE: DType = DType::BF16;
+    fn from_f32(x: f32) -> Self {
+        bf16::from_f32(x)
+    }
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// bf16 by hand: the upper 16 bits of the f32, rounded to nearest even.
+    fn bf16_bits(x: f32) -> u16 {
+        let b = x.to_bits();
+        if x.is_nan() {
+            return ((b >> 16) as u16) | 0x0040;
+        }
+        let lsb = (b >> 16) & 1;
+        (b.wrapping_add(0x7fff + lsb) >> 16) as u16
+    }
+
+    #[test]
+    fn bf16_rounds_to_nearest_even_and_keeps_specials() {
+        let mut rng = crate::rng::Rng::new(crate::rng::fresh_seed());
+        for _ in 0..100_000 {
+            let x = f32::from_bits(rng.next_u64() as u32);
+            let got = bf16::from_f32(x);
+            if x.is_nan() {
+                assert!(got.is_nan(), "{x:?}");
+                assert_eq!(got.to_bits() >> 15, (x.to_bits() >> 31) as u16, "sign of NaN {x:?}");
+            } else {
+                assert_eq!(got.to_bits(), bf16_bits(x), "{x:?}");
+            }
+        }
+        for (x, want) in [
+            (1.0 + 1.0 / 256.0, 1.0),               // tie: down to even
+            (1.0 + 3.0 / 256.0, 1.0 + 4.0 / 256.0), // tie: up to even
+            (f32::INFINITY, f32::INFINITY),
+            (-0.0, -0.0),
+            (f32::MAX, f32::INFINITY), // past bf16's largest finite value
+        ] {
+            let got = <bf16 as Element>::from_f32(x).to_f32();
+            assert_eq!(got.to_bits(), want.to_bits(), "{x}");
+        }
+    }
+
+    #[test]
+    fn f16_rounds_to_nearest_even_and_saturates_to_infinity() {
+        for (x, want) in [
+            (1.0 + 1.0 / 2048.0, 1.0),                // tie: down to even
+            (1.0 + 3.0 / 2048.0, 1.0 + 4.0 / 2048.0), // tie: up to even
+            (65504.0, 65504.0),
+            (65520.0, f32::INFINITY), // halfway past the max rounds up to ∞
+            (-1e9, f32::NEG_INFINITY),
+            (2.0f32.powi(-24), 2.0f32.powi(-24)), // smallest subnormal
+            (-0.0, -0.0),
+        ] {
+            let got = <f16 as Element>::from_f32(x).to_f32();
+            assert_eq!(got.to_bits(), want.to_bits(), "{x}");
+        }
+        assert!(<f16 as Element>::from_f32(f32::NAN).to_f32().is_nan());
+    }
+
+    #[test]
+    fn dtypes_know_their_sizes_and_names() {
+        let sizes: Vec<usize> = DType::ALL.iter().map(|d| d.size_in_bytes()).collect();
+        assert_eq!(sizes, [4, 2, 2]);
+        assert_eq!(DType::BF16.to_string(), "bf16");
+        assert_eq!(DType::F16.bytes_for(3), Some(6));
+        assert_eq!(DType::F32.bytes_for(usize::MAX), None);
+        assert_eq!(<f32 as Element>::DTYPE, DType::F32);
+        assert_eq!(<f16 as Element>::DTYPE, DType::F16);
+        assert!(DType::BF16.unit_roundoff() > DType::F16.unit_roundoff());
+        assert_eq!(DType::F32.unit_roundoff(), 2f64.powi(-24));
+    }
+}
