@@ -156,19 +156,19 @@ fn print_summary(rows: &[Record]) {
     }
 }
 
-/// When the CUDA rows ran in this process, the wgpu sgemm rows are compared with
-/// the cuBLAS time measured here for the same shape, instead of a reference figure.
+/// When the CUDA rows ran in this process, the wgpu sgemm rows (op by op and in one
+/// submission) are compared with the cuBLAS time measured here for the same shape.
 fn attach_same_run_cublas(rows: &mut [Record]) {
     let cublas: Vec<(String, f64)> = rows
         .iter()
         .filter(|r| r.backend == "cuda" && r.op == "sgemm" && r.peer.as_deref() == Some("cublas"))
         .filter_map(|r| Some((r.shape.clone(), r.peer_median_s?)))
         .collect();
-    for r in rows.iter_mut().filter(|r| r.backend == "wgpu" && r.op == "sgemm" && r.placement == "resident") {
+    for r in rows.iter_mut().filter(|r| r.backend == "wgpu" && r.op.starts_with("sgemm") && r.placement == "resident") {
         if let Some((_, t)) = cublas.iter().find(|(shape, _)| *shape == r.shape) {
             let note = r.note.take().unwrap_or_default();
             *r = r.clone().with_peer("cublas (same run)", *t);
-            r.note = Some(format!("{note} [peer replaced by the cuBLAS time measured in this run]"));
+            r.note = Some(format!("{note} [peer: the cuBLAS time measured in this run]"));
         }
     }
 }

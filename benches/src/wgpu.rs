@@ -23,10 +23,6 @@ use compute_wgpu::{DeviceOptions, GpuBuffer, MatmulTiles, WgpuBackend};
 
 use crate::report::{Record, random, time, time_pair};
 
-/// cuBLAS fp32 sgemm (no TF32) on H200, TFLOP/s, from /work/shared/GPU-RUNS.md
-/// (2026-11-21; midpoint where the table gives a range).
-const CUBLAS_TFLOPS: [(usize, f64); 4] = [(1024, 35.0), (2048, 49.5), (4096, 51.2), (8192, 51.2)];
-
 fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
@@ -182,9 +178,6 @@ fn reps_for(quick: bool, est_s: f64) -> usize {
     ((0.01 / est_s.max(1e-7)) as usize).clamp(2, 500)
 }
 
-/// Device-to-device copy on H200 (bytes read + written), /work/shared/GPU-RUNS.md.
-const COPY_BYTES_PER_S: f64 = 4.22e12;
-
 fn buffer(t: &Tensor) -> Result<compute_wgpu::wgpu::Buffer, String> {
     t.storage::<GpuBuffer>().map(|g| g.buffer().clone()).ok_or_else(|| "not a wgpu tensor".to_string())
 }
@@ -216,9 +209,6 @@ fn sgemm_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), Strin
             r.gflops = Some(flops / t / 1e9);
             let path = if n % 4 == 0 { "vec4 loads" } else { "scalar loads" };
             r.note = Some(format!("{note}, {path}"));
-            if let Some(&(_, tf)) = CUBLAS_TFLOPS.iter().find(|(s, _)| *s == n) {
-                r = r.with_peer("cublas (GPU-RUNS.md, H200)", flops / (tf * 1e12));
-            }
             push(out, r);
         }
         // Auto tiles, the `reps` matmuls of a sample in one submission (no gaps between
@@ -233,9 +223,6 @@ fn sgemm_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), Strin
         let mut r = b.record("sgemm, one submission", format!("{n}x{n}x{n}"), "resident", t);
         r.gflops = Some(flops / t / 1e9);
         r.note = Some(format!("auto tiles, checks off, {reps} matmuls recorded into one submission per sample"));
-        if let Some(&(_, tf)) = CUBLAS_TFLOPS.iter().find(|(s, _)| *s == n) {
-            r = r.with_peer("cublas (GPU-RUNS.md, H200)", flops / (tf * 1e12));
-        }
         push(out, r);
     }
     for &n in if quick { &[256][..] } else { &[1024, 2048, 4096][..] } {
@@ -279,22 +266,19 @@ fn bandwidth_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), S
             let bytes = op.cost().bytes() as f64;
             let mut r = b.record(op.name(), format!("{}M", len >> 20), "resident", t);
             r.gbps = Some(bytes / t / 1e9);
-            r.note = Some(format!(
-                "peer: CUDA device copy 4.22 TB/s (GPU-RUNS.md, H200); wgpu copy_buffer_to_buffer here: {:.0} GB/s",
-                bytes / copy / 1e9
-            ));
-            push(out, r.with_peer("device copy (reference)", bytes / COPY_BYTES_PER_S));
+            r.note =
+                Some(format!("peer: wgpu copy_buffer_to_buffer of the same bytes, {:.0} GB/s", bytes / copy / 1e9));
+            push(out, r.with_peer("wgpu buffer copy (same run)", copy));
             if let Some((t, copy)) = b.gpu_timed(&op, &ins, &o, if quick { 3 } else { 15 })? {
                 let mut r = b.record(op.name(), format!("{}M gpu-timed", len >> 20), "resident", t);
                 r.gbps = Some(bytes / t / 1e9);
                 r.note = Some(format!(
-                    "GPU timestamps around one dispatch, median of {}; peer: CUDA device copy 4.22 TB/s \
-                     (GPU-RUNS.md, H200); wgpu copy_buffer_to_buffer GPU-timed here: {:.0} GB/s (op x{:.3} of it)",
+                    "GPU timestamps around one dispatch, median of {}; peer: wgpu copy_buffer_to_buffer of the \
+                     same bytes, GPU-timed, {:.0} GB/s",
                     if quick { 3 } else { 15 },
                     bytes / copy / 1e9,
-                    copy / t
                 ));
-                push(out, r.with_peer("device copy (reference)", bytes / COPY_BYTES_PER_S));
+                push(out, r.with_peer("wgpu buffer copy (same run)", copy));
             }
         }
     }
@@ -308,7 +292,6 @@ fn bandwidth_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), S
         let t = b.resident(&b.gpu, &op, &[&x], &o, reps)?;
         let mut r = b.record("softmax", format!("{rows}x{cols}"), "resident", t);
         r.gbps = Some(op.cost().bytes() as f64 / t / 1e9);
-        r.note = Some("PyTorch on H200: 2.57 TB/s (GPU-RUNS.md)".into());
         push(out, r);
     }
     Ok(())
@@ -332,7 +315,7 @@ fn latency_rows(b: &Bench, out: &mut Vec<Record>) -> Result<(), String> {
         return Err(err(e));
     }
     let mut r = b.record("relu", "1k".into(), "host", t);
-    r.note = Some(format!("round trip {:.1} us (goal <= 150 us; PyTorch 29 us, GPU-RUNS.md)", t * 1e6));
+    r.note = Some(format!("round trip {:.1} us (goal <= 150 us)", t * 1e6));
     push(out, r);
 
     // A chain of 8 element-wise ops on 1M elements, from host data to host result.
