@@ -7,7 +7,7 @@
 //! `device.dot_async(&a, &b).await`. A backend implements one method,
 //! [`AsyncOps::run_async_into`]; every named op is built on it. The wgpu backend
 //! implements it without blocking; the CPU and CUDA backends, whose calls
-//! finish before they return, answer with a future that is ready at once.
+//! finish before they return, take the default: a future that is ready at once.
 
 use std::future::Future;
 
@@ -21,16 +21,23 @@ use crate::op::{BinaryOp, GeluForm, MatmulSpec, Op, ReduceOp, RowOp, UnaryOp};
 /// required to be `Send` (the browser's are not). Each costs what the op costs
 /// on the backend, plus, on wgpu, one copy of the output from the read-back
 /// buffer.
-pub trait AsyncOps {
+pub trait AsyncOps: crate::Backend {
     /// Runs `op` on host slices; resolves once `output` holds the result.
     /// Validation errors (lengths, sizes) resolve at the first poll and leave
     /// `output` untouched.
+    ///
+    /// The default suits a backend whose calls finish before they return (the
+    /// CPU, CUDA): it runs `op` through [`Backend::run`](crate::Backend::run) at
+    /// the first poll, and the future is ready at once. A backend that can wait
+    /// without blocking (wgpu) overrides it.
     fn run_async_into<'a>(
         &'a self,
         op: Op,
         inputs: &'a [&'a [f32]],
         output: &'a mut [f32],
-    ) -> impl Future<Output = Result<()>> + 'a;
+    ) -> impl Future<Output = Result<()>> + 'a {
+        async move { self.run(&op, inputs, output) }
+    }
 
     /// Applies a unary element-wise op.
     fn unary_async<'a>(
@@ -221,18 +228,6 @@ pub trait AsyncOps {
     ) -> impl Future<Output = Result<()>> + 'a {
         async move { self.run_async_into(Op::Matmul(spec), &[a, b], out).await }
     }
-}
-
-/// [`AsyncOps::run_async_into`] for a backend whose calls complete before they
-/// return (the CPU, CUDA): runs `op` through [`Backend::run`](crate::Backend::run)
-/// at the first poll and resolves at once.
-pub async fn run_ready<B: crate::Backend + ?Sized>(
-    backend: &B,
-    op: Op,
-    inputs: &[&[f32]],
-    output: &mut [f32],
-) -> Result<()> {
-    backend.run(&op, inputs, output)
 }
 
 /// Runs `future` to completion on this thread, parking it between polls (a

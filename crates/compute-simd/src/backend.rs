@@ -235,16 +235,7 @@ fn poisoned(op: &'static str) -> ComputeError {
 /// The async names of every op (`relu_async`, `matmul_async`…): a CPU call
 /// finishes before it returns, so each future runs the op at its first poll and
 /// is ready at once.
-impl compute_core::AsyncOps for SimdBackend {
-    fn run_async_into<'a>(
-        &'a self,
-        op: Op,
-        inputs: &'a [&'a [f32]],
-        output: &'a mut [f32],
-    ) -> impl std::future::Future<Output = Result<()>> + 'a {
-        compute_core::async_ops::run_ready(self, op, inputs, output)
-    }
-}
+impl compute_core::AsyncOps for SimdBackend {}
 
 impl Backend for SimdBackend {
     fn kind(&self) -> BackendKind {

@@ -520,16 +520,7 @@ impl Compute {
 /// The async names of every op (`relu_async`, `matmul_async`…) on the engine
 /// the policy picks: each future runs the call at its first poll, as
 /// [`Backend::run`] would, and is ready when it returns.
-impl compute_core::AsyncOps for Compute {
-    fn run_async_into<'a>(
-        &'a self,
-        op: Op,
-        inputs: &'a [&'a [f32]],
-        output: &'a mut [f32],
-    ) -> impl std::future::Future<Output = Result<()>> + 'a {
-        compute_core::async_ops::run_ready(self, op, inputs, output)
-    }
-}
+impl compute_core::AsyncOps for Compute {}
 
 impl Backend for Compute {
     fn kind(&self) -> BackendKind {

@@ -253,16 +253,7 @@ impl CudaBackend {
 /// The async names of every op (`relu_async`, `matmul_async`…): a host call on
 /// CUDA waits for its copy back, so each future runs the op at its first poll
 /// and is ready at once.
-impl compute_core::AsyncOps for CudaBackend {
-    fn run_async_into<'a>(
-        &'a self,
-        op: Op,
-        inputs: &'a [&'a [f32]],
-        output: &'a mut [f32],
-    ) -> impl std::future::Future<Output = Result<()>> + 'a {
-        compute_core::async_ops::run_ready(self, op, inputs, output)
-    }
-}
+impl compute_core::AsyncOps for CudaBackend {}
 
 impl Backend for CudaBackend {
     fn kind(&self) -> BackendKind {
