@@ -89,7 +89,7 @@ mod sealed {
     impl Sealed for half::bf16 {}
 }
 
-/// A Rust type that holds one value of a scalar [`DType`]: `f32`, [`f16`] or
+/// A Rust type that holds one value of a scalar [`DType`]: `f32`, [`f16`](struct@f16) or
 /// [`bf16`]. Sealed: the library's kernels exist for exactly these.
 ///
 /// Every conversion is exact except [`Element::from_f32`] into a narrower type,

@@ -1,5 +1,8 @@
 //! The one error type every backend returns.
 
+use std::fmt;
+use std::sync::Arc;
+
 use thiserror::Error;
 
 /// Which family of backend produced an error or ran a call.
@@ -80,6 +83,10 @@ pub enum ComputeError {
         backend: BackendKind,
         /// Driver's message.
         reason: String,
+        /// The driver's own error, when there is one: also what
+        /// [`std::error::Error::source`] returns.
+        #[source]
+        cause: Option<Cause>,
     },
     /// The driver or API reported an error while running an op.
     #[error("{op}: {backend} driver error: {message}")]
@@ -90,6 +97,11 @@ pub enum ComputeError {
         backend: BackendKind,
         /// Driver's message.
         message: String,
+        /// The driver's own error (e.g. cudarc's `DriverError` with its CUDA
+        /// result code), when there is one: also what
+        /// [`std::error::Error::source`] returns.
+        #[source]
+        cause: Option<Cause>,
     },
     /// A kernel or shader failed to compile or load.
     #[error("{backend}: compiling kernel `{kernel}` failed: {message}")]
@@ -130,7 +142,127 @@ impl ComputeError {
     pub fn shape(op: &'static str, detail: impl Into<String>, shapes: impl Into<String>) -> Self {
         ComputeError::Shape { op, detail: detail.into(), shapes: shapes.into() }
     }
+
+    /// Builds a [`ComputeError::Driver`] without a cause (add one with [`ComputeError::with_cause`]).
+    pub fn driver(op: &'static str, backend: BackendKind, message: impl Into<String>) -> Self {
+        ComputeError::Driver { op, backend, message: message.into(), cause: None }
+    }
+
+    /// Builds a [`ComputeError::DeviceLost`] without a cause.
+    pub fn device_lost(backend: BackendKind, reason: impl Into<String>) -> Self {
+        ComputeError::DeviceLost { backend, reason: reason.into(), cause: None }
+    }
+
+    /// This error with `cause` kept as its source, for the variants that carry
+    /// one ([`ComputeError::Driver`], [`ComputeError::DeviceLost`]); other
+    /// variants are returned unchanged. Costs one allocation.
+    pub fn with_cause(self, cause: impl std::error::Error + Send + Sync + 'static) -> Self {
+        match self {
+            ComputeError::Driver { op, backend, message, .. } => {
+                ComputeError::Driver { op, backend, message, cause: Some(Cause::new(cause)) }
+            }
+            ComputeError::DeviceLost { backend, reason, .. } => {
+                ComputeError::DeviceLost { backend, reason, cause: Some(Cause::new(cause)) }
+            }
+            other => other,
+        }
+    }
+}
+
+/// The error a driver or API returned, kept inside a [`ComputeError`] so a
+/// caller can inspect it rather than a string: `err.source()` yields it, and
+/// `downcast_ref` recovers its type, e.g. cudarc's `DriverError` and its
+/// `CUresult`:
+///
+/// ```
+/// use std::error::Error;
+/// use compute_core::{BackendKind, ComputeError};
+/// #[derive(Debug)]
+/// struct DriverSaid(i32);
+/// impl std::fmt::Display for DriverSaid {
+///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+///         write!(f, "code {}", self.0)
+///     }
+/// }
+/// impl Error for DriverSaid {}
+///
+/// let e = ComputeError::driver("matmul", BackendKind::Cuda, "launch failed").with_cause(DriverSaid(719));
+/// let code = e.source().and_then(|s| s.downcast_ref::<DriverSaid>()).map(|d| d.0);
+/// assert_eq!(code, Some(719));
+/// ```
+///
+/// Shared (`Arc`), so errors stay cheap to clone. Two causes compare equal when
+/// their messages do.
+#[derive(Clone)]
+pub struct Cause(Arc<dyn std::error::Error + Send + Sync + 'static>);
+
+impl Cause {
+    /// Wraps `error`. Costs one allocation.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Cause(Arc::new(error))
+    }
+
+    /// The error itself, if it is a `T`.
+    pub fn downcast_ref<T: std::error::Error + 'static>(&self) -> Option<&T> {
+        self.0.downcast_ref::<T>()
+    }
+}
+
+/// Dereferences to the wrapped error, which is also what
+/// [`ComputeError`]'s `source()` returns (not this wrapper), so `downcast_ref`
+/// on it finds the driver's type.
+impl std::ops::Deref for Cause {
+    type Target = dyn std::error::Error + Send + Sync + 'static;
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl fmt::Debug for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+impl PartialEq for Cause {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0.to_string() == other.0.to_string()
+    }
 }
 
 /// `Result` with [`ComputeError`].
 pub type Result<T, E = ComputeError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn a_cause_is_the_source_and_keeps_its_type() {
+        let io = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "no write access");
+        let e = ComputeError::driver("calibrate", BackendKind::Simd, "writing the profile").with_cause(io);
+        assert_eq!(e.to_string(), "calibrate: simd driver error: writing the profile");
+        let source = e.source().expect("the cause is the source");
+        let io = source.downcast_ref::<std::io::Error>().expect("the io::Error itself, not a wrapper");
+        assert_eq!(io.kind(), std::io::ErrorKind::PermissionDenied);
+        // Clones share the cause and compare equal; a different cause does not.
+        assert_eq!(e.clone(), e);
+        let other = ComputeError::driver("calibrate", BackendKind::Simd, "writing the profile")
+            .with_cause(std::io::Error::other("disk full"));
+        assert_ne!(e, other);
+        let lost = ComputeError::device_lost(BackendKind::Cuda, "reset").with_cause(std::fmt::Error);
+        assert!(lost.source().is_some_and(|s| s.is::<std::fmt::Error>()));
+        // Variants without a cause are unchanged and have no source.
+        let shape = ComputeError::shape("add", "lengths differ", "a=[3] b=[4]");
+        assert_eq!(shape.clone().with_cause(std::fmt::Error), shape);
+        assert!(shape.source().is_none());
+        assert!(ComputeError::driver("x", BackendKind::Wgpu, "m").source().is_none());
+    }
+}

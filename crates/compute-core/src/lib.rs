@@ -36,5 +36,5 @@ pub mod rng;
 pub use async_ops::AsyncOps;
 pub use backend::{Backend, Location, Ops, Tensor, TensorStorage, check_host_call, check_tensor_call};
 pub use dtype::{DType, Element, bf16, f16};
-pub use error::{BackendKind, ComputeError, Result};
+pub use error::{BackendKind, Cause, ComputeError, Result};
 pub use op::{BinaryOp, Conv2dSpec, Cost, GeluForm, Layout, MatmulSpec, Op, OpClass, ReduceOp, RowOp, UnaryOp};

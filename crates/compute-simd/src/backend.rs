@@ -229,7 +229,12 @@ fn host(t: &Tensor) -> Result<&HostStorage> {
 }
 
 fn poisoned(op: &'static str) -> ComputeError {
-    ComputeError::Driver { op, backend: BackendKind::Simd, message: "tensor lock poisoned by a panic".into() }
+    ComputeError::Driver {
+        op,
+        backend: BackendKind::Simd,
+        message: "tensor lock poisoned by a panic".into(),
+        cause: None,
+    }
 }
 
 /// The async names of every op (`relu_async`, `matmul_async`…): a CPU call

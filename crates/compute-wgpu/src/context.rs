@@ -222,7 +222,7 @@ impl Context {
     /// `DeviceLost` once the driver has reported the device lost.
     pub(crate) fn check_alive(&self) -> Result<()> {
         match self.lost.lock().ok().and_then(|s| s.clone()) {
-            Some(reason) => Err(ComputeError::DeviceLost { backend: KIND, reason }),
+            Some(reason) => Err(ComputeError::DeviceLost { backend: KIND, reason, cause: None }),
             None => Ok(()),
         }
     }

@@ -57,6 +57,7 @@ pub use buffers::{BufferRecycler, GpuBuffer, padded_bytes};
 pub use completion::WorkDone;
 pub use compute_core::{AsyncOps, Ops};
 pub use context::AdapterReport;
+pub use errors::{WgpuError, WgpuErrorKind};
 pub use options::{DeviceOptions, GpuApi, MatmulTiles, TiledMatmul};
 /// The wgpu crate this backend is built on (for [`WgpuBackend::device`] and pooled buffers).
 pub use wgpu;

@@ -34,6 +34,7 @@ fn main() -> Result<(), compute_core::ComputeError> {
             op: "gelu",
             backend: compute_core::BackendKind::Simd,
             message: "a submitting thread panicked".into(),
+            cause: None,
         })??;
     }
     let elapsed = start.elapsed();

@@ -50,6 +50,7 @@ impl<T> Shared<T> {
             op: self.op,
             backend: self.backend,
             message: "the async result was already taken".into(),
+            cause: None,
         }
     }
 
@@ -218,6 +219,7 @@ impl<T> Drop for Completer<T> {
                 op: shared.op,
                 backend: shared.backend,
                 message: "the computation ended without producing a result (worker stopped or panicked)".into(),
+                cause: None,
             };
             self.finish(Err(err));
         }

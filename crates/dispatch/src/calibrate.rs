@@ -109,12 +109,9 @@ pub fn cache_path(key: &str) -> Option<PathBuf> {
     Some(base.join("compute").join(format!("profile-{:016x}.json", fnv1a(key))))
 }
 
-fn io_error(action: &str, path: &Path, e: impl std::fmt::Display) -> ComputeError {
-    ComputeError::Driver {
-        op: "calibrate",
-        backend: BackendKind::Simd,
-        message: format!("{action} {}: {e}", path.display()),
-    }
+/// A failed file operation on the profile cache, keeping `e` as the source.
+fn io_error(action: &str, path: &Path, e: impl std::error::Error + Send + Sync + 'static) -> ComputeError {
+    ComputeError::driver("calibrate", BackendKind::Simd, format!("{action} {}: {e}", path.display())).with_cause(e)
 }
 
 /// Reads the profile at `path` if it exists, parses, has this [`FORMAT`] and
@@ -148,6 +145,7 @@ pub fn run_and_save() -> Result<(Profile, PathBuf)> {
         op: "calibrate",
         backend: BackendKind::Simd,
         message: "no cache directory: set COMPUTE_PROFILE, XDG_CACHE_HOME or HOME".into(),
+        cause: None,
     })?;
     save(&profile, &path)?;
     Ok((profile, path))
@@ -310,6 +308,7 @@ pub(crate) fn prepare_concurrently(backends: &[&dyn Backend], ops: &[Op]) -> Res
                     op: "prepare",
                     backend: b.kind(),
                     message: "the preparing thread panicked".into(),
+                    cause: None,
                 })
             })
         })

@@ -168,6 +168,7 @@ pub(crate) fn launch(stream: &CudaStream, f: &Function, grid: Grid, args: &[Arg]
                 f.params,
                 args.iter().map(|a| a.ty()).collect::<Vec<_>>()
             ),
+            cause: None,
         });
     }
     let mut slots: Vec<u64> = args.iter().map(|a| slot(*a)).collect();
@@ -181,16 +182,10 @@ pub(crate) fn launch(stream: &CudaStream, f: &Function, grid: Grid, args: &[Arg]
     let r = unsafe {
         result::launch_kernel(f.func, grid.blocks, grid.threads, grid.dynamic_smem, stream.cu_stream(), &mut ptrs)
     };
-    r.map_err(|e| ComputeError::Driver {
-        op,
-        backend: BackendKind::Cuda,
-        message: format!(
-            "launching kernel `{}` (grid {:?}, block {:?}): {}",
-            f.name,
-            grid.blocks,
-            grid.threads,
-            message(e)
-        ),
+    r.map_err(|e| {
+        let what =
+            format!("launching kernel `{}` (grid {:?}, block {:?}): {}", f.name, grid.blocks, grid.threads, message(e));
+        ComputeError::driver(op, BackendKind::Cuda, what).with_cause(e)
     })
 }
 
@@ -289,6 +284,7 @@ impl Staging {
                 op: "staging",
                 backend: BackendKind::Cuda,
                 message: "staging buffer too small".into(),
+                cause: None,
             })?;
             dst.copy_from_slice(data);
         }
@@ -312,6 +308,7 @@ impl Staging {
             op: "staging",
             backend: BackendKind::Cuda,
             message: "staging buffer too small".into(),
+            cause: None,
         })?;
         dtoh_sync(stream, region, src, "download")?;
         out.copy_from_slice(region);

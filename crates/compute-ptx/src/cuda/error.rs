@@ -13,7 +13,9 @@ pub(crate) fn message(e: DriverError) -> String {
 }
 
 /// Maps a driver error of `op`: out of memory, a lost device (faults that
-/// poison the context), a missing device, or any other driver error.
+/// poison the context), a missing device, or any other driver error. A lost
+/// device and other driver errors keep `e` as their
+/// [`source`](std::error::Error::source), so a caller can read its `CUresult`.
 pub(crate) fn driver_err(op: &'static str, e: DriverError) -> ComputeError {
     let backend = BackendKind::Cuda;
     match e.0 {
@@ -28,11 +30,11 @@ pub(crate) fn driver_err(op: &'static str, e: DriverError) -> ComputeError {
         | CUresult::CUDA_ERROR_INVALID_PC
         | CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED
         | CUresult::CUDA_ERROR_DEINITIALIZED => {
-            ComputeError::DeviceLost { backend, reason: format!("{op}: {}", message(e)) }
+            ComputeError::device_lost(backend, format!("{op}: {}", message(e))).with_cause(e)
         }
         CUresult::CUDA_ERROR_NO_DEVICE | CUresult::CUDA_ERROR_INVALID_DEVICE | CUresult::CUDA_ERROR_NOT_INITIALIZED => {
             ComputeError::DeviceUnavailable { backend, reason: format!("{op}: {}", message(e)) }
         }
-        _ => ComputeError::Driver { op, backend, message: message(e) },
+        _ => ComputeError::driver(op, backend, message(e)).with_cause(e),
     }
 }

@@ -184,6 +184,7 @@ impl BatchedGpuHandle {
             op: op.name(),
             backend,
             message: format!("batched executor is shut down; request {} not accepted", op.shapes()),
+            cause: None,
         }
     }
 
@@ -388,6 +389,7 @@ fn run_caught(compute: &Compute, engine: Engine, op: &Op, inputs: &[Vec<f32>]) -
             op: op.name(),
             backend: compute.kind(),
             message: "the backend panicked while running a batch".into(),
+            cause: None,
         })
     })
 }

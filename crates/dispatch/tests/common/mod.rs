@@ -34,7 +34,11 @@ impl Backend for FakeGpu {
     }
     fn run(&self, op: &Op, inputs: &[&[f32]], output: &mut [f32]) -> Result<()> {
         if self.fail {
-            return Err(ComputeError::DeviceLost { backend: self.kind, reason: "test device lost".into() });
+            return Err(ComputeError::DeviceLost {
+                backend: self.kind,
+                reason: "test device lost".into(),
+                cause: None,
+            });
         }
         self.inner.run(op, inputs, output)
     }
@@ -84,6 +88,7 @@ impl Backend for Gated {
                 op: op.name(),
                 backend: BackendKind::Simd,
                 message: "gate never opened".into(),
+                cause: None,
             });
         }
         self.inner.run(op, inputs, output)?;
