@@ -4,7 +4,13 @@
 use compute_core::{BackendKind, ComputeError, conformance::Config};
 use compute_simd::{Isa, SimdBackend};
 
+/// The backend on `isa`; `Unsupported` (the group is skipped, even where the
+/// CPU backend is required) when this CPU lacks that path.
 fn on(isa: Isa) -> Result<SimdBackend, ComputeError> {
+    if !isa.is_supported() {
+        eprintln!("this CPU has no {isa} path");
+        return Err(ComputeError::Unsupported { op: "conformance", backend: BackendKind::Simd });
+    }
     SimdBackend::new().with_isa(isa)
 }
 

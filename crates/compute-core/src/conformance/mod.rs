@@ -306,10 +306,17 @@ pub fn check_async_ops<B: Backend + crate::AsyncOps>(backend: &B, rng: &mut Rng)
 
 /// Runs one group against a backend; panics with every failure and the seed.
 /// `make` returns the backend, or an error when it is not available here: then
-/// the group is skipped loudly, unless [`required`] says it must run.
+/// the group is skipped loudly, unless [`required`] says it must run. An
+/// `Unsupported` error means the backend exists but this variant of it cannot
+/// run on this machine (an instruction-set path the CPU lacks): skipped loudly
+/// even when the backend is required.
 pub fn run_group<B: Backend>(make: impl FnOnce() -> crate::Result<B>, kind: BackendKind, group: Group, cfg: Config) {
     let backend = match make() {
         Ok(b) => b,
+        Err(e @ ComputeError::Unsupported { .. }) => {
+            eprintln!("SKIPPED: {kind} conformance group {group:?}: not on this machine: {e}");
+            return;
+        }
         Err(e) => {
             if required(kind) {
                 panic!("{kind} backend is required here (COMPUTE_REQUIRE) but unavailable: {e}");
