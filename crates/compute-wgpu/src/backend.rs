@@ -411,6 +411,9 @@ impl compute_core::AsyncOps for WgpuBackend {
         let layout = check_host_call(&op, inputs, output)?;
         self.check_limits(&op)?;
         let result = self.start_host(&op, inputs, layout.output)?.await?;
+        if result.len() != output.len() {
+            return Err(errors::driver(op.name(), "the read-back length differs from the output's"));
+        }
         output.copy_from_slice(&result);
         Ok(())
     }
