@@ -240,10 +240,10 @@ pub fn check_op(backend: &dyn Backend, op: &Op, inputs: &[Vec<f32>], factor: f64
 /// blocking ones on `backend`: a unary, binary, dot, sum, max, softmax, layer
 /// and RMS norm and matmul call through each must give bit-identical outputs,
 /// and a call with a wrong output length must fail with `Shape` and leave the
-/// output untouched. `block_on` drives a future to completion (native only).
-/// `Err` lists every difference.
+/// output untouched. The futures are driven by [`crate::async_ops::block_on`]
+/// (native only). `Err` lists every difference.
 #[cfg(not(target_arch = "wasm32"))]
-pub fn check_async_ops<B: Backend + crate::AsyncOps>(backend: &B, rng: &mut Rng) -> Result<(), String> {
+pub fn check_async_ops<B: crate::AsyncOps>(backend: &B, rng: &mut Rng) -> Result<(), String> {
     use crate::Ops;
     use crate::async_ops::block_on;
     let mut failures = Vec::new();
@@ -257,10 +257,12 @@ pub fn check_async_ops<B: Backend + crate::AsyncOps>(backend: &B, rng: &mut Rng)
     let y = rng.vec(n, -3.0, 3.0);
     let gamma = rng.vec(cols, 0.5, 1.5);
     let beta = rng.vec(cols, -0.5, 0.5);
-    let run = |f: &dyn Fn(&mut [f32]) -> crate::Result<()>| {
-        let mut out = vec![POISON; n];
+    // The output of `f` on a poisoned buffer of `len` elements.
+    let run_len = |len: usize, f: &dyn Fn(&mut [f32]) -> crate::Result<()>| {
+        let mut out = vec![POISON; len];
         f(&mut out).map(|()| out)
     };
+    let run = |f: &dyn Fn(&mut [f32]) -> crate::Result<()>| run_len(n, f);
     same("gelu", run(&|o| backend.gelu(&x, o)), run(&|o| block_on(backend.gelu_async(&x, o))));
     same("relu", run(&|o| backend.relu(&x, o)), run(&|o| block_on(backend.relu_async(&x, o))));
     same("sub", run(&|o| backend.sub(&x, &y, o)), run(&|o| block_on(backend.sub_async(&x, &y, o))));
@@ -285,14 +287,10 @@ pub fn check_async_ops<B: Backend + crate::AsyncOps>(backend: &B, rng: &mut Rng)
     same("max", scalar(backend.max(&x)), scalar(block_on(backend.max_async(&x))));
     let (m, k, nn) = (rows, cols, 33);
     let b = rng.vec(k * nn, -1.0, 1.0);
-    let mm = |f: &dyn Fn(&mut [f32]) -> crate::Result<()>| {
-        let mut out = vec![POISON; m * nn];
-        f(&mut out).map(|()| out)
-    };
     same(
         "matmul",
-        mm(&|o| backend.matmul(&x, &b, o, m, k, nn)),
-        mm(&|o| block_on(backend.matmul_async(&x, &b, o, m, k, nn))),
+        run_len(m * nn, &|o| backend.matmul(&x, &b, o, m, k, nn)),
+        run_len(m * nn, &|o| block_on(backend.matmul_async(&x, &b, o, m, k, nn))),
     );
     let mut short = vec![POISON; n - 1];
     match block_on(backend.add_async(&x, &y, &mut short)) {
