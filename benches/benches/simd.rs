@@ -42,7 +42,7 @@ fn reductions_and_rows(c: &mut Criterion) {
     let x = data(len, 3);
     let y = data(len, 4);
     let mut one = [0.0f32];
-    for op in [Op::Reduce { op: ReduceOp::Sum, len }, Op::Dot { len }] {
+    for op in [Op::reduce(ReduceOp::Sum, len), Op::dot(len)] {
         g.throughput(Throughput::Bytes(op.cost().bytes()));
         let inputs: Vec<&[f32]> = if matches!(op, Op::Dot { .. }) { vec![&x, &y] } else { vec![&x] };
         g.bench_function(op.name(), |b| b.iter(|| cpu.run(black_box(&op), &inputs, &mut one)));

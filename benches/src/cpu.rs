@@ -28,6 +28,7 @@ pub fn rows(opts: &CpuOpts) -> Result<Vec<Record>, String> {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build().map_err(|e| e.to_string())?;
         out.extend(sgemm_rows(&backend, &pool, t, opts.quick)?);
         out.extend(memory_rows(&backend, &pool, t, opts.quick)?);
+        out.extend(crate::cpu_half::rows(&backend, &pool, t, opts.quick)?);
     }
     Ok(out)
 }
@@ -216,7 +217,7 @@ fn memory_rows(backend: &SimdBackend, pool: &rayon::ThreadPool, t: usize, quick:
         });
         black_box(total);
     };
-    for op in [Op::Reduce { op: ReduceOp::Sum, len }, Op::Dot { len }, Op::Reduce { op: ReduceOp::Max, len }] {
+    for op in [Op::reduce(ReduceOp::Sum, len), Op::dot(len), Op::reduce(ReduceOp::Max, len)] {
         let inputs: Vec<&[f32]> = if matches!(op, Op::Dot { .. }) { vec![&x, &y] } else { vec![&x] };
         let mut o = [0.0f32];
         let (m, m_read) = time_pair(|| backend.run(&op, &inputs, &mut o).expect("op"), &mut read, budget, 5);

@@ -253,7 +253,7 @@ fn stream_rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) ->
     r.gbps = Some(gb(12.0 * n as f64, ours));
     r.note = Some("peer copies the same 12 bytes/element".into());
     rows.push(r);
-    for (name, op) in [("dot", Op::Dot { len: n }), ("sum", Op::Reduce { op: ReduceOp::Sum, len: n })] {
+    for (name, op) in [("dot", Op::dot(n)), ("sum", Op::reduce(ReduceOp::Sum, n))] {
         let ins: Vec<&Tensor> = if name == "dot" { vec![&x, &y] } else { vec![&x] };
         let bytes = 4.0 * n as f64 * ins.len() as f64;
         let (ours, copy) = against_copy(be, (bytes / 8.0) as usize, budget, || be.run_tensors(&op, &ins, &one))?;

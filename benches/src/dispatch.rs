@@ -79,7 +79,7 @@ fn decision_rows(compute: &Compute, device: &str) -> Vec<Record> {
     let ops = [
         Op::binary(BinaryOp::Add, 1 << 20),
         Op::unary(UnaryOp::Gelu(GeluForm::Tanh), 4096),
-        Op::Dot { len: 1 << 16 },
+        Op::dot(1 << 16),
         Op::rows(RowOp::Softmax, 64, 1024),
         Op::matmul(512, 512, 512),
         Op::matmul(16, 16, 16),
@@ -150,7 +150,7 @@ impl Grid {
             let label = format!("2^{}", n.trailing_zeros());
             v.push(("add", label.clone(), Op::binary(BinaryOp::Add, n)));
             v.push(("gelu", label.clone(), Op::unary(UnaryOp::Gelu(GeluForm::Tanh), n)));
-            v.push(("dot", label.clone(), Op::Dot { len: n }));
+            v.push(("dot", label.clone(), Op::dot(n)));
             let cols = n.min(256);
             v.push(("softmax", label, Op::rows(RowOp::Softmax, n / cols, cols)));
         }
@@ -176,7 +176,7 @@ fn prepare<'a>(
     resident: bool,
 ) -> Result<Call<'a>, String> {
     let e = |e: compute_core::ComputeError| format!("{} {}: {e}", op.name(), op.shapes());
-    let out_len = op.layout().map_err(e)?.output;
+    let out_len = op.layout().map_err(e)?.output_len();
     if resident {
         let ts = inputs.iter().map(|v| backend.upload(v)).collect::<Result<Vec<Tensor>, _>>().map_err(e)?;
         let o = backend.alloc(out_len).map_err(e)?;
@@ -209,7 +209,7 @@ struct Cell {
 /// One cell's inputs (the same seeds in both passes).
 fn cell_inputs(op: &Op) -> Result<Vec<Vec<f32>>, String> {
     let layout = op.layout().map_err(|e| e.to_string())?;
-    Ok(layout.inputs().iter().enumerate().map(|(i, &n)| random(n, 17 + i as u64 + n as u64)).collect())
+    Ok(layout.input_lens().enumerate().map(|(i, n)| random(n, 17 + i as u64 + n as u64)).collect())
 }
 
 /// Medians of `engines` on `op` (rotating bursts), plus a second, identical call
@@ -228,7 +228,7 @@ fn time_engines(
     // output buffer: a call's time at small sizes depends on where its buffers
     // lie relative to each other (4K aliasing), which is the caller's, not
     // the engine's, doing.
-    let out = RefCell::new(vec![0.0f32; op.layout().map_err(|e| e.to_string())?.output]);
+    let out = RefCell::new(vec![0.0f32; op.layout().map_err(|e| e.to_string())?.output_len()]);
     let mut calls: Vec<Option<Call<'_>>> = Vec::new();
     let find = |e: Engine| backends.iter().find(|(x, _)| *x == e).map(|(_, b)| b.as_ref());
     for &e in engines.iter().chain(twin.then_some(&Engine::Simd)) {
@@ -457,7 +457,7 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
 /// Random inputs of a request (one vector per operand), different per thread.
 fn request_inputs(op: &Op, seed: u64) -> Result<Vec<Vec<f32>>, String> {
     let layout = op.layout().map_err(|e| e.to_string())?;
-    Ok(layout.inputs().iter().enumerate().map(|(i, &n)| random(n, seed * 31 + i as u64)).collect())
+    Ok(layout.input_lens().enumerate().map(|(i, n)| random(n, seed * 31 + i as u64)).collect())
 }
 
 fn unbatched(compute: &Compute, threads: usize, n: usize, op: &Op) -> Result<Load, String> {
@@ -468,7 +468,7 @@ fn unbatched(compute: &Compute, threads: usize, n: usize, op: &Op) -> Result<Loa
                 s.spawn(move || {
                     let x = request_inputs(op, t as u64 + 1)?;
                     let refs: Vec<&[f32]> = x.iter().map(Vec::as_slice).collect();
-                    let mut out = vec![0.0f32; op.layout().map_err(|e| e.to_string())?.output];
+                    let mut out = vec![0.0f32; op.layout().map_err(|e| e.to_string())?.output_len()];
                     let mut lat = Vec::with_capacity(n);
                     for _ in 0..n {
                         let t = Instant::now();

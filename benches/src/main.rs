@@ -3,6 +3,7 @@
 //! Run it through `cargo xtask bench` (which picks the cargo features).
 
 mod cpu;
+mod cpu_half;
 #[cfg(feature = "cuda")]
 mod cuda;
 #[cfg(feature = "dispatch")]

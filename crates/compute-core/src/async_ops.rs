@@ -11,222 +11,255 @@
 
 use std::future::Future;
 
+use crate::dtype::Element;
 use crate::error::Result;
+use crate::host::{HostSlice, HostSliceMut};
 use crate::op::{BinaryOp, GeluForm, MatmulSpec, Op, ReduceOp, RowOp, UnaryOp};
 
 /// Every op of the vocabulary as a future that writes its result into the
-/// caller's slice. On error the output is left untouched, as with [`Ops`](crate::Ops).
+/// caller's slice, for every [`Element`] type. On error the output is left untouched, as with [`Ops`](crate::Ops).
 ///
 /// The futures borrow their inputs and output until they resolve; they are not
 /// required to be `Send` (the browser's are not). Each costs what the op costs
 /// on the backend, plus, on wgpu, one copy of the output from the read-back
 /// buffer.
 pub trait AsyncOps: crate::Backend {
-    /// Runs `op` on host slices; resolves once `output` holds the result.
+    /// Runs `op` on host slices of any dtype; resolves once `output` holds the result.
     /// Validation errors (lengths, sizes) resolve at the first poll and leave
     /// `output` untouched.
     ///
     /// The default suits a backend whose calls finish before they return (the
-    /// CPU, CUDA): it runs `op` through [`Backend::run`](crate::Backend::run) at
+    /// CPU, CUDA): it runs `op` through [`Backend::run_typed`](crate::Backend::run_typed) at
     /// the first poll, and the future is ready at once. A backend that can wait
     /// without blocking (wgpu) overrides it.
     fn run_async_into<'a>(
         &'a self,
         op: Op,
-        inputs: &'a [&'a [f32]],
-        output: &'a mut [f32],
+        inputs: &'a [HostSlice<'a>],
+        output: HostSliceMut<'a>,
     ) -> impl Future<Output = Result<()>> + 'a {
-        async move { self.run(&op, inputs, output) }
+        async move { self.run_typed(&op, inputs, output) }
     }
 
     /// Applies a unary element-wise op.
-    fn unary_async<'a>(
+    fn unary_async<'a, T: Element>(
         &'a self,
         op: UnaryOp,
-        x: &'a [f32],
-        out: &'a mut [f32],
+        x: &'a [T],
+        out: &'a mut [T],
     ) -> impl Future<Output = Result<()>> + 'a {
-        async move { self.run_async_into(Op::unary(op, out.len()), &[x], out).await }
+        async move { self.run_async_into(Op::unary(op, out.len()).with_dtype(T::DTYPE), &[x.into()], out.into()).await }
     }
     /// `max(x, 0)`.
-    fn relu_async<'a>(&'a self, x: &'a [f32], out: &'a mut [f32]) -> impl Future<Output = Result<()>> + 'a {
+    fn relu_async<'a, T: Element>(&'a self, x: &'a [T], out: &'a mut [T]) -> impl Future<Output = Result<()>> + 'a {
         self.unary_async(UnaryOp::Relu, x, out)
     }
     /// Leaky ReLU with slope `alpha`.
-    fn leaky_relu_async<'a>(
+    fn leaky_relu_async<'a, T: Element>(
         &'a self,
-        x: &'a [f32],
+        x: &'a [T],
         alpha: f32,
-        out: &'a mut [f32],
+        out: &'a mut [T],
     ) -> impl Future<Output = Result<()>> + 'a {
         self.unary_async(UnaryOp::LeakyRelu { alpha }, x, out)
     }
     /// ELU with scale `alpha`.
-    fn elu_async<'a>(&'a self, x: &'a [f32], alpha: f32, out: &'a mut [f32]) -> impl Future<Output = Result<()>> + 'a {
+    fn elu_async<'a, T: Element>(
+        &'a self,
+        x: &'a [T],
+        alpha: f32,
+        out: &'a mut [T],
+    ) -> impl Future<Output = Result<()>> + 'a {
         self.unary_async(UnaryOp::Elu { alpha }, x, out)
     }
     /// Logistic sigmoid.
-    fn sigmoid_async<'a>(&'a self, x: &'a [f32], out: &'a mut [f32]) -> impl Future<Output = Result<()>> + 'a {
+    fn sigmoid_async<'a, T: Element>(&'a self, x: &'a [T], out: &'a mut [T]) -> impl Future<Output = Result<()>> + 'a {
         self.unary_async(UnaryOp::Sigmoid, x, out)
     }
     /// Hyperbolic tangent.
-    fn tanh_async<'a>(&'a self, x: &'a [f32], out: &'a mut [f32]) -> impl Future<Output = Result<()>> + 'a {
+    fn tanh_async<'a, T: Element>(&'a self, x: &'a [T], out: &'a mut [T]) -> impl Future<Output = Result<()>> + 'a {
         self.unary_async(UnaryOp::Tanh, x, out)
     }
     /// Swish / SiLU.
-    fn swish_async<'a>(&'a self, x: &'a [f32], out: &'a mut [f32]) -> impl Future<Output = Result<()>> + 'a {
+    fn swish_async<'a, T: Element>(&'a self, x: &'a [T], out: &'a mut [T]) -> impl Future<Output = Result<()>> + 'a {
         self.unary_async(UnaryOp::Swish, x, out)
     }
     /// GELU, tanh approximation.
-    fn gelu_async<'a>(&'a self, x: &'a [f32], out: &'a mut [f32]) -> impl Future<Output = Result<()>> + 'a {
+    fn gelu_async<'a, T: Element>(&'a self, x: &'a [T], out: &'a mut [T]) -> impl Future<Output = Result<()>> + 'a {
         self.unary_async(UnaryOp::Gelu(GeluForm::Tanh), x, out)
     }
     /// GELU, exact erf form.
-    fn gelu_erf_async<'a>(&'a self, x: &'a [f32], out: &'a mut [f32]) -> impl Future<Output = Result<()>> + 'a {
+    fn gelu_erf_async<'a, T: Element>(&'a self, x: &'a [T], out: &'a mut [T]) -> impl Future<Output = Result<()>> + 'a {
         self.unary_async(UnaryOp::Gelu(GeluForm::Erf), x, out)
     }
     /// Clamp to `[min, max]`.
-    fn clip_async<'a>(
+    fn clip_async<'a, T: Element>(
         &'a self,
-        x: &'a [f32],
+        x: &'a [T],
         min: f32,
         max: f32,
-        out: &'a mut [f32],
+        out: &'a mut [T],
     ) -> impl Future<Output = Result<()>> + 'a {
         self.unary_async(UnaryOp::Clip { min, max }, x, out)
     }
     /// Multiply by `s`.
-    fn scale_async<'a>(&'a self, x: &'a [f32], s: f32, out: &'a mut [f32]) -> impl Future<Output = Result<()>> + 'a {
+    fn scale_async<'a, T: Element>(
+        &'a self,
+        x: &'a [T],
+        s: f32,
+        out: &'a mut [T],
+    ) -> impl Future<Output = Result<()>> + 'a {
         self.unary_async(UnaryOp::Scale { s }, x, out)
     }
     /// `a + b`.
-    fn add_async<'a>(
+    fn add_async<'a, T: Element>(
         &'a self,
-        a: &'a [f32],
-        b: &'a [f32],
-        out: &'a mut [f32],
+        a: &'a [T],
+        b: &'a [T],
+        out: &'a mut [T],
     ) -> impl Future<Output = Result<()>> + 'a {
         self.binary_async(BinaryOp::Add, a, b, out)
     }
     /// `a − b`.
-    fn sub_async<'a>(
+    fn sub_async<'a, T: Element>(
         &'a self,
-        a: &'a [f32],
-        b: &'a [f32],
-        out: &'a mut [f32],
+        a: &'a [T],
+        b: &'a [T],
+        out: &'a mut [T],
     ) -> impl Future<Output = Result<()>> + 'a {
         self.binary_async(BinaryOp::Sub, a, b, out)
     }
     /// `a · b`, element-wise.
-    fn mul_async<'a>(
+    fn mul_async<'a, T: Element>(
         &'a self,
-        a: &'a [f32],
-        b: &'a [f32],
-        out: &'a mut [f32],
+        a: &'a [T],
+        b: &'a [T],
+        out: &'a mut [T],
     ) -> impl Future<Output = Result<()>> + 'a {
         self.binary_async(BinaryOp::Mul, a, b, out)
     }
     /// Applies a binary element-wise op.
-    fn binary_async<'a>(
+    fn binary_async<'a, T: Element>(
         &'a self,
         op: BinaryOp,
-        a: &'a [f32],
-        b: &'a [f32],
-        out: &'a mut [f32],
+        a: &'a [T],
+        b: &'a [T],
+        out: &'a mut [T],
     ) -> impl Future<Output = Result<()>> + 'a {
-        async move { self.run_async_into(Op::binary(op, out.len()), &[a, b], out).await }
+        async move {
+            self.run_async_into(Op::binary(op, out.len()).with_dtype(T::DTYPE), &[a.into(), b.into()], out.into()).await
+        }
     }
     /// `Σ aᵢ·bᵢ`.
-    fn dot_async<'a>(&'a self, a: &'a [f32], b: &'a [f32]) -> impl Future<Output = Result<f32>> + 'a {
+    fn dot_async<'a, T: Element>(&'a self, a: &'a [T], b: &'a [T]) -> impl Future<Output = Result<f32>> + 'a {
         async move {
-            let mut out = [0.0];
-            self.run_async_into(Op::Dot { len: a.len() }, &[a, b], &mut out).await?;
+            let mut out = [0.0f32];
+            let op = Op::dot(a.len()).with_dtype(T::DTYPE);
+            self.run_async_into(op, &[a.into(), b.into()], (&mut out[..]).into()).await?;
             Ok(out[0])
         }
     }
     /// Sum of all elements.
-    fn sum_async<'a>(&'a self, x: &'a [f32]) -> impl Future<Output = Result<f32>> + 'a {
+    fn sum_async<'a, T: Element>(&'a self, x: &'a [T]) -> impl Future<Output = Result<f32>> + 'a {
         self.reduce_async(ReduceOp::Sum, x)
     }
     /// Largest element (NaN if any is NaN).
-    fn max_async<'a>(&'a self, x: &'a [f32]) -> impl Future<Output = Result<f32>> + 'a {
+    fn max_async<'a, T: Element>(&'a self, x: &'a [T]) -> impl Future<Output = Result<f32>> + 'a {
         self.reduce_async(ReduceOp::Max, x)
     }
     /// A reduction of all elements to one value.
-    fn reduce_async<'a>(&'a self, op: ReduceOp, x: &'a [f32]) -> impl Future<Output = Result<f32>> + 'a {
+    fn reduce_async<'a, T: Element>(&'a self, op: ReduceOp, x: &'a [T]) -> impl Future<Output = Result<f32>> + 'a {
         async move {
-            let mut out = [0.0];
-            self.run_async_into(Op::Reduce { op, len: x.len() }, &[x], &mut out).await?;
+            let mut out = [0.0f32];
+            let op = Op::reduce(op, x.len()).with_dtype(T::DTYPE);
+            self.run_async_into(op, &[x.into()], (&mut out[..]).into()).await?;
             Ok(out[0])
         }
     }
     /// Row-wise softmax of a `rows × cols` matrix.
-    fn softmax_async<'a>(
+    fn softmax_async<'a, T: Element>(
         &'a self,
-        x: &'a [f32],
+        x: &'a [T],
         rows: usize,
         cols: usize,
-        out: &'a mut [f32],
+        out: &'a mut [T],
     ) -> impl Future<Output = Result<()>> + 'a {
-        async move { self.run_async_into(Op::rows(RowOp::Softmax, rows, cols), &[x], out).await }
+        async move {
+            self.run_async_into(Op::rows(RowOp::Softmax, rows, cols).with_dtype(T::DTYPE), &[x.into()], out.into())
+                .await
+        }
     }
     /// Row-wise log-softmax.
-    fn log_softmax_async<'a>(
+    fn log_softmax_async<'a, T: Element>(
         &'a self,
-        x: &'a [f32],
+        x: &'a [T],
         rows: usize,
         cols: usize,
-        out: &'a mut [f32],
+        out: &'a mut [T],
     ) -> impl Future<Output = Result<()>> + 'a {
-        async move { self.run_async_into(Op::rows(RowOp::LogSoftmax, rows, cols), &[x], out).await }
+        async move {
+            self.run_async_into(Op::rows(RowOp::LogSoftmax, rows, cols).with_dtype(T::DTYPE), &[x.into()], out.into())
+                .await
+        }
     }
     /// Row-wise layer norm with per-column `gamma`, `beta`.
     #[allow(clippy::too_many_arguments)]
-    fn layer_norm_async<'a>(
+    fn layer_norm_async<'a, T: Element>(
         &'a self,
-        x: &'a [f32],
-        gamma: &'a [f32],
-        beta: &'a [f32],
+        x: &'a [T],
+        gamma: &'a [T],
+        beta: &'a [T],
         rows: usize,
         cols: usize,
         eps: f32,
-        out: &'a mut [f32],
+        out: &'a mut [T],
     ) -> impl Future<Output = Result<()>> + 'a {
-        async move { self.run_async_into(Op::rows(RowOp::LayerNorm { eps }, rows, cols), &[x, gamma, beta], out).await }
+        let op = Op::rows(RowOp::LayerNorm { eps }, rows, cols).with_dtype(T::DTYPE);
+        async move { self.run_async_into(op, &[x.into(), gamma.into(), beta.into()], out.into()).await }
     }
     /// Row-wise RMS norm with per-column `gamma`.
-    fn rms_norm_async<'a>(
+    fn rms_norm_async<'a, T: Element>(
         &'a self,
-        x: &'a [f32],
-        gamma: &'a [f32],
+        x: &'a [T],
+        gamma: &'a [T],
         rows: usize,
         cols: usize,
         eps: f32,
-        out: &'a mut [f32],
+        out: &'a mut [T],
     ) -> impl Future<Output = Result<()>> + 'a {
-        async move { self.run_async_into(Op::rows(RowOp::RmsNorm { eps }, rows, cols), &[x, gamma], out).await }
+        let op = Op::rows(RowOp::RmsNorm { eps }, rows, cols).with_dtype(T::DTYPE);
+        async move { self.run_async_into(op, &[x.into(), gamma.into()], out.into()).await }
     }
     /// `C = A·B` with `A` `m × k`, `B` `k × n`, `C` `m × n`, row-major.
-    fn matmul_async<'a>(
+    fn matmul_async<'a, T: Element>(
         &'a self,
-        a: &'a [f32],
-        b: &'a [f32],
-        out: &'a mut [f32],
+        a: &'a [T],
+        b: &'a [T],
+        out: &'a mut [T],
         m: usize,
         k: usize,
         n: usize,
     ) -> impl Future<Output = Result<()>> + 'a {
-        self.matmul_spec_async(MatmulSpec::new(m, k, n), a, b, out)
+        self.matmul_spec_async(MatmulSpec::new(m, k, n).with_dtypes(T::DTYPE, T::DTYPE), a, b, out)
     }
-    /// Matrix product with the full [`MatmulSpec`] (transposes, batch).
-    fn matmul_spec_async<'a>(
+    /// Matrix product with the full [`MatmulSpec`] (transposes, batch,
+    /// dtypes); `T` and `U` must be the spec's input and output dtypes.
+    fn matmul_spec_async<'a, T: Element, U: Element>(
         &'a self,
         spec: MatmulSpec,
-        a: &'a [f32],
-        b: &'a [f32],
-        out: &'a mut [f32],
+        a: &'a [T],
+        b: &'a [T],
+        out: &'a mut [U],
     ) -> impl Future<Output = Result<()>> + 'a {
-        async move { self.run_async_into(Op::Matmul(spec), &[a, b], out).await }
+        async move { self.run_async_into(Op::Matmul(spec), &[a.into(), b.into()], out.into()).await }
+    }
+    /// Converts `x` into `out`'s type (round to nearest even; NaN stays NaN).
+    fn cast_async<'a, T: Element, U: Element>(
+        &'a self,
+        x: &'a [T],
+        out: &'a mut [U],
+    ) -> impl Future<Output = Result<()>> + 'a {
+        async move { self.run_async_into(Op::cast(out.len(), T::DTYPE, U::DTYPE), &[x.into()], out.into()).await }
     }
 }
 

@@ -4,8 +4,10 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
+use crate::dtype::{DType, Element};
 use crate::error::{BackendKind, ComputeError, Result};
-use crate::op::{BinaryOp, GeluForm, MatmulSpec, Op, ReduceOp, RowOp, UnaryOp};
+use crate::host::{HostSlice, HostSliceMut};
+use crate::op::{BinaryOp, GeluForm, MatmulSpec, Op, Operand, ReduceOp, RowOp, UnaryOp};
 
 /// Where a [`Tensor`] lives: the backend family and the device index within it
 /// (0 for the first GPU; always 0 for the CPU).
@@ -23,24 +25,26 @@ impl fmt::Display for Location {
     }
 }
 
-/// Storage behind a [`Tensor`]; each backend has its own (a `Vec<f32>`, a wgpu
+/// Storage behind a [`Tensor`]; each backend has its own (host memory, a wgpu
 /// buffer, a CUDA allocation). Backends downcast it through [`TensorStorage::as_any`].
 pub trait TensorStorage: Any + Send + Sync + fmt::Debug {
-    /// Number of `f32` elements.
+    /// Number of elements.
     fn len(&self) -> usize;
     /// Whether the storage holds no elements.
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Dtype of the elements.
+    fn dtype(&self) -> DType;
     /// Where the data lives.
     fn location(&self) -> Location;
     /// For downcasting to the backend's concrete storage.
     fn as_any(&self) -> &dyn Any;
 }
 
-/// A flat `f32` buffer resident on one backend's device. Cheap to clone (shared
-/// handle); freed when the last clone drops. Ops on tensors keep data on the
-/// device: nothing crosses to the host until [`Backend::download`].
+/// A flat buffer of one dtype resident on one backend's device. Cheap to clone
+/// (shared handle); freed when the last clone drops. Ops on tensors keep data
+/// on the device: nothing crosses to the host until [`Backend::download`].
 #[derive(Clone, Debug)]
 pub struct Tensor {
     storage: Arc<dyn TensorStorage>,
@@ -51,13 +55,25 @@ impl Tensor {
     pub fn from_storage(storage: Arc<dyn TensorStorage>) -> Self {
         Tensor { storage }
     }
-    /// Number of `f32` elements.
+    /// Number of elements.
     pub fn len(&self) -> usize {
         self.storage.len()
     }
     /// Whether the tensor holds no elements.
     pub fn is_empty(&self) -> bool {
         self.storage.is_empty()
+    }
+    /// Dtype of the elements.
+    pub fn dtype(&self) -> DType {
+        self.storage.dtype()
+    }
+    /// Its length and dtype, as an op's [`crate::Layout`] states them.
+    pub fn operand(&self) -> Operand {
+        Operand { len: self.len(), dtype: self.dtype() }
+    }
+    /// Size of the data in bytes.
+    pub fn size_in_bytes(&self) -> u64 {
+        self.operand().bytes()
     }
     /// Where the data lives.
     pub fn location(&self) -> Location {
@@ -75,12 +91,19 @@ impl Tensor {
 
 /// A compute backend: runs every [`Op`] on host slices, and on tensors kept on its device.
 ///
+/// Host data of any dtype crosses the trait as typed views ([`HostSlice`],
+/// [`HostSliceMut`]); a backend implements the `_typed` methods, and the
+/// `f32` methods ([`Backend::run`], [`Backend::upload`], [`Backend::alloc`],
+/// [`Backend::download`]) wrap them at no cost.
+///
 /// Contract, checked by the conformance suite for every implementation:
-/// - Shapes are validated with [`Op::check`] before any data is touched; on any
-///   error the output is left exactly as it was.
+/// - Lengths and dtypes are validated ([`check_host_call`],
+///   [`check_tensor_call`]) before any data is touched; on any error the
+///   output is left exactly as it was.
 /// - Results match the float64 reference within the tolerances of
 ///   [`crate::conformance::tolerance`].
-/// - Nothing panics: missing devices, driver failures and limits are typed errors.
+/// - Nothing panics: missing devices, driver failures, limits and dtypes the
+///   backend cannot do are typed errors.
 pub trait Backend: Send + Sync {
     /// Backend family.
     fn kind(&self) -> BackendKind;
@@ -88,25 +111,50 @@ pub trait Backend: Send + Sync {
     /// Human-readable device description (e.g. `"CPU avx512 x2 threads"`, `"NVIDIA H200"`).
     fn device_name(&self) -> String;
 
-    /// Whether this backend implements `op`. Unsupported ops return
-    /// [`ComputeError::Unsupported`] from [`Backend::run`].
+    /// Whether this backend implements `op` at its dtypes. Unsupported ops
+    /// return [`ComputeError::Unsupported`] or [`ComputeError::UnsupportedDType`]
+    /// from [`Backend::run_typed`].
     fn supports(&self, op: &Op) -> bool {
         let _ = op;
         true
     }
 
-    /// Runs `op` on host data. `inputs` are in the op's documented order; `output`
-    /// has [`crate::Layout::output`] elements. GPU backends copy in and out.
-    fn run(&self, op: &Op, inputs: &[&[f32]], output: &mut [f32]) -> Result<()>;
+    /// Runs `op` on host data of any dtype. `inputs` are in the op's
+    /// documented order; each input and `output` has the length and dtype of
+    /// the op's [`crate::Layout`]. GPU backends copy in and out.
+    fn run_typed(&self, op: &Op, inputs: &[HostSlice<'_>], output: HostSliceMut<'_>) -> Result<()>;
 
-    /// Copies host data to a new tensor on this backend's device.
-    fn upload(&self, data: &[f32]) -> Result<Tensor>;
+    /// Runs an `f32` op on `f32` host data: [`Backend::run_typed`] without
+    /// allocating.
+    fn run(&self, op: &Op, inputs: &[&[f32]], output: &mut [f32]) -> Result<()> {
+        with_f32_views(inputs, |views| self.run_typed(op, views, HostSliceMut::F32(output)))
+    }
 
-    /// Allocates an uninitialised tensor of `len` elements on the device.
-    fn alloc(&self, len: usize) -> Result<Tensor>;
+    /// Copies host data of any dtype to a new tensor on this backend's device.
+    fn upload_typed(&self, data: HostSlice<'_>) -> Result<Tensor>;
 
-    /// Copies a tensor back to the host. `out.len()` must equal `tensor.len()`.
-    fn download(&self, tensor: &Tensor, out: &mut [f32]) -> Result<()>;
+    /// Copies `f32` host data to a new tensor on this backend's device.
+    fn upload(&self, data: &[f32]) -> Result<Tensor> {
+        self.upload_typed(HostSlice::F32(data))
+    }
+
+    /// Allocates a tensor of `len` elements of `dtype` on the device (zeroed
+    /// on the CPU, uninitialised elsewhere).
+    fn alloc_typed(&self, len: usize, dtype: DType) -> Result<Tensor>;
+
+    /// Allocates an `f32` tensor of `len` elements on the device.
+    fn alloc(&self, len: usize) -> Result<Tensor> {
+        self.alloc_typed(len, DType::F32)
+    }
+
+    /// Copies a tensor back to the host. `out` must have the tensor's length
+    /// ([`ComputeError::Shape`] otherwise) and dtype ([`ComputeError::DType`]).
+    fn download_typed(&self, tensor: &Tensor, out: HostSliceMut<'_>) -> Result<()>;
+
+    /// Copies an `f32` tensor back to the host. `out.len()` must equal `tensor.len()`.
+    fn download(&self, tensor: &Tensor, out: &mut [f32]) -> Result<()> {
+        self.download_typed(tensor, HostSliceMut::F32(out))
+    }
 
     /// Runs `op` on device-resident tensors, writing into `output` (which must not
     /// alias an input). May return before the device finishes; [`Backend::download`]
@@ -130,20 +178,31 @@ pub trait Backend: Send + Sync {
     }
 }
 
-/// Checks the lengths of a host call against `op` (used by every backend first).
-pub fn check_host_call(op: &Op, inputs: &[&[f32]], output: &[f32]) -> Result<crate::Layout> {
-    let mut lens = [0usize; 3];
-    if inputs.len() > lens.len() {
-        return Err(ComputeError::shape(op.name(), format!("too many inputs: {}", inputs.len()), op.shapes()));
+/// Up to this many inputs are viewed on the stack by the `f32` wrappers.
+const STACK_VIEWS: usize = 6;
+
+/// Calls `f` with `inputs` as typed views, without allocating for up to six.
+pub(crate) fn with_f32_views<'a, R>(inputs: &[&'a [f32]], f: impl FnOnce(&[HostSlice<'a>]) -> R) -> R {
+    if inputs.len() <= STACK_VIEWS {
+        let mut buf = [HostSlice::F32(&[]); STACK_VIEWS];
+        for (b, x) in buf.iter_mut().zip(inputs) {
+            *b = HostSlice::F32(x);
+        }
+        f(&buf[..inputs.len()])
+    } else {
+        let views: Vec<HostSlice<'a>> = inputs.iter().map(|x| HostSlice::F32(x)).collect();
+        f(&views)
     }
-    for (l, x) in lens.iter_mut().zip(inputs) {
-        *l = x.len();
-    }
-    op.check(&lens[..inputs.len()], output.len())
 }
 
-/// Checks a tensor call: lengths match `op`, every tensor is at `location`, and the
-/// output does not alias an input.
+/// Checks the lengths and dtypes of a host call against `op` (every backend
+/// calls this first). Allocates nothing for up to six operands.
+pub fn check_host_call(op: &Op, inputs: &[HostSlice<'_>], output: &HostSliceMut<'_>) -> Result<crate::Layout> {
+    op.check_with(inputs.len(), |i| inputs[i].operand(), output.operand())
+}
+
+/// Checks a tensor call: lengths and dtypes match `op`, every tensor is at
+/// `location`, and the output does not alias an input.
 pub fn check_tensor_call(op: &Op, location: Location, inputs: &[&Tensor], output: &Tensor) -> Result<crate::Layout> {
     for t in inputs.iter().copied().chain(std::iter::once(output)) {
         if t.location() != location {
@@ -157,126 +216,185 @@ pub fn check_tensor_call(op: &Op, location: Location, inputs: &[&Tensor], output
     if inputs.iter().any(|t| t.same_storage(output)) {
         return Err(ComputeError::shape(op.name(), "output tensor aliases an input", op.shapes()));
     }
-    let mut lens = [0usize; 3];
-    if inputs.len() > lens.len() {
-        return Err(ComputeError::shape(op.name(), format!("too many inputs: {}", inputs.len()), op.shapes()));
-    }
-    for (l, x) in lens.iter_mut().zip(inputs) {
-        *l = x.len();
-    }
-    op.check(&lens[..inputs.len()], output.len())
+    op.check_with(inputs.len(), |i| inputs[i].operand(), output.operand())
 }
 
-/// Named methods for every op, on any [`Backend`]: `backend.relu(&x, &mut out)`.
-/// Each builds the [`Op`] and calls [`Backend::run`]; the cost is that of the op.
+/// Checks that a download of `tensor` into `out` fits: same length
+/// ([`ComputeError::Shape`]) and dtype ([`ComputeError::DType`]).
+pub fn check_download(tensor: &Tensor, out: &HostSliceMut<'_>) -> Result<()> {
+    if tensor.len() != out.len() {
+        return Err(ComputeError::shape(
+            "download",
+            format!("tensor has {} elements, buffer {}", tensor.len(), out.len()),
+            format!("tensor=[{}] out=[{}]", tensor.len(), out.len()),
+        ));
+    }
+    if tensor.dtype() != out.dtype() {
+        return Err(ComputeError::DType {
+            op: "download",
+            detail: format!("the buffer is {}, the tensor {}", out.dtype(), tensor.dtype()),
+            shapes: format!("tensor=[{}] {}", tensor.len(), tensor.dtype()),
+        });
+    }
+    Ok(())
+}
+
+/// Named methods for every op, on any [`Backend`] and any [`Element`] type:
+/// `backend.relu(&x, &mut out)` with `x` and `out` of `f32`, `f16` or `bf16`.
+/// Each builds the [`Op`] at `T`'s dtype and calls [`Backend::run_typed`];
+/// the cost is that of the op. Reductions return `f32` for every `T`.
+///
+/// Rust's float literals default to `f64`, which is not an [`Element`]: a call
+/// whose only float types are literals needs one annotation
+/// (`cpu.relu(&[-1.0f32, 2.0], &mut out)`).
 pub trait Ops: Backend {
     /// Applies a unary element-wise op.
-    fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) -> Result<()> {
-        self.run(&Op::unary(op, out.len()), &[x], out)
+    fn unary<T: Element>(&self, op: UnaryOp, x: &[T], out: &mut [T]) -> Result<()> {
+        self.run_typed(&Op::unary(op, out.len()).with_dtype(T::DTYPE), &[x.into()], out.into())
     }
     /// `max(x, 0)`.
-    fn relu(&self, x: &[f32], out: &mut [f32]) -> Result<()> {
+    fn relu<T: Element>(&self, x: &[T], out: &mut [T]) -> Result<()> {
         self.unary(UnaryOp::Relu, x, out)
     }
     /// Leaky ReLU with slope `alpha`.
-    fn leaky_relu(&self, x: &[f32], alpha: f32, out: &mut [f32]) -> Result<()> {
+    fn leaky_relu<T: Element>(&self, x: &[T], alpha: f32, out: &mut [T]) -> Result<()> {
         self.unary(UnaryOp::LeakyRelu { alpha }, x, out)
     }
     /// ELU with scale `alpha`.
-    fn elu(&self, x: &[f32], alpha: f32, out: &mut [f32]) -> Result<()> {
+    fn elu<T: Element>(&self, x: &[T], alpha: f32, out: &mut [T]) -> Result<()> {
         self.unary(UnaryOp::Elu { alpha }, x, out)
     }
     /// Logistic sigmoid.
-    fn sigmoid(&self, x: &[f32], out: &mut [f32]) -> Result<()> {
+    fn sigmoid<T: Element>(&self, x: &[T], out: &mut [T]) -> Result<()> {
         self.unary(UnaryOp::Sigmoid, x, out)
     }
     /// Hyperbolic tangent.
-    fn tanh(&self, x: &[f32], out: &mut [f32]) -> Result<()> {
+    fn tanh<T: Element>(&self, x: &[T], out: &mut [T]) -> Result<()> {
         self.unary(UnaryOp::Tanh, x, out)
     }
     /// Swish / SiLU.
-    fn swish(&self, x: &[f32], out: &mut [f32]) -> Result<()> {
+    fn swish<T: Element>(&self, x: &[T], out: &mut [T]) -> Result<()> {
         self.unary(UnaryOp::Swish, x, out)
     }
     /// GELU, tanh approximation.
-    fn gelu(&self, x: &[f32], out: &mut [f32]) -> Result<()> {
+    fn gelu<T: Element>(&self, x: &[T], out: &mut [T]) -> Result<()> {
         self.unary(UnaryOp::Gelu(GeluForm::Tanh), x, out)
     }
     /// GELU, exact erf form.
-    fn gelu_erf(&self, x: &[f32], out: &mut [f32]) -> Result<()> {
+    fn gelu_erf<T: Element>(&self, x: &[T], out: &mut [T]) -> Result<()> {
         self.unary(UnaryOp::Gelu(GeluForm::Erf), x, out)
     }
     /// Clamp to `[min, max]`.
-    fn clip(&self, x: &[f32], min: f32, max: f32, out: &mut [f32]) -> Result<()> {
+    fn clip<T: Element>(&self, x: &[T], min: f32, max: f32, out: &mut [T]) -> Result<()> {
         self.unary(UnaryOp::Clip { min, max }, x, out)
     }
     /// Multiply by `s`.
-    fn scale(&self, x: &[f32], s: f32, out: &mut [f32]) -> Result<()> {
+    fn scale<T: Element>(&self, x: &[T], s: f32, out: &mut [T]) -> Result<()> {
         self.unary(UnaryOp::Scale { s }, x, out)
     }
+    /// Applies a binary element-wise op.
+    fn binary<T: Element>(&self, op: BinaryOp, a: &[T], b: &[T], out: &mut [T]) -> Result<()> {
+        self.run_typed(&Op::binary(op, out.len()).with_dtype(T::DTYPE), &[a.into(), b.into()], out.into())
+    }
     /// `a + b`.
-    fn add(&self, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()> {
-        self.run(&Op::binary(BinaryOp::Add, out.len()), &[a, b], out)
+    fn add<T: Element>(&self, a: &[T], b: &[T], out: &mut [T]) -> Result<()> {
+        self.binary(BinaryOp::Add, a, b, out)
     }
     /// `a − b`.
-    fn sub(&self, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()> {
-        self.run(&Op::binary(BinaryOp::Sub, out.len()), &[a, b], out)
+    fn sub<T: Element>(&self, a: &[T], b: &[T], out: &mut [T]) -> Result<()> {
+        self.binary(BinaryOp::Sub, a, b, out)
     }
     /// `a · b`, element-wise.
-    fn mul(&self, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()> {
-        self.run(&Op::binary(BinaryOp::Mul, out.len()), &[a, b], out)
+    fn mul<T: Element>(&self, a: &[T], b: &[T], out: &mut [T]) -> Result<()> {
+        self.binary(BinaryOp::Mul, a, b, out)
     }
-    /// `Σ aᵢ·bᵢ`.
-    fn dot(&self, a: &[f32], b: &[f32]) -> Result<f32> {
-        let mut out = [0.0];
-        self.run(&Op::Dot { len: a.len() }, &[a, b], &mut out)?;
+    /// `Σ aᵢ·bᵢ`, accumulated in `f32`.
+    fn dot<T: Element>(&self, a: &[T], b: &[T]) -> Result<f32> {
+        let mut out = [0.0f32];
+        self.run_typed(&Op::dot(a.len()).with_dtype(T::DTYPE), &[a.into(), b.into()], (&mut out[..]).into())?;
         Ok(out[0])
     }
-    /// Sum of all elements.
-    fn sum(&self, x: &[f32]) -> Result<f32> {
-        let mut out = [0.0];
-        self.run(&Op::Reduce { op: ReduceOp::Sum, len: x.len() }, &[x], &mut out)?;
+    /// A reduction of all elements to one `f32` value.
+    fn reduce<T: Element>(&self, op: ReduceOp, x: &[T]) -> Result<f32> {
+        let mut out = [0.0f32];
+        self.run_typed(&Op::reduce(op, x.len()).with_dtype(T::DTYPE), &[x.into()], (&mut out[..]).into())?;
         Ok(out[0])
+    }
+    /// Sum of all elements, accumulated in `f32`.
+    fn sum<T: Element>(&self, x: &[T]) -> Result<f32> {
+        self.reduce(ReduceOp::Sum, x)
     }
     /// Largest element (NaN if any is NaN).
-    fn max(&self, x: &[f32]) -> Result<f32> {
-        let mut out = [0.0];
-        self.run(&Op::Reduce { op: ReduceOp::Max, len: x.len() }, &[x], &mut out)?;
-        Ok(out[0])
+    fn max<T: Element>(&self, x: &[T]) -> Result<f32> {
+        self.reduce(ReduceOp::Max, x)
+    }
+    /// Applies a row-wise op to a `rows × cols` matrix; `params` are the op's
+    /// parameter vectors (none, `gamma`, or `gamma` and `beta`).
+    fn row_op<T: Element>(
+        &self,
+        op: RowOp,
+        x: &[T],
+        params: &[&[T]],
+        rows: usize,
+        cols: usize,
+        out: &mut [T],
+    ) -> Result<()> {
+        let op = Op::rows(op, rows, cols).with_dtype(T::DTYPE);
+        match params {
+            [] => self.run_typed(&op, &[x.into()], out.into()),
+            [g] => self.run_typed(&op, &[x.into(), (*g).into()], out.into()),
+            [g, b] => self.run_typed(&op, &[x.into(), (*g).into(), (*b).into()], out.into()),
+            _ => Err(ComputeError::shape(op.name(), format!("{} parameter vectors", params.len()), op.shapes())),
+        }
     }
     /// Row-wise softmax of a `rows × cols` matrix.
-    fn softmax(&self, x: &[f32], rows: usize, cols: usize, out: &mut [f32]) -> Result<()> {
-        self.run(&Op::rows(RowOp::Softmax, rows, cols), &[x], out)
+    fn softmax<T: Element>(&self, x: &[T], rows: usize, cols: usize, out: &mut [T]) -> Result<()> {
+        self.row_op(RowOp::Softmax, x, &[], rows, cols, out)
     }
     /// Row-wise log-softmax.
-    fn log_softmax(&self, x: &[f32], rows: usize, cols: usize, out: &mut [f32]) -> Result<()> {
-        self.run(&Op::rows(RowOp::LogSoftmax, rows, cols), &[x], out)
+    fn log_softmax<T: Element>(&self, x: &[T], rows: usize, cols: usize, out: &mut [T]) -> Result<()> {
+        self.row_op(RowOp::LogSoftmax, x, &[], rows, cols, out)
     }
     /// Row-wise layer norm with per-column `gamma`, `beta`.
     #[allow(clippy::too_many_arguments)]
-    fn layer_norm(
+    fn layer_norm<T: Element>(
         &self,
-        x: &[f32],
-        gamma: &[f32],
-        beta: &[f32],
+        x: &[T],
+        gamma: &[T],
+        beta: &[T],
         rows: usize,
         cols: usize,
         eps: f32,
-        out: &mut [f32],
+        out: &mut [T],
     ) -> Result<()> {
-        self.run(&Op::rows(RowOp::LayerNorm { eps }, rows, cols), &[x, gamma, beta], out)
+        self.row_op(RowOp::LayerNorm { eps }, x, &[gamma, beta], rows, cols, out)
     }
     /// Row-wise RMS norm with per-column `gamma`.
-    fn rms_norm(&self, x: &[f32], gamma: &[f32], rows: usize, cols: usize, eps: f32, out: &mut [f32]) -> Result<()> {
-        self.run(&Op::rows(RowOp::RmsNorm { eps }, rows, cols), &[x, gamma], out)
+    fn rms_norm<T: Element>(
+        &self,
+        x: &[T],
+        gamma: &[T],
+        rows: usize,
+        cols: usize,
+        eps: f32,
+        out: &mut [T],
+    ) -> Result<()> {
+        self.row_op(RowOp::RmsNorm { eps }, x, &[gamma], rows, cols, out)
     }
-    /// `C = A·B` with `A` `m × k`, `B` `k × n`, `C` `m × n`, row-major.
-    fn matmul(&self, a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize) -> Result<()> {
-        self.run(&Op::matmul(m, k, n), &[a, b], out)
+    /// `C = A·B` with `A` `m × k`, `B` `k × n`, `C` `m × n`, row-major, all of
+    /// `T`, accumulated in `f32`.
+    fn matmul<T: Element>(&self, a: &[T], b: &[T], out: &mut [T], m: usize, k: usize, n: usize) -> Result<()> {
+        self.matmul_spec(MatmulSpec::new(m, k, n).with_dtypes(T::DTYPE, T::DTYPE), a, b, out)
     }
-    /// Matrix product with the full [`MatmulSpec`] (transposes, batch).
-    fn matmul_spec(&self, spec: MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()> {
-        self.run(&Op::Matmul(spec), &[a, b], out)
+    /// Matrix product with the full [`MatmulSpec`] (transposes, batch,
+    /// dtypes, precision). `T` and `U` must be the spec's input and output
+    /// dtypes ([`ComputeError::DType`] otherwise).
+    fn matmul_spec<T: Element, U: Element>(&self, spec: MatmulSpec, a: &[T], b: &[T], out: &mut [U]) -> Result<()> {
+        self.run_typed(&Op::Matmul(spec), &[a.into(), b.into()], out.into())
+    }
+    /// Converts `x` into `out`'s type (round to nearest even; NaN stays NaN).
+    fn cast<T: Element, U: Element>(&self, x: &[T], out: &mut [U]) -> Result<()> {
+        self.run_typed(&Op::cast(out.len(), T::DTYPE, U::DTYPE), &[x.into()], out.into())
     }
 }
 

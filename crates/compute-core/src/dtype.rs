@@ -20,6 +20,8 @@
 
 use std::fmt;
 
+use crate::host::{HostSlice, HostSliceMut, HostVec};
+
 pub use half::{bf16, f16};
 
 /// The type of an operand's values.
@@ -42,6 +44,23 @@ pub enum DType {
 impl DType {
     /// Every dtype this version knows, in a fixed order (for tests and tables).
     pub const ALL: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+    /// Whether this is one of the 2-byte float types (`F16`, `BF16`).
+    pub const fn is_half(self) -> bool {
+        matches!(self, DType::F16 | DType::BF16)
+    }
+
+    /// `x` rounded to this dtype and widened back to `f64`: the value a
+    /// backend stores when it writes `x`. Rounds through `f32` (correctly
+    /// rounded for every `x` that `f32` holds exactly; for others the double
+    /// rounding can differ by one unit in rare ties).
+    pub fn round(self, x: f64) -> f64 {
+        match self {
+            DType::F16 => f16::from_f32(x as f32).to_f64(),
+            DType::BF16 => bf16::from_f32(x as f32).to_f64(),
+            _ => f64::from(x as f32),
+        }
+    }
 
     /// Bytes of one value.
     pub const fn size_in_bytes(self) -> usize {
@@ -108,6 +127,43 @@ pub trait Element:
     fn to_f64(self) -> f64 {
         f64::from(self.to_f32())
     }
+    /// A typed view of `s` (free).
+    fn host(s: &[Self]) -> HostSlice<'_>;
+    /// A typed mutable view of `s` (free).
+    fn host_mut(s: &mut [Self]) -> HostSliceMut<'_>;
+    /// The slice behind `s`, if it holds this type (free).
+    fn from_host(s: HostSlice<'_>) -> Option<&[Self]>;
+    /// The mutable slice behind `s`, if it holds this type (free).
+    fn from_host_mut(s: HostSliceMut<'_>) -> Option<&mut [Self]>;
+    /// `v` as an owned typed vector (free).
+    fn host_vec(v: Vec<Self>) -> HostVec;
+}
+
+/// The [`Element`] methods that wrap and unwrap the typed host views.
+macro_rules! host_views {
+    ($t:ty, $variant:ident) => {
+        fn host(s: &[Self]) -> HostSlice<'_> {
+            HostSlice::$variant(s)
+        }
+        fn host_mut(s: &mut [Self]) -> HostSliceMut<'_> {
+            HostSliceMut::$variant(s)
+        }
+        fn from_host(s: HostSlice<'_>) -> Option<&[Self]> {
+            match s {
+                HostSlice::$variant(s) => Some(s),
+                _ => None,
+            }
+        }
+        fn from_host_mut(s: HostSliceMut<'_>) -> Option<&mut [Self]> {
+            match s {
+                HostSliceMut::$variant(s) => Some(s),
+                _ => None,
+            }
+        }
+        fn host_vec(v: Vec<Self>) -> HostVec {
+            HostVec::$variant(v)
+        }
+    };
 }
 
 impl Element for f32 {
@@ -118,6 +174,7 @@ impl Element for f32 {
     fn to_f32(self) -> f32 {
         self
     }
+    host_views!(f32, F32);
 }
 
 impl Element for f16 {
@@ -128,6 +185,7 @@ impl Element for f16 {
     fn to_f32(self) -> f32 {
         f16::to_f32(self)
     }
+    host_views!(f16, F16);
 }
 
 impl Element for bf16 {
@@ -138,6 +196,7 @@ impl Element for bf16 {
     fn to_f32(self) -> f32 {
         bf16::to_f32(self)
     }
+    host_views!(bf16, BF16);
 }
 
 #[cfg(test)]

@@ -50,6 +50,32 @@ pub enum ComputeError {
         /// The shapes as given, e.g. `a=[3x4] b=[5x6]`.
         shapes: String,
     },
+    /// An operand's dtype does not match what the op states (e.g. a `bf16`
+    /// tensor passed to an `f32` op).
+    #[error("{op}: dtype error: {detail} (shapes: {shapes})")]
+    DType {
+        /// Op name.
+        op: &'static str,
+        /// Which operand, and its dtype against the op's.
+        detail: String,
+        /// The op's shapes and dtypes, e.g. `a=[64] b=[64] bf16`.
+        shapes: String,
+    },
+    /// The backend (or its device, e.g. a wgpu adapter without `SHADER_F16`)
+    /// cannot compute on this dtype.
+    #[error("{op}: {dtype} is not supported by the {backend} backend: {reason} (shapes: {shapes})")]
+    UnsupportedDType {
+        /// Op name.
+        op: &'static str,
+        /// Backend that refused it.
+        backend: BackendKind,
+        /// The dtype it cannot do.
+        dtype: crate::DType,
+        /// Why, in words a user can act on.
+        reason: String,
+        /// The op's shapes and dtypes.
+        shapes: String,
+    },
     /// The backend does not implement this op (or this variant of it).
     #[error("{op}: not supported by the {backend} backend")]
     Unsupported {
@@ -141,6 +167,16 @@ impl ComputeError {
     /// Builds a [`ComputeError::Shape`].
     pub fn shape(op: &'static str, detail: impl Into<String>, shapes: impl Into<String>) -> Self {
         ComputeError::Shape { op, detail: detail.into(), shapes: shapes.into() }
+    }
+
+    /// Builds a [`ComputeError::UnsupportedDType`] for `op` on `backend`.
+    pub fn unsupported_dtype(
+        op: &crate::Op,
+        backend: BackendKind,
+        dtype: crate::DType,
+        reason: impl Into<String>,
+    ) -> Self {
+        ComputeError::UnsupportedDType { op: op.name(), backend, dtype, reason: reason.into(), shapes: op.shapes() }
     }
 
     /// Builds a [`ComputeError::Driver`] without a cause (add one with [`ComputeError::with_cause`]).

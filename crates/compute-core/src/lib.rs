@@ -6,8 +6,8 @@
 //! ([`ComputeError`]), and one conformance suite ([`conformance`]) checks every
 //! backend against a float64 [`reference`](mod@reference).
 //!
-//! This crate depends on `thiserror` and `half` (the `f16` and `bf16` types)
-//! only (and `serde`, optionally).
+//! This crate depends on `thiserror`, `half` (the `f16` and `bf16` types) and
+//! `bytemuck` only (and `serde`, optionally).
 //!
 //! An op knows its shapes, its cost and its float64 answer, with no backend:
 //!
@@ -29,12 +29,16 @@ pub mod backend;
 pub mod conformance;
 pub mod dtype;
 pub mod error;
+pub mod host;
 pub mod op;
 pub mod reference;
 pub mod rng;
 
 pub use async_ops::AsyncOps;
-pub use backend::{Backend, Location, Ops, Tensor, TensorStorage, check_host_call, check_tensor_call};
+pub use backend::{Backend, Location, Ops, Tensor, TensorStorage, check_download, check_host_call, check_tensor_call};
 pub use dtype::{DType, Element, bf16, f16};
 pub use error::{BackendKind, Cause, ComputeError, Result};
-pub use op::{BinaryOp, Conv2dSpec, Cost, GeluForm, Layout, MatmulSpec, Op, OpClass, ReduceOp, RowOp, UnaryOp};
+pub use host::{HostSlice, HostSliceMut, HostVec};
+pub use op::{
+    BinaryOp, Conv2dSpec, Cost, GeluForm, Layout, MatmulSpec, Op, OpClass, Operand, Precision, ReduceOp, RowOp, UnaryOp,
+};

@@ -5,9 +5,14 @@
 //! answers to three questions: are these shapes valid ([`Op::layout`]), how long
 //! is each input and the output ([`Layout`]), and what does it cost ([`Op::cost`]).
 //!
-//! Conventions: all data is `f32`, contiguous and row-major. Inputs are passed in
-//! the order documented on each variant.
+//! Conventions: data is contiguous and row-major. Inputs are passed in the
+//! order documented on each variant. Every op states the [`DType`] of its
+//! data (`f32` unless built with [`Op::with_dtype`]): its inputs and output
+//! share it, except where a variant says otherwise (reductions return `f32`,
+//! a cast converts, a matmul may write another dtype). Ops on `f16` and `bf16`
+//! compute in `f32` internally and round once when they store.
 
+use crate::dtype::DType;
 use crate::error::{ComputeError, Result};
 
 /// Which formula `gelu` uses.
@@ -180,11 +185,29 @@ impl RowOp {
     }
 }
 
+/// How a matrix product on `f32` data may compute.
+///
+/// Products of `f16` and `bf16` inputs always accumulate in `f32`; this
+/// setting only matters for `f32` inputs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum Precision {
+    /// `f32` products, `f32` accumulation (the default, as in PyTorch).
+    #[default]
+    Full,
+    /// Opt-in: `f32` inputs may be rounded to TF32 (10 mantissa bits) for
+    /// tensor cores, still accumulating in `f32`. Errors grow to about
+    /// `2⁻¹¹·Σ|aᵢₖ·bₖⱼ|`. Backends without TF32 hardware compute in full
+    /// precision, which meets the same bound.
+    Tf32,
+}
+
 /// `C = op(A) · op(B)`, optionally over a batch of independent products.
 ///
 /// `op(A)` is `m × k`: `A` is stored `m × k`, or `k × m` when `trans_a`.
 /// `op(B)` is `k × n`: `B` is stored `k × n`, or `n × k` when `trans_b`.
 /// `C` is `m × n`. With `batch > 1` the matrices follow each other contiguously.
+/// `A` and `B` hold `dtype`; `C` holds `out_dtype`; products accumulate in `f32`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct MatmulSpec {
@@ -200,12 +223,39 @@ pub struct MatmulSpec {
     pub trans_a: bool,
     /// `B` is stored transposed (`n × k`).
     pub trans_b: bool,
+    /// Dtype of `A` and `B`.
+    pub dtype: DType,
+    /// Dtype of `C`.
+    pub out_dtype: DType,
+    /// May `f32` inputs use TF32 ([`Precision`]).
+    pub precision: Precision,
 }
 
 impl MatmulSpec {
-    /// A plain `m × k` by `k × n` product.
+    /// A plain `m × k` by `k × n` product of `f32` matrices, in full precision.
     pub fn new(m: usize, k: usize, n: usize) -> Self {
-        MatmulSpec { batch: 1, m, k, n, trans_a: false, trans_b: false }
+        MatmulSpec {
+            batch: 1,
+            m,
+            k,
+            n,
+            trans_a: false,
+            trans_b: false,
+            dtype: DType::F32,
+            out_dtype: DType::F32,
+            precision: Precision::Full,
+        }
+    }
+
+    /// The same product on inputs of `input` writing `output`, e.g.
+    /// `(BF16, F32)` for bf16 weights and activations with an f32 result.
+    pub fn with_dtypes(self, input: DType, output: DType) -> Self {
+        MatmulSpec { dtype: input, out_dtype: output, ..self }
+    }
+
+    /// The same product with `precision`.
+    pub fn with_precision(self, precision: Precision) -> Self {
+        MatmulSpec { precision, ..self }
     }
 }
 
@@ -234,6 +284,8 @@ pub struct Conv2dSpec {
     pub stride: (usize, usize),
     /// Zero padding (height, width) on each side.
     pub padding: (usize, usize),
+    /// Dtype of the input, the weights and the output.
+    pub dtype: DType,
 }
 
 impl Conv2dSpec {
@@ -241,7 +293,18 @@ impl Conv2dSpec {
     /// `k / 2` zero padding ("same" size for odd `k`) into `c_out` channels.
     /// Costs nothing; validate with [`Op::layout`].
     pub fn same(c_in: usize, hw: usize, c_out: usize, k: usize) -> Conv2dSpec {
-        Conv2dSpec { n: 1, c_in, h: hw, w: hw, c_out, kh: k, kw: k, stride: (1, 1), padding: (k / 2, k / 2) }
+        Conv2dSpec {
+            n: 1,
+            c_in,
+            h: hw,
+            w: hw,
+            c_out,
+            kh: k,
+            kw: k,
+            stride: (1, 1),
+            padding: (k / 2, k / 2),
+            dtype: DType::F32,
+        }
     }
 
     /// Output height and width, or `None` if the kernel does not fit the padded input
@@ -303,7 +366,10 @@ impl OpClass {
     }
 }
 
-/// One operation with its parameters and sizes.
+/// One operation with its parameters, sizes and dtypes.
+///
+/// Build ops with the constructors ([`Op::unary`], [`Op::matmul`]…), which
+/// give `f32` data, and [`Op::with_dtype`] for another dtype.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Op {
@@ -313,6 +379,8 @@ pub enum Op {
         op: UnaryOp,
         /// Number of elements.
         len: usize,
+        /// Dtype of input and output.
+        dtype: DType,
     },
     /// Element-wise, inputs `a`, `b` of `len`; output `len`.
     Binary {
@@ -320,18 +388,25 @@ pub enum Op {
         op: BinaryOp,
         /// Number of elements.
         len: usize,
+        /// Dtype of inputs and output.
+        dtype: DType,
     },
-    /// Reduction of one input of `len` to an output of length 1.
+    /// Reduction of one input of `len` to an `f32` output of length 1
+    /// (accumulated in `f32` whatever the input dtype).
     Reduce {
         /// Which reduction.
         op: ReduceOp,
         /// Number of elements.
         len: usize,
+        /// Dtype of the input.
+        dtype: DType,
     },
-    /// `Σ aᵢ·bᵢ`, inputs `a`, `b` of `len`; output of length 1.
+    /// `Σ aᵢ·bᵢ`, inputs `a`, `b` of `len`; an `f32` output of length 1.
     Dot {
         /// Number of elements.
         len: usize,
+        /// Dtype of the inputs.
+        dtype: DType,
     },
     /// Per-row op on `x` (`rows × cols`) plus the op's parameter vectors; output `rows × cols`.
     Rows {
@@ -341,18 +416,31 @@ pub enum Op {
         rows: usize,
         /// Row length.
         cols: usize,
+        /// Dtype of `x`, the parameter vectors and the output.
+        dtype: DType,
     },
-    /// Matrix product; inputs `a`, `b`; output `batch × m × n`.
+    /// Matrix product; inputs `a`, `b`; output `batch × m × n` (dtypes in the spec).
     Matmul(MatmulSpec),
     /// Convolution; inputs `x`, `w`; output `n × c_out × oh × ow`.
     Conv2d(Conv2dSpec),
+    /// Converts `len` values of `from` into `to`: round to nearest, ties to
+    /// even; NaN stays NaN; values past the target's range become ±∞.
+    Cast {
+        /// Number of elements.
+        len: usize,
+        /// Dtype of the input.
+        from: DType,
+        /// Dtype of the output.
+        to: DType,
+    },
 }
 
 /// Cost of one op: what the dispatcher's cost model weighs.
 ///
 /// FLOPs count multiply and add separately (a matmul is `2·m·k·n`); one
-/// transcendental function counts as one FLOP. Bytes are the minimum traffic:
-/// every input read once, the output written once (`f32` = 4 bytes).
+/// transcendental function counts as one FLOP; a cast costs one per element.
+/// Bytes are the minimum traffic: every input read once, the output written
+/// once, each at its dtype's size (`f32` 4 bytes, `f16`/`bf16` 2).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Cost {
@@ -376,29 +464,103 @@ impl Cost {
     }
 }
 
-/// Lengths of an op's inputs and output, in elements, once its shapes are validated.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// One operand of an op: its length in elements and its dtype.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Operand {
+    /// Number of elements.
+    pub len: usize,
+    /// Dtype of the elements.
+    pub dtype: DType,
+}
+
+impl Operand {
+    /// An operand of `len` elements of `dtype`.
+    pub const fn new(len: usize, dtype: DType) -> Self {
+        Operand { len, dtype }
+    }
+
+    /// Its size in bytes (saturating).
+    pub fn bytes(&self) -> u64 {
+        self.dtype.bytes_for(self.len).unwrap_or(u64::MAX)
+    }
+}
+
+impl Default for Operand {
+    fn default() -> Self {
+        Operand { len: 0, dtype: DType::F32 }
+    }
+}
+
+/// Up to this many operands are stored inline; more spill to the heap.
+const INLINE_OPERANDS: usize = 6;
+
+/// The operands of an op once its shapes are validated: inputs then outputs,
+/// each with its length and dtype, in the op's documented order. Any number
+/// of either: up to six in all are kept without allocating.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
-    inputs: [usize; 3],
+    operands: Operands,
     n_inputs: usize,
-    /// Output length in elements.
-    pub output: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Operands {
+    Inline { buf: [Operand; INLINE_OPERANDS], len: usize },
+    Heap(Vec<Operand>),
 }
 
 impl Layout {
-    /// Input lengths, in the op's input order.
-    pub fn inputs(&self) -> &[usize] {
-        &self.inputs[..self.n_inputs]
+    /// A layout of `inputs` then `outputs`.
+    pub fn new(inputs: &[Operand], outputs: &[Operand]) -> Self {
+        let total = inputs.len() + outputs.len();
+        let operands = if total <= INLINE_OPERANDS {
+            let mut buf = [Operand::default(); INLINE_OPERANDS];
+            buf[..inputs.len()].copy_from_slice(inputs);
+            buf[inputs.len()..total].copy_from_slice(outputs);
+            Operands::Inline { buf, len: total }
+        } else {
+            Operands::Heap(inputs.iter().chain(outputs).copied().collect())
+        };
+        Layout { operands, n_inputs: inputs.len() }
     }
 
-    fn new(inputs: &[usize], output: usize) -> Self {
-        let mut arr = [0; 3];
-        arr[..inputs.len()].copy_from_slice(inputs);
-        Layout { inputs: arr, n_inputs: inputs.len(), output }
+    fn all(&self) -> &[Operand] {
+        match &self.operands {
+            Operands::Inline { buf, len } => &buf[..*len],
+            Operands::Heap(v) => v,
+        }
+    }
+
+    /// The inputs, in the op's input order.
+    pub fn inputs(&self) -> &[Operand] {
+        &self.all()[..self.n_inputs]
+    }
+
+    /// The outputs (one for every op of this version).
+    pub fn outputs(&self) -> &[Operand] {
+        &self.all()[self.n_inputs..]
+    }
+
+    /// The first output.
+    pub fn output(&self) -> Operand {
+        self.outputs().first().copied().unwrap_or_default()
+    }
+
+    /// Length of the first output, in elements.
+    pub fn output_len(&self) -> usize {
+        self.output().len
+    }
+
+    /// Input lengths, in elements, in the op's input order.
+    pub fn input_lens(&self) -> impl ExactSizeIterator<Item = usize> + '_ {
+        self.inputs().iter().map(|o| o.len)
+    }
+
+    /// Bytes of every input plus every output (saturating).
+    pub fn bytes(&self) -> u64 {
+        self.all().iter().fold(0u64, |a, o| a.saturating_add(o.bytes()))
     }
 }
-
-const F32: u64 = 4;
 
 fn mul(op: &'static str, shapes: &dyn Fn() -> String, xs: &[usize]) -> Result<usize> {
     let mut acc: usize = 1;
@@ -412,21 +574,82 @@ fn mul(op: &'static str, shapes: &dyn Fn() -> String, xs: &[usize]) -> Result<us
 }
 
 impl Op {
-    /// Shorthand for [`Op::Unary`].
+    /// Shorthand for [`Op::Unary`] on `f32`.
     pub fn unary(op: UnaryOp, len: usize) -> Self {
-        Op::Unary { op, len }
+        Op::Unary { op, len, dtype: DType::F32 }
     }
-    /// Shorthand for [`Op::Binary`].
+    /// Shorthand for [`Op::Binary`] on `f32`.
     pub fn binary(op: BinaryOp, len: usize) -> Self {
-        Op::Binary { op, len }
+        Op::Binary { op, len, dtype: DType::F32 }
     }
-    /// Shorthand for [`Op::Rows`].
+    /// Shorthand for [`Op::Reduce`] on `f32`.
+    pub fn reduce(op: ReduceOp, len: usize) -> Self {
+        Op::Reduce { op, len, dtype: DType::F32 }
+    }
+    /// Shorthand for [`Op::Dot`] on `f32`.
+    pub fn dot(len: usize) -> Self {
+        Op::Dot { len, dtype: DType::F32 }
+    }
+    /// Shorthand for [`Op::Rows`] on `f32`.
     pub fn rows(op: RowOp, rows: usize, cols: usize) -> Self {
-        Op::Rows { op, rows, cols }
+        Op::Rows { op, rows, cols, dtype: DType::F32 }
     }
-    /// Shorthand for a plain `m × k` by `k × n` [`Op::Matmul`].
+    /// Shorthand for a plain `m × k` by `k × n` [`Op::Matmul`] on `f32`.
     pub fn matmul(m: usize, k: usize, n: usize) -> Self {
         Op::Matmul(MatmulSpec::new(m, k, n))
+    }
+    /// Shorthand for [`Op::Cast`].
+    pub fn cast(len: usize, from: DType, to: DType) -> Self {
+        Op::Cast { len, from, to }
+    }
+
+    /// The same op on data of `dtype`: its inputs and output (a reduction's
+    /// output stays `f32`; a cast takes `dtype` as its input; a matmul both
+    /// reads and writes `dtype`, see [`MatmulSpec::with_dtypes`] to differ).
+    pub fn with_dtype(self, dtype: DType) -> Self {
+        match self {
+            Op::Unary { op, len, .. } => Op::Unary { op, len, dtype },
+            Op::Binary { op, len, .. } => Op::Binary { op, len, dtype },
+            Op::Reduce { op, len, .. } => Op::Reduce { op, len, dtype },
+            Op::Dot { len, .. } => Op::Dot { len, dtype },
+            Op::Rows { op, rows, cols, .. } => Op::Rows { op, rows, cols, dtype },
+            Op::Matmul(s) => Op::Matmul(s.with_dtypes(dtype, dtype)),
+            Op::Conv2d(c) => Op::Conv2d(Conv2dSpec { dtype, ..c }),
+            Op::Cast { len, to, .. } => Op::Cast { len, from: dtype, to },
+        }
+    }
+
+    /// The dtype of the op's (first) input.
+    pub fn dtype(&self) -> DType {
+        match *self {
+            Op::Unary { dtype, .. }
+            | Op::Binary { dtype, .. }
+            | Op::Reduce { dtype, .. }
+            | Op::Dot { dtype, .. }
+            | Op::Rows { dtype, .. } => dtype,
+            Op::Matmul(s) => s.dtype,
+            Op::Conv2d(c) => c.dtype,
+            Op::Cast { from, .. } => from,
+        }
+    }
+
+    /// The dtype of the op's output.
+    pub fn out_dtype(&self) -> DType {
+        match *self {
+            Op::Reduce { .. } | Op::Dot { .. } => DType::F32,
+            Op::Matmul(s) => s.out_dtype,
+            Op::Cast { to, .. } => to,
+            _ => self.dtype(),
+        }
+    }
+
+    /// Every dtype the op reads or writes, without repeats, input first.
+    pub fn dtypes(&self) -> Vec<DType> {
+        let mut v = vec![self.dtype()];
+        if self.out_dtype() != self.dtype() {
+            v.push(self.out_dtype());
+        }
+        v
     }
 
     /// The op's name, e.g. `"softmax"`.
@@ -440,6 +663,7 @@ impl Op {
             Op::Matmul(s) if s.batch > 1 => "batched_matmul",
             Op::Matmul(_) => "matmul",
             Op::Conv2d(_) => "conv2d",
+            Op::Cast { .. } => "cast",
         }
     }
 
@@ -447,7 +671,7 @@ impl Op {
     pub fn class(&self) -> OpClass {
         match self {
             Op::Unary { op, .. } if op.is_transcendental() => OpClass::Transcendental,
-            Op::Unary { .. } | Op::Binary { .. } => OpClass::Elementwise,
+            Op::Unary { .. } | Op::Binary { .. } | Op::Cast { .. } => OpClass::Elementwise,
             Op::Reduce { .. } | Op::Dot { .. } => OpClass::Reduction,
             Op::Rows { .. } => OpClass::RowWise,
             Op::Matmul(_) => OpClass::Matmul,
@@ -455,11 +679,13 @@ impl Op {
         }
     }
 
-    /// The op's sizes as text, for error messages and tables (`a=[64x32] b=[32x16]`).
+    /// The op's sizes as text, for error messages and tables
+    /// (`a=[64x32] b=[32x16]`), followed by its dtypes unless all are `f32`
+    /// (`x=[1024] bf16`, `a=[64x32] b=[32x16] bf16→f32`).
     pub fn shapes(&self) -> String {
-        match *self {
-            Op::Unary { len, .. } | Op::Reduce { len, .. } => format!("x=[{len}]"),
-            Op::Binary { len, .. } | Op::Dot { len } => format!("a=[{len}] b=[{len}]"),
+        let base = match *self {
+            Op::Unary { len, .. } | Op::Reduce { len, .. } | Op::Cast { len, .. } => format!("x=[{len}]"),
+            Op::Binary { len, .. } | Op::Dot { len, .. } => format!("a=[{len}] b=[{len}]"),
             Op::Rows { rows, cols, .. } => format!("x=[{rows}x{cols}]"),
             Op::Matmul(s) => {
                 let (ar, ac) = if s.trans_a { (s.k, s.m) } else { (s.m, s.k) };
@@ -475,44 +701,60 @@ impl Op {
                 "x=[{}x{}x{}x{}] w=[{}x{}x{}x{}] stride={:?} pad={:?}",
                 c.n, c.c_in, c.h, c.w, c.c_out, c.c_in, c.kh, c.kw, c.stride, c.padding
             ),
+        };
+        let (from, to) = (self.dtype(), self.out_dtype());
+        let reduces = matches!(self, Op::Reduce { .. } | Op::Dot { .. });
+        let precision = match self {
+            Op::Matmul(s) if s.precision == Precision::Tf32 => " tf32",
+            _ => "",
+        };
+        if matches!(self, Op::Cast { .. }) || (from != to && !reduces) {
+            format!("{base} {from}→{to}{precision}")
+        } else if from != DType::F32 {
+            format!("{base} {from}{precision}")
+        } else {
+            format!("{base}{precision}")
         }
     }
 
     /// Validates the op's sizes (no zero dimension, no `usize` overflow, a kernel
-    /// that fits) and returns the length of each input and of the output.
+    /// that fits) and returns each input and output with its length and dtype.
     pub fn layout(&self) -> Result<Layout> {
         let name = self.name();
         let shapes = || self.shapes();
+        let d = self.dtype();
+        let o = |len: usize| [Operand::new(len, self.out_dtype())];
+        let i = |len: usize| Operand::new(len, d);
         match *self {
-            Op::Unary { len, .. } => {
+            Op::Unary { len, .. } | Op::Cast { len, .. } => {
                 mul(name, &shapes, &[len])?;
-                Ok(Layout::new(&[len], len))
+                Ok(Layout::new(&[i(len)], &o(len)))
             }
             Op::Binary { len, .. } => {
                 mul(name, &shapes, &[len])?;
-                Ok(Layout::new(&[len, len], len))
+                Ok(Layout::new(&[i(len), i(len)], &o(len)))
             }
             Op::Reduce { len, .. } => {
                 mul(name, &shapes, &[len])?;
-                Ok(Layout::new(&[len], 1))
+                Ok(Layout::new(&[i(len)], &o(1)))
             }
-            Op::Dot { len } => {
+            Op::Dot { len, .. } => {
                 mul(name, &shapes, &[len])?;
-                Ok(Layout::new(&[len, len], 1))
+                Ok(Layout::new(&[i(len), i(len)], &o(1)))
             }
-            Op::Rows { op, rows, cols } => {
+            Op::Rows { op, rows, cols, .. } => {
                 let n = mul(name, &shapes, &[rows, cols])?;
                 match op {
-                    RowOp::Softmax | RowOp::LogSoftmax => Ok(Layout::new(&[n], n)),
-                    RowOp::LayerNorm { .. } => Ok(Layout::new(&[n, cols, cols], n)),
-                    RowOp::RmsNorm { .. } => Ok(Layout::new(&[n, cols], n)),
+                    RowOp::Softmax | RowOp::LogSoftmax => Ok(Layout::new(&[i(n)], &o(n))),
+                    RowOp::LayerNorm { .. } => Ok(Layout::new(&[i(n), i(cols), i(cols)], &o(n))),
+                    RowOp::RmsNorm { .. } => Ok(Layout::new(&[i(n), i(cols)], &o(n))),
                 }
             }
             Op::Matmul(s) => {
                 let a = mul(name, &shapes, &[s.batch, s.m, s.k])?;
                 let b = mul(name, &shapes, &[s.batch, s.k, s.n])?;
                 let c = mul(name, &shapes, &[s.batch, s.m, s.n])?;
-                Ok(Layout::new(&[a, b], c))
+                Ok(Layout::new(&[i(a), i(b)], &o(c)))
             }
             Op::Conv2d(c) => {
                 let x = mul(name, &shapes, &[c.n, c.c_in, c.h, c.w])?;
@@ -521,59 +763,101 @@ impl Op {
                     ComputeError::shape(name, "kernel larger than padded input, or zero stride", shapes())
                 })?;
                 let y = mul(name, &shapes, &[c.n, c.c_out, oh, ow])?;
-                Ok(Layout::new(&[x, w], y))
+                Ok(Layout::new(&[i(x), i(w)], &o(y)))
             }
         }
     }
 
-    /// Validates the op and checks that the given input and output lengths match it.
-    /// Every backend calls this before touching any data.
+    /// Validates the op and checks that the given input and output lengths
+    /// match it (lengths only; [`Op::check_operands`] checks dtypes too).
     pub fn check(&self, inputs: &[usize], output: usize) -> Result<Layout> {
         let layout = self.layout()?;
-        let expected = layout.inputs();
-        if inputs.len() != expected.len() {
-            return Err(ComputeError::shape(
-                self.name(),
-                format!("expected {} inputs, got {}", expected.len(), inputs.len()),
-                self.shapes(),
-            ));
-        }
-        for (i, (&got, &want)) in inputs.iter().zip(expected).enumerate() {
-            if got != want {
-                return Err(ComputeError::shape(
-                    self.name(),
-                    format!("input {i} has {got} elements, expected {want}"),
-                    self.shapes(),
-                ));
+        self.check_lens(&layout, inputs.len(), |i| inputs[i], output)?;
+        Ok(layout)
+    }
+
+    /// Validates the op and checks the given inputs and output against it:
+    /// lengths ([`ComputeError::Shape`]) and then dtypes ([`ComputeError::DType`]).
+    /// Every backend calls this (through [`crate::check_host_call`] or
+    /// [`crate::check_tensor_call`]) before touching any data.
+    pub fn check_operands(&self, inputs: &[Operand], output: Operand) -> Result<Layout> {
+        self.check_with(inputs.len(), |i| inputs[i], output)
+    }
+
+    /// [`Op::check_operands`] with the inputs given by index, so callers
+    /// need not collect them. Allocates nothing for up to six operands.
+    pub(crate) fn check_with(&self, n: usize, input: impl Fn(usize) -> Operand, output: Operand) -> Result<Layout> {
+        let layout = self.layout()?;
+        self.check_lens(&layout, n, |i| input(i).len, output.len)?;
+        let mismatch = |what: String, got: DType, want: DType| ComputeError::DType {
+            op: self.name(),
+            detail: format!("{what} is {got}, expected {want}"),
+            shapes: self.shapes(),
+        };
+        for (i, want) in layout.inputs().iter().enumerate() {
+            let got = input(i).dtype;
+            if got != want.dtype {
+                return Err(mismatch(format!("input {i}"), got, want.dtype));
             }
         }
-        if output != layout.output {
-            return Err(ComputeError::shape(
-                self.name(),
-                format!("output has {output} elements, expected {}", layout.output),
-                self.shapes(),
-            ));
+        if output.dtype != layout.output().dtype {
+            return Err(mismatch("the output".into(), output.dtype, layout.output().dtype));
         }
         Ok(layout)
     }
 
-    /// FLOPs and minimum bytes moved. Saturates rather than overflowing for
-    /// absurd sizes; call [`Op::layout`] to reject those.
+    fn check_lens(&self, layout: &Layout, n: usize, len: impl Fn(usize) -> usize, output: usize) -> Result<()> {
+        let expected = layout.inputs();
+        if n != expected.len() {
+            return Err(ComputeError::shape(
+                self.name(),
+                format!("expected {} inputs, got {n}", expected.len()),
+                self.shapes(),
+            ));
+        }
+        for (i, want) in expected.iter().enumerate() {
+            let got = len(i);
+            if got != want.len {
+                return Err(ComputeError::shape(
+                    self.name(),
+                    format!("input {i} has {got} elements, expected {}", want.len),
+                    self.shapes(),
+                ));
+            }
+        }
+        if output != layout.output_len() {
+            return Err(ComputeError::shape(
+                self.name(),
+                format!("output has {output} elements, expected {}", layout.output_len()),
+                self.shapes(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// FLOPs and minimum bytes moved, each operand at its dtype's size.
+    /// Saturates rather than overflowing for absurd sizes; call
+    /// [`Op::layout`] to reject those.
     pub fn cost(&self) -> Cost {
         let u = |x: usize| x as u64;
-        let read = |xs: &[u64]| xs.iter().fold(0u64, |a, &x| a.saturating_add(x.saturating_mul(F32)));
+        let (din, dout) = (self.dtype().size_in_bytes() as u64, self.out_dtype().size_in_bytes() as u64);
+        let read = |xs: &[u64]| xs.iter().fold(0u64, |a, &x| a.saturating_add(x.saturating_mul(din)));
+        let write = |x: u64| x.saturating_mul(dout);
         match *self {
-            Op::Unary { op, len } => Cost {
+            Op::Unary { op, len, .. } => Cost {
                 flops: op.flops_per_element().saturating_mul(u(len)),
                 bytes_read: read(&[u(len)]),
-                bytes_written: u(len) * F32,
+                bytes_written: write(u(len)),
             },
+            Op::Cast { len, .. } => Cost { flops: u(len), bytes_read: read(&[u(len)]), bytes_written: write(u(len)) },
             Op::Binary { len, .. } => {
-                Cost { flops: u(len), bytes_read: read(&[u(len), u(len)]), bytes_written: u(len) * F32 }
+                Cost { flops: u(len), bytes_read: read(&[u(len), u(len)]), bytes_written: write(u(len)) }
             }
-            Op::Reduce { len, .. } => Cost { flops: u(len), bytes_read: read(&[u(len)]), bytes_written: F32 },
-            Op::Dot { len } => Cost { flops: 2 * u(len), bytes_read: read(&[u(len), u(len)]), bytes_written: F32 },
-            Op::Rows { op, rows, cols } => {
+            Op::Reduce { len, .. } => Cost { flops: u(len), bytes_read: read(&[u(len)]), bytes_written: write(1) },
+            Op::Dot { len, .. } => {
+                Cost { flops: 2 * u(len), bytes_read: read(&[u(len), u(len)]), bytes_written: write(1) }
+            }
+            Op::Rows { op, rows, cols, .. } => {
                 let n = u(rows).saturating_mul(u(cols));
                 let params = match op {
                     RowOp::Softmax | RowOp::LogSoftmax => 0,
@@ -583,7 +867,7 @@ impl Op {
                 Cost {
                     flops: op.flops_per_element().saturating_mul(n),
                     bytes_read: read(&[n, params]),
-                    bytes_written: n.saturating_mul(F32),
+                    bytes_written: write(n),
                 }
             }
             Op::Matmul(s) => {
@@ -591,7 +875,7 @@ impl Op {
                 Cost {
                     flops: 2u64.saturating_mul(b).saturating_mul(m).saturating_mul(k).saturating_mul(n),
                     bytes_read: read(&[b.saturating_mul(m * k), b.saturating_mul(k * n)]),
-                    bytes_written: b.saturating_mul(m * n).saturating_mul(F32),
+                    bytes_written: write(b.saturating_mul(m * n)),
                 }
             }
             Op::Conv2d(c) => {
@@ -604,7 +888,7 @@ impl Op {
                         u(c.n) * u(c.c_in) * u(c.h) * u(c.w),
                         u(c.c_out) * u(c.c_in) * u(c.kh) * u(c.kw),
                     ]),
-                    bytes_written: out.saturating_mul(F32),
+                    bytes_written: write(out),
                 }
             }
         }
@@ -632,7 +916,7 @@ mod tests {
         assert_eq!((relu.flops, relu.bytes_read, relu.bytes_written), (1000, 4000, 4000));
         let add = Op::binary(BinaryOp::Add, 1000).cost();
         assert_eq!((add.flops, add.bytes_read, add.bytes_written), (1000, 8000, 4000));
-        let dot = Op::Dot { len: 1000 }.cost();
+        let dot = Op::dot(1000).cost();
         assert_eq!((dot.flops, dot.bytes_read, dot.bytes_written), (2000, 8000, 4));
         let ln = Op::rows(RowOp::LayerNorm { eps: 1e-5 }, 10, 100).cost();
         assert_eq!((ln.flops, ln.bytes_read, ln.bytes_written), (8000, 4000 + 800, 4000));
@@ -648,12 +932,23 @@ mod tests {
 
     #[test]
     fn conv2d_shape_and_cost() {
-        let spec = Conv2dSpec { n: 2, c_in: 3, h: 8, w: 10, c_out: 4, kh: 3, kw: 3, stride: (2, 1), padding: (1, 0) };
+        let spec = Conv2dSpec {
+            n: 2,
+            c_in: 3,
+            h: 8,
+            w: 10,
+            c_out: 4,
+            kh: 3,
+            kw: 3,
+            stride: (2, 1),
+            padding: (1, 0),
+            dtype: DType::F32,
+        };
         assert_eq!(spec.output_hw(), Some((4, 8)));
         let op = Op::Conv2d(spec);
         let l = op.layout().unwrap();
-        assert_eq!(l.inputs(), &[2 * 3 * 8 * 10, 4 * 3 * 9]);
-        assert_eq!(l.output, 2 * 4 * 4 * 8);
+        assert_eq!(l.input_lens().collect::<Vec<_>>(), [2 * 3 * 8 * 10, 4 * 3 * 9]);
+        assert_eq!(l.output_len(), 2 * 4 * 4 * 8);
         assert_eq!(op.cost().flops, 2 * (2 * 4 * 4 * 8) * 27);
         let bad = Op::Conv2d(Conv2dSpec { kh: 11, padding: (0, 0), ..spec });
         assert!(matches!(bad.layout(), Err(ComputeError::Shape { op: "conv2d", .. })));
@@ -677,6 +972,59 @@ mod tests {
         assert!(err.contains("a=[2x3] b=[3x4]"), "{err}");
         assert!(op.check(&[6], 8).is_err());
         assert!(op.check(&[6, 12], 9).is_err());
+    }
+
+    #[test]
+    fn half_ops_move_half_the_bytes_and_state_their_dtypes() {
+        let relu = Op::unary(UnaryOp::Relu, 1000).with_dtype(DType::BF16);
+        assert_eq!((relu.cost().bytes_read, relu.cost().bytes_written), (2000, 2000));
+        assert_eq!(relu.shapes(), "x=[1000] bf16");
+        let sum = Op::reduce(ReduceOp::Sum, 1000).with_dtype(DType::F16);
+        assert_eq!((sum.out_dtype(), sum.cost().bytes_read, sum.cost().bytes_written), (DType::F32, 2000, 4));
+        let mm = Op::Matmul(MatmulSpec::new(2, 3, 4).with_dtypes(DType::BF16, DType::F32));
+        let c = mm.cost();
+        assert_eq!((c.bytes_read, c.bytes_written), ((6 + 12) * 2, 8 * 4));
+        assert_eq!(mm.shapes(), "a=[2x3] b=[3x4] bf16→f32");
+        let tf32 = Op::Matmul(MatmulSpec::new(2, 3, 4).with_precision(Precision::Tf32));
+        assert_eq!(tf32.shapes(), "a=[2x3] b=[3x4] tf32");
+        let cast = Op::cast(10, DType::F32, DType::F16);
+        assert_eq!(
+            (cast.cost().bytes(), cast.class(), cast.shapes().as_str()),
+            (60, OpClass::Elementwise, "x=[10] f32→f16")
+        );
+        let l = mm.layout().unwrap();
+        assert_eq!(l.inputs(), [Operand::new(6, DType::BF16), Operand::new(12, DType::BF16)]);
+        assert_eq!(l.outputs(), [Operand::new(8, DType::F32)]);
+        assert_eq!(l.bytes(), c.bytes());
+    }
+
+    #[test]
+    fn check_operands_names_the_operand_of_the_wrong_dtype() {
+        let op = Op::binary(BinaryOp::Add, 4).with_dtype(DType::F16);
+        let f16x4 = Operand::new(4, DType::F16);
+        assert!(op.check_operands(&[f16x4, f16x4], f16x4).is_ok());
+        let err = op.check_operands(&[f16x4, Operand::new(4, DType::BF16)], f16x4).unwrap_err();
+        assert!(matches!(err, ComputeError::DType { op: "add", .. }), "{err:?}");
+        assert!(err.to_string().contains("input 1 is bf16, expected f16"), "{err}");
+        assert!(err.to_string().contains("a=[4] b=[4] f16"), "{err}");
+        let err = op.check_operands(&[f16x4, f16x4], Operand::new(4, DType::F32)).unwrap_err();
+        assert!(err.to_string().contains("the output is f32, expected f16"), "{err}");
+        // Lengths are checked first: a wrong length is a Shape error whatever the dtypes.
+        let short = Operand::new(3, DType::F32);
+        assert!(matches!(op.check_operands(&[f16x4, short], f16x4), Err(ComputeError::Shape { .. })));
+    }
+
+    #[test]
+    fn layouts_hold_any_number_of_operands() {
+        let ops: Vec<Operand> = (1..=9).map(|i| Operand::new(i, DType::F16)).collect();
+        for split in [0, 3, 5, 9] {
+            let l = Layout::new(&ops[..split], &ops[split..]);
+            assert_eq!(l.inputs(), &ops[..split]);
+            assert_eq!(l.outputs(), &ops[split..]);
+        }
+        let small = Layout::new(&ops[..2], &ops[2..3]);
+        assert_eq!(small.output(), Operand::new(3, DType::F16));
+        assert_eq!(small.bytes(), 12);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! conformance suite. Written for clarity, not speed.
 
 use crate::error::Result;
+use crate::host::HostSlice;
 use crate::op::{BinaryOp, GeluForm, Op, ReduceOp, RowOp, UnaryOp};
 
 /// A reference result: the exact-ish value of each output element, and a
@@ -127,18 +128,41 @@ pub fn binary(op: BinaryOp, a: f64, b: f64) -> f64 {
     }
 }
 
-fn widen(x: &[f32]) -> impl Iterator<Item = f64> + '_ {
-    x.iter().map(|&v| v as f64)
+fn widen(x: &[f64]) -> impl Iterator<Item = f64> + '_ {
+    x.iter().copied()
 }
 
-/// Computes `op` on `inputs` in float64. Validates lengths with [`Op::check`].
+/// Computes `op` on `f32` inputs in float64. Validates lengths with [`Op::check`]
+/// (not dtypes: `f32` values stand for values of any dtype here).
 pub fn run(op: &Op, inputs: &[&[f32]]) -> Result<Reference> {
+    let wide: Vec<Vec<f64>> = inputs.iter().map(|x| x.iter().map(|&v| f64::from(v)).collect()).collect();
+    run_f64(op, &wide.iter().map(Vec::as_slice).collect::<Vec<_>>())
+}
+
+/// Computes `op` on typed inputs in float64. Validates lengths and dtypes
+/// with [`Op::check_operands`].
+pub fn run_typed(op: &Op, inputs: &[HostSlice<'_>]) -> Result<Reference> {
+    let operands: Vec<_> = inputs.iter().map(|x| x.operand()).collect();
+    let out = op.layout()?.output();
+    op.check_operands(&operands, out)?;
+    let wide: Vec<Vec<f64>> = inputs.iter().map(|x| x.to_f64()).collect();
+    run_f64(op, &wide.iter().map(Vec::as_slice).collect::<Vec<_>>())
+}
+
+/// Computes `op` on inputs given as `f64` values (each exactly a value of its
+/// operand's dtype). Validates lengths with [`Op::check`]. The values are
+/// exact: rounding to the output dtype is the comparison's business.
+pub fn run_f64(op: &Op, inputs: &[&[f64]]) -> Result<Reference> {
     let lens: Vec<usize> = inputs.iter().map(|x| x.len()).collect();
     let layout = op.layout()?;
-    op.check(&lens, layout.output)?;
-    let mut values = Vec::with_capacity(layout.output);
-    let mut scale = Vec::with_capacity(layout.output);
+    op.check(&lens, layout.output_len())?;
+    let mut values = Vec::with_capacity(layout.output_len());
+    let mut scale = Vec::with_capacity(layout.output_len());
     match *op {
+        Op::Cast { .. } => {
+            values.extend(widen(inputs[0]));
+            scale.extend(widen(inputs[0]).map(f64::abs));
+        }
         Op::Unary { op, .. } => {
             for x in widen(inputs[0]) {
                 let v = unary(op, x);
@@ -173,7 +197,7 @@ pub fn run(op: &Op, inputs: &[&[f32]]) -> Result<Reference> {
             values.push(widen(inputs[0]).zip(widen(inputs[1])).map(|(a, b)| a * b).sum());
             scale.push(widen(inputs[0]).zip(widen(inputs[1])).map(|(a, b)| (a * b).abs()).sum());
         }
-        Op::Rows { op, rows, cols } => {
+        Op::Rows { op, rows, cols, .. } => {
             for r in 0..rows {
                 let row: Vec<f64> = widen(&inputs[0][r * cols..(r + 1) * cols]).collect();
                 rowwise(op, &row, inputs, &mut values, &mut scale);
@@ -188,8 +212,8 @@ pub fn run(op: &Op, inputs: &[&[f32]]) -> Result<Reference> {
                     for j in 0..s.n {
                         let (mut acc, mut mag) = (0.0f64, 0.0f64);
                         for p in 0..s.k {
-                            let av = if s.trans_a { a[p * s.m + i] } else { a[i * s.k + p] } as f64;
-                            let bv = if s.trans_b { b[j * s.k + p] } else { b[p * s.n + j] } as f64;
+                            let av = if s.trans_a { a[p * s.m + i] } else { a[i * s.k + p] };
+                            let bv = if s.trans_b { b[j * s.k + p] } else { b[p * s.n + j] };
                             acc += av * bv;
                             mag += (av * bv).abs();
                         }
@@ -218,8 +242,8 @@ pub fn run(op: &Op, inputs: &[&[f32]]) -> Result<Reference> {
                                         if ix < 0 || ix >= c.w as isize {
                                             continue;
                                         }
-                                        let xv = x[((ni * c.c_in + ci) * c.h + iy as usize) * c.w + ix as usize] as f64;
-                                        let wv = w[((co * c.c_in + ci) * c.kh + ky) * c.kw + kx] as f64;
+                                        let xv = x[((ni * c.c_in + ci) * c.h + iy as usize) * c.w + ix as usize];
+                                        let wv = w[((co * c.c_in + ci) * c.kh + ky) * c.kw + kx];
                                         acc += xv * wv;
                                         mag += (xv * wv).abs();
                                     }
@@ -236,7 +260,7 @@ pub fn run(op: &Op, inputs: &[&[f32]]) -> Result<Reference> {
     Ok(Reference { values, scale })
 }
 
-fn rowwise(op: RowOp, row: &[f64], inputs: &[&[f32]], values: &mut Vec<f64>, scale: &mut Vec<f64>) {
+fn rowwise(op: RowOp, row: &[f64], inputs: &[&[f64]], values: &mut Vec<f64>, scale: &mut Vec<f64>) {
     let n = row.len() as f64;
     match op {
         RowOp::Softmax | RowOp::LogSoftmax => {
@@ -261,11 +285,11 @@ fn rowwise(op: RowOp, row: &[f64], inputs: &[&[f32]], values: &mut Vec<f64>, sca
             let inv = 1.0 / (var + eps as f64).sqrt();
             let (gamma, beta) = (inputs[1], inputs[2]);
             for (j, &x) in row.iter().enumerate() {
-                let g = gamma[j] as f64;
-                let v = (x - mean) * inv * g + beta[j] as f64;
+                let g = gamma[j];
+                let v = (x - mean) * inv * g + beta[j];
                 values.push(v);
                 // Normalised values are O(1); the error scales with |γ|·(|x|+|mean|)·inv.
-                scale.push(v.abs() + g.abs() * (x.abs() + mean.abs()) * inv + (beta[j] as f64).abs());
+                scale.push(v.abs() + g.abs() * (x.abs() + mean.abs()) * inv + beta[j].abs());
             }
         }
         RowOp::RmsNorm { eps } => {
@@ -273,7 +297,7 @@ fn rowwise(op: RowOp, row: &[f64], inputs: &[&[f32]], values: &mut Vec<f64>, sca
             let inv = 1.0 / (ms + eps as f64).sqrt();
             let gamma = inputs[1];
             for (j, &x) in row.iter().enumerate() {
-                let v = x * inv * gamma[j] as f64;
+                let v = x * inv * gamma[j];
                 values.push(v);
                 scale.push(v.abs());
             }

@@ -2,8 +2,14 @@
 //! (GEMM tier, row-kernel shape), grid sizes, arguments, temporaries and the
 //! device's grid limits. Generic over a [`Launcher`]: the CUDA backend launches
 //! through the driver; a PTX emulator can run the same plans on the CPU.
+//!
+//! The kernels read and write `f32` only, for now: [`supported`] says which
+//! ops a plan can run, and [`f32_host`] turns a validated host call into the
+//! `f32` slices the backends copy to the device.
 
-use compute_core::{ComputeError, Conv2dSpec, MatmulSpec, Op, ReduceOp, Result};
+use compute_core::{
+    BackendKind, ComputeError, Conv2dSpec, DType, HostSlice, HostSliceMut, MatmulSpec, Op, ReduceOp, Result,
+};
 
 use crate::kernels::elementwise::{self, UnaryKind};
 use crate::kernels::gemm_simple::TILE;
@@ -61,6 +67,42 @@ fn u32_of(op: &'static str, what: &'static str, v: usize) -> Result<u32> {
     })
 }
 
+/// Why an op of another dtype is refused (the kernels are `f32` only, for now).
+const F32_ONLY: &str = "f16/bf16 kernels are not implemented on this backend yet";
+
+/// Whether the plans can run `op`: every operand is `f32` (a cast only from
+/// `f32` to `f32`, which is a copy). A matmul in TF32 precision is supported:
+/// it runs the full-precision kernels, which meet the TF32 bound. Free.
+pub fn supported(op: &Op) -> bool {
+    op.dtype() == DType::F32 && op.out_dtype() == DType::F32
+}
+
+/// The [`ComputeError::UnsupportedDType`] for an op that [`supported`]
+/// declines, naming its first dtype other than `f32`.
+pub fn unsupported_dtype(op: &Op) -> ComputeError {
+    let dtype = [op.dtype(), op.out_dtype()].into_iter().find(|&d| d != DType::F32).unwrap_or(DType::F32);
+    ComputeError::unsupported_dtype(op, BackendKind::Cuda, dtype, F32_ONLY)
+}
+
+/// The `f32` slices of a host call that [`compute_core::check_host_call`]
+/// has validated; for an op that [`supported`] declines (or a view that is not
+/// `f32`), [`unsupported_dtype`], with nothing written. Allocates one small
+/// vector of input slices.
+pub fn f32_host<'a>(
+    op: &Op,
+    inputs: &[HostSlice<'a>],
+    output: HostSliceMut<'a>,
+) -> Result<(Vec<&'a [f32]>, &'a mut [f32])> {
+    if !supported(op) {
+        return Err(unsupported_dtype(op));
+    }
+    let views = inputs.iter().map(|x| x.get::<f32>()).collect::<Option<Vec<_>>>();
+    match (views, output.into_typed::<f32>()) {
+        (Some(views), Some(out)) => Ok((views, out)),
+        _ => Err(unsupported_dtype(op)),
+    }
+}
+
 /// One kernel argument, as the kernel's parameter list declares it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Arg {
@@ -105,16 +147,22 @@ pub trait Launcher {
     /// A device buffer of `bytes` bytes for this plan's intermediates; the
     /// returned guard frees it (after the queued work that uses it) when dropped.
     fn temp(&self, bytes: usize, op: &'static str) -> Result<(Box<dyn std::any::Any>, u64)>;
+    /// Queues a copy of `bytes` bytes from device address `src` to `dst`, after
+    /// all earlier launches (how an `f32` to `f32` cast runs).
+    fn copy(&self, dst: u64, src: u64, bytes: usize, op: &'static str) -> Result<()>;
 }
 
 /// Queues `op` reading device addresses `ins` and writing `out`. The caller
-/// has validated the op ([`Op::check`]) and sized every buffer from its layout.
+/// has validated the op ([`Op::check_operands`]) and sized every buffer from
+/// its layout. An op that [`supported`] declines is [`unsupported_dtype`],
+/// with nothing queued.
 pub fn run_op(l: &dyn Launcher, op: &Op, ins: &[u64], out: u64) -> Result<()> {
     Exec { l }.run(op, ins, out)
 }
 
 /// Queues a matrix product with a chosen tier; `batch_strides` (elements
 /// between consecutive matrices of A, B, C; 0 shares one) defaults to contiguous.
+/// `f32` only ([`unsupported_dtype`] otherwise).
 pub fn run_matmul(
     l: &dyn Launcher,
     tier: GemmTier,
@@ -122,6 +170,10 @@ pub fn run_matmul(
     (a, b, c): (u64, u64, u64),
     batch_strides: Option<(usize, usize, usize)>,
 ) -> Result<()> {
+    let op = Op::Matmul(*spec);
+    if !supported(&op) {
+        return Err(unsupported_dtype(&op));
+    }
     Exec { l }.matmul(tier, spec, a, b, c, batch_strides, "matmul")
 }
 
@@ -147,22 +199,25 @@ impl Exec<'_> {
     fn run(&self, op: &Op, ins: &[u64], out: u64) -> Result<()> {
         let input =
             |i: usize| ins.get(i).copied().ok_or_else(|| ComputeError::shape(op.name(), "missing input", op.shapes()));
+        if !supported(op) {
+            return Err(unsupported_dtype(op));
+        }
         match *op {
-            Op::Unary { op: u, len } => {
+            Op::Unary { op: u, len, .. } => {
                 let (kind, p0, p1) = UnaryKind::of(u);
                 let args = [Arg::Ptr(input(0)?), Arg::Ptr(out), Arg::U64(len as u64), Arg::F32(p0), Arg::F32(p1)];
                 self.launch(KernelId::Unary(kind), self.stream_grid(len), &args)
             }
-            Op::Binary { op: b, len } => {
+            Op::Binary { op: b, len, .. } => {
                 let args = [Arg::Ptr(input(0)?), Arg::Ptr(input(1)?), Arg::Ptr(out), Arg::U64(len as u64)];
                 self.launch(KernelId::Binary(b), self.stream_grid(len), &args)
             }
-            Op::Reduce { op: r, len } => {
+            Op::Reduce { op: r, len, .. } => {
                 let kind = if r == ReduceOp::Sum { ReduceKind::Sum } else { ReduceKind::Max };
                 self.reduce(kind, &[input(0)?], len, out, op.name())
             }
-            Op::Dot { len } => self.reduce(ReduceKind::Dot, &[input(0)?, input(1)?], len, out, op.name()),
-            Op::Rows { op: r, rows, cols } => {
+            Op::Dot { len, .. } => self.reduce(ReduceKind::Dot, &[input(0)?, input(1)?], len, out, op.name()),
+            Op::Rows { op: r, rows, cols, .. } => {
                 let (kind, eps) = RowKind::of(r);
                 let params: Vec<u64> = match kind {
                     RowKind::Softmax | RowKind::LogSoftmax => vec![],
@@ -173,6 +228,16 @@ impl Exec<'_> {
             }
             Op::Matmul(spec) => self.matmul(GemmTier::choose(&spec), &spec, input(0)?, input(1)?, out, None, op.name()),
             Op::Conv2d(c) => self.conv2d(&c, input(0)?, input(1)?, out, op.name()),
+            // `supported` let only f32 → f32 through: the values, bit for bit.
+            Op::Cast { len, .. } => {
+                let bytes = len.checked_mul(4).ok_or(ComputeError::LimitExceeded {
+                    op: op.name(),
+                    what: "cast bytes",
+                    requested: len as u64,
+                    maximum: (usize::MAX / 4) as u64,
+                })?;
+                self.l.copy(out, input(0)?, bytes, op.name())
+            }
         }
     }
 
@@ -340,10 +405,50 @@ impl Exec<'_> {
             let blocks = (total as usize).div_ceil(conv::BLOCK as usize);
             let grid = Grid { blocks: (blocks as u32, nc as u32, 1), threads: (conv::BLOCK, 1, 1), dynamic_smem: 0 };
             self.launch(KernelId::Im2col, grid, &args)?;
-            let spec = MatmulSpec { batch: nc, m: c.c_out, k: kk, n: pix, trans_a: false, trans_b: false };
+            let spec = MatmulSpec { batch: nc, ..MatmulSpec::new(c.c_out, kk, pix) };
             self.matmul(GemmTier::choose(&spec), &spec, w, col, yo, Some((0, per_image, c.c_out * pix)), op)?;
             n0 += nc;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use compute_core::{Precision, UnaryOp};
+
+    #[test]
+    fn only_f32_ops_are_supported_and_the_error_names_the_other_dtype() {
+        let relu = Op::unary(UnaryOp::Relu, 8);
+        assert!(supported(&relu));
+        assert!(supported(&Op::cast(8, DType::F32, DType::F32)));
+        assert!(supported(&Op::Matmul(MatmulSpec::new(2, 3, 4).with_precision(Precision::Tf32))));
+        let half_in = Op::Matmul(MatmulSpec::new(2, 3, 4).with_dtypes(DType::BF16, DType::F32));
+        let half_out = Op::cast(8, DType::F32, DType::F16);
+        for (op, dtype) in [(relu.with_dtype(DType::F16), DType::F16), (half_in, DType::BF16), (half_out, DType::F16)] {
+            assert!(!supported(&op));
+            match unsupported_dtype(&op) {
+                ComputeError::UnsupportedDType { dtype: d, backend: BackendKind::Cuda, .. } => assert_eq!(d, dtype),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn host_views_are_f32_or_a_typed_error_with_nothing_written() {
+        let x = [1.0f32, -2.0];
+        let mut out = [7.0f32; 2];
+        let (ins, o) =
+            f32_host(&Op::unary(UnaryOp::Relu, 2), &[HostSlice::from(&x[..])], (&mut out[..]).into()).unwrap();
+        assert_eq!((ins, o.len()), (vec![&x[..]], 2));
+        let h = [compute_core::f16::ONE; 2];
+        let mut ho = [compute_core::f16::ZERO; 2];
+        let op = Op::unary(UnaryOp::Relu, 2).with_dtype(DType::F16);
+        assert!(matches!(
+            f32_host(&op, &[HostSlice::from(&h[..])], (&mut ho[..]).into()),
+            Err(ComputeError::UnsupportedDType { dtype: DType::F16, .. })
+        ));
+        assert_eq!(ho, [compute_core::f16::ZERO; 2]);
     }
 }

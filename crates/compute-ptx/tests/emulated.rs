@@ -35,7 +35,7 @@ fn check_tier(tier: GemmTier, shapes: &[(usize, usize, usize, usize)]) {
     let mut rng = Rng::new(0x5eed_0001);
     for &(batch, m, k, n) in shapes {
         for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
-            let spec = MatmulSpec { batch, m, k, n, trans_a: ta, trans_b: tb };
+            let spec = MatmulSpec { batch, trans_a: ta, trans_b: tb, ..MatmulSpec::new(m, k, n) };
             let a = rng.vec(batch * m * k, -1.0, 1.0);
             let b = rng.vec(batch * k * n, -1.0, 1.0);
             let out = emu.matmul_tier(tier, spec, &a, &b);
@@ -86,4 +86,40 @@ fn simt_sweep_shapes_agree() {
     for cfg in sweep_configs() {
         check_tier(GemmTier::Simt(cfg), &[(1, 70, 21, 90), (1, 33, 1, 65), (2, 129, 40, 131)]);
     }
+}
+
+/// The plans run `f32` only: every op with a half operand is declined and
+/// refused with `UnsupportedDType` before anything is launched; half tensors
+/// are stored as their bytes; an `f32` to `f32` cast is a copy that keeps every bit.
+#[test]
+fn half_data_is_stored_but_not_computed_and_f32_casts_copy() {
+    use compute_core::{Backend, ComputeError, DType, HostVec, Ops, UnaryOp, bf16};
+    let emu = EmuBackend::new();
+    let mut rng = Rng::new(0x5eed_0002);
+    for dtype in [DType::F16, DType::BF16] {
+        let data = HostVec::from_f32(dtype, &rng.vec(7, -3.0, 3.0));
+        let t = emu.upload_typed(data.as_slice()).unwrap();
+        assert_eq!((t.len(), t.dtype()), (7, dtype));
+        let mut back = HostVec::zeros(dtype, 7);
+        emu.download_typed(&t, back.as_mut()).unwrap();
+        assert_eq!(back.bits(), data.bits());
+        let op = Op::unary(UnaryOp::Relu, 7).with_dtype(dtype);
+        assert!(!emu.supports(&op));
+        let out = emu.alloc_typed(7, dtype).unwrap();
+        let launches = emu.log.lock().unwrap().len();
+        match emu.run_tensors(&op, &[&t], &out) {
+            Err(ComputeError::UnsupportedDType { dtype: d, .. }) => assert_eq!(d, dtype),
+            other => panic!("{dtype} relu: {other:?}"),
+        }
+        assert_eq!(emu.log.lock().unwrap().len(), launches, "nothing launched");
+    }
+    let x: Vec<bf16> = rng.vec(9, -1.0, 1.0).into_iter().map(bf16::from_f32).collect();
+    let mut out = vec![0.0f32; 9];
+    assert!(matches!(emu.cast(&x, &mut out), Err(ComputeError::UnsupportedDType { dtype: DType::BF16, .. })));
+    assert!(out.iter().all(|&v| v == 0.0));
+    let mut v = rng.vec(1031, -1e30, 1e30);
+    v[..4].copy_from_slice(&[f32::from_bits(0x7fc0_1234), 1e-45, -0.0, f32::NEG_INFINITY]);
+    let mut copied = vec![f32::NAN; v.len()];
+    emu.cast(&v, &mut copied).unwrap();
+    assert!(copied.iter().zip(&v).all(|(a, b)| a.to_bits() == b.to_bits()));
 }

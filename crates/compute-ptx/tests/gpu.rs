@@ -67,7 +67,7 @@ fn every_gemm_tier_matches_the_reference() {
                 continue;
             }
             for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
-                let spec = MatmulSpec { batch, m, k, n, trans_a: ta, trans_b: tb };
+                let spec = MatmulSpec { batch, trans_a: ta, trans_b: tb, ..MatmulSpec::new(m, k, n) };
                 if let Err(e) = run_tier(&be, tier, spec, &mut rng) {
                     fails.push(e);
                 }
@@ -116,9 +116,9 @@ fn prepare_loads_the_kernels_of_its_ops() {
     let mut rng = Rng::new(21);
     for op in &ops {
         let layout = op.layout().unwrap();
-        let ins: Vec<Vec<f32>> = layout.inputs().iter().map(|&n| rng.vec(n, -1.0, 1.0)).collect();
+        let ins: Vec<Vec<f32>> = layout.input_lens().map(|n| rng.vec(n, -1.0, 1.0)).collect();
         let refs: Vec<&[f32]> = ins.iter().map(Vec::as_slice).collect();
-        let mut out = vec![f32::NAN; layout.output];
+        let mut out = vec![f32::NAN; layout.output_len()];
         be.run(op, &refs, &mut out).unwrap();
         assert!(compare(op, &refs, &out, 1.0).is_none(), "{op:?}");
     }
@@ -184,6 +184,9 @@ impl compute_core::TensorStorage for Foreign {
     fn len(&self) -> usize {
         4
     }
+    fn dtype(&self) -> compute_core::DType {
+        compute_core::DType::F32
+    }
     fn location(&self) -> compute_core::Location {
         compute_core::Location { backend: BackendKind::Simd, device: 0 }
     }
@@ -207,4 +210,51 @@ fn async_names_match_the_blocking_ones() {
     let Some(be) = backend("async_names_match_the_blocking_ones") else { return };
     let mut rng = Rng::new(compute_core::conformance::rng::fresh_seed());
     compute_core::conformance::check_async_ops(&be, &mut rng).unwrap();
+}
+
+/// Half tensors are stored as their bytes (odd lengths too) and come back bit
+/// for bit; ops on them are refused with typed errors, leaving outputs
+/// untouched; an `f32` to `f32` cast is a device copy that keeps every bit.
+#[test]
+fn half_tensors_are_stored_and_refused_by_the_kernels() {
+    use compute_core::{DType, HostVec, Ops, bf16};
+    let Some(be) = backend("half_tensors_are_stored_and_refused_by_the_kernels") else { return };
+    let mut rng = Rng::new(31);
+    for len in [7, (1 << 20) + 3] {
+        for dtype in [DType::F16, DType::BF16] {
+            let data = HostVec::from_f32(dtype, &rng.vec(len, -100.0, 100.0));
+            let t = be.upload_typed(data.as_slice()).unwrap();
+            assert_eq!((t.len(), t.dtype()), (len, dtype));
+            let mut back = HostVec::zeros(dtype, len);
+            be.download_typed(&t, back.as_mut()).unwrap();
+            assert_eq!(back.bits(), data.bits(), "{dtype} x {len}");
+            let out = be.alloc_typed(len, dtype).unwrap();
+            be.copy(&t, &out).unwrap();
+            be.download_typed(&out, back.as_mut()).unwrap();
+            assert_eq!(back.bits(), data.bits(), "{dtype} x {len} device copy");
+            let relu = Op::unary(UnaryOp::Relu, len);
+            assert!(matches!(be.run_tensors(&relu, &[&t], &out), Err(ComputeError::DType { .. })));
+            match be.run_tensors(&relu.with_dtype(dtype), &[&t], &out) {
+                Err(ComputeError::UnsupportedDType { dtype: d, backend: BackendKind::Cuda, .. }) => {
+                    assert_eq!(d, dtype)
+                }
+                other => panic!("{dtype} relu on tensors: {other:?}"),
+            }
+        }
+    }
+    let x: Vec<bf16> = rng.vec(33, -2.0, 2.0).into_iter().map(bf16::from_f32).collect();
+    let mut out = vec![bf16::from_bits(0x7fed); 33];
+    assert!(matches!(be.relu(&x, &mut out), Err(ComputeError::UnsupportedDType { dtype: DType::BF16, .. })));
+    assert!(out.iter().all(|v| v.to_bits() == 0x7fed), "output written despite the error");
+    let mut v = rng.vec(4099, -1e30, 1e30);
+    v[..4].copy_from_slice(&[f32::from_bits(0x7fc0_1234), 1e-45, -0.0, f32::INFINITY]);
+    let cast = Op::cast(v.len(), DType::F32, DType::F32);
+    let mut copied = vec![f32::NAN; v.len()];
+    be.run(&cast, &[&v], &mut copied).unwrap();
+    assert!(copied.iter().zip(&v).all(|(a, b)| a.to_bits() == b.to_bits()), "host cast");
+    let (tv, to) = (be.upload(&v).unwrap(), be.alloc(v.len()).unwrap());
+    be.run_tensors(&cast, &[&tv], &to).unwrap();
+    let mut back = vec![0.0; v.len()];
+    be.download(&to, &mut back).unwrap();
+    assert!(back.iter().zip(&v).all(|(a, b)| a.to_bits() == b.to_bits()), "tensor cast");
 }

@@ -77,7 +77,7 @@ fn thresholds() -> Result<(), Box<dyn Error>> {
         ("relu", |n| Op::unary(UnaryOp::Relu, n)),
         ("sigmoid", |n| Op::unary(UnaryOp::Sigmoid, n)),
         ("gelu_erf", |n| Op::unary(UnaryOp::Gelu(GeluForm::Erf), n)),
-        ("sum", |n| Op::Reduce { op: ReduceOp::Sum, len: n }),
+        ("sum", |n| Op::reduce(ReduceOp::Sum, n)),
         ("softmax", |n| Op::rows(RowOp::Softmax, n / 256, 256)),
     ];
     for (name, make) in classes {
@@ -165,9 +165,9 @@ fn compute(isas: &[Isa]) -> Result<(), Box<dyn Error>> {
         Op::rows(RowOp::LogSoftmax, n / cols, cols),
         Op::rows(RowOp::LayerNorm { eps: 1e-5 }, n / cols, cols),
         Op::rows(RowOp::RmsNorm { eps: 1e-5 }, n / cols, cols),
-        Op::Reduce { op: ReduceOp::Sum, len: n },
-        Op::Dot { len: n },
-        Op::Reduce { op: ReduceOp::Max, len: n },
+        Op::reduce(ReduceOp::Sum, n),
+        Op::dot(n),
+        Op::reduce(ReduceOp::Max, n),
     ];
     for &isa in isas {
         // No pool of its own: the calls run on the measuring 1-thread pool below.
@@ -256,9 +256,9 @@ fn main() -> Result<(), Box<dyn Error>> {
         Op::rows(RowOp::LogSoftmax, len / cols, cols),
         Op::rows(RowOp::LayerNorm { eps: 1e-5 }, len / cols, cols),
         Op::rows(RowOp::RmsNorm { eps: 1e-5 }, len / cols, cols),
-        Op::Reduce { op: ReduceOp::Sum, len },
-        Op::Dot { len },
-        Op::Reduce { op: ReduceOp::Max, len },
+        Op::reduce(ReduceOp::Sum, len),
+        Op::dot(len),
+        Op::reduce(ReduceOp::Max, len),
     ];
     println!("len = {len} f32, {reps} interleaved pairs per row, medians");
     for &isa in &isas {

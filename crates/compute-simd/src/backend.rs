@@ -4,12 +4,12 @@ use std::any::Any;
 use std::sync::{Arc, RwLock};
 
 use compute_core::{
-    Backend, BackendKind, ComputeError, Location, Op, ReduceOp, Result, Tensor, TensorStorage, check_host_call,
-    check_tensor_call,
+    Backend, BackendKind, ComputeError, DType, HostSlice, HostSliceMut, Location, Op, ReduceOp, Result, Tensor,
+    TensorStorage, bf16, check_download, check_host_call, check_tensor_call, f16,
 };
 
 use crate::isa::Isa;
-use crate::{gemm, kernels};
+use crate::{gemm, halves, kernels};
 
 /// Runs every op on the CPU with the best SIMD path ([`Isa::detect`]) and, above
 /// the thresholds in [`crate::tuning`], on several threads.
@@ -96,19 +96,33 @@ impl SimdBackend {
         }
     }
 
-    /// Runs a validated op on host slices.
-    fn compute(&self, op: &Op, inputs: &[&[f32]], out: &mut [f32]) {
+    /// Runs a validated op on host views: `f32` ops straight on the `f32`
+    /// kernels, every other dtype (and casts) through [`halves`].
+    fn compute(&self, op: &Op, inputs: &[HostSlice<'_>], mut out: HostSliceMut<'_>) -> Result<()> {
         let isa = self.isa;
+        let all_f32 = !matches!(op, Op::Cast { .. }) && op.dtype() == DType::F32 && op.out_dtype() == DType::F32;
+        if !all_f32 {
+            return self.install(op, || halves::run(isa, op, inputs, out));
+        }
+        let mut f32s: [&[f32]; 3] = [&[]; 3];
+        for (slot, x) in f32s.iter_mut().zip(inputs) {
+            *slot = x.get::<f32>().unwrap_or_default();
+        }
+        let inputs = &f32s[..inputs.len().min(3)];
+        let Some(out) = out.get_mut::<f32>() else { return Ok(()) };
         self.install(op, || match *op {
             Op::Unary { op, .. } => kernels::elementwise::unary(isa, op, inputs[0], out),
             Op::Binary { op, .. } => kernels::elementwise::binary(isa, op, inputs[0], inputs[1], out),
             Op::Reduce { op: ReduceOp::Sum, .. } => out[0] = kernels::reduce::sum(isa, inputs[0]),
             Op::Reduce { op: ReduceOp::Max, .. } => out[0] = kernels::reduce::max(isa, inputs[0]),
             Op::Dot { .. } => out[0] = kernels::reduce::dot(isa, inputs[0], inputs[1]),
-            Op::Rows { op, rows, cols } => kernels::rows::run(isa, op, rows, cols, inputs, out),
+            Op::Rows { op, rows, cols, .. } => kernels::rows::run(isa, op, rows, cols, inputs, out),
+            // TF32 is an allowance, not a demand: the CPU computes in full precision.
             Op::Matmul(spec) => gemm::sgemm(isa, &spec, inputs[0], inputs[1], out),
             Op::Conv2d(spec) => kernels::conv::conv2d(isa, &spec, inputs[0], inputs[1], out),
-        })
+            Op::Cast { .. } => {}
+        });
+        Ok(())
     }
 }
 
@@ -119,7 +133,11 @@ fn stays_sequential(op: &Op) -> bool {
     // The smallest element threshold of any element-wise, reduction or row kernel.
     let min_elems = PAR_ROWS_MIN.min(PAR_TRANSCENDENTAL_MIN);
     match *op {
-        Op::Unary { len, .. } | Op::Binary { len, .. } | Op::Reduce { len, .. } | Op::Dot { len } => len < min_elems,
+        Op::Unary { len, .. }
+        | Op::Binary { len, .. }
+        | Op::Reduce { len, .. }
+        | Op::Dot { len, .. }
+        | Op::Cast { len, .. } => len < min_elems,
         Op::Rows { rows, cols, .. } => rows.saturating_mul(cols) < min_elems,
         Op::Matmul(s) => s.batch.saturating_mul(s.m).saturating_mul(s.k).saturating_mul(s.n) < PAR_GEMM_MIN_MACS,
         Op::Conv2d(_) => false,
@@ -127,17 +145,17 @@ fn stays_sequential(op: &Op) -> bool {
 }
 
 /// Host memory standing in for device memory, so the CPU backend offers the
-/// same tensor API as the GPU backends (no copies between ops). Its values
-/// start on a page boundary from 16384 elements (64 KiB) on, and on a
+/// same tensor API as the GPU backends (no copies between ops). Holds values
+/// of one dtype. Its values start on a page boundary from 64 KiB on, and on a
 /// cache line below that.
 #[derive(Debug)]
 pub struct HostStorage {
     data: RwLock<Aligned>,
 }
 
-/// `len` floats inside a `Vec` allocated a little longer, starting on an
-/// alignment boundary. Costs at most one page (6% at [`Aligned::PAGE_FROM`]
-/// elements) or one cache line of extra memory.
+/// `len` values of `dtype` inside a `Vec` of 4-byte words allocated a little
+/// longer, starting on an alignment boundary. Costs at most one page (6% at
+/// [`Aligned::PAGE_FROM`] bytes) or one cache line of extra memory.
 ///
 /// Why: on the H200 machine's Xeon, the one-thread add of 2¹⁷ elements took a
 /// median 61–87 µs over 96 trials of three separately allocated `Vec`s (the
@@ -149,41 +167,71 @@ pub struct HostStorage {
 #[derive(Debug)]
 struct Aligned {
     buf: Vec<f32>,
+    /// First word of the values.
     start: usize,
     len: usize,
+    dtype: DType,
 }
 
 impl Aligned {
-    /// Tensors of this many elements (64 KiB) or more start on a 4 KiB page.
-    const PAGE_FROM: usize = 1 << 14;
+    /// Tensors of this many bytes (64 KiB) or more start on a 4 KiB page.
+    const PAGE_FROM: usize = 1 << 16;
 
-    /// `len` zeros, or `OutOfMemory` (naming `op`) when the allocator cannot
-    /// provide them: the process never aborts on a large request.
-    fn zeroed(len: usize, op: &'static str) -> Result<Aligned> {
-        let align = if len >= Self::PAGE_FROM { 1024 } else { 16 };
+    /// `len` zeros of `dtype`, or `OutOfMemory` (naming `op`) when the
+    /// allocator cannot provide them: the process never aborts on a large request.
+    fn zeroed(len: usize, dtype: DType, op: &'static str) -> Result<Aligned> {
+        let bytes = len.checked_mul(dtype.size_in_bytes());
         let oom = || ComputeError::OutOfMemory {
             op,
             backend: BackendKind::Simd,
-            requested_bytes: (len as u64).saturating_mul(4),
+            requested_bytes: dtype.bytes_for(len).unwrap_or(u64::MAX),
         };
-        let buf = len.checked_add(align - 1).and_then(zeroed_vec).ok_or_else(oom)?;
+        let bytes = bytes.ok_or_else(oom)?;
+        let words = bytes.div_ceil(4);
+        // Alignment in words: a page (1024 words) or a cache line (16).
+        let align = if bytes >= Self::PAGE_FROM { 1024 } else { 16 };
+        let buf = words.checked_add(align - 1).and_then(zeroed_vec).ok_or_else(oom)?;
         let start = buf.as_ptr().align_offset(align * 4).min(align - 1);
-        Ok(Aligned { buf, start, len })
+        Ok(Aligned { buf, start, len, dtype })
     }
 
     /// A copy of `data`.
-    fn from_slice(data: &[f32], op: &'static str) -> Result<Aligned> {
-        let mut a = Aligned::zeroed(data.len(), op)?;
-        a.as_mut_slice().copy_from_slice(data);
+    fn from_slice(data: HostSlice<'_>, op: &'static str) -> Result<Aligned> {
+        let mut a = Aligned::zeroed(data.len(), data.dtype(), op)?;
+        a.as_mut().as_bytes_mut().copy_from_slice(data.as_bytes());
         Ok(a)
     }
 
-    fn as_slice(&self) -> &[f32] {
-        &self.buf[self.start..self.start + self.len]
+    fn words(&self) -> &[f32] {
+        let n = (self.len * self.dtype.size_in_bytes()).div_ceil(4);
+        &self.buf[self.start..self.start + n]
     }
 
-    fn as_mut_slice(&mut self) -> &mut [f32] {
-        &mut self.buf[self.start..self.start + self.len]
+    fn words_mut(&mut self) -> &mut [f32] {
+        let n = (self.len * self.dtype.size_in_bytes()).div_ceil(4);
+        &mut self.buf[self.start..self.start + n]
+    }
+
+    /// The values, typed.
+    fn as_slice(&self) -> HostSlice<'_> {
+        let (len, dtype) = (self.len, self.dtype);
+        let w = self.words();
+        match dtype {
+            DType::F16 => HostSlice::F16(&bytemuck::cast_slice::<f32, f16>(w)[..len]),
+            DType::BF16 => HostSlice::BF16(&bytemuck::cast_slice::<f32, bf16>(w)[..len]),
+            _ => HostSlice::F32(w),
+        }
+    }
+
+    /// The values, typed and writable.
+    fn as_mut(&mut self) -> HostSliceMut<'_> {
+        let (len, dtype) = (self.len, self.dtype);
+        let w = self.words_mut();
+        match dtype {
+            DType::F16 => HostSliceMut::F16(&mut bytemuck::cast_slice_mut::<f32, f16>(w)[..len]),
+            DType::BF16 => HostSliceMut::BF16(&mut bytemuck::cast_slice_mut::<f32, bf16>(w)[..len]),
+            _ => HostSliceMut::F32(w),
+        }
     }
 }
 
@@ -209,6 +257,9 @@ fn zeroed_vec(len: usize) -> Option<Vec<f32>> {
 impl TensorStorage for HostStorage {
     fn len(&self) -> usize {
         self.data.read().map_or(0, |d| d.len)
+    }
+    fn dtype(&self) -> DType {
+        self.data.read().map_or(DType::F32, |d| d.dtype)
     }
     fn location(&self) -> Location {
         Location { backend: BackendKind::Simd, device: 0 }
@@ -251,34 +302,26 @@ impl Backend for SimdBackend {
         format!("CPU {} x{} threads", self.isa, self.threads())
     }
 
-    fn run(&self, op: &Op, inputs: &[&[f32]], output: &mut [f32]) -> Result<()> {
-        check_host_call(op, inputs, output)?;
-        self.compute(op, inputs, output);
-        Ok(())
+    fn run_typed(&self, op: &Op, inputs: &[HostSlice<'_>], output: HostSliceMut<'_>) -> Result<()> {
+        check_host_call(op, inputs, &output)?;
+        self.compute(op, inputs, output)
     }
 
-    fn upload(&self, data: &[f32]) -> Result<Tensor> {
+    fn upload_typed(&self, data: HostSlice<'_>) -> Result<Tensor> {
         let data = Aligned::from_slice(data, "upload")?;
         Ok(Tensor::from_storage(Arc::new(HostStorage { data: RwLock::new(data) })))
     }
 
-    /// A tensor of `len` zeros; `OutOfMemory` when this host cannot allocate it.
-    fn alloc(&self, len: usize) -> Result<Tensor> {
-        let data = Aligned::zeroed(len, "alloc")?;
+    /// A tensor of `len` zeros of `dtype`; `OutOfMemory` when this host cannot allocate it.
+    fn alloc_typed(&self, len: usize, dtype: DType) -> Result<Tensor> {
+        let data = Aligned::zeroed(len, dtype, "alloc")?;
         Ok(Tensor::from_storage(Arc::new(HostStorage { data: RwLock::new(data) })))
     }
 
-    fn download(&self, tensor: &Tensor, out: &mut [f32]) -> Result<()> {
+    fn download_typed(&self, tensor: &Tensor, mut out: HostSliceMut<'_>) -> Result<()> {
         let guard = host(tensor)?.data.read().map_err(|_| poisoned("download"))?;
-        let data = guard.as_slice();
-        if data.len() != out.len() {
-            return Err(ComputeError::shape(
-                "download",
-                format!("tensor has {} elements, buffer {}", data.len(), out.len()),
-                format!("tensor=[{}] out=[{}]", data.len(), out.len()),
-            ));
-        }
-        out.copy_from_slice(data);
+        check_download(tensor, &out)?;
+        out.as_bytes_mut().copy_from_slice(guard.as_slice().as_bytes());
         Ok(())
     }
 
@@ -286,10 +329,9 @@ impl Backend for SimdBackend {
         check_tensor_call(op, HOST, inputs, output)?;
         let guards =
             inputs.iter().map(|t| host(t)?.data.read().map_err(|_| poisoned(op.name()))).collect::<Result<Vec<_>>>()?;
-        let slices: Vec<&[f32]> = guards.iter().map(|g| g.as_slice()).collect();
+        let views: Vec<HostSlice<'_>> = guards.iter().map(|g| g.as_slice()).collect();
         let mut out = host(output)?.data.write().map_err(|_| poisoned(op.name()))?;
-        self.compute(op, &slices, out.as_mut_slice());
-        Ok(())
+        self.compute(op, &views, out.as_mut())
     }
 }
 
@@ -297,20 +339,25 @@ impl Backend for SimdBackend {
 mod tests {
     use super::Aligned;
     use crate::SimdBackend;
-    use compute_core::{Backend, BackendKind, ComputeError};
+    use compute_core::{Backend, BackendKind, ComputeError, DType, HostSlice, bf16};
 
     #[test]
     fn host_tensors_start_on_a_page_or_a_cache_line_and_keep_their_values() {
-        for len in [0usize, 1, 15, 1000, Aligned::PAGE_FROM - 1, Aligned::PAGE_FROM, 3 * Aligned::PAGE_FROM + 5] {
+        let page = Aligned::PAGE_FROM / 4;
+        for len in [0usize, 1, 15, 1000, page - 1, page, 3 * page + 5] {
             let data: Vec<f32> = (0..len).map(|i| i as f32 * 0.5 - 3.0).collect();
-            let a = Aligned::from_slice(&data, "upload").unwrap();
-            assert_eq!(a.as_slice(), &data[..], "len {len}");
-            let align = if len >= Aligned::PAGE_FROM { 4096 } else { 64 };
-            assert_eq!(a.as_slice().as_ptr() as usize % align, 0, "len {len}");
-            let z = Aligned::zeroed(len, "alloc").unwrap();
+            let a = Aligned::from_slice(HostSlice::F32(&data), "upload").unwrap();
+            assert_eq!(a.as_slice(), HostSlice::F32(&data), "len {len}");
+            let align = if len * 4 >= Aligned::PAGE_FROM { 4096 } else { 64 };
+            assert_eq!(a.as_slice().as_bytes().as_ptr() as usize % align, 0, "len {len}");
+            let z = Aligned::zeroed(len, DType::F32, "alloc").unwrap();
             assert_eq!(z.as_slice().len(), len);
-            assert!(z.as_slice().iter().all(|&v| v == 0.0));
-            assert_eq!(z.as_slice().as_ptr() as usize % align, 0, "len {len}");
+            assert!(z.as_slice().to_f32().iter().all(|&v| v == 0.0));
+            assert_eq!(z.as_slice().as_bytes().as_ptr() as usize % align, 0, "len {len}");
+            // Half tensors: odd lengths end mid-word, and read back exactly.
+            let h: Vec<bf16> = data.iter().map(|&v| bf16::from_f32(v)).collect();
+            let a = Aligned::from_slice(HostSlice::BF16(&h), "upload").unwrap();
+            assert_eq!(a.as_slice(), HostSlice::BF16(&h), "len {len}");
         }
     }
 

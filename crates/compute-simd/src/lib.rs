@@ -16,6 +16,7 @@
 
 mod backend;
 pub mod gemm;
+pub mod halves;
 pub mod isa;
 pub mod kernels;
 pub mod simd;

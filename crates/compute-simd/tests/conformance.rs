@@ -1,7 +1,7 @@
 //! The shared conformance suite on the CPU backend, once per ISA path this CPU
 //! supports (AVX-512 and AVX2+FMA on x86-64, NEON on aarch64, portable
 //! everywhere). A path this CPU lacks is reported as skipped.
-use compute_core::{BackendKind, ComputeError, conformance::Config};
+use compute_core::{BackendKind, ComputeError, DType, conformance::Config};
 use compute_simd::{Isa, SimdBackend};
 
 /// The backend on `isa`; `Unsupported` (the group is skipped, even where the
@@ -17,25 +17,37 @@ fn on(isa: Isa) -> Result<SimdBackend, ComputeError> {
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use super::*;
-    compute_core::conformance_tests!(|| on(Isa::Avx512), BackendKind::Simd, Config::from_env());
+    compute_core::conformance_tests!(
+        || on(Isa::Avx512),
+        BackendKind::Simd,
+        Config::from_env().with_dtypes(&DType::ALL)
+    );
 }
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::*;
-    compute_core::conformance_tests!(|| on(Isa::Avx2), BackendKind::Simd, Config::from_env());
+    compute_core::conformance_tests!(|| on(Isa::Avx2), BackendKind::Simd, Config::from_env().with_dtypes(&DType::ALL));
 }
 #[cfg(target_arch = "aarch64")]
 mod neon {
     use super::*;
-    compute_core::conformance_tests!(|| on(Isa::Neon), BackendKind::Simd, Config::from_env());
+    compute_core::conformance_tests!(|| on(Isa::Neon), BackendKind::Simd, Config::from_env().with_dtypes(&DType::ALL));
 }
 mod portable {
     use super::*;
-    compute_core::conformance_tests!(|| on(Isa::Portable), BackendKind::Simd, Config::from_env());
+    compute_core::conformance_tests!(
+        || on(Isa::Portable),
+        BackendKind::Simd,
+        Config::from_env().with_dtypes(&DType::ALL)
+    );
 }
 mod single_thread {
     use super::*;
-    compute_core::conformance_tests!(|| SimdBackend::with_threads(1), BackendKind::Simd, Config::from_env());
+    compute_core::conformance_tests!(
+        || SimdBackend::with_threads(1),
+        BackendKind::Simd,
+        Config::from_env().with_dtypes(&DType::ALL)
+    );
 }
 
 #[test]

@@ -3,10 +3,13 @@
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
-use compute_core::{Backend, BackendKind, ComputeError, Op, Result, Tensor, check_host_call, check_tensor_call};
+use compute_core::{
+    Backend, BackendKind, ComputeError, DType, HostSlice, HostSliceMut, Op, Operand, Result, Tensor, check_download,
+    check_host_call, check_tensor_call,
+};
 
 use crate::batch::GpuCommandBatch;
-use crate::buffers::{BufferRecycler, GpuBuffer, LOCATION, Use, padded_bytes};
+use crate::buffers::{BufferRecycler, GpuBuffer, LOCATION, Use, padded_bytes, padded_bytes_of};
 use crate::completion::{Signal, WorkDone};
 use crate::context::{AdapterReport, Context, block_on};
 use crate::encode::{self, Readback};
@@ -20,9 +23,17 @@ use crate::plan::{self, View};
 ///
 /// Cheap to clone (one shared device). Shaders are compiled once per device and
 /// pipelines cached; buffers for host calls, staging and kernel parameters are
-/// reused across calls. Host calls ([`Backend::run`]) copy in, run and copy out
-/// in one submission and wait; tensor calls ([`Backend::run_tensors`]) submit
-/// and return; [`GpuCommandBatch`] records many ops into one submission.
+/// reused across calls. Host calls ([`Backend::run_typed`], [`Backend::run`])
+/// copy in, run and copy out in one submission and wait; tensor calls
+/// ([`Backend::run_tensors`]) submit and return; [`GpuCommandBatch`] records
+/// many ops into one submission.
+///
+/// Dtypes: the shaders compute on `f32` only, for now ([`Backend::supports`]
+/// declines every op with an `f16` or `bf16` operand, and a cast between two
+/// dtypes, which fail with [`ComputeError::UnsupportedDType`]; a cast from
+/// `f32` to `f32` is a buffer copy, and a TF32 matmul runs in full
+/// precision). Tensors of any dtype can be uploaded, allocated and
+/// downloaded: their bytes are stored as they are.
 #[derive(Clone, Debug)]
 pub struct WgpuBackend {
     pub(crate) ctx: Arc<Context>,
@@ -176,7 +187,7 @@ impl WgpuBackend {
                 format!("x=[{len}]"),
             ));
         }
-        Ok(Tensor::from_storage(Arc::new(GpuBuffer::new(buffer, len, self.ctx.id, recycler))))
+        Ok(Tensor::from_storage(Arc::new(GpuBuffer::new(buffer, len, DType::F32, self.ctx.id, recycler))))
     }
 
     /// Whether [`WgpuBackend::time_tensors`] and [`WgpuBackend::time_commands`] can
@@ -187,10 +198,14 @@ impl WgpuBackend {
         self.ctx.timestamps()
     }
 
-    /// Checks a call on resident tensors and plans its dispatches (nothing is
-    /// recorded yet): what `run_tensors` and `time_tensors` submit.
+    /// Checks a call on resident tensors (lengths, dtypes, and dtypes the
+    /// shaders lack) and plans its dispatches (nothing is recorded yet): what
+    /// `run_tensors` and `time_tensors` submit.
     fn planned(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> Result<Vec<plan::Step>> {
         check_tensor_call(op, LOCATION, inputs, output)?;
+        if !plan::supported(op) {
+            return Err(plan::unsupported_dtype(op));
+        }
         self.check_limits(op)?;
         let mut views = Vec::with_capacity(inputs.len());
         for t in inputs {
@@ -257,28 +272,44 @@ impl WgpuBackend {
         WorkDone { signal, ctx: Arc::clone(&self.ctx), waiting: None }
     }
 
-    /// Copies a tensor back to the host without blocking (the browser's way;
-    /// works on native too). Costs one submission and one staging buffer (reused).
+    /// Copies an `f32` tensor back to the host without blocking (the browser's
+    /// way; works on native too); a tensor of another dtype is a
+    /// [`ComputeError::DType`] error. Costs one submission and one staging
+    /// buffer (reused).
     pub fn download_async(&self, tensor: &Tensor) -> impl Future<Output = Result<Vec<f32>>> + use<> {
-        let read = self
-            .storage(tensor, "download")
-            .and_then(|g| encode::submit_and_read(&self.ctx, Vec::new(), g.buffer(), tensor.len(), "download"));
+        let read = self.storage(tensor, "download").and_then(|g| {
+            if tensor.dtype() != DType::F32 {
+                return Err(ComputeError::DType {
+                    op: "download",
+                    detail: format!("download_async reads f32 values, the tensor is {}", tensor.dtype()),
+                    shapes: format!("tensor=[{}] {}", tensor.len(), tensor.dtype()),
+                });
+            }
+            let bytes = tensor.operand().bytes();
+            encode::submit_and_read(&self.ctx, Vec::new(), g.buffer(), bytes, "download")
+        });
         async move { read?.await }
     }
 
-    /// Runs `op` on host data without blocking: uploads, runs and starts the read
-    /// back in one submission; the future yields the output.
+    /// Runs an `f32` op on `f32` host data without blocking: uploads, runs and
+    /// starts the read back in one submission; the future yields the output.
+    /// An op of another dtype is a [`ComputeError::DType`] error (the inputs
+    /// are `f32`).
     pub fn run_async(&self, op: &Op, inputs: &[&[f32]]) -> impl Future<Output = Result<Vec<f32>>> + use<> {
         let started = op.layout().and_then(|l| {
-            let mut lens = [0usize; 3];
-            for (d, x) in lens.iter_mut().zip(inputs) {
-                *d = x.len();
+            let mut operands = [Operand::new(0, DType::F32); 3];
+            for (d, x) in operands.iter_mut().zip(inputs) {
+                d.len = x.len();
             }
-            op.check(&lens[..inputs.len().min(3)], l.output)?;
+            let out_len = l.output_len();
+            op.check_operands(&operands[..inputs.len().min(3)], Operand::new(out_len, DType::F32))?;
             if inputs.len() > 3 {
                 return Err(ComputeError::shape(op.name(), "too many inputs", op.shapes()));
             }
-            self.start_host(op, inputs, l.output)
+            if !plan::supported(op) {
+                return Err(plan::unsupported_dtype(op));
+            }
+            self.start_host(op, inputs, out_len)
         });
         async move { started?.await }
     }
@@ -297,9 +328,9 @@ impl WgpuBackend {
         Ok(g)
     }
 
-    /// Uploads host inputs into cached buffers, plans `op`, and submits it with a
-    /// read back of the output. The buffers go back to the cache at once: any
-    /// later use of them is a later submission, which the queue orders after this one.
+    /// Uploads `f32` host inputs into cached buffers, plans `op`, and submits it
+    /// with a read back of the output. The buffers go back to the cache at once:
+    /// any later use of them is a later submission, which the queue orders after this one.
     fn start_host(&self, op: &Op, inputs: &[&[f32]], out_len: usize) -> Result<Readback> {
         let ctx = &self.ctx;
         ctx.check_alive()?;
@@ -312,13 +343,13 @@ impl WgpuBackend {
             for x in inputs {
                 let b = ctx.cache.take(ctx, Use::Storage, padded_bytes(x.len()), name)?;
                 held.push(b.clone());
-                encode::upload_into(ctx, &b, x, &mut steps, &mut staged, name)?;
+                encode::upload_into(ctx, &b, bytemuck::cast_slice(x), &mut steps, &mut staged, name)?;
                 views.push(View { buffer: b, len: x.len() });
             }
             let out = ctx.cache.take(ctx, Use::Storage, padded_bytes(out_len), name)?;
             held.push(out.clone());
             plan::plan(ctx, op, &views, &View { buffer: out.clone(), len: out_len }, &mut steps)?;
-            encode::submit_and_read(ctx, steps, &out, out_len, name)
+            encode::submit_and_read(ctx, steps, &out, (out_len as u64).saturating_mul(4), name)
         })();
         staged.recycle(ctx);
         for b in held {
@@ -335,22 +366,23 @@ impl WgpuBackend {
     }
 
     /// The kernels `ops` dispatch, each op planned on a placeholder buffer
-    /// (nothing recorded or submitted). Ops with invalid shapes or beyond this
-    /// device's limits are skipped (their calls report why); the kernels of the
-    /// steps an op planned before such an error are kept.
+    /// (nothing recorded or submitted). Ops with invalid shapes, beyond this
+    /// device's limits, or of dtypes the shaders lack are skipped (their calls
+    /// report why); the kernels of the steps an op planned before such an
+    /// error are kept.
     fn kernels_of(&self, ops: &[Op]) -> Result<Vec<crate::kernels::Kernel>> {
         let ctx = &self.ctx;
         let placeholder = ctx.cache.take(ctx, Use::Storage, 256, "prepare")?;
         let mut kernels = Vec::new();
-        for op in ops {
+        for op in ops.iter().filter(|op| plan::supported(op)) {
             let Ok(layout) = op.layout() else { continue };
             if self.check_limits(op).is_err() {
                 continue;
             }
             let view = |len| View { buffer: placeholder.clone(), len };
-            let inputs: Vec<View> = layout.inputs().iter().map(|&len| view(len)).collect();
+            let inputs: Vec<View> = layout.input_lens().map(view).collect();
             let mut steps = Vec::new();
-            let _ = plan::plan(ctx, op, &inputs, &view(layout.output), &mut steps);
+            let _ = plan::plan(ctx, op, &inputs, &view(layout.output_len()), &mut steps);
             for step in steps {
                 match step {
                     plan::Step::Dispatch(d) => kernels.push(d.kernel),
@@ -365,38 +397,41 @@ impl WgpuBackend {
     }
 
     /// Checks `op` against the device's limits without running it: the error
-    /// [`Backend::run`] would return for sizes the device cannot take. Free.
+    /// [`Backend::run`] would return for sizes the device cannot take (each
+    /// operand at its dtype's size). Free.
     pub fn check_limits(&self, op: &Op) -> Result<()> {
         let layout = op.layout()?;
+        let bytes = |o: Operand| padded_bytes_of(o.len, o.dtype);
         let max_buffer = self.ctx.limits.max_buffer_size;
-        for &len in layout.inputs().iter().chain(std::iter::once(&layout.output)) {
-            if padded_bytes(len) > max_buffer {
-                return Err(errors::limit(op.name(), "buffer bytes", padded_bytes(len), max_buffer));
+        for &o in layout.inputs().iter().chain(layout.outputs()) {
+            if bytes(o) > max_buffer {
+                return Err(errors::limit(op.name(), "buffer bytes", bytes(o), max_buffer));
             }
         }
         let max = self.ctx.max_binding();
-        let whole: [(Option<usize>, &'static str); 3] = match op {
+        let whole: [(Option<Operand>, &'static str); 3] = match op {
             Op::Matmul(_) => [
                 (layout.inputs().first().copied(), "storage buffer binding bytes (matmul A)"),
                 (layout.inputs().get(1).copied(), "storage buffer binding bytes (matmul B)"),
-                (Some(layout.output), "storage buffer binding bytes (matmul C)"),
+                (Some(layout.output()), "storage buffer binding bytes (matmul C)"),
             ],
             Op::Conv2d(_) => [
                 (layout.inputs().first().copied(), "storage buffer binding bytes (conv input)"),
                 (layout.inputs().get(1).copied(), "storage buffer binding bytes (conv weights)"),
-                (Some(layout.output), "storage buffer binding bytes (conv output)"),
+                (Some(layout.output()), "storage buffer binding bytes (conv output)"),
             ],
             _ => [(None, ""), (None, ""), (None, "")],
         };
-        for (len, what) in whole {
-            if let Some(len) = len.filter(|&l| padded_bytes(l) > max) {
-                return Err(errors::limit(op.name(), what, padded_bytes(len), max));
+        for (o, what) in whole {
+            if let Some(b) = o.map(bytes).filter(|&b| b > max) {
+                return Err(errors::limit(op.name(), what, b, max));
             }
         }
+        let row_bytes = |cols: usize| (cols as u64).saturating_mul(op.dtype().size_in_bytes() as u64);
         if let Op::Rows { cols, .. } = *op
-            && (cols as u64).saturating_mul(4) > max
+            && row_bytes(cols) > max
         {
-            return Err(errors::limit(op.name(), "storage buffer binding bytes (one row)", cols as u64 * 4, max));
+            return Err(errors::limit(op.name(), "storage buffer binding bytes (one row)", row_bytes(cols), max));
         }
         Ok(())
     }
@@ -405,12 +440,14 @@ impl WgpuBackend {
 /// The async names of every op (`relu_async`, `matmul_async`, `dot_async`…),
 /// the browser's way to call the GPU: the inputs are uploaded and the op
 /// submitted at the first poll; the future resolves when the result is back on
-/// the host (no thread blocks), then copies it into the output.
+/// the host (no thread blocks), then copies it into the output. Ops of dtypes
+/// the shaders lack resolve to the errors [`Backend::run_typed`] returns.
 impl compute_core::AsyncOps for WgpuBackend {
-    async fn run_async_into<'a>(&'a self, op: Op, inputs: &'a [&'a [f32]], output: &'a mut [f32]) -> Result<()> {
-        let layout = check_host_call(&op, inputs, output)?;
+    async fn run_async_into<'a>(&'a self, op: Op, inputs: &'a [HostSlice<'a>], output: HostSliceMut<'a>) -> Result<()> {
+        let layout = check_host_call(&op, inputs, &output)?;
+        let (inputs, output) = f32_host(&op, inputs, output)?;
         self.check_limits(&op)?;
-        let result = self.start_host(&op, inputs, layout.output)?.await?;
+        let result = self.start_host(&op, &inputs, layout.output_len())?.await?;
         if result.len() != output.len() {
             return Err(errors::driver(op.name(), "the read-back length differs from the output's"));
         }
@@ -428,33 +465,42 @@ impl Backend for WgpuBackend {
         format!("{} ({}, {})", self.ctx.report.name, self.ctx.report.api, self.ctx.report.device_type)
     }
 
-    /// Uploads the inputs (reused buffers), runs `op`, copies the output back: one
-    /// submission, then a wait. Ops larger than one storage binding are split.
-    fn run(&self, op: &Op, inputs: &[&[f32]], output: &mut [f32]) -> Result<()> {
-        let layout = check_host_call(op, inputs, output)?;
+    /// `f32` only, for now (see [`WgpuBackend`]); a TF32 matmul runs in full precision.
+    fn supports(&self, op: &Op) -> bool {
+        plan::supported(op)
+    }
+
+    /// Validates lengths and dtypes, refuses dtypes the shaders lack
+    /// ([`ComputeError::UnsupportedDType`]), then uploads the inputs (reused
+    /// buffers), runs `op`, copies the output back: one submission, then a
+    /// wait. Ops larger than one storage binding are split.
+    fn run_typed(&self, op: &Op, inputs: &[HostSlice<'_>], output: HostSliceMut<'_>) -> Result<()> {
+        let layout = check_host_call(op, inputs, &output)?;
         if !sync_available() {
             return Err(errors::unavailable("blocking calls are not available in the browser: use run_async"));
         }
+        let (inputs, output) = f32_host(op, inputs, output)?;
         self.check_limits(op)?;
-        let read = self.start_host(op, inputs, layout.output)?;
+        let read = self.start_host(op, &inputs, layout.output_len())?;
         // Writes `output` only once the result is mapped on the host: all or nothing.
         read.wait_into(output)
     }
 
-    /// A new tensor from a reused buffer. Small data is queued with
-    /// `write_buffer` (it reaches the device before the next submission); large
-    /// data goes through a reused staging buffer and one submission. Returns
-    /// without waiting for the device.
-    fn upload(&self, data: &[f32]) -> Result<Tensor> {
+    /// A new tensor of the data's dtype from a reused buffer, its bytes as
+    /// they are (`f16` and `bf16` tensors are stored, though no shader reads
+    /// them yet). Small data is queued with `write_buffer` (it reaches the
+    /// device before the next submission); large data goes through a reused
+    /// staging buffer and one submission. Returns without waiting for the device.
+    fn upload_typed(&self, data: HostSlice<'_>) -> Result<Tensor> {
         if data.is_empty() {
             return Err(ComputeError::shape("upload", "zero-sized tensor", "x=[0]"));
         }
         let ctx = &self.ctx;
         ctx.check_alive()?;
-        let buffer = ctx.cache.take(ctx, Use::Storage, padded_bytes(data.len()), "upload")?;
+        let buffer = ctx.cache.take(ctx, Use::Storage, padded_bytes_of(data.len(), data.dtype()), "upload")?;
         let mut steps = Vec::new();
         let mut staged = encode::Staged::default();
-        let done = encode::upload_into(ctx, &buffer, data, &mut steps, &mut staged, "upload")
+        let done = encode::upload_into(ctx, &buffer, data.as_bytes(), &mut steps, &mut staged, "upload")
             .and_then(|()| if steps.is_empty() { Ok(()) } else { encode::submit(ctx, &steps, "upload").map(|_| ()) });
         staged.recycle(ctx);
         if let Err(e) = done {
@@ -462,33 +508,30 @@ impl Backend for WgpuBackend {
             return Err(e);
         }
         let recycler: Arc<dyn BufferRecycler> = ctx.cache.clone();
-        Ok(Tensor::from_storage(Arc::new(GpuBuffer::new(buffer, data.len(), ctx.id, Some(recycler)))))
+        Ok(Tensor::from_storage(Arc::new(GpuBuffer::new(buffer, data.len(), data.dtype(), ctx.id, Some(recycler)))))
     }
 
-    /// A tensor on a reused buffer (contents unspecified). Free when the cache has one.
-    fn alloc(&self, len: usize) -> Result<Tensor> {
+    /// A tensor of `len` elements of `dtype`, any dtype, on a reused buffer
+    /// (contents unspecified). Free when the cache has one.
+    fn alloc_typed(&self, len: usize, dtype: DType) -> Result<Tensor> {
         if len == 0 {
             return Err(ComputeError::shape("alloc", "zero-sized tensor", "x=[0]"));
         }
         let ctx = &self.ctx;
         ctx.check_alive()?;
-        let buffer = ctx.cache.take(ctx, Use::Storage, padded_bytes(len), "alloc")?;
+        let buffer = ctx.cache.take(ctx, Use::Storage, padded_bytes_of(len, dtype), "alloc")?;
         let recycler: Arc<dyn BufferRecycler> = ctx.cache.clone();
-        Ok(Tensor::from_storage(Arc::new(GpuBuffer::new(buffer, len, ctx.id, Some(recycler)))))
+        Ok(Tensor::from_storage(Arc::new(GpuBuffer::new(buffer, len, dtype, ctx.id, Some(recycler)))))
     }
 
-    /// Waits for the work queued so far that writes the tensor, then copies it out.
-    fn download(&self, tensor: &Tensor, out: &mut [f32]) -> Result<()> {
-        if out.len() != tensor.len() {
-            return Err(ComputeError::shape(
-                "download",
-                format!("output has {} elements, tensor has {}", out.len(), tensor.len()),
-                format!("x=[{}]", tensor.len()),
-            ));
-        }
+    /// Waits for the work queued so far that writes the tensor, then copies
+    /// its bytes out (`out` of the tensor's length and dtype).
+    fn download_typed(&self, tensor: &Tensor, mut out: HostSliceMut<'_>) -> Result<()> {
+        check_download(tensor, &out)?;
         let g = self.storage(tensor, "download")?;
-        let read = encode::submit_and_read(&self.ctx, Vec::new(), g.buffer(), tensor.len(), "download")?;
-        read.wait_into(out)
+        let bytes = tensor.operand().bytes();
+        let read = encode::submit_and_read(&self.ctx, Vec::new(), g.buffer(), bytes, "download")?;
+        read.wait_into_bytes(out.as_bytes_mut())
     }
 
     /// Records `op` and submits it; returns without waiting.
@@ -517,6 +560,25 @@ impl Backend for WgpuBackend {
         crate::completion::wait_for(&self.ctx, None, "synchronize")?;
         self.ctx.check_alive()?;
         self.ctx.take_uncaptured("synchronize")
+    }
+}
+
+/// The `f32` slices of a host call that [`check_host_call`] has validated;
+/// for an op the shaders lack (or a view that is not `f32`), the
+/// [`ComputeError::UnsupportedDType`] of [`plan::unsupported_dtype`], with
+/// nothing written. Allocates one small vector of input slices.
+fn f32_host<'a>(
+    op: &Op,
+    inputs: &[HostSlice<'a>],
+    output: HostSliceMut<'a>,
+) -> Result<(Vec<&'a [f32]>, &'a mut [f32])> {
+    if !plan::supported(op) {
+        return Err(plan::unsupported_dtype(op));
+    }
+    let views = inputs.iter().map(|x| x.get::<f32>()).collect::<Option<Vec<_>>>();
+    match (views, output.into_typed::<f32>()) {
+        (Some(views), Some(out)) => Ok((views, out)),
+        _ => Err(plan::unsupported_dtype(op)),
     }
 }
 

@@ -31,9 +31,12 @@ pub struct BufferId(usize);
 /// # Ok::<(), compute_core::ComputeError>(())
 /// ```
 ///
-/// Every op checks its shapes when recorded and returns a typed error (nothing
-/// is recorded then); each op's output is a new device buffer (reused from the
-/// backend's cache). Data stays on the device until [`GpuCommandBatch::read`].
+/// Every op checks its shapes and dtypes when recorded and returns a typed
+/// error (nothing is recorded then); each op's output is a new device buffer
+/// (reused from the backend's cache). Data stays on the device until
+/// [`GpuCommandBatch::read`]. Ops run on `f32` buffers, as on
+/// [`WgpuBackend`]; other dtypes are refused with
+/// [`ComputeError::UnsupportedDType`].
 #[derive(Debug)]
 pub struct GpuCommandBatch {
     backend: WgpuBackend,
@@ -82,7 +85,7 @@ impl GpuCommandBatch {
         self.get(id, "tensor").cloned()
     }
 
-    /// Number of floats in buffer `id`.
+    /// Number of elements in buffer `id`.
     pub fn len_of(&self, id: BufferId) -> Result<usize> {
         Ok(self.get(id, "len")?.len())
     }
@@ -97,10 +100,13 @@ impl GpuCommandBatch {
         self.submissions
     }
 
-    /// Records `op` on `inputs` into a new buffer; returns its id.
+    /// Records `op` on `inputs` into a new buffer of the op's output dtype; returns its id.
     pub fn op(&mut self, op: &Op, inputs: &[BufferId]) -> Result<BufferId> {
         let layout = op.layout()?;
-        let out = self.backend.alloc(layout.output)?;
+        if !self.backend.supports(op) {
+            return Err(plan::unsupported_dtype(op));
+        }
+        let out = self.backend.alloc_typed(layout.output_len(), layout.output().dtype)?;
         let id = self.push(out);
         match self.op_into(op, inputs, id) {
             Ok(()) => Ok(id),
@@ -112,20 +118,24 @@ impl GpuCommandBatch {
     }
 
     /// Records `op` on `inputs` writing buffer `out` (which must not be an input).
+    /// Lengths and dtypes are checked as [`Backend::run_tensors`] checks them.
     pub fn op_into(&mut self, op: &Op, inputs: &[BufferId], out: BufferId) -> Result<()> {
         let name = op.name();
-        let mut lens = Vec::with_capacity(inputs.len());
+        let mut operands = Vec::with_capacity(inputs.len());
         let mut views = Vec::with_capacity(inputs.len());
         for &i in inputs {
             if i == out {
                 return Err(ComputeError::shape(name, "output buffer is also an input", op.shapes()));
             }
             let t = self.get(i, name)?;
-            lens.push(t.len());
+            operands.push(t.operand());
             views.push(View { buffer: self.backend.storage(t, name)?.buffer().clone(), len: t.len() });
         }
         let o = self.get(out, name)?;
-        op.check(&lens, o.len())?;
+        op.check_operands(&operands, o.operand())?;
+        if !self.backend.supports(op) {
+            return Err(plan::unsupported_dtype(op));
+        }
         self.backend.check_limits(op)?;
         let out_view = View { buffer: self.backend.storage(o, name)?.buffer().clone(), len: o.len() };
         let mut steps = Vec::new();
@@ -200,17 +210,17 @@ impl GpuCommandBatch {
     /// `Σ aᵢ·bᵢ` into a one-element buffer.
     pub fn dot(&mut self, a: BufferId, b: BufferId) -> Result<BufferId> {
         let len = self.len_of(a)?;
-        self.op(&Op::Dot { len }, &[a, b])
+        self.op(&Op::dot(len), &[a, b])
     }
     /// Sum of all elements into a one-element buffer.
     pub fn sum(&mut self, x: BufferId) -> Result<BufferId> {
         let len = self.len_of(x)?;
-        self.op(&Op::Reduce { op: ReduceOp::Sum, len }, &[x])
+        self.op(&Op::reduce(ReduceOp::Sum, len), &[x])
     }
     /// Largest element into a one-element buffer.
     pub fn max(&mut self, x: BufferId) -> Result<BufferId> {
         let len = self.len_of(x)?;
-        self.op(&Op::Reduce { op: ReduceOp::Max, len }, &[x])
+        self.op(&Op::reduce(ReduceOp::Max, len), &[x])
     }
     /// Row-wise softmax of a `rows × cols` matrix.
     pub fn softmax(&mut self, x: BufferId, rows: usize, cols: usize) -> Result<BufferId> {
@@ -268,7 +278,8 @@ impl GpuCommandBatch {
         Ok(())
     }
 
-    /// Executes pending ops (if any), then copies buffer `id` to the host and waits for it.
+    /// Executes pending ops (if any), then copies `f32` buffer `id` to the host
+    /// and waits for it (a buffer of another dtype is a [`ComputeError::DType`] error).
     pub fn read(&mut self, id: BufferId) -> Result<Vec<f32>> {
         let t = self.get(id, "read")?.clone();
         self.execute()?;
@@ -278,7 +289,7 @@ impl GpuCommandBatch {
         Ok(out)
     }
 
-    /// Like [`GpuCommandBatch::read`] without blocking (the browser's way).
+    /// Like [`GpuCommandBatch::read`] without blocking (the browser's way; `f32` buffers).
     pub fn read_async(&mut self, id: BufferId) -> impl Future<Output = Result<Vec<f32>>> + use<> {
         let started = self.get(id, "read").cloned().and_then(|t| {
             self.execute()?;

@@ -3,14 +3,15 @@
 //!
 //! Every buffer this crate allocates for `len` floats is at least
 //! [`padded_bytes`]`(len)` long (rounded up to 16 bytes), because the
-//! element-wise kernels read and write whole vec4s.
+//! element-wise kernels read and write whole vec4s; a buffer of another dtype
+//! holds its bytes, likewise rounded up to 16.
 
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use compute_core::{BackendKind, Location, Result, TensorStorage};
+use compute_core::{BackendKind, DType, Location, Result, TensorStorage};
 
 use crate::context::Context;
 use crate::errors;
@@ -20,7 +21,13 @@ pub(crate) const LOCATION: Location = Location { backend: BackendKind::Wgpu, dev
 
 /// Bytes a buffer of `len` floats must have: `4·len` rounded up to 16 (saturating).
 pub fn padded_bytes(len: usize) -> u64 {
-    (len as u64).saturating_mul(4).saturating_add(15) / 16 * 16
+    padded_bytes_of(len, DType::F32)
+}
+
+/// Bytes a buffer of `len` elements of `dtype` must have: their size rounded
+/// up to 16 (saturating).
+pub(crate) fn padded_bytes_of(len: usize, dtype: DType) -> u64 {
+    dtype.bytes_for(len).unwrap_or(u64::MAX).saturating_add(15) / 16 * 16
 }
 
 /// Takes back device buffers when the tensors holding them are dropped: the
@@ -34,11 +41,13 @@ pub trait BufferRecycler: Send + Sync + std::fmt::Debug {
     fn recycle(&self, buffer: wgpu::Buffer);
 }
 
-/// A tensor's storage: one wgpu storage buffer holding `len` floats from offset 0.
+/// A tensor's storage: one wgpu storage buffer holding `len` elements of its
+/// dtype from offset 0 (`f32`, or the bytes of `f16`/`bf16` data as uploaded).
 #[derive(Debug)]
 pub struct GpuBuffer {
     buffer: wgpu::Buffer,
     len: usize,
+    dtype: DType,
     device_id: u64,
     recycler: Option<Arc<dyn BufferRecycler>>,
 }
@@ -47,14 +56,16 @@ impl GpuBuffer {
     pub(crate) fn new(
         buffer: wgpu::Buffer,
         len: usize,
+        dtype: DType,
         device_id: u64,
         recycler: Option<Arc<dyn BufferRecycler>>,
     ) -> Self {
-        GpuBuffer { buffer, len, device_id, recycler }
+        GpuBuffer { buffer, len, dtype, device_id, recycler }
     }
 
     /// The wgpu buffer (usages `STORAGE | COPY_SRC | COPY_DST`, at least
-    /// [`padded_bytes`]`(len)` bytes), for callers that record their own commands.
+    /// [`padded_bytes`]`(len)` bytes for `f32`, the data's bytes rounded up to
+    /// 16 for other dtypes), for callers that record their own commands.
     pub fn buffer(&self) -> &wgpu::Buffer {
         &self.buffer
     }
@@ -76,6 +87,9 @@ impl Drop for GpuBuffer {
 impl TensorStorage for GpuBuffer {
     fn len(&self) -> usize {
         self.len
+    }
+    fn dtype(&self) -> DType {
+        self.dtype
     }
     fn location(&self) -> Location {
         LOCATION
@@ -242,6 +256,9 @@ mod tests {
         assert_eq!(padded_bytes(5), 32);
         assert_eq!(padded_bytes(1 << 20), 4 << 20);
         assert_eq!(padded_bytes(usize::MAX), u64::MAX / 16 * 16);
+        assert_eq!(padded_bytes_of(7, DType::BF16), 16);
+        assert_eq!(padded_bytes_of(9, DType::F16), 32);
+        assert_eq!(padded_bytes_of(usize::MAX, DType::F16), u64::MAX / 16 * 16);
     }
 
     #[test]

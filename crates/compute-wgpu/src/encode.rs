@@ -236,6 +236,12 @@ fn record_and_submit(
     Ok(index)
 }
 
+/// `bytes` rounded up to whole 4-byte words, the unit of buffer copies (saturating).
+fn whole_words(bytes: u64) -> u64 {
+    let align = wgpu::COPY_BUFFER_ALIGNMENT;
+    bytes.saturating_add(align - 1) / align * align
+}
+
 /// Uploads at least this large go through a reused, mapped staging buffer;
 /// smaller ones through `queue.write_buffer` (whose staging memory wgpu
 /// allocates per call: cheap when small, slow for tens of MiB).
@@ -254,61 +260,75 @@ impl Staged {
     }
 }
 
-/// Copies `data` into the start of `dst`: small data with `queue.write_buffer`
-/// (it reaches the device before the next submission), large data through a
-/// mapped staging buffer whose copy is appended to `steps`.
+/// Copies `bytes` (the data of any dtype) into the start of `dst`: small data
+/// with `queue.write_buffer` (it reaches the device before the next
+/// submission), large data through a mapped staging buffer whose copy is
+/// appended to `steps`. A length that is not a multiple of 4 (an odd number of
+/// `f16`/`bf16` values) is padded with zeros to one (copies move whole 4-byte
+/// words); `dst` holds at least that many bytes ([`crate::buffers::padded_bytes_of`]).
 pub(crate) fn upload_into(
     ctx: &Context,
     dst: &wgpu::Buffer,
-    data: &[f32],
+    bytes: &[u8],
     steps: &mut Vec<Step>,
     staged: &mut Staged,
     op: &'static str,
 ) -> Result<()> {
-    let bytes: &[u8] = bytemuck::cast_slice(data);
     let n = bytes.len() as u64;
-    if n < STAGED_UPLOAD_BYTES {
+    let padded = whole_words(n);
+    // Only an odd number of 2-byte values needs the copy with its zero padding.
+    let data: std::borrow::Cow<'_, [u8]> = if padded == n {
+        bytes.into()
+    } else {
+        let mut whole = bytes.to_vec();
+        whole.resize(padded as usize, 0);
+        whole.into()
+    };
+    if padded < STAGED_UPLOAD_BYTES {
         let scope = ctx.scope();
-        ctx.queue.write_buffer(dst, 0, bytes);
-        return scope.end_now(op, n);
+        ctx.queue.write_buffer(dst, 0, &data);
+        return scope.end_now(op, padded);
     }
-    let staging = ctx.cache.take(ctx, Use::Upload, n, op)?;
-    let written = staging.slice(0..n).get_mapped_range_mut().map(|mut view| view.copy_from_slice(bytes));
+    let staging = ctx.cache.take(ctx, Use::Upload, padded, op)?;
+    let written = staging.slice(0..padded).get_mapped_range_mut().map(|mut view| view.copy_from_slice(&data));
     if let Err(e) = written {
         return Err(errors::driver(op, format!("writing the upload staging buffer: {e}")));
     }
     staging.unmap();
-    steps.push(Step::Copy { src: staging.clone(), dst: dst.clone(), bytes: n });
+    steps.push(Step::Copy { src: staging.clone(), dst: dst.clone(), bytes: padded });
     staged.0.push(staging);
     Ok(())
 }
 
-/// A read of `len` floats from the device, in flight: a mapped staging buffer
-/// on its way. Wait for it with [`Readback::wait_into`] (native) or `.await`.
+/// A read of `bytes` bytes from the device, in flight: a mapped staging
+/// buffer on its way. Wait for it with [`Readback::wait_into`] or
+/// [`Readback::wait_into_bytes`] (native), or `.await` (`f32` data).
 #[must_use = "a readback does nothing unless waited for"]
 #[derive(Debug)]
 pub(crate) struct Readback {
     ctx: Arc<Context>,
     staging: Option<wgpu::Buffer>,
-    len: usize,
+    bytes: u64,
     index: wgpu::SubmissionIndex,
     signal: Arc<Signal<std::result::Result<(), wgpu::BufferAsyncError>>>,
     waiting: Option<Waiting>,
     op: &'static str,
 }
 
-/// Submits `steps` followed by a copy of `len` floats from `src` into a staging
-/// buffer, and starts mapping it. One submission in all.
+/// Submits `steps` followed by a copy of the first `bytes` bytes of `src` into
+/// a staging buffer, and starts mapping it. One submission in all. A length
+/// that is not a multiple of 4 is copied and mapped rounded up to one (`src`
+/// is padded to 16 bytes); only `bytes` reach the host.
 pub(crate) fn submit_and_read(
     ctx: &Arc<Context>,
     mut steps: Vec<Step>,
     src: &wgpu::Buffer,
-    len: usize,
+    bytes: u64,
     op: &'static str,
 ) -> Result<Readback> {
-    let bytes = (len as u64).saturating_mul(4);
-    let staging = ctx.cache.take(ctx, Use::Readback, bytes, op)?;
-    steps.push(Step::Copy { src: src.clone(), dst: staging.clone(), bytes });
+    let whole = whole_words(bytes);
+    let staging = ctx.cache.take(ctx, Use::Readback, whole, op)?;
+    steps.push(Step::Copy { src: src.clone(), dst: staging.clone(), bytes: whole });
     let index = match submit(ctx, &steps, op) {
         Ok(i) => i,
         Err(e) => {
@@ -318,30 +338,27 @@ pub(crate) fn submit_and_read(
     };
     let signal = Signal::new();
     let sink = Arc::clone(&signal);
-    staging.slice(0..bytes).map_async(wgpu::MapMode::Read, move |r| sink.set(r));
-    Ok(Readback { ctx: Arc::clone(ctx), staging: Some(staging), len, index, signal, waiting: None, op })
+    staging.slice(0..whole).map_async(wgpu::MapMode::Read, move |r| sink.set(r));
+    Ok(Readback { ctx: Arc::clone(ctx), staging: Some(staging), bytes, index, signal, waiting: None, op })
 }
 
 impl Readback {
-    /// Copies the mapped floats out, unmaps, returns the staging buffer to the cache.
-    fn finish(&mut self, mapped: std::result::Result<(), wgpu::BufferAsyncError>, out: &mut [f32]) -> Result<()> {
+    /// Copies the mapped bytes out, unmaps, returns the staging buffer to the cache.
+    fn finish(&mut self, mapped: std::result::Result<(), wgpu::BufferAsyncError>, dst: &mut [u8]) -> Result<()> {
         let staging = self.staging.take().ok_or_else(|| errors::driver(self.op, "readback already consumed"))?;
         let result = match mapped {
             Ok(()) => {
-                let bytes = (self.len as u64).saturating_mul(4);
-                match staging.slice(0..bytes).get_mapped_range() {
-                    Ok(view) => {
-                        // The staging buffer is 4-aligned but may not be f32-aligned as a byte
-                        // slice, so copy through a byte view of `out`.
-                        let dst: &mut [u8] = bytemuck::cast_slice_mut(out);
-                        match view.get(..dst.len()) {
-                            Some(src) => {
-                                dst.copy_from_slice(src);
-                                Ok(())
-                            }
-                            None => Err(errors::driver(self.op, "mapped range shorter than the output")),
+                let whole = whole_words(self.bytes);
+                match staging.slice(0..whole).get_mapped_range() {
+                    // The staging buffer is 4-aligned but may not be aligned for the
+                    // element type as a byte slice, so the copy goes byte for byte.
+                    Ok(view) => match view.get(..dst.len()) {
+                        Some(src) => {
+                            dst.copy_from_slice(src);
+                            Ok(())
                         }
-                    }
+                        None => Err(errors::driver(self.op, "mapped range shorter than the output")),
+                    },
                     Err(e) => Err(errors::driver(self.op, format!("reading the staging buffer: {e}"))),
                 }
             }
@@ -357,13 +374,20 @@ impl Readback {
         result
     }
 
-    /// Blocks until the data is on the host and writes it into `out` (`len` floats). Native only.
-    pub(crate) fn wait_into(mut self, out: &mut [f32]) -> Result<()> {
-        if out.len() != self.len {
+    /// Blocks until the data is on the host and writes it into `out` (the
+    /// read's bytes as `f32`s). Native only.
+    pub(crate) fn wait_into(self, out: &mut [f32]) -> Result<()> {
+        self.wait_into_bytes(bytemuck::cast_slice_mut(out))
+    }
+
+    /// Blocks until the data is on the host and writes it into `out` (exactly
+    /// the read's bytes, else a shape error). Native only.
+    pub(crate) fn wait_into_bytes(mut self, out: &mut [u8]) -> Result<()> {
+        if out.len() as u64 != self.bytes {
             return Err(ComputeError::shape(
                 self.op,
-                format!("output has {} elements, expected {}", out.len(), self.len),
-                format!("x=[{}]", self.len),
+                format!("output has {} bytes, expected {}", out.len(), self.bytes),
+                format!("bytes=[{}]", self.bytes),
             ));
         }
         #[cfg(not(target_arch = "wasm32"))]
@@ -379,14 +403,23 @@ impl Readback {
     }
 }
 
+/// Resolves to the read's bytes as `f32`s (a read of a length that is not a
+/// multiple of 4 bytes is a shape error).
 impl Future for Readback {
     type Output = Result<Vec<f32>>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         if let Some(mapped) = self.signal.poll(cx.waker()) {
             self.waiting = None;
-            let mut out = vec![0.0f32; self.len];
-            let result = self.ctx.take_uncaptured(self.op).and_then(|()| self.finish(mapped, &mut out));
+            if !self.bytes.is_multiple_of(4) {
+                let detail = format!("{} bytes are not whole f32 values", self.bytes);
+                return Poll::Ready(Err(ComputeError::shape(self.op, detail, format!("bytes=[{}]", self.bytes))));
+            }
+            let mut out = vec![0.0f32; (self.bytes / 4) as usize];
+            let result = self
+                .ctx
+                .take_uncaptured(self.op)
+                .and_then(|()| self.finish(mapped, bytemuck::cast_slice_mut(&mut out)));
             return Poll::Ready(result.map(|()| out));
         }
         if self.waiting.is_none() {

@@ -10,14 +10,31 @@
 //! maximum bytes. Nothing here touches the device except taking scratch
 //! buffers from the cache (reductions, split-K matmul), which the steps carry
 //! as [`Step::Scratch`] until their submission.
+//!
+//! The shaders read and write `f32` only, for now: [`supported`] says which
+//! ops can be planned; a cast from `f32` to `f32` is a buffer copy.
 
-use compute_core::{BinaryOp, ComputeError, GeluForm, Op, ReduceOp, Result, RowOp, UnaryOp};
+use compute_core::{BinaryOp, ComputeError, DType, GeluForm, Op, ReduceOp, Result, RowOp, UnaryOp};
 
 use crate::buffers::{Use, padded_bytes};
 use crate::context::Context;
 use crate::errors;
 use crate::kernels::{Kernel, MatmulKernel};
 use crate::options::{MatmulTiles, TiledMatmul};
+
+/// Whether the shaders can run `op`: every operand is `f32` (a cast only from
+/// `f32` to `f32`). A matmul in TF32 precision is supported: it runs the
+/// full-precision shaders, which meet the TF32 bound. Free.
+pub(crate) fn supported(op: &Op) -> bool {
+    op.dtype() == DType::F32 && op.out_dtype() == DType::F32
+}
+
+/// The [`ComputeError::UnsupportedDType`] for an op that [`supported`]
+/// declines, naming its first dtype other than `f32`.
+pub(crate) fn unsupported_dtype(op: &Op) -> ComputeError {
+    let dtype = [op.dtype(), op.out_dtype()].into_iter().find(|&d| d != DType::F32).unwrap_or(DType::F32);
+    ComputeError::unsupported_dtype(op, errors::KIND, dtype, "f16/bf16 kernels are not implemented on this backend yet")
+}
 
 /// Bytes of every kernel's uniform parameter block.
 pub(crate) const PARAM_BYTES: u64 = 64;
@@ -137,7 +154,8 @@ fn binary_code(op: BinaryOp) -> u32 {
 }
 
 /// Appends the dispatches of `op` (already validated against the views'
-/// lengths) reading `inputs` and writing `output`. Costs no device work.
+/// lengths and dtypes) reading `inputs` and writing `output`. Costs no device
+/// work. An op that [`supported`] declines is [`unsupported_dtype`].
 pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps: &mut Vec<Step>) -> Result<()> {
     let name = op.name();
     let input = |i: usize| {
@@ -145,8 +163,11 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
             ComputeError::shape(name, format!("expected at least {} inputs, got {}", i + 1, inputs.len()), op.shapes())
         })
     };
+    if !supported(op) {
+        return Err(unsupported_dtype(op));
+    }
     match *op {
-        Op::Unary { op: u, len } => {
+        Op::Unary { op: u, len, .. } => {
             let (code, a, b) = unary_code(u);
             let x = input(0)?;
             for (start, n) in pieces(ctx, len) {
@@ -159,7 +180,7 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
                 }));
             }
         }
-        Op::Binary { op: b, len } => {
+        Op::Binary { op: b, len, .. } => {
             let (x, y) = (input(0)?, input(1)?);
             for (start, n) in pieces(ctx, len) {
                 let (off, size) = (start * 4, padded_bytes(n as usize));
@@ -175,7 +196,7 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
                 }));
             }
         }
-        Op::Reduce { op: r, len } => {
+        Op::Reduce { op: r, len, .. } => {
             let code = match r {
                 ReduceOp::Sum => 0,
                 ReduceOp::Max => 1,
@@ -183,8 +204,8 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
             let x = input(0)?;
             reduce(ctx, name, code, x, x, len, output, steps)?;
         }
-        Op::Dot { len } => reduce(ctx, name, 2, input(0)?, input(1)?, len, output, steps)?,
-        Op::Rows { op: r, rows, cols } => {
+        Op::Dot { len, .. } => reduce(ctx, name, 2, input(0)?, input(1)?, len, output, steps)?,
+        Op::Rows { op: r, rows, cols, .. } => {
             let kernel = match r {
                 RowOp::Softmax => Kernel::Softmax(0),
                 RowOp::LogSoftmax => Kernel::Softmax(1),
@@ -395,6 +416,11 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
                 ],
                 groups: grid(ctx, name, total.div_ceil(256))?,
             }));
+        }
+        // `supported` let only f32 → f32 through: the values, bit for bit.
+        Op::Cast { len, .. } => {
+            let bytes = (len as u64).saturating_mul(4);
+            steps.push(Step::Copy { src: input(0)?.buffer.clone(), dst: output.buffer.clone(), bytes });
         }
     }
     Ok(())

@@ -102,7 +102,7 @@ fn real_binding_limit_splits_elementwise_and_reductions() {
     gpu.relu(&x, &mut out).unwrap();
     let bad = out.iter().zip(&x).filter(|(o, v)| **o != v.max(0.0)).count();
     assert_eq!(bad, 0, "relu over {n} elements (more than one {max}-byte binding)");
-    let s = gpu.run(&Op::Reduce { op: ReduceOp::Max, len: n }, &[&x], &mut out[..1]);
+    let s = gpu.run(&Op::reduce(ReduceOp::Max, n), &[&x], &mut out[..1]);
     assert!(s.is_ok(), "{s:?}");
     assert_eq!(out[0], x.iter().copied().fold(f32::MIN, f32::max));
 }
@@ -224,7 +224,7 @@ fn host_calls_from_many_threads_get_their_own_results() {
                 for i in 0..60 {
                     let len = 1 + (i * 7 + t as usize * 13) % 300;
                     let x = rng.vec(len, 0.5, 2.0);
-                    let sum = Op::Reduce { op: ReduceOp::Sum, len };
+                    let sum = Op::reduce(ReduceOp::Sum, len);
                     let mut out = vec![f32::NAN; 1];
                     gpu.run(&sum, &[&x], &mut out).unwrap();
                     if let Some(e) = compare(&sum, &[&x], &out, 1.0) {
@@ -252,7 +252,7 @@ fn prepare_compiles_the_pipelines_of_its_ops() {
     let Some(gpu) = gpu("prepare") else { return };
     let ops = [
         Op::unary(UnaryOp::Sigmoid, 1000),
-        Op::Reduce { op: ReduceOp::Sum, len: 5000 },
+        Op::reduce(ReduceOp::Sum, 5000),
         Op::rows(RowOp::Softmax, 3, 7),
         Op::matmul(64, 64, 64),
         Op::matmul(3, 5, 7),
@@ -361,6 +361,9 @@ impl compute_core::TensorStorage for Fake {
     fn len(&self) -> usize {
         2
     }
+    fn dtype(&self) -> compute_core::DType {
+        compute_core::DType::F32
+    }
     fn location(&self) -> compute_core::Location {
         compute_core::Location { backend: BackendKind::Simd, device: 0 }
     }
@@ -441,7 +444,12 @@ fn every_matmul_tiling_matches_the_reference() {
     let mut check_shapes = |gpu: &WgpuBackend, transposes: &[(bool, bool)], shapes: &[(usize, usize, usize, usize)]| {
         for &(batch, m, k, n) in shapes {
             for &(trans_a, trans_b) in transposes {
-                let op = Op::Matmul(compute_core::MatmulSpec { batch, m, k, n, trans_a, trans_b });
+                let op = Op::Matmul(compute_core::MatmulSpec {
+                    batch,
+                    trans_a,
+                    trans_b,
+                    ..compute_core::MatmulSpec::new(m, k, n)
+                });
                 let inputs = compute_core::conformance::inputs_for(&op, &mut rng);
                 if let Err(e) = compute_core::conformance::check_op(gpu, &op, &inputs, 1.0) {
                     panic!("{} (checks {}): {e}", gpu.matmul_tiles(), !gpu.matmul_unchecked());
@@ -525,4 +533,82 @@ fn async_names_match_the_blocking_ones() {
     let mut out = [f32::NAN; 3];
     compute_wgpu::runtime::block_on(compute_core::AsyncOps::relu_async(&gpu, &x, &mut out)).unwrap();
     assert_eq!(out, [0.0, 0.5, 2.0]);
+}
+
+/// Half data is stored as its bytes (odd lengths too, through both upload
+/// paths) and comes back bit for bit; every op on it is refused with a typed
+/// error, host, tensor, batch and async alike, leaving outputs untouched; a
+/// cast from f32 to f32 is a copy that keeps every bit.
+#[test]
+fn half_tensors_are_stored_and_refused_by_the_shaders() {
+    use compute_core::{AsyncOps, DType, HostVec, bf16, f16};
+    let Some(gpu) = gpu("half tensors") else { return };
+    let mut rng = seed();
+    // 7 values: 14 bytes, not whole words; 2M + 1 values: past the staged-upload size.
+    for len in [7, (2 << 20) + 1] {
+        for dtype in [DType::F16, DType::BF16] {
+            let data = HostVec::from_f32(dtype, &rng.vec(len, -100.0, 100.0));
+            let t = gpu.upload_typed(data.as_slice()).unwrap();
+            assert_eq!((t.len(), t.dtype()), (len, dtype));
+            let mut back = HostVec::zeros(dtype, len);
+            gpu.download_typed(&t, back.as_mut()).unwrap();
+            assert_eq!(back.bits(), data.bits(), "{dtype} x {len} round trip");
+            let other = if dtype == DType::F16 { DType::BF16 } else { DType::F16 };
+            let mut wrong = HostVec::zeros(other, len);
+            assert!(matches!(gpu.download_typed(&t, wrong.as_mut()), Err(ComputeError::DType { .. })));
+            assert!(matches!(pollster::block_on(gpu.download_async(&t)), Err(ComputeError::DType { .. })));
+            // An f32 op on it is a dtype mismatch; the same op on its dtype is not implemented yet.
+            let out = gpu.alloc_typed(len, dtype).unwrap();
+            assert_eq!(out.dtype(), dtype);
+            let relu = Op::unary(UnaryOp::Relu, len);
+            assert!(matches!(gpu.run_tensors(&relu, &[&t], &out), Err(ComputeError::DType { .. })));
+            let half_relu = relu.with_dtype(dtype);
+            assert!(!gpu.supports(&half_relu));
+            match gpu.run_tensors(&half_relu, &[&t], &out) {
+                Err(ComputeError::UnsupportedDType { dtype: d, backend: BackendKind::Wgpu, .. }) => {
+                    assert_eq!(d, dtype)
+                }
+                other => panic!("{dtype} relu on tensors: {other:?}"),
+            }
+            let mut batch = gpu.batch();
+            let id = batch.insert(t.clone()).unwrap();
+            assert!(matches!(batch.relu(id), Err(ComputeError::DType { .. })));
+            assert!(matches!(batch.op(&half_relu, &[id]), Err(ComputeError::UnsupportedDType { .. })));
+            assert!(matches!(batch.read(id), Err(ComputeError::DType { .. })));
+        }
+    }
+    let x: Vec<bf16> = rng.vec(33, -2.0, 2.0).into_iter().map(bf16::from_f32).collect();
+    let mut out = vec![bf16::from_bits(0x7fed); 33];
+    match gpu.relu(&x, &mut out) {
+        Err(ComputeError::UnsupportedDType { dtype: DType::BF16, .. }) => {}
+        other => panic!("bf16 relu: {other:?}"),
+    }
+    let async_result = pollster::block_on(gpu.relu_async(&x, &mut out));
+    assert!(matches!(async_result, Err(ComputeError::UnsupportedDType { .. })), "{async_result:?}");
+    assert!(out.iter().all(|v| v.to_bits() == 0x7fed), "output written despite the error");
+    let mut h = vec![f16::from_bits(0x7ead); 33];
+    match gpu.cast(&x, &mut h) {
+        Err(ComputeError::UnsupportedDType { .. }) => {}
+        other => panic!("bf16 to f16 cast: {other:?}"),
+    }
+    assert!(h.iter().all(|v| v.to_bits() == 0x7ead), "output written despite the error");
+    // f32 → f32: every bit kept, NaN payloads, subnormals and -0 included.
+    let mut v = rng.vec(4099, -1e30, 1e30);
+    v[..5].copy_from_slice(&[f32::from_bits(0x7fc0_1234), 1e-45, -0.0, f32::INFINITY, f32::MIN]);
+    let cast = Op::cast(v.len(), DType::F32, DType::F32);
+    assert!(gpu.supports(&cast));
+    let mut copied = vec![f32::NAN; v.len()];
+    gpu.run(&cast, &[&v], &mut copied).unwrap();
+    assert!(copied.iter().zip(&v).all(|(a, b)| a.to_bits() == b.to_bits()), "host cast");
+    let (tv, to) = (gpu.upload(&v).unwrap(), gpu.alloc(v.len()).unwrap());
+    gpu.run_tensors(&cast, &[&tv], &to).unwrap();
+    let mut back = vec![0.0; v.len()];
+    gpu.download(&to, &mut back).unwrap();
+    assert!(back.iter().zip(&v).all(|(a, b)| a.to_bits() == b.to_bits()), "tensor cast");
+    // A TF32 matmul on f32 data runs (in full precision).
+    let tf32 = compute_core::MatmulSpec::new(9, 17, 5).with_precision(compute_core::Precision::Tf32);
+    let (a, b) = (rng.vec(9 * 17, -1.0, 1.0), rng.vec(17 * 5, -1.0, 1.0));
+    let mut c = vec![f32::NAN; 45];
+    gpu.matmul_spec(tf32, &a, &b, &mut c).unwrap();
+    assert!(compare(&Op::Matmul(tf32), &[&a, &b], &c, 1.0).is_none());
 }

@@ -24,7 +24,7 @@ fn main() -> Result<(), compute_core::ComputeError> {
         Op::unary(UnaryOp::Gelu(GeluForm::Tanh), 1 << 14),
         Op::unary(UnaryOp::Gelu(GeluForm::Tanh), 1 << 15),
         Op::unary(UnaryOp::Gelu(GeluForm::Tanh), 1 << 16),
-        Op::Dot { len: 1 << 20 },
+        Op::dot(1 << 20),
         Op::rows(RowOp::Softmax, 32, 256),
         Op::rows(RowOp::Softmax, 64, 256),
         Op::rows(RowOp::Softmax, 256, 256),
@@ -37,13 +37,10 @@ fn main() -> Result<(), compute_core::ComputeError> {
     println!("op, then per engine the p50 of each of 8 bursts (µs)");
     for op in ops {
         let layout = op.layout()?;
-        let inputs: Vec<Vec<f32>> = layout
-            .inputs()
-            .iter()
-            .map(|&n| (0..n).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect())
-            .collect();
+        let inputs: Vec<Vec<f32>> =
+            layout.input_lens().map(|n| (0..n).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect()).collect();
         let refs: Vec<&[f32]> = inputs.iter().map(Vec::as_slice).collect();
-        let mut out = vec![0.0f32; layout.output];
+        let mut out = vec![0.0f32; layout.output_len()];
         let mut line = format!("{:<8} {:<24}", op.name(), op.shapes());
         for (engine, backend) in &engines {
             let mut medians = Vec::new();

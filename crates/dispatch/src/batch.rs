@@ -93,9 +93,9 @@ impl CommandBatch {
             .map(|id| self.buffers.get(id.0).map(|b| b.0))
             .collect::<Option<Vec<usize>>>()
             .ok_or_else(|| ComputeError::shape(op.name(), "unknown buffer id in this batch", op.shapes()))?;
-        let layout = op.check(&lens, op.layout()?.output)?;
+        let layout = op.check(&lens, op.layout()?.output_len())?;
         self.done = None;
-        self.buffers.push((layout.output, Source::Output));
+        self.buffers.push((layout.output_len(), Source::Output));
         let output = self.buffers.len() - 1;
         self.steps.push(Step { op, inputs: inputs.iter().map(|b| b.0).collect(), output });
         Ok(BufferId(output))

@@ -374,7 +374,7 @@ fn prepare<'a>(
     ins: &'a [&'a [f32]],
     out: &'a RefCell<Vec<f32>>,
 ) -> Result<Call<'a>> {
-    let out_len = op.layout()?.output;
+    let out_len = op.layout()?.output_len();
     if engine.is_gpu() {
         let tensors = ins.iter().map(|v| b.upload(v)).collect::<Result<Vec<Tensor>>>()?;
         let out = b.alloc(out_len)?;
@@ -471,7 +471,7 @@ fn ladder(class: OpClass) -> (Vec<Op>, usize) {
     let ops = match class {
         OpClass::Elementwise => by_len(|n| Op::binary(BinaryOp::Add, n)),
         OpClass::Transcendental => by_len(|n| Op::unary(UnaryOp::Gelu(GeluForm::Tanh), n)),
-        OpClass::Reduction => by_len(|n| Op::Dot { len: n }),
+        OpClass::Reduction => by_len(Op::dot),
         OpClass::RowWise => by_len(|n| Op::rows(RowOp::Softmax, (n / 256).max(1), 256)),
         OpClass::Matmul => [8usize, 16, 32, 64, 128, 256, 512, 1024, 2048].map(|n| Op::matmul(n, n, n)).to_vec(),
         OpClass::Conv => {
@@ -512,7 +512,7 @@ impl RandomPool {
 
     /// The inputs of `op`: consecutive, disjoint slices of the pool.
     fn inputs(&mut self, op: &Op) -> Result<Vec<&[f32]>> {
-        Ok(self.inputs_of(op.layout()?.inputs()))
+        Ok(self.inputs_of(&op.layout()?.input_lens().collect::<Vec<_>>()))
     }
 
     fn inputs_of(&mut self, lens: &[usize]) -> Vec<&[f32]> {
@@ -599,7 +599,7 @@ fn fit_links_to_host_calls(
     let op = knee_call();
     let cost = op.cost();
     let ins = data.inputs(&op)?;
-    let out = RefCell::new(vec![0.0f32; op.layout()?.output]);
+    let out = RefCell::new(vec![0.0f32; op.layout()?.output_len()]);
     let (op, ins, out) = (&op, &ins[..], &out);
     // Per engine: its host call, then (GPUs only) its resident call; `slots`
     // holds the GPUs' two places in `calls`.

@@ -6,7 +6,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use compute_core::{Backend, BackendKind, ComputeError, Location, Op, Result, Tensor, check_host_call};
+use compute_core::{
+    Backend, BackendKind, ComputeError, DType, HostSlice, HostSliceMut, HostVec, Location, Op, Result, Tensor,
+    check_host_call,
+};
 
 use crate::async_result::AsyncGpuResult;
 use crate::batch::CommandBatch;
@@ -42,7 +45,11 @@ pub fn fixed_threshold_workload(op: &Op) -> u64 {
     match *op {
         Op::Matmul(s) => u(s.batch).saturating_mul(u(s.m)).saturating_mul(u(s.k)).saturating_mul(u(s.n)),
         Op::Conv2d(_) => op.cost().flops / 2,
-        Op::Unary { len, .. } | Op::Binary { len, .. } | Op::Reduce { len, .. } | Op::Dot { len } => u(len),
+        Op::Unary { len, .. }
+        | Op::Binary { len, .. }
+        | Op::Reduce { len, .. }
+        | Op::Dot { len, .. }
+        | Op::Cast { len, .. } => u(len),
         Op::Rows { rows, cols, .. } => u(rows).saturating_mul(u(cols)),
     }
 }
@@ -56,7 +63,7 @@ pub fn seed_workload(op: &Op) -> u64 {
 /// Whether an error means "this engine cannot do it" (try another) rather
 /// than "this call is wrong" (report it).
 pub(crate) fn worth_falling_back(e: &ComputeError) -> bool {
-    !matches!(e, ComputeError::Shape { .. } | ComputeError::WrongDevice { .. })
+    !matches!(e, ComputeError::Shape { .. } | ComputeError::DType { .. } | ComputeError::WrongDevice { .. })
 }
 
 #[derive(Clone)]
@@ -426,28 +433,59 @@ impl Compute {
         self.inner.last.store(engine.index() as u8 + 1, Ordering::Relaxed);
     }
 
-    /// Runs `op` on host data on `engine` exactly (no choice, no fallback).
+    /// Runs an `f32` op on host data on `engine` exactly (no choice, no fallback).
     pub fn run_on(&self, engine: Engine, op: &Op, inputs: &[&[f32]], output: &mut [f32]) -> Result<()> {
+        let views: Vec<HostSlice<'_>> = inputs.iter().map(|x| HostSlice::F32(x)).collect();
+        self.run_on_typed(engine, op, &views, HostSliceMut::F32(output))
+    }
+
+    /// Runs `op` on host data of any dtype on `engine` exactly (no choice, no fallback).
+    pub fn run_on_typed(
+        &self,
+        engine: Engine,
+        op: &Op,
+        inputs: &[HostSlice<'_>],
+        output: HostSliceMut<'_>,
+    ) -> Result<()> {
         let slot = self.slot(engine).ok_or_else(|| Self::unavailable(engine))?;
-        slot.backend.run(op, inputs, output)?;
+        slot.backend.run_typed(op, inputs, output)?;
         self.record(engine);
         Ok(())
     }
 
     /// Runs `op` on `first`; if that engine fails for a reason other than the
-    /// call itself (unsupported, out of memory, device lost…), runs it on the CPU.
-    pub(crate) fn run_with_fallback(&self, first: Engine, op: &Op, inputs: &[&[f32]], out: &mut [f32]) -> Result<()> {
-        match self.run_on(first, op, inputs, out) {
+    /// call itself (unsupported, a dtype it cannot do, out of memory, device
+    /// lost…), runs it on the CPU.
+    pub(crate) fn run_with_fallback(
+        &self,
+        first: Engine,
+        op: &Op,
+        inputs: &[HostSlice<'_>],
+        mut out: HostSliceMut<'_>,
+    ) -> Result<()> {
+        match self.run_on_typed(first, op, inputs, out.reborrow()) {
             Err(e) if worth_falling_back(&e) && first != self.cpu_engine() => {
-                self.run_on(self.cpu_engine(), op, inputs, out)
+                self.run_on_typed(self.cpu_engine(), op, inputs, out)
             }
             r => r,
         }
     }
 
+    /// [`Compute::run_with_fallback`] on `f32` slices.
+    pub(crate) fn run_f32_with_fallback(
+        &self,
+        first: Engine,
+        op: &Op,
+        inputs: &[&[f32]],
+        out: &mut [f32],
+    ) -> Result<()> {
+        let views: Vec<HostSlice<'_>> = inputs.iter().map(|x| HostSlice::F32(x)).collect();
+        self.run_with_fallback(first, op, &views, HostSliceMut::F32(out))
+    }
+
     /// Runs `op` on host data and returns a new output vector.
     pub fn run_vec(&self, op: &Op, inputs: &[&[f32]]) -> Result<Vec<f32>> {
-        let mut out = vec![0.0f32; op.layout()?.output];
+        let mut out = vec![0.0f32; op.layout()?.output_len()];
         self.run(op, inputs, &mut out)?;
         Ok(out)
     }
@@ -457,14 +495,14 @@ impl Compute {
     /// the caller goes on. Shapes are checked before it is queued.
     pub fn run_async(&self, op: Op, inputs: Vec<Vec<f32>>) -> Result<AsyncGpuResult<Vec<f32>>> {
         let lens: Vec<usize> = inputs.iter().map(|v| v.len()).collect();
-        let layout = op.check(&lens, op.layout()?.output)?;
+        let layout = op.check(&lens, op.layout()?.output_len())?;
         let engine = self.choose(&op, Placement::Host);
         let (result, completer) = AsyncGpuResult::channel(op.name(), engine.kind());
         let this = self.clone();
         let job = Box::new(move || {
             let refs: Vec<&[f32]> = inputs.iter().map(|v| v.as_slice()).collect();
-            let mut out = vec![0.0f32; layout.output];
-            let r = this.run_with_fallback(engine, &op, &refs, &mut out).map(|()| out);
+            let mut out = vec![0.0f32; layout.output_len()];
+            let r = this.run_f32_with_fallback(engine, &op, &refs, &mut out).map(|()| out);
             completer.complete(r);
         });
         if let Err(job) = self.inner.lane.submit(job) {
@@ -481,16 +519,34 @@ impl Compute {
         }
     }
 
-    /// Uploads `data` to `engine`'s memory.
+    /// Where new tensors of `dtype` live: the primary engine (the first GPU,
+    /// else the CPU) when it computes that dtype, else the CPU, so that ops on
+    /// them can run (a GPU without half kernels would refuse every one).
+    pub fn home_for(&self, dtype: DType) -> Engine {
+        let primary = self.primary();
+        let probe = Op::unary(compute_core::UnaryOp::Relu, 1).with_dtype(dtype);
+        match self.slot(primary) {
+            Some(s) if s.backend.supports(&probe) => primary,
+            _ => self.cpu_engine(),
+        }
+    }
+
+    /// Uploads `f32` `data` to `engine`'s memory.
     pub fn upload_to(&self, engine: Engine, data: &[f32]) -> Result<Tensor> {
-        self.slot(engine).ok_or_else(|| Self::unavailable(engine))?.backend.upload(data)
+        self.upload_typed_to(engine, HostSlice::F32(data))
+    }
+
+    /// Uploads `data` of any dtype to `engine`'s memory.
+    pub fn upload_typed_to(&self, engine: Engine, data: HostSlice<'_>) -> Result<Tensor> {
+        self.slot(engine).ok_or_else(|| Self::unavailable(engine))?.backend.upload_typed(data)
     }
 
     /// Runs `op` on tensors and returns a new output tensor on the device of
     /// the first input.
     pub fn apply(&self, op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
         let home = inputs.first().map(|t| Engine::home_of(t.location().backend)).unwrap_or_else(|| self.primary());
-        let out = self.slot(home).ok_or_else(|| Self::unavailable(home))?.backend.alloc(op.layout()?.output)?;
+        let out = op.layout()?.output();
+        let out = self.slot(home).ok_or_else(|| Self::unavailable(home))?.backend.alloc_typed(out.len, out.dtype)?;
         self.run_tensors(op, inputs, &out)?;
         Ok(out)
     }
@@ -506,6 +562,27 @@ impl Compute {
         let engines: Vec<(Engine, Arc<dyn Backend>)> =
             self.inner.slots.iter().map(|s| (s.engine, s.backend.clone())).collect();
         calibrate::calibrate(&engines, opts)
+    }
+
+    /// A tensor op that no engine at the output's memory supports (a GPU
+    /// without kernels for its dtype): computed on the CPU into a new tensor,
+    /// then copied into `output` by a same-dtype cast where `output` lives.
+    /// Costs the round trip of the inputs and the output through the host.
+    fn run_tensors_via_cpu(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> Result<()> {
+        let cpu = self.slot(self.cpu_engine()).ok_or_else(|| Self::unavailable(self.cpu_engine()))?;
+        // The copy into `output` must run where it lives: no second detour.
+        let is_copy = matches!(*op, Op::Cast { from, to, .. } if from == to);
+        if is_copy || !cpu.backend.supports(op) {
+            return Err(ComputeError::unsupported_dtype(
+                op,
+                output.location().backend,
+                op.dtype(),
+                "no engine here computes it",
+            ));
+        }
+        let staged = cpu.backend.alloc_typed(output.len(), output.dtype())?;
+        self.run_tensors(op, inputs, &staged)?;
+        self.run_tensors(&Op::cast(output.len(), output.dtype(), output.dtype()), &[&staged], output)
     }
 
     fn home_slot(&self, op: &'static str, loc: Location) -> Result<&Slot> {
@@ -537,46 +614,54 @@ impl Backend for Compute {
         self.inner.slots.iter().any(|s| s.backend.supports(op))
     }
 
-    /// Checks shapes, picks the engine ([`Compute::choose`] with host data), runs
+    /// Checks shapes and dtypes, picks the engine ([`Compute::choose`] with
+    /// host data, among the engines that support the op at its dtypes), runs
     /// there, and falls back to the CPU if a GPU fails.
-    fn run(&self, op: &Op, inputs: &[&[f32]], output: &mut [f32]) -> Result<()> {
-        check_host_call(op, inputs, output)?;
+    fn run_typed(&self, op: &Op, inputs: &[HostSlice<'_>], output: HostSliceMut<'_>) -> Result<()> {
+        check_host_call(op, inputs, &output)?;
         let engine = self.choose(op, Placement::Host);
         self.run_with_fallback(engine, op, inputs, output)
     }
 
-    /// Uploads to the primary engine (the first GPU, else the CPU).
-    fn upload(&self, data: &[f32]) -> Result<Tensor> {
-        self.upload_to(self.primary(), data)
+    /// Uploads to the primary engine (the first GPU, else the CPU); data of a
+    /// dtype that engine cannot compute goes to the CPU ([`Compute::home_for`]).
+    fn upload_typed(&self, data: HostSlice<'_>) -> Result<Tensor> {
+        self.upload_typed_to(self.home_for(data.dtype()), data)
     }
 
-    fn alloc(&self, len: usize) -> Result<Tensor> {
-        let e = self.primary();
-        self.slot(e).ok_or_else(|| Self::unavailable(e))?.backend.alloc(len)
+    /// Allocates on the engine [`Compute::home_for`] picks for `dtype`.
+    fn alloc_typed(&self, len: usize, dtype: DType) -> Result<Tensor> {
+        let e = self.home_for(dtype);
+        self.slot(e).ok_or_else(|| Self::unavailable(e))?.backend.alloc_typed(len, dtype)
     }
 
-    fn download(&self, tensor: &Tensor, out: &mut [f32]) -> Result<()> {
+    fn download_typed(&self, tensor: &Tensor, out: HostSliceMut<'_>) -> Result<()> {
         let loc = tensor.location();
-        self.home_slot("download", loc)?.backend.download(tensor, out)
+        self.home_slot("download", loc)?.backend.download_typed(tensor, out)
     }
 
     /// Runs where the output tensor lives (inputs on another device are copied
     /// there first). On the CPU the model also picks the thread count.
     fn run_tensors(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> Result<()> {
-        let lens: Vec<usize> = inputs.iter().map(|t| t.len()).collect();
-        op.check(&lens, output.len())?;
+        let operands: Vec<compute_core::Operand> = inputs.iter().map(|t| t.operand()).collect();
+        op.check_operands(&operands, output.operand())?;
         if inputs.iter().any(|t| t.same_storage(output)) {
             return Err(ComputeError::shape(op.name(), "output tensor aliases an input", op.shapes()));
         }
         let loc = output.location();
         let home = self.home_slot(op.name(), loc)?;
+        let home_can = self.inner.slots.iter().any(|s| s.engine.same_memory(home.engine) && s.backend.supports(op));
+        let cpu = self.cpu_engine();
+        if !home_can && !home.engine.same_memory(cpu) {
+            return self.run_tensors_via_cpu(op, inputs, output);
+        }
         // Bring stray inputs to the output's device.
         let mut moved: Vec<Tensor> = Vec::new();
         for t in inputs.iter().filter(|t| t.location() != loc) {
             let src = self.home_slot(op.name(), t.location())?;
-            let mut host = vec![0.0f32; t.len()];
-            src.backend.download(t, &mut host)?;
-            moved.push(home.backend.upload(&host)?);
+            let mut host = HostVec::zeros(t.dtype(), t.len());
+            src.backend.download_typed(t, host.as_mut())?;
+            moved.push(home.backend.upload_typed(host.as_slice())?);
         }
         let mut moved_iter = moved.iter();
         let local: Vec<&Tensor> = inputs

@@ -61,7 +61,7 @@ pub fn crossover_threshold(compute: &Compute) -> u64 {
 
 fn check_matmul(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Result<Op> {
     let op = Op::matmul(m, k, n);
-    op.check(&[a.len(), b.len()], op.layout()?.output)?;
+    op.check(&[a.len(), b.len()], op.layout()?.output_len())?;
     Ok(op)
 }
 
@@ -115,7 +115,7 @@ impl HybridScheduler {
     pub fn matmul(&self, a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Result<Vec<f32>> {
         let op = check_matmul(a, b, m, k, n)?;
         let mut out = vec![0.0f32; m * n];
-        self.compute.run_with_fallback(self.engine_for(m, k, n), &op, &[a, b], &mut out)?;
+        self.compute.run_f32_with_fallback(self.engine_for(m, k, n), &op, &[a, b], &mut out)?;
         Ok(out)
     }
 
@@ -136,7 +136,7 @@ impl HybridScheduler {
             backend: engine.kind(),
             reason: format!("engine `{engine}` is not part of this Compute"),
         })?;
-        let len = op.layout()?.output;
+        let len = op.layout()?.output_len();
         let ta = slot.backend.upload(a)?;
         let tb = slot.backend.upload(b)?;
         let tc = slot.pool.acquire(len)?;
@@ -156,7 +156,7 @@ impl HybridScheduler {
         let compute = self.compute.clone();
         self.compute.spawn(Box::new(move || {
             let mut out = vec![0.0f32; m * n];
-            let r = compute.run_with_fallback(engine, &op, &[&a, &b], &mut out).map(|()| out);
+            let r = compute.run_f32_with_fallback(engine, &op, &[&a, &b], &mut out).map(|()| out);
             completer.complete(r);
         }));
         Ok(result)
@@ -197,9 +197,9 @@ impl HybridScheduler {
                     b.extend_from_slice(bi);
                 }
             }
-            let mut out = vec![0.0f32; op.layout()?.output];
+            let mut out = vec![0.0f32; op.layout()?.output_len()];
             let total_m = m.saturating_mul(members.len());
-            self.compute.run_with_fallback(self.engine_for(total_m, k, n), &op, &[&a, &b], &mut out)?;
+            self.compute.run_f32_with_fallback(self.engine_for(total_m, k, n), &op, &[&a, &b], &mut out)?;
             for (&i, chunk) in members.iter().zip(out.chunks_exact(m * n)) {
                 if let Some(r) = results.get_mut(i) {
                     *r = Some(chunk.to_vec());

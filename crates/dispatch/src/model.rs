@@ -295,7 +295,7 @@ mod tests {
         assert_eq!(pick(add, Placement::Resident), Engine::Cuda);
         assert_eq!(pick(add, Placement::On(Engine::Cuda)), Engine::Cuda);
         // An unprofiled class leaves only engines that have it: none here.
-        assert!(m.choose(&both, &Op::Dot { len: 100 }, Placement::Host).is_none());
+        assert!(m.choose(&both, &Op::dot(100), Placement::Host).is_none());
         // Ties go to the first candidate listed.
         assert_eq!(m.choose(&[Engine::Simd, Engine::Simd], &add, Placement::Host).unwrap().engine, Engine::Simd);
     }

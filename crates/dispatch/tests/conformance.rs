@@ -1,11 +1,12 @@
 //! The shared conformance suite through `Compute`: the CPU with nominal and
 //! with measured profiles (so both CPU engines get calls), and with a failing
-//! GPU in front (every host call falls back to the CPU).
+//! GPU in front (every host call falls back to the CPU). A `Compute` always
+//! has the CPU, which computes every dtype, so every dtype is required.
 mod common;
 
 use std::sync::OnceLock;
 
-use compute_core::{BackendKind, ComputeError, conformance::Config};
+use compute_core::{BackendKind, ComputeError, DType, conformance::Config};
 use dispatch::calibrate::Options;
 use dispatch::{Compute, Engine, Profile};
 
@@ -14,7 +15,7 @@ mod nominal {
     compute_core::conformance_tests!(
         || Compute::builder().cpu().nominal_profile().build(),
         BackendKind::Simd,
-        Config::from_env()
+        Config::from_env().with_dtypes(&DType::ALL)
     );
 }
 
@@ -37,7 +38,7 @@ mod measured {
     compute_core::conformance_tests!(
         || Compute::builder().cpu().profile(measured()?).build(),
         BackendKind::Simd,
-        Config::from_env()
+        Config::from_env().with_dtypes(&DType::ALL)
     );
 }
 
@@ -52,7 +53,7 @@ mod single_thread_engine {
                 .with_policy(dispatch::Policy::Fixed(Engine::SimdSingle))
         ),
         BackendKind::Simd,
-        Config::from_env()
+        Config::from_env().with_dtypes(&DType::ALL)
     );
 }
 
@@ -65,7 +66,7 @@ mod failing_gpu_in_front {
             .profile(common::gpu_always_wins(Engine::Cuda))
             .build(),
         BackendKind::Simd,
-        Config::from_env()
+        Config::from_env().with_dtypes(&DType::ALL)
     );
 }
 
@@ -89,11 +90,15 @@ mod wgpu_first {
     compute_core::conformance_tests!(
         || gpu_first(Engine::Wgpu),
         BackendKind::Wgpu,
-        Config::from_env().without_ieee_specials()
+        Config::from_env().without_ieee_specials().with_dtypes(&DType::ALL)
     );
 }
 
 mod cuda_first {
     use super::*;
-    compute_core::conformance_tests!(|| gpu_first(Engine::Cuda), BackendKind::Cuda, Config::from_env());
+    compute_core::conformance_tests!(
+        || gpu_first(Engine::Cuda),
+        BackendKind::Cuda,
+        Config::from_env().with_dtypes(&DType::ALL)
+    );
 }

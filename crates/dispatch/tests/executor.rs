@@ -22,7 +22,7 @@ fn request(i: usize, seed: u64) -> (Op, Vec<Vec<f32>>) {
         1 => (Op::binary(BinaryOp::Add, len), vec![data(seed, len), data(seed + 1, len)]),
         2 => (Op::rows(RowOp::Softmax, 1 + i % 3, 16), vec![data(seed, (1 + i % 3) * 16)]),
         3 => (Op::matmul(4, 8, 3), vec![data(seed, 32), data(seed + 1, 24)]),
-        4 => (Op::Dot { len }, vec![data(seed, len), data(seed + 1, len)]),
+        4 => (Op::dot(len), vec![data(seed, len), data(seed + 1, len)]),
         _ => (Op::unary(UnaryOp::LeakyRelu { alpha: 0.1 }, len), vec![data(seed, len)]),
     }
 }
@@ -126,14 +126,14 @@ fn incompatible_requests_are_not_merged_and_reductions_run_alone() {
     let x = data(3, 50);
     let r1 = h.submit(Op::unary(UnaryOp::Scale { s: 2.0 }, 50), vec![x.clone()]).unwrap();
     let r2 = h.submit(Op::unary(UnaryOp::Scale { s: 3.0 }, 50), vec![x.clone()]).unwrap();
-    let r3 = h.submit(Op::Dot { len: 50 }, vec![x.clone(), x.clone()]).unwrap();
-    let r4 = h.submit(Op::Dot { len: 50 }, vec![x.clone(), x.clone()]).unwrap();
+    let r3 = h.submit(Op::dot(50), vec![x.clone(), x.clone()]).unwrap();
+    let r4 = h.submit(Op::dot(50), vec![x.clone(), x.clone()]).unwrap();
     // Nothing is due for 30 s: shutdown flushes all four groups now.
     let m = exec.shutdown();
     assert_eq!(r1.wait().unwrap(), x.iter().map(|v| v * 2.0).collect::<Vec<_>>());
     assert_eq!(r2.wait().unwrap(), x.iter().map(|v| v * 3.0).collect::<Vec<_>>());
     let d3 = r3.wait().unwrap();
-    assert_matches_reference(&Op::Dot { len: 50 }, &[&x, &x], &d3);
+    assert_matches_reference(&Op::dot(50), &[&x, &x], &d3);
     assert_eq!(r4.wait().unwrap(), d3);
     assert_eq!((m.batches, m.flush_shutdown, m.completed), (4, 4, 4), "{m:?}");
     let _ = FlushReason::Shutdown;

@@ -3,7 +3,8 @@
 //! fill a GPU.
 
 use super::{Group, Scale};
-use crate::op::{BinaryOp, Conv2dSpec, GeluForm, MatmulSpec, Op, ReduceOp, RowOp, UnaryOp};
+use crate::dtype::DType;
+use crate::op::{BinaryOp, Conv2dSpec, GeluForm, MatmulSpec, Op, Precision, ReduceOp, RowOp, UnaryOp};
 
 /// Every unary op, with representative parameters.
 pub(crate) fn unary_ops() -> Vec<UnaryOp> {
@@ -49,9 +50,7 @@ pub fn cases(group: Group, scale: Scale) -> Vec<Op> {
             .collect(),
         Group::Reductions => vector_lens(scale)
             .into_iter()
-            .flat_map(|len| {
-                [Op::Reduce { op: ReduceOp::Sum, len }, Op::Reduce { op: ReduceOp::Max, len }, Op::Dot { len }]
-            })
+            .flat_map(|len| [Op::reduce(ReduceOp::Sum, len), Op::reduce(ReduceOp::Max, len), Op::dot(len)])
             .collect(),
         Group::Rows => {
             let mut shapes = vec![(1, 1), (1, 7), (3, 33), (5, 1000), (64, 4097), (300, 256), (2, 65_537), (1031, 17)];
@@ -97,12 +96,14 @@ pub fn cases(group: Group, scale: Scale) -> Vec<Op> {
                 v.push((16, 256, 512, 256, false, false));
             }
             v.into_iter()
-                .map(|(batch, m, k, n, trans_a, trans_b)| Op::Matmul(MatmulSpec { batch, m, k, n, trans_a, trans_b }))
+                .map(|(batch, m, k, n, trans_a, trans_b)| {
+                    Op::Matmul(MatmulSpec { batch, trans_a, trans_b, ..MatmulSpec::new(m, k, n) })
+                })
                 .collect()
         }
         Group::Conv2d => {
             let c = |n, c_in, h, w, c_out, kh, kw, stride, padding| {
-                Op::Conv2d(Conv2dSpec { n, c_in, h, w, c_out, kh, kw, stride, padding })
+                Op::Conv2d(Conv2dSpec { n, c_in, h, w, c_out, kh, kw, stride, padding, dtype: DType::F32 })
             };
             let mut v = vec![
                 c(1, 1, 5, 5, 1, 3, 3, (1, 1), (0, 0)),
@@ -117,6 +118,42 @@ pub fn cases(group: Group, scale: Scale) -> Vec<Op> {
             }
             v
         }
+        Group::Casts => {
+            let mut v = Vec::new();
+            for from in DType::ALL {
+                for to in DType::ALL {
+                    v.extend(vector_lens(scale).into_iter().map(|len| Op::cast(len, from, to)));
+                }
+            }
+            v
+        }
         Group::EdgeValues | Group::Errors | Group::Tensors => Vec::new(),
+    }
+}
+
+/// Matmuls and convolutions above this many multiply-adds run in `f32` only:
+/// their float64 reference is the slow part of the suite, and the half
+/// variants of the smaller shapes reach the same kernel paths.
+const HALF_MAX_MACS: u64 = 1 << 27;
+
+/// `op` (an `f32` case) at every dtype the suite checks: the same op on
+/// `f16` and `bf16` data, and for a matmul also half inputs with an `f32`
+/// output and `f32` inputs in TF32 precision. Casts already name their dtypes.
+pub fn dtype_variants(op: &Op) -> Vec<Op> {
+    let macs = op.cost().flops / 2;
+    match *op {
+        Op::Cast { .. } => vec![*op],
+        Op::Matmul(s) => {
+            let mut v = vec![*op, Op::Matmul(s.with_precision(Precision::Tf32))];
+            if macs <= HALF_MAX_MACS {
+                for d in [DType::F16, DType::BF16] {
+                    v.push(Op::Matmul(s.with_dtypes(d, d)));
+                    v.push(Op::Matmul(s.with_dtypes(d, DType::F32)));
+                }
+            }
+            v
+        }
+        Op::Conv2d(_) if macs > HALF_MAX_MACS => vec![*op],
+        _ => DType::ALL.iter().map(|&d| op.with_dtype(d)).collect(),
     }
 }

@@ -12,6 +12,13 @@
 //! unwritten element fails; and compares every element with the float64
 //! reference of [`crate::reference`] under the per-op [`tolerance`].
 //!
+//! Every op runs at every dtype ([`dtype_variants`]): on `f32`, `f16` and
+//! `bf16` data drawn in that dtype (so every input is exactly representable),
+//! and matmuls also with half inputs into an `f32` output and in TF32
+//! precision. A backend must support the dtypes its [`Config::dtypes`] lists;
+//! for the others, an op it declines ([`Backend::supports`]) must fail with a
+//! typed error and an untouched output, and is counted as skipped.
+//!
 //! Set `COMPUTE_CONFORMANCE=large` for the large sizes (GPU machine runs).
 //! A backend listed in `COMPUTE_REQUIRE` (comma-separated `simd,wgpu,cuda`) must
 //! be available: if it is not, the tests fail instead of skipping.
@@ -21,10 +28,12 @@ mod cases;
 pub use crate::rng;
 
 use crate::backend::Backend;
+use crate::dtype::DType;
 use crate::error::{BackendKind, ComputeError};
-use crate::op::{BinaryOp, Op, ReduceOp, RowOp, UnaryOp};
+use crate::host::{HostSlice, HostVec};
+use crate::op::{BinaryOp, Op, Precision, ReduceOp, RowOp, UnaryOp};
 use crate::reference;
-pub use cases::cases;
+pub use cases::{cases, dtype_variants};
 use rng::Rng;
 
 /// Which sizes the suite runs.
@@ -47,6 +56,10 @@ pub struct Config {
     pub ieee_specials: bool,
     /// Multiplies every tolerance (1.0 for full-precision f32 backends).
     pub tolerance_factor: f64,
+    /// Dtypes the backend must support on every op: an op of one of them
+    /// that [`Backend::supports`] declines is a failure. Ops of other dtypes
+    /// that it declines are skipped (and must fail with a typed error).
+    pub dtypes: &'static [DType],
 }
 
 impl Config {
@@ -56,7 +69,12 @@ impl Config {
             Ok("large") => Scale::Large,
             _ => Scale::Small,
         };
-        Config { scale, ieee_specials: true, tolerance_factor: 1.0 }
+        Config { scale, ieee_specials: true, tolerance_factor: 1.0, dtypes: &[DType::F32] }
+    }
+
+    /// Same, requiring every op on each of `dtypes` (see [`Config::dtypes`]).
+    pub fn with_dtypes(self, dtypes: &'static [DType]) -> Self {
+        Config { dtypes, ..self }
     }
 
     /// Same, with IEEE specials off (see [`Config::ieee_specials`]).
@@ -89,6 +107,8 @@ pub enum Group {
     BatchedMatmul,
     /// conv2d with strides and padding.
     Conv2d,
+    /// Casts between every pair of dtypes: bit-exact rounding.
+    Casts,
     /// NaN, ±Inf, −0, huge, tiny and subnormal inputs.
     EdgeValues,
     /// Bad shapes give a typed error and leave the output untouched.
@@ -123,20 +143,31 @@ const TINY: f64 = f32::MIN_POSITIVE as f64;
 /// | softmax, log_softmax | `abs = 1e-7`, `rel = 1e-5 + 2ε√cols`, `cond = 2ε√cols` |
 /// | layer_norm, rms_norm | `rel = 1e-5`, `cond = ε·(16 + 2√cols)` |
 /// | matmul, conv2d | `cond = ε·(8 + 2√k)` of `Σₖ|aᵢₖ·bₖⱼ|` |
+/// | matmul in TF32 | adds `cond = 2⁻¹⁰` (both operands rounded to 10 mantissa bits) |
+/// | cast | exact: the reference rounded to the target dtype, bit for bit |
+///
+/// Ops on `f16` and `bf16` compute in `f32`, so the bound above holds for
+/// them too, plus the rounding of the stored result: `u·|r|` with `u` the
+/// output dtype's unit roundoff (2⁻²⁴ for `f32`, 2⁻¹¹ for `f16`, 2⁻⁸ for
+/// `bf16`) and half of its smallest subnormal in absolute terms.
 pub fn tolerance(op: &Op) -> Tolerance {
     let sqrt = |n: usize| (n as f64).sqrt();
     match *op {
         Op::Unary { op, .. } if op.is_transcendental() => Tolerance { abs: 1e-6, rel: 1e-5, cond: 0.0 },
         Op::Unary { .. } | Op::Binary { .. } => Tolerance { abs: TINY, rel: EPS, cond: 0.0 },
         Op::Reduce { op: ReduceOp::Max, .. } => Tolerance { abs: 0.0, rel: 0.0, cond: 0.0 },
-        Op::Reduce { len, .. } | Op::Dot { len } => {
+        Op::Reduce { len, .. } | Op::Dot { len, .. } => {
             Tolerance { abs: TINY, rel: 0.0, cond: EPS * (8.0 + 2.0 * sqrt(len)) }
         }
         Op::Rows { op: RowOp::Softmax | RowOp::LogSoftmax, cols, .. } => {
             Tolerance { abs: 1e-7, rel: 1e-5 + 2.0 * EPS * sqrt(cols), cond: 2.0 * EPS * sqrt(cols) }
         }
         Op::Rows { cols, .. } => Tolerance { abs: TINY, rel: 1e-5, cond: EPS * (16.0 + 2.0 * sqrt(cols)) },
-        Op::Matmul(s) => Tolerance { abs: TINY, rel: 0.0, cond: EPS * (8.0 + 2.0 * sqrt(s.k)) },
+        Op::Matmul(s) => {
+            let tf32 = if s.precision == Precision::Tf32 && s.dtype == DType::F32 { 2f64.powi(-10) } else { 0.0 };
+            Tolerance { abs: TINY, rel: 0.0, cond: EPS * (8.0 + 2.0 * sqrt(s.k)) + tf32 }
+        }
+        Op::Cast { .. } => Tolerance { abs: 0.0, rel: 0.0, cond: 0.0 },
         Op::Conv2d(c) => Tolerance { abs: TINY, rel: 0.0, cond: EPS * (8.0 + 2.0 * sqrt(c.c_in * c.kh * c.kw)) },
     }
 }
@@ -145,18 +176,48 @@ pub fn tolerance(op: &Op) -> Tolerance {
 /// arithmetic produces, so an element the backend never wrote is caught.
 pub const POISON: f32 = f32::from_bits(0x7fc0_dead);
 
-/// Compares `out` with the reference of `op` on `inputs`; returns a description
-/// of the first few mismatches, or `None` when every element passes.
+/// The poison of each dtype, as bits: quiet NaNs with payloads no arithmetic
+/// or conversion produces.
+pub fn poison_bits(dtype: DType) -> u32 {
+    match dtype {
+        DType::F16 => 0x7ead,
+        DType::BF16 => 0x7fed,
+        _ => POISON.to_bits(),
+    }
+}
+
+/// A poisoned output buffer of `len` elements of `dtype`.
+pub fn poisoned(dtype: DType, len: usize) -> HostVec {
+    HostVec::filled_bits(dtype, len, poison_bits(dtype))
+}
+
+/// Compares an `f32` output with the reference of `op` on `f32` inputs;
+/// returns a description of the first few mismatches, or `None` when every
+/// element passes.
 pub fn compare(op: &Op, inputs: &[&[f32]], out: &[f32], factor: f64) -> Option<String> {
-    let r = match reference::run(op, inputs) {
+    let views: Vec<HostSlice<'_>> = inputs.iter().map(|x| HostSlice::F32(x)).collect();
+    compare_typed(op, &views, HostSlice::F32(out), factor)
+}
+
+/// Compares `out` with the reference of `op` on `inputs`, all of any dtype,
+/// under [`tolerance`] plus the rounding of `out`'s dtype.
+pub fn compare_typed(op: &Op, inputs: &[HostSlice<'_>], out: HostSlice<'_>, factor: f64) -> Option<String> {
+    let r = match reference::run_typed(op, inputs) {
         Ok(r) => r,
         Err(e) => return Some(format!("reference rejected the op: {e}")),
     };
     let tol = tolerance(op);
+    let dtype = out.dtype();
+    let poison = poison_bits(dtype);
+    let bits = out.bits();
+    let exact = matches!(op, Op::Cast { .. });
     let mut bad = Vec::new();
     let mut count = 0usize;
-    for (i, (&y, (&want, &scale))) in out.iter().zip(r.values.iter().zip(&r.scale)).enumerate() {
-        if let Some(why) = mismatch(y, want, scale, tol, factor) {
+    for (i, ((y, b), (&want, &scale))) in
+        out.to_f64().into_iter().zip(bits).zip(r.values.iter().zip(&r.scale)).enumerate()
+    {
+        let why = if b == poison { Some("never written") } else { mismatch(y, want, scale, tol, factor, dtype, exact) };
+        if let Some(why) = why {
             count += 1;
             if bad.len() < 5 {
                 bad.push(format!("[{i}] got {y:e} want {want:e} ({why})"));
@@ -166,26 +227,41 @@ pub fn compare(op: &Op, inputs: &[&[f32]], out: &[f32], factor: f64) -> Option<S
     (count > 0).then(|| format!("{count} of {} elements wrong: {}", out.len(), bad.join("; ")))
 }
 
-fn mismatch(y: f32, want: f64, scale: f64, tol: Tolerance, factor: f64) -> Option<&'static str> {
-    if y.to_bits() == POISON.to_bits() {
-        return Some("never written");
-    }
-    let y = y as f64;
+fn mismatch(
+    y: f64,
+    want: f64,
+    scale: f64,
+    tol: Tolerance,
+    factor: f64,
+    dtype: DType,
+    exact: bool,
+) -> Option<&'static str> {
     if want.is_nan() {
         return (!y.is_nan()).then_some("expected NaN");
     }
     if y.is_nan() {
         return Some("unexpected NaN");
     }
-    // A finite reference beyond f32 range rounds to ±Inf in f32.
-    let want32 = want as f32 as f64;
-    if want.is_infinite() || want32.is_infinite() {
-        return (y != want32).then_some("expected the same infinity");
+    // The value the output dtype stores for the reference; a finite reference
+    // beyond the dtype's range rounds to ±Inf.
+    let stored = dtype.round(want);
+    if exact {
+        return (y.to_bits() != stored.to_bits()).then_some("not the correctly rounded value");
+    }
+    if want.is_infinite() || stored.is_infinite() {
+        return (y != stored).then_some("expected the same infinity");
     }
     if y.is_infinite() {
         return Some("unexpected infinity");
     }
-    let bound = factor * (tol.abs + tol.rel * want.abs() + tol.cond * scale) + 0.5 * EPS * want.abs();
+    let u = dtype.unit_roundoff();
+    // Half the smallest subnormal of the output dtype: the absolute rounding floor.
+    let floor = match dtype {
+        DType::F16 => 2f64.powi(-25),
+        DType::BF16 => 2f64.powi(-134),
+        _ => 0.0,
+    };
+    let bound = factor * (tol.abs + tol.rel * want.abs() + tol.cond * scale) + u * want.abs() + floor;
     ((y - want).abs() > bound).then_some("outside tolerance")
 }
 
@@ -196,9 +272,9 @@ pub fn inputs_for(op: &Op, rng: &mut Rng) -> Vec<Vec<f32>> {
         Ok(l) => l,
         Err(_) => return Vec::new(),
     };
-    let lens = layout.inputs();
+    let lens: Vec<usize> = layout.input_lens().collect();
     match op {
-        Op::Unary { op, len } => {
+        Op::Unary { op, len, .. } => {
             let wide = op.is_transcendental();
             vec![
                 (0..*len)
@@ -221,6 +297,60 @@ pub fn inputs_for(op: &Op, rng: &mut Rng) -> Vec<Vec<f32>> {
             }
         }
         Op::Matmul(_) | Op::Conv2d(_) => lens.iter().map(|&n| rng.vec(n, -1.0, 1.0)).collect(),
+        Op::Cast { len, .. } => vec![(0..*len).map(|_| cast_input(rng)).collect()],
+    }
+}
+
+/// A value that exercises a cast: ordinary values, values past `f16`'s range
+/// and inside its subnormals, and exact ties of `f16` and `bf16` rounding.
+fn cast_input(rng: &mut Rng) -> f32 {
+    let x = rng.uniform(-8.0, 8.0);
+    match rng.below(6) {
+        0 => rng.uniform(-70_000.0, 70_000.0),
+        1 => x * 2f32.powi(-20),                               // f16 subnormals
+        2 => f32::from_bits((x.to_bits() & !0x1fff) | 0x1000), // halfway between two f16 values
+        3 => f32::from_bits((x.to_bits() & !0xffff) | 0x8000), // halfway between two bf16 values
+        _ => x,
+    }
+}
+
+/// Random inputs for `op` in its input dtype: the values of [`inputs_for`],
+/// rounded to the dtype, so each is exactly representable there.
+pub fn typed_inputs_for(op: &Op, rng: &mut Rng) -> Vec<HostVec> {
+    inputs_for(op, rng).into_iter().map(|v| HostVec::from_f32(op.dtype(), &v)).collect()
+}
+
+/// Runs `op` on `backend` with typed inputs and a poisoned output of the op's
+/// output dtype, and compares; `Err` describes the failure.
+pub fn check_op_typed(backend: &dyn Backend, op: &Op, inputs: &[HostVec], factor: f64) -> Result<(), String> {
+    let layout = op.layout().map_err(|e| e.to_string())?;
+    let views: Vec<HostSlice<'_>> = inputs.iter().map(HostVec::as_slice).collect();
+    let mut out = poisoned(op.out_dtype(), layout.output_len());
+    backend
+        .run_typed(op, &views, out.as_mut())
+        .map_err(|e| format!("{} {}: returned error: {e}", op.name(), op.shapes()))?;
+    match compare_typed(op, &views, out.as_slice(), factor) {
+        None => Ok(()),
+        Some(msg) => Err(format!("{} {} {:?}: {msg}", op.name(), op.shapes(), op)),
+    }
+}
+
+/// Checks an op `backend` declines: it must fail with a typed error
+/// (`Unsupported` or `UnsupportedDType`) and leave the output untouched.
+fn check_declined(backend: &dyn Backend, op: &Op, rng: &mut Rng) -> Result<(), String> {
+    let inputs = typed_inputs_for(op, rng);
+    let views: Vec<HostSlice<'_>> = inputs.iter().map(HostVec::as_slice).collect();
+    let len = op.layout().map_err(|e| e.to_string())?.output_len();
+    let mut out = poisoned(op.out_dtype(), len);
+    let result = backend.run_typed(op, &views, out.as_mut());
+    let untouched = out.bits().iter().all(|&b| b == poison_bits(op.out_dtype()));
+    match result {
+        Err(ComputeError::Unsupported { .. } | ComputeError::UnsupportedDType { .. }) if untouched => Ok(()),
+        other => Err(format!(
+            "{} {}: declined by supports() but run_typed gave {other:?} (output untouched: {untouched})",
+            op.name(),
+            op.shapes()
+        )),
     }
 }
 
@@ -228,7 +358,7 @@ pub fn inputs_for(op: &Op, rng: &mut Rng) -> Vec<Vec<f32>> {
 pub fn check_op(backend: &dyn Backend, op: &Op, inputs: &[Vec<f32>], factor: f64) -> Result<(), String> {
     let layout = op.layout().map_err(|e| e.to_string())?;
     let refs: Vec<&[f32]> = inputs.iter().map(|v| v.as_slice()).collect();
-    let mut out = vec![POISON; layout.output];
+    let mut out = vec![POISON; layout.output_len()];
     backend.run(op, &refs, &mut out).map_err(|e| format!("{} {}: returned error: {e}", op.name(), op.shapes()))?;
     match compare(op, &refs, &out, factor) {
         None => Ok(()),
@@ -329,18 +459,25 @@ pub fn run_group<B: Backend>(make: impl FnOnce() -> crate::Result<B>, kind: Back
         backend.device_name()
     );
     let mut rng = Rng::new(seed);
+    let mut skipped = Vec::new();
     let failures = match group {
-        Group::EdgeValues => edge_values(&backend, &mut rng, cfg),
+        Group::EdgeValues => edge_values(&backend, &mut rng, cfg, &mut skipped),
         Group::Errors => errors(&backend, &mut rng),
-        Group::Tensors => tensors(&backend, &mut rng, cfg),
-        _ => cases(group, cfg.scale)
-            .iter()
-            .filter_map(|op| {
-                let inputs = inputs_for(op, &mut rng);
-                check_op(&backend, op, &inputs, cfg.tolerance_factor).err()
-            })
-            .collect(),
+        Group::Tensors => tensors(&backend, &mut rng, cfg, &mut skipped),
+        _ => {
+            let mut fails = Vec::new();
+            for op in cases(group, cfg.scale).iter().flat_map(dtype_variants) {
+                if let Some(result) = declined(&backend, &op, cfg, &mut rng, &mut skipped) {
+                    fails.extend(result.err());
+                    continue;
+                }
+                let inputs = typed_inputs_for(&op, &mut rng);
+                fails.extend(check_op_typed(&backend, &op, &inputs, cfg.tolerance_factor).err());
+            }
+            fails
+        }
     };
+    report_skipped(kind, group, &skipped);
     if !failures.is_empty() {
         panic!(
             "{} conformance failure(s) in {group:?} on {kind} [{}] (seed {seed}):\n  {}",
@@ -351,8 +488,83 @@ pub fn run_group<B: Backend>(make: impl FnOnce() -> crate::Result<B>, kind: Back
     }
 }
 
-/// IEEE specials and extreme magnitudes mixed into random data.
-fn edge_values(backend: &dyn Backend, rng: &mut Rng, cfg: Config) -> Vec<String> {
+/// For an op the backend declines: `None` if it supports it; otherwise the
+/// result of checking that it fails cleanly, or a failure when `cfg` requires
+/// the op's dtypes. Records the op in `skipped`.
+fn declined(
+    backend: &dyn Backend,
+    op: &Op,
+    cfg: Config,
+    rng: &mut Rng,
+    skipped: &mut Vec<String>,
+) -> Option<Result<(), String>> {
+    if backend.supports(op) {
+        return None;
+    }
+    if op.dtypes().iter().all(|d| cfg.dtypes.contains(d)) {
+        return Some(Err(format!("{} {}: a required dtype, but supports() declines it", op.name(), op.shapes())));
+    }
+    skipped.push(op.dtypes().iter().map(|d| d.as_str()).collect::<Vec<_>>().join("→"));
+    Some(check_declined(backend, op, rng))
+}
+
+/// Prints how many ops of which dtypes the backend declined.
+fn report_skipped(kind: BackendKind, group: Group, skipped: &[String]) {
+    if skipped.is_empty() {
+        return;
+    }
+    let mut counts = std::collections::BTreeMap::new();
+    for s in skipped {
+        *counts.entry(s.as_str()).or_insert(0usize) += 1;
+    }
+    let list: Vec<String> = counts.iter().map(|(d, n)| format!("{n} on {d}")).collect();
+    eprintln!("SKIPPED in {group:?} on {kind}: ops the backend declines ({}); each failed cleanly", list.join(", "));
+}
+
+/// IEEE specials and extreme magnitudes mixed into random data, on every dtype.
+fn edge_values(backend: &dyn Backend, rng: &mut Rng, cfg: Config, skipped: &mut Vec<String>) -> Vec<String> {
+    let mut fails = Vec::new();
+    for dtype in DType::ALL {
+        fails.extend(edge_values_of(backend, rng, cfg, dtype, skipped));
+    }
+    fails.extend(edge_casts(backend, rng, cfg, skipped));
+    fails
+}
+
+/// Casts of every special value between every pair of dtypes: ±0, ±∞, NaN
+/// (with IEEE specials), the largest finite values, subnormals, ties.
+fn edge_casts(backend: &dyn Backend, rng: &mut Rng, cfg: Config, skipped: &mut Vec<String>) -> Vec<String> {
+    let mut fails = Vec::new();
+    let mut values = vec![
+        0.0f32, -0.0, 65504.0, 65519.99, 65520.0, -65520.0, 1e38, -1e38, 3.4e38, 1e-45, -1e-45, 1e-38, 5.96e-8,
+        2.98e-8, 2.99e-8, 6.1e-5, 1.0009765, 1.0048828, -1.0048828,
+    ];
+    if cfg.ieee_specials {
+        values.extend([f32::NAN, -f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, f32::MIN]);
+    }
+    values.extend((0..1000).map(|_| cast_input(rng)));
+    for from in DType::ALL {
+        let x = HostVec::from_f32(from, &values);
+        for to in DType::ALL {
+            let op = Op::cast(values.len(), from, to);
+            if let Some(result) = declined(backend, &op, cfg, rng, skipped) {
+                fails.extend(result.err());
+                continue;
+            }
+            fails.extend(check_op_typed(backend, &op, std::slice::from_ref(&x), cfg.tolerance_factor).err());
+        }
+    }
+    fails
+}
+
+/// [`edge_values`] on one dtype: specials rounded to it (1e38 is ∞ in f16).
+fn edge_values_of(
+    backend: &dyn Backend,
+    rng: &mut Rng,
+    cfg: Config,
+    dtype: DType,
+    skipped: &mut Vec<String>,
+) -> Vec<String> {
     let mut specials =
         vec![0.0f32, -0.0, 1e38, -1e38, 1e-38, -1e-38, 1e-45, -1e-45, 88.0, -88.0, 89.0, -104.0, 9.0, -9.0];
     if cfg.ieee_specials {
@@ -368,13 +580,28 @@ fn edge_values(backend: &dyn Backend, rng: &mut Rng, cfg: Config) -> Vec<String>
         }
         v
     };
+    let mut check = |op: Op, inputs: Vec<Vec<f32>>, rng: &mut Rng, fails: &mut Vec<String>| {
+        let op = op.with_dtype(dtype);
+        if let Some(result) = declined(backend, &op, cfg, rng, skipped) {
+            fails.extend(result.err());
+            return;
+        }
+        // Without IEEE specials, values past the dtype's range stay finite.
+        let finite = |v: f32| match dtype.round(f64::from(v)) {
+            r if r.is_infinite() && !cfg.ieee_specials => v.signum() * 60_000.0,
+            _ => v,
+        };
+        let inputs: Vec<HostVec> = inputs
+            .iter()
+            .map(|v| HostVec::from_f32(dtype, &v.iter().map(|&x| finite(x)).collect::<Vec<_>>()))
+            .collect();
+        fails.extend(check_op_typed(backend, &op, &inputs, cfg.tolerance_factor).err());
+    };
     for op in cases::unary_ops() {
         let op = Op::unary(op, len);
         let x = inputs_for(&op, rng).remove(0);
         let x = sprinkle(rng, x);
-        if let Err(e) = check_op(backend, &op, &[x], cfg.tolerance_factor) {
-            fails.push(e);
-        }
+        check(op, vec![x], rng, &mut fails);
     }
     for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul] {
         let op = Op::binary(op, len);
@@ -382,9 +609,7 @@ fn edge_values(backend: &dyn Backend, rng: &mut Rng, cfg: Config) -> Vec<String>
         let a = sprinkle(rng, a);
         let b = rng.vec(len, -4.0, 4.0);
         let b = sprinkle(rng, b);
-        if let Err(e) = check_op(backend, &op, &[a, b], cfg.tolerance_factor) {
-            fails.push(e);
-        }
+        check(op, vec![a, b], rng, &mut fails);
     }
     // Reductions: −0 and tiny values must not disturb max; ±Inf/NaN propagate.
     let mut reduce_inputs = vec![rng.vec(len, -3.0, 3.0)];
@@ -404,9 +629,7 @@ fn edge_values(backend: &dyn Backend, rng: &mut Rng, cfg: Config) -> Vec<String>
     }
     for x in reduce_inputs {
         for op in [ReduceOp::Sum, ReduceOp::Max] {
-            if let Err(e) = check_op(backend, &Op::Reduce { op, len }, std::slice::from_ref(&x), cfg.tolerance_factor) {
-                fails.push(e);
-            }
+            check(Op::reduce(op, len), vec![x.clone()], rng, &mut fails);
         }
     }
     // Softmax rows of equal, huge and very negative values stay finite and sum to 1.
@@ -420,15 +643,75 @@ fn edge_values(backend: &dyn Backend, rng: &mut Rng, cfg: Config) -> Vec<String>
         *v -= 1e4;
     }
     for op in [RowOp::Softmax, RowOp::LogSoftmax] {
-        if let Err(e) = check_op(backend, &Op::rows(op, 4, cols), std::slice::from_ref(&x), cfg.tolerance_factor) {
-            fails.push(e);
+        check(Op::rows(op, 4, cols), vec![x.clone()], rng, &mut fails);
+    }
+    fails
+}
+
+/// Bad shapes: a typed `Shape` error that names the op, and an untouched
+/// output; operands of the wrong dtype: a typed `DType` error, likewise.
+fn errors(backend: &dyn Backend, rng: &mut Rng) -> Vec<String> {
+    let mut fails = shape_errors(backend, rng);
+    fails.extend(dtype_errors(backend, rng));
+    fails
+}
+
+/// Operands whose dtype differs from the op's: `DType` errors naming the op,
+/// with the output (host or tensor) untouched.
+fn dtype_errors(backend: &dyn Backend, rng: &mut Rng) -> Vec<String> {
+    let mut fails = Vec::new();
+    let x = rng.vec(10, -1.0, 1.0);
+    let mut check = |op: Op, inputs: &[HostVec], out: DType, what: &str| {
+        let views: Vec<HostSlice<'_>> = inputs.iter().map(HostVec::as_slice).collect();
+        let len = op.layout().map(|l| l.output_len()).unwrap_or(0);
+        let mut o = poisoned(out, len);
+        match backend.run_typed(&op, &views, o.as_mut()) {
+            Err(ComputeError::DType { op: name, .. }) if name == op.name() => {}
+            other => fails.push(format!("{what}: expected a DType error naming {}, got {other:?}", op.name())),
+        }
+        if o.bits().iter().any(|&b| b != poison_bits(out)) {
+            fails.push(format!("{what}: output was modified despite the error"));
+        }
+    };
+    let f32x = HostVec::from_f32(DType::F32, &x);
+    let bf16x = HostVec::from_f32(DType::BF16, &x);
+    let f16x = HostVec::from_f32(DType::F16, &x);
+    let relu = Op::unary(UnaryOp::Relu, 10);
+    check(relu, std::slice::from_ref(&bf16x), DType::F32, "f32 relu on a bf16 input");
+    check(relu, std::slice::from_ref(&f32x), DType::BF16, "f32 relu into a bf16 output");
+    let add = Op::binary(BinaryOp::Add, 10).with_dtype(DType::F16);
+    check(add, &[f16x.clone(), bf16x.clone()], DType::F16, "f16 add with a bf16 operand");
+    let mm = Op::Matmul(crate::MatmulSpec::new(2, 5, 2).with_dtypes(DType::BF16, DType::F32));
+    check(mm, &[bf16x.clone(), bf16x.clone()], DType::BF16, "bf16→f32 matmul into a bf16 output");
+    check(Op::cast(10, DType::F32, DType::F16), std::slice::from_ref(&f32x), DType::BF16, "cast to f16 into bf16");
+    check(Op::reduce(ReduceOp::Sum, 10), std::slice::from_ref(&f16x), DType::F32, "f32 sum of f16 values");
+    // Tensors: an f32 op on a bf16 tensor, and a download into the wrong type.
+    let bf16_tensor = backend.upload_typed(bf16x.as_slice());
+    let f32_out = backend.upload(&x);
+    if let (Ok(a), Ok(out)) = (bf16_tensor, f32_out) {
+        if a.dtype() != DType::BF16 || a.len() != 10 {
+            fails.push(format!("upload_typed of 10 bf16 values gave a tensor of {} {}", a.len(), a.dtype()));
+        }
+        match backend.run_tensors(&relu, &[&a], &out) {
+            Err(ComputeError::DType { .. }) => {}
+            other => fails.push(format!("f32 relu on a bf16 tensor: expected DType error, got {other:?}")),
+        }
+        let mut back = vec![0.0f32; 10];
+        match backend.download(&out, &mut back) {
+            Ok(()) if back == x => {}
+            other => fails.push(format!("output tensor changed after a failed dtype check: {other:?}")),
+        }
+        let mut wrong = HostVec::zeros(DType::F16, 10);
+        match backend.download_typed(&a, wrong.as_mut()) {
+            Err(ComputeError::DType { .. }) => {}
+            other => fails.push(format!("download of a bf16 tensor into f16: expected DType error, got {other:?}")),
         }
     }
     fails
 }
 
 /// Bad shapes: a typed `Shape` error that names the op, and an untouched output.
-fn errors(backend: &dyn Backend, rng: &mut Rng) -> Vec<String> {
+fn shape_errors(backend: &dyn Backend, rng: &mut Rng) -> Vec<String> {
     let mut fails = Vec::new();
     let sentinel = rng.vec(64, 1.0, 2.0);
     let mut check = |op: Op, inputs: Vec<Vec<f32>>, out_len: usize, what: &str| {
@@ -449,8 +732,8 @@ fn errors(backend: &dyn Backend, rng: &mut Rng) -> Vec<String> {
     check(Op::unary(UnaryOp::Tanh, 0), vec![vec![]], 0, "tanh of zero length");
     check(Op::binary(BinaryOp::Add, 10), vec![x.clone(), rng.vec(9, -1.0, 1.0)], 10, "add with mismatched b");
     check(Op::binary(BinaryOp::Mul, 10), vec![x.clone()], 10, "mul with one input");
-    check(Op::Dot { len: 10 }, vec![x.clone(), rng.vec(11, -1.0, 1.0)], 1, "dot with mismatched b");
-    check(Op::Reduce { op: ReduceOp::Sum, len: 10 }, vec![x.clone()], 2, "sum with 2-element output");
+    check(Op::dot(10), vec![x.clone(), rng.vec(11, -1.0, 1.0)], 1, "dot with mismatched b");
+    check(Op::reduce(ReduceOp::Sum, 10), vec![x.clone()], 2, "sum with 2-element output");
     check(Op::rows(RowOp::Softmax, 3, 4), vec![x.clone()], 12, "softmax with short input");
     check(
         Op::rows(RowOp::LayerNorm { eps: 1e-5 }, 2, 5),
@@ -461,7 +744,7 @@ fn errors(backend: &dyn Backend, rng: &mut Rng) -> Vec<String> {
     check(Op::matmul(2, 5, 3), vec![x.clone(), rng.vec(14, -1.0, 1.0)], 6, "matmul with short b");
     check(Op::matmul(2, 5, 3), vec![x.clone(), rng.vec(15, -1.0, 1.0)], 7, "matmul with long output");
     check(Op::matmul(usize::MAX / 4, 8, 8), vec![x.clone(), rng.vec(64, -1.0, 1.0)], 8, "matmul overflowing usize");
-    let conv = crate::Conv2dSpec { n: 1, c_in: 1, h: 2, w: 5, c_out: 1, kh: 3, kw: 3, stride: (1, 1), padding: (0, 0) };
+    let conv = crate::Conv2dSpec { h: 2, w: 5, padding: (0, 0), ..crate::Conv2dSpec::same(1, 5, 1, 3) };
     check(Op::Conv2d(conv), vec![x.clone(), rng.vec(9, -1.0, 1.0)], 3, "conv2d with kernel taller than input");
     // Tensor calls validate too, and leave the output tensor untouched.
     if let (Ok(a), Ok(out)) = (backend.upload(&x), backend.upload(&sentinel[..9])) {
@@ -488,8 +771,80 @@ fn errors(backend: &dyn Backend, rng: &mut Rng) -> Vec<String> {
     fails
 }
 
-/// Upload once, chain ops on the device, download once; must equal the host path.
-fn tensors(backend: &dyn Backend, rng: &mut Rng, cfg: Config) -> Vec<String> {
+/// Upload once, chain ops on the device, download once; must equal the host
+/// path. Then the same on half data, with casts on the device.
+fn tensors(backend: &dyn Backend, rng: &mut Rng, cfg: Config, skipped: &mut Vec<String>) -> Vec<String> {
+    let mut fails = f32_chain(backend, rng, cfg);
+    for dtype in [DType::F16, DType::BF16] {
+        fails.extend(half_chain(backend, rng, cfg, dtype, skipped));
+    }
+    fails
+}
+
+/// `f32` → cast to `dtype` → rms_norm → matmul (half → f32 output) →
+/// softmax, all on device tensors; each step's tensor checked against the
+/// reference of that step on the previous step's downloaded result.
+fn half_chain(
+    backend: &dyn Backend,
+    rng: &mut Rng,
+    cfg: Config,
+    dtype: DType,
+    skipped: &mut Vec<String>,
+) -> Vec<String> {
+    let (m, k, n) = (19, 72, 23);
+    let steps = [
+        Op::cast(m * k, DType::F32, dtype),
+        Op::rows(RowOp::RmsNorm { eps: 1e-5 }, m, k).with_dtype(dtype),
+        Op::Matmul(crate::MatmulSpec::new(m, k, n).with_dtypes(dtype, DType::F32)),
+        Op::rows(RowOp::Softmax, m, n),
+    ];
+    for op in &steps {
+        if let Some(result) = declined(backend, op, cfg, rng, skipped) {
+            return result.err().into_iter().collect();
+        }
+    }
+    let mut fails = Vec::new();
+    let mut run = || -> crate::Result<()> {
+        let x = HostVec::from_f32(DType::F32, &rng.vec(m * k, -3.0, 3.0));
+        let gamma = HostVec::from_f32(dtype, &rng.vec(k, 0.5, 1.5));
+        let w = HostVec::from_f32(dtype, &rng.vec(k * n, -1.0, 1.0));
+        let tx = backend.upload_typed(x.as_slice())?;
+        let tg = backend.upload_typed(gamma.as_slice())?;
+        let tw = backend.upload_typed(w.as_slice())?;
+        let th = backend.alloc_typed(m * k, dtype)?;
+        let tn = backend.alloc_typed(m * k, dtype)?;
+        let tc = backend.alloc_typed(m * n, DType::F32)?;
+        let ts = backend.alloc_typed(m * n, DType::F32)?;
+        backend.run_tensors(&steps[0], &[&tx], &th)?;
+        backend.run_tensors(&steps[1], &[&th, &tg], &tn)?;
+        backend.run_tensors(&steps[2], &[&tn, &tw], &tc)?;
+        backend.run_tensors(&steps[3], &[&tc], &ts)?;
+        let download = |t: &crate::Tensor| -> crate::Result<HostVec> {
+            let mut out = poisoned(t.dtype(), t.len());
+            backend.download_typed(t, out.as_mut())?;
+            Ok(out)
+        };
+        let (h, nrm, c, sm) = (download(&th)?, download(&tn)?, download(&tc)?, download(&ts)?);
+        let checks: [(&Op, Vec<HostSlice<'_>>, &HostVec); 4] = [
+            (&steps[0], vec![x.as_slice()], &h),
+            (&steps[1], vec![h.as_slice(), gamma.as_slice()], &nrm),
+            (&steps[2], vec![nrm.as_slice(), w.as_slice()], &c),
+            (&steps[3], vec![c.as_slice()], &sm),
+        ];
+        for (op, ins, out) in checks {
+            if let Some(msg) = compare_typed(op, &ins, out.as_slice(), cfg.tolerance_factor) {
+                fails.push(format!("{dtype} device chain, step {} {}: {msg}", op.name(), op.shapes()));
+            }
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        fails.push(format!("{dtype} tensor chain returned an error: {e}"));
+    }
+    fails
+}
+
+fn f32_chain(backend: &dyn Backend, rng: &mut Rng, cfg: Config) -> Vec<String> {
     let mut fails = Vec::new();
     let mut run = || -> crate::Result<()> {
         let (m, k, n) = (37, 29, 41);
@@ -507,11 +862,11 @@ fn tensors(backend: &dyn Backend, rng: &mut Rng, cfg: Config) -> Vec<String> {
         backend.run_tensors(&Op::rows(RowOp::Softmax, m, n), &[&t2], &t3)?;
         let mut dot = [POISON];
         let tdot = backend.alloc(1)?;
-        backend.run_tensors(&Op::Dot { len: m * n }, &[&t3, &tc], &tdot)?;
+        backend.run_tensors(&Op::dot(m * n), &[&t3, &tc], &tdot)?;
         backend.download(&tdot, &mut dot)?;
         // Host chain, step by step through the same backend's host path.
         let step = |op: Op, ins: &[&[f32]], fails: &mut Vec<String>| -> crate::Result<Vec<f32>> {
-            let mut out = vec![POISON; op.layout()?.output];
+            let mut out = vec![POISON; op.layout()?.output_len()];
             backend.run(&op, ins, &mut out)?;
             if let Some(msg) = compare(&op, ins, &out, cfg.tolerance_factor) {
                 fails.push(format!("host {}: {msg}", op.name()));
@@ -529,7 +884,7 @@ fn tensors(backend: &dyn Backend, rng: &mut Rng, cfg: Config) -> Vec<String> {
         if let Some(msg) = compare(&Op::rows(RowOp::Softmax, m, n), &[&s], &got, 4.0 * cfg.tolerance_factor) {
             local.push(format!("device chain softmax(gelu(ab) + ab) differs from host: {msg}"));
         }
-        if let Some(msg) = compare(&Op::Dot { len: m * n }, &[&sm, &c], &dot, 4.0 * cfg.tolerance_factor) {
+        if let Some(msg) = compare(&Op::dot(m * n), &[&sm, &c], &dot, 4.0 * cfg.tolerance_factor) {
             local.push(format!("device chain dot differs from host: {msg}"));
         }
         fails.extend(local);
@@ -550,7 +905,7 @@ macro_rules! conformance_tests {
     ($make:expr, $kind:expr, $cfg:expr) => {
         $crate::conformance_tests!(@tests $make, $kind, $cfg;
             unary_ops => Unary, binary_ops => Binary, reductions => Reductions, row_ops => Rows,
-            matmul => Matmul, batched_matmul => BatchedMatmul, conv2d => Conv2d,
+            matmul => Matmul, batched_matmul => BatchedMatmul, conv2d => Conv2d, casts => Casts,
             edge_values => EdgeValues, bad_shapes_are_typed_errors => Errors,
             device_tensors => Tensors);
     };
@@ -569,9 +924,18 @@ mod tests {
     //! The suite must catch broken backends, not just pass correct ones.
     use super::*;
     use crate::backend::{Tensor, check_host_call};
+    use crate::host::HostSliceMut;
 
-    /// Computes through the reference, then applies a fault.
-    struct Faulty(fn(&mut [f32]));
+    /// Computes through the reference, rounds into the output dtype (or
+    /// truncates, with `truncate`), then applies a fault to the stored values.
+    struct Faulty {
+        fault: fn(&mut [f32]),
+        truncate: bool,
+    }
+
+    fn faulty(fault: fn(&mut [f32])) -> Faulty {
+        Faulty { fault, truncate: false }
+    }
 
     impl Backend for Faulty {
         fn kind(&self) -> BackendKind {
@@ -580,22 +944,29 @@ mod tests {
         fn device_name(&self) -> String {
             "faulty".into()
         }
-        fn run(&self, op: &Op, inputs: &[&[f32]], output: &mut [f32]) -> crate::Result<()> {
-            check_host_call(op, inputs, output)?;
-            let r = reference::run(op, inputs)?;
-            for (o, v) in output.iter_mut().zip(r.values) {
-                *o = v as f32;
+        fn run_typed(&self, op: &Op, inputs: &[HostSlice<'_>], mut output: HostSliceMut<'_>) -> crate::Result<()> {
+            check_host_call(op, inputs, &output)?;
+            let r = reference::run_typed(op, inputs)?;
+            let mut vals: Vec<f32> = r.values.iter().map(|&v| v as f32).collect();
+            (self.fault)(&mut vals);
+            match (&mut output, self.truncate) {
+                // Round toward zero instead of to nearest: drop the low bits.
+                (HostSliceMut::BF16(o), true) => {
+                    for (o, v) in o.iter_mut().zip(&vals) {
+                        *o = crate::bf16::from_bits((v.to_bits() >> 16) as u16);
+                    }
+                }
+                _ => output.store_f32(&vals),
             }
-            (self.0)(output);
             Ok(())
         }
-        fn upload(&self, _: &[f32]) -> crate::Result<Tensor> {
+        fn upload_typed(&self, _: HostSlice<'_>) -> crate::Result<Tensor> {
             Err(ComputeError::Unsupported { op: "upload", backend: BackendKind::Simd })
         }
-        fn alloc(&self, _: usize) -> crate::Result<Tensor> {
+        fn alloc_typed(&self, _: usize, _: DType) -> crate::Result<Tensor> {
             Err(ComputeError::Unsupported { op: "alloc", backend: BackendKind::Simd })
         }
-        fn download(&self, _: &Tensor, _: &mut [f32]) -> crate::Result<()> {
+        fn download_typed(&self, _: &Tensor, _: HostSliceMut<'_>) -> crate::Result<()> {
             Err(ComputeError::Unsupported { op: "download", backend: BackendKind::Simd })
         }
         fn run_tensors(&self, op: &Op, _: &[&Tensor], _: &Tensor) -> crate::Result<()> {
@@ -603,22 +974,40 @@ mod tests {
         }
     }
 
-    fn catches(fault: fn(&mut [f32]), op: Op) -> bool {
+    fn catches_with(backend: &Faulty, op: Op) -> bool {
         let mut rng = Rng::new(7);
-        let inputs = inputs_for(&op, &mut rng);
-        check_op(&Faulty(fault), &op, &inputs, 1.0).is_err()
+        let inputs = typed_inputs_for(&op, &mut rng);
+        check_op_typed(backend, &op, &inputs, 1.0).is_err()
+    }
+
+    fn catches(fault: fn(&mut [f32]), op: Op) -> bool {
+        catches_with(&faulty(fault), op)
     }
 
     #[test]
     fn a_correct_backend_passes() {
         assert!(!catches(|_| {}, Op::matmul(17, 33, 9)));
         assert!(!catches(|_| {}, Op::unary(UnaryOp::Sigmoid, 1000)));
+        for dtype in [DType::F16, DType::BF16] {
+            assert!(!catches(|_| {}, Op::unary(UnaryOp::Gelu(crate::GeluForm::Erf), 1000).with_dtype(dtype)));
+            assert!(!catches(|_| {}, Op::rows(RowOp::LayerNorm { eps: 1e-5 }, 7, 300).with_dtype(dtype)));
+            let mm = crate::MatmulSpec::new(17, 33, 9);
+            assert!(!catches(|_| {}, Op::Matmul(mm.with_dtypes(dtype, dtype))));
+            assert!(!catches(|_| {}, Op::Matmul(mm.with_dtypes(dtype, DType::F32))));
+            assert!(!catches(|_| {}, Op::cast(1000, DType::F32, dtype)));
+            assert!(!catches(|_| {}, Op::cast(1000, dtype, DType::F32)));
+        }
     }
 
     #[test]
     fn an_unwritten_element_is_caught() {
         // The poison survives: simulate a kernel that skips the last element.
         assert!(catches(|o| *o.last_mut().unwrap() = POISON, Op::unary(UnaryOp::Relu, 1000)));
+        // In half outputs too: the f32 poison becomes the dtype's NaN, which is
+        // not that dtype's poison, and fails as an unexpected NaN.
+        for dtype in [DType::F16, DType::BF16] {
+            assert!(catches(|o| *o.last_mut().unwrap() = POISON, Op::unary(UnaryOp::Relu, 1000).with_dtype(dtype)));
+        }
     }
 
     #[test]
@@ -629,14 +1018,40 @@ mod tests {
         assert!(catches(nudge, Op::rows(RowOp::Softmax, 4, 50)));
         // Four ulps off on an exact op (the bound is about 1.5 ulp).
         let op = Op::unary(UnaryOp::Relu, 2);
-        let r = Faulty(|o| o[0] = o[0].next_up().next_up().next_up().next_up());
+        let r = faulty(|o| o[0] = o[0].next_up().next_up().next_up().next_up());
         assert!(check_op(&r, &op, &[vec![1.5, -2.0]], 1.0).is_err());
+    }
+
+    #[test]
+    fn one_half_ulp_errors_are_caught() {
+        // 2⁻⁷ relative is one bf16 ulp at worst and 8 f16 ulps: outside the
+        // half-ulp rounding allowance plus the f32 tolerance of every op.
+        let ulp = |o: &mut [f32]| o[5] *= 1.0 + 1.0 / 128.0;
+        for dtype in [DType::F16, DType::BF16] {
+            assert!(catches(ulp, Op::unary(UnaryOp::Relu, 100).with_dtype(dtype)), "{dtype}");
+            assert!(catches(ulp, Op::unary(UnaryOp::Sigmoid, 100).with_dtype(dtype)), "{dtype}");
+            assert!(catches(ulp, Op::rows(RowOp::RmsNorm { eps: 1e-6 }, 3, 40).with_dtype(dtype)), "{dtype}");
+            assert!(catches(ulp, Op::Matmul(crate::MatmulSpec::new(8, 16, 8).with_dtypes(dtype, dtype))), "{dtype}");
+            assert!(catches(ulp, Op::cast(100, DType::F32, dtype)), "{dtype}");
+        }
+        // A bf16 result computed through f16 (3 more mantissa bits lost... or
+        // fewer): an f32-output matmul whose inputs were rounded to bf16 again.
+        let coarse = |o: &mut [f32]| o.iter_mut().for_each(|v| *v = crate::bf16::from_f32(*v).to_f32());
+        assert!(catches(coarse, Op::Matmul(crate::MatmulSpec::new(8, 64, 8).with_dtypes(DType::F16, DType::F32))));
+    }
+
+    #[test]
+    fn a_cast_that_truncates_is_caught() {
+        let trunc = Faulty { fault: |_| {}, truncate: true };
+        assert!(catches_with(&trunc, Op::cast(1000, DType::F32, DType::BF16)));
+        // Rounding to nearest passes, bit for bit.
+        assert!(!catches(|_| {}, Op::cast(1000, DType::F32, DType::BF16)));
     }
 
     #[test]
     fn lost_nan_is_caught() {
         let op = Op::unary(UnaryOp::Relu, 3);
-        let r = Faulty(|o| o[1] = 0.0);
+        let r = faulty(|o| o[1] = 0.0);
         assert!(check_op(&r, &op, &[vec![1.0, f32::NAN, -1.0]], 1.0).is_err());
     }
 
@@ -644,6 +1059,19 @@ mod tests {
     fn tolerances_are_tight_for_exact_ops() {
         let t = tolerance(&Op::binary(BinaryOp::Add, 10));
         assert_eq!(t.rel, f32::EPSILON as f64);
-        assert_eq!(tolerance(&Op::Reduce { op: ReduceOp::Max, len: 10 }).rel, 0.0);
+        assert_eq!(tolerance(&Op::reduce(ReduceOp::Max, 10)).rel, 0.0);
+        let tf32 = Op::Matmul(crate::MatmulSpec::new(4, 64, 4).with_precision(Precision::Tf32));
+        assert!(tolerance(&tf32).cond > tolerance(&Op::matmul(4, 64, 4)).cond);
+    }
+
+    #[test]
+    fn every_case_runs_at_every_dtype() {
+        let v = dtype_variants(&Op::unary(UnaryOp::Relu, 7));
+        assert_eq!(v.iter().map(|o| o.dtype()).collect::<Vec<_>>(), DType::ALL);
+        let mm = dtype_variants(&Op::matmul(8, 8, 8));
+        assert_eq!(mm.len(), 6);
+        assert!(mm.iter().any(|o| o.dtype() == DType::BF16 && o.out_dtype() == DType::F32));
+        // The largest matmuls stay f32 (and TF32) only.
+        assert_eq!(dtype_variants(&Op::matmul(1024, 1024, 1024)).len(), 2);
     }
 }

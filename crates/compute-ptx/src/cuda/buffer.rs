@@ -4,7 +4,7 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use compute_core::{BackendKind, Location, Result, TensorStorage};
+use compute_core::{BackendKind, DType, Location, Result, TensorStorage};
 use cudarc::driver::{CudaEvent, CudaSlice};
 
 use super::driver;
@@ -40,16 +40,18 @@ impl DeviceAlloc {
     }
 }
 
-/// Storage of a CUDA tensor: its first `len` floats of a [`DeviceAlloc`].
+/// Storage of a CUDA tensor: the first `len` elements of its dtype (`f32`,
+/// or `f16`/`bf16` bytes as uploaded) of a [`DeviceAlloc`].
 #[derive(Debug)]
 pub struct CudaBuffer {
     alloc: Arc<DeviceAlloc>,
     len: usize,
+    dtype: DType,
 }
 
 impl CudaBuffer {
-    pub(crate) fn new(alloc: Arc<DeviceAlloc>, len: usize) -> Self {
-        CudaBuffer { alloc, len }
+    pub(crate) fn new(alloc: Arc<DeviceAlloc>, len: usize, dtype: DType) -> Self {
+        CudaBuffer { alloc, len, dtype }
     }
     /// Device address of element 0.
     pub fn device_ptr(&self) -> u64 {
@@ -64,6 +66,9 @@ impl CudaBuffer {
 impl TensorStorage for CudaBuffer {
     fn len(&self) -> usize {
         self.len
+    }
+    fn dtype(&self) -> DType {
+        self.dtype
     }
     fn location(&self) -> Location {
         Location { backend: BackendKind::Cuda, device: self.alloc.ordinal }

@@ -106,10 +106,11 @@ impl Device {
     }
 
     /// The kernels that `ops` launch and that are not loaded yet, each once:
-    /// one dry run of each op's plan. Ops with invalid shapes are skipped.
+    /// one dry run of each op's plan. Ops with invalid shapes, and ops of
+    /// dtypes the plans decline ([`plan::supported`]), are skipped.
     pub(crate) fn missing_kernels(&self, ops: &[&Op]) -> Result<Vec<KernelId>> {
         let recorder = Recorder { sm_count: self.sm_count, ids: Mutex::new(Vec::new()) };
-        for op in ops {
+        for op in ops.iter().filter(|op| plan::supported(op)) {
             let Ok(layout) = op.layout() else { continue };
             let ins = vec![0u64; layout.inputs().len()];
             plan::run_op(&recorder, op, &ins, 0)?;
@@ -183,6 +184,10 @@ impl Launcher for Recorder {
     fn temp(&self, _bytes: usize, _op: &'static str) -> Result<(Box<dyn std::any::Any>, u64)> {
         Ok((Box::new(()), 0))
     }
+
+    fn copy(&self, _dst: u64, _src: u64, _bytes: usize, _op: &'static str) -> Result<()> {
+        Ok(())
+    }
 }
 
 impl Launcher for Device {
@@ -199,5 +204,9 @@ impl Launcher for Device {
         let a = Device::temp(self, bytes, op)?;
         let p = a.device_ptr();
         Ok((Box::new(a), p))
+    }
+
+    fn copy(&self, dst: u64, src: u64, bytes: usize, op: &'static str) -> Result<()> {
+        driver::dtod(&self.stream, dst, src, bytes, op)
     }
 }

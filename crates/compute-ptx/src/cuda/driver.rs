@@ -209,22 +209,26 @@ pub(crate) fn alloc(stream: &Arc<CudaStream>, bytes: usize, op: &'static str) ->
     Ok((slice, ptr))
 }
 
-/// Copies host `src` to device address `dst` on `stream`. From pageable memory
-/// the copy has consumed `src` when this returns; from the pinned staging
-/// buffer it completes at the next synchronisation (see [`Staging`]).
-pub(crate) fn htod(stream: &CudaStream, dst: u64, src: &[f32], op: &'static str) -> Result<()> {
-    // SAFETY: `dst` addresses a live allocation of at least `src.len()` floats
-    // (the caller sized it from the same length); `src` is valid for reads. For
-    // pageable memory the driver stages the data before returning; pinned memory
-    // is only our `Staging` buffer, which is not touched again before a sync.
+/// Copies host `src` (`f32`s, or the bytes of any dtype) to device address
+/// `dst` on `stream`. From pageable memory the copy has consumed `src` when
+/// this returns; from the pinned staging buffer it completes at the next
+/// synchronisation (see [`Staging`]).
+pub(crate) fn htod<T: Copy>(stream: &CudaStream, dst: u64, src: &[T], op: &'static str) -> Result<()> {
+    // SAFETY: `dst` addresses a live allocation of at least `size_of_val(src)`
+    // bytes (the caller sized it from the same length and dtype); `src` is valid
+    // for reads and `T` is plain data (`f32`, `u8`). For pageable memory the
+    // driver stages the data before returning; pinned memory is only our
+    // `Staging` buffer, which is not touched again before a sync.
     unsafe { result::memcpy_htod_async(dst, src, stream.cu_stream()) }.map_err(|e| driver_err(op, e))
 }
 
-/// Copies `dst.len()` floats from device address `src` into `dst` and waits.
-pub(crate) fn dtoh_sync(stream: &CudaStream, dst: &mut [f32], src: u64, op: &'static str) -> Result<()> {
-    // SAFETY: `src` addresses a live allocation of at least `dst.len()` floats;
-    // `dst` is valid for writes and is not read until the stream is synchronised
-    // below, which is when the copy has completed.
+/// Copies `size_of_val(dst)` bytes from device address `src` into `dst`
+/// (`f32`s, or the bytes of any dtype) and waits.
+pub(crate) fn dtoh_sync<T: Copy>(stream: &CudaStream, dst: &mut [T], src: u64, op: &'static str) -> Result<()> {
+    // SAFETY: `src` addresses a live allocation of at least `size_of_val(dst)`
+    // bytes; `dst` is valid for writes, `T` is plain data (`f32`, `u8`: any bit
+    // pattern is a value), and `dst` is not read until the stream is
+    // synchronised below, which is when the copy has completed.
     unsafe { result::memcpy_dtoh_async(dst, src, stream.cu_stream()) }.map_err(|e| driver_err(op, e))?;
     stream.synchronize().map_err(|e| driver_err(op, e))
 }

@@ -19,7 +19,8 @@ mod error;
 use std::sync::Arc;
 
 use compute_core::{
-    Backend, BackendKind, ComputeError, Location, MatmulSpec, Op, Result, Tensor, check_host_call, check_tensor_call,
+    Backend, BackendKind, ComputeError, DType, HostSlice, HostSliceMut, Location, MatmulSpec, Op, Result, Tensor,
+    check_download, check_host_call, check_tensor_call,
 };
 
 pub use crate::plan::GemmTier;
@@ -72,11 +73,18 @@ fn info_of(dev: &Device) -> Result<DeviceInfo> {
 
 /// The CUDA backend: every op of the vocabulary on one NVIDIA GPU.
 ///
-/// Host calls ([`Backend::run`]) copy in, launch and copy out; inputs and output
-/// of up to 4 MiB together go through a pinned staging buffer in one transfer
-/// each way, larger ones through fresh device buffers. Tensor calls
-/// ([`Backend::run_tensors`]) only queue kernels and return; [`Backend::download`]
-/// and [`Backend::synchronize`] wait. Cheap to clone.
+/// Host calls ([`Backend::run_typed`], [`Backend::run`]) copy in, launch and
+/// copy out; inputs and output of up to 4 MiB together go through a pinned
+/// staging buffer in one transfer each way, larger ones through fresh device
+/// buffers. Tensor calls ([`Backend::run_tensors`]) only queue kernels and
+/// return; [`Backend::download`] and [`Backend::synchronize`] wait. Cheap to clone.
+///
+/// Dtypes: the kernels compute on `f32` only, for now ([`Backend::supports`]
+/// declines every op with an `f16` or `bf16` operand, and a cast between two
+/// dtypes, which fail with [`ComputeError::UnsupportedDType`]; a cast from
+/// `f32` to `f32` is a copy, and a TF32 matmul runs in full precision).
+/// Tensors of any dtype can be uploaded, allocated and downloaded: their
+/// bytes are stored as they are.
 #[derive(Clone, Debug)]
 pub struct CudaBackend {
     dev: Arc<Device>,
@@ -128,6 +136,13 @@ impl CudaBackend {
     /// A tensor of `len` floats over the start of `alloc` (which must be of this
     /// device and hold `4·len` bytes). The tensor keeps `alloc` alive.
     pub fn tensor_in(&self, alloc: Arc<DeviceAlloc>, len: usize) -> Result<Tensor> {
+        self.tensor_in_typed(alloc, len, DType::F32)
+    }
+
+    /// A tensor of `len` elements of `dtype` over the start of `alloc` (which
+    /// must be of this device and hold `len` times the dtype's size in bytes).
+    /// The tensor keeps `alloc` alive. Free.
+    pub fn tensor_in_typed(&self, alloc: Arc<DeviceAlloc>, len: usize, dtype: DType) -> Result<Tensor> {
         if alloc.ordinal() != self.dev.ordinal {
             return Err(ComputeError::WrongDevice {
                 op: "tensor_in",
@@ -135,15 +150,15 @@ impl CudaBackend {
                 found: format!("cuda:{}", alloc.ordinal()),
             });
         }
-        let need = len.saturating_mul(4);
+        let need = len.saturating_mul(dtype.size_in_bytes());
         if need > alloc.bytes() {
             return Err(ComputeError::shape(
                 "tensor_in",
-                format!("{len} floats need {need} bytes, the allocation has {}", alloc.bytes()),
-                format!("x=[{len}]"),
+                format!("{len} {dtype} values need {need} bytes, the allocation has {}", alloc.bytes()),
+                format!("x=[{len}] {dtype}"),
             ));
         }
-        Ok(Tensor::from_storage(Arc::new(CudaBuffer::new(alloc, len))))
+        Ok(Tensor::from_storage(Arc::new(CudaBuffer::new(alloc, len, dtype))))
     }
 
     /// Marks the current end of the device queue; poll the result to learn when
@@ -159,6 +174,9 @@ impl CudaBackend {
     pub fn matmul_tier(&self, tier: GemmTier, spec: MatmulSpec, a: &Tensor, b: &Tensor, c: &Tensor) -> Result<()> {
         let op = Op::Matmul(spec);
         check_tensor_call(&op, self.location(), &[a, b], c)?;
+        if !plan::supported(&op) {
+            return Err(plan::unsupported_dtype(&op));
+        }
         if let GemmTier::Simt(cfg) = tier {
             cfg.check().map_err(|e| ComputeError::Compile {
                 backend: BackendKind::Cuda,
@@ -170,18 +188,18 @@ impl CudaBackend {
         plan::run_matmul(&*self.dev, tier, &spec, (pa, pb, pc), None)
     }
 
-    /// Device-to-device copy of `src` into `dst` (equal lengths), queued.
+    /// Device-to-device copy of `src` into `dst` (equal lengths and dtypes), queued.
     pub fn copy(&self, src: &Tensor, dst: &Tensor) -> Result<()> {
         let op = Op::unary(compute_core::UnaryOp::Scale { s: 1.0 }, src.len().max(1));
+        let shapes = || format!("src=[{}] {} dst=[{}] {}", src.len(), src.dtype(), dst.len(), dst.dtype());
         if src.len() != dst.len() {
-            return Err(ComputeError::shape(
-                "copy",
-                "lengths differ",
-                format!("src=[{}] dst=[{}]", src.len(), dst.len()),
-            ));
+            return Err(ComputeError::shape("copy", "lengths differ", shapes()));
+        }
+        if src.dtype() != dst.dtype() {
+            return Err(ComputeError::DType { op: "copy", detail: "dtypes differ".into(), shapes: shapes() });
         }
         let (s, d) = (self.ptr(src, &op)?, self.ptr(dst, &op)?);
-        driver::dtod(&self.dev.stream, d, s, src.len() * 4, "copy")
+        driver::dtod(&self.dev.stream, d, s, src.len() * src.dtype().size_in_bytes(), "copy")
     }
 
     fn buffer<'t>(&self, t: &'t Tensor, op: &Op) -> Result<&'t CudaBuffer> {
@@ -264,47 +282,61 @@ impl Backend for CudaBackend {
         format!("{} (cuda:{}, {})", self.dev.name, self.dev.ordinal, self.dev.target)
     }
 
-    fn run(&self, op: &Op, inputs: &[&[f32]], output: &mut [f32]) -> Result<()> {
-        check_host_call(op, inputs, output)?;
-        if self.run_staged(op, inputs, output)? {
+    /// `f32` only, for now (see [`CudaBackend`]); a TF32 matmul runs in full precision.
+    fn supports(&self, op: &Op) -> bool {
+        plan::supported(op)
+    }
+
+    /// Validates lengths and dtypes, refuses dtypes the kernels lack
+    /// ([`ComputeError::UnsupportedDType`]), then copies in, launches and copies out.
+    fn run_typed(&self, op: &Op, inputs: &[HostSlice<'_>], output: HostSliceMut<'_>) -> Result<()> {
+        check_host_call(op, inputs, &output)?;
+        let (inputs, output) = plan::f32_host(op, inputs, output)?;
+        if self.run_staged(op, &inputs, output)? {
             return Ok(());
         }
-        self.run_allocated(op, inputs, output)
+        self.run_allocated(op, &inputs, output)
     }
 
-    fn upload(&self, data: &[f32]) -> Result<Tensor> {
-        let alloc = self.alloc_bytes(data.len() * 4)?;
-        driver::htod(&self.dev.stream, alloc.device_ptr(), data, "upload")?;
-        self.tensor_in(alloc, data.len())
+    /// A new tensor of the data's dtype, its bytes copied as they are (`f16`
+    /// and `bf16` tensors are stored, though no kernel reads them yet).
+    fn upload_typed(&self, data: HostSlice<'_>) -> Result<Tensor> {
+        let alloc = self.alloc_bytes(data.as_bytes().len())?;
+        driver::htod(&self.dev.stream, alloc.device_ptr(), data.as_bytes(), "upload")?;
+        self.tensor_in_typed(alloc, data.len(), data.dtype())
     }
 
-    fn alloc(&self, len: usize) -> Result<Tensor> {
-        let bytes = len.checked_mul(4).ok_or(ComputeError::LimitExceeded {
+    /// A tensor of `len` elements of `dtype` (contents unspecified), any dtype.
+    fn alloc_typed(&self, len: usize, dtype: DType) -> Result<Tensor> {
+        let bytes = len.checked_mul(dtype.size_in_bytes()).ok_or(ComputeError::LimitExceeded {
             op: "alloc",
             what: "tensor bytes",
             requested: len as u64,
-            maximum: (usize::MAX / 4) as u64,
+            maximum: (usize::MAX / dtype.size_in_bytes()) as u64,
         })?;
         let alloc = self.alloc_bytes(bytes)?;
-        self.tensor_in(alloc, len)
+        self.tensor_in_typed(alloc, len, dtype)
     }
 
-    fn download(&self, tensor: &Tensor, out: &mut [f32]) -> Result<()> {
-        if tensor.len() != out.len() {
-            return Err(ComputeError::shape(
-                "download",
-                format!("tensor has {} elements, buffer {}", tensor.len(), out.len()),
-                format!("x=[{}]", tensor.len()),
-            ));
-        }
+    /// Waits for the queued work, then copies the tensor out (`f32` through
+    /// the pinned staging buffer when it fits; other dtypes as bytes).
+    fn download_typed(&self, tensor: &Tensor, mut out: HostSliceMut<'_>) -> Result<()> {
+        check_download(tensor, &out)?;
         let op = Op::unary(compute_core::UnaryOp::Relu, out.len().max(1));
         let src = self.ptr(tensor, &op)?;
         // Queued work (and its faults) first, before anything touches `out`.
         self.dev.synchronize("download")?;
-        if out.len() <= device::STAGING_FLOATS {
-            return self.dev.with_staging(|st| st.fetch(&self.dev.stream, src, out));
+        if let Some(out) = out.get_mut::<f32>() {
+            if out.len() <= device::STAGING_FLOATS {
+                return self.dev.with_staging(|st| st.fetch(&self.dev.stream, src, out));
+            }
+            let mut tmp = vec![0.0f32; out.len()];
+            driver::dtoh_sync(&self.dev.stream, &mut tmp, src, "download")?;
+            out.copy_from_slice(&tmp);
+            return Ok(());
         }
-        let mut tmp = vec![0.0f32; out.len()];
+        let out = out.as_bytes_mut();
+        let mut tmp = vec![0u8; out.len()];
         driver::dtoh_sync(&self.dev.stream, &mut tmp, src, "download")?;
         out.copy_from_slice(&tmp);
         Ok(())
@@ -312,6 +344,9 @@ impl Backend for CudaBackend {
 
     fn run_tensors(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> Result<()> {
         check_tensor_call(op, self.location(), inputs, output)?;
+        if !plan::supported(op) {
+            return Err(plan::unsupported_dtype(op));
+        }
         let ptrs = inputs.iter().map(|t| self.ptr(t, op)).collect::<Result<Vec<u64>>>()?;
         let out = self.ptr(output, op)?;
         plan::run_op(&*self.dev, op, &ptrs, out)

@@ -273,6 +273,12 @@ impl Memory {
         let s = self.slot(addr, n * 4, "download");
         s.chunks(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect()
     }
+    pub fn write_bytes(&mut self, addr: u64, data: &[u8]) {
+        self.slot(addr, data.len(), "upload").copy_from_slice(data);
+    }
+    pub fn read_bytes(&mut self, addr: u64, n: usize) -> Vec<u8> {
+        self.slot(addr, n, "download").to_vec()
+    }
 }
 
 #[derive(Clone)]

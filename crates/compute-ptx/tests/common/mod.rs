@@ -8,7 +8,8 @@ use std::any::Any;
 use std::sync::{Arc, Mutex};
 
 use compute_core::{
-    Backend, BackendKind, ComputeError, Location, Op, Result, Tensor, TensorStorage, check_host_call, check_tensor_call,
+    Backend, BackendKind, ComputeError, DType, HostSlice, HostSliceMut, Location, Op, Result, Tensor, TensorStorage,
+    check_download, check_host_call, check_tensor_call,
 };
 use compute_ptx::kernels::KernelId;
 use compute_ptx::plan::{self, Arg, Grid, Launcher};
@@ -41,6 +42,7 @@ impl Drop for Freed {
 struct EmuStorage {
     addr: u64,
     len: usize,
+    dtype: DType,
     _free: Arc<FreedDebug>,
 }
 #[derive(Debug)]
@@ -49,6 +51,9 @@ struct FreedDebug(#[allow(dead_code)] u64);
 impl TensorStorage for EmuStorage {
     fn len(&self) -> usize {
         self.len
+    }
+    fn dtype(&self) -> DType {
+        self.dtype
     }
     fn location(&self) -> Location {
         Location { backend: BackendKind::Cuda, device: EMU_DEVICE }
@@ -117,6 +122,12 @@ impl Launcher for EmuBackend {
         let addr = self.mem.lock().unwrap().alloc(bytes);
         Ok((Box::new(Freed { mem: self.mem.clone(), addr }), addr))
     }
+    fn copy(&self, dst: u64, src: u64, bytes: usize, _op: &'static str) -> Result<()> {
+        let mut mem = self.mem.lock().unwrap();
+        let data = mem.read_bytes(src, bytes);
+        mem.write_bytes(dst, &data);
+        Ok(())
+    }
 }
 
 impl Backend for EmuBackend {
@@ -126,8 +137,12 @@ impl Backend for EmuBackend {
     fn device_name(&self) -> String {
         "PTX emulator (sm_90 text)".into()
     }
-    fn run(&self, op: &Op, inputs: &[&[f32]], output: &mut [f32]) -> Result<()> {
-        check_host_call(op, inputs, output)?;
+    fn supports(&self, op: &Op) -> bool {
+        plan::supported(op)
+    }
+    fn run_typed(&self, op: &Op, inputs: &[HostSlice<'_>], output: HostSliceMut<'_>) -> Result<()> {
+        check_host_call(op, inputs, &output)?;
+        let (inputs, output) = plan::f32_host(op, inputs, output)?;
         let mut mem = self.mem.lock().unwrap();
         let ptrs: Vec<u64> = inputs
             .iter()
@@ -147,26 +162,29 @@ impl Backend for EmuBackend {
         }
         Ok(())
     }
-    fn upload(&self, data: &[f32]) -> Result<Tensor> {
+    fn upload_typed(&self, data: HostSlice<'_>) -> Result<Tensor> {
         let mut mem = self.mem.lock().unwrap();
-        let addr = mem.alloc(data.len() * 4);
-        mem.write_f32(addr, data);
-        Ok(Tensor::from_storage(Arc::new(EmuStorage { addr, len: data.len(), _free: Arc::new(FreedDebug(addr)) })))
+        let addr = mem.alloc(data.as_bytes().len());
+        mem.write_bytes(addr, data.as_bytes());
+        let storage = EmuStorage { addr, len: data.len(), dtype: data.dtype(), _free: Arc::new(FreedDebug(addr)) };
+        Ok(Tensor::from_storage(Arc::new(storage)))
     }
-    fn alloc(&self, len: usize) -> Result<Tensor> {
-        let addr = self.mem.lock().unwrap().alloc(len * 4);
-        Ok(Tensor::from_storage(Arc::new(EmuStorage { addr, len, _free: Arc::new(FreedDebug(addr)) })))
+    fn alloc_typed(&self, len: usize, dtype: DType) -> Result<Tensor> {
+        let addr = self.mem.lock().unwrap().alloc(len * dtype.size_in_bytes());
+        Ok(Tensor::from_storage(Arc::new(EmuStorage { addr, len, dtype, _free: Arc::new(FreedDebug(addr)) })))
     }
-    fn download(&self, tensor: &Tensor, out: &mut [f32]) -> Result<()> {
-        if tensor.len() != out.len() {
-            return Err(ComputeError::shape("download", "length mismatch", ""));
-        }
+    fn download_typed(&self, tensor: &Tensor, mut out: HostSliceMut<'_>) -> Result<()> {
+        check_download(tensor, &out)?;
         let a = self.addr(tensor)?;
-        out.copy_from_slice(&self.mem.lock().unwrap().read_f32(a, out.len()));
+        let out = out.as_bytes_mut();
+        out.copy_from_slice(&self.mem.lock().unwrap().read_bytes(a, out.len()));
         Ok(())
     }
     fn run_tensors(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> Result<()> {
         check_tensor_call(op, self.loc(), inputs, output)?;
+        if !plan::supported(op) {
+            return Err(plan::unsupported_dtype(op));
+        }
         let ptrs = inputs.iter().map(|t| self.addr(t)).collect::<Result<Vec<_>>>()?;
         let out = self.addr(output)?;
         plan::run_op(self, op, &ptrs, out)

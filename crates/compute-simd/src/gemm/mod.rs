@@ -48,7 +48,7 @@ use pack::Operands;
 /// `(GEMM_MC + GEMM_NC)·GEMM_KC` values) and a small list of parts.
 pub fn sgemm(isa: Isa, spec: &MatmulSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
     let isa = if isa.is_supported() { isa } else { Isa::Portable };
-    let MatmulSpec { batch, m, k, n, trans_a, trans_b } = *spec;
+    let MatmulSpec { batch, m, k, n, trans_a, trans_b, .. } = *spec;
     let (sa, sb, sc) = (m.saturating_mul(k), k.saturating_mul(n), m.saturating_mul(n));
     if batch == 0 || sc == 0 {
         return;

@@ -8,7 +8,7 @@ fn values(len: usize, seed: u64) -> Vec<f32> {
 
 /// `op(A)·op(B)` in f64 by the definition, with `Σ|aᵢₚ·bₚⱼ|` per element.
 fn reference(spec: &MatmulSpec, a: &[f32], b: &[f32]) -> (Vec<f64>, Vec<f64>) {
-    let MatmulSpec { batch, m, k, n, trans_a, trans_b } = *spec;
+    let MatmulSpec { batch, m, k, n, trans_a, trans_b, .. } = *spec;
     let (mut out, mut scale) = (Vec::new(), Vec::new());
     for t in 0..batch {
         let (a, b) = (&a[t * m * k..(t + 1) * m * k], &b[t * k * n..(t + 1) * k * n]);
@@ -56,7 +56,7 @@ fn edge_shapes_every_isa_and_transpose() {
             for &k in &[1, 2, 3, 16, 17, 33] {
                 for &n in &EDGES {
                     for (trans_a, trans_b) in [(false, false), (true, false), (false, true), (true, true)] {
-                        check(isa, MatmulSpec { batch: 1, m, k, n, trans_a, trans_b }, 1);
+                        check(isa, MatmulSpec { batch: 1, trans_a, trans_b, ..MatmulSpec::new(m, k, n) }, 1);
                     }
                 }
             }
@@ -72,7 +72,7 @@ fn tile_and_block_boundaries() {
     for isa in Isa::available() {
         for &(m, k, n) in &shapes {
             for (trans_a, trans_b) in [(false, false), (true, true)] {
-                check(isa, MatmulSpec { batch: 1, m, k, n, trans_a, trans_b }, 1);
+                check(isa, MatmulSpec { batch: 1, trans_a, trans_b, ..MatmulSpec::new(m, k, n) }, 1);
             }
         }
     }
@@ -81,10 +81,10 @@ fn tile_and_block_boundaries() {
 #[test]
 fn batches() {
     for isa in Isa::available() {
-        check(isa, MatmulSpec { batch: 3, m: 17, k: 9, n: 33, trans_a: false, trans_b: true }, 1);
-        check(isa, MatmulSpec { batch: 5, m: 2, k: 31, n: 3, trans_a: true, trans_b: false }, 2);
+        check(isa, MatmulSpec { batch: 3, trans_a: false, trans_b: true, ..MatmulSpec::new(17, 9, 33) }, 1);
+        check(isa, MatmulSpec { batch: 5, trans_a: true, trans_b: false, ..MatmulSpec::new(2, 31, 3) }, 2);
         // Small products, many of them: split over the batch on two threads.
-        check(isa, MatmulSpec { batch: 40, m: 33, k: 40, n: 31, trans_a: false, trans_b: false }, 2);
+        check(isa, MatmulSpec { batch: 40, trans_a: false, trans_b: false, ..MatmulSpec::new(33, 40, 31) }, 2);
     }
 }
 
@@ -95,7 +95,7 @@ fn parallel_above_threshold() {
         for (m, k, n) in [(301, 129, 257), (7, 700, 1000), (1000, 300, 5), (1, 700, 1000), (1000, 700, 1)] {
             assert!(m * k * n >= PAR_GEMM_MIN_MACS);
             for (trans_a, trans_b) in [(false, false), (true, false), (false, true), (true, true)] {
-                check(isa, MatmulSpec { batch: 1, m, k, n, trans_a, trans_b }, 2);
+                check(isa, MatmulSpec { batch: 1, trans_a, trans_b, ..MatmulSpec::new(m, k, n) }, 2);
             }
         }
     }

@@ -5,7 +5,7 @@
 //! and equal parameter vectors (rows stacked), matmuls of equal `(m, k, n)` and
 //! transposes (one batched matmul). Reductions, dots and convolutions run alone.
 
-use compute_core::{BinaryOp, MatmulSpec, Op, RowOp, UnaryOp};
+use compute_core::{BinaryOp, DType, MatmulSpec, Op, RowOp, UnaryOp};
 
 /// Grouping key: equal keys may be merged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -23,6 +23,9 @@ fn fnv(words: impl Iterator<Item = u32>) -> u64 {
 
 /// The key of a request; `seq` makes non-mergeable requests unique.
 pub(crate) fn key(op: &Op, inputs: &[Vec<f32>], seq: u64) -> Key {
+    if op.dtype() != DType::F32 || op.out_dtype() != DType::F32 {
+        return Key::Alone(seq);
+    }
     match *op {
         Op::Unary { op: u, .. } => {
             let (p0, p1) = match u {
@@ -43,7 +46,7 @@ pub(crate) fn key(op: &Op, inputs: &[Vec<f32>], seq: u64) -> Key {
             Key::Rows { name: r.name(), eps, cols, params }
         }
         Op::Matmul(s) => Key::Matmul { m: s.m, k: s.k, n: s.n, ta: s.trans_a, tb: s.trans_b },
-        Op::Reduce { .. } | Op::Dot { .. } | Op::Conv2d(_) => Key::Alone(seq),
+        Op::Reduce { .. } | Op::Dot { .. } | Op::Conv2d(_) | Op::Cast { .. } => Key::Alone(seq),
     }
 }
 
@@ -80,7 +83,7 @@ pub(crate) fn merge(reqs: &[(&Op, &[Vec<f32>])]) -> Option<Merged> {
             let batch = reqs.iter().map(|(o, _)| if let Op::Matmul(x) = o { x.batch } else { 0 }).sum();
             Op::Matmul(MatmulSpec { batch, ..s })
         }
-        Op::Reduce { .. } | Op::Dot { .. } | Op::Conv2d(_) => return None,
+        Op::Reduce { .. } | Op::Dot { .. } | Op::Conv2d(_) | Op::Cast { .. } => return None,
     };
     let inputs = match *first_op {
         Op::Rows { .. } => {
@@ -92,7 +95,7 @@ pub(crate) fn merge(reqs: &[(&Op, &[Vec<f32>])]) -> Option<Merged> {
     };
     // The merged op must be valid for the merged inputs (sizes may overflow).
     let lens: Vec<usize> = inputs.iter().map(Vec::len).collect();
-    op.check(&lens, op.layout().ok()?.output).ok()?;
+    op.check(&lens, op.layout().ok()?.output_len()).ok()?;
     Some(Merged { op, inputs })
 }
 
@@ -104,7 +107,7 @@ mod tests {
 
     fn run(op: &Op, ins: &[Vec<f32>]) -> Vec<f32> {
         let refs: Vec<&[f32]> = ins.iter().map(Vec::as_slice).collect();
-        let mut out = vec![f32::NAN; op.layout().unwrap().output];
+        let mut out = vec![f32::NAN; op.layout().unwrap().output_len()];
         SimdBackend::new().run(op, &refs, &mut out).unwrap();
         out
     }
@@ -161,6 +164,6 @@ mod tests {
         let g2 = vec![vec![1.0f32; 8], vec![2.0; 4]];
         let ln = Op::rows(RowOp::RmsNorm { eps: 1e-5 }, 2, 4);
         assert_ne!(key(&ln, &g1, 0), key(&ln, &g2, 1));
-        assert_ne!(key(&Op::Dot { len: 8 }, &[], 0), key(&Op::Dot { len: 8 }, &[], 1));
+        assert_ne!(key(&Op::dot(8), &[], 0), key(&Op::dot(8), &[], 1));
     }
 }

@@ -190,7 +190,7 @@ impl BatchedGpuHandle {
 
     fn enqueue(&self, op: Op, inputs: Vec<Vec<f32>>, block: bool) -> Result<AsyncGpuResult<Vec<f32>>> {
         let lens: Vec<usize> = inputs.iter().map(Vec::len).collect();
-        op.check(&lens, op.layout()?.output)?;
+        op.check(&lens, op.layout()?.output_len())?;
         let shared = &self.shared;
         let (result, completer) = AsyncGpuResult::channel(op.name(), shared.backend);
         let msg = Msg::Request(Request { op, inputs, completer, enqueued: Instant::now() });
@@ -381,8 +381,8 @@ fn worker(rx: Receiver<Msg>, compute: Compute, shared: Arc<Shared>) {
 fn run_caught(compute: &Compute, engine: Engine, op: &Op, inputs: &[Vec<f32>]) -> Result<Vec<f32>> {
     let run = || {
         let refs: Vec<&[f32]> = inputs.iter().map(Vec::as_slice).collect();
-        let mut out = vec![0.0f32; op.layout()?.output];
-        compute.run_with_fallback(engine, op, &refs, &mut out).map(|()| out)
+        let mut out = vec![0.0f32; op.layout()?.output_len()];
+        compute.run_f32_with_fallback(engine, op, &refs, &mut out).map(|()| out)
     };
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or_else(|_| {
         Err(ComputeError::Driver {
@@ -422,7 +422,7 @@ fn flush(compute: &Compute, shared: &Shared, group: Group, reason: FlushReason) 
                 .reqs
                 .into_iter()
                 .map(|r| {
-                    let len = r.op.layout().map_or(0, |l| l.output);
+                    let len = r.op.layout().map_or(0, |l| l.output_len());
                     let part = match &result {
                         Ok(all) => all.get(offset..offset + len).map(<[f32]>::to_vec).ok_or_else(|| {
                             ComputeError::shape(r.op.name(), "merged output shorter than the requests", r.op.shapes())

@@ -6,7 +6,7 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use compute_core::{Backend, BackendKind, ComputeError, Op, Result, Tensor};
+use compute_core::{Backend, BackendKind, ComputeError, DType, HostSlice, HostSliceMut, Op, Result, Tensor};
 use compute_simd::SimdBackend;
 use dispatch::profile::{ClassCurve, EngineProfile, Link, Point};
 use dispatch::{Engine, Profile};
@@ -32,7 +32,7 @@ impl Backend for FakeGpu {
     fn device_name(&self) -> String {
         format!("fake {} over {}", self.kind, self.inner.device_name())
     }
-    fn run(&self, op: &Op, inputs: &[&[f32]], output: &mut [f32]) -> Result<()> {
+    fn run_typed(&self, op: &Op, inputs: &[HostSlice<'_>], output: HostSliceMut<'_>) -> Result<()> {
         if self.fail {
             return Err(ComputeError::DeviceLost {
                 backend: self.kind,
@@ -40,16 +40,16 @@ impl Backend for FakeGpu {
                 cause: None,
             });
         }
-        self.inner.run(op, inputs, output)
+        self.inner.run_typed(op, inputs, output)
     }
-    fn upload(&self, data: &[f32]) -> Result<Tensor> {
-        self.inner.upload(data)
+    fn upload_typed(&self, data: HostSlice<'_>) -> Result<Tensor> {
+        self.inner.upload_typed(data)
     }
-    fn alloc(&self, len: usize) -> Result<Tensor> {
-        self.inner.alloc(len)
+    fn alloc_typed(&self, len: usize, dtype: DType) -> Result<Tensor> {
+        self.inner.alloc_typed(len, dtype)
     }
-    fn download(&self, tensor: &Tensor, out: &mut [f32]) -> Result<()> {
-        self.inner.download(tensor, out)
+    fn download_typed(&self, tensor: &Tensor, out: HostSliceMut<'_>) -> Result<()> {
+        self.inner.download_typed(tensor, out)
     }
     fn run_tensors(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> Result<()> {
         self.inner.run_tensors(op, inputs, output)
@@ -80,7 +80,7 @@ impl Backend for Gated {
     fn device_name(&self) -> String {
         "gated cpu".into()
     }
-    fn run(&self, op: &Op, inputs: &[&[f32]], output: &mut [f32]) -> Result<()> {
+    fn run_typed(&self, op: &Op, inputs: &[HostSlice<'_>], output: HostSliceMut<'_>) -> Result<()> {
         self.events.lock().unwrap().push(format!("{} waiting", op.name()));
         let opened = self.gate.lock().unwrap().recv_timeout(Duration::from_secs(60));
         if opened.is_err() {
@@ -91,18 +91,18 @@ impl Backend for Gated {
                 cause: None,
             });
         }
-        self.inner.run(op, inputs, output)?;
+        self.inner.run_typed(op, inputs, output)?;
         self.events.lock().unwrap().push(format!("{} done", op.name()));
         Ok(())
     }
-    fn upload(&self, data: &[f32]) -> Result<Tensor> {
-        self.inner.upload(data)
+    fn upload_typed(&self, data: HostSlice<'_>) -> Result<Tensor> {
+        self.inner.upload_typed(data)
     }
-    fn alloc(&self, len: usize) -> Result<Tensor> {
-        self.inner.alloc(len)
+    fn alloc_typed(&self, len: usize, dtype: DType) -> Result<Tensor> {
+        self.inner.alloc_typed(len, dtype)
     }
-    fn download(&self, tensor: &Tensor, out: &mut [f32]) -> Result<()> {
-        self.inner.download(tensor, out)
+    fn download_typed(&self, tensor: &Tensor, out: HostSliceMut<'_>) -> Result<()> {
+        self.inner.download_typed(tensor, out)
     }
     fn run_tensors(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> Result<()> {
         self.inner.run_tensors(op, inputs, output)

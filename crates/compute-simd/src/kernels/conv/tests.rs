@@ -18,7 +18,7 @@ fn spec(
     stride: (usize, usize),
     padding: (usize, usize),
 ) -> Conv2dSpec {
-    Conv2dSpec { n, c_in, h, w, c_out, kh, kw, stride, padding }
+    Conv2dSpec { n, c_in, h, w, c_out, kh, kw, stride, padding, dtype: compute_core::DType::F32 }
 }
 
 fn check(isa: Isa, c: Conv2dSpec) {
@@ -27,9 +27,9 @@ fn check(isa: Isa, c: Conv2dSpec) {
         Ok(l) => l,
         Err(e) => panic!("{c:?}: {e}"),
     };
-    let x = uniform(layout.inputs()[0], -1.0, 1.0, 31);
-    let w = uniform(layout.inputs()[1], -1.0, 1.0, 32);
-    let mut out = vec![POISON; layout.output];
+    let x = uniform(layout.inputs()[0].len, -1.0, 1.0, 31);
+    let w = uniform(layout.inputs()[1].len, -1.0, 1.0, 32);
+    let mut out = vec![POISON; layout.output_len()];
     conv2d(isa, &c, &x, &w, &mut out);
     if let Some(msg) = compare(&op, &[&x, &w], &out, 1.0) {
         panic!("{c:?} on {isa}: {msg}");

@@ -28,8 +28,8 @@ fn every_length_to_70_and_odd_sizes_on_every_isa() {
                 assert_eq!((s, d), (0.0, 0.0), "empty sum/dot on {isa}");
                 continue;
             }
-            within_tolerance(Op::Reduce { op: compute_core::ReduceOp::Sum, len: n }, &[x], s);
-            within_tolerance(Op::Dot { len: n }, &[x, y], d);
+            within_tolerance(Op::reduce(compute_core::ReduceOp::Sum, n), &[x], s);
+            within_tolerance(Op::dot(n), &[x, y], d);
         }
     }
 }
@@ -68,7 +68,7 @@ fn results_do_not_depend_on_the_thread_count() {
         assert_eq!(one.0.to_bits(), two.0.to_bits(), "sum on {isa}");
         assert_eq!(one.1.to_bits(), two.1.to_bits(), "dot on {isa}");
         assert_eq!(one.2, two.2, "max on {isa}");
-        within_tolerance(Op::Reduce { op: compute_core::ReduceOp::Sum, len: n }, &[&x], one.0);
-        within_tolerance(Op::Dot { len: n }, &[&x, &y], one.1);
+        within_tolerance(Op::reduce(compute_core::ReduceOp::Sum, n), &[&x], one.0);
+        within_tolerance(Op::dot(n), &[&x, &y], one.1);
     }
 }
