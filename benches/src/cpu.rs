@@ -121,39 +121,46 @@ fn run_peer(peer: Peer, a: &[f32], b: &[f32], c: &mut [f32], n: usize, t: usize)
             let dst = faer::MatMut::from_row_major_slice_mut(c, n, n);
             faer::linalg::matmul::matmul(dst, faer::Accum::Replace, lhs, rhs, 1.0f32, par);
         }
-        Peer::Gemm => {
-            let par = if t == 1 { gemm::Parallelism::None } else { gemm::Parallelism::Rayon(t) };
-            // SAFETY: the three buffers hold n·n f32 (asserted above); strides describe row-major n×n.
-            unsafe {
-                gemm::gemm(
-                    n,
-                    n,
-                    n,
-                    c.as_mut_ptr(),
-                    1,
-                    s,
-                    false,
-                    a.as_ptr(),
-                    1,
-                    s,
-                    b.as_ptr(),
-                    1,
-                    s,
-                    0.0f32,
-                    1.0f32,
-                    false,
-                    false,
-                    false,
-                    par,
-                )
-            }
-        }
+        Peer::Gemm => gemm_crate(a, b, c, n, t, 0.0f32, 1.0f32),
         Peer::MatrixMultiply => {
             // SAFETY: as above.
             unsafe {
                 matrixmultiply::sgemm(n, n, n, 1.0, a.as_ptr(), s, 1, b.as_ptr(), s, 1, 0.0, c.as_mut_ptr(), s, 1)
             }
         }
+    }
+}
+
+/// `c = a·b` (row-major n×n) with the `gemm` crate on `t` threads, for any
+/// element type it supports (`f32`, and `f16` for the half-precision rows).
+pub(crate) fn gemm_crate<T: 'static + Copy>(a: &[T], b: &[T], c: &mut [T], n: usize, t: usize, zero: T, one: T) {
+    assert!(a.len() >= n * n && b.len() >= n * n && c.len() >= n * n);
+    let s = n as isize;
+    let par = if t == 1 { gemm::Parallelism::None } else { gemm::Parallelism::Rayon(t) };
+    // SAFETY: the three buffers hold n·n values (asserted above); strides describe
+    // row-major n×n. `zero` scales the (unread) destination, `one` the product.
+    unsafe {
+        gemm::gemm(
+            n,
+            n,
+            n,
+            c.as_mut_ptr(),
+            1,
+            s,
+            false,
+            a.as_ptr(),
+            1,
+            s,
+            b.as_ptr(),
+            1,
+            s,
+            zero,
+            one,
+            false,
+            false,
+            false,
+            par,
+        )
     }
 }
 

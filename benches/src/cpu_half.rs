@@ -9,6 +9,7 @@ use compute_core::{Backend, BinaryOp, DType, GeluForm, HostSlice, HostVec, Matmu
 use compute_simd::SimdBackend;
 use rayon::prelude::*;
 
+use crate::cpu::gemm_crate;
 use crate::report::{Record, random, time_pair};
 
 /// Every half-precision row on `t` threads.
@@ -140,7 +141,12 @@ fn gemm_rows(backend: &SimdBackend, pool: &rayon::ThreadPool, t: usize, quick: b
             r.gflops = Some(flops / m / 1e9);
             r.note = Some(format!("our f32 GEMM {:.1} GFLOP/s; ratio = f32 time / {dtype} time", flops / m_f32 / 1e9));
             rows.push(r);
-            let (m, m_gemm) = time_pair(&mut ours, || pool.install(|| gemm_f16(&ga, &gb, &mut gc, n, t)), budget, 3);
+            let (m, m_gemm) = time_pair(
+                &mut ours,
+                || pool.install(|| gemm_crate(&ga, &gb, &mut gc, n, t, gemm::f16::ZERO, gemm::f16::ONE)),
+                budget,
+                3,
+            );
             let mut r = base(&op, format!("{n}x{n}x{n} {dtype}"), backend, t, m).with_peer("gemm f16", m_gemm);
             r.gflops = Some(flops / m / 1e9);
             r.note = Some(format!("gemm crate f16 {:.1} GFLOP/s", flops / m_gemm / 1e9));
@@ -154,35 +160,4 @@ fn gemm_rows(backend: &SimdBackend, pool: &rayon::ThreadPool, t: usize, quick: b
         }
     }
     Ok(rows)
-}
-
-/// `c = a·b` (row-major n×n, f16 in and out) with the `gemm` crate.
-fn gemm_f16(a: &[gemm::f16], b: &[gemm::f16], c: &mut [gemm::f16], n: usize, t: usize) {
-    assert!(a.len() >= n * n && b.len() >= n * n && c.len() >= n * n);
-    let s = n as isize;
-    let par = if t == 1 { gemm::Parallelism::None } else { gemm::Parallelism::Rayon(t) };
-    // SAFETY: the three buffers hold n·n values (asserted above); strides describe row-major n×n.
-    unsafe {
-        gemm::gemm(
-            n,
-            n,
-            n,
-            c.as_mut_ptr(),
-            1,
-            s,
-            false,
-            a.as_ptr(),
-            1,
-            s,
-            b.as_ptr(),
-            1,
-            s,
-            gemm::f16::ZERO,
-            gemm::f16::ONE,
-            false,
-            false,
-            false,
-            par,
-        )
-    }
 }

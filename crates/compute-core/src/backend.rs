@@ -181,8 +181,9 @@ pub trait Backend: Send + Sync {
 /// Up to this many inputs are viewed on the stack by the `f32` wrappers.
 const STACK_VIEWS: usize = 6;
 
-/// Calls `f` with `inputs` as typed views, without allocating for up to six.
-pub(crate) fn with_f32_views<'a, R>(inputs: &[&'a [f32]], f: impl FnOnce(&[HostSlice<'a>]) -> R) -> R {
+/// Calls `f` with `f32` `inputs` as typed views, without allocating for up
+/// to six (how the `f32` wrappers reach the `_typed` methods).
+pub fn with_f32_views<'a, R>(inputs: &[&'a [f32]], f: impl FnOnce(&[HostSlice<'a>]) -> R) -> R {
     if inputs.len() <= STACK_VIEWS {
         let mut buf = [HostSlice::F32(&[]); STACK_VIEWS];
         for (b, x) in buf.iter_mut().zip(inputs) {

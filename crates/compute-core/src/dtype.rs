@@ -45,11 +45,6 @@ impl DType {
     /// Every dtype this version knows, in a fixed order (for tests and tables).
     pub const ALL: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 
-    /// Whether this is one of the 2-byte float types (`F16`, `BF16`).
-    pub const fn is_half(self) -> bool {
-        matches!(self, DType::F16 | DType::BF16)
-    }
-
     /// `x` rounded to this dtype and widened back to `f64`: the value a
     /// backend stores when it writes `x`. Rounds through `f32` (correctly
     /// rounded for every `x` that `f32` holds exactly; for others the double

@@ -35,7 +35,9 @@ pub mod reference;
 pub mod rng;
 
 pub use async_ops::AsyncOps;
-pub use backend::{Backend, Location, Ops, Tensor, TensorStorage, check_download, check_host_call, check_tensor_call};
+pub use backend::{
+    Backend, Location, Ops, Tensor, TensorStorage, check_download, check_host_call, check_tensor_call, with_f32_views,
+};
 pub use dtype::{DType, Element, bf16, f16};
 pub use error::{BackendKind, Cause, ComputeError, Result};
 pub use host::{HostSlice, HostSliceMut, HostVec};

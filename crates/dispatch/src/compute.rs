@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use compute_core::{
     Backend, BackendKind, ComputeError, DType, HostSlice, HostSliceMut, HostVec, Location, Op, Result, Tensor,
-    check_host_call,
+    check_host_call, with_f32_views,
 };
 
 use crate::async_result::AsyncGpuResult;
@@ -435,8 +435,7 @@ impl Compute {
 
     /// Runs an `f32` op on host data on `engine` exactly (no choice, no fallback).
     pub fn run_on(&self, engine: Engine, op: &Op, inputs: &[&[f32]], output: &mut [f32]) -> Result<()> {
-        let views: Vec<HostSlice<'_>> = inputs.iter().map(|x| HostSlice::F32(x)).collect();
-        self.run_on_typed(engine, op, &views, HostSliceMut::F32(output))
+        with_f32_views(inputs, |views| self.run_on_typed(engine, op, views, HostSliceMut::F32(output)))
     }
 
     /// Runs `op` on host data of any dtype on `engine` exactly (no choice, no fallback).
@@ -479,8 +478,7 @@ impl Compute {
         inputs: &[&[f32]],
         out: &mut [f32],
     ) -> Result<()> {
-        let views: Vec<HostSlice<'_>> = inputs.iter().map(|x| HostSlice::F32(x)).collect();
-        self.run_with_fallback(first, op, &views, HostSliceMut::F32(out))
+        with_f32_views(inputs, |views| self.run_with_fallback(first, op, views, HostSliceMut::F32(out)))
     }
 
     /// Runs `op` on host data and returns a new output vector.
