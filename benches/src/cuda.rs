@@ -1,7 +1,8 @@
 //! Bench rows for the CUDA backend (`compute-ptx`), each beside its peer in the
 //! same process, interleaved: sgemm against cuBLAS sgemm (fp32, no tensor
 //! cores), memory-bound ops against a device-to-device copy of the same bytes,
-//! and the warm host→GPU→host round trip of a 1k-element op.
+//! the warm host→GPU→host round trip of a 1k-element op, and the `f16`/`bf16`
+//! rows of [`crate::cuda_half`].
 //!
 //! Device work is timed on the host around `launch × reps + synchronize`
 //! (`reps` launches per sample keep the synchronisation cost out of the
@@ -22,12 +23,12 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 
 use crate::report::{Record, time, time_pair};
 
-fn err(e: impl std::fmt::Display) -> String {
+pub(crate) fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
 /// Deterministic random values in [-1, 1) ([`compute_core::rng`]), never all zero.
-fn random(n: usize, seed: u64) -> Vec<f32> {
+pub(crate) fn random(n: usize, seed: u64) -> Vec<f32> {
     compute_core::rng::random_vec(n, -1.0, 1.0, seed)
 }
 
@@ -39,11 +40,12 @@ pub fn rows(quick: bool) -> Result<Vec<Record>, String> {
     let mut out = Vec::new();
     out.extend(sgemm_rows(&be, &device, quick, budget)?);
     out.extend(stream_rows(&be, &device, quick, budget)?);
+    out.extend(crate::cuda_half::rows(&be, &device, quick, budget)?);
     out.push(round_trip_row(&be, &device, budget)?);
     Ok(out)
 }
 
-fn record(op: &str, shape: String, device: &str, placement: &str, median_s: f64) -> Record {
+pub(crate) fn record(op: &str, shape: String, device: &str, placement: &str, median_s: f64) -> Record {
     Record {
         op: op.into(),
         shape,
@@ -177,7 +179,7 @@ pub fn sweep_configs() -> Vec<SimtConfig> {
 
 /// Times `f` (`reps` launches) against a device copy of `copy_floats` floats
 /// (the same bytes read + written); returns (ours, copy) seconds per launch.
-fn against_copy(
+pub(crate) fn against_copy(
     be: &CudaBackend,
     copy_floats: usize,
     budget: Duration,

@@ -6,6 +6,8 @@ mod cpu;
 mod cpu_half;
 #[cfg(feature = "cuda")]
 mod cuda;
+#[cfg(feature = "cuda")]
+mod cuda_half;
 #[cfg(feature = "dispatch")]
 mod dispatch;
 mod report;

@@ -196,6 +196,10 @@ if step bench; then
     echo "no compute-bench in the bundle (--no-bench): the CUDA rows only"
     .gpu/bin/cuda_bench 2>&1 | tee "$OUT/bench.log" | tail -n 80
   fi
+  # PyTorch's figures for the f16/bf16 rows, same sizes, when PyTorch is there.
+  if [ -f benches/torch_half.py ] && python3 -c "import torch" 2>/dev/null; then
+    python3 benches/torch_half.py 2>&1 | tee "$OUT/torch-half.jsonl"
+  fi
 fi
 if step ncu; then
   # Each register-blocked GEMM shape once at ${NCU_N:-4096}^3, profiled by Nsight Compute.

@@ -8,6 +8,8 @@
 
 #[path = "../../../benches/src/cuda.rs"]
 mod cuda;
+#[path = "../../../benches/src/cuda_half.rs"]
+mod cuda_half;
 #[path = "../../../benches/src/report.rs"]
 #[allow(dead_code)]
 mod report;

@@ -3,7 +3,7 @@
 //! with `COMPUTE_REQUIRE=cuda COMPUTE_CONFORMANCE=large`.
 #![cfg(feature = "cuda")]
 
-use compute_core::{BackendKind, conformance::Config};
+use compute_core::{BackendKind, DType, conformance::Config};
 use compute_ptx::CudaBackend;
 
-compute_core::conformance_tests!(CudaBackend::new, BackendKind::Cuda, Config::from_env());
+compute_core::conformance_tests!(CudaBackend::new, BackendKind::Cuda, Config::from_env().with_dtypes(&DType::ALL));

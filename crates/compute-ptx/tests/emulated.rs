@@ -13,7 +13,11 @@ use compute_ptx::plan::GemmTier;
 
 mod suite {
     use super::*;
-    compute_core::conformance_tests!(|| Ok(EmuBackend::new()), BackendKind::Cuda, Config::from_env());
+    compute_core::conformance_tests!(
+        || Ok(EmuBackend::new()),
+        BackendKind::Cuda,
+        Config::from_env().with_dtypes(&compute_core::DType::ALL)
+    );
 }
 
 /// `ex2.approx.f32` is within 2 ulp, `lg2.approx.f32` within about 2⁻²²
@@ -88,38 +92,49 @@ fn simt_sweep_shapes_agree() {
     }
 }
 
-/// The plans run `f32` only: every op with a half operand is declined and
-/// refused with `UnsupportedDType` before anything is launched; half tensors
-/// are stored as their bytes; an `f32` to `f32` cast is a copy that keeps every bit.
+/// Half data runs the kernels of its own dtype (no detour through `f32`
+/// buffers) except matmul and conv2d, which widen into `f32` temporaries and
+/// round once at the end; a cast to the same dtype is a copy that keeps every
+/// bit; half tensors round-trip as their bytes.
 #[test]
-fn half_data_is_stored_but_not_computed_and_f32_casts_copy() {
-    use compute_core::{Backend, ComputeError, DType, HostVec, Ops, UnaryOp, bf16};
+fn half_ops_launch_their_dtype_kernels_and_same_dtype_casts_copy() {
+    use compute_core::{Backend, DType, HostVec, MatmulSpec, UnaryOp};
     let emu = EmuBackend::new();
     let mut rng = Rng::new(0x5eed_0002);
+    let launched = |emu: &EmuBackend, f: &mut dyn FnMut()| {
+        let before = emu.log.lock().unwrap().len();
+        f();
+        emu.log.lock().unwrap()[before..].iter().map(|(k, _)| k.clone()).collect::<Vec<_>>()
+    };
     for dtype in [DType::F16, DType::BF16] {
-        let data = HostVec::from_f32(dtype, &rng.vec(7, -3.0, 3.0));
+        let data = HostVec::from_f32(dtype, &rng.vec(37, -3.0, 3.0));
         let t = emu.upload_typed(data.as_slice()).unwrap();
-        assert_eq!((t.len(), t.dtype()), (7, dtype));
-        let mut back = HostVec::zeros(dtype, 7);
+        let mut back = HostVec::zeros(dtype, 37);
         emu.download_typed(&t, back.as_mut()).unwrap();
         assert_eq!(back.bits(), data.bits());
-        let op = Op::unary(UnaryOp::Relu, 7).with_dtype(dtype);
-        assert!(!emu.supports(&op));
-        let out = emu.alloc_typed(7, dtype).unwrap();
-        let launches = emu.log.lock().unwrap().len();
-        match emu.run_tensors(&op, &[&t], &out) {
-            Err(ComputeError::UnsupportedDType { dtype: d, .. }) => assert_eq!(d, dtype),
-            other => panic!("{dtype} relu: {other:?}"),
-        }
-        assert_eq!(emu.log.lock().unwrap().len(), launches, "nothing launched");
+
+        let out = emu.alloc_typed(37, dtype).unwrap();
+        let op = Op::unary(UnaryOp::Relu, 37).with_dtype(dtype);
+        let names = launched(&emu, &mut || emu.run_tensors(&op, &[&t], &out).unwrap());
+        assert_eq!(names, [format!("unary_relu_{dtype}")]);
+
+        let copy = emu.alloc_typed(37, dtype).unwrap();
+        let names = launched(&emu, &mut || emu.run_tensors(&Op::cast(37, dtype, dtype), &[&t], &copy).unwrap());
+        assert!(names.is_empty(), "{names:?}");
+        emu.download_typed(&copy, back.as_mut()).unwrap();
+        assert_eq!(back.bits(), data.bits());
+
+        let spec = MatmulSpec::new(5, 6, 7).with_dtypes(dtype, dtype);
+        let a = emu.upload_typed(HostVec::from_f32(dtype, &rng.vec(30, -1.0, 1.0)).as_slice()).unwrap();
+        let b = emu.upload_typed(HostVec::from_f32(dtype, &rng.vec(42, -1.0, 1.0)).as_slice()).unwrap();
+        let c = emu.alloc_typed(35, dtype).unwrap();
+        let names = launched(&emu, &mut || emu.run_tensors(&Op::Matmul(spec), &[&a, &b], &c).unwrap());
+        let widen = format!("cast_{dtype}_f32");
+        assert_eq!(names, [widen.as_str(), widen.as_str(), "gemm_naive", &format!("cast_f32_{dtype}")]);
     }
-    let x: Vec<bf16> = rng.vec(9, -1.0, 1.0).into_iter().map(bf16::from_f32).collect();
-    let mut out = vec![0.0f32; 9];
-    assert!(matches!(emu.cast(&x, &mut out), Err(ComputeError::UnsupportedDType { dtype: DType::BF16, .. })));
-    assert!(out.iter().all(|&v| v == 0.0));
     let mut v = rng.vec(1031, -1e30, 1e30);
     v[..4].copy_from_slice(&[f32::from_bits(0x7fc0_1234), 1e-45, -0.0, f32::NEG_INFINITY]);
     let mut copied = vec![f32::NAN; v.len()];
-    emu.cast(&v, &mut copied).unwrap();
+    compute_core::Ops::cast(&emu, &v, &mut copied).unwrap();
     assert!(copied.iter().zip(&v).all(|(a, b)| a.to_bits() == b.to_bits()));
 }

@@ -30,6 +30,7 @@
 
 mod arith;
 mod control;
+mod halves;
 mod memory;
 mod types;
 
@@ -38,8 +39,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 pub use arith::{Cmp, Num, Signed};
 pub use control::{Dim, Label};
+pub use halves::Half;
 pub use memory::Shared;
-pub use types::{B32, B64, CvtFrom, Data, F32, F64, Float, Imm, Int, Pred, PtxType, Reg, RegClass, S32, S64, Src, Ty};
+pub use types::{
+    B16, B32, B64, CvtFrom, Data, F32, F64, Float, Imm, Int, Pred, PtxType, Reg, RegClass, S32, S64, Src, Ty,
+};
 pub use types::{U32, U64, Word};
 
 /// The GPU architecture a kernel is emitted for (`.target`).

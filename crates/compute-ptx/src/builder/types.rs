@@ -178,6 +178,8 @@ macro_rules! marker {
 marker! {
     /// Predicate (`.pred`).
     Pred => Pred : ;
+    /// 16 untyped bits (`.b16`): one `f16` or `bf16` value.
+    B16 => B16 : Data;
     /// 32 untyped bits (`.b32`), e.g. a packed pair of halves for `mma`.
     B32 => B32 : Data, Word;
     /// 64 untyped bits (`.b64`).

@@ -95,7 +95,7 @@ impl Device {
             message: e.to_string(),
         })?;
         let smem = match id {
-            KernelId::Rows(_, RowShape::Block) => Some(BLOCK_CACHE_BYTES),
+            KernelId::Rows(_, RowShape::Block, _) => Some(BLOCK_CACHE_BYTES),
             KernelId::GemmSimt(cfg, ..) if cfg.dynamic_shared_bytes() > 0 => Some(cfg.dynamic_shared_bytes()),
             _ => None,
         };

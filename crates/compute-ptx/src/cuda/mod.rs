@@ -79,12 +79,13 @@ fn info_of(dev: &Device) -> Result<DeviceInfo> {
 /// buffers. Tensor calls ([`Backend::run_tensors`]) only queue kernels and
 /// return; [`Backend::download`] and [`Backend::synchronize`] wait. Cheap to clone.
 ///
-/// Dtypes: the kernels compute on `f32` only, for now ([`Backend::supports`]
-/// declines every op with an `f16` or `bf16` operand, and a cast between two
-/// dtypes, which fail with [`ComputeError::UnsupportedDType`]; a cast from
-/// `f32` to `f32` is a copy, and a TF32 matmul runs in full precision).
-/// Tensors of any dtype can be uploaded, allocated and downloaded: their
-/// bytes are stored as they are.
+/// Dtypes: every op runs on `f32`, `f16` and `bf16` data. Element-wise ops,
+/// reductions, row ops and casts have a kernel per dtype that widens halves
+/// to `f32` as it loads them and rounds once as it stores; a matmul or conv2d
+/// with half operands widens them into `f32` temporaries and runs the `f32`
+/// GEMM (tensor cores are not used yet); a TF32 matmul runs in full
+/// precision. Host calls of `f32` data can use the pinned staging buffer;
+/// other dtypes go through buffers allocated for the call.
 #[derive(Clone, Debug)]
 pub struct CudaBackend {
     dev: Arc<Device>,
@@ -174,9 +175,6 @@ impl CudaBackend {
     pub fn matmul_tier(&self, tier: GemmTier, spec: MatmulSpec, a: &Tensor, b: &Tensor, c: &Tensor) -> Result<()> {
         let op = Op::Matmul(spec);
         check_tensor_call(&op, self.location(), &[a, b], c)?;
-        if !plan::supported(&op) {
-            return Err(plan::unsupported_dtype(&op));
-        }
         if let GemmTier::Simt(cfg) = tier {
             cfg.check().map_err(|e| ComputeError::Compile {
                 backend: BackendKind::Cuda,
@@ -216,23 +214,24 @@ impl CudaBackend {
         Ok(self.buffer(t, op)?.device_ptr())
     }
 
-    /// Host path through device buffers allocated for this call.
-    fn run_allocated(&self, op: &Op, inputs: &[&[f32]], output: &mut [f32]) -> Result<()> {
+    /// Host path through device buffers allocated for this call, any dtype
+    /// (the views' bytes).
+    fn run_allocated(&self, op: &Op, inputs: &[&[u8]], output: &mut [u8]) -> Result<()> {
         let name = op.name();
         let mut keep = Vec::new();
         let mut ptrs = Vec::new();
         for x in inputs {
-            let (slice, p) = driver::alloc(&self.dev.stream, x.len() * 4, name)?;
+            let (slice, p) = driver::alloc(&self.dev.stream, x.len(), name)?;
             driver::htod(&self.dev.stream, p, x, name)?;
             keep.push(slice);
             ptrs.push(p);
         }
-        let (out_slice, out_ptr) = driver::alloc(&self.dev.stream, output.len() * 4, name)?;
+        let (out_slice, out_ptr) = driver::alloc(&self.dev.stream, output.len(), name)?;
         plan::run_op(&*self.dev, op, &ptrs, out_ptr)?;
         // Kernel faults surface here, before anything touches `output`; the
         // result lands in a temporary first so a failed copy writes nothing.
         self.dev.synchronize(name)?;
-        let mut tmp = vec![0.0f32; output.len()];
+        let mut tmp = vec![0u8; output.len()];
         driver::dtoh_sync(&self.dev.stream, &mut tmp, out_ptr, name)?;
         output.copy_from_slice(&tmp);
         drop(out_slice);
@@ -282,24 +281,30 @@ impl Backend for CudaBackend {
         format!("{} (cuda:{}, {})", self.dev.name, self.dev.ordinal, self.dev.target)
     }
 
-    /// `f32` only, for now (see [`CudaBackend`]); a TF32 matmul runs in full precision.
+    /// Every op on `f32`, `f16` and `bf16` (see [`CudaBackend`]); a TF32
+    /// matmul runs in full precision.
     fn supports(&self, op: &Op) -> bool {
         plan::supported(op)
     }
 
     /// Validates lengths and dtypes, refuses dtypes the kernels lack
-    /// ([`ComputeError::UnsupportedDType`]), then copies in, launches and copies out.
-    fn run_typed(&self, op: &Op, inputs: &[HostSlice<'_>], output: HostSliceMut<'_>) -> Result<()> {
+    /// ([`ComputeError::UnsupportedDType`]), then copies in, launches and
+    /// copies out (`f32` data of up to 4 MiB through the pinned staging buffer).
+    fn run_typed(&self, op: &Op, inputs: &[HostSlice<'_>], mut output: HostSliceMut<'_>) -> Result<()> {
         check_host_call(op, inputs, &output)?;
-        let (inputs, output) = plan::f32_host(op, inputs, output)?;
-        if self.run_staged(op, &inputs, output)? {
+        if !plan::supported(op) {
+            return Err(plan::unsupported_dtype(op));
+        }
+        if let Some((ins, out)) = plan::f32_views(inputs, output.reborrow())
+            && self.run_staged(op, &ins, out)?
+        {
             return Ok(());
         }
-        self.run_allocated(op, &inputs, output)
+        let ins: Vec<&[u8]> = inputs.iter().map(|x| x.as_bytes()).collect();
+        self.run_allocated(op, &ins, output.as_bytes_mut())
     }
 
-    /// A new tensor of the data's dtype, its bytes copied as they are (`f16`
-    /// and `bf16` tensors are stored, though no kernel reads them yet).
+    /// A new tensor of the data's dtype, its bytes copied as they are.
     fn upload_typed(&self, data: HostSlice<'_>) -> Result<Tensor> {
         let alloc = self.alloc_bytes(data.as_bytes().len())?;
         driver::htod(&self.dev.stream, alloc.device_ptr(), data.as_bytes(), "upload")?;

@@ -1,15 +1,17 @@
 //! Element-wise kernels: every unary op of the vocabulary and add/sub/mul.
 //!
 //! Memory-bound, so the shape is what matters: each thread walks a grid-stride
-//! loop over `float4`s, four independent 16-byte loads in flight per iteration
-//! (`ld.global.nc.v4`), then a one-at-a-time loop for the last `float4`s and a
-//! scalar tail of `n mod 4` elements. Parameters: `x` (or `a`, `b`), `y`, `n`
-//! (elements, u64) and, for unary ops, two `f32` op parameters (`alpha`, the
-//! clip bounds or the scale; unused ones are ignored).
+//! loop over units (a `float4`, or 8 halves in one 16-byte load when an operand
+//! is `f16`/`bf16`), four independent units in flight per iteration
+//! (`ld.global.nc.v4`), then a one-at-a-time loop for the last units and a
+//! scalar tail. Parameters: `x` (or `a`, `b`), `y`, `n` (elements, u64) and,
+//! for unary ops, two `f32` op parameters (`alpha`, the clip bounds or the
+//! scale; unused ones are ignored). Every kernel exists per dtype
+//! ([`elem`](super::elem)); casts are the identity between two dtypes.
 
-use super::math;
-use crate::builder::{BuildError, Cmp, F32, Kernel, KernelBuilder, Reg, Src, Target, U32, U64};
-use compute_core::{BinaryOp, GeluForm, UnaryOp};
+use super::{elem, math};
+use crate::builder::{BuildError, Cmp, F32, Kernel, KernelBuilder, Reg, Target, U32, U64};
+use compute_core::{BinaryOp, DType, GeluForm, UnaryOp};
 
 /// Threads per block of every element-wise kernel.
 pub const BLOCK: u32 = 256;
@@ -169,124 +171,150 @@ fn apply(b: &mut KernelBuilder, kind: UnaryKind, x: Reg<F32>, p0: Reg<F32>, p1: 
     }
 }
 
-/// The skeleton shared by unary and binary kernels: `loads` reads the inputs at
-/// a byte offset (vector or scalar), `body` maps them to outputs.
+/// The skeleton shared by unary, binary and cast kernels: the inputs and the
+/// output, each with its storage dtype.
 struct Stream {
-    inputs: Vec<Reg<U64>>,
-    y: Reg<U64>,
+    inputs: Vec<(Reg<U64>, DType)>,
+    y: (Reg<U64>, DType),
     n: Reg<U64>,
+}
+
+impl Stream {
+    /// Elements per vector unit: 4 when every operand is `f32` (one `float4`),
+    /// else 8 (one 16-byte load of halves; two `float4`s of any `f32` side).
+    fn width(&self) -> u64 {
+        if self.inputs.iter().chain([&self.y]).all(|&(_, d)| d == DType::F32) { 4 } else { 8 }
+    }
 }
 
 /// Emits the value of one output element from the input elements.
 type ElementFn<'a> = dyn FnMut(&mut KernelBuilder, &[Reg<F32>]) -> Reg<F32> + 'a;
 
+/// Applies `body` to each of `w` elements of every input.
+fn map_unit(b: &mut KernelBuilder, ins: &[Vec<Reg<F32>>], w: usize, body: &mut ElementFn<'_>) -> Vec<Reg<F32>> {
+    (0..w)
+        .map(|c| {
+            let xs: Vec<Reg<F32>> = ins.iter().map(|v| v[c]).collect();
+            body(b, &xs)
+        })
+        .collect()
+}
+
 fn stream_loop(b: &mut KernelBuilder, s: &Stream, body: &mut ElementFn<'_>) {
+    let w = s.width();
+    let wshift = w.trailing_zeros();
     let tid = b.global_index_x();
     let ntid = b.ntid(crate::builder::Dim::X);
     let nct = b.nctaid(crate::builder::Dim::X);
     let threads = b.mul(ntid, nct);
     let stride = b.cvt::<U64, U32>(threads);
     let i = b.cvt::<U64, U32>(tid);
-    let n4 = b.shr(s.n, 2u32);
-    let step_bytes = b.shl(stride, 4u32);
+    let units = b.shr(s.n, wshift);
+    // Bytes per unit and per grid stride, for each operand's dtype.
+    let unit_shift = |d: DType| wshift + elem::shift(d);
+    let operands: Vec<(Reg<U64>, DType)> = s.inputs.iter().copied().chain([s.y]).collect();
+    let mut steps = Vec::new();
+    for &(_, d) in &operands {
+        let st = b.shl(stride, unit_shift(d));
+        steps.push(st);
+    }
 
     let main = b.label("main");
     let one = b.label("one_at_a_time");
     let tail = b.label("scalar_tail");
     let done = b.label("done");
 
-    // Main loop: UNROLL float4s per thread, all loads before any store.
-    b.comment(&format!("main loop: {UNROLL} float4 per thread per iteration, grid-stride"));
+    // Main loop: UNROLL units per thread, all loads before any store.
+    b.comment(&format!("main loop: {UNROLL} units of {w} elements per thread per iteration, grid-stride"));
     b.place(main);
     let last = b.mad(stride, UNROLL - 1, i);
-    let past = b.setp(Cmp::Ge, last, n4);
+    let past = b.setp(Cmp::Ge, last, units);
     b.bra_if(past, one);
-    let off = b.shl(i, 4u32);
-    let mut outs = Vec::new();
-    let mut vals: Vec<Vec<[Reg<F32>; 4]>> = Vec::new();
-    for &p in &s.inputs {
-        let base = b.add(p, off);
+    let mut addrs = Vec::new();
+    for &(p, d) in &operands {
+        let off = b.shl(i, unit_shift(d));
+        addrs.push(b.add(p, off));
+    }
+    let mut vals: Vec<Vec<Vec<Reg<F32>>>> = Vec::new();
+    for (k, &(_, d)) in s.inputs.iter().enumerate() {
         let mut per = Vec::new();
-        let mut addr = base;
+        let mut addr = addrs[k];
         for u in 0..UNROLL {
             if u > 0 {
-                addr = b.add(addr, step_bytes);
+                addr = b.add(addr, steps[k]);
             }
-            per.push(b.ld_global_nc_v::<F32, 4>(addr, 0));
+            per.push(elem::load(b, d, addr, 0, w as usize));
         }
         vals.push(per);
     }
+    let mut outs = Vec::new();
     for u in 0..UNROLL as usize {
-        let mut lanes = Vec::new();
-        for c in 0..4 {
-            let ins: Vec<Reg<F32>> = vals.iter().map(|per| per[u][c]).collect();
-            lanes.push(Src::from(body(b, &ins)));
-        }
-        outs.push([lanes[0], lanes[1], lanes[2], lanes[3]]);
+        let ins: Vec<Vec<Reg<F32>>> = vals.iter().map(|per| per[u].clone()).collect();
+        outs.push(map_unit(b, &ins, w as usize, body));
     }
-    let mut yaddr = b.add(s.y, off);
-    for (u, o) in outs.into_iter().enumerate() {
+    let k = s.inputs.len();
+    let mut yaddr = addrs[k];
+    for (u, o) in outs.iter().enumerate() {
         if u > 0 {
-            yaddr = b.add(yaddr, step_bytes);
+            yaddr = b.add(yaddr, steps[k]);
         }
-        b.st_global_v::<F32, 4>(yaddr, 0, o);
+        elem::store(b, s.y.1, yaddr, 0, o);
     }
     let next = b.mad(stride, UNROLL, i);
     b.assign(i, next);
     b.bra(main);
 
-    b.comment("remaining float4s, one per thread per iteration");
+    b.comment("remaining units, one per thread per iteration");
     b.place(one);
-    let past = b.setp(Cmp::Ge, i, n4);
+    let past = b.setp(Cmp::Ge, i, units);
     b.bra_if(past, tail);
-    let off = b.shl(i, 4u32);
-    let ins: Vec<[Reg<F32>; 4]> = s
-        .inputs
-        .iter()
-        .map(|&p| {
-            let a = b.add(p, off);
-            b.ld_global_nc_v::<F32, 4>(a, 0)
-        })
-        .collect();
-    let mut lanes = Vec::new();
-    for c in 0..4 {
-        let xs: Vec<Reg<F32>> = ins.iter().map(|v| v[c]).collect();
-        lanes.push(Src::from(body(b, &xs)));
+    let mut addrs = Vec::new();
+    for &(p, d) in &operands {
+        let off = b.shl(i, unit_shift(d));
+        addrs.push(b.add(p, off));
     }
-    let ya = b.add(s.y, off);
-    b.st_global_v::<F32, 4>(ya, 0, [lanes[0], lanes[1], lanes[2], lanes[3]]);
+    let ins: Vec<Vec<Reg<F32>>> =
+        s.inputs.iter().enumerate().map(|(k, &(_, d))| elem::load(b, d, addrs[k], 0, w as usize)).collect();
+    let o = map_unit(b, &ins, w as usize, body);
+    elem::store(b, s.y.1, addrs[k], 0, &o);
     let next = b.add(i, stride);
     b.assign(i, next);
     b.bra(one);
 
-    b.comment("the last n mod 4 elements, one per thread of the first threads");
+    b.comment(&format!("the last n mod {w} elements, one per thread of the first threads"));
     b.place(tail);
     let tid64 = b.cvt::<U64, U32>(tid);
-    let base = b.shl(n4, 2u32);
+    let base = b.shl(units, wshift);
     let j = b.add(base, tid64);
     let out = b.setp(Cmp::Ge, j, s.n);
     b.bra_if(out, done);
-    let off = b.shl(j, 2u32);
-    let xs: Vec<Reg<F32>> = s
-        .inputs
-        .iter()
-        .map(|&p| {
-            let a = b.add(p, off);
-            b.ld_global_nc::<F32>(a, 0)
-        })
-        .collect();
+    let mut addrs = Vec::new();
+    for &(p, d) in &operands {
+        let off = b.shl(j, elem::shift(d));
+        addrs.push(b.add(p, off));
+    }
+    let xs: Vec<Reg<F32>> =
+        s.inputs.iter().enumerate().map(|(k, &(_, d))| elem::load(b, d, addrs[k], 0, 1)[0]).collect();
     let y = body(b, &xs);
-    let ya = b.add(s.y, off);
-    b.st_global(ya, 0, y);
+    elem::store(b, s.y.1, addrs[k], 0, &[y]);
     b.place(done);
     b.ret();
 }
 
-/// Builds the kernel of one unary op.
-pub fn unary(kind: UnaryKind, target: Target) -> Result<Kernel, BuildError> {
-    let mut b = KernelBuilder::new(kind.kernel_name(), target);
-    b.doc(&format!("{}: {}", kind.kernel_name(), kind.formula()));
-    b.doc("params: x, y (f32 pointers), n (elements), p0, p1 (op parameters)");
+/// Name of the unary kernel for `dtype` (`unary_relu`, `unary_relu_bf16`).
+pub fn unary_name(kind: UnaryKind, dtype: DType) -> String {
+    format!("{}{}", kind.kernel_name(), elem::suffix(dtype))
+}
+
+/// Builds the kernel of one unary op on `dtype` (computed in `f32`).
+pub fn unary(kind: UnaryKind, dtype: DType, target: Target) -> Result<Kernel, BuildError> {
+    let name = unary_name(kind, dtype);
+    let mut b = KernelBuilder::new(&name, target);
+    b.doc(&format!("{name}: {}", kind.formula()));
+    b.doc(&format!("params: x, y ({dtype} pointers), n (elements), p0, p1 (f32 op parameters)"));
+    if dtype != DType::F32 {
+        b.doc(&format!("{dtype} widened to f32 on load, rounded to nearest even on store"));
+    }
     b.doc(&format!("launch: {BLOCK} threads per block, any grid (grid-stride)"));
     b.max_threads(BLOCK);
     let x = b.param_ptr("x");
@@ -294,44 +322,69 @@ pub fn unary(kind: UnaryKind, target: Target) -> Result<Kernel, BuildError> {
     let n = b.param::<U64>("n");
     let p0 = b.param::<F32>("p0");
     let p1 = b.param::<F32>("p1");
-    let s = Stream { inputs: vec![x], y, n };
+    let s = Stream { inputs: vec![(x, dtype)], y: (y, dtype), n };
     stream_loop(&mut b, &s, &mut |b, xs| apply(b, kind, xs[0], p0, p1));
     b.finish()
 }
 
-/// Kernel name of a binary op (`binary_add`).
-pub fn binary_name(op: BinaryOp) -> &'static str {
-    match op {
+/// Kernel name of a binary op on `dtype` (`binary_add`, `binary_add_f16`).
+pub fn binary_name(op: BinaryOp, dtype: DType) -> String {
+    let stem = match op {
         BinaryOp::Add => "binary_add",
         BinaryOp::Sub => "binary_sub",
         BinaryOp::Mul => "binary_mul",
-    }
+    };
+    format!("{stem}{}", elem::suffix(dtype))
 }
 
-/// Builds the kernel of one binary op.
-pub fn binary(op: BinaryOp, target: Target) -> Result<Kernel, BuildError> {
-    let mut b = KernelBuilder::new(binary_name(op), target);
+/// Builds the kernel of one binary op on `dtype` (computed in `f32`).
+pub fn binary(op: BinaryOp, dtype: DType, target: Target) -> Result<Kernel, BuildError> {
+    let name = binary_name(op, dtype);
+    let mut b = KernelBuilder::new(&name, target);
     b.doc(&format!(
-        "{}: y = a {} b, element-wise, correctly rounded",
-        binary_name(op),
+        "{name}: y = a {} b, element-wise, correctly rounded{}",
         match op {
             BinaryOp::Add => "+",
             BinaryOp::Sub => "-",
             BinaryOp::Mul => "*",
-        }
+        },
+        if dtype == DType::F32 { "" } else { " in f32, then to the dtype" }
     ));
-    b.doc("params: a, b, y (f32 pointers), n (elements)");
+    b.doc(&format!("params: a, b, y ({dtype} pointers), n (elements)"));
     b.doc(&format!("launch: {BLOCK} threads per block, any grid (grid-stride)"));
     b.max_threads(BLOCK);
     let a = b.param_ptr("a");
     let bb = b.param_ptr("b");
     let y = b.param_ptr("y");
     let n = b.param::<U64>("n");
-    let s = Stream { inputs: vec![a, bb], y, n };
+    let s = Stream { inputs: vec![(a, dtype), (bb, dtype)], y: (y, dtype), n };
     stream_loop(&mut b, &s, &mut |b, xs| match op {
         BinaryOp::Add => b.add(xs[0], xs[1]),
         BinaryOp::Sub => b.sub(xs[0], xs[1]),
         BinaryOp::Mul => b.mul(xs[0], xs[1]),
     });
+    b.finish()
+}
+
+/// Kernel name of a cast (`cast_f32_bf16`).
+pub fn cast_name(from: DType, to: DType) -> String {
+    format!("cast_{}_{}", from.as_str(), to.as_str())
+}
+
+/// Builds the cast from `from` to `to`: widened exactly to `f32`, then rounded
+/// to nearest even (so `f16` to `bf16` rounds once, as a direct conversion
+/// would); NaN stays NaN.
+pub fn cast(from: DType, to: DType, target: Target) -> Result<Kernel, BuildError> {
+    let name = cast_name(from, to);
+    let mut b = KernelBuilder::new(&name, target);
+    b.doc(&format!("{name}: y = ({to}) x, round to nearest even, NaN stays NaN"));
+    b.doc(&format!("params: x ({from} pointer), y ({to} pointer), n (elements)"));
+    b.doc(&format!("launch: {BLOCK} threads per block, any grid (grid-stride)"));
+    b.max_threads(BLOCK);
+    let x = b.param_ptr("x");
+    let y = b.param_ptr("y");
+    let n = b.param::<U64>("n");
+    let s = Stream { inputs: vec![(x, from)], y: (y, to), n };
+    stream_loop(&mut b, &s, &mut |_, xs| xs[0]);
     b.finish()
 }

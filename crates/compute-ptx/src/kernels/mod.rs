@@ -1,6 +1,7 @@
 //! The core kernel set, written with the [builder](crate::builder).
 //!
-//! [`catalog`] lists every kernel the CUDA backend launches; `cargo xtask ptx`
+//! [`catalog`] lists every kernel the CUDA backend launches (element-wise,
+//! reduction and row kernels once per dtype, through [`elem`]); `cargo xtask ptx`
 //! writes each one's PTX for every [`Target`] into the top-level `ptx/` folder,
 //! and the golden test checks those files against what this code emits.
 //!
@@ -9,6 +10,7 @@
 //! (`GemmKernel::tiled(m, n, k, 32).emit_ptx()`).
 
 pub mod conv;
+pub mod elem;
 pub mod elementwise;
 mod gemm_kernel;
 pub mod gemm_simple;
@@ -20,23 +22,26 @@ pub mod rows;
 pub use gemm_kernel::GemmKernel;
 
 use crate::builder::{BuildError, Kernel, Target};
-use compute_core::BinaryOp;
+use compute_core::{BinaryOp, DType};
 use elementwise::UnaryKind;
 use gemm_simt::SimtConfig;
 use reduce::ReduceKind;
 use rows::{RowKind, RowShape};
 
-/// Identifies one kernel of the set (and, for the SIMT GEMM, its shape).
+/// Identifies one kernel of the set: the op, the storage dtype it reads and
+/// writes (`f32`, `f16`, `bf16`; see [`elem`]) and, for the SIMT GEMM, its shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KernelId {
-    /// A unary element-wise op.
-    Unary(UnaryKind),
-    /// add, sub or mul.
-    Binary(BinaryOp),
-    /// sum, max or the first stage of dot.
-    Reduce(ReduceKind),
-    /// A row op with its thread-group shape.
-    Rows(RowKind, RowShape),
+    /// A unary element-wise op on a dtype.
+    Unary(UnaryKind, DType),
+    /// add, sub or mul on a dtype.
+    Binary(BinaryOp, DType),
+    /// sum, max or the first stage of dot, over input of a dtype (`f32` result).
+    Reduce(ReduceKind, DType),
+    /// A row op with its thread-group shape, on a dtype.
+    Rows(RowKind, RowShape, DType),
+    /// A conversion between two dtypes.
+    Cast(DType, DType),
     /// One thread per output GEMM.
     GemmNaive,
     /// Shared-memory tiled GEMM.
@@ -51,10 +56,11 @@ impl KernelId {
     /// The kernel's entry-point name (also its file name in `ptx/<target>/`).
     pub fn name(&self) -> String {
         match self {
-            KernelId::Unary(k) => k.kernel_name().to_string(),
-            KernelId::Binary(op) => elementwise::binary_name(*op).to_string(),
-            KernelId::Reduce(k) => k.kernel_name().to_string(),
-            KernelId::Rows(k, s) => k.kernel_name(*s),
+            KernelId::Unary(k, d) => elementwise::unary_name(*k, *d),
+            KernelId::Binary(op, d) => elementwise::binary_name(*op, *d),
+            KernelId::Reduce(k, d) => k.kernel_name(*d),
+            KernelId::Rows(k, s, d) => k.kernel_name(*s, *d),
+            KernelId::Cast(from, to) => elementwise::cast_name(*from, *to),
             KernelId::GemmNaive => "gemm_naive".into(),
             KernelId::GemmTiled => "gemm_tiled".into(),
             KernelId::GemmSimt(cfg, ta, tb) => cfg.kernel_name(*ta, *tb),
@@ -65,11 +71,19 @@ impl KernelId {
     /// Emits the kernel's PTX for `target`. Pure Rust, no GPU; well under a
     /// millisecond for most kernels, a few for the SIMT GEMM.
     pub fn build(&self, target: Target) -> Result<Kernel, BuildError> {
+        let unsupported: Vec<DType> = self.dtypes().into_iter().filter(|&d| !elem::supported(d)).collect();
+        if !unsupported.is_empty() {
+            return Err(BuildError {
+                kernel: self.name(),
+                problems: unsupported.iter().map(|d| format!("no kernels read or write {d}")).collect(),
+            });
+        }
         match *self {
-            KernelId::Unary(k) => elementwise::unary(k, target),
-            KernelId::Binary(op) => elementwise::binary(op, target),
-            KernelId::Reduce(k) => reduce::reduce(k, target),
-            KernelId::Rows(k, s) => rows::row_kernel(k, s, target),
+            KernelId::Unary(k, d) => elementwise::unary(k, d, target),
+            KernelId::Binary(op, d) => elementwise::binary(op, d, target),
+            KernelId::Reduce(k, d) => reduce::reduce(k, d, target),
+            KernelId::Rows(k, s, d) => rows::row_kernel(k, s, d, target),
+            KernelId::Cast(from, to) => elementwise::cast(from, to, target),
             KernelId::GemmNaive => gemm_simple::naive(target),
             KernelId::GemmTiled => gemm_simple::tiled(target),
             KernelId::GemmSimt(cfg, ta, tb) => gemm_simt::simt(&cfg, ta, tb, target),
@@ -78,14 +92,39 @@ impl KernelId {
     }
 }
 
-/// Every kernel of the checked-in set, in a fixed order.
+impl KernelId {
+    /// The storage dtypes the kernel reads or writes.
+    pub fn dtypes(&self) -> Vec<DType> {
+        match *self {
+            KernelId::Unary(_, d) | KernelId::Binary(_, d) | KernelId::Reduce(_, d) | KernelId::Rows(_, _, d) => {
+                vec![d]
+            }
+            KernelId::Cast(from, to) => vec![from, to],
+            _ => vec![DType::F32],
+        }
+    }
+}
+
+/// Every kernel of the checked-in set, in a fixed order: per dtype the
+/// element-wise, reduction and row kernels, then the casts, the GEMMs (`f32`)
+/// and im2col.
 pub fn catalog() -> Vec<KernelId> {
-    let mut v: Vec<KernelId> = UnaryKind::ALL.iter().map(|&k| KernelId::Unary(k)).collect();
-    v.extend([BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul].map(KernelId::Binary));
-    v.extend([ReduceKind::Sum, ReduceKind::Max, ReduceKind::Dot].map(KernelId::Reduce));
-    for k in RowKind::ALL {
-        v.push(KernelId::Rows(k, RowShape::Warp));
-        v.push(KernelId::Rows(k, RowShape::Block));
+    let mut v = Vec::new();
+    for d in elem::DTYPES {
+        v.extend(UnaryKind::ALL.iter().map(|&k| KernelId::Unary(k, d)));
+        v.extend([BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul].map(|op| KernelId::Binary(op, d)));
+        v.extend([ReduceKind::Sum, ReduceKind::Max, ReduceKind::Dot].map(|k| KernelId::Reduce(k, d)));
+        for k in RowKind::ALL {
+            v.push(KernelId::Rows(k, RowShape::Warp, d));
+            v.push(KernelId::Rows(k, RowShape::Block, d));
+        }
+    }
+    for from in elem::DTYPES {
+        for to in elem::DTYPES {
+            if from != to {
+                v.push(KernelId::Cast(from, to));
+            }
+        }
     }
     v.push(KernelId::GemmNaive);
     v.push(KernelId::GemmTiled);

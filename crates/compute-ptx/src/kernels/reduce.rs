@@ -4,10 +4,14 @@
 //! multiprocessor writes one partial per block; the second, one block, reduces
 //! the partials (`reduce_sum` also finishes `dot`). Each thread keeps four
 //! accumulators (one per `float4` lane) over a grid-stride loop with four
-//! 16-byte loads in flight, then the block combines them with a warp butterfly
-//! (`shfl.sync.bfly`) and one shared-memory step. Deterministic: no atomics.
+//! 16-byte loads in flight (a `float4`, or 8 halves for `f16`/`bf16` input,
+//! which accumulate in `f32`), then the block combines them with a warp
+//! butterfly (`shfl.sync.bfly`) and one shared-memory step. Partials and the
+//! result are `f32`. Deterministic: no atomics.
 
+use super::elem;
 use crate::builder::{BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Reg, Target, U32, U64};
+use compute_core::DType;
 
 /// Threads per block.
 pub const BLOCK: u32 = 256;
@@ -26,13 +30,14 @@ pub enum ReduceKind {
 }
 
 impl ReduceKind {
-    /// Kernel name.
-    pub fn kernel_name(self) -> &'static str {
-        match self {
+    /// Kernel name for input `dtype` (`reduce_sum`, `reduce_sum_bf16`).
+    pub fn kernel_name(self, dtype: DType) -> String {
+        let stem = match self {
             ReduceKind::Sum => "reduce_sum",
             ReduceKind::Max => "reduce_max",
             ReduceKind::Dot => "reduce_dot",
-        }
+        };
+        format!("{stem}{}", elem::suffix(dtype))
     }
 }
 
@@ -59,13 +64,14 @@ fn fold(b: &mut KernelBuilder, kind: ReduceKind, acc: Reg<F32>, x: Reg<F32>, y: 
     b.assign(acc, r);
 }
 
-/// Builds one reduction kernel. Params: `x` (and `y` for dot), `out` (one value
-/// per block), `n` (elements, u64). Launch: [`BLOCK`] threads, any grid.
-pub fn reduce(kind: ReduceKind, target: Target) -> Result<Kernel, BuildError> {
-    let mut b = KernelBuilder::new(kind.kernel_name(), target);
+/// Builds one reduction kernel over `dtype` input. Params: `x` (and `y` for
+/// dot), `out` (one `f32` per block), `n` (elements, u64). Launch: [`BLOCK`]
+/// threads, any grid.
+pub fn reduce(kind: ReduceKind, dtype: DType, target: Target) -> Result<Kernel, BuildError> {
+    let name = kind.kernel_name(dtype);
+    let mut b = KernelBuilder::new(&name, target);
     b.doc(&format!(
-        "{}: out[blockIdx.x] = {} over this block's grid-stride share of the input",
-        kind.kernel_name(),
+        "{name}: out[blockIdx.x] = {} over this block's grid-stride share of the {dtype} input, in f32",
         match kind {
             ReduceKind::Sum => "sum of x",
             ReduceKind::Max => "max of x (max.NaN: NaN propagates)",
@@ -88,8 +94,11 @@ pub fn reduce(kind: ReduceKind, target: Target) -> Result<Kernel, BuildError> {
     let threads = b.mul(ntid, nct);
     let stride = b.cvt::<U64, U32>(threads);
     let i = b.cvt::<U64, U32>(gid);
-    let n4 = b.shr(n, 2u32);
-    let step = b.shl(stride, 4u32);
+    // A unit: a float4, or 8 halves (16 bytes either way).
+    let w: u64 = if dtype == DType::F32 { 4 } else { 8 };
+    let ushift = w.trailing_zeros() + elem::shift(dtype);
+    let units = b.shr(n, w.trailing_zeros());
+    let step = b.shl(stride, ushift);
     let acc: Vec<Reg<F32>> = (0..4).map(|_| b.mov(identity(kind))).collect();
 
     let main = b.label("main");
@@ -97,12 +106,12 @@ pub fn reduce(kind: ReduceKind, target: Target) -> Result<Kernel, BuildError> {
     let tail = b.label("scalar_tail");
     let block = b.label("block_reduce");
 
-    b.comment(&format!("main loop: {UNROLL} float4 per thread per iteration, one accumulator per lane"));
+    b.comment(&format!("main loop: {UNROLL} units of {w} per thread per iteration, four accumulators"));
     b.place(main);
     let last = b.mad(stride, UNROLL - 1, i);
-    let past = b.setp(Cmp::Ge, last, n4);
+    let past = b.setp(Cmp::Ge, last, units);
     b.bra_if(past, one);
-    let off = b.shl(i, 4u32);
+    let off = b.shl(i, ushift);
     let load_all = |b: &mut KernelBuilder, p: Reg<U64>| {
         let mut a = b.add(p, off);
         let mut v = Vec::new();
@@ -110,15 +119,15 @@ pub fn reduce(kind: ReduceKind, target: Target) -> Result<Kernel, BuildError> {
             if u > 0 {
                 a = b.add(a, step);
             }
-            v.push(b.ld_global_nc_v::<F32, 4>(a, 0));
+            v.push(elem::load(b, dtype, a, 0, w as usize));
         }
         v
     };
     let xs = load_all(&mut b, x);
     let ys = y.map(|p| load_all(&mut b, p));
     for u in 0..UNROLL as usize {
-        for c in 0..4 {
-            fold(&mut b, kind, acc[c], xs[u][c], ys.as_ref().map(|v| v[u][c]));
+        for c in 0..w as usize {
+            fold(&mut b, kind, acc[c % 4], xs[u][c], ys.as_ref().map(|v| v[u][c]));
         }
     }
     let next = b.mad(stride, UNROLL, i);
@@ -126,39 +135,39 @@ pub fn reduce(kind: ReduceKind, target: Target) -> Result<Kernel, BuildError> {
     b.bra(main);
 
     b.place(one);
-    let past = b.setp(Cmp::Ge, i, n4);
+    let past = b.setp(Cmp::Ge, i, units);
     b.bra_if(past, tail);
-    let off = b.shl(i, 4u32);
+    let off = b.shl(i, ushift);
     let xa = b.add(x, off);
-    let xv = b.ld_global_nc_v::<F32, 4>(xa, 0);
+    let xv = elem::load(&mut b, dtype, xa, 0, w as usize);
     let yv = match y {
         Some(p) => {
             let ya = b.add(p, off);
-            Some(b.ld_global_nc_v::<F32, 4>(ya, 0))
+            Some(elem::load(&mut b, dtype, ya, 0, w as usize))
         }
         None => None,
     };
-    for c in 0..4 {
-        fold(&mut b, kind, acc[c], xv[c], yv.map(|v| v[c]));
+    for c in 0..w as usize {
+        fold(&mut b, kind, acc[c % 4], xv[c], yv.as_ref().map(|v| v[c]));
     }
     let next = b.add(i, stride);
     b.assign(i, next);
     b.bra(one);
 
-    b.comment("the last n mod 4 elements go to the first threads of the grid");
+    b.comment(&format!("the last n mod {w} elements go to the first threads of the grid"));
     b.place(tail);
     let gid64 = b.cvt::<U64, U32>(gid);
-    let base = b.shl(n4, 2u32);
+    let base = b.shl(units, w.trailing_zeros());
     let j = b.add(base, gid64);
     let out_of_range = b.setp(Cmp::Ge, j, n);
     b.bra_if(out_of_range, block);
-    let off = b.shl(j, 2u32);
+    let off = b.shl(j, elem::shift(dtype));
     let xa = b.add(x, off);
-    let xv = b.ld_global_nc::<F32>(xa, 0);
+    let xv = elem::load(&mut b, dtype, xa, 0, 1)[0];
     let yv = match y {
         Some(p) => {
             let ya = b.add(p, off);
-            Some(b.ld_global_nc::<F32>(ya, 0))
+            Some(elem::load(&mut b, dtype, ya, 0, 1)[0])
         }
         None => None,
     };

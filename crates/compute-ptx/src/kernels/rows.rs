@@ -10,10 +10,15 @@
 //! the sum of squares. Lanes combine with `shfl.sync.bfly`, warps through
 //! shared memory. Pass C reads the cached row (or global memory again, for rows
 //! too long to cache) and writes the output once.
+//!
+//! Every kernel exists per dtype: `f16`/`bf16` rows (and `gamma`, `beta`) are
+//! widened to `f32` as they load, four values per 8-byte load, and everything
+//! from the cached copy to the statistics stays `f32`; only the output is
+//! rounded back.
 
-use super::math;
+use super::{elem, math};
 use crate::builder::{BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Label, Reg, Target, U32, U64};
-use compute_core::RowOp;
+use compute_core::{DType, RowOp};
 
 /// Threads per block of every row kernel.
 pub const BLOCK: u32 = 256;
@@ -75,9 +80,10 @@ impl RowKind {
         }
     }
 
-    /// Kernel name (`softmax_warp`).
-    pub fn kernel_name(self, shape: RowShape) -> String {
-        format!("{}_{}", self.stem(), if shape == RowShape::Warp { "warp" } else { "block" })
+    /// Kernel name (`softmax_warp`, `softmax_warp_bf16`).
+    pub fn kernel_name(self, shape: RowShape, dtype: DType) -> String {
+        let shape = if shape == RowShape::Warp { "warp" } else { "block" };
+        format!("{}_{shape}{}", self.stem(), elem::suffix(dtype))
     }
 
     fn formula(self) -> &'static str {
@@ -99,6 +105,7 @@ enum Source {
 
 struct Ctx {
     kind: RowKind,
+    dtype: DType,
     shape: RowShape,
     group: u32,
     gl: Reg<U32>,
@@ -123,14 +130,16 @@ type UnitFn<'a> = dyn FnMut(&mut KernelBuilder, Reg<U32>, &[Reg<F32>]) + 'a;
 /// Emits the combination of two threads' statistics.
 type CombineFn = dyn Fn(&mut KernelBuilder, &[Reg<F32>], &[Reg<F32>]) -> Vec<Reg<F32>>;
 
-/// Loads one unit (a `float4` or one value) at unit index `idx`.
-fn load_unit(b: &mut KernelBuilder, vec: bool, src: Source, idx: Reg<U32>) -> Vec<Reg<F32>> {
+/// Loads one unit (four values or one) at unit index `idx`: from global
+/// memory in `dtype`, from the shared cache in `f32`.
+fn load_unit(b: &mut KernelBuilder, dtype: DType, vec: bool, src: Source, idx: Reg<U32>) -> Vec<Reg<F32>> {
     let shift = if vec { 4u32 } else { 2u32 };
     match src {
         Source::Global(base) => {
-            let off = b.mul_wide(idx, 1u32 << shift);
+            let n = if vec { 4 } else { 1 };
+            let off = b.mul_wide(idx, (n as u32) << elem::shift(dtype));
             let a = b.add(base, off);
-            if vec { b.ld_global_nc_v::<F32, 4>(a, 0).to_vec() } else { vec![b.ld_global_nc::<F32>(a, 0)] }
+            elem::load(b, dtype, a, 0, n)
         }
         Source::Shared(base) => {
             let off = b.shl(idx, shift);
@@ -157,7 +166,7 @@ fn for_units(b: &mut KernelBuilder, c: &Ctx, vec: bool, src: Source, body: &mut 
         let i = b.add(k, c.group * u as u32);
         idxs.push(i);
     }
-    let vals: Vec<Vec<Reg<F32>>> = idxs.iter().map(|&i| load_unit(b, vec, src, i)).collect();
+    let vals: Vec<Vec<Reg<F32>>> = idxs.iter().map(|&i| load_unit(b, c.dtype, vec, src, i)).collect();
     for (i, v) in idxs.iter().zip(&vals) {
         body(b, *i, v);
     }
@@ -167,7 +176,7 @@ fn for_units(b: &mut KernelBuilder, c: &Ctx, vec: bool, src: Source, body: &mut 
     b.place(rest);
     let past = b.setp(Cmp::Ge, k, limit);
     b.bra_if(past, done);
-    let v = load_unit(b, vec, src, k);
+    let v = load_unit(b, c.dtype, vec, src, k);
     body(b, k, &v);
     let next = b.add(k, c.group);
     b.assign(k, next);
@@ -291,22 +300,18 @@ fn pass_a(b: &mut KernelBuilder, c: &Ctx, vec: bool) -> Vec<Reg<F32>> {
 }
 
 /// Loads `gamma`/`beta` at unit `idx`.
-fn param_unit(b: &mut KernelBuilder, vec: bool, p: Reg<U64>, idx: Reg<U32>) -> Vec<Reg<F32>> {
-    load_unit(b, vec, Source::Global(p), idx)
+fn param_unit(b: &mut KernelBuilder, dtype: DType, vec: bool, p: Reg<U64>, idx: Reg<U32>) -> Vec<Reg<F32>> {
+    load_unit(b, dtype, vec, Source::Global(p), idx)
 }
 
 /// Passes B (layer_norm) and C from `src`, given pass A's reduced statistics.
 fn finish_row(b: &mut KernelBuilder, c: &Ctx, vec: bool, src: Source, stats: &[Reg<F32>]) {
-    let yr = c.yr;
-    let shift = if vec { 4u32 } else { 2u32 };
+    let (yr, dtype) = (c.yr, c.dtype);
+    let unit = if vec { 4u32 } else { 1u32 };
     let store = |b: &mut KernelBuilder, idx: Reg<U32>, ys: Vec<Reg<F32>>| {
-        let off = b.mul_wide(idx, 1u32 << shift);
+        let off = b.mul_wide(idx, unit << elem::shift(dtype));
         let a = b.add(yr, off);
-        if vec {
-            b.st_global_v::<F32, 4>(a, 0, [ys[0].into(), ys[1].into(), ys[2].into(), ys[3].into()]);
-        } else {
-            b.st_global(a, 0, ys[0]);
-        }
+        elem::store(b, dtype, a, 0, &ys);
     };
     match c.kind {
         RowKind::Softmax => {
@@ -356,8 +361,8 @@ fn finish_row(b: &mut KernelBuilder, c: &Ctx, vec: bool, src: Source, stats: &[R
             let (gamma, beta) = (c.gamma, c.beta);
             for_units(b, c, vec, src, &mut |b, idx, v| {
                 let (Some(gp), Some(bp)) = (gamma, beta) else { return };
-                let g = param_unit(b, vec, gp, idx);
-                let bt = param_unit(b, vec, bp, idx);
+                let g = param_unit(b, dtype, vec, gp, idx);
+                let bt = param_unit(b, dtype, vec, bp, idx);
                 let ys = v
                     .iter()
                     .enumerate()
@@ -379,7 +384,7 @@ fn finish_row(b: &mut KernelBuilder, c: &Ctx, vec: bool, src: Source, stats: &[R
             let gamma = c.gamma;
             for_units(b, c, vec, src, &mut |b, idx, v| {
                 let Some(gp) = gamma else { return };
-                let g = param_unit(b, vec, gp, idx);
+                let g = param_unit(b, dtype, vec, gp, idx);
                 let ys = v
                     .iter()
                     .enumerate()
@@ -415,15 +420,15 @@ fn row_path(b: &mut KernelBuilder, c: &Ctx, vec: bool) {
     b.ret();
 }
 
-/// Builds one row kernel.
+/// Builds one row kernel on `dtype` rows (statistics in `f32`).
 ///
 /// Params: `x`, `gamma`, `beta`, `y`, `rows`, `cols` (u32), `eps`, and for
 /// block kernels `cached` (non-zero: the row fits the dynamic shared memory).
 /// Launch: [`BLOCK`] threads; warp kernels `ceil(rows/8)` blocks with
 /// `8·cols·4` bytes of dynamic shared memory, block kernels `rows` blocks with
 /// `cols·4` bytes when cached, else none.
-pub fn row_kernel(kind: RowKind, shape: RowShape, target: Target) -> Result<Kernel, BuildError> {
-    let name = kind.kernel_name(shape);
+pub fn row_kernel(kind: RowKind, shape: RowShape, dtype: DType, target: Target) -> Result<Kernel, BuildError> {
+    let name = kind.kernel_name(shape, dtype);
     let mut b = KernelBuilder::new(&name, target);
     b.doc(&format!("{name}: {}", kind.formula()));
     b.doc(&match shape {
@@ -434,7 +439,14 @@ pub fn row_kernel(kind: RowKind, shape: RowShape, target: Target) -> Result<Kern
             "one {BLOCK}-thread block per row; row cached in dynamic shared memory when `cached` (cols <= {BLOCK_CACHE_MAX_COLS})"
         ),
     });
-    b.doc("float4 loads and stores when cols % 4 == 0; lanes reduce with shfl.sync.bfly, warps through shared memory");
+    b.doc(&if dtype == DType::F32 {
+        "float4 loads and stores when cols % 4 == 0; lanes reduce with shfl.sync.bfly, warps through shared memory"
+            .to_string()
+    } else {
+        format!(
+            "{dtype} rows: 4 values per 8-byte load and store when cols % 4 == 0, widened to f32 (cache and statistics in f32); lanes reduce with shfl.sync.bfly, warps through shared memory"
+        )
+    });
     b.max_threads(BLOCK);
     let x = b.param_ptr("x");
     let gamma = matches!(kind, RowKind::LayerNorm | RowKind::RmsNorm).then(|| b.param_ptr("gamma"));
@@ -468,7 +480,7 @@ pub fn row_kernel(kind: RowKind, shape: RowShape, target: Target) -> Result<Kern
     let cached = cached_flag.map(|f| b.setp(Cmp::Ne, f, 0u32));
     let scratch = scratch_decl.as_ref().map(|s| b.shared_base(s));
     let roff = b.mul_wide(row, cols);
-    let roff = b.shl(roff, 2u32);
+    let roff = b.shl(roff, elem::shift(dtype));
     let xr = b.add(x, roff);
     let yr = b.add(y, roff);
     let cols4 = b.shr(cols, 2u32);
@@ -477,6 +489,7 @@ pub fn row_kernel(kind: RowKind, shape: RowShape, target: Target) -> Result<Kern
     let vec = b.setp(Cmp::Eq, low, 0u32);
     let c = Ctx {
         kind,
+        dtype,
         shape,
         group,
         gl,
@@ -497,7 +510,7 @@ pub fn row_kernel(kind: RowKind, shape: RowShape, target: Target) -> Result<Kern
     let scalar = b.label("scalar_path");
     b.bra_unless(vec, scalar);
     b.blank();
-    b.comment("vector path: cols % 4 == 0, float4 units");
+    b.comment("vector path: cols % 4 == 0, units of 4 values");
     row_path(&mut b, &c, true);
     b.blank();
     b.comment("scalar path");

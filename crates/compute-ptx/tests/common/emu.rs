@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use compute_core::{bf16, f16};
 use compute_ptx::kernels::KernelId;
 use compute_ptx::plan::{Arg, Grid};
 use compute_ptx::{Kernel, Target};
@@ -299,8 +300,22 @@ struct Thread {
 fn type_bits(t: &str) -> u32 {
     match t {
         "f64" | "u64" | "s64" | "b64" => 64,
+        "f16" | "bf16" | "u16" | "s16" | "b16" => 16,
         "pred" => 1,
         _ => 32,
+    }
+}
+
+/// `cvt.rn` to a 16-bit float; NaN becomes the canonical NaN (`0x7fff`), as
+/// the hardware documents.
+fn to_half(x: f32, ty: &str) -> u16 {
+    if x.is_nan() {
+        return 0x7fff;
+    }
+    match ty {
+        "f16" => f16::from_f32(x).to_bits(),
+        "bf16" => bf16::from_f32(x).to_bits(),
+        other => panic!("cvt to {other}"),
     }
 }
 
@@ -688,10 +703,10 @@ fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8
                 if op == "ld" {
                     for (i, o) in vals.iter().enumerate() {
                         let c = &bytes[i * esz..(i + 1) * esz];
-                        let v = if esz == 4 {
-                            u64::from(u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
-                        } else {
-                            u64::from_ne_bytes(c.try_into().unwrap())
+                        let v = match esz {
+                            2 => u64::from(u16::from_ne_bytes([c[0], c[1]])),
+                            4 => u64::from(u32::from_ne_bytes([c[0], c[1], c[2], c[3]])),
+                            _ => u64::from_ne_bytes(c.try_into().unwrap()),
                         };
                         if let Opnd::Reg(r) = o {
                             t.regs[*r] = v;
@@ -701,10 +716,10 @@ fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8
                     let vs: Vec<u64> = vals.iter().map(|o| val(ctx, t, o)).collect();
                     for (i, v) in vs.iter().enumerate() {
                         let c = &mut bytes[i * esz..(i + 1) * esz];
-                        if esz == 4 {
-                            c.copy_from_slice(&(*v as u32).to_ne_bytes())
-                        } else {
-                            c.copy_from_slice(&v.to_ne_bytes())
+                        match esz {
+                            2 => c.copy_from_slice(&(*v as u16).to_ne_bytes()),
+                            4 => c.copy_from_slice(&(*v as u32).to_ne_bytes()),
+                            _ => c.copy_from_slice(&v.to_ne_bytes()),
                         }
                     }
                 }
@@ -748,10 +763,28 @@ fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8
                 t.pc += 1;
                 continue;
             }
+            // `mov.b32 {lo, hi}, w` splits a word into halves.
+            "mov" if matches!(inst.args[0], Opnd::Vec(_)) => {
+                let w = a(1);
+                if let Opnd::Vec(parts) = &inst.args[0] {
+                    for (k, o) in parts.iter().enumerate() {
+                        if let Opnd::Reg(r) = o {
+                            t.regs[*r] = (w >> (16 * k)) & 0xffff;
+                        }
+                    }
+                }
+                t.pc += 1;
+                continue;
+            }
             _ => {}
         }
         let d = dst(inst);
         let r: u64 = match op {
+            // `mov.b32 w, {lo, hi}` joins two halves.
+            "mov" if matches!(inst.args[1], Opnd::Vec(_)) => match &inst.args[1] {
+                Opnd::Vec(parts) => parts.iter().enumerate().map(|(k, o)| (val(ctx, t, o) & 0xffff) << (16 * k)).sum(),
+                _ => unreachable!(),
+            },
             "mov" => a(1),
             "cvta" => a(1),
             "selp" => {
@@ -790,6 +823,15 @@ fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8
                     ("u64", "u32") => x & 0xffff_ffff,
                     ("u32", "u64") => x & 0xffff_ffff,
                     ("u64", "s32") | ("s64", "s32") => x as u32 as i32 as i64 as u64,
+                    ("u32", "u16") => x & 0xffff,
+                    ("f32", "f16") => fb(f16::from_bits(x as u16).to_f32()),
+                    ("f16", "f32") => u64::from(to_half(f(x), "f16")),
+                    ("bf16", "f32") => u64::from(to_half(f(x), "bf16")),
+                    // The first source fills the upper half.
+                    ("f16x2", "f32") | ("bf16x2", "f32") => {
+                        let h = dt.trim_end_matches("x2");
+                        (u64::from(to_half(f(x), h)) << 16) | u64::from(to_half(f(a(2)), h))
+                    }
                     (d2, s2) => panic!("cvt {d2} <- {s2}"),
                 }
             }

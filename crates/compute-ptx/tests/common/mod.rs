@@ -140,23 +140,26 @@ impl Backend for EmuBackend {
     fn supports(&self, op: &Op) -> bool {
         plan::supported(op)
     }
-    fn run_typed(&self, op: &Op, inputs: &[HostSlice<'_>], output: HostSliceMut<'_>) -> Result<()> {
+    fn run_typed(&self, op: &Op, inputs: &[HostSlice<'_>], mut output: HostSliceMut<'_>) -> Result<()> {
         check_host_call(op, inputs, &output)?;
-        let (inputs, output) = plan::f32_host(op, inputs, output)?;
+        if !plan::supported(op) {
+            return Err(plan::unsupported_dtype(op));
+        }
         let mut mem = self.mem.lock().unwrap();
         let ptrs: Vec<u64> = inputs
             .iter()
             .map(|x| {
-                let p = mem.alloc(x.len() * 4);
-                mem.write_f32(p, x);
+                let p = mem.alloc(x.as_bytes().len());
+                mem.write_bytes(p, x.as_bytes());
                 p
             })
             .collect();
-        let out = mem.alloc(output.len() * 4);
+        let out_bytes = output.as_bytes_mut();
+        let out = mem.alloc(out_bytes.len());
         drop(mem);
         plan::run_op(self, op, &ptrs, out)?;
         let mut mem = self.mem.lock().unwrap();
-        output.copy_from_slice(&mem.read_f32(out, output.len()));
+        out_bytes.copy_from_slice(&mem.read_bytes(out, out_bytes.len()));
         for p in ptrs.into_iter().chain([out]) {
             mem.free(p);
         }

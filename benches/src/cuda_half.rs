@@ -1,0 +1,121 @@
+//! Bench rows for `f16`/`bf16` on the CUDA backend, each against a
+//! device-to-device copy of the same bytes in the same process: element-wise
+//! ops, rms_norm and softmax over 256M values, the casts between `f32` and
+//! `bf16`, and a bf16 matmul against our own `f32` GEMM of the same shape.
+//! PyTorch's figures for the same ops come from `benches/torch_half.py`, run
+//! beside this binary by `.gpu/run.sh bench`.
+
+use std::time::Duration;
+
+use compute_core::{Backend, BinaryOp, DType, MatmulSpec, Op, RowOp, Tensor, UnaryOp};
+use compute_ptx::CudaBackend;
+
+use crate::cuda::{against_copy, err, random, record};
+use crate::report::{Record, time_pair};
+
+/// A device tensor of `n` random `dtype` values (drawn as `f32`, cast on the device).
+fn random_typed(be: &CudaBackend, n: usize, dtype: DType, seed: u64) -> Result<Tensor, String> {
+    let x = be.upload(&random(n, seed)).map_err(err)?;
+    let y = be.alloc_typed(n, dtype).map_err(err)?;
+    be.run_tensors(&Op::cast(n, DType::F32, dtype), &[&x], &y).map_err(err)?;
+    Ok(y)
+}
+
+/// The half rows; `quick` shrinks the sizes (64M values, 16384 rows).
+pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Result<Vec<Record>, String> {
+    let n: usize = if quick { 64 << 20 } else { 256 << 20 };
+    let label = |d: DType| format!("{}M {d}", n >> 20);
+    let gb = |bytes: f64, s: f64| bytes / s / 1e9;
+    let mut out = Vec::new();
+    // A copy of `bytes` bytes moves them once each way: `bytes / 8` f32 values.
+    let copy_of = |bytes: f64| (bytes / 8.0) as usize;
+
+    for dtype in [DType::BF16, DType::F16] {
+        let x = random_typed(be, n, dtype, 51)?;
+        let y = random_typed(be, n, dtype, 53)?;
+        let z = be.alloc_typed(n, dtype).map_err(err)?;
+        let h = dtype.size_in_bytes() as f64;
+        let unary = [("relu", UnaryOp::Relu), ("gelu_tanh", UnaryOp::Gelu(compute_core::GeluForm::Tanh))];
+        for (name, u) in unary {
+            let op = Op::unary(u, n).with_dtype(dtype);
+            let bytes = 2.0 * h * n as f64;
+            let (ours, copy) = against_copy(be, copy_of(bytes), budget, || be.run_tensors(&op, &[&x], &z))?;
+            let mut r = record(name, label(dtype), device, "resident", ours).with_peer("copy", copy);
+            r.gbps = Some(gb(bytes, ours));
+            r.note = Some("peer copies the same bytes (r+w); goal >= 0.9x copy".into());
+            out.push(r);
+        }
+        let add = Op::binary(BinaryOp::Add, n).with_dtype(dtype);
+        let bytes = 3.0 * h * n as f64;
+        let (ours, copy) = against_copy(be, copy_of(bytes), budget, || be.run_tensors(&add, &[&x, &y], &z))?;
+        let mut r = record("add", label(dtype), device, "resident", ours).with_peer("copy", copy);
+        r.gbps = Some(gb(bytes, ours));
+        r.note = Some("peer copies the same bytes (2 read, 1 written); goal >= 0.9x copy".into());
+        out.push(r);
+
+        let (rr, cc) = (n / 4096, 4096);
+        let gamma = random_typed(be, cc, dtype, 57)?;
+        for (name, row) in [("rms_norm", RowOp::RmsNorm { eps: 1e-5 }), ("softmax", RowOp::Softmax)] {
+            let op = Op::rows(row, rr, cc).with_dtype(dtype);
+            let ins: Vec<&Tensor> = if name == "softmax" { vec![&x] } else { vec![&x, &gamma] };
+            let bytes = 2.0 * h * n as f64;
+            let (ours, copy) = against_copy(be, copy_of(bytes), budget, || be.run_tensors(&op, &ins, &z))?;
+            let mut r = record(name, format!("{rr}x{cc} {dtype}"), device, "resident", ours).with_peer("copy", copy);
+            r.gbps = Some(gb(bytes, ours));
+            r.note = Some("x read once + y written once; peer copies the same bytes".into());
+            out.push(r);
+        }
+    }
+
+    let x32 = be.upload(&random(n, 61)).map_err(err)?;
+    let xb = be.alloc_typed(n, DType::BF16).map_err(err)?;
+    let back = be.alloc(n).map_err(err)?;
+    let bytes = 6.0 * n as f64;
+    for (name, op, ins, outp) in [
+        ("cast f32>bf16", Op::cast(n, DType::F32, DType::BF16), &x32, &xb),
+        ("cast bf16>f32", Op::cast(n, DType::BF16, DType::F32), &xb, &back),
+    ] {
+        let (ours, copy) = against_copy(be, copy_of(bytes), budget, || be.run_tensors(&op, &[ins], outp))?;
+        let mut r = record(name, format!("{}M", n >> 20), device, "resident", ours).with_peer("copy", copy);
+        r.gbps = Some(gb(bytes, ours));
+        r.note = Some("6 bytes per value; peer copies the same bytes; goal >= 0.9x copy".into());
+        out.push(r);
+    }
+
+    out.push(half_matmul_row(be, device, if quick { 2048 } else { 4096 }, budget)?);
+    Ok(out)
+}
+
+/// bf16 inputs, f32 accumulation and output, against our f32 GEMM of the same
+/// shape: what widening the operands costs until tensor cores take over.
+fn half_matmul_row(be: &CudaBackend, device: &str, n: usize, budget: Duration) -> Result<Record, String> {
+    let a = random_typed(be, n * n, DType::BF16, 71)?;
+    let b = random_typed(be, n * n, DType::BF16, 73)?;
+    let a32 = be.upload(&random(n * n, 75)).map_err(err)?;
+    let b32 = be.upload(&random(n * n, 77)).map_err(err)?;
+    let c = be.alloc(n * n).map_err(err)?;
+    let half = Op::Matmul(MatmulSpec::new(n, n, n).with_dtypes(DType::BF16, DType::F32));
+    let full = Op::matmul(n, n, n);
+    let (mut e1, mut e2) = (None, None);
+    let (ours, peer) = time_pair(
+        || {
+            if let Err(e) = be.run_tensors(&half, &[&a, &b], &c).and_then(|_| be.synchronize()) {
+                e1 = Some(e.to_string());
+            }
+        },
+        || {
+            if let Err(e) = be.run_tensors(&full, &[&a32, &b32], &c).and_then(|_| be.synchronize()) {
+                e2 = Some(e.to_string());
+            }
+        },
+        budget,
+        3,
+    );
+    if let Some(e) = e1.or(e2) {
+        return Err(format!("bf16 matmul {n}: {e}"));
+    }
+    let mut r = record("matmul bf16>f32", format!("{n}x{n}x{n}"), device, "resident", ours).with_peer("ours f32", peer);
+    r.gflops = Some(2.0 * (n as f64).powi(3) / ours / 1e9);
+    r.note = Some("operands widened to f32 temporaries, then the f32 SIMT GEMM (no tensor cores yet)".into());
+    Ok(r)
+}
