@@ -21,9 +21,19 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
+// The operands and their access functions, one element at a time, as written
+// here for f32 data. For f16 or bf16 inputs the backend replaces the lines
+// between the markers (kernels.rs, `io_block`): x and wt are arrays of u32
+// words of two packed values; y stays f32 (an f32 temporary, which the backend
+// casts), since neighbouring invocations write neighbouring elements.
+// @io-begin
 @group(0) @binding(1) var<storage, read> x: array<f32>;
+fn load_x(i: u32) -> f32 { return x[i]; }
 @group(0) @binding(2) var<storage, read> wt: array<f32>;
+fn load_wt(i: u32) -> f32 { return wt[i]; }
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
+fn store_y(i: u32, v: f32) { y[i] = v; }
+// @io-end
 
 @compute @workgroup_size(256)
 fn conv2d(
@@ -56,10 +66,10 @@ fn conv2d(
             for (var kx = 0u; kx < p.kw; kx++) {
                 let ix = i32(ox * p.sw + kx) - i32(p.pw);
                 if (ix >= 0 && ix < i32(p.w)) {
-                    acc = fma(x[xr + u32(ix)], wt[wr + kx], acc);
+                    acc = fma(load_x(xr + u32(ix)), load_wt(wr + kx), acc);
                 }
             }
         }
     }
-    y[idx] = acc;
+    store_y(idx, acc);
 }

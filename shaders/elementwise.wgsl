@@ -1,8 +1,10 @@
-// Element-wise ops: one input (`unary`) or two inputs of equal length (`binary`).
+// Element-wise ops: one input (`unary`) or two inputs of equal length
+// (`binary`), and `convert` (casts), from the dtype of x to that of y.
 //
-// Buffers are read and written as vec4<f32>: the backend allocates every buffer
-// rounded up to 16 bytes, so the last vec4 may hold up to 3 padding lanes past
-// `len`; they are computed and written like the others and never read back.
+// Buffers are read and written four elements at a time (a vec4<f32>, or for
+// f16/bf16 data a vec2<u32>): the backend allocates every buffer rounded up to
+// 16 bytes, so the last four may hold up to 3 padding lanes past `len`; they
+// are computed and written like the others and never read back.
 // Each invocation handles PER vec4s, WG apart, so a warp's loads stay coalesced
 // and several are in flight at once. The workgroup grid may be 2-D (more than
 // 65535 groups): the flat group index is `wid.x + wid.y * nwg.x`.
@@ -29,9 +31,20 @@ const WG: u32 = 256u;
 const PER: u32 = 4u;
 
 @group(0) @binding(0) var<uniform> p: Params;
+
+// The operands and their access functions, four elements at a time, as written
+// here for f32 data. For f16 or bf16 operands the backend replaces the lines
+// between the markers (kernels.rs, `io_block`): the arrays hold vec2<u32>
+// (four packed values) and the functions convert, so each invocation still
+// reads and writes whole words.
+// @io-begin
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
+fn load_x(j: u32) -> vec4<f32> { return x[j]; }
 @group(0) @binding(2) var<storage, read_write> y: array<vec4<f32>>;
+fn store_y(j: u32, v: vec4<f32>) { y[j] = v; }
 @group(0) @binding(3) var<storage, read> b: array<vec4<f32>>;
+fn load_b(j: u32) -> vec4<f32> { return b[j]; }
+// @io-end
 
 // 1 / (1 + e^-t), exact 0 below -87 (where e^t underflows f32) and no overflow above.
 fn sigmoid(t: f32) -> f32 {
@@ -158,7 +171,7 @@ fn unary(
     for (var i = 0u; i < PER; i++) {
         let j = base + i * WG;
         if (j < n4) {
-            v[i] = x[j];
+            v[i] = load_x(j);
         }
     }
     for (var i = 0u; i < PER; i++) {
@@ -166,9 +179,9 @@ fn unary(
         if (j < n4) {
             let u = v[i];
             if (OP == 9u) {
-                y[j] = scale(u, p.a);
+                store_y(j, scale(u, p.a));
             } else {
-                y[j] = vec4<f32>(unary_op(u.x), unary_op(u.y), unary_op(u.z), unary_op(u.w));
+                store_y(j, vec4<f32>(unary_op(u.x), unary_op(u.y), unary_op(u.z), unary_op(u.w)));
             }
         }
     }
@@ -197,31 +210,49 @@ fn binary(
     var u3 = vec4<f32>(0.0);
     var v3 = vec4<f32>(0.0);
     if (j0 < n4) {
-        u0 = x[j0];
-        v0 = b[j0];
+        u0 = load_x(j0);
+        v0 = load_b(j0);
     }
     if (j1 < n4) {
-        u1 = x[j1];
-        v1 = b[j1];
+        u1 = load_x(j1);
+        v1 = load_b(j1);
     }
     if (j2 < n4) {
-        u2 = x[j2];
-        v2 = b[j2];
+        u2 = load_x(j2);
+        v2 = load_b(j2);
     }
     if (j3 < n4) {
-        u3 = x[j3];
-        v3 = b[j3];
+        u3 = load_x(j3);
+        v3 = load_b(j3);
     }
     if (j0 < n4) {
-        y[j0] = binary_op(u0, v0);
+        store_y(j0, binary_op(u0, v0));
     }
     if (j1 < n4) {
-        y[j1] = binary_op(u1, v1);
+        store_y(j1, binary_op(u1, v1));
     }
     if (j2 < n4) {
-        y[j2] = binary_op(u2, v2);
+        store_y(j2, binary_op(u2, v2));
     }
     if (j3 < n4) {
-        y[j3] = binary_op(u3, v3);
+        store_y(j3, binary_op(u3, v3));
+    }
+}
+
+// y = x, converted from x's dtype to y's (rounding in `store_y`; the backend
+// builds this entry only for two different dtypes: an f32 → f32 cast is a copy).
+@compute @workgroup_size(256)
+fn convert(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let n4 = (p.len + 3u) / 4u;
+    let base = (wid.x + wid.y * nwg.x) * (WG * PER) + lid;
+    for (var i = 0u; i < PER; i++) {
+        let j = base + i * WG;
+        if (j < n4) {
+            store_y(j, load_x(j));
+        }
     }
 }

@@ -22,8 +22,15 @@ const WG: u32 = 256u;
 const LOWEST: f32 = -3.40282347e38;
 
 @group(0) @binding(0) var<uniform> p: Params;
+// The inputs and their access functions, four elements at a time, as written
+// here for f32 data; for f16 or bf16 inputs the backend replaces the lines
+// between the markers (kernels.rs, `io_block`). Partials and the result stay f32.
+// @io-begin
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
+fn load_x(j: u32) -> vec4<f32> { return x[j]; }
 @group(0) @binding(2) var<storage, read> b: array<vec4<f32>>;
+fn load_b(j: u32) -> vec4<f32> { return b[j]; }
+// @io-end
 @group(0) @binding(3) var<storage, read_write> partial: array<f32>;
 @group(0) @binding(4) var<storage, read> xs: array<f32>;
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
@@ -66,9 +73,9 @@ fn partials(
         if (j >= n4) {
             break;
         }
-        var v = x[j];
+        var v = load_x(j);
         if (OP == 2u) {
-            v = v * b[j];
+            v = v * load_b(j);
         }
         // Mask the padding lanes of the last vec4.
         let first = j * 4u;
@@ -82,9 +89,9 @@ fn partials(
         j = j + stride;
         // Two accumulators per invocation keep two loads in flight.
         if (j < n4) {
-            var w = x[j];
+            var w = load_x(j);
             if (OP == 2u) {
-                w = w * b[j];
+                w = w * load_b(j);
             }
             let f = j * 4u;
             let ok = vec4<bool>(f < p.len, f + 1u < p.len, f + 2u < p.len, f + 3u < p.len);

@@ -24,10 +24,21 @@ const WG: u32 = 256u;
 const LOWEST: f32 = -3.40282347e38;
 
 @group(0) @binding(0) var<uniform> p: Params;
+// The operands and their access functions, one element at a time, as written
+// here for f32 data. For f16 or bf16 inputs the backend replaces the lines
+// between the markers (kernels.rs, `io_block`): x, gamma and beta are arrays of
+// u32 words of two packed values. y stays f32 then: two invocations write the
+// two halves of one word, so the backend writes an f32 temporary and casts it.
+// @io-begin
 @group(0) @binding(1) var<storage, read> x: array<f32>;
+fn load_x(i: u32) -> f32 { return x[i]; }
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
+fn store_y(i: u32, v: f32) { y[i] = v; }
 @group(0) @binding(3) var<storage, read> gamma: array<f32>;
+fn load_gamma(i: u32) -> f32 { return gamma[i]; }
 @group(0) @binding(4) var<storage, read> beta: array<f32>;
+fn load_beta(i: u32) -> f32 { return beta[i]; }
+// @io-end
 
 var<workgroup> scratch: array<f32, WG>;
 
@@ -62,23 +73,23 @@ fn softmax(
     let base = row * p.cols;
     var m = LOWEST;
     for (var c = lid; c < p.cols; c += WG) {
-        m = max(m, x[base + c]);
+        m = max(m, load_x(base + c));
     }
     m = reduce(m, lid, true);
     var s = 0.0;
     for (var c = lid; c < p.cols; c += WG) {
-        s += exp(x[base + c] - m);
+        s += exp(load_x(base + c) - m);
     }
     s = reduce(s, lid, false);
     if (OP == 0u) {
         let inv = 1.0 / s;
         for (var c = lid; c < p.cols; c += WG) {
-            y[base + c] = exp(x[base + c] - m) * inv;
+            store_y(base + c, exp(load_x(base + c) - m) * inv);
         }
     } else {
         let shift = m + log(s);
         for (var c = lid; c < p.cols; c += WG) {
-            y[base + c] = x[base + c] - shift;
+            store_y(base + c, load_x(base + c) - shift);
         }
     }
 }
@@ -97,17 +108,17 @@ fn layer_norm(
     let n = f32(p.cols);
     var s = 0.0;
     for (var c = lid; c < p.cols; c += WG) {
-        s += x[base + c];
+        s += load_x(base + c);
     }
     let mean = reduce(s, lid, false) / n;
     var q = 0.0;
     for (var c = lid; c < p.cols; c += WG) {
-        let d = x[base + c] - mean;
+        let d = load_x(base + c) - mean;
         q += d * d;
     }
     let inv = 1.0 / sqrt(reduce(q, lid, false) / n + p.eps);
     for (var c = lid; c < p.cols; c += WG) {
-        y[base + c] = (x[base + c] - mean) * inv * gamma[c] + beta[c];
+        store_y(base + c, (load_x(base + c) - mean) * inv * load_gamma(c) + load_beta(c));
     }
 }
 
@@ -124,11 +135,11 @@ fn rms_norm(
     let base = row * p.cols;
     var q = 0.0;
     for (var c = lid; c < p.cols; c += WG) {
-        let v = x[base + c];
+        let v = load_x(base + c);
         q += v * v;
     }
     let inv = 1.0 / sqrt(reduce(q, lid, false) / f32(p.cols) + p.eps);
     for (var c = lid; c < p.cols; c += WG) {
-        y[base + c] = x[base + c] * inv * gamma[c];
+        store_y(base + c, load_x(base + c) * inv * load_gamma(c));
     }
 }

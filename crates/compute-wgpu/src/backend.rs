@@ -28,12 +28,15 @@ use crate::plan::{self, View};
 /// ([`Backend::run_tensors`]) submit and return; [`GpuCommandBatch`] records
 /// many ops into one submission.
 ///
-/// Dtypes: the shaders compute on `f32` only, for now ([`Backend::supports`]
-/// declines every op with an `f16` or `bf16` operand, and a cast between two
-/// dtypes, which fail with [`ComputeError::UnsupportedDType`]; a cast from
-/// `f32` to `f32` is a buffer copy, and a TF32 matmul runs in full
-/// precision). Tensors of any dtype can be uploaded, allocated and
-/// downloaded: their bytes are stored as they are.
+/// Dtypes: every op runs on `f32`, `f16` and `bf16` data, on any adapter (no
+/// `SHADER_F16` needed). Half tensors are stored as their bytes, two values
+/// to a 32-bit word; the shaders compute in `f32` and round once when they
+/// store (nearest, ties to even, bit-exact with the CPU backend). Element-wise
+/// ops, casts and reductions read and write half data directly; row ops and
+/// convolutions write an `f32` temporary that a cast rounds into a half
+/// output; a half matmul casts A and B into `f32` temporaries, runs the `f32`
+/// GEMM and casts C. A cast between equal dtypes is a buffer copy, and a TF32
+/// matmul runs in full precision.
 #[derive(Clone, Debug)]
 pub struct WgpuBackend {
     pub(crate) ctx: Arc<Context>,
@@ -200,7 +203,8 @@ impl WgpuBackend {
 
     /// Checks a call on resident tensors (lengths, dtypes, and dtypes the
     /// shaders lack) and plans its dispatches (nothing is recorded yet): what
-    /// `run_tensors` and `time_tensors` submit.
+    /// `run_tensors` and `time_tensors` submit. Half row ops, convolutions and
+    /// matmuls take `f32` temporaries from the buffer cache here.
     fn planned(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> Result<Vec<plan::Step>> {
         check_tensor_call(op, LOCATION, inputs, output)?;
         if !plan::supported(op) {
@@ -209,9 +213,13 @@ impl WgpuBackend {
         self.check_limits(op)?;
         let mut views = Vec::with_capacity(inputs.len());
         for t in inputs {
-            views.push(View { buffer: self.storage(t, op.name())?.buffer().clone(), len: t.len() });
+            views.push(View { buffer: self.storage(t, op.name())?.buffer().clone(), len: t.len(), dtype: t.dtype() });
         }
-        let out = View { buffer: self.storage(output, op.name())?.buffer().clone(), len: output.len() };
+        let out = View {
+            buffer: self.storage(output, op.name())?.buffer().clone(),
+            len: output.len(),
+            dtype: output.dtype(),
+        };
         let mut steps = Vec::new();
         plan::plan(&self.ctx, op, &views, &out, &mut steps)?;
         Ok(steps)
@@ -309,7 +317,8 @@ impl WgpuBackend {
             if !plan::supported(op) {
                 return Err(plan::unsupported_dtype(op));
             }
-            self.start_host(op, inputs, out_len)
+            let views: Vec<HostSlice<'_>> = inputs.iter().map(|x| HostSlice::F32(x)).collect();
+            self.start_host(op, &views, Operand::new(out_len, DType::F32))
         });
         async move { started?.await }
     }
@@ -328,10 +337,11 @@ impl WgpuBackend {
         Ok(g)
     }
 
-    /// Uploads `f32` host inputs into cached buffers, plans `op`, and submits it
-    /// with a read back of the output. The buffers go back to the cache at once:
+    /// Uploads host inputs of any dtype into cached buffers (their bytes as
+    /// they are), plans `op`, and submits it with a read back of the output
+    /// (`out`'s length and dtype). The buffers go back to the cache at once:
     /// any later use of them is a later submission, which the queue orders after this one.
-    fn start_host(&self, op: &Op, inputs: &[&[f32]], out_len: usize) -> Result<Readback> {
+    fn start_host(&self, op: &Op, inputs: &[HostSlice<'_>], out: Operand) -> Result<Readback> {
         let ctx = &self.ctx;
         ctx.check_alive()?;
         let name = op.name();
@@ -341,15 +351,16 @@ impl WgpuBackend {
         let result = (|| {
             let mut steps = Vec::new();
             for x in inputs {
-                let b = ctx.cache.take(ctx, Use::Storage, padded_bytes(x.len()), name)?;
+                let b = ctx.cache.take(ctx, Use::Storage, padded_bytes_of(x.len(), x.dtype()), name)?;
                 held.push(b.clone());
-                encode::upload_into(ctx, &b, bytemuck::cast_slice(x), &mut steps, &mut staged, name)?;
-                views.push(View { buffer: b, len: x.len() });
+                encode::upload_into(ctx, &b, x.as_bytes(), &mut steps, &mut staged, name)?;
+                views.push(View { buffer: b, len: x.len(), dtype: x.dtype() });
             }
-            let out = ctx.cache.take(ctx, Use::Storage, padded_bytes(out_len), name)?;
-            held.push(out.clone());
-            plan::plan(ctx, op, &views, &View { buffer: out.clone(), len: out_len }, &mut steps)?;
-            encode::submit_and_read(ctx, steps, &out, (out_len as u64).saturating_mul(4), name)
+            let buffer = ctx.cache.take(ctx, Use::Storage, padded_bytes_of(out.len, out.dtype), name)?;
+            held.push(buffer.clone());
+            let view = View { buffer: buffer.clone(), len: out.len, dtype: out.dtype };
+            plan::plan(ctx, op, &views, &view, &mut steps)?;
+            encode::submit_and_read(ctx, steps, &buffer, out.bytes(), name)
         })();
         staged.recycle(ctx);
         for b in held {
@@ -379,10 +390,10 @@ impl WgpuBackend {
             if self.check_limits(op).is_err() {
                 continue;
             }
-            let view = |len| View { buffer: placeholder.clone(), len };
-            let inputs: Vec<View> = layout.input_lens().map(view).collect();
+            let view = |o: &Operand| View { buffer: placeholder.clone(), len: o.len, dtype: o.dtype };
+            let inputs: Vec<View> = layout.inputs().iter().map(view).collect();
             let mut steps = Vec::new();
-            let _ = plan::plan(ctx, op, &inputs, &view(layout.output_len()), &mut steps);
+            let _ = plan::plan(ctx, op, &inputs, &view(&layout.output()), &mut steps);
             for step in steps {
                 match step {
                     plan::Step::Dispatch(d) => kernels.push(d.kernel),
@@ -398,27 +409,39 @@ impl WgpuBackend {
 
     /// Checks `op` against the device's limits without running it: the error
     /// [`Backend::run`] would return for sizes the device cannot take (each
-    /// operand at its dtype's size). Free.
+    /// operand at its dtype's size; the `f32` temporaries of half row ops,
+    /// convolutions and matmuls at 4 bytes an element). Free.
     pub fn check_limits(&self, op: &Op) -> Result<()> {
         let layout = op.layout()?;
         let bytes = |o: Operand| padded_bytes_of(o.len, o.dtype);
         let max_buffer = self.ctx.limits.max_buffer_size;
-        for &o in layout.inputs().iter().chain(layout.outputs()) {
+        // Half outputs of row ops and convolutions, and half matmul operands, are
+        // computed in f32 temporaries of the same length.
+        let temps: [Option<Operand>; 3] = match op {
+            Op::Rows { .. } | Op::Conv2d(_) => [Some(layout.output()), None, None],
+            Op::Matmul(_) => [layout.inputs().first().copied(), layout.inputs().get(1).copied(), Some(layout.output())],
+            _ => [None, None, None],
+        };
+        let temps = temps.map(|o| o.filter(|o| o.dtype != DType::F32).map(|o| Operand::new(o.len, DType::F32)));
+        for o in layout.inputs().iter().chain(layout.outputs()).copied().chain(temps.into_iter().flatten()) {
             if bytes(o) > max_buffer {
                 return Err(errors::limit(op.name(), "buffer bytes", bytes(o), max_buffer));
             }
         }
         let max = self.ctx.max_binding();
+        // What one binding holds whole: matmul's A, B and C in f32; conv's x and w
+        // at their dtype and its output in f32.
+        let f32_of = |o: Option<Operand>| o.map(|o| Operand::new(o.len, DType::F32));
         let whole: [(Option<Operand>, &'static str); 3] = match op {
             Op::Matmul(_) => [
-                (layout.inputs().first().copied(), "storage buffer binding bytes (matmul A)"),
-                (layout.inputs().get(1).copied(), "storage buffer binding bytes (matmul B)"),
-                (Some(layout.output()), "storage buffer binding bytes (matmul C)"),
+                (f32_of(layout.inputs().first().copied()), "storage buffer binding bytes (matmul A)"),
+                (f32_of(layout.inputs().get(1).copied()), "storage buffer binding bytes (matmul B)"),
+                (f32_of(Some(layout.output())), "storage buffer binding bytes (matmul C)"),
             ],
             Op::Conv2d(_) => [
                 (layout.inputs().first().copied(), "storage buffer binding bytes (conv input)"),
                 (layout.inputs().get(1).copied(), "storage buffer binding bytes (conv weights)"),
-                (Some(layout.output()), "storage buffer binding bytes (conv output)"),
+                (f32_of(Some(layout.output())), "storage buffer binding bytes (conv output)"),
             ],
             _ => [(None, ""), (None, ""), (None, "")],
         };
@@ -427,11 +450,12 @@ impl WgpuBackend {
                 return Err(errors::limit(op.name(), what, b, max));
             }
         }
-        let row_bytes = |cols: usize| (cols as u64).saturating_mul(op.dtype().size_in_bytes() as u64);
-        if let Op::Rows { cols, .. } = *op
-            && row_bytes(cols) > max
-        {
-            return Err(errors::limit(op.name(), "storage buffer binding bytes (one row)", row_bytes(cols), max));
+        // A row is bound whole, in its dtype and (for half data) in the f32 temporary.
+        if let Op::Rows { cols, .. } = *op {
+            let row_bytes = (cols as u64).saturating_mul(4);
+            if row_bytes > max {
+                return Err(errors::limit(op.name(), "storage buffer binding bytes (one row)", row_bytes, max));
+            }
         }
         Ok(())
     }
@@ -443,15 +467,23 @@ impl WgpuBackend {
 /// the host (no thread blocks), then copies it into the output. Ops of dtypes
 /// the shaders lack resolve to the errors [`Backend::run_typed`] returns.
 impl compute_core::AsyncOps for WgpuBackend {
-    async fn run_async_into<'a>(&'a self, op: Op, inputs: &'a [HostSlice<'a>], output: HostSliceMut<'a>) -> Result<()> {
-        let layout = check_host_call(&op, inputs, &output)?;
-        let (inputs, output) = f32_host(&op, inputs, output)?;
+    async fn run_async_into<'a>(
+        &'a self,
+        op: Op,
+        inputs: &'a [HostSlice<'a>],
+        mut output: HostSliceMut<'a>,
+    ) -> Result<()> {
+        check_host_call(&op, inputs, &output)?;
+        if !plan::supported(&op) {
+            return Err(plan::unsupported_dtype(&op));
+        }
         self.check_limits(&op)?;
-        let result = self.start_host(&op, &inputs, layout.output_len())?.await?;
-        if result.len() != output.len() {
+        let result = self.start_host(&op, inputs, output.operand())?.bytes().await?;
+        let out = output.as_bytes_mut();
+        if result.len() != out.len() {
             return Err(errors::driver(op.name(), "the read-back length differs from the output's"));
         }
-        output.copy_from_slice(&result);
+        out.copy_from_slice(&result);
         Ok(())
     }
 }
@@ -465,32 +497,35 @@ impl Backend for WgpuBackend {
         format!("{} ({}, {})", self.ctx.report.name, self.ctx.report.api, self.ctx.report.device_type)
     }
 
-    /// `f32` only, for now (see [`WgpuBackend`]); a TF32 matmul runs in full precision.
+    /// Every op of the vocabulary on `f32`, `f16` and `bf16` (see
+    /// [`WgpuBackend`]); a TF32 matmul runs in full precision. Free.
     fn supports(&self, op: &Op) -> bool {
         plan::supported(op)
     }
 
     /// Validates lengths and dtypes, refuses dtypes the shaders lack
     /// ([`ComputeError::UnsupportedDType`]), then uploads the inputs (reused
-    /// buffers), runs `op`, copies the output back: one submission, then a
-    /// wait. Ops larger than one storage binding are split.
-    fn run_typed(&self, op: &Op, inputs: &[HostSlice<'_>], output: HostSliceMut<'_>) -> Result<()> {
-        let layout = check_host_call(op, inputs, &output)?;
+    /// buffers, their bytes as they are), runs `op`, copies the output back:
+    /// one submission, then a wait. Ops larger than one storage binding are split.
+    fn run_typed(&self, op: &Op, inputs: &[HostSlice<'_>], mut output: HostSliceMut<'_>) -> Result<()> {
+        check_host_call(op, inputs, &output)?;
         if !sync_available() {
             return Err(errors::unavailable("blocking calls are not available in the browser: use run_async"));
         }
-        let (inputs, output) = f32_host(op, inputs, output)?;
+        if !plan::supported(op) {
+            return Err(plan::unsupported_dtype(op));
+        }
         self.check_limits(op)?;
-        let read = self.start_host(op, &inputs, layout.output_len())?;
+        let read = self.start_host(op, inputs, output.operand())?;
         // Writes `output` only once the result is mapped on the host: all or nothing.
-        read.wait_into(output)
+        read.wait_into_bytes(output.as_bytes_mut())
     }
 
     /// A new tensor of the data's dtype from a reused buffer, its bytes as
-    /// they are (`f16` and `bf16` tensors are stored, though no shader reads
-    /// them yet). Small data is queued with `write_buffer` (it reaches the
-    /// device before the next submission); large data goes through a reused
-    /// staging buffer and one submission. Returns without waiting for the device.
+    /// they are (`f16` and `bf16` values two to a 32-bit word). Small data is
+    /// queued with `write_buffer` (it reaches the device before the next
+    /// submission); large data goes through a reused staging buffer and one
+    /// submission. Returns without waiting for the device.
     fn upload_typed(&self, data: HostSlice<'_>) -> Result<Tensor> {
         if data.is_empty() {
             return Err(ComputeError::shape("upload", "zero-sized tensor", "x=[0]"));
@@ -560,25 +595,6 @@ impl Backend for WgpuBackend {
         crate::completion::wait_for(&self.ctx, None, "synchronize")?;
         self.ctx.check_alive()?;
         self.ctx.take_uncaptured("synchronize")
-    }
-}
-
-/// The `f32` slices of a host call that [`check_host_call`] has validated;
-/// for an op the shaders lack (or a view that is not `f32`), the
-/// [`ComputeError::UnsupportedDType`] of [`plan::unsupported_dtype`], with
-/// nothing written. Allocates one small vector of input slices.
-fn f32_host<'a>(
-    op: &Op,
-    inputs: &[HostSlice<'a>],
-    output: HostSliceMut<'a>,
-) -> Result<(Vec<&'a [f32]>, &'a mut [f32])> {
-    if !plan::supported(op) {
-        return Err(plan::unsupported_dtype(op));
-    }
-    let views = inputs.iter().map(|x| x.get::<f32>()).collect::<Option<Vec<_>>>();
-    match (views, output.into_typed::<f32>()) {
-        (Some(views), Some(out)) => Ok((views, out)),
-        _ => Err(plan::unsupported_dtype(op)),
     }
 }
 

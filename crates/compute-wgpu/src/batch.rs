@@ -34,9 +34,9 @@ pub struct BufferId(usize);
 /// Every op checks its shapes and dtypes when recorded and returns a typed
 /// error (nothing is recorded then); each op's output is a new device buffer
 /// (reused from the backend's cache). Data stays on the device until
-/// [`GpuCommandBatch::read`]. Ops run on `f32` buffers, as on
-/// [`WgpuBackend`]; other dtypes are refused with
-/// [`ComputeError::UnsupportedDType`].
+/// [`GpuCommandBatch::read`]. The named methods record `f32` ops;
+/// [`GpuCommandBatch::op`] records any op, on `f32`, `f16` or `bf16` buffers
+/// (from [`GpuCommandBatch::insert`]), as [`WgpuBackend`] runs them.
 #[derive(Debug)]
 pub struct GpuCommandBatch {
     backend: WgpuBackend,
@@ -129,7 +129,11 @@ impl GpuCommandBatch {
             }
             let t = self.get(i, name)?;
             operands.push(t.operand());
-            views.push(View { buffer: self.backend.storage(t, name)?.buffer().clone(), len: t.len() });
+            views.push(View {
+                buffer: self.backend.storage(t, name)?.buffer().clone(),
+                len: t.len(),
+                dtype: t.dtype(),
+            });
         }
         let o = self.get(out, name)?;
         op.check_operands(&operands, o.operand())?;
@@ -137,7 +141,7 @@ impl GpuCommandBatch {
             return Err(plan::unsupported_dtype(op));
         }
         self.backend.check_limits(op)?;
-        let out_view = View { buffer: self.backend.storage(o, name)?.buffer().clone(), len: o.len() };
+        let out_view = View { buffer: self.backend.storage(o, name)?.buffer().clone(), len: o.len(), dtype: o.dtype() };
         let mut steps = Vec::new();
         plan::plan(&self.backend.ctx, op, &views, &out_view, &mut steps)?;
         self.pending.extend(steps);

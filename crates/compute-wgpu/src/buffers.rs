@@ -30,6 +30,13 @@ pub(crate) fn padded_bytes_of(len: usize, dtype: DType) -> u64 {
     dtype.bytes_for(len).unwrap_or(u64::MAX).saturating_add(15) / 16 * 16
 }
 
+/// `bytes` rounded up to whole 4-byte words (saturating): the unit of buffer
+/// copies, and of storage bindings of packed `f16`/`bf16` values.
+pub(crate) fn whole_words(bytes: u64) -> u64 {
+    let align = wgpu::COPY_BUFFER_ALIGNMENT;
+    bytes.saturating_add(align - 1) / align * align
+}
+
 /// Takes back device buffers when the tensors holding them are dropped: the
 /// hook an external buffer pool (e.g. `dispatch`'s) implements to reuse them.
 /// See [`crate::WgpuBackend::tensor_from_buffer`].

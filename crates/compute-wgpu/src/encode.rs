@@ -15,7 +15,7 @@ use std::task::{Context as TaskContext, Poll};
 
 use compute_core::{ComputeError, Result};
 
-use crate::buffers::Use;
+use crate::buffers::{Use, whole_words};
 use crate::completion::{Signal, Waiting};
 use crate::context::Context;
 use crate::errors;
@@ -236,12 +236,6 @@ fn record_and_submit(
     Ok(index)
 }
 
-/// `bytes` rounded up to whole 4-byte words, the unit of buffer copies (saturating).
-fn whole_words(bytes: u64) -> u64 {
-    let align = wgpu::COPY_BUFFER_ALIGNMENT;
-    bytes.saturating_add(align - 1) / align * align
-}
-
 /// Uploads at least this large go through a reused, mapped staging buffer;
 /// smaller ones through `queue.write_buffer` (whose staging memory wgpu
 /// allocates per call: cheap when small, slow for tens of MiB).
@@ -301,8 +295,8 @@ pub(crate) fn upload_into(
 }
 
 /// A read of `bytes` bytes from the device, in flight: a mapped staging
-/// buffer on its way. Wait for it with [`Readback::wait_into`] or
-/// [`Readback::wait_into_bytes`] (native), or `.await` (`f32` data).
+/// buffer on its way. Wait for it with [`Readback::wait_into_bytes`]
+/// (native), or `.await` it (`f32` data) or its [`Readback::bytes`] (any dtype).
 #[must_use = "a readback does nothing unless waited for"]
 #[derive(Debug)]
 pub(crate) struct Readback {
@@ -374,10 +368,28 @@ impl Readback {
         result
     }
 
-    /// Blocks until the data is on the host and writes it into `out` (the
-    /// read's bytes as `f32`s). Native only.
-    pub(crate) fn wait_into(self, out: &mut [f32]) -> Result<()> {
-        self.wait_into_bytes(bytemuck::cast_slice_mut(out))
+    /// The read as a future of its bytes (data of any dtype), for the browser's
+    /// way of waiting. Free.
+    pub(crate) fn bytes(self) -> ReadBytes {
+        ReadBytes(self)
+    }
+
+    /// The mapping's result once it has arrived; otherwise registers `cx`'s
+    /// waker (and, on native, makes sure the poller thread runs).
+    fn poll_mapped(&mut self, cx: &mut TaskContext<'_>) -> Poll<std::result::Result<(), wgpu::BufferAsyncError>> {
+        if let Some(mapped) = self.signal.poll(cx.waker()) {
+            self.waiting = None;
+            return Poll::Ready(mapped);
+        }
+        if self.waiting.is_none() {
+            self.waiting = Some(self.ctx.poller.wait());
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        if !self.ctx.poller.running() {
+            self.ctx.poller.poke();
+            cx.waker().wake_by_ref();
+        }
+        Poll::Pending
     }
 
     /// Blocks until the data is on the host and writes it into `out` (exactly
@@ -409,27 +421,32 @@ impl Future for Readback {
     type Output = Result<Vec<f32>>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
-        if let Some(mapped) = self.signal.poll(cx.waker()) {
-            self.waiting = None;
-            if !self.bytes.is_multiple_of(4) {
-                let detail = format!("{} bytes are not whole f32 values", self.bytes);
-                return Poll::Ready(Err(ComputeError::shape(self.op, detail, format!("bytes=[{}]", self.bytes))));
-            }
-            let mut out = vec![0.0f32; (self.bytes / 4) as usize];
-            let result = self
-                .ctx
-                .take_uncaptured(self.op)
-                .and_then(|()| self.finish(mapped, bytemuck::cast_slice_mut(&mut out)));
-            return Poll::Ready(result.map(|()| out));
+        let Poll::Ready(mapped) = self.poll_mapped(cx) else { return Poll::Pending };
+        if !self.bytes.is_multiple_of(4) {
+            let detail = format!("{} bytes are not whole f32 values", self.bytes);
+            return Poll::Ready(Err(ComputeError::shape(self.op, detail, format!("bytes=[{}]", self.bytes))));
         }
-        if self.waiting.is_none() {
-            self.waiting = Some(self.ctx.poller.wait());
-        }
-        #[cfg(not(target_arch = "wasm32"))]
-        if !self.ctx.poller.running() {
-            self.ctx.poller.poke();
-            cx.waker().wake_by_ref();
-        }
-        Poll::Pending
+        let mut out = vec![0.0f32; (self.bytes / 4) as usize];
+        let result =
+            self.ctx.take_uncaptured(self.op).and_then(|()| self.finish(mapped, bytemuck::cast_slice_mut(&mut out)));
+        Poll::Ready(result.map(|()| out))
+    }
+}
+
+/// A [`Readback`] that resolves to its bytes, whatever the dtype (from
+/// [`Readback::bytes`]). Costs one allocation of the read's size.
+#[must_use = "a readback does nothing unless waited for"]
+#[derive(Debug)]
+pub(crate) struct ReadBytes(Readback);
+
+impl Future for ReadBytes {
+    type Output = Result<Vec<u8>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let read = &mut self.0;
+        let Poll::Ready(mapped) = read.poll_mapped(cx) else { return Poll::Pending };
+        let mut out = vec![0u8; read.bytes as usize];
+        let result = read.ctx.take_uncaptured(read.op).and_then(|()| read.finish(mapped, &mut out));
+        Poll::Ready(result.map(|()| out))
     }
 }

@@ -1,14 +1,25 @@
 //! The WGSL kernels (from the top-level `shaders/` folder, compiled into the
 //! binary) and the per-device cache of their compute pipelines.
 //!
-//! A shader module is compiled once per device on first use; each
-//! (entry point, pipeline-overridable constants) pair becomes one pipeline,
-//! compiled once and kept for the device's life.
+//! A shader module is compiled once per device and per dtypes on first use;
+//! each (entry point, pipeline-overridable constants, dtypes) triple becomes
+//! one pipeline, compiled once and kept for the device's life.
+//!
+//! **Dtypes.** The WGSL files are written for `f32`. Each file (but
+//! `matmul.wgsl`, which only ever sees `f32`) declares its operands between
+//! `// @io-begin` and `// @io-end` lines, each with the function the kernels
+//! read or write it through (`load_x`, `store_y`…). For `f16` or `bf16`
+//! operands, [`io_block`] writes those lines again for packed 16-bit values
+//! (arrays of `u32` words, converted by the functions of `shaders/half.wgsl`,
+//! which is prepended); the kernels themselves are unchanged and compute in
+//! `f32`. A unit test checks that the `f32` lines [`io_block`] writes are the
+//! ones in the files.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
-use compute_core::{ComputeError, Result};
+use compute_core::{ComputeError, DType, Result};
 
 use crate::context::Context;
 use crate::errors::KIND;
@@ -23,6 +34,112 @@ pub(crate) enum Module {
     Matmul,
     Conv,
 }
+
+/// The conversions between `f32` and packed `f16`/`bf16` words, prepended to
+/// every module built for half operands.
+const HALF_WGSL: &str = include_str!("../../../shaders/half.wgsl");
+
+/// How a kernel steps through an operand: four elements at a time (`vec4<f32>`,
+/// or `vec2<u32>` of packed halves), or one element at a time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unit {
+    Vec4,
+    Scalar,
+}
+
+/// One operand of a module's `@io` block: its name, binding slot, unit,
+/// whether kernels write it, and whether it holds the io's output dtype (else
+/// its input dtype).
+#[derive(Clone, Copy, Debug)]
+struct IoOperand {
+    name: &'static str,
+    binding: u32,
+    unit: Unit,
+    store: bool,
+    output: bool,
+}
+
+const fn io(name: &'static str, binding: u32, unit: Unit, store: bool) -> IoOperand {
+    IoOperand { name, binding, unit, store, output: store }
+}
+
+/// The dtypes of a module's operands: `input` for what the kernels read,
+/// `output` for what they write (`f32` for row ops and convolutions, whose
+/// half results go through an `f32` temporary, see `plan.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Io {
+    pub(crate) input: DType,
+    pub(crate) output: DType,
+}
+
+impl Io {
+    /// Every operand `f32`: the WGSL files as written.
+    pub(crate) const F32: Io = Io { input: DType::F32, output: DType::F32 };
+
+    /// Inputs of `input`, outputs of `output`.
+    pub(crate) const fn new(input: DType, output: DType) -> Io {
+        Io { input, output }
+    }
+}
+
+/// The WGSL name stem of a half dtype's conversion functions (`shaders/half.wgsl`).
+fn half_stem(dtype: DType) -> Option<&'static str> {
+    match dtype {
+        DType::F16 => Some("f16"),
+        DType::BF16 => Some("bf16"),
+        _ => None,
+    }
+}
+
+/// The lines of a module's `@io` block for `io`'s dtypes (without the markers),
+/// or why there are none: a dtype without conversions, or a half operand that
+/// kernels write one element at a time (two invocations would write one word).
+fn io_block(operands: &[IoOperand], io: Io) -> std::result::Result<String, String> {
+    let mut out = String::new();
+    for o in operands {
+        let (n, b) = (o.name, o.binding);
+        let dtype = if o.output { io.output } else { io.input };
+        let access = if o.store { "read_write" } else { "read" };
+        let (array, function) = match (dtype, o.unit, o.store) {
+            (DType::F32, Unit::Vec4, false) => {
+                ("vec4<f32>", format!("fn load_{n}(j: u32) -> vec4<f32> {{ return {n}[j]; }}"))
+            }
+            (DType::F32, Unit::Vec4, true) => {
+                ("vec4<f32>", format!("fn store_{n}(j: u32, v: vec4<f32>) {{ {n}[j] = v; }}"))
+            }
+            (DType::F32, Unit::Scalar, false) => ("f32", format!("fn load_{n}(i: u32) -> f32 {{ return {n}[i]; }}")),
+            (DType::F32, Unit::Scalar, true) => ("f32", format!("fn store_{n}(i: u32, v: f32) {{ {n}[i] = v; }}")),
+            (d, unit, store) => {
+                let t = half_stem(d).ok_or_else(|| format!("no WGSL conversions for {d}"))?;
+                match (unit, store) {
+                    (Unit::Vec4, false) => (
+                        "vec2<u32>",
+                        format!(
+                            "fn load_{n}(j: u32) -> vec4<f32> {{ let w = {n}[j]; return vec4<f32>({t}x2_to_f32(w.x), {t}x2_to_f32(w.y)); }}"
+                        ),
+                    ),
+                    (Unit::Vec4, true) => (
+                        "vec2<u32>",
+                        format!(
+                            "fn store_{n}(j: u32, v: vec4<f32>) {{ {n}[j] = vec2<u32>(f32x2_to_{t}(v.xy), f32x2_to_{t}(v.zw)); }}"
+                        ),
+                    ),
+                    (Unit::Scalar, false) => {
+                        ("u32", format!("fn load_{n}(i: u32) -> f32 {{ return {t}_at({n}[i >> 1u], i); }}"))
+                    }
+                    (Unit::Scalar, true) => {
+                        return Err(format!("{n} is written one {d} value at a time, which would race on words"));
+                    }
+                }
+            }
+        };
+        out.push_str(&format!("@group(0) @binding({b}) var<storage, {access}> {n}: array<{array}>;\n{function}\n"));
+    }
+    Ok(out)
+}
+
+const IO_BEGIN: &str = "// @io-begin\n";
+const IO_END: &str = "// @io-end\n";
 
 impl Module {
     fn source(self) -> &'static str {
@@ -43,6 +160,45 @@ impl Module {
             Module::Matmul => "matmul.wgsl",
             Module::Conv => "conv.wgsl",
         }
+    }
+
+    /// The operands of the file's `@io` block, in its order.
+    fn operands(self) -> &'static [IoOperand] {
+        const ELEMENTWISE: [IoOperand; 3] =
+            [io("x", 1, Unit::Vec4, false), io("y", 2, Unit::Vec4, true), io("b", 3, Unit::Vec4, false)];
+        const REDUCE: [IoOperand; 2] = [io("x", 1, Unit::Vec4, false), io("b", 2, Unit::Vec4, false)];
+        const ROWS: [IoOperand; 4] = [
+            io("x", 1, Unit::Scalar, false),
+            io("y", 2, Unit::Scalar, true),
+            io("gamma", 3, Unit::Scalar, false),
+            io("beta", 4, Unit::Scalar, false),
+        ];
+        const CONV: [IoOperand; 3] =
+            [io("x", 1, Unit::Scalar, false), io("wt", 2, Unit::Scalar, false), io("y", 3, Unit::Scalar, true)];
+        match self {
+            Module::Elementwise => &ELEMENTWISE,
+            Module::Reduce => &REDUCE,
+            Module::Rows => &ROWS,
+            Module::Conv => &CONV,
+            Module::Matmul => &[],
+        }
+    }
+
+    /// The WGSL for operands of `io`'s dtypes: the file itself for `f32`;
+    /// otherwise `half.wgsl` followed by the file with its `@io` block
+    /// rewritten ([`io_block`]). Allocates the new text (tens of KiB at most);
+    /// an `Err` says why the module has no such variant.
+    fn source_for(self, io: Io) -> std::result::Result<Cow<'static, str>, String> {
+        let src = self.source();
+        if io == Io::F32 {
+            return Ok(Cow::Borrowed(src));
+        }
+        let (Some(begin), Some(end)) = (src.find(IO_BEGIN), src.find(IO_END)) else {
+            return Err(format!("{} has no @io block for {} → {}", self.name(), io.input, io.output));
+        };
+        let block = io_block(self.operands(), io)?;
+        let head = &src[..begin + IO_BEGIN.len()];
+        Ok(Cow::Owned(format!("{HALF_WGSL}\n{head}{block}{}", &src[end..])))
     }
 }
 
@@ -67,69 +223,87 @@ impl MatmulKernel {
     }
 }
 
-/// One compute pipeline: an entry point with its constants.
+/// One compute pipeline: an entry point with its constants and dtypes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Kernel {
-    /// `elementwise.wgsl` `unary`, op code.
-    Unary(u32),
-    /// `elementwise.wgsl` `binary`, op code.
-    Binary(u32),
-    /// `reduce.wgsl` `partials`, op code.
-    ReducePartials(u32),
-    /// `reduce.wgsl` `finish`, op code.
+    /// `elementwise.wgsl` `unary`, op code, on data of `dtype`.
+    Unary(u32, DType),
+    /// `elementwise.wgsl` `binary`, op code, on data of `dtype`.
+    Binary(u32, DType),
+    /// `elementwise.wgsl` `convert` from `x`'s dtype to `y`'s (two different dtypes).
+    Cast { from: DType, to: DType },
+    /// `reduce.wgsl` `partials`, op code, on inputs of `dtype`.
+    ReducePartials(u32, DType),
+    /// `reduce.wgsl` `finish`, op code (`f32` partials).
     ReduceFinish(u32),
-    /// `rows.wgsl` `softmax`: 0 softmax, 1 log_softmax.
-    Softmax(u32),
-    /// `rows.wgsl` `layer_norm`.
-    LayerNorm,
-    /// `rows.wgsl` `rms_norm`.
-    RmsNorm,
-    /// `matmul.wgsl`: which tiling, transposes; `checked`: compiled with naga's
-    /// runtime bounds checks.
+    /// `rows.wgsl` `softmax` (0 softmax, 1 log_softmax) on inputs of `dtype`,
+    /// writing `f32` when `dtype` is a half type.
+    Softmax(u32, DType),
+    /// `rows.wgsl` `layer_norm` (dtypes as for `Softmax`).
+    LayerNorm(DType),
+    /// `rows.wgsl` `rms_norm` (dtypes as for `Softmax`).
+    RmsNorm(DType),
+    /// `matmul.wgsl` (`f32` only): which tiling, transposes; `checked`:
+    /// compiled with naga's runtime bounds checks.
     Matmul { tiles: MatmulKernel, ta: bool, tb: bool, checked: bool },
     /// `matmul.wgsl` `matmul_reduce`: sums `sk` split-K partials into C;
     /// `checked` as for the matmul it finishes (same module).
     MatmulReduce { sk: u32, checked: bool },
-    /// `conv.wgsl` `conv2d`.
-    Conv2d,
+    /// `conv.wgsl` `conv2d` on inputs of `dtype`, writing `f32`.
+    Conv2d(DType),
 }
 
 impl Kernel {
     fn module(self) -> Module {
         match self {
-            Kernel::Unary(_) | Kernel::Binary(_) => Module::Elementwise,
-            Kernel::ReducePartials(_) | Kernel::ReduceFinish(_) => Module::Reduce,
-            Kernel::Softmax(_) | Kernel::LayerNorm | Kernel::RmsNorm => Module::Rows,
+            Kernel::Unary(..) | Kernel::Binary(..) | Kernel::Cast { .. } => Module::Elementwise,
+            Kernel::ReducePartials(..) | Kernel::ReduceFinish(_) => Module::Reduce,
+            Kernel::Softmax(..) | Kernel::LayerNorm(_) | Kernel::RmsNorm(_) => Module::Rows,
             Kernel::Matmul { .. } | Kernel::MatmulReduce { .. } => Module::Matmul,
-            Kernel::Conv2d => Module::Conv,
+            Kernel::Conv2d(_) => Module::Conv,
+        }
+    }
+
+    /// The dtypes of the module variant this kernel lives in.
+    pub(crate) fn io(self) -> Io {
+        match self {
+            Kernel::Unary(_, d) | Kernel::Binary(_, d) => Io::new(d, d),
+            Kernel::Cast { from, to } => Io::new(from, to),
+            Kernel::ReducePartials(_, d)
+            | Kernel::Softmax(_, d)
+            | Kernel::LayerNorm(d)
+            | Kernel::RmsNorm(d)
+            | Kernel::Conv2d(d) => Io::new(d, DType::F32),
+            Kernel::ReduceFinish(_) | Kernel::Matmul { .. } | Kernel::MatmulReduce { .. } => Io::F32,
         }
     }
 
     fn entry(self) -> &'static str {
         match self {
-            Kernel::Unary(_) => "unary",
-            Kernel::Binary(_) => "binary",
-            Kernel::ReducePartials(_) => "partials",
+            Kernel::Unary(..) => "unary",
+            Kernel::Binary(..) => "binary",
+            Kernel::Cast { .. } => "convert",
+            Kernel::ReducePartials(..) => "partials",
             Kernel::ReduceFinish(_) => "finish",
-            Kernel::Softmax(_) => "softmax",
-            Kernel::LayerNorm => "layer_norm",
-            Kernel::RmsNorm => "rms_norm",
+            Kernel::Softmax(..) => "softmax",
+            Kernel::LayerNorm(_) => "layer_norm",
+            Kernel::RmsNorm(_) => "rms_norm",
             Kernel::Matmul { tiles: MatmulKernel::Small, .. } => "matmul_vec4_small",
             Kernel::Matmul { tiles: MatmulKernel::Scalar, .. } => "matmul_scalar",
             Kernel::Matmul { tiles: MatmulKernel::Tiled(_), .. } => "matmul_tiled",
             Kernel::MatmulReduce { .. } => "matmul_reduce",
-            Kernel::Conv2d => "conv2d",
+            Kernel::Conv2d(_) => "conv2d",
         }
     }
 
     fn constants(self) -> Vec<(&'static str, f64)> {
         let flag = |b: bool| if b { 1.0 } else { 0.0 };
         match self {
-            Kernel::Unary(op)
-            | Kernel::Binary(op)
-            | Kernel::ReducePartials(op)
+            Kernel::Unary(op, _)
+            | Kernel::Binary(op, _)
+            | Kernel::ReducePartials(op, _)
             | Kernel::ReduceFinish(op)
-            | Kernel::Softmax(op) => vec![("OP", f64::from(op))],
+            | Kernel::Softmax(op, _) => vec![("OP", f64::from(op))],
             Kernel::Matmul { ta, tb, tiles: MatmulKernel::Tiled(t), .. } => {
                 let mut c = vec![("TA", flag(ta)), ("TB", flag(tb))];
                 c.extend(t.override_constants());
@@ -137,7 +311,7 @@ impl Kernel {
             }
             Kernel::MatmulReduce { sk, .. } => vec![("SK", f64::from(sk))],
             Kernel::Matmul { ta, tb, .. } => vec![("TA", flag(ta)), ("TB", flag(tb))],
-            Kernel::LayerNorm | Kernel::RmsNorm | Kernel::Conv2d => Vec::new(),
+            Kernel::LayerNorm(_) | Kernel::RmsNorm(_) | Kernel::Conv2d(_) | Kernel::Cast { .. } => Vec::new(),
         }
     }
 
@@ -145,7 +319,16 @@ impl Kernel {
     fn unchecked(self) -> bool {
         matches!(self, Kernel::Matmul { checked: false, .. } | Kernel::MatmulReduce { checked: false, .. })
     }
+
+    /// The module variant (file, dtypes, checks) this kernel's pipeline is built from.
+    fn variant(self) -> ModuleKey {
+        (self.module(), self.io(), self.unchecked())
+    }
 }
+
+/// A shader module as compiled: the file, its operands' dtypes, and whether
+/// naga's runtime checks are off.
+type ModuleKey = (Module, Io, bool);
 
 /// A compiled pipeline and its bind group layout (group 0).
 #[derive(Clone, Debug)]
@@ -167,7 +350,7 @@ pub(crate) struct MatmulChoice {
 #[derive(Debug)]
 pub(crate) struct Kernels {
     matmul: Mutex<MatmulChoice>,
-    modules: Mutex<HashMap<(Module, bool), wgpu::ShaderModule>>,
+    modules: Mutex<HashMap<ModuleKey, wgpu::ShaderModule>>,
     pipelines: Mutex<HashMap<Kernel, Compiled>>,
 }
 
@@ -206,7 +389,7 @@ impl Kernels {
         if let Some(c) = self.pipelines.lock().map_err(poisoned)?.get(&kernel) {
             return Ok(c.clone());
         }
-        let module = self.module(ctx, kernel.module(), kernel.unchecked())?;
+        let module = self.module(ctx, kernel.variant())?;
         let constants = kernel.constants();
         let scope = ctx.scope();
         let pipeline = ctx.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
@@ -246,21 +429,22 @@ impl Kernels {
             kernels.iter().copied().filter(|k| !have.contains_key(k) && seen.insert(*k)).collect()
         };
         let mut seen = HashSet::new();
-        let modules: Vec<(Module, bool)> =
-            missing.iter().map(|k| (k.module(), k.unchecked())).filter(|m| seen.insert(*m)).collect();
-        on_threads(&modules, |&(m, u)| self.module(ctx, m, u).map(drop))?;
+        let modules: Vec<ModuleKey> = missing.iter().map(|k| k.variant()).filter(|m| seen.insert(*m)).collect();
+        on_threads(&modules, |&key| self.module(ctx, key).map(drop))?;
         on_threads(&missing, |&k| self.get(ctx, k).map(drop))
     }
 
-    fn module(&self, ctx: &Context, module: Module, unchecked: bool) -> Result<wgpu::ShaderModule> {
+    /// The shader module of `key`, compiled on first use (the WGSL of a half
+    /// variant is generated then: see [`Module::source_for`]).
+    fn module(&self, ctx: &Context, key: ModuleKey) -> Result<wgpu::ShaderModule> {
+        let (module, io, unchecked) = key;
         let poisoned = |_| compile_error(module.name(), "module cache lock poisoned");
-        if let Some(m) = self.modules.lock().map_err(poisoned)?.get(&(module, unchecked)) {
+        if let Some(m) = self.modules.lock().map_err(poisoned)?.get(&key) {
             return Ok(m.clone());
         }
-        let desc = wgpu::ShaderModuleDescriptor {
-            label: Some(module.name()),
-            source: wgpu::ShaderSource::Wgsl(module.source().into()),
-        };
+        let source = module.source_for(io).map_err(|e| compile_error(module.name(), e))?;
+        let desc =
+            wgpu::ShaderModuleDescriptor { label: Some(module.name()), source: wgpu::ShaderSource::Wgsl(source) };
         let scope = ctx.scope();
         let compiled = if unchecked {
             // SAFETY: only `matmul.wgsl` is compiled unchecked. Its kernels compare every
@@ -281,7 +465,7 @@ impl Kernels {
             ctx.device.create_shader_module(desc)
         };
         scope.end_now("compile", 0).map_err(|e| compile_error(module.name(), e))?;
-        self.modules.lock().map_err(poisoned)?.insert((module, unchecked), compiled.clone());
+        self.modules.lock().map_err(poisoned)?.insert(key, compiled.clone());
         Ok(compiled)
     }
 }
@@ -313,30 +497,163 @@ fn on_threads<T: Sync>(items: &[T], f: impl Fn(&T) -> Result<()> + Sync) -> Resu
 mod tests {
     use super::*;
 
+    const MODULES: [Module; 5] = [Module::Elementwise, Module::Reduce, Module::Rows, Module::Matmul, Module::Conv];
+
+    /// Every module variant the backend builds: element-wise ops and casts
+    /// between any two dtypes, the other families on inputs of any dtype
+    /// writing `f32`, matmul on `f32` only.
+    fn variants() -> Vec<(Module, Io)> {
+        let mut v = Vec::new();
+        for m in MODULES {
+            for input in DType::ALL {
+                for output in DType::ALL {
+                    let used = match m {
+                        Module::Elementwise => true,
+                        Module::Matmul => input == DType::F32 && output == DType::F32,
+                        Module::Reduce | Module::Rows | Module::Conv => output == DType::F32,
+                    };
+                    if used {
+                        v.push((m, Io::new(input, output)));
+                    }
+                }
+            }
+        }
+        v
+    }
+
     #[test]
-    fn every_module_parses_and_validates_with_naga() {
+    fn every_module_variant_parses_and_validates_with_naga() {
         // Every GPU test compiles the shaders too; this catches WGSL errors on machines without a GPU.
-        for m in [Module::Elementwise, Module::Reduce, Module::Rows, Module::Matmul, Module::Conv] {
-            let module = naga::front::wgsl::parse_str(m.source())
-                .unwrap_or_else(|e| panic!("{} does not parse:\n{}", m.name(), e.emit_to_string(m.source())));
+        let variants = variants();
+        assert_eq!(variants.len(), 9 + 3 * 3 + 1);
+        for (m, io) in variants {
+            let source = m.source_for(io).unwrap_or_else(|e| panic!("{} for {io:?}: {e}", m.name()));
+            let what = format!("{} for {} → {}", m.name(), io.input, io.output);
+            let module = naga::front::wgsl::parse_str(&source)
+                .unwrap_or_else(|e| panic!("{what} does not parse:\n{}", e.emit_to_string(&source)));
             let mut validator =
                 naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::default());
             if let Err(e) = validator.validate(&module) {
-                panic!("{} does not validate:\n{}", m.name(), e.emit_to_string(m.source()));
+                panic!("{what} does not validate:\n{}", e.emit_to_string(&source));
             }
-            assert!(!module.entry_points.is_empty(), "{} has no entry point", m.name());
+            assert!(!module.entry_points.is_empty(), "{what} has no entry point");
+        }
+    }
+
+    #[test]
+    fn the_f32_io_blocks_are_the_ones_in_the_files() {
+        for m in MODULES {
+            let src = m.source();
+            if m.operands().is_empty() {
+                assert!(!src.contains(IO_BEGIN), "{}", m.name());
+                continue;
+            }
+            let begin = src.find(IO_BEGIN).map(|b| b + IO_BEGIN.len()).expect("an @io-begin line");
+            let end = src.find(IO_END).expect("an @io-end line");
+            assert_eq!(io_block(m.operands(), Io::F32).unwrap(), &src[begin..end], "{}", m.name());
+        }
+        // Halves written one at a time would race on their words: no such variant.
+        assert!(Module::Rows.source_for(Io::new(DType::F16, DType::F16)).is_err());
+        assert!(Module::Conv.source_for(Io::new(DType::BF16, DType::BF16)).is_err());
+        let cast = Module::Elementwise.source_for(Io::new(DType::F32, DType::BF16)).unwrap();
+        assert!(cast.contains("var<storage, read_write> y: array<vec2<u32>>;"), "{cast}");
+        assert!(cast.contains("var<storage, read> x: array<vec4<f32>>;"), "{cast}");
+    }
+
+    /// The integer conversions of `half.wgsl`, mirrored step for step in Rust
+    /// and checked against the `half` crate on every f16 value and on a sweep
+    /// of f32 bit patterns, so a slip in the rounding shows up without a GPU.
+    /// (The GPU runs the WGSL itself in the conformance suite's casts.)
+    #[test]
+    fn the_integer_conversions_round_like_the_half_crate() {
+        fn f16_to_f32(h: u32) -> f32 {
+            let s = (h & 0x8000) << 16;
+            let e = (h >> 10) & 0x1f;
+            let m = h & 0x3ff;
+            let mut bits = s | ((e + 112) << 23) | (m << 13);
+            if e == 0x1f {
+                bits = s | 0x7f80_0000 | (m << 13);
+            } else if e == 0 {
+                let t = 31 - m.max(1).leading_zeros();
+                let sub = ((t + 103) << 23) | ((m << (23 - t)) & 0x7f_ffff);
+                bits = if m == 0 { s } else { s | sub };
+            }
+            f32::from_bits(bits)
+        }
+        fn f32_to_f16(x: f32) -> u32 {
+            let b = x.to_bits();
+            let s = (b >> 16) & 0x8000;
+            let a = b & 0x7fff_ffff;
+            if a > 0x7f80_0000 {
+                return s | 0x7e00 | ((a >> 13) & 0x3ff);
+            }
+            if a >= 0x477f_f000 {
+                return s | 0x7c00;
+            }
+            if a >= 0x3880_0000 {
+                return s | ((a + 0x0fff + ((a >> 13) & 1) - 0x3800_0000) >> 13);
+            }
+            if a <= 0x3300_0000 {
+                return s;
+            }
+            let e = a >> 23;
+            let m = (a & 0x7f_ffff) | 0x80_0000;
+            let sh = 126 - e;
+            let (q, r, half) = (m >> sh, m & ((1 << sh) - 1), 1 << (sh - 1));
+            s | (q + u32::from(r > half || (r == half && q & 1 == 1)))
+        }
+        fn f32_to_bf16(x: f32) -> u32 {
+            let b = x.to_bits();
+            if b & 0x7fff_ffff > 0x7f80_0000 {
+                return (b >> 16) | 0x40;
+            }
+            b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16
+        }
+        for h in 0..=0xffffu32 {
+            let want = compute_core::f16::from_bits(h as u16).to_f32();
+            let got = f16_to_f32(h);
+            assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "f16 {h:#06x}");
+        }
+        // Every 2^8-th f32 bit pattern, plus each one's neighbours (ties and
+        // their next values sit on multiples of 2^12 and 2^15 in the low bits).
+        let mut b = 0u32;
+        loop {
+            for x in [b, b.wrapping_add(1), b.wrapping_sub(1)].map(f32::from_bits) {
+                let (h, bf) = (f32_to_f16(x), f32_to_bf16(x));
+                if x.is_nan() {
+                    assert!(
+                        compute_core::f16::from_bits(h as u16).is_nan()
+                            && compute_core::bf16::from_bits(bf as u16).is_nan()
+                    );
+                } else {
+                    assert_eq!(h as u16, compute_core::f16::from_f32(x).to_bits(), "f16 of {x:e} ({:#x})", x.to_bits());
+                    assert_eq!(bf as u16, compute_core::bf16::from_f32(x).to_bits(), "bf16 of {x:e}");
+                }
+            }
+            match b.checked_add(1 << 8) {
+                Some(n) => b = n,
+                None => break,
+            }
+        }
+        // The WGSL holds the same steps (the constants this test mirrors).
+        for needle in ["0x477ff000u", "0x38800000u", "0x33000000u", "a + 0x0fffu + ((a >> 13u) & 1u) - 0x38000000u"] {
+            assert!(HALF_WGSL.contains(needle), "{needle}");
         }
     }
 
     #[test]
     fn kernels_name_their_entry_points_and_constants() {
-        assert_eq!(Kernel::Unary(3).entry(), "unary");
-        assert_eq!(Kernel::Unary(3).constants(), vec![("OP", 3.0)]);
+        assert_eq!(Kernel::Unary(3, DType::F32).entry(), "unary");
+        assert_eq!(Kernel::Unary(3, DType::F32).constants(), vec![("OP", 3.0)]);
         let mm = Kernel::Matmul { tiles: MatmulKernel::Small, ta: true, tb: false, checked: false };
         assert_eq!(mm.entry(), "matmul_vec4_small");
         assert_eq!(mm.constants(), vec![("TA", 1.0), ("TB", 0.0)]);
         assert!(mm.unchecked());
-        assert!(!Kernel::Unary(0).unchecked());
+        assert!(!Kernel::Unary(0, DType::F32).unchecked());
+        let cast = Kernel::Cast { from: DType::BF16, to: DType::F16 };
+        assert_eq!((cast.entry(), cast.io(), cast.constants()), ("convert", Io::new(DType::BF16, DType::F16), vec![]));
+        assert_eq!(Kernel::RmsNorm(DType::BF16).io(), Io::new(DType::BF16, DType::F32));
+        assert_eq!(Kernel::ReduceFinish(1).io(), Io::F32);
         let small = Kernel::Matmul { tiles: MatmulKernel::Small, ta: false, tb: true, checked: true };
         let scalar = Kernel::Matmul { tiles: MatmulKernel::Scalar, ta: false, tb: false, checked: false };
         let tiled = TiledMatmul::new(128, 64, 16).and_then(|t| t.with_split(true)).map(MatmulKernel::Tiled).unwrap();
@@ -356,13 +673,24 @@ mod tests {
         let reduce = Kernel::MatmulReduce { sk: 4, checked: false };
         assert_eq!(reduce.constants(), vec![("SK", 4.0)]);
         assert!(reduce.unchecked() && reduce.module() == Module::Matmul);
-        let rows = [Kernel::Softmax(1), Kernel::LayerNorm, Kernel::RmsNorm, reduce];
-        for k in
-            [Kernel::Unary(0), Kernel::Binary(2), Kernel::ReduceFinish(0), Kernel::Conv2d, mm, small, scalar, tiled]
-                .into_iter()
-                .chain(rows)
+        let rows =
+            [Kernel::Softmax(1, DType::F16), Kernel::LayerNorm(DType::BF16), Kernel::RmsNorm(DType::F32), reduce];
+        for k in [
+            Kernel::Unary(0, DType::F32),
+            Kernel::Binary(2, DType::BF16),
+            Kernel::ReduceFinish(0),
+            Kernel::Conv2d(DType::F16),
+            cast,
+            mm,
+            small,
+            scalar,
+            tiled,
+        ]
+        .into_iter()
+        .chain(rows)
         {
             assert!(k.module().source().contains(&format!("fn {}(", k.entry())), "{k:?}");
+            assert!(k.module().source_for(k.io()).is_ok(), "{k:?}");
         }
     }
 }

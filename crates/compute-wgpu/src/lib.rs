@@ -10,6 +10,11 @@
 //! - WGSL lives in the workspace's `shaders/` folder, one file per op family,
 //!   compiled into the binary; each pipeline is compiled once per device and
 //!   cached. Kernel parameters, host-call buffers and staging buffers are reused.
+//! - Every op runs on `f32`, `f16` and `bf16` data on any adapter (no
+//!   `SHADER_F16`): half values are stored two to a 32-bit word, computed in
+//!   `f32`, and rounded to nearest even on store, bit-exact with the CPU
+//!   backend's casts (see [`WgpuBackend`] for which ops go through `f32`
+//!   temporaries).
 //! - Adapter choice prefers a discrete GPU and can be forced ([`DeviceOptions`]);
 //!   [`WgpuBackend::adapter`] reports what was opened.
 //! - No panics: missing adapters or drivers, validation, out-of-memory, device

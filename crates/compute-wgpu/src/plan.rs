@@ -3,37 +3,53 @@
 //!
 //! A storage binding may be smaller than a buffer (lavapipe: 128 MiB, H200:
 //! 2 GiB − 4), and a grid dimension holds at most 65535 workgroups. Element-wise
-//! ops and reductions are split into pieces of at most one binding; row ops into
-//! pieces of whole rows; matmul batches into grids of at most 65535 matrices.
-//! What cannot be split (one row, one matrix or one convolution operand larger
-//! than a binding) is a [`ComputeError::LimitExceeded`] naming requested and
-//! maximum bytes. Nothing here touches the device except taking scratch
-//! buffers from the cache (reductions, split-K matmul), which the steps carry
-//! as [`Step::Scratch`] until their submission.
+//! ops, casts and reductions are split into pieces of at most one binding; row
+//! ops into pieces of whole rows; matmul batches into grids of at most 65535
+//! matrices. What cannot be split (one row, one matrix or one convolution
+//! operand larger than a binding) is a [`ComputeError::LimitExceeded`] naming
+//! requested and maximum bytes. Nothing here touches the device except taking
+//! scratch buffers from the cache (reductions, split-K matmul, the `f32`
+//! temporaries of half ops), which the steps carry as [`Step::Scratch`] until
+//! their submission.
 //!
-//! The shaders read and write `f32` only, for now: [`supported`] says which
-//! ops can be planned; a cast from `f32` to `f32` is a buffer copy.
+//! **Dtypes.** Every op runs on `f32`, `f16` and `bf16`; the kernels compute
+//! in `f32` and half operands are packed two to a word (`kernels.rs`). No two
+//! invocations may write the two halves of one word, so:
+//!
+//! - element-wise ops, casts and reductions read and write half data directly
+//!   (each invocation handles four elements: whole words);
+//! - row ops and convolutions read half inputs directly and write an `f32`
+//!   temporary, which a cast then rounds into the half output;
+//! - a matmul casts half A and B into `f32` temporaries, runs the `f32` GEMM
+//!   (into an `f32` temporary for a half C) and casts C;
+//! - a cast between equal dtypes is a buffer copy.
 
-use compute_core::{BinaryOp, ComputeError, DType, GeluForm, Op, ReduceOp, Result, RowOp, UnaryOp};
+use compute_core::{BinaryOp, ComputeError, DType, GeluForm, MatmulSpec, Op, ReduceOp, Result, RowOp, UnaryOp};
 
-use crate::buffers::{Use, padded_bytes};
+use crate::buffers::{Use, padded_bytes, padded_bytes_of, whole_words};
 use crate::context::Context;
 use crate::errors;
 use crate::kernels::{Kernel, MatmulKernel};
 use crate::options::{MatmulTiles, TiledMatmul};
 
-/// Whether the shaders can run `op`: every operand is `f32` (a cast only from
-/// `f32` to `f32`). A matmul in TF32 precision is supported: it runs the
-/// full-precision shaders, which meet the TF32 bound. Free.
+/// Whether the shaders read and write `dtype` (`f32`, `f16`, `bf16`). Free.
+pub(crate) fn computes(dtype: DType) -> bool {
+    matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
+}
+
+/// Whether the shaders can run `op`: every operand's dtype is one they read
+/// and write ([`computes`]); every op of the vocabulary on `f32`, `f16` and
+/// `bf16`, matmuls with any input and output dtypes. A matmul in TF32
+/// precision runs the full-precision shaders, which meet the TF32 bound. Free.
 pub(crate) fn supported(op: &Op) -> bool {
-    op.dtype() == DType::F32 && op.out_dtype() == DType::F32
+    computes(op.dtype()) && computes(op.out_dtype())
 }
 
 /// The [`ComputeError::UnsupportedDType`] for an op that [`supported`]
-/// declines, naming its first dtype other than `f32`.
+/// declines, naming its first dtype the shaders lack.
 pub(crate) fn unsupported_dtype(op: &Op) -> ComputeError {
-    let dtype = [op.dtype(), op.out_dtype()].into_iter().find(|&d| d != DType::F32).unwrap_or(DType::F32);
-    ComputeError::unsupported_dtype(op, errors::KIND, dtype, "f16/bf16 kernels are not implemented on this backend yet")
+    let dtype = [op.dtype(), op.out_dtype()].into_iter().find(|&d| !computes(d)).unwrap_or(op.dtype());
+    ComputeError::unsupported_dtype(op, errors::KIND, dtype, "the wgpu shaders read and write f32, f16 and bf16 only")
 }
 
 /// Bytes of every kernel's uniform parameter block.
@@ -76,14 +92,23 @@ pub(crate) enum Step {
     Scratch(wgpu::Buffer),
 }
 
-/// `len` floats at the start of `buffer` (which holds at least `padded_bytes(len)`).
+/// `len` elements of `dtype` at the start of `buffer` (which holds at least
+/// `padded_bytes_of(len, dtype)`).
 #[derive(Clone, Debug)]
 pub(crate) struct View {
     pub(crate) buffer: wgpu::Buffer,
     pub(crate) len: usize,
+    pub(crate) dtype: DType,
 }
 
-/// Floats one element-wise workgroup covers (256 invocations × 4 vec4).
+impl View {
+    /// Bytes of one element.
+    fn size(&self) -> u64 {
+        self.dtype.size_in_bytes() as u64
+    }
+}
+
+/// Elements one element-wise workgroup covers (256 invocations × 4 × 4).
 const ELEMENTWISE_GROUP: u64 = 4096;
 /// Most partials one reduction piece writes.
 const MAX_PARTIALS: u64 = 1024;
@@ -123,11 +148,27 @@ fn grid(ctx: &Context, op: &'static str, groups: u64) -> Result<[u32; 3]> {
     Ok([to_u32(op, "workgroups", x)?, to_u32(op, "workgroups", y)?, 1])
 }
 
-/// Splits `len` floats into pieces of at most one binding: (first element, count).
-fn pieces(ctx: &Context, len: usize) -> Vec<(u64, u64)> {
-    let chunk = (ctx.max_binding() / 4).max(4);
+/// Splits `len` elements into pieces of at most one binding for operands of
+/// each of `dtypes`: (first element, count). Each piece starts at a byte
+/// offset that is a multiple of the binding offset alignment for every
+/// operand, and all but the last hold a multiple of 4 elements. For `f32`
+/// alone, pieces of exactly one binding.
+fn pieces(ctx: &Context, name: &'static str, len: usize, dtypes: &[DType]) -> Result<Vec<(u64, u64)>> {
+    let align = ctx.offset_align();
+    let size = |d: &DType| d.size_in_bytes() as u64;
+    let widest = dtypes.iter().map(size).max().unwrap_or(4);
+    let unit = dtypes.iter().fold(4, |u, d| lcm(u, align / gcd(align, size(d))));
+    let chunk = ctx.max_binding() / widest / unit * unit;
+    if chunk == 0 {
+        return Err(errors::limit(
+            name,
+            "storage buffer binding bytes (aligned piece)",
+            unit * widest,
+            ctx.max_binding(),
+        ));
+    }
     let len = len as u64;
-    (0..len.div_ceil(chunk)).map(|i| (i * chunk, chunk.min(len - i * chunk))).collect()
+    Ok((0..len.div_ceil(chunk)).map(|i| (i * chunk, chunk.min(len - i * chunk))).collect())
 }
 
 fn unary_code(op: UnaryOp) -> (u32, f32, f32) {
@@ -155,7 +196,9 @@ fn binary_code(op: BinaryOp) -> u32 {
 
 /// Appends the dispatches of `op` (already validated against the views'
 /// lengths and dtypes) reading `inputs` and writing `output`. Costs no device
-/// work. An op that [`supported`] declines is [`unsupported_dtype`].
+/// work; half row ops, convolutions and matmuls take `f32` temporaries from
+/// the buffer cache (see the [module](self) docs). An op that [`supported`]
+/// declines is [`unsupported_dtype`].
 pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps: &mut Vec<Step>) -> Result<()> {
     let name = op.name();
     let input = |i: usize| {
@@ -167,34 +210,14 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
         return Err(unsupported_dtype(op));
     }
     match *op {
-        Op::Unary { op: u, len, .. } => {
+        Op::Unary { op: u, len, dtype } => {
             let (code, a, b) = unary_code(u);
-            let x = input(0)?;
-            for (start, n) in pieces(ctx, len) {
-                let (off, size) = (start * 4, padded_bytes(n as usize));
-                steps.push(Step::Dispatch(Dispatch {
-                    kernel: Kernel::Unary(code),
-                    params: params(&[to_u32(name, "elements", n)?, 0, a.to_bits(), b.to_bits()]),
-                    bindings: vec![bind(1, &x.buffer, off, size), bind(2, &output.buffer, off, size)],
-                    groups: grid(ctx, name, n.div_ceil(ELEMENTWISE_GROUP))?,
-                }));
-            }
+            let extra = [0, a.to_bits(), b.to_bits()];
+            elementwise(ctx, name, Kernel::Unary(code, dtype), len, &[(1, input(0)?)], output, &extra, steps)?;
         }
-        Op::Binary { op: b, len, .. } => {
-            let (x, y) = (input(0)?, input(1)?);
-            for (start, n) in pieces(ctx, len) {
-                let (off, size) = (start * 4, padded_bytes(n as usize));
-                steps.push(Step::Dispatch(Dispatch {
-                    kernel: Kernel::Binary(binary_code(b)),
-                    params: params(&[to_u32(name, "elements", n)?]),
-                    bindings: vec![
-                        bind(1, &x.buffer, off, size),
-                        bind(3, &y.buffer, off, size),
-                        bind(2, &output.buffer, off, size),
-                    ],
-                    groups: grid(ctx, name, n.div_ceil(ELEMENTWISE_GROUP))?,
-                }));
-            }
+        Op::Binary { op: b, len, dtype } => {
+            let ins = [(1, input(0)?), (3, input(1)?)];
+            elementwise(ctx, name, Kernel::Binary(binary_code(b), dtype), len, &ins, output, &[], steps)?;
         }
         Op::Reduce { op: r, len, .. } => {
             let code = match r {
@@ -206,193 +229,38 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
         }
         Op::Dot { len, .. } => reduce(ctx, name, 2, input(0)?, input(1)?, len, output, steps)?,
         Op::Rows { op: r, rows, cols, .. } => {
-            let kernel = match r {
-                RowOp::Softmax => Kernel::Softmax(0),
-                RowOp::LogSoftmax => Kernel::Softmax(1),
-                RowOp::LayerNorm { .. } => Kernel::LayerNorm,
-                RowOp::RmsNorm { .. } => Kernel::RmsNorm,
-            };
-            let eps = match r {
-                RowOp::LayerNorm { eps } | RowOp::RmsNorm { eps } => eps,
-                RowOp::Softmax | RowOp::LogSoftmax => 0.0,
-            };
-            let x = input(0)?;
-            let row_bytes = (cols as u64).saturating_mul(4);
-            let max = ctx.max_binding();
-            if row_bytes > max {
-                return Err(errors::limit(name, "storage buffer binding bytes (one row)", row_bytes, max));
-            }
-            // Piece offsets must be multiples of the binding offset alignment.
-            let align = ctx.offset_align();
-            let step_rows = align / gcd(row_bytes, align);
-            let per = (max / row_bytes) / step_rows * step_rows;
-            if per == 0 {
-                return Err(errors::limit(
-                    name,
-                    "storage buffer binding bytes (aligned rows)",
-                    row_bytes * step_rows,
-                    max,
-                ));
-            }
-            let cols32 = to_u32(name, "columns", cols as u64)?;
-            let rows = rows as u64;
-            let mut start = 0;
-            while start < rows {
-                let n = per.min(rows - start);
-                let (off, size) = (start * row_bytes, n * row_bytes);
-                let mut bindings = vec![bind(1, &x.buffer, off, size), bind(2, &output.buffer, off, size)];
-                if let RowOp::LayerNorm { .. } | RowOp::RmsNorm { .. } = r {
-                    bindings.push(bind(3, &input(1)?.buffer, 0, row_bytes));
-                }
-                if let RowOp::LayerNorm { .. } = r {
-                    bindings.push(bind(4, &input(2)?.buffer, 0, row_bytes));
-                }
-                steps.push(Step::Dispatch(Dispatch {
-                    kernel,
-                    params: params(&[to_u32(name, "rows", n)?, cols32, eps.to_bits()]),
-                    bindings,
-                    groups: grid(ctx, name, n)?,
-                }));
-                start += n;
-            }
+            let y = f32_output(ctx, name, output, steps)?;
+            let params = [input(0)?, input(1).unwrap_or(output), input(2).unwrap_or(output)];
+            row_op(ctx, name, r, rows, cols, params, &y, steps)?;
+            narrow(ctx, name, &y, output, steps)?;
         }
         Op::Matmul(s) => {
-            let (a, b) = (input(0)?, input(1)?);
-            let max = ctx.max_binding();
-            let sizes = [
-                (a.len, "storage buffer binding bytes (matmul A)"),
-                (b.len, "storage buffer binding bytes (matmul B)"),
-                (output.len, "storage buffer binding bytes (matmul C)"),
-            ];
-            for (len, what) in sizes {
-                if padded_bytes(len) > max {
-                    return Err(errors::limit(name, what, padded_bytes(len), max));
-                }
-            }
-            let vec4 = (if s.trans_a { s.m } else { s.k }) % 4 == 0
-                && (if s.trans_b { s.k } else { s.n }) % 4 == 0
-                && s.n % 4 == 0;
-            let (m, k, n) = (s.m as u64, s.k as u64, s.n as u64);
-            let batch = s.batch as u64;
-            let choice = ctx.kernels.matmul();
-            let mut tiles = if !vec4 {
-                MatmulKernel::Scalar
-            } else {
-                match choice.tiles {
-                    MatmulTiles::Small => MatmulKernel::Small,
-                    MatmulTiles::Tiled(t) => MatmulKernel::Tiled(t),
-                    MatmulTiles::Auto => auto_tiles(m, n, batch),
-                    MatmulTiles::AutoSplitK => auto_split_k(m, k, n, batch),
-                }
-            };
-            let maxg = u64::from(ctx.max_groups());
-            // Split-K: `sk` slices; matrices per dispatch such that the grid's z (matrices ·
-            // sk) and the scratch of partials (matrices · sk · m · n floats, one binding)
-            // fit. Where one matrix's partials do not fit (or k is near u32's range, which
-            // the shader's slice bounds must stay inside), no split-K.
-            let mut sk = 1;
-            let mut per_dispatch = maxg;
-            if let MatmulKernel::Tiled(t) = tiles
-                && t.split_k() > 1
-            {
-                let slices = u64::from(t.split_k());
-                let fit = (max / (slices * m * n * 4).max(1)).min(maxg / slices);
-                if fit == 0 || k > u64::from(u32::MAX / 2) {
-                    tiles = MatmulKernel::Tiled(t.with_split_k(1).unwrap_or(t));
-                } else {
-                    (sk, per_dispatch) = (slices, fit);
-                }
-            }
-            let kernel = Kernel::Matmul { tiles, ta: s.trans_a, tb: s.trans_b, checked: choice.checked };
-            let (tile_m, tile_n) = tiles.tile();
-            let gx = n.div_ceil(tile_n);
-            let gy = m.div_ceil(tile_m);
-            if gx > maxg || gy > maxg {
-                return Err(errors::limit(name, "workgroups per dimension", gx.max(gy), maxg));
-            }
-            let slots = if vec4 { [1, 2, 3] } else { [4, 5, 6] };
-            let bindings = vec![
-                bind(slots[0], &a.buffer, 0, padded_bytes(a.len)),
-                bind(slots[1], &b.buffer, 0, padded_bytes(b.len)),
-                bind(slots[2], &output.buffer, 0, padded_bytes(output.len)),
-            ];
-            let dims = [to_u32(name, "rows", m)?, to_u32(name, "columns", n)?, to_u32(name, "inner dimension", k)?];
-            let strides =
-                [to_u32(name, "elements", m * k)?, to_u32(name, "elements", k * n)?, to_u32(name, "elements", m * n)?];
-            let scratch = if sk > 1 {
-                let b = ctx.cache.take(ctx, Use::Storage, sk * per_dispatch.min(batch) * m * n * 4, name)?;
-                steps.push(Step::Scratch(b.clone()));
-                Some(b)
-            } else {
-                None
-            };
-            let mut z0 = 0;
-            while z0 < batch {
-                let gz = per_dispatch.min(batch - z0);
-                // vec4s of C this dispatch writes (n % 4 == 0 wherever sk > 1).
-                let len4 = to_u32(name, "elements", gz * m * n / 4)?;
-                let p = params(&[
-                    dims[0],
-                    dims[1],
-                    dims[2],
-                    to_u32(name, "batch", z0)?,
-                    strides[0],
-                    strides[1],
-                    strides[2],
-                    len4,
-                ]);
-                let (gx, gy) = (to_u32(name, "workgroups", gx)?, to_u32(name, "workgroups", gy)?);
-                match &scratch {
-                    None => steps.push(Step::Dispatch(Dispatch {
-                        kernel,
-                        params: p,
-                        bindings: bindings.clone(),
-                        groups: [gx, gy, to_u32(name, "workgroups", gz)?],
-                    })),
-                    Some(scratch) => {
-                        // Partial matrices z·sk + slice of this dispatch's gz matrices.
-                        let part_bytes = sk * gz * m * n * 4;
-                        let mut tiled = bindings.clone();
-                        tiled[2] = bind(slots[2], scratch, 0, part_bytes);
-                        steps.push(Step::Dispatch(Dispatch {
-                            kernel,
-                            params: p,
-                            bindings: tiled,
-                            groups: [gx, gy, to_u32(name, "workgroups", gz * sk)?],
-                        }));
-                        steps.push(Step::Dispatch(Dispatch {
-                            kernel: Kernel::MatmulReduce { sk: sk as u32, checked: choice.checked },
-                            params: p,
-                            bindings: vec![
-                                bind(1, scratch, 0, part_bytes),
-                                bind(3, &output.buffer, 0, padded_bytes(output.len)),
-                            ],
-                            groups: grid(ctx, name, u64::from(len4).div_ceil(256))?,
-                        }));
-                    }
-                }
-                z0 += gz;
-            }
+            let a = widen(ctx, name, input(0)?, steps)?;
+            let b = widen(ctx, name, input(1)?, steps)?;
+            let c = f32_output(ctx, name, output, steps)?;
+            gemm(ctx, name, s, &a, &b, &c, steps)?;
+            narrow(ctx, name, &c, output, steps)?;
         }
         Op::Conv2d(c) => {
             let (x, w) = (input(0)?, input(1)?);
+            let y = f32_output(ctx, name, output, steps)?;
             let max = ctx.max_binding();
-            for (len, what) in [
-                (x.len, "storage buffer binding bytes (conv input)"),
-                (w.len, "storage buffer binding bytes (conv weights)"),
-                (output.len, "storage buffer binding bytes (conv output)"),
+            for (bytes, what) in [
+                (padded_bytes_of(x.len, x.dtype), "storage buffer binding bytes (conv input)"),
+                (padded_bytes_of(w.len, w.dtype), "storage buffer binding bytes (conv weights)"),
+                (padded_bytes(y.len), "storage buffer binding bytes (conv output)"),
             ] {
-                if padded_bytes(len) > max {
-                    return Err(errors::limit(name, what, padded_bytes(len), max));
+                if bytes > max {
+                    return Err(errors::limit(name, what, bytes, max));
                 }
             }
             let (oh, ow) = c
                 .output_hw()
                 .ok_or_else(|| ComputeError::shape(name, "kernel larger than padded input", op.shapes()))?;
             let u = |v: usize| to_u32(name, "convolution size", v as u64);
-            let total = output.len as u64;
+            let total = y.len as u64;
             steps.push(Step::Dispatch(Dispatch {
-                kernel: Kernel::Conv2d,
+                kernel: Kernel::Conv2d(x.dtype),
                 params: params(&[
                     u(c.n)?,
                     u(c.c_in)?,
@@ -410,18 +278,280 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
                     to_u32(name, "elements", total)?,
                 ]),
                 bindings: vec![
-                    bind(1, &x.buffer, 0, padded_bytes(x.len)),
-                    bind(2, &w.buffer, 0, padded_bytes(w.len)),
-                    bind(3, &output.buffer, 0, padded_bytes(output.len)),
+                    bind(1, &x.buffer, 0, padded_bytes_of(x.len, x.dtype)),
+                    bind(2, &w.buffer, 0, padded_bytes_of(w.len, w.dtype)),
+                    bind(3, &y.buffer, 0, padded_bytes(y.len)),
                 ],
                 groups: grid(ctx, name, total.div_ceil(256))?,
             }));
+            narrow(ctx, name, &y, output, steps)?;
         }
-        // `supported` let only f32 → f32 through: the values, bit for bit.
-        Op::Cast { len, .. } => {
-            let bytes = (len as u64).saturating_mul(4);
-            steps.push(Step::Copy { src: input(0)?.buffer.clone(), dst: output.buffer.clone(), bytes });
+        Op::Cast { .. } => cast_into(ctx, name, input(0)?, output, steps)?,
+    }
+    Ok(())
+}
+
+/// The dispatches of an element-wise `kernel` over `len` elements, one per
+/// piece ([`pieces`]): `inputs` at their slots and `output` at slot 2, each
+/// bound at its own dtype's offsets; the parameters are the piece's length,
+/// then `extra`.
+#[allow(clippy::too_many_arguments)]
+fn elementwise(
+    ctx: &Context,
+    name: &'static str,
+    kernel: Kernel,
+    len: usize,
+    inputs: &[(u32, &View)],
+    output: &View,
+    extra: &[u32],
+    steps: &mut Vec<Step>,
+) -> Result<()> {
+    let mut dtypes = [output.dtype; 3];
+    for (d, (_, v)) in dtypes.iter_mut().zip(inputs) {
+        *d = v.dtype;
+    }
+    for (start, n) in pieces(ctx, name, len, &dtypes)? {
+        let at = |slot: u32, v: &View| bind(slot, &v.buffer, start * v.size(), padded_bytes_of(n as usize, v.dtype));
+        let mut bindings: Vec<Binding> = inputs.iter().map(|&(slot, v)| at(slot, v)).collect();
+        bindings.push(at(2, output));
+        let mut p = [0u32; 16];
+        p[0] = to_u32(name, "elements", n)?;
+        for (d, s) in p[1..].iter_mut().zip(extra) {
+            *d = *s;
         }
+        steps.push(Step::Dispatch(Dispatch {
+            kernel,
+            params: p,
+            bindings,
+            groups: grid(ctx, name, n.div_ceil(ELEMENTWISE_GROUP))?,
+        }));
+    }
+    Ok(())
+}
+
+/// `x` converted into `out` (same length, another buffer): a buffer copy of
+/// whole words when the dtypes agree (bits kept), else the `convert` kernel,
+/// rounding to nearest even in integer arithmetic.
+fn cast_into(ctx: &Context, name: &'static str, x: &View, out: &View, steps: &mut Vec<Step>) -> Result<()> {
+    if x.dtype == out.dtype {
+        let bytes = whole_words(x.dtype.bytes_for(x.len).unwrap_or(u64::MAX));
+        steps.push(Step::Copy { src: x.buffer.clone(), dst: out.buffer.clone(), bytes });
+        return Ok(());
+    }
+    let kernel = Kernel::Cast { from: x.dtype, to: out.dtype };
+    elementwise(ctx, name, kernel, x.len, &[(1, x)], out, &[], steps)
+}
+
+/// An `f32` scratch buffer for `len` elements from the buffer cache, carried
+/// by the steps until their submission.
+fn temp_f32(ctx: &Context, name: &'static str, len: usize, steps: &mut Vec<Step>) -> Result<View> {
+    let buffer = ctx.cache.take(ctx, Use::Storage, padded_bytes(len), name)?;
+    steps.push(Step::Scratch(buffer.clone()));
+    Ok(View { buffer, len, dtype: DType::F32 })
+}
+
+/// `x` as `f32`: itself, or an `f32` temporary that a cast fills.
+fn widen(ctx: &Context, name: &'static str, x: &View, steps: &mut Vec<Step>) -> Result<View> {
+    if x.dtype == DType::F32 {
+        return Ok(x.clone());
+    }
+    let wide = temp_f32(ctx, name, x.len, steps)?;
+    cast_into(ctx, name, x, &wide, steps)?;
+    Ok(wide)
+}
+
+/// Where a kernel that writes `f32` one element at a time puts `output`'s
+/// values: `output` itself, or an `f32` temporary for a half output (which
+/// [`cast_into`] then rounds into `output`).
+fn f32_output(ctx: &Context, name: &'static str, output: &View, steps: &mut Vec<Step>) -> Result<View> {
+    if output.dtype == DType::F32 { Ok(output.clone()) } else { temp_f32(ctx, name, output.len, steps) }
+}
+
+/// Rounds the `f32` values of `y`, from [`f32_output`], into `output` where
+/// `y` is a temporary (a half output); nothing for an `f32` output.
+fn narrow(ctx: &Context, name: &'static str, y: &View, output: &View, steps: &mut Vec<Step>) -> Result<()> {
+    if output.dtype == DType::F32 { Ok(()) } else { cast_into(ctx, name, y, output, steps) }
+}
+
+/// Row op `r` of `rows × cols` from `x` (and its `gamma`, `beta` where it
+/// has them) of any dtype into the `f32` view `y`, in pieces of whole rows.
+#[allow(clippy::too_many_arguments)]
+fn row_op(
+    ctx: &Context,
+    name: &'static str,
+    r: RowOp,
+    rows: usize,
+    cols: usize,
+    [x, gamma, beta]: [&View; 3],
+    y: &View,
+    steps: &mut Vec<Step>,
+) -> Result<()> {
+    let kernel = match r {
+        RowOp::Softmax => Kernel::Softmax(0, x.dtype),
+        RowOp::LogSoftmax => Kernel::Softmax(1, x.dtype),
+        RowOp::LayerNorm { .. } => Kernel::LayerNorm(x.dtype),
+        RowOp::RmsNorm { .. } => Kernel::RmsNorm(x.dtype),
+    };
+    let eps = match r {
+        RowOp::LayerNorm { eps } | RowOp::RmsNorm { eps } => eps,
+        RowOp::Softmax | RowOp::LogSoftmax => 0.0,
+    };
+    let row_in = (cols as u64).saturating_mul(x.size());
+    let row_out = (cols as u64).saturating_mul(y.size());
+    let widest = row_in.max(row_out);
+    let max = ctx.max_binding();
+    if widest > max {
+        return Err(errors::limit(name, "storage buffer binding bytes (one row)", widest, max));
+    }
+    // Piece offsets must be multiples of the binding offset alignment, in x and in y.
+    let align = ctx.offset_align();
+    let step_rows = lcm(align / gcd(row_in, align), align / gcd(row_out, align));
+    let per = (max / widest) / step_rows * step_rows;
+    if per == 0 {
+        return Err(errors::limit(name, "storage buffer binding bytes (aligned rows)", widest * step_rows, max));
+    }
+    let cols32 = to_u32(name, "columns", cols as u64)?;
+    let rows = rows as u64;
+    let mut start = 0;
+    while start < rows {
+        let n = per.min(rows - start);
+        let mut bindings = vec![
+            bind(1, &x.buffer, start * row_in, whole_words(n * row_in)),
+            bind(2, &y.buffer, start * row_out, n * row_out),
+        ];
+        if let RowOp::LayerNorm { .. } | RowOp::RmsNorm { .. } = r {
+            bindings.push(bind(3, &gamma.buffer, 0, whole_words(row_in)));
+        }
+        if let RowOp::LayerNorm { .. } = r {
+            bindings.push(bind(4, &beta.buffer, 0, whole_words(row_in)));
+        }
+        steps.push(Step::Dispatch(Dispatch {
+            kernel,
+            params: params(&[to_u32(name, "rows", n)?, cols32, eps.to_bits()]),
+            bindings,
+            groups: grid(ctx, name, n)?,
+        }));
+        start += n;
+    }
+    Ok(())
+}
+
+/// The `f32` GEMM `c = op(a) · op(b)` of spec `s` (its dtypes aside: all three
+/// views are `f32`), with the tiling the device's matmul choice gives the
+/// shape, split-K partials in a scratch buffer, and batches split into grids
+/// of at most 65535 matrices.
+fn gemm(
+    ctx: &Context,
+    name: &'static str,
+    s: MatmulSpec,
+    a: &View,
+    b: &View,
+    c: &View,
+    steps: &mut Vec<Step>,
+) -> Result<()> {
+    let max = ctx.max_binding();
+    let sizes = [
+        (a.len, "storage buffer binding bytes (matmul A)"),
+        (b.len, "storage buffer binding bytes (matmul B)"),
+        (c.len, "storage buffer binding bytes (matmul C)"),
+    ];
+    for (len, what) in sizes {
+        if padded_bytes(len) > max {
+            return Err(errors::limit(name, what, padded_bytes(len), max));
+        }
+    }
+    let vec4 = (if s.trans_a { s.m } else { s.k }).is_multiple_of(4)
+        && (if s.trans_b { s.k } else { s.n }).is_multiple_of(4)
+        && s.n.is_multiple_of(4);
+    let (m, k, n) = (s.m as u64, s.k as u64, s.n as u64);
+    let batch = s.batch as u64;
+    let choice = ctx.kernels.matmul();
+    let mut tiles = if !vec4 {
+        MatmulKernel::Scalar
+    } else {
+        match choice.tiles {
+            MatmulTiles::Small => MatmulKernel::Small,
+            MatmulTiles::Tiled(t) => MatmulKernel::Tiled(t),
+            MatmulTiles::Auto => auto_tiles(m, n, batch),
+            MatmulTiles::AutoSplitK => auto_split_k(m, k, n, batch),
+        }
+    };
+    let maxg = u64::from(ctx.max_groups());
+    // Split-K: `sk` slices; matrices per dispatch such that the grid's z (matrices ·
+    // sk) and the scratch of partials (matrices · sk · m · n floats, one binding)
+    // fit. Where one matrix's partials do not fit (or k is near u32's range, which
+    // the shader's slice bounds must stay inside), no split-K.
+    let mut sk = 1;
+    let mut per_dispatch = maxg;
+    if let MatmulKernel::Tiled(t) = tiles
+        && t.split_k() > 1
+    {
+        let slices = u64::from(t.split_k());
+        let fit = (max / (slices * m * n * 4).max(1)).min(maxg / slices);
+        if fit == 0 || k > u64::from(u32::MAX / 2) {
+            tiles = MatmulKernel::Tiled(t.with_split_k(1).unwrap_or(t));
+        } else {
+            (sk, per_dispatch) = (slices, fit);
+        }
+    }
+    let kernel = Kernel::Matmul { tiles, ta: s.trans_a, tb: s.trans_b, checked: choice.checked };
+    let (tile_m, tile_n) = tiles.tile();
+    let gx = n.div_ceil(tile_n);
+    let gy = m.div_ceil(tile_m);
+    if gx > maxg || gy > maxg {
+        return Err(errors::limit(name, "workgroups per dimension", gx.max(gy), maxg));
+    }
+    let slots = if vec4 { [1, 2, 3] } else { [4, 5, 6] };
+    let bindings = vec![
+        bind(slots[0], &a.buffer, 0, padded_bytes(a.len)),
+        bind(slots[1], &b.buffer, 0, padded_bytes(b.len)),
+        bind(slots[2], &c.buffer, 0, padded_bytes(c.len)),
+    ];
+    let dims = [to_u32(name, "rows", m)?, to_u32(name, "columns", n)?, to_u32(name, "inner dimension", k)?];
+    let strides =
+        [to_u32(name, "elements", m * k)?, to_u32(name, "elements", k * n)?, to_u32(name, "elements", m * n)?];
+    let scratch = if sk > 1 {
+        let b = ctx.cache.take(ctx, Use::Storage, sk * per_dispatch.min(batch) * m * n * 4, name)?;
+        steps.push(Step::Scratch(b.clone()));
+        Some(b)
+    } else {
+        None
+    };
+    let mut z0 = 0;
+    while z0 < batch {
+        let gz = per_dispatch.min(batch - z0);
+        // vec4s of C this dispatch writes (n % 4 == 0 wherever sk > 1).
+        let len4 = to_u32(name, "elements", gz * m * n / 4)?;
+        let p =
+            params(&[dims[0], dims[1], dims[2], to_u32(name, "batch", z0)?, strides[0], strides[1], strides[2], len4]);
+        let (gx, gy) = (to_u32(name, "workgroups", gx)?, to_u32(name, "workgroups", gy)?);
+        match &scratch {
+            None => steps.push(Step::Dispatch(Dispatch {
+                kernel,
+                params: p,
+                bindings: bindings.clone(),
+                groups: [gx, gy, to_u32(name, "workgroups", gz)?],
+            })),
+            Some(scratch) => {
+                // Partial matrices z·sk + slice of this dispatch's gz matrices.
+                let part_bytes = sk * gz * m * n * 4;
+                let mut tiled = bindings.clone();
+                tiled[2] = bind(slots[2], scratch, 0, part_bytes);
+                steps.push(Step::Dispatch(Dispatch {
+                    kernel,
+                    params: p,
+                    bindings: tiled,
+                    groups: [gx, gy, to_u32(name, "workgroups", gz * sk)?],
+                }));
+                steps.push(Step::Dispatch(Dispatch {
+                    kernel: Kernel::MatmulReduce { sk: sk as u32, checked: choice.checked },
+                    params: p,
+                    bindings: vec![bind(1, scratch, 0, part_bytes), bind(3, &c.buffer, 0, padded_bytes(c.len))],
+                    groups: grid(ctx, name, u64::from(len4).div_ceil(256))?,
+                }));
+            }
+        }
+        z0 += gz;
     }
     Ok(())
 }
@@ -466,8 +596,13 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
     a.max(1)
 }
 
-/// Sum, max (code 0, 1: `b` is `x`) or dot (code 2) of `len` elements into `out[0]`:
-/// partials per piece into a scratch buffer, then one workgroup finishes.
+fn lcm(a: u64, b: u64) -> u64 {
+    a / gcd(a, b) * b
+}
+
+/// Sum, max (code 0, 1: `b` is `x`) or dot (code 2) of `len` elements of
+/// any dtype into the `f32` `out[0]`: partials per piece into a scratch
+/// buffer, then one workgroup finishes.
 #[allow(clippy::too_many_arguments)]
 fn reduce(
     ctx: &Context,
@@ -479,7 +614,7 @@ fn reduce(
     out: &View,
     steps: &mut Vec<Step>,
 ) -> Result<()> {
-    let parts: Vec<(u64, u64, u64)> = pieces(ctx, len)
+    let parts: Vec<(u64, u64, u64)> = pieces(ctx, name, len, &[x.dtype])?
         .into_iter()
         .map(|(start, n)| (start, n, n.div_ceil(4).div_ceil(256 * REDUCE_PER_INVOCATION).clamp(1, MAX_PARTIALS)))
         .collect();
@@ -489,9 +624,9 @@ fn reduce(
     steps.push(Step::Scratch(scratch.clone()));
     let mut first = 0;
     for (start, n, groups) in parts {
-        let (off, size) = (start * 4, padded_bytes(n as usize));
+        let (off, size) = (start * x.size(), padded_bytes_of(n as usize, x.dtype));
         steps.push(Step::Dispatch(Dispatch {
-            kernel: Kernel::ReducePartials(code),
+            kernel: Kernel::ReducePartials(code, x.dtype),
             params: params(&[to_u32(name, "elements", n)?, to_u32(name, "partials", first)?]),
             bindings: vec![
                 bind(1, &x.buffer, off, size),
@@ -520,6 +655,21 @@ mod tests {
         assert_eq!(gcd(4 * 17, 256), 4);
         assert_eq!(gcd(4096, 256), 256);
         assert_eq!(gcd(0, 0), 1);
+        assert_eq!(lcm(256 / gcd(2 * 17, 256), 256 / gcd(4 * 17, 256)), 128);
+        assert_eq!(lcm(4, 128), 128);
+    }
+
+    #[test]
+    fn every_dtype_of_the_vocabulary_is_supported() {
+        use compute_core::MatmulSpec;
+        for d in DType::ALL {
+            assert!(supported(&Op::unary(UnaryOp::Relu, 3).with_dtype(d)), "{d}");
+            assert!(supported(&Op::reduce(ReduceOp::Max, 3).with_dtype(d)), "{d}");
+            for to in DType::ALL {
+                assert!(supported(&Op::cast(3, d, to)), "{d} → {to}");
+                assert!(supported(&Op::Matmul(MatmulSpec::new(2, 3, 4).with_dtypes(d, to))), "{d} → {to}");
+            }
+        }
     }
 
     #[test]

@@ -84,6 +84,53 @@ fn ops_larger_than_a_binding_are_split_or_refused() {
     assert!(c.iter().all(|&v| v == 7.0), "output written despite the error");
 }
 
+/// Half data under a 64 KiB binding cap: element-wise ops, casts and
+/// reductions split at offsets aligned for both dtypes of a cast, rows split
+/// into aligned pieces of an odd row length (through the f32 temporary), and
+/// half matmuls and convolutions whose f32 temporaries are checked against
+/// the cap.
+#[test]
+fn half_ops_larger_than_a_binding_are_split_or_refused() {
+    use compute_core::conformance::{compare_typed, typed_inputs_for};
+    use compute_core::{Conv2dSpec, DType, HostSlice, HostVec, MatmulSpec};
+    let Some(gpu) = open(DeviceOptions::from_env().with_max_binding_bytes(64 << 10), "half split") else { return };
+    let mut rng = seed();
+    let n = 3 * (32 << 10) + 1001; // 3 pieces of halves, more of f32, and an odd tail
+    for dtype in [DType::F16, DType::BF16] {
+        let ops = [
+            Op::unary(UnaryOp::Gelu(compute_core::GeluForm::Tanh), n).with_dtype(dtype),
+            Op::binary(compute_core::BinaryOp::Mul, n).with_dtype(dtype),
+            Op::reduce(ReduceOp::Sum, n).with_dtype(dtype),
+            Op::dot(n).with_dtype(dtype),
+            Op::cast(n, dtype, DType::F32),
+            Op::cast(n, DType::F32, dtype),
+            Op::cast(n, dtype, if dtype == DType::F16 { DType::BF16 } else { DType::F16 }),
+            Op::rows(RowOp::LayerNorm { eps: 1e-5 }, 101, 1001).with_dtype(dtype),
+            Op::Matmul(MatmulSpec::new(67, 45, 129).with_dtypes(dtype, dtype)),
+            Op::Conv2d(Conv2dSpec { dtype, ..Conv2dSpec::same(3, 33, 5, 3) }),
+        ];
+        for op in ops {
+            let inputs = typed_inputs_for(&op, &mut rng);
+            let views: Vec<HostSlice<'_>> = inputs.iter().map(HostVec::as_slice).collect();
+            let mut out = HostVec::filled_bits(op.out_dtype(), op.layout().unwrap().output_len(), 0x7e5a);
+            gpu.run_typed(&op, &views, out.as_mut()).unwrap_or_else(|e| panic!("{op:?}: {e}"));
+            assert_eq!(compare_typed(&op, &views, out.as_slice(), 1.0), None, "{op:?}");
+        }
+        // A half matmul whose f32 temporary of A exceeds the binding is refused
+        // before anything runs, although A itself (in halves) would fit.
+        let big = Op::Matmul(MatmulSpec::new(4100, 4, 4).with_dtypes(dtype, DType::F32));
+        match gpu.check_limits(&big) {
+            Err(ComputeError::LimitExceeded { what, requested: 65_600, maximum: 65_536, .. }) => {
+                assert!(what.contains("matmul A"), "{what}")
+            }
+            other => panic!("{dtype} matmul over the cap: {other:?}"),
+        }
+        // A row of 10000 halves fits, its f32 temporary does not.
+        let row = Op::rows(RowOp::Softmax, 1, 20_000).with_dtype(dtype);
+        assert!(matches!(gpu.check_limits(&row), Err(ComputeError::LimitExceeded { requested: 80_000, .. })));
+    }
+}
+
 #[test]
 fn real_binding_limit_splits_elementwise_and_reductions() {
     let Some(gpu) = gpu("real limit") else { return };
@@ -256,6 +303,11 @@ fn prepare_compiles_the_pipelines_of_its_ops() {
         Op::rows(RowOp::Softmax, 3, 7),
         Op::matmul(64, 64, 64),
         Op::matmul(3, 5, 7),
+        // Half ops: their generated module variants, and the casts of their temporaries.
+        Op::rows(RowOp::LayerNorm { eps: 1e-5 }, 3, 7).with_dtype(compute_core::DType::BF16),
+        Op::Matmul(
+            compute_core::MatmulSpec::new(3, 5, 7).with_dtypes(compute_core::DType::F16, compute_core::DType::BF16),
+        ),
     ];
     assert!(!gpu.is_prepared(&ops).unwrap(), "a fresh device has nothing compiled");
     gpu.prepare(&ops).unwrap();
@@ -536,11 +588,13 @@ fn async_names_match_the_blocking_ones() {
 }
 
 /// Half data is stored as its bytes (odd lengths too, through both upload
-/// paths) and comes back bit for bit; every op on it is refused with a typed
-/// error, host, tensor, batch and async alike, leaving outputs untouched; a
-/// cast from f32 to f32 is a copy that keeps every bit.
+/// paths) and comes back bit for bit; ops on it run on tensors, in batches,
+/// on host data and through the async names, and match the reference; an
+/// `f32` op on a half tensor is a dtype error; a failing call leaves the
+/// output untouched; a cast from f32 to f32 is a copy that keeps every bit.
 #[test]
-fn half_tensors_are_stored_and_refused_by_the_shaders() {
+fn half_tensors_are_stored_and_computed() {
+    use compute_core::conformance::compare_typed;
     use compute_core::{AsyncOps, DType, HostVec, bf16, f16};
     let Some(gpu) = gpu("half tensors") else { return };
     let mut rng = seed();
@@ -557,41 +611,49 @@ fn half_tensors_are_stored_and_refused_by_the_shaders() {
             let mut wrong = HostVec::zeros(other, len);
             assert!(matches!(gpu.download_typed(&t, wrong.as_mut()), Err(ComputeError::DType { .. })));
             assert!(matches!(pollster::block_on(gpu.download_async(&t)), Err(ComputeError::DType { .. })));
-            // An f32 op on it is a dtype mismatch; the same op on its dtype is not implemented yet.
+            // An f32 op on it is a dtype mismatch; the same op on its dtype runs.
             let out = gpu.alloc_typed(len, dtype).unwrap();
             assert_eq!(out.dtype(), dtype);
             let relu = Op::unary(UnaryOp::Relu, len);
             assert!(matches!(gpu.run_tensors(&relu, &[&t], &out), Err(ComputeError::DType { .. })));
             let half_relu = relu.with_dtype(dtype);
-            assert!(!gpu.supports(&half_relu));
-            match gpu.run_tensors(&half_relu, &[&t], &out) {
-                Err(ComputeError::UnsupportedDType { dtype: d, backend: BackendKind::Wgpu, .. }) => {
-                    assert_eq!(d, dtype)
-                }
-                other => panic!("{dtype} relu on tensors: {other:?}"),
-            }
+            assert!(gpu.supports(&half_relu));
+            gpu.run_tensors(&half_relu, &[&t], &out).unwrap();
+            let mut got = HostVec::zeros(dtype, len);
+            gpu.download_typed(&out, got.as_mut()).unwrap();
+            assert_eq!(compare_typed(&half_relu, &[data.as_slice()], got.as_slice(), 1.0), None, "{dtype} relu");
+            // The batch records half ops (any op, through `op`) into one submission.
             let mut batch = gpu.batch();
             let id = batch.insert(t.clone()).unwrap();
             assert!(matches!(batch.relu(id), Err(ComputeError::DType { .. })));
-            assert!(matches!(batch.op(&half_relu, &[id]), Err(ComputeError::UnsupportedDType { .. })));
+            let r = batch.op(&half_relu, &[id]).unwrap();
+            let wide = batch.op(&Op::cast(len, dtype, DType::F32), &[r]).unwrap();
             assert!(matches!(batch.read(id), Err(ComputeError::DType { .. })));
+            let want: Vec<f32> = data.to_f32().iter().map(|v| v.max(0.0)).collect();
+            assert_eq!(batch.read(wide).unwrap(), want, "{dtype} batch relu then cast");
         }
     }
     let x: Vec<bf16> = rng.vec(33, -2.0, 2.0).into_iter().map(bf16::from_f32).collect();
+    let want: Vec<u16> = x.iter().map(|v| bf16::from_f32(v.to_f32().max(0.0)).to_bits()).collect();
     let mut out = vec![bf16::from_bits(0x7fed); 33];
-    match gpu.relu(&x, &mut out) {
-        Err(ComputeError::UnsupportedDType { dtype: DType::BF16, .. }) => {}
-        other => panic!("bf16 relu: {other:?}"),
-    }
-    let async_result = pollster::block_on(gpu.relu_async(&x, &mut out));
-    assert!(matches!(async_result, Err(ComputeError::UnsupportedDType { .. })), "{async_result:?}");
-    assert!(out.iter().all(|v| v.to_bits() == 0x7fed), "output written despite the error");
+    gpu.relu(&x, &mut out).unwrap();
+    assert_eq!(out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want, "host bf16 relu");
+    let mut out = vec![bf16::from_bits(0x7fed); 33];
+    pollster::block_on(gpu.relu_async(&x, &mut out)).unwrap();
+    assert_eq!(out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want, "async bf16 relu");
+    let mut short = vec![bf16::from_bits(0x7fed); 32];
+    assert!(matches!(gpu.relu(&x, &mut short), Err(ComputeError::Shape { .. })));
+    let async_result = pollster::block_on(gpu.relu_async(&x, &mut short));
+    assert!(matches!(async_result, Err(ComputeError::Shape { .. })), "{async_result:?}");
+    assert!(short.iter().all(|v| v.to_bits() == 0x7fed), "output written despite the error");
+    // An odd-length cast between the two half types, host and async.
+    let want: Vec<u16> = x.iter().map(|v| f16::from_f32(v.to_f32()).to_bits()).collect();
     let mut h = vec![f16::from_bits(0x7ead); 33];
-    match gpu.cast(&x, &mut h) {
-        Err(ComputeError::UnsupportedDType { .. }) => {}
-        other => panic!("bf16 to f16 cast: {other:?}"),
-    }
-    assert!(h.iter().all(|v| v.to_bits() == 0x7ead), "output written despite the error");
+    gpu.cast(&x, &mut h).unwrap();
+    assert_eq!(h.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want, "bf16 to f16 cast");
+    let mut h = vec![f16::from_bits(0x7ead); 33];
+    pollster::block_on(gpu.cast_async(&x, &mut h)).unwrap();
+    assert_eq!(h.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want, "async bf16 to f16 cast");
     // f32 → f32: every bit kept, NaN payloads, subnormals and -0 included.
     let mut v = rng.vec(4099, -1e30, 1e30);
     v[..5].copy_from_slice(&[f32::from_bits(0x7fc0_1234), 1e-45, -0.0, f32::INFINITY, f32::MIN]);
