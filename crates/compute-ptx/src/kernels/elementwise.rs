@@ -7,7 +7,7 @@
 //! scalar tail. Parameters: `x` (or `a`, `b`), `y`, `n` (elements, u64) and,
 //! for unary ops, two `f32` op parameters (`alpha`, the clip bounds or the
 //! scale; unused ones are ignored). Every kernel exists per dtype
-//! ([`elem`](super::elem)); casts are the identity between two dtypes.
+//! ([`elem`]); casts are the identity between two dtypes.
 
 use super::{elem, math};
 use crate::builder::{BuildError, Cmp, F32, Kernel, KernelBuilder, Reg, Target, U32, U64};

@@ -4,10 +4,12 @@
 //! [`WARP_MAX_COLS`], eight rows per block) or the whole block (`*_block`).
 //! Pass A reads the row from global memory once (`float4` loads when
 //! `cols % 4 == 0`), keeps a copy in shared memory when it fits, and folds each
-//! value into the running statistics: for softmax the online max and rescaled
-//! sum (`s ← s·e^(m−m') + Σe^(x−m')`), so max and sum take one pass; for the
-//! norms the sum (then, from the cached copy, the centred sum of squares) or
-//! the sum of squares. Lanes combine with `shfl.sync.bfly`, warps through
+//! value into the running statistics. Softmax of a cached row takes the max in
+//! pass A, then sums `e^(x−m)` from the cache (keeping each exponential there),
+//! so each value costs one exponential; a row too long to cache folds into the
+//! online max and rescaled sum (`s ← s·e^(m−m') + Σe^(x−m')`) in its single
+//! read. The norms fold the sum (then, from the cached copy, the centred sum of
+//! squares) or the sum of squares. Lanes combine with `shfl.sync.bfly`, warps through
 //! shared memory. Pass C reads the cached row (or global memory again, for rows
 //! too long to cache) and writes the output once.
 //!
@@ -88,8 +90,10 @@ impl RowKind {
 
     fn formula(self) -> &'static str {
         match self {
-            RowKind::Softmax => "y = exp(x - m) / s; m, s = online max and sum of exp(x - m) (one pass)",
-            RowKind::LogSoftmax => "y = x - m - ln s; m, s as for softmax (one pass)",
+            RowKind::Softmax => {
+                "y = exp(x - m) / s; cached rows: m, then s = sum of exp(x - m) kept in the cache (one exp per value); else online m and s (one read)"
+            }
+            RowKind::LogSoftmax => "y = x - m - ln s; m, s as for softmax",
             RowKind::LayerNorm => "y = (x - mean) * rsqrt(var + eps) * gamma + beta (var from the cached row, centred)",
             RowKind::RmsNorm => "y = x * rsqrt(mean(x^2) + eps) * gamma",
         }
@@ -399,8 +403,100 @@ fn finish_row(b: &mut KernelBuilder, c: &Ctx, vec: bool, src: Source, stats: &[R
     }
 }
 
+fn max_combine(b: &mut KernelBuilder, x: &[Reg<F32>], y: &[Reg<F32>]) -> Vec<Reg<F32>> {
+    x.iter().zip(y).map(|(&p, &q)| b.max(p, q)).collect()
+}
+
+/// Softmax and log_softmax of a row that fits the shared cache, with one
+/// exponential per value: pass A copies the row into the cache and takes its
+/// max; pass B, from the cache, sums `e^(x−m)` (softmax keeps each `e^(x−m)`
+/// in the cache in place of `x`); pass C writes `e·(1/s)`, or `x − m − ln s`.
+/// Every thread reads back only the units it wrote, so the passes need no
+/// barrier beyond the reductions' own.
+fn softmax_cached(b: &mut KernelBuilder, c: &Ctx, vec: bool) {
+    let shift = if vec { 4u32 } else { 2u32 };
+    let cache = c.cache;
+    let store_cache = |b: &mut KernelBuilder, idx: Reg<U32>, v: &[Reg<F32>]| {
+        let off = b.shl(idx, shift);
+        let a = b.add(cache, off);
+        if vec {
+            b.st_shared_v::<F32, 4>(a, 0, [v[0].into(), v[1].into(), v[2].into(), v[3].into()]);
+        } else {
+            b.st_shared(a, 0, v[0]);
+        }
+    };
+    // m starts at −FLT_MAX, not −inf: e^(x−m) stays defined for rows of −inf.
+    let m = b.mov(f32::MIN);
+    for_units(b, c, vec, Source::Global(c.xr), &mut |b, idx, v| {
+        store_cache(b, idx, v);
+        let mut mx = m;
+        for &x in v {
+            mx = b.max(mx, x);
+        }
+        b.assign(m, mx);
+    });
+    let m = group_reduce(b, c, vec![m], &max_combine)[0];
+    let s = b.mov(0.0f32);
+    let keep = c.kind == RowKind::Softmax;
+    for_units(b, c, vec, Source::Shared(cache), &mut |b, idx, v| {
+        let es: Vec<Reg<F32>> = v.iter().map(|&x| exp_or_one(b, x, m)).collect();
+        if keep {
+            store_cache(b, idx, &es);
+        }
+        let mut acc = s;
+        for &e in &es {
+            acc = b.add(acc, e);
+        }
+        b.assign(s, acc);
+    });
+    let s = group_reduce(b, c, vec![s], &sum_combine)[0];
+    let (yr, dtype) = (c.yr, c.dtype);
+    let unit = if vec { 4u32 } else { 1u32 };
+    let store = |b: &mut KernelBuilder, idx: Reg<U32>, ys: Vec<Reg<F32>>| {
+        let off = b.mul_wide(idx, unit << elem::shift(dtype));
+        let a = b.add(yr, off);
+        elem::store(b, dtype, a, 0, &ys);
+    };
+    if keep {
+        let r = b.rcp(s);
+        for_units(b, c, vec, Source::Shared(cache), &mut |b, idx, v| {
+            let ys = v.iter().map(|&e| b.mul(e, r)).collect();
+            store(b, idx, ys);
+        });
+    } else {
+        let ls = math::ln_ge1(b, s);
+        for_units(b, c, vec, Source::Shared(cache), &mut |b, idx, v| {
+            let ys = v
+                .iter()
+                .map(|&x| {
+                    let d = b.sub(x, m);
+                    b.sub(d, ls)
+                })
+                .collect();
+            store(b, idx, ys);
+        });
+    }
+}
+
 /// One whole path (vector or scalar): pass A, reduction, passes B/C.
 fn row_path(b: &mut KernelBuilder, c: &Ctx, vec: bool) {
+    if matches!(c.kind, RowKind::Softmax | RowKind::LogSoftmax) {
+        match c.cached {
+            None => softmax_cached(b, c, vec),
+            Some(p) => {
+                let online: Label = b.label("online");
+                b.bra_unless(p, online);
+                softmax_cached(b, c, vec);
+                b.ret();
+                b.place(online);
+                let state = pass_a(b, c, vec);
+                let stats = group_reduce(b, c, state, &softmax_combine);
+                finish_row(b, c, vec, Source::Global(c.xr), &stats);
+            }
+        }
+        b.ret();
+        return;
+    }
     let state = pass_a(b, c, vec);
     let stats = match c.kind {
         RowKind::Softmax | RowKind::LogSoftmax => group_reduce(b, c, state, &softmax_combine),
