@@ -4,7 +4,8 @@
 //! - the regret grid: every engine timed on each op family × size × placement
 //!   (data on the host, or already on each engine's device); for each policy
 //!   (`auto`, the 5× PCIe rule, the fixed threshold of 1000) the
-//!   regret of a cell is time(chosen engine) / time(fastest engine);
+//!   regret of a cell is time(chosen engine) / time(fastest engine); add,
+//!   softmax and matmul also run on bf16 data (matmul: bf16 in, f32 out);
 //! - the batching executor against unbatched calls: three configurations ×
 //!   2–16 submitting threads, and `max_batch_size` 16–4096.
 //!
@@ -18,7 +19,9 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use compute_core::{Backend, BinaryOp, Conv2dSpec, GeluForm, Op, RowOp, Tensor, UnaryOp};
+use compute_core::{
+    Backend, BinaryOp, Conv2dSpec, DType, GeluForm, HostSlice, HostVec, MatmulSpec, Op, RowOp, Tensor, UnaryOp,
+};
 use dispatch::calibrate::Options;
 use dispatch::timing::Call;
 use dispatch::{BackendSelector, BatchConfig, BatchedExecutor, Compute, Engine, FIXED_THRESHOLD, Placement, Policy};
@@ -149,13 +152,18 @@ impl Grid {
         for &n in &self.lens {
             let label = format!("2^{}", n.trailing_zeros());
             v.push(("add", label.clone(), Op::binary(BinaryOp::Add, n)));
+            v.push(("add bf16", label.clone(), Op::binary(BinaryOp::Add, n).with_dtype(DType::BF16)));
             v.push(("gelu", label.clone(), Op::unary(UnaryOp::Gelu(GeluForm::Tanh), n)));
             v.push(("dot", label.clone(), Op::dot(n)));
             let cols = n.min(256);
-            v.push(("softmax", label, Op::rows(RowOp::Softmax, n / cols, cols)));
+            v.push(("softmax", label.clone(), Op::rows(RowOp::Softmax, n / cols, cols)));
+            v.push(("softmax bf16", label, Op::rows(RowOp::Softmax, n / cols, cols).with_dtype(DType::BF16)));
         }
         for &n in &self.matmul {
             v.push(("matmul", format!("{n}^3"), Op::matmul(n, n, n)));
+            // bf16 operands, f32 accumulation and output (the usual inference GEMM).
+            let spec = MatmulSpec::new(n, n, n).with_dtypes(DType::BF16, DType::F32);
+            v.push(("matmul bf16", format!("{n}^3"), Op::Matmul(spec)));
         }
         for &hw in &self.conv_hw {
             v.push(("conv2d", format!("16x{hw}x{hw}"), Op::Conv2d(Conv2dSpec::same(16, hw, 16, 3))));
@@ -165,29 +173,31 @@ impl Grid {
     }
 }
 
-/// One engine's call of a cell, ready to time: `run` on host data (transfers
-/// included) or `run_tensors` + synchronise on data resident on the engine.
-/// Timed with the same rotating bursts as calibration ([`dispatch::timing`]).
+/// One engine's call of a cell, ready to time: `run_typed` on host data
+/// (transfers included) or `run_tensors` + synchronise on data resident on the
+/// engine, in the op's dtypes. Timed with the same rotating bursts as
+/// calibration ([`dispatch::timing`]).
 fn prepare<'a>(
     backend: &'a dyn Backend,
     op: &'a Op,
-    inputs: &'a [Vec<f32>],
-    out: &'a RefCell<Vec<f32>>,
+    inputs: &'a [HostVec],
+    out: &'a RefCell<HostVec>,
     resident: bool,
 ) -> Result<Call<'a>, String> {
     let e = |e: compute_core::ComputeError| format!("{} {}: {e}", op.name(), op.shapes());
-    let out_len = op.layout().map_err(e)?.output_len();
+    let result = op.layout().map_err(e)?.output();
     if resident {
-        let ts = inputs.iter().map(|v| backend.upload(v)).collect::<Result<Vec<Tensor>, _>>().map_err(e)?;
-        let o = backend.alloc(out_len).map_err(e)?;
+        let ts =
+            inputs.iter().map(|v| backend.upload_typed(v.as_slice())).collect::<Result<Vec<Tensor>, _>>().map_err(e)?;
+        let o = backend.alloc_typed(result.len, result.dtype).map_err(e)?;
         Ok(Box::new(move || {
             let refs: Vec<&Tensor> = ts.iter().collect();
             backend.run_tensors(op, &refs, &o).and_then(|()| backend.synchronize())
         }))
     } else {
         Ok(Box::new(move || {
-            let refs: Vec<&[f32]> = inputs.iter().map(Vec::as_slice).collect();
-            backend.run(op, &refs, &mut out.borrow_mut())
+            let refs: Vec<HostSlice<'_>> = inputs.iter().map(HostVec::as_slice).collect();
+            backend.run_typed(op, &refs, out.borrow_mut().as_mut())
         }))
     }
 }
@@ -206,10 +216,15 @@ struct Cell {
     predicted: Vec<(Engine, f64)>,
 }
 
-/// One cell's inputs (the same seeds in both passes).
-fn cell_inputs(op: &Op) -> Result<Vec<Vec<f32>>, String> {
+/// One cell's inputs in their dtypes (the same seeds in both passes).
+fn cell_inputs(op: &Op) -> Result<Vec<HostVec>, String> {
     let layout = op.layout().map_err(|e| e.to_string())?;
-    Ok(layout.input_lens().enumerate().map(|(i, n)| random(n, 17 + i as u64 + n as u64)).collect())
+    Ok(layout
+        .inputs()
+        .iter()
+        .enumerate()
+        .map(|(i, o)| HostVec::from_f32(o.dtype, &random(o.len, 17 + i as u64 + o.len as u64)))
+        .collect())
 }
 
 /// Medians of `engines` on `op` (rotating bursts), plus a second, identical call
@@ -228,7 +243,8 @@ fn time_engines(
     // output buffer: a call's time at small sizes depends on where its buffers
     // lie relative to each other (4K aliasing), which is the caller's, not
     // the engine's, doing.
-    let out = RefCell::new(vec![0.0f32; op.layout().map_err(|e| e.to_string())?.output_len()]);
+    let result = op.layout().map_err(|e| e.to_string())?.output();
+    let out = RefCell::new(HostVec::zeros(result.dtype, result.len));
     let mut calls: Vec<Option<Call<'_>>> = Vec::new();
     let find = |e: Engine| backends.iter().find(|(x, _)| *x == e).map(|(_, b)| b.as_ref());
     for &e in engines.iter().chain(twin.then_some(&Engine::Simd)) {

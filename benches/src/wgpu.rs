@@ -1,6 +1,7 @@
 //! Bench rows for the wgpu backend: sgemm and element-wise/softmax bandwidth on
 //! device-resident data (against cuBLAS's reference figure and an in-process
-//! device copy), host round trips, and the batch API against op-by-op calls.
+//! device copy), f16/bf16 rows against a copy of the same bytes, host round trips, and the
+//! batch API against op-by-op calls.
 //!
 //! Resident rows submit `reps` ops back to back and wait once, so the CPU's
 //! recording overlaps the GPU's work and the median per op is GPU time plus the
@@ -18,7 +19,7 @@
 //! one matmul's GPU time from timestamps.
 use std::time::Duration;
 
-use compute_core::{Backend, BinaryOp, Op, Ops, RowOp, Tensor, UnaryOp};
+use compute_core::{Backend, BinaryOp, DType, Op, Ops, RowOp, Tensor, UnaryOp};
 use compute_wgpu::{DeviceOptions, GpuBuffer, MatmulTiles, WgpuBackend};
 
 use crate::report::{Record, random, time, time_pair};
@@ -293,6 +294,52 @@ fn bandwidth_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), S
         let mut r = b.record("softmax", format!("{rows}x{cols}"), "resident", t);
         r.gbps = Some(op.cost().bytes() as f64 / t / 1e9);
         push(out, r);
+    }
+    Ok(())
+}
+
+/// A device tensor of `n` random `dtype` values (drawn as `f32`, cast on the device).
+fn random_typed(b: &Bench, n: usize, dtype: DType, seed: u64) -> Result<Tensor, String> {
+    let x = b.gpu.upload(&random(n, seed)).map_err(err)?;
+    let y = b.gpu.alloc_typed(n, dtype).map_err(err)?;
+    b.gpu.run_tensors(&Op::cast(n, DType::F32, dtype), &[&x], &y).map_err(err)?;
+    Ok(y)
+}
+
+/// f16/bf16 rows against a `copy_buffer_to_buffer` of the same bytes (an op's
+/// bytes are its own: 2 per half value): relu and add on both dtypes, then
+/// rms_norm, softmax and the casts between f32 and bf16.
+fn half_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), String> {
+    let len: usize = if quick { 16 << 20 } else { 64 << 20 };
+    let cols = 4096;
+    let mut row = |op: Op, ins: Vec<&Tensor>, o: &Tensor, shape: String| -> Result<(), String> {
+        let bytes = op.cost().bytes() as f64;
+        let (t, copy) = b.against_copy(&op, &ins, o, reps_for(quick, bytes / 3e12))?;
+        let mut r = b.record(op.name(), shape, "resident", t);
+        r.gbps = Some(bytes / t / 1e9);
+        r.note = Some(format!("peer: wgpu copy_buffer_to_buffer of the same bytes, {:.0} GB/s", bytes / copy / 1e9));
+        push(out, r.with_peer("wgpu buffer copy (same run)", copy));
+        Ok(())
+    };
+    for dtype in [DType::BF16, DType::F16] {
+        let x = random_typed(b, len, dtype, 15)?;
+        let y = random_typed(b, len, dtype, 16)?;
+        let o = b.gpu.alloc_typed(len, dtype).map_err(err)?;
+        let shape = format!("{}M {dtype}", len >> 20);
+        row(Op::unary(UnaryOp::Relu, len).with_dtype(dtype), vec![&x], &o, shape.clone())?;
+        row(Op::binary(BinaryOp::Add, len).with_dtype(dtype), vec![&x, &y], &o, shape)?;
+        if dtype == DType::BF16 {
+            let gamma = random_typed(b, cols, dtype, 17)?;
+            let shape = format!("{}x{cols} {dtype}", len / cols);
+            let rms = Op::rows(RowOp::RmsNorm { eps: 1e-5 }, len / cols, cols).with_dtype(dtype);
+            row(rms, vec![&x, &gamma], &o, shape.clone())?;
+            row(Op::rows(RowOp::Softmax, len / cols, cols).with_dtype(dtype), vec![&x], &o, shape)?;
+            let wide = b.gpu.upload(&random(len, 18)).map_err(err)?;
+            let shape = format!("{}M", len >> 20);
+            row(Op::cast(len, DType::F32, DType::BF16), vec![&wide], &o, shape.clone())?;
+            let back = b.gpu.alloc(len).map_err(err)?;
+            row(Op::cast(len, DType::BF16, DType::F32), vec![&x], &back, shape)?;
+        }
     }
     Ok(())
 }
@@ -698,6 +745,7 @@ pub fn rows(quick: bool) -> Result<Vec<Record>, String> {
     let mut out = Vec::new();
     latency_rows(&b, &mut out)?;
     bandwidth_rows(&b, quick, &mut out)?;
+    half_rows(&b, quick, &mut out)?;
     sgemm_rows(&b, quick, &mut out)?;
     Ok(out)
 }
