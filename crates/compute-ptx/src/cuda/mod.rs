@@ -169,9 +169,10 @@ impl CudaBackend {
         Ok(Completion::new(ev))
     }
 
-    /// Runs a matrix product on device tensors with a chosen GEMM tier (the
-    /// tiers agree within the matmul tolerance; this exists for tests, tuning
-    /// and benchmarks). Queued, like [`Backend::run_tensors`].
+    /// Runs a matrix product of `f32` device tensors with a chosen GEMM tier
+    /// (the tiers agree within the matmul tolerance; this exists for tests,
+    /// tuning and benchmarks); half operands are `UnsupportedDType` here, and
+    /// run through [`Backend::run_tensors`]. Queued, like `run_tensors`.
     pub fn matmul_tier(&self, tier: GemmTier, spec: MatmulSpec, a: &Tensor, b: &Tensor, c: &Tensor) -> Result<()> {
         let op = Op::Matmul(spec);
         check_tensor_call(&op, self.location(), &[a, b], c)?;
