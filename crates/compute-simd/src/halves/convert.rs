@@ -4,11 +4,17 @@
 //! adds compiled for AVX2 for `bf16`, and the `half` crate's converters (which
 //! use F16C or the Arm `fp16` instructions where the CPU has them) elsewhere.
 //!
+//! [`fused`] runs the cheap element-wise ops and the casts in one pass on
+//! AVX2 + F16C: each step loads 16 values of every input, widens them in
+//! registers, applies the op's `f32` lane function (the same one the `f32`
+//! kernels use), narrows and stores 16 values, streaming large outputs past
+//! the cache as the `f32` kernels do.
+//!
 //! Every conversion rounds to nearest, ties to even, keeps NaN a NaN and
 //! sends values past the narrow type's range to ±∞, bit for bit as
 //! `half::f16::from_f32` / `half::bf16::from_f32` (tested below).
 
-use compute_core::{Element, bf16, f16};
+use compute_core::{BinaryOp, Element, HostSlice, UnaryOp, bf16, f16};
 
 use crate::isa::Isa;
 
@@ -36,6 +42,45 @@ pub fn narrow<T: Element>(isa: Isa, src: &[f32], dst: &mut [T]) {
     } else if let Some(d) = cast_mut::<T, bf16>(dst) {
         narrow_bf16(isa, src, bytemuck::cast_slice_mut(d));
     }
+}
+
+/// What a [`fused`] loop computes from each value (or pair of values).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Lanes {
+    /// A unary op, computed in `f32`.
+    Unary(UnaryOp),
+    /// A binary op, computed in `f32`.
+    Binary(BinaryOp),
+    /// The value itself: a cast.
+    Same,
+}
+
+/// `out[i] = f(inputs[..][i])` in one pass (over the shortest length), when
+/// this CPU, op and dtypes have a fused loop: the AVX2 and AVX-512 paths on
+/// a CPU with F16C, a cheap unary op (not a transcendental), a binary op or a
+/// cast, one input of `f32`, `f16` or `bf16` (two of the same
+/// dtype for a binary op), output of one of those. Each input is widened
+/// to `f32` exactly, `f` is applied with the `f32` kernels' lane function and
+/// the result is rounded once, so the values are the staged path's, bit for
+/// bit. With `stream` the output is written with non-temporal stores (the
+/// caller fences nothing: the loop ends with `sfence`). Returns false, having
+/// written nothing, where there is no fused loop.
+pub fn fused<T: Element>(isa: Isa, f: Lanes, inputs: &[HostSlice<'_>], out: &mut [T], stream: bool) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(isa, Isa::Avx2 | Isa::Avx512)
+        && let Some(t) = x86::Tok::detect()
+    {
+        if let Some(o) = cast_mut::<T, f32>(out) {
+            return x86::fused(t, f, inputs, o, stream);
+        } else if let Some(o) = cast_mut::<T, f16>(out) {
+            return x86::fused(t, f, inputs, o, stream);
+        } else if let Some(o) = cast_mut::<T, bf16>(out) {
+            return x86::fused(t, f, inputs, o, stream);
+        }
+        return false;
+    }
+    let _ = (isa, f, inputs, out, stream);
+    false
 }
 
 /// `s` as a slice of `U` when `T` is `U` (free; the dtype decides).
@@ -122,6 +167,297 @@ fn narrow_bf16_lanes(src: &[f32], dst: &mut [u16]) {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
+
+    use compute_core::{BinaryOp, HostSlice, bf16, f16};
+
+    use super::Lanes;
+    use crate::kernels::elementwise::{LaneLoop, with_binary, with_cheap_unary};
+    use crate::simd::{Avx2, LaneFn, SimdF32};
+
+    /// Sixteen `f32` lanes as two AVX registers.
+    type V2 = <Avx2 as SimdF32>::V;
+
+    /// Proof that the running CPU has AVX2, FMA and F16C: only [`Tok::detect`]
+    /// makes one.
+    #[derive(Clone, Copy, Debug)]
+    pub(super) struct Tok {
+        s: Avx2,
+    }
+
+    impl Tok {
+        /// The token if this CPU has AVX2, FMA and F16C (cached feature checks).
+        #[inline]
+        pub(super) fn detect() -> Option<Tok> {
+            if is_x86_feature_detected!("f16c") { Avx2::detect().map(|s| Tok { s }) } else { None }
+        }
+    }
+
+    /// Calls AVX2 / F16C intrinsics; the `Tok` in scope proves the CPU has them.
+    macro_rules! f16c {
+        ($e:expr) => {
+            // SAFETY: a `Tok` exists only on CPUs with avx2, fma and f16c (see
+            // `Tok::detect`); pointers come from references to whole blocks of
+            // 16 values, and offsets stay within them.
+            unsafe { $e }
+        };
+    }
+
+    /// A storage type the fused loops read and write 16 values of at a time,
+    /// in order, as the two `__m256` of an AVX2 [`SimdF32`] vector.
+    pub(super) trait Io: Copy + Default {
+        /// 16 values widened to `f32` (exact).
+        fn load(t: Tok, x: &[Self; 16]) -> V2;
+        /// 16 values rounded to this type, stored.
+        fn store(t: Tok, out: &mut [Self; 16], v: V2);
+        /// As [`Io::store`], non-temporal when `out` is 32-byte aligned.
+        fn stream(t: Tok, out: &mut [Self; 16], v: V2);
+    }
+
+    impl Io for f32 {
+        #[inline(always)]
+        fn load(t: Tok, x: &[f32; 16]) -> V2 {
+            let _ = t;
+            let p = x.as_ptr();
+            f16c!([_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))])
+        }
+        #[inline(always)]
+        fn store(t: Tok, out: &mut [f32; 16], v: V2) {
+            let _ = t;
+            let p = out.as_mut_ptr();
+            f16c!({
+                _mm256_storeu_ps(p, v[0]);
+                _mm256_storeu_ps(p.add(8), v[1]);
+            })
+        }
+        #[inline(always)]
+        fn stream(t: Tok, out: &mut [f32; 16], v: V2) {
+            let p = out.as_mut_ptr();
+            if (p as usize).is_multiple_of(32) {
+                f16c!({
+                    _mm256_stream_ps(p, v[0]);
+                    _mm256_stream_ps(p.add(8), v[1]);
+                })
+            } else {
+                Self::store(t, out, v)
+            }
+        }
+    }
+
+    /// Both halves of `v` rounded to `f16` (`vcvtps2ph`, nearest even).
+    #[inline(always)]
+    fn to_f16(t: Tok, v: V2) -> __m256i {
+        let _ = t;
+        f16c!(_mm256_set_m128i(
+            _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v[1]),
+            _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v[0])
+        ))
+    }
+
+    impl Io for f16 {
+        #[inline(always)]
+        fn load(t: Tok, x: &[f16; 16]) -> V2 {
+            let _ = t;
+            let p = x.as_ptr().cast::<__m128i>();
+            f16c!([_mm256_cvtph_ps(_mm_loadu_si128(p)), _mm256_cvtph_ps(_mm_loadu_si128(p.add(1)))])
+        }
+        #[inline(always)]
+        fn store(t: Tok, out: &mut [f16; 16], v: V2) {
+            let h = to_f16(t, v);
+            f16c!(_mm256_storeu_si256(out.as_mut_ptr().cast(), h))
+        }
+        #[inline(always)]
+        fn stream(t: Tok, out: &mut [f16; 16], v: V2) {
+            let h = to_f16(t, v);
+            let p = out.as_mut_ptr();
+            if (p as usize).is_multiple_of(32) {
+                f16c!(_mm256_stream_si256(p.cast(), h))
+            } else {
+                f16c!(_mm256_storeu_si256(p.cast(), h))
+            }
+        }
+    }
+
+    /// 8 `f32` rounded to `bf16` in the low 16 bits of each lane, as
+    /// [`super::narrow_bf16_lanes`]: add `0x7fff` plus the lowest kept bit
+    /// and keep the top half; a NaN keeps its top bits, made quiet.
+    #[inline(always)]
+    fn to_bf16_lanes(t: Tok, v: __m256) -> __m256i {
+        let _ = t;
+        f16c!({
+            let b = _mm256_castps_si256(v);
+            let top = _mm256_srli_epi32::<16>(b);
+            let lsb = _mm256_and_si256(top, _mm256_set1_epi32(1));
+            let rounded =
+                _mm256_srli_epi32::<16>(_mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7fff)), lsb));
+            let quiet = _mm256_or_si256(top, _mm256_set1_epi32(0x40));
+            let nan = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_UNORD_Q>(v, v));
+            _mm256_blendv_epi8(rounded, quiet, nan)
+        })
+    }
+
+    /// Both halves of `v` rounded to `bf16`, in order.
+    #[inline(always)]
+    fn to_bf16(t: Tok, v: V2) -> __m256i {
+        let (lo, hi) = (to_bf16_lanes(t, v[0]), to_bf16_lanes(t, v[1]));
+        // Every lane is at most 0xffff, so the saturating pack is exact; it
+        // packs within 128-bit halves, and the permute puts them in order.
+        f16c!(_mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(lo, hi)))
+    }
+
+    impl Io for bf16 {
+        #[inline(always)]
+        fn load(t: Tok, x: &[bf16; 16]) -> V2 {
+            let _ = t;
+            let p = x.as_ptr().cast::<__m128i>();
+            f16c!([
+                _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm_loadu_si128(p)))),
+                _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm_loadu_si128(p.add(1))))),
+            ])
+        }
+        #[inline(always)]
+        fn store(t: Tok, out: &mut [bf16; 16], v: V2) {
+            let h = to_bf16(t, v);
+            f16c!(_mm256_storeu_si256(out.as_mut_ptr().cast(), h))
+        }
+        #[inline(always)]
+        fn stream(t: Tok, out: &mut [bf16; 16], v: V2) {
+            let h = to_bf16(t, v);
+            let p = out.as_mut_ptr();
+            if (p as usize).is_multiple_of(32) {
+                f16c!(_mm256_stream_si256(p.cast(), h))
+            } else {
+                f16c!(_mm256_storeu_si256(p.cast(), h))
+            }
+        }
+    }
+
+    /// The fused loop over `N` inputs of `I` into `out`, as a [`LaneLoop`].
+    struct Fuse<'a, I, O, const N: usize> {
+        t: Tok,
+        ins: [&'a [I]; N],
+        out: &'a mut [O],
+        stream: bool,
+    }
+
+    /// `out = f(ins)` through zero-padded blocks of 16 (the same instructions
+    /// as whole blocks), for a head or a tail.
+    #[inline(always)]
+    fn padded<I: Io, O: Io, const N: usize>(t: Tok, ins: [&[I]; N], out: &mut [O], f: &impl LaneFn<Avx2, N>) {
+        for (k, out) in out.chunks_mut(16).enumerate() {
+            let mut v = [t.s.splat(0.0); N];
+            for (v, x) in v.iter_mut().zip(ins) {
+                let mut buf = [I::default(); 16];
+                for (b, &x) in buf.iter_mut().zip(x.iter().skip(16 * k)) {
+                    *b = x;
+                }
+                *v = I::load(t, &buf);
+            }
+            let mut buf = [O::default(); 16];
+            O::store(t, &mut buf, f.apply(t.s, v));
+            for (o, &b) in out.iter_mut().zip(&buf) {
+                *o = b;
+            }
+        }
+    }
+
+    /// `f` of block `i` of every input.
+    #[inline(always)]
+    fn step<I: Io, const N: usize>(t: Tok, xb: &[&[[I; 16]]; N], i: usize, f: &impl LaneFn<Avx2, N>) -> V2 {
+        let mut v = [t.s.splat(0.0); N];
+        for (v, x) in v.iter_mut().zip(xb) {
+            *v = I::load(t, &x[i]);
+        }
+        f.apply(t.s, v)
+    }
+
+    impl<I: Io, O: Io, const N: usize> LaneLoop<Avx2, N> for Fuse<'_, I, O, N> {
+        type Output = ();
+        #[inline(always)]
+        fn run(self, s: Avx2, f: &impl LaneFn<Avx2, N>) {
+            let Fuse { t, ins, out, stream } = self;
+            let n = ins.iter().fold(out.len(), |n, x| n.min(x.len()));
+            let out = &mut out[..n];
+            // A head up to the output's first boundary of a whole block (32
+            // bytes of halves, 64 of `f32`: fewer than 16 values) and a tail
+            // go through padded blocks; every body store is aligned.
+            let head = out.as_ptr().align_offset(std::mem::size_of::<[O; 16]>()).min(n);
+            let (oh, out) = out.split_at_mut(head);
+            padded(t, ins.map(|x| &x[..head]), oh, f);
+            let (ob, ot) = out.as_chunks_mut::<16>();
+            let body = ob.len() * 16;
+            let xb = ins.map(|x| x[head..head + body].as_chunks::<16>().0);
+            // (No closure here: one that is not inlined would be compiled
+            // without the entry's target features, a call per intrinsic.)
+            if stream {
+                for (i, o) in ob.iter_mut().enumerate() {
+                    O::stream(t, o, step(t, &xb, i, f));
+                }
+                s.fence();
+            } else {
+                for (i, o) in ob.iter_mut().enumerate() {
+                    O::store(t, o, step(t, &xb, i, f));
+                }
+            }
+            padded(t, ins.map(|x| &x[head + body..n]), ot, f);
+        }
+    }
+
+    /// The identity lane function (a cast).
+    struct Same;
+
+    impl<S: SimdF32> LaneFn<S, 1> for Same {
+        #[inline(always)]
+        fn apply(&self, _: S, [v]: [S::V; 1]) -> S::V {
+            v
+        }
+    }
+
+    /// The fused loop of a cheap unary op or a cast; false (nothing written)
+    /// for a transcendental op.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn unary_entry<I: Io, O: Io>(t: Tok, f: Lanes, x: &[I], out: &mut [O], stream: bool) -> bool {
+        let l = Fuse { t, ins: [x], out, stream };
+        match f {
+            Lanes::Unary(op) => with_cheap_unary(t.s, op, l).is_ok(),
+            _ => {
+                l.run(t.s, &Same);
+                true
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn binary_entry<I: Io, O: Io>(t: Tok, op: BinaryOp, a: &[I], b: &[I], out: &mut [O], stream: bool) {
+        with_binary(t.s, op, Fuse { t, ins: [a, b], out, stream })
+    }
+
+    /// See [`super::fused`].
+    pub(super) fn fused<O: Io>(t: Tok, f: Lanes, inputs: &[HostSlice<'_>], out: &mut [O], stream: bool) -> bool {
+        match (f, inputs) {
+            (Lanes::Binary(op), &[x, y]) => {
+                match (x, y) {
+                    // SAFETY: the token proves avx2, fma and f16c, the features the entry enables.
+                    (HostSlice::F32(a), HostSlice::F32(b)) => unsafe { binary_entry(t, op, a, b, out, stream) },
+                    // SAFETY: as above.
+                    (HostSlice::F16(a), HostSlice::F16(b)) => unsafe { binary_entry(t, op, a, b, out, stream) },
+                    // SAFETY: as above.
+                    (HostSlice::BF16(a), HostSlice::BF16(b)) => unsafe { binary_entry(t, op, a, b, out, stream) },
+                    _ => return false,
+                }
+                true
+            }
+            (Lanes::Unary(_) | Lanes::Same, &[x]) => match x {
+                // SAFETY: as above.
+                HostSlice::F32(x) => unsafe { unary_entry(t, f, x, out, stream) },
+                // SAFETY: as above.
+                HostSlice::F16(x) => unsafe { unary_entry(t, f, x, out, stream) },
+                // SAFETY: as above.
+                HostSlice::BF16(x) => unsafe { unary_entry(t, f, x, out, stream) },
+                _ => false,
+            },
+            _ => false,
+        }
+    }
 
     /// # Safety
     /// The CPU must support AVX2 and F16C.
@@ -262,6 +598,117 @@ mod tests {
             // shift: signalling NaNs are not quieted, unlike `half`'s to_f32).
             for (o, v) in out.iter().zip(&b[3..]) {
                 assert_eq!(o.to_bits(), u32::from(v.to_bits()) << 16, "{isa} bf16 {v:?}");
+            }
+        }
+    }
+
+    /// The fused loops against widen, the `f32` kernel, narrow: bit for bit,
+    /// NaNs included, with and without streaming stores, at offsets that
+    /// leave heads and tails of every length.
+    #[test]
+    fn fused_loops_match_the_staged_values_bit_for_bit() {
+        use compute_core::{BinaryOp, HostSlice, UnaryOp};
+
+        use crate::kernels::elementwise;
+
+        fn check<T: Element>(isa: Isa, a: &[f32], b: &[f32]) {
+            let n = a.len().min(b.len());
+            let (mut ha, mut hb) = (vec![T::default(); n], vec![T::default(); n]);
+            narrow(isa, &a[..n], &mut ha);
+            narrow(isa, &b[..n], &mut hb);
+            let (mut wa, mut wb) = (vec![0.0f32; n], vec![0.0f32; n]);
+            widen(isa, &ha, &mut wa);
+            widen(isa, &hb, &mut wb);
+            let unary = [
+                UnaryOp::Relu,
+                UnaryOp::LeakyRelu { alpha: 0.1 },
+                UnaryOp::Clip { min: -1.5, max: 2.0 },
+                UnaryOp::Scale { s: 3.0 },
+            ];
+            let binary = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul];
+            let lanes = unary.map(Lanes::Unary).into_iter().chain(binary.map(Lanes::Binary)).chain([Lanes::Same]);
+            for f in lanes {
+                let mut wide = vec![0.0f32; n];
+                match f {
+                    Lanes::Unary(op) => elementwise::unary(isa, op, &wa, &mut wide),
+                    Lanes::Binary(op) => elementwise::binary(isa, op, &wa, &wb, &mut wide),
+                    Lanes::Same => wide.copy_from_slice(&wa),
+                }
+                let mut want = vec![T::default(); n];
+                narrow(isa, &wide, &mut want);
+                for (start, end) in [(0, n), (3, n - 5), (17, n - 1), (1, 8), (0, 40)] {
+                    let ins = [T::host(&ha[start..end]), T::host(&hb[start..end])];
+                    let ins = if matches!(f, Lanes::Binary(_)) { &ins[..] } else { &ins[..1] };
+                    for stream in [false, true] {
+                        let mut got = vec![T::default(); end - start];
+                        let ran = fused(isa, f, ins, &mut got, stream);
+                        #[cfg(target_arch = "x86_64")]
+                        assert!(
+                            ran || !(matches!(isa, Isa::Avx2 | Isa::Avx512)
+                                && std::arch::is_x86_feature_detected!("f16c")),
+                            "{isa}: no fused loop"
+                        );
+                        if !ran {
+                            continue;
+                        }
+                        for (i, (g, w)) in got.iter().zip(&want[start..end]).enumerate() {
+                            let (g, w) = (g.to_f32(), w.to_f32());
+                            assert!(
+                                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                                "{isa} {:?} {f:?} stream {stream} [{}]: {g:e} want {w:e}",
+                                T::DTYPE,
+                                start + i
+                            );
+                        }
+                    }
+                    // f32 in, this dtype out (and back): the casts.
+                    if f == Lanes::Same {
+                        let mut got = vec![T::default(); end - start];
+                        if fused(isa, f, &[HostSlice::F32(&wa[start..end])], &mut got, true) {
+                            assert!(
+                                got.iter()
+                                    .zip(&ha[start..end])
+                                    .all(|(g, h)| g.to_f32().to_bits() == h.to_f32().to_bits()
+                                        || (g.to_f32().is_nan() && h.to_f32().is_nan())),
+                                "{isa} cast to {:?}",
+                                T::DTYPE
+                            );
+                        }
+                        let mut back = vec![0.0f32; end - start];
+                        if fused(isa, f, &[T::host(&ha[start..end])], &mut back, true) {
+                            assert!(
+                                back.iter()
+                                    .zip(&wa[start..end])
+                                    .all(|(g, w)| g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan())),
+                                "{isa} cast from {:?}",
+                                T::DTYPE
+                            );
+                        }
+                    }
+                }
+            }
+        }
+
+        let a = probe_values();
+        let b: Vec<f32> = a.iter().rev().copied().collect();
+        for isa in every_isa() {
+            check::<f16>(isa, &a, &b);
+            check::<bf16>(isa, &a, &b);
+        }
+        // The fused f32 → half rounding itself, on values that are not halves.
+        for isa in every_isa() {
+            for stream in [false, true] {
+                let mut h = vec![f16::ZERO; a.len() - 3];
+                let mut bh = vec![bf16::ZERO; a.len() - 3];
+                let (mut wh, mut wb) = (h.clone(), bh.clone());
+                narrow(isa, &a[3..], &mut wh);
+                narrow(isa, &a[3..], &mut wb);
+                if fused(isa, Lanes::Same, &[HostSlice::F32(&a[3..])], &mut h, stream) {
+                    assert!(h.iter().zip(&wh).all(|(g, w)| g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan())));
+                }
+                if fused(isa, Lanes::Same, &[HostSlice::F32(&a[3..])], &mut bh, stream) {
+                    assert!(bh.iter().zip(&wb).all(|(g, w)| g.to_bits() == w.to_bits()), "{isa} bf16 narrowing");
+                }
             }
         }
     }

@@ -2,9 +2,13 @@
 //! in `f32` by the same kernels as `f32` data, rounding once when stored.
 //!
 //! - Element-wise ops and casts stream: each piece of the output (split over
-//!   the pool as `f32` element-wise work is) is processed in blocks of
-//!   [`BLOCK`] values, widened into `f32` buffers that stay in L1, computed,
-//!   and narrowed into the output. Memory traffic is the dtype's bytes, once.
+//!   the pool as `f32` element-wise work is) goes through one pass. The cheap
+//!   ops (all but the transcendentals) and casts take [`convert::fused`]'s
+//!   loop where the CPU has one (AVX2 + F16C): 16 values at a time widened in
+//!   registers, computed, narrowed and stored, streamed past the cache when
+//!   the output is large. Otherwise the piece goes in blocks of [`BLOCK`]
+//!   values, widened into `f32` buffers that stay in L1, computed, and
+//!   narrowed into the output. Memory traffic is the dtype's bytes, once.
 //! - Reductions widen block by block as well and add the blocks' partial
 //!   results in `f64`; they return `f32`.
 //! - Row ops work in groups of whole rows (about 64 Ki values), widened into
@@ -25,7 +29,8 @@ use compute_core::{BackendKind, ComputeError, DType, Element, HostSlice, HostSli
 use crate::gemm;
 use crate::isa::Isa;
 use crate::kernels::{self, fork, par};
-use crate::tuning::{PAR_CHUNK, PAR_ELEMENTWISE_MIN, PAR_REDUCE_MIN, PAR_TRANSCENDENTAL_MIN};
+use crate::tuning::{PAR_CHUNK, PAR_ELEMENTWISE_MIN, PAR_REDUCE_MIN, PAR_TRANSCENDENTAL_MIN, STREAM_MIN};
+use convert::Lanes;
 
 /// Values per staged block: three `f32` blocks (two inputs, one output) take
 /// 12 KiB, well inside L1.
@@ -46,15 +51,23 @@ pub fn run(isa: Isa, op: &Op, inputs: &[HostSlice<'_>], out: HostSliceMut<'_>) -
 fn run_into<T: Element>(isa: Isa, op: &Op, inputs: &[HostSlice<'_>], out: &mut [T]) -> Result<()> {
     match *op {
         Op::Unary { op: u, .. } => {
-            let min = if u.is_transcendental() { PAR_TRANSCENDENTAL_MIN } else { PAR_ELEMENTWISE_MIN };
-            staged(isa, inputs, out, min, |ins, o| kernels::elementwise::unary(isa, u, ins[0], o));
+            // The transcendentals are compute-bound: they keep the staged
+            // path's widest `f32` kernels.
+            let (min, fuse) = if u.is_transcendental() {
+                (PAR_TRANSCENDENTAL_MIN, None)
+            } else {
+                (PAR_ELEMENTWISE_MIN, Some(Lanes::Unary(u)))
+            };
+            staged(isa, inputs, out, min, fuse, |ins, o| kernels::elementwise::unary(isa, u, ins[0], o));
         }
         Op::Binary { op: b, .. } => {
-            staged(isa, inputs, out, PAR_ELEMENTWISE_MIN, |ins, o| {
+            staged(isa, inputs, out, PAR_ELEMENTWISE_MIN, Some(Lanes::Binary(b)), |ins, o| {
                 kernels::elementwise::binary(isa, b, ins[0], ins[1], o)
             });
         }
-        Op::Cast { .. } => staged(isa, inputs, out, PAR_ELEMENTWISE_MIN, |ins, o| o.copy_from_slice(ins[0])),
+        Op::Cast { .. } => {
+            staged(isa, inputs, out, PAR_ELEMENTWISE_MIN, Some(Lanes::Same), |ins, o| o.copy_from_slice(ins[0]))
+        }
         Op::Reduce { op: r, .. } => {
             let v = reduce(
                 isa,
@@ -84,18 +97,32 @@ fn run_into<T: Element>(isa: Isa, op: &Op, inputs: &[HostSlice<'_>], out: &mut [
     Ok(())
 }
 
-/// Streams an element-wise op: over pieces of `out` (in parallel above
-/// `min_len` elements), each in blocks of [`BLOCK`]: widen the inputs' block,
-/// `f(inputs, out_block)` in `f32`, narrow into `out`.
+/// Streams an element-wise op over pieces of `out` (in parallel above
+/// `min_len` elements): each through [`convert::fused`] with `fuse` where
+/// there is one (streaming outputs of at least [`STREAM_MIN`] `f32`s' worth
+/// of bytes, as the `f32` kernels do), else in blocks of [`BLOCK`]: widen the
+/// inputs' block, `f(inputs, out_block)` in `f32`, narrow into `out`. Both
+/// give the same values.
 fn staged<T: Element>(
     isa: Isa,
     inputs: &[HostSlice<'_>],
     out: &mut [T],
     min_len: usize,
+    fuse: Option<Lanes>,
     f: impl Fn(&[&[f32]], &mut [f32]) + Sync,
 ) {
     let n_in = inputs.len().min(2);
+    let stream = std::mem::size_of_val(out) >= STREAM_MIN * std::mem::size_of::<f32>();
     let piece = |start: usize, out: &mut [T]| {
+        if let Some(lanes) = fuse {
+            let mut ins = [HostSlice::F32(&[]); 2];
+            for (d, x) in ins.iter_mut().zip(inputs) {
+                *d = range(*x, start, out.len());
+            }
+            if convert::fused(isa, lanes, &ins[..n_in], out, stream) {
+                return;
+            }
+        }
         let mut ibuf = [[0.0f32; BLOCK]; 2];
         let mut obuf = [0.0f32; BLOCK];
         for (b, o) in out.chunks_mut(BLOCK).enumerate() {
@@ -114,6 +141,17 @@ fn staged<T: Element>(
         fork::chunks_mut(out, p, |i, o| piece(i * p, o));
     } else {
         piece(0, out);
+    }
+}
+
+/// `x[at..at + len]` (empty if `x` is shorter).
+fn range(x: HostSlice<'_>, at: usize, len: usize) -> HostSlice<'_> {
+    let r = at..at.saturating_add(len);
+    match x {
+        HostSlice::F32(s) => HostSlice::F32(s.get(r).unwrap_or_default()),
+        HostSlice::F16(s) => HostSlice::F16(s.get(r).unwrap_or_default()),
+        HostSlice::BF16(s) => HostSlice::BF16(s.get(r).unwrap_or_default()),
+        other => other,
     }
 }
 

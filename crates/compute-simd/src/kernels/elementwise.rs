@@ -43,21 +43,94 @@ impl WithSimd for Unary<'_> {
     #[inline(always)]
     fn run<S: SimdF32>(self, s: S) {
         let Unary { op, x, out, stream } = self;
-        match op {
-            UnaryOp::Relu => blocks::map1(s, x, out, stream, &UnaryFn::<RELU>(0.0, 0.0)),
-            UnaryOp::LeakyRelu { alpha } => blocks::map1(s, x, out, stream, &UnaryFn::<LEAKY_RELU>(alpha, 0.0)),
-            UnaryOp::Elu { alpha } => blocks::map1(s, x, out, stream, &UnaryFn::<ELU>(alpha, 0.0)),
-            UnaryOp::Sigmoid => blocks::map1(s, x, out, stream, &UnaryFn::<SIGMOID>(0.0, 0.0)),
-            UnaryOp::Tanh => blocks::map1(s, x, out, stream, &UnaryFn::<TANH>(0.0, 0.0)),
-            UnaryOp::Swish => blocks::map1(s, x, out, stream, &UnaryFn::<SWISH>(0.0, 0.0)),
-            UnaryOp::Gelu(GeluForm::Tanh) => blocks::map1(s, x, out, stream, &UnaryFn::<GELU_TANH>(0.0, 0.0)),
-            UnaryOp::Gelu(GeluForm::Erf) => blocks::map1(s, x, out, stream, &UnaryFn::<GELU_ERF>(0.0, 0.0)),
-            UnaryOp::Clip { min, max } => blocks::map1(s, x, out, stream, &UnaryFn::<CLIP>(min, max)),
-            UnaryOp::Scale { s: k } => blocks::map1(s, x, out, stream, &UnaryFn::<SCALE>(k, 0.0)),
-        }
+        with_unary(s, op, Map1 { x, out, stream });
         if stream {
             s.fence();
         }
+    }
+}
+
+/// A loop that applies one [`LaneFn`] of `N` vectors: lets loops outside this
+/// module (the fused half-precision loops of [`crate::halves`]) run the same
+/// lane functions as the `f32` kernels, so their results match bit for bit.
+pub(crate) trait LaneLoop<S: SimdF32, const N: usize> {
+    /// What the loop returns.
+    type Output;
+    /// Runs the loop with `f`. Implementations must be `#[inline(always)]`
+    /// (see [`LaneFn`]).
+    fn run(self, s: S, f: &impl LaneFn<S, N>) -> Self::Output;
+}
+
+/// Runs `l` with the lane function of `op`: one loop per op, the `match`
+/// outside it.
+#[inline(always)]
+pub(crate) fn with_unary<S: SimdF32, L: LaneLoop<S, 1>>(s: S, op: UnaryOp, l: L) -> L::Output {
+    match op {
+        UnaryOp::Relu => l.run(s, &UnaryFn::<RELU>(0.0, 0.0)),
+        UnaryOp::LeakyRelu { alpha } => l.run(s, &UnaryFn::<LEAKY_RELU>(alpha, 0.0)),
+        UnaryOp::Elu { alpha } => l.run(s, &UnaryFn::<ELU>(alpha, 0.0)),
+        UnaryOp::Sigmoid => l.run(s, &UnaryFn::<SIGMOID>(0.0, 0.0)),
+        UnaryOp::Tanh => l.run(s, &UnaryFn::<TANH>(0.0, 0.0)),
+        UnaryOp::Swish => l.run(s, &UnaryFn::<SWISH>(0.0, 0.0)),
+        UnaryOp::Gelu(GeluForm::Tanh) => l.run(s, &UnaryFn::<GELU_TANH>(0.0, 0.0)),
+        UnaryOp::Gelu(GeluForm::Erf) => l.run(s, &UnaryFn::<GELU_ERF>(0.0, 0.0)),
+        UnaryOp::Clip { min, max } => l.run(s, &UnaryFn::<CLIP>(min, max)),
+        UnaryOp::Scale { s: k } => l.run(s, &UnaryFn::<SCALE>(k, 0.0)),
+    }
+}
+
+/// [`with_unary`] for the cheap ops (all but the transcendentals); hands `l`
+/// back for the others, so that a loop that only wants the cheap ones is not
+/// compiled for every transcendental as well.
+#[inline(always)]
+pub(crate) fn with_cheap_unary<S: SimdF32, L: LaneLoop<S, 1>>(s: S, op: UnaryOp, l: L) -> Result<L::Output, L> {
+    match op {
+        UnaryOp::Relu => Ok(l.run(s, &UnaryFn::<RELU>(0.0, 0.0))),
+        UnaryOp::LeakyRelu { alpha } => Ok(l.run(s, &UnaryFn::<LEAKY_RELU>(alpha, 0.0))),
+        UnaryOp::Clip { min, max } => Ok(l.run(s, &UnaryFn::<CLIP>(min, max))),
+        UnaryOp::Scale { s: k } => Ok(l.run(s, &UnaryFn::<SCALE>(k, 0.0))),
+        _ => Err(l),
+    }
+}
+
+/// Runs `l` with the lane function of `op`.
+#[inline(always)]
+pub(crate) fn with_binary<S: SimdF32, L: LaneLoop<S, 2>>(s: S, op: BinaryOp, l: L) -> L::Output {
+    match op {
+        BinaryOp::Add => l.run(s, &BinaryFn::<ADD>),
+        BinaryOp::Sub => l.run(s, &BinaryFn::<SUB>),
+        BinaryOp::Mul => l.run(s, &BinaryFn::<MUL>),
+    }
+}
+
+/// [`blocks::map1`] as a [`LaneLoop`].
+struct Map1<'a> {
+    x: &'a [f32],
+    out: &'a mut [f32],
+    stream: bool,
+}
+
+impl<S: SimdF32> LaneLoop<S, 1> for Map1<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self, s: S, f: &impl LaneFn<S, 1>) {
+        blocks::map1(s, self.x, self.out, self.stream, f)
+    }
+}
+
+/// [`blocks::map2`] as a [`LaneLoop`].
+struct Map2<'a> {
+    a: &'a [f32],
+    b: &'a [f32],
+    out: &'a mut [f32],
+    stream: bool,
+}
+
+impl<S: SimdF32> LaneLoop<S, 2> for Map2<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self, s: S, f: &impl LaneFn<S, 2>) {
+        blocks::map2(s, self.a, self.b, self.out, self.stream, f)
     }
 }
 
@@ -111,11 +184,7 @@ impl WithSimd for Binary<'_> {
     #[inline(always)]
     fn run<S: SimdF32>(self, s: S) {
         let Binary { op, a, b, out, stream } = self;
-        match op {
-            BinaryOp::Add => blocks::map2(s, a, b, out, stream, &BinaryFn::<ADD>),
-            BinaryOp::Sub => blocks::map2(s, a, b, out, stream, &BinaryFn::<SUB>),
-            BinaryOp::Mul => blocks::map2(s, a, b, out, stream, &BinaryFn::<MUL>),
-        }
+        with_binary(s, op, Map2 { a, b, out, stream });
         if stream {
             s.fence();
         }
