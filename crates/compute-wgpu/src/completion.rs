@@ -269,6 +269,23 @@ impl Poller {
         }
     }
 
+    /// What a future that is not ready yet returns: registers it as waiting
+    /// (once, in `waiting`), and on native without a poller thread polls the
+    /// device from here and asks to be polled again.
+    pub(crate) fn pending<T>(&self, waiting: &mut Option<Waiting>, cx: &mut TaskContext<'_>) -> Poll<T> {
+        if waiting.is_none() {
+            *waiting = Some(self.wait());
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        if !self.running() {
+            self.poke();
+            cx.waker().wake_by_ref();
+        }
+        #[cfg(target_arch = "wasm32")]
+        let _ = cx;
+        Poll::Pending
+    }
+
     /// Whether a helper thread is driving the device.
     pub(crate) fn running(&self) -> bool {
         self.state.started.load(Ordering::Acquire)
@@ -322,15 +339,7 @@ impl Future for WorkDone {
             self.waiting = None;
             return Poll::Ready(self.ctx.check_alive().and_then(|()| self.ctx.take_uncaptured("submitted_work_done")));
         }
-        if self.waiting.is_none() {
-            self.waiting = Some(self.ctx.poller.wait());
-        }
-        // Native without a poller thread: poll the device from here, cooperatively.
-        #[cfg(not(target_arch = "wasm32"))]
-        if !self.ctx.poller.running() {
-            self.ctx.poller.poke();
-            cx.waker().wake_by_ref();
-        }
-        Poll::Pending
+        let this = &mut *self;
+        this.ctx.poller.pending(&mut this.waiting, cx)
     }
 }

@@ -381,15 +381,7 @@ impl Readback {
             self.waiting = None;
             return Poll::Ready(mapped);
         }
-        if self.waiting.is_none() {
-            self.waiting = Some(self.ctx.poller.wait());
-        }
-        #[cfg(not(target_arch = "wasm32"))]
-        if !self.ctx.poller.running() {
-            self.ctx.poller.poke();
-            cx.waker().wake_by_ref();
-        }
-        Poll::Pending
+        self.ctx.poller.pending(&mut self.waiting, cx)
     }
 
     /// Blocks until the data is on the host and writes it into `out` (exactly

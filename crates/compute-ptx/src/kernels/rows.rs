@@ -450,31 +450,19 @@ fn softmax_cached(b: &mut KernelBuilder, c: &Ctx, vec: bool) {
         b.assign(s, acc);
     });
     let s = group_reduce(b, c, vec![s], &sum_combine)[0];
-    let (yr, dtype) = (c.yr, c.dtype);
-    let unit = if vec { 4u32 } else { 1u32 };
-    let store = |b: &mut KernelBuilder, idx: Reg<U32>, ys: Vec<Reg<F32>>| {
-        let off = b.mul_wide(idx, unit << elem::shift(dtype));
-        let a = b.add(yr, off);
-        elem::store(b, dtype, a, 0, &ys);
-    };
     if keep {
+        let (yr, dtype) = (c.yr, c.dtype);
+        let unit = if vec { 4u32 } else { 1u32 };
         let r = b.rcp(s);
         for_units(b, c, vec, Source::Shared(cache), &mut |b, idx, v| {
-            let ys = v.iter().map(|&e| b.mul(e, r)).collect();
-            store(b, idx, ys);
+            let ys: Vec<Reg<F32>> = v.iter().map(|&e| b.mul(e, r)).collect();
+            let off = b.mul_wide(idx, unit << elem::shift(dtype));
+            let a = b.add(yr, off);
+            elem::store(b, dtype, a, 0, &ys);
         });
     } else {
-        let ls = math::ln_ge1(b, s);
-        for_units(b, c, vec, Source::Shared(cache), &mut |b, idx, v| {
-            let ys = v
-                .iter()
-                .map(|&x| {
-                    let d = b.sub(x, m);
-                    b.sub(d, ls)
-                })
-                .collect();
-            store(b, idx, ys);
-        });
+        // log_softmax needs no exponential here: the online path's output pass.
+        finish_row(b, c, vec, Source::Shared(cache), &[m, s]);
     }
 }
 

@@ -81,7 +81,8 @@ pub(crate) fn with_unary<S: SimdF32, L: LaneLoop<S, 1>>(s: S, op: UnaryOp, l: L)
 
 /// [`with_unary`] for the cheap ops (all but the transcendentals); hands `l`
 /// back for the others, so that a loop that only wants the cheap ones is not
-/// compiled for every transcendental as well.
+/// compiled for every transcendental as well. Only the x86-64 fused loops use it.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn with_cheap_unary<S: SimdF32, L: LaneLoop<S, 1>>(s: S, op: UnaryOp, l: L) -> Result<L::Output, L> {
     match op {
