@@ -7,8 +7,9 @@
 //! `ncu`) examples; the `compute-bench` binary (skipped with `--no-bench`); the
 //! Vulkan loader packages. All release builds, stripped, under `.gpu/bin/`.
 //!
-//! `bash .gpu/run.sh [tests|sanitize|bench|ncu|all]` (default `all` = tests,
-//! sanitize, bench; `ncu` runs only when named), from the directory that holds
+//! `bash .gpu/run.sh [tests|sanitize|bench|ncu|all] [FILTER]` (default `all` =
+//! tests, sanitize, bench; `ncu` runs only when named; `FILTER` keeps the tests
+//! whose names contain it), from the directory that holds
 //! `.gpu/`, logging under `$OUT` (default `/tmp/out`):
 //! - always: the device (`nvidia-smi`, then `cuda_monitor`) into `device.txt`;
 //! - `tests`: the conformance suites at large sizes on CUDA and on the NVIDIA
@@ -135,7 +136,7 @@ pub fn bundle(args: &[String]) -> Result<(), String> {
     std::fs::write(root.join("run.sh"), RUN_SH).map_err(|e| e.to_string())?;
     eprintln!(
         "bundle ready in .gpu/ ({}); on the GPU machine, from the directory holding .gpu/:\n  \
-         bash .gpu/run.sh [tests|sanitize|bench|ncu|all]    # default all = tests, sanitize, bench; logs under $OUT",
+         bash .gpu/run.sh [tests|sanitize|bench|ncu|all] [FILTER]    # default all = tests, sanitize, bench; logs under $OUT",
         Command::new("du")
             .arg("-sh")
             .arg(root)
@@ -147,13 +148,16 @@ pub fn bundle(args: &[String]) -> Result<(), String> {
 }
 
 const RUN_SH: &str = r#"#!/usr/bin/env bash
-# Written by `cargo xtask gpu-bundle`. Usage: bash .gpu/run.sh [tests|sanitize|bench|ncu|all]
+# Written by `cargo xtask gpu-bundle`. Usage: bash .gpu/run.sh [tests|sanitize|bench|ncu|all] [FILTER]
 # all (the default) = tests, sanitize, bench; ncu runs only when named. Logs under $OUT.
+# FILTER (tests only) keeps the tests whose names contain it, e.g. `tests matmul`: a
+# whole large-size run takes longer than one 10-minute call, so split it by group.
 set -uo pipefail
 what="${1:-all}"
+filter="${2:-}"
 case "$what" in
   tests|sanitize|bench|ncu|all) ;;
-  *) echo "usage: bash .gpu/run.sh [tests|sanitize|bench|ncu|all]" >&2; exit 2 ;;
+  *) echo "usage: bash .gpu/run.sh [tests|sanitize|bench|ncu|all] [FILTER]" >&2; exit 2 ;;
 esac
 step() { [ "$what" = "$1" ] || { [ "$what" = all ] && [ "$1" != ncu ]; }; }
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
@@ -168,15 +172,25 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 rc=0
 if step tests; then
   for t in .gpu/bin/test-*; do
-    echo "== $t" | tee -a "$OUT/tests.log"
-    case "$t" in *compute-*-conformance) scale=large ;; *) scale=small ;; esac
-    COMPUTE_REQUIRE=cuda,wgpu COMPUTE_CONFORMANCE=$scale timeout 240 "$t" --test-threads=1 2>&1 | tail -n 60 >> "$OUT/tests.log" || rc=1
+    case "$t" in
+      *compute-*-conformance)
+        # Large sizes in every dtype: one process and one time limit per group,
+        # so a slow group cannot cut the others short.
+        for g in $("$t" --list 2>/dev/null | sed -n 's/: test$//p'); do
+          case "$g" in *"$filter"*) ;; *) continue ;; esac
+          echo "== $t $g" | tee -a "$OUT/tests.log"
+          COMPUTE_REQUIRE=cuda,wgpu COMPUTE_CONFORMANCE=large timeout 240 "$t" --exact "$g" --test-threads=1 2>&1 | tail -n 20 >> "$OUT/tests.log" || rc=1
+        done ;;
+      *)
+        echo "== $t" | tee -a "$OUT/tests.log"
+        COMPUTE_REQUIRE=cuda,wgpu COMPUTE_CONFORMANCE=small timeout 240 "$t" $filter --test-threads=1 2>&1 | tail -n 60 >> "$OUT/tests.log" || rc=1 ;;
+    esac
   done
   # Again with the default test threads: many tests share one process-wide
   # backend, so this is where races between calls show up.
   for t in .gpu/bin/test-*; do
     echo "== $t (parallel)" | tee -a "$OUT/tests.log"
-    COMPUTE_REQUIRE=cuda,wgpu COMPUTE_CONFORMANCE=small timeout 240 "$t" 2>&1 | tail -n 60 >> "$OUT/tests.log" || rc=1
+    COMPUTE_REQUIRE=cuda,wgpu COMPUTE_CONFORMANCE=small timeout 240 "$t" $filter 2>&1 | tail -n 60 >> "$OUT/tests.log" || rc=1
   done
   grep -E "^== |^test result|FAILED|panicked" "$OUT/tests.log" | tail -n 60
 fi

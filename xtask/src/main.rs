@@ -6,7 +6,7 @@
 //! - `ptx`        regenerate the checked-in PTX (`--check`: fail on a difference, run ptxas on every file)
 //! - `calibrate`  measure this machine's dispatch profile and save it
 //! - `gpu-bundle` build the test, example and bench binaries a GPU-machine run needs into `.gpu/`, with
-//!   `.gpu/run.sh [tests|sanitize|bench|ncu|all]` to run them there (see `gpu.rs`)
+//!   `.gpu/run.sh [tests|sanitize|bench|ncu|all] [FILTER]` to run them there (see `gpu.rs`)
 //! - `deps`       check with `cargo tree` that the CPU-only crates pull no GPU dependency
 //! - `ci`         what `.ci/run` runs: fmt check, clippy, test
 
@@ -22,7 +22,7 @@ const USAGE: &str = "usage: cargo xtask <test|bench|ptx|calibrate|gpu-bundle|dep
   ptx [--check]           write every kernel's PTX into ptx/ (or check it and run ptxas)
   calibrate               measure and save the dispatch profile of this machine
   gpu-bundle [--no-bench] build test, example and bench binaries into .gpu/ for a GPU machine;
-                          there: bash .gpu/run.sh [tests|sanitize|bench|ncu|all]
+                          there: bash .gpu/run.sh [tests|sanitize|bench|ncu|all] [FILTER]
   deps                    check that compute-simd / dispatch without GPU features pull no GPU crate
   ci                      cargo fmt --check, clippy -D warnings, then `test`";
 
