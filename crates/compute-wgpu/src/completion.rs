@@ -130,20 +130,53 @@ impl Drop for Opening {
     }
 }
 
-/// Waits until no device is being opened and no wait is in progress, then holds [`DRIVER`].
-pub(crate) fn opening() -> Opening {
-    if let Ok(mut d) = DRIVER.lock() {
-        d.queued += 1;
-        while d.opening || d.waiting > 0 {
-            match DRIVER_CHANGED.wait(d) {
-                Ok(g) => d = g,
-                Err(_) => return Opening(()),
-            }
+/// Longest an opener or a waiter holds back for the other side. The counts are
+/// advisory: every wait inside the driver is a bounded slice, so a side that has
+/// not drained by then never will (a count left behind), and going ahead beats
+/// a process that hangs.
+const DRIVER_TURN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Waits on [`DRIVER_CHANGED`] while `busy` holds, for at most [`DRIVER_TURN`];
+/// `None` if the lock is poisoned.
+fn hold_back(
+    mut d: std::sync::MutexGuard<'static, Driver>,
+    busy: impl Fn(&Driver) -> bool,
+) -> Option<std::sync::MutexGuard<'static, Driver>> {
+    // The clock is read only when there is something to wait for: the browser,
+    // which never waits here, has no `Instant`.
+    let mut start = None;
+    while busy(&d) {
+        let left = DRIVER_TURN.saturating_sub(start.get_or_insert_with(std::time::Instant::now).elapsed());
+        if left.is_zero() {
+            break;
         }
-        d.queued -= 1;
-        d.opening = true;
+        d = DRIVER_CHANGED.wait_timeout(d, left).ok()?.0;
     }
+    Some(d)
+}
+
+/// Waits until no device is being opened and no wait is in progress (at most
+/// [`DRIVER_TURN`]), then holds [`DRIVER`].
+pub(crate) fn opening() -> Opening {
+    let Ok(mut d) = DRIVER.lock() else { return Opening(()) };
+    d.queued += 1;
+    let Some(mut d) = hold_back(d, |d| d.opening || d.waiting > 0) else { return Opening(()) };
+    d.queued -= 1;
+    d.opening = true;
     Opening(())
+}
+
+/// One wait inside the driver, counted in [`DRIVER`] until dropped (also when
+/// the wait unwinds).
+struct InDriver;
+
+impl Drop for InDriver {
+    fn drop(&mut self) {
+        if let Ok(mut d) = DRIVER.lock() {
+            d.waiting = d.waiting.saturating_sub(1);
+        }
+        DRIVER_CHANGED.notify_all();
+    }
 }
 
 /// Waits on the device for at most `slice` (for `index`, or the latest
@@ -154,21 +187,13 @@ pub(crate) fn wait_slice(
     index: Option<wgpu::SubmissionIndex>,
     slice: std::time::Duration,
 ) -> Result<wgpu::PollStatus, wgpu::PollError> {
-    if let Ok(mut d) = DRIVER.lock() {
-        while d.opening || d.queued > 0 {
-            match DRIVER_CHANGED.wait(d) {
-                Ok(g) => d = g,
-                // Poisoned: skip the bookkeeping; the wait below is bounded anyway.
-                Err(_) => return device.poll(wgpu::PollType::Wait { submission_index: index, timeout: Some(slice) }),
-            }
-        }
+    // Poisoned: skip the bookkeeping; the wait below is bounded anyway.
+    let counted = DRIVER.lock().ok().and_then(|d| hold_back(d, |d| d.opening || d.queued > 0)).map(|mut d| {
         d.waiting += 1;
-    }
+        InDriver
+    });
     let r = device.poll(wgpu::PollType::Wait { submission_index: index, timeout: Some(slice) });
-    if let Ok(mut d) = DRIVER.lock() {
-        d.waiting = d.waiting.saturating_sub(1);
-    }
-    DRIVER_CHANGED.notify_all();
+    drop(counted);
     r
 }
 
