@@ -96,6 +96,12 @@ impl<'a> MatMut<'a> {
         self.cols
     }
 
+    /// The first element and the row stride, for a kernel that writes the
+    /// view through raw pointers (within the invariant above).
+    pub(crate) fn raw(&mut self) -> (*mut f32, usize) {
+        (self.ptr, self.ld)
+    }
+
     /// Splits into columns `..j` and `j..` (`j` clamped to the width).
     pub(crate) fn split_cols(self, j: usize) -> (MatMut<'a>, MatMut<'a>) {
         let j = j.min(self.cols);

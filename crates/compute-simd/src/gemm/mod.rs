@@ -19,8 +19,13 @@
 //! thread packs into its own reusable buffers. Many small products of a batch
 //! run one per task instead.
 //!
-//! Only `kernel.rs` contains `unsafe`.
+//! bf16 operands on a CPU with AVX512_BF16 take [`bf16::gemm`]: the same
+//! loops on depth-pair panels and a `vdpbf16ps` micro-kernel.
+//!
+//! Only the micro-kernel modules (`kernel.rs`, `dpbf16.rs`) contain `unsafe`.
 
+pub mod bf16;
+mod dpbf16;
 mod kernel;
 mod pack;
 #[cfg(test)]
@@ -238,13 +243,14 @@ fn with_buffers(a_len: usize, b_len: usize, f: impl FnOnce(&mut [f32], &mut [f32
     }
 }
 
-/// Grows `v` as needed and hands `f` two disjoint aligned slices of it.
-fn split(v: &mut Vec<f32>, a_len: usize, b_len: usize, f: impl FnOnce(&mut [f32], &mut [f32])) {
-    const ALIGN: usize = 16; // f32 values in 64 bytes
+/// Grows `v` as needed and hands `f` two disjoint 64-byte-aligned slices of
+/// it (`T` is a 4-byte value: `f32`, or the bf16 GEMM's pair words).
+fn split<T: Copy + Default>(v: &mut Vec<T>, a_len: usize, b_len: usize, f: impl FnOnce(&mut [T], &mut [T])) {
+    const ALIGN: usize = 16; // 4-byte values in 64 bytes
     let a_pad = a_len.next_multiple_of(ALIGN);
     let need = a_pad + b_len + ALIGN;
     if v.len() < need {
-        v.resize(need, 0.0);
+        v.resize(need, T::default());
     }
     let off = v.as_ptr().align_offset(64).min(ALIGN);
     if let Some((a, b)) = v.get_mut(off..off + a_pad + b_len).and_then(|s| s.split_at_mut_checked(a_pad))

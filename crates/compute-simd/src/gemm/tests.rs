@@ -160,3 +160,98 @@ fn simd_transpose_matches_definition() {
         assert!(short.iter().all(|&x| x == 1.0));
     }
 }
+
+/// Runs `spec` on the bf16 kernel (inputs rounded to bf16) in a pool of
+/// `threads` and checks every element against the f64 product of the
+/// rounded values, to the `f32` GEMM's bound. False where the CPU has no
+/// AVX512_BF16 (nothing checked).
+fn check_bf16(spec: MatmulSpec, threads: usize) -> bool {
+    if !bf16::available(Isa::Avx512) {
+        return false;
+    }
+    let MatmulSpec { batch, m, k, n, .. } = spec;
+    let round = |v: Vec<f32>| -> Vec<half::bf16> { v.into_iter().map(half::bf16::from_f32).collect() };
+    let a = round(values(batch * m * k, (m * 29 + k * 5 + n) as u64));
+    let b = round(values(batch * k * n, (n * 13 + k * 11 + m + 3) as u64));
+    let mut c = vec![f32::NAN; batch * m * n];
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
+    assert!(pool.install(|| bf16::gemm(Isa::Avx512, &spec, &a, &b, &mut c)));
+    let wide = |v: &[half::bf16]| -> Vec<f32> { v.iter().map(|x| x.to_f32()).collect() };
+    let (want, scale) = reference(&spec, &wide(&a), &wide(&b));
+    let tol = f32::EPSILON as f64 * (8.0 + 2.0 * (k as f64).sqrt());
+    for (idx, ((&got, &w), &s)) in c.iter().zip(&want).zip(&scale).enumerate() {
+        assert!(
+            (got as f64 - w).abs() <= tol * s + 1e-30,
+            "bf16 {spec:?} threads={threads}: element {idx} is {got}, want {w}"
+        );
+    }
+    true
+}
+
+#[test]
+fn bf16_kernel_edges_transposes_and_blocks() {
+    let mut shapes = Vec::new();
+    for &m in &[1, 5, 6, 7, 13] {
+        for &k in &[1, 2, 3, 17] {
+            for &n in &[1, 15, 64, 65, 130] {
+                shapes.push((m, k, n));
+            }
+        }
+    }
+    // Several depth blocks (odd remainder), row blocks and column blocks.
+    shapes.extend([
+        (7, bf16::KC + 3, 65),
+        (13, 2 * bf16::KC + 1, 70),
+        (GEMM_MC + 5, 9, 3),
+        (9, 33, bf16::NC + 70),
+        (40, 67, 130),
+        (17, 1, 3),
+    ]);
+    for (m, k, n) in shapes {
+        for (trans_a, trans_b) in [(false, false), (true, false), (false, true), (true, true)] {
+            if !check_bf16(MatmulSpec { batch: 1, trans_a, trans_b, ..MatmulSpec::new(m, k, n) }, 1) {
+                eprintln!("skipped: this CPU has no AVX512_BF16");
+                return;
+            }
+        }
+    }
+}
+
+#[test]
+fn bf16_kernel_threads_and_batches() {
+    let cases = [
+        MatmulSpec::new(301, 129, 257),
+        MatmulSpec::new(1000, 300, 5),
+        MatmulSpec { trans_b: true, ..MatmulSpec::new(3, 700, 1000) },
+        MatmulSpec { batch: 3, trans_a: true, ..MatmulSpec::new(17, 9, 33) },
+        MatmulSpec { batch: 40, ..MatmulSpec::new(33, 40, 31) },
+    ];
+    for spec in cases {
+        if !check_bf16(spec, 2) {
+            eprintln!("skipped: this CPU has no AVX512_BF16");
+            return;
+        }
+    }
+}
+
+#[test]
+fn bf16_kernel_propagates_nan_and_infinity() {
+    if !bf16::available(Isa::Avx512) {
+        eprintln!("skipped: this CPU has no AVX512_BF16");
+        return;
+    }
+    let (m, k, n) = (9, 5, 70);
+    let mut a: Vec<half::bf16> = values(m * k, 1).into_iter().map(half::bf16::from_f32).collect();
+    let b: Vec<half::bf16> = values(k * n, 2).into_iter().map(half::bf16::from_f32).collect();
+    a[3 * k + 2] = half::bf16::NAN;
+    a[7 * k] = half::bf16::INFINITY;
+    let mut c = vec![0.0; m * n];
+    assert!(bf16::gemm(Isa::Avx512, &MatmulSpec::new(m, k, n), &a, &b, &mut c));
+    for j in 0..n {
+        assert!(c[3 * n + j].is_nan(), "row with a NaN");
+        assert!(c[7 * n + j].is_infinite() || c[7 * n + j].is_nan(), "row with an infinity");
+        assert!(c[n + j].is_finite(), "clean row");
+    }
+    // Not the AVX-512 path: refused, nothing written.
+    assert!(!bf16::gemm(Isa::Avx2, &MatmulSpec::new(m, k, n), &a, &b, &mut c[..0]));
+}

@@ -13,7 +13,9 @@
 //!   results in `f64`; they return `f32`.
 //! - Row ops work in groups of whole rows (about 64 Ki values), widened into
 //!   a per-thread scratch that stays in cache and is kept between calls.
-//! - Matmul and conv widen their inputs to `f32` arrays, run the `f32` kernel
+//! - Matmul on bf16 operands, on a CPU with AVX512_BF16, runs
+//!   [`gemm::bf16`]: packed straight from bf16, `vdpbf16ps`, `f32` output.
+//! - Other matmuls and conv widen their inputs to `f32` arrays, run the `f32` kernel
 //!   (matmul straight into an `f32` output), and narrow the result: `f32`
 //!   speed, plus one pass over each operand and temporary memory of twice the
 //!   half inputs' size (whose first touch costs a page fault per 4 KiB).
@@ -86,6 +88,13 @@ fn run_into<T: Element>(isa: Isa, op: &Op, inputs: &[HostSlice<'_>], out: &mut [
         }
         Op::Rows { op: r, cols, .. } => rows_staged(isa, r, cols, inputs, out),
         Op::Matmul(spec) => {
+            if let [HostSlice::BF16(a), HostSlice::BF16(b)] = *inputs
+                && gemm::bf16::available(isa)
+            {
+                return into_output(isa, op, out, |o| {
+                    gemm::bf16::gemm(isa, &spec, a, b, o);
+                });
+            }
             let wide = widen_all(isa, op, inputs)?;
             into_output(isa, op, out, |o| gemm::sgemm(isa, &spec, &wide[0], &wide[1], o))?;
         }
