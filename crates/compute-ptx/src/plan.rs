@@ -199,11 +199,11 @@ impl Exec<'_> {
             Op::Unary { op: u, len, .. } => {
                 let (kind, p0, p1) = UnaryKind::of(u);
                 let args = [Arg::Ptr(input(0)?), Arg::Ptr(out), Arg::U64(len as u64), Arg::F32(p0), Arg::F32(p1)];
-                self.launch(KernelId::Unary(kind, dt), self.stream_grid(len, &[dt]), &args)
+                self.launch(KernelId::Unary(kind, dt), self.stream_grid(len, &[dt, dt]), &args)
             }
             Op::Binary { op: b, len, .. } => {
                 let args = [Arg::Ptr(input(0)?), Arg::Ptr(input(1)?), Arg::Ptr(out), Arg::U64(len as u64)];
-                self.launch(KernelId::Binary(b, dt), self.stream_grid(len, &[dt]), &args)
+                self.launch(KernelId::Binary(b, dt), self.stream_grid(len, &[dt, dt, dt]), &args)
             }
             Op::Reduce { op: r, len, .. } => {
                 let kind = if r == ReduceOp::Sum { ReduceKind::Sum } else { ReduceKind::Max };
@@ -276,12 +276,16 @@ impl Exec<'_> {
         self.cast(tp, DType::F32, out, result.dtype, result.len)
     }
 
-    /// Grid of the streaming kernels over operands of `dtypes`: enough blocks
-    /// to cover the units (4 values when all are `f32`, else 8), at most 16 per
-    /// multiprocessor (the loop strides over the rest).
+    /// Grid of the streaming kernels over operands of `dtypes` (the output
+    /// last): enough blocks to cover the units
+    /// ([`elementwise::unit_width`]), at most 16 per multiprocessor (the
+    /// loop strides over the rest).
     fn stream_grid(&self, len: usize, dtypes: &[DType]) -> Grid {
         let per_block = elementwise::BLOCK as usize;
-        let unit = if dtypes.iter().all(|&d| d == DType::F32) { 4 } else { 8 };
+        let unit = match dtypes.split_last() {
+            Some((&out, inputs)) => elementwise::unit_width(inputs, out),
+            None => 4,
+        };
         let want = len.div_ceil(unit).div_ceil(per_block).max(1);
         let cap = self.l.sm_count() as usize * 16;
         Grid { blocks: (want.min(cap) as u32, 1, 1), threads: (per_block as u32, 1, 1), dynamic_smem: 0 }
