@@ -1,7 +1,8 @@
 //! `cargo xtask calibrate`: measures this machine's dispatch profile and saves
 //! it where `Compute::auto()` looks for it (see `dispatch::calibrate`).
 //! Prints the engines found, how long the measurement took (engines already
-//! open), the profile's path and a one-line summary per engine.
+//! open), each step's time, the profile's path and a one-line summary per
+//! engine. `COMPUTE_PROFILE=/tmp/p.json` keeps it out of the user's cache.
 
 fn main() {
     for f in dispatch::discover::probe() {
@@ -40,8 +41,9 @@ fn main() {
                         )
                     },
                 );
+                let half = e.classes.iter().filter(|c| c.dtype != compute_core::DType::F32).count();
                 println!(
-                    "{:<6} launch {:>8.2} µs, {link}, {} op classes [{}]",
+                    "{:<6} launch {:>8.2} µs, {link}, {} curves ({half} on half data) [{}]",
                     e.engine.as_str(),
                     e.launch_s * 1e6,
                     e.classes.len(),

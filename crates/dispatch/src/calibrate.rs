@@ -2,27 +2,31 @@
 //!
 //! For each engine: the fixed cost of a call on resident data (launch +
 //! synchronise), for GPUs the host↔device bandwidth and per-call staging
-//! overhead, and for each op class the call time at a ladder of sizes (data
-//! resident). At each size the engines are timed round-robin, in bursts each
-//! round ([`crate::timing`]), so that a load spike on a shared machine hits all
-//! of them alike; each class's ladder is measured [`PASSES`] times (a whole
-//! pass up the ladder apart) and each point keeps the fastest median, so that a phase of a few tens of
-//! milliseconds in which the machine was busy elsewhere does not become an
-//! engine's speed. Only the engines in the running at a size (`contenders`:
-//! within [`RUNNING_WITHIN`] of the fastest) are timed again there. A ladder
-//! stops early for an engine when its next size would take longer than
-//! [`Options::max_call`], or once it is [`DROP_BEYOND`] times slower than the
-//! fastest past its fixed cost ([`FIXED_SHARE`]; the two smallest sizes are
-//! always measured); the model extrapolates linearly past the last sample.
-//! First, each GPU engine compiles the kernels of every ladder op
-//! ([`Backend::prepare`], the engines at once), so that no size's step pays
-//! for it; after the links are measured, each is fitted to one real host call
-//! (`fit_links_to_host_calls`). Default options
-//! took 1.8–1.9 s for three engines on the 2-core development machine (two CPU
-//! engines and lavapipe; engines already open) and 2.3–2.5 s for four on the
-//! H200 machine, 3.1 s in a fresh machine's first process (when the drivers
-//! compile the kernels); with the devices' opening, 2.7–4.8 s.
-//! [`Profile::timings`] holds each step's time; see `docs/dispatch.md`.
+//! overhead, and for each op class and dtype in [`LADDERS`] the call time at a
+//! ladder of sizes (data resident). At each size the engines are timed
+//! round-robin, in bursts each round ([`crate::timing`]), so that a load spike
+//! on a shared machine hits all of them alike; each ladder is measured
+//! [`PASSES`] times (a whole pass up the ladder apart) and each point keeps
+//! the fastest median, so that a phase of a few tens of milliseconds in which
+//! the machine was busy elsewhere does not become an engine's speed. Only the
+//! engines in the running at a size (`contenders`: within [`RUNNING_WITHIN`]
+//! of the fastest) are timed again there. A ladder stops early for an engine
+//! when its next size would take longer than [`Options::max_call`], or once it
+//! is [`DROP_BEYOND`] times slower than the fastest past its fixed cost
+//! ([`FIXED_SHARE`]; the two smallest sizes are always measured); the model
+//! extrapolates linearly past the last sample. First, each GPU engine
+//! compiles the kernels of every ladder op ([`Backend::prepare`], the engines
+//! at once), so that no size's step pays for it; after the links are
+//! measured, each is fitted to one real host call (`fit_links_to_host_calls`).
+//!
+//! [`LADDERS`] holds every op class on `f32` data, and add, softmax and matmul
+//! on `bf16` data. Default options took 2.1–2.2 s for three engines on the
+//! 2-core development machine (two CPU engines and lavapipe; engines already
+//! open), 0.35 s of it the bf16 ladders. Without the bf16 ladders, four
+//! engines took 2.3–2.5 s on the H200 machine, 3.1 s in a fresh machine's
+//! first process (when the drivers compile the kernels); with the devices'
+//! opening, 2.7–4.8 s. [`Profile::timings`] holds each step's time; see
+//! `docs/dispatch.md`.
 //!
 //! The profile is saved as JSON in `$COMPUTE_PROFILE` if set, else
 //! `$XDG_CACHE_HOME/compute/profile-<hash>.json`, else
@@ -36,15 +40,23 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use compute_core::conformance::rng::Rng;
 use compute_core::{
-    Backend, BackendKind, BinaryOp, ComputeError, Conv2dSpec, GeluForm, Op, OpClass, Result, RowOp, Tensor, UnaryOp,
+    Backend, BackendKind, BinaryOp, ComputeError, Conv2dSpec, DType, GeluForm, HostSlice, HostVec, Op, OpClass, Result,
+    RowOp, Tensor, UnaryOp, bf16, f16,
 };
 
 use crate::engine::Engine;
-use crate::profile::{ClassCurve, EngineProfile, FORMAT, Link, Point, Profile, StepTime, work};
+use crate::profile::{ClassCurve, CurveKey, EngineProfile, FORMAT, Link, Point, Profile, StepTime, work};
 use crate::timing::{Call, median_round_robin};
 
 /// Times each class's ladder is measured; each point keeps its fastest median.
 pub const PASSES: usize = 2;
+
+/// The half-precision ladders spend this fraction of
+/// [`Options::budget_per_point`] on each size (still at least `min_reps`
+/// rounds per pass). With the `f32` ladders' share and sizes they added
+/// 0.75–1.0 s to a 2.0–2.4 s calibration on the 2-core machine (three
+/// engines); with this share and their sparser sizes (see `ladder`), 0.35 s.
+pub const HALF_POINT_SHARE: f64 = 0.25;
 
 /// How long calibration may take.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -162,9 +174,9 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
         step = Instant::now();
     };
     let tiny = Op::unary(UnaryOp::Relu, 64);
-    // Every kernel the ladders need, compiled up front instead of in the
-    // warm-up calls of each size's step.
-    let mut all: Vec<Op> = OpClass::ALL.into_iter().flat_map(|c| ladder(c).0).collect();
+    // Every kernel the ladders need (half-precision ones included), compiled up
+    // front instead of in the warm-up calls of each size's step.
+    let mut all: Vec<Op> = LADDERS.into_iter().flat_map(|k| ladder(k).0).collect();
     all.push(tiny);
     let backends: Vec<&dyn Backend> = engines.iter().map(|(_, b)| b.as_ref()).collect();
     prepare_concurrently(&backends, &all)?;
@@ -188,12 +200,21 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
         fit_links_to_host_calls(engines, &mut out, &mut pool, opts)?;
         lap("host calls".into());
     }
-    // Each op class gets an equal share of the time, so that slow early classes
-    // (large element-wise sizes on a software GPU) cannot starve matmul and conv.
-    let budget = opts.max_per_engine.saturating_mul(engines.len().max(1) as u32) / OpClass::ALL.len() as u32;
-    let per_pass = Options { budget_per_point: opts.budget_per_point / PASSES as u32, ..*opts };
-    for class in OpClass::ALL {
+    // Each ladder gets a share of the time left in proportion to its number of
+    // sizes, so that slow early ladders (large element-wise sizes on a software
+    // GPU) cannot starve matmul, conv and the half-precision ladders, and time a
+    // ladder leaves unspent goes to the ones after it.
+    let total = opts.max_per_engine.saturating_mul(engines.len().max(1) as u32);
+    let sizes: Vec<usize> = LADDERS.iter().map(|&k| ladder(k).0.len()).collect();
+    let ladders_started = Instant::now();
+    for (l, key) in LADDERS.into_iter().enumerate() {
+        let class = key.class;
+        let point = if key.dtype == DType::F32 { 1.0 } else { HALF_POINT_SHARE };
+        let per_pass = Options { budget_per_point: scaled(opts.budget_per_point, point / PASSES as f64), ..*opts };
         let started = Instant::now();
+        let sizes_left: usize = sizes.get(l..).map_or(0, |s| s.iter().sum());
+        let share = sizes.get(l).copied().unwrap_or(0) as f64 / sizes_left.max(1) as f64;
+        let budget = scaled(total.saturating_sub(ladders_started.elapsed()), share);
         // Per ladder size: its op, its work, and each engine's seconds (`None`: not timed).
         let mut rows: Vec<(Op, f64, Vec<Option<f64>>)> = Vec::new();
         let mut active: Vec<bool> = vec![true; engines.len()];
@@ -207,7 +228,7 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
         // linearly. The two smallest sizes are always measured (a curve needs two
         // samples). Past the regular sizes (see `ladder`) only the engines whose
         // time is still mostly fixed cost are timed.
-        let (ops, regular) = ladder(class);
+        let (ops, regular) = ladder(key);
         for (rung, op) in ops.into_iter().enumerate() {
             let w = work(class, &op.cost());
             for (i, (a, (_, b))) in active.iter_mut().zip(engines).enumerate() {
@@ -284,13 +305,19 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
                 .filter_map(|(_, work, s)| s.get(i).copied().flatten().map(|seconds| Point { work: *work, seconds }))
                 .collect();
             if !pts.is_empty() {
-                e.classes.push(ClassCurve { class, points: pts });
+                e.classes.push(ClassCurve { class, dtype: key.dtype, points: pts });
             }
         }
-        lap(format!("{class:?}"));
+        lap(key.to_string());
     }
     let created_unix_s = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     Ok(Profile { format: FORMAT, key: profile_key(engines), calibrated: true, created_unix_s, engines: out, timings })
+}
+
+/// `d` times `factor` (in [0, 1]); `d` itself where that does not make a
+/// duration (`Duration::MAX` times 1.0 rounds past it).
+fn scaled(d: Duration, factor: f64) -> Duration {
+    Duration::try_from_secs_f64(d.as_secs_f64() * factor).unwrap_or(d)
 }
 
 /// [`Backend::prepare`] of `ops` on every backend, each on its own thread, so
@@ -364,28 +391,32 @@ fn round_trips(engines: &[EngineProfile], op: &Op) -> Vec<f64> {
     engines.iter().map(|e| e.link.map_or(0.0, |l| l.round_trip_s(cost.bytes_read, cost.bytes_written))).collect()
 }
 
-/// One timed call of `op` on an engine: host slices on the CPU, writing
-/// `out` (shared by the CPU engines, so that they run on the same buffers);
-/// on a GPU, inputs uploaded once, then `run_tensors` + `synchronize` per call.
+/// One timed call of `op` on an engine, in the op's dtypes: host slices on
+/// the CPU, writing `out` (shared by the CPU engines, so that they run on the
+/// same buffers; replaced by one of the op's output length and dtype); on a
+/// GPU, inputs uploaded once, then `run_tensors` + `synchronize` per call.
 fn prepare<'a>(
     engine: Engine,
     b: &'a dyn Backend,
     op: &'a Op,
-    ins: &'a [&'a [f32]],
-    out: &'a RefCell<Vec<f32>>,
+    ins: &'a [HostSlice<'a>],
+    out: &'a RefCell<HostVec>,
 ) -> Result<Call<'a>> {
-    let out_len = op.layout()?.output_len();
+    let result = op.layout()?.output();
     if engine.is_gpu() {
-        let tensors = ins.iter().map(|v| b.upload(v)).collect::<Result<Vec<Tensor>>>()?;
-        let out = b.alloc(out_len)?;
+        let tensors = ins.iter().map(|v| b.upload_typed(*v)).collect::<Result<Vec<Tensor>>>()?;
+        let out = b.alloc_typed(result.len, result.dtype)?;
         Ok(Box::new(move || {
             let refs: Vec<&Tensor> = tensors.iter().collect();
             b.run_tensors(op, &refs, &out)?;
             b.synchronize()
         }))
     } else {
-        out.borrow_mut().resize(out_len, 0.0);
-        Ok(Box::new(move || b.run(op, ins, &mut out.borrow_mut()[..out_len])))
+        let mut o = out.borrow_mut();
+        if o.dtype() != result.dtype || o.len() != result.len {
+            *o = HostVec::zeros(result.dtype, result.len);
+        }
+        Ok(Box::new(move || b.run_typed(op, ins, out.borrow_mut().as_mut())))
     }
 }
 
@@ -400,7 +431,7 @@ fn time_all(
     opts: &Options,
 ) -> Result<Vec<Option<f64>>> {
     let ins = data.inputs(op)?;
-    let out = RefCell::new(Vec::new());
+    let out = RefCell::new(HostVec::zeros(DType::F32, 0));
     let mut calls: Vec<Option<Call<'_>>> = Vec::with_capacity(engines.len());
     for (engine, b) in engines {
         // Warm-up call, which also tells whether the engine takes the op at all.
@@ -414,13 +445,16 @@ fn time_all(
     median_round_robin(&mut calls, opts.budget_per_point, opts.min_reps, 2000)
 }
 
-/// Whether `e` says the engine does not take the op (unsupported, over a
-/// limit, out of memory): calibration then leaves that engine out of the
-/// size, instead of failing.
+/// Whether `e` says the engine does not take the op (unsupported, a dtype it
+/// does not compute, over a limit, out of memory): calibration then leaves
+/// that engine out of the size, instead of failing.
 fn refuses(e: &ComputeError) -> bool {
     matches!(
         e,
-        ComputeError::Unsupported { .. } | ComputeError::LimitExceeded { .. } | ComputeError::OutOfMemory { .. }
+        ComputeError::Unsupported { .. }
+            | ComputeError::UnsupportedDType { .. }
+            | ComputeError::LimitExceeded { .. }
+            | ComputeError::OutOfMemory { .. }
     )
 }
 
@@ -452,7 +486,28 @@ fn median_time(mut f: impl FnMut() -> Result<()>, budget: Duration, min_reps: us
     Ok(crate::timing::median(&mut samples).unwrap_or(1e-9))
 }
 
-/// The ladder of calibration ops of each class, smallest first, and how many
+/// The curves calibration measures, in order: one ladder per op class on
+/// `f32` data, then `bf16` ladders for the classes whose half-precision
+/// throughput differs from what the `f32` curve predicts at the op's work:
+/// add, softmax, and matmul with `bf16` operands and an `f32` output (the
+/// usual inference GEMM). On the H100 machine's CPU, add bf16 2¹⁶ took 17.8 µs
+/// where the `f32` curve at its bytes said 5.2 µs, softmax bf16 2¹⁴ 14.5 µs
+/// against 5.0 µs; a bf16 matmul has its own kernels where the CPU has
+/// AVX512_BF16. The other classes, and `f16` data, are predicted from these
+/// curves ([`crate::CostModel::predict_cost`]).
+pub const LADDERS: [CurveKey; 9] = [
+    CurveKey::new(OpClass::Elementwise, DType::F32),
+    CurveKey::new(OpClass::Transcendental, DType::F32),
+    CurveKey::new(OpClass::Reduction, DType::F32),
+    CurveKey::new(OpClass::RowWise, DType::F32),
+    CurveKey::new(OpClass::Matmul, DType::F32),
+    CurveKey::new(OpClass::Conv, DType::F32),
+    CurveKey::new(OpClass::Elementwise, DType::BF16),
+    CurveKey::new(OpClass::RowWise, DType::BF16),
+    CurveKey::new(OpClass::Matmul, DType::BF16),
+];
+
+/// The ladder of calibration ops of `key`, smallest first, and how many
 /// of them are regular sizes, timed on every engine still climbing. Element
 /// counts step by 2 from 2¹⁰ to 2²⁰: the CPU engine's time jumps where a
 /// kernel starts using every thread (its thresholds in `compute_simd::tuning`
@@ -465,10 +520,28 @@ fn median_time(mut f: impl FnMut() -> Result<()>, budget: Duration, min_reps: us
 /// about 0.6 s of a 2.75–3.0 s calibration (64 MiB inputs on two GPUs, calls
 /// of 7–10 ms on one CPU thread); dropped altogether, wgpu was predicted
 /// 81 µs at 2²⁶ (flat from its 2²⁰ and 2²² samples) and took 200–300 µs.
-fn ladder(class: OpClass) -> (Vec<Op>, usize) {
-    let lens: Vec<usize> = [6u32].into_iter().chain(10..=20).chain([22, 24]).map(|p| 1usize << p).collect();
+///
+/// The ops are on `key.dtype` data; a matmul's output is `f32` whatever its
+/// operands. The half-precision element-count ladders step by 2 only from
+/// 2¹² to 2¹⁶, around the CPU's thresholds for going parallel (2¹³–2¹⁵
+/// elements, whatever the dtype), and by 4 elsewhere, and their regular
+/// sizes stop at 2²⁰: 9 instead of 13; only the engines still launch-bound
+/// there are timed at 2²² and 2²⁴. A CPU engine is then extrapolated in
+/// proportion from 2²⁰, which reads low out of cache (on the 2-core machine a
+/// bf16 add took 5.6–6.0× its 2²⁰ time at 2²², a bf16 softmax 4.7–4.9×), but
+/// at those sizes a GPU beats the CPU by about 10× on resident data and loses
+/// by more on host data, and both CPU engines are extrapolated alike. Their
+/// matmul ladder has the `f32` one's sizes: the engines' crossovers lie
+/// between 64³ and 1024³.
+fn ladder(key: CurveKey) -> (Vec<Op>, usize) {
+    let powers: Vec<u32> = if key.dtype == DType::F32 {
+        [6].into_iter().chain(10..=20).chain([22, 24]).collect()
+    } else {
+        [6, 10].into_iter().chain(12..=16).chain([18, 20, 22, 24]).collect()
+    };
+    let lens: Vec<usize> = powers.into_iter().map(|p| 1usize << p).collect();
     let by_len = |f: fn(usize) -> Op| lens.iter().map(|&n| f(n)).collect::<Vec<Op>>();
-    let ops = match class {
+    let ops = match key.class {
         OpClass::Elementwise => by_len(|n| Op::binary(BinaryOp::Add, n)),
         OpClass::Transcendental => by_len(|n| Op::unary(UnaryOp::Gelu(GeluForm::Tanh), n)),
         OpClass::Reduction => by_len(Op::dot),
@@ -478,10 +551,19 @@ fn ladder(class: OpClass) -> (Vec<Op>, usize) {
             [4usize, 8, 16, 32, 64, 128, 256].map(|hw| Op::Conv2d(Conv2dSpec::same(16, hw, 16, 3))).to_vec()
         }
     };
-    // Only the element-count ladders have a last, launch-bound-only size.
-    let regular = match class {
+    let ops: Vec<Op> = ops
+        .into_iter()
+        .map(|op| match op {
+            Op::Matmul(spec) => Op::Matmul(spec.with_dtypes(key.dtype, DType::F32)),
+            op => op.with_dtype(key.dtype),
+        })
+        .collect();
+    // Only the element-count ladders have launch-bound-only sizes: the last
+    // one, and for half data the last two.
+    let regular = match key.class {
         OpClass::Matmul | OpClass::Conv => ops.len(),
-        _ => lens.len() - 1,
+        _ if key.dtype == DType::F32 => ops.len().saturating_sub(1),
+        _ => ops.len().saturating_sub(2),
     };
     (ops, regular)
 }
@@ -491,10 +573,14 @@ fn ladder(class: OpClass) -> (Vec<Op>, usize) {
 /// of drawing tens of millions of values again for each size and pass. Past
 /// [`RandomPool::DRAWN`] values the pool repeats its first ones (no kernel's
 /// speed depends on the order of its values): drawing all 32 Mi values of
-/// what was then the largest ladder call (2²⁴) took about 0.2 s.
+/// what was then the largest ladder call (2²⁴) took about 0.2 s. The `f16`
+/// and `bf16` inputs come from copies of the pool rounded to those types,
+/// made (and repeated past `DRAWN`) the same way.
 struct RandomPool {
     rng: Rng,
     values: Vec<f32>,
+    f16: Vec<f16>,
+    bf16: Vec<bf16>,
 }
 
 impl RandomPool {
@@ -502,21 +588,48 @@ impl RandomPool {
     const DRAWN: usize = 1 << 20;
 
     fn new(seed: u64) -> RandomPool {
-        RandomPool { rng: Rng::new(seed), values: Vec::new() }
+        RandomPool { rng: Rng::new(seed), values: Vec::new(), f16: Vec::new(), bf16: Vec::new() }
     }
 
-    /// `len` values.
+    /// `len` `f32` values.
     fn slice(&mut self, len: usize) -> &[f32] {
-        self.inputs_of(&[len]).pop().unwrap_or(&[])
+        self.grow(len);
+        self.values.get(..len).unwrap_or(&[])
     }
 
-    /// The inputs of `op`: consecutive, disjoint slices of the pool.
-    fn inputs(&mut self, op: &Op) -> Result<Vec<&[f32]>> {
-        Ok(self.inputs_of(&op.layout()?.input_lens().collect::<Vec<_>>()))
+    /// The inputs of `op`, each in its dtype: consecutive, disjoint ranges of
+    /// the pool. Fails for an invalid op or a dtype the pool has no copy in.
+    fn inputs(&mut self, op: &Op) -> Result<Vec<HostSlice<'_>>> {
+        let layout = op.layout()?;
+        let total: usize = layout.input_lens().sum();
+        self.grow(total);
+        for d in layout.inputs().iter().map(|o| o.dtype) {
+            match d {
+                DType::F16 => repeat_rounded(&mut self.f16, &self.values, total, f16::from_f32),
+                DType::BF16 => repeat_rounded(&mut self.bf16, &self.values, total, bf16::from_f32),
+                DType::F32 => {}
+                other => {
+                    let why = "calibration draws f32, f16 and bf16 inputs only";
+                    return Err(ComputeError::unsupported_dtype(op, BackendKind::Simd, other, why));
+                }
+            }
+        }
+        let mut at = 0usize;
+        let mut ins = Vec::with_capacity(layout.inputs().len());
+        for o in layout.inputs() {
+            let range = at..at + o.len;
+            at += o.len;
+            ins.push(match o.dtype {
+                DType::F16 => HostSlice::F16(self.f16.get(range).unwrap_or(&[])),
+                DType::BF16 => HostSlice::BF16(self.bf16.get(range).unwrap_or(&[])),
+                _ => HostSlice::F32(self.values.get(range).unwrap_or(&[])),
+            });
+        }
+        Ok(ins)
     }
 
-    fn inputs_of(&mut self, lens: &[usize]) -> Vec<&[f32]> {
-        let total: usize = lens.iter().sum();
+    /// Makes the `f32` pool at least `total` values long.
+    fn grow(&mut self, total: usize) {
         if self.values.len() < total {
             let drawn = total.min(Self::DRAWN).saturating_sub(self.values.len());
             let more = self.rng.vec(drawn, -1.0, 1.0);
@@ -526,14 +639,19 @@ impl RandomPool {
                 self.values.extend_from_within(..n);
             }
         }
-        let mut rest = self.values.as_slice();
-        lens.iter()
-            .map(|&n| {
-                let (head, tail) = rest.split_at(n.min(rest.len()));
-                rest = tail;
-                head
-            })
-            .collect()
+    }
+}
+
+/// Makes `copy` at least `total` long: `values` rounded by `round` up to
+/// [`RandomPool::DRAWN`], then the copy repeated (as the pool repeats itself).
+fn repeat_rounded<T: Copy>(copy: &mut Vec<T>, values: &[f32], total: usize, round: fn(f32) -> T) {
+    let rounded = total.min(RandomPool::DRAWN).min(values.len());
+    if copy.len() < rounded {
+        copy.extend(values.get(copy.len()..rounded).unwrap_or(&[]).iter().map(|&v| round(v)));
+    }
+    while copy.len() < total && !copy.is_empty() {
+        let n = (total - copy.len()).min(copy.len());
+        copy.extend_from_within(..n);
     }
 }
 
@@ -544,8 +662,8 @@ impl RandomPool {
 /// large ones tens of MiB, and drivers copy the two differently.
 fn measure_link(b: &dyn Backend, tiny: &Op, launch_s: f64, data: &mut RandomPool, opts: &Options) -> Result<Link> {
     let refs = data.inputs(tiny)?;
-    let mut out = vec![0.0f32; 64];
-    let host_call = median_time(|| b.run(tiny, &refs, &mut out), opts.budget_per_point, opts.min_reps)?;
+    let mut out = HostVec::zeros(tiny.out_dtype(), tiny.layout()?.output_len());
+    let host_call = median_time(|| b.run_typed(tiny, &refs, out.as_mut()), opts.budget_per_point, opts.min_reps)?;
     let lens = [64usize, 1 << 18, 1 << 22];
     let mut up = [0.0f64; 3];
     let mut down = [0.0f64; 3];
@@ -599,7 +717,7 @@ fn fit_links_to_host_calls(
     let op = knee_call();
     let cost = op.cost();
     let ins = data.inputs(&op)?;
-    let out = RefCell::new(vec![0.0f32; op.layout()?.output_len()]);
+    let out = RefCell::new(HostVec::zeros(op.out_dtype(), op.layout()?.output_len()));
     let (op, ins, out) = (&op, &ins[..], &out);
     // Per engine: its host call, then (GPUs only) its resident call; `slots`
     // holds the GPUs' two places in `calls`.
@@ -607,7 +725,7 @@ fn fit_links_to_host_calls(
     let mut slots = Vec::new();
     for (engine, b) in engines {
         let b = b.as_ref();
-        let mut host: Call<'_> = Box::new(move || b.run(op, ins, &mut out.borrow_mut()));
+        let mut host: Call<'_> = Box::new(move || b.run_typed(op, ins, out.borrow_mut().as_mut()));
         if !engine.is_gpu() {
             calls.push(Some(host));
             slots.push(None);
@@ -649,6 +767,7 @@ fn fitted(link: Link, round_trip_s: f64, cost: &compute_core::Cost) -> Link {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use compute_core::MatmulSpec;
 
     #[test]
     fn a_link_fitted_to_a_host_call_predicts_it() {
@@ -676,19 +795,40 @@ mod tests {
 
     #[test]
     fn ladders_are_valid_and_increasing() {
-        for class in OpClass::ALL {
-            let (ops, regular) = ladder(class);
-            assert!(regular >= 5 && regular <= ops.len(), "{class:?}");
-            assert!(ops.len() >= 5, "{class:?}");
+        for key in LADDERS {
+            let (ops, regular) = ladder(key);
+            assert!(regular >= 5 && regular <= ops.len(), "{key}");
+            assert!(ops.len() >= 5, "{key}");
             let mut prev = 0.0;
             for op in ops {
                 assert!(op.layout().is_ok(), "{op:?}");
-                assert_eq!(op.class(), class);
-                let w = work(class, &op.cost());
-                assert!(w > prev, "{class:?}: work must increase");
+                assert_eq!(CurveKey::of(&op), key, "{op:?}");
+                let w = work(key.class, &op.cost());
+                assert!(w > prev, "{key}: work must increase");
                 prev = w;
             }
         }
+        // Every class has an f32 ladder, and no key is measured twice.
+        for class in OpClass::ALL {
+            assert!(LADDERS.contains(&CurveKey::new(class, DType::F32)), "{class:?}");
+        }
+        let mut keys = LADDERS.to_vec();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), LADDERS.len());
+        // The half-precision matmul is the inference GEMM: bf16 operands, f32 output.
+        let (mm, _) = ladder(CurveKey::new(OpClass::Matmul, DType::BF16));
+        assert!(mm.iter().all(|op| op.dtype() == DType::BF16 && op.out_dtype() == DType::F32));
+        let (add, _) = ladder(CurveKey::new(OpClass::Elementwise, DType::BF16));
+        assert!(add.iter().all(|op| op.dtype() == DType::BF16 && op.out_dtype() == DType::BF16));
+    }
+
+    #[test]
+    fn budgets_scale_without_panicking() {
+        assert_eq!(scaled(Duration::from_millis(16), 0.125), Duration::from_millis(2));
+        assert_eq!(scaled(Duration::MAX, 1.0), Duration::MAX);
+        assert_eq!(scaled(Duration::ZERO, 0.5), Duration::ZERO);
+        assert!(scaled(Duration::MAX, 0.5) < Duration::MAX);
     }
 
     #[test]
@@ -709,10 +849,18 @@ mod tests {
     fn the_random_pool_hands_out_disjoint_nonzero_inputs() {
         let mut pool = RandomPool::new(7);
         let op = Op::binary(BinaryOp::Add, 1000);
-        let ins = pool.inputs(&op).expect("valid op");
+        let ins: Vec<Vec<f32>> = pool.inputs(&op).expect("valid op").iter().map(|v| v.to_f32()).collect();
         assert_eq!(ins.len(), 2);
         assert!(ins.iter().all(|v| v.len() == 1000 && v.iter().any(|&x| x != 0.0)));
         assert_ne!(ins[0], ins[1]);
+        // Half inputs are the same values, rounded, in the op's dtype.
+        let half = pool.inputs(&op.with_dtype(DType::BF16)).expect("valid op");
+        assert!(half.iter().all(|v| v.dtype() == DType::BF16 && v.len() == 1000));
+        assert_eq!(half[1].to_f32(), ins[1].iter().map(|&x| bf16::from_f32(x).to_f32()).collect::<Vec<_>>());
+        let mm = Op::Matmul(MatmulSpec::new(4, 8, 2).with_dtypes(DType::F16, DType::F32));
+        assert!(pool.inputs(&mm).expect("valid op").iter().all(|v| v.dtype() == DType::F16));
+        let big = pool.inputs(&Op::binary(BinaryOp::Add, RandomPool::DRAWN + 3).with_dtype(DType::F16)).expect("ok");
+        assert_eq!(big[1].len(), RandomPool::DRAWN + 3, "half copies repeat past DRAWN too");
         assert_eq!(pool.slice(3000).len(), 3000, "grows on demand");
         // Past DRAWN values the pool repeats its drawn ones.
         let n = RandomPool::DRAWN;

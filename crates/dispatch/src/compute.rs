@@ -18,7 +18,7 @@ use crate::engine::{Engine, Placement};
 use crate::lane::Lane;
 use crate::model::CostModel;
 use crate::pool::{GpuBufferPool, GpuPoolStats};
-use crate::profile::Profile;
+use crate::profile::{CurveKey, Profile};
 use crate::selector::{BackendSelector, SelectedBackend};
 
 /// How [`Compute`] picks the engine of a call.
@@ -407,7 +407,7 @@ impl Compute {
         let cpu = if usable(Engine::Simd) { Engine::Simd } else { fallback };
         match self.inner.policy {
             Policy::Auto => {
-                let class = op.class();
+                let key = CurveKey::of(op);
                 let cost = op.cost();
                 let model = &self.inner.model;
                 let times = self
@@ -415,7 +415,7 @@ impl Compute {
                     .slots
                     .iter()
                     .filter(ok)
-                    .filter_map(|s| model.predict_cost(s.engine, class, &cost, placement).map(|t| (s.engine, t)));
+                    .filter_map(|s| model.predict_cost(s.engine, key, &cost, placement).map(|t| (s.engine, t)));
                 crate::model::pick(times).map_or(cpu, |(e, _)| e)
             }
             Policy::FiveX(sel) => match sel.select_for_op(op) {

@@ -58,5 +58,5 @@ pub use hybrid::SEED_THRESHOLD;
 pub use hybrid::{FIXED_THRESHOLD, HybridScheduler, MatmulOp, crossover_threshold};
 pub use model::{CostModel, Decision, pick};
 pub use pool::{GpuBufferPool, GpuPoolStats, PooledTensor};
-pub use profile::Profile;
+pub use profile::{CurveKey, Profile};
 pub use selector::{BackendSelector, SelectedBackend};

@@ -1,11 +1,18 @@
 //! [`CostModel`]: predicts each engine's time for a call from a [`Profile`]
 //! and picks the fastest. A prediction is a few float operations and one
-//! `ln`/`exp` pair (well under 1 µs for all engines together).
+//! `ln`/`exp` pair (two for an `f16` matmul on a CPU engine), with no
+//! allocation: well under 1 µs for all engines together.
+//!
+//! Curves are kept per op class and dtype ([`CurveKey`]). An op is predicted
+//! from the curve of its class on its first input's dtype, at its own work
+//! ([`work`]: bytes counted at each operand's size, or FLOPs); when the
+//! profile has no such curve, from the nearest one that it has (see
+//! [`CostModel::predict_cost`]), so every profile predicts every op.
 
-use compute_core::{Cost, Op, OpClass};
+use compute_core::{Cost, DType, Op, OpClass};
 
 use crate::engine::{Engine, Placement};
-use crate::profile::{Link, Profile, work};
+use crate::profile::{CurveKey, Link, Profile, work};
 
 /// The engine with the smallest predicted seconds among `times` (first listed
 /// wins ties); `None` when `times` is empty. No engine is favoured near a tie:
@@ -83,12 +90,56 @@ impl Curve {
     }
 }
 
-/// The compiled profile of one engine.
+/// The dtypes that have curve slots, in slot order.
+const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+/// The compiled profile of one engine: per op class ([`class_index`]), one
+/// curve slot per dtype ([`DTYPES`]).
 #[derive(Clone, Debug, Default)]
 struct EngineModel {
     launch_s: f64,
     link: Option<Link>,
-    curves: [Option<Curve>; 6],
+    curves: [[Option<Curve>; DTYPES.len()]; OpClass::ALL.len()],
+}
+
+impl EngineModel {
+    /// The curve measured for `class` on `dtype`, if any.
+    fn measured(&self, class: OpClass, dtype: DType) -> Option<&Curve> {
+        self.curves.get(class_index(class))?.get(dtype_index(dtype)?)?.as_ref()
+    }
+
+    /// Seconds of a resident call of `w` work of `key` on `engine` (this
+    /// model's engine), from the curve [`CostModel::predict_cost`] describes.
+    fn resident_seconds(&self, engine: Engine, key: CurveKey, w: f64) -> Option<f64> {
+        let at = |c: &Curve| c.seconds(w, self.launch_s);
+        let curve = |d: DType| self.measured(key.class, d);
+        if key.dtype == DType::F16 && key.class == OpClass::Matmul && !engine.is_gpu() && curve(DType::F16).is_none() {
+            // The CPU has a bf16 dot-product instruction and no f16 one: an f16
+            // matmul widens to f32 and runs the f32 kernel, as a bf16 one does
+            // on a CPU without it. The slower of the two curves is that.
+            return match (curve(DType::F32).map(at), curve(DType::BF16).map(at)) {
+                (Some(wide), Some(bf16)) => Some(wide.max(bf16)),
+                (wide, bf16) => wide.or(bf16),
+            };
+        }
+        fallback(key.dtype).iter().find_map(|&d| curve(d)).map(at)
+    }
+}
+
+/// The dtypes whose curves may predict an op on `dtype` data, the first
+/// measured one used: its own, then the other 2-byte dtype's (the two cost
+/// the same on every engine but for the CPU's matmul, handled apart), then
+/// `f32`'s (any dtype without slots of its own is predicted from `f32`).
+fn fallback(dtype: DType) -> &'static [DType] {
+    match dtype {
+        DType::F16 => &[DType::F16, DType::BF16, DType::F32],
+        DType::BF16 => &[DType::BF16, DType::F16, DType::F32],
+        _ => &[DType::F32],
+    }
+}
+
+fn dtype_index(d: DType) -> Option<usize> {
+    DTYPES.iter().position(|&x| x == d)
 }
 
 /// A prediction: which engine, and the seconds it is expected to take.
@@ -100,8 +151,8 @@ pub struct Decision {
     pub seconds: f64,
 }
 
-/// Predicts call times per engine from a [`Profile`]. Cheap to clone; a
-/// prediction allocates nothing.
+/// Predicts call times per engine from a [`Profile`]. Cloning copies the
+/// compiled curves (a few kilobytes); a prediction allocates nothing.
 #[derive(Clone, Debug, Default)]
 pub struct CostModel {
     engines: [Option<EngineModel>; 4],
@@ -119,20 +170,23 @@ fn class_index(c: OpClass) -> usize {
 }
 
 impl CostModel {
-    /// Compiles `profile` (sorts and log-transforms its samples).
+    /// Compiles `profile` (sorts and log-transforms its samples). A curve of a
+    /// dtype without a slot here is ignored; of two curves with the same
+    /// [`CurveKey`], the later one counts.
     pub fn new(profile: &Profile) -> CostModel {
         let mut model = CostModel::default();
         for e in &profile.engines {
-            let mut curves: [Option<Curve>; 6] = Default::default();
+            let mut m = EngineModel::default();
             for c in &e.classes {
-                if let Some(slot) = curves.get_mut(class_index(c.class)) {
+                let slot = dtype_index(c.dtype).and_then(|d| m.curves.get_mut(class_index(c.class))?.get_mut(d));
+                if let Some(slot) = slot {
                     *slot = Curve::new(&c.points);
                 }
             }
-            let launch_s = if e.launch_s.is_finite() { e.launch_s.max(0.0) } else { 0.0 };
-            let link = e.link.filter(Link::is_valid);
+            m.launch_s = if e.launch_s.is_finite() { e.launch_s.max(0.0) } else { 0.0 };
+            m.link = e.link.filter(Link::is_valid);
             if let Some(slot) = model.engines.get_mut(e.engine.index()) {
-                *slot = Some(EngineModel { launch_s, link, curves });
+                *slot = Some(m);
             }
         }
         model
@@ -163,27 +217,35 @@ impl CostModel {
     }
 
     /// Predicted seconds of `op` on `engine` with data at `placement`; `None`
-    /// when the engine or the op's class was never profiled.
+    /// when the engine was never profiled or has no curve for the op's class
+    /// (in any dtype). See [`CostModel::predict_cost`].
     pub fn predict(&self, engine: Engine, op: &Op, placement: Placement) -> Option<f64> {
-        let class = op.class();
-        let cost = op.cost();
-        self.predict_cost(engine, class, &cost, placement)
+        self.predict_cost(engine, CurveKey::of(op), &op.cost(), placement)
     }
 
-    /// [`CostModel::predict`] for an op given by class and cost.
-    pub fn predict_cost(&self, engine: Engine, class: OpClass, cost: &Cost, placement: Placement) -> Option<f64> {
+    /// [`CostModel::predict`] for an op given by its curve key and cost: the
+    /// resident time from a curve of `key.class`, at the op's [`work`], plus
+    /// [`CostModel::transfer_seconds`]. The curve is the one measured on
+    /// `key.dtype` if the profile has it, else:
+    /// - `bf16`: the `f16` curve, else the `f32` one;
+    /// - `f16`: the `bf16` curve, else the `f32` one; except a matmul on a CPU
+    ///   engine, predicted as the slower of the `f32` and `bf16` curves (f16
+    ///   has no dot-product instruction on the CPU: it widens to `f32`);
+    /// - any other dtype: the `f32` curve.
+    ///
+    /// A few float operations and one or two `ln`/`exp` pairs; no allocation.
+    pub fn predict_cost(&self, engine: Engine, key: CurveKey, cost: &Cost, placement: Placement) -> Option<f64> {
         let m = self.engines.get(engine.index())?.as_ref()?;
-        let curve = m.curves.get(class_index(class))?.as_ref()?;
-        let compute = curve.seconds(work(class, cost).max(1.0), m.launch_s);
+        let compute = m.resident_seconds(engine, key, work(key.class, cost).max(1.0))?;
         Some(compute + self.transfer_seconds(engine, cost, placement))
     }
 
     /// The engine among `candidates` with the smallest predicted time for `op`,
     /// as [`pick`] chooses; `None` if none of them is profiled.
     pub fn choose(&self, candidates: &[Engine], op: &Op, placement: Placement) -> Option<Decision> {
-        let class = op.class();
+        let key = CurveKey::of(op);
         let cost = op.cost();
-        pick(candidates.iter().filter_map(|&e| self.predict_cost(e, class, &cost, placement).map(|t| (e, t))))
+        pick(candidates.iter().filter_map(|&e| self.predict_cost(e, key, &cost, placement).map(|t| (e, t))))
             .map(|(engine, seconds)| Decision { engine, seconds })
     }
 }
@@ -192,10 +254,14 @@ impl CostModel {
 mod tests {
     use super::*;
     use crate::profile::{ClassCurve, EngineProfile, Point};
-    use compute_core::{BinaryOp, OpClass};
+    use compute_core::{BinaryOp, MatmulSpec, OpClass};
 
     fn curve(class: OpClass, pts: &[(f64, f64)]) -> ClassCurve {
-        ClassCurve { class, points: pts.iter().map(|&(work, seconds)| Point { work, seconds }).collect() }
+        typed(class, DType::F32, pts)
+    }
+
+    fn typed(class: OpClass, dtype: DType, pts: &[(f64, f64)]) -> ClassCurve {
+        ClassCurve { class, dtype, points: pts.iter().map(|&(work, seconds)| Point { work, seconds }).collect() }
     }
 
     /// A GPU with 10 µs launch, 20 µs staging and 10 GB/s each way; a CPU with
@@ -312,6 +378,144 @@ mod tests {
         assert!(at(10_000) >= at(1000));
         assert!(at(100_000) <= 1e-4 && at(100_000) >= 5e-6);
     }
+
+    /// [`synthetic`] with half-precision curves on the CPU: a bf16 add three
+    /// times slower per byte than the f32 curve says, a bf16 matmul twice as
+    /// fast per FLOP as the f32 one.
+    fn with_half_curves() -> Profile {
+        let mut p = synthetic();
+        p.engines[1].classes.extend([
+            typed(OpClass::Elementwise, DType::BF16, &[(6e2, 1.5e-6), (6e4, 1.5e-4), (6e7, 1.5e-2)]),
+            typed(OpClass::Matmul, DType::BF16, &[(1e3, 0.5e-6), (1e6, 0.5e-4), (1e9, 1e-2)]),
+        ]);
+        p
+    }
+
+    fn bf16_matmul(m: usize, k: usize, n: usize, input: DType) -> Op {
+        Op::Matmul(MatmulSpec::new(m, k, n).with_dtypes(input, DType::F32))
+    }
+
+    #[test]
+    fn an_op_on_bf16_data_is_predicted_from_the_bf16_curve() {
+        let m = CostModel::new(&with_half_curves());
+        let at = |op: &Op| m.predict(Engine::Simd, op, Placement::Resident).unwrap();
+        // add of 10 000 bf16 values: 3 · 2 · 10 000 = 60 000 bytes, the middle bf16
+        // sample. The f32 curve at those bytes says 50 µs, at 10 000 f32 values 100 µs.
+        let add = Op::binary(BinaryOp::Add, 10_000).with_dtype(DType::BF16);
+        assert_eq!(CurveKey::of(&add), CurveKey::new(OpClass::Elementwise, DType::BF16));
+        assert!(close(at(&add), 1.5e-4), "{}", at(&add));
+        assert!(close(at(&Op::binary(BinaryOp::Add, 10_000)), 1e-4), "f32 data keeps the f32 curve");
+        // bf16 operands with an f32 output count as a bf16 matmul: 1e9 FLOPs, 10 ms (f32: 20 ms).
+        let mm = bf16_matmul(500, 1000, 1000, DType::BF16);
+        assert_eq!(CurveKey::of(&mm), CurveKey::new(OpClass::Matmul, DType::BF16));
+        assert!(close(at(&mm), 1e-2), "{}", at(&mm));
+        assert!(close(at(&Op::matmul(500, 1000, 1000)), 2e-2));
+        // The class's other ops on bf16 data use the same curve; choices see it too.
+        let mul = Op::binary(BinaryOp::Mul, 10_000).with_dtype(DType::BF16);
+        assert!(close(at(&mul), 1.5e-4));
+        let d = m.choose(&[Engine::Simd], &add, Placement::Resident).unwrap();
+        assert!(close(d.seconds, 1.5e-4));
+        // The GPU has no bf16 curves: its f32 curve at the op's bytes, plus the
+        // host round trip of bf16-sized copies (20 µs + 40 kB and 20 kB at 10 GB/s).
+        let gpu_resident = m.predict(Engine::Cuda, &add, Placement::Resident).unwrap();
+        let f32_curve = m.predict_cost(
+            Engine::Cuda,
+            CurveKey::new(OpClass::Elementwise, DType::F32),
+            &add.cost(),
+            Placement::Resident,
+        );
+        assert_eq!(Some(gpu_resident), f32_curve);
+        let host = m.predict(Engine::Cuda, &add, Placement::Host).unwrap();
+        assert!(close(host - gpu_resident, 20e-6 + 40e3 / 10e9 + 20e3 / 10e9), "{host}");
+    }
+
+    #[test]
+    fn f16_falls_back_to_bf16_except_the_cpu_matmul() {
+        let mut p = with_half_curves();
+        p.engines[0].classes.push(typed(OpClass::Matmul, DType::BF16, &[(1e6, 2e-5), (1e9, 2e-4), (1e12, 0.2)]));
+        let m = CostModel::new(&p);
+        let at = |e: Engine, op: &Op| m.predict(e, op, Placement::Resident).unwrap();
+        // Element-wise: f16 costs what bf16 costs.
+        let add = Op::binary(BinaryOp::Add, 10_000).with_dtype(DType::F16);
+        assert!(close(at(Engine::Simd, &add), 1.5e-4));
+        // A GPU's f16 matmul: the bf16 curve (0.2 ms at 1e9 FLOPs, f32 0.1 ms).
+        let mm16 = bf16_matmul(500, 1000, 1000, DType::F16);
+        assert!(close(at(Engine::Cuda, &mm16), 2e-4));
+        // The CPU's f16 matmul widens to f32: the slower of the f32 (20 ms) and
+        // bf16 (10 ms) curves, so f32 here…
+        assert!(close(at(Engine::Simd, &mm16), 2e-2));
+        // …and bf16 where the bf16 matmul is the slower one (no bf16 kernel: it widens too).
+        let mut slow = p.clone();
+        slow.engines[1].classes[3] = typed(OpClass::Matmul, DType::BF16, &[(1e3, 2e-6), (1e6, 2e-4), (1e9, 3e-2)]);
+        let ms = CostModel::new(&slow);
+        assert!(close(ms.predict(Engine::Simd, &mm16, Placement::Resident).unwrap(), 3e-2));
+        // A measured f16 curve wins over any fallback.
+        let mut own = p.clone();
+        own.engines[1].classes.push(typed(OpClass::Matmul, DType::F16, &[(1e3, 1e-6), (1e9, 5e-2)]));
+        let mo = CostModel::new(&own);
+        assert!(close(mo.predict(Engine::Simd, &mm16, Placement::Resident).unwrap(), 5e-2));
+        // …and bf16 falls back to it when it has no curve of its own.
+        let mut f16_only = synthetic();
+        f16_only.engines[1].classes.push(typed(OpClass::Elementwise, DType::F16, &[(6e2, 7e-6), (6e7, 7e-1)]));
+        let mf = CostModel::new(&f16_only);
+        let add_bf16 = Op::binary(BinaryOp::Add, 100).with_dtype(DType::BF16);
+        assert!(close(mf.predict(Engine::Simd, &add_bf16, Placement::Resident).unwrap(), 7e-6));
+        // Classes without half curves: the f32 curve at the op's work (dot of
+        // 1000 f16 values: 4000 bytes read, 4 written, on a line of 1 µs per 1000 bytes).
+        let mut dots = synthetic();
+        dots.engines[1].classes.push(curve(OpClass::Reduction, &[(4e3, 4e-6), (4e5, 4e-4)]));
+        let md = CostModel::new(&dots);
+        let dot = Op::dot(1000).with_dtype(DType::F16);
+        assert!(close(md.predict(Engine::Simd, &dot, Placement::Resident).unwrap(), 4.004e-6));
+    }
+
+    #[test]
+    fn a_profile_without_half_curves_predicts_half_ops_from_f32_curves_at_their_work() {
+        let m = CostModel::new(&synthetic());
+        for engine in [Engine::Cuda, Engine::Simd] {
+            for dtype in [DType::BF16, DType::F16] {
+                for op in [Op::binary(BinaryOp::Add, 1000).with_dtype(dtype), bf16_matmul(64, 64, 64, dtype)] {
+                    let f32_key = CurveKey::new(op.class(), DType::F32);
+                    for placement in [Placement::Resident, Placement::Host] {
+                        let got = m.predict(engine, &op, placement);
+                        assert!(got.is_some());
+                        assert_eq!(got, m.predict_cost(engine, f32_key, &op.cost(), placement), "{engine} {op:?}");
+                    }
+                }
+            }
+        }
+        // add of 1000 bf16 values: 6000 bytes, on the CPU's f32 line of 1 µs per 1200 bytes.
+        let add = Op::binary(BinaryOp::Add, 1000).with_dtype(DType::BF16);
+        assert!(close(m.predict(Engine::Simd, &add, Placement::Resident).unwrap(), 5e-6));
+        // The same as the nominal profile, whose curves are all f32.
+        let nominal = CostModel::new(&Profile::nominal(&[(Engine::Simd, "cpu".into())], 4));
+        let t = nominal.predict(Engine::Simd, &add, Placement::Host).unwrap();
+        let f32_twice = nominal.predict(Engine::Simd, &Op::binary(BinaryOp::Add, 500), Placement::Host).unwrap();
+        assert!(close(t, f32_twice), "half the bytes per element: {t} vs {f32_twice}");
+    }
+
+    #[test]
+    fn profiles_with_dtype_keyed_curves_round_trip_through_json() {
+        let p = with_half_curves();
+        let json = p.to_json();
+        assert!(json.contains("\"dtype\": \"BF16\""), "{json}");
+        let back: Profile = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, p);
+        let cpu = back.engine(Engine::Simd).unwrap();
+        let key = CurveKey::new(OpClass::Matmul, DType::BF16);
+        assert_eq!(cpu.curve(key).map(|c| c.key()), Some(key));
+        assert!(cpu.curve(CurveKey::new(OpClass::Matmul, DType::F16)).is_none());
+        let again = CostModel::new(&back);
+        let op = Op::binary(BinaryOp::Add, 10_000).with_dtype(DType::BF16);
+        assert_eq!(
+            again.predict(Engine::Simd, &op, Placement::Host),
+            CostModel::new(&p).predict(Engine::Simd, &op, Placement::Host)
+        );
+        // A curve written without a dtype is an f32 one.
+        let old = r#"{"class": "Matmul", "points": [{"work": 1.0, "seconds": 2.0}]}"#;
+        let c: ClassCurve = serde_json::from_str(old).unwrap();
+        assert_eq!(c.key(), CurveKey::new(OpClass::Matmul, DType::F32));
+    }
 }
 
 #[cfg(test)]
@@ -326,7 +530,11 @@ mod pick_tests {
             device: "cpu".into(),
             launch_s: 0.0,
             link: None,
-            classes: vec![ClassCurve { class: OpClass::Elementwise, points: vec![Point { work: 12e6, seconds }] }],
+            classes: vec![ClassCurve {
+                class: OpClass::Elementwise,
+                dtype: DType::F32,
+                points: vec![Point { work: 12e6, seconds }],
+            }],
         }
     }
 

@@ -1,13 +1,14 @@
 //! [`Profile`]: what each engine costs on this machine, as measured by
 //! [`crate::calibrate`] (or nominal figures until then). Serialised as JSON.
 
-use compute_core::{Cost, OpClass};
+use compute_core::{Cost, DType, Op, OpClass};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::Engine;
 
-/// Version of the JSON layout; a cached file of another version is ignored.
-pub const FORMAT: u32 = 2;
+/// Version of the JSON layout; a cached file of another version is ignored
+/// (and measured again). Format 3 keys each curve by op class and dtype.
+pub const FORMAT: u32 = 3;
 
 /// The measured profile of every engine of one machine.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -33,7 +34,8 @@ pub struct Profile {
 /// The wall time of one step of [`crate::calibrate`]: `"prepare"` (the GPUs
 /// compile the ladders' kernels), `"launch"` (the tiny call on every engine),
 /// `"link <engine>"` (a GPU's transfers), `"host calls"` (the links fitted to
-/// a real host call), or an op class's ladder (`"Matmul"`, …).
+/// a real host call), or one ladder, named by its [`CurveKey`] (`"Matmul"`,
+/// `"Matmul bf16"`, …).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StepTime {
     /// Which step.
@@ -55,8 +57,17 @@ pub struct EngineProfile {
     pub launch_s: f64,
     /// The bus to the engine's memory; `None` when it works on host memory.
     pub link: Option<Link>,
-    /// Measured call times per op class (data already resident).
+    /// Measured call times per op class and dtype (data already resident),
+    /// at most one curve per [`CurveKey`].
     pub classes: Vec<ClassCurve>,
+}
+
+impl EngineProfile {
+    /// The curve measured for `key`, if any (no fallback to another dtype:
+    /// that is [`crate::CostModel`]'s business). A linear search of a few entries.
+    pub fn curve(&self, key: CurveKey) -> Option<&ClassCurve> {
+        self.classes.iter().find(|c| c.key() == key)
+    }
 }
 
 /// Host ↔ device transfer costs of one engine: a fixed overhead plus, each
@@ -82,13 +93,14 @@ pub struct Link {
 }
 
 impl Link {
-    /// One bandwidth each way at every size (no knee).
+    /// One bandwidth each way at every size (no knee: it lies at `f64::MAX`
+    /// bytes, a finite number so that the link survives JSON).
     pub fn uniform(overhead_s: f64, h2d_bytes_per_s: f64, d2h_bytes_per_s: f64) -> Link {
         Link {
             overhead_s,
             h2d_bytes_per_s,
             d2h_bytes_per_s,
-            knee_bytes: f64::INFINITY,
+            knee_bytes: f64::MAX,
             h2d_large_bytes_per_s: h2d_bytes_per_s,
             d2h_large_bytes_per_s: d2h_bytes_per_s,
         }
@@ -113,14 +125,62 @@ impl Link {
     }
 }
 
-/// Measured full-call times of one op class on resident data, by amount of
-/// work ([`work`]), sorted by work.
+/// What a curve is measured for and looked up by: an op class and the dtype
+/// of the data its ladder ran on (an op's first input, [`Op::dtype`]; a
+/// matmul with `bf16` operands and an `f32` output is a `bf16` matmul).
+/// Two bytes; free to build and compare.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CurveKey {
+    /// The op class.
+    pub class: OpClass,
+    /// The dtype of the op's first input.
+    pub dtype: DType,
+}
+
+impl CurveKey {
+    /// The key of `class` on `dtype` data.
+    pub const fn new(class: OpClass, dtype: DType) -> CurveKey {
+        CurveKey { class, dtype }
+    }
+
+    /// The key of `op`: its class and its first input's dtype. Free.
+    pub fn of(op: &Op) -> CurveKey {
+        CurveKey { class: op.class(), dtype: op.dtype() }
+    }
+}
+
+impl std::fmt::Display for CurveKey {
+    /// The class as [`std::fmt::Debug`] prints it (`Matmul`), followed by the
+    /// dtype unless it is `f32` (`Matmul bf16`): the calibration step's name.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.class)?;
+        if self.dtype != DType::F32 { write!(f, " {}", self.dtype.as_str()) } else { Ok(()) }
+    }
+}
+
+/// Measured full-call times of one op class on resident data of one dtype, by
+/// amount of work ([`work`]), sorted by work.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ClassCurve {
     /// The op class.
     pub class: OpClass,
+    /// The dtype of the ladder's data (its ops' first input). `f32` when the
+    /// JSON has no such field.
+    #[serde(default = "f32_dtype")]
+    pub dtype: DType,
     /// `(work, seconds)` samples, increasing work.
     pub points: Vec<Point>,
+}
+
+impl ClassCurve {
+    /// Its class and dtype. Free.
+    pub fn key(&self) -> CurveKey {
+        CurveKey { class: self.class, dtype: self.dtype }
+    }
+}
+
+fn f32_dtype() -> DType {
+    DType::F32
 }
 
 /// One calibration sample.
@@ -134,7 +194,9 @@ pub struct Point {
 
 /// The amount of work the time of an op of `class` scales with: FLOPs for the
 /// compute-bound classes (matmul, conv, transcendental), bytes moved for the
-/// memory-bound ones. Computed from [`compute_core::Op::cost`]; costs nothing.
+/// memory-bound ones (each operand at its dtype's size, so an add on `bf16`
+/// data is half the work of one on as many `f32` values). Computed from
+/// [`compute_core::Op::cost`]; costs nothing.
 pub fn work(class: OpClass, cost: &Cost) -> f64 {
     match class {
         OpClass::Matmul | OpClass::Conv | OpClass::Transcendental => cost.flops as f64,
@@ -152,6 +214,11 @@ impl Profile {
     /// each but pay 5 µs to wake; GPU: 10–20 µs launch, 20 µs and 12 GB/s of
     /// pageable PCIe each way, 0.5–1 TB/s memory and 5–20 TFLOP/s matmul.
     /// `threads` is the CPU engine's thread count.
+    ///
+    /// Every curve is an `f32` one: ops on `f16` and `bf16` data are predicted
+    /// from them by [`crate::CostModel`]'s fallback, at their own work (half
+    /// the bytes per element, the same FLOPs). Nominal figures are guesses
+    /// to an order of magnitude, which per-dtype guesses would not sharpen.
     pub fn nominal(engines: &[(Engine, String)], threads: usize) -> Profile {
         let cpu1: Rates = [10e9, 2e9, 15e9, 5e9, 50e9, 30e9];
         let scale = 0.8 * threads.max(1) as f64;
@@ -170,7 +237,7 @@ impl Profile {
                     .map(|(&class, rate)| {
                         // Two samples on the line t = launch + work / rate.
                         let points = [1e6, 1e9].map(|w| Point { work: w, seconds: launch_s + w / rate }).to_vec();
-                        ClassCurve { class, points }
+                        ClassCurve { class, dtype: DType::F32, points }
                     })
                     .collect();
                 EngineProfile { engine: *engine, device: device.clone(), launch_s, link, classes }

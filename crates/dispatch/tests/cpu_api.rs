@@ -7,6 +7,7 @@ use common::{FakeGpu, assert_matches_reference, data, gpu_always_wins};
 use compute_core::{Backend, BackendKind, BinaryOp, ComputeError, GeluForm, Op, Ops, RowOp, UnaryOp};
 use compute_simd::SimdBackend;
 use dispatch::calibrate::{self, Options};
+use dispatch::profile::CurveKey;
 use dispatch::{
     BackendSelector, Compute, Engine, HybridScheduler, Placement, Policy, SelectedBackend, crossover_threshold,
 };
@@ -216,11 +217,8 @@ fn profile_is_measured_saved_reused_and_keyed_by_machine() {
         let p = first.profile().engine(e).expect("every engine profiled");
         assert!(p.launch_s > 0.0 && p.launch_s < 0.1, "{p:?}");
         assert!(p.link.is_none(), "CPU engines have no bus");
-        assert!(
-            p.classes.len() == 6,
-            "every class measured on the CPU: {:?}",
-            p.classes.iter().map(|c| c.class).collect::<Vec<_>>()
-        );
+        let keys: Vec<CurveKey> = p.classes.iter().map(|c| c.key()).collect();
+        assert_eq!(keys, dispatch::calibrate::LADDERS, "every ladder measured on the CPU, f32 and bf16");
         for c in &p.classes {
             assert!(c.points.len() >= 2, "{:?}", c);
             assert!(c.points.iter().all(|pt| pt.seconds > 0.0 && pt.seconds.is_finite()));
@@ -228,7 +226,22 @@ fn profile_is_measured_saved_reused_and_keyed_by_machine() {
     }
     // Each step's wall time: prepare, launch, then one per class (no links on the CPU).
     let steps: Vec<&str> = first.profile().timings.iter().map(|t| t.step.as_str()).collect();
-    assert_eq!(steps, ["prepare", "launch", "Elementwise", "Transcendental", "Reduction", "RowWise", "Matmul", "Conv"]);
+    assert_eq!(
+        steps,
+        [
+            "prepare",
+            "launch",
+            "Elementwise",
+            "Transcendental",
+            "Reduction",
+            "RowWise",
+            "Matmul",
+            "Conv",
+            "Elementwise bf16",
+            "RowWise bf16",
+            "Matmul bf16"
+        ]
+    );
     assert!(first.profile().timings.iter().all(|t| t.seconds >= 0.0 && t.seconds < 60.0));
     // Preparing ops is harmless on engines with nothing to compile.
     first.prepare(&[Op::matmul(8, 8, 8), Op::matmul(0, 1, 1)]).unwrap();

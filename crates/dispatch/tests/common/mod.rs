@@ -121,6 +121,7 @@ pub fn gpu_always_wins(gpu: Engine) -> Profile {
             .iter()
             .map(|&class| ClassCurve {
                 class,
+                dtype: compute_core::DType::F32,
                 points: vec![
                     Point { work: 1.0, seconds: launch_s + secs_per_work },
                     Point { work: 1e9, seconds: launch_s + 1e9 * secs_per_work },
