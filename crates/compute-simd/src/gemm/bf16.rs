@@ -27,7 +27,7 @@ use half::bf16;
 
 use super::dpbf16::{self, MR, NR};
 use super::kernel::MatMut;
-use super::{balanced, split};
+use super::{balanced, pack, split};
 use crate::isa::Isa;
 use crate::kernels::{fork, par};
 use crate::tuning::{GEMM_DOTS_MAX_M, GEMM_MC, PAR_GEMM_MIN_MACS};
@@ -201,6 +201,17 @@ fn transposed(a: &[bf16], rows: usize, cols: usize) -> Vec<bf16> {
     t
 }
 
+/// `x` (rows of `k` values) as 32-bit words, each a pair of neighbours along
+/// a row (the first in the low half, as [`pair`] makes it), typed `f32` for
+/// the packing's transposes (which move bits, never values): when `k` is
+/// even and `x` starts on a 4-byte boundary. Costs nothing.
+fn words(x: &[bf16], k: usize) -> Option<&[f32]> {
+    if !k.is_multiple_of(2) {
+        return None;
+    }
+    bytemuck::try_cast_slice(x.get(..x.len() & !1)?).ok()
+}
+
 /// The word holding `lo` (low half) and `hi`.
 #[inline(always)]
 fn pair(lo: bf16, hi: bf16) -> u32 {
@@ -260,17 +271,26 @@ fn pack_b(op: &Operands<'_>, (p0, depth): (usize, usize), (j0, cols): (usize, us
         let j = j0 + panel * NR;
         let live = (cols - panel * NR).min(NR);
         if op.trans_b {
-            // B(p, j) = b[j·k + p]: each column is contiguous along the depth.
-            for c in 0..NR {
-                let src = if c < live {
-                    op.b.get((j + c) * k + p0..).and_then(|s| s.get(..depth)).unwrap_or_default()
-                } else {
-                    &[]
-                };
-                let mut words = src.chunks(2).map(|t| pair(t[0], t.get(1).copied().unwrap_or(bf16::ZERO)));
-                for d in dst.chunks_exact_mut(NR) {
-                    if let Some(w) = d.get_mut(c) {
-                        *w = words.next().unwrap_or(0);
+            // B(p, j) = b[j·k + p]: each column is contiguous along the depth,
+            // so its pairs are already words: the panel is their transpose.
+            match words(op.b, k) {
+                Some(w) => {
+                    let src = w.get((j * k + p0) / 2..).unwrap_or_default();
+                    pack::transpose_into::<NR>(Isa::Avx512, src, k / 2, live, pairs, bytemuck::cast_slice_mut(dst));
+                }
+                None => {
+                    for c in 0..NR {
+                        let src = if c < live {
+                            op.b.get((j + c) * k + p0..).and_then(|s| s.get(..depth)).unwrap_or_default()
+                        } else {
+                            &[]
+                        };
+                        let mut words = src.chunks(2).map(|t| pair(t[0], t.get(1).copied().unwrap_or(bf16::ZERO)));
+                        for d in dst.chunks_exact_mut(NR) {
+                            if let Some(w) = d.get_mut(c) {
+                                *w = words.next().unwrap_or(0);
+                            }
+                        }
                     }
                 }
             }

@@ -147,7 +147,14 @@ fn copy_steps<const W: usize>(src: &[f32], ld: usize, used: usize, panel: &mut [
 /// zero. Works [`CHUNK`] steps at a time so the stores stay in L1, with SIMD
 /// transposes of whole square blocks where the ISA has them.
 #[inline(always)]
-fn transpose_into<const W: usize>(isa: Isa, src: &[f32], ld: usize, used: usize, kc: usize, panel: &mut [f32]) {
+pub(super) fn transpose_into<const W: usize>(
+    isa: Isa,
+    src: &[f32],
+    ld: usize,
+    used: usize,
+    kc: usize,
+    panel: &mut [f32],
+) {
     let s = kernel::transpose_size(isa);
     for (ci, chunk) in panel.chunks_mut(W * CHUNK).enumerate() {
         let p = ci * CHUNK;

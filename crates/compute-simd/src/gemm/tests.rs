@@ -205,6 +205,8 @@ fn bf16_kernel_edges_transposes_and_blocks() {
         (GEMM_MC + 5, 9, 3),
         (9, 33, bf16::NC + 70),
         (40, 67, 130),
+        (40, 66, 130),
+        (50, 2 * bf16::KC + 2, 70),
         (17, 1, 3),
     ]);
     for (m, k, n) in shapes {
@@ -254,4 +256,25 @@ fn bf16_kernel_propagates_nan_and_infinity() {
     }
     // Not the AVX-512 path: refused, nothing written.
     assert!(!bf16::gemm(Isa::Avx2, &MatmulSpec::new(m, k, n), &a, &b, &mut c[..0]));
+}
+
+#[test]
+fn bf16_kernel_packs_misaligned_operands_the_same() {
+    if !bf16::available(Isa::Avx512) {
+        eprintln!("skipped: this CPU has no AVX512_BF16");
+        return;
+    }
+    // A weight that starts 2 bytes past a 4-byte boundary cannot be read as
+    // pair words: the scalar packing must give the same bits.
+    let (m, k, n) = (40, 66, 130);
+    let round = |v: Vec<f32>| -> Vec<half::bf16> { v.into_iter().map(half::bf16::from_f32).collect() };
+    let a = round(values(m * k, 5));
+    let b_store = round(values(k * n + 1, 6));
+    let b_shifted = &b_store[1..];
+    let b_aligned = b_shifted.to_vec();
+    let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(m, k, n) };
+    let (mut c1, mut c2) = (vec![0.0f32; m * n], vec![1.0f32; m * n]);
+    assert!(bf16::gemm(Isa::Avx512, &spec, &a, b_shifted, &mut c1));
+    assert!(bf16::gemm(Isa::Avx512, &spec, &a, &b_aligned, &mut c2));
+    assert!(c1.iter().zip(&c2).all(|(x, y)| x.to_bits() == y.to_bits()));
 }
