@@ -199,11 +199,11 @@ impl Exec<'_> {
             Op::Unary { op: u, len, .. } => {
                 let (kind, p0, p1) = UnaryKind::of(u);
                 let args = [Arg::Ptr(input(0)?), Arg::Ptr(out), Arg::U64(len as u64), Arg::F32(p0), Arg::F32(p1)];
-                self.launch(KernelId::Unary(kind, dt), self.stream_grid(len, &[dt, dt]), &args)
+                self.launch(KernelId::Unary(kind, dt), self.stream_grid(len, dt), &args)
             }
             Op::Binary { op: b, len, .. } => {
                 let args = [Arg::Ptr(input(0)?), Arg::Ptr(input(1)?), Arg::Ptr(out), Arg::U64(len as u64)];
-                self.launch(KernelId::Binary(b, dt), self.stream_grid(len, &[dt, dt, dt]), &args)
+                self.launch(KernelId::Binary(b, dt), self.stream_grid(len, dt), &args)
             }
             Op::Reduce { op: r, len, .. } => {
                 let kind = if r == ReduceOp::Sum { ReduceKind::Sum } else { ReduceKind::Max };
@@ -245,7 +245,7 @@ impl Exec<'_> {
     /// Queues the conversion of `len` values at `x` (`from`) into `y` (`to`).
     fn cast(&self, x: u64, from: DType, y: u64, to: DType, len: usize) -> Result<()> {
         let args = [Arg::Ptr(x), Arg::Ptr(y), Arg::U64(len as u64)];
-        self.launch(KernelId::Cast(from, to), self.stream_grid(len, &[from, to]), &args)
+        self.launch(KernelId::Cast(from, to), self.stream_grid(len, to), &args)
     }
 
     /// Runs `op` (a matmul or conv2d with half operands) as `wide`, its `f32`
@@ -276,16 +276,12 @@ impl Exec<'_> {
         self.cast(tp, DType::F32, out, result.dtype, result.len)
     }
 
-    /// Grid of the streaming kernels over operands of `dtypes` (the output
-    /// last): enough blocks to cover the units
-    /// ([`elementwise::unit_width`]), at most 16 per multiprocessor (the
-    /// loop strides over the rest).
-    fn stream_grid(&self, len: usize, dtypes: &[DType]) -> Grid {
+    /// Grid of the streaming kernels writing `out`: enough blocks to cover
+    /// the units ([`elementwise::unit_width`]), at most 16 per multiprocessor
+    /// (the loop strides over the rest).
+    fn stream_grid(&self, len: usize, out: DType) -> Grid {
         let per_block = elementwise::BLOCK as usize;
-        let unit = match dtypes.split_last() {
-            Some((&out, inputs)) => elementwise::unit_width(inputs, out),
-            None => 4,
-        };
+        let unit = elementwise::unit_width(out);
         let want = len.div_ceil(unit).div_ceil(per_block).max(1);
         let cap = self.l.sm_count() as usize * 16;
         Grid { blocks: (want.min(cap) as u32, 1, 1), threads: (per_block as u32, 1, 1), dynamic_smem: 0 }

@@ -182,18 +182,17 @@ struct Stream {
 impl Stream {
     /// Elements per vector unit ([`unit_width`]).
     fn width(&self) -> u64 {
-        let inputs: Vec<DType> = self.inputs.iter().map(|&(_, d)| d).collect();
-        unit_width(&inputs, self.y.1) as u64
+        unit_width(self.y.1) as u64
     }
 }
 
-/// Elements per vector unit of a streaming kernel with `inputs` and `output`
-/// dtypes: 4 when the output is `f32` (one 16-byte `float4` store per unit,
-/// so a warp's stores cover 512 contiguous bytes; half inputs then load 8
-/// bytes), else 8 (one 16-byte store of halves; an `f32` input loads two
-/// `float4`s). The launch grid is sized with the same width.
-pub fn unit_width(inputs: &[DType], output: DType) -> usize {
-    if output == DType::F32 || inputs.iter().all(|&d| d == DType::F32) { 4 } else { 8 }
+/// Elements per vector unit of a streaming kernel writing `output`: 4 when
+/// it is `f32` (one 16-byte `float4` store per unit, so a warp's stores cover
+/// 512 contiguous bytes; half inputs then load 8 bytes each), else 8 (one
+/// 16-byte store of halves; an `f32` input loads two `float4`s). The launch
+/// grid is sized with the same width.
+pub fn unit_width(output: DType) -> usize {
+    if output == DType::F32 { 4 } else { 8 }
 }
 
 /// Emits the value of one output element from the input elements.
