@@ -1,7 +1,8 @@
 //! CPU rows for `f16` and `bf16` data: element-wise ops, row ops and casts
-//! against a copy of the same number of bytes, and GEMM against our own `f32`
-//! GEMM and the `gemm` crate's `f16` GEMM. Every pair is timed interleaved in
-//! this process.
+//! against a copy of the same number of bytes, GEMM against our own `f32`
+//! GEMM and the `gemm` crate's `f16` GEMM, and a bf16 GEMV (one row times a
+//! weight stored `n × k`) against our `f32` GEMV. Every pair is timed
+//! interleaved in this process.
 
 use std::time::Duration;
 
@@ -159,5 +160,36 @@ fn gemm_rows(backend: &SimdBackend, pool: &rayon::ThreadPool, t: usize, quick: b
             }
         }
     }
+    rows.push(gemv_row(backend, t, quick)?);
     Ok(rows)
+}
+
+/// A decoding step's product: one row of bf16 activations times a bf16
+/// weight stored `n × k` (`x·Wᵀ`), f32 output, against our f32 GEMM on the
+/// same shape. Memory-bound: the row reports the weight's GB/s as well.
+fn gemv_row(backend: &SimdBackend, t: usize, quick: bool) -> Result<Record, String> {
+    let (k, n) = if quick { (1024, 4096) } else { (4096, 14336) };
+    let budget = Duration::from_millis(if quick { 300 } else { 1500 });
+    let (af, bf) = (random(k, 7), random(k * n, 8));
+    let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(1, k, n) };
+    let f32_op = Op::Matmul(spec);
+    let op = Op::Matmul(spec.with_dtypes(DType::BF16, DType::F32));
+    let (a, b) = (HostVec::from_f32(DType::BF16, &af), HostVec::from_f32(DType::BF16, &bf));
+    let (mut c, mut c32) = (HostVec::zeros(DType::F32, n), vec![0.0f32; n]);
+    let (m, m_f32) = time_pair(
+        || backend.run_typed(&op, &[a.as_slice(), b.as_slice()], c.as_mut()).expect("gemv"),
+        || backend.run(&f32_op, &[&af, &bf], &mut c32).expect("f32 gemv"),
+        budget,
+        5,
+    );
+    let got = c.to_f32();
+    let worst = got.iter().zip(&c32).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+    if worst.is_nan() || worst > 0.05 * (k as f32).sqrt() {
+        return Err(format!("bf16 gemv 1x{k}x{n}: differs from the f32 result by {worst}"));
+    }
+    let mut r = base(&op, format!("1x{k}x{n} bf16, Bᵀ"), backend, t, m).with_peer("simd f32", m_f32);
+    r.gflops = Some(f32_op.cost().flops as f64 / m / 1e9);
+    r.gbps = Some(op.cost().bytes() as f64 / m / 1e9);
+    r.note = Some(format!("our f32 GEMV {:.3} ms; ratio = f32 time / bf16 time", m_f32 * 1e3));
+    Ok(r)
 }
