@@ -121,7 +121,7 @@ fn product(op: &Operands<'_>, c: &mut [f32], threads: usize) {
             dpbf16::dots(k, (x, k), (y, k), &mut view);
             return;
         }
-        // Columns in whole tiles of the dot kernel, one part per thread.
+        // Columns split evenly (multiples of 8), one part per thread.
         let cols = n.div_ceil(threads).next_multiple_of(8);
         let mut parts = Vec::with_capacity(threads);
         let (mut rest, mut j0) = (view, 0);
