@@ -31,6 +31,7 @@ pub mod dtype;
 pub mod error;
 pub mod host;
 pub mod op;
+pub mod quant;
 pub mod reference;
 pub mod rng;
 
