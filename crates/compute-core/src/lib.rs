@@ -29,6 +29,7 @@ pub mod backend;
 pub mod conformance;
 pub mod dtype;
 pub mod error;
+pub mod gguf;
 pub mod host;
 pub mod op;
 pub mod quant;
