@@ -29,6 +29,7 @@ pub fn rows(opts: &CpuOpts) -> Result<Vec<Record>, String> {
         out.extend(sgemm_rows(&backend, &pool, t, opts.quick)?);
         out.extend(memory_rows(&backend, &pool, t, opts.quick)?);
         out.extend(crate::cpu_half::rows(&backend, &pool, t, opts.quick)?);
+        out.extend(crate::cpu_quant::rows(&backend, &pool, t, opts.quick)?);
     }
     Ok(out)
 }

@@ -4,6 +4,7 @@
 
 mod cpu;
 mod cpu_half;
+mod cpu_quant;
 #[cfg(feature = "cuda")]
 mod cuda;
 #[cfg(feature = "cuda")]

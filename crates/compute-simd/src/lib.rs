@@ -19,6 +19,7 @@ pub mod gemm;
 pub mod halves;
 pub mod isa;
 pub mod kernels;
+pub mod quantized;
 pub mod simd;
 pub mod tuning;
 

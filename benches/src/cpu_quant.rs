@@ -1,0 +1,127 @@
+//! CPU rows for `Q4_K` weights: GEMV (one activation row, decoding one token)
+//! and a batch of 16 rows against a streaming read of the weight's bytes on
+//! the same threads, and against our bf16 GEMV of the same shape (weight
+//! stored `n × k` in both). Every pair is timed interleaved in this process.
+//! Calls cycle through [`COPIES`] copies of the weight, as decoding cycles
+//! through a model's layers, so that neither side reads it from a cache
+//! that holds one copy whole.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use compute_core::{Backend, DType, HostVec, MatmulSpec, Op};
+use compute_simd::SimdBackend;
+use compute_simd::quantized::{Q4K_BYTES, Q4K_VALUES, matmul_q4k};
+use rayon::prelude::*;
+
+use crate::report::{Record, random, time_pair};
+
+/// Copies of each weight that successive calls cycle through (about 130 MB
+/// of `Q4_K` for the 4096×14336 shape, past a 32 MiB L3).
+const COPIES: usize = 4;
+
+/// `Q4_K` GEMV and batch-16 rows on `t` threads.
+pub fn rows(backend: &SimdBackend, pool: &rayon::ThreadPool, t: usize, quick: bool) -> Result<Vec<Record>, String> {
+    let shapes: &[(usize, usize)] = if quick { &[(1024, 4096)] } else { &[(4096, 14336), (14336, 4096)] };
+    let budget = Duration::from_millis(if quick { 300 } else { 1500 });
+    let mut rows = Vec::new();
+    for &(k, n) in shapes {
+        let wf = random(n * k, 11);
+        let mut w = vec![0u8; n * k / Q4K_VALUES * Q4K_BYTES];
+        compute_core::quant::q4_k::quantize(&wf, &mut w).map_err(|e| e.to_string())?;
+        let copies = if quick { 1 } else { COPIES };
+        let ws: Vec<Vec<u8>> = (0..copies).map(|_| w.clone()).collect();
+        let next = std::cell::Cell::new(0usize);
+        let pick = || {
+            let i = next.get();
+            next.set((i + 1) % copies);
+            &ws[i]
+        };
+        // The peer: a parallel read of the same bytes (8 independent u64 sums per thread).
+        let chunk = w.len().div_ceil(t).next_multiple_of(64);
+        let read_next = std::cell::Cell::new(0usize);
+        let mut read = || {
+            let i = read_next.get();
+            read_next.set((i + 1) % copies);
+            let w = &ws[i];
+            let total: u64 = pool.install(|| {
+                w.par_chunks(chunk)
+                    .map(|c| {
+                        let mut acc = [0u64; 8];
+                        for v in black_box(c).chunks_exact(64) {
+                            for (a, b) in acc.iter_mut().zip(v.chunks_exact(8)) {
+                                *a = a.wrapping_add(u64::from_le_bytes(b.try_into().unwrap_or_default()));
+                            }
+                        }
+                        acc.iter().fold(0u64, |s, &a| s.wrapping_add(a))
+                    })
+                    .reduce(|| 0, u64::wrapping_add)
+            });
+            black_box(total);
+        };
+        for m in [1usize, 16] {
+            let x = random(m * k, 12);
+            let mut y = vec![0.0f32; m * n];
+            let mut ours = || {
+                let w = pick();
+                assert!(pool.install(|| matmul_q4k(&x, w, (m, k, n), &mut y)), "q4_k matmul refused its shapes");
+            };
+            let (t_ours, t_read) = time_pair(&mut ours, &mut read, budget, 5);
+            let bytes = w.len() as f64;
+            let mut r = Record {
+                op: "matmul q4_k".into(),
+                shape: format!("{m}x{k}x{n} q4_k, Bᵀ"),
+                backend: "simd".into(),
+                device: backend.device_name(),
+                threads: t,
+                placement: "host".into(),
+                median_s: t_ours,
+                ..Record::default()
+            };
+            r.gbps = Some(bytes / t_ours / 1e9);
+            r.peer = Some("read".into());
+            r.peer_median_s = Some(t_read);
+            r.ratio = Some(t_read / t_ours);
+            r.note = Some(format!(
+                "weight {:.1} MB, read {:.1} GB/s; ratio = weight GB/s / read GB/s",
+                bytes / 1e6,
+                bytes / t_read / 1e9
+            ));
+            rows.push(r);
+        }
+        // The same GEMV with the weight in bf16 (3.6x the bytes, one copy:
+        // larger than the cache already).
+        let x = random(k, 12);
+        let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(1, k, n) }.with_dtypes(DType::BF16, DType::F32);
+        let (xb, wb) = (HostVec::from_f32(DType::BF16, &x), HostVec::from_f32(DType::BF16, &wf));
+        let mut yb = HostVec::zeros(DType::F32, n);
+        let mut y = vec![0.0f32; n];
+        let op = Op::Matmul(spec);
+        let (t_ours, t_bf16) = time_pair(
+            || {
+                let w = pick();
+                assert!(pool.install(|| matmul_q4k(&x, w, (1, k, n), &mut y)))
+            },
+            || pool.install(|| backend.run_typed(&op, &[xb.as_slice(), wb.as_slice()], yb.as_mut())).expect("bf16 gemv"),
+            budget,
+            5,
+        );
+        let mut r = Record {
+            op: "matmul q4_k".into(),
+            shape: format!("1x{k}x{n} q4_k, Bᵀ"),
+            backend: "simd".into(),
+            device: backend.device_name(),
+            threads: t,
+            placement: "host".into(),
+            median_s: t_ours,
+            ..Record::default()
+        };
+        r.gbps = Some(w.len() as f64 / t_ours / 1e9);
+        r.peer = Some("simd bf16".into());
+        r.peer_median_s = Some(t_bf16);
+        r.ratio = Some(t_bf16 / t_ours);
+        r.note = Some("ratio = our bf16 GEMV time / q4_k GEMV time".into());
+        rows.push(r);
+    }
+    Ok(rows)
+}

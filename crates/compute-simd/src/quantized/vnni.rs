@@ -1,0 +1,160 @@
+//! The `Q4_K` × `Q8` row dot products on AVX-512 VNNI. Per block of 256
+//! weight values: `d` and `dmin` widened by F16C, the packed 6-bit scales
+//! and mins unpacked with word shifts, and per 128 values one 64-byte load
+//! of nibbles split into two vectors (low nibbles: sub-blocks `4c` and
+//! `4c+2`; high: `4c+1` and `4c+3`), shared by up to [`ROWS`] activation
+//! rows (stored in the matching order, [`super::sub_offset`]): for each,
+//! two `vpdpbusd` (unsigned 4-bit × signed 8-bit, summed in fours into 16
+//! `i32` lanes, exact) and a multiply by the sub-blocks' scales. Each
+//! block's integer lanes are widened to `f32` and accumulated with
+//! `dw·dx`, the minimum terms likewise with `dmin·dx`; the lanes are summed
+//! once per row. The only `unsafe` of the quantized products.
+
+use super::{Q4K_BYTES, Q4K_VALUES, Q8Row};
+
+/// Activation rows one pass over a weight row serves.
+pub(super) const ROWS: usize = 4;
+
+/// Whether this CPU has the kernel's instructions (AVX-512 F, BW and VNNI,
+/// F16C). Costs four atomic loads after the first call.
+pub(super) fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vnni")
+            && std::arch::is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The dot products of one weight row with each of `xs` (at most [`ROWS`],
+/// all of `blocks` blocks) into `out`, or false where the CPU lacks the
+/// instructions or a length does not fit.
+#[inline]
+pub(super) fn dots(w: &[u8], xs: &[&Q8Row], out: &mut [f32]) -> bool {
+    let blocks = xs.first().map_or(0, |x| x.blocks());
+    let ok = !xs.is_empty()
+        && xs.len() <= ROWS
+        && out.len() >= xs.len()
+        && w.len() >= blocks.saturating_mul(Q4K_BYTES)
+        && xs.iter().all(|x| x.blocks() == blocks && x.q.len() >= blocks * Q4K_VALUES && x.sums.len() >= blocks * 8)
+        && available();
+    if !ok {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: AVX-512 F, BW and VNNI, and F16C, are present and every length was checked above.
+        unsafe {
+            match xs.len() {
+                1 => x86::dots::<1>(w.as_ptr(), blocks, xs, out),
+                2 => x86::dots::<2>(w.as_ptr(), blocks, xs, out),
+                3 => x86::dots::<3>(w.as_ptr(), blocks, xs, out),
+                _ => x86::dots::<4>(w.as_ptr(), blocks, xs, out),
+            }
+        }
+        true
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Scales (low word) and mins (high word) of a block's 12 packed bytes, 8
+/// bytes each, as ggml packs them (see `compute_core::quant::unpack_scales_k4`):
+/// bytes 0–3 hold scales 0–3 and bytes 4–7 mins 0–3 in their low 6 bits;
+/// bytes 8–11 the low 4 bits of scales and mins 4–7; the top 2 bits of bytes
+/// 0–7 their high bits.
+#[inline(always)]
+pub(super) fn unpack_scales(packed: [u8; 12]) -> (u64, u64) {
+    const LOW6: u32 = 0x3f3f_3f3f;
+    const LOW4: u32 = 0x0f0f_0f0f;
+    const LOW2: u32 = 0x0303_0303;
+    let word = |i: usize| u32::from_le_bytes([packed[i], packed[i + 1], packed[i + 2], packed[i + 3]]);
+    let (a, b, c) = (word(0), word(4), word(8));
+    let scales_hi = (c & LOW4) | (((a >> 6) & LOW2) << 4);
+    let mins_hi = ((c >> 4) & LOW4) | (((b >> 6) & LOW2) << 4);
+    let scales = u64::from(a & LOW6) | (u64::from(scales_hi) << 32);
+    let mins = u64::from(b & LOW6) | (u64::from(mins_hi) << 32);
+    (scales, mins)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::super::{Q4K_BYTES, Q4K_VALUES, Q8Row};
+    use super::unpack_scales;
+
+    /// # Safety
+    /// The CPU supports AVX-512 F, BW and VNNI, and F16C; `w` is readable for
+    /// `blocks·Q4K_BYTES` bytes; each of the `R` rows of `xs` holds `blocks`
+    /// blocks; `out` holds `R` values.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c,fma")]
+    pub(super) unsafe fn dots<const R: usize>(w: *const u8, blocks: usize, xs: &[&Q8Row], out: &mut [f32]) {
+        let low = _mm512_set1_epi8(0x0f);
+        // For 128 values c: the low nibbles' lanes 0–7 take scale 4c, lanes
+        // 8–15 scale 4c+2; the high nibbles' take 4c+1 and 4c+3.
+        let pick: [__m512i; 4] = std::array::from_fn(|i| {
+            let (c, high) = ((i / 2) as i32, (i % 2) as i32);
+            let (a, b) = (4 * c + high, 4 * c + 2 + high);
+            _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
+        });
+        let mut acc = [_mm512_setzero_ps(); R];
+        let mut macc = [_mm256_setzero_ps(); R];
+        for b in 0..blocks {
+            // SAFETY: block `b < blocks` lies inside `w` (contract).
+            let block = unsafe { w.add(b * Q4K_BYTES) };
+            // SAFETY: the block's first 16 bytes are readable (contract).
+            let (head, packed) =
+                unsafe { (block.cast::<i32>().read_unaligned(), block.add(4).cast::<[u8; 12]>().read()) };
+            let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(head));
+            let (d, dmin) = (_mm_cvtss_f32(dm), _mm_cvtss_f32(_mm_movehdup_ps(dm)));
+            let (scales, mins) = unpack_scales(packed);
+            let sc = _mm512_cvtepu8_epi32(_mm_set1_epi64x(scales as i64));
+            let scale: [__m512i; 4] = std::array::from_fn(|i| _mm512_permutexvar_epi32(pick[i], sc));
+            let mut nibbles = [_mm512_setzero_si512(); 4];
+            for c in 0..2 {
+                // SAFETY: quant bytes 64c..64c+64 of the block (from byte 16) are readable.
+                let q = unsafe { _mm512_loadu_si512(block.add(16 + 64 * c).cast()) };
+                nibbles[2 * c] = _mm512_and_si512(q, low);
+                nibbles[2 * c + 1] = _mm512_and_si512(_mm512_srli_epi16::<4>(q), low);
+            }
+            let mins8 = _mm256_cvtepu8_epi32(_mm_set1_epi64x(mins as i64));
+            for r in 0..R {
+                let x = xs[r];
+                let mut isum = _mm512_setzero_si512();
+                for (i, (nib, sc)) in nibbles.iter().zip(&scale).enumerate() {
+                    // SAFETY: values 64i..64i+64 of block `b` of row `r` are readable (contract).
+                    let a = unsafe { _mm512_loadu_si512(x.q.as_ptr().add(b * Q4K_VALUES + 64 * i).cast()) };
+                    let prod = _mm512_dpbusd_epi32(_mm512_setzero_si512(), *nib, a);
+                    isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(prod, *sc));
+                }
+                let dx = x.d[b];
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * dx), acc[r]);
+                // SAFETY: the block's 8 sub-block sums of row `r` are readable (contract).
+                let xsum = unsafe { _mm256_loadu_si256(x.sums.as_ptr().add(b * 8).cast()) };
+                let mterm = _mm256_cvtepi32_ps(_mm256_mullo_epi32(mins8, xsum));
+                macc[r] = _mm256_fmadd_ps(mterm, _mm256_set1_ps(dmin * dx), macc[r]);
+            }
+        }
+        for r in 0..R {
+            out[r] = _mm512_reduce_add_ps(acc[r]) - hsum8(macc[r]);
+        }
+    }
+
+    /// The sum of 8 `f32` lanes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn hsum8(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+}
