@@ -1,4 +1,4 @@
-//! CPU rows for `Q4_K` weights: GEMV (one activation row, decoding one token)
+//! CPU rows for `Q4_K` and `Q6_K` weights: GEMV (one activation row, decoding one token)
 //! and a batch of 16 rows against a streaming read of the weight's bytes on
 //! the same threads, and against our bf16 GEMV of the same shape (weight
 //! stored `n × k` in both). Every pair is timed interleaved in this process.
@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use compute_core::{Backend, DType, HostVec, MatmulSpec, Op};
 use compute_simd::SimdBackend;
-use compute_simd::quantized::{Q4K_BYTES, Q4K_VALUES, matmul_q4k};
+use compute_core::quant::BlockFormat;
+use compute_simd::quantized::{Q4K_VALUES, Weights, matmul};
 use rayon::prelude::*;
 
 use crate::report::{Record, random, time_pair};
@@ -20,15 +21,33 @@ use crate::report::{Record, random, time_pair};
 /// of `Q4_K` for the 4096×14336 shape, past a 32 MiB L3).
 const COPIES: usize = 4;
 
-/// `Q4_K` GEMV and batch-16 rows on `t` threads.
+/// `Q4_K` and `Q6_K` GEMV and batch-16 rows on `t` threads.
 pub fn rows(backend: &SimdBackend, pool: &rayon::ThreadPool, t: usize, quick: bool) -> Result<Vec<Record>, String> {
+    let mut rows = Vec::new();
+    for format in [Weights::Q4K, Weights::Q6K] {
+        rows.extend(format_rows(format, backend, pool, t, quick)?);
+    }
+    Ok(rows)
+}
+
+fn format_rows(
+    format: Weights,
+    backend: &SimdBackend,
+    pool: &rayon::ThreadPool,
+    t: usize,
+    quick: bool,
+) -> Result<Vec<Record>, String> {
+    let (name, blocks) = match format {
+        Weights::Q4K => ("q4_k", BlockFormat::Q4K),
+        Weights::Q6K => ("q6_k", BlockFormat::Q6K),
+    };
     let shapes: &[(usize, usize)] = if quick { &[(1024, 4096)] } else { &[(4096, 14336), (14336, 4096)] };
     let budget = Duration::from_millis(if quick { 300 } else { 1500 });
     let mut rows = Vec::new();
     for &(k, n) in shapes {
         let wf = random(n * k, 11);
-        let mut w = vec![0u8; n * k / Q4K_VALUES * Q4K_BYTES];
-        compute_core::quant::q4_k::quantize(&wf, &mut w).map_err(|e| e.to_string())?;
+        let mut w = vec![0u8; n * k / Q4K_VALUES * format.block_bytes()];
+        blocks.quantize(&wf, &mut w).map_err(|e| e.to_string())?;
         let copies = if quick { 1 } else { COPIES };
         let ws: Vec<Vec<u8>> = (0..copies).map(|_| w.clone()).collect();
         let next = std::cell::Cell::new(0usize);
@@ -64,13 +83,13 @@ pub fn rows(backend: &SimdBackend, pool: &rayon::ThreadPool, t: usize, quick: bo
             let mut y = vec![0.0f32; m * n];
             let mut ours = || {
                 let w = pick();
-                assert!(pool.install(|| matmul_q4k(&x, w, (m, k, n), &mut y)), "q4_k matmul refused its shapes");
+                assert!(pool.install(|| matmul(format, &x, w, (m, k, n), &mut y)), "quantized matmul refused its shapes");
             };
             let (t_ours, t_read) = time_pair(&mut ours, &mut read, budget, 5);
             let bytes = w.len() as f64;
             let mut r = Record {
-                op: "matmul q4_k".into(),
-                shape: format!("{m}x{k}x{n} q4_k, Bᵀ"),
+                op: format!("matmul {name}"),
+                shape: format!("{m}x{k}x{n} {name}, Bᵀ"),
                 backend: "simd".into(),
                 device: backend.device_name(),
                 threads: t,
@@ -89,7 +108,7 @@ pub fn rows(backend: &SimdBackend, pool: &rayon::ThreadPool, t: usize, quick: bo
             ));
             rows.push(r);
         }
-        // The same GEMV with the weight in bf16 (3.6x the bytes, one copy:
+        // The same GEMV with the weight in bf16 (3.6x or 2.4x the bytes, one copy:
         // larger than the cache already).
         let x = random(k, 12);
         let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(1, k, n) }.with_dtypes(DType::BF16, DType::F32);
@@ -100,15 +119,15 @@ pub fn rows(backend: &SimdBackend, pool: &rayon::ThreadPool, t: usize, quick: bo
         let (t_ours, t_bf16) = time_pair(
             || {
                 let w = pick();
-                assert!(pool.install(|| matmul_q4k(&x, w, (1, k, n), &mut y)))
+                assert!(pool.install(|| matmul(format, &x, w, (1, k, n), &mut y)))
             },
             || pool.install(|| backend.run_typed(&op, &[xb.as_slice(), wb.as_slice()], yb.as_mut())).expect("bf16 gemv"),
             budget,
             5,
         );
         let mut r = Record {
-            op: "matmul q4_k".into(),
-            shape: format!("1x{k}x{n} q4_k, Bᵀ"),
+            op: format!("matmul {name}"),
+            shape: format!("1x{k}x{n} {name}, Bᵀ"),
             backend: "simd".into(),
             device: backend.device_name(),
             threads: t,
@@ -120,7 +139,7 @@ pub fn rows(backend: &SimdBackend, pool: &rayon::ThreadPool, t: usize, quick: bo
         r.peer = Some("simd bf16".into());
         r.peer_median_s = Some(t_bf16);
         r.ratio = Some(t_bf16 / t_ours);
-        r.note = Some("ratio = our bf16 GEMV time / q4_k GEMV time".into());
+        r.note = Some(format!("ratio = our bf16 GEMV time / {name} GEMV time"));
         rows.push(r);
     }
     Ok(rows)

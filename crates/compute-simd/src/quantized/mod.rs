@@ -1,13 +1,16 @@
 //! Matrix products with GGML k-quant weights, on raw blocks: `y = x·Wᵀ` for
 //! `f32` activations `x` (`m × k`) and a weight `W` stored as `n` rows of `k`
-//! values in `Q4_K` blocks (144 bytes per 256 values, ggml's layout), the way
-//! GGUF files keep a linear layer's weight.
+//! values in `Q4_K` blocks (144 bytes per 256 values, ggml's layout) or
+//! `Q6_K` blocks (210 bytes), the way GGUF files keep a linear layer's weight.
 //!
 //! Each row of `x` is first quantized per 256 values to 8-bit integers with
 //! one `f32` scale ([`Q8Row`], as ggml's `Q8_K` does); each output is then a
 //! sum over blocks of integer dot products, scaled once per block:
 //!
 //! `y = Σ_b dx_b·(dw_b·Σ_s sc_s·Σ_i q4_i·q8_i − dmin_b·Σ_s m_s·Σ_i q8_i)`
+//!
+//! (for `Q6_K`, `y = Σ_b dx_b·dw_b·Σ_g sc_g·Σ_i q6_i·q8_i` over groups of 16
+//! with signed scales and signed 6-bit values).
 //!
 //! The integer part is exact, so the result differs from the product with
 //! the dequantized weights only by the activations' rounding (at most
@@ -33,6 +36,9 @@ pub const Q4K_VALUES: usize = compute_core::quant::q4_k::VALUES;
 /// Bytes per `Q4_K` block (144): `d`, `dmin` (f16 each), 12 bytes of packed
 /// 6-bit scales and mins, 128 bytes of 4-bit quants.
 pub const Q4K_BYTES: usize = compute_core::quant::q4_k::BYTES;
+/// Bytes per `Q6_K` block of 256 values (210): 128 bytes of low 4 bits, 64
+/// of high 2 bits, 16 signed 8-bit scales, `d` (f16) last.
+pub const Q6K_BYTES: usize = compute_core::quant::q6_k::BYTES;
 
 /// One row of activations quantized per 256 values: `x ≈ d[b]·q[i]` for `i`
 /// in block `b`, with the sum of each 32 consecutive `q` kept for the
@@ -156,12 +162,44 @@ fn dot_scalar(w: &[u8], x: &Q8Row) -> f32 {
 /// One weight row times each of `xs` (at most [`vnni::ROWS`]) into `out`,
 /// on the fastest path this CPU has.
 #[inline]
-fn dots(w: &[u8], xs: &[&Q8Row], out: &mut [f32]) {
-    if !vnni::dots(w, xs, out) {
+fn dots(format: Weights, w: &[u8], xs: &[&Q8Row], out: &mut [f32]) {
+    let fast = match format {
+        Weights::Q4K => vnni::dots(w, xs, out),
+        Weights::Q6K => vnni::dots_q6k(w, xs, out),
+    };
+    if !fast {
         for (o, x) in out.iter_mut().zip(xs) {
-            *o = dot_scalar(w, x);
+            *o = match format {
+                Weights::Q4K => dot_scalar(w, x),
+                Weights::Q6K => dot_scalar_q6k(w, x),
+            };
         }
     }
+}
+
+/// `Σ` over the blocks of one `Q6_K` weight row of `d·dx·Σ_g sc_g·Σ_i q_i·q8_i`
+/// (`q` the signed 6-bit values, `sc` the signed scale of each 16 values), in
+/// scalar code: the path of CPUs without VNNI, and the tests' reference.
+fn dot_scalar_q6k(w: &[u8], x: &Q8Row) -> f32 {
+    let mut sum = 0.0f32;
+    for (b, block) in w.chunks_exact(Q6K_BYTES).take(x.blocks()).enumerate() {
+        let Ok(block) = <&[u8; Q6K_BYTES]>::try_from(block) else { break };
+        let q6 = compute_core::quant::q6_k::BlockQ6K::from_bytes(block);
+        let xb = &x.q[b * Q4K_VALUES..][..Q4K_VALUES];
+        let mut isum = 0i32;
+        for v in 0..Q4K_VALUES {
+            let (h, r) = (v / 128, v % 128);
+            let (g, l) = (r / 32, r % 32);
+            let low = q6.ql[64 * h + 32 * (g % 2) + l];
+            let nibble = if g < 2 { low & 0xf } else { low >> 4 };
+            let high = (q6.qh[32 * h + l] >> (2 * g)) & 3;
+            let q = i32::from(nibble | (high << 4)) - 32;
+            let xq = xb[sub_offset(v / 32) + v % 32];
+            isum += i32::from(q6.scales[v / 16]) * q * i32::from(xq);
+        }
+        sum += x.d[b] * (q6.d.to_f32() * isum as f32);
+    }
+    sum
 }
 
 /// Whether this CPU runs the `vpdpbusd` kernel (AVX-512 F and VNNI).
@@ -169,8 +207,32 @@ pub fn has_vnni() -> bool {
     vnni::available()
 }
 
+/// The block formats whose products this module computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Weights {
+    /// `Q4_K`: 144 bytes per 256 values.
+    Q4K,
+    /// `Q6_K`: 210 bytes per 256 values.
+    Q6K,
+}
+
+impl Weights {
+    /// Bytes of one block of 256 values.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            Weights::Q4K => Q4K_BYTES,
+            Weights::Q6K => Q6K_BYTES,
+        }
+    }
+}
+
+/// [`matmul`] with `Q4_K` weights.
+pub fn matmul_q4k(x: &[f32], w: &[u8], shape: (usize, usize, usize), y: &mut [f32]) -> bool {
+    matmul(Weights::Q4K, x, w, shape, y)
+}
+
 /// `y[i][j] = Σₚ x[i][p]·W[j][p]` for `x` (`m × k` `f32`, row-major), `W`
-/// (`n` rows of `k/256` `Q4_K` blocks) and `y` (`m × n`, overwritten).
+/// (`n` rows of `k/256` blocks of `format`) and `y` (`m × n`, overwritten).
 /// Returns false, having written nothing, when `k` is not a positive
 /// multiple of 256 or a slice is too short for the shapes.
 ///
@@ -178,8 +240,8 @@ pub fn has_vnni() -> bool {
 /// 8-bit multiply-adds reading each weight byte once per call (from cache
 /// for the second and later rows of `x`); weight rows are split over the
 /// pool's threads above [`PAR_GEMM_MIN_MACS`].
-pub fn matmul_q4k(x: &[f32], w: &[u8], (m, k, n): (usize, usize, usize), y: &mut [f32]) -> bool {
-    let row_bytes = k / Q4K_VALUES * Q4K_BYTES;
+pub fn matmul(format: Weights, x: &[f32], w: &[u8], (m, k, n): (usize, usize, usize), y: &mut [f32]) -> bool {
+    let row_bytes = k / Q4K_VALUES * format.block_bytes();
     let fits = |len: usize, rows: usize, cols: usize| rows.checked_mul(cols).is_some_and(|need| len >= need);
     if k == 0 || !k.is_multiple_of(Q4K_VALUES) || !fits(x.len(), m, k) || !fits(w.len(), n, row_bytes) {
         return false;
@@ -197,7 +259,7 @@ pub fn matmul_q4k(x: &[f32], w: &[u8], (m, k, n): (usize, usize, usize), y: &mut
         let x0 = [&xs[0]];
         fork::chunks_mut(y, piece, |p, ys| {
             for (jj, out) in ys.iter_mut().enumerate() {
-                dots(weight(p * piece + jj), &x0, std::slice::from_mut(out));
+                dots(format, weight(p * piece + jj), &x0, std::slice::from_mut(out));
             }
         });
         return true;
@@ -213,7 +275,7 @@ pub fn matmul_q4k(x: &[f32], w: &[u8], (m, k, n): (usize, usize, usize), y: &mut
         for jj in 0..cols {
             let wj = weight(p * piece + jj);
             for (g, rows) in groups.iter().enumerate() {
-                dots(wj, rows, &mut r[..rows.len()]);
+                dots(format, wj, rows, &mut r[..rows.len()]);
                 for (i, &v) in r.iter().take(rows.len()).enumerate() {
                     out[(g * vnni::ROWS + i) * cols + jj] = v;
                 }

@@ -1,31 +1,42 @@
 //! The quantized product against the f64 product of the dequantized
 //! weights, the vectorised kernel against the scalar loop, and the refusals.
 use super::*;
-use compute_core::quant::q4_k;
+use compute_core::quant::BlockFormat;
 
 fn values(len: usize, seed: u64) -> Vec<f32> {
     compute_core::rng::random_vec(len, -1.0, 1.0, seed)
 }
 
-/// `n` rows of `k` random values quantized to `Q4_K`, and their dequantized values.
-fn weights(n: usize, k: usize, seed: u64) -> (Vec<u8>, Vec<f32>) {
+fn block_format(format: Weights) -> BlockFormat {
+    match format {
+        Weights::Q4K => BlockFormat::Q4K,
+        Weights::Q6K => BlockFormat::Q6K,
+    }
+}
+
+/// `n` rows of `k` random values quantized to `format`, and their dequantized values.
+fn weights_of(format: Weights, n: usize, k: usize, seed: u64) -> (Vec<u8>, Vec<f32>) {
     let w = values(n * k, seed);
-    let mut blocks = vec![0u8; n * k / Q4K_VALUES * Q4K_BYTES];
-    q4_k::quantize(&w, &mut blocks).expect("quantize");
+    let mut blocks = vec![0u8; n * k / Q4K_VALUES * format.block_bytes()];
+    block_format(format).quantize(&w, &mut blocks).expect("quantize");
     let mut deq = vec![0.0f32; n * k];
-    q4_k::dequantize(&blocks, &mut deq).expect("dequantize");
+    block_format(format).dequantize(&blocks, &mut deq).expect("dequantize");
     (blocks, deq)
+}
+
+fn weights(n: usize, k: usize, seed: u64) -> (Vec<u8>, Vec<f32>) {
+    weights_of(Weights::Q4K, n, k, seed)
 }
 
 /// Checks `matmul_q4k` on `threads` threads against the f64 reference: the
 /// error bound is the activations' rounding (`dx/2` per value, times `|w|`)
 /// plus `f32` rounding of the per-block terms.
-fn check(m: usize, k: usize, n: usize, threads: usize) {
-    let (w, deq) = weights(n, k, (m * 7 + k + n) as u64);
+fn check(format: Weights, m: usize, k: usize, n: usize, threads: usize) {
+    let (w, deq) = weights_of(format, n, k, (m * 7 + k + n) as u64);
     let x = values(m * k, (m + k * 3 + n * 5) as u64);
     let mut y = vec![f32::NAN; m * n];
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
-    assert!(pool.install(|| matmul_q4k(&x, &w, (m, k, n), &mut y)));
+    assert!(pool.install(|| matmul(format, &x, &w, (m, k, n), &mut y)));
     for i in 0..m {
         let xi = &x[i * k..(i + 1) * k];
         let q = Q8Row::quantize(xi);
@@ -50,8 +61,10 @@ fn products_match_the_dequantized_reference() {
     for &(m, k, n) in
         &[(1, 256, 1), (1, 512, 5), (3, 256, 64), (1, 4096, 300), (17, 768, 33), (2, 1024, 1000), (9, 512, 70)]
     {
-        check(m, k, n, 1);
-        check(m, k, n, 2);
+        for format in [Weights::Q4K, Weights::Q6K] {
+            check(format, m, k, n, 1);
+            check(format, m, k, n, 2);
+        }
     }
 }
 
@@ -74,6 +87,28 @@ fn the_vnni_kernel_agrees_with_the_scalar_loop() {
             for (f, x) in fast.iter().zip(&xs) {
                 // The same integers; only the order of the f32 block terms differs.
                 let slow = dot_scalar(wj, x);
+                assert!((f - slow).abs() <= 1e-5 * slow.abs().max(1.0), "{f} vs {slow}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_q6k_vnni_kernel_agrees_with_the_scalar_loop() {
+    if !has_vnni() {
+        eprintln!("skipped: this CPU has no AVX-512 VNNI");
+        return;
+    }
+    let k = 1024;
+    let (w, _) = weights_of(Weights::Q6K, 6, k, 5);
+    let xs: Vec<Q8Row> = (0..4).map(|s| Q8Row::quantize(&values(k, 20 + s))).collect();
+    for wj in w.chunks_exact(k / Q4K_VALUES * Q6K_BYTES) {
+        for rows in 1..=vnni::ROWS {
+            let refs: Vec<&Q8Row> = xs.iter().take(rows).collect();
+            let mut fast = [f32::NAN; vnni::ROWS];
+            assert!(vnni::dots_q6k(wj, &refs, &mut fast));
+            for (f, x) in fast.iter().zip(&refs) {
+                let slow = dot_scalar_q6k(wj, x);
                 assert!((f - slow).abs() <= 1e-5 * slow.abs().max(1.0), "{f} vs {slow}");
             }
         }
