@@ -9,9 +9,9 @@
 use std::hint::black_box;
 use std::time::Duration;
 
+use compute_core::quant::BlockFormat;
 use compute_core::{Backend, DType, HostVec, MatmulSpec, Op};
 use compute_simd::SimdBackend;
-use compute_core::quant::BlockFormat;
 use compute_simd::quantized::{Q4K_VALUES, Weights, matmul};
 use rayon::prelude::*;
 
@@ -83,21 +83,14 @@ fn format_rows(
             let mut y = vec![0.0f32; m * n];
             let mut ours = || {
                 let w = pick();
-                assert!(pool.install(|| matmul(format, &x, w, (m, k, n), &mut y)), "quantized matmul refused its shapes");
+                assert!(
+                    pool.install(|| matmul(format, &x, w, (m, k, n), &mut y)),
+                    "quantized matmul refused its shapes"
+                );
             };
             let (t_ours, t_read) = time_pair(&mut ours, &mut read, budget, 5);
             let bytes = w.len() as f64;
-            let mut r = Record {
-                op: format!("matmul {name}"),
-                shape: format!("{m}x{k}x{n} {name}, Bᵀ"),
-                backend: "simd".into(),
-                device: backend.device_name(),
-                threads: t,
-                placement: "host".into(),
-                median_s: t_ours,
-                ..Record::default()
-            };
-            r.gbps = Some(bytes / t_ours / 1e9);
+            let mut r = record(name, (m, k, n), backend, t, t_ours, bytes);
             r.peer = Some("read".into());
             r.peer_median_s = Some(t_read);
             r.ratio = Some(t_read / t_ours);
@@ -121,21 +114,14 @@ fn format_rows(
                 let w = pick();
                 assert!(pool.install(|| matmul(format, &x, w, (1, k, n), &mut y)))
             },
-            || pool.install(|| backend.run_typed(&op, &[xb.as_slice(), wb.as_slice()], yb.as_mut())).expect("bf16 gemv"),
+            || {
+                pool.install(|| backend.run_typed(&op, &[xb.as_slice(), wb.as_slice()], yb.as_mut()))
+                    .expect("bf16 gemv")
+            },
             budget,
             5,
         );
-        let mut r = Record {
-            op: format!("matmul {name}"),
-            shape: format!("1x{k}x{n} {name}, Bᵀ"),
-            backend: "simd".into(),
-            device: backend.device_name(),
-            threads: t,
-            placement: "host".into(),
-            median_s: t_ours,
-            ..Record::default()
-        };
-        r.gbps = Some(w.len() as f64 / t_ours / 1e9);
+        let mut r = record(name, (1, k, n), backend, t, t_ours, w.len() as f64);
         r.peer = Some("simd bf16".into());
         r.peer_median_s = Some(t_bf16);
         r.ratio = Some(t_bf16 / t_ours);
@@ -143,4 +129,27 @@ fn format_rows(
         rows.push(r);
     }
     Ok(rows)
+}
+
+/// A row for the product of `m` activation rows with a `name` weight of
+/// `bytes` bytes (`n × k`), which took `median_s`; its rate is the weight's GB/s.
+fn record(
+    name: &str,
+    (m, k, n): (usize, usize, usize),
+    backend: &SimdBackend,
+    t: usize,
+    median_s: f64,
+    bytes: f64,
+) -> Record {
+    Record {
+        op: format!("matmul {name}"),
+        shape: format!("{m}x{k}x{n} {name}, Bᵀ"),
+        backend: "simd".into(),
+        device: backend.device_name(),
+        threads: t,
+        placement: "host".into(),
+        median_s,
+        gbps: Some(bytes / median_s / 1e9),
+        ..Record::default()
+    }
 }

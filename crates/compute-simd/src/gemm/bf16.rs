@@ -27,7 +27,7 @@ use half::bf16;
 
 use super::dpbf16::{self, MR, NR};
 use super::kernel::MatMut;
-use super::{balanced, pack, split};
+use super::{balanced, pack, with_thread_buffers};
 use crate::isa::Isa;
 use crate::kernels::{fork, par};
 use crate::tuning::{GEMM_DOTS_MAX_M, GEMM_MC, PAR_GEMM_MIN_MACS};
@@ -326,15 +326,5 @@ thread_local! {
 /// from this thread's reusable storage (a fresh allocation only on first
 /// use, growth, or re-entry).
 fn with_buffers(a_len: usize, b_len: usize, f: impl FnOnce(&mut [u32], &mut [u32])) {
-    let mut f = Some(f);
-    let _ = PACK.try_with(|cell| {
-        if let Ok(mut v) = cell.try_borrow_mut()
-            && let Some(f) = f.take()
-        {
-            split(&mut v, a_len, b_len, f);
-        }
-    });
-    if let Some(f) = f {
-        split(&mut Vec::new(), a_len, b_len, f);
-    }
+    with_thread_buffers(&PACK, a_len, b_len, f)
 }

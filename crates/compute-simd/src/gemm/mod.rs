@@ -230,8 +230,18 @@ thread_local! {
 /// values, from this thread's reusable storage (a fresh allocation only on
 /// first use, growth, or re-entry).
 fn with_buffers(a_len: usize, b_len: usize, f: impl FnOnce(&mut [f32], &mut [f32])) {
+    with_thread_buffers(&PACK, a_len, b_len, f)
+}
+
+/// [`with_buffers`] from the thread-local storage `key` (values of 4 bytes).
+fn with_thread_buffers<T: Copy + Default + 'static>(
+    key: &'static std::thread::LocalKey<RefCell<Vec<T>>>,
+    a_len: usize,
+    b_len: usize,
+    f: impl FnOnce(&mut [T], &mut [T]),
+) {
     let mut f = Some(f);
-    let _ = PACK.try_with(|cell| {
+    let _ = key.try_with(|cell| {
         if let Ok(mut v) = cell.try_borrow_mut()
             && let Some(f) = f.take()
         {

@@ -10,7 +10,7 @@
 //! `dw·dx`, the minimum terms likewise with `dmin·dx`; the lanes are summed
 //! once per row. The only `unsafe` of the quantized products.
 
-use super::{Q4K_BYTES, Q4K_VALUES, Q6K_BYTES, Q8Row};
+use super::{Q4K_VALUES, Q8Row};
 
 /// Activation rows one pass over a weight row serves.
 pub(super) const ROWS: usize = 4;
@@ -31,16 +31,29 @@ pub(super) fn available() -> bool {
     }
 }
 
-/// The dot products of one weight row with each of `xs` (at most [`ROWS`],
-/// all of `blocks` blocks) into `out`, or false where the CPU lacks the
-/// instructions or a length does not fit.
+/// The dot products of one `Q4_K` weight row with each of `xs` (at most
+/// [`ROWS`], all of the same number of blocks) into `out`, or false where
+/// the CPU lacks the instructions or a length does not fit.
 #[inline]
 pub(super) fn dots(w: &[u8], xs: &[&Q8Row], out: &mut [f32]) -> bool {
+    run(super::Weights::Q4K, w, xs, out)
+}
+
+/// [`dots`] for `Q6_K` weight rows (210 bytes per block).
+#[inline]
+pub(super) fn dots_q6k(w: &[u8], xs: &[&Q8Row], out: &mut [f32]) -> bool {
+    run(super::Weights::Q6K, w, xs, out)
+}
+
+/// The safe door of both kernels: checks the CPU and every length, then
+/// enters the kernel of `format` for `xs.len()` rows.
+#[inline(always)]
+fn run(format: super::Weights, w: &[u8], xs: &[&Q8Row], out: &mut [f32]) -> bool {
     let blocks = xs.first().map_or(0, |x| x.blocks());
     let ok = !xs.is_empty()
         && xs.len() <= ROWS
         && out.len() >= xs.len()
-        && w.len() >= blocks.saturating_mul(Q4K_BYTES)
+        && w.len() >= blocks.saturating_mul(format.block_bytes())
         && xs.iter().all(|x| x.blocks() == blocks && x.q.len() >= blocks * Q4K_VALUES && x.sums.len() >= blocks * 8)
         && available();
     if !ok {
@@ -48,45 +61,20 @@ pub(super) fn dots(w: &[u8], xs: &[&Q8Row], out: &mut [f32]) -> bool {
     }
     #[cfg(target_arch = "x86_64")]
     {
-        // SAFETY: AVX-512 F, BW and VNNI, and F16C, are present and every length was checked above.
+        use super::Weights::{Q4K, Q6K};
+        let p = w.as_ptr();
+        // SAFETY: AVX-512 F, BW and VNNI, and F16C, are present and every
+        // length the kernels read was checked above.
         unsafe {
-            match xs.len() {
-                1 => x86::dots::<1>(w.as_ptr(), blocks, xs, out),
-                2 => x86::dots::<2>(w.as_ptr(), blocks, xs, out),
-                3 => x86::dots::<3>(w.as_ptr(), blocks, xs, out),
-                _ => x86::dots::<4>(w.as_ptr(), blocks, xs, out),
-            }
-        }
-        true
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
-/// [`dots`] for `Q6_K` weight rows (210 bytes per block).
-#[inline]
-pub(super) fn dots_q6k(w: &[u8], xs: &[&Q8Row], out: &mut [f32]) -> bool {
-    let blocks = xs.first().map_or(0, |x| x.blocks());
-    let ok = !xs.is_empty()
-        && xs.len() <= ROWS
-        && out.len() >= xs.len()
-        && w.len() >= blocks.saturating_mul(Q6K_BYTES)
-        && xs.iter().all(|x| x.blocks() == blocks && x.q.len() >= blocks * Q4K_VALUES)
-        && available();
-    if !ok {
-        return false;
-    }
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: AVX-512 F, BW and VNNI, and F16C, are present and every length was checked above.
-        unsafe {
-            match xs.len() {
-                1 => x86::dots_q6k::<1>(w.as_ptr(), blocks, xs, out),
-                2 => x86::dots_q6k::<2>(w.as_ptr(), blocks, xs, out),
-                3 => x86::dots_q6k::<3>(w.as_ptr(), blocks, xs, out),
-                _ => x86::dots_q6k::<4>(w.as_ptr(), blocks, xs, out),
+            match (format, xs.len()) {
+                (Q4K, 1) => x86::dots::<1>(p, blocks, xs, out),
+                (Q4K, 2) => x86::dots::<2>(p, blocks, xs, out),
+                (Q4K, 3) => x86::dots::<3>(p, blocks, xs, out),
+                (Q4K, _) => x86::dots::<4>(p, blocks, xs, out),
+                (Q6K, 1) => x86::dots_q6k::<1>(p, blocks, xs, out),
+                (Q6K, 2) => x86::dots_q6k::<2>(p, blocks, xs, out),
+                (Q6K, 3) => x86::dots_q6k::<3>(p, blocks, xs, out),
+                (Q6K, _) => x86::dots_q6k::<4>(p, blocks, xs, out),
             }
         }
         true
