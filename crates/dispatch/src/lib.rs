@@ -24,7 +24,8 @@
 //! - [`AsyncGpuResult`]: a result computed while the caller works; also a `Future`.
 //! - [`CommandBatch`]: upload → chained ops → one `execute()` → `read`.
 //! - [`BatchedExecutor`] / [`BatchedGpuHandle`] / [`BatchConfig`]: auto-batching of
-//!   small requests from many threads on a background thread.
+//!   requests from many threads on a background thread; requests against one
+//!   [`SharedWeight`] are stacked into one product.
 //!
 //! Features: `gpu` (default, wgpu), `cuda` (CUDA through compute-ptx), `gpu-wasm`
 //! (wgpu for WebGPU). With `default-features = false` only the CPU is compiled in,
@@ -52,7 +53,10 @@ pub use batch::{BufferId, CommandBatch};
 pub use compute::seed_workload;
 pub use compute::{Compute, ComputeBuilder, GpuCompute, Policy, fixed_threshold_workload};
 pub use engine::{Engine, Placement};
-pub use executor::{BatchConfig, BatchedExecutor, BatchedGpuExecutor, BatchedGpuHandle, ExecutorMetrics, FlushReason};
+pub use executor::{
+    BatchConfig, BatchedExecutor, BatchedGpuExecutor, BatchedGpuHandle, ExecutorMetrics, FlushReason, MatmulRows,
+    SharedWeight, WeightLayout,
+};
 #[allow(deprecated)]
 pub use hybrid::SEED_THRESHOLD;
 pub use hybrid::{FIXED_THRESHOLD, HybridScheduler, MatmulOp, crossover_threshold};

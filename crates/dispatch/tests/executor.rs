@@ -93,49 +93,73 @@ fn stress_16_threads_1000_requests_with_shutdown_in_the_middle() {
 
 #[test]
 fn compatible_requests_share_one_dispatch_flushed_by_size() {
+    let (gated, gate, events) = Gated::open();
+    let c = Compute::builder().engine(Engine::Simd, gated).nominal_profile().build().unwrap();
     let cfg = BatchConfig::balanced().with_max_batch_size(3).with_max_wait(Duration::from_secs(30));
-    let exec = BatchedExecutor::new(cpu(), cfg).unwrap();
+    let exec = BatchedExecutor::new(c, cfg).unwrap();
     let h = exec.handle();
+    // A request the worker takes at once and holds at the gate, so that the
+    // next three queue behind it.
+    let held = h.unary(UnaryOp::Relu, vec![1.0, -1.0]).unwrap();
+    while events.lock().unwrap().is_empty() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let xs: Vec<Vec<f32>> = (0..3).map(|i| data(i, 10 + i as usize)).collect();
     let rs: Vec<_> = xs.iter().map(|x| h.unary(UnaryOp::Sigmoid, x.clone()).unwrap()).collect();
+    gate.send(()).unwrap();
+    gate.send(()).unwrap();
+    assert_eq!(held.wait().unwrap(), vec![1.0, 0.0]);
     for (x, r) in xs.iter().zip(rs) {
         assert_matches_reference(&Op::unary(UnaryOp::Sigmoid, x.len()), &[x], &r.wait().unwrap());
     }
     let m = exec.metrics();
-    assert_eq!((m.batches, m.flush_size, m.flush_timeout), (1, 1, 0), "{m:?}");
-    assert_eq!(m.mean_batch_size, 3.0);
-    assert_eq!(m.fill_rate, 1.0);
+    assert_eq!((m.batches, m.flush_size, m.flush_idle, m.flush_timeout), (2, 1, 1, 0), "{m:?}");
+    assert_eq!(m.mean_batch_size, 2.0);
 }
 
 #[test]
-fn a_lone_request_is_flushed_by_its_wait_limit() {
-    let cfg = BatchConfig::latency().with_max_wait(Duration::from_millis(2));
+fn a_lone_request_is_dispatched_at_once_not_after_max_wait() {
+    let cfg = BatchConfig::latency().with_max_wait(Duration::from_secs(30));
     let exec = BatchedExecutor::new(cpu(), cfg).unwrap();
     let (a, b) = (data(1, 12), data(2, 20));
+    let t = std::time::Instant::now();
     let out = exec.handle().matmul(a.clone(), b.clone(), 3, 4, 5).unwrap().wait().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(2), "held for {:?}", t.elapsed());
     assert_matches_reference(&Op::matmul(3, 4, 5), &[&a, &b], &out);
     let m = exec.shutdown();
-    assert_eq!((m.batches, m.flush_timeout, m.completed), (1, 1, 1), "{m:?}");
+    assert_eq!((m.batches, m.flush_idle, m.flush_timeout, m.completed), (1, 1, 0, 1), "{m:?}");
 }
 
 #[test]
 fn incompatible_requests_are_not_merged_and_reductions_run_alone() {
+    let (gated, gate, events) = Gated::open();
+    let c = Compute::builder().engine(Engine::Simd, gated).nominal_profile().build().unwrap();
     let cfg = BatchConfig::balanced().with_max_wait(Duration::from_secs(30));
-    let exec = BatchedExecutor::new(cpu(), cfg).unwrap();
+    let exec = BatchedExecutor::new(c, cfg).unwrap();
     let h = exec.handle();
     let x = data(3, 50);
+    // The worker holds a first request at the gate while the four others and
+    // the stop are queued: shutdown then flushes the four groups.
+    let held = h.unary(UnaryOp::Relu, vec![1.0]).unwrap();
+    while events.lock().unwrap().is_empty() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let r1 = h.submit(Op::unary(UnaryOp::Scale { s: 2.0 }, 50), vec![x.clone()]).unwrap();
     let r2 = h.submit(Op::unary(UnaryOp::Scale { s: 3.0 }, 50), vec![x.clone()]).unwrap();
     let r3 = h.submit(Op::dot(50), vec![x.clone(), x.clone()]).unwrap();
     let r4 = h.submit(Op::dot(50), vec![x.clone(), x.clone()]).unwrap();
-    // Nothing is due for 30 s: shutdown flushes all four groups now.
+    h.shutdown();
+    for _ in 0..5 {
+        gate.send(()).unwrap();
+    }
     let m = exec.shutdown();
+    assert_eq!(held.wait().unwrap(), vec![1.0]);
     assert_eq!(r1.wait().unwrap(), x.iter().map(|v| v * 2.0).collect::<Vec<_>>());
     assert_eq!(r2.wait().unwrap(), x.iter().map(|v| v * 3.0).collect::<Vec<_>>());
     let d3 = r3.wait().unwrap();
     assert_matches_reference(&Op::dot(50), &[&x, &x], &d3);
     assert_eq!(r4.wait().unwrap(), d3);
-    assert_eq!((m.batches, m.flush_shutdown, m.completed), (4, 4, 4), "{m:?}");
+    assert_eq!((m.batches, m.flush_shutdown, m.completed), (5, 4, 5), "{m:?}");
     let _ = FlushReason::Shutdown;
 }
 

@@ -4,16 +4,19 @@
 //! element-wise ops of any lengths (concatenated), row ops of equal row length
 //! and equal parameter vectors (rows stacked), matmuls of equal `(m, k, n)` and
 //! transposes (one batched matmul). Reductions, dots and convolutions run alone.
+//! Requests against one shared weight share the key of that weight; they are
+//! stacked by `super::shared`, not here.
 
 use compute_core::{BinaryOp, DType, MatmulSpec, Op, RowOp, UnaryOp};
 
-/// Grouping key: equal keys may be merged.
+/// Grouping key: equal keys may be merged. `Shared` holds a shared weight's id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Key {
     Unary { name: &'static str, p0: u32, p1: u32 },
     Binary(BinaryOp),
     Rows { name: &'static str, eps: u32, cols: usize, params: u64 },
     Matmul { m: usize, k: usize, n: usize, ta: bool, tb: bool },
+    Shared(u64),
     Alone(u64),
 }
 

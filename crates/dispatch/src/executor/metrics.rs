@@ -9,8 +9,12 @@ use crate::engine::Engine;
 pub enum FlushReason {
     /// It reached `max_batch_size` requests.
     Size,
-    /// Its oldest request had waited `max_wait`.
+    /// It was held for requests expected to join it, and its oldest request
+    /// reached `max_wait` first.
     Timeout,
+    /// The engine was free and no more requests were expected to join (or
+    /// those expected did not come within the hold): dispatched at once.
+    Idle,
     /// The executor was shutting down.
     Shutdown,
 }
@@ -34,8 +38,11 @@ pub struct ExecutorMetrics {
     pub fill_rate: f64,
     /// Batches flushed for size.
     pub flush_size: u64,
-    /// Batches flushed because their oldest request waited `max_wait`.
+    /// Batches held for company whose oldest request reached `max_wait`.
     pub flush_timeout: u64,
+    /// Batches dispatched as soon as the engine was free, with no more
+    /// requests expected to join.
+    pub flush_idle: u64,
     /// Batches flushed by shutdown.
     pub flush_shutdown: u64,
     /// Median seconds from submission to dispatch (last 65 536 requests).
@@ -69,6 +76,7 @@ pub(crate) struct State {
     pub(crate) batched_requests: u64,
     pub(crate) flush_size: u64,
     pub(crate) flush_timeout: u64,
+    pub(crate) flush_idle: u64,
     pub(crate) flush_shutdown: u64,
     pub(crate) engines: Vec<(Engine, u64)>,
     queue: Vec<f64>,
@@ -86,6 +94,7 @@ impl State {
         match reason {
             FlushReason::Size => self.flush_size += 1,
             FlushReason::Timeout => self.flush_timeout += 1,
+            FlushReason::Idle => self.flush_idle += 1,
             FlushReason::Shutdown => self.flush_shutdown += 1,
         }
         for q in queue_s {
@@ -124,6 +133,7 @@ impl State {
             fill_rate: mean / max_batch_size.max(1) as f64,
             flush_size: self.flush_size,
             flush_timeout: self.flush_timeout,
+            flush_idle: self.flush_idle,
             flush_shutdown: self.flush_shutdown,
             queue_p50_s: pct(0.5),
             queue_p99_s: pct(0.99),

@@ -1,41 +1,59 @@
-//! [`BatchedExecutor`]: coalesces many small requests from many threads into
-//! few large dispatches, on a background thread (no async runtime needed).
+//! [`BatchedExecutor`]: coalesces requests from many threads into few large
+//! dispatches, on a background thread (no async runtime needed).
 //!
 //! Requests go through a bounded channel (`channel_size`; a full channel
 //! blocks [`BatchedGpuHandle::submit`] and fails [`BatchedGpuHandle::try_submit`]).
-//! The worker groups compatible requests (see `coalesce`: same op, same inner
-//! shape) and dispatches a group when it holds `max_batch_size` requests or
-//! when its OLDEST request has waited `max_wait`; the merged call goes through
-//! [`Compute`], which puts it on the engine predicted fastest for its merged
-//! size, and the output is split back to each request.
+//! The worker groups compatible requests: products against one registered
+//! [`SharedWeight`] (stacked into one `[Σrows, k]·W`, see `shared`), and
+//! element-wise, row-wise and equal-shape matmul requests (see `coalesce`).
+//! The merged call runs on the engine predicted fastest for its merged size,
+//! and the output is split back to each request.
+//!
+//! Flushing is adaptive. The worker runs one batch at a time; whenever it is
+//! free it dispatches the most urgent group, unless that group is expected to
+//! grow: the threads answered by its previous batch have not submitted again
+//! yet (callers in a loop come back within microseconds). Such a group is held
+//! at most a quarter of its previous batch's run time, and never past its
+//! oldest request's `max_wait`. A group is dispatched at once when it reaches
+//! `max_batch_size`. So a request arriving at an idle executor runs at once,
+//! and under load each batch takes everything that arrived while the previous
+//! one ran.
 //!
 //! Shutdown stops accepting, then dispatches everything already accepted:
 //! every accepted request is answered (value or error), none is dropped.
 
 mod coalesce;
 mod metrics;
+mod shared;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError, sync_channel};
-use std::sync::{Arc, Mutex, RwLock};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
-use compute_core::{Backend, BackendKind, ComputeError, Op, Result, UnaryOp};
+use compute_core::{Backend, BackendKind, ComputeError, Op, Result, Tensor, UnaryOp};
 
 pub use metrics::{ExecutorMetrics, FlushReason};
+pub use shared::{MatmulRows, SharedWeight, WeightLayout};
 
 use crate::async_result::{AsyncGpuResult, Completer};
 use crate::compute::Compute;
 use crate::engine::{Engine, Placement};
-use crate::lock::{lock, read, write};
+use crate::lock::{lock, read, wait_timeout, write};
+use shared::SharedRequest;
 
 /// Batching parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchConfig {
-    /// Most requests in one dispatch (≥ 1).
+    /// Most requests in one dispatch (≥ 1); a group is dispatched as soon as
+    /// it holds this many.
     pub max_batch_size: usize,
-    /// Longest a request waits for company, from the oldest waiting request.
+    /// Longest a group is held for requests expected to join it, counted from
+    /// its oldest request. A request arriving at an idle executor is not held;
+    /// a request may still wait longer than this while the engine runs the
+    /// batches before it.
     pub max_wait: Duration,
     /// Requests the queue holds before submitters block (≥ 1).
     pub channel_size: usize,
@@ -76,6 +94,16 @@ impl BatchConfig {
         self
     }
 
+    /// Sets `max_wait` in milliseconds (`max_wait_ms`, the trueno name).
+    pub fn with_max_wait_ms(self, ms: u64) -> Self {
+        self.with_max_wait(Duration::from_millis(ms))
+    }
+
+    /// `max_wait` in whole milliseconds (the trueno name).
+    pub fn max_wait_ms(&self) -> u64 {
+        u64::try_from(self.max_wait.as_millis()).unwrap_or(u64::MAX)
+    }
+
     /// Sets `channel_size`.
     pub fn with_channel_size(mut self, n: usize) -> Self {
         self.channel_size = n;
@@ -83,24 +111,68 @@ impl BatchConfig {
     }
 }
 
-struct Request {
+/// A queued request on host vectors.
+struct OpRequest {
     op: Op,
     inputs: Vec<Vec<f32>>,
     completer: Completer<Vec<f32>>,
     enqueued: Instant,
 }
 
+enum Request {
+    Op(OpRequest),
+    Shared(SharedRequest),
+}
+
+impl Request {
+    fn enqueued(&self) -> Instant {
+        match self {
+            Request::Op(r) => r.enqueued,
+            Request::Shared(r) => r.enqueued,
+        }
+    }
+}
+
 enum Msg {
-    Request(Request),
+    /// A request and the thread that submitted it.
+    Request(Request, ThreadId),
     Shutdown,
 }
 
+static NEXT_EXECUTOR: AtomicU64 = AtomicU64::new(1);
+
 struct Shared {
+    id: u64,
     tx: SyncSender<Msg>,
     open: RwLock<bool>,
     metrics: Mutex<metrics::State>,
     config: BatchConfig,
     backend: BackendKind,
+    engines: Vec<Engine>,
+    /// Submitters waiting for room in the queue, and where they wait.
+    blocked: AtomicUsize,
+    room: Mutex<()>,
+    room_cv: Condvar,
+}
+
+/// Longest a submitter blocked on a full queue sleeps before trying again
+/// when no wake-up comes.
+const ROOM_POLL: Duration = Duration::from_millis(1);
+
+/// Counts a blocked submitter while it lives.
+struct Blocked<'a>(&'a AtomicUsize);
+
+impl<'a> Blocked<'a> {
+    fn new(n: &'a AtomicUsize) -> Self {
+        n.fetch_add(1, Ordering::SeqCst);
+        Blocked(n)
+    }
+}
+
+impl Drop for Blocked<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A cloneable, `Send + Sync` handle for submitting to a [`BatchedExecutor`].
@@ -130,11 +202,16 @@ impl BatchedExecutor {
         };
         let (tx, rx) = sync_channel(config.channel_size);
         let shared = Arc::new(Shared {
+            id: NEXT_EXECUTOR.fetch_add(1, Ordering::Relaxed),
             tx,
             open: RwLock::new(true),
             metrics: Mutex::new(metrics::State::default()),
             config,
             backend: compute.kind(),
+            engines: compute.engines(),
+            blocked: AtomicUsize::new(0),
+            room: Mutex::new(()),
+            room_cv: Condvar::new(),
         });
         let worker_shared = shared.clone();
         let worker = std::thread::Builder::new()
@@ -188,43 +265,63 @@ impl BatchedGpuHandle {
         }
     }
 
-    fn enqueue(&self, op: Op, inputs: Vec<Vec<f32>>, block: bool) -> Result<AsyncGpuResult<Vec<f32>>> {
-        let lens: Vec<usize> = inputs.iter().map(Vec::len).collect();
-        op.check(&lens, op.layout()?.output_len())?;
+    /// Sends `req` (described by `op` in errors) to the worker. With `block`,
+    /// waits while the queue is full, and fails if the executor shuts down
+    /// meanwhile.
+    fn send(&self, op: &Op, req: Request, block: bool) -> Result<()> {
         let shared = &self.shared;
-        let (result, completer) = AsyncGpuResult::channel(op.name(), shared.backend);
-        let msg = Msg::Request(Request { op, inputs, completer, enqueued: Instant::now() });
-        let refused = |e: ComputeError| {
-            lock(&shared.metrics).rejected += 1;
-            Err(e)
+        let mut msg = Msg::Request(req, std::thread::current().id());
+        let full = || ComputeError::LimitExceeded {
+            op: op.name(),
+            what: "batched executor queue (channel_size)",
+            requested: shared.config.channel_size as u64 + 1,
+            maximum: shared.config.channel_size as u64,
         };
-        // Sending under the read lock orders every accepted request before the
-        // shutdown marker, which is sent under the write lock.
-        let open = read(&shared.open);
-        if !*open {
-            return refused(Self::closed(&op, shared.backend));
-        }
-        let sent = if block {
-            shared.tx.send(msg).map_err(|_| Self::closed(&op, shared.backend))
-        } else {
-            shared.tx.try_send(msg).map_err(|e| match e {
-                TrySendError::Full(_) => ComputeError::LimitExceeded {
-                    op: op.name(),
-                    what: "batched executor queue (channel_size)",
-                    requested: shared.config.channel_size as u64 + 1,
-                    maximum: shared.config.channel_size as u64,
-                },
-                TrySendError::Disconnected(_) => Self::closed(&op, shared.backend),
-            })
+        let mut waiting: Option<(std::sync::MutexGuard<'_, ()>, Blocked<'_>)> = None;
+        let sent = loop {
+            // Sending under the read lock orders every accepted request before
+            // the shutdown marker, which is sent after the write lock set `open`.
+            let open = read(&shared.open);
+            if !*open {
+                break Err(Self::closed(op, shared.backend));
+            }
+            match shared.tx.try_send(msg) {
+                Ok(()) => break Ok(()),
+                Err(TrySendError::Disconnected(_)) => break Err(Self::closed(op, shared.backend)),
+                Err(TrySendError::Full(_)) if !block => break Err(full()),
+                Err(TrySendError::Full(m)) => {
+                    drop(open);
+                    msg = m;
+                    // Counted as blocked before trying again, so that the
+                    // worker, having made room, wakes us; the timeout covers
+                    // a wake-up that slips between the try and the wait.
+                    match waiting.take() {
+                        None => waiting = Some((lock(&shared.room), Blocked::new(&shared.blocked))),
+                        Some((guard, b)) => waiting = Some((wait_timeout(&shared.room_cv, guard, ROOM_POLL), b)),
+                    }
+                }
+            }
         };
-        drop(open);
+        drop(waiting);
         match sent {
             Ok(()) => {
                 lock(&shared.metrics).submitted += 1;
-                Ok(result)
+                Ok(())
             }
-            Err(e) => refused(e),
+            Err(e) => {
+                lock(&shared.metrics).rejected += 1;
+                Err(e)
+            }
         }
+    }
+
+    fn enqueue(&self, op: Op, inputs: Vec<Vec<f32>>, block: bool) -> Result<AsyncGpuResult<Vec<f32>>> {
+        let lens: Vec<usize> = inputs.iter().map(Vec::len).collect();
+        op.check(&lens, op.layout()?.output_len())?;
+        let (result, completer) = AsyncGpuResult::channel(op.name(), self.shared.backend);
+        let req = Request::Op(OpRequest { op, inputs, completer, enqueued: Instant::now() });
+        self.send(&op, req, block)?;
+        Ok(result)
     }
 
     /// Queues `op` on `inputs`; blocks while the queue is full (backpressure).
@@ -255,13 +352,106 @@ impl BatchedGpuHandle {
         self.submit(Op::matmul(m, k, n), vec![a, b])
     }
 
-    /// Stops accepting requests; those already accepted are still answered.
-    /// Idempotent.
+    /// Registers the `f32` weight `w` (`k × n`, or `n × k` with
+    /// [`WeightLayout::Transposed`]) for [`BatchedGpuHandle::matmul_shared`].
+    /// Takes `w` without copying it and returns at once (nothing is queued).
+    /// The weight stays in host memory; the first batch that runs on a GPU
+    /// uploads it and the copy is kept for later batches (device memory of
+    /// `4·k·n` bytes per GPU used, freed with the last clone of the returned
+    /// [`SharedWeight`]). Fails with [`ComputeError::Shape`] when
+    /// `w.len() != k·n`.
+    pub fn register_weight(&self, w: Vec<f32>, k: usize, n: usize, layout: WeightLayout) -> Result<SharedWeight> {
+        SharedWeight::host(self.shared.id, w, k, n, layout)
+    }
+
+    /// Registers a weight already in device memory: an `f32` tensor of `k·n`
+    /// values, laid out as `layout` says, on the memory of one of this
+    /// executor's engines ([`ComputeError::WrongDevice`] otherwise). Nothing
+    /// is copied now. Batches run where the cost model predicts fastest,
+    /// counting the move of the weight to engines whose memory lacks it; the
+    /// first batch run on the CPU downloads it once and keeps the host copy.
+    pub fn register_weight_tensor(&self, w: Tensor, k: usize, n: usize, layout: WeightLayout) -> Result<SharedWeight> {
+        SharedWeight::tensor(self.shared.id, &self.shared.engines, w, k, n, layout)
+    }
+
+    fn enqueue_shared(
+        &self,
+        weight: &SharedWeight,
+        x: Vec<f32>,
+        rows: usize,
+        block: bool,
+    ) -> Result<AsyncGpuResult<MatmulRows>> {
+        let op = weight.op(rows);
+        if weight.owner() != self.shared.id {
+            return Err(ComputeError::WrongDevice {
+                op: "matmul_shared",
+                expected: format!("a weight registered with executor #{}", self.shared.id),
+                found: format!("a weight of executor #{}", weight.owner()),
+            });
+        }
+        if rows.checked_mul(weight.k()) != Some(x.len()) {
+            return Err(ComputeError::shape(
+                "matmul_shared",
+                format!("x holds {} values, rows·k = {rows}·{}", x.len(), weight.k()),
+                format!("x=[{}] rows={rows} w=[{}x{}]", x.len(), weight.k(), weight.n()),
+            ));
+        }
+        if rows == 0 {
+            if !self.is_open() {
+                lock(&self.shared.metrics).rejected += 1;
+                return Err(Self::closed(&op, self.shared.backend));
+            }
+            return Ok(AsyncGpuResult::finished("matmul", self.shared.backend, Ok(shared::empty(weight.n()))));
+        }
+        let (result, completer) = AsyncGpuResult::channel("matmul", self.shared.backend);
+        let req = SharedRequest { weight: weight.clone(), x, rows, completer, enqueued: Instant::now() };
+        self.send(&op, Request::Shared(req), block)?;
+        Ok(result)
+    }
+
+    /// Queues `y = x·W` for the `rows × k` row-major `x` against the registered
+    /// weight `weight`, and returns at once with the pending result; blocks
+    /// while the queue is full (and fails if the executor shuts down
+    /// meanwhile). Requests against the same weight are stacked into one
+    /// `[Σrows, k]·W` product (one copy of each `x` into the stack; a
+    /// request alone is not copied), and the result is this request's
+    /// `rows × n` rows of its output, as a view ([`MatmulRows`], no copy).
+    ///
+    /// Shapes are checked here: `x.len()` must be `rows·k`
+    /// ([`ComputeError::Shape`]), and the weight must come from this
+    /// executor ([`ComputeError::WrongDevice`]). `rows = 0` is answered at
+    /// once with an empty result. Costs, besides the product, a queue slot and
+    /// the hand-off to the worker thread and back (two thread wake-ups: about
+    /// 45 µs on the 2-core VM under load, see `docs/benchmarks.md`).
+    pub fn matmul_shared(&self, weight: &SharedWeight, x: Vec<f32>, rows: usize) -> Result<AsyncGpuResult<MatmulRows>> {
+        self.enqueue_shared(weight, x, rows, true)
+    }
+
+    /// Like [`BatchedGpuHandle::matmul_shared`] but fails at once with
+    /// [`ComputeError::LimitExceeded`] when the queue is full.
+    pub fn try_matmul_shared(
+        &self,
+        weight: &SharedWeight,
+        x: Vec<f32>,
+        rows: usize,
+    ) -> Result<AsyncGpuResult<MatmulRows>> {
+        self.enqueue_shared(weight, x, rows, false)
+    }
+
+    /// Stops accepting requests; those already accepted are still answered,
+    /// and submitters blocked on a full queue get an error at once.
+    /// Idempotent. Returns once the stop is queued behind every accepted
+    /// request (waiting only while the queue is full), without waiting for
+    /// them to be answered ([`BatchedExecutor::shutdown`] does).
     pub fn shutdown(&self) {
         let mut open = write(&self.shared.open);
         if *open {
             *open = false;
             drop(open);
+            {
+                let _room = lock(&self.shared.room);
+                self.shared.room_cv.notify_all();
+            }
             // Blocks only while the queue is full; the worker keeps draining it.
             let _ = self.shared.tx.send(Msg::Shutdown);
         }
@@ -286,14 +476,42 @@ impl BatchedGpuHandle {
 /// A request's completer and what it gets.
 type Outcome = (Completer<Vec<f32>>, Result<Vec<f32>>);
 
+/// Requests of one key waiting to be dispatched together.
 struct Group {
     oldest: Instant,
-    reqs: Vec<Request>,
+    ops: Vec<OpRequest>,
+    shared: Vec<SharedRequest>,
+    /// The distinct threads that submitted them.
+    threads: Vec<ThreadId>,
 }
+
+impl Group {
+    fn len(&self) -> usize {
+        self.ops.len() + self.shared.len()
+    }
+}
+
+/// What the last batch of a key tells about the next one: the threads it
+/// answered, which may be about to submit again.
+struct Recent {
+    answered_at: Instant,
+    /// How long a group of this key is held for those threads.
+    hold: Duration,
+    /// Threads answered by that batch that have not submitted since.
+    awaited: Vec<ThreadId>,
+}
+
+/// Fraction of a batch's run time that the next batch of its key may be held
+/// for the threads it answered.
+const HOLD_FRACTION: u32 = 4;
+
+/// Keys whose last batch is remembered before stale ones are forgotten.
+const RECENT_KEYS: usize = 64;
 
 /// The worker's pending groups.
 struct Pending<'a> {
     groups: HashMap<coalesce::Key, Group>,
+    recent: HashMap<coalesce::Key, Recent>,
     seq: u64,
     compute: &'a Compute,
     shared: &'a Shared,
@@ -301,45 +519,105 @@ struct Pending<'a> {
 
 impl Pending<'_> {
     /// Adds a request to its group; dispatches the group if it is full.
-    fn add(&mut self, r: Request) {
+    fn add(&mut self, r: Request, from: ThreadId) {
         self.seq += 1;
-        let key = coalesce::key(&r.op, &r.inputs, self.seq);
-        let g = self.groups.entry(key).or_insert_with(|| Group { oldest: r.enqueued, reqs: Vec::new() });
-        g.oldest = g.oldest.min(r.enqueued);
-        g.reqs.push(r);
-        if g.reqs.len() >= self.shared.config.max_batch_size
+        let key = match &r {
+            Request::Op(o) => coalesce::key(&o.op, &o.inputs, self.seq),
+            Request::Shared(s) => coalesce::Key::Shared(s.weight.id()),
+        };
+        if let Some(rec) = self.recent.get_mut(&key) {
+            rec.awaited.retain(|t| *t != from);
+        }
+        let enqueued = r.enqueued();
+        let g = self.groups.entry(key).or_insert_with(|| Group {
+            oldest: enqueued,
+            ops: Vec::new(),
+            shared: Vec::new(),
+            threads: Vec::new(),
+        });
+        g.oldest = g.oldest.min(enqueued);
+        if !g.threads.contains(&from) {
+            g.threads.push(from);
+        }
+        match r {
+            Request::Op(o) => g.ops.push(o),
+            Request::Shared(s) => g.shared.push(s),
+        }
+        if g.len() >= self.shared.config.max_batch_size
             && let Some(g) = self.groups.remove(&key)
         {
-            flush(self.compute, self.shared, g, FlushReason::Size);
+            self.dispatch(key, g, FlushReason::Size);
         }
     }
 
-    /// Dispatches every group whose oldest request has waited `max_wait`.
-    fn flush_due(&mut self) {
-        let now = Instant::now();
-        let wait = self.shared.config.max_wait;
-        let due: Vec<coalesce::Key> =
-            self.groups.iter().filter(|(_, g)| g.oldest + wait <= now).map(|(k, _)| *k).collect();
-        for k in due {
-            if let Some(g) = self.groups.remove(&k) {
-                flush(self.compute, self.shared, g, FlushReason::Timeout);
+    /// When `g` is to be dispatched, and why: at once (its oldest request's
+    /// time) unless threads answered by its key's last batch are expected
+    /// back, then when the hold for them ends or at `max_wait`.
+    fn due(&self, key: &coalesce::Key, g: &Group) -> (Instant, FlushReason) {
+        match self.recent.get(key) {
+            Some(rec) if !rec.awaited.is_empty() => {
+                let timeout = g.oldest + self.shared.config.max_wait;
+                let held = rec.answered_at + rec.hold;
+                if held < timeout { (held.max(g.oldest), FlushReason::Idle) } else { (timeout, FlushReason::Timeout) }
             }
+            _ => (g.oldest, FlushReason::Idle),
+        }
+    }
+
+    /// The earliest time a group is due.
+    fn next_due(&self) -> Option<Instant> {
+        self.groups.iter().map(|(k, g)| self.due(k, g).0).min()
+    }
+
+    /// Dispatches the group due first, if one is due now. Returns whether one was.
+    fn dispatch_due(&mut self) -> bool {
+        let now = Instant::now();
+        let first = self
+            .groups
+            .iter()
+            .map(|(k, g)| (*k, self.due(k, g)))
+            .filter(|(_, (at, _))| *at <= now)
+            .min_by_key(|(_, (at, _))| *at);
+        match first.and_then(|(k, (_, reason))| Some((k, self.groups.remove(&k)?, reason))) {
+            Some((k, g, reason)) => {
+                self.dispatch(k, g, reason);
+                true
+            }
+            None => false,
         }
     }
 
     /// Dispatches everything (shutdown).
-    fn flush_all(&mut self) {
-        for (_, g) in self.groups.drain() {
+    fn dispatch_all(&mut self) {
+        let mut groups: Vec<(coalesce::Key, Group)> = self.groups.drain().collect();
+        groups.sort_by_key(|(_, g)| g.oldest);
+        for (_, g) in groups {
             flush(self.compute, self.shared, g, FlushReason::Shutdown);
         }
+    }
+
+    /// Runs `g` and remembers which threads it answered.
+    fn dispatch(&mut self, key: coalesce::Key, g: Group, reason: FlushReason) {
+        let threads = g.threads.clone();
+        let start = Instant::now();
+        flush(self.compute, self.shared, g, reason);
+        if matches!(key, coalesce::Key::Alone(_)) {
+            return;
+        }
+        let now = Instant::now();
+        let hold = (now.saturating_duration_since(start) / HOLD_FRACTION).min(self.shared.config.max_wait);
+        if self.recent.len() >= RECENT_KEYS {
+            let groups = &self.groups;
+            self.recent.retain(|k, r| groups.contains_key(k) || r.answered_at + r.hold > now);
+        }
+        self.recent.insert(key, Recent { answered_at: now, hold, awaited: threads });
     }
 }
 
 fn worker(rx: Receiver<Msg>, compute: Compute, shared: Arc<Shared>) {
-    let mut p = Pending { groups: HashMap::new(), seq: 0, compute: &compute, shared: &shared };
+    let mut p = Pending { groups: HashMap::new(), recent: HashMap::new(), seq: 0, compute: &compute, shared: &shared };
     loop {
-        let deadline = p.groups.values().map(|g| g.oldest + shared.config.max_wait).min();
-        let msg = match deadline {
+        let msg = match p.next_due() {
             None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
             Some(d) => rx.recv_timeout(d.saturating_duration_since(Instant::now())),
         };
@@ -350,15 +628,14 @@ fn worker(rx: Receiver<Msg>, compute: Compute, shared: Arc<Shared>) {
         };
         // Take what is already queued (at most one channel's worth, so that due
         // groups are never starved by a steady stream) before deciding what is
-        // due: under load the requests waiting in the channel join their groups
-        // instead of each group leaving half empty because its oldest request
-        // waited in the queue.
+        // due: the requests that arrived while the last batch ran join their
+        // groups now.
         let mut drained = 0usize;
         while let Some(m) = next {
             match m {
-                Msg::Request(r) => p.add(r),
+                Msg::Request(r, from) => p.add(r, from),
                 Msg::Shutdown => {
-                    p.flush_all();
+                    p.dispatch_all();
                     return;
                 }
             }
@@ -372,7 +649,13 @@ fn worker(rx: Receiver<Msg>, compute: Compute, shared: Arc<Shared>) {
                 Err(TryRecvError::Disconnected) => Some(Msg::Shutdown),
             };
         }
-        p.flush_due();
+        if drained > 0 && shared.blocked.load(Ordering::SeqCst) > 0 {
+            let _room = lock(&shared.room);
+            shared.room_cv.notify_all();
+        }
+        // One group at a time: requests that arrive while it runs can still
+        // join the next ones.
+        p.dispatch_due();
     }
 }
 
@@ -381,10 +664,15 @@ fn worker(rx: Receiver<Msg>, compute: Compute, shared: Arc<Shared>) {
 fn run_caught(compute: &Compute, engine: Engine, op: &Op, inputs: &[Vec<f32>]) -> Result<Vec<f32>> {
     let run = || {
         let refs: Vec<&[f32]> = inputs.iter().map(Vec::as_slice).collect();
-        let mut out = vec![0.0f32; op.layout()?.output_len()];
+        let mut out = shared::zeros(op.name(), compute.kind(), op.layout()?.output_len())?;
         compute.run_f32_with_fallback(engine, op, &refs, &mut out).map(|()| out)
     };
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or_else(|_| {
+    catch_panic(compute, op, run)
+}
+
+/// `f()`, with a panic turned into an error.
+fn catch_panic<T>(compute: &Compute, op: &Op, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
         Err(ComputeError::Driver {
             op: op.name(),
             backend: compute.kind(),
@@ -395,9 +683,31 @@ fn run_caught(compute: &Compute, engine: Engine, op: &Op, inputs: &[Vec<f32>]) -
 }
 
 fn flush(compute: &Compute, shared: &Shared, group: Group, reason: FlushReason) {
+    let Group { ops, shared: stacked, .. } = group;
+    if !ops.is_empty() {
+        flush_ops(compute, shared, ops, reason);
+    }
+    if !stacked.is_empty() {
+        flush_shared(compute, shared, stacked, reason);
+    }
+}
+
+/// Counts finished requests (before anyone is woken, so that a caller that saw
+/// its result sees it counted).
+fn count(shared: &Shared, results: impl Iterator<Item = bool>) {
+    let (mut ok, mut failed) = (0u64, 0u64);
+    for r in results {
+        if r { ok += 1 } else { failed += 1 }
+    }
+    let mut m = lock(&shared.metrics);
+    m.completed += ok;
+    m.failed += failed;
+}
+
+fn flush_ops(compute: &Compute, shared: &Shared, reqs: Vec<OpRequest>, reason: FlushReason) {
     let start = Instant::now();
-    let merged = if group.reqs.len() > 1 {
-        let views: Vec<(&Op, &[Vec<f32>])> = group.reqs.iter().map(|r| (&r.op, r.inputs.as_slice())).collect();
+    let merged = if reqs.len() > 1 {
+        let views: Vec<(&Op, &[Vec<f32>])> = reqs.iter().map(|r| (&r.op, r.inputs.as_slice())).collect();
         coalesce::merge(&views)
     } else {
         None
@@ -406,21 +716,15 @@ fn flush(compute: &Compute, shared: &Shared, group: Group, reason: FlushReason) 
     // request that could not be merged. The metrics count the first.
     let engines: Vec<Engine> = match &merged {
         Some(m) => vec![compute.choose(&m.op, Placement::Host)],
-        None => group.reqs.iter().map(|r| compute.choose(&r.op, Placement::Host)).collect(),
+        None => reqs.iter().map(|r| compute.choose(&r.op, Placement::Host)).collect(),
     };
     let engine = engines.first().copied().unwrap_or_else(|| compute.primary());
-    lock(&shared.metrics).batch(
-        reason,
-        engine,
-        group.reqs.iter().map(|r| start.duration_since(r.enqueued).as_secs_f64()),
-    );
+    lock(&shared.metrics).batch(reason, engine, reqs.iter().map(|r| start.duration_since(r.enqueued).as_secs_f64()));
     let outcomes: Vec<Outcome> = match merged {
         Some(m) => {
             let result = run_caught(compute, engine, &m.op, &m.inputs);
             let mut offset = 0usize;
-            group
-                .reqs
-                .into_iter()
+            reqs.into_iter()
                 .map(|r| {
                     let len = r.op.layout().map_or(0, |l| l.output_len());
                     let part = match &result {
@@ -435,20 +739,60 @@ fn flush(compute: &Compute, shared: &Shared, group: Group, reason: FlushReason) 
                 .collect()
         }
         // Requests that could not be merged run one by one, each on its own choice.
-        None => group
-            .reqs
+        None => reqs
             .into_iter()
             .zip(engines)
             .map(|(r, e)| (r.completer, run_caught(compute, e, &r.op, &r.inputs)))
             .collect(),
     };
-    {
-        // Counted before anyone is woken, so a caller that saw its result sees it counted.
-        let ok = outcomes.iter().filter(|(_, r)| r.is_ok()).count() as u64;
-        let mut m = lock(&shared.metrics);
-        m.completed += ok;
-        m.failed += outcomes.len() as u64 - ok;
+    count(shared, outcomes.iter().map(|(_, r)| r.is_ok()));
+    for (c, r) in outcomes {
+        c.complete(r);
     }
+}
+
+/// Stacks requests against one weight into one product, runs it, and answers
+/// each with a view of its rows.
+fn flush_shared(compute: &Compute, shared: &Shared, reqs: Vec<SharedRequest>, reason: FlushReason) {
+    let start = Instant::now();
+    let Some(weight) = reqs.first().map(|r| r.weight.clone()) else { return };
+    let total = reqs.iter().try_fold(0usize, |acc, r| acc.checked_add(r.rows));
+    let op = weight.op(total.unwrap_or(usize::MAX));
+    let engine = shared::choose(compute, &weight, &op);
+    lock(&shared.metrics).batch(reason, engine, reqs.iter().map(|r| start.duration_since(r.enqueued).as_secs_f64()));
+    let run = || -> Result<Vec<f32>> {
+        let rows = total.ok_or_else(|| ComputeError::shape("matmul", "stacked rows overflow", op.shapes()))?;
+        let len = rows
+            .checked_mul(weight.n())
+            .ok_or_else(|| ComputeError::shape("matmul", "stacked output overflows", op.shapes()))?;
+        let mut out = shared::zeros("matmul", compute.kind(), len)?;
+        match reqs.as_slice() {
+            // A request alone is its own stack: no copy of x.
+            [one] => shared::run(compute, engine, &weight, &op, &one.x, &mut out)?,
+            _ => {
+                let mut x = Vec::new();
+                x.try_reserve_exact(rows.saturating_mul(weight.k())).map_err(|_| ComputeError::OutOfMemory {
+                    op: "matmul",
+                    backend: compute.kind(),
+                    requested_bytes: (rows as u64).saturating_mul(weight.k() as u64).saturating_mul(4),
+                })?;
+                for r in &reqs {
+                    x.extend_from_slice(&r.x);
+                }
+                shared::run(compute, engine, &weight, &op, &x, &mut out)?;
+            }
+        }
+        Ok(out)
+    };
+    let result = catch_panic(compute, &op, run);
+    let outcomes: Vec<(Completer<MatmulRows>, Result<MatmulRows>)> = match result {
+        Ok(out) => {
+            let views = shared::split(out, reqs.iter().map(|r| r.rows), weight.n());
+            reqs.into_iter().zip(views).map(|(r, v)| (r.completer, Ok(v))).collect()
+        }
+        Err(e) => reqs.into_iter().map(|r| (r.completer, Err(e.clone()))).collect(),
+    };
+    count(shared, outcomes.iter().map(|(_, r)| r.is_ok()));
     for (c, r) in outcomes {
         c.complete(r);
     }

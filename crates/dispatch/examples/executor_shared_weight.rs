@@ -1,0 +1,270 @@
+//! Requests `x[1, k]·W[k, n]` against one shared weight from 1…N caller
+//! threads: through the batching executor (which stacks them into one
+//! `[Σrows, k]·W` product) against every caller making direct calls on the
+//! same engine at the same time. Prints requests/s and per-request latency
+//! p50 / p99 for each configuration, and the executor's hand-off (a lone
+//! caller's tiny request through the executor against a direct call).
+//!
+//! ```text
+//! cargo run --release -p dispatch --no-default-features --example executor_shared_weight -- \
+//!     [--secs 2] [--reps 3] [--callers 1,4,16] [--n 4096,14336] [--k 4096] [--transposed]
+//! ```
+//!
+//! Engine: the CPU on all its threads (`simd`), for both sides. Each cell
+//! (shape × callers) runs direct calls and the three configurations `reps`
+//! times, in alternating order (direct first, then last), each for `secs`;
+//! a row gives the median requests/s over the repetitions, and the latency
+//! percentiles of all their requests together.
+
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+use dispatch::{BatchConfig, BatchedExecutor, Compute, Engine, ExecutorMetrics, Policy, SharedWeight, WeightLayout};
+
+struct Args {
+    secs: f64,
+    reps: usize,
+    callers: Vec<usize>,
+    ns: Vec<usize>,
+    k: usize,
+    layout: WeightLayout,
+}
+
+fn list(v: &str) -> Vec<usize> {
+    v.split(',').filter_map(|s| s.trim().parse().ok()).collect()
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        secs: 2.0,
+        reps: 3,
+        callers: vec![1, 4, 16],
+        ns: vec![4096, 14336],
+        k: 4096,
+        layout: WeightLayout::RowMajor,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--secs" => a.secs = it.next().and_then(|v| v.parse().ok()).unwrap_or(a.secs),
+            "--reps" => a.reps = it.next().and_then(|v| v.parse().ok()).unwrap_or(a.reps).max(1),
+            "--callers" => a.callers = it.next().map(|v| list(&v)).unwrap_or(a.callers),
+            "--n" => a.ns = it.next().map(|v| list(&v)).unwrap_or(a.ns),
+            "--k" => a.k = it.next().and_then(|v| v.parse().ok()).unwrap_or(a.k),
+            "--transposed" => a.layout = WeightLayout::Transposed,
+            other => eprintln!("ignored argument {other}"),
+        }
+    }
+    a
+}
+
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map_or_else(|_| "?".into(), |s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+}
+
+/// Per-request latencies (seconds) and the wall time of a run.
+struct Run {
+    lat: Vec<f64>,
+    wall: f64,
+}
+
+impl Run {
+    fn rate(&self) -> f64 {
+        self.lat.len() as f64 / self.wall
+    }
+    fn pct(&mut self, p: f64) -> f64 {
+        self.lat.sort_by(|a, b| a.total_cmp(b));
+        self.lat.get(((self.lat.len().saturating_sub(1)) as f64 * p).round() as usize).copied().unwrap_or(f64::NAN)
+    }
+}
+
+/// `callers` threads each running `one()` in a loop for `secs` (at least once
+/// each), timing every call.
+fn drive<F>(callers: usize, secs: f64, make: impl Fn(usize) -> F + Sync) -> Run
+where
+    F: FnMut(),
+{
+    let start = Arc::new(Barrier::new(callers + 1));
+    let (lat, wall) = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..callers)
+            .map(|t| {
+                let (start, make) = (start.clone(), &make);
+                s.spawn(move || {
+                    let mut one = make(t);
+                    one(); // warm-up, untimed
+                    start.wait();
+                    let t0 = Instant::now();
+                    let mut lat = Vec::new();
+                    while lat.is_empty() || t0.elapsed().as_secs_f64() < secs {
+                        let t = Instant::now();
+                        one();
+                        lat.push(t.elapsed().as_secs_f64());
+                    }
+                    lat
+                })
+            })
+            .collect();
+        start.wait();
+        let t0 = Instant::now();
+        let lat: Vec<f64> = hs.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect();
+        (lat, t0.elapsed().as_secs_f64())
+    });
+    Run { lat, wall }
+}
+
+fn data(seed: u64, len: usize) -> Vec<f32> {
+    compute_core::conformance::rng::Rng::new(seed).vec(len, -1.0, 1.0)
+}
+
+fn direct(compute: &Compute, w: &[f32], op: compute_core::Op, k: usize, n: usize, callers: usize, secs: f64) -> Run {
+    drive(callers, secs, |t| {
+        let x = data(100 + t as u64, k);
+        let mut y = vec![0.0f32; n];
+        move || {
+            if let Err(e) = compute.run_on(Engine::Simd, &op, &[&x, w], &mut y) {
+                eprintln!("direct call failed: {e}");
+            }
+        }
+    })
+}
+
+fn batched(exec: &BatchedExecutor, w: &SharedWeight, k: usize, callers: usize, secs: f64) -> Run {
+    drive(callers, secs, |t| {
+        let x = data(100 + t as u64, k);
+        let h = exec.handle();
+        move || match h.matmul_shared(w, x.clone(), 1).and_then(|r| r.wait()) {
+            Ok(y) => drop(y),
+            Err(e) => eprintln!("batched call failed: {e}"),
+        }
+    })
+}
+
+/// The repetitions of one mode: requests/s of each, latencies of all.
+#[derive(Default)]
+struct Reps {
+    rates: Vec<f64>,
+    lat: Vec<f64>,
+    metrics: Vec<ExecutorMetrics>,
+}
+
+impl Reps {
+    fn add(&mut self, r: Run, m: Option<ExecutorMetrics>) {
+        self.rates.push(r.rate());
+        self.lat.extend(r.lat);
+        self.metrics.extend(m);
+    }
+    fn rate(&self) -> f64 {
+        let mut r = self.rates.clone();
+        r.sort_by(|a, b| a.total_cmp(b));
+        r.get(r.len() / 2).copied().unwrap_or(f64::NAN)
+    }
+}
+
+fn row(shape: &str, callers: usize, mode: &str, r: &Reps, base: Option<f64>) {
+    let mut run = Run { lat: r.lat.clone(), wall: 1.0 };
+    let ratio = base.map_or(String::new(), |b| format!("{:.2}x", r.rate() / b));
+    let range = if r.rates.len() > 1 {
+        let lo = r.rates.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = r.rates.iter().copied().fold(0.0, f64::max);
+        format!("{lo:.0}-{hi:.0}")
+    } else {
+        String::new()
+    };
+    let extra = if r.metrics.is_empty() {
+        String::new()
+    } else {
+        let sum = |f: fn(&ExecutorMetrics) -> u64| r.metrics.iter().map(f).sum::<u64>();
+        let (batches, done) = (sum(|m| m.batches), sum(|m| m.completed));
+        let q50 = r.metrics.iter().map(|m| m.queue_p50_s).fold(0.0, f64::max);
+        format!(
+            "batches {batches:>6}  mean {:>6.1}  flush size/wait/idle {}/{}/{}  queue p50 <= {:.2} ms",
+            done as f64 / batches.max(1) as f64,
+            sum(|m| m.flush_size),
+            sum(|m| m.flush_timeout),
+            sum(|m| m.flush_idle),
+            q50 * 1e3
+        )
+    };
+    println!(
+        "{shape:<14} {callers:>7}  {mode:<20} {:>9.1} {range:>11} {:>9.3} {:>9.3} {ratio:>7}  {extra}",
+        r.rate(),
+        run.pct(0.5) * 1e3,
+        run.pct(0.99) * 1e3
+    );
+}
+
+fn main() -> compute_core::Result<()> {
+    let a = args();
+    let compute = Compute::builder().cpu().nominal_profile().policy(Policy::Fixed(Engine::Simd)).build()?;
+    println!(
+        "engine: {}; load average at start: {}",
+        compute.backend(Engine::Simd).map_or("?".into(), |b| b.device_name()),
+        load()
+    );
+    let configs = [
+        ("latency 256/1ms", BatchConfig::latency()),
+        ("balanced 1024/5ms", BatchConfig::balanced()),
+        ("throughput 2048/10ms", BatchConfig::throughput()),
+    ];
+
+    // The hand-off: a lone caller's tiny request (1×16 by 16×16) through the
+    // executor against a direct call: the difference is what the executor adds.
+    {
+        let (k, n) = (16, 16);
+        let wv = data(1, k * n);
+        let op = compute_core::Op::matmul(1, k, n);
+        let mut d = direct(&compute, &wv, op, k, n, 1, a.secs.min(1.0));
+        let exec = BatchedExecutor::new(compute.clone(), BatchConfig::balanced())?;
+        let w = exec.handle().register_weight(wv.clone(), k, n, WeightLayout::RowMajor)?;
+        let mut b = batched(&exec, &w, k, 1, a.secs.min(1.0));
+        let (dp, bp) = (d.pct(0.5), b.pct(0.5));
+        println!(
+            "hand-off (1 caller, 1x16x16): direct p50 {:.1} µs, executor p50 {:.1} µs (p99 {:.1}): {:.1} µs per request",
+            dp * 1e6,
+            bp * 1e6,
+            b.pct(0.99) * 1e6,
+            (bp - dp) * 1e6
+        );
+        drop(exec.shutdown());
+    }
+
+    println!(
+        "\n{:<14} {:>7}  {:<20} {:>9} {:>11} {:>9} {:>9} {:>7}",
+        "shape", "callers", "mode", "req/s", "range", "p50 ms", "p99 ms", "vs dir"
+    );
+    let k = a.k;
+    for &n in &a.ns {
+        let wv = data(7, k * n);
+        let spec = compute_core::MatmulSpec::new(1, k, n);
+        let op = compute_core::Op::Matmul(compute_core::MatmulSpec {
+            trans_b: a.layout == WeightLayout::Transposed,
+            ..spec
+        });
+        let shape = format!("1x{k}x{n}{}", if a.layout == WeightLayout::Transposed { "T" } else { "" });
+        for &callers in &a.callers {
+            let mut d = Reps::default();
+            let mut b: Vec<Reps> = configs.iter().map(|_| Reps::default()).collect();
+            for rep in 0..a.reps {
+                if rep % 2 == 0 {
+                    d.add(direct(&compute, &wv, op, k, n, callers, a.secs), None);
+                }
+                for ((_, cfg), b) in configs.iter().zip(b.iter_mut()) {
+                    let exec = BatchedExecutor::new(compute.clone(), *cfg)?;
+                    let w = exec.handle().register_weight(wv.clone(), k, n, a.layout)?;
+                    let r = batched(&exec, &w, k, callers, a.secs);
+                    b.add(r, Some(exec.shutdown()));
+                }
+                if rep % 2 == 1 {
+                    d.add(direct(&compute, &wv, op, k, n, callers, a.secs), None);
+                }
+            }
+            row(&shape, callers, "direct", &d, None);
+            for ((name, _), b) in configs.iter().zip(&b) {
+                row(&shape, callers, name, b, Some(d.rate()));
+            }
+        }
+    }
+    println!("\nload average at end: {}", load());
+    Ok(())
+}

@@ -1,0 +1,430 @@
+//! Shared weights: many requests `x[rows, k]·W` against one registered weight
+//! `W` run as one stacked product `[Σrows, k]·W`, and each request gets a view
+//! of its rows of the result.
+//!
+//! A weight lives in host memory ([`BatchedGpuHandle::register_weight`]) or
+//! on a device ([`BatchedGpuHandle::register_weight_tensor`]). Each batch runs
+//! on the engine predicted fastest for the stacked product, counting the
+//! moves the weight would need there; a weight moved to another memory is kept
+//! there for the next batches.
+//!
+//! [`BatchedGpuHandle::register_weight`]: super::BatchedGpuHandle::register_weight
+//! [`BatchedGpuHandle::register_weight_tensor`]: super::BatchedGpuHandle::register_weight_tensor
+
+use std::ops::Deref;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use compute_core::{Backend, BackendKind, ComputeError, Cost, DType, MatmulSpec, Op, Result, Tensor};
+
+use crate::async_result::Completer;
+use crate::compute::{Compute, Policy, worth_falling_back};
+use crate::engine::{Engine, Placement};
+use crate::lock::lock;
+use crate::profile::CurveKey;
+
+/// How a shared weight's `k × n` matrix `W` is stored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WeightLayout {
+    /// `k × n`, row-major: row `p` holds `W[p, 0..n]`.
+    #[default]
+    RowMajor,
+    /// `n × k`, row-major, i.e. `Wᵀ` (how `nn.Linear` stores its weight):
+    /// row `j` holds `W[0..k, j]`. Runs as a product with a transposed `B`
+    /// ([`MatmulSpec::trans_b`]); on the CPU, up to 16 stacked rows take a
+    /// dot-product path that reads `W` once without repacking it. Taller
+    /// stacks are packed and summed in another order: their rows may differ
+    /// from a one-row call in the last bits (within the conformance
+    /// tolerance); with [`WeightLayout::RowMajor`] they are bit-identical.
+    Transposed,
+}
+
+static NEXT_WEIGHT: AtomicU64 = AtomicU64::new(1);
+
+/// A weight registered with one executor ([`BatchedGpuHandle::register_weight`],
+/// [`BatchedGpuHandle::register_weight_tensor`]), for
+/// [`BatchedGpuHandle::matmul_shared`]. Cloning is cheap (a reference count);
+/// the weight's memory, and every copy the executor made of it, is freed when
+/// the last clone is dropped and no queued request uses it.
+///
+/// [`BatchedGpuHandle::register_weight`]: super::BatchedGpuHandle::register_weight
+/// [`BatchedGpuHandle::register_weight_tensor`]: super::BatchedGpuHandle::register_weight_tensor
+/// [`BatchedGpuHandle::matmul_shared`]: super::BatchedGpuHandle::matmul_shared
+#[derive(Clone)]
+pub struct SharedWeight {
+    inner: Arc<WeightInner>,
+}
+
+struct WeightInner {
+    id: u64,
+    owner: u64,
+    k: usize,
+    n: usize,
+    layout: WeightLayout,
+    /// The values in host memory: given at registration, or downloaded once
+    /// when a CPU engine first needs a device-registered weight.
+    host: OnceLock<Vec<f32>>,
+    /// Copies in device memory (at most one per memory): the registered
+    /// tensor, and uploads made for batches chosen to run on a GPU.
+    resident: Mutex<Vec<Tensor>>,
+}
+
+impl std::fmt::Debug for SharedWeight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let w = &self.inner;
+        f.debug_struct("SharedWeight")
+            .field("id", &w.id)
+            .field("k", &w.k)
+            .field("n", &w.n)
+            .field("layout", &w.layout)
+            .field("on_host", &w.host.get().is_some())
+            .field("resident", &lock(&w.resident).iter().map(|t| t.location().to_string()).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl SharedWeight {
+    fn checked(owner: u64, len: usize, k: usize, n: usize, layout: WeightLayout) -> Result<WeightInner> {
+        let want = k.checked_mul(n).ok_or_else(|| shape_error(format!("k·n overflows ({k}·{n})"), k, n, len))?;
+        if len != want {
+            return Err(shape_error(format!("the weight holds {len} values, k·n = {want}"), k, n, len));
+        }
+        Ok(WeightInner {
+            id: NEXT_WEIGHT.fetch_add(1, Ordering::Relaxed),
+            owner,
+            k,
+            n,
+            layout,
+            host: OnceLock::new(),
+            resident: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// A host weight (no copy of `w`).
+    pub(crate) fn host(owner: u64, w: Vec<f32>, k: usize, n: usize, layout: WeightLayout) -> Result<SharedWeight> {
+        let inner = Self::checked(owner, w.len(), k, n, layout)?;
+        let _ = inner.host.set(w);
+        Ok(SharedWeight { inner: Arc::new(inner) })
+    }
+
+    /// A device weight; `compute` must have an engine in `t`'s memory.
+    pub(crate) fn tensor(
+        owner: u64,
+        engines: &[Engine],
+        t: Tensor,
+        k: usize,
+        n: usize,
+        layout: WeightLayout,
+    ) -> Result<SharedWeight> {
+        if t.dtype() != DType::F32 {
+            return Err(ComputeError::DType {
+                op: "matmul_shared",
+                detail: format!("shared weights are f32 for now; this tensor is {}", t.dtype()),
+                shapes: format!("w=[{}] {}", t.len(), t.dtype()),
+            });
+        }
+        let home = Engine::home_of(t.location().backend);
+        if !engines.contains(&home) {
+            return Err(ComputeError::WrongDevice {
+                op: "matmul_shared",
+                expected: engines.iter().map(|e| e.as_str()).collect::<Vec<_>>().join(", "),
+                found: t.location().to_string(),
+            });
+        }
+        let inner = Self::checked(owner, t.len(), k, n, layout)?;
+        lock(&inner.resident).push(t);
+        Ok(SharedWeight { inner: Arc::new(inner) })
+    }
+
+    /// A number unique to this weight in the process (its batching key). Free.
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// The depth `k`: each request's rows hold `k` values. Free.
+    pub fn k(&self) -> usize {
+        self.inner.k
+    }
+
+    /// The width `n`: each result row holds `n` values. Free.
+    pub fn n(&self) -> usize {
+        self.inner.n
+    }
+
+    /// How `W` is stored. Free.
+    pub fn layout(&self) -> WeightLayout {
+        self.inner.layout
+    }
+
+    /// Whether a copy of the values is in host memory (always, for a weight
+    /// registered from a `Vec`). Free.
+    pub fn on_host(&self) -> bool {
+        self.inner.host.get().is_some()
+    }
+
+    /// Where device copies are (the registered tensor's location, and those
+    /// made for batches run on a GPU). One lock.
+    pub fn resident(&self) -> Vec<compute_core::Location> {
+        lock(&self.inner.resident).iter().map(Tensor::location).collect()
+    }
+
+    pub(crate) fn owner(&self) -> u64 {
+        self.inner.owner
+    }
+
+    /// The product of `rows` stacked rows by this weight.
+    pub(crate) fn op(&self, rows: usize) -> Op {
+        let spec = MatmulSpec::new(rows, self.inner.k, self.inner.n);
+        Op::Matmul(MatmulSpec { trans_b: self.inner.layout == WeightLayout::Transposed, ..spec })
+    }
+
+    fn bytes(&self) -> u64 {
+        (self.inner.k as u64).saturating_mul(self.inner.n as u64).saturating_mul(4)
+    }
+
+    /// The device copy in `engine`'s memory, if any.
+    fn resident_on(&self, engine: Engine) -> Option<Tensor> {
+        lock(&self.inner.resident).iter().find(|t| Engine::home_of(t.location().backend).same_memory(engine)).cloned()
+    }
+
+    /// Whether `engine` can read `W` without moving it.
+    fn available_on(&self, engine: Engine) -> bool {
+        (!engine.is_gpu() && self.on_host()) || self.resident_on(engine).is_some()
+    }
+
+    /// The host copy, downloading it once from a device copy if needed.
+    fn host_values(&self, compute: &Compute) -> Result<&[f32]> {
+        if let Some(v) = self.inner.host.get() {
+            return Ok(v);
+        }
+        let t = lock(&self.inner.resident).first().cloned().ok_or_else(|| ComputeError::Driver {
+            op: "matmul_shared",
+            backend: BackendKind::Simd,
+            message: "shared weight has neither host nor device values".into(),
+            cause: None,
+        })?;
+        let home = Engine::home_of(t.location().backend);
+        let backend = backend_of(compute, home)?;
+        let mut v = zeros("download", home.kind(), t.len())?;
+        backend.download(&t, &mut v)?;
+        Ok(self.inner.host.get_or_init(|| v))
+    }
+
+    /// The copy in `engine`'s memory, uploading it once if needed.
+    fn tensor_on(&self, compute: &Compute, engine: Engine, backend: &dyn Backend) -> Result<Tensor> {
+        if let Some(t) = self.resident_on(engine) {
+            return Ok(t);
+        }
+        let t = backend.upload(self.host_values(compute)?)?;
+        let mut resident = lock(&self.inner.resident);
+        match resident.iter().find(|r| r.location() == t.location()) {
+            Some(r) => Ok(r.clone()),
+            None => {
+                resident.push(t.clone());
+                Ok(t)
+            }
+        }
+    }
+}
+
+/// `len` zeros, or [`ComputeError::OutOfMemory`] when the host cannot hold
+/// them (where `vec!` would abort the process).
+pub(crate) fn zeros(op: &'static str, backend: BackendKind, len: usize) -> Result<Vec<f32>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| ComputeError::OutOfMemory {
+        op,
+        backend,
+        requested_bytes: (len as u64).saturating_mul(4),
+    })?;
+    v.resize(len, 0.0);
+    Ok(v)
+}
+
+fn shape_error(detail: String, k: usize, n: usize, len: usize) -> ComputeError {
+    ComputeError::shape("matmul_shared", detail, format!("w=[{len}] k={k} n={n}"))
+}
+
+fn backend_of(compute: &Compute, engine: Engine) -> Result<std::sync::Arc<dyn Backend>> {
+    compute.backend(engine).ok_or_else(|| ComputeError::DeviceUnavailable {
+        backend: engine.kind(),
+        reason: format!("engine `{engine}` is not part of this Compute"),
+    })
+}
+
+/// One request's rows of a stacked product's output: a view into the batch's
+/// output buffer, so splitting a batch copies nothing. Derefs to `&[f32]`
+/// (`rows × n`, row-major).
+///
+/// The view keeps the whole batch's output alive until every view of it is
+/// dropped (at most `max_batch_size` requests' rows); [`MatmulRows::into_vec`]
+/// gives an owned vector instead.
+#[derive(Clone)]
+pub struct MatmulRows {
+    buf: Arc<Vec<f32>>,
+    start: usize,
+    rows: usize,
+    cols: usize,
+}
+
+impl MatmulRows {
+    /// Rows of the result. Free.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Values per row (the weight's `n`). Free.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The values, `rows × cols` row-major. Free (a view).
+    pub fn as_slice(&self) -> &[f32] {
+        let len = self.rows.saturating_mul(self.cols);
+        self.buf.get(self.start..self.start.saturating_add(len)).unwrap_or_default()
+    }
+
+    /// Whether this view covers its whole buffer (the request ran alone), so
+    /// [`MatmulRows::into_vec`] copies nothing once the other clones are gone.
+    /// Free.
+    pub fn is_whole(&self) -> bool {
+        self.start == 0 && self.rows.saturating_mul(self.cols) == self.buf.len()
+    }
+
+    /// The values as an owned vector: the buffer itself when this is its only
+    /// view and covers it whole (a request that ran alone), else a copy of
+    /// `rows × cols` values.
+    pub fn into_vec(self) -> Vec<f32> {
+        if self.is_whole() {
+            match Arc::try_unwrap(self.buf) {
+                Ok(v) => v,
+                Err(buf) => buf.as_ref().clone(),
+            }
+        } else {
+            self.as_slice().to_vec()
+        }
+    }
+}
+
+impl Deref for MatmulRows {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        self.as_slice()
+    }
+}
+
+impl AsRef<[f32]> for MatmulRows {
+    fn as_ref(&self) -> &[f32] {
+        self.as_slice()
+    }
+}
+
+impl std::fmt::Debug for MatmulRows {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MatmulRows").field("rows", &self.rows).field("cols", &self.cols).finish()
+    }
+}
+
+impl PartialEq for MatmulRows {
+    fn eq(&self, other: &Self) -> bool {
+        self.rows == other.rows && self.cols == other.cols && self.as_slice() == other.as_slice()
+    }
+}
+
+/// A queued request against a shared weight.
+pub(crate) struct SharedRequest {
+    pub(crate) weight: SharedWeight,
+    pub(crate) x: Vec<f32>,
+    pub(crate) rows: usize,
+    pub(crate) completer: Completer<MatmulRows>,
+    pub(crate) enqueued: Instant,
+}
+
+/// The engine for the stacked product `op` against `w`: under
+/// [`Policy::Auto`], the one predicted fastest counting the stacked rows'
+/// transfers and, where `W` is not yet in that engine's memory, moving `W`
+/// there (done once: the copy is kept); under other policies, the policy's
+/// choice for the op with the data where `W` is.
+pub(crate) fn choose(compute: &Compute, w: &SharedWeight, op: &Op) -> Engine {
+    let home = lock(&w.inner.resident).first().map(|t| Engine::home_of(t.location().backend));
+    let placement = if w.on_host() { Placement::Host } else { home.map_or(Placement::Host, Placement::On) };
+    if compute.policy() != Policy::Auto {
+        return compute.choose(op, placement);
+    }
+    let model = compute.model();
+    let key = CurveKey::of(op);
+    let cost = op.cost();
+    let w_bytes = w.bytes();
+    let x_bytes = cost.bytes_read.saturating_sub(w_bytes);
+    let link = |e: Engine, up: u64, down: u64| {
+        model.transfer_seconds(e, &Cost { flops: cost.flops, bytes_read: up, bytes_written: down }, Placement::Host)
+    };
+    let times =
+        compute.engines().into_iter().filter(|&e| compute.backend(e).is_some_and(|b| b.supports(op))).filter_map(|e| {
+            let run = model.predict_cost(e, key, &cost, Placement::Resident)?;
+            let here = w.available_on(e);
+            // Bringing W to the host when only a device holds it.
+            let to_host = match home {
+                Some(h) if !here && !w.on_host() => link(h, 0, w_bytes),
+                _ => 0.0,
+            };
+            let moves = if e.is_gpu() {
+                link(e, x_bytes.saturating_add(if here { 0 } else { w_bytes }), cost.bytes_written)
+            } else {
+                0.0
+            };
+            Some((e, run + to_host + moves))
+        });
+    crate::model::pick(times).map_or_else(|| compute.choose(op, placement), |(e, _)| e)
+}
+
+/// Runs `x·W` on `engine`: host slices when it is a CPU engine and `W` is on
+/// the host, else through tensors in the engine's memory (uploading `x`,
+/// downloading the result). A failure of a GPU that is not the call's fault
+/// retries on the CPU.
+pub(crate) fn run(
+    compute: &Compute,
+    engine: Engine,
+    w: &SharedWeight,
+    op: &Op,
+    x: &[f32],
+    out: &mut [f32],
+) -> Result<()> {
+    match run_on(compute, engine, w, op, x, out) {
+        Err(e) if engine.is_gpu() && worth_falling_back(&e) => {
+            let cpu = compute.engines().into_iter().find(|e| !e.is_gpu()).ok_or(e)?;
+            run_on(compute, cpu, w, op, x, out)
+        }
+        r => r,
+    }
+}
+
+fn run_on(compute: &Compute, engine: Engine, w: &SharedWeight, op: &Op, x: &[f32], out: &mut [f32]) -> Result<()> {
+    if !engine.is_gpu() && (w.on_host() || w.resident_on(engine).is_none()) {
+        let values = w.host_values(compute)?;
+        return compute.run_on(engine, op, &[x, values], out);
+    }
+    let backend = backend_of(compute, engine)?;
+    let wt = w.tensor_on(compute, engine, backend.as_ref())?;
+    let xt = backend.upload(x)?;
+    let yt = backend.alloc(out.len())?;
+    backend.run_tensors(op, &[&xt, &wt], &yt)?;
+    backend.download(&yt, out)
+}
+
+/// The result of a request of no rows.
+pub(crate) fn empty(n: usize) -> MatmulRows {
+    MatmulRows { buf: Arc::new(Vec::new()), start: 0, rows: 0, cols: n }
+}
+
+/// Splits a stacked output (`Σrows × n`) into one view per request.
+pub(crate) fn split(out: Vec<f32>, rows: impl Iterator<Item = usize>, n: usize) -> Vec<MatmulRows> {
+    let buf = Arc::new(out);
+    let mut start = 0usize;
+    rows.map(|r| {
+        let v = MatmulRows { buf: buf.clone(), start, rows: r, cols: n };
+        start = start.saturating_add(r.saturating_mul(n));
+        v
+    })
+    .collect()
+}
