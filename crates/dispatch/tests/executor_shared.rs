@@ -313,6 +313,45 @@ fn a_submitter_blocked_on_a_full_queue_gets_an_error_at_shutdown() {
 }
 
 #[test]
+fn submitters_blocked_on_a_full_queue_join_the_next_batch() {
+    // A queue of 2 and room for 64 per batch: the requests of the four
+    // submitters blocked behind the queue join the same batch as the two in it.
+    let cfg = BatchConfig { max_batch_size: 64, max_wait: Duration::from_secs(30), channel_size: 2 };
+    let (exec, gate, events) = gated(cfg);
+    let h = exec.handle();
+    let (k, n) = (24, 16);
+    let wv = data(13, k * n);
+    let w = h.register_weight(wv.clone(), k, n, WeightLayout::RowMajor).unwrap();
+    let (op, ins) = blocker();
+    let held = h.submit(op, ins).unwrap();
+    wait_for_calls(&events, 1);
+    let submitters: Vec<_> = (0..6)
+        .map(|i| {
+            let (h, w) = (h.clone(), w.clone());
+            std::thread::spawn(move || {
+                let x = data(300 + i, k);
+                let y = h.matmul_shared(&w, x.clone(), 1).unwrap().wait().unwrap();
+                (x, y)
+            })
+        })
+        .collect();
+    while exec.metrics().submitted < 3 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(300)); // the other four block on the full queue
+    gate.send(()).unwrap();
+    gate.send(()).unwrap();
+    held.wait().unwrap();
+    for s in submitters {
+        let (x, y) = s.join().unwrap();
+        assert!(y.as_slice() == direct(&w, &wv, &x, 1).as_slice());
+    }
+    let m = exec.shutdown();
+    assert_eq!((m.submitted, m.completed, m.rejected), (7, 7, 0), "{m:?}");
+    assert_eq!(m.batches, 2, "the six shared requests in one batch: {m:?}");
+}
+
+#[test]
 fn weights_in_device_memory_and_bad_requests() {
     let c = cpu();
     let exec = BatchedExecutor::new(c.clone(), BatchConfig::latency()).unwrap();

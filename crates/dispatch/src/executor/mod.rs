@@ -17,7 +17,9 @@
 //! oldest request's `max_wait`. A group is dispatched at once when it reaches
 //! `max_batch_size`. So a request arriving at an idle executor runs at once,
 //! and under load each batch takes everything that arrived while the previous
-//! one ran.
+//! one ran, including the requests of submitters blocked on the full queue
+//! (the worker lets them in before it dispatches, so `channel_size` does not
+//! cap a batch).
 //!
 //! Shutdown stops accepting, then dispatches everything already accepted:
 //! every accepted request is answered (value or error), none is dropped.
@@ -55,7 +57,9 @@ pub struct BatchConfig {
     /// a request may still wait longer than this while the engine runs the
     /// batches before it.
     pub max_wait: Duration,
-    /// Requests the queue holds before submitters block (≥ 1).
+    /// Requests the queue holds before submitters block (≥ 1). Blocked
+    /// submitters' requests still join the next batch: this bounds memory
+    /// held in the queue, not the batch size.
     pub channel_size: usize,
 }
 
@@ -621,27 +625,57 @@ fn worker(rx: Receiver<Msg>, compute: Compute, shared: Arc<Shared>) {
             None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
             Some(d) => rx.recv_timeout(d.saturating_duration_since(Instant::now())),
         };
-        let mut next = match msg {
+        let first = match msg {
             Ok(m) => Some(m),
             Err(RecvTimeoutError::Timeout) => None,
             Err(RecvTimeoutError::Disconnected) => Some(Msg::Shutdown),
         };
-        // Take what is already queued (at most one channel's worth, so that due
-        // groups are never starved by a steady stream) before deciding what is
-        // due: the requests that arrived while the last batch ran join their
-        // groups now.
-        let mut drained = 0usize;
+        if !take(&mut p, &rx, &shared, first) {
+            return;
+        }
+        // One group at a time: requests that arrive while it runs can still
+        // join the next ones.
+        p.dispatch_due();
+    }
+}
+
+/// Longest the worker waits for a submitter it woke (one that was blocked on
+/// the full queue) to put its request in.
+const REFILL_WAIT: Duration = Duration::from_millis(2);
+
+/// Wakes the submitters blocked on a full queue, if any.
+fn make_room(shared: &Shared) {
+    if shared.blocked.load(Ordering::SeqCst) > 0 {
+        let _room = lock(&shared.room);
+        shared.room_cv.notify_all();
+    }
+}
+
+/// Adds `first` and every request queued behind it to their groups before
+/// anything is dispatched, so that what arrived while the last batch ran
+/// joins it. Submitters blocked on the full queue arrived before this
+/// decision too: while any is blocked, they are woken and their requests
+/// taken as well (waiting at most [`REFILL_WAIT`] for each). At most
+/// `max(max_batch_size, channel_size) + 1` requests are taken, so that a
+/// steady stream never starves due groups. Returns `false` at shutdown
+/// (after dispatching everything).
+fn take(p: &mut Pending<'_>, rx: &Receiver<Msg>, shared: &Shared, first: Option<Msg>) -> bool {
+    let cap = shared.config.max_batch_size.max(shared.config.channel_size) + 1;
+    let mut next = first;
+    let mut taken = 0usize;
+    loop {
         while let Some(m) = next {
             match m {
                 Msg::Request(r, from) => p.add(r, from),
                 Msg::Shutdown => {
                     p.dispatch_all();
-                    return;
+                    return false;
                 }
             }
-            drained += 1;
-            if drained > shared.config.channel_size {
-                break;
+            taken += 1;
+            if taken >= cap {
+                make_room(shared);
+                return true;
             }
             next = match rx.try_recv() {
                 Ok(m) => Some(m),
@@ -649,13 +683,15 @@ fn worker(rx: Receiver<Msg>, compute: Compute, shared: Arc<Shared>) {
                 Err(TryRecvError::Disconnected) => Some(Msg::Shutdown),
             };
         }
-        if drained > 0 && shared.blocked.load(Ordering::SeqCst) > 0 {
-            let _room = lock(&shared.room);
-            shared.room_cv.notify_all();
+        if taken == 0 || shared.blocked.load(Ordering::SeqCst) == 0 {
+            return true;
         }
-        // One group at a time: requests that arrive while it runs can still
-        // join the next ones.
-        p.dispatch_due();
+        make_room(shared);
+        next = match rx.recv_timeout(REFILL_WAIT) {
+            Ok(m) => Some(m),
+            Err(RecvTimeoutError::Timeout) => return true,
+            Err(RecvTimeoutError::Disconnected) => Some(Msg::Shutdown),
+        };
     }
 }
 
