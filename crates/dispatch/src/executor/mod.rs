@@ -425,8 +425,8 @@ impl BatchedGpuHandle {
     /// ([`ComputeError::Shape`]), and the weight must come from this
     /// executor ([`ComputeError::WrongDevice`]). `rows = 0` is answered at
     /// once with an empty result. Costs, besides the product, a queue slot and
-    /// the hand-off to the worker thread and back (two thread wake-ups: about
-    /// 45 µs on the 2-core VM under load, see `docs/benchmarks.md`).
+    /// the hand-off to the worker thread and back (two thread wake-ups:
+    /// 46–57 µs measured on a 2-core VM, see `docs/benchmarks.md`).
     pub fn matmul_shared(&self, weight: &SharedWeight, x: Vec<f32>, rows: usize) -> Result<AsyncGpuResult<MatmulRows>> {
         self.enqueue_shared(weight, x, rows, true)
     }
