@@ -4,7 +4,7 @@
 //!
 //! The loops are the `f32` GEMM's (module docs of [`super`]): row blocks of
 //! [`GEMM_MC`] → depth blocks of [`KC`] → column blocks of [`NC`] → 6×64
-//! register tiles ([`super::dpbf16`]), columns innermost. Both operands are
+//! register tiles (module `dpbf16`), columns innermost. Both operands are
 //! packed, whatever their transposes, into panels of depth *pairs*: one
 //! 32-bit word holds two bf16 values that are neighbours along the depth (an
 //! odd depth is padded with a zero), which is the layout `vdpbf16ps` reads.
