@@ -55,11 +55,8 @@ pub(crate) fn block(pairs: usize, a: &[u32], b: &[u32], c: &mut MatMut<'_>, accu
     let b_need = nc.div_ceil(NR).saturating_mul(NR).saturating_mul(pairs);
     let ok = a.len() >= a_need && b.len() >= b_need && available();
     debug_assert!(ok, "bf16 gemm block with inconsistent lengths");
-    if !ok {
-        return;
-    }
     #[cfg(target_arch = "x86_64")]
-    {
+    if ok {
         let (ptr, ldc) = c.raw();
         let args = x86::Args { pairs, mc, nc, a: a.as_ptr(), b: b.as_ptr(), c: ptr, ldc, accumulate };
         // SAFETY: the CPU has AVX-512F and AVX512_BF16 (checked above); the
@@ -67,6 +64,8 @@ pub(crate) fn block(pairs: usize, a: &[u32], b: &[u32], c: &mut MatMut<'_>, accu
         // contract of `Args`.
         unsafe { x86::block(&args) }
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (ok, accumulate);
 }
 
 /// `C[i][j] = Σₚ x[i·ldx + p]·y[j·ldy + p]` over depth `k` (bf16 bits), for
@@ -84,11 +83,8 @@ pub(crate) fn dots(k: usize, (x, ldx): (&[u16], usize), (y, ldy): (&[u16], usize
         |v: &[u16], ld: usize, rows: usize| k <= ld && v.len() >= (rows - 1).saturating_mul(ld).saturating_add(k);
     let ok = k > 0 && fits(x, ldx, m) && fits(y, ldy, n) && available();
     debug_assert!(ok, "bf16 gemm dots with inconsistent lengths");
-    if !ok {
-        return;
-    }
     #[cfg(target_arch = "x86_64")]
-    {
+    if ok {
         let (ptr, ldc) = c.raw();
         let args = x86::DotArgs { k, x: x.as_ptr(), ldx, y: y.as_ptr(), ldy, m, n, c: ptr, ldc };
         // SAFETY: the CPU has AVX-512F, BW and BF16 (checked above); the
@@ -96,6 +92,8 @@ pub(crate) fn dots(k: usize, (x, ldx): (&[u16], usize), (y, ldy): (&[u16], usize
         // contract of `DotArgs`.
         unsafe { x86::dots(&args) }
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = ok;
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -98,6 +98,7 @@ impl<'a> MatMut<'a> {
 
     /// The first element and the row stride, for a kernel that writes the
     /// view through raw pointers (within the invariant above).
+    #[cfg(target_arch = "x86_64")]
     pub(crate) fn raw(&mut self) -> (*mut f32, usize) {
         (self.ptr, self.ld)
     }

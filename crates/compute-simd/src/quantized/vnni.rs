@@ -90,6 +90,7 @@ fn run(format: super::Weights, w: &[u8], xs: &[&Q8Row], out: &mut [f32]) -> bool
 /// bytes 0–3 hold scales 0–3 and bytes 4–7 mins 0–3 in their low 6 bits;
 /// bytes 8–11 the low 4 bits of scales and mins 4–7; the top 2 bits of bytes
 /// 0–7 their high bits.
+#[cfg(any(target_arch = "x86_64", test))]
 #[inline(always)]
 pub(super) fn unpack_scales(packed: [u8; 12]) -> (u64, u64) {
     const LOW6: u32 = 0x3f3f_3f3f;
