@@ -27,7 +27,7 @@ use half::bf16;
 
 use super::dpbf16::{self, MR, NR};
 use super::kernel::MatMut;
-use super::{balanced, pack, with_thread_buffers};
+use super::{balanced, pack, split_parts, with_thread_buffers};
 use crate::isa::Isa;
 use crate::kernels::{fork, par};
 use crate::tuning::{GEMM_DOTS_MAX_M, GEMM_MC, PAR_GEMM_MIN_MACS};
@@ -122,16 +122,8 @@ fn product(op: &Operands<'_>, c: &mut [f32], threads: usize) {
             return;
         }
         // Columns split evenly (multiples of 8), one part per thread.
-        let cols = n.div_ceil(threads).next_multiple_of(8);
-        let mut parts = Vec::with_capacity(threads);
-        let (mut rest, mut j0) = (view, 0);
-        while rest.cols() > 0 {
-            let (part, tail) = rest.split_cols(cols);
-            parts.push((j0, part));
-            j0 += cols;
-            rest = tail;
-        }
-        fork::each(parts, |(j0, mut part)| {
+        let parts = split_parts(view, (1, 8), threads, true);
+        fork::each(parts, |((_, j0), mut part)| {
             dpbf16::dots(k, (x, k), (y.get(j0 * k..).unwrap_or_default(), k), &mut part)
         });
         return;
@@ -141,27 +133,7 @@ fn product(op: &Operands<'_>, c: &mut [f32], threads: usize) {
         return;
     }
     let (row_units, col_units) = (m.div_ceil(MR), n.div_ceil(NR));
-    let mut parts = Vec::with_capacity(threads);
-    let mut rest = view;
-    if col_units >= 2 * threads || col_units >= row_units {
-        let cols = col_units.div_ceil(threads) * NR;
-        let mut j0 = 0;
-        while rest.cols() > 0 {
-            let (part, tail) = rest.split_cols(cols);
-            parts.push(((0, j0), part));
-            j0 += cols;
-            rest = tail;
-        }
-    } else {
-        let rows = row_units.div_ceil(threads) * MR;
-        let mut i0 = 0;
-        while rest.rows() > 0 {
-            let (part, tail) = rest.split_rows(rows);
-            parts.push(((i0, 0), part));
-            i0 += rows;
-            rest = tail;
-        }
-    }
+    let parts = split_parts(view, (MR, NR), threads, col_units >= 2 * threads || col_units >= row_units);
     fork::each(parts, |(origin, part)| compute(op, origin, part));
 }
 
@@ -243,18 +215,22 @@ fn pack_a(op: &Operands<'_>, (i0, rows): (usize, usize), (p0, depth): (usize, us
             }
         } else {
             // A(i, p) = a[i·k + p]: each row is contiguous along the depth.
-            for r in 0..MR {
-                let src = if r < live {
-                    op.a.get((i + r) * k + p0..).and_then(|s| s.get(..depth)).unwrap_or_default()
-                } else {
-                    &[]
-                };
-                let mut words = src.chunks(2).map(|t| pair(t[0], t.get(1).copied().unwrap_or(bf16::ZERO)));
-                for d in dst.chunks_exact_mut(MR) {
-                    if let Some(w) = d.get_mut(r) {
-                        *w = words.next().unwrap_or(0);
-                    }
-                }
+            runs_into_lanes(dst, MR, live, |r| op.a.get((i + r) * k + p0..).and_then(|s| s.get(..depth)));
+        }
+    }
+}
+
+/// Lane `l < width` of every `width`-word step of `dst` gets the pair words
+/// of `run(l)` (bf16 values contiguous along the depth, an odd last value
+/// paired with zero); lanes from `live` on, and steps past a run's end, are
+/// zero. One read and one write per value, the writes strided.
+fn runs_into_lanes<'a>(dst: &mut [u32], width: usize, live: usize, run: impl Fn(usize) -> Option<&'a [bf16]>) {
+    for l in 0..width {
+        let src = if l < live { run(l).unwrap_or_default() } else { &[] };
+        let mut words = src.chunks(2).map(|t| pair(t[0], t.get(1).copied().unwrap_or(bf16::ZERO)));
+        for step in dst.chunks_exact_mut(width) {
+            if let Some(w) = step.get_mut(l) {
+                *w = words.next().unwrap_or(0);
             }
         }
     }
@@ -278,21 +254,7 @@ fn pack_b(op: &Operands<'_>, (p0, depth): (usize, usize), (j0, cols): (usize, us
                     let src = w.get((j * k + p0) / 2..).unwrap_or_default();
                     pack::transpose_into::<NR>(Isa::Avx512, src, k / 2, live, pairs, bytemuck::cast_slice_mut(dst));
                 }
-                None => {
-                    for c in 0..NR {
-                        let src = if c < live {
-                            op.b.get((j + c) * k + p0..).and_then(|s| s.get(..depth)).unwrap_or_default()
-                        } else {
-                            &[]
-                        };
-                        let mut words = src.chunks(2).map(|t| pair(t[0], t.get(1).copied().unwrap_or(bf16::ZERO)));
-                        for d in dst.chunks_exact_mut(NR) {
-                            if let Some(w) = d.get_mut(c) {
-                                *w = words.next().unwrap_or(0);
-                            }
-                        }
-                    }
-                }
+                None => runs_into_lanes(dst, NR, live, |c| op.b.get((j + c) * k + p0..).and_then(|s| s.get(..depth))),
             }
         } else {
             // B(p, j) = b[p·n + j]: each depth is contiguous across the columns.

@@ -117,10 +117,24 @@ fn product(isa: Isa, op: &Operands<'_>, c: &mut [f32], threads: usize) {
     // Columns first: each thread then packs only its own part of B. A
     // transposed A is packed too: rows first then, so that is not done twice.
     let by_cols = col_units >= 2 * threads && !(op.trans_a && !dots && row_units >= 2 * threads);
+    let parts = split_parts(view, (row_unit, col_unit), threads, by_cols);
+    fork::each(parts, |(origin, part)| run(origin, part));
+}
+
+/// `view` cut into at most `threads` parts, each with its origin (row,
+/// column): columns in whole `col_unit`s when `by_cols`, else rows in whole
+/// `row_unit`s, as equal as the units allow. Costs one small allocation.
+fn split_parts(
+    view: MatMut<'_>,
+    (row_unit, col_unit): (usize, usize),
+    threads: usize,
+    by_cols: bool,
+) -> Vec<((usize, usize), MatMut<'_>)> {
+    let threads = threads.max(1);
     let mut parts = Vec::with_capacity(threads);
     let mut rest = view;
     if by_cols {
-        let cols = col_units.div_ceil(threads) * col_unit;
+        let cols = rest.cols().div_ceil(col_unit).div_ceil(threads) * col_unit;
         let mut j0 = 0;
         while rest.cols() > 0 {
             let (part, tail) = rest.split_cols(cols);
@@ -129,7 +143,7 @@ fn product(isa: Isa, op: &Operands<'_>, c: &mut [f32], threads: usize) {
             rest = tail;
         }
     } else {
-        let rows = row_units.div_ceil(threads) * row_unit;
+        let rows = rest.rows().div_ceil(row_unit).div_ceil(threads) * row_unit;
         let mut i0 = 0;
         while rest.rows() > 0 {
             let (part, tail) = rest.split_rows(rows);
@@ -138,7 +152,7 @@ fn product(isa: Isa, op: &Operands<'_>, c: &mut [f32], threads: usize) {
             rest = tail;
         }
     }
-    fork::each(parts, |(origin, part)| run(origin, part));
+    parts
 }
 
 /// The `cols × rows` transpose of the row-major `rows × cols` matrix `a`.
