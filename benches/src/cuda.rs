@@ -1,8 +1,9 @@
 //! Bench rows for the CUDA backend (`compute-ptx`), each beside its peer in the
 //! same process, interleaved: sgemm against cuBLAS sgemm (fp32, no tensor
 //! cores), memory-bound ops against a device-to-device copy of the same bytes,
-//! the warm host→GPU→host round trip of a 1k-element op, and the `f16`/`bf16`
-//! rows of [`crate::cuda_half`].
+//! the warm host→GPU→host round trip of a 1k-element op, the `f16`/`bf16`
+//! rows of [`crate::cuda_half`] and the tensor-core GEMM rows of
+//! [`crate::cuda_mma`].
 //!
 //! Device work is timed on the host around `launch × reps + synchronize`
 //! (`reps` launches per sample keep the synchronisation cost out of the
@@ -41,6 +42,7 @@ pub fn rows(quick: bool) -> Result<Vec<Record>, String> {
     out.extend(sgemm_rows(&be, &device, quick, budget)?);
     out.extend(stream_rows(&be, &device, quick, budget)?);
     out.extend(crate::cuda_half::rows(&be, &device, quick, budget)?);
+    out.extend(crate::cuda_mma::rows(&be, &device, quick, budget)?);
     out.push(round_trip_row(&be, &device, budget)?);
     Ok(out)
 }

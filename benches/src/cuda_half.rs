@@ -1,17 +1,17 @@
 //! Bench rows for `f16`/`bf16` on the CUDA backend, each against a
 //! device-to-device copy of the same bytes in the same process: element-wise
-//! ops, rms_norm and softmax over 256M values, the casts between `f32` and
-//! `bf16`, and a bf16 matmul against our own `f32` GEMM of the same shape.
+//! ops, rms_norm and softmax over 256M values, and the casts between `f32` and
+//! `bf16`. The half GEMM rows, against cuBLAS, are in [`crate::cuda_mma`].
 //! PyTorch's figures for the same ops come from `benches/torch_half.py`, run
 //! beside this binary by `.gpu/run.sh bench`.
 
 use std::time::Duration;
 
-use compute_core::{Backend, BinaryOp, DType, MatmulSpec, Op, RowOp, Tensor, UnaryOp};
+use compute_core::{Backend, BinaryOp, DType, Op, RowOp, Tensor, UnaryOp};
 use compute_ptx::CudaBackend;
 
 use crate::cuda::{against_copy, err, random, record};
-use crate::report::{Record, time_pair};
+use crate::report::Record;
 
 /// A device tensor of `n` random `dtype` values (drawn as `f32`, cast on the device).
 fn random_typed(be: &CudaBackend, n: usize, dtype: DType, seed: u64) -> Result<Tensor, String> {
@@ -82,40 +82,5 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
         out.push(r);
     }
 
-    out.push(half_matmul_row(be, device, if quick { 2048 } else { 4096 }, budget)?);
     Ok(out)
-}
-
-/// bf16 inputs, f32 accumulation and output, against our f32 GEMM of the same
-/// shape: what widening the operands costs until tensor cores take over.
-fn half_matmul_row(be: &CudaBackend, device: &str, n: usize, budget: Duration) -> Result<Record, String> {
-    let a = random_typed(be, n * n, DType::BF16, 71)?;
-    let b = random_typed(be, n * n, DType::BF16, 73)?;
-    let a32 = be.upload(&random(n * n, 75)).map_err(err)?;
-    let b32 = be.upload(&random(n * n, 77)).map_err(err)?;
-    let c = be.alloc(n * n).map_err(err)?;
-    let half = Op::Matmul(MatmulSpec::new(n, n, n).with_dtypes(DType::BF16, DType::F32));
-    let full = Op::matmul(n, n, n);
-    let (mut e1, mut e2) = (None, None);
-    let (ours, peer) = time_pair(
-        || {
-            if let Err(e) = be.run_tensors(&half, &[&a, &b], &c).and_then(|_| be.synchronize()) {
-                e1 = Some(e.to_string());
-            }
-        },
-        || {
-            if let Err(e) = be.run_tensors(&full, &[&a32, &b32], &c).and_then(|_| be.synchronize()) {
-                e2 = Some(e.to_string());
-            }
-        },
-        budget,
-        3,
-    );
-    if let Some(e) = e1.or(e2) {
-        return Err(format!("bf16 matmul {n}: {e}"));
-    }
-    let mut r = record("matmul bf16>f32", format!("{n}x{n}x{n}"), device, "resident", ours).with_peer("ours f32", peer);
-    r.gflops = Some(2.0 * (n as f64).powi(3) / ours / 1e9);
-    r.note = Some("operands widened to f32 temporaries, then the f32 SIMT GEMM (no tensor cores yet)".into());
-    Ok(r)
 }

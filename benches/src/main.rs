@@ -9,6 +9,8 @@ mod cpu_quant;
 mod cuda;
 #[cfg(feature = "cuda")]
 mod cuda_half;
+#[cfg(feature = "cuda")]
+mod cuda_mma;
 #[cfg(feature = "dispatch")]
 mod dispatch;
 mod report;

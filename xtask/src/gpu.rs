@@ -19,7 +19,8 @@
 //!   suite, racecheck over its groups whose kernels use shared memory;
 //! - `bench`: the benchmark report (`cuda_bench`'s CUDA rows when the bundle
 //!   has no `compute-bench`);
-//! - `ncu`: Nsight Compute on each register-blocked GEMM shape at 4096³.
+//! - `ncu`: Nsight Compute on each register-blocked GEMM shape at 4096³, or
+//!   on the bf16 tensor-core GEMM with `NCU_GEMM=mma` (`NCU_N` sets the size).
 //!
 //! The machine needs the NVIDIA driver only: no Rust, no CUDA toolkit
 //! (`compute-sanitizer` and `ncu` are used when present).
@@ -216,10 +217,12 @@ if step bench; then
   fi
 fi
 if step ncu; then
-  # Each register-blocked GEMM shape once at ${NCU_N:-4096}^3, profiled by Nsight Compute.
+  # Each register-blocked GEMM shape (NCU_GEMM=simt, the default) or the bf16
+  # tensor-core GEMM (NCU_GEMM=mma) once at ${NCU_N:-4096}^3, profiled by Nsight Compute.
   ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-  timeout "${NCU_SECS:-120}" "$ncu_bin" --clock-control none -k regex:gemm_simt --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis .gpu/bin/cuda_bench --profile-gemm "${NCU_N:-4096}" > "$OUT/ncu.log" 2>&1 || rc=1
-  grep -E "gemm_simt|Throughput|Occupancy|ERROR|error" "$OUT/ncu.log" | cut -c1-200 | head -n 60
+  which_gemm="${NCU_GEMM:-simt}"
+  timeout "${NCU_SECS:-120}" "$ncu_bin" --clock-control none -k "regex:gemm_$which_gemm" --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis .gpu/bin/cuda_bench --profile-gemm "${NCU_N:-4096}" "$which_gemm" > "$OUT/ncu.log" 2>&1 || rc=1
+  grep -E "gemm_|Throughput|Occupancy|Pipe|ERROR|error" "$OUT/ncu.log" | cut -c1-200 | head -n 80
 fi
 exit $rc
 "#;

@@ -2,49 +2,78 @@
 //! `cargo xtask bench` runs), as a standalone program for the GPU machine:
 //! prints one line per row and the rows as JSON.
 //!
-//! `cargo run --release -p compute-ptx --features cuda --example cuda_bench [--quick]`
+//! `cargo run --release -p compute-ptx --features cuda --example cuda_bench [--quick] [--tensor-cores]`
 //! (`COMPUTE_PTX_GEMM_SWEEP=1` adds the other GEMM shapes of
-//! `gemm_simt::sweep_configs` at 2048³, 4096³ and 8192³, also with `--quick`).
+//! `gemm_simt::sweep_configs` at 2048³, 4096³ and 8192³, also with `--quick`,
+//! and those of `gemm_mma::sweep_configs` at 4096³ and 8192³; `--tensor-cores`
+//! runs only the tensor-core GEMM rows).
 
 #[path = "../../../benches/src/cuda.rs"]
 mod cuda;
 #[path = "../../../benches/src/cuda_half.rs"]
 mod cuda_half;
+#[path = "../../../benches/src/cuda_mma.rs"]
+mod cuda_mma;
 #[path = "../../../benches/src/report.rs"]
 #[allow(dead_code)]
 mod report;
 
-/// `--profile-gemm N`: each register-blocked shape of the sweep, once, at
-/// `N³` (for `ncu -k regex:gemm_simt`); no timing.
-fn profile_gemm(n: usize) -> Result<(), String> {
-    use compute_core::{Backend, MatmulSpec};
+/// `--profile-gemm N [simt|mma]`: each register-blocked shape of the sweep
+/// (`simt`, the default) or the tensor-core GEMM's default shape on bf16
+/// (`mma`), once, at `N³` (for `ncu -k regex:gemm_simt` / `regex:gemm_mma`);
+/// no timing.
+fn profile_gemm(n: usize, which: &str) -> Result<(), String> {
+    use compute_core::{Backend, DType, HostVec, MatmulSpec};
     use compute_ptx::cuda::GemmTier;
+    use compute_ptx::kernels::gemm_mma::MmaConfig;
     let be = compute_ptx::CudaBackend::new().map_err(|e| e.to_string())?;
     let data: Vec<f32> = (0..n * n).map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 500.0).collect();
+    let e = |e: compute_core::ComputeError| e.to_string();
+    if which == "mma" {
+        let host = HostVec::from_f32(DType::BF16, &data);
+        let (a, b) = (be.upload_typed(host.as_slice()).map_err(e)?, be.upload_typed(host.as_slice()).map_err(e)?);
+        let c = be.alloc_typed(n * n, DType::BF16).map_err(e)?;
+        let spec = MatmulSpec::new(n, n, n).with_dtypes(DType::BF16, DType::BF16);
+        let cfg = MmaConfig::default();
+        be.matmul_tier(GemmTier::Mma(cfg), spec, &a, &b, &c).map_err(e)?;
+        be.synchronize().map_err(e)?;
+        println!("ran {}", cfg.kernel_name(DType::BF16, DType::BF16, false, false));
+        return Ok(());
+    }
     let (a, b, c) = (be.upload(&data), be.upload(&data), be.alloc(n * n));
-    let (a, b, c) = (a.map_err(|e| e.to_string())?, b.map_err(|e| e.to_string())?, c.map_err(|e| e.to_string())?);
+    let (a, b, c) = (a.map_err(e)?, b.map_err(e)?, c.map_err(e)?);
     let mut configs = vec![compute_ptx::kernels::gemm_simt::SimtConfig::default()];
     configs.extend(cuda::sweep_configs());
     for cfg in configs {
-        be.matmul_tier(GemmTier::Simt(cfg), MatmulSpec::new(n, n, n), &a, &b, &c).map_err(|e| e.to_string())?;
-        be.synchronize().map_err(|e| e.to_string())?;
+        be.matmul_tier(GemmTier::Simt(cfg), MatmulSpec::new(n, n, n), &a, &b, &c).map_err(e)?;
+        be.synchronize().map_err(e)?;
         println!("ran {}", cfg.kernel_name(false, false));
     }
     Ok(())
+}
+
+/// `--tensor-cores`: only the tensor-core GEMM rows ([`cuda_mma`]).
+fn tensor_core_rows(quick: bool) -> Result<Vec<report::Record>, String> {
+    let be = compute_ptx::CudaBackend::new().map_err(|e| e.to_string())?;
+    let device = be.info().map_err(|e| e.to_string())?.name;
+    let budget = std::time::Duration::from_millis(if quick { 300 } else { 1500 });
+    cuda_mma::rows(&be, &device, quick, budget)
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--profile-gemm") {
         let n = args.get(i + 1).and_then(|v| v.parse().ok()).unwrap_or(4096);
-        if let Err(e) = profile_gemm(n) {
+        let which = args.get(i + 2).map(String::as_str).unwrap_or("simt");
+        if let Err(e) = profile_gemm(n, which) {
             eprintln!("{e}");
             std::process::exit(2);
         }
         return;
     }
     let quick = args.iter().any(|a| a == "--quick");
-    match cuda::rows(quick) {
+    let rows = if args.iter().any(|a| a == "--tensor-cores") { tensor_core_rows(quick) } else { cuda::rows(quick) };
+    match rows {
         Ok(rows) => {
             for r in &rows {
                 println!(

@@ -4,10 +4,12 @@
 //! through the driver; a PTX emulator can run the same plans on the CPU.
 //!
 //! Element-wise ops, reductions, row ops and casts run kernels of the op's
-//! dtype (`f32`, `f16`, `bf16`, computing in `f32`); a matmul or conv2d with
-//! `f16`/`bf16` operands widens them into `f32` temporaries, runs the `f32`
-//! GEMM and rounds the result to the output dtype (tensor cores are not used
-//! yet). [`supported`] says which ops a plan can run.
+//! dtype (`f32`, `f16`, `bf16`, computing in `f32`). A matmul of `f16`/`bf16`
+//! operands runs the tensor-core kernel ([`GemmTier::Mma`]) when its shape
+//! suits the kernel's 16-byte copies ([`mma_fits`]); other half matmuls, and
+//! half conv2d, widen their operands into `f32` temporaries, run the `f32`
+//! GEMM and round the result to the output dtype. [`supported`] says which
+//! ops a plan can run.
 
 use compute_core::{
     BackendKind, ComputeError, Conv2dSpec, DType, HostSlice, HostSliceMut, MatmulSpec, Op, ReduceOp, Result,
@@ -15,6 +17,7 @@ use compute_core::{
 
 use crate::kernels::elem;
 use crate::kernels::elementwise::{self, UnaryKind};
+use crate::kernels::gemm_mma::MmaConfig;
 use crate::kernels::gemm_simple::TILE;
 use crate::kernels::gemm_simt::SimtConfig;
 use crate::kernels::reduce::{self, ReduceKind};
@@ -30,13 +33,19 @@ pub enum GemmTier {
     Tiled,
     /// Register-blocked, double-buffered tiles of the given shape.
     Simt(SimtConfig),
+    /// Tensor cores (`mma.sync`) for `f16`/`bf16` inputs, of the given shape.
+    Mma(MmaConfig),
 }
 
 impl GemmTier {
-    /// The tier the backend picks: register-blocked when both `m` and `n` fill
+    /// The tier the backend picks: tensor cores for half inputs whose shape
+    /// [`mma_fits`]; for `f32`, register-blocked when both `m` and `n` fill
     /// at least half a block tile, tiled when they fill a 16×16 tile, naive for
     /// thin products (vectors, single rows or columns).
     pub fn choose(spec: &MatmulSpec) -> GemmTier {
+        if mma_fits(spec) {
+            return GemmTier::Mma(MmaConfig::default());
+        }
         let cfg = SimtConfig::default();
         let simt_rows_fit = spec.m.div_ceil(cfg.bm as usize) <= MAX_GRID_YZ;
         if spec.m >= 64 && spec.n >= 64 && simt_rows_fit {
@@ -47,6 +56,20 @@ impl GemmTier {
             GemmTier::Naive
         }
     }
+}
+
+/// Whether the tensor-core kernel takes `spec`: `f16`/`bf16` inputs, an
+/// output of `f32`, `f16` or `bf16`, each operand's contiguous dimension a
+/// multiple of 8 and `n` even ([`MmaConfig::fits`]), and every matrix under
+/// 2³² elements (the kernel indexes in 32 bits). Free.
+pub fn mma_fits(spec: &MatmulSpec) -> bool {
+    let small = |x: usize, y: usize| x.checked_mul(y).is_some_and(|p| p <= u32::MAX as usize);
+    matches!(spec.dtype, DType::F16 | DType::BF16)
+        && elem::supported(spec.out_dtype)
+        && MmaConfig::fits(spec.m, spec.n, spec.k, spec.trans_a, spec.trans_b)
+        && small(spec.m, spec.k)
+        && small(spec.k, spec.n)
+        && small(spec.m, spec.n)
 }
 
 const MAX_GRID_YZ: usize = 65_535;
@@ -152,8 +175,10 @@ pub fn run_op(l: &dyn Launcher, op: &Op, ins: &[u64], out: u64) -> Result<()> {
 
 /// Queues a matrix product with a chosen tier; `batch_strides` (elements
 /// between consecutive matrices of A, B, C; 0 shares one) defaults to contiguous.
-/// `f32` operands only ([`unsupported_dtype`] otherwise; half matmuls go
-/// through [`run_op`]).
+/// The `f32` tiers take `f32` operands only, [`GemmTier::Mma`] half inputs
+/// whose shape [`mma_fits`] and contiguous batches; anything else is
+/// `UnsupportedDType` or `Shape` (half matmuls of other shapes go through
+/// [`run_op`]).
 pub fn run_matmul(
     l: &dyn Launcher,
     tier: GemmTier,
@@ -161,10 +186,22 @@ pub fn run_matmul(
     (a, b, c): (u64, u64, u64),
     batch_strides: Option<(usize, usize, usize)>,
 ) -> Result<()> {
+    let op = Op::Matmul(*spec);
+    if let GemmTier::Mma(cfg) = tier {
+        if !matches!(spec.dtype, DType::F16 | DType::BF16) {
+            let reason = "the tensor-core tier takes f16 or bf16 inputs";
+            return Err(ComputeError::unsupported_dtype(&op, BackendKind::Cuda, spec.dtype, reason));
+        }
+        if !mma_fits(spec) || batch_strides.is_some() {
+            let why = "the tensor-core tier needs contiguous batches, each operand's contiguous dimension a multiple of 8 and n even";
+            return Err(ComputeError::shape("matmul", why, op.shapes()));
+        }
+        return Exec { l }.matmul_mma(cfg, spec, (a, b, c), "matmul");
+    }
     if spec.dtype != DType::F32 || spec.out_dtype != DType::F32 {
         let dtype = if spec.dtype != DType::F32 { spec.dtype } else { spec.out_dtype };
-        let reason = "a GEMM tier is chosen for f32 operands only; half matmuls run through run_op";
-        return Err(ComputeError::unsupported_dtype(&Op::Matmul(*spec), BackendKind::Cuda, dtype, reason));
+        let reason = "the f32 GEMM tiers take f32 operands only; half matmuls run through run_op";
+        return Err(ComputeError::unsupported_dtype(&op, BackendKind::Cuda, dtype, reason));
     }
     Exec { l }.matmul(tier, spec, a, b, c, batch_strides, "matmul")
 }
@@ -223,6 +260,9 @@ impl Exec<'_> {
                 self.matmul(GemmTier::choose(&spec), &spec, input(0)?, input(1)?, out, None, op.name())
             }
             Op::Conv2d(c) if c.dtype == DType::F32 => self.conv2d(&c, input(0)?, input(1)?, out, op.name()),
+            Op::Matmul(spec) if mma_fits(&spec) => {
+                self.matmul_mma(MmaConfig::default(), &spec, (input(0)?, input(1)?, out), op.name())
+            }
             Op::Matmul(spec) => {
                 let wide = Op::Matmul(spec.with_dtypes(DType::F32, DType::F32));
                 self.through_f32(op, &wide, ins, out)
@@ -379,6 +419,10 @@ impl Exec<'_> {
                     args.extend(strides);
                     self.launch(KernelId::GemmSimt(cfg, s.trans_a, s.trans_b), grid, &args)?;
                 }
+                GemmTier::Mma(_) => {
+                    let why = "the tensor-core tier takes f16 or bf16 inputs";
+                    return Err(ComputeError::unsupported_dtype(&Op::Matmul(*s), BackendKind::Cuda, s.dtype, why));
+                }
                 GemmTier::Naive | GemmTier::Tiled => {
                     let id = if tier == GemmTier::Naive { KernelId::GemmNaive } else { KernelId::GemmTiled };
                     let (a_rs, a_cs) = if s.trans_a { (1, m) } else { (k, 1) };
@@ -415,6 +459,48 @@ impl Exec<'_> {
                     }
                 }
             }
+            z0 += zc;
+        }
+        Ok(())
+    }
+
+    /// `C = op(A)·op(B)` on tensor cores (`f16`/`bf16` inputs, contiguous
+    /// batches); the caller checked [`mma_fits`]. Empty products launch nothing.
+    fn matmul_mma(&self, cfg: MmaConfig, s: &MatmulSpec, (a, b, c): (u64, u64, u64), op: &'static str) -> Result<()> {
+        if s.batch == 0 || s.m == 0 || s.n == 0 {
+            return Ok(());
+        }
+        let (m, n, k) = (u32_of(op, "m", s.m)?, u32_of(op, "n", s.n)?, u32_of(op, "k", s.k)?);
+        let (sa, sb, sc) = (s.m * s.k, s.k * s.n, s.m * s.n);
+        let (ea, ec) = (s.dtype.size_in_bytes() as u64, s.out_dtype.size_in_bytes() as u64);
+        let gy = s.m.div_ceil(cfg.bm as usize);
+        limit(op, "GEMM row tiles", gy, MAX_GRID_YZ)?;
+        let gx = s.n.div_ceil(cfg.bn as usize);
+        limit(op, "GEMM column tiles", gx, MAX_GRID_X)?;
+        let id = KernelId::GemmMma(cfg, s.dtype, s.out_dtype, s.trans_a, s.trans_b);
+        // Batches beyond the grid's z limit run as several launches.
+        let mut z0 = 0;
+        while z0 < s.batch {
+            let zc = (s.batch - z0).min(MAX_GRID_YZ);
+            let z = z0 as u64;
+            let (ao, bo, co) = (a + ea * z * sa as u64, b + ea * z * sb as u64, c + ec * z * sc as u64);
+            let grid = Grid {
+                blocks: (gx as u32, gy as u32, zc as u32),
+                threads: (cfg.threads(), 1, 1),
+                dynamic_smem: cfg.dynamic_shared_bytes(),
+            };
+            let args = [
+                Arg::Ptr(ao),
+                Arg::Ptr(bo),
+                Arg::Ptr(co),
+                Arg::U32(m),
+                Arg::U32(n),
+                Arg::U32(k),
+                Arg::U64(sa as u64),
+                Arg::U64(sb as u64),
+                Arg::U64(sc as u64),
+            ];
+            self.launch(id, grid, &args)?;
             z0 += zc;
         }
         Ok(())

@@ -92,6 +92,73 @@ fn simt_sweep_shapes_agree() {
     }
 }
 
+/// Runs half matmuls of `shapes` (batch, m, k, n) with every transpose and
+/// output dtype through the plans, and checks which kernel ran.
+fn check_mma(shapes: &[(usize, usize, usize, usize)], input: compute_core::DType) {
+    use compute_core::DType;
+    use compute_core::conformance::{check_op_typed, typed_inputs_for};
+    let emu = EmuBackend::new();
+    let mut rng = Rng::new(0x5eed_0003);
+    for &(batch, m, k, n) in shapes {
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            for out in [DType::F32, input] {
+                let spec =
+                    MatmulSpec { batch, trans_a: ta, trans_b: tb, ..MatmulSpec::new(m, k, n) }.with_dtypes(input, out);
+                let op = Op::Matmul(spec);
+                assert!(compute_ptx::plan::mma_fits(&spec), "{spec:?}");
+                let inputs = typed_inputs_for(&op, &mut rng);
+                let before = emu.log.lock().unwrap().len();
+                if let Err(e) = check_op_typed(&emu, &op, &inputs, 1.0) {
+                    panic!("{spec:?}: {e}");
+                }
+                let log = emu.log.lock().unwrap();
+                let names: Vec<&str> = log[before..].iter().map(|(k, _)| k.as_str()).collect();
+                let want =
+                    format!("gemm_mma_{input}_{out}_{}{}", if ta { 't' } else { 'n' }, if tb { 't' } else { 'n' });
+                assert_eq!(names, [want.as_str()], "{spec:?}");
+            }
+        }
+    }
+}
+
+/// The tensor-core kernel on shapes smaller and larger than its tiles, ragged
+/// `m`, `n` and `k` (multiples of 8 where an operand is contiguous along
+/// them), batches, and `k` shorter and longer than the pipeline (the
+/// emulator poisons a `cp.async` destination at issue and lands the data at
+/// the wait that retires it: a stage read early or refilled too soon shows).
+#[test]
+fn mma_tier_on_edges_and_batches() {
+    use compute_core::DType;
+    check_mma(&[(1, 8, 8, 8), (2, 24, 40, 16), (1, 136, 168, 72)], DType::BF16);
+    check_mma(&[(1, 16, 16, 8), (1, 72, 24, 200)], DType::F16);
+}
+
+/// Every shape of the tensor-core sweep agrees on a product spanning two
+/// block tiles each way and several k-tiles.
+#[test]
+fn mma_sweep_shapes_agree() {
+    use compute_core::DType;
+    use compute_core::conformance::{check_op_typed, typed_inputs_for};
+    use compute_ptx::kernels::gemm_mma::{self, MmaConfig};
+    let emu = EmuBackend::new();
+    let mut rng = Rng::new(0x5eed_0004);
+    for cfg in std::iter::once(MmaConfig::default()).chain(gemm_mma::sweep_configs()) {
+        for (ta, tb) in [(false, true), (true, false)] {
+            let (m, k, n) = (cfg.bm as usize + 8, 3 * cfg.bk as usize + 8, cfg.bn as usize + 24);
+            let spec = MatmulSpec { trans_a: ta, trans_b: tb, ..MatmulSpec::new(m, k, n) }
+                .with_dtypes(DType::BF16, DType::F32);
+            let op = Op::Matmul(spec);
+            let inputs = typed_inputs_for(&op, &mut rng);
+            let out = emu.matmul_tier_typed(GemmTier::Mma(cfg), spec, &inputs);
+            let views: Vec<_> = inputs.iter().map(|v| v.as_slice()).collect();
+            if let Some(msg) = compute_core::conformance::compare_typed(&op, &views, out.as_slice(), 1.0) {
+                panic!("{cfg:?} {spec:?}: {msg}");
+            }
+            let _ = check_op_typed;
+        }
+    }
+}
+
 /// Half data runs the kernels of its own dtype (no detour through `f32`
 /// buffers) except matmul and conv2d, which widen into `f32` temporaries and
 /// round once at the end; a cast to the same dtype is a copy that keeps every

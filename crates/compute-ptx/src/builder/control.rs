@@ -2,6 +2,7 @@
 //! shuffles, and the tensor-core instructions (`mma.sync`, `ldmatrix`) a later
 //! GEMM builds on.
 
+use super::halves::Half;
 use super::types::{B32, F32, Pred, Reg, Src, U32, U64, Word};
 use super::{KernelBuilder, LabelInfo, Line};
 
@@ -182,33 +183,55 @@ impl KernelBuilder {
     }
 
     /// Loads four 8×8 matrices of 16-bit elements from shared memory into the
-    /// fragment layout `mma` expects (`ldmatrix.sync.aligned.m8n8.x4.shared.b16`);
-    /// each lane passes the address of one row.
-    pub fn ldmatrix_x4(&mut self, row_addr: Reg<U32>) -> [Reg<B32>; 4] {
+    /// fragment layout `mma` expects (`ldmatrix.sync.aligned.m8n8.x4.shared.b16`,
+    /// sm_75+); each lane passes the address (plus the constant `off` bytes)
+    /// of one 16-byte row: lanes 0–7 the rows of the first matrix, 8–15 the
+    /// second's, and so on. With `trans` (`.trans`), each matrix is delivered
+    /// transposed: the form for an operand whose stored rows run along the
+    /// other dimension. Warp-wide: every lane of the warp must execute it.
+    pub fn ldmatrix_x4(&mut self, row_addr: Reg<U32>, off: i64, trans: bool) -> [Reg<B32>; 4] {
         let a = self.reg(row_addr);
+        let at = match off {
+            0 => a,
+            o if o > 0 => format!("{a}+{o}"),
+            o => format!("{a}{o}"),
+        };
         let d: [Reg<B32>; 4] = std::array::from_fn(|_| self.fresh::<B32>());
         let names: Vec<String> = d.iter().map(|r| r.name()).collect();
-        self.emit(format!("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{{}}}, [{a}]", names.join(", ")));
+        let t = if trans { ".trans" } else { "" };
+        self.emit(format!("ldmatrix.sync.aligned.m8n8.x4{t}.shared.b16 {{{}}}, [{at}]", names.join(", ")));
         d
     }
 
-    /// One warp-wide tensor-core product `D = A·B + C` of a 16×16 bf16 tile of A
-    /// (4 packed registers per lane), a 16×8 bf16 tile of B (2 registers) and a
-    /// 16×8 f32 accumulator (4 registers) (`mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32`, sm_80+).
-    pub fn mma_m16n8k16_bf16(&mut self, a: [Reg<B32>; 4], b: [Reg<B32>; 2], c: [Reg<F32>; 4]) -> [Reg<F32>; 4] {
+    /// One warp-wide tensor-core product `D = A·B + C` of a 16×16 tile of A
+    /// (4 registers of packed `half` pairs per lane), a 16×8 tile of B (2
+    /// registers) and a 16×8 `f32` accumulator (4 registers)
+    /// (`mma.sync.aligned.m16n8k16.row.col.f32.<half>.<half>.f32`, sm_80+).
+    pub fn mma_m16n8k16(&mut self, half: Half, a: [Reg<B32>; 4], b: [Reg<B32>; 2], c: [Reg<F32>; 4]) -> [Reg<F32>; 4] {
+        let d: [Reg<F32>; 4] = std::array::from_fn(|_| self.fresh::<F32>());
+        self.emit_mma(half, d, a, b, c);
+        d
+    }
+
+    /// [`KernelBuilder::mma_m16n8k16`] accumulating in place (`acc ← A·B + acc`):
+    /// the form a GEMM's k-loop uses.
+    pub fn mma_m16n8k16_acc(&mut self, half: Half, acc: [Reg<F32>; 4], a: [Reg<B32>; 4], b: [Reg<B32>; 2]) {
+        self.emit_mma(half, acc, a, b, acc);
+    }
+
+    fn emit_mma(&mut self, half: Half, d: [Reg<F32>; 4], a: [Reg<B32>; 4], b: [Reg<B32>; 2], c: [Reg<F32>; 4]) {
+        let dn: Vec<String> = d.iter().map(|r| self.reg(*r)).collect();
         let an: Vec<String> = a.iter().map(|r| self.reg(*r)).collect();
         let bn: Vec<String> = b.iter().map(|r| self.reg(*r)).collect();
         let cn: Vec<String> = c.iter().map(|r| self.reg(*r)).collect();
-        let d: [Reg<F32>; 4] = std::array::from_fn(|_| self.fresh::<F32>());
-        let dn: Vec<String> = d.iter().map(|r| r.name()).collect();
+        let h = half.name();
         self.emit(format!(
-            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {{{}}}, {{{}}}, {{{}}}, {{{}}}",
+            "mma.sync.aligned.m16n8k16.row.col.f32.{h}.{h}.f32 {{{}}}, {{{}}}, {{{}}}, {{{}}}",
             dn.join(", "),
             an.join(", "),
             bn.join(", "),
             cn.join(", ")
         ));
-        d
     }
 
     /// Adds `delta` bytes to a global address.

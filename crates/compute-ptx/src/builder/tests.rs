@@ -226,10 +226,12 @@ fn async_copies_and_tensor_core_instructions() {
         b.cp_async_commit();
         b.cp_async_wait(0);
         b.bar_sync();
-        let a = b.ldmatrix_x4(base);
+        let a = b.ldmatrix_x4(base, 0, false);
+        let at = b.ldmatrix_x4(base, 64, true);
         let bb = [a[0], a[1]];
         let c = [b.mov(0.0f32), b.mov(0.0f32), b.mov(0.0f32), b.mov(0.0f32)];
-        let d = b.mma_m16n8k16_bf16(a, bb, c);
+        let d = b.mma_m16n8k16(Half::Bf16, a, bb, c);
+        b.mma_m16n8k16_acc(Half::F16, d, at, bb);
         b.st_global_v::<F32, 4>(x, 0, d.map(Src::from));
         b.ret();
     })
@@ -240,6 +242,8 @@ fn async_copies_and_tensor_core_instructions() {
     assert!(t.contains("cp.async.wait_group 0;"));
     assert!(t.contains("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r2, %r3, %r4, %r5}, [%r0];"));
     assert!(t.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f4, %f5, %f6, %f7}, {%r2, %r3, %r4, %r5}, {%r2, %r3}, {%f0, %f1, %f2, %f3};"), "{t}");
+    assert!(t.contains("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r6, %r7, %r8, %r9}, [%r0+64];"), "{t}");
+    assert!(t.contains("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f4, %f5, %f6, %f7}, {%r6, %r7, %r8, %r9}, {%r2, %r3}, {%f4, %f5, %f6, %f7};"), "{t}");
 }
 
 #[test]

@@ -97,6 +97,7 @@ impl Device {
         let smem = match id {
             KernelId::Rows(_, RowShape::Block, _) => Some(BLOCK_CACHE_BYTES),
             KernelId::GemmSimt(cfg, ..) if cfg.dynamic_shared_bytes() > 0 => Some(cfg.dynamic_shared_bytes()),
+            KernelId::GemmMma(cfg, ..) if cfg.dynamic_shared_bytes() > 0 => Some(cfg.dynamic_shared_bytes()),
             _ => None,
         };
         let f = Arc::new(driver::load(&self.ctx, &kernel, smem)?);

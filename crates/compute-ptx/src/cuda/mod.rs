@@ -81,11 +81,13 @@ fn info_of(dev: &Device) -> Result<DeviceInfo> {
 ///
 /// Dtypes: every op runs on `f32`, `f16` and `bf16` data. Element-wise ops,
 /// reductions, row ops and casts have a kernel per dtype that widens halves
-/// to `f32` as it loads them and rounds once as it stores; a matmul or conv2d
-/// with half operands widens them into `f32` temporaries and runs the `f32`
-/// GEMM (tensor cores are not used yet); a TF32 matmul runs in full
-/// precision. Host calls of `f32` data can use the pinned staging buffer;
-/// other dtypes go through buffers allocated for the call.
+/// to `f32` as it loads them and rounds once as it stores; a half matmul runs
+/// on tensor cores (`mma.sync`, `f32` accumulation) when each operand's
+/// contiguous dimension is a multiple of 8 and `n` is even, otherwise (and for
+/// conv2d) it widens the operands into `f32` temporaries and runs the `f32`
+/// GEMM; a TF32 matmul runs in full precision. Host calls of `f32` data can
+/// use the pinned staging buffer; other dtypes go through buffers allocated
+/// for the call.
 #[derive(Clone, Debug)]
 pub struct CudaBackend {
     dev: Arc<Device>,
@@ -169,10 +171,12 @@ impl CudaBackend {
         Ok(Completion::new(ev))
     }
 
-    /// Runs a matrix product of `f32` device tensors with a chosen GEMM tier
-    /// (the tiers agree within the matmul tolerance; this exists for tests,
-    /// tuning and benchmarks); half operands are `UnsupportedDType` here, and
-    /// run through [`Backend::run_tensors`]. Queued, like `run_tensors`.
+    /// Runs a matrix product of device tensors with a chosen GEMM tier (the
+    /// tiers agree within the matmul tolerance; this exists for tests, tuning
+    /// and benchmarks): the `f32` tiers take `f32` tensors, [`GemmTier::Mma`]
+    /// half inputs of a shape [`crate::plan::mma_fits`] accepts; other
+    /// combinations are `UnsupportedDType` or `Shape` here and run through
+    /// [`Backend::run_tensors`]. Queued, like `run_tensors`.
     pub fn matmul_tier(&self, tier: GemmTier, spec: MatmulSpec, a: &Tensor, b: &Tensor, c: &Tensor) -> Result<()> {
         let op = Op::Matmul(spec);
         check_tensor_call(&op, self.location(), &[a, b], c)?;
@@ -180,6 +184,13 @@ impl CudaBackend {
             cfg.check().map_err(|e| ComputeError::Compile {
                 backend: BackendKind::Cuda,
                 kernel: cfg.kernel_name(spec.trans_a, spec.trans_b),
+                message: e,
+            })?;
+        }
+        if let GemmTier::Mma(cfg) = tier {
+            cfg.check(self.target()).map_err(|e| ComputeError::Compile {
+                backend: BackendKind::Cuda,
+                kernel: cfg.kernel_name(spec.dtype, spec.out_dtype, spec.trans_a, spec.trans_b),
                 message: e,
             })?;
         }

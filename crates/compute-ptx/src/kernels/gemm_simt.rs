@@ -630,10 +630,19 @@ fn advance(b: &mut KernelBuilder, ops: &[&OperandLoads], bk: u32) {
 /// groups of `group_m` tile-rows that sweep the tile-columns (L2 reuse).
 /// Emitted twice (prologue, epilogue) so nothing of it stays live in the loop.
 fn block_origin(b: &mut KernelBuilder, cfg: &SimtConfig) -> (Reg<U32>, Reg<U32>) {
+    tile_origin(b, cfg.bm, cfg.bn, cfg.group_m)
+}
+
+/// The origin `(m0, n0)` of this block's `bm × bn` tile of `C` in a grid of
+/// `(tile-columns, tile-rows, batch)` blocks: tile-rows visited in groups of
+/// `group_m` that sweep the tile-columns, so the blocks running together share
+/// their `A` and `B` panels in L2 (0: plain row-major order). About 15 integer
+/// instructions.
+pub(crate) fn tile_origin(b: &mut KernelBuilder, bm: u32, bn: u32, group_m: u32) -> (Reg<U32>, Reg<U32>) {
     let cx = b.ctaid(Dim::X);
     let cy = b.ctaid(Dim::Y);
-    let (pm, pn) = if cfg.group_m > 0 {
-        let g = cfg.group_m;
+    let (pm, pn) = if group_m > 0 {
+        let g = group_m;
         let npn = b.nctaid(Dim::X);
         let npm = b.nctaid(Dim::Y);
         let pid = b.mad(cy, npn, cx);
@@ -650,7 +659,7 @@ fn block_origin(b: &mut KernelBuilder, cfg: &SimtConfig) -> (Reg<U32>, Reg<U32>)
     } else {
         (cy, cx)
     };
-    (b.mul(pm, cfg.bm), b.mul(pn, cfg.bn))
+    (b.mul(pm, bm), b.mul(pn, bn))
 }
 
 /// This thread's column and row in the `(BN/TN) × (BM/TM)` thread grid.

@@ -13,6 +13,7 @@ pub mod conv;
 pub mod elem;
 pub mod elementwise;
 mod gemm_kernel;
+pub mod gemm_mma;
 pub mod gemm_simple;
 pub mod gemm_simt;
 pub(crate) mod math;
@@ -24,6 +25,7 @@ pub use gemm_kernel::GemmKernel;
 use crate::builder::{BuildError, Kernel, Target};
 use compute_core::{BinaryOp, DType};
 use elementwise::UnaryKind;
+use gemm_mma::MmaConfig;
 use gemm_simt::SimtConfig;
 use reduce::ReduceKind;
 use rows::{RowKind, RowShape};
@@ -48,6 +50,8 @@ pub enum KernelId {
     GemmTiled,
     /// Register-blocked GEMM: shape and transposes.
     GemmSimt(SimtConfig, bool, bool),
+    /// Tensor-core GEMM: shape, input dtype (`f16`/`bf16`), output dtype, transposes.
+    GemmMma(MmaConfig, DType, DType, bool, bool),
     /// im2col for conv2d.
     Im2col,
 }
@@ -64,6 +68,7 @@ impl KernelId {
             KernelId::GemmNaive => "gemm_naive".into(),
             KernelId::GemmTiled => "gemm_tiled".into(),
             KernelId::GemmSimt(cfg, ta, tb) => cfg.kernel_name(*ta, *tb),
+            KernelId::GemmMma(cfg, i, o, ta, tb) => cfg.kernel_name(*i, *o, *ta, *tb),
             KernelId::Im2col => "im2col".into(),
         }
     }
@@ -87,6 +92,7 @@ impl KernelId {
             KernelId::GemmNaive => gemm_simple::naive(target),
             KernelId::GemmTiled => gemm_simple::tiled(target),
             KernelId::GemmSimt(cfg, ta, tb) => gemm_simt::simt(&cfg, ta, tb, target),
+            KernelId::GemmMma(cfg, i, o, ta, tb) => gemm_mma::mma(&cfg, i, o, ta, tb, target),
             KernelId::Im2col => conv::im2col(target),
         }
     }
@@ -99,15 +105,16 @@ impl KernelId {
             KernelId::Unary(_, d) | KernelId::Binary(_, d) | KernelId::Reduce(_, d) | KernelId::Rows(_, _, d) => {
                 vec![d]
             }
-            KernelId::Cast(from, to) => vec![from, to],
+            KernelId::Cast(from, to) | KernelId::GemmMma(_, from, to, ..) => vec![from, to],
             _ => vec![DType::F32],
         }
     }
 }
 
 /// Every kernel of the checked-in set, in a fixed order: per dtype the
-/// element-wise, reduction and row kernels, then the casts, the GEMMs (`f32`)
-/// and im2col.
+/// element-wise, reduction and row kernels, then the casts, the `f32` GEMMs,
+/// the tensor-core GEMMs (`bf16`/`f16` inputs, every output dtype and
+/// transpose) and im2col.
 pub fn catalog() -> Vec<KernelId> {
     let mut v = Vec::new();
     for d in elem::DTYPES {
@@ -130,6 +137,13 @@ pub fn catalog() -> Vec<KernelId> {
     v.push(KernelId::GemmTiled);
     for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
         v.push(KernelId::GemmSimt(SimtConfig::default(), ta, tb));
+    }
+    for input in [DType::BF16, DType::F16] {
+        for output in elem::DTYPES {
+            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                v.push(KernelId::GemmMma(MmaConfig::default(), input, output, ta, tb));
+            }
+        }
     }
     v.push(KernelId::Im2col);
     v

@@ -397,6 +397,22 @@ fn run_block(
             }
             let pc = live[0].pc;
             let inst = &prog.code[pc];
+            if matches!(inst.parts[0].as_str(), "ldmatrix" | "mma") {
+                assert!(live.iter().all(|t| t.pc == pc), "{}: warp {w} diverged at {}", prog.name, inst.text);
+                assert_eq!(live.len(), 32, "{}: {} needs a whole warp", prog.name, inst.text);
+                let warp = &mut threads[w * 32..(w + 1) * 32];
+                if inst.parts[0] == "ldmatrix" {
+                    ldmatrix(&ctx, inst, warp, mem, &mut shared);
+                } else {
+                    mma(&ctx, inst, warp);
+                }
+                for t in warp.iter_mut() {
+                    t.pc += 1;
+                    t.waiting = false;
+                }
+                progressed = true;
+                continue;
+            }
             if inst.parts[0] != "shfl" {
                 continue;
             }
@@ -438,6 +454,97 @@ fn run_block(
             progressed = true;
         }
         assert!(progressed, "{}: deadlock (threads wait at different barriers/shuffles)", prog.name);
+    }
+}
+
+fn regs_of(o: &Opnd) -> Vec<usize> {
+    match o {
+        Opnd::Vec(v) => v
+            .iter()
+            .map(|x| match x {
+                Opnd::Reg(r) => *r,
+                other => panic!("not a register: {other:?}"),
+            })
+            .collect(),
+        other => panic!("not a register list: {other:?}"),
+    }
+}
+
+/// `ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16`: lanes 8i..8i+8 give the
+/// row addresses of matrix i (16 bytes each); lane t receives, in register i,
+/// elements (t/4, 2(t%4)) and (t/4, 2(t%4)+1) of matrix i, or with `.trans`
+/// elements (2(t%4), t/4) and (2(t%4)+1, t/4), the first in the low half.
+fn ldmatrix(ctx: &Ctx, inst: &Inst, warp: &mut [Thread], mem: &mut Memory, shared: &mut [u8]) {
+    let trans = inst.parts.iter().any(|p| p == "trans");
+    assert!(inst.parts.iter().any(|p| p == "x4") && inst.parts.iter().any(|p| p == "shared"), "{}", inst.text);
+    let dst = regs_of(&inst.args[0]);
+    // rows[i][j][c]: element c of row j of matrix i.
+    let mut rows = [[[0u16; 8]; 8]; 4];
+    for (i, mat) in rows.iter_mut().enumerate() {
+        for (j, row) in mat.iter_mut().enumerate() {
+            let at = addr(ctx, &warp[8 * i + j], &inst.args[1]);
+            let bytes = access(ctx, mem, shared, "shared", at, 16, &inst.text);
+            for (c, v) in row.iter_mut().enumerate() {
+                *v = u16::from_le_bytes([bytes[2 * c], bytes[2 * c + 1]]);
+            }
+        }
+    }
+    for (t, th) in warp.iter_mut().enumerate() {
+        let (g, q) = (t / 4, t % 4);
+        for (i, &d) in dst.iter().enumerate() {
+            let (lo, hi) = if trans {
+                (rows[i][2 * q][g], rows[i][2 * q + 1][g])
+            } else {
+                (rows[i][g][2 * q], rows[i][g][2 * q + 1])
+            };
+            th.regs[d] = u64::from(lo) | (u64::from(hi) << 16);
+        }
+    }
+}
+
+/// `mma.sync.aligned.m16n8k16.row.col.f32.<h>.<h>.f32`: D = A·B + C over the
+/// warp's fragments (A 16×16, B 16×8, C and D 16×8), summed in f64 and
+/// rounded once (the hardware's order and rounding are unspecified; tests
+/// compare within a tolerance).
+fn mma(ctx: &Ctx, inst: &Inst, warp: &mut [Thread]) {
+    let p = &inst.parts;
+    assert!(p.len() == 10 && p[3] == "m16n8k16" && p[4] == "row" && p[5] == "col", "{}", inst.text);
+    let half = p[7].as_str();
+    let widen = |h: u64| -> f64 {
+        let h = h as u16;
+        match half {
+            "bf16" => f64::from(bf16::from_bits(h).to_f32()),
+            "f16" => f64::from(f16::from_bits(h).to_f32()),
+            other => panic!("{}: mma on {other}", ctx.prog.name),
+        }
+    };
+    let (d, a, b, c) = (regs_of(&inst.args[0]), regs_of(&inst.args[1]), regs_of(&inst.args[2]), regs_of(&inst.args[3]));
+    let mut am = [[0f64; 16]; 16];
+    let mut bm = [[0f64; 8]; 16];
+    let mut cm = [[0f64; 8]; 16];
+    for (t, th) in warp.iter().enumerate() {
+        let (g, q) = (t / 4, t % 4);
+        for (r, &reg) in a.iter().enumerate() {
+            let (row, col) = (g + 8 * (r % 2), 2 * q + 8 * (r / 2));
+            am[row][col] = widen(th.regs[reg] & 0xffff);
+            am[row][col + 1] = widen(th.regs[reg] >> 16);
+        }
+        for (r, &reg) in b.iter().enumerate() {
+            let k = 2 * q + 8 * r;
+            bm[k][g] = widen(th.regs[reg] & 0xffff);
+            bm[k + 1][g] = widen(th.regs[reg] >> 16);
+        }
+        for (r, &reg) in c.iter().enumerate() {
+            cm[g + 8 * (r / 2)][2 * q + r % 2] = f64::from(f(th.regs[reg]));
+        }
+    }
+    for (t, th) in warp.iter_mut().enumerate() {
+        let (g, q) = (t / 4, t % 4);
+        for (r, &reg) in d.iter().enumerate() {
+            let (row, col) = (g + 8 * (r / 2), 2 * q + r % 2);
+            let sum: f64 = cm[row][col] + (0..16).map(|k| am[row][k] * bm[k][col]).sum::<f64>();
+            th.regs[reg] = fb(sum as f32);
+        }
     }
 }
 
@@ -654,7 +761,7 @@ fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8
         };
         let a = |i: usize| val(ctx, t, &inst.args[i]);
         match op {
-            "bar" | "shfl" => {
+            "bar" | "shfl" | "ldmatrix" | "mma" => {
                 t.waiting = true;
                 return;
             }

@@ -101,6 +101,37 @@ impl EmuBackend {
         mem.free(pc);
         out
     }
+    /// Runs a matmul of typed host inputs with a forced tier; the output in
+    /// the spec's output dtype.
+    pub fn matmul_tier_typed(
+        &self,
+        tier: plan::GemmTier,
+        spec: compute_core::MatmulSpec,
+        inputs: &[compute_core::HostVec],
+    ) -> compute_core::HostVec {
+        let mut mem = self.mem.lock().unwrap();
+        let ptrs: Vec<u64> = inputs
+            .iter()
+            .map(|v| {
+                let bytes = v.as_slice().as_bytes().to_vec();
+                let p = mem.alloc(bytes.len());
+                mem.write_bytes(p, &bytes);
+                p
+            })
+            .collect();
+        let len = spec.batch * spec.m * spec.n;
+        let pc = mem.alloc(len * spec.out_dtype.size_in_bytes());
+        drop(mem);
+        plan::run_matmul(self, tier, &spec, (ptrs[0], ptrs[1], pc), None).unwrap();
+        let mut mem = self.mem.lock().unwrap();
+        let bytes = mem.read_bytes(pc, len * spec.out_dtype.size_in_bytes());
+        for p in ptrs.into_iter().chain([pc]) {
+            mem.free(p);
+        }
+        let mut out = compute_core::HostVec::zeros(spec.out_dtype, len);
+        out.as_mut().as_bytes_mut().copy_from_slice(&bytes);
+        out
+    }
 }
 
 impl Launcher for EmuBackend {

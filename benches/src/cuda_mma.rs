@@ -1,0 +1,219 @@
+//! Bench rows for the tensor-core GEMM (`bf16`/`f16` inputs, `f32`
+//! accumulation, output of the input's dtype, as PyTorch's `a @ b`), each
+//! beside cuBLAS's `cublasGemmEx` on copies of the same inputs in the same
+//! process (compute type `CUBLAS_COMPUTE_32F`, default algorithm), interleaved.
+//!
+//! Rows: square 2048³, 4096³ and 8192³ for both dtypes (row-major `A·B`), the
+//! LLM shapes `m×n×k` 4096×4096×14336, 4096×14336×4096 and 512×4096×4096 in
+//! bf16 with `B` stored `n × k` (a weight matrix as `x·Wᵀ`). `--quick`: 2048³
+//! only. `COMPUTE_PTX_GEMM_SWEEP=1` adds every shape of
+//! `compute_ptx::kernels::gemm_mma::sweep_configs` at 4096³ and 8192³ bf16.
+//! Each row's note gives the largest difference from cuBLAS relative to the
+//! largest |C|.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::time::Duration;
+
+use compute_core::{Backend, DType, HostVec, MatmulSpec, Tensor};
+use compute_ptx::CudaBackend;
+use compute_ptx::cuda::GemmTier;
+use compute_ptx::kernels::gemm_mma::{self, MmaConfig};
+use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType_t};
+use cudarc::cublas::{CudaBlas, result};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+
+use crate::cuda::{err, random, record};
+use crate::report::{Record, time_pair};
+
+/// One product: `m × n × k`, `B` stored `n × k` when `trans_b`.
+#[derive(Clone, Copy)]
+struct Shape {
+    m: usize,
+    n: usize,
+    k: usize,
+    trans_b: bool,
+}
+
+/// cuBLAS on its own stream of the same device.
+struct Blas {
+    stream: Arc<CudaStream>,
+    blas: CudaBlas,
+}
+
+impl Blas {
+    fn new() -> Result<Blas, String> {
+        // SAFETY: only probes whether the cuBLAS library can be loaded.
+        if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+            return Err("cuBLAS (libcublas) not found: add /usr/local/cuda/lib64 to LD_LIBRARY_PATH".into());
+        }
+        let ctx = CudaContext::new(0).map_err(err)?;
+        let stream = ctx.new_stream().map_err(err)?;
+        let blas = CudaBlas::new(stream.clone()).map_err(err)?;
+        Ok(Blas { stream, blas })
+    }
+
+    /// Row-major `C = A·op(B)` in `dtype`, as the column-major `Cᵀ = op(B)ᵀ·Aᵀ`.
+    fn gemm(
+        &self,
+        dtype: DType,
+        s: Shape,
+        a: &CudaSlice<u16>,
+        b: &CudaSlice<u16>,
+        c: &mut CudaSlice<u16>,
+    ) -> Result<(), String> {
+        let ty = if dtype == DType::BF16 { cudaDataType_t::CUDA_R_16BF } else { cudaDataType_t::CUDA_R_16F };
+        let (opb, ldb) =
+            if s.trans_b { (cublasOperation_t::CUBLAS_OP_T, s.k) } else { (cublasOperation_t::CUBLAS_OP_N, s.n) };
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let (pa, _ra) = a.device_ptr(&self.stream);
+        let (pb, _rb) = b.device_ptr(&self.stream);
+        let (pc, _rc) = c.device_ptr_mut(&self.stream);
+        let int = |v: usize| i32::try_from(v).map_err(err);
+        // SAFETY: a, b and c hold m·k, k·n and m·n values of `dtype` on this
+        // handle's stream, as the sizes and leading dimensions state; alpha
+        // and beta are f32, as CUBLAS_COMPUTE_32F requires.
+        unsafe {
+            result::gemm_ex(
+                *self.blas.handle(),
+                opb,
+                cublasOperation_t::CUBLAS_OP_N,
+                int(s.n)?,
+                int(s.m)?,
+                int(s.k)?,
+                (&alpha) as *const f32 as *const c_void,
+                pb as *const c_void,
+                ty,
+                int(ldb)?,
+                pa as *const c_void,
+                ty,
+                int(s.k)?,
+                (&beta) as *const f32 as *const c_void,
+                pc as *mut c_void,
+                ty,
+                int(s.n)?,
+                cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(err)
+    }
+}
+
+/// The same random `dtype` values on our device and in a cuBLAS buffer.
+fn operand(
+    be: &CudaBackend,
+    blas: &Blas,
+    len: usize,
+    dtype: DType,
+    seed: u64,
+) -> Result<(Tensor, CudaSlice<u16>), String> {
+    let host = HostVec::from_f32(dtype, &random(len, seed));
+    let ours = be.upload_typed(host.as_slice()).map_err(err)?;
+    let bits: Vec<u16> = host.bits().into_iter().map(|b| b as u16).collect();
+    let theirs = blas.stream.clone_htod(&bits).map_err(err)?;
+    Ok((ours, theirs))
+}
+
+/// The rows; `quick` keeps 2048³ only.
+pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Result<Vec<Record>, String> {
+    let blas = Blas::new()?;
+    let sweep = std::env::var("COMPUTE_PTX_GEMM_SWEEP").is_ok_and(|v| !v.is_empty() && v != "0");
+    let square = |n: usize| Shape { m: n, n, k: n, trans_b: false };
+    let mut plan: Vec<(DType, Shape, Vec<MmaConfig>)> = Vec::new();
+    let sizes: &[usize] = if quick { &[2048] } else { &[2048, 4096, 8192] };
+    for dtype in [DType::BF16, DType::F16] {
+        for &n in sizes {
+            let mut cfgs = vec![MmaConfig::default()];
+            if sweep && dtype == DType::BF16 && n >= 4096 {
+                cfgs.extend(gemm_mma::sweep_configs());
+            }
+            plan.push((dtype, square(n), cfgs));
+        }
+    }
+    if !quick {
+        for (m, n, k) in [(4096, 4096, 14336), (4096, 14336, 4096), (512, 4096, 4096)] {
+            plan.push((DType::BF16, Shape { m, n, k, trans_b: true }, vec![MmaConfig::default()]));
+        }
+    }
+    let mut out = Vec::new();
+    for (dtype, s, cfgs) in plan {
+        let (a, ca) = operand(be, &blas, s.m * s.k, dtype, 81 + s.k as u64)?;
+        let (b, cb) = operand(be, &blas, s.k * s.n, dtype, 83 + s.n as u64)?;
+        let c = be.alloc_typed(s.m * s.n, dtype).map_err(err)?;
+        let mut cc = blas.stream.alloc_zeros::<u16>(s.m * s.n).map_err(err)?;
+        let spec = MatmulSpec { trans_b: s.trans_b, ..MatmulSpec::new(s.m, s.k, s.n) }.with_dtypes(dtype, dtype);
+        let flops = 2.0 * (s.m * s.n * s.k) as f64;
+        let reps = ((1u64 << 36) as f64 / flops).clamp(1.0, 16.0) as usize;
+        for cfg in cfgs {
+            let (mut e1, mut e2) = (None, None);
+            let (ours, theirs) = time_pair(
+                || {
+                    for _ in 0..reps {
+                        if let Err(e) = be.matmul_tier(GemmTier::Mma(cfg), spec, &a, &b, &c) {
+                            e1 = Some(e.to_string());
+                        }
+                    }
+                    if let Err(e) = be.synchronize() {
+                        e1 = Some(e.to_string());
+                    }
+                },
+                || {
+                    for _ in 0..reps {
+                        if let Err(e) = blas.gemm(dtype, s, &ca, &cb, &mut cc) {
+                            e2 = Some(e);
+                        }
+                    }
+                    if let Err(e) = blas.stream.synchronize() {
+                        e2 = Some(e.to_string());
+                    }
+                },
+                budget,
+                3,
+            );
+            let shape = format!("{}x{}x{}{}", s.m, s.n, s.k, if s.trans_b { " B^T" } else { "" });
+            if let Some(e) = e1.or(e2) {
+                return Err(format!("{dtype} GEMM {shape}: {e}"));
+            }
+            let (ours, theirs) = (ours / reps as f64, theirs / reps as f64);
+            let mut mine = HostVec::zeros(dtype, s.m * s.n);
+            be.download_typed(&c, mine.as_mut()).map_err(err)?;
+            let other: Vec<u16> = blas.stream.clone_dtoh(&cc).map_err(err)?;
+            let (x, y) = (mine.to_f32(), widen(dtype, &other));
+            let scale = y.iter().fold(0.0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE);
+            // NaN anywhere (a missed store would leave poison) makes the figure NaN.
+            let diff = x.iter().zip(&y).fold(0.0f32, |m, (p, q)| {
+                let d = (p - q).abs();
+                if d.is_nan() || m.is_nan() { f32::NAN } else { m.max(d) }
+            }) / scale;
+            let name = cfg.kernel_name(dtype, dtype, false, s.trans_b);
+            let mut r = record(&format!("gemm {dtype}"), shape, device, "resident", ours).with_peer("cublas", theirs);
+            r.gflops = Some(flops / ours / 1e9);
+            r.note = Some(format!(
+                "{name}; cuBLAS {:.1} TFLOP/s; max |ours-cublas|/max|C| = {diff:.1e}; goal >= 0.9x cuBLAS",
+                flops / theirs / 1e12
+            ));
+            if sweep {
+                eprintln!(
+                    "sweep {dtype} {:>5}x{:>5}x{:>5} {name:<58} {:>7.1} TFLOP/s  cuBLAS {:>7.1}  ratio {:.3}",
+                    s.m,
+                    s.n,
+                    s.k,
+                    flops / ours / 1e12,
+                    flops / theirs / 1e12,
+                    theirs / ours
+                );
+            }
+            out.push(r);
+        }
+    }
+    Ok(out)
+}
+
+/// `f16`/`bf16` bit patterns as `f32` values.
+fn widen(dtype: DType, bits: &[u16]) -> Vec<f32> {
+    match dtype {
+        DType::BF16 => bits.iter().map(|&b| compute_core::bf16::from_bits(b).to_f32()).collect(),
+        _ => bits.iter().map(|&b| compute_core::f16::from_bits(b).to_f32()).collect(),
+    }
+}
