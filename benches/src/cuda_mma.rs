@@ -3,11 +3,14 @@
 //! beside cuBLAS's `cublasGemmEx` on copies of the same inputs in the same
 //! process (compute type `CUBLAS_COMPUTE_32F`, default algorithm), interleaved.
 //!
-//! Rows: square 2048³, 4096³ and 8192³ for both dtypes (row-major `A·B`), the
-//! LLM shapes `m×n×k` 4096×4096×14336, 4096×14336×4096 and 512×4096×4096 in
-//! bf16 with `B` stored `n × k` (a weight matrix as `x·Wᵀ`). `--quick`: 2048³
-//! only. `COMPUTE_PTX_GEMM_SWEEP=1` adds every shape of
-//! `compute_ptx::kernels::gemm_mma::sweep_configs` at 4096³ and 8192³ bf16.
+//! Each row runs the kernel the backend picks (`wgmma` for `A·Bᵀ` on compute
+//! capability 9.0, `mma.sync` otherwise). Rows: bf16 2048³, 4096³ and 8192³
+//! as `A·B` and as `A·Bᵀ` (`B` stored `n × k`, a weight matrix as in `x·Wᵀ`),
+//! f16 4096³ and 8192³ as `A·Bᵀ`, and the LLM shapes `m×n×k`
+//! 4096×4096×14336, 4096×14336×4096 and 512×4096×4096 in bf16 as `A·Bᵀ`.
+//! `--quick`: 2048³ only. `COMPUTE_PTX_GEMM_SWEEP=1` adds every shape of
+//! `gemm_mma::sweep_configs` and `gemm_wgmma::sweep_configs` at 4096³ and
+//! 8192³ bf16.
 //! Each row's note gives the largest difference from cuBLAS relative to the
 //! largest |C|.
 
@@ -19,6 +22,7 @@ use compute_core::{Backend, DType, HostVec, MatmulSpec, Tensor};
 use compute_ptx::CudaBackend;
 use compute_ptx::cuda::GemmTier;
 use compute_ptx::kernels::gemm_mma::{self, MmaConfig};
+use compute_ptx::kernels::gemm_wgmma::{self, WgmmaConfig};
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType_t};
 use cudarc::cublas::{CudaBlas, result};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
@@ -115,29 +119,39 @@ fn operand(
     Ok((ours, theirs))
 }
 
+/// The kernel a tier runs for `dtype` in and out.
+fn kernel_name(tier: GemmTier, dtype: DType, s: Shape) -> String {
+    match tier {
+        GemmTier::Mma(cfg) => cfg.kernel_name(dtype, dtype, false, s.trans_b),
+        GemmTier::Wgmma(cfg) => cfg.kernel_name(dtype, dtype),
+        other => format!("{other:?}"),
+    }
+}
+
 /// The rows; `quick` keeps 2048³ only.
 pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Result<Vec<Record>, String> {
     let blas = Blas::new()?;
     let sweep = std::env::var("COMPUTE_PTX_GEMM_SWEEP").is_ok_and(|v| !v.is_empty() && v != "0");
-    let square = |n: usize| Shape { m: n, n, k: n, trans_b: false };
-    let mut plan: Vec<(DType, Shape, Vec<MmaConfig>)> = Vec::new();
+    let info = be.info().map_err(err)?;
+    let (cc, sms) = (info.compute_capability, info.multiprocessors);
+    let wgmma = compute_ptx::Target::has_wgmma(cc.0, cc.1);
+    let shape = |m: usize, n: usize, k: usize, trans_b: bool| Shape { m, n, k, trans_b };
+    let mut plan: Vec<(DType, Shape)> = Vec::new();
     let sizes: &[usize] = if quick { &[2048] } else { &[2048, 4096, 8192] };
-    for dtype in [DType::BF16, DType::F16] {
-        for &n in sizes {
-            let mut cfgs = vec![MmaConfig::default()];
-            if sweep && dtype == DType::BF16 && n >= 4096 {
-                cfgs.extend(gemm_mma::sweep_configs());
-            }
-            plan.push((dtype, square(n), cfgs));
-        }
+    for &n in sizes {
+        plan.push((DType::BF16, shape(n, n, n, false)));
+        plan.push((DType::BF16, shape(n, n, n, true)));
+    }
+    for &n in sizes.iter().filter(|&&n| quick || n > 2048) {
+        plan.push((DType::F16, shape(n, n, n, true)));
     }
     if !quick {
         for (m, n, k) in [(4096, 4096, 14336), (4096, 14336, 4096), (512, 4096, 4096)] {
-            plan.push((DType::BF16, Shape { m, n, k, trans_b: true }, vec![MmaConfig::default()]));
+            plan.push((DType::BF16, shape(m, n, k, true)));
         }
     }
     let mut out = Vec::new();
-    for (dtype, s, cfgs) in plan {
+    for (dtype, s) in plan {
         let (a, ca) = operand(be, &blas, s.m * s.k, dtype, 81 + s.k as u64)?;
         let (b, cb) = operand(be, &blas, s.k * s.n, dtype, 83 + s.n as u64)?;
         let c = be.alloc_typed(s.m * s.n, dtype).map_err(err)?;
@@ -145,12 +159,32 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
         let spec = MatmulSpec { trans_b: s.trans_b, ..MatmulSpec::new(s.m, s.k, s.n) }.with_dtypes(dtype, dtype);
         let flops = 2.0 * (s.m * s.n * s.k) as f64;
         let reps = ((1u64 << 36) as f64 / flops).clamp(1.0, 16.0) as usize;
-        for cfg in cfgs {
+        // The tier the backend picks first; with the sweep, the other shapes
+        // of both kernels at 4096³ and 8192³ (bf16).
+        let picked = match GemmTier::choose(&spec, wgmma) {
+            GemmTier::Wgmma(_) => GemmTier::Wgmma(WgmmaConfig::for_shape(1, s.m, s.n, sms)),
+            other => other,
+        };
+        let mut tiers = vec![picked];
+        if sweep && dtype == DType::BF16 && s.m == s.n && s.m >= 4096 {
+            tiers.extend(std::iter::once(MmaConfig::default()).chain(gemm_mma::sweep_configs()).map(GemmTier::Mma));
+            if wgmma && s.trans_b {
+                let w = std::iter::once(WgmmaConfig::default()).chain(gemm_wgmma::sweep_configs());
+                tiers.extend(w.map(GemmTier::Wgmma));
+            }
+            let mut seen = Vec::new();
+            tiers.retain(|t| {
+                let new = !seen.contains(t);
+                seen.push(*t);
+                new
+            });
+        }
+        for tier in tiers {
             let (mut e1, mut e2) = (None, None);
             let (ours, theirs) = time_pair(
                 || {
                     for _ in 0..reps {
-                        if let Err(e) = be.matmul_tier(GemmTier::Mma(cfg), spec, &a, &b, &c) {
+                        if let Err(e) = be.matmul_tier(tier, spec, &a, &b, &c) {
                             e1 = Some(e.to_string());
                         }
                     }
@@ -186,7 +220,7 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
                 let d = (p - q).abs();
                 if d.is_nan() || m.is_nan() { f32::NAN } else { m.max(d) }
             }) / scale;
-            let name = cfg.kernel_name(dtype, dtype, false, s.trans_b);
+            let name = kernel_name(tier, dtype, s);
             let mut r = record(&format!("gemm {dtype}"), shape, device, "resident", ours).with_peer("cublas", theirs);
             r.gflops = Some(flops / ours / 1e9);
             r.note = Some(format!(

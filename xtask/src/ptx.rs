@@ -56,8 +56,8 @@ pub(crate) fn workspace_root() -> Result<PathBuf, String> {
 /// Every (path relative to the root, text) the kernel set emits.
 fn generated() -> Result<Vec<(PathBuf, String)>, String> {
     let mut out = Vec::new();
-    for target in Target::ALL {
-        for id in catalog() {
+    for target in Target::EMITTED {
+        for id in catalog().into_iter().filter(|id| id.targets().contains(&target)) {
             let k = id.build(target).map_err(|e| e.to_string())?;
             out.push((Path::new("ptx").join(target.name()).join(format!("{}.ptx", k.name())), k.into_ptx()));
         }
@@ -68,7 +68,7 @@ fn generated() -> Result<Vec<(PathBuf, String)>, String> {
 /// The `.ptx` files now under `ptx/<target>/`.
 fn existing(root: &Path) -> Vec<PathBuf> {
     let mut v = Vec::new();
-    for target in Target::ALL {
+    for target in Target::EMITTED {
         let dir = root.join("ptx").join(target.name());
         if let Ok(rd) = std::fs::read_dir(&dir) {
             for e in rd.flatten() {

@@ -18,26 +18,33 @@ mod cuda_mma;
 #[allow(dead_code)]
 mod report;
 
-/// `--profile-gemm N [simt|mma]`: each register-blocked shape of the sweep
-/// (`simt`, the default) or the tensor-core GEMM's default shape on bf16
-/// (`mma`), once, at `N³` (for `ncu -k regex:gemm_simt` / `regex:gemm_mma`);
-/// no timing.
+/// `--profile-gemm N [simt|mma|wgmma]`: each register-blocked shape of the
+/// sweep (`simt`, the default), or the default shape of a tensor-core GEMM on
+/// bf16 (`mma`: `A·B`; `wgmma`: `A·Bᵀ`), once, at `N³` (for
+/// `ncu -k regex:gemm_<which>`); no timing.
 fn profile_gemm(n: usize, which: &str) -> Result<(), String> {
     use compute_core::{Backend, DType, HostVec, MatmulSpec};
     use compute_ptx::cuda::GemmTier;
     use compute_ptx::kernels::gemm_mma::MmaConfig;
+    use compute_ptx::kernels::gemm_wgmma::WgmmaConfig;
     let be = compute_ptx::CudaBackend::new().map_err(|e| e.to_string())?;
     let data: Vec<f32> = (0..n * n).map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 500.0).collect();
     let e = |e: compute_core::ComputeError| e.to_string();
-    if which == "mma" {
+    if which == "mma" || which == "wgmma" {
         let host = HostVec::from_f32(DType::BF16, &data);
         let (a, b) = (be.upload_typed(host.as_slice()).map_err(e)?, be.upload_typed(host.as_slice()).map_err(e)?);
         let c = be.alloc_typed(n * n, DType::BF16).map_err(e)?;
         let spec = MatmulSpec::new(n, n, n).with_dtypes(DType::BF16, DType::BF16);
-        let cfg = MmaConfig::default();
-        be.matmul_tier(GemmTier::Mma(cfg), spec, &a, &b, &c).map_err(e)?;
+        let (tier, spec, name) = if which == "mma" {
+            let cfg = MmaConfig::default();
+            (GemmTier::Mma(cfg), spec, cfg.kernel_name(DType::BF16, DType::BF16, false, false))
+        } else {
+            let cfg = WgmmaConfig::default();
+            (GemmTier::Wgmma(cfg), MatmulSpec { trans_b: true, ..spec }, cfg.kernel_name(DType::BF16, DType::BF16))
+        };
+        be.matmul_tier(tier, spec, &a, &b, &c).map_err(e)?;
         be.synchronize().map_err(e)?;
-        println!("ran {}", cfg.kernel_name(DType::BF16, DType::BF16, false, false));
+        println!("ran {name}");
         return Ok(());
     }
     let (a, b, c) = (be.upload(&data), be.upload(&data), be.alloc(n * n));

@@ -5,8 +5,10 @@
 //!
 //! Element-wise ops, reductions, row ops and casts run kernels of the op's
 //! dtype (`f32`, `f16`, `bf16`, computing in `f32`). A matmul of `f16`/`bf16`
-//! operands runs the tensor-core kernel ([`GemmTier::Mma`]) when its shape
-//! suits the kernel's 16-byte copies ([`mma_fits`]); other half matmuls, and
+//! operands runs on tensor cores when its shape suits their 16-byte copies
+//! ([`mma_fits`]): the `wgmma` kernel ([`GemmTier::Wgmma`]) for `A·Bᵀ` on a
+//! compute capability 9.0 device, the `mma.sync` kernel ([`GemmTier::Mma`])
+//! otherwise; other half matmuls, and
 //! half conv2d, widen their operands into `f32` temporaries, run the `f32`
 //! GEMM and round the result to the output dtype. [`supported`] says which
 //! ops a plan can run.
@@ -20,6 +22,7 @@ use crate::kernels::elementwise::{self, UnaryKind};
 use crate::kernels::gemm_mma::MmaConfig;
 use crate::kernels::gemm_simple::TILE;
 use crate::kernels::gemm_simt::SimtConfig;
+use crate::kernels::gemm_wgmma::WgmmaConfig;
 use crate::kernels::reduce::{self, ReduceKind};
 use crate::kernels::rows::{self, RowKind, RowShape};
 use crate::kernels::{KernelId, conv};
@@ -35,15 +38,22 @@ pub enum GemmTier {
     Simt(SimtConfig),
     /// Tensor cores (`mma.sync`) for `f16`/`bf16` inputs, of the given shape.
     Mma(MmaConfig),
+    /// Hopper tensor cores (`wgmma`, compute capability 9.0) for `f16`/`bf16`
+    /// inputs stored `A: m × k`, `B: n × k`, of the given shape.
+    Wgmma(WgmmaConfig),
 }
 
 impl GemmTier {
     /// The tier the backend picks: tensor cores for half inputs whose shape
-    /// [`mma_fits`]; for `f32`, register-blocked when both `m` and `n` fill
-    /// at least half a block tile, tiled when they fill a 16×16 tile, naive for
-    /// thin products (vectors, single rows or columns).
-    pub fn choose(spec: &MatmulSpec) -> GemmTier {
+    /// [`mma_fits`] (`wgmma` when `wgmma` is true, the device has it, and the
+    /// transposes suit it); for `f32`, register-blocked when both `m` and `n`
+    /// fill at least half a block tile, tiled when they fill a 16×16 tile,
+    /// naive for thin products (vectors, single rows or columns).
+    pub fn choose(spec: &MatmulSpec, wgmma: bool) -> GemmTier {
         if mma_fits(spec) {
+            if wgmma && WgmmaConfig::fits(spec.n, spec.k, spec.trans_a, spec.trans_b) {
+                return GemmTier::Wgmma(WgmmaConfig::default());
+            }
             return GemmTier::Mma(MmaConfig::default());
         }
         let cfg = SimtConfig::default();
@@ -155,6 +165,11 @@ pub struct Grid {
 pub trait Launcher {
     /// Streaming multiprocessors (sizes the grids of streaming kernels).
     fn sm_count(&self) -> u32;
+    /// Whether the device runs the `sm_90a` kernels (`wgmma`): compute
+    /// capability 9.0. False unless a launcher says otherwise.
+    fn has_wgmma(&self) -> bool {
+        false
+    }
     /// Queues kernel `id` with `grid` and `args`, after all earlier launches.
     fn launch(&self, id: KernelId, grid: Grid, args: &[Arg]) -> Result<()>;
     /// A device buffer of `bytes` bytes for this plan's intermediates; the
@@ -187,6 +202,23 @@ pub fn run_matmul(
     batch_strides: Option<(usize, usize, usize)>,
 ) -> Result<()> {
     let op = Op::Matmul(*spec);
+    if let GemmTier::Wgmma(cfg) = tier {
+        if !l.has_wgmma() {
+            let reason = "the wgmma tier needs a compute capability 9.0 device";
+            return Err(ComputeError::unsupported_dtype(&op, BackendKind::Cuda, spec.dtype, reason));
+        }
+        if !matches!(spec.dtype, DType::F16 | DType::BF16) {
+            let reason = "the tensor-core tier takes f16 or bf16 inputs";
+            return Err(ComputeError::unsupported_dtype(&op, BackendKind::Cuda, spec.dtype, reason));
+        }
+        if !mma_fits(spec) || !WgmmaConfig::fits(spec.n, spec.k, spec.trans_a, spec.trans_b) || batch_strides.is_some()
+        {
+            let why =
+                "the wgmma tier needs A stored m x k, B stored n x k, k a multiple of 8, n even and contiguous batches";
+            return Err(ComputeError::shape("matmul", why, op.shapes()));
+        }
+        return Exec { l }.matmul_tc(GemmTc::Wgmma(cfg), spec, (a, b, c), "matmul");
+    }
     if let GemmTier::Mma(cfg) = tier {
         if !matches!(spec.dtype, DType::F16 | DType::BF16) {
             let reason = "the tensor-core tier takes f16 or bf16 inputs";
@@ -196,7 +228,7 @@ pub fn run_matmul(
             let why = "the tensor-core tier needs contiguous batches, each operand's contiguous dimension a multiple of 8 and n even";
             return Err(ComputeError::shape("matmul", why, op.shapes()));
         }
-        return Exec { l }.matmul_mma(cfg, spec, (a, b, c), "matmul");
+        return Exec { l }.matmul_tc(GemmTc::Mma(cfg), spec, (a, b, c), "matmul");
     }
     if spec.dtype != DType::F32 || spec.out_dtype != DType::F32 {
         let dtype = if spec.dtype != DType::F32 { spec.dtype } else { spec.out_dtype };
@@ -204,6 +236,13 @@ pub fn run_matmul(
         return Err(ComputeError::unsupported_dtype(&op, BackendKind::Cuda, dtype, reason));
     }
     Exec { l }.matmul(tier, spec, a, b, c, batch_strides, "matmul")
+}
+
+/// Which tensor-core kernel a half matmul runs.
+#[derive(Clone, Copy)]
+enum GemmTc {
+    Mma(MmaConfig),
+    Wgmma(WgmmaConfig),
 }
 
 struct Exec<'a> {
@@ -257,11 +296,17 @@ impl Exec<'_> {
                 self.rows(kind, dt, eps, input(0)?, &params, out, rows, cols, op.name())
             }
             Op::Matmul(spec) if spec.dtype == DType::F32 && spec.out_dtype == DType::F32 => {
-                self.matmul(GemmTier::choose(&spec), &spec, input(0)?, input(1)?, out, None, op.name())
+                self.matmul(GemmTier::choose(&spec, false), &spec, input(0)?, input(1)?, out, None, op.name())
             }
             Op::Conv2d(c) if c.dtype == DType::F32 => self.conv2d(&c, input(0)?, input(1)?, out, op.name()),
             Op::Matmul(spec) if mma_fits(&spec) => {
-                self.matmul_mma(MmaConfig::default(), &spec, (input(0)?, input(1)?, out), op.name())
+                let tc = match GemmTier::choose(&spec, self.l.has_wgmma()) {
+                    GemmTier::Wgmma(_) => {
+                        GemmTc::Wgmma(WgmmaConfig::for_shape(spec.batch, spec.m, spec.n, self.l.sm_count()))
+                    }
+                    _ => GemmTc::Mma(MmaConfig::default()),
+                };
+                self.matmul_tc(tc, &spec, (input(0)?, input(1)?, out), op.name())
             }
             Op::Matmul(spec) => {
                 let wide = Op::Matmul(spec.with_dtypes(DType::F32, DType::F32));
@@ -419,8 +464,8 @@ impl Exec<'_> {
                     args.extend(strides);
                     self.launch(KernelId::GemmSimt(cfg, s.trans_a, s.trans_b), grid, &args)?;
                 }
-                GemmTier::Mma(_) => {
-                    let why = "the tensor-core tier takes f16 or bf16 inputs";
+                GemmTier::Mma(_) | GemmTier::Wgmma(_) => {
+                    let why = "the tensor-core tiers take f16 or bf16 inputs";
                     return Err(ComputeError::unsupported_dtype(&Op::Matmul(*s), BackendKind::Cuda, s.dtype, why));
                 }
                 GemmTier::Naive | GemmTier::Tiled => {
@@ -465,30 +510,41 @@ impl Exec<'_> {
     }
 
     /// `C = op(A)·op(B)` on tensor cores (`f16`/`bf16` inputs, contiguous
-    /// batches); the caller checked [`mma_fits`]. Empty products launch nothing.
-    fn matmul_mma(&self, cfg: MmaConfig, s: &MatmulSpec, (a, b, c): (u64, u64, u64), op: &'static str) -> Result<()> {
+    /// batches); the caller checked that `tc` takes `s`. Empty products launch nothing.
+    fn matmul_tc(&self, tc: GemmTc, s: &MatmulSpec, (a, b, c): (u64, u64, u64), op: &'static str) -> Result<()> {
         if s.batch == 0 || s.m == 0 || s.n == 0 {
             return Ok(());
         }
         let (m, n, k) = (u32_of(op, "m", s.m)?, u32_of(op, "n", s.n)?, u32_of(op, "k", s.k)?);
         let (sa, sb, sc) = (s.m * s.k, s.k * s.n, s.m * s.n);
         let (ea, ec) = (s.dtype.size_in_bytes() as u64, s.out_dtype.size_in_bytes() as u64);
-        let gy = s.m.div_ceil(cfg.bm as usize);
+        let (bm, bn, threads, smem, id) = match tc {
+            GemmTc::Mma(cfg) => (
+                cfg.bm,
+                cfg.bn,
+                cfg.threads(),
+                cfg.dynamic_shared_bytes(),
+                KernelId::GemmMma(cfg, s.dtype, s.out_dtype, s.trans_a, s.trans_b),
+            ),
+            GemmTc::Wgmma(cfg) => (
+                cfg.bm(),
+                cfg.bn,
+                cfg.threads(),
+                cfg.dynamic_shared_bytes(),
+                KernelId::GemmWgmma(cfg, s.dtype, s.out_dtype),
+            ),
+        };
+        let gy = s.m.div_ceil(bm as usize);
         limit(op, "GEMM row tiles", gy, MAX_GRID_YZ)?;
-        let gx = s.n.div_ceil(cfg.bn as usize);
+        let gx = s.n.div_ceil(bn as usize);
         limit(op, "GEMM column tiles", gx, MAX_GRID_X)?;
-        let id = KernelId::GemmMma(cfg, s.dtype, s.out_dtype, s.trans_a, s.trans_b);
         // Batches beyond the grid's z limit run as several launches.
         let mut z0 = 0;
         while z0 < s.batch {
             let zc = (s.batch - z0).min(MAX_GRID_YZ);
             let z = z0 as u64;
             let (ao, bo, co) = (a + ea * z * sa as u64, b + ea * z * sb as u64, c + ec * z * sc as u64);
-            let grid = Grid {
-                blocks: (gx as u32, gy as u32, zc as u32),
-                threads: (cfg.threads(), 1, 1),
-                dynamic_smem: cfg.dynamic_shared_bytes(),
-            };
+            let grid = Grid { blocks: (gx as u32, gy as u32, zc as u32), threads: (threads, 1, 1), dynamic_smem: smem };
             let args = [
                 Arg::Ptr(ao),
                 Arg::Ptr(bo),
@@ -532,7 +588,7 @@ impl Exec<'_> {
             let grid = Grid { blocks: (blocks as u32, nc as u32, 1), threads: (conv::BLOCK, 1, 1), dynamic_smem: 0 };
             self.launch(KernelId::Im2col, grid, &args)?;
             let spec = MatmulSpec { batch: nc, ..MatmulSpec::new(c.c_out, kk, pix) };
-            self.matmul(GemmTier::choose(&spec), &spec, w, col, yo, Some((0, per_image, c.c_out * pix)), op)?;
+            self.matmul(GemmTier::choose(&spec, false), &spec, w, col, yo, Some((0, per_image, c.c_out * pix)), op)?;
             n0 += nc;
         }
         Ok(())

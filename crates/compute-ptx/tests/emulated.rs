@@ -159,6 +159,67 @@ fn mma_sweep_shapes_agree() {
     }
 }
 
+/// The `wgmma` kernel (on an emulated compute capability 9.0 device) for
+/// `A·Bᵀ`, every shape of its sweep, both input dtypes, every output dtype,
+/// ragged edges and batches; other transposes still run `mma.sync`.
+#[test]
+fn wgmma_tier_on_edges_batches_and_sweep_shapes() {
+    use compute_core::DType;
+    use compute_core::conformance::{check_op_typed, compare_typed, typed_inputs_for};
+    use compute_ptx::kernels::gemm_wgmma::{self, WgmmaConfig};
+    let emu = EmuBackend::with_wgmma();
+    let mut rng = Rng::new(0x5eed_0005);
+    for (batch, m, k, n, input, out) in [
+        (1, 8, 8, 8, DType::BF16, DType::F32),
+        (2, 72, 200, 40, DType::BF16, DType::BF16),
+        (1, 136, 72, 264, DType::F16, DType::F16),
+        (1, 64, 64, 64, DType::F16, DType::BF16),
+    ] {
+        let spec = MatmulSpec { batch, trans_b: true, ..MatmulSpec::new(m, k, n) }.with_dtypes(input, out);
+        let op = Op::Matmul(spec);
+        let inputs = typed_inputs_for(&op, &mut rng);
+        let before = emu.log.lock().unwrap().len();
+        if let Err(e) = check_op_typed(&emu, &op, &inputs, 1.0) {
+            panic!("{spec:?}: {e}");
+        }
+        let names: Vec<String> = emu.log.lock().unwrap()[before..].iter().map(|(k, _)| k.clone()).collect();
+        assert_eq!(names, [format!("gemm_wgmma_{input}_{out}_nt")], "{spec:?}");
+    }
+    // Not A·Bᵀ: the mma.sync kernel.
+    let spec = MatmulSpec::new(16, 16, 16).with_dtypes(DType::BF16, DType::F32);
+    let before = emu.log.lock().unwrap().len();
+    let inputs = typed_inputs_for(&Op::Matmul(spec), &mut rng);
+    check_op_typed(&emu, &Op::Matmul(spec), &inputs, 1.0).unwrap();
+    assert_eq!(emu.log.lock().unwrap()[before].0, "gemm_mma_bf16_f32_nn");
+    for cfg in gemm_wgmma::sweep_configs() {
+        let (m, k, n) = (cfg.bm() as usize + 8, 4 * 64 + 8, cfg.bn as usize + 24);
+        let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(m, k, n) }.with_dtypes(DType::BF16, DType::F32);
+        let op = Op::Matmul(spec);
+        let inputs = typed_inputs_for(&op, &mut rng);
+        let out = emu.matmul_tier_typed(GemmTier::Wgmma(cfg), spec, &inputs);
+        let views: Vec<_> = inputs.iter().map(|v| v.as_slice()).collect();
+        if let Some(msg) = compare_typed(&op, &views, out.as_slice(), 1.0) {
+            panic!("{cfg:?} {spec:?}: {msg}");
+        }
+    }
+    let _ = WgmmaConfig::default();
+}
+
+/// The matmul groups of the conformance suite on an emulated compute
+/// capability 9.0 device, where half `A·Bᵀ` products run the `wgmma` kernel.
+#[test]
+fn matmul_groups_with_wgmma() {
+    use compute_core::conformance::{Group, run_group};
+    for g in [Group::Matmul, Group::BatchedMatmul] {
+        run_group(
+            || Ok(EmuBackend::with_wgmma()),
+            BackendKind::Cuda,
+            g,
+            Config::from_env().with_dtypes(&compute_core::DType::ALL),
+        );
+    }
+}
+
 /// Half data runs the kernels of its own dtype (no detour through `f32`
 /// buffers) except matmul and conv2d, which widen into `f32` temporaries and
 /// round once at the end; a cast to the same dtype is a copy that keeps every

@@ -77,29 +77,41 @@ fn every_gemm_tier_matches_the_reference() {
     assert!(fails.is_empty(), "{} failures:\n{}", fails.len(), fails.join("\n"));
 }
 
-/// The tensor-core tier, every shape of its sweep, both input dtypes, every
-/// output dtype and transpose, on ragged and batched shapes (poisoned
-/// outputs, fresh inputs each run), against the f64 reference.
+/// The tensor-core tiers (`mma.sync`; `wgmma` on compute capability 9.0),
+/// every shape of their sweeps, both input dtypes, every output dtype and
+/// every transpose they take, on ragged and batched shapes (poisoned outputs,
+/// fresh inputs each run), against the f64 reference.
 #[test]
 fn tensor_core_gemm_matches_the_reference() {
     use compute_core::DType;
     use compute_core::conformance::{compare_typed, poisoned, typed_inputs_for};
     use compute_ptx::kernels::gemm_mma::{self, MmaConfig};
+    use compute_ptx::kernels::gemm_wgmma::{self, WgmmaConfig};
     let Some(be) = backend("tensor_core_gemm_matches_the_reference") else { return };
     let mut rng = Rng::new(compute_core::conformance::rng::fresh_seed());
     let shapes = [(1, 8, 8, 8), (3, 40, 72, 24), (1, 136, 264, 520), (2, 256, 64, 384), (1, 1000, 1000, 1000)];
-    let mut configs = vec![MmaConfig::default()];
-    configs.extend(gemm_mma::sweep_configs());
+    let mut tiers: Vec<GemmTier> =
+        std::iter::once(MmaConfig::default()).chain(gemm_mma::sweep_configs()).map(GemmTier::Mma).collect();
+    let cc = be.info().expect("device info").compute_capability;
+    if compute_ptx::Target::has_wgmma(cc.0, cc.1) {
+        tiers.extend(std::iter::once(WgmmaConfig::default()).chain(gemm_wgmma::sweep_configs()).map(GemmTier::Wgmma));
+    } else {
+        eprintln!("wgmma tiers skipped: compute capability {}.{}", cc.0, cc.1);
+    }
+    let defaults = [GemmTier::Mma(MmaConfig::default()), GemmTier::Wgmma(WgmmaConfig::default())];
     let mut fails = Vec::new();
-    for cfg in configs {
+    for tier in tiers {
         for input in [DType::BF16, DType::F16] {
             for output in [DType::F32, DType::F16, DType::BF16] {
                 for &(batch, m, k, n) in &shapes {
-                    // The big shape (a slow f64 reference) only for the default and one output.
-                    if m * n * k > 1 << 24 && (cfg != MmaConfig::default() || output != input) {
+                    // The big shape (a slow f64 reference) only for the defaults and one output.
+                    if m * n * k > 1 << 24 && (!defaults.contains(&tier) || output != input) {
                         continue;
                     }
                     for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                        if matches!(tier, GemmTier::Wgmma(_)) && (ta || !tb) {
+                            continue;
+                        }
                         let spec = MatmulSpec { batch, trans_a: ta, trans_b: tb, ..MatmulSpec::new(m, k, n) }
                             .with_dtypes(input, output);
                         let op = Op::Matmul(spec);
@@ -110,16 +122,16 @@ fn tensor_core_gemm_matches_the_reference() {
                             let tb = be.upload_typed(inputs[1].as_slice()).map_err(e)?;
                             let mut out = poisoned(output, batch * m * n);
                             let tc = be.upload_typed(out.as_slice()).map_err(e)?;
-                            be.matmul_tier(GemmTier::Mma(cfg), spec, &ta, &tb, &tc).map_err(e)?;
+                            be.matmul_tier(tier, spec, &ta, &tb, &tc).map_err(e)?;
                             be.download_typed(&tc, out.as_mut()).map_err(e)?;
                             Ok(out)
                         };
                         let views: Vec<_> = inputs.iter().map(|v| v.as_slice()).collect();
                         match run() {
-                            Err(e) => fails.push(format!("{cfg:?} {spec:?}: {e}")),
+                            Err(e) => fails.push(format!("{tier:?} {spec:?}: {e}")),
                             Ok(out) => {
                                 if let Some(msg) = compare_typed(&op, &views, out.as_slice(), 1.0) {
-                                    fails.push(format!("{cfg:?} {spec:?}: {msg}"));
+                                    fails.push(format!("{tier:?} {spec:?}: {msg}"));
                                 }
                             }
                         }

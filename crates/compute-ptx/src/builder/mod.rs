@@ -33,6 +33,7 @@ mod control;
 mod halves;
 mod memory;
 mod types;
+mod warpgroup;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -53,17 +54,26 @@ pub enum Target {
     Sm80,
     /// Hopper (H100, H200): `sm_90`.
     Sm90,
+    /// Hopper's arch-specific target `sm_90a`: adds the warpgroup instructions
+    /// (`wgmma`); its PTX runs on compute capability 9.0 only. Only the
+    /// kernels that need it are emitted for it ([`Target::ALL`] leaves it out).
+    Sm90a,
 }
 
 impl Target {
-    /// Every target the checked-in PTX is emitted for.
+    /// The targets every kernel of the checked-in set is emitted for (the
+    /// `wgmma` kernels are emitted for [`Target::Sm90a`] alone).
     pub const ALL: [Target; 2] = [Target::Sm80, Target::Sm90];
+
+    /// Every target with checked-in PTX (`ptx/<target>/`): [`Target::ALL`] and `sm_90a`.
+    pub const EMITTED: [Target; 3] = [Target::Sm80, Target::Sm90, Target::Sm90a];
 
     /// The name PTX and `ptxas --gpu-name` use (`sm_90`).
     pub fn name(self) -> &'static str {
         match self {
             Target::Sm80 => "sm_80",
             Target::Sm90 => "sm_90",
+            Target::Sm90a => "sm_90a",
         }
     }
 
@@ -82,6 +92,12 @@ impl Target {
             8 => Some(Target::Sm80),
             _ => None,
         }
+    }
+
+    /// Whether a device of compute capability `major.minor` runs `sm_90a`
+    /// PTX (`wgmma`): exactly 9.0 (H100, H200).
+    pub fn has_wgmma(major: i32, minor: i32) -> bool {
+        (major, minor) == (9, 0)
     }
 }
 

@@ -89,7 +89,7 @@ impl Device {
         if let Some(f) = lock(&self.kernels).get(&id) {
             return Ok(f.clone());
         }
-        let kernel = id.build(self.target).map_err(|e| ComputeError::Compile {
+        let kernel = id.build(id.target_on(self.target)).map_err(|e| ComputeError::Compile {
             backend: BackendKind::Cuda,
             kernel: e.kernel.clone(),
             message: e.to_string(),
@@ -98,6 +98,7 @@ impl Device {
             KernelId::Rows(_, RowShape::Block, _) => Some(BLOCK_CACHE_BYTES),
             KernelId::GemmSimt(cfg, ..) if cfg.dynamic_shared_bytes() > 0 => Some(cfg.dynamic_shared_bytes()),
             KernelId::GemmMma(cfg, ..) if cfg.dynamic_shared_bytes() > 0 => Some(cfg.dynamic_shared_bytes()),
+            KernelId::GemmWgmma(cfg, ..) => Some(cfg.dynamic_shared_bytes()),
             _ => None,
         };
         let f = Arc::new(driver::load(&self.ctx, &kernel, smem)?);
@@ -110,7 +111,7 @@ impl Device {
     /// one dry run of each op's plan. Ops with invalid shapes, and ops of
     /// dtypes the plans decline ([`plan::supported`]), are skipped.
     pub(crate) fn missing_kernels(&self, ops: &[&Op]) -> Result<Vec<KernelId>> {
-        let recorder = Recorder { sm_count: self.sm_count, ids: Mutex::new(Vec::new()) };
+        let recorder = Recorder { sm_count: self.sm_count, wgmma: self.has_wgmma(), ids: Mutex::new(Vec::new()) };
         for op in ops.iter().filter(|op| plan::supported(op)) {
             let Ok(layout) = op.layout() else { continue };
             let ins = vec![0u64; layout.inputs().len()];
@@ -169,12 +170,17 @@ impl Device {
 /// A [`Launcher`] that only notes which kernels a plan would launch.
 struct Recorder {
     sm_count: u32,
+    wgmma: bool,
     ids: Mutex<Vec<KernelId>>,
 }
 
 impl Launcher for Recorder {
     fn sm_count(&self) -> u32 {
         self.sm_count
+    }
+
+    fn has_wgmma(&self) -> bool {
+        self.wgmma
     }
 
     fn launch(&self, id: KernelId, _grid: Grid, _args: &[Arg]) -> Result<()> {
@@ -194,6 +200,10 @@ impl Launcher for Recorder {
 impl Launcher for Device {
     fn sm_count(&self) -> u32 {
         self.sm_count
+    }
+
+    fn has_wgmma(&self) -> bool {
+        Target::has_wgmma(self.compute_capability.0, self.compute_capability.1)
     }
 
     fn launch(&self, id: KernelId, grid: Grid, args: &[Arg]) -> Result<()> {

@@ -82,10 +82,11 @@ fn info_of(dev: &Device) -> Result<DeviceInfo> {
 /// Dtypes: every op runs on `f32`, `f16` and `bf16` data. Element-wise ops,
 /// reductions, row ops and casts have a kernel per dtype that widens halves
 /// to `f32` as it loads them and rounds once as it stores; a half matmul runs
-/// on tensor cores (`mma.sync`, `f32` accumulation) when each operand's
-/// contiguous dimension is a multiple of 8 and `n` is even, otherwise (and for
-/// conv2d) it widens the operands into `f32` temporaries and runs the `f32`
-/// GEMM; a TF32 matmul runs in full precision. Host calls of `f32` data can
+/// on tensor cores (`f32` accumulation) when each operand's contiguous
+/// dimension is a multiple of 8 and `n` is even — `wgmma` for `A·Bᵀ` on
+/// compute capability 9.0, `mma.sync` otherwise — else (and for conv2d) it
+/// widens the operands into `f32` temporaries and runs the `f32` GEMM; a TF32
+/// matmul runs in full precision. Host calls of `f32` data can
 /// use the pinned staging buffer; other dtypes go through buffers allocated
 /// for the call.
 #[derive(Clone, Debug)]
@@ -191,6 +192,13 @@ impl CudaBackend {
             cfg.check(self.target()).map_err(|e| ComputeError::Compile {
                 backend: BackendKind::Cuda,
                 kernel: cfg.kernel_name(spec.dtype, spec.out_dtype, spec.trans_a, spec.trans_b),
+                message: e,
+            })?;
+        }
+        if let GemmTier::Wgmma(cfg) = tier {
+            cfg.check().map_err(|e| ComputeError::Compile {
+                backend: BackendKind::Cuda,
+                kernel: cfg.kernel_name(spec.dtype, spec.out_dtype),
                 message: e,
             })?;
         }

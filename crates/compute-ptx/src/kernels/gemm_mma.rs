@@ -132,7 +132,7 @@ impl MmaConfig {
         }
         let max = match target {
             Target::Sm80 => 163 * 1024,
-            Target::Sm90 => 227 * 1024,
+            Target::Sm90 | Target::Sm90a => 227 * 1024,
         };
         if self.shared_bytes() > max {
             return Err(format!(
@@ -201,12 +201,12 @@ fn swizzle_reg(b: &mut KernelBuilder, r: Reg<U32>, c: Reg<U32>, cpr: u32) -> Reg
 /// One operand's shared tile: stored `k`-contiguous (rows along m or n, `bk`
 /// halves each) or `m`/`n`-contiguous (rows along k, `tile` halves each).
 #[derive(Clone, Copy)]
-struct Side {
-    kmajor: bool,
-    tile: u32,
-    bk: u32,
+pub(crate) struct Side {
+    pub(crate) kmajor: bool,
+    pub(crate) tile: u32,
+    pub(crate) bk: u32,
     /// Byte offset of this operand's tile within a stage.
-    at: u32,
+    pub(crate) at: u32,
 }
 
 impl Side {
@@ -222,12 +222,12 @@ impl Side {
 }
 
 /// Per-thread state of one operand's global→shared copies.
-struct Copies {
+pub(crate) struct Copies {
     side: Side,
     /// Global address of each of the thread's chunks, advanced per k-tile.
     ptrs: Vec<Reg<U64>>,
     /// Shared offset (within a stage) of each chunk.
-    dst: Vec<Reg<U32>>,
+    pub(crate) dst: Vec<Reg<U32>>,
     /// `k`-contiguous: bytes each row may read (16, or 0 past `m`/`n`).
     row_bytes: Vec<Reg<U32>>,
     /// `k`-contiguous: the thread's chunk's first `k` offset (`8·c`).
@@ -244,7 +244,7 @@ struct Copies {
 /// Sets up one operand's copies: `base` is the batch's matrix, `ld` its row
 /// length in elements, `mn`/`mn0` the operand's extent and this block's origin
 /// along m or n.
-fn copies(
+pub(crate) fn copies(
     b: &mut KernelBuilder,
     side: Side,
     threads: u32,
@@ -303,7 +303,7 @@ fn copies(
 
 /// Issues the copies of the k-tile starting at `k0` into stage `stage`, and
 /// advances the pointers to the next k-tile.
-fn issue(b: &mut KernelBuilder, cp: &Copies, k0: Reg<U32>, k: Reg<U32>, stage_off: u32) {
+pub(crate) fn issue(b: &mut KernelBuilder, cp: &Copies, k0: Reg<U32>, k: Reg<U32>, stage_off: u32) {
     if cp.side.kmajor {
         let kc = b.add(k0, cp.first);
         let inside = b.setp(Cmp::Lt, kc, k);

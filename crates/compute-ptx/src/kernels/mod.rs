@@ -16,6 +16,7 @@ mod gemm_kernel;
 pub mod gemm_mma;
 pub mod gemm_simple;
 pub mod gemm_simt;
+pub mod gemm_wgmma;
 pub(crate) mod math;
 pub mod reduce;
 pub mod rows;
@@ -27,6 +28,7 @@ use compute_core::{BinaryOp, DType};
 use elementwise::UnaryKind;
 use gemm_mma::MmaConfig;
 use gemm_simt::SimtConfig;
+use gemm_wgmma::WgmmaConfig;
 use reduce::ReduceKind;
 use rows::{RowKind, RowShape};
 
@@ -52,6 +54,8 @@ pub enum KernelId {
     GemmSimt(SimtConfig, bool, bool),
     /// Tensor-core GEMM: shape, input dtype (`f16`/`bf16`), output dtype, transposes.
     GemmMma(MmaConfig, DType, DType, bool, bool),
+    /// Hopper `wgmma` GEMM (`sm_90a`, `C = A·Bᵀ`): shape, input dtype, output dtype.
+    GemmWgmma(WgmmaConfig, DType, DType),
     /// im2col for conv2d.
     Im2col,
 }
@@ -69,6 +73,7 @@ impl KernelId {
             KernelId::GemmTiled => "gemm_tiled".into(),
             KernelId::GemmSimt(cfg, ta, tb) => cfg.kernel_name(*ta, *tb),
             KernelId::GemmMma(cfg, i, o, ta, tb) => cfg.kernel_name(*i, *o, *ta, *tb),
+            KernelId::GemmWgmma(cfg, i, o) => cfg.kernel_name(*i, *o),
             KernelId::Im2col => "im2col".into(),
         }
     }
@@ -93,19 +98,41 @@ impl KernelId {
             KernelId::GemmTiled => gemm_simple::tiled(target),
             KernelId::GemmSimt(cfg, ta, tb) => gemm_simt::simt(&cfg, ta, tb, target),
             KernelId::GemmMma(cfg, i, o, ta, tb) => gemm_mma::mma(&cfg, i, o, ta, tb, target),
+            KernelId::GemmWgmma(cfg, i, o) => gemm_wgmma::wgmma(&cfg, i, o, target),
             KernelId::Im2col => conv::im2col(target),
         }
     }
 }
 
 impl KernelId {
+    /// The targets its checked-in PTX is emitted for: [`Target::ALL`], or
+    /// `sm_90a` alone for a `wgmma` kernel.
+    pub fn targets(&self) -> Vec<Target> {
+        match self {
+            KernelId::GemmWgmma(..) => vec![Target::Sm90a],
+            _ => Target::ALL.to_vec(),
+        }
+    }
+
+    /// The target to build it for on a device whose base target is `base`:
+    /// `sm_90a` for a `wgmma` kernel (the device must be compute capability
+    /// 9.0), `base` otherwise.
+    pub fn target_on(&self, base: Target) -> Target {
+        match self {
+            KernelId::GemmWgmma(..) => Target::Sm90a,
+            _ => base,
+        }
+    }
+
     /// The storage dtypes the kernel reads or writes.
     pub fn dtypes(&self) -> Vec<DType> {
         match *self {
             KernelId::Unary(_, d) | KernelId::Binary(_, d) | KernelId::Reduce(_, d) | KernelId::Rows(_, _, d) => {
                 vec![d]
             }
-            KernelId::Cast(from, to) | KernelId::GemmMma(_, from, to, ..) => vec![from, to],
+            KernelId::Cast(from, to) | KernelId::GemmMma(_, from, to, ..) | KernelId::GemmWgmma(_, from, to) => {
+                vec![from, to]
+            }
             _ => vec![DType::F32],
         }
     }
@@ -113,8 +140,8 @@ impl KernelId {
 
 /// Every kernel of the checked-in set, in a fixed order: per dtype the
 /// element-wise, reduction and row kernels, then the casts, the `f32` GEMMs,
-/// the tensor-core GEMMs (`bf16`/`f16` inputs, every output dtype and
-/// transpose) and im2col.
+/// the tensor-core GEMMs (`bf16`/`f16` inputs, every output dtype; `mma.sync`
+/// for every transpose, `wgmma` for `A·Bᵀ`, see [`KernelId::targets`]) and im2col.
 pub fn catalog() -> Vec<KernelId> {
     let mut v = Vec::new();
     for d in elem::DTYPES {
@@ -143,6 +170,11 @@ pub fn catalog() -> Vec<KernelId> {
             for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
                 v.push(KernelId::GemmMma(MmaConfig::default(), input, output, ta, tb));
             }
+        }
+    }
+    for input in [DType::BF16, DType::F16] {
+        for output in elem::DTYPES {
+            v.push(KernelId::GemmWgmma(WgmmaConfig::default(), input, output));
         }
     }
     v.push(KernelId::Im2col);

@@ -397,14 +397,14 @@ fn run_block(
             }
             let pc = live[0].pc;
             let inst = &prog.code[pc];
-            if matches!(inst.parts[0].as_str(), "ldmatrix" | "mma") {
+            if matches!(inst.parts[0].as_str(), "ldmatrix" | "mma" | "wgmma") {
                 assert!(live.iter().all(|t| t.pc == pc), "{}: warp {w} diverged at {}", prog.name, inst.text);
                 assert_eq!(live.len(), 32, "{}: {} needs a whole warp", prog.name, inst.text);
                 let warp = &mut threads[w * 32..(w + 1) * 32];
-                if inst.parts[0] == "ldmatrix" {
-                    ldmatrix(&ctx, inst, warp, mem, &mut shared);
-                } else {
-                    mma(&ctx, inst, warp);
+                match inst.parts[0].as_str() {
+                    "ldmatrix" => ldmatrix(&ctx, inst, warp, mem, &mut shared),
+                    "mma" => mma(&ctx, inst, warp),
+                    _ => wgmma(&ctx, inst, warp, w % 4, mem, &mut shared),
                 }
                 for t in warp.iter_mut() {
                     t.pc += 1;
@@ -543,6 +543,59 @@ fn mma(ctx: &Ctx, inst: &Inst, warp: &mut [Thread]) {
         for (r, &reg) in d.iter().enumerate() {
             let (row, col) = (g + 8 * (r / 2), 2 * q + r % 2);
             let sum: f64 = cm[row][col] + (0..16).map(|k| am[row][k] * bm[k][col]).sum::<f64>();
+            th.regs[reg] = fb(sum as f32);
+        }
+    }
+}
+
+/// One warp's share of `wgmma.mma_async.sync.aligned.m64nNk16.f32.<h>.<h>`:
+/// warp `quarter` of the warpgroup computes rows `16·quarter..+16` of the
+/// 64×N product. Both operands `k`-contiguous in shared memory in the
+/// 128-byte swizzle, as their descriptors say: element (row r, k) of a tile
+/// at `start + (r/8)·SBO + (r%8)·128 + 2k`, address bits 4–6 XORed with bits
+/// 7–9. Summed in f64, rounded once.
+fn wgmma(ctx: &Ctx, inst: &Inst, warp: &mut [Thread], quarter: usize, mem: &mut Memory, shared: &mut [u8]) {
+    let p = &inst.parts;
+    let shape = p[4].as_str();
+    let n: usize = shape.strip_prefix("m64n").and_then(|r| r.strip_suffix("k16")).and_then(|x| x.parse().ok()).unwrap();
+    let half = p[6].as_str();
+    assert_eq!(p[5], "f32", "{}", inst.text);
+    let d = regs_of(&inst.args[0]);
+    assert_eq!(d.len(), n / 2, "{}", inst.text);
+    let imm = |i: usize| match inst.args[i] {
+        Opnd::Imm(v) => v,
+        ref o => panic!("{}: wgmma immediate {o:?}", ctx.prog.name),
+    };
+    assert_eq!((imm(4), imm(5), imm(6), imm(7)), (1, 1, 0, 0), "{}: scales and transposes", inst.text);
+    let t0 = &warp[0];
+    let (desc_a, desc_b, scale_d) =
+        (val(ctx, t0, &inst.args[1]), val(ctx, t0, &inst.args[2]), val(ctx, t0, &inst.args[3]));
+    for t in warp.iter() {
+        assert_eq!(val(ctx, t, &inst.args[1]), desc_a, "{}: descriptors differ across the warp", ctx.prog.name);
+        assert_eq!(val(ctx, t, &inst.args[2]), desc_b, "{}: descriptors differ across the warp", ctx.prog.name);
+    }
+    let mut element = |desc: u64, r: usize, k: usize| -> f64 {
+        assert_eq!(desc >> 62, 1, "{}: only the 128-byte swizzle is modelled", ctx.prog.name);
+        let start = (desc & 0x3fff) << 4;
+        let sbo = ((desc >> 32) & 0x3fff) << 4;
+        let logical = start + (r as u64 / 8) * sbo + (r as u64 % 8) * 128 + 2 * k as u64;
+        let physical = logical ^ (((logical >> 7) & 7) << 4);
+        let b = access(ctx, mem, shared, "shared", physical, 2, &inst.text);
+        let h = u16::from_le_bytes([b[0], b[1]]);
+        match half {
+            "bf16" => f64::from(bf16::from_bits(h).to_f32()),
+            "f16" => f64::from(f16::from_bits(h).to_f32()),
+            other => panic!("{}: wgmma on {other}", ctx.prog.name),
+        }
+    };
+    let a: Vec<Vec<f64>> = (0..16).map(|r| (0..16).map(|k| element(desc_a, 16 * quarter + r, k)).collect()).collect();
+    let b: Vec<Vec<f64>> = (0..n).map(|c| (0..16).map(|k| element(desc_b, c, k)).collect()).collect();
+    for (l, th) in warp.iter_mut().enumerate() {
+        let (g, q) = (l / 4, l % 4);
+        for (i, &reg) in d.iter().enumerate() {
+            let (row, col) = (g + 8 * ((i % 4) / 2), 8 * (i / 4) + 2 * q + i % 2);
+            let old = if scale_d != 0 { f64::from(f(th.regs[reg])) } else { 0.0 };
+            let sum: f64 = old + (0..16).map(|k| a[row][k] * b[col][k]).sum::<f64>();
             th.regs[reg] = fb(sum as f32);
         }
     }
@@ -764,6 +817,16 @@ fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8
             "bar" | "shfl" | "ldmatrix" | "mma" => {
                 t.waiting = true;
                 return;
+            }
+            // wgmma.mma_async is computed at issue (warp by warp, below); its
+            // fence, commit and wait, and the proxy fence, order nothing here.
+            "wgmma" if p[1] == "mma_async" => {
+                t.waiting = true;
+                return;
+            }
+            "wgmma" | "fence" => {
+                t.pc += 1;
+                continue;
             }
             "ret" => {
                 assert!(
@@ -989,7 +1052,7 @@ impl Kernels {
         let mut c = self.cache.lock().unwrap();
         c.entry(id)
             .or_insert_with(|| {
-                let k: Kernel = id.build(Target::Sm90).unwrap_or_else(|e| panic!("{e}"));
+                let k: Kernel = id.build(id.target_on(Target::Sm90)).unwrap_or_else(|e| panic!("{e}"));
                 let p = Program::parse(k.ptx());
                 std::sync::Arc::new((k, p))
             })

@@ -26,6 +26,8 @@ pub struct EmuBackend {
     /// Every launch, in order: (kernel, grid).
     pub log: Arc<Mutex<Vec<(String, Grid)>>>,
     approx: (f64, f64, f64),
+    /// Pretend to be compute capability 9.0: half matmuls of `A·Bᵀ` run the `wgmma` kernel.
+    wgmma: bool,
 }
 
 struct Freed {
@@ -72,6 +74,10 @@ impl EmuBackend {
     /// hardware's error bounds, made worst-case.
     pub fn with_approx_error(ex2_factor: f64, lg2_term: f64, rcp_factor: f64) -> Self {
         EmuBackend { approx: (ex2_factor, lg2_term, rcp_factor), ..Self::new() }
+    }
+    /// An emulated compute capability 9.0 device: the plans pick the `wgmma` kernels.
+    pub fn with_wgmma() -> Self {
+        EmuBackend { wgmma: true, ..Self::new() }
     }
     fn loc(&self) -> Location {
         Location { backend: BackendKind::Cuda, device: EMU_DEVICE }
@@ -138,6 +144,9 @@ impl Launcher for EmuBackend {
     fn sm_count(&self) -> u32 {
         // Few "multiprocessors": grid-stride loops and multi-block reductions get exercised.
         2
+    }
+    fn has_wgmma(&self) -> bool {
+        self.wgmma
     }
     fn launch(&self, id: KernelId, grid: Grid, args: &[Arg]) -> Result<()> {
         let kp = self.kernels.get(id);

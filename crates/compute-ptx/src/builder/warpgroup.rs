@@ -1,0 +1,97 @@
+//! Hopper's warpgroup instructions (`sm_90a`): `wgmma.mma_async` reading both
+//! operands from shared memory through 64-bit matrix descriptors, its fence,
+//! commit and wait, and the proxy fence that makes ordinary shared-memory
+//! writes visible to it. A warpgroup is four consecutive warps (128 threads
+//! whose first is a multiple of 128); every one of its threads must execute
+//! each of these instructions.
+
+use super::halves::Half;
+use super::types::{F32, Pred, Reg, U64};
+use super::{KernelBuilder, Target};
+
+/// A shared-memory matrix descriptor for a `k`-contiguous operand in the
+/// 128-byte swizzle (rows of 128 bytes — 64 halves — in groups of 8, 1024
+/// bytes aligned to 1024, the 16-byte chunks of row `r` XORed with `r mod 8`): start address `addr >> 4` (bits 0–13), leading byte
+/// offset 16 (unused by this layout, bits 16–29), stride byte offset 1024
+/// between groups of 8 rows (bits 32–45), swizzle mode 1 (bits 62–63).
+/// `addr` is a shared-window address of a 1024-byte-aligned tile (plus
+/// multiples of 32 bytes to step along `k` by 16 halves).
+pub const fn smem_descriptor_bits(addr: u32) -> u64 {
+    let start = ((addr as u64) >> 4) & 0x3fff;
+    start | (1 << 16) | ((1024 >> 4) << 32) | (1 << 62)
+}
+
+impl KernelBuilder {
+    fn need_sm90a(&mut self, what: &str) {
+        if self.target() != Target::Sm90a {
+            self.error(format!("{what} needs target sm_90a, not {}", self.target()));
+        }
+    }
+
+    /// The descriptor ([`smem_descriptor_bits`]) of the operand tile at the
+    /// shared-window address `addr`, computed in registers (5 instructions).
+    pub fn smem_descriptor(&mut self, addr: Reg<super::U32>) -> Reg<U64> {
+        let wide = self.cvt::<U64, super::U32>(addr);
+        let start = self.shr(wide, 4u32);
+        let start = self.and(start, 0x3fffu64);
+        self.or(start, smem_descriptor_bits(0))
+    }
+
+    /// `wgmma.fence.sync.aligned`: orders this warpgroup's register accesses to
+    /// the accumulators before the `wgmma` that follow.
+    pub fn wgmma_fence(&mut self) {
+        self.need_sm90a("wgmma.fence");
+        self.emit("wgmma.fence.sync.aligned".into());
+    }
+
+    /// `wgmma.commit_group.sync.aligned`: closes the group of `wgmma` issued since the last commit.
+    pub fn wgmma_commit(&mut self) {
+        self.need_sm90a("wgmma.commit_group");
+        self.emit("wgmma.commit_group.sync.aligned".into());
+    }
+
+    /// `wgmma.wait_group.sync.aligned n`: waits until at most `pending` groups
+    /// are in flight; their accumulators and shared reads are then complete.
+    pub fn wgmma_wait(&mut self, pending: u32) {
+        self.need_sm90a("wgmma.wait_group");
+        self.emit(format!("wgmma.wait_group.sync.aligned {pending}"));
+    }
+
+    /// `fence.proxy.async.shared::cta`: makes this thread's earlier ordinary
+    /// writes to shared memory visible to the async proxy (`wgmma` reads),
+    /// once a barrier has ordered them for the other threads too.
+    pub fn fence_proxy_async_shared(&mut self) {
+        self.emit("fence.proxy.async.shared::cta".into());
+    }
+
+    /// `acc += A·B` on a warpgroup: `wgmma.mma_async.sync.aligned.m64n{N}k16.f32.<half>.<half>`,
+    /// `A` (64×16) and `B` (16×N, stored N×16) both `k`-contiguous in shared
+    /// memory, described by `desc_a` and `desc_b`. `acc` holds the warpgroup's
+    /// 64×N `f32` accumulator, `N/2` registers per thread: warp `w`'s lane `l`
+    /// holds rows `16w + l/4` (registers `4j`, `4j+1`) and `16w + l/4 + 8`
+    /// (`4j+2`, `4j+3`) at columns `8j + 2(l%4)` and the one after. `scale_d`
+    /// false ignores the old accumulator (`D = A·B`). Asynchronous: the
+    /// accumulators and the operands' shared memory are in use until a
+    /// [`KernelBuilder::wgmma_wait`] retires the group.
+    pub fn wgmma_mma_async(
+        &mut self,
+        half: Half,
+        acc: &[Reg<F32>],
+        desc_a: Reg<U64>,
+        desc_b: Reg<U64>,
+        scale_d: Reg<Pred>,
+    ) {
+        self.need_sm90a("wgmma.mma_async");
+        let n = acc.len() as u32 * 2;
+        if !(8..=256).contains(&n) || !n.is_multiple_of(8) {
+            self.error(format!("wgmma m64n{n}k16: N must be a multiple of 8 in 8..=256"));
+        }
+        let d: Vec<String> = acc.iter().map(|r| self.reg(*r)).collect();
+        let (a, b, p) = (self.reg(desc_a), self.reg(desc_b), self.reg(scale_d));
+        let h = half.name();
+        self.emit(format!(
+            "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{h}.{h} {{{}}}, {a}, {b}, {p}, 1, 1, 0, 0",
+            d.join(", ")
+        ));
+    }
+}

@@ -1,0 +1,375 @@
+//! The Hopper tensor-core GEMM (`sm_90a`): `wgmma.mma_async` reading both
+//! operands from shared memory, `f16`/`bf16` inputs, `f32` accumulation,
+//! `f32`, `f16` or `bf16` output.
+//!
+//! Each block computes a `64·W × N` tile of `C` with `W` warpgroups (128
+//! threads each), warpgroup `w` rows `64w..64w+64` as one `m64nNk16`
+//! accumulator (`N/2` registers per thread), four `wgmma` per k-tile of 64.
+//! Both operands must be `k`-contiguous (`A` stored `m × k`, `B` stored
+//! `n × k`: `C = A·Bᵀ`, the layout of `x·Wᵀ` with a weight matrix); they reach
+//! shared memory by 16-byte `cp.async` copies laid out in the 128-byte swizzle
+//! `wgmma` reads (rows of 128 bytes, chunk `c` of row `r` at `c ⊕ (r mod 8)`,
+//! tiles aligned to 1024 bytes), into a ring of `stages` buffers.
+//!
+//! The loop per k-tile: wait for the tile's copies, fence them to the async
+//! proxy, one barrier, issue the tile's four `wgmma` as one group, wait until
+//! only that group is in flight (so the previous tile's reads are done in
+//! every warpgroup by the next barrier), then refill the stage read two tiles
+//! ago. `stages − 2` tiles are in flight ahead of the one being multiplied.
+//!
+//! Edges are zero-filled by the copies and masked at the store, as in
+//! [`super::gemm_mma`]; `k` must be a multiple of 8 and `n` even. The backend
+//! runs other shapes and transposes on the `mma.sync` kernel.
+
+use compute_core::DType;
+
+use super::gemm_mma::{Side, copies, issue};
+use super::gemm_simt::tile_origin;
+use crate::builder::{BuildError, Cmp, Dim, F32, Half, Kernel, KernelBuilder, Reg, Target, U32, U64};
+
+/// Depth of a k-tile: 64 halves, one 128-byte swizzled row.
+const BK: u32 = 64;
+
+/// Shape of the `wgmma` kernel. [`WgmmaConfig::default`] is the one the CUDA
+/// backend launches on compute capability 9.0; others are for tuning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WgmmaConfig {
+    /// Warpgroups per block; the block tile has `64 · warpgroups` rows.
+    pub warpgroups: u32,
+    /// Columns of the block tile, the `N` of each `wgmma` (64, 128, 192 or 256).
+    pub bn: u32,
+    /// Shared-memory buffers in the ring (3..=8).
+    pub stages: u32,
+    /// Tile-rows per group in the block order (0: plain row-major order).
+    pub group_m: u32,
+}
+
+impl Default for WgmmaConfig {
+    fn default() -> Self {
+        WgmmaConfig { warpgroups: 2, bn: 256, stages: 4, group_m: 8 }
+    }
+}
+
+impl WgmmaConfig {
+    /// Rows of the block tile.
+    pub fn bm(&self) -> u32 {
+        64 * self.warpgroups
+    }
+
+    /// Threads per block: 128 per warpgroup.
+    pub fn threads(&self) -> u32 {
+        128 * self.warpgroups
+    }
+
+    /// Dynamic shared memory to launch with: the stages, plus 1 KiB so the
+    /// tiles can start on a 1024-byte boundary.
+    pub fn dynamic_shared_bytes(&self) -> u32 {
+        self.stages * (self.bm() + self.bn) * BK * 2 + 1024
+    }
+
+    /// Whether the kernel takes the product: `A` stored `m × k`, `B` stored
+    /// `n × k`, `k` a multiple of 8, `n` even. Free.
+    pub fn fits(n: usize, k: usize, trans_a: bool, trans_b: bool) -> bool {
+        !trans_a && trans_b && k.is_multiple_of(8) && n.is_multiple_of(2)
+    }
+
+    /// Why this shape cannot be built, if it cannot.
+    pub fn check(&self) -> Result<(), String> {
+        let WgmmaConfig { warpgroups, bn, stages, .. } = *self;
+        if !(1..=4).contains(&warpgroups) {
+            return Err(format!("{warpgroups} warpgroups: need 1..=4"));
+        }
+        if !matches!(bn, 64 | 128 | 192 | 256) {
+            return Err(format!("bn {bn}: need 64, 128, 192 or 256"));
+        }
+        if !(3..=8).contains(&stages) {
+            return Err(format!("{stages} stages: need 3..=8"));
+        }
+        // 16-byte chunks of both tiles split evenly over the threads.
+        if !(bn * BK / 8).is_multiple_of(self.threads()) {
+            return Err(format!("{} threads do not split a {bn}x{BK} tile into 16-byte copies", self.threads()));
+        }
+        let max = 227 * 1024;
+        if self.dynamic_shared_bytes() > max {
+            return Err(format!("{} bytes of shared memory: above {max}", self.dynamic_shared_bytes()));
+        }
+        Ok(())
+    }
+
+    /// Kernel name: `gemm_wgmma_bf16_f32_nt` for the default shape, with the
+    /// shape spelled out for others (`gemm_wgmma_bf16_f32_nt_128x128_s5_g8`).
+    pub fn kernel_name(&self, input: DType, output: DType) -> String {
+        let base = format!("gemm_wgmma_{input}_{output}_nt");
+        if *self == WgmmaConfig::default() {
+            base
+        } else {
+            format!("{base}_{}x{}_s{}_g{}", self.bm(), self.bn, self.stages, self.group_m)
+        }
+    }
+}
+
+/// The tile shapes [`WgmmaConfig::for_shape`] chooses from, with their
+/// throughput relative to the default on a large product (bf16 8192³ with
+/// `B` stored `n × k`, H100, `COMPUTE_PTX_GEMM_SWEEP=1 cuda_bench
+/// --tensor-cores`, 2026-11-25: 634, 625 and 551 TFLOP/s). Each fits one
+/// block per multiprocessor.
+const TABLE: [(WgmmaConfig, f64); 3] = [
+    (WgmmaConfig { warpgroups: 2, bn: 256, stages: 4, group_m: 8 }, 1.0),
+    (WgmmaConfig { warpgroups: 2, bn: 192, stages: 5, group_m: 8 }, 0.98),
+    (WgmmaConfig { warpgroups: 1, bn: 256, stages: 5, group_m: 8 }, 0.87),
+];
+
+impl WgmmaConfig {
+    /// The tile shape for a `batch × m × n` output on `sms` multiprocessors:
+    /// the one with the least estimated time, counting whole waves of blocks
+    /// (one block per multiprocessor) times each block's work over the
+    /// shape's relative throughput. Small outputs (`512 × 4096`) get smaller
+    /// tiles so every multiprocessor has a block; large ones the default. Free.
+    pub fn for_shape(batch: usize, m: usize, n: usize, sms: u32) -> WgmmaConfig {
+        let sms = sms.max(1) as usize;
+        let cost = |(cfg, speed): &(WgmmaConfig, f64)| {
+            let blocks = batch.max(1) * m.div_ceil(cfg.bm() as usize) * n.div_ceil(cfg.bn as usize);
+            let waves = blocks.div_ceil(sms) as f64;
+            waves * f64::from(cfg.bm() * cfg.bn) / speed
+        };
+        TABLE.iter().min_by(|x, y| cost(x).total_cmp(&cost(y))).map(|(c, _)| *c).unwrap_or_default()
+    }
+}
+
+/// Other shapes the benchmark's sweep times next to the default.
+pub fn sweep_configs() -> Vec<WgmmaConfig> {
+    let d = WgmmaConfig::default();
+    vec![
+        WgmmaConfig { stages: 3, ..d },
+        WgmmaConfig { bn: 128, stages: 6, ..d },
+        WgmmaConfig { bn: 128, stages: 4, ..d },
+        WgmmaConfig { warpgroups: 1, bn: 256, stages: 5, ..d },
+        WgmmaConfig { bn: 192, stages: 5, ..d },
+    ]
+}
+
+/// Builds the `wgmma` kernel (target `sm_90a`) for one input dtype
+/// (`f16`/`bf16`) and output dtype (`f32`, `f16`, `bf16`).
+///
+/// Params: `a`, `b`, `c`, `m`, `n`, `k` (u32), `sa`, `sb`, `sc` (batch strides
+/// in elements). Launch: [`WgmmaConfig::threads`] threads, grid
+/// `(ceil(n/BN), ceil(m/BM), batch)`, [`WgmmaConfig::dynamic_shared_bytes`] of
+/// dynamic shared memory; only shapes [`WgmmaConfig::fits`] accepts.
+pub fn wgmma(cfg: &WgmmaConfig, input: DType, output: DType, target: Target) -> Result<Kernel, BuildError> {
+    let name = cfg.kernel_name(input, output);
+    let fail = |p: String| Err(BuildError { kernel: name.clone(), problems: vec![p] });
+    if let Err(e) = cfg.check() {
+        return fail(e);
+    }
+    if target != Target::Sm90a {
+        return fail(format!("wgmma kernels are built for sm_90a, not {target}"));
+    }
+    let half = match input {
+        DType::F16 => Half::F16,
+        DType::BF16 => Half::Bf16,
+        other => return fail(format!("tensor-core inputs are f16 or bf16, not {other}")),
+    };
+    let out_half = match output {
+        DType::F32 => None,
+        DType::F16 => Some(Half::F16),
+        DType::BF16 => Some(Half::Bf16),
+        other => return fail(format!("no {other} output")),
+    };
+    let (bm, bn, stages) = (cfg.bm(), cfg.bn, cfg.stages);
+    let threads = cfg.threads();
+    let stage_bytes = (bm + bn) * BK * 2;
+
+    let mut b = KernelBuilder::new(&name, target);
+    b.doc(&format!(
+        "{name}: C = A * B^T, {input} inputs, f32 accumulation, {output} output, wgmma.mma_async m64n{bn}k16"
+    ));
+    b.doc(&format!(
+        "block tile {bm}x{bn}, k-tile {BK}, {} warpgroups, {stages} cp.async stages, 128-byte swizzle",
+        cfg.warpgroups
+    ));
+    b.doc("params: a, b, c, m, n, k, sa, sb, sc (batch strides in elements)");
+    b.doc(&format!(
+        "launch: {threads} threads, grid (ceil(n/{bn}), ceil(m/{bm}), batch), {} bytes of dynamic shared memory",
+        cfg.dynamic_shared_bytes()
+    ));
+    b.max_threads(threads);
+    b.min_blocks_per_sm(1);
+    let pa = b.param_ptr("a");
+    let pb = b.param_ptr("b");
+    let pc = b.param_ptr("c");
+    let m = b.param::<U32>("m");
+    let n = b.param::<U32>("n");
+    let k = b.param::<U32>("k");
+    let sa = b.param::<U64>("sa");
+    let sb = b.param::<U64>("sb");
+    let sc = b.param::<U64>("sc");
+
+    let smem = b.dynamic_shared("tiles", 1024);
+    let raw = b.shared_base(&smem);
+    b.comment("tiles start on a 1024-byte boundary (the swizzle's period)");
+    let up = b.add(raw, 1023u32);
+    let sbase = b.and(up, !1023u32);
+
+    let tid = b.tid(Dim::X);
+    let z = b.ctaid(Dim::Z);
+    let (m0, n0) = tile_origin(&mut b, bm, bn, cfg.group_m);
+
+    b.comment("copies: each thread's 16-byte chunks of both operand tiles");
+    let za = b.cvt::<U64, U32>(z);
+    let a_off = b.mul(za, sa);
+    let a_off = b.shl(a_off, 1u32);
+    let a_base = b.add(pa, a_off);
+    let b_off = b.mul(za, sb);
+    let b_off = b.shl(b_off, 1u32);
+    let b_base = b.add(pb, b_off);
+    let a_side = Side { kmajor: true, tile: bm, bk: BK, at: 0 };
+    let b_side = Side { kmajor: true, tile: bn, bk: BK, at: bm * BK * 2 };
+    let mut a_cp = copies(&mut b, a_side, threads, tid, a_base, k, (m, m0));
+    let mut b_cp = copies(&mut b, b_side, threads, tid, b_base, k, (n, n0));
+    for cp in [&mut a_cp, &mut b_cp] {
+        for d in cp.dst.iter_mut() {
+            let abs = b.add(*d, sbase);
+            *d = abs;
+        }
+    }
+
+    b.comment("descriptors of stage 0: this warpgroup's 64 rows of A, all of B");
+    let wg = b.shr(tid, 7u32);
+    let a_rows = b.mul(wg, 64 * BK * 2);
+    let a_addr = b.add(sbase, a_rows);
+    let desc_a = b.smem_descriptor(a_addr);
+    let b_addr = b.add(sbase, b_side.at);
+    let desc_b = b.smem_descriptor(b_addr);
+    let zero = b.mov(0u32);
+    let always = b.setp(Cmp::Eq, zero, 0u32);
+
+    let acc: Vec<Reg<F32>> = (0..bn / 2).map(|_| b.mov(0.0f32)).collect();
+
+    b.blank();
+    b.comment(&format!("prologue: k-tiles 0..{} in flight", stages - 2));
+    let kload = b.mov(0u32);
+    for s in 0..stages - 2 {
+        issue(&mut b, &a_cp, kload, k, s * stage_bytes);
+        issue(&mut b, &b_cp, kload, k, s * stage_bytes);
+        b.cp_async_commit();
+        let next = b.add(kload, BK);
+        b.assign(kload, next);
+    }
+    let kt = b.mov(0u32);
+    let k_end = b.add(k, BK - 1);
+    let nk = b.shr(k_end, BK.trailing_zeros());
+
+    b.blank();
+    b.comment(&format!("main loop, unrolled over the {stages} stages"));
+    let top = b.label("ktile");
+    let done = b.label("drain");
+    b.place(top);
+    for s in 0..stages {
+        let over = b.setp(Cmp::Ge, kt, nk);
+        b.bra_if(over, done);
+        b.comment(&format!("stage {s}: its tile landed and is visible to wgmma in every thread"));
+        b.cp_async_wait(stages - 3);
+        b.fence_proxy_async_shared();
+        b.bar_sync();
+        b.wgmma_fence();
+        for ks in 0..BK / 16 {
+            let step = u64::from((s * stage_bytes + ks * 32) >> 4);
+            let da = b.add(desc_a, step);
+            let db = b.add(desc_b, step);
+            b.wgmma_mma_async(half, &acc, da, db, always);
+        }
+        b.wgmma_commit();
+        b.comment("the previous tile's wgmma are done: its stage may be refilled after the next barrier");
+        b.wgmma_wait(1);
+        let refill = ((s + stages - 2) % stages) * stage_bytes;
+        issue(&mut b, &a_cp, kload, k, refill);
+        issue(&mut b, &b_cp, kload, k, refill);
+        b.cp_async_commit();
+        let next = b.add(kload, BK);
+        b.assign(kload, next);
+        let next = b.add(kt, 1u32);
+        b.assign(kt, next);
+    }
+    b.bra(top);
+    b.place(done);
+    b.wgmma_wait(0);
+    b.cp_async_wait(0);
+
+    b.blank();
+    b.comment("epilogue: warp w of the warpgroup holds rows 16w+g and 16w+g+8, columns 8j+2t and 8j+2t+1");
+    let esz = if out_half.is_some() { 2u32 } else { 4 };
+    let lane = b.and(tid, 31u32);
+    let warp = b.shr(tid, 5u32);
+    let g = b.shr(lane, 2u32);
+    let t = b.and(lane, 3u32);
+    let t2 = b.shl(t, 1u32);
+    let col = b.add(n0, t2);
+    let zc = b.mul(za, sc);
+    let zc = b.mul(zc, u64::from(esz));
+    let c_base = b.add(pc, zc);
+    // Warp w of the block is warp w % 4 of warpgroup w / 4: rows 64·(w/4) + 16·(w%4) = 16w.
+    let row0 = b.mad(warp, 16u32, g);
+    let row0 = b.add(m0, row0);
+    let col_ok: Vec<_> = (0..bn / 8)
+        .map(|j| {
+            let c = b.add(col, j * 8);
+            b.setp(Cmp::Lt, c, n)
+        })
+        .collect();
+    for h in 0..2u32 {
+        let row = b.add(row0, h * 8);
+        let row_ok = b.setp(Cmp::Lt, row, m);
+        let elem = b.mad(row, n, col);
+        let off = b.mul_wide(elem, esz);
+        let p = b.add(c_base, off);
+        for j in 0..bn / 8 {
+            let (lo, hi) = (acc[(4 * j + 2 * h) as usize], acc[(4 * j + 2 * h + 1) as usize]);
+            let ok = b.and_pred(row_ok, col_ok[j as usize]);
+            let at = i64::from(j * 8 * esz);
+            match out_half {
+                None => b.guarded(ok, false, |b| b.st_global_v::<F32, 2>(p, at, [lo.into(), hi.into()])),
+                Some(oh) => {
+                    let w = b.f32_pair_to_half(lo, hi, oh);
+                    b.guarded(ok, false, |b| b.st_global::<U32>(p, at, w));
+                }
+            }
+        }
+    }
+    b.ret();
+    b.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_outputs_get_smaller_tiles() {
+        assert_eq!(WgmmaConfig::for_shape(1, 8192, 8192, 132), WgmmaConfig::default());
+        assert_eq!(WgmmaConfig::for_shape(1, 4096, 4096, 132), WgmmaConfig::default());
+        let small = WgmmaConfig::for_shape(1, 512, 4096, 132);
+        assert!(small.bm() * small.bn < WgmmaConfig::default().bm() * WgmmaConfig::default().bn, "{small:?}");
+        assert_eq!(TABLE[0].0, WgmmaConfig::default());
+        for (cfg, _) in TABLE {
+            assert!(cfg.check().is_ok(), "{cfg:?}");
+        }
+    }
+
+    #[test]
+    fn every_configuration_of_the_sweep_builds_for_sm90a_only() {
+        for cfg in std::iter::once(WgmmaConfig::default()).chain(sweep_configs()) {
+            for (i, o) in [(DType::BF16, DType::F32), (DType::F16, DType::F16), (DType::BF16, DType::BF16)] {
+                let k = wgmma(&cfg, i, o, Target::Sm90a);
+                assert!(k.is_ok(), "{cfg:?}: {:?}", k.err());
+                assert!(wgmma(&cfg, i, o, Target::Sm90).is_err());
+            }
+        }
+        let bad = WgmmaConfig { bn: 96, ..WgmmaConfig::default() };
+        assert!(bad.check().is_err());
+        let huge = WgmmaConfig { stages: 8, ..WgmmaConfig::default() };
+        assert!(huge.check().is_err());
+        assert!(WgmmaConfig::fits(64, 64, false, true));
+        assert!(!WgmmaConfig::fits(64, 64, false, false));
+        assert!(!WgmmaConfig::fits(64, 60, false, true));
+    }
+}
