@@ -3,8 +3,8 @@
 //! beside cuBLAS's `cublasGemmEx` on copies of the same inputs in the same
 //! process (compute type `CUBLAS_COMPUTE_32F`, default algorithm), interleaved.
 //!
-//! Each row runs the kernel the backend picks (`wgmma` for `A·Bᵀ` on compute
-//! capability 9.0, `mma.sync` otherwise). Rows: bf16 2048³, 4096³ and 8192³
+//! Each row runs the kernel the backend picks (`wgmma` on compute capability
+//! 9.0, `mma.sync` otherwise). Rows: bf16 2048³, 4096³ and 8192³
 //! as `A·B` and as `A·Bᵀ` (`B` stored `n × k`, a weight matrix as in `x·Wᵀ`),
 //! f16 4096³ and 8192³ as `A·Bᵀ`, and the LLM shapes `m×n×k`
 //! 4096×4096×14336, 4096×14336×4096 and 512×4096×4096 in bf16 as `A·Bᵀ`.
@@ -123,7 +123,7 @@ fn operand(
 fn kernel_name(tier: GemmTier, dtype: DType, s: Shape) -> String {
     match tier {
         GemmTier::Mma(cfg) => cfg.kernel_name(dtype, dtype, false, s.trans_b),
-        GemmTier::Wgmma(cfg) => cfg.kernel_name(dtype, dtype),
+        GemmTier::Wgmma(cfg) => cfg.kernel_name(dtype, dtype, false, s.trans_b),
         other => format!("{other:?}"),
     }
 }
@@ -168,7 +168,7 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
         let mut tiers = vec![picked];
         if sweep && dtype == DType::BF16 && s.m == s.n && s.m >= 4096 {
             tiers.extend(std::iter::once(MmaConfig::default()).chain(gemm_mma::sweep_configs()).map(GemmTier::Mma));
-            if wgmma && s.trans_b {
+            if wgmma {
                 let w = std::iter::once(WgmmaConfig::default()).chain(gemm_wgmma::sweep_configs());
                 tiers.extend(w.map(GemmTier::Wgmma));
             }

@@ -40,7 +40,7 @@ fn profile_gemm(n: usize, which: &str) -> Result<(), String> {
             (GemmTier::Mma(cfg), spec, cfg.kernel_name(DType::BF16, DType::BF16, false, false))
         } else {
             let cfg = WgmmaConfig::default();
-            (GemmTier::Wgmma(cfg), MatmulSpec { trans_b: true, ..spec }, cfg.kernel_name(DType::BF16, DType::BF16))
+            (GemmTier::Wgmma(cfg), spec, cfg.kernel_name(DType::BF16, DType::BF16, false, false))
         };
         be.matmul_tier(tier, spec, &a, &b, &c).map_err(e)?;
         be.synchronize().map_err(e)?;

@@ -6,8 +6,8 @@
 //! Element-wise ops, reductions, row ops and casts run kernels of the op's
 //! dtype (`f32`, `f16`, `bf16`, computing in `f32`). A matmul of `f16`/`bf16`
 //! operands runs on tensor cores when its shape suits their 16-byte copies
-//! ([`mma_fits`]): the `wgmma` kernel ([`GemmTier::Wgmma`]) for `A·Bᵀ` on a
-//! compute capability 9.0 device, the `mma.sync` kernel ([`GemmTier::Mma`])
+//! ([`mma_fits`]): the `wgmma` kernel ([`GemmTier::Wgmma`]) on a compute
+//! capability 9.0 device, the `mma.sync` kernel ([`GemmTier::Mma`])
 //! otherwise; other half matmuls, and
 //! half conv2d, widen their operands into `f32` temporaries, run the `f32`
 //! GEMM and round the result to the output dtype. [`supported`] says which
@@ -39,19 +39,18 @@ pub enum GemmTier {
     /// Tensor cores (`mma.sync`) for `f16`/`bf16` inputs, of the given shape.
     Mma(MmaConfig),
     /// Hopper tensor cores (`wgmma`, compute capability 9.0) for `f16`/`bf16`
-    /// inputs stored `A: m × k`, `B: n × k`, of the given shape.
+    /// inputs, of the given shape.
     Wgmma(WgmmaConfig),
 }
 
 impl GemmTier {
     /// The tier the backend picks: tensor cores for half inputs whose shape
-    /// [`mma_fits`] (`wgmma` when `wgmma` is true, the device has it, and the
-    /// transposes suit it); for `f32`, register-blocked when both `m` and `n`
+    /// [`mma_fits`] (`wgmma` when `wgmma` is true: the device has it); for `f32`, register-blocked when both `m` and `n`
     /// fill at least half a block tile, tiled when they fill a 16×16 tile,
     /// naive for thin products (vectors, single rows or columns).
     pub fn choose(spec: &MatmulSpec, wgmma: bool) -> GemmTier {
         if mma_fits(spec) {
-            if wgmma && WgmmaConfig::fits(spec.n, spec.k, spec.trans_a, spec.trans_b) {
+            if wgmma {
                 return GemmTier::Wgmma(WgmmaConfig::default());
             }
             return GemmTier::Mma(MmaConfig::default());
@@ -190,10 +189,10 @@ pub fn run_op(l: &dyn Launcher, op: &Op, ins: &[u64], out: u64) -> Result<()> {
 
 /// Queues a matrix product with a chosen tier; `batch_strides` (elements
 /// between consecutive matrices of A, B, C; 0 shares one) defaults to contiguous.
-/// The `f32` tiers take `f32` operands only, [`GemmTier::Mma`] half inputs
-/// whose shape [`mma_fits`] and contiguous batches; anything else is
-/// `UnsupportedDType` or `Shape` (half matmuls of other shapes go through
-/// [`run_op`]).
+/// The `f32` tiers take `f32` operands only; [`GemmTier::Mma`] and
+/// [`GemmTier::Wgmma`] (compute capability 9.0 only) half inputs whose shape
+/// [`mma_fits`] and contiguous batches; anything else is `UnsupportedDType` or
+/// `Shape` (half matmuls of other shapes go through [`run_op`]).
 pub fn run_matmul(
     l: &dyn Launcher,
     tier: GemmTier,
@@ -211,10 +210,8 @@ pub fn run_matmul(
             let reason = "the tensor-core tier takes f16 or bf16 inputs";
             return Err(ComputeError::unsupported_dtype(&op, BackendKind::Cuda, spec.dtype, reason));
         }
-        if !mma_fits(spec) || !WgmmaConfig::fits(spec.n, spec.k, spec.trans_a, spec.trans_b) || batch_strides.is_some()
-        {
-            let why =
-                "the wgmma tier needs A stored m x k, B stored n x k, k a multiple of 8, n even and contiguous batches";
+        if !mma_fits(spec) || batch_strides.is_some() {
+            let why = "the tensor-core tier needs contiguous batches, each operand's contiguous dimension a multiple of 8 and n even";
             return Err(ComputeError::shape("matmul", why, op.shapes()));
         }
         return Exec { l }.matmul_tc(GemmTc::Wgmma(cfg), spec, (a, b, c), "matmul");
@@ -531,7 +528,7 @@ impl Exec<'_> {
                 cfg.bn,
                 cfg.threads(),
                 cfg.dynamic_shared_bytes(),
-                KernelId::GemmWgmma(cfg, s.dtype, s.out_dtype),
+                KernelId::GemmWgmma(cfg, s.dtype, s.out_dtype, s.trans_a, s.trans_b),
             ),
         };
         let gy = s.m.div_ceil(bm as usize);

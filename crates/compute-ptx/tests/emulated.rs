@@ -160,8 +160,8 @@ fn mma_sweep_shapes_agree() {
 }
 
 /// The `wgmma` kernel (on an emulated compute capability 9.0 device) for
-/// `A·Bᵀ`, every shape of its sweep, both input dtypes, every output dtype,
-/// ragged edges and batches; other transposes still run `mma.sync`.
+/// every transpose, every shape of its sweep, both input dtypes, every output
+/// dtype, ragged edges and batches.
 #[test]
 fn wgmma_tier_on_edges_batches_and_sweep_shapes() {
     use compute_core::DType;
@@ -175,25 +175,27 @@ fn wgmma_tier_on_edges_batches_and_sweep_shapes() {
         (1, 136, 72, 264, DType::F16, DType::F16),
         (1, 64, 64, 64, DType::F16, DType::BF16),
     ] {
-        let spec = MatmulSpec { batch, trans_b: true, ..MatmulSpec::new(m, k, n) }.with_dtypes(input, out);
-        let op = Op::Matmul(spec);
-        let inputs = typed_inputs_for(&op, &mut rng);
-        let before = emu.log.lock().unwrap().len();
-        if let Err(e) = check_op_typed(&emu, &op, &inputs, 1.0) {
-            panic!("{spec:?}: {e}");
+        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+            let spec =
+                MatmulSpec { batch, trans_a: ta, trans_b: tb, ..MatmulSpec::new(m, k, n) }.with_dtypes(input, out);
+            let op = Op::Matmul(spec);
+            let inputs = typed_inputs_for(&op, &mut rng);
+            let before = emu.log.lock().unwrap().len();
+            if let Err(e) = check_op_typed(&emu, &op, &inputs, 1.0) {
+                panic!("{spec:?}: {e}");
+            }
+            let names: Vec<String> = emu.log.lock().unwrap()[before..].iter().map(|(k, _)| k.clone()).collect();
+            let t = format!("{}{}", if ta { 't' } else { 'n' }, if tb { 't' } else { 'n' });
+            // The tile shape depends on the output's size (`WgmmaConfig::for_shape`).
+            assert!(names.len() == 1 && names[0].starts_with(&format!("gemm_wgmma_{input}_{out}_{t}")), "{names:?}");
         }
-        let names: Vec<String> = emu.log.lock().unwrap()[before..].iter().map(|(k, _)| k.clone()).collect();
-        assert_eq!(names, [format!("gemm_wgmma_{input}_{out}_nt")], "{spec:?}");
     }
-    // Not A·Bᵀ: the mma.sync kernel.
-    let spec = MatmulSpec::new(16, 16, 16).with_dtypes(DType::BF16, DType::F32);
-    let before = emu.log.lock().unwrap().len();
-    let inputs = typed_inputs_for(&Op::Matmul(spec), &mut rng);
-    check_op_typed(&emu, &Op::Matmul(spec), &inputs, 1.0).unwrap();
-    assert_eq!(emu.log.lock().unwrap()[before].0, "gemm_mma_bf16_f32_nn");
-    for cfg in gemm_wgmma::sweep_configs() {
+    for (cfg, (ta, tb)) in
+        gemm_wgmma::sweep_configs().into_iter().zip([(false, true), (true, false), (false, false)].into_iter().cycle())
+    {
         let (m, k, n) = (cfg.bm() as usize + 8, 4 * 64 + 8, cfg.bn as usize + 24);
-        let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(m, k, n) }.with_dtypes(DType::BF16, DType::F32);
+        let spec =
+            MatmulSpec { trans_a: ta, trans_b: tb, ..MatmulSpec::new(m, k, n) }.with_dtypes(DType::BF16, DType::F32);
         let op = Op::Matmul(spec);
         let inputs = typed_inputs_for(&op, &mut rng);
         let out = emu.matmul_tier_typed(GemmTier::Wgmma(cfg), spec, &inputs);

@@ -109,9 +109,6 @@ fn tensor_core_gemm_matches_the_reference() {
                         continue;
                     }
                     for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
-                        if matches!(tier, GemmTier::Wgmma(_)) && (ta || !tb) {
-                            continue;
-                        }
                         let spec = MatmulSpec { batch, trans_a: ta, trans_b: tb, ..MatmulSpec::new(m, k, n) }
                             .with_dtypes(input, output);
                         let op = Op::Matmul(spec);

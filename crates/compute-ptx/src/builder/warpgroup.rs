@@ -9,16 +9,18 @@ use super::halves::Half;
 use super::types::{F32, Pred, Reg, U64};
 use super::{KernelBuilder, Target};
 
-/// A shared-memory matrix descriptor for a `k`-contiguous operand in the
-/// 128-byte swizzle (rows of 128 bytes — 64 halves — in groups of 8, 1024
-/// bytes aligned to 1024, the 16-byte chunks of row `r` XORed with `r mod 8`): start address `addr >> 4` (bits 0–13), leading byte
-/// offset 16 (unused by this layout, bits 16–29), stride byte offset 1024
-/// between groups of 8 rows (bits 32–45), swizzle mode 1 (bits 62–63).
-/// `addr` is a shared-window address of a 1024-byte-aligned tile (plus
-/// multiples of 32 bytes to step along `k` by 16 halves).
-pub const fn smem_descriptor_bits(addr: u32) -> u64 {
+/// A shared-memory matrix descriptor of an operand tile in the 128-byte
+/// swizzle (rows of 128 bytes in atoms of 8 rows, 1024 bytes aligned to 1024,
+/// the 16-byte chunks of row `r` XORed with `r mod 8`): start address
+/// `addr >> 4` (bits 0–13), leading byte offset `lbo` (bits 16–29), stride
+/// byte offset `sbo` (bits 32–45), swizzle mode 1 (bits 62–63). For a
+/// `k`-contiguous operand (rows along m or n, 64 values of `k` each) `lbo` is
+/// unused (16) and `sbo` is the distance between groups of 8 rows; for an
+/// `m`/`n`-contiguous one (rows along `k`, 64 values along m or n each) `lbo`
+/// is the distance between atoms along m or n and `sbo` between atoms along `k`.
+pub const fn smem_descriptor_bits(addr: u32, lbo: u32, sbo: u32) -> u64 {
     let start = ((addr as u64) >> 4) & 0x3fff;
-    start | (1 << 16) | ((1024 >> 4) << 32) | (1 << 62)
+    start | ((((lbo >> 4) & 0x3fff) as u64) << 16) | ((((sbo >> 4) & 0x3fff) as u64) << 32) | (1 << 62)
 }
 
 impl KernelBuilder {
@@ -29,12 +31,12 @@ impl KernelBuilder {
     }
 
     /// The descriptor ([`smem_descriptor_bits`]) of the operand tile at the
-    /// shared-window address `addr`, computed in registers (5 instructions).
-    pub fn smem_descriptor(&mut self, addr: Reg<super::U32>) -> Reg<U64> {
+    /// shared-window address `addr`, computed in registers (4 instructions).
+    pub fn smem_descriptor(&mut self, addr: Reg<super::U32>, lbo: u32, sbo: u32) -> Reg<U64> {
         let wide = self.cvt::<U64, super::U32>(addr);
         let start = self.shr(wide, 4u32);
         let start = self.and(start, 0x3fffu64);
-        self.or(start, smem_descriptor_bits(0))
+        self.or(start, smem_descriptor_bits(0, lbo, sbo))
     }
 
     /// `wgmma.fence.sync.aligned`: orders this warpgroup's register accesses to
@@ -65,8 +67,9 @@ impl KernelBuilder {
     }
 
     /// `acc += A·B` on a warpgroup: `wgmma.mma_async.sync.aligned.m64n{N}k16.f32.<half>.<half>`,
-    /// `A` (64×16) and `B` (16×N, stored N×16) both `k`-contiguous in shared
-    /// memory, described by `desc_a` and `desc_b`. `acc` holds the warpgroup's
+    /// `A` (64×16) and `B` (16×N) in shared memory, described by `desc_a`
+    /// and `desc_b`: `k`-contiguous, or with `mn_major_a` / `mn_major_b`
+    /// `m`- / `n`-contiguous (the instruction's transpose flags). `acc` holds the warpgroup's
     /// 64×N `f32` accumulator, `N/2` registers per thread: warp `w`'s lane `l`
     /// holds rows `16w + l/4` (registers `4j`, `4j+1`) and `16w + l/4 + 8`
     /// (`4j+2`, `4j+3`) at columns `8j + 2(l%4)` and the one after. `scale_d`
@@ -80,6 +83,7 @@ impl KernelBuilder {
         desc_a: Reg<U64>,
         desc_b: Reg<U64>,
         scale_d: Reg<Pred>,
+        (mn_major_a, mn_major_b): (bool, bool),
     ) {
         self.need_sm90a("wgmma.mma_async");
         let n = acc.len() as u32 * 2;
@@ -90,8 +94,10 @@ impl KernelBuilder {
         let (a, b, p) = (self.reg(desc_a), self.reg(desc_b), self.reg(scale_d));
         let h = half.name();
         self.emit(format!(
-            "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{h}.{h} {{{}}}, {a}, {b}, {p}, 1, 1, 0, 0",
-            d.join(", ")
+            "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{h}.{h} {{{}}}, {a}, {b}, {p}, 1, 1, {}, {}",
+            d.join(", "),
+            u32::from(mn_major_a),
+            u32::from(mn_major_b)
         ));
     }
 }

@@ -198,7 +198,7 @@ impl CudaBackend {
         if let GemmTier::Wgmma(cfg) = tier {
             cfg.check().map_err(|e| ComputeError::Compile {
                 backend: BackendKind::Cuda,
-                kernel: cfg.kernel_name(spec.dtype, spec.out_dtype),
+                kernel: cfg.kernel_name(spec.dtype, spec.out_dtype, spec.trans_a, spec.trans_b),
                 message: e,
             })?;
         }

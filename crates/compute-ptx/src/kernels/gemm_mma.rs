@@ -207,6 +207,21 @@ pub(crate) struct Side {
     pub(crate) bk: u32,
     /// Byte offset of this operand's tile within a stage.
     pub(crate) at: u32,
+    /// For an `m`/`n`-contiguous operand: lay the tile out in `wgmma`'s
+    /// 128-byte swizzle atoms ([`ATOM_K_STRIDE`]) instead of rows of `tile` halves.
+    pub(crate) atoms: bool,
+}
+
+/// `wgmma`'s layout of an `m`/`n`-contiguous tile: atoms of 8 rows (8 values
+/// of `k`) by 128 bytes (64 values along m or n), 1024 bytes each, swizzled
+/// like a 128-byte-row tile; the atoms of one 64-wide column follow each
+/// other along `k` (this many bytes apart), and the columns are
+/// [`atom_mn_stride`] apart.
+pub(crate) const ATOM_K_STRIDE: u32 = 1024;
+
+/// Bytes between two 64-wide columns of atoms of a tile `bk` deep.
+pub(crate) fn atom_mn_stride(bk: u32) -> u32 {
+    bk / 8 * ATOM_K_STRIDE
 }
 
 impl Side {
@@ -293,10 +308,24 @@ pub(crate) fn copies(
     };
     for i in 0..iters {
         let r = b.add(r0, i * step_rows);
-        let pc = swizzle_reg(b, r, c, cpr);
-        let pc16 = b.shl(pc, 4u32);
-        let row_off = b.mad(r, side.row_bytes(), pc16);
-        dst.push(b.add(row_off, side.at));
+        let off = if side.atoms && !side.kmajor {
+            // Atom column c / 8, atom row r / 8; inside it, row r % 8 and chunk (c % 8) ^ (r % 8).
+            let col = b.shr(c, 3u32);
+            let col_off = b.mul(col, atom_mn_stride(side.bk));
+            let grp = b.shr(r, 3u32);
+            let at = b.mad(grp, ATOM_K_STRIDE, col_off);
+            let r8 = b.and(r, 7u32);
+            let cin = b.and(c, 7u32);
+            let pc = b.xor(cin, r8);
+            let pc16 = b.shl(pc, 4u32);
+            let within = b.mad(r8, 128u32, pc16);
+            b.add(at, within)
+        } else {
+            let pc = swizzle_reg(b, r, c, cpr);
+            let pc16 = b.shl(pc, 4u32);
+            b.mad(r, side.row_bytes(), pc16)
+        };
+        dst.push(b.add(off, side.at));
     }
     Copies { side, ptrs, dst, row_bytes, first, step_rows, col_bytes, advance }
 }
@@ -454,8 +483,8 @@ pub fn mma(
     let sb = b.param::<U64>("sb");
     let sc = b.param::<U64>("sc");
 
-    let a_side = Side { kmajor: !trans_a, tile: bm, bk, at: 0 };
-    let b_side = Side { kmajor: trans_b, tile: bn, bk, at: bm * bk * 2 };
+    let a_side = Side { kmajor: !trans_a, tile: bm, bk, at: 0, atoms: false };
+    let b_side = Side { kmajor: trans_b, tile: bn, bk, at: bm * bk * 2, atoms: false };
     let stage_bytes = (bm + bn) * bk * 2;
     let smem = if cfg.dynamic_shared_bytes() > 0 {
         b.dynamic_shared("tiles", 128)

@@ -5,11 +5,14 @@
 //! Each block computes a `64·W × N` tile of `C` with `W` warpgroups (128
 //! threads each), warpgroup `w` rows `64w..64w+64` as one `m64nNk16`
 //! accumulator (`N/2` registers per thread), four `wgmma` per k-tile of 64.
-//! Both operands must be `k`-contiguous (`A` stored `m × k`, `B` stored
-//! `n × k`: `C = A·Bᵀ`, the layout of `x·Wᵀ` with a weight matrix); they reach
-//! shared memory by 16-byte `cp.async` copies laid out in the 128-byte swizzle
-//! `wgmma` reads (rows of 128 bytes, chunk `c` of row `r` at `c ⊕ (r mod 8)`,
-//! tiles aligned to 1024 bytes), into a ring of `stages` buffers.
+//! Operands reach shared memory by 16-byte `cp.async` copies laid out in the
+//! 128-byte swizzle `wgmma` reads (rows of 128 bytes, chunk `c` of row `r` at
+//! `c ⊕ (r mod 8)`, 1024-byte atoms of 8 rows aligned to 1024), into a ring
+//! of `stages` buffers. A `k`-contiguous operand (`A` stored `m × k`, `B`
+//! stored `n × k`) keeps its rows, 64 values of `k` each; an `m`/`n`-contiguous
+//! one is cut into atoms of 8 values of `k` by 64 along m or n, and `wgmma`
+//! reads it transposed (its `imm-trans` flags), so all four transposes run
+//! the same loop.
 //!
 //! The loop per k-tile: wait for the tile's copies, fence them to the async
 //! proxy, one barrier, issue the tile's four `wgmma` as one group, wait until
@@ -18,12 +21,12 @@
 //! ago. `stages − 2` tiles are in flight ahead of the one being multiplied.
 //!
 //! Edges are zero-filled by the copies and masked at the store, as in
-//! [`super::gemm_mma`]; `k` must be a multiple of 8 and `n` even. The backend
-//! runs other shapes and transposes on the `mma.sync` kernel.
+//! [`super::gemm_mma`], with the same requirements (each operand's contiguous
+//! dimension a multiple of 8, `n` even: [`super::gemm_mma::MmaConfig::fits`]).
 
 use compute_core::DType;
 
-use super::gemm_mma::{Side, copies, issue};
+use super::gemm_mma::{ATOM_K_STRIDE, Side, atom_mn_stride, copies, issue};
 use super::gemm_simt::tile_origin;
 use crate::builder::{BuildError, Cmp, Dim, F32, Half, Kernel, KernelBuilder, Reg, Target, U32, U64};
 
@@ -36,7 +39,8 @@ const BK: u32 = 64;
 pub struct WgmmaConfig {
     /// Warpgroups per block; the block tile has `64 · warpgroups` rows.
     pub warpgroups: u32,
-    /// Columns of the block tile, the `N` of each `wgmma` (64, 128, 192 or 256).
+    /// Columns of the block tile, the `N` of each `wgmma` (64, 128, 192 or 256;
+    /// the threads must split a row of its 16-byte chunks evenly).
     pub bn: u32,
     /// Shared-memory buffers in the ring (3..=8).
     pub stages: u32,
@@ -67,12 +71,6 @@ impl WgmmaConfig {
         self.stages * (self.bm() + self.bn) * BK * 2 + 1024
     }
 
-    /// Whether the kernel takes the product: `A` stored `m × k`, `B` stored
-    /// `n × k`, `k` a multiple of 8, `n` even. Free.
-    pub fn fits(n: usize, k: usize, trans_a: bool, trans_b: bool) -> bool {
-        !trans_a && trans_b && k.is_multiple_of(8) && n.is_multiple_of(2)
-    }
-
     /// Why this shape cannot be built, if it cannot.
     pub fn check(&self) -> Result<(), String> {
         let WgmmaConfig { warpgroups, bn, stages, .. } = *self;
@@ -85,9 +83,13 @@ impl WgmmaConfig {
         if !(3..=8).contains(&stages) {
             return Err(format!("{stages} stages: need 3..=8"));
         }
-        // 16-byte chunks of both tiles split evenly over the threads.
-        if !(bn * BK / 8).is_multiple_of(self.threads()) {
-            return Err(format!("{} threads do not split a {bn}x{BK} tile into 16-byte copies", self.threads()));
+        // 16-byte chunks of both tiles split evenly over the threads, whole
+        // rows of chunks at a time in either stored layout.
+        let t = self.threads();
+        for tile in [self.bm(), bn] {
+            if !(tile * BK / 8).is_multiple_of(t) || !t.is_multiple_of(tile / 8) {
+                return Err(format!("{t} threads do not split a {tile}x{BK} tile into rows of 16-byte copies"));
+            }
         }
         let max = 227 * 1024;
         if self.dynamic_shared_bytes() > max {
@@ -96,10 +98,12 @@ impl WgmmaConfig {
         Ok(())
     }
 
-    /// Kernel name: `gemm_wgmma_bf16_f32_nt` for the default shape, with the
-    /// shape spelled out for others (`gemm_wgmma_bf16_f32_nt_128x128_s5_g8`).
-    pub fn kernel_name(&self, input: DType, output: DType) -> String {
-        let base = format!("gemm_wgmma_{input}_{output}_nt");
+    /// Kernel name: `gemm_wgmma_bf16_f32_nt` for the default shape (input
+    /// dtype, output dtype, transposes), with the shape spelled out for others
+    /// (`gemm_wgmma_bf16_f32_nt_128x128_s5_g8`).
+    pub fn kernel_name(&self, input: DType, output: DType, trans_a: bool, trans_b: bool) -> String {
+        let t = format!("{}{}", if trans_a { 't' } else { 'n' }, if trans_b { 't' } else { 'n' });
+        let base = format!("gemm_wgmma_{input}_{output}_{t}");
         if *self == WgmmaConfig::default() {
             base
         } else {
@@ -111,12 +115,12 @@ impl WgmmaConfig {
 /// The tile shapes [`WgmmaConfig::for_shape`] chooses from, with their
 /// throughput relative to the default on a large product (bf16 8192³ with
 /// `B` stored `n × k`, H100, `COMPUTE_PTX_GEMM_SWEEP=1 cuda_bench
-/// --tensor-cores`, 2026-11-25: 634, 625 and 551 TFLOP/s). Each fits one
+/// --tensor-cores`, 2026-11-25: 634, 551 and 544 TFLOP/s). Each fits one
 /// block per multiprocessor.
 const TABLE: [(WgmmaConfig, f64); 3] = [
     (WgmmaConfig { warpgroups: 2, bn: 256, stages: 4, group_m: 8 }, 1.0),
-    (WgmmaConfig { warpgroups: 2, bn: 192, stages: 5, group_m: 8 }, 0.98),
     (WgmmaConfig { warpgroups: 1, bn: 256, stages: 5, group_m: 8 }, 0.87),
+    (WgmmaConfig { warpgroups: 2, bn: 128, stages: 6, group_m: 8 }, 0.86),
 ];
 
 impl WgmmaConfig {
@@ -144,19 +148,26 @@ pub fn sweep_configs() -> Vec<WgmmaConfig> {
         WgmmaConfig { bn: 128, stages: 6, ..d },
         WgmmaConfig { bn: 128, stages: 4, ..d },
         WgmmaConfig { warpgroups: 1, bn: 256, stages: 5, ..d },
-        WgmmaConfig { bn: 192, stages: 5, ..d },
+        WgmmaConfig { group_m: 16, ..d },
     ]
 }
 
 /// Builds the `wgmma` kernel (target `sm_90a`) for one input dtype
-/// (`f16`/`bf16`) and output dtype (`f32`, `f16`, `bf16`).
+/// (`f16`/`bf16`), output dtype (`f32`, `f16`, `bf16`) and transpose
+/// combination (`A` stored `k × m` when `trans_a`, `B` stored `n × k` when `trans_b`).
 ///
 /// Params: `a`, `b`, `c`, `m`, `n`, `k` (u32), `sa`, `sb`, `sc` (batch strides
 /// in elements). Launch: [`WgmmaConfig::threads`] threads, grid
 /// `(ceil(n/BN), ceil(m/BM), batch)`, [`WgmmaConfig::dynamic_shared_bytes`] of
-/// dynamic shared memory; only shapes [`WgmmaConfig::fits`] accepts.
-pub fn wgmma(cfg: &WgmmaConfig, input: DType, output: DType, target: Target) -> Result<Kernel, BuildError> {
-    let name = cfg.kernel_name(input, output);
+/// dynamic shared memory; only shapes `MmaConfig::fits` accepts.
+pub fn wgmma(
+    cfg: &WgmmaConfig,
+    input: DType,
+    output: DType,
+    (trans_a, trans_b): (bool, bool),
+    target: Target,
+) -> Result<Kernel, BuildError> {
+    let name = cfg.kernel_name(input, output, trans_a, trans_b);
     let fail = |p: String| Err(BuildError { kernel: name.clone(), problems: vec![p] });
     if let Err(e) = cfg.check() {
         return fail(e);
@@ -181,7 +192,9 @@ pub fn wgmma(cfg: &WgmmaConfig, input: DType, output: DType, target: Target) -> 
 
     let mut b = KernelBuilder::new(&name, target);
     b.doc(&format!(
-        "{name}: C = A * B^T, {input} inputs, f32 accumulation, {output} output, wgmma.mma_async m64n{bn}k16"
+        "{name}: C = {} * {}, {input} inputs, f32 accumulation, {output} output, wgmma.mma_async m64n{bn}k16",
+        if trans_a { "A^T" } else { "A" },
+        if trans_b { "B^T" } else { "B" }
     ));
     b.doc(&format!(
         "block tile {bm}x{bn}, k-tile {BK}, {} warpgroups, {stages} cp.async stages, 128-byte swizzle",
@@ -222,10 +235,13 @@ pub fn wgmma(cfg: &WgmmaConfig, input: DType, output: DType, target: Target) -> 
     let b_off = b.mul(za, sb);
     let b_off = b.shl(b_off, 1u32);
     let b_base = b.add(pb, b_off);
-    let a_side = Side { kmajor: true, tile: bm, bk: BK, at: 0 };
-    let b_side = Side { kmajor: true, tile: bn, bk: BK, at: bm * BK * 2 };
-    let mut a_cp = copies(&mut b, a_side, threads, tid, a_base, k, (m, m0));
-    let mut b_cp = copies(&mut b, b_side, threads, tid, b_base, k, (n, n0));
+    // A stored m x k or (trans_a) k x m; B stored k x n or (trans_b) n x k.
+    let a_side = Side { kmajor: !trans_a, tile: bm, bk: BK, at: 0, atoms: true };
+    let b_side = Side { kmajor: trans_b, tile: bn, bk: BK, at: bm * BK * 2, atoms: true };
+    let a_ld = if trans_a { m } else { k };
+    let b_ld = if trans_b { k } else { n };
+    let mut a_cp = copies(&mut b, a_side, threads, tid, a_base, a_ld, (m, m0));
+    let mut b_cp = copies(&mut b, b_side, threads, tid, b_base, b_ld, (n, n0));
     for cp in [&mut a_cp, &mut b_cp] {
         for d in cp.dst.iter_mut() {
             let abs = b.add(*d, sbase);
@@ -234,12 +250,22 @@ pub fn wgmma(cfg: &WgmmaConfig, input: DType, output: DType, target: Target) -> 
     }
 
     b.comment("descriptors of stage 0: this warpgroup's 64 rows of A, all of B");
+    // (leading, stride, bytes per 16 values of k). k-contiguous: groups of 8 rows
+    // 1024 bytes apart (stride), leading unused, 32 bytes per step. m/n-contiguous:
+    // atoms atom_mn_stride apart along m or n (leading) and 1024 along k (stride),
+    // 2048 bytes per step. Either way a warpgroup's 64 rows of A start
+    // 64 * 128 = atom_mn_stride(64) bytes after the previous one's.
+    let layout = |side: &Side| -> (u32, u32, u32) {
+        if side.kmajor { (16, 1024, 32) } else { (atom_mn_stride(BK), ATOM_K_STRIDE, 2 * ATOM_K_STRIDE) }
+    };
+    let (a_lbo, a_sbo, a_step) = layout(&a_side);
+    let (b_lbo, b_sbo, b_step) = layout(&b_side);
     let wg = b.shr(tid, 7u32);
     let a_rows = b.mul(wg, 64 * BK * 2);
     let a_addr = b.add(sbase, a_rows);
-    let desc_a = b.smem_descriptor(a_addr);
+    let desc_a = b.smem_descriptor(a_addr, a_lbo, a_sbo);
     let b_addr = b.add(sbase, b_side.at);
-    let desc_b = b.smem_descriptor(b_addr);
+    let desc_b = b.smem_descriptor(b_addr, b_lbo, b_sbo);
     let zero = b.mov(0u32);
     let always = b.setp(Cmp::Eq, zero, 0u32);
 
@@ -273,10 +299,9 @@ pub fn wgmma(cfg: &WgmmaConfig, input: DType, output: DType, target: Target) -> 
         b.bar_sync();
         b.wgmma_fence();
         for ks in 0..BK / 16 {
-            let step = u64::from((s * stage_bytes + ks * 32) >> 4);
-            let da = b.add(desc_a, step);
-            let db = b.add(desc_b, step);
-            b.wgmma_mma_async(half, &acc, da, db, always);
+            let da = b.add(desc_a, u64::from((s * stage_bytes + ks * a_step) >> 4));
+            let db = b.add(desc_b, u64::from((s * stage_bytes + ks * b_step) >> 4));
+            b.wgmma_mma_async(half, &acc, da, db, always, (!a_side.kmajor, !b_side.kmajor));
         }
         b.wgmma_commit();
         b.comment("the previous tile's wgmma are done: its stage may be refilled after the next barrier");
@@ -359,17 +384,18 @@ mod tests {
     fn every_configuration_of_the_sweep_builds_for_sm90a_only() {
         for cfg in std::iter::once(WgmmaConfig::default()).chain(sweep_configs()) {
             for (i, o) in [(DType::BF16, DType::F32), (DType::F16, DType::F16), (DType::BF16, DType::BF16)] {
-                let k = wgmma(&cfg, i, o, Target::Sm90a);
-                assert!(k.is_ok(), "{cfg:?}: {:?}", k.err());
-                assert!(wgmma(&cfg, i, o, Target::Sm90).is_err());
+                for t in [(false, false), (false, true), (true, false), (true, true)] {
+                    let k = wgmma(&cfg, i, o, t, Target::Sm90a);
+                    assert!(k.is_ok(), "{cfg:?}: {:?}", k.err());
+                    assert!(wgmma(&cfg, i, o, t, Target::Sm90).is_err());
+                }
             }
         }
         let bad = WgmmaConfig { bn: 96, ..WgmmaConfig::default() };
         assert!(bad.check().is_err());
+        // 24 chunks per 192-wide row do not divide 256 threads.
+        assert!(WgmmaConfig { bn: 192, stages: 5, ..WgmmaConfig::default() }.check().is_err());
         let huge = WgmmaConfig { stages: 8, ..WgmmaConfig::default() };
         assert!(huge.check().is_err());
-        assert!(WgmmaConfig::fits(64, 64, false, true));
-        assert!(!WgmmaConfig::fits(64, 64, false, false));
-        assert!(!WgmmaConfig::fits(64, 60, false, true));
     }
 }

@@ -54,8 +54,8 @@ pub enum KernelId {
     GemmSimt(SimtConfig, bool, bool),
     /// Tensor-core GEMM: shape, input dtype (`f16`/`bf16`), output dtype, transposes.
     GemmMma(MmaConfig, DType, DType, bool, bool),
-    /// Hopper `wgmma` GEMM (`sm_90a`, `C = A·Bᵀ`): shape, input dtype, output dtype.
-    GemmWgmma(WgmmaConfig, DType, DType),
+    /// Hopper `wgmma` GEMM (`sm_90a`): shape, input dtype, output dtype, transposes.
+    GemmWgmma(WgmmaConfig, DType, DType, bool, bool),
     /// im2col for conv2d.
     Im2col,
 }
@@ -73,7 +73,7 @@ impl KernelId {
             KernelId::GemmTiled => "gemm_tiled".into(),
             KernelId::GemmSimt(cfg, ta, tb) => cfg.kernel_name(*ta, *tb),
             KernelId::GemmMma(cfg, i, o, ta, tb) => cfg.kernel_name(*i, *o, *ta, *tb),
-            KernelId::GemmWgmma(cfg, i, o) => cfg.kernel_name(*i, *o),
+            KernelId::GemmWgmma(cfg, i, o, ta, tb) => cfg.kernel_name(*i, *o, *ta, *tb),
             KernelId::Im2col => "im2col".into(),
         }
     }
@@ -98,7 +98,7 @@ impl KernelId {
             KernelId::GemmTiled => gemm_simple::tiled(target),
             KernelId::GemmSimt(cfg, ta, tb) => gemm_simt::simt(&cfg, ta, tb, target),
             KernelId::GemmMma(cfg, i, o, ta, tb) => gemm_mma::mma(&cfg, i, o, ta, tb, target),
-            KernelId::GemmWgmma(cfg, i, o) => gemm_wgmma::wgmma(&cfg, i, o, target),
+            KernelId::GemmWgmma(cfg, i, o, ta, tb) => gemm_wgmma::wgmma(&cfg, i, o, (ta, tb), target),
             KernelId::Im2col => conv::im2col(target),
         }
     }
@@ -130,7 +130,7 @@ impl KernelId {
             KernelId::Unary(_, d) | KernelId::Binary(_, d) | KernelId::Reduce(_, d) | KernelId::Rows(_, _, d) => {
                 vec![d]
             }
-            KernelId::Cast(from, to) | KernelId::GemmMma(_, from, to, ..) | KernelId::GemmWgmma(_, from, to) => {
+            KernelId::Cast(from, to) | KernelId::GemmMma(_, from, to, ..) | KernelId::GemmWgmma(_, from, to, ..) => {
                 vec![from, to]
             }
             _ => vec![DType::F32],
@@ -140,8 +140,9 @@ impl KernelId {
 
 /// Every kernel of the checked-in set, in a fixed order: per dtype the
 /// element-wise, reduction and row kernels, then the casts, the `f32` GEMMs,
-/// the tensor-core GEMMs (`bf16`/`f16` inputs, every output dtype; `mma.sync`
-/// for every transpose, `wgmma` for `A·Bᵀ`, see [`KernelId::targets`]) and im2col.
+/// the tensor-core GEMMs (`bf16`/`f16` inputs, every output dtype and
+/// transpose; `mma.sync`, and `wgmma` for `sm_90a` only, see
+/// [`KernelId::targets`]) and im2col.
 pub fn catalog() -> Vec<KernelId> {
     let mut v = Vec::new();
     for d in elem::DTYPES {
@@ -174,7 +175,9 @@ pub fn catalog() -> Vec<KernelId> {
     }
     for input in [DType::BF16, DType::F16] {
         for output in elem::DTYPES {
-            v.push(KernelId::GemmWgmma(WgmmaConfig::default(), input, output));
+            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                v.push(KernelId::GemmWgmma(WgmmaConfig::default(), input, output, ta, tb));
+            }
         }
     }
     v.push(KernelId::Im2col);

@@ -550,10 +550,12 @@ fn mma(ctx: &Ctx, inst: &Inst, warp: &mut [Thread]) {
 
 /// One warp's share of `wgmma.mma_async.sync.aligned.m64nNk16.f32.<h>.<h>`:
 /// warp `quarter` of the warpgroup computes rows `16·quarter..+16` of the
-/// 64×N product. Both operands `k`-contiguous in shared memory in the
-/// 128-byte swizzle, as their descriptors say: element (row r, k) of a tile
-/// at `start + (r/8)·SBO + (r%8)·128 + 2k`, address bits 4–6 XORed with bits
-/// 7–9. Summed in f64, rounded once.
+/// 64×N product. Operands in shared memory in the 128-byte swizzle, as their
+/// descriptors and transpose flags say: element (row r, k) of a
+/// `k`-contiguous tile at `start + (r/8)·SBO + (r%8)·128 + 2k`, of an
+/// `m`/`n`-contiguous one at `start + (r/64)·LBO + (k/8)·SBO + (k%8)·128 +
+/// 2(r%64)` (the PTX ISA's "leading" dimension of such a tile is m or n),
+/// address bits 4–6 XORed with bits 7–9. Summed in f64, rounded once.
 fn wgmma(ctx: &Ctx, inst: &Inst, warp: &mut [Thread], quarter: usize, mem: &mut Memory, shared: &mut [u8]) {
     let p = &inst.parts;
     let shape = p[4].as_str();
@@ -566,7 +568,8 @@ fn wgmma(ctx: &Ctx, inst: &Inst, warp: &mut [Thread], quarter: usize, mem: &mut 
         Opnd::Imm(v) => v,
         ref o => panic!("{}: wgmma immediate {o:?}", ctx.prog.name),
     };
-    assert_eq!((imm(4), imm(5), imm(6), imm(7)), (1, 1, 0, 0), "{}: scales and transposes", inst.text);
+    assert_eq!((imm(4), imm(5)), (1, 1), "{}: scales", inst.text);
+    let (mn_major_a, mn_major_b) = (imm(6) == 1, imm(7) == 1);
     let t0 = &warp[0];
     let (desc_a, desc_b, scale_d) =
         (val(ctx, t0, &inst.args[1]), val(ctx, t0, &inst.args[2]), val(ctx, t0, &inst.args[3]));
@@ -574,11 +577,20 @@ fn wgmma(ctx: &Ctx, inst: &Inst, warp: &mut [Thread], quarter: usize, mem: &mut 
         assert_eq!(val(ctx, t, &inst.args[1]), desc_a, "{}: descriptors differ across the warp", ctx.prog.name);
         assert_eq!(val(ctx, t, &inst.args[2]), desc_b, "{}: descriptors differ across the warp", ctx.prog.name);
     }
-    let mut element = |desc: u64, r: usize, k: usize| -> f64 {
+    // Element (r, k), r along m or n: k-contiguous rows of 128 bytes in groups
+    // of 8 `sbo` apart; or m/n-contiguous atoms of 8 values of k by 64 along r,
+    // `lbo` apart along r and `sbo` apart along k.
+    let mut element = |desc: u64, mn_major: bool, r: usize, k: usize| -> f64 {
         assert_eq!(desc >> 62, 1, "{}: only the 128-byte swizzle is modelled", ctx.prog.name);
         let start = (desc & 0x3fff) << 4;
+        let lbo = ((desc >> 16) & 0x3fff) << 4;
         let sbo = ((desc >> 32) & 0x3fff) << 4;
-        let logical = start + (r as u64 / 8) * sbo + (r as u64 % 8) * 128 + 2 * k as u64;
+        let (r, k) = (r as u64, k as u64);
+        let logical = if mn_major {
+            start + (r / 64) * lbo + (k / 8) * sbo + (k % 8) * 128 + 2 * (r % 64)
+        } else {
+            start + (r / 8) * sbo + (r % 8) * 128 + 2 * k
+        };
         let physical = logical ^ (((logical >> 7) & 7) << 4);
         let b = access(ctx, mem, shared, "shared", physical, 2, &inst.text);
         let h = u16::from_le_bytes([b[0], b[1]]);
@@ -588,8 +600,9 @@ fn wgmma(ctx: &Ctx, inst: &Inst, warp: &mut [Thread], quarter: usize, mem: &mut 
             other => panic!("{}: wgmma on {other}", ctx.prog.name),
         }
     };
-    let a: Vec<Vec<f64>> = (0..16).map(|r| (0..16).map(|k| element(desc_a, 16 * quarter + r, k)).collect()).collect();
-    let b: Vec<Vec<f64>> = (0..n).map(|c| (0..16).map(|k| element(desc_b, c, k)).collect()).collect();
+    let a: Vec<Vec<f64>> =
+        (0..16).map(|r| (0..16).map(|k| element(desc_a, mn_major_a, 16 * quarter + r, k)).collect()).collect();
+    let b: Vec<Vec<f64>> = (0..n).map(|c| (0..16).map(|k| element(desc_b, mn_major_b, c, k)).collect()).collect();
     for (l, th) in warp.iter_mut().enumerate() {
         let (g, q) = (l / 4, l % 4);
         for (i, &reg) in d.iter().enumerate() {
