@@ -201,31 +201,25 @@ pub fn run_matmul(
     batch_strides: Option<(usize, usize, usize)>,
 ) -> Result<()> {
     let op = Op::Matmul(*spec);
-    if let GemmTier::Wgmma(cfg) = tier {
-        if !l.has_wgmma() {
+    let tc = match tier {
+        GemmTier::Mma(cfg) => Some(GemmTc::Mma(cfg)),
+        GemmTier::Wgmma(cfg) => Some(GemmTc::Wgmma(cfg)),
+        _ => None,
+    };
+    if let Some(tc) = tc {
+        if matches!(tc, GemmTc::Wgmma(_)) && !l.has_wgmma() {
             let reason = "the wgmma tier needs a compute capability 9.0 device";
             return Err(ComputeError::unsupported_dtype(&op, BackendKind::Cuda, spec.dtype, reason));
         }
         if !matches!(spec.dtype, DType::F16 | DType::BF16) {
-            let reason = "the tensor-core tier takes f16 or bf16 inputs";
+            let reason = "the tensor-core tiers take f16 or bf16 inputs";
             return Err(ComputeError::unsupported_dtype(&op, BackendKind::Cuda, spec.dtype, reason));
         }
         if !mma_fits(spec) || batch_strides.is_some() {
-            let why = "the tensor-core tier needs contiguous batches, each operand's contiguous dimension a multiple of 8 and n even";
+            let why = "the tensor-core tiers need contiguous batches, each operand's contiguous dimension a multiple of 8 and n even";
             return Err(ComputeError::shape("matmul", why, op.shapes()));
         }
-        return Exec { l }.matmul_tc(GemmTc::Wgmma(cfg), spec, (a, b, c), "matmul");
-    }
-    if let GemmTier::Mma(cfg) = tier {
-        if !matches!(spec.dtype, DType::F16 | DType::BF16) {
-            let reason = "the tensor-core tier takes f16 or bf16 inputs";
-            return Err(ComputeError::unsupported_dtype(&op, BackendKind::Cuda, spec.dtype, reason));
-        }
-        if !mma_fits(spec) || batch_strides.is_some() {
-            let why = "the tensor-core tier needs contiguous batches, each operand's contiguous dimension a multiple of 8 and n even";
-            return Err(ComputeError::shape("matmul", why, op.shapes()));
-        }
-        return Exec { l }.matmul_tc(GemmTc::Mma(cfg), spec, (a, b, c), "matmul");
+        return Exec { l }.matmul_tc(tc, spec, (a, b, c), "matmul");
     }
     if spec.dtype != DType::F32 || spec.out_dtype != DType::F32 {
         let dtype = if spec.dtype != DType::F32 { spec.dtype } else { spec.out_dtype };
