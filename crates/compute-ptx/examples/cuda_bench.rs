@@ -20,7 +20,7 @@ mod report;
 
 /// `--profile-gemm N [simt|mma|wgmma]`: each register-blocked shape of the
 /// sweep (`simt`, the default), or the default shape of a tensor-core GEMM on
-/// bf16 (`mma`: `A·B`; `wgmma`: `A·Bᵀ`), once, at `N³` (for
+/// bf16 (`mma` or `wgmma`, `A·B`), once, at `N³` (for
 /// `ncu -k regex:gemm_<which>`); no timing.
 fn profile_gemm(n: usize, which: &str) -> Result<(), String> {
     use compute_core::{Backend, DType, HostVec, MatmulSpec};

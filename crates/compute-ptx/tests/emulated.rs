@@ -208,7 +208,7 @@ fn wgmma_tier_on_edges_batches_and_sweep_shapes() {
 }
 
 /// The matmul groups of the conformance suite on an emulated compute
-/// capability 9.0 device, where half `A·Bᵀ` products run the `wgmma` kernel.
+/// capability 9.0 device, where half products run the `wgmma` kernel.
 #[test]
 fn matmul_groups_with_wgmma() {
     use compute_core::conformance::{Group, run_group};

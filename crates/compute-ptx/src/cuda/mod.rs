@@ -83,8 +83,8 @@ fn info_of(dev: &Device) -> Result<DeviceInfo> {
 /// reductions, row ops and casts have a kernel per dtype that widens halves
 /// to `f32` as it loads them and rounds once as it stores; a half matmul runs
 /// on tensor cores (`f32` accumulation) when each operand's contiguous
-/// dimension is a multiple of 8 and `n` is even — `wgmma` for `A·Bᵀ` on
-/// compute capability 9.0, `mma.sync` otherwise — else (and for conv2d) it
+/// dimension is a multiple of 8 and `n` is even — `wgmma` on compute
+/// capability 9.0, `mma.sync` otherwise — else (and for conv2d) it
 /// widens the operands into `f32` temporaries and runs the `f32` GEMM; a TF32
 /// matmul runs in full precision. Host calls of `f32` data can
 /// use the pinned staging buffer; other dtypes go through buffers allocated

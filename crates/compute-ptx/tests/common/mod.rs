@@ -26,7 +26,7 @@ pub struct EmuBackend {
     /// Every launch, in order: (kernel, grid).
     pub log: Arc<Mutex<Vec<(String, Grid)>>>,
     approx: (f64, f64, f64),
-    /// Pretend to be compute capability 9.0: half matmuls of `A·Bᵀ` run the `wgmma` kernel.
+    /// Pretend to be compute capability 9.0: half matmuls run the `wgmma` kernel.
     wgmma: bool,
 }
 
