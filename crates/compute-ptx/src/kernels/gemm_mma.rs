@@ -33,8 +33,13 @@ use std::collections::HashMap;
 
 use compute_core::DType;
 
+pub use super::gemm_common::swizzle;
+use super::gemm_common::{
+    Side, batch_operands, copies, gemm_params, half_dtypes, issue_ahead, kernel_base, refill, stage_loop, store_pair,
+    swizzle_reg,
+};
 use super::gemm_simt::tile_origin;
-use crate::builder::{B32, BuildError, Cmp, Dim, F32, Half, Kernel, KernelBuilder, Reg, Src, Target, U32, U64};
+use crate::builder::{B32, BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Reg, Target, U32, U64};
 
 /// The most shared memory a kernel may declare statically.
 const MAX_STATIC_SHARED: u32 = 48 * 1024;
@@ -147,8 +152,7 @@ impl MmaConfig {
     /// output dtype, transposes), with the shape spelled out for others
     /// (`gemm_mma_bf16_f32_nt_128x256x32_w2x4_s3_g8_m1`).
     pub fn kernel_name(&self, input: DType, output: DType, trans_a: bool, trans_b: bool) -> String {
-        let t = format!("{}{}", if trans_a { 't' } else { 'n' }, if trans_b { 't' } else { 'n' });
-        let base = format!("gemm_mma_{input}_{output}_{t}");
+        let base = kernel_base("gemm_mma", input, output, trans_a, trans_b);
         if *self == MmaConfig::default() {
             base
         } else {
@@ -174,187 +178,6 @@ pub fn sweep_configs() -> Vec<MmaConfig> {
         MmaConfig { bm: 256, warps_m: 4, bk: 32, min_blocks: 1, ..d },
         MmaConfig { warps_n: 4, bk: 32, stages: 4, min_blocks: 1, ..d },
     ]
-}
-
-/// The physical 16-byte chunk of logical chunk `c` in row `r` of a shared
-/// tile whose rows hold `cpr` chunks: `c` XOR a function of the row chosen so
-/// that eight consecutive rows at one logical chunk land in eight different
-/// 16-byte bank groups (rows of 128 bytes or more: `r mod 8`; narrower rows
-/// share a 128-byte line, so the row index is first divided by the rows per line).
-pub fn swizzle(r: u32, c: u32, cpr: u32) -> u32 {
-    let (per_line, mask) = swizzle_params(cpr);
-    c ^ ((r / per_line) & mask)
-}
-
-fn swizzle_params(cpr: u32) -> (u32, u32) {
-    ((8 / cpr).max(1), cpr.min(8) - 1)
-}
-
-/// [`swizzle`] on registers (`r` a row, `c` a chunk index).
-fn swizzle_reg(b: &mut KernelBuilder, r: Reg<U32>, c: Reg<U32>, cpr: u32) -> Reg<U32> {
-    let (per_line, mask) = swizzle_params(cpr);
-    let q = if per_line > 1 { b.shr(r, per_line.trailing_zeros()) } else { r };
-    let s = b.and(q, mask);
-    b.xor(c, s)
-}
-
-/// One operand's shared tile: stored `k`-contiguous (rows along m or n, `bk`
-/// halves each) or `m`/`n`-contiguous (rows along k, `tile` halves each).
-#[derive(Clone, Copy)]
-pub(crate) struct Side {
-    pub(crate) kmajor: bool,
-    pub(crate) tile: u32,
-    pub(crate) bk: u32,
-    /// Byte offset of this operand's tile within a stage.
-    pub(crate) at: u32,
-    /// For an `m`/`n`-contiguous operand: lay the tile out in `wgmma`'s
-    /// 128-byte swizzle atoms ([`ATOM_K_STRIDE`]) instead of rows of `tile` halves.
-    pub(crate) atoms: bool,
-}
-
-/// `wgmma`'s layout of an `m`/`n`-contiguous tile: atoms of 8 rows (8 values
-/// of `k`) by 128 bytes (64 values along m or n), 1024 bytes each, swizzled
-/// like a 128-byte-row tile; the atoms of one 64-wide column follow each
-/// other along `k` (this many bytes apart), and the columns are
-/// [`atom_mn_stride`] apart.
-pub(crate) const ATOM_K_STRIDE: u32 = 1024;
-
-/// Bytes between two 64-wide columns of atoms of a tile `bk` deep.
-pub(crate) fn atom_mn_stride(bk: u32) -> u32 {
-    bk / 8 * ATOM_K_STRIDE
-}
-
-impl Side {
-    fn rows(&self) -> u32 {
-        if self.kmajor { self.tile } else { self.bk }
-    }
-    fn row_bytes(&self) -> u32 {
-        2 * if self.kmajor { self.bk } else { self.tile }
-    }
-    fn cpr(&self) -> u32 {
-        self.row_bytes() / 16
-    }
-}
-
-/// Per-thread state of one operand's global→shared copies.
-pub(crate) struct Copies {
-    side: Side,
-    /// Global address of each of the thread's chunks, advanced per k-tile.
-    ptrs: Vec<Reg<U64>>,
-    /// Shared offset (within a stage) of each chunk.
-    pub(crate) dst: Vec<Reg<U32>>,
-    /// `k`-contiguous: bytes each row may read (16, or 0 past `m`/`n`).
-    row_bytes: Vec<Reg<U32>>,
-    /// `k`-contiguous: the thread's chunk's first `k` offset (`8·c`).
-    /// Otherwise: the thread's first row (a `k` offset).
-    first: Reg<U32>,
-    /// Rows between the thread's chunks.
-    step_rows: u32,
-    /// `m`/`n`-contiguous: 16 when the thread's column chunk is inside, else 0.
-    col_bytes: Option<Reg<U32>>,
-    /// Bytes to advance every pointer by per k-tile.
-    advance: Src<U64>,
-}
-
-/// Sets up one operand's copies: `base` is the batch's matrix, `ld` its row
-/// length in elements, `mn`/`mn0` the operand's extent and this block's origin
-/// along m or n.
-pub(crate) fn copies(
-    b: &mut KernelBuilder,
-    side: Side,
-    threads: u32,
-    tid: Reg<U32>,
-    base: Reg<U64>,
-    ld: Reg<U32>,
-    (mn, mn0): (Reg<U32>, Reg<U32>),
-) -> Copies {
-    let cpr = side.cpr();
-    let step_rows = threads / cpr;
-    let iters = side.rows() * cpr / threads;
-    let c = b.rem(tid, cpr);
-    let r0 = b.div(tid, cpr);
-    let mut ptrs = Vec::new();
-    let mut dst = Vec::new();
-    let mut row_bytes = Vec::new();
-    let c8 = b.shl(c, 3u32);
-    let (first, col_bytes, advance) = if side.kmajor {
-        // Rows along m/n, clamped inside the matrix (their copies read nothing past it).
-        let last = b.sub(mn, 1u32);
-        for i in 0..iters {
-            let r = b.add(r0, i * step_rows);
-            let row = b.add(mn0, r);
-            let inside = b.setp(Cmp::Lt, row, mn);
-            row_bytes.push(b.selp(16u32, 0u32, inside));
-            let clamped = b.min(row, last);
-            let elem = b.mad(clamped, ld, c8);
-            let off = b.mul_wide(elem, 2u32);
-            ptrs.push(b.add(base, off));
-        }
-        (c8, None, Src::from(u64::from(side.bk) * 2))
-    } else {
-        // Rows along k; the column chunk is inside or not for the whole loop.
-        let col = b.add(mn0, c8);
-        let inside = b.setp(Cmp::Lt, col, mn);
-        let col_bytes = b.selp(16u32, 0u32, inside);
-        let colc = b.selp(col, 0u32, inside);
-        for i in 0..iters {
-            let r = b.add(r0, i * step_rows);
-            let elem = b.mad(r, ld, colc);
-            let off = b.mul_wide(elem, 2u32);
-            ptrs.push(b.add(base, off));
-        }
-        let adv = b.mul_wide(ld, side.bk * 2);
-        (r0, Some(col_bytes), Src::from(adv))
-    };
-    for i in 0..iters {
-        let r = b.add(r0, i * step_rows);
-        let off = if side.atoms && !side.kmajor {
-            // Atom column c / 8, atom row r / 8; inside it, row r % 8 and chunk (c % 8) ^ (r % 8).
-            let col = b.shr(c, 3u32);
-            let col_off = b.mul(col, atom_mn_stride(side.bk));
-            let grp = b.shr(r, 3u32);
-            let at = b.mad(grp, ATOM_K_STRIDE, col_off);
-            let r8 = b.and(r, 7u32);
-            let cin = b.and(c, 7u32);
-            let pc = b.xor(cin, r8);
-            let pc16 = b.shl(pc, 4u32);
-            let within = b.mad(r8, 128u32, pc16);
-            b.add(at, within)
-        } else {
-            let pc = swizzle_reg(b, r, c, cpr);
-            let pc16 = b.shl(pc, 4u32);
-            b.mad(r, side.row_bytes(), pc16)
-        };
-        dst.push(b.add(off, side.at));
-    }
-    Copies { side, ptrs, dst, row_bytes, first, step_rows, col_bytes, advance }
-}
-
-/// Issues the copies of the k-tile starting at `k0` into stage `stage`, and
-/// advances the pointers to the next k-tile.
-pub(crate) fn issue(b: &mut KernelBuilder, cp: &Copies, k0: Reg<U32>, k: Reg<U32>, stage_off: u32) {
-    if cp.side.kmajor {
-        let kc = b.add(k0, cp.first);
-        let inside = b.setp(Cmp::Lt, kc, k);
-        for (i, &p) in cp.ptrs.iter().enumerate() {
-            let bytes = b.selp(cp.row_bytes[i], 0u32, inside);
-            b.cp_async_16(cp.dst[i], i64::from(stage_off), p, 0, Some(bytes.into()));
-        }
-    } else {
-        let kr = b.add(k0, cp.first);
-        // Always set for an operand stored with m or n contiguous.
-        let col_bytes = cp.col_bytes.unwrap_or(kr);
-        for (i, &p) in cp.ptrs.iter().enumerate() {
-            let row = b.add(kr, i as u32 * cp.step_rows);
-            let inside = b.setp(Cmp::Lt, row, k);
-            let bytes = b.selp(col_bytes, 0u32, inside);
-            b.cp_async_16(cp.dst[i], i64::from(stage_off), p, 0, Some(bytes.into()));
-        }
-    }
-    for &p in &cp.ptrs {
-        let next = b.add(p, cp.advance);
-        b.assign(p, next);
-    }
 }
 
 /// Shared addresses of one operand's `ldmatrix` rows for this lane: the row
@@ -438,16 +261,9 @@ pub fn mma(
     if let Err(e) = cfg.check(target) {
         return fail(e);
     }
-    let half = match input {
-        DType::F16 => Half::F16,
-        DType::BF16 => Half::Bf16,
-        other => return fail(format!("tensor-core inputs are f16 or bf16, not {other}")),
-    };
-    let out_half = match output {
-        DType::F32 => None,
-        DType::F16 => Some(Half::F16),
-        DType::BF16 => Some(Half::Bf16),
-        other => return fail(format!("no {other} output")),
+    let (half, out_half) = match half_dtypes(input, output) {
+        Ok(h) => h,
+        Err(e) => return fail(e),
     };
     let MmaConfig { bm, bn, bk, stages, min_blocks, .. } = *cfg;
     let threads = cfg.threads();
@@ -473,15 +289,8 @@ pub fn mma(
     if min_blocks > 0 {
         b.min_blocks_per_sm(min_blocks);
     }
-    let pa = b.param_ptr("a");
-    let pb = b.param_ptr("b");
-    let pc = b.param_ptr("c");
-    let m = b.param::<U32>("m");
-    let n = b.param::<U32>("n");
-    let k = b.param::<U32>("k");
-    let sa = b.param::<U64>("sa");
-    let sb = b.param::<U64>("sb");
-    let sc = b.param::<U64>("sc");
+    let p = gemm_params(&mut b);
+    let (m, n, k) = (p.m, p.n, p.k);
 
     let a_side = Side { kmajor: !trans_a, tile: bm, bk, at: 0, atoms: false };
     let b_side = Side { kmajor: trans_b, tile: bn, bk, at: bm * bk * 2, atoms: false };
@@ -499,12 +308,7 @@ pub fn mma(
 
     b.comment("copies: each thread's 16-byte chunks of both operand tiles");
     let za = b.cvt::<U64, U32>(z);
-    let a_off = b.mul(za, sa);
-    let a_off = b.shl(a_off, 1u32);
-    let a_base = b.add(pa, a_off);
-    let b_off = b.mul(za, sb);
-    let b_off = b.shl(b_off, 1u32);
-    let b_base = b.add(pb, b_off);
+    let (a_base, b_base) = batch_operands(&mut b, &p, za);
     let a_ld = if trans_a { m } else { k };
     let b_ld = if trans_b { k } else { n };
     let mut a_cp = copies(&mut b, a_side, threads, tid, a_base, a_ld, (m, m0));
@@ -552,35 +356,12 @@ pub fn mma(
 
     b.blank();
     b.comment(&format!("prologue: k-tiles 0..{} in flight", stages - 1));
-    let kload = b.mov(0u32);
-    for s in 0..stages - 1 {
-        issue(&mut b, &a_cp, kload, k, s * stage_bytes);
-        issue(&mut b, &b_cp, kload, k, s * stage_bytes);
-        b.cp_async_commit();
-        let next = b.add(kload, bk);
-        b.assign(kload, next);
-    }
-    let kt = b.mov(0u32);
-    let k_end = b.add(k, bk - 1);
-    let nk = b.shr(k_end, bk.trailing_zeros());
-
-    b.blank();
-    b.comment(&format!("main loop, unrolled over the {stages} stages"));
-    let top = b.label("ktile");
-    let done = b.label("drain");
-    b.place(top);
-    for s in 0..stages {
-        let over = b.setp(Cmp::Ge, kt, nk);
-        b.bra_if(over, done);
+    let kload = issue_ahead(&mut b, [&a_cp, &b_cp], k, (stages - 1, stage_bytes, bk));
+    stage_loop(&mut b, k, (bk, stages), |b, s| {
         b.comment(&format!("stage {s}: wait for its tile, refill the stage read last"));
         b.cp_async_wait(stages - 2);
         b.bar_sync();
-        let refill = ((s + stages - 1) % stages) * stage_bytes;
-        issue(&mut b, &a_cp, kload, k, refill);
-        issue(&mut b, &b_cp, kload, k, refill);
-        b.cp_async_commit();
-        let next = b.add(kload, bk);
-        b.assign(kload, next);
+        refill(b, [&a_cp, &b_cp], (kload, k), ((s + stages - 1) % stages) * stage_bytes, bk);
         let stage_off = i64::from(s * stage_bytes);
         for ks in 0..ks_n {
             let afr: Vec<[Reg<B32>; 4]> = (0..mi_n)
@@ -603,11 +384,7 @@ pub fn mma(
                 }
             }
         }
-        let next = b.add(kt, 1u32);
-        b.assign(kt, next);
-    }
-    b.bra(top);
-    b.place(done);
+    });
     b.cp_async_wait(0);
 
     b.blank();
@@ -619,9 +396,9 @@ pub fn mma(
     let wn0 = b.mul(wn, wn_cols);
     let col0 = b.add(n0, wn0);
     let col = b.add(col0, t2);
-    let zc = b.mul(za, sc);
+    let zc = b.mul(za, p.sc);
     let zc = b.mul(zc, u64::from(esz));
-    let c_base = b.add(pc, zc);
+    let c_base = b.add(p.c, zc);
     let wm0 = b.mul(wm, wm_rows);
     let row0 = b.add(m0, wm0);
     let row0 = b.add(row0, g);
@@ -637,19 +414,12 @@ pub fn mma(
             let row_ok = b.setp(Cmp::Lt, row, m);
             let elem = b.mad(row, n, col);
             let off = b.mul_wide(elem, esz);
-            let p = b.add(c_base, off);
+            let row_ptr = b.add(c_base, off);
             for ni in 0..ni_n {
                 let v = acc[(mi * ni_n + ni) as usize];
                 let (lo, hi) = (v[(2 * h) as usize], v[(2 * h + 1) as usize]);
                 let ok = b.and_pred(row_ok, col_ok[ni as usize]);
-                let at = i64::from(ni * 8 * esz);
-                match out_half {
-                    None => b.guarded(ok, false, |b| b.st_global_v::<F32, 2>(p, at, [lo.into(), hi.into()])),
-                    Some(oh) => {
-                        let w = b.f32_pair_to_half(lo, hi, oh);
-                        b.guarded(ok, false, |b| b.st_global::<U32>(p, at, w));
-                    }
-                }
+                store_pair(&mut b, out_half, (row_ptr, i64::from(ni * 8 * esz)), (lo, hi), ok);
             }
         }
     }

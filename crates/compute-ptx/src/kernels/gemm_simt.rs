@@ -30,6 +30,7 @@
 //! `group_m` tile-rows for L2 reuse. The transposes are compile-time variants:
 //! `nn`, `nt`, `tn`, `tt` (`t`: that operand is stored transposed).
 
+use super::gemm_common::{GemmParams, gemm_params};
 use crate::builder::{BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Pred, Reg, Src, Target, U32, U64};
 
 /// The most shared memory a kernel may declare statically.
@@ -937,15 +938,7 @@ pub fn simt(cfg: &SimtConfig, trans_a: bool, trans_b: bool, target: Target) -> R
     if min_blocks > 0 {
         b.min_blocks_per_sm(min_blocks);
     }
-    let pa = b.param_ptr("a");
-    let pb = b.param_ptr("b");
-    let pc = b.param_ptr("c");
-    let m = b.param::<U32>("m");
-    let n = b.param::<U32>("n");
-    let k = b.param::<U32>("k");
-    let sa = b.param::<U64>("sa");
-    let sb = b.param::<U64>("sb");
-    let sc = b.param::<U64>("sc");
+    let GemmParams { a: pa, b: pb, c: pc, m, n, k, sa, sb, sc } = gemm_params(&mut b);
     let a_bytes = bk * (bm + 4) * 4;
     let b_bytes = bk * (bn + 4) * 4;
     let stage_bytes = a_bytes + b_bytes;

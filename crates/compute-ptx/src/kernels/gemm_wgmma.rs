@@ -26,9 +26,12 @@
 
 use compute_core::DType;
 
-use super::gemm_mma::{ATOM_K_STRIDE, Side, atom_mn_stride, copies, issue};
+use super::gemm_common::{
+    ATOM_K_STRIDE, Side, atom_mn_stride, batch_operands, copies, gemm_params, half_dtypes, issue_ahead, kernel_base,
+    refill, stage_loop, store_pair,
+};
 use super::gemm_simt::tile_origin;
-use crate::builder::{BuildError, Cmp, Dim, F32, Half, Kernel, KernelBuilder, Reg, Target, U32, U64};
+use crate::builder::{BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Reg, Target, U32, U64};
 
 /// Depth of a k-tile: 64 halves, one 128-byte swizzled row.
 const BK: u32 = 64;
@@ -102,8 +105,7 @@ impl WgmmaConfig {
     /// dtype, output dtype, transposes), with the shape spelled out for others
     /// (`gemm_wgmma_bf16_f32_nt_128x128_s5_g8`).
     pub fn kernel_name(&self, input: DType, output: DType, trans_a: bool, trans_b: bool) -> String {
-        let t = format!("{}{}", if trans_a { 't' } else { 'n' }, if trans_b { 't' } else { 'n' });
-        let base = format!("gemm_wgmma_{input}_{output}_{t}");
+        let base = kernel_base("gemm_wgmma", input, output, trans_a, trans_b);
         if *self == WgmmaConfig::default() {
             base
         } else {
@@ -175,16 +177,9 @@ pub fn wgmma(
     if target != Target::Sm90a {
         return fail(format!("wgmma kernels are built for sm_90a, not {target}"));
     }
-    let half = match input {
-        DType::F16 => Half::F16,
-        DType::BF16 => Half::Bf16,
-        other => return fail(format!("tensor-core inputs are f16 or bf16, not {other}")),
-    };
-    let out_half = match output {
-        DType::F32 => None,
-        DType::F16 => Some(Half::F16),
-        DType::BF16 => Some(Half::Bf16),
-        other => return fail(format!("no {other} output")),
+    let (half, out_half) = match half_dtypes(input, output) {
+        Ok(h) => h,
+        Err(e) => return fail(e),
     };
     let (bm, bn, stages) = (cfg.bm(), cfg.bn, cfg.stages);
     let threads = cfg.threads();
@@ -207,15 +202,8 @@ pub fn wgmma(
     ));
     b.max_threads(threads);
     b.min_blocks_per_sm(1);
-    let pa = b.param_ptr("a");
-    let pb = b.param_ptr("b");
-    let pc = b.param_ptr("c");
-    let m = b.param::<U32>("m");
-    let n = b.param::<U32>("n");
-    let k = b.param::<U32>("k");
-    let sa = b.param::<U64>("sa");
-    let sb = b.param::<U64>("sb");
-    let sc = b.param::<U64>("sc");
+    let p = gemm_params(&mut b);
+    let (m, n, k) = (p.m, p.n, p.k);
 
     let smem = b.dynamic_shared("tiles", 1024);
     let raw = b.shared_base(&smem);
@@ -229,12 +217,7 @@ pub fn wgmma(
 
     b.comment("copies: each thread's 16-byte chunks of both operand tiles");
     let za = b.cvt::<U64, U32>(z);
-    let a_off = b.mul(za, sa);
-    let a_off = b.shl(a_off, 1u32);
-    let a_base = b.add(pa, a_off);
-    let b_off = b.mul(za, sb);
-    let b_off = b.shl(b_off, 1u32);
-    let b_base = b.add(pb, b_off);
+    let (a_base, b_base) = batch_operands(&mut b, &p, za);
     // A stored m x k or (trans_a) k x m; B stored k x n or (trans_b) n x k.
     let a_side = Side { kmajor: !trans_a, tile: bm, bk: BK, at: 0, atoms: true };
     let b_side = Side { kmajor: trans_b, tile: bn, bk: BK, at: bm * BK * 2, atoms: true };
@@ -273,26 +256,8 @@ pub fn wgmma(
 
     b.blank();
     b.comment(&format!("prologue: k-tiles 0..{} in flight", stages - 2));
-    let kload = b.mov(0u32);
-    for s in 0..stages - 2 {
-        issue(&mut b, &a_cp, kload, k, s * stage_bytes);
-        issue(&mut b, &b_cp, kload, k, s * stage_bytes);
-        b.cp_async_commit();
-        let next = b.add(kload, BK);
-        b.assign(kload, next);
-    }
-    let kt = b.mov(0u32);
-    let k_end = b.add(k, BK - 1);
-    let nk = b.shr(k_end, BK.trailing_zeros());
-
-    b.blank();
-    b.comment(&format!("main loop, unrolled over the {stages} stages"));
-    let top = b.label("ktile");
-    let done = b.label("drain");
-    b.place(top);
-    for s in 0..stages {
-        let over = b.setp(Cmp::Ge, kt, nk);
-        b.bra_if(over, done);
+    let kload = issue_ahead(&mut b, [&a_cp, &b_cp], k, (stages - 2, stage_bytes, BK));
+    stage_loop(&mut b, k, (BK, stages), |b, s| {
         b.comment(&format!("stage {s}: its tile landed and is visible to wgmma in every thread"));
         b.cp_async_wait(stages - 3);
         b.fence_proxy_async_shared();
@@ -306,17 +271,8 @@ pub fn wgmma(
         b.wgmma_commit();
         b.comment("the previous tile's wgmma are done: its stage may be refilled after the next barrier");
         b.wgmma_wait(1);
-        let refill = ((s + stages - 2) % stages) * stage_bytes;
-        issue(&mut b, &a_cp, kload, k, refill);
-        issue(&mut b, &b_cp, kload, k, refill);
-        b.cp_async_commit();
-        let next = b.add(kload, BK);
-        b.assign(kload, next);
-        let next = b.add(kt, 1u32);
-        b.assign(kt, next);
-    }
-    b.bra(top);
-    b.place(done);
+        refill(b, [&a_cp, &b_cp], (kload, k), ((s + stages - 2) % stages) * stage_bytes, BK);
+    });
     b.wgmma_wait(0);
     b.cp_async_wait(0);
 
@@ -329,9 +285,9 @@ pub fn wgmma(
     let t = b.and(lane, 3u32);
     let t2 = b.shl(t, 1u32);
     let col = b.add(n0, t2);
-    let zc = b.mul(za, sc);
+    let zc = b.mul(za, p.sc);
     let zc = b.mul(zc, u64::from(esz));
-    let c_base = b.add(pc, zc);
+    let c_base = b.add(p.c, zc);
     // Warp w of the block is warp w % 4 of warpgroup w / 4: rows 64·(w/4) + 16·(w%4) = 16w.
     let row0 = b.mad(warp, 16u32, g);
     let row0 = b.add(m0, row0);
@@ -346,18 +302,11 @@ pub fn wgmma(
         let row_ok = b.setp(Cmp::Lt, row, m);
         let elem = b.mad(row, n, col);
         let off = b.mul_wide(elem, esz);
-        let p = b.add(c_base, off);
+        let row_ptr = b.add(c_base, off);
         for j in 0..bn / 8 {
             let (lo, hi) = (acc[(4 * j + 2 * h) as usize], acc[(4 * j + 2 * h + 1) as usize]);
             let ok = b.and_pred(row_ok, col_ok[j as usize]);
-            let at = i64::from(j * 8 * esz);
-            match out_half {
-                None => b.guarded(ok, false, |b| b.st_global_v::<F32, 2>(p, at, [lo.into(), hi.into()])),
-                Some(oh) => {
-                    let w = b.f32_pair_to_half(lo, hi, oh);
-                    b.guarded(ok, false, |b| b.st_global::<U32>(p, at, w));
-                }
-            }
+            store_pair(&mut b, out_half, (row_ptr, i64::from(j * 8 * esz)), (lo, hi), ok);
         }
     }
     b.ret();

@@ -12,6 +12,7 @@
 pub mod conv;
 pub mod elem;
 pub mod elementwise;
+mod gemm_common;
 mod gemm_kernel;
 pub mod gemm_mma;
 pub mod gemm_simple;
