@@ -6,9 +6,9 @@
 //! Element-wise ops, reductions, row ops and casts run kernels of the op's
 //! dtype (`f32`, `f16`, `bf16`, computing in `f32`). A matmul of `f16`/`bf16`
 //! operands runs on tensor cores when its shape suits their 16-byte copies
-//! ([`mma_fits`]): the `wgmma` kernel ([`GemmTier::Wgmma`]) on a compute
-//! capability 9.0 device, the `mma.sync` kernel ([`GemmTier::Mma`])
-//! otherwise; other half matmuls, and
+//! ([`mma_fits`]): the `wgmma` kernel ([`GemmTier::Wgmma`], its tile shape
+//! chosen for the output's size) on a compute capability 9.0 device, the
+//! `mma.sync` kernel ([`GemmTier::Mma`]) otherwise. Other half matmuls, and
 //! half conv2d, widen their operands into `f32` temporaries, run the `f32`
 //! GEMM and round the result to the output dtype. [`supported`] says which
 //! ops a plan can run.
@@ -45,9 +45,11 @@ pub enum GemmTier {
 
 impl GemmTier {
     /// The tier the backend picks: tensor cores for half inputs whose shape
-    /// [`mma_fits`] (`wgmma` when `wgmma` is true: the device has it); for `f32`, register-blocked when both `m` and `n`
-    /// fill at least half a block tile, tiled when they fill a 16×16 tile,
-    /// naive for thin products (vectors, single rows or columns).
+    /// [`mma_fits`] (`wgmma` when `wgmma` says the device has it; the plans
+    /// then pick its tile shape per output with `WgmmaConfig::for_shape`); for
+    /// `f32`, register-blocked when both `m` and `n` fill at least half a block
+    /// tile, tiled when they fill a 16×16 tile, naive for thin products
+    /// (vectors, single rows or columns).
     pub fn choose(spec: &MatmulSpec, wgmma: bool) -> GemmTier {
         if mma_fits(spec) {
             if wgmma {
