@@ -8,6 +8,8 @@
 //! as `A·B` and as `A·Bᵀ` (`B` stored `n × k`, a weight matrix as in `x·Wᵀ`),
 //! f16 4096³ and 8192³ as `A·Bᵀ`, and the LLM shapes `m×n×k`
 //! 4096×4096×14336, 4096×14336×4096 and 512×4096×4096 in bf16 as `A·Bᵀ`.
+//! On compute capability 9.0, `f32` with TF32 opted in (`A·Bᵀ`) at 4096³ and
+//! 8192³ against cuBLAS's TF32 GEMM (`CUBLAS_COMPUTE_32F_FAST_TF32`).
 //! `--quick`: 2048³ only. `COMPUTE_PTX_GEMM_SWEEP=1` adds every shape of
 //! `gemm_mma::sweep_configs` and `gemm_wgmma::sweep_configs` at 4096³ and
 //! 8192³ bf16.
@@ -18,7 +20,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::Duration;
 
-use compute_core::{Backend, DType, HostVec, MatmulSpec, Tensor};
+use compute_core::{Backend, DType, HostVec, MatmulSpec, Op, Precision, Tensor};
 use compute_ptx::CudaBackend;
 use compute_ptx::cuda::GemmTier;
 use compute_ptx::kernels::gemm_mma::{self, MmaConfig};
@@ -67,16 +69,47 @@ impl Blas {
         c: &mut CudaSlice<u16>,
     ) -> Result<(), String> {
         let ty = if dtype == DType::BF16 { cudaDataType_t::CUDA_R_16BF } else { cudaDataType_t::CUDA_R_16F };
-        let (opb, ldb) =
-            if s.trans_b { (cublasOperation_t::CUBLAS_OP_T, s.k) } else { (cublasOperation_t::CUBLAS_OP_N, s.n) };
-        let (alpha, beta) = (1.0f32, 0.0f32);
         let (pa, _ra) = a.device_ptr(&self.stream);
         let (pb, _rb) = b.device_ptr(&self.stream);
         let (pc, _rc) = c.device_ptr_mut(&self.stream);
+        // SAFETY: a, b and c hold m·k, k·n and m·n values of `dtype` on this stream.
+        unsafe { self.gemm_raw((ty, cublasComputeType_t::CUBLAS_COMPUTE_32F), s, (pa, pb, pc)) }
+    }
+
+    /// The same in `f32` with TF32 tensor cores (`CUBLAS_COMPUTE_32F_FAST_TF32`).
+    fn gemm_tf32(
+        &self,
+        s: Shape,
+        a: &CudaSlice<f32>,
+        b: &CudaSlice<f32>,
+        c: &mut CudaSlice<f32>,
+    ) -> Result<(), String> {
+        let (pa, _ra) = a.device_ptr(&self.stream);
+        let (pb, _rb) = b.device_ptr(&self.stream);
+        let (pc, _rc) = c.device_ptr_mut(&self.stream);
+        let kind = (cudaDataType_t::CUDA_R_32F, cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32);
+        // SAFETY: a, b and c hold m·k, k·n and m·n f32 values on this stream.
+        unsafe { self.gemm_raw(kind, s, (pa, pb, pc)) }
+    }
+
+    /// `cublasGemmEx` on raw device addresses, alpha 1 and beta 0 in `f32`.
+    ///
+    /// # Safety
+    /// The three addresses must hold m·k, k·n and m·n values of the data
+    /// type on this handle's stream's device, and stay alive until it runs.
+    unsafe fn gemm_raw(
+        &self,
+        (ty, compute): (cudaDataType_t, cublasComputeType_t),
+        s: Shape,
+        (pa, pb, pc): (u64, u64, u64),
+    ) -> Result<(), String> {
+        let (opb, ldb) =
+            if s.trans_b { (cublasOperation_t::CUBLAS_OP_T, s.k) } else { (cublasOperation_t::CUBLAS_OP_N, s.n) };
+        let (alpha, beta) = (1.0f32, 0.0f32);
         let int = |v: usize| i32::try_from(v).map_err(err);
-        // SAFETY: a, b and c hold m·k, k·n and m·n values of `dtype` on this
-        // handle's stream, as the sizes and leading dimensions state; alpha
-        // and beta are f32, as CUBLAS_COMPUTE_32F requires.
+        // SAFETY: the caller vouches for the buffers; the sizes and leading
+        // dimensions are those of the row-major product; alpha and beta are
+        // f32, as both compute types require.
         unsafe {
             result::gemm_ex(
                 *self.blas.handle(),
@@ -96,7 +129,7 @@ impl Blas {
                 pc as *mut c_void,
                 ty,
                 int(s.n)?,
-                cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                compute,
                 cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
         }
@@ -241,7 +274,79 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
             out.push(r);
         }
     }
+    if wgmma {
+        let sizes: &[usize] = if quick { &[2048] } else { &[4096, 8192] };
+        for &n in sizes {
+            out.push(tf32_row(be, &blas, device, Shape { m: n, n, k: n, trans_b: true }, (sms, budget))?);
+        }
+    }
     Ok(out)
+}
+
+/// `f32` with TF32 opted in (`A·Bᵀ`, the layout TF32 tensor cores read),
+/// against cuBLAS's TF32 GEMM on the same inputs.
+fn tf32_row(
+    be: &CudaBackend,
+    blas: &Blas,
+    device: &str,
+    s: Shape,
+    (sms, budget): (u32, Duration),
+) -> Result<Record, String> {
+    let (ha, hb) = (random(s.m * s.k, 91), random(s.k * s.n, 93));
+    let (a, b) = (be.upload(&ha).map_err(err)?, be.upload(&hb).map_err(err)?);
+    let c = be.alloc(s.m * s.n).map_err(err)?;
+    let (ca, cb) = (blas.stream.clone_htod(&ha).map_err(err)?, blas.stream.clone_htod(&hb).map_err(err)?);
+    let mut cc = blas.stream.alloc_zeros::<f32>(s.m * s.n).map_err(err)?;
+    let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(s.m, s.k, s.n) }.with_precision(Precision::Tf32);
+    let op = Op::Matmul(spec);
+    let flops = 2.0 * (s.m * s.n * s.k) as f64;
+    let reps = ((1u64 << 36) as f64 / flops).clamp(1.0, 16.0) as usize;
+    let (mut e1, mut e2) = (None, None);
+    let (ours, theirs) = time_pair(
+        || {
+            for _ in 0..reps {
+                if let Err(e) = be.run_tensors(&op, &[&a, &b], &c) {
+                    e1 = Some(e.to_string());
+                }
+            }
+            if let Err(e) = be.synchronize() {
+                e1 = Some(e.to_string());
+            }
+        },
+        || {
+            for _ in 0..reps {
+                if let Err(e) = blas.gemm_tf32(s, &ca, &cb, &mut cc) {
+                    e2 = Some(e);
+                }
+            }
+            if let Err(e) = blas.stream.synchronize() {
+                e2 = Some(e.to_string());
+            }
+        },
+        budget,
+        3,
+    );
+    let shape = format!("{}x{}x{} B^T", s.m, s.n, s.k);
+    if let Some(e) = e1.or(e2) {
+        return Err(format!("tf32 GEMM {shape}: {e}"));
+    }
+    let (ours, theirs) = (ours / reps as f64, theirs / reps as f64);
+    let mut mine = vec![0.0f32; s.m * s.n];
+    be.download(&c, &mut mine).map_err(err)?;
+    let other: Vec<f32> = blas.stream.clone_dtoh(&cc).map_err(err)?;
+    let scale = other.iter().fold(0.0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE);
+    let diff = mine.iter().zip(&other).fold(0.0f32, |m, (p, q)| {
+        let d = (p - q).abs();
+        if d.is_nan() || m.is_nan() { f32::NAN } else { m.max(d) }
+    }) / scale;
+    let name = WgmmaConfig::for_shape(1, s.m, s.n, sms).kernel_name(DType::F32, DType::F32, false, true);
+    let mut r = record("gemm tf32", shape, device, "resident", ours).with_peer("cublas", theirs);
+    r.gflops = Some(flops / ours / 1e9);
+    r.note = Some(format!(
+        "{name}; cuBLAS TF32 {:.1} TFLOP/s; max |ours-cublas|/max|C| = {diff:.1e}; goal >= 0.9x cuBLAS TF32",
+        flops / theirs / 1e12
+    ));
+    Ok(r)
 }
 
 /// `f16`/`bf16` bit patterns as `f32` values.

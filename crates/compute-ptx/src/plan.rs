@@ -8,7 +8,8 @@
 //! operands runs on tensor cores when its shape suits their 16-byte copies
 //! ([`mma_fits`]): the `wgmma` kernel ([`GemmTier::Wgmma`], its tile shape
 //! chosen for the output's size) on a compute capability 9.0 device, the
-//! `mma.sync` kernel ([`GemmTier::Mma`]) otherwise. Other half matmuls, and
+//! `mma.sync` kernel ([`GemmTier::Mma`]) otherwise; an `f32` matmul that opts
+//! into TF32 runs `wgmma` in TF32 there when [`tf32_fits`]. Other half matmuls, and
 //! half conv2d, widen their operands into `f32` temporaries, run the `f32`
 //! GEMM and round the result to the output dtype. [`supported`] says which
 //! ops a plan can run.
@@ -78,6 +79,25 @@ pub fn mma_fits(spec: &MatmulSpec) -> bool {
     matches!(spec.dtype, DType::F16 | DType::BF16)
         && elem::supported(spec.out_dtype)
         && MmaConfig::fits(spec.m, spec.n, spec.k, spec.trans_a, spec.trans_b)
+        && small(spec.m, spec.k)
+        && small(spec.k, spec.n)
+        && small(spec.m, spec.n)
+}
+
+/// Whether `spec` may run on tensor cores in TF32 on a device with `wgmma`:
+/// `f32` in and out with [`Precision::Tf32`](compute_core::Precision::Tf32)
+/// opted in, `A` stored `m × k` and `B` stored `n × k` (TF32 reads only
+/// `k`-contiguous operands), `k` a multiple of 4 and `n` even, every matrix
+/// under 2³² elements. Free.
+pub fn tf32_fits(spec: &MatmulSpec) -> bool {
+    let small = |x: usize, y: usize| x.checked_mul(y).is_some_and(|p| p <= u32::MAX as usize);
+    spec.dtype == DType::F32
+        && spec.out_dtype == DType::F32
+        && spec.precision == compute_core::Precision::Tf32
+        && !spec.trans_a
+        && spec.trans_b
+        && spec.k.is_multiple_of(4)
+        && spec.n.is_multiple_of(2)
         && small(spec.m, spec.k)
         && small(spec.k, spec.n)
         && small(spec.m, spec.n)
@@ -213,11 +233,12 @@ pub fn run_matmul(
             let reason = "the wgmma tier needs a compute capability 9.0 device";
             return Err(ComputeError::unsupported_dtype(&op, BackendKind::Cuda, spec.dtype, reason));
         }
-        if !matches!(spec.dtype, DType::F16 | DType::BF16) {
-            let reason = "the tensor-core tiers take f16 or bf16 inputs";
+        let tf32 = matches!(tc, GemmTc::Wgmma(_)) && tf32_fits(spec);
+        if !matches!(spec.dtype, DType::F16 | DType::BF16) && !tf32 {
+            let reason = "the tensor-core tiers take f16 or bf16 inputs (and f32 in TF32, A·Bᵀ, on wgmma)";
             return Err(ComputeError::unsupported_dtype(&op, BackendKind::Cuda, spec.dtype, reason));
         }
-        if !mma_fits(spec) || batch_strides.is_some() {
+        if !(mma_fits(spec) || tf32) || batch_strides.is_some() {
             let why = "the tensor-core tiers need contiguous batches, each operand's contiguous dimension a multiple of 8 and n even";
             return Err(ComputeError::shape("matmul", why, op.shapes()));
         }
@@ -287,6 +308,10 @@ impl Exec<'_> {
                     RowKind::RmsNorm => vec![input(1)?],
                 };
                 self.rows(kind, dt, eps, input(0)?, &params, out, rows, cols, op.name())
+            }
+            Op::Matmul(spec) if tf32_fits(&spec) && self.l.has_wgmma() => {
+                let tc = GemmTc::Wgmma(WgmmaConfig::for_shape(spec.batch, spec.m, spec.n, self.l.sm_count()));
+                self.matmul_tc(tc, &spec, (input(0)?, input(1)?, out), op.name())
             }
             Op::Matmul(spec) if spec.dtype == DType::F32 && spec.out_dtype == DType::F32 => {
                 self.matmul(GemmTier::choose(&spec, false), &spec, input(0)?, input(1)?, out, None, op.name())

@@ -46,7 +46,7 @@ pub use types::{
     B16, B32, B64, CvtFrom, Data, F32, F64, Float, Imm, Int, Pred, PtxType, Reg, RegClass, S32, S64, Src, Ty,
 };
 pub use types::{U32, U64, Word};
-pub use warpgroup::smem_descriptor_bits;
+pub use warpgroup::{WgmmaInput, smem_descriptor_bits};
 
 /// The GPU architecture a kernel is emitted for (`.target`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

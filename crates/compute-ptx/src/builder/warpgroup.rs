@@ -23,6 +23,34 @@ pub const fn smem_descriptor_bits(addr: u32, lbo: u32, sbo: u32) -> u64 {
     start | ((((lbo >> 4) & 0x3fff) as u64) << 16) | ((((sbo >> 4) & 0x3fff) as u64) << 32) | (1 << 62)
 }
 
+/// What a `wgmma` multiplies: `f16` or `bf16` values (16 per `k` step), or
+/// `f32` values read as TF32 (their top 19 bits; 8 per `k` step).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WgmmaInput {
+    /// 16-bit floats.
+    Half(Half),
+    /// `f32` in memory, multiplied as TF32 (`.tf32`).
+    Tf32,
+}
+
+impl WgmmaInput {
+    /// The instruction's `k`: 16 for halves, 8 for TF32 (32 bytes of each row either way).
+    pub fn k(self) -> u32 {
+        match self {
+            WgmmaInput::Half(_) => 16,
+            WgmmaInput::Tf32 => 8,
+        }
+    }
+
+    /// The type as PTX writes it (`bf16`, `tf32`).
+    pub fn name(self) -> &'static str {
+        match self {
+            WgmmaInput::Half(h) => h.name(),
+            WgmmaInput::Tf32 => "tf32",
+        }
+    }
+}
+
 impl KernelBuilder {
     fn need_sm90a(&mut self, what: &str) {
         if self.target() != Target::Sm90a {
@@ -66,38 +94,46 @@ impl KernelBuilder {
         self.emit("fence.proxy.async.shared::cta".into());
     }
 
-    /// `acc += A·B` on a warpgroup: `wgmma.mma_async.sync.aligned.m64n{N}k16.f32.<half>.<half>`,
-    /// `A` (64×16) and `B` (16×N) in shared memory, described by `desc_a`
-    /// and `desc_b`: `k`-contiguous, or with `mn_major_a` / `mn_major_b`
-    /// `m`- / `n`-contiguous (the instruction's transpose flags). `acc` holds the warpgroup's
-    /// 64×N `f32` accumulator, `N/2` registers per thread: warp `w`'s lane `l`
-    /// holds rows `16w + l/4` (registers `4j`, `4j+1`) and `16w + l/4 + 8`
-    /// (`4j+2`, `4j+3`) at columns `8j + 2(l%4)` and the one after. `scale_d`
-    /// false ignores the old accumulator (`D = A·B`). Asynchronous: the
-    /// accumulators and the operands' shared memory are in use until a
+    /// `acc += A·B` on a warpgroup:
+    /// `wgmma.mma_async.sync.aligned.m64n{N}k{K}.f32.<in>.<in>` with `K` =
+    /// [`WgmmaInput::k`], `A` (64×K) and `B` (K×N) in shared memory, described
+    /// by `desc_a` and `desc_b`: `k`-contiguous, or with `mn_major_a` /
+    /// `mn_major_b` `m`- / `n`-contiguous (the instruction's transpose flags,
+    /// which TF32 does not have). `acc` holds the warpgroup's 64×N `f32`
+    /// accumulator, `N/2` registers per thread: warp `w`'s lane `l` holds rows
+    /// `16w + l/4` (registers `4j`, `4j+1`) and `16w + l/4 + 8` (`4j+2`,
+    /// `4j+3`) at columns `8j + 2(l%4)` and the one after. `scale_d` false
+    /// ignores the old accumulator (`D = A·B`). Asynchronous: the accumulators
+    /// and the operands' shared memory are in use until a
     /// [`KernelBuilder::wgmma_wait`] retires the group.
     pub fn wgmma_mma_async(
         &mut self,
-        half: Half,
+        input: WgmmaInput,
         acc: &[Reg<F32>],
-        desc_a: Reg<U64>,
-        desc_b: Reg<U64>,
+        (desc_a, desc_b): (Reg<U64>, Reg<U64>),
         scale_d: Reg<Pred>,
         (mn_major_a, mn_major_b): (bool, bool),
     ) {
         self.need_sm90a("wgmma.mma_async");
         let n = acc.len() as u32 * 2;
         if !(8..=256).contains(&n) || !n.is_multiple_of(8) {
-            self.error(format!("wgmma m64n{n}k16: N must be a multiple of 8 in 8..=256"));
+            self.error(format!("wgmma m64n{n}: N must be a multiple of 8 in 8..=256"));
         }
         let d: Vec<String> = acc.iter().map(|r| self.reg(*r)).collect();
         let (a, b, p) = (self.reg(desc_a), self.reg(desc_b), self.reg(scale_d));
-        let h = half.name();
+        let (t, k) = (input.name(), input.k());
+        let trans = match input {
+            WgmmaInput::Half(_) => format!(", {}, {}", u32::from(mn_major_a), u32::from(mn_major_b)),
+            WgmmaInput::Tf32 => {
+                if mn_major_a || mn_major_b {
+                    self.error("wgmma on tf32 reads k-contiguous operands only".into());
+                }
+                String::new()
+            }
+        };
         self.emit(format!(
-            "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{h}.{h} {{{}}}, {a}, {b}, {p}, 1, 1, {}, {}",
-            d.join(", "),
-            u32::from(mn_major_a),
-            u32::from(mn_major_b)
+            "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{t}.{t} {{{}}}, {a}, {b}, {p}, 1, 1{trans}",
+            d.join(", ")
         ));
     }
 }

@@ -39,8 +39,9 @@ pub(crate) fn gemm_params(b: &mut KernelBuilder) -> GemmParams {
 }
 
 /// A tensor-core kernel's name before its shape: `{family}_{input}_{output}_{nn|nt|tn|tt}`
-/// (`t`: that operand is stored transposed).
-pub(crate) fn kernel_base(family: &str, input: DType, output: DType, trans_a: bool, trans_b: bool) -> String {
+/// (`input` as the tensor cores read it: `bf16`, `f16`, `tf32`; `t`: that
+/// operand is stored transposed).
+pub(crate) fn kernel_base(family: &str, input: &str, output: DType, trans_a: bool, trans_b: bool) -> String {
     let t = |x: bool| if x { 't' } else { 'n' };
     format!("{family}_{input}_{output}_{}{}", t(trans_a), t(trans_b))
 }
@@ -62,14 +63,15 @@ pub(crate) fn half_dtypes(input: DType, output: DType) -> Result<(Half, Option<H
     Ok((half, out))
 }
 
-/// The matrices of batch `z` (as a 64-bit register): `A` and `B` of 2-byte
-/// values from `sa`/`sb` elements per batch.
-pub(crate) fn batch_operands(b: &mut KernelBuilder, p: &GemmParams, z: Reg<U64>) -> (Reg<U64>, Reg<U64>) {
+/// The matrices of batch `z` (as a 64-bit register): `A` and `B` of `elem`-byte
+/// values (2 or 4) from `sa`/`sb` elements per batch.
+pub(crate) fn batch_operands(b: &mut KernelBuilder, p: &GemmParams, z: Reg<U64>, elem: u32) -> (Reg<U64>, Reg<U64>) {
+    let shift = elem.trailing_zeros();
     let a_off = b.mul(z, p.sa);
-    let a_off = b.shl(a_off, 1u32);
+    let a_off = b.shl(a_off, shift);
     let a_base = b.add(p.a, a_off);
     let b_off = b.mul(z, p.sb);
-    let b_off = b.shl(b_off, 1u32);
+    let b_off = b.shl(b_off, shift);
     (a_base, b.add(p.b, b_off))
 }
 
@@ -107,6 +109,8 @@ pub(crate) struct Side {
     /// For an `m`/`n`-contiguous operand: lay the tile out in `wgmma`'s
     /// 128-byte swizzle atoms ([`ATOM_K_STRIDE`]) instead of rows of `tile` halves.
     pub(crate) atoms: bool,
+    /// Bytes per value: 2 (`f16`, `bf16`) or 4 (`f32` read as TF32).
+    pub(crate) elem: u32,
 }
 
 /// `wgmma`'s layout of an `m`/`n`-contiguous tile: atoms of 8 rows (8 values
@@ -126,7 +130,7 @@ impl Side {
         if self.kmajor { self.tile } else { self.bk }
     }
     pub(crate) fn row_bytes(&self) -> u32 {
-        2 * if self.kmajor { self.bk } else { self.tile }
+        self.elem * if self.kmajor { self.bk } else { self.tile }
     }
     pub(crate) fn cpr(&self) -> u32 {
         self.row_bytes() / 16
@@ -173,7 +177,8 @@ pub(crate) fn copies(
     let mut ptrs = Vec::new();
     let mut dst = Vec::new();
     let mut row_bytes = Vec::new();
-    let c8 = b.shl(c, 3u32);
+    // The first value of chunk c: 16 bytes hold 8 halves or 4 f32.
+    let c8 = b.shl(c, (16 / side.elem).trailing_zeros());
     let (first, col_bytes, advance) = if side.kmajor {
         // Rows along m/n, clamped inside the matrix (their copies read nothing past it).
         let last = b.sub(mn, 1u32);
@@ -184,10 +189,10 @@ pub(crate) fn copies(
             row_bytes.push(b.selp(16u32, 0u32, inside));
             let clamped = b.min(row, last);
             let elem = b.mad(clamped, ld, c8);
-            let off = b.mul_wide(elem, 2u32);
+            let off = b.mul_wide(elem, side.elem);
             ptrs.push(b.add(base, off));
         }
-        (c8, None, Src::from(u64::from(side.bk) * 2))
+        (c8, None, Src::from(u64::from(side.bk * side.elem)))
     } else {
         // Rows along k; the column chunk is inside or not for the whole loop.
         let col = b.add(mn0, c8);
@@ -197,10 +202,10 @@ pub(crate) fn copies(
         for i in 0..iters {
             let r = b.add(r0, i * step_rows);
             let elem = b.mad(r, ld, colc);
-            let off = b.mul_wide(elem, 2u32);
+            let off = b.mul_wide(elem, side.elem);
             ptrs.push(b.add(base, off));
         }
-        let adv = b.mul_wide(ld, side.bk * 2);
+        let adv = b.mul_wide(ld, side.bk * side.elem);
         (r0, Some(col_bytes), Src::from(adv))
     };
     for i in 0..iters {

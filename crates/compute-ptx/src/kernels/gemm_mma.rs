@@ -152,7 +152,7 @@ impl MmaConfig {
     /// output dtype, transposes), with the shape spelled out for others
     /// (`gemm_mma_bf16_f32_nt_128x256x32_w2x4_s3_g8_m1`).
     pub fn kernel_name(&self, input: DType, output: DType, trans_a: bool, trans_b: bool) -> String {
-        let base = kernel_base("gemm_mma", input, output, trans_a, trans_b);
+        let base = kernel_base("gemm_mma", input.as_str(), output, trans_a, trans_b);
         if *self == MmaConfig::default() {
             base
         } else {
@@ -292,8 +292,8 @@ pub fn mma(
     let p = gemm_params(&mut b);
     let (m, n, k) = (p.m, p.n, p.k);
 
-    let a_side = Side { kmajor: !trans_a, tile: bm, bk, at: 0, atoms: false };
-    let b_side = Side { kmajor: trans_b, tile: bn, bk, at: bm * bk * 2, atoms: false };
+    let a_side = Side { kmajor: !trans_a, tile: bm, bk, at: 0, atoms: false, elem: 2 };
+    let b_side = Side { kmajor: trans_b, tile: bn, bk, at: bm * bk * 2, atoms: false, elem: 2 };
     let stage_bytes = (bm + bn) * bk * 2;
     let smem = if cfg.dynamic_shared_bytes() > 0 {
         b.dynamic_shared("tiles", 128)
@@ -308,7 +308,7 @@ pub fn mma(
 
     b.comment("copies: each thread's 16-byte chunks of both operand tiles");
     let za = b.cvt::<U64, U32>(z);
-    let (a_base, b_base) = batch_operands(&mut b, &p, za);
+    let (a_base, b_base) = batch_operands(&mut b, &p, za, 2);
     let a_ld = if trans_a { m } else { k };
     let b_ld = if trans_b { k } else { n };
     let mut a_cp = copies(&mut b, a_side, threads, tid, a_base, a_ld, (m, m0));

@@ -31,10 +31,14 @@ use super::gemm_common::{
     refill, stage_loop, store_pair,
 };
 use super::gemm_simt::tile_origin;
-use crate::builder::{BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Reg, Target, U32, U64};
+use crate::builder::{BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Reg, Target, U32, U64, WgmmaInput};
 
-/// Depth of a k-tile: 64 halves, one 128-byte swizzled row.
-const BK: u32 = 64;
+/// Bytes of one row of an operand tile (one 128-byte swizzled row): a k-tile
+/// of 64 halves or 32 `f32`; 64 halves along m or n for an `m`/`n`-contiguous
+/// operand.
+const ROW: u32 = 128;
+/// Depth of a k-tile of halves (an `m`/`n`-contiguous tile's atoms assume it).
+const BK: u32 = ROW / 2;
 
 /// Shape of the `wgmma` kernel. [`WgmmaConfig::default`] is the one the CUDA
 /// backend launches on compute capability 9.0; others are for tuning.
@@ -71,7 +75,7 @@ impl WgmmaConfig {
     /// Dynamic shared memory to launch with: the stages, plus 1 KiB so the
     /// tiles can start on a 1024-byte boundary.
     pub fn dynamic_shared_bytes(&self) -> u32 {
-        self.stages * (self.bm() + self.bn) * BK * 2 + 1024
+        self.stages * (self.bm() + self.bn) * ROW + 1024
     }
 
     /// Why this shape cannot be built, if it cannot.
@@ -102,10 +106,12 @@ impl WgmmaConfig {
     }
 
     /// Kernel name: `gemm_wgmma_bf16_f32_nt` for the default shape (input
-    /// dtype, output dtype, transposes), with the shape spelled out for others
+    /// dtype as the tensor cores read it, output dtype, transposes; `f32`
+    /// inputs are read as TF32: `gemm_wgmma_tf32_f32_nt`), with the shape spelled out for others
     /// (`gemm_wgmma_bf16_f32_nt_128x128_s5_g8`).
     pub fn kernel_name(&self, input: DType, output: DType, trans_a: bool, trans_b: bool) -> String {
-        let base = kernel_base("gemm_wgmma", input, output, trans_a, trans_b);
+        let read_as = if input == DType::F32 { "tf32" } else { input.as_str() };
+        let base = kernel_base("gemm_wgmma", read_as, output, trans_a, trans_b);
         if *self == WgmmaConfig::default() {
             base
         } else {
@@ -177,13 +183,23 @@ pub fn wgmma(
     if target != Target::Sm90a {
         return fail(format!("wgmma kernels are built for sm_90a, not {target}"));
     }
-    let (half, out_half) = match half_dtypes(input, output) {
-        Ok(h) => h,
-        Err(e) => return fail(e),
+    // f32 inputs are multiplied as TF32 (the caller opted in), k-contiguous only.
+    let (mma_in, out_half) = if input == DType::F32 {
+        if output != DType::F32 || trans_a || !trans_b {
+            return fail("TF32 takes A stored m x k and B stored n x k, with an f32 output".into());
+        }
+        (WgmmaInput::Tf32, None)
+    } else {
+        match half_dtypes(input, output) {
+            Ok((h, o)) => (WgmmaInput::Half(h), o),
+            Err(e) => return fail(e),
+        }
     };
+    let elem = if mma_in == WgmmaInput::Tf32 { 4 } else { 2 };
+    let bk = ROW / elem;
     let (bm, bn, stages) = (cfg.bm(), cfg.bn, cfg.stages);
     let threads = cfg.threads();
-    let stage_bytes = (bm + bn) * BK * 2;
+    let stage_bytes = (bm + bn) * ROW;
 
     let mut b = KernelBuilder::new(&name, target);
     b.doc(&format!(
@@ -192,7 +208,7 @@ pub fn wgmma(
         if trans_b { "B^T" } else { "B" }
     ));
     b.doc(&format!(
-        "block tile {bm}x{bn}, k-tile {BK}, {} warpgroups, {stages} cp.async stages, 128-byte swizzle",
+        "block tile {bm}x{bn}, k-tile {bk}, {} warpgroups, {stages} cp.async stages, 128-byte swizzle",
         cfg.warpgroups
     ));
     b.doc("params: a, b, c, m, n, k, sa, sb, sc (batch strides in elements)");
@@ -217,10 +233,10 @@ pub fn wgmma(
 
     b.comment("copies: each thread's 16-byte chunks of both operand tiles");
     let za = b.cvt::<U64, U32>(z);
-    let (a_base, b_base) = batch_operands(&mut b, &p, za);
+    let (a_base, b_base) = batch_operands(&mut b, &p, za, elem);
     // A stored m x k or (trans_a) k x m; B stored k x n or (trans_b) n x k.
-    let a_side = Side { kmajor: !trans_a, tile: bm, bk: BK, at: 0, atoms: true };
-    let b_side = Side { kmajor: trans_b, tile: bn, bk: BK, at: bm * BK * 2, atoms: true };
+    let a_side = Side { kmajor: !trans_a, tile: bm, bk, at: 0, atoms: true, elem };
+    let b_side = Side { kmajor: trans_b, tile: bn, bk, at: bm * ROW, atoms: true, elem };
     let a_ld = if trans_a { m } else { k };
     let b_ld = if trans_b { k } else { n };
     let mut a_cp = copies(&mut b, a_side, threads, tid, a_base, a_ld, (m, m0));
@@ -244,7 +260,7 @@ pub fn wgmma(
     let (a_lbo, a_sbo, a_step) = layout(&a_side);
     let (b_lbo, b_sbo, b_step) = layout(&b_side);
     let wg = b.shr(tid, 7u32);
-    let a_rows = b.mul(wg, 64 * BK * 2);
+    let a_rows = b.mul(wg, 64 * ROW);
     let a_addr = b.add(sbase, a_rows);
     let desc_a = b.smem_descriptor(a_addr, a_lbo, a_sbo);
     let b_addr = b.add(sbase, b_side.at);
@@ -256,22 +272,22 @@ pub fn wgmma(
 
     b.blank();
     b.comment(&format!("prologue: k-tiles 0..{} in flight", stages - 2));
-    let kload = issue_ahead(&mut b, [&a_cp, &b_cp], k, (stages - 2, stage_bytes, BK));
-    stage_loop(&mut b, k, (BK, stages), |b, s| {
+    let kload = issue_ahead(&mut b, [&a_cp, &b_cp], k, (stages - 2, stage_bytes, bk));
+    stage_loop(&mut b, k, (bk, stages), |b, s| {
         b.comment(&format!("stage {s}: its tile landed and is visible to wgmma in every thread"));
         b.cp_async_wait(stages - 3);
         b.fence_proxy_async_shared();
         b.bar_sync();
         b.wgmma_fence();
-        for ks in 0..BK / 16 {
+        for ks in 0..bk / mma_in.k() {
             let da = b.add(desc_a, u64::from((s * stage_bytes + ks * a_step) >> 4));
             let db = b.add(desc_b, u64::from((s * stage_bytes + ks * b_step) >> 4));
-            b.wgmma_mma_async(half, &acc, da, db, always, (!a_side.kmajor, !b_side.kmajor));
+            b.wgmma_mma_async(mma_in, &acc, (da, db), always, (!a_side.kmajor, !b_side.kmajor));
         }
         b.wgmma_commit();
         b.comment("the previous tile's wgmma are done: its stage may be refilled after the next barrier");
         b.wgmma_wait(1);
-        refill(b, [&a_cp, &b_cp], (kload, k), ((s + stages - 2) % stages) * stage_bytes, BK);
+        refill(b, [&a_cp, &b_cp], (kload, k), ((s + stages - 2) % stages) * stage_bytes, bk);
     });
     b.wgmma_wait(0);
     b.cp_async_wait(0);

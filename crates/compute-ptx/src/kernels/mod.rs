@@ -181,6 +181,7 @@ pub fn catalog() -> Vec<KernelId> {
             }
         }
     }
+    v.push(KernelId::GemmWgmma(WgmmaConfig::default(), DType::F32, DType::F32, false, true));
     v.push(KernelId::Im2col);
     v
 }

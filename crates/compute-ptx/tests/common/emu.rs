@@ -548,7 +548,9 @@ fn mma(ctx: &Ctx, inst: &Inst, warp: &mut [Thread]) {
     }
 }
 
-/// One warp's share of `wgmma.mma_async.sync.aligned.m64nNk16.f32.<h>.<h>`:
+/// One warp's share of `wgmma.mma_async.sync.aligned.m64nNkK.f32.<t>.<t>`
+/// (`f16`/`bf16` with K = 16, or `tf32` with K = 8, its `f32` values cut to
+/// their top 19 bits):
 /// warp `quarter` of the warpgroup computes rows `16·quarter..+16` of the
 /// 64×N product. Operands in shared memory in the 128-byte swizzle, as their
 /// descriptors and transpose flags say: element (row r, k) of a
@@ -559,8 +561,11 @@ fn mma(ctx: &Ctx, inst: &Inst, warp: &mut [Thread]) {
 fn wgmma(ctx: &Ctx, inst: &Inst, warp: &mut [Thread], quarter: usize, mem: &mut Memory, shared: &mut [u8]) {
     let p = &inst.parts;
     let shape = p[4].as_str();
-    let n: usize = shape.strip_prefix("m64n").and_then(|r| r.strip_suffix("k16")).and_then(|x| x.parse().ok()).unwrap();
+    let (n, kk) = shape.strip_prefix("m64n").and_then(|r| r.split_once('k')).unwrap();
+    let (n, kk): (usize, usize) = (n.parse().unwrap(), kk.parse().unwrap());
     let half = p[6].as_str();
+    let esz: u64 = if half == "tf32" { 4 } else { 2 };
+    assert_eq!(kk as u64 * esz, 32, "{}: k of the shape", inst.text);
     assert_eq!(p[5], "f32", "{}", inst.text);
     let d = regs_of(&inst.args[0]);
     assert_eq!(d.len(), n / 2, "{}", inst.text);
@@ -569,7 +574,8 @@ fn wgmma(ctx: &Ctx, inst: &Inst, warp: &mut [Thread], quarter: usize, mem: &mut 
         ref o => panic!("{}: wgmma immediate {o:?}", ctx.prog.name),
     };
     assert_eq!((imm(4), imm(5)), (1, 1), "{}: scales", inst.text);
-    let (mn_major_a, mn_major_b) = (imm(6) == 1, imm(7) == 1);
+    // TF32 has no transpose flags: both operands k-contiguous.
+    let (mn_major_a, mn_major_b) = if esz == 4 { (false, false) } else { (imm(6) == 1, imm(7) == 1) };
     let t0 = &warp[0];
     let (desc_a, desc_b, scale_d) =
         (val(ctx, t0, &inst.args[1]), val(ctx, t0, &inst.args[2]), val(ctx, t0, &inst.args[3]));
@@ -589,26 +595,27 @@ fn wgmma(ctx: &Ctx, inst: &Inst, warp: &mut [Thread], quarter: usize, mem: &mut 
         let logical = if mn_major {
             start + (r / 64) * lbo + (k / 8) * sbo + (k % 8) * 128 + 2 * (r % 64)
         } else {
-            start + (r / 8) * sbo + (r % 8) * 128 + 2 * k
+            start + (r / 8) * sbo + (r % 8) * 128 + esz * k
         };
         let physical = logical ^ (((logical >> 7) & 7) << 4);
-        let b = access(ctx, mem, shared, "shared", physical, 2, &inst.text);
-        let h = u16::from_le_bytes([b[0], b[1]]);
+        let b = access(ctx, mem, shared, "shared", physical, esz as usize, &inst.text);
         match half {
-            "bf16" => f64::from(bf16::from_bits(h).to_f32()),
-            "f16" => f64::from(f16::from_bits(h).to_f32()),
+            "bf16" => f64::from(bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()),
+            "f16" => f64::from(f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()),
+            // TF32 reads the top 19 bits of the f32: the low 13 mantissa bits are dropped.
+            "tf32" => f64::from(f32::from_bits(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) & !0x1fff)),
             other => panic!("{}: wgmma on {other}", ctx.prog.name),
         }
     };
     let a: Vec<Vec<f64>> =
-        (0..16).map(|r| (0..16).map(|k| element(desc_a, mn_major_a, 16 * quarter + r, k)).collect()).collect();
-    let b: Vec<Vec<f64>> = (0..n).map(|c| (0..16).map(|k| element(desc_b, mn_major_b, c, k)).collect()).collect();
+        (0..16).map(|r| (0..kk).map(|k| element(desc_a, mn_major_a, 16 * quarter + r, k)).collect()).collect();
+    let b: Vec<Vec<f64>> = (0..n).map(|c| (0..kk).map(|k| element(desc_b, mn_major_b, c, k)).collect()).collect();
     for (l, th) in warp.iter_mut().enumerate() {
         let (g, q) = (l / 4, l % 4);
         for (i, &reg) in d.iter().enumerate() {
             let (row, col) = (g + 8 * ((i % 4) / 2), 8 * (i / 4) + 2 * q + i % 2);
             let old = if scale_d != 0 { f64::from(f(th.regs[reg])) } else { 0.0 };
-            let sum: f64 = old + (0..16).map(|k| a[row][k] * b[col][k]).sum::<f64>();
+            let sum: f64 = old + (0..kk).map(|k| a[row][k] * b[col][k]).sum::<f64>();
             th.regs[reg] = fb(sum as f32);
         }
     }
