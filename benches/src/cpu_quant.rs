@@ -1,7 +1,9 @@
-//! CPU rows for `Q4_K` and `Q6_K` weights: GEMV (one activation row, decoding one token)
-//! and a batch of 16 rows against a streaming read of the weight's bytes on
-//! the same threads, and against our bf16 GEMV of the same shape (weight
-//! stored `n × k` in both). Every pair is timed interleaved in this process.
+//! CPU rows for `Q4_K`, `Q5_K`, `Q6_K` and `Q8_0` weights: GEMV (one activation
+//! row, decoding one token) and batches of 16 and 64 rows (prefill) against a
+//! streaming read of the weight's bytes on the same threads, and the GEMV
+//! against our bf16 GEMV of the same shape (weight stored `n × k` in both).
+//! Every pair is timed interleaved in this process. The batches' rate column
+//! counts `2·m·k·n` operations (one 8-bit multiply-add is two).
 //! Calls cycle through [`COPIES`] copies of the weight, as decoding cycles
 //! through a model's layers, so that neither side reads it from a cache
 //! that holds one copy whole.
@@ -21,10 +23,10 @@ use crate::report::{Record, random, time_pair};
 /// of `Q4_K` for the 4096×14336 shape, past a 32 MiB L3).
 const COPIES: usize = 4;
 
-/// `Q4_K` and `Q6_K` GEMV and batch-16 rows on `t` threads.
+/// GEMV, batch-16 and batch-64 rows of every format on `t` threads.
 pub fn rows(backend: &SimdBackend, pool: &rayon::ThreadPool, t: usize, quick: bool) -> Result<Vec<Record>, String> {
     let mut rows = Vec::new();
-    for format in [Weights::Q4K, Weights::Q6K] {
+    for format in [Weights::Q4K, Weights::Q5K, Weights::Q6K, Weights::Q8_0] {
         rows.extend(format_rows(format, backend, pool, t, quick)?);
     }
     Ok(rows)
@@ -37,9 +39,12 @@ fn format_rows(
     t: usize,
     quick: bool,
 ) -> Result<Vec<Record>, String> {
-    let (name, blocks) = match format {
-        Weights::Q4K => ("q4_k", BlockFormat::Q4K),
-        Weights::Q6K => ("q6_k", BlockFormat::Q6K),
+    let name = format.name();
+    let blocks = match format {
+        Weights::Q4K => BlockFormat::Q4K,
+        Weights::Q5K => BlockFormat::Q5K,
+        Weights::Q6K => BlockFormat::Q6K,
+        Weights::Q8_0 => BlockFormat::Q8_0,
     };
     let shapes: &[(usize, usize)] = if quick { &[(1024, 4096)] } else { &[(4096, 14336), (14336, 4096)] };
     let budget = Duration::from_millis(if quick { 300 } else { 1500 });
@@ -78,19 +83,22 @@ fn format_rows(
             });
             black_box(total);
         };
-        for m in [1usize, 16] {
+        for m in [1usize, 16, 64] {
             let x = random(m * k, 12);
             let mut y = vec![0.0f32; m * n];
             let mut ours = || {
                 let w = pick();
-                assert!(
-                    pool.install(|| matmul(format, &x, w, (m, k, n), &mut y)),
-                    "quantized matmul refused its shapes"
-                );
+                if let Err(e) = pool.install(|| matmul(format, &x, w, (m, k, n), &mut y)) {
+                    panic!("quantized matmul: {e}");
+                }
             };
             let (t_ours, t_read) = time_pair(&mut ours, &mut read, budget, 5);
             let bytes = w.len() as f64;
             let mut r = record(name, (m, k, n), backend, t, t_ours, bytes);
+            if m > 1 {
+                r.gbps = None;
+                r.gflops = Some(2.0 * (m * k * n) as f64 / t_ours / 1e9);
+            }
             r.peer = Some("read".into());
             r.peer_median_s = Some(t_read);
             r.ratio = Some(t_read / t_ours);
@@ -112,7 +120,9 @@ fn format_rows(
         let (t_ours, t_bf16) = time_pair(
             || {
                 let w = pick();
-                assert!(pool.install(|| matmul(format, &x, w, (1, k, n), &mut y)))
+                if let Err(e) = pool.install(|| matmul(format, &x, w, (1, k, n), &mut y)) {
+                    panic!("quantized matmul: {e}");
+                }
             },
             || {
                 pool.install(|| backend.run_typed(&op, &[xb.as_slice(), wb.as_slice()], yb.as_mut()))

@@ -1,89 +1,129 @@
-//! Matrix products with GGML k-quant weights, on raw blocks: `y = x·Wᵀ` for
-//! `f32` activations `x` (`m × k`) and a weight `W` stored as `n` rows of `k`
-//! values in `Q4_K` blocks (144 bytes per 256 values, ggml's layout) or
-//! `Q6_K` blocks (210 bytes), the way GGUF files keep a linear layer's weight.
+//! Matrix products with GGML block-quantized weights, on raw blocks:
+//! `y = x·Wᵀ` for `f32` activations `x` (`m × k`) and a weight `W` stored as
+//! `n` rows of `k` values in `Q4_K`, `Q5_K`, `Q6_K` or `Q8_0` blocks (ggml's
+//! layouts), the way GGUF files keep a linear layer's weight.
 //!
 //! Each row of `x` is first quantized per 256 values to 8-bit integers with
 //! one `f32` scale ([`Q8Row`], as ggml's `Q8_K` does); each output is then a
-//! sum over blocks of integer dot products, scaled once per block:
-//!
-//! `y = Σ_b dx_b·(dw_b·Σ_s sc_s·Σ_i q4_i·q8_i − dmin_b·Σ_s m_s·Σ_i q8_i)`
-//!
-//! (for `Q6_K`, `y = Σ_b dx_b·dw_b·Σ_g sc_g·Σ_i q6_i·q8_i` over groups of 16
-//! with signed scales and signed 6-bit values).
+//! sum over blocks of exact integer dot products, scaled once per block
+//! (`Q4_K`, `Q5_K`: `dx·(d·Σ_s sc_s·Σ_i q_i·x_i − dmin·Σ_s m_s·Σ_i x_i)` over
+//! sub-blocks of 32; `Q6_K`: `dx·d·Σ_g sc_g·Σ_i q_i·x_i` over groups of 16
+//! with signed scales; `Q8_0`: `dx·Σ_p d_p·Σ_i q_i·x_i` over blocks of 32).
 //!
 //! The integer part is exact, so the result differs from the product with
 //! the dequantized weights only by the activations' rounding (at most
-//! `dx_b/2` per value, `dx_b = max|x|/127` over the 256 values) and the `f32`
-//! rounding of the per-block terms. On a CPU with AVX512_VNNI the inner dot
-//! products run on `vpdpbusd` (64 multiply-adds per instruction, module
-//! `vnni`); elsewhere a scalar loop computes the same integers (the two
-//! differ only in the order the per-block `f32` terms are added).
+//! `dx/2` per value, `dx = max|x|/127` over each 256 values) and the `f32`
+//! rounding of the per-block terms.
 //!
-//! A GEMV (`m = 1`, decoding one token) reads each weight byte once: it is
-//! bound by memory bandwidth. Weight rows are split over the threads of the
-//! pool in scope above [`PAR_GEMM_MIN_MACS`] multiply-adds.
+//! Two paths compute exactly the same thing, bit for bit: on a CPU with
+//! AVX-512 VNNI, kernels on `vpdpbusd` (module `vnni`); elsewhere a scalar
+//! loop (module `scalar`) that computes the same integers and then the same
+//! `f32` operations in the same order. How the kernels share work between
+//! activation rows: each weight block is decoded once per call (per panel of
+//! at most [`PANEL_ROWS`] activation rows) into the activations' order and
+//! then multiplied by every row of the panel; the sub-block scales are applied
+//! to two blocks' (or two halves') integer sums at once with one `vpmaddwd`
+//! on 16-bit values; the `f32` scaling happens once per four blocks (`Q4_K`)
+//! or two (the others) for each row; the minimum terms of `Q4_K` and `Q5_K`
+//! are computed for eight rows at once. Module `vnni` describes the layout.
+//!
+//! Weight rows are split over the threads of the pool in scope above
+//! [`PAR_GEMM_MIN_MACS`] multiply-adds.
 
+mod scalar;
 mod vnni;
 
-use half::f16;
+use compute_core::ComputeError;
 
+use crate::isa::Isa;
 use crate::kernels::{fork, par};
 use crate::tuning::PAR_GEMM_MIN_MACS;
 
-/// Values per `Q4_K` block (256).
+/// Values per quantized activation block and per `Q4_K`, `Q5_K` and `Q6_K`
+/// weight block (256); `k` must be a multiple of it for every format.
 pub const Q4K_VALUES: usize = compute_core::quant::q4_k::VALUES;
 /// Bytes per `Q4_K` block (144): `d`, `dmin` (f16 each), 12 bytes of packed
 /// 6-bit scales and mins, 128 bytes of 4-bit quants.
 pub const Q4K_BYTES: usize = compute_core::quant::q4_k::BYTES;
+/// Bytes per `Q5_K` block of 256 values (176): as `Q4_K`, with 32 bytes of
+/// fifth bits between the scales and the 4-bit quants.
+pub const Q5K_BYTES: usize = compute_core::quant::q5_k::BYTES;
 /// Bytes per `Q6_K` block of 256 values (210): 128 bytes of low 4 bits, 64
 /// of high 2 bits, 16 signed 8-bit scales, `d` (f16) last.
 pub const Q6K_BYTES: usize = compute_core::quant::q6_k::BYTES;
+/// Bytes per `Q8_0` block of 32 values (34): `d` (f16), 32 signed 8-bit
+/// quants; 256 values take eight blocks, 272 bytes.
+pub const Q8_0_BYTES: usize = compute_core::quant::q8_0::BYTES;
+
+/// Activation rows one pass over the weight serves: a call with more rows
+/// makes `m.div_ceil(PANEL_ROWS)` passes, each decoding every weight block
+/// once. Sixteen rows keep one step of the activations (16 KiB for `Q4_K`)
+/// in the L1 cache while several weight rows use it.
+pub const PANEL_ROWS: usize = 16;
+
+/// Activation values above which the rows are quantized in parallel.
+const PAR_QUANTIZE_MIN: usize = 1 << 14;
+
+/// Blocks of 256 values the kernels take per step.
+const STEP_BLOCKS: usize = 2;
+
+/// Weight rows one kernel call takes: each step of a panel's activations is
+/// read from L2 once and then from L1 by the other rows.
+pub(crate) const WEIGHT_ROWS: usize = 4;
 
 /// One row of activations quantized per 256 values: `x ≈ d[b]·q[i]` for `i`
 /// in block `b`, with the sum of each 32 consecutive `q` kept for the
 /// weights' minimum terms.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Q8Row {
-    /// The quantized values, in `[-127, 127]`, in the kernels' order.
+    /// The quantized values, in `[-127, 127]`, in the kernels' order
+    /// ([`value_offset`]).
     q: Vec<i8>,
     /// One scale per 256 values: `max|x|/127` (0 for an all-zero block, NaN
     /// when the block holds a NaN or an infinity, so the products are NaN).
     d: Vec<f32>,
-    /// `Σ q` over each 32 consecutive values.
+    /// `Σ q` over each 32 consecutive values (8 per block).
     sums: Vec<i32>,
 }
 
 impl Q8Row {
     /// Quantizes `x` (its length a multiple of 256; a shorter tail is
-    /// dropped): round to nearest, ties to even. One pass over `x`, and
-    /// `x.len()` bytes plus a little allocated.
+    /// dropped): round to nearest, ties to even. One pass over `x` (a few
+    /// cycles per 8 values), and `x.len()` bytes plus a little allocated.
     pub fn quantize(x: &[f32]) -> Q8Row {
+        /// Adding and subtracting 1.5·2²³ rounds to an integer, ties to even,
+        /// for `|t| < 2²²` (ggml's `nearest_int`); here `|t| ≤ 127`.
+        const ROUND: f32 = 12_582_912.0;
         let blocks = x.len() / Q4K_VALUES;
         let mut row = Q8Row {
-            q: Vec::with_capacity(blocks * Q4K_VALUES),
+            q: vec![0; blocks * Q4K_VALUES],
             d: Vec::with_capacity(blocks),
             sums: Vec::with_capacity(blocks * 8),
         };
-        for block in x.chunks_exact(Q4K_VALUES) {
-            let finite = block.iter().all(|v| v.is_finite());
-            let amax = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            let (d, inv) = match (finite, amax > 0.0) {
-                (false, _) => (f32::NAN, 0.0),
-                (true, false) => (0.0, 0.0),
-                (true, true) => (amax / 127.0, 127.0 / amax),
+        for (block, dst) in x.chunks_exact(Q4K_VALUES).zip(row.q.chunks_exact_mut(Q4K_VALUES)) {
+            // The largest |x| by its bits (a NaN or an infinity compares
+            // above every finite value), in a loop the compiler vectorises.
+            let top = block.iter().fold(0u32, |m, v| m.max(v.to_bits() & 0x7fff_ffff));
+            let (d, inv) = match (top >= 0x7f80_0000, top > 0) {
+                (true, _) => (f32::NAN, 0.0),
+                (false, false) => (0.0, 0.0),
+                (false, true) => {
+                    let amax = f32::from_bits(top);
+                    (amax / 127.0, 127.0 / amax)
+                }
             };
             row.d.push(d);
-            let at = row.q.len();
-            row.q.resize(at + Q4K_VALUES, 0);
-            for (sub, xs) in block.chunks_exact(32).enumerate() {
-                let mut s = 0i32;
-                let dst = &mut row.q[at + sub_offset(sub)..][..32];
-                for (o, &v) in dst.iter_mut().zip(xs) {
-                    *o = (v * inv).round_ties_even().clamp(-127.0, 127.0) as i8;
-                    s += i32::from(*o);
+            let mut q = [0i8; Q4K_VALUES];
+            for (o, &v) in q.iter_mut().zip(block) {
+                *o = ((v * inv + ROUND) - ROUND).clamp(-127.0, 127.0) as i8;
+            }
+            for (sub, qs) in q.chunks_exact(32).enumerate() {
+                row.sums.push(qs.iter().map(|&v| i32::from(v)).sum());
+                for (c, piece) in qs.chunks_exact(8).enumerate() {
+                    if let Some(out) = dst.get_mut(64 * c + 8 * sub..64 * c + 8 * sub + 8) {
+                        out.copy_from_slice(piece);
+                    }
                 }
-                row.sums.push(s);
             }
         }
         row
@@ -95,8 +135,8 @@ impl Q8Row {
     }
 
     /// The quantized values, in `[-127, 127]` (`256·blocks()` of them), in
-    /// the kernels' order: in each 128 values, sub-blocks of 32 in the order
-    /// 0, 2, 1, 3 ([`sub_offset`]).
+    /// the kernels' order: value `i` of block `b` is at `256·b +`
+    /// [`value_offset`]`(i)`.
     pub fn values(&self) -> &[i8] {
         &self.q
     }
@@ -106,103 +146,28 @@ impl Q8Row {
     pub fn scales(&self) -> &[f32] {
         &self.d
     }
+
+    /// Value `i` (0..256) of block `b`, or 0 past the end. O(1).
+    #[inline]
+    fn value(&self, b: usize, i: usize) -> i32 {
+        self.q.get(b * Q4K_VALUES + value_offset(i)).map_or(0, |&v| i32::from(v))
+    }
 }
 
-/// The fields of one `Q4_K` block: `d`, `dmin`, 8 scales, 8 mins (unpacked
-/// as ggml packs them) and the 128 bytes of quants.
+/// Where value `i` (0..256) of a block sits in [`Q8Row::values`] (relative to
+/// the block's start). A block is four chunks of 64 bytes; chunk `c` holds,
+/// for each sub-block `s` of 32 values, its values `8c..8c+8` at bytes
+/// `8s..8s+8`: so in every chunk the 4-byte lanes `2s` and `2s+1` belong to
+/// sub-block `s`, and a `vpdpbusd` over the four chunks sums each sub-block
+/// into the same two lanes. O(1).
 #[inline(always)]
-pub(crate) fn fields(block: &[u8; Q4K_BYTES]) -> (f32, f32, [u8; 8], [u8; 8], &[u8; 128]) {
-    let (head, qs) = block.split_at(16);
-    let d = f16::from_le_bytes([head[0], head[1]]).to_f32();
-    let dmin = f16::from_le_bytes([head[2], head[3]]).to_f32();
-    let mut packed = [0u8; 12];
-    packed.copy_from_slice(&head[4..16]);
-    let (sc, mn) = compute_core::quant::unpack_scales_k4(&packed);
-    let qs: &[u8; 128] = qs.try_into().unwrap_or(&[0; 128]);
-    (d, dmin, sc, mn, qs)
+pub fn value_offset(i: usize) -> usize {
+    let (s, r) = (i / 32 % 8, i % 32);
+    64 * (r / 8) + 8 * s + r % 8
 }
 
-/// Where sub-block `s` (32 values, 0..8) of a block sits in [`Q8Row::values`]:
-/// each 128 values hold sub-blocks `4c, 4c+2, 4c+1, 4c+3`, so that one
-/// 64-byte load of a weight's nibbles (low nibbles: sub-blocks `4c` and
-/// `4c+2`; high: `4c+1` and `4c+3`) meets its activations in one 64-byte load.
-#[inline(always)]
-pub fn sub_offset(s: usize) -> usize {
-    (s / 4) * 128 + [0, 64, 32, 96][s % 4]
-}
-
-/// `Σ` over the blocks of one weight row (`x.blocks()` blocks of
-/// [`Q4K_BYTES`]) of the block's term (module docs), in scalar code, summed
-/// block by block: the path of CPUs without VNNI, and the tests' reference.
-fn dot_scalar(w: &[u8], x: &Q8Row) -> f32 {
-    let mut sum = 0.0f32;
-    for (b, block) in w.chunks_exact(Q4K_BYTES).take(x.blocks()).enumerate() {
-        let Ok(block) = <&[u8; Q4K_BYTES]>::try_from(block) else { break };
-        let (d, dmin, sc, mn, qs) = fields(block);
-        let (mut isum, mut msum) = (0i32, 0i32);
-        let xb = &x.q[b * Q4K_VALUES..][..Q4K_VALUES];
-        for j in 0..4 {
-            let (xlo, xhi) = (&xb[sub_offset(2 * j)..][..32], &xb[sub_offset(2 * j + 1)..][..32]);
-            let q = &qs[32 * j..32 * j + 32];
-            let (mut lo, mut hi) = (0i32, 0i32);
-            for ((&byte, &a), &b) in q.iter().zip(xlo).zip(xhi) {
-                lo += i32::from(byte & 0xf) * i32::from(a);
-                hi += i32::from(byte >> 4) * i32::from(b);
-            }
-            isum += i32::from(sc[2 * j]) * lo + i32::from(sc[2 * j + 1]) * hi;
-        }
-        for (s, &m) in mn.iter().enumerate() {
-            msum += i32::from(m) * x.sums[b * 8 + s];
-        }
-        sum += x.d[b] * (d * isum as f32 - dmin * msum as f32);
-    }
-    sum
-}
-
-/// One weight row times each of `xs` (at most [`vnni::ROWS`]) into `out`,
-/// on the fastest path this CPU has.
-#[inline]
-fn dots(format: Weights, w: &[u8], xs: &[&Q8Row], out: &mut [f32]) {
-    let fast = match format {
-        Weights::Q4K => vnni::dots(w, xs, out),
-        Weights::Q6K => vnni::dots_q6k(w, xs, out),
-    };
-    if !fast {
-        for (o, x) in out.iter_mut().zip(xs) {
-            *o = match format {
-                Weights::Q4K => dot_scalar(w, x),
-                Weights::Q6K => dot_scalar_q6k(w, x),
-            };
-        }
-    }
-}
-
-/// `Σ` over the blocks of one `Q6_K` weight row of `d·dx·Σ_g sc_g·Σ_i q_i·q8_i`
-/// (`q` the signed 6-bit values, `sc` the signed scale of each 16 values), in
-/// scalar code: the path of CPUs without VNNI, and the tests' reference.
-fn dot_scalar_q6k(w: &[u8], x: &Q8Row) -> f32 {
-    let mut sum = 0.0f32;
-    for (b, block) in w.chunks_exact(Q6K_BYTES).take(x.blocks()).enumerate() {
-        let Ok(block) = <&[u8; Q6K_BYTES]>::try_from(block) else { break };
-        let q6 = compute_core::quant::q6_k::BlockQ6K::from_bytes(block);
-        let xb = &x.q[b * Q4K_VALUES..][..Q4K_VALUES];
-        let mut isum = 0i32;
-        for v in 0..Q4K_VALUES {
-            let (h, r) = (v / 128, v % 128);
-            let (g, l) = (r / 32, r % 32);
-            let low = q6.ql[64 * h + 32 * (g % 2) + l];
-            let nibble = if g < 2 { low & 0xf } else { low >> 4 };
-            let high = (q6.qh[32 * h + l] >> (2 * g)) & 3;
-            let q = i32::from(nibble | (high << 4)) - 32;
-            let xq = xb[sub_offset(v / 32) + v % 32];
-            isum += i32::from(q6.scales[v / 16]) * q * i32::from(xq);
-        }
-        sum += x.d[b] * (q6.d.to_f32() * isum as f32);
-    }
-    sum
-}
-
-/// Whether this CPU runs the `vpdpbusd` kernel (AVX-512 F and VNNI).
+/// Whether this CPU runs the `vpdpbusd` kernels (AVX-512 F, BW and VNNI, and
+/// F16C). Costs four atomic loads after the first call.
 pub fn has_vnni() -> bool {
     vnni::available()
 }
@@ -212,72 +177,240 @@ pub fn has_vnni() -> bool {
 pub enum Weights {
     /// `Q4_K`: 144 bytes per 256 values.
     Q4K,
+    /// `Q5_K`: 176 bytes per 256 values.
+    Q5K,
     /// `Q6_K`: 210 bytes per 256 values.
     Q6K,
+    /// `Q8_0`: 34 bytes per 32 values (272 per 256).
+    Q8_0,
 }
 
 impl Weights {
-    /// Bytes of one block of 256 values.
+    /// Bytes of 256 values of a weight row: one block, or eight `Q8_0`
+    /// blocks. O(1).
     pub fn block_bytes(self) -> usize {
         match self {
             Weights::Q4K => Q4K_BYTES,
+            Weights::Q5K => Q5K_BYTES,
             Weights::Q6K => Q6K_BYTES,
+            Weights::Q8_0 => 8 * Q8_0_BYTES,
         }
+    }
+
+    /// ggml's name of the format (`q4_k`, `q5_k`, `q6_k`, `q8_0`). O(1).
+    pub fn name(self) -> &'static str {
+        match self {
+            Weights::Q4K => "q4_k",
+            Weights::Q5K => "q5_k",
+            Weights::Q6K => "q6_k",
+            Weights::Q8_0 => "q8_0",
+        }
+    }
+
+    /// Whether the format has minimum terms (`dmin·m`).
+    fn has_mins(self) -> bool {
+        matches!(self, Weights::Q4K | Weights::Q5K)
+    }
+
+    /// Whether the kernels take the activations as unsigned bytes `x + 128`
+    /// (the formats whose weights are signed).
+    fn unsigned_activations(self) -> bool {
+        matches!(self, Weights::Q6K | Weights::Q8_0)
     }
 }
 
+/// Activation rows (at most [`PANEL_ROWS`]) prepared for one format's
+/// kernels: the tables both paths read, built once per call and panel.
+pub(crate) struct Panel<'a> {
+    /// The rows, each of `blocks` blocks.
+    rows: Vec<&'a Q8Row>,
+    /// Blocks of 256 values per row.
+    blocks: usize,
+    /// Steps of [`STEP_BLOCKS`] blocks (the last one padded).
+    steps: usize,
+    /// The values, step by step (`steps × rows × 512` bytes):
+    /// `x` as bytes for `Q4_K` and `Q5_K`, `x + 128` (`x ^ 0x80`) for `Q6_K`
+    /// and `Q8_0`; padding blocks hold `x = 0`.
+    x: Vec<u8>,
+    /// Per step and row, four activation scales: `dx` of blocks
+    /// `2s, 2s, 2s+1, 2s+1`; 0 past the last block.
+    xv: Vec<f32>,
+    /// `Q4_K` and `Q5_K`: per step and row, 16 words of sub-block sums:
+    /// word `4k + 2i + e` holds the sums of sub-blocks `2k` (low 16 bits)
+    /// and `2k + 1` (high) of block `2s + i` (the same for both `e`).
+    sums: Vec<i32>,
+}
+
+impl<'a> Panel<'a> {
+    /// Builds the tables for `rows` (all of `blocks` blocks). Costs
+    /// `O(rows·blocks)` and a copy of the values.
+    fn new(format: Weights, rows: &[&'a Q8Row], blocks: usize) -> Panel<'a> {
+        let n = rows.len();
+        let per = STEP_BLOCKS;
+        let steps = blocks.div_ceil(per);
+        let dx = |r: &Q8Row, b: usize| if b < blocks { r.d.get(b).copied().unwrap_or(0.0) } else { 0.0 };
+        let mut xv = Vec::with_capacity(steps * n * 4);
+        let flip = if format.unsigned_activations() { 0x80 } else { 0 };
+        let step_bytes = per * Q4K_VALUES;
+        let mut x = vec![flip; steps * n * step_bytes];
+        for s in 0..steps {
+            for (i, r) in rows.iter().enumerate() {
+                xv.extend((0..4).map(|t| dx(r, 2 * s + t / 2)));
+                let from = (per * s * Q4K_VALUES).min(r.q.len());
+                let src = r.q.get(from..(per * (s + 1) * Q4K_VALUES).min(r.q.len())).unwrap_or_default();
+                if let Some(dst) = x.get_mut((s * n + i) * step_bytes..) {
+                    for (o, &v) in dst.iter_mut().zip(src) {
+                        *o = v as u8 ^ flip;
+                    }
+                }
+            }
+        }
+        let mut sums = Vec::new();
+        if format.has_mins() {
+            sums.reserve(steps * n * 16);
+            for s in 0..steps {
+                for r in rows {
+                    sums.extend((0..16).map(|l| {
+                        let (k, b) = (l / 4, per * s + l % 4 / 2);
+                        let sum = |i: usize| {
+                            if b < blocks { r.sums.get(8 * b + i).map_or(0, |&v| v as i16 as u16 as u32) } else { 0 }
+                        };
+                        (sum(2 * k) | (sum(2 * k + 1) << 16)) as i32
+                    }));
+                }
+            }
+        }
+        Panel { rows: rows.to_vec(), blocks, steps, x, xv, sums }
+    }
+
+    /// Scratch values a kernel call for `jn` weight rows needs: 16
+    /// accumulator lanes per row and pair of weight rows.
+    fn scratch(&self, jn: usize) -> usize {
+        16 * jn.div_ceil(2) * self.rows.len()
+    }
+}
+
+/// The sums of the even and of the odd lanes of 16 (a pair of weight rows'
+/// accumulators), in a fixed order (lanes `i` and `i + 8`, then `i + 4`,
+/// then `i + 2`): the reduction both paths end with.
+#[inline]
+fn tree16(v: &[f32]) -> (f32, f32) {
+    let mut a = [0.0f32; 16];
+    for (o, &x) in a.iter_mut().zip(v) {
+        *o = x;
+    }
+    for half in [8, 4, 2] {
+        for i in 0..half {
+            a[i] += a[i + half];
+        }
+    }
+    (a[0], a[1])
+}
+
 /// [`matmul`] with `Q4_K` weights.
-pub fn matmul_q4k(x: &[f32], w: &[u8], shape: (usize, usize, usize), y: &mut [f32]) -> bool {
+pub fn matmul_q4k(x: &[f32], w: &[u8], shape: (usize, usize, usize), y: &mut [f32]) -> Result<(), ComputeError> {
     matmul(Weights::Q4K, x, w, shape, y)
 }
 
 /// `y[i][j] = Σₚ x[i][p]·W[j][p]` for `x` (`m × k` `f32`, row-major), `W`
-/// (`n` rows of `k/256` blocks of `format`) and `y` (`m × n`, overwritten).
-/// Returns false, having written nothing, when `k` is not a positive
-/// multiple of 256 or a slice is too short for the shapes.
+/// (`n` rows of `k/256` blocks of 256 values of `format`, [`Weights::block_bytes`]
+/// each) and `y` (`m × n`, overwritten), on the fastest path this CPU has
+/// ([`matmul_with`] on [`Isa::detect`]).
+///
+/// Errors, having written nothing: [`ComputeError::Shape`] when `k` is not a
+/// positive multiple of 256, a slice is shorter than the shapes need, or the
+/// shapes overflow.
 ///
 /// Costs one quantization pass over `x` (and `m·k` bytes), then `m·n·k`
-/// 8-bit multiply-adds reading each weight byte once per call (from cache
-/// for the second and later rows of `x`); weight rows are split over the
-/// pool's threads above [`PAR_GEMM_MIN_MACS`].
-pub fn matmul(format: Weights, x: &[f32], w: &[u8], (m, k, n): (usize, usize, usize), y: &mut [f32]) -> bool {
-    let row_bytes = k / Q4K_VALUES * format.block_bytes();
-    let fits = |len: usize, rows: usize, cols: usize| rows.checked_mul(cols).is_some_and(|need| len >= need);
-    if k == 0 || !k.is_multiple_of(Q4K_VALUES) || !fits(x.len(), m, k) || !fits(w.len(), n, row_bytes) {
-        return false;
+/// 8-bit multiply-adds; each weight byte is read once per panel of
+/// [`PANEL_ROWS`] activation rows, and weight rows are split over the pool's
+/// threads above [`PAR_GEMM_MIN_MACS`].
+pub fn matmul(
+    format: Weights,
+    x: &[f32],
+    w: &[u8],
+    shape: (usize, usize, usize),
+    y: &mut [f32],
+) -> Result<(), ComputeError> {
+    matmul_with(Isa::detect(), format, x, w, shape, y)
+}
+
+/// [`matmul`] on the path `isa` allows: the VNNI kernels where `isa` is
+/// [`Isa::Avx512`] and the CPU has AVX-512 VNNI ([`has_vnni`]), the scalar
+/// loop otherwise. Both give the same bits. Same errors and costs as
+/// [`matmul`] (the scalar loop runs about 20 times slower).
+pub fn matmul_with(
+    isa: Isa,
+    format: Weights,
+    x: &[f32],
+    w: &[u8],
+    (m, k, n): (usize, usize, usize),
+    y: &mut [f32],
+) -> Result<(), ComputeError> {
+    let op = "quantized matmul";
+    let y_len = y.len();
+    let shapes = || {
+        format!(
+            "x=[{m}x{k}] f32 ({} values), w=[{n}x{k}] {} ({} bytes), y=[{m}x{n}] ({} values)",
+            x.len(),
+            format.name(),
+            w.len(),
+            y_len
+        )
+    };
+    if k == 0 || !k.is_multiple_of(Q4K_VALUES) {
+        return Err(ComputeError::shape(op, format!("k = {k} is not a positive multiple of 256"), shapes()));
     }
-    let Some(y) = m.checked_mul(n).and_then(|len| y.get_mut(..len)) else { return false };
+    let blocks = k / Q4K_VALUES;
+    let row_bytes = blocks * format.block_bytes();
+    let need = |rows: usize, cols: usize| rows.checked_mul(cols);
+    let (Some(x_need), Some(w_need), Some(y_need)) = (need(m, k), need(n, row_bytes), need(m, n)) else {
+        return Err(ComputeError::shape(op, "the shapes overflow usize", shapes()));
+    };
+    for (what, len, want) in [("x", x.len(), x_need), ("w", w.len(), w_need), ("y", y_len, y_need)] {
+        if len < want {
+            return Err(ComputeError::shape(op, format!("{what} holds {len}, the shapes need {want}"), shapes()));
+        }
+    }
+    let Some(y) = y.get_mut(..y_need) else {
+        return Err(ComputeError::shape(op, "output too short", shapes()));
+    };
     if m == 0 || n == 0 {
-        return true;
+        return Ok(());
     }
-    let xs: Vec<Q8Row> = x.chunks_exact(k).take(m).map(Q8Row::quantize).collect();
-    let weight = |j: usize| w.get(j * row_bytes..(j + 1) * row_bytes).unwrap_or_default();
+    let fast = isa == Isa::Avx512 && vnni::available();
+    let xs: Vec<Q8Row> = if m.saturating_mul(k) >= PAR_QUANTIZE_MIN {
+        fork::map(m, |i| Q8Row::quantize(x.get(i * k..(i + 1) * k).unwrap_or_default()))
+    } else {
+        x.chunks_exact(k).take(m).map(Q8Row::quantize).collect()
+    };
+    let refs: Vec<&Q8Row> = xs.iter().collect();
+    let panels: Vec<Panel<'_>> = refs.chunks(PANEL_ROWS).map(|rows| Panel::new(format, rows, blocks)).collect();
     let threads = if m.saturating_mul(n).saturating_mul(k) < PAR_GEMM_MIN_MACS { 1 } else { par::threads() };
-    if m == 1 {
-        // One output per weight row: pieces of `y` straight from the pool.
-        let piece = n.div_ceil(threads * 4).max(1);
-        let x0 = [&xs[0]];
-        fork::chunks_mut(y, piece, |p, ys| {
-            for (jj, out) in ys.iter_mut().enumerate() {
-                dots(format, weight(p * piece + jj), &x0, std::slice::from_mut(out));
-            }
-        });
-        return true;
-    }
-    // Several rows: each piece of weight rows, each row decoded once per
-    // group of activation rows; the piece's columns are then copied into `y`.
-    let piece = n.div_ceil(threads * 4).max(1);
-    let groups: Vec<Vec<&Q8Row>> = xs.chunks(vnni::ROWS).map(|g| g.iter().collect()).collect();
+    // Pieces of weight rows; each piece takes its rows `WEIGHT_ROWS` at a
+    // time through every panel (those rows' bytes stay in cache while the
+    // panels pass) into its own `m × cols` part, copied into `y` at the end.
+    let piece = n.div_ceil(threads * 4).next_multiple_of(WEIGHT_ROWS);
     let parts = fork::map(n.div_ceil(piece), |p| {
         let cols = piece.min(n - p * piece);
         let mut out = vec![0.0f32; m * cols];
-        let mut r = [0.0f32; vnni::ROWS];
-        for jj in 0..cols {
-            let wj = weight(p * piece + jj);
-            for (g, rows) in groups.iter().enumerate() {
-                dots(format, wj, rows, &mut r[..rows.len()]);
-                for (i, &v) in r.iter().take(rows.len()).enumerate() {
-                    out[(g * vnni::ROWS + i) * cols + jj] = v;
+        let mut scratch = vec![0.0f32; panels.first().map_or(0, |q| q.scratch(WEIGHT_ROWS))];
+        let mut ys = [0.0f32; WEIGHT_ROWS * PANEL_ROWS];
+        for j0 in (0..cols).step_by(WEIGHT_ROWS) {
+            let jn = WEIGHT_ROWS.min(cols - j0);
+            let first = p * piece + j0;
+            let wj = w.get(first * row_bytes..(first + jn) * row_bytes).unwrap_or_default();
+            for (pi, panel) in panels.iter().enumerate() {
+                let rows = panel.rows.len();
+                if !(fast && vnni::run(format, wj, jn, panel, &mut scratch, &mut ys)) {
+                    scalar::run(format, wj, jn, panel, &mut scratch, &mut ys);
+                }
+                for (jj, yj) in ys.chunks_exact(rows).take(jn).enumerate() {
+                    for (r, &v) in yj.iter().enumerate() {
+                        if let Some(o) = out.get_mut((pi * PANEL_ROWS + r) * cols + j0 + jj) {
+                            *o = v;
+                        }
+                    }
                 }
             }
         }
@@ -286,10 +419,12 @@ pub fn matmul(format: Weights, x: &[f32], w: &[u8], (m, k, n): (usize, usize, us
     for (p, part) in parts.iter().enumerate() {
         let cols = piece.min(n - p * piece);
         for (i, row) in part.chunks_exact(cols).enumerate() {
-            y[i * n + p * piece..][..cols].copy_from_slice(row);
+            if let Some(dst) = y.get_mut(i * n + p * piece..i * n + p * piece + cols) {
+                dst.copy_from_slice(row);
+            }
         }
     }
-    true
+    Ok(())
 }
 
 #[cfg(test)]

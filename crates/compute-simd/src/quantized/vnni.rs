@@ -1,21 +1,37 @@
-//! The `Q4_K` × `Q8` row dot products on AVX-512 VNNI. Per block of 256
-//! weight values: `d` and `dmin` widened by F16C, the packed 6-bit scales
-//! and mins unpacked with word shifts, and per 128 values one 64-byte load
-//! of nibbles split into two vectors (low nibbles: sub-blocks `4c` and
-//! `4c+2`; high: `4c+1` and `4c+3`), shared by up to [`ROWS`] activation
-//! rows (stored in the matching order, [`super::sub_offset`]): for each,
-//! two `vpdpbusd` (unsigned 4-bit × signed 8-bit, summed in fours into 16
-//! `i32` lanes, exact) and a multiply by the sub-blocks' scales. Each
-//! block's integer lanes are widened to `f32` and accumulated with
-//! `dw·dx`, the minimum terms likewise with `dmin·dx`; the lanes are summed
-//! once per row. The only `unsafe` of the quantized products.
+//! The quantized products' kernels on AVX-512 VNNI: the only `unsafe` of the
+//! quantized products.
+//!
+//! One call takes one weight row and every activation row of a [`Panel`].
+//! The activations are stored in chunks of 64 bytes ([`super::value_offset`])
+//! so that in each chunk the 4-byte lanes `2s` and `2s + 1` belong to
+//! sub-block `s` (32 values). Each weight block is decoded once per call into
+//! four vectors of the same order (nibbles and high bits unpacked, then 64-bit
+//! pieces regrouped with `vpunpck*qdq`/`vshufi64x2` or `vpermt2q`), so a
+//! chain of `vpdpbusd` over the chunks sums each sub-block (or each half of
+//! one) into two `i32` lanes. The chains are short enough that every lane
+//! fits 16 bits (`Q4_K`: 16 values of 4 bits; `Q5_K` and `Q6_K`: 8 values);
+//! two such vectors are packed into one (`vpackssdw`) and their lanes scaled
+//! by the sub-block scales and summed in pairs by one `vpmaddwd`. Two of
+//! these results are folded into one vector (adjacent lanes added, odd lanes
+//! taken from the second), converted to `f32`, multiplied by the blocks'
+//! `d·dx` and added to the row's 16-lane accumulator: one multiply per four
+//! blocks (`Q4_K`) or two (the others).
+//!
+//! `Q6_K` and `Q8_0` weights are signed, so there the activations enter as
+//! unsigned `x + 128` and each chain starts from `−128·Σq` of its lanes
+//! (computed once per block with `vpdpbusd` against the constant 128), which
+//! leaves `Σ q·x` exactly. `Q8_0`'s 32-value blocks each have their own `f32`
+//! scale: its chains run over all four chunks (no 16-bit packing) and the
+//! scales multiply lane by lane.
+//!
+//! The minimum terms of `Q4_K` and `Q5_K` (`dmin·m_s·Σx` per sub-block) are
+//! computed for 8 rows and two blocks at once: four `vpdpwssd` of the rows'
+//! sub-block sums (16-bit pairs, transposed by the panel) against the
+//! blocks' minimums, one multiply by `dmin·dx`.
 
-use super::{Q4K_VALUES, Q8Row};
+use super::{PANEL_ROWS, Panel, Q4K_VALUES, STEP_BLOCKS, Weights};
 
-/// Activation rows one pass over a weight row serves.
-pub(super) const ROWS: usize = 4;
-
-/// Whether this CPU has the kernel's instructions (AVX-512 F, BW and VNNI,
+/// Whether this CPU has the kernels' instructions (AVX-512 F, BW and VNNI,
 /// F16C). Costs four atomic loads after the first call.
 pub(super) fn available() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -31,51 +47,50 @@ pub(super) fn available() -> bool {
     }
 }
 
-/// The dot products of one `Q4_K` weight row with each of `xs` (at most
-/// [`ROWS`], all of the same number of blocks) into `out`, or false where
-/// the CPU lacks the instructions or a length does not fit.
-#[inline]
-pub(super) fn dots(w: &[u8], xs: &[&Q8Row], out: &mut [f32]) -> bool {
-    run(super::Weights::Q4K, w, xs, out)
-}
-
-/// [`dots`] for `Q6_K` weight rows (210 bytes per block).
-#[inline]
-pub(super) fn dots_q6k(w: &[u8], xs: &[&Q8Row], out: &mut [f32]) -> bool {
-    run(super::Weights::Q6K, w, xs, out)
-}
-
-/// The safe door of both kernels: checks the CPU and every length, then
-/// enters the kernel of `format` for `xs.len()` rows.
-#[inline(always)]
-fn run(format: super::Weights, w: &[u8], xs: &[&Q8Row], out: &mut [f32]) -> bool {
-    let blocks = xs.first().map_or(0, |x| x.blocks());
-    let ok = !xs.is_empty()
-        && xs.len() <= ROWS
-        && out.len() >= xs.len()
-        && w.len() >= blocks.saturating_mul(format.block_bytes())
-        && xs.iter().all(|x| x.blocks() == blocks && x.q.len() >= blocks * Q4K_VALUES && x.sums.len() >= blocks * 8)
+/// The outputs of the `jn` weight rows `w` (consecutive, `panel.blocks`
+/// blocks of `format` each) for every row of `panel`, into
+/// `out[jj·rows + r]`, exactly as `scalar::run` computes them; `scratch`
+/// holds the accumulators (`panel.scratch(jn)` values). Returns false,
+/// having written nothing, where the CPU lacks the instructions or a length
+/// does not fit. Costs `O(jn·rows·k)` multiply-adds at 64 per `vpdpbusd`,
+/// and each block decoded once.
+pub(super) fn run(
+    format: Weights,
+    w: &[u8],
+    jn: usize,
+    panel: &Panel<'_>,
+    scratch: &mut [f32],
+    out: &mut [f32],
+) -> bool {
+    let (rows, blocks) = (panel.rows.len(), panel.blocks);
+    let step_bytes = STEP_BLOCKS * Q4K_VALUES;
+    let ok = (1..=PANEL_ROWS).contains(&rows)
+        && blocks > 0
+        && jn > 0
+        && panel.steps == blocks.div_ceil(STEP_BLOCKS)
+        && w.len() >= jn.saturating_mul(blocks).saturating_mul(format.block_bytes())
+        && panel.x.len() >= panel.steps * rows * step_bytes
+        && panel.xv.len() >= panel.steps * rows * 4
+        && (!format.has_mins() || panel.sums.len() >= panel.steps * rows * 16)
+        && scratch.len() >= panel.scratch(jn)
+        && out.len() >= jn * rows
         && available();
     if !ok {
         return false;
     }
     #[cfg(target_arch = "x86_64")]
     {
-        use super::Weights::{Q4K, Q6K};
-        let p = w.as_ptr();
-        // SAFETY: AVX-512 F, BW and VNNI, and F16C, are present and every
-        // length the kernels read was checked above.
+        let (w, scratch, out) = (w.as_ptr(), scratch.as_mut_ptr(), out.as_mut_ptr());
+        // SAFETY: AVX-512 F, BW and VNNI, and F16C, are present, and every
+        // length the kernels read or write was checked above.
         unsafe {
-            match (format, xs.len()) {
-                (Q4K, 1) => x86::dots::<1>(p, blocks, xs, out),
-                (Q4K, 2) => x86::dots::<2>(p, blocks, xs, out),
-                (Q4K, 3) => x86::dots::<3>(p, blocks, xs, out),
-                (Q4K, _) => x86::dots::<4>(p, blocks, xs, out),
-                (Q6K, 1) => x86::dots_q6k::<1>(p, blocks, xs, out),
-                (Q6K, 2) => x86::dots_q6k::<2>(p, blocks, xs, out),
-                (Q6K, 3) => x86::dots_q6k::<3>(p, blocks, xs, out),
-                (Q6K, _) => x86::dots_q6k::<4>(p, blocks, xs, out),
+            match format {
+                Weights::Q4K => x86::q4k(w, jn, panel, scratch),
+                Weights::Q5K => x86::q5k(w, jn, panel, scratch),
+                Weights::Q6K => x86::q6k(w, jn, panel, scratch),
+                Weights::Q8_0 => x86::q8_0(w, jn, panel, scratch),
             }
+            x86::finish(jn, panel, scratch, out);
         }
         true
     }
@@ -85,171 +100,717 @@ fn run(format: super::Weights, w: &[u8], xs: &[&Q8Row], out: &mut [f32]) -> bool
     }
 }
 
-/// Scales (low word) and mins (high word) of a block's 12 packed bytes, 8
-/// bytes each, as ggml packs them (see `compute_core::quant::unpack_scales_k4`):
-/// bytes 0–3 hold scales 0–3 and bytes 4–7 mins 0–3 in their low 6 bits;
-/// bytes 8–11 the low 4 bits of scales and mins 4–7; the top 2 bits of bytes
-/// 0–7 their high bits.
-#[cfg(any(target_arch = "x86_64", test))]
-#[inline(always)]
-pub(super) fn unpack_scales(packed: [u8; 12]) -> (u64, u64) {
-    const LOW6: u32 = 0x3f3f_3f3f;
-    const LOW4: u32 = 0x0f0f_0f0f;
-    const LOW2: u32 = 0x0303_0303;
-    let word = |i: usize| u32::from_le_bytes([packed[i], packed[i + 1], packed[i + 2], packed[i + 3]]);
-    let (a, b, c) = (word(0), word(4), word(8));
-    let scales_hi = (c & LOW4) | (((a >> 6) & LOW2) << 4);
-    let mins_hi = ((c >> 4) & LOW4) | (((b >> 6) & LOW2) << 4);
-    let scales = u64::from(a & LOW6) | (u64::from(scales_hi) << 32);
-    let mins = u64::from(b & LOW6) | (u64::from(mins_hi) << 32);
-    (scales, mins)
+/// The scales and minimums of two `Q4_K`/`Q5_K` blocks as the kernels
+/// unpack them (`[scales a | scales b]`, `[mins a | mins b]`), for the tests;
+/// `None` where the CPU lacks the instructions.
+#[cfg(test)]
+pub(super) fn scales_pair(a: &[u8; 20], b: &[u8; 20]) -> Option<([u8; 16], [u8; 16])> {
+    if !available() {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let (mut sc, mut mn) = ([0u8; 16], [0u8; 16]);
+        // SAFETY: the CPU has the features; both blocks hold 20 readable
+        // bytes and both outputs 16 writable ones.
+        unsafe { x86::scales_pair_into(a.as_ptr(), b.as_ptr(), &mut sc, &mut mn) };
+        Some((sc, mn))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        None
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::super::{Q4K_BYTES, Q4K_VALUES, Q6K_BYTES, Q8Row};
-    use super::unpack_scales;
+    use super::super::{Panel, Q4K_BYTES, Q4K_VALUES, Q5K_BYTES, Q6K_BYTES, Q8_0_BYTES};
 
-    /// # Safety
-    /// The CPU supports AVX-512 F, BW and VNNI, and F16C; `w` is readable for
-    /// `blocks·Q4K_BYTES` bytes; each of the `R` rows of `xs` holds `blocks`
-    /// blocks; `out` holds `R` values.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c,fma")]
-    pub(super) unsafe fn dots<const R: usize>(w: *const u8, blocks: usize, xs: &[&Q8Row], out: &mut [f32]) {
-        let low = _mm512_set1_epi8(0x0f);
-        // For 128 values c: the low nibbles' lanes 0–7 take scale 4c, lanes
-        // 8–15 scale 4c+2; the high nibbles' take 4c+1 and 4c+3.
-        let pick: [__m512i; 4] = std::array::from_fn(|i| {
-            let (c, high) = ((i / 2) as i32, (i % 2) as i32);
-            let (a, b) = (4 * c + high, 4 * c + 2 + high);
-            _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
-        });
-        let mut acc = [_mm512_setzero_ps(); R];
-        let mut macc = [_mm256_setzero_ps(); R];
-        for b in 0..blocks {
-            // SAFETY: block `b < blocks` lies inside `w` (contract).
-            let block = unsafe { w.add(b * Q4K_BYTES) };
-            // SAFETY: the block's first 16 bytes are readable (contract).
-            let (head, packed) =
-                unsafe { (block.cast::<i32>().read_unaligned(), block.add(4).cast::<[u8; 12]>().read()) };
-            let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(head));
-            let (d, dmin) = (_mm_cvtss_f32(dm), _mm_cvtss_f32(_mm_movehdup_ps(dm)));
-            let (scales, mins) = unpack_scales(packed);
-            let sc = _mm512_cvtepu8_epi32(_mm_set1_epi64x(scales as i64));
-            let scale: [__m512i; 4] = std::array::from_fn(|i| _mm512_permutexvar_epi32(pick[i], sc));
-            let mut nibbles = [_mm512_setzero_si512(); 4];
-            for c in 0..2 {
-                // SAFETY: quant bytes 64c..64c+64 of the block (from byte 16) are readable.
-                let q = unsafe { _mm512_loadu_si512(block.add(16 + 64 * c).cast()) };
-                nibbles[2 * c] = _mm512_and_si512(q, low);
-                nibbles[2 * c + 1] = _mm512_and_si512(_mm512_srli_epi16::<4>(q), low);
-            }
-            let mins8 = _mm256_cvtepu8_epi32(_mm_set1_epi64x(mins as i64));
-            for r in 0..R {
-                let x = xs[r];
-                let mut isum = _mm512_setzero_si512();
-                for (i, (nib, sc)) in nibbles.iter().zip(&scale).enumerate() {
-                    // SAFETY: values 64i..64i+64 of block `b` of row `r` are readable (contract).
-                    let a = unsafe { _mm512_loadu_si512(x.q.as_ptr().add(b * Q4K_VALUES + 64 * i).cast()) };
-                    let prod = _mm512_dpbusd_epi32(_mm512_setzero_si512(), *nib, a);
-                    isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(prod, *sc));
-                }
-                let dx = x.d[b];
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * dx), acc[r]);
-                // SAFETY: the block's 8 sub-block sums of row `r` are readable (contract).
-                let xsum = unsafe { _mm256_loadu_si256(x.sums.as_ptr().add(b * 8).cast()) };
-                let mterm = _mm256_cvtepi32_ps(_mm256_mullo_epi32(mins8, xsum));
-                macc[r] = _mm256_fmadd_ps(mterm, _mm256_set1_ps(dmin * dx), macc[r]);
-            }
-        }
-        for r in 0..R {
-            out[r] = _mm512_reduce_add_ps(acc[r]) - hsum8(macc[r]);
+    /// Zeros standing in for the blocks past the end of a row in the last
+    /// step (as long as the largest step block, eight `Q8_0` blocks).
+    static ZERO: [u8; 8 * Q8_0_BYTES] = [0; 8 * Q8_0_BYTES];
+
+    /// Block `b` of the row at `row` (`size` bytes a block), or [`ZERO`] past
+    /// `blocks`. Only computes an address.
+    #[inline(always)]
+    fn block(row: *const u8, b: usize, blocks: usize, size: usize) -> *const u8 {
+        if b < blocks { row.wrapping_add(b * size) } else { ZERO.as_ptr() }
+    }
+
+    /// Asks for the `len` bytes at `p` to be brought into the cache: the
+    /// weight bytes of the next step of the same row, or of the next call's
+    /// first step, which may lie past the caller's slice (a prefetch never
+    /// faults and reads nothing into the program).
+    #[inline(always)]
+    fn prefetch(p: *const u8, len: usize) {
+        #[cfg(target_arch = "x86_64")]
+        for line in (0..len).step_by(64) {
+            // SAFETY: `prefetcht0` only hints the cache; any address is allowed.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(line).cast()) };
         }
     }
 
-    /// `Q6_K`: per 128 values (half `h` of a block), 64 bytes of low 4 bits
-    /// (low nibbles: values 0–31 and 32–63; high: 64–95 and 96–127) and 32
-    /// bytes of high 2-bit pairs make the unsigned 6-bit values `q + 32`,
-    /// regrouped by 128-bit lanes into the activations' order; each
-    /// `vpdpbusd` is corrected by one against the constant 32, and each 16
-    /// values' signed scale multiplies its four lanes.
+    /// Prefetches the weight bytes row `jj` needs `ahead` steps after step
+    /// `s` (`ahead = PREFETCH_WORK / rows`, at least 1: enough work in
+    /// between to hide a DRAM access), or, past the row's last step, those of
+    /// row `jj` of the next call (`jn` rows on).
+    #[inline(always)]
+    fn prefetch_next(
+        w: *const u8,
+        (jj, jn): (usize, usize),
+        (s, steps, rows): (usize, usize, usize),
+        row_bytes: usize,
+        step_bytes: usize,
+    ) {
+        let t = s + (PREFETCH_WORK / rows.max(1)).max(1);
+        let at =
+            if t < steps { jj * row_bytes + t * step_bytes } else { (jn + jj) * row_bytes + (t - steps) * step_bytes };
+        prefetch(w.wrapping_add(at), step_bytes);
+    }
+
+    /// Activation rows times steps between a prefetch and its use.
+    const PREFETCH_WORK: usize = 8;
+
+    /// A decoded `Q4_K` or `Q5_K` block: the four chunk vectors.
+    struct KBlock {
+        w: [__m512i; 4],
+    }
+
+    /// A decoded `Q6_K` block (signed values) or `Q8_0` group of eight
+    /// blocks: the chunk vectors and the chains' starts (`−128·Σq`).
+    struct SBlock {
+        w: [__m512i; 4],
+        start: [__m512i; 2],
+    }
+
+    /// The 8-byte scales and minimums of two `Q4_K`/`Q5_K` blocks (their
+    /// 12 packed bytes at `pa + 4` and `pb + 4` in ggml's packing, see
+    /// `compute_core::quant::unpack_scales_k4`: bytes 0–3 hold scales 0–3
+    /// and bytes 4–7 mins 0–3 in their low 6 bits, bytes 8–11 the low 4
+    /// bits of scales and mins 4–7, the top 2 bits of bytes 0–7 their high
+    /// bits): `[scales a | scales b]`, `[mins a | mins b]`.
     ///
     /// # Safety
-    /// As [`dots`], with `blocks·Q6K_BYTES` bytes readable at `w`.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c,fma")]
-    pub(super) unsafe fn dots_q6k<const R: usize>(w: *const u8, blocks: usize, xs: &[&Q8Row], out: &mut [f32]) {
-        let low = _mm512_set1_epi8(0x0f);
-        let two = _mm256_set1_epi8(0x03);
-        let bias = _mm512_set1_epi8(32);
-        // Vector 2h takes groups of 16 8h, 8h+1, 8h+4, 8h+5; vector 2h+1
-        // takes 8h+2, 8h+3, 8h+6, 8h+7 (four lanes each).
-        let pick: [__m512i; 4] = std::array::from_fn(|i| {
-            let (h, odd) = ((i / 2) as i32, (i % 2) as i32);
-            let g = |k: i32| 8 * h + 2 * odd + k;
-            let (a, b, c, d) = (g(0), g(1), g(4), g(5));
-            _mm512_setr_epi32(a, a, a, a, b, b, b, b, c, c, c, c, d, d, d, d)
-        });
-        let mut acc = [_mm512_setzero_ps(); R];
-        for b in 0..blocks {
-            // SAFETY: block `b < blocks` lies inside `w` (contract).
-            let block = unsafe { w.add(b * Q6K_BYTES) };
-            // SAFETY: bytes 192..210 of the block are readable (contract).
-            let (scales, dbits) =
-                unsafe { (_mm_loadu_si128(block.add(192).cast()), block.add(208).cast::<u16>().read_unaligned()) };
-            let d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(dbits))));
-            let sc = _mm512_cvtepi8_epi32(scales);
-            let scale: [__m512i; 4] = std::array::from_fn(|i| _mm512_permutexvar_epi32(pick[i], sc));
-            let mut vals = [_mm512_setzero_si512(); 4];
-            for h in 0..2 {
-                // SAFETY: ql bytes 64h..64h+64 and qh bytes 128+32h..128+32h+32 are readable.
-                let (ql, qh) = unsafe {
-                    (_mm512_loadu_si512(block.add(64 * h).cast()), _mm256_loadu_si256(block.add(128 + 32 * h).cast()))
-                };
-                let bits = |shift: i32| -> __m256i {
-                    match shift {
-                        0 => _mm256_and_si256(qh, two),
-                        2 => _mm256_and_si256(_mm256_srli_epi16::<2>(qh), two),
-                        4 => _mm256_and_si256(_mm256_srli_epi16::<4>(qh), two),
-                        _ => _mm256_and_si256(_mm256_srli_epi16::<6>(qh), two),
-                    }
-                };
-                let high01 = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bits(0)), bits(2));
-                let high23 = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bits(4)), bits(6));
-                // Values 0–31 | 32–63, and 64–95 | 96–127, as unsigned q + 32.
-                let v01 = _mm512_or_si512(_mm512_and_si512(ql, low), _mm512_slli_epi16::<4>(high01));
-                let v23 =
-                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(ql), low), _mm512_slli_epi16::<4>(high23));
-                // The activations' order: values 0–31 | 64–95, then 32–63 | 96–127.
-                vals[2 * h] = _mm512_shuffle_i64x2::<0x44>(v01, v23);
-                vals[2 * h + 1] = _mm512_shuffle_i64x2::<0xee>(v01, v23);
-            }
-            for r in 0..R {
-                let x = xs[r];
-                let mut isum = _mm512_setzero_si512();
-                for (i, (v, sc)) in vals.iter().zip(&scale).enumerate() {
-                    // SAFETY: values 64i..64i+64 of block `b` of row `r` are readable (contract).
-                    let a = unsafe { _mm512_loadu_si512(x.q.as_ptr().add(b * Q4K_VALUES + 64 * i).cast()) };
-                    let prod = _mm512_dpbusd_epi32(_mm512_setzero_si512(), *v, a);
-                    let offset = _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, a);
-                    isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_sub_epi32(prod, offset), *sc));
-                }
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * x.d[b]), acc[r]);
-            }
-        }
-        for r in 0..R {
-            out[r] = _mm512_reduce_add_ps(acc[r]);
+    /// `pa` and `pb` are readable for 20 bytes.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    unsafe fn scales_pair(pa: *const u8, pb: *const u8) -> (__m128i, __m128i) {
+        // SAFETY: bytes 4..20 of each block (contract).
+        let (la, lb) = unsafe { (_mm_loadu_si128(pa.add(4).cast()), _mm_loadu_si128(pb.add(4).cast())) };
+        // Words a, b, c of each block: x = [a₀ b₀ a₁ b₁], c = [c₀ c₀ c₁ c₁].
+        let x = _mm_unpacklo_epi64(la, lb);
+        let c = _mm_castps_si128(_mm_shuffle_ps::<0b10_10_10_10>(_mm_castsi128_ps(la), _mm_castsi128_ps(lb)));
+        let lo = _mm_and_si128(x, _mm_set1_epi32(0x3f3f_3f3f));
+        let top = _mm_slli_epi32::<4>(_mm_and_si128(_mm_srli_epi32::<6>(x), _mm_set1_epi32(0x0303_0303)));
+        let hi = _mm_or_si128(
+            _mm_and_si128(_mm_srlv_epi32(c, _mm_setr_epi32(0, 4, 0, 4)), _mm_set1_epi32(0x0f0f_0f0f)),
+            top,
+        );
+        // [sc lo₀, sc hi₀, mn lo₀, mn hi₀], then the same of block b.
+        let (u0, u1) = (_mm_unpacklo_epi32(lo, hi), _mm_unpackhi_epi32(lo, hi));
+        (_mm_unpacklo_epi64(u0, u1), _mm_unpackhi_epi64(u0, u1))
+    }
+
+    /// [`scales_pair`] stored into `sc` and `mn`, for the tests.
+    ///
+    /// # Safety
+    /// As [`scales_pair`].
+    #[cfg(test)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    pub(super) unsafe fn scales_pair_into(pa: *const u8, pb: *const u8, sc: &mut [u8; 16], mn: &mut [u8; 16]) {
+        // SAFETY: forwarded contract; 16 writable bytes each.
+        unsafe {
+            let (a, b) = scales_pair(pa, pb);
+            _mm_storeu_si128(sc.as_mut_ptr().cast(), a);
+            _mm_storeu_si128(mn.as_mut_ptr().cast(), b);
         }
     }
 
-    /// The sum of 8 `f32` lanes.
+    /// `d` and `dmin` of the blocks at `p[0..4]`: `[d of p[0..4]]`,
+    /// `[dmin of p[0..4]]`, each repeated over the four 128-bit lanes.
+    ///
+    /// # Safety
+    /// Each `p[i]` is readable for 4 bytes.
     #[inline]
-    #[target_feature(enable = "avx2")]
-    fn hsum8(v: __m256) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        _mm_cvtss_f32(s)
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    unsafe fn scales_d(p: [*const u8; 4]) -> (__m512, __m512) {
+        // SAFETY: 4 bytes at each (contract).
+        let h = unsafe { p.map(|p| p.cast::<i32>().read_unaligned()) };
+        let v = _mm256_cvtph_ps(_mm_setr_epi32(h[0], h[1], h[2], h[3]));
+        let v = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+        (_mm512_broadcast_f32x4(_mm256_castps256_ps128(v)), _mm512_broadcast_f32x4(_mm256_extractf128_ps::<1>(v)))
+    }
+
+    /// 16-bit scale words for one `vpmaddwd` over `vpackssdw(a, b)` of two
+    /// blocks' 16-lane sums (lanes `2s`, `2s+1`: sub-block `s`), from
+    /// `[scales a | scales b]`: per 128-bit lane `k`, `sa[2k]` twice,
+    /// `sa[2k+1]` twice, then the same of `sb`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    fn pair_scales(sc: __m128i) -> __m512i {
+        let idx = _mm512_set_epi16(
+            15, 15, 14, 14, 7, 7, 6, 6, 13, 13, 12, 12, 5, 5, 4, 4, 11, 11, 10, 10, 3, 3, 2, 2, 9, 9, 8, 8, 1, 1, 0, 0,
+        );
+        _mm512_permutexvar_epi16(idx, _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sc)))
+    }
+
+    /// `Q4_K`/`Q5_K` minimums of a pair of rows as 16-bit words for one
+    /// `vpmaddwd` against the panel's sums: word pair `4k + 2i + e` holds
+    /// minimums `2k`, `2k+1` of block `i` of row `e` (`mj`: row `j`'s
+    /// `[mins block 0 | block 1]`, `mk` row `k`'s); with `only = Some(i)`
+    /// the other block's words are 0.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    fn min_words(mj: __m128i, mk: __m128i, only: Option<usize>) -> __m512i {
+        // Source word `16e + 8i + s`: minimum `s` of block `i` of row `e`.
+        let idx = _mm512_set_epi16(
+            31, 30, 15, 14, 23, 22, 7, 6, 29, 28, 13, 12, 21, 20, 5, 4, 27, 26, 11, 10, 19, 18, 3, 2, 25, 24, 9, 8, 17,
+            16, 1, 0,
+        );
+        let words = _mm512_cvtepu8_epi16(_mm256_set_m128i(mk, mj));
+        let keep: u32 = match only {
+            None => !0,
+            Some(0) => 0x0f0f_0f0f,
+            Some(_) => 0xf0f0_f0f0,
+        };
+        _mm512_maskz_permutexvar_epi16(keep, idx, words)
+    }
+
+    /// `Q6_K`'s 16 signed scales as words for `vpackssdw(A01, A23)`: per
+    /// 128-bit lane `k`, groups `4k, 4k+2, 4k+1, 4k+3`, each twice.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    fn q6k_scales(scales: __m128i) -> __m512i {
+        let idx = _mm512_set_epi16(
+            15, 15, 13, 13, 14, 14, 12, 12, 11, 11, 9, 9, 10, 10, 8, 8, 7, 7, 5, 5, 6, 6, 4, 4, 3, 3, 1, 1, 2, 2, 0, 0,
+        );
+        _mm512_permutexvar_epi16(idx, _mm512_castsi256_si512(_mm256_cvtepi8_epi16(scales)))
+    }
+
+    /// Folds two vectors of `vpmaddwd` results into one: lane `2i` is
+    /// `a[2i] + a[2i+1]`, lane `2i+1` is `b[2i] + b[2i+1]`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    fn fold(a: __m512i, b: __m512i) -> __m512i {
+        let a = _mm512_add_epi32(a, _mm512_srli_epi64::<32>(a));
+        let b = _mm512_add_epi32(b, _mm512_slli_epi64::<32>(b));
+        _mm512_mask_blend_epi32(0xaaaa, a, b)
+    }
+
+    /// The 128 bytes of 4-bit quants of a `Q4_K`/`Q5_K` block (32 bytes per
+    /// two sub-blocks, low nibbles the first) as four chunk vectors: chunk
+    /// `c` holds values `8c..8c+8` of sub-block `s` at bytes `8s..8s+8`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    fn nibbles(q0: __m512i, q1: __m512i) -> [__m512i; 4] {
+        let low = _mm512_set1_epi8(0x0f);
+        let (l0, h0) = (_mm512_and_si512(q0, low), _mm512_and_si512(_mm512_srli_epi16::<4>(q0), low));
+        let (l1, h1) = (_mm512_and_si512(q1, low), _mm512_and_si512(_mm512_srli_epi16::<4>(q1), low));
+        // l0: sub-blocks 0 | 2, h0: 1 | 3, l1: 4 | 6, h1: 5 | 7 (8 bytes per chunk each).
+        let (a, b) = (_mm512_unpacklo_epi64(l0, h0), _mm512_unpacklo_epi64(l1, h1));
+        let (c, d) = (_mm512_unpackhi_epi64(l0, h0), _mm512_unpackhi_epi64(l1, h1));
+        [
+            _mm512_shuffle_i64x2::<0x88>(a, b),
+            _mm512_shuffle_i64x2::<0x88>(c, d),
+            _mm512_shuffle_i64x2::<0xdd>(a, b),
+            _mm512_shuffle_i64x2::<0xdd>(c, d),
+        ]
+    }
+
+    /// Four vectors of two sub-blocks each (`[s0 | s1]`, `[s2 | s3]`,
+    /// `[s4 | s5]`, `[s6 | s7]`, 32 bytes per sub-block in value order)
+    /// regrouped into the four chunk vectors (as [`nibbles`]).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    fn regroup(v: [__m512i; 4]) -> [__m512i; 4] {
+        let lo = _mm512_setr_epi64(0, 4, 8, 12, 1, 5, 9, 13);
+        let hi = _mm512_setr_epi64(2, 6, 10, 14, 3, 7, 11, 15);
+        let (t01, u01) = (_mm512_permutex2var_epi64(v[0], lo, v[1]), _mm512_permutex2var_epi64(v[2], lo, v[3]));
+        let (t23, u23) = (_mm512_permutex2var_epi64(v[0], hi, v[1]), _mm512_permutex2var_epi64(v[2], hi, v[3]));
+        [
+            _mm512_shuffle_i64x2::<0x44>(t01, u01),
+            _mm512_shuffle_i64x2::<0xee>(t01, u01),
+            _mm512_shuffle_i64x2::<0x44>(t23, u23),
+            _mm512_shuffle_i64x2::<0xee>(t23, u23),
+        ]
+    }
+
+    /// `−128·Σq` over the lanes of the chunks `w` (signed values): the start
+    /// of a chain that takes the activations as `x + 128`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    fn offset(w: &[__m512i]) -> __m512i {
+        let k128 = _mm512_set1_epi8(-128);
+        let sum = w.iter().fold(_mm512_setzero_si512(), |s, &v| _mm512_dpbusd_epi32(s, k128, v));
+        _mm512_sub_epi32(_mm512_setzero_si512(), sum)
+    }
+
+    /// Decodes the `Q4_K` (`fifth` false) or `Q5_K` block at `blk`.
+    ///
+    /// # Safety
+    /// `blk` is readable for one block of its format.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    unsafe fn k_block(blk: *const u8, fifth: bool) -> KBlock {
+        // SAFETY: the block's bytes are readable (contract); its quants
+        // sit at 16 (`Q4_K`) or 48 (`Q5_K`, after 32 bytes of fifth bits).
+        unsafe {
+            let qs = blk.add(if fifth { 48 } else { 16 });
+            let mut w = nibbles(_mm512_loadu_si512(qs.cast()), _mm512_loadu_si512(qs.add(64).cast()));
+            if fifth {
+                // The fifth bit of sub-block `s` is bit `s` of each byte
+                // `l` (value `l` of the sub-block): qword lane `s` keeps
+                // bit `s` and moves it to bit 4.
+                let bits = _mm512_setr_epi64(
+                    0x0101_0101_0101_0101,
+                    0x0202_0202_0202_0202,
+                    0x0404_0404_0404_0404,
+                    0x0808_0808_0808_0808,
+                    0x1010_1010_1010_1010,
+                    0x2020_2020_2020_2020,
+                    0x4040_4040_4040_4040,
+                    0x8080_8080_8080_8080u64 as i64,
+                );
+                let shift = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
+                for (c, v) in w.iter_mut().enumerate() {
+                    let qh = _mm512_set1_epi64(blk.add(16 + 8 * c).cast::<i64>().read_unaligned());
+                    let bit = _mm512_srlv_epi64(_mm512_and_si512(qh, bits), shift);
+                    *v = _mm512_or_si512(*v, _mm512_slli_epi64::<4>(bit));
+                }
+            }
+            KBlock { w }
+        }
+    }
+
+    /// Decodes the `Q6_K` block at `blk` into signed chunk vectors.
+    ///
+    /// # Safety
+    /// `blk` is readable for 210 bytes.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    unsafe fn q6k_block(blk: *const u8) -> SBlock {
+        let (low, three, bias) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(3), _mm512_set1_epi8(32));
+        let (shift_lo, shift_hi) =
+            (_mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2), _mm512_setr_epi64(4, 4, 4, 4, 6, 6, 6, 6));
+        let mut v = [_mm512_setzero_si512(); 4];
+        for h in 0..2 {
+            // SAFETY: 64 bytes of low bits at 64h and 32 of high bits at
+            // 128 + 32h lie in the block (contract).
+            let (ql, qh) = unsafe {
+                (
+                    _mm512_loadu_si512(blk.add(64 * h).cast()),
+                    _mm512_broadcast_i64x4(_mm256_loadu_si256(blk.add(128 + 32 * h).cast())),
+                )
+            };
+            let (lo, hi) = (_mm512_and_si512(ql, low), _mm512_and_si512(_mm512_srli_epi16::<4>(ql), low));
+            let top_lo = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srlv_epi64(qh, shift_lo), three));
+            let top_hi = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srlv_epi64(qh, shift_hi), three));
+            // Sub-blocks 4h | 4h+1 and 4h+2 | 4h+3, as signed q.
+            v[2 * h] = _mm512_sub_epi8(_mm512_or_si512(lo, top_lo), bias);
+            v[2 * h + 1] = _mm512_sub_epi8(_mm512_or_si512(hi, top_hi), bias);
+        }
+        let w = regroup(v);
+        SBlock { w, start: [offset(&w[..2]), offset(&w[2..])] }
+    }
+
+    /// Decodes the eight `Q8_0` blocks at `blk` into chunk vectors.
+    ///
+    /// # Safety
+    /// `blk` is readable for 272 bytes.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    unsafe fn q8_0_block(blk: *const u8) -> SBlock {
+        let mut v = [_mm512_setzero_si512(); 4];
+        for (i, v) in v.iter_mut().enumerate() {
+            // SAFETY: block `p`'s 32 quants sit at 34p + 2 (contract).
+            let (a, b) = unsafe {
+                (
+                    _mm256_loadu_si256(blk.add(Q8_0_BYTES * 2 * i + 2).cast()),
+                    _mm256_loadu_si256(blk.add(Q8_0_BYTES * (2 * i + 1) + 2).cast()),
+                )
+            };
+            *v = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b);
+        }
+        let w = regroup(v);
+        let whole = offset(&w);
+        SBlock { w, start: [whole, whole] }
+    }
+
+    /// Adds `f·dx` to the 16 lanes at `acc`.
+    ///
+    /// # Safety
+    /// `acc` is writable for 16 values.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    unsafe fn accumulate(acc: *mut f32, f: __m512, dx: __m512) {
+        // SAFETY: 16 values at `acc` (contract).
+        unsafe { _mm512_storeu_ps(acc, _mm512_add_ps(_mm512_loadu_ps(acc), _mm512_mul_ps(f, dx))) }
+    }
+
+    /// `f32(c)·dv − f32(m)·dmin`, lane by lane.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    fn minus_mins(c: __m512i, dv: __m512, m: __m512i, dmin: __m512) -> __m512 {
+        _mm512_sub_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(c), dv), _mm512_mul_ps(_mm512_cvtepi32_ps(m), dmin))
+    }
+
+    /// The first row of a pair at `w`, the second `row_bytes` on or
+    /// [`ZERO`] blocks where `jn` is odd (`blocks` 0).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    fn second(w: *const u8, p: usize, jn: usize, blocks: usize, row_bytes: usize) -> (*const u8, *const u8, usize) {
+        let first = w.wrapping_add(2 * p * row_bytes);
+        if 2 * p + 1 < jn { (first, first.wrapping_add(row_bytes), blocks) } else { (first, ZERO.as_ptr(), 0) }
+    }
+
+    /// `Q4_K`: steps of two blocks of a pair of weight rows, each decoded
+    /// once and multiplied by every row of the panel; every activation
+    /// chunk loaded serves both weight rows.
+    ///
+    /// # Safety
+    /// The CPU has the features above; `w` holds `jn` rows of
+    /// `panel.blocks` blocks; the panel's tables are complete; `scratch`
+    /// is writable for `panel.scratch(jn)` values.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    pub(super) unsafe fn q4k(w: *const u8, jn: usize, panel: &Panel<'_>, scratch: *mut f32) {
+        let (rows, blocks) = (panel.rows.len(), panel.blocks);
+        let (rb, pairs) = (blocks * Q4K_BYTES, jn.div_ceil(2));
+        // SAFETY: forwarded contract.
+        unsafe { clear(scratch, panel.scratch(jn)) };
+        for s in 0..panel.steps {
+            let xs = panel.x.as_ptr().wrapping_add(s * rows * 2 * Q4K_VALUES).cast::<i8>();
+            for p in 0..pairs {
+                let (rj, rk, kb) = second(w, p, jn, blocks, rb);
+                prefetch_next(w, (2 * p, jn), (s, panel.steps, rows), rb, 2 * Q4K_BYTES);
+                prefetch_next(w, (2 * p + 1, jn), (s, panel.steps, rows), rb, 2 * Q4K_BYTES);
+                let pj = [block(rj, 2 * s, blocks, Q4K_BYTES), block(rj, 2 * s + 1, blocks, Q4K_BYTES)];
+                let pk = [block(rk, 2 * s, kb, Q4K_BYTES), block(rk, 2 * s + 1, kb, Q4K_BYTES)];
+                // SAFETY: the step's blocks lie in the rows or are ZERO.
+                let (j0, j1, k0, k1, (scj, mnj), (sck, mnk), (dv, dmin)) = unsafe {
+                    (
+                        k_block(pj[0], false),
+                        k_block(pj[1], false),
+                        k_block(pk[0], false),
+                        k_block(pk[1], false),
+                        scales_pair(pj[0], pj[1]),
+                        scales_pair(pk[0], pk[1]),
+                        scales_d([pj[0], pk[0], pj[1], pk[1]]),
+                    )
+                };
+                let (scj, sck, mw) = (pair_scales(scj), pair_scales(sck), min_words(mnj, mnk, None));
+                let acc = scratch.wrapping_add(16 * p * rows);
+                for r in 0..rows {
+                    // SAFETY: the panel holds the step's 512 values of row
+                    // `r` and its entries of `xv` and `sums`; `acc` holds row `r`.
+                    unsafe {
+                        let x = xs.add(r * 2 * Q4K_VALUES);
+                        let (mut cj0, mut cj1, mut ck0, mut ck1) = (
+                            _mm512_setzero_si512(),
+                            _mm512_setzero_si512(),
+                            _mm512_setzero_si512(),
+                            _mm512_setzero_si512(),
+                        );
+                        for c in 0..4 {
+                            let (x0, x1) = (
+                                _mm512_loadu_si512(x.add(64 * c).cast()),
+                                _mm512_loadu_si512(x.add(Q4K_VALUES + 64 * c).cast()),
+                            );
+                            cj0 = _mm512_dpbusd_epi32(cj0, j0.w[c], x0);
+                            ck0 = _mm512_dpbusd_epi32(ck0, k0.w[c], x0);
+                            cj1 = _mm512_dpbusd_epi32(cj1, j1.w[c], x1);
+                            ck1 = _mm512_dpbusd_epi32(ck1, k1.w[c], x1);
+                        }
+                        let uj = _mm512_madd_epi16(_mm512_packs_epi32(cj0, cj1), scj);
+                        let uk = _mm512_madd_epi16(_mm512_packs_epi32(ck0, ck1), sck);
+                        let at = s * rows + r;
+                        let m = _mm512_madd_epi16(_mm512_loadu_si512(panel.sums.as_ptr().add(16 * at).cast()), mw);
+                        let dx = _mm512_broadcast_f32x4(_mm_loadu_ps(panel.xv.as_ptr().add(4 * at)));
+                        accumulate(acc.add(16 * r), minus_mins(fold(uj, uk), dv, m, dmin), dx);
+                    }
+                }
+            }
+        }
+    }
+
+    /// `Q5_K`: steps of two blocks of a pair of weight rows, block by block.
+    ///
+    /// # Safety
+    /// As [`q4k`].
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    pub(super) unsafe fn q5k(w: *const u8, jn: usize, panel: &Panel<'_>, scratch: *mut f32) {
+        let (rows, blocks) = (panel.rows.len(), panel.blocks);
+        let (rb, pairs) = (blocks * Q5K_BYTES, jn.div_ceil(2));
+        // SAFETY: forwarded contract.
+        unsafe { clear(scratch, panel.scratch(jn)) };
+        for s in 0..panel.steps {
+            let xs = panel.x.as_ptr().wrapping_add(s * rows * 2 * Q4K_VALUES).cast::<i8>();
+            for p in 0..pairs {
+                let (rj, rk, kb) = second(w, p, jn, blocks, rb);
+                prefetch_next(w, (2 * p, jn), (s, panel.steps, rows), rb, 2 * Q5K_BYTES);
+                prefetch_next(w, (2 * p + 1, jn), (s, panel.steps, rows), rb, 2 * Q5K_BYTES);
+                let pj = [block(rj, 2 * s, blocks, Q5K_BYTES), block(rj, 2 * s + 1, blocks, Q5K_BYTES)];
+                let pk = [block(rk, 2 * s, kb, Q5K_BYTES), block(rk, 2 * s + 1, kb, Q5K_BYTES)];
+                // SAFETY: the step's blocks lie in the rows or are ZERO.
+                let ((scj, mnj), (sck, mnk), (d, dmin)) = unsafe {
+                    (scales_pair(pj[0], pj[1]), scales_pair(pk[0], pk[1]), scales_d([pj[0], pk[0], pj[1], pk[1]]))
+                };
+                // Per block `i`: its scales for both rows; `d` and `dmin`
+                // of rows j, k in positions 0, 1 and again in 2, 3.
+                let scv = [
+                    (pair_scales(_mm_unpacklo_epi64(scj, scj)), pair_scales(_mm_unpacklo_epi64(sck, sck))),
+                    (pair_scales(_mm_unpackhi_epi64(scj, scj)), pair_scales(_mm_unpackhi_epi64(sck, sck))),
+                ];
+                let dv = [_mm512_permute_ps::<0b01_00_01_00>(d), _mm512_permute_ps::<0b11_10_11_10>(d)];
+                let dm = [_mm512_permute_ps::<0b01_00_01_00>(dmin), _mm512_permute_ps::<0b11_10_11_10>(dmin)];
+                let acc = scratch.wrapping_add(16 * p * rows);
+                for i in 0..2 {
+                    // SAFETY: block `2s + i` lies in each row or is ZERO.
+                    let (bj, bk) = unsafe { (k_block(pj[i], true), k_block(pk[i], true)) };
+                    let mw = min_words(mnj, mnk, Some(i));
+                    for r in 0..rows {
+                        // SAFETY: as in `q4k`.
+                        unsafe {
+                            let x = xs.add(r * 2 * Q4K_VALUES + i * Q4K_VALUES);
+                            let (x0, x1, x2, x3) = (
+                                _mm512_loadu_si512(x.cast()),
+                                _mm512_loadu_si512(x.add(64).cast()),
+                                _mm512_loadu_si512(x.add(128).cast()),
+                                _mm512_loadu_si512(x.add(192).cast()),
+                            );
+                            let zero = _mm512_setzero_si512();
+                            let a01j = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, bj.w[0], x0), bj.w[1], x1);
+                            let a23j = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, bj.w[2], x2), bj.w[3], x3);
+                            let a01k = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, bk.w[0], x0), bk.w[1], x1);
+                            let a23k = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, bk.w[2], x2), bk.w[3], x3);
+                            let uj = _mm512_madd_epi16(_mm512_packs_epi32(a01j, a23j), scv[i].0);
+                            let uk = _mm512_madd_epi16(_mm512_packs_epi32(a01k, a23k), scv[i].1);
+                            let at = s * rows + r;
+                            let m = _mm512_madd_epi16(_mm512_loadu_si512(panel.sums.as_ptr().add(16 * at).cast()), mw);
+                            let dx = _mm512_set1_ps(*panel.xv.as_ptr().add(4 * at + 2 * i));
+                            accumulate(acc.add(16 * r), minus_mins(fold(uj, uk), dv[i], m, dm[i]), dx);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// `Q6_K`: steps of two blocks of a pair of weight rows, block by block,
+    /// activations as `x + 128`.
+    ///
+    /// # Safety
+    /// As [`q4k`].
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    pub(super) unsafe fn q6k(w: *const u8, jn: usize, panel: &Panel<'_>, scratch: *mut f32) {
+        let (rows, blocks) = (panel.rows.len(), panel.blocks);
+        let (rb, pairs) = (blocks * Q6K_BYTES, jn.div_ceil(2));
+        // SAFETY: forwarded contract.
+        unsafe { clear(scratch, panel.scratch(jn)) };
+        for s in 0..panel.steps {
+            let xs = panel.x.as_ptr().wrapping_add(s * rows * 2 * Q4K_VALUES);
+            for p in 0..pairs {
+                let (rj, rk, kb) = second(w, p, jn, blocks, rb);
+                prefetch_next(w, (2 * p, jn), (s, panel.steps, rows), rb, 2 * Q6K_BYTES);
+                prefetch_next(w, (2 * p + 1, jn), (s, panel.steps, rows), rb, 2 * Q6K_BYTES);
+                let acc = scratch.wrapping_add(16 * p * rows);
+                for i in 0..2 {
+                    let (pj, pk) = (block(rj, 2 * s + i, blocks, Q6K_BYTES), block(rk, 2 * s + i, kb, Q6K_BYTES));
+                    // SAFETY: the blocks lie in the rows or are ZERO, with
+                    // 16 scales at 192 and `d` at 208.
+                    let (bj, bk, scj, sck, dv) = unsafe {
+                        let d = _mm_cvtph_ps(_mm_setr_epi16(
+                            pj.add(208).cast::<i16>().read_unaligned(),
+                            pk.add(208).cast::<i16>().read_unaligned(),
+                            0,
+                            0,
+                            0,
+                            0,
+                            0,
+                            0,
+                        ));
+                        (
+                            q6k_block(pj),
+                            q6k_block(pk),
+                            q6k_scales(_mm_loadu_si128(pj.add(192).cast())),
+                            q6k_scales(_mm_loadu_si128(pk.add(192).cast())),
+                            _mm512_broadcast_f32x4(_mm_movelh_ps(d, d)),
+                        )
+                    };
+                    for r in 0..rows {
+                        // SAFETY: as in `q4k`, the row's `x + 128` values.
+                        unsafe {
+                            let x = xs.add(r * 2 * Q4K_VALUES + i * Q4K_VALUES);
+                            let xc = |c: usize| _mm512_loadu_si512(x.add(64 * c).cast());
+                            let (x0, x1, x2, x3) = (xc(0), xc(1), xc(2), xc(3));
+                            let a01j = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(bj.start[0], x0, bj.w[0]), x1, bj.w[1]);
+                            let a23j = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(bj.start[1], x2, bj.w[2]), x3, bj.w[3]);
+                            let a01k = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(bk.start[0], x0, bk.w[0]), x1, bk.w[1]);
+                            let a23k = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(bk.start[1], x2, bk.w[2]), x3, bk.w[3]);
+                            let uj = _mm512_madd_epi16(_mm512_packs_epi32(a01j, a23j), scj);
+                            let uk = _mm512_madd_epi16(_mm512_packs_epi32(a01k, a23k), sck);
+                            let f = _mm512_mul_ps(_mm512_cvtepi32_ps(fold(uj, uk)), dv);
+                            accumulate(
+                                acc.add(16 * r),
+                                f,
+                                _mm512_set1_ps(*panel.xv.as_ptr().add((s * rows + r) * 4 + 2 * i)),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// `Q8_0`: steps of two groups of eight blocks of a pair of weight
+    /// rows, group by group, activations as `x + 128`.
+    ///
+    /// # Safety
+    /// As [`q4k`].
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    pub(super) unsafe fn q8_0(w: *const u8, jn: usize, panel: &Panel<'_>, scratch: *mut f32) {
+        let (rows, blocks) = (panel.rows.len(), panel.blocks);
+        let size = 8 * Q8_0_BYTES;
+        let (rb, pairs) = (blocks * size, jn.div_ceil(2));
+        // SAFETY: forwarded contract.
+        unsafe { clear(scratch, panel.scratch(jn)) };
+        for s in 0..panel.steps {
+            let xs = panel.x.as_ptr().wrapping_add(s * rows * 2 * Q4K_VALUES);
+            for p in 0..pairs {
+                let (rj, rk, kb) = second(w, p, jn, blocks, rb);
+                prefetch_next(w, (2 * p, jn), (s, panel.steps, rows), rb, 2 * size);
+                prefetch_next(w, (2 * p + 1, jn), (s, panel.steps, rows), rb, 2 * size);
+                let acc = scratch.wrapping_add(16 * p * rows);
+                for i in 0..2 {
+                    let (pj, pk) = (block(rj, 2 * s + i, blocks, size), block(rk, 2 * s + i, kb, size));
+                    // The scales, lane `2p + e`: block `p` of row `j` (`e` = 0) or `k`.
+                    let mut dh = [0u16; 16];
+                    for (l, h) in dh.iter_mut().enumerate() {
+                        let at = if l % 2 == 0 { pj } else { pk }.wrapping_add(Q8_0_BYTES * (l / 2));
+                        // SAFETY: each block's `d` at 34p of a group in the row or ZERO.
+                        *h = unsafe { at.cast::<u16>().read_unaligned() };
+                    }
+                    // SAFETY: the groups lie in the rows or are ZERO; `dh` is 32 bytes.
+                    let (bj, bk, dv) = unsafe {
+                        (q8_0_block(pj), q8_0_block(pk), _mm512_cvtph_ps(_mm256_loadu_si256(dh.as_ptr().cast())))
+                    };
+                    for r in 0..rows {
+                        // SAFETY: as in `q6k`.
+                        unsafe {
+                            let x = xs.add(r * 2 * Q4K_VALUES + i * Q4K_VALUES);
+                            let (mut aj, mut ak) = (bj.start[0], bk.start[0]);
+                            for c in 0..4 {
+                                let xc = _mm512_loadu_si512(x.add(64 * c).cast());
+                                aj = _mm512_dpbusd_epi32(aj, xc, bj.w[c]);
+                                ak = _mm512_dpbusd_epi32(ak, xc, bk.w[c]);
+                            }
+                            let f = _mm512_mul_ps(_mm512_cvtepi32_ps(fold(aj, ak)), dv);
+                            accumulate(
+                                acc.add(16 * r),
+                                f,
+                                _mm512_set1_ps(*panel.xv.as_ptr().add((s * rows + r) * 4 + 2 * i)),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Zeroes `len` values at `p`.
+    ///
+    /// # Safety
+    /// `p` is writable for `len` values.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    unsafe fn clear(p: *mut f32, len: usize) {
+        for i in (0..len).step_by(16) {
+            let k = if len - i >= 16 { 0xffff } else { (1u16 << (len - i)) - 1 };
+            // SAFETY: the lanes of `k` lie inside `len` (contract).
+            unsafe { _mm512_mask_storeu_ps(p.add(i), k, _mm512_setzero_ps()) };
+        }
+    }
+
+    /// The even and the odd lanes of `v` summed as `tree16` does (lanes
+    /// `i` and `i + 8`, then `i + 4`, then `i + 2`): lanes 0 and 1.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    fn reduce(v: __m512) -> __m128 {
+        let s = _mm512_add_ps(v, _mm512_shuffle_f32x4::<0xee>(v, v));
+        let s = _mm512_add_ps(s, _mm512_shuffle_f32x4::<0x55>(s, s));
+        let s = _mm512_add_ps(s, _mm512_shuffle_ps::<0xee>(s, s));
+        _mm512_castps512_ps128(s)
+    }
+
+    /// [`reduce`] for up to 16 rows at once (`v[r]`: row `r`): lane `r` of
+    /// the first result is row `r`'s even lanes (weight row `j`), of the
+    /// second its odd lanes (`k`).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    fn reduce16(v: &[__m512; 16]) -> (__m512, __m512) {
+        let mut t1 = [_mm512_setzero_ps(); 8];
+        for (i, t) in t1.iter_mut().enumerate() {
+            let (a, b) = (v[2 * i], v[2 * i + 1]);
+            *t = _mm512_add_ps(_mm512_shuffle_f32x4::<0x44>(a, b), _mm512_shuffle_f32x4::<0xee>(a, b));
+        }
+        let mut t2 = [_mm512_setzero_ps(); 4];
+        for (i, t) in t2.iter_mut().enumerate() {
+            let (a, b) = (t1[2 * i], t1[2 * i + 1]);
+            *t = _mm512_add_ps(_mm512_shuffle_f32x4::<0x88>(a, b), _mm512_shuffle_f32x4::<0xdd>(a, b));
+        }
+        let mut t3 = [_mm512_setzero_ps(); 2];
+        for (i, t) in t3.iter_mut().enumerate() {
+            let (a, b) = (t2[2 * i], t2[2 * i + 1]);
+            *t = _mm512_add_ps(_mm512_shuffle_ps::<0x44>(a, b), _mm512_shuffle_ps::<0xee>(a, b));
+        }
+        // t3[h] lane `4k + 2u + e`: row `8h + 4u + k`, weight row `e`.
+        let j = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 16, 20, 24, 28, 18, 22, 26, 30);
+        let k = _mm512_setr_epi32(1, 5, 9, 13, 3, 7, 11, 15, 17, 21, 25, 29, 19, 23, 27, 31);
+        (_mm512_permutex2var_ps(t3[0], j, t3[1]), _mm512_permutex2var_ps(t3[0], k, t3[1]))
+    }
+
+    /// The outputs from the accumulators in `scratch` (as the kernels
+    /// left them): each pair's even and odd lanes reduced, into
+    /// `out[jj·rows + r]`.
+    ///
+    /// # Safety
+    /// `scratch` is readable for `panel.scratch(jn)` values, `out`
+    /// writable for `jn·rows`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    pub(super) unsafe fn finish(jn: usize, panel: &Panel<'_>, scratch: *const f32, out: *mut f32) {
+        let rows = panel.rows.len();
+        for p in 0..jn.div_ceil(2) {
+            let acc = scratch.wrapping_add(16 * p * rows);
+            let both = 2 * p + 1 < jn;
+            let (oj, ok) = (out.wrapping_add(2 * p * rows), out.wrapping_add((2 * p + 1) * rows));
+            if rows <= 4 {
+                for r in 0..rows {
+                    // SAFETY: row `r`'s 16 lanes, outputs `r` of the pair (contract).
+                    unsafe {
+                        let y = reduce(_mm512_loadu_ps(acc.add(16 * r)));
+                        oj.add(r).write(_mm_cvtss_f32(y));
+                        if both {
+                            ok.add(r).write(_mm_cvtss_f32(_mm_movehdup_ps(y)));
+                        }
+                    }
+                }
+            } else {
+                let mut v = [_mm512_setzero_ps(); 16];
+                for (r, v) in v.iter_mut().enumerate().take(rows) {
+                    // SAFETY: rows `r < rows` (contract).
+                    *v = unsafe { _mm512_loadu_ps(acc.add(16 * r)) };
+                }
+                let (yj, yk) = reduce16(&v);
+                let keep = ((1u32 << rows) - 1) as u16;
+                // SAFETY: `rows ≤ 16` outputs of each weight row (contract).
+                unsafe {
+                    _mm512_mask_storeu_ps(oj, keep, yj);
+                    if both {
+                        _mm512_mask_storeu_ps(ok, keep, yk);
+                    }
+                }
+            }
+        }
     }
 }
