@@ -8,8 +8,9 @@
 //! as `A·B` and as `A·Bᵀ` (`B` stored `n × k`, a weight matrix as in `x·Wᵀ`),
 //! f16 4096³ and 8192³ as `A·Bᵀ`, and the LLM shapes `m×n×k`
 //! 4096×4096×14336, 4096×14336×4096 and 512×4096×4096 in bf16 as `A·Bᵀ`.
-//! On compute capability 9.0, `f32` with TF32 opted in (`A·Bᵀ`) at 4096³ and
-//! 8192³ against cuBLAS's TF32 GEMM (`CUBLAS_COMPUTE_32F_FAST_TF32`).
+//! On compute capability 9.0, `f32` with TF32 opted in (`A·Bᵀ`) on the `wgmma`
+//! kernel, forced (the plans do not pick it yet), at 4096³ and 8192³ against
+//! cuBLAS's TF32 GEMM (`CUBLAS_COMPUTE_32F_FAST_TF32`).
 //! `--quick`: 2048³ only. `COMPUTE_PTX_GEMM_SWEEP=1` adds every shape of
 //! `gemm_mma::sweep_configs` and `gemm_wgmma::sweep_configs` at 4096³ and
 //! 8192³ bf16.
@@ -20,7 +21,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::Duration;
 
-use compute_core::{Backend, DType, HostVec, MatmulSpec, Op, Precision, Tensor};
+use compute_core::{Backend, DType, HostVec, MatmulSpec, Precision, Tensor};
 use compute_ptx::CudaBackend;
 use compute_ptx::cuda::GemmTier;
 use compute_ptx::kernels::gemm_mma::{self, MmaConfig};
@@ -298,14 +299,15 @@ fn tf32_row(
     let (ca, cb) = (blas.stream.clone_htod(&ha).map_err(err)?, blas.stream.clone_htod(&hb).map_err(err)?);
     let mut cc = blas.stream.alloc_zeros::<f32>(s.m * s.n).map_err(err)?;
     let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(s.m, s.k, s.n) }.with_precision(Precision::Tf32);
-    let op = Op::Matmul(spec);
+    // The TF32 kernel forced: the plans do not pick it yet.
+    let tier = GemmTier::Wgmma(WgmmaConfig::for_shape(1, s.m, s.n, sms));
     let flops = 2.0 * (s.m * s.n * s.k) as f64;
     let reps = ((1u64 << 36) as f64 / flops).clamp(1.0, 16.0) as usize;
     let (mut e1, mut e2) = (None, None);
     let (ours, theirs) = time_pair(
         || {
             for _ in 0..reps {
-                if let Err(e) = be.run_tensors(&op, &[&a, &b], &c) {
+                if let Err(e) = be.matmul_tier(tier, spec, &a, &b, &c) {
                     e1 = Some(e.to_string());
                 }
             }

@@ -8,8 +8,9 @@
 //! operands runs on tensor cores when its shape suits their 16-byte copies
 //! ([`mma_fits`]): the `wgmma` kernel ([`GemmTier::Wgmma`], its tile shape
 //! chosen for the output's size) on a compute capability 9.0 device, the
-//! `mma.sync` kernel ([`GemmTier::Mma`]) otherwise; an `f32` matmul that opts
-//! into TF32 runs `wgmma` in TF32 there when [`tf32_fits`]. Other half matmuls, and
+//! `mma.sync` kernel ([`GemmTier::Mma`]) otherwise. The `wgmma` kernel also
+//! reads `f32` as TF32 ([`tf32_fits`]), through [`run_matmul`] only: the
+//! plans do not pick it for TF32 matmuls until it has run on a GPU. Other half matmuls, and
 //! half conv2d, widen their operands into `f32` temporaries, run the `f32`
 //! GEMM and round the result to the output dtype. [`supported`] says which
 //! ops a plan can run.
@@ -84,7 +85,7 @@ pub fn mma_fits(spec: &MatmulSpec) -> bool {
         && small(spec.m, spec.n)
 }
 
-/// Whether `spec` may run on tensor cores in TF32 on a device with `wgmma`:
+/// Whether [`GemmTier::Wgmma`] takes `spec` in TF32 ([`run_matmul`]):
 /// `f32` in and out with [`Precision::Tf32`](compute_core::Precision::Tf32)
 /// opted in, `A` stored `m × k` and `B` stored `n × k` (TF32 reads only
 /// `k`-contiguous operands), `k` a multiple of 4 and `n` even, every matrix
@@ -308,10 +309,6 @@ impl Exec<'_> {
                     RowKind::RmsNorm => vec![input(1)?],
                 };
                 self.rows(kind, dt, eps, input(0)?, &params, out, rows, cols, op.name())
-            }
-            Op::Matmul(spec) if tf32_fits(&spec) && self.l.has_wgmma() => {
-                let tc = GemmTc::Wgmma(WgmmaConfig::for_shape(spec.batch, spec.m, spec.n, self.l.sm_count()));
-                self.matmul_tc(tc, &spec, (input(0)?, input(1)?, out), op.name())
             }
             Op::Matmul(spec) if spec.dtype == DType::F32 && spec.out_dtype == DType::F32 => {
                 self.matmul(GemmTier::choose(&spec, false), &spec, input(0)?, input(1)?, out, None, op.name())

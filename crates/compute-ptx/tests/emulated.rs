@@ -222,6 +222,38 @@ fn matmul_groups_with_wgmma() {
     }
 }
 
+/// The `wgmma` kernel reading `f32` as TF32 (`A·Bᵀ`, forced: the plans do not
+/// pick it yet), on edges, batches and every shape of the sweep, within the
+/// TF32 tolerance; other layouts and full precision are refused.
+#[test]
+fn wgmma_tf32_tier() {
+    use compute_core::conformance::{compare_typed, typed_inputs_for};
+    use compute_core::{DType, Precision};
+    use compute_ptx::kernels::gemm_wgmma::{self, WgmmaConfig};
+    let emu = EmuBackend::with_wgmma();
+    let mut rng = Rng::new(0x5eed_0006);
+    let mut cases: Vec<(WgmmaConfig, (usize, usize, usize, usize))> =
+        vec![(WgmmaConfig::default(), (1, 8, 4, 8)), (WgmmaConfig::default(), (2, 72, 100, 40))];
+    for cfg in gemm_wgmma::sweep_configs() {
+        cases.push((cfg, (1, cfg.bm() as usize + 8, 4 * 32 + 4, cfg.bn as usize + 24)));
+    }
+    for (cfg, (batch, m, k, n)) in cases {
+        let spec = MatmulSpec { batch, trans_b: true, ..MatmulSpec::new(m, k, n) }.with_precision(Precision::Tf32);
+        assert!(compute_ptx::plan::tf32_fits(&spec));
+        let op = Op::Matmul(spec);
+        let inputs = typed_inputs_for(&op, &mut rng);
+        let out = emu.matmul_tier_typed(GemmTier::Wgmma(cfg), spec, &inputs);
+        let views: Vec<_> = inputs.iter().map(|v| v.as_slice()).collect();
+        if let Some(msg) = compare_typed(&op, &views, out.as_slice(), 1.0) {
+            panic!("{cfg:?} {spec:?}: {msg}");
+        }
+    }
+    let full = MatmulSpec { trans_b: true, ..MatmulSpec::new(8, 8, 8) };
+    assert!(!compute_ptx::plan::tf32_fits(&full));
+    assert!(!compute_ptx::plan::tf32_fits(&MatmulSpec::new(8, 8, 8).with_precision(Precision::Tf32)));
+    let _ = DType::F32;
+}
+
 /// Half data runs the kernels of its own dtype (no detour through `f32`
 /// buffers) except matmul and conv2d, which widen into `f32` temporaries and
 /// round once at the end; a cast to the same dtype is a copy that keeps every

@@ -140,6 +140,32 @@ fn tensor_core_gemm_matches_the_reference() {
     assert!(fails.is_empty(), "{} failures:\n{}", fails.len(), fails.join("\n"));
 }
 
+/// The `wgmma` kernel reading `f32` as TF32 (`A·Bᵀ`, forced), every shape of
+/// its sweep, on ragged and batched shapes, within the TF32 tolerance
+/// (compute capability 9.0 only).
+#[test]
+fn tf32_wgmma_matches_the_reference() {
+    use compute_core::Precision;
+    use compute_ptx::kernels::gemm_wgmma::{self, WgmmaConfig};
+    let Some(be) = backend("tf32_wgmma_matches_the_reference") else { return };
+    let cc = be.info().expect("device info").compute_capability;
+    if !compute_ptx::Target::has_wgmma(cc.0, cc.1) {
+        eprintln!("SKIPPED: tf32_wgmma_matches_the_reference: compute capability {}.{}", cc.0, cc.1);
+        return;
+    }
+    let mut rng = Rng::new(compute_core::conformance::rng::fresh_seed());
+    let mut fails = Vec::new();
+    for cfg in std::iter::once(WgmmaConfig::default()).chain(gemm_wgmma::sweep_configs()) {
+        for (batch, m, k, n) in [(1, 8, 4, 8), (3, 40, 72, 24), (1, 136, 268, 520), (2, 256, 64, 384)] {
+            let spec = MatmulSpec { batch, trans_b: true, ..MatmulSpec::new(m, k, n) }.with_precision(Precision::Tf32);
+            if let Err(e) = run_tier(&be, GemmTier::Wgmma(cfg), spec, &mut rng) {
+                fails.push(e);
+            }
+        }
+    }
+    assert!(fails.is_empty(), "{} failures:\n{}", fails.len(), fails.join("\n"));
+}
+
 #[test]
 fn pooled_allocations_back_tensors() {
     let Some(be) = backend("pooled_allocations_back_tensors") else { return };

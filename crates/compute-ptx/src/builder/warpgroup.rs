@@ -87,6 +87,16 @@ impl KernelBuilder {
         self.emit(format!("wgmma.wait_group.sync.aligned {pending}"));
     }
 
+    /// `cvt.rna.tf32.f32`: `v` rounded to TF32 (10 mantissa bits, to nearest,
+    /// ties away from zero), as the bits of an `f32` whose low 13 bits are
+    /// zero (sm_80+).
+    pub fn round_to_tf32(&mut self, v: Reg<super::B32>) -> Reg<super::B32> {
+        let s = self.reg(v);
+        let d = self.fresh::<super::B32>();
+        self.emit(format!("cvt.rna.tf32.f32 {}, {s}", d.name()));
+        d
+    }
+
     /// `fence.proxy.async.shared::cta`: makes this thread's earlier ordinary
     /// writes to shared memory visible to the async proxy (`wgmma` reads),
     /// once a barrier has ordered them for the other threads too.

@@ -14,6 +14,10 @@
 //! reads it transposed (its `imm-trans` flags), so all four transposes run
 //! the same loop.
 //!
+//! `f32` inputs are multiplied as TF32 (`A·Bᵀ` only): each thread rounds the
+//! values it copied to TF32 in shared memory (`cvt.rna.tf32.f32`) once they
+//! land, since `wgmma` itself would drop their low bits.
+//!
 //! The loop per k-tile: wait for the tile's copies, fence them to the async
 //! proxy, one barrier, issue the tile's four `wgmma` as one group, wait until
 //! only that group is in flight (so the previous tile's reads are done in
@@ -31,7 +35,7 @@ use super::gemm_common::{
     refill, stage_loop, store_pair,
 };
 use super::gemm_simt::tile_origin;
-use crate::builder::{BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Reg, Target, U32, U64, WgmmaInput};
+use crate::builder::{B32, BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Reg, Src, Target, U32, U64, WgmmaInput};
 
 /// Bytes of one row of an operand tile (one 128-byte swizzled row): a k-tile
 /// of 64 halves or 32 `f32`; 64 halves along m or n for an `m`/`n`-contiguous
@@ -276,6 +280,18 @@ pub fn wgmma(
     stage_loop(&mut b, k, (bk, stages), |b, s| {
         b.comment(&format!("stage {s}: its tile landed and is visible to wgmma in every thread"));
         b.cp_async_wait(stages - 3);
+        if mma_in == WgmmaInput::Tf32 {
+            // wgmma would read the f32 bits as TF32 by dropping the low 13 bits
+            // (truncation); round this thread's own chunks to nearest first.
+            for cp in [&a_cp, &b_cp] {
+                for &d in &cp.dst {
+                    let off = i64::from(s * stage_bytes);
+                    let v = b.ld_shared_v::<B32, 4>(d, off);
+                    let r = v.map(|x| b.round_to_tf32(x));
+                    b.st_shared_v::<B32, 4>(d, off, r.map(Src::from));
+                }
+            }
+        }
         b.fence_proxy_async_shared();
         b.bar_sync();
         b.wgmma_fence();

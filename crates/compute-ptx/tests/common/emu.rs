@@ -999,6 +999,11 @@ fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8
                 let rnd = if p.len() == 4 { p[1].as_str() } else { "" };
                 let x = a(1);
                 match (dt, st) {
+                    // Round to nearest, ties away from zero, to 10 mantissa bits.
+                    ("tf32", "f32") => {
+                        let v = x as u32;
+                        if f(x).is_nan() { u64::from(v) } else { u64::from(v.wrapping_add(0x1000) & !0x1fff) }
+                    }
                     ("f32", "u32") => fb(x as u32 as f32),
                     ("f32", "s32") => fb(x as u32 as i32 as f32),
                     ("f32", "u64") => fb(x as f32),
