@@ -232,8 +232,8 @@ pub(crate) fn copies(
     Copies { side, ptrs, dst, row_bytes, first, step_rows, col_bytes, advance }
 }
 
-/// Issues the copies of the k-tile starting at `k0` into stage `stage`, and
-/// advances the pointers to the next k-tile.
+/// Issues the copies of the k-tile starting at `k0` into the stage at byte
+/// offset `stage_off`, and advances the pointers to the next k-tile.
 pub(crate) fn issue(b: &mut KernelBuilder, cp: &Copies, k0: Reg<U32>, k: Reg<U32>, stage_off: u32) {
     if cp.side.kmajor {
         let kc = b.add(k0, cp.first);
@@ -294,7 +294,8 @@ pub(crate) fn refill(
 
 /// The k-tile loop, unrolled over the `stages` buffers: `body(b, s)` is the
 /// work of one k-tile read from stage `s`; the loop leaves after
-/// `ceil(k / bk)` k-tiles (`bk` a power of two), at the label it returns.
+/// `ceil(k / bk)` k-tiles (`bk` a power of two), and the code emitted next
+/// runs after it.
 pub(crate) fn stage_loop(
     b: &mut KernelBuilder,
     k: Reg<U32>,
