@@ -18,17 +18,22 @@
 //! Two paths compute exactly the same thing, bit for bit: on a CPU with
 //! AVX-512 VNNI, kernels on `vpdpbusd` (module `vnni`); elsewhere a scalar
 //! loop (module `scalar`) that computes the same integers and then the same
-//! `f32` operations in the same order. How the kernels share work between
-//! activation rows: each weight block is decoded once per call (per panel of
-//! at most [`PANEL_ROWS`] activation rows) into the activations' order and
-//! then multiplied by every row of the panel; the sub-block scales are applied
-//! to two blocks' (or two halves') integer sums at once with one `vpmaddwd`
-//! on 16-bit values; the `f32` scaling happens once per four blocks (`Q4_K`)
-//! or two (the others) for each row; the minimum terms of `Q4_K` and `Q5_K`
-//! are computed for eight rows at once. Module `vnni` describes the layout.
+//! `f32` operations in the same order.
+//!
+//! How the work is shared: the activation rows go in panels of at most
+//! [`PANEL_ROWS`]; weight rows go [`WEIGHT_ROWS`] at a time through each
+//! panel, in pairs. Each weight block is decoded once per panel into the
+//! activations' order and multiplied by every row of the panel, each
+//! activation load serving both weight rows of a pair; the sub-block scales
+//! are applied to 16-bit integer sums by `vpmaddwd`, the minimum terms come
+//! from the rows' sub-block sums by one more, and the `f32` scaling costs
+//! three multiplies per row, pair and two blocks. Module `vnni` describes the
+//! layout. A GEMV (`m = 1`) reads each weight byte once, prefetched ahead:
+//! it is bound by memory bandwidth.
 //!
 //! Weight rows are split over the threads of the pool in scope above
-//! [`PAR_GEMM_MIN_MACS`] multiply-adds.
+//! [`PAR_GEMM_MIN_MACS`] multiply-adds; the activation rows are quantized in
+//! parallel too.
 
 mod scalar;
 mod vnni;
@@ -57,9 +62,9 @@ pub const Q8_0_BYTES: usize = compute_core::quant::q8_0::BYTES;
 
 /// Activation rows one pass over the weight serves: a call with more rows
 /// makes `m.div_ceil(PANEL_ROWS)` passes, each decoding every weight block
-/// once. Sixteen rows keep one step of the activations (16 KiB for `Q4_K`)
-/// in the L1 cache while several weight rows use it.
-pub const PANEL_ROWS: usize = 16;
+/// once. A step of 32 rows' activations (two blocks each, 16 KiB) stays in
+/// the L1 cache while [`WEIGHT_ROWS`] weight rows use it.
+pub const PANEL_ROWS: usize = 32;
 
 /// Activation values above which the rows are quantized in parallel.
 const PAR_QUANTIZE_MIN: usize = 1 << 14;
@@ -67,9 +72,9 @@ const PAR_QUANTIZE_MIN: usize = 1 << 14;
 /// Blocks of 256 values the kernels take per step.
 const STEP_BLOCKS: usize = 2;
 
-/// Weight rows one kernel call takes: each step of a panel's activations is
-/// read from L2 once and then from L1 by the other rows.
-pub(crate) const WEIGHT_ROWS: usize = 4;
+/// Weight rows one kernel call takes, in pairs: each step of a panel's
+/// activations is read from L2 once and then from L1 by the other pairs.
+pub const WEIGHT_ROWS: usize = 8;
 
 /// One row of activations quantized per 256 values: `x ≈ d[b]·q[i]` for `i`
 /// in block `b`, with the sum of each 32 consecutive `q` kept for the
@@ -232,6 +237,9 @@ pub(crate) struct Panel<'a> {
     /// `x` as bytes for `Q4_K` and `Q5_K`, `x + 128` (`x ^ 0x80`) for `Q6_K`
     /// and `Q8_0`; padding blocks hold `x = 0`.
     x: Vec<u8>,
+    /// The scalar path's copy of the values in their natural order, widened
+    /// (`rows × 256·blocks`); empty on the VNNI path.
+    natural: Vec<i16>,
     /// Per step and row, four activation scales: `dx` of blocks
     /// `2s, 2s, 2s+1, 2s+1`; 0 past the last block.
     xv: Vec<f32>,
@@ -242,9 +250,10 @@ pub(crate) struct Panel<'a> {
 }
 
 impl<'a> Panel<'a> {
-    /// Builds the tables for `rows` (all of `blocks` blocks). Costs
+    /// Builds the tables for `rows` (all of `blocks` blocks), and for the
+    /// scalar path (`scalar`) a natural-order copy of the values. Costs
     /// `O(rows·blocks)` and a copy of the values.
-    fn new(format: Weights, rows: &[&'a Q8Row], blocks: usize) -> Panel<'a> {
+    fn new(format: Weights, rows: &[&'a Q8Row], blocks: usize, scalar: bool) -> Panel<'a> {
         let n = rows.len();
         let per = STEP_BLOCKS;
         let steps = blocks.div_ceil(per);
@@ -280,7 +289,14 @@ impl<'a> Panel<'a> {
                 }
             }
         }
-        Panel { rows: rows.to_vec(), blocks, steps, x, xv, sums }
+        let natural = if scalar {
+            rows.iter()
+                .flat_map(|r| (0..blocks * Q4K_VALUES).map(|i| r.value(i / Q4K_VALUES, i % Q4K_VALUES) as i16))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Panel { rows: rows.to_vec(), blocks, steps, x, natural, xv, sums }
     }
 
     /// Scratch values a kernel call for `jn` weight rows needs: 16
@@ -307,7 +323,7 @@ fn tree16(v: &[f32]) -> (f32, f32) {
     (a[0], a[1])
 }
 
-/// [`matmul`] with `Q4_K` weights.
+/// [`matmul`] with `Q4_K` weights: same errors and costs.
 pub fn matmul_q4k(x: &[f32], w: &[u8], shape: (usize, usize, usize), y: &mut [f32]) -> Result<(), ComputeError> {
     matmul(Weights::Q4K, x, w, shape, y)
 }
@@ -338,7 +354,8 @@ pub fn matmul(
 /// [`matmul`] on the path `isa` allows: the VNNI kernels where `isa` is
 /// [`Isa::Avx512`] and the CPU has AVX-512 VNNI ([`has_vnni`]), the scalar
 /// loop otherwise. Both give the same bits. Same errors and costs as
-/// [`matmul`] (the scalar loop runs about 20 times slower).
+/// [`matmul`]; the scalar loop runs 8 (GEMV) to 20 (batches) times slower
+/// than the kernels on the development machine.
 pub fn matmul_with(
     isa: Isa,
     format: Weights,
@@ -385,7 +402,7 @@ pub fn matmul_with(
         x.chunks_exact(k).take(m).map(Q8Row::quantize).collect()
     };
     let refs: Vec<&Q8Row> = xs.iter().collect();
-    let panels: Vec<Panel<'_>> = refs.chunks(PANEL_ROWS).map(|rows| Panel::new(format, rows, blocks)).collect();
+    let panels: Vec<Panel<'_>> = refs.chunks(PANEL_ROWS).map(|rows| Panel::new(format, rows, blocks, !fast)).collect();
     let threads = if m.saturating_mul(n).saturating_mul(k) < PAR_GEMM_MIN_MACS { 1 } else { par::threads() };
     // Pieces of weight rows; each piece takes its rows `WEIGHT_ROWS` at a
     // time through every panel (those rows' bytes stay in cache while the

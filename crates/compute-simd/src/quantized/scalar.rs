@@ -13,7 +13,7 @@
 
 use half::f16;
 
-use super::{Panel, Q4K_VALUES, Q8_0_BYTES, Q8Row, STEP_BLOCKS, Weights, tree16};
+use super::{Panel, Q4K_VALUES, Q8_0_BYTES, STEP_BLOCKS, Weights, tree16};
 
 /// One block of 256 weight values, decoded: integer values in their natural
 /// order, scales, minimums and the `f32` factors. All zero for a block past
@@ -21,7 +21,7 @@ use super::{Panel, Q4K_VALUES, Q8_0_BYTES, Q8Row, STEP_BLOCKS, Weights, tree16};
 struct Block {
     /// Values: `0..16` (`Q4_K`), `0..32` (`Q5_K`), `-32..32` (`Q6_K`),
     /// `-128..128` (`Q8_0`).
-    q: [i32; 256],
+    q: [i16; 256],
     /// Scales: 8 of sub-blocks of 32 (`Q4_K`, `Q5_K`), 16 signed of groups
     /// of 16 (`Q6_K`); unused for `Q8_0`.
     sc: [i32; 16],
@@ -38,68 +38,91 @@ fn f16_at(bytes: &[u8], at: usize) -> f32 {
     f16::from_le_bytes([b(0), b(1)]).to_f32()
 }
 
-/// Decodes block `b` of the weight row `w` (zeros past its end, or for a
-/// missing row).
-fn decode(format: Weights, w: Option<&[u8]>, b: usize) -> Block {
-    let mut out = Block { q: [0; 256], sc: [0; 16], m: [0; 8], d: [0.0; 8], dmin: 0.0 };
-    let Some(w) = w else { return out };
+/// The values of a `Q4_K` (`qh` `None`) or `Q5_K` block from its 4-bit
+/// quants (sub-blocks `2t`, `2t + 1` in the low and high nibbles of bytes
+/// `32t..32t + 32`) and fifth bits (bit `s` of byte `l` for value `l` of
+/// sub-block `s`).
+fn k_values(qs: &[u8; 128], qh: Option<&[u8; 32]>, q: &mut [i16; 256]) {
+    for (t, run) in qs.chunks_exact(32).enumerate() {
+        let (lo, hi) = q[64 * t..64 * t + 64].split_at_mut(32);
+        for (l, ((&byte, a), b)) in run.iter().zip(lo).zip(hi).enumerate() {
+            let h = qh.map_or(0, |qh| qh[l]);
+            *a = i16::from(byte & 0xf) + 16 * i16::from(h >> (2 * t) & 1);
+            *b = i16::from(byte >> 4) + 16 * i16::from(h >> (2 * t + 1) & 1);
+        }
+    }
+}
+
+impl Block {
+    /// An all-zero block: what a block past the end of a row decodes to.
+    const ZERO: Block = Block { q: [0; 256], sc: [0; 16], m: [0; 8], d: [0.0; 8], dmin: 0.0 };
+}
+
+/// Decodes block `b` of the weight row `w` into `out` (zeros past its end,
+/// or for a missing row).
+fn decode(format: Weights, w: Option<&[u8]>, b: usize, out: &mut Block) {
+    *out = Block::ZERO;
+    let Some(w) = w else { return };
     let size = format.block_bytes();
-    let Some(bytes) = w.get(b * size..(b + 1) * size) else { return out };
-    let byte = |i: usize| bytes.get(i).copied().unwrap_or(0);
+    let Some(bytes) = w.get(b * size..(b + 1) * size) else { return };
     match format {
         Weights::Q4K | Weights::Q5K => {
             out.d[0] = f16_at(bytes, 0);
             out.dmin = f16_at(bytes, 2);
             let mut packed = [0u8; 12];
-            for (i, p) in packed.iter_mut().enumerate() {
-                *p = byte(4 + i);
-            }
+            packed.copy_from_slice(bytes.get(4..16).unwrap_or(&[0; 12]));
             let (sc, mn) = compute_core::quant::unpack_scales_k4(&packed);
             for s in 0..8 {
                 out.sc[s] = i32::from(sc[s]);
                 out.m[s] = i32::from(mn[s]);
             }
-            let (qs, qh) = if format == Weights::Q4K { (16, None) } else { (48, Some(16)) };
-            for s in 0..8 {
-                let (t, e) = (s / 2, s % 2);
-                for l in 0..32 {
-                    let mut v = i32::from(byte(qs + 32 * t + l) >> (4 * e) & 0xf);
-                    if let Some(qh) = qh {
-                        v += 16 * i32::from(byte(qh + l) >> s & 1);
-                    }
-                    out.q[32 * s + l] = v;
-                }
+            let arr = |from: usize| bytes.get(from..).and_then(|t| t.first_chunk::<128>());
+            let (qs, qh) = if format == Weights::Q4K {
+                (arr(16), None)
+            } else {
+                (arr(48), bytes.get(16..).and_then(|t| t.first_chunk::<32>()))
+            };
+            if let Some(qs) = qs {
+                k_values(qs, qh, &mut out.q);
             }
         }
         Weights::Q6K => {
             out.d[0] = f16_at(bytes, 208);
-            for g in 0..16 {
-                out.sc[g] = i32::from(byte(192 + g) as i8);
+            for (g, sc) in out.sc.iter_mut().enumerate() {
+                *sc = i32::from(bytes.get(192 + g).copied().unwrap_or(0) as i8);
             }
-            for v in 0..Q4K_VALUES {
-                let (h, r) = (v / 128, v % 128);
-                let (g, l) = (r / 32, r % 32);
-                let low = byte(64 * h + 32 * (g % 2) + l);
-                let nibble = if g < 2 { low & 0xf } else { low >> 4 };
-                let high = (byte(128 + 32 * h + l) >> (2 * g)) & 3;
-                out.q[v] = i32::from(nibble | (high << 4)) - 32;
+            let (Some(ql), Some(qh)) =
+                (bytes.first_chunk::<128>(), bytes.get(128..).and_then(|t| t.first_chunk::<64>()))
+            else {
+                return;
+            };
+            for h in 0..2 {
+                for g in 0..4 {
+                    for l in 0..32 {
+                        let low = ql[64 * h + 32 * (g % 2) + l];
+                        let nibble = if g < 2 { low & 0xf } else { low >> 4 };
+                        let high = (qh[32 * h + l] >> (2 * g)) & 3;
+                        out.q[128 * h + 32 * g + l] = i16::from(nibble | (high << 4)) - 32;
+                    }
+                }
             }
         }
         Weights::Q8_0 => {
-            for p in 0..8 {
-                out.d[p] = f16_at(bytes, Q8_0_BYTES * p);
-                for l in 0..32 {
-                    out.q[32 * p + l] = i32::from(byte(Q8_0_BYTES * p + 2 + l) as i8);
+            for (p, blk) in bytes.chunks_exact(Q8_0_BYTES).enumerate() {
+                out.d[p] = f16_at(blk, 0);
+                for (o, &v) in out.q[32 * p..32 * p + 32].iter_mut().zip(&blk[2..]) {
+                    *o = i16::from(v as i8);
                 }
             }
         }
     }
-    out
 }
 
-/// `Σ q[i]·x[i]` over `i` in `from..from + len` of one block.
-fn dot(q: &[i32; 256], x: &[i32; 256], from: usize, len: usize) -> i32 {
-    q.iter().zip(x).skip(from).take(len).map(|(a, b)| a * b).sum()
+/// `Σ q[i]·x[i]` over `i` in `from..from + len` of one block (16-bit
+/// products summed in 32 bits, which compilers vectorise).
+fn dot(q: &[i16; 256], x: &[i16], from: usize, len: usize) -> i32 {
+    let (q, x) = (q.get(from..from + len).unwrap_or_default(), x.get(from..from + len).unwrap_or_default());
+    q.iter().zip(x).map(|(&a, &b)| i32::from(a) * i32::from(b)).sum()
 }
 
 /// The 16 integer lanes of block `bj` of weight row `j` and `bk` of row `j'`
@@ -112,7 +135,7 @@ fn dot(q: &[i32; 256], x: &[i32; 256], from: usize, len: usize) -> i32 {
 ///   `4k+1, 4k+3` (16 values each);
 /// - `Q8_0`: lane `2p + e` (`e` = 0 for `j`, 1 for `j'`) is `Σ q·x` over
 ///   the 32 values of `Q8_0` block `p`.
-fn lanes(format: Weights, rows: [&Block; 2], x: &[i32; 256]) -> [i32; 16] {
+fn lanes(format: Weights, rows: [&Block; 2], x: &[i16]) -> [i32; 16] {
     let mut c = [0i32; 16];
     for (l, c) in c.iter_mut().enumerate() {
         let (k, t) = (l / 4, l % 4);
@@ -136,25 +159,22 @@ fn lanes(format: Weights, rows: [&Block; 2], x: &[i32; 256]) -> [i32; 16] {
 /// `j` (`e` = 0) or `j'`. Lane `4k + t` holds row `j` for even `t`, `j'` for
 /// odd, block `2s` for `t < 2`, `2s + 1` otherwise, and sums `sc[s]·Σ q·x`
 /// over its sub-blocks `s = 2k, 2k+1`.
-fn lanes_q4k(blk: &[[Block; 2]; 2], x: &[[i32; 256]; 2]) -> [i32; 16] {
+fn lanes_q4k(blk: &[[Block; 2]; 2], x: [&[i16]; 2]) -> [i32; 16] {
     let mut c = [0i32; 16];
     for (l, c) in c.iter_mut().enumerate() {
         let (k, t) = (l / 4, l % 4);
-        let (b, x) = (&blk[t % 2][t / 2], &x[t / 2]);
+        let (b, x) = (&blk[t % 2][t / 2], x[t / 2]);
         *c = (2 * k..2 * k + 2).map(|s| b.sc[s] * dot(&b.q, x, 32 * s, 32)).sum();
     }
     c
 }
 
-/// The natural-order values of block `b` of `row` (zeros past its end).
-fn row_block(row: &Q8Row, b: usize) -> [i32; 256] {
-    let mut x = [0i32; 256];
-    if b < row.blocks() {
-        for (i, v) in x.iter_mut().enumerate() {
-            *v = row.value(b, i);
-        }
-    }
-    x
+/// The natural-order values of block `b` of panel row `r` (zeros past the
+/// row's end).
+fn row_block<'p>(panel: &'p Panel<'_>, r: usize, b: usize) -> &'p [i16] {
+    static ZERO: [i16; Q4K_VALUES] = [0; Q4K_VALUES];
+    let at = (r * panel.blocks + b) * Q4K_VALUES;
+    if b < panel.blocks { panel.natural.get(at..at + Q4K_VALUES).unwrap_or(&ZERO) } else { &ZERO }
 }
 
 /// The minimum terms' 16 integer lanes of a step for one activation row
@@ -188,18 +208,21 @@ pub(super) fn run(format: Weights, w: &[u8], jn: usize, panel: &Panel<'_>, scrat
     let acc = scratch.get_mut(..16 * pairs * rows).unwrap_or_default();
     acc.fill(0.0);
     let weight = |j: usize| if j < jn { w.get(j * row_bytes..(j + 1) * row_bytes) } else { None };
+    let mut blk = [[Block::ZERO, Block::ZERO], [Block::ZERO, Block::ZERO]];
     for s in 0..panel.steps {
         for p in 0..pairs {
-            let rw = [weight(2 * p), weight(2 * p + 1)];
-            let blk: [[Block; 2]; 2] =
-                rw.map(|wr| [decode(format, wr, STEP_BLOCKS * s), decode(format, wr, STEP_BLOCKS * s + 1)]);
-            for (r, row) in panel.rows.iter().enumerate() {
-                let x = [row_block(row, STEP_BLOCKS * s), row_block(row, STEP_BLOCKS * s + 1)];
+            for (e, row) in blk.iter_mut().enumerate() {
+                for (i, b) in row.iter_mut().enumerate() {
+                    decode(format, weight(2 * p + e), STEP_BLOCKS * s + i, b);
+                }
+            }
+            for r in 0..rows {
+                let x = [row_block(panel, r, STEP_BLOCKS * s), row_block(panel, r, STEP_BLOCKS * s + 1)];
                 let xv = |t: usize| panel.xv.get((s * rows + r) * 4 + t).copied().unwrap_or(0.0);
                 let sums = panel.sums.get((s * rows + r) * 16..).unwrap_or_default();
                 let Some(a) = acc.get_mut(16 * (p * rows + r)..16 * (p * rows + r + 1)) else { continue };
                 if format == Weights::Q4K {
-                    let (c, m) = (lanes_q4k(&blk, &x), min_lanes(&blk, sums, None));
+                    let (c, m) = (lanes_q4k(&blk, x), min_lanes(&blk, sums, None));
                     for (l, a) in a.iter_mut().enumerate() {
                         let (e, i) = (l % 2, l % 4 / 2);
                         let f = c[l] as f32 * blk[e][i].d[0] - m[l] as f32 * blk[e][i].dmin;
@@ -207,7 +230,7 @@ pub(super) fn run(format: Weights, w: &[u8], jn: usize, panel: &Panel<'_>, scrat
                     }
                 } else {
                     for i in 0..STEP_BLOCKS {
-                        let c = lanes(format, [&blk[0][i], &blk[1][i]], &x[i]);
+                        let c = lanes(format, [&blk[0][i], &blk[1][i]], x[i]);
                         let m = if format.has_mins() { min_lanes(&blk, sums, Some(i)) } else { [0; 16] };
                         for (l, a) in a.iter_mut().enumerate() {
                             let b = &blk[l % 2][i];

@@ -1,21 +1,29 @@
 //! The quantized products' kernels on AVX-512 VNNI: the only `unsafe` of the
 //! quantized products.
 //!
-//! One call takes one weight row and every activation row of a [`Panel`].
-//! The activations are stored in chunks of 64 bytes ([`super::value_offset`])
-//! so that in each chunk the 4-byte lanes `2s` and `2s + 1` belong to
-//! sub-block `s` (32 values). Each weight block is decoded once per call into
-//! four vectors of the same order (nibbles and high bits unpacked, then 64-bit
+//! One call takes up to [`super::WEIGHT_ROWS`] weight rows, in pairs `(j, k)`,
+//! and every activation row of a [`Panel`], in steps of two blocks. The
+//! activations are stored in chunks of 64 bytes ([`super::value_offset`]) so
+//! that in each chunk the 4-byte lanes `2s` and `2s + 1` belong to sub-block
+//! `s` (32 values). Each weight block is decoded once per call into four
+//! vectors of the same order (nibbles and high bits unpacked, then 64-bit
 //! pieces regrouped with `vpunpck*qdq`/`vshufi64x2` or `vpermt2q`), so a
 //! chain of `vpdpbusd` over the chunks sums each sub-block (or each half of
-//! one) into two `i32` lanes. The chains are short enough that every lane
-//! fits 16 bits (`Q4_K`: 16 values of 4 bits; `Q5_K` and `Q6_K`: 8 values);
-//! two such vectors are packed into one (`vpackssdw`) and their lanes scaled
-//! by the sub-block scales and summed in pairs by one `vpmaddwd`. Two of
-//! these results are folded into one vector (adjacent lanes added, odd lanes
-//! taken from the second), converted to `f32`, multiplied by the blocks'
-//! `d·dx` and added to the row's 16-lane accumulator: one multiply per four
-//! blocks (`Q4_K`) or two (the others).
+//! one) into two `i32` lanes; every activation chunk loaded feeds the chains
+//! of both weight rows of the pair. The chains are short enough that every
+//! lane fits 16 bits (`Q4_K`: 16 values of 4 bits; `Q5_K` and `Q6_K`: 8
+//! values); two such vectors are packed into one (`vpackssdw`) and their
+//! lanes scaled by the sub-block scales and summed in pairs by one
+//! `vpmaddwd`. The results of `j` and `k` are folded into one vector
+//! (adjacent lanes added, even lanes from `j`, odd from `k`), converted to
+//! `f32`, multiplied by the blocks' `d`, the minimum terms subtracted, then
+//! multiplied by the activations' `dx` and added to the row's 16-lane
+//! accumulator; at the end the even and the odd lanes are summed apart.
+//!
+//! The minimum terms of `Q4_K` and `Q5_K` (`dmin·m_s·Σx` per sub-block) are
+//! one `vpmaddwd` per row and step: the row's sub-block sums (16-bit pairs,
+//! prepared by the panel) against both weight rows' minimums, in the same
+//! lane order as the main sums, then multiplied by `dmin`.
 //!
 //! `Q6_K` and `Q8_0` weights are signed, so there the activations enter as
 //! unsigned `x + 128` and each chain starts from `−128·Σq` of its lanes
@@ -24,10 +32,9 @@
 //! scale: its chains run over all four chunks (no 16-bit packing) and the
 //! scales multiply lane by lane.
 //!
-//! The minimum terms of `Q4_K` and `Q5_K` (`dmin·m_s·Σx` per sub-block) are
-//! computed for 8 rows and two blocks at once: four `vpdpwssd` of the rows'
-//! sub-block sums (16-bit pairs, transposed by the panel) against the
-//! blocks' minimums, one multiply by `dmin·dx`.
+//! The weight bytes of later steps are prefetched: into L2 far enough ahead
+//! to hide a DRAM access (what keeps a GEMV at the speed of a plain read),
+//! into L1 one step ahead.
 
 use super::{PANEL_ROWS, Panel, Q4K_VALUES, STEP_BLOCKS, Weights};
 
@@ -139,23 +146,24 @@ mod x86 {
         if b < blocks { row.wrapping_add(b * size) } else { ZERO.as_ptr() }
     }
 
-    /// Asks for the `len` bytes at `p` to be brought into the cache: the
-    /// weight bytes of the next step of the same row, or of the next call's
-    /// first step, which may lie past the caller's slice (a prefetch never
-    /// faults and reads nothing into the program).
+    /// Asks for the `len` bytes at `p` to be brought into L2 (`far`) or L1:
+    /// weight bytes of a later step of the same row, or of the next call's
+    /// rows, which may lie past the caller's slice (a prefetch never faults
+    /// and reads nothing into the program).
     #[inline(always)]
-    fn prefetch(p: *const u8, len: usize) {
+    fn prefetch(p: *const u8, len: usize, far: bool) {
         #[cfg(target_arch = "x86_64")]
         for line in (0..len).step_by(64) {
-            // SAFETY: `prefetcht0` only hints the cache; any address is allowed.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(line).cast()) };
+            let at = p.wrapping_add(line).cast();
+            // SAFETY: a prefetch only hints the cache; any address is allowed.
+            unsafe { if far { _mm_prefetch::<_MM_HINT_T2>(at) } else { _mm_prefetch::<_MM_HINT_T0>(at) } }
         }
     }
 
-    /// Prefetches the weight bytes row `jj` needs `ahead` steps after step
-    /// `s` (`ahead = PREFETCH_WORK / rows`, at least 1: enough work in
-    /// between to hide a DRAM access), or, past the row's last step, those of
-    /// row `jj` of the next call (`jn` rows on).
+    /// Prefetches the weight bytes of row `jj` for a later step: into L2 for
+    /// the step `PREFETCH_WORK / rows` (at least 1) after `s`, enough work in
+    /// between to hide a DRAM access, and into L1 for step `s + 1`; past the
+    /// row's last step, those of row `jj` of the next call (`jn` rows on).
     #[inline(always)]
     fn prefetch_next(
         w: *const u8,
@@ -164,14 +172,15 @@ mod x86 {
         row_bytes: usize,
         step_bytes: usize,
     ) {
-        let t = s + (PREFETCH_WORK / rows.max(1)).max(1);
-        let at =
-            if t < steps { jj * row_bytes + t * step_bytes } else { (jn + jj) * row_bytes + (t - steps) * step_bytes };
-        prefetch(w.wrapping_add(at), step_bytes);
+        let at = |t: usize| {
+            if t < steps { jj * row_bytes + t * step_bytes } else { (jn + jj) * row_bytes + (t - steps) * step_bytes }
+        };
+        prefetch(w.wrapping_add(at(s + (PREFETCH_WORK / rows.max(1)).max(1))), step_bytes, true);
+        prefetch(w.wrapping_add(at(s + 1)), step_bytes, false);
     }
 
     /// Activation rows times steps between a prefetch and its use.
-    const PREFETCH_WORK: usize = 8;
+    const PREFETCH_WORK: usize = 16;
 
     /// A decoded `Q4_K` or `Q5_K` block: the four chunk vectors.
     struct KBlock {
@@ -718,17 +727,16 @@ mod x86 {
         }
     }
 
-    /// Zeroes `len` values at `p`.
+    /// Zeroes `len` values at `p` (`len` a multiple of 16).
     ///
     /// # Safety
     /// `p` is writable for `len` values.
-    #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    #[inline]
     unsafe fn clear(p: *mut f32, len: usize) {
-        for i in (0..len).step_by(16) {
-            let k = if len - i >= 16 { 0xffff } else { (1u16 << (len - i)) - 1 };
-            // SAFETY: the lanes of `k` lie inside `len` (contract).
-            unsafe { _mm512_mask_storeu_ps(p.add(i), k, _mm512_setzero_ps()) };
+        for i in (0..len / 16).map(|i| 16 * i) {
+            // SAFETY: values `i..i + 16` lie inside `len` (contract).
+            unsafe { _mm512_storeu_ps(p.add(i), _mm512_setzero_ps()) };
         }
     }
 
@@ -796,18 +804,21 @@ mod x86 {
                     }
                 }
             } else {
-                let mut v = [_mm512_setzero_ps(); 16];
-                for (r, v) in v.iter_mut().enumerate().take(rows) {
-                    // SAFETY: rows `r < rows` (contract).
-                    *v = unsafe { _mm512_loadu_ps(acc.add(16 * r)) };
-                }
-                let (yj, yk) = reduce16(&v);
-                let keep = ((1u32 << rows) - 1) as u16;
-                // SAFETY: `rows ≤ 16` outputs of each weight row (contract).
-                unsafe {
-                    _mm512_mask_storeu_ps(oj, keep, yj);
-                    if both {
-                        _mm512_mask_storeu_ps(ok, keep, yk);
+                for h in (0..rows).step_by(16) {
+                    let n = (rows - h).min(16);
+                    let mut v = [_mm512_setzero_ps(); 16];
+                    for (r, v) in v.iter_mut().enumerate().take(n) {
+                        // SAFETY: rows `h + r < rows` (contract).
+                        *v = unsafe { _mm512_loadu_ps(acc.add(16 * (h + r))) };
+                    }
+                    let (yj, yk) = reduce16(&v);
+                    let keep = ((1u32 << n) - 1) as u16;
+                    // SAFETY: outputs `h..h + n` of each weight row (contract).
+                    unsafe {
+                        _mm512_mask_storeu_ps(oj.add(h), keep, yj);
+                        if both {
+                            _mm512_mask_storeu_ps(ok.add(h), keep, yk);
+                        }
                     }
                 }
             }
