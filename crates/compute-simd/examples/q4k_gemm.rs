@@ -1,8 +1,9 @@
 //! Quantizes a random weight to `Q4_K` (bit-exact with ggml's reference
 //! quantizer), multiplies it by one activation row (GEMV, decoding one token)
-//! and by 16 rows (a small batch) on the CPU backend, and prints the error
-//! against the f64 product of the dequantized weight and the GB/s of weight
-//! read.
+//! and by 16 and 64 rows (batches, as in a prompt's prefill) on the CPU
+//! backend, and prints the error against the f64 product of the dequantized
+//! weight, the GB/s of weight read and, for the batches, the GFLOP/s (two
+//! operations per multiply-add).
 //!
 //! `cargo run --release -p compute-simd --example q4k_gemm [-- k n]` (default
 //! 4096 × 4096).
@@ -30,7 +31,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut dequantized = vec![0f32; n * k];
     format.dequantize(&blocks, &mut dequantized)?;
     println!("kernel: {}", if has_vnni() { "AVX-512 VNNI" } else { "scalar" });
-    for m in [1usize, 16] {
+    for m in [1usize, 16, 64] {
         let x = compute_core::rng::random_vec(m * k, -1.0, 1.0, 2);
         let mut y = vec![0f32; m * n];
         matmul(Weights::Q4K, &x, &blocks, (m, k, n), &mut y)?;
@@ -52,9 +53,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         println!(
-            "{m:>2}×{k}×{n}: {:.3} ms, {:.1} GB/s of weight, worst error {:.2e} of Σ|w·x|",
+            "{m:>2}×{k}×{n}: {:.3} ms, {:.1} GB/s of weight, {:.1} GFLOP/s, worst error {:.2e} of Σ|w·x|",
             best * 1e3,
             blocks.len() as f64 / best / 1e9,
+            2.0 * (m * k * n) as f64 / best / 1e9,
             worst
         );
     }
