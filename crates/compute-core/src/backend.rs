@@ -4,6 +4,7 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
+use crate::attention::AttentionSpec;
 use crate::dtype::{DType, Element};
 use crate::error::{BackendKind, ComputeError, Result};
 use crate::host::{HostSlice, HostSliceMut};
@@ -392,6 +393,14 @@ pub trait Ops: Backend {
     /// dtypes ([`ComputeError::DType`] otherwise).
     fn matmul_spec<T: Element, U: Element>(&self, spec: MatmulSpec, a: &[T], b: &[T], out: &mut [U]) -> Result<()> {
         self.run_typed(&Op::Matmul(spec), &[a.into(), b.into()], out.into())
+    }
+    /// Fused attention `out = softmax(scale·q·kᵀ + mask)·v` (layouts, masks
+    /// and grouped-query heads in [`AttentionSpec`]), on data of `T`: the
+    /// spec's dtype is taken from `T`. Costs `4·d` FLOPs per visible
+    /// (query, key) pair and one read of `q`, `k`, `v`; no `seq_q × seq_k`
+    /// buffer is allocated.
+    fn attention<T: Element>(&self, spec: AttentionSpec, q: &[T], k: &[T], v: &[T], out: &mut [T]) -> Result<()> {
+        self.run_typed(&Op::Attention(spec.with_dtype(T::DTYPE)), &[q.into(), k.into(), v.into()], out.into())
     }
     /// Converts `x` into `out`'s type (round to nearest even; NaN stays NaN).
     fn cast<T: Element, U: Element>(&self, x: &[T], out: &mut [U]) -> Result<()> {

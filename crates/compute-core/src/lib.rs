@@ -25,6 +25,7 @@
 //! ```
 
 pub mod async_ops;
+pub mod attention;
 pub mod backend;
 pub mod conformance;
 pub mod dtype;
@@ -37,6 +38,7 @@ pub mod reference;
 pub mod rng;
 
 pub use async_ops::AsyncOps;
+pub use attention::{AttentionSpec, Mask};
 pub use backend::{
     Backend, Location, Ops, Tensor, TensorStorage, check_download, check_host_call, check_tensor_call, with_f32_views,
 };

@@ -12,6 +12,7 @@
 //! a cast converts, a matmul may write another dtype). Ops on `f16` and `bf16`
 //! compute in `f32` internally and round once when they store.
 
+use crate::attention::AttentionSpec;
 use crate::dtype::DType;
 use crate::error::{ComputeError, Result};
 
@@ -423,6 +424,8 @@ pub enum Op {
     Matmul(MatmulSpec),
     /// Convolution; inputs `x`, `w`; output `n × c_out × oh × ow`.
     Conv2d(Conv2dSpec),
+    /// Fused attention; inputs `q`, `k`, `v`; output like `q` (layouts in the spec).
+    Attention(AttentionSpec),
     /// Converts `len` values of `from` into `to`: round to nearest, ties to
     /// even; NaN stays NaN; values past the target's range become ±∞.
     Cast {
@@ -615,6 +618,7 @@ impl Op {
             Op::Rows { op, rows, cols, .. } => Op::Rows { op, rows, cols, dtype },
             Op::Matmul(s) => Op::Matmul(s.with_dtypes(dtype, dtype)),
             Op::Conv2d(c) => Op::Conv2d(Conv2dSpec { dtype, ..c }),
+            Op::Attention(a) => Op::Attention(a.with_dtype(dtype)),
             Op::Cast { len, to, .. } => Op::Cast { len, from: dtype, to },
         }
     }
@@ -629,6 +633,7 @@ impl Op {
             | Op::Rows { dtype, .. } => dtype,
             Op::Matmul(s) => s.dtype,
             Op::Conv2d(c) => c.dtype,
+            Op::Attention(a) => a.dtype,
             Op::Cast { from, .. } => from,
         }
     }
@@ -663,6 +668,7 @@ impl Op {
             Op::Matmul(s) if s.batch > 1 => "batched_matmul",
             Op::Matmul(_) => "matmul",
             Op::Conv2d(_) => "conv2d",
+            Op::Attention(_) => "attention",
             Op::Cast { .. } => "cast",
         }
     }
@@ -676,6 +682,8 @@ impl Op {
             Op::Rows { .. } => OpClass::RowWise,
             Op::Matmul(_) => OpClass::Matmul,
             Op::Conv2d(_) => OpClass::Conv,
+            // Two matrix products per key block, bound by the same units.
+            Op::Attention(_) => OpClass::Matmul,
         }
     }
 
@@ -701,6 +709,7 @@ impl Op {
                 "x=[{}x{}x{}x{}] w=[{}x{}x{}x{}] stride={:?} pad={:?}",
                 c.n, c.c_in, c.h, c.w, c.c_out, c.c_in, c.kh, c.kw, c.stride, c.padding
             ),
+            Op::Attention(a) => a.shapes(),
         };
         let (from, to) = (self.dtype(), self.out_dtype());
         let reduces = matches!(self, Op::Reduce { .. } | Op::Dot { .. });
@@ -764,6 +773,17 @@ impl Op {
                 })?;
                 let y = mul(name, &shapes, &[c.n, c.c_out, oh, ow])?;
                 Ok(Layout::new(&[i(x), i(w)], &o(y)))
+            }
+            Op::Attention(a) => {
+                let q = mul(name, &shapes, &[a.batch, a.heads_q, a.seq_q, a.head_dim])?;
+                let kv = mul(name, &shapes, &[a.batch, a.heads_kv, a.seq_k, a.head_dim])?;
+                if !a.heads_q.is_multiple_of(a.heads_kv) {
+                    return Err(ComputeError::shape(name, "heads_q is not a multiple of heads_kv", shapes()));
+                }
+                if !a.scale.is_finite() {
+                    return Err(ComputeError::shape(name, "the softmax scale is not finite", shapes()));
+                }
+                Ok(Layout::new(&[i(q), i(kv), i(kv)], &o(q)))
             }
         }
     }
@@ -889,6 +909,18 @@ impl Op {
                         u(c.c_out) * u(c.c_in) * u(c.kh) * u(c.kw),
                     ]),
                     bytes_written: write(out),
+                }
+            }
+            Op::Attention(a) => {
+                let heads = u(a.batch).saturating_mul(u(a.heads_q));
+                let q = heads.saturating_mul(u(a.seq_q)).saturating_mul(u(a.head_dim));
+                let kv =
+                    u(a.batch).saturating_mul(u(a.heads_kv)).saturating_mul(u(a.seq_k)).saturating_mul(u(a.head_dim));
+                Cost {
+                    // q·kᵀ and p·v: 2 FLOPs per multiply-add, over the visible pairs.
+                    flops: 4u64.saturating_mul(heads).saturating_mul(a.pairs()).saturating_mul(u(a.head_dim)),
+                    bytes_read: read(&[q, kv, kv]),
+                    bytes_written: write(q),
                 }
             }
         }

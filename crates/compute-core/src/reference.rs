@@ -1,6 +1,7 @@
 //! Float64 reference implementations of every op: the ground truth of the
 //! conformance suite. Written for clarity, not speed.
 
+use crate::attention::AttentionSpec;
 use crate::error::Result;
 use crate::host::HostSlice;
 use crate::op::{BinaryOp, GeluForm, Op, ReduceOp, RowOp, UnaryOp};
@@ -256,8 +257,58 @@ pub fn run_f64(op: &Op, inputs: &[&[f64]]) -> Result<Reference> {
                 }
             }
         }
+        Op::Attention(a) => attention(&a, inputs, &mut values, &mut scale),
     }
     Ok(Reference { values, scale })
+}
+
+/// Attention in float64, one query row at a time. The error scale of output
+/// element `c` of query `i` is `Σⱼ pⱼ·(|vⱼc| + |oᵢc|) · (1 + σᵢ)`, with `σᵢ`
+/// the largest `|scale|·Σ|qᵢ·kⱼ|` over the keys it sees: an absolute error
+/// `δ` in a score is a relative error `δ` in its weight `pⱼ`, which moves the
+/// output by `pⱼ·|vⱼc − oᵢc|`. A query that sees no key gets zeros.
+fn attention(a: &AttentionSpec, inputs: &[&[f64]], values: &mut Vec<f64>, scale: &mut Vec<f64>) {
+    let (q, k, v) = (inputs[0], inputs[1], inputs[2]);
+    let d = a.head_dim;
+    let group = a.group();
+    let sc = f64::from(a.scale);
+    let mut p = vec![0.0f64; a.seq_k];
+    for b in 0..a.batch {
+        for h in 0..a.heads_q {
+            let kv_head = (b * a.heads_kv + h / group) * a.seq_k * d;
+            for i in 0..a.seq_q {
+                let qi = &q[((b * a.heads_q + h) * a.seq_q + i) * d..][..d];
+                let seen = a.visible(i);
+                let (mut max, mut sigma) = (f64::NEG_INFINITY, 0.0f64);
+                for (j, pj) in p.iter_mut().enumerate().take(seen) {
+                    let kj = &k[kv_head + j * d..][..d];
+                    let (dot, mag) =
+                        qi.iter().zip(kj).fold((0.0, 0.0), |(s, m), (x, y)| (s + x * y, m + (x * y).abs()));
+                    *pj = sc * dot;
+                    max = max.max(*pj);
+                    sigma = sigma.max(sc.abs() * mag);
+                }
+                let sum: f64 = p[..seen]
+                    .iter_mut()
+                    .map(|pj| {
+                        *pj = (*pj - max).exp();
+                        *pj
+                    })
+                    .sum();
+                for c in 0..d {
+                    let col = |j: usize| v[kv_head + j * d + c];
+                    let o = if seen == 0 { 0.0 } else { (0..seen).map(|j| p[j] * col(j)).sum::<f64>() / sum };
+                    let mag = if seen == 0 {
+                        0.0
+                    } else {
+                        (0..seen).map(|j| p[j] * (col(j).abs() + o.abs())).sum::<f64>() / sum
+                    };
+                    values.push(o);
+                    scale.push(mag * (1.0 + sigma));
+                }
+            }
+        }
+    }
 }
 
 fn rowwise(op: RowOp, row: &[f64], inputs: &[&[f64]], values: &mut Vec<f64>, scale: &mut Vec<f64>) {

@@ -328,6 +328,7 @@ impl Exec<'_> {
                 self.through_f32(op, &wide, ins, out)
             }
             Op::Conv2d(c) => self.through_f32(op, &Op::Conv2d(Conv2dSpec { dtype: DType::F32, ..c }), ins, out),
+            Op::Attention(_) => Err(ComputeError::Unsupported { op: op.name(), backend: BackendKind::Cuda }),
             Op::Cast { len, from, to } if from == to => {
                 let size = from.size_in_bytes();
                 let bytes = len.checked_mul(size).ok_or(ComputeError::LimitExceeded {

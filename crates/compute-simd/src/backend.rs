@@ -100,6 +100,9 @@ impl SimdBackend {
     /// kernels, every other dtype (and casts) through [`halves`].
     fn compute(&self, op: &Op, inputs: &[HostSlice<'_>], mut out: HostSliceMut<'_>) -> Result<()> {
         let isa = self.isa;
+        if let Op::Attention(_) = op {
+            return Err(ComputeError::Unsupported { op: op.name(), backend: BackendKind::Simd });
+        }
         let all_f32 = !matches!(op, Op::Cast { .. }) && op.dtype() == DType::F32 && op.out_dtype() == DType::F32;
         if !all_f32 {
             return self.install(op, || halves::run(isa, op, inputs, out));
@@ -120,7 +123,7 @@ impl SimdBackend {
             // TF32 is an allowance, not a demand: the CPU computes in full precision.
             Op::Matmul(spec) => gemm::sgemm(isa, &spec, inputs[0], inputs[1], out),
             Op::Conv2d(spec) => kernels::conv::conv2d(isa, &spec, inputs[0], inputs[1], out),
-            Op::Cast { .. } => {}
+            Op::Cast { .. } | Op::Attention(_) => {}
         });
         Ok(())
     }
@@ -140,7 +143,7 @@ fn stays_sequential(op: &Op) -> bool {
         | Op::Cast { len, .. } => len < min_elems,
         Op::Rows { rows, cols, .. } => rows.saturating_mul(cols) < min_elems,
         Op::Matmul(s) => s.batch.saturating_mul(s.m).saturating_mul(s.k).saturating_mul(s.n) < PAR_GEMM_MIN_MACS,
-        Op::Conv2d(_) => false,
+        Op::Conv2d(_) | Op::Attention(_) => false,
     }
 }
 

@@ -287,6 +287,7 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
             narrow(ctx, name, &y, output, steps)?;
         }
         Op::Cast { .. } => cast_into(ctx, name, input(0)?, output, steps)?,
+        Op::Attention(_) => return Err(ComputeError::Unsupported { op: name, backend: errors::KIND }),
     }
     Ok(())
 }

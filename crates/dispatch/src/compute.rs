@@ -38,13 +38,14 @@ pub enum Policy {
 }
 
 /// The workload [`Policy::Threshold`] compares with its threshold: `batch·m·k·n`
-/// for a matmul, multiply-adds for a conv, the input's element count otherwise.
+/// for a matmul, multiply-adds for a conv or attention, the input's element
+/// count otherwise.
 /// Free (arithmetic on the op's sizes).
 pub fn fixed_threshold_workload(op: &Op) -> u64 {
     let u = |x: usize| x as u64;
     match *op {
         Op::Matmul(s) => u(s.batch).saturating_mul(u(s.m)).saturating_mul(u(s.k)).saturating_mul(u(s.n)),
-        Op::Conv2d(_) => op.cost().flops / 2,
+        Op::Conv2d(_) | Op::Attention(_) => op.cost().flops / 2,
         Op::Unary { len, .. }
         | Op::Binary { len, .. }
         | Op::Reduce { len, .. }

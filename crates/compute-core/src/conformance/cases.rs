@@ -3,6 +3,7 @@
 //! fill a GPU.
 
 use super::{Group, Scale};
+use crate::attention::{AttentionSpec, Mask};
 use crate::dtype::DType;
 use crate::op::{BinaryOp, Conv2dSpec, GeluForm, MatmulSpec, Op, Precision, ReduceOp, RowOp, UnaryOp};
 
@@ -119,6 +120,7 @@ pub fn cases(group: Group, scale: Scale) -> Vec<Op> {
             }
             v
         }
+        Group::Attention => attention_cases(large),
         Group::Casts => {
             let mut v = Vec::new();
             for from in DType::ALL {
@@ -130,6 +132,45 @@ pub fn cases(group: Group, scale: Scale) -> Vec<Op> {
         }
         Group::EdgeValues | Group::Errors | Group::Tensors => Vec::new(),
     }
+}
+
+/// Attention shapes: `(batch, heads_q, heads_kv, seq_q, seq_k, head_dim, mask)`
+/// covering odd lengths, `seq_q ≠ seq_k` both ways (with end-aligned causal
+/// masks that leave the first queries seeing nothing), grouped-query heads
+/// 8:1, 2:1 and 1:1, decode shapes, head sizes 64, 128 and the odd 80 and 8,
+/// and one case with a scale of 8, whose scores reach ±100 and more.
+fn attention_cases(large: bool) -> Vec<Op> {
+    use Mask::{Causal, CausalTopLeft, None as Full};
+    let mut v = vec![
+        (1, 1, 1, 1, 1, 64, Full),
+        (2, 4, 4, 17, 33, 64, Full),
+        (2, 4, 4, 17, 33, 64, Causal),
+        (1, 8, 1, 31, 31, 128, Causal),
+        (1, 2, 2, 65, 17, 64, Causal),
+        (1, 2, 2, 65, 17, 64, CausalTopLeft),
+        (1, 2, 1, 40, 90, 128, CausalTopLeft),
+        (1, 4, 2, 1, 300, 64, Causal),
+        (2, 2, 1, 4, 257, 128, Causal),
+        (2, 2, 2, 40, 40, 80, Causal),
+        (1, 3, 3, 19, 23, 8, Full),
+        (1, 2, 2, 130, 129, 64, Causal),
+    ];
+    if large {
+        v.extend([
+            (1, 8, 2, 512, 512, 128, Causal),
+            (2, 4, 4, 1024, 1024, 64, Full),
+            (4, 32, 8, 1, 8192, 128, Causal),
+            (1, 4, 1, 3, 4097, 64, Causal),
+        ]);
+    }
+    let mut ops: Vec<Op> = v
+        .into_iter()
+        .map(|(b, hq, hkv, sq, sk, d, mask)| {
+            Op::Attention(AttentionSpec::new(b, hq, sq, sk, d).with_kv_heads(hkv).with_mask(mask))
+        })
+        .collect();
+    ops.push(Op::Attention(AttentionSpec::new(2, 2, 33, 70, 64).causal().with_scale(8.0)));
+    ops
 }
 
 /// Matmuls and convolutions above this many multiply-adds run in `f32` only:
@@ -155,6 +196,11 @@ pub fn dtype_variants(op: &Op) -> Vec<Op> {
             v
         }
         Op::Conv2d(_) if macs > HALF_MAX_MACS => vec![*op],
+        Op::Attention(a) => {
+            let mut v: Vec<Op> = DType::ALL.iter().map(|&d| op.with_dtype(d)).collect();
+            v.push(Op::Attention(a.with_precision(Precision::Tf32)));
+            v
+        }
         _ => DType::ALL.iter().map(|&d| op.with_dtype(d)).collect(),
     }
 }

@@ -107,6 +107,10 @@ pub enum Group {
     BatchedMatmul,
     /// conv2d with strides and padding.
     Conv2d,
+    /// Fused attention: causal masks both ways, grouped-query heads, decode
+    /// shapes, odd lengths and head sizes, queries that see no key, scores
+    /// of large magnitude.
+    Attention,
     /// Casts between every pair of dtypes: bit-exact rounding.
     Casts,
     /// NaN, ±Inf, −0, huge, tiny and subnormal inputs.
@@ -145,6 +149,7 @@ const TINY: f64 = f32::MIN_POSITIVE as f64;
 /// | matmul, conv2d | `cond = ε·(8 + 2√k)` of `Σₖ|aᵢₖ·bₖⱼ|` |
 /// | matmul in TF32 | adds `cond = 2⁻¹⁰` (both operands rounded to 10 mantissa bits) |
 /// | cast | exact: the reference rounded to the target dtype, bit for bit |
+/// | attention | `cond = ε·(8 + 2√head_dim + 2√seq_k)` of the reference's scale (see [`reference`](mod@crate::reference)); on `f16`/`bf16` adds `2u` of the input dtype (the softmax weights are rounded to it); in TF32 adds `2⁻⁹` |
 ///
 /// Ops on `f16` and `bf16` compute in `f32`, so the bound above holds for
 /// them too, plus the rounding of the stored result: `u·|r|` with `u` the
@@ -169,6 +174,15 @@ pub fn tolerance(op: &Op) -> Tolerance {
         }
         Op::Cast { .. } => Tolerance { abs: 0.0, rel: 0.0, cond: 0.0 },
         Op::Conv2d(c) => Tolerance { abs: TINY, rel: 0.0, cond: EPS * (8.0 + 2.0 * sqrt(c.c_in * c.kh * c.kw)) },
+        Op::Attention(a) => {
+            let weights = match a.dtype {
+                DType::F32 if a.precision == Precision::Tf32 => 2f64.powi(-9),
+                DType::F32 => 0.0,
+                d => 2.0 * d.unit_roundoff(),
+            };
+            let cond = EPS * (8.0 + 2.0 * sqrt(a.head_dim) + 2.0 * sqrt(a.seq_k)) + weights;
+            Tolerance { abs: TINY, rel: 0.0, cond }
+        }
     }
 }
 
@@ -296,7 +310,7 @@ pub fn inputs_for(op: &Op, rng: &mut Rng) -> Vec<Vec<f32>> {
                 RowOp::RmsNorm { .. } => vec![x, rng.vec(lens[1], 0.5, 1.5)],
             }
         }
-        Op::Matmul(_) | Op::Conv2d(_) => lens.iter().map(|&n| rng.vec(n, -1.0, 1.0)).collect(),
+        Op::Matmul(_) | Op::Conv2d(_) | Op::Attention(_) => lens.iter().map(|&n| rng.vec(n, -1.0, 1.0)).collect(),
         Op::Cast { len, .. } => vec![(0..*len).map(|_| cast_input(rng)).collect()],
     }
 }
@@ -746,6 +760,18 @@ fn shape_errors(backend: &dyn Backend, rng: &mut Rng) -> Vec<String> {
     check(Op::matmul(usize::MAX / 4, 8, 8), vec![x.clone(), rng.vec(64, -1.0, 1.0)], 8, "matmul overflowing usize");
     let conv = crate::Conv2dSpec { h: 2, w: 5, padding: (0, 0), ..crate::Conv2dSpec::same(1, 5, 1, 3) };
     check(Op::Conv2d(conv), vec![x.clone(), rng.vec(9, -1.0, 1.0)], 3, "conv2d with kernel taller than input");
+    let gqa = crate::AttentionSpec::new(1, 3, 2, 4, 2).with_kv_heads(2);
+    let (q, kv) = (rng.vec(12, -1.0, 1.0), rng.vec(16, -1.0, 1.0));
+    check(
+        Op::Attention(gqa),
+        vec![q.clone(), kv.clone(), kv.clone()],
+        12,
+        "attention with 3 query heads on 2 kv heads",
+    );
+    let one = crate::AttentionSpec::new(1, 3, 2, 4, 2);
+    check(Op::Attention(one), vec![q.clone(), kv.clone(), kv.clone()], 12, "attention with short k and v");
+    let nan = crate::AttentionSpec::new(1, 1, 2, 2, 2).with_scale(f32::NAN);
+    check(Op::Attention(nan), vec![x[..4].to_vec(), x[..4].to_vec(), x[..4].to_vec()], 4, "attention with a NaN scale");
     // Tensor calls validate too, and leave the output tensor untouched.
     if let (Ok(a), Ok(out)) = (backend.upload(&x), backend.upload(&sentinel[..9])) {
         match backend.run_tensors(&Op::unary(UnaryOp::Relu, 10), &[&a], &out) {
@@ -905,7 +931,8 @@ macro_rules! conformance_tests {
     ($make:expr, $kind:expr, $cfg:expr) => {
         $crate::conformance_tests!(@tests $make, $kind, $cfg;
             unary_ops => Unary, binary_ops => Binary, reductions => Reductions, row_ops => Rows,
-            matmul => Matmul, batched_matmul => BatchedMatmul, conv2d => Conv2d, casts => Casts,
+            matmul => Matmul, batched_matmul => BatchedMatmul, conv2d => Conv2d, attention => Attention,
+            casts => Casts,
             edge_values => EdgeValues, bad_shapes_are_typed_errors => Errors,
             device_tensors => Tensors);
     };
@@ -988,7 +1015,10 @@ mod tests {
     fn a_correct_backend_passes() {
         assert!(!catches(|_| {}, Op::matmul(17, 33, 9)));
         assert!(!catches(|_| {}, Op::unary(UnaryOp::Sigmoid, 1000)));
+        let attn = crate::AttentionSpec::new(2, 4, 17, 33, 64).with_kv_heads(2).causal();
+        assert!(!catches(|_| {}, Op::Attention(attn)));
         for dtype in [DType::F16, DType::BF16] {
+            assert!(!catches(|_| {}, Op::Attention(attn.with_dtype(dtype))));
             assert!(!catches(|_| {}, Op::unary(UnaryOp::Gelu(crate::GeluForm::Erf), 1000).with_dtype(dtype)));
             assert!(!catches(|_| {}, Op::rows(RowOp::LayerNorm { eps: 1e-5 }, 7, 300).with_dtype(dtype)));
             let mm = crate::MatmulSpec::new(17, 33, 9);
@@ -1016,6 +1046,15 @@ mod tests {
         assert!(catches(nudge, Op::unary(UnaryOp::Tanh, 100)));
         assert!(catches(nudge, Op::matmul(8, 64, 8)));
         assert!(catches(nudge, Op::rows(RowOp::Softmax, 4, 50)));
+        // Attention: 0.01 off in one output, and the top-left mask where the
+        // end-aligned one was asked for.
+        let attn = crate::AttentionSpec::new(1, 2, 9, 40, 64).causal();
+        assert!(catches(|o| o[3] += 0.01, Op::Attention(attn)));
+        let inputs = inputs_for(&Op::Attention(attn), &mut Rng::new(7));
+        let refs: Vec<&[f32]> = inputs.iter().map(Vec::as_slice).collect();
+        let top_left = reference::run(&Op::Attention(attn.with_mask(crate::Mask::CausalTopLeft)), &refs).unwrap();
+        let out: Vec<f32> = top_left.values.iter().map(|&v| v as f32).collect();
+        assert!(compare(&Op::Attention(attn), &refs, &out, 1.0).is_some());
         // Four ulps off on an exact op (the bound is about 1.5 ulp).
         let op = Op::unary(UnaryOp::Relu, 2);
         let r = faulty(|o| o[0] = o[0].next_up().next_up().next_up().next_up());

@@ -102,6 +102,7 @@ fn run_into<T: Element>(isa: Isa, op: &Op, inputs: &[HostSlice<'_>], out: &mut [
             let wide = widen_all(isa, op, inputs)?;
             into_output(isa, op, out, |o| kernels::conv::conv2d(isa, &spec, &wide[0], &wide[1], o))?;
         }
+        Op::Attention(_) => return Err(ComputeError::Unsupported { op: op.name(), backend: BackendKind::Simd }),
     }
     Ok(())
 }

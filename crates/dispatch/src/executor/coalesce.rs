@@ -49,7 +49,7 @@ pub(crate) fn key(op: &Op, inputs: &[Vec<f32>], seq: u64) -> Key {
             Key::Rows { name: r.name(), eps, cols, params }
         }
         Op::Matmul(s) => Key::Matmul { m: s.m, k: s.k, n: s.n, ta: s.trans_a, tb: s.trans_b },
-        Op::Reduce { .. } | Op::Dot { .. } | Op::Conv2d(_) | Op::Cast { .. } => Key::Alone(seq),
+        Op::Reduce { .. } | Op::Dot { .. } | Op::Conv2d(_) | Op::Cast { .. } | Op::Attention(_) => Key::Alone(seq),
     }
 }
 
@@ -86,7 +86,7 @@ pub(crate) fn merge(reqs: &[(&Op, &[Vec<f32>])]) -> Option<Merged> {
             let batch = reqs.iter().map(|(o, _)| if let Op::Matmul(x) = o { x.batch } else { 0 }).sum();
             Op::Matmul(MatmulSpec { batch, ..s })
         }
-        Op::Reduce { .. } | Op::Dot { .. } | Op::Conv2d(_) | Op::Cast { .. } => return None,
+        Op::Reduce { .. } | Op::Dot { .. } | Op::Conv2d(_) | Op::Cast { .. } | Op::Attention(_) => return None,
     };
     let inputs = match *first_op {
         Op::Rows { .. } => {
