@@ -2,14 +2,18 @@
 //! `cargo xtask bench` runs), as a standalone program for the GPU machine:
 //! prints one line per row and the rows as JSON.
 //!
-//! `cargo run --release -p compute-ptx --features cuda --example cuda_bench [--quick] [--tensor-cores]`
+//! `cargo run --release -p compute-ptx --features cuda --example cuda_bench [--quick] [--tensor-cores | --attention]`
 //! (`COMPUTE_PTX_GEMM_SWEEP=1` adds the other GEMM shapes of
 //! `gemm_simt::sweep_configs` at 2048³, 4096³ and 8192³, also with `--quick`,
 //! and those of `gemm_mma::sweep_configs` at 4096³ and 8192³; `--tensor-cores`
-//! runs only the tensor-core GEMM rows).
+//! runs only the tensor-core GEMM rows, `--attention` only the fused-attention
+//! rows, beside PyTorch's figures when `COMPUTE_TORCH_ATTENTION` names the
+//! output of `benches/torch_attention.py`).
 
 #[path = "../../../benches/src/cuda.rs"]
 mod cuda;
+#[path = "../../../benches/src/cuda_attention.rs"]
+mod cuda_attention;
 #[path = "../../../benches/src/cuda_half.rs"]
 mod cuda_half;
 #[path = "../../../benches/src/cuda_mma.rs"]
@@ -59,6 +63,14 @@ fn profile_gemm(n: usize, which: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// `--attention`: only the fused-attention rows ([`cuda_attention`]).
+fn attention_rows(quick: bool) -> Result<Vec<report::Record>, String> {
+    let be = compute_ptx::CudaBackend::new().map_err(|e| e.to_string())?;
+    let device = be.info().map_err(|e| e.to_string())?.name;
+    let budget = std::time::Duration::from_millis(if quick { 300 } else { 1000 });
+    cuda_attention::rows(&be, &device, quick, budget)
+}
+
 /// `--tensor-cores`: only the tensor-core GEMM rows ([`cuda_mma`]).
 fn tensor_core_rows(quick: bool) -> Result<Vec<report::Record>, String> {
     let be = compute_ptx::CudaBackend::new().map_err(|e| e.to_string())?;
@@ -79,7 +91,13 @@ fn main() {
         return;
     }
     let quick = args.iter().any(|a| a == "--quick");
-    let rows = if args.iter().any(|a| a == "--tensor-cores") { tensor_core_rows(quick) } else { cuda::rows(quick) };
+    let rows = if args.iter().any(|a| a == "--tensor-cores") {
+        tensor_core_rows(quick)
+    } else if args.iter().any(|a| a == "--attention") {
+        attention_rows(quick)
+    } else {
+        cuda::rows(quick)
+    };
     match rows {
         Ok(rows) => {
             for r in &rows {

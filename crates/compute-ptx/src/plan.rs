@@ -16,9 +16,11 @@
 //! ops a plan can run.
 
 use compute_core::{
-    BackendKind, ComputeError, Conv2dSpec, DType, HostSlice, HostSliceMut, MatmulSpec, Op, ReduceOp, Result,
+    AttentionSpec, BackendKind, ComputeError, Conv2dSpec, DType, HostSlice, HostSliceMut, MatmulSpec, Op, ReduceOp,
+    Result,
 };
 
+use crate::kernels::attention::{self, FlashConfig};
 use crate::kernels::elem;
 use crate::kernels::elementwise::{self, UnaryKind};
 use crate::kernels::gemm_mma::MmaConfig;
@@ -210,6 +212,24 @@ pub fn run_op(l: &dyn Launcher, op: &Op, ins: &[u64], out: u64) -> Result<()> {
     Exec { l }.run(op, ins, out)
 }
 
+/// Queues fused attention reading `q`, `k`, `v` and writing `o` (device
+/// addresses, validated sizes), with the tensor-core kernel of shape `flash`
+/// for half data when given (for tuning and tests), else as [`run_op`] does.
+/// A shape the kernel cannot be built with is a `Compile` error from the launcher.
+pub fn run_attention(
+    l: &dyn Launcher,
+    spec: &AttentionSpec,
+    flash: Option<FlashConfig>,
+    (q, k, v, o): (u64, u64, u64, u64),
+) -> Result<()> {
+    let op = Op::Attention(*spec);
+    op.layout()?;
+    if !supported(&op) {
+        return Err(unsupported_dtype(&op));
+    }
+    Exec { l }.attention(&op, spec, flash, &[q, k, v], o)
+}
+
 /// Queues a matrix product with a chosen tier; `batch_strides` (elements
 /// between consecutive matrices of A, B, C; 0 shares one) defaults to contiguous.
 /// The `f32` tiers take `f32` operands only; [`GemmTier::Mma`] and
@@ -328,7 +348,7 @@ impl Exec<'_> {
                 self.through_f32(op, &wide, ins, out)
             }
             Op::Conv2d(c) => self.through_f32(op, &Op::Conv2d(Conv2dSpec { dtype: DType::F32, ..c }), ins, out),
-            Op::Attention(_) => Err(ComputeError::Unsupported { op: op.name(), backend: BackendKind::Cuda }),
+            Op::Attention(a) => self.attention(op, &a, None, ins, out),
             Op::Cast { len, from, to } if from == to => {
                 let size = from.size_in_bytes();
                 let bytes = len.checked_mul(size).ok_or(ComputeError::LimitExceeded {
@@ -340,6 +360,58 @@ impl Exec<'_> {
                 self.l.copy(out, input(0)?, bytes, op.name())
             }
             Op::Cast { len, from, to } => self.cast(input(0)?, from, out, to, len),
+        }
+    }
+
+    /// Fused attention: the tensor-core kernel for `f16`/`bf16` data whose
+    /// head size it takes ([`FlashConfig::fits`]), the `f32` kernel for
+    /// `f32` data (TF32 allowed but not used), and other half data through
+    /// `f32` temporaries. One launch over `(row tiles, heads_kv, batch)`.
+    fn attention(&self, op: &Op, a: &AttentionSpec, flash: Option<FlashConfig>, ins: &[u64], out: u64) -> Result<()> {
+        let name = op.name();
+        let input =
+            |i: usize| ins.get(i).copied().ok_or_else(|| ComputeError::shape(name, "missing input", op.shapes()));
+        let d = a.head_dim;
+        let rows = a.group() * a.seq_q;
+        // The kernels index rows times the head size in 32 bits.
+        u32_of(name, "query rows per key/value head times head size", rows.saturating_mul(d))?;
+        u32_of(name, "keys times head size", a.seq_k.saturating_mul(d))?;
+        limit(name, "key/value heads", a.heads_kv, MAX_GRID_YZ)?;
+        limit(name, "batch", a.batch, MAX_GRID_YZ)?;
+        let (va, vb) = attention::visible_params(a.causal_offset(), a.seq_k);
+        let args = [
+            Arg::Ptr(input(0)?),
+            Arg::Ptr(input(1)?),
+            Arg::Ptr(input(2)?),
+            Arg::Ptr(out),
+            Arg::U32(rows as u32),
+            Arg::U32(a.seq_q as u32),
+            Arg::U32(a.seq_k as u32),
+            Arg::F32(a.scale * std::f32::consts::LOG2_E),
+            Arg::U32(u32_of(name, "causal offset", va as usize)?),
+            Arg::U32(u32_of(name, "causal offset", vb as usize)?),
+        ];
+        let (hkv, batch) = (a.heads_kv as u32, a.batch as u32);
+        match a.dtype {
+            DType::F16 | DType::BF16 if FlashConfig::fits(d) => {
+                let cfg = flash.unwrap_or(FlashConfig::for_head_dim(d));
+                let grid = Grid {
+                    blocks: (rows.div_ceil(cfg.rows() as usize) as u32, hkv, batch),
+                    threads: (cfg.threads(), 1, 1),
+                    dynamic_smem: cfg.shared_bytes(),
+                };
+                self.launch(KernelId::AttentionFlash(cfg, a.dtype), grid, &args)
+            }
+            DType::F32 => {
+                limit(name, "head size", d, attention::SIMT_MAX_HEAD_DIM)?;
+                let grid = Grid {
+                    blocks: (rows.div_ceil(attention::SIMT_ROWS as usize) as u32, hkv, batch),
+                    threads: (attention::SIMT_ROWS * 32, 1, 1),
+                    dynamic_smem: 0,
+                };
+                self.launch(KernelId::AttentionSimt(d as u32), grid, &args)
+            }
+            _ => self.through_f32(op, &Op::Attention(a.with_dtype(DType::F32)), ins, out),
         }
     }
 

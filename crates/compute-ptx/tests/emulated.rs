@@ -300,3 +300,48 @@ fn half_ops_launch_their_dtype_kernels_and_same_dtype_casts_copy() {
     compute_core::Ops::cast(&emu, &v, &mut copied).unwrap();
     assert!(copied.iter().zip(&v).all(|(a, b)| a.to_bits() == b.to_bits()));
 }
+
+/// The tensor-core attention kernel in every shape the tuning sweep may
+/// pick (row tiles, key tiles, warps), on both half dtypes, against the
+/// reference: odd lengths, both causal alignments, grouped heads, queries
+/// that see nothing, and a tile that spans two heads of a group.
+#[test]
+fn flash_attention_shapes_agree() {
+    use compute_core::conformance::{compare_typed, typed_inputs_for};
+    use compute_core::{AttentionSpec, DType, Mask};
+    use compute_ptx::kernels::attention::FlashConfig;
+    let emu = EmuBackend::new();
+    let mut rng = Rng::new(0x5eed_a77e);
+    let specs = [
+        AttentionSpec::new(1, 4, 37, 70, 64).with_kv_heads(2).causal(),
+        AttentionSpec::new(2, 2, 9, 130, 32).with_mask(Mask::CausalTopLeft),
+        AttentionSpec::new(1, 8, 3, 200, 128).with_kv_heads(1).causal(),
+        AttentionSpec::new(1, 2, 80, 30, 80).causal(),
+        AttentionSpec::new(1, 1, 65, 65, 16),
+    ];
+    for spec in specs {
+        let d = spec.head_dim;
+        let mut cfgs = vec![FlashConfig::for_head_dim(d)];
+        for (warps, m_tiles, bn) in [(4, 1, 32), (2, 2, 64), (4, 2, 128), (8, 1, 16)] {
+            let cfg = FlashConfig { head_dim: d as u32, warps, m_tiles, bn };
+            if cfg.check().is_ok() {
+                cfgs.push(cfg);
+            }
+        }
+        for cfg in cfgs {
+            for dtype in [DType::BF16, DType::F16] {
+                let spec = spec.with_dtype(dtype);
+                let op = Op::Attention(spec);
+                let inputs = typed_inputs_for(&op, &mut rng);
+                let before = emu.log.lock().unwrap().len();
+                let out = emu.attention_typed(spec, Some(cfg), &inputs);
+                let names: Vec<String> = emu.log.lock().unwrap()[before..].iter().map(|(k, _)| k.clone()).collect();
+                assert_eq!(names, [cfg.kernel_name(dtype)], "{spec:?}");
+                let views: Vec<_> = inputs.iter().map(|v| v.as_slice()).collect();
+                if let Some(msg) = compare_typed(&op, &views, out.as_slice(), 1.0) {
+                    panic!("{cfg:?} {}: {msg}", op.shapes());
+                }
+            }
+        }
+    }
+}

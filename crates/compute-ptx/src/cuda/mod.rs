@@ -206,6 +206,31 @@ impl CudaBackend {
         plan::run_matmul(&*self.dev, tier, &spec, (pa, pb, pc), None)
     }
 
+    /// Runs fused attention of device tensors with the tensor-core kernel of
+    /// shape `flash` for half data (for tuning and benchmarks; every shape
+    /// that builds gives the same result within the tolerance), as
+    /// [`Backend::run_tensors`] does otherwise. A shape that cannot be built
+    /// is a `Compile` error. Queued, like `run_tensors`.
+    pub fn attention_with(
+        &self,
+        spec: compute_core::AttentionSpec,
+        flash: Option<crate::kernels::attention::FlashConfig>,
+        (q, k, v): (&Tensor, &Tensor, &Tensor),
+        o: &Tensor,
+    ) -> Result<()> {
+        let op = Op::Attention(spec);
+        check_tensor_call(&op, self.location(), &[q, k, v], o)?;
+        if let Some(cfg) = flash {
+            cfg.check().map_err(|e| ComputeError::Compile {
+                backend: BackendKind::Cuda,
+                kernel: cfg.kernel_name(spec.dtype),
+                message: e,
+            })?;
+        }
+        let (pq, pk, pv, po) = (self.ptr(q, &op)?, self.ptr(k, &op)?, self.ptr(v, &op)?, self.ptr(o, &op)?);
+        plan::run_attention(&*self.dev, &spec, flash, (pq, pk, pv, po))
+    }
+
     /// Device-to-device copy of `src` into `dst` (equal lengths and dtypes), queued.
     pub fn copy(&self, src: &Tensor, dst: &Tensor) -> Result<()> {
         let op = Op::unary(compute_core::UnaryOp::Scale { s: 1.0 }, src.len().max(1));

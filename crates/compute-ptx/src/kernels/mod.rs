@@ -9,6 +9,7 @@
 //! want a kernel's PTX and launch shape without the CUDA backend
 //! (`GemmKernel::tiled(m, n, k, 32).emit_ptx()`).
 
+pub mod attention;
 pub mod conv;
 pub mod elem;
 pub mod elementwise;
@@ -25,6 +26,7 @@ pub mod rows;
 pub use gemm_kernel::GemmKernel;
 
 use crate::builder::{BuildError, Kernel, Target};
+use attention::FlashConfig;
 use compute_core::{BinaryOp, DType};
 use elementwise::UnaryKind;
 use gemm_mma::MmaConfig;
@@ -59,6 +61,10 @@ pub enum KernelId {
     GemmWgmma(WgmmaConfig, DType, DType, bool, bool),
     /// im2col for conv2d.
     Im2col,
+    /// Fused attention on tensor cores (`f16`/`bf16`): shape and dtype.
+    AttentionFlash(FlashConfig, DType),
+    /// Fused attention on `f32`, for one head size.
+    AttentionSimt(u32),
 }
 
 impl KernelId {
@@ -76,6 +82,8 @@ impl KernelId {
             KernelId::GemmMma(cfg, i, o, ta, tb) => cfg.kernel_name(*i, *o, *ta, *tb),
             KernelId::GemmWgmma(cfg, i, o, ta, tb) => cfg.kernel_name(*i, *o, *ta, *tb),
             KernelId::Im2col => "im2col".into(),
+            KernelId::AttentionFlash(cfg, d) => cfg.kernel_name(*d),
+            KernelId::AttentionSimt(d) => format!("attention_simt_f32_d{d}"),
         }
     }
 
@@ -101,6 +109,8 @@ impl KernelId {
             KernelId::GemmMma(cfg, i, o, ta, tb) => gemm_mma::mma(&cfg, i, o, ta, tb, target),
             KernelId::GemmWgmma(cfg, i, o, ta, tb) => gemm_wgmma::wgmma(&cfg, i, o, (ta, tb), target),
             KernelId::Im2col => conv::im2col(target),
+            KernelId::AttentionFlash(cfg, d) => attention::flash(&cfg, d, target),
+            KernelId::AttentionSimt(d) => attention::simt(d, target),
         }
     }
 }
@@ -128,7 +138,11 @@ impl KernelId {
     /// The storage dtypes the kernel reads or writes.
     pub fn dtypes(&self) -> Vec<DType> {
         match *self {
-            KernelId::Unary(_, d) | KernelId::Binary(_, d) | KernelId::Reduce(_, d) | KernelId::Rows(_, _, d) => {
+            KernelId::Unary(_, d)
+            | KernelId::Binary(_, d)
+            | KernelId::Reduce(_, d)
+            | KernelId::Rows(_, _, d)
+            | KernelId::AttentionFlash(_, d) => {
                 vec![d]
             }
             KernelId::Cast(from, to) | KernelId::GemmMma(_, from, to, ..) | KernelId::GemmWgmma(_, from, to, ..) => {
@@ -183,5 +197,11 @@ pub fn catalog() -> Vec<KernelId> {
     }
     v.push(KernelId::GemmWgmma(WgmmaConfig::default(), DType::F32, DType::F32, false, true));
     v.push(KernelId::Im2col);
+    for d in [64, 128] {
+        for dtype in [DType::BF16, DType::F16] {
+            v.push(KernelId::AttentionFlash(FlashConfig::for_head_dim(d), dtype));
+        }
+        v.push(KernelId::AttentionSimt(d as u32));
+    }
     v
 }

@@ -140,6 +140,41 @@ impl EmuBackend {
     }
 }
 
+impl EmuBackend {
+    /// Attention of `spec` on typed `q`, `k`, `v`, the tensor-core kernel
+    /// of shape `flash` for half data.
+    pub fn attention_typed(
+        &self,
+        spec: compute_core::AttentionSpec,
+        flash: Option<compute_ptx::kernels::attention::FlashConfig>,
+        inputs: &[compute_core::HostVec],
+    ) -> compute_core::HostVec {
+        let mut mem = self.mem.lock().unwrap();
+        let ptrs: Vec<u64> = inputs
+            .iter()
+            .map(|v| {
+                let bytes = v.as_slice().as_bytes().to_vec();
+                let p = mem.alloc(bytes.len());
+                mem.write_bytes(p, &bytes);
+                p
+            })
+            .collect();
+        let len = inputs[0].len();
+        let bytes = len * spec.dtype.size_in_bytes();
+        let po = mem.alloc(bytes);
+        drop(mem);
+        plan::run_attention(self, &spec, flash, (ptrs[0], ptrs[1], ptrs[2], po)).unwrap();
+        let mut mem = self.mem.lock().unwrap();
+        let out_bytes = mem.read_bytes(po, bytes);
+        for p in ptrs.into_iter().chain([po]) {
+            mem.free(p);
+        }
+        let mut out = compute_core::HostVec::zeros(spec.dtype, len);
+        out.as_mut().as_bytes_mut().copy_from_slice(&out_bytes);
+        out
+    }
+}
+
 impl Launcher for EmuBackend {
     fn sm_count(&self) -> u32 {
         // Few "multiprocessors": grid-stride loops and multi-block reductions get exercised.
