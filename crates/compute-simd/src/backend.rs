@@ -100,9 +100,6 @@ impl SimdBackend {
     /// kernels, every other dtype (and casts) through [`halves`].
     fn compute(&self, op: &Op, inputs: &[HostSlice<'_>], mut out: HostSliceMut<'_>) -> Result<()> {
         let isa = self.isa;
-        if let Op::Attention(_) = op {
-            return Err(ComputeError::Unsupported { op: op.name(), backend: BackendKind::Simd });
-        }
         let all_f32 = !matches!(op, Op::Cast { .. }) && op.dtype() == DType::F32 && op.out_dtype() == DType::F32;
         if !all_f32 {
             return self.install(op, || halves::run(isa, op, inputs, out));
@@ -113,6 +110,10 @@ impl SimdBackend {
         }
         let inputs = &f32s[..inputs.len().min(3)];
         let Some(out) = out.get_mut::<f32>() else { return Ok(()) };
+        if let (Op::Attention(spec), &[q, k, v]) = (*op, inputs) {
+            // TF32 is an allowance here too: computed in full `f32`.
+            return self.install(op, || kernels::attention::attention(isa, &spec, q, k, v, out));
+        }
         self.install(op, || match *op {
             Op::Unary { op, .. } => kernels::elementwise::unary(isa, op, inputs[0], out),
             Op::Binary { op, .. } => kernels::elementwise::binary(isa, op, inputs[0], inputs[1], out),
@@ -143,7 +144,12 @@ fn stays_sequential(op: &Op) -> bool {
         | Op::Cast { len, .. } => len < min_elems,
         Op::Rows { rows, cols, .. } => rows.saturating_mul(cols) < min_elems,
         Op::Matmul(s) => s.batch.saturating_mul(s.m).saturating_mul(s.k).saturating_mul(s.n) < PAR_GEMM_MIN_MACS,
-        Op::Conv2d(_) | Op::Attention(_) => false,
+        Op::Attention(a) => {
+            // Multiply-adds, as for a matmul: 2·d per visible (query, key) pair.
+            let macs = Op::Attention(a).cost().flops / 2;
+            macs < PAR_GEMM_MIN_MACS as u64
+        }
+        Op::Conv2d(_) => false,
     }
 }
 

@@ -54,6 +54,28 @@ pub const CONV_BLOCK: usize = 1 << 16;
 /// Matrix products go parallel above this many multiply-adds (m·k·n).
 pub const PAR_GEMM_MIN_MACS: usize = 1 << 18;
 
+/// Attention: query rows per task. Each key block is packed (transposed)
+/// once per query block, so more rows spread that copy thinner; the task's
+/// scaled queries, scores (`rows × ATTENTION_BLOCK_K`), output accumulator
+/// and packed keys (512 KiB at head size 128) stay in L2. Measured
+/// (1×8 heads, s = 1024, one thread, best of 20, 2-core Zen 4): 96 and 192
+/// rows with 128–512 keys were within 5 % of each other, 192 × 256 ahead by
+/// 1–5 % (23.1 / 12.6 ms at head size 64 full / causal, 43.6 / 25.1 at 128);
+/// at s = 2048 causal on two threads 24.6 ms against 26.0 for 96 rows.
+pub const ATTENTION_BLOCK_Q: usize = 192;
+
+/// Attention: keys per block. Larger blocks amortise the per-row work of
+/// each block (a max, a rescale of the output row) over more keys; see
+/// [`ATTENTION_BLOCK_Q`] for the measurement.
+pub const ATTENTION_BLOCK_K: usize = 256;
+
+/// Attention: rows of a query block that share one key count on the causal
+/// diagonal. Each such segment computes up to the last key its last row
+/// sees, so the masked part computed anyway is about this many rows' worth
+/// of keys per row, not a whole query block's. (Two 6-row tiles; 6 to 48
+/// measured within 3 % of each other, s = 1024 causal.)
+pub const ATTENTION_DIAGONAL_ROWS: usize = 12;
+
 /// GEMM depth block: the `mr × kc` values of `A` of a tile (12 KiB) stay in L1
 /// while the micro-kernel sweeps the packed `kc × nc` block of `B` held in L2;
 /// a deep block also halves the passes over `C` (measured: 512 beats 256 and

@@ -22,6 +22,11 @@
 //! bf16 operands on a CPU with AVX512_BF16 take [`bf16::gemm`]: the same
 //! loops on depth-pair panels and a `vdpbf16ps` micro-kernel.
 //!
+//! Fused kernels (attention) run their small products block by block on
+//! the same micro-kernels, on their own thread: `pack_transposed` and
+//! `packed_product` (a `B` packed once for several products),
+//! `rows_product` (a row-major `B` read in place) and `dots_product`.
+//!
 //! Only the micro-kernel modules (`kernel.rs`, `dpbf16.rs`) contain `unsafe`.
 
 pub mod bf16;
@@ -225,6 +230,113 @@ fn compute(isa: Isa, op: &Operands<'_>, (i0, j0): (usize, usize), mut c: MatMut<
             }
         }
     });
+}
+
+/// `op(B)` of several products of a fused kernel (attention), packed once by
+/// [`pack_transposed`] into the panels the micro-kernels read.
+#[derive(Clone, Copy)]
+pub(crate) struct PackedB<'a> {
+    panels: &'a [f32],
+    k: usize,
+    n: usize,
+}
+
+/// Values of the buffer [`pack_transposed`] and [`rows_product`] need for
+/// depth `k` and `n` columns on `isa`: `n` rounded up to whole panels, times
+/// `k`. Costs nothing.
+pub(crate) fn packed_len(isa: Isa, k: usize, n: usize) -> usize {
+    n.next_multiple_of(kernel::tile(isa).nr).saturating_mul(k)
+}
+
+/// Packs `op(B) = Bᵀ` (`k × n`) of `B` stored `n × k` (rows contiguous) into
+/// `buf`, for [`packed_product`]. `None` if `buf` is shorter than
+/// [`packed_len`]. Costs one transposing copy of `B`.
+pub(crate) fn pack_transposed<'a>(isa: Isa, b: &[f32], k: usize, n: usize, buf: &'a mut [f32]) -> Option<PackedB<'a>> {
+    let isa = if isa.is_supported() { isa } else { Isa::Portable };
+    let t = kernel::tile(isa);
+    let panels = buf.get_mut(..packed_len(isa, k, n))?;
+    let op = Operands { a: &[], b, m: 0, k, n, trans_a: false, trans_b: true };
+    pack::pack_b(isa, &op, t, (0, k), (0, n), panels);
+    Some(PackedB { panels, k, n })
+}
+
+/// `C (+)= A·op(B)[:, ..n]` into `c` (`m × n`, row stride `ldc`) on the
+/// calling thread: `A` is `m × k` (row `i` at `a[i·lda..][..k]`, read in
+/// place), `op(B)` packed by [`pack_transposed`] with the same depth and at
+/// least `n` columns (its first `n` are used). Costs `2·m·k·n` FLOPs (`n`
+/// rounded up to whole panels) on the SGEMM micro-kernels. Does nothing if a
+/// length is inconsistent; `isa` must be the one `b` was packed for.
+pub(crate) fn packed_product(
+    isa: Isa,
+    (a, lda): (&[f32], usize),
+    (m, n): (usize, usize),
+    b: &PackedB<'_>,
+    (c, ldc): (&mut [f32], usize),
+    accumulate: bool,
+) {
+    let isa = if isa.is_supported() { isa } else { Isa::Portable };
+    if m == 0 || n == 0 || b.k == 0 || n > b.n {
+        return;
+    }
+    let Some(mut view) = MatMut::new(c, m, n, ldc) else { return };
+    let blk = Block { kc: b.k, a: PanelsA::Rows { a, lda }, b: PanelsB::Packed(b.panels), accumulate };
+    kernel::block(isa, &blk, &mut view);
+}
+
+/// `C = A·Bᵀ` into `c` (`m × n`, row stride `ldc`) as dot products of rows,
+/// without packing: `A` is `m × k` (row stride `lda`), `B` is `n × k` with
+/// contiguous rows. Meant for a few rows of `A` (up to [`GEMM_DOTS_MAX_M`]).
+/// Costs `2·m·k·n` FLOPs plus a horizontal sum per element. Does nothing if
+/// a length is inconsistent.
+pub(crate) fn dots_product(
+    isa: Isa,
+    (a, lda): (&[f32], usize),
+    (m, k, n): (usize, usize, usize),
+    b: &[f32],
+    (c, ldc): (&mut [f32], usize),
+) {
+    let isa = if isa.is_supported() { isa } else { Isa::Portable };
+    if m == 0 || n == 0 || k == 0 {
+        return;
+    }
+    let Some(mut view) = MatMut::new(c, m, n, ldc) else { return };
+    kernel::dots(isa, k, (a, lda), (b, k), &mut view);
+}
+
+/// `C (+)= A·B` into `c` (`m × n`, row stride `ldc`) on the calling thread:
+/// `A` is `m × k` (row stride `lda`) and `B` is `k × n` row-major (row stride
+/// `n`), both read in place, but for the columns of `B` past its last whole
+/// panel, which are packed into `buf` (at least [`packed_len`] values).
+/// Costs `2·m·k·n` FLOPs on the SGEMM micro-kernels. Does nothing if a
+/// length is inconsistent.
+pub(crate) fn rows_product(
+    isa: Isa,
+    (a, lda): (&[f32], usize),
+    (m, k, n): (usize, usize, usize),
+    b: &[f32],
+    (c, ldc): (&mut [f32], usize),
+    accumulate: bool,
+    buf: &mut [f32],
+) {
+    let isa = if isa.is_supported() { isa } else { Isa::Portable };
+    if m == 0 || n == 0 || k == 0 {
+        return;
+    }
+    let Some(mut view) = MatMut::new(c, m, n, ldc) else { return };
+    let t = kernel::tile(isa);
+    let pa = PanelsA::Rows { a, lda };
+    let full = n / t.nr * t.nr;
+    if full > 0 {
+        let blk = Block { kc: k, a: pa, b: PanelsB::Rows { b, ldb: n }, accumulate };
+        kernel::block(isa, &blk, &mut view.block(0, 0, m, full));
+    }
+    if full < n {
+        let Some(buf) = buf.get_mut(..packed_len(isa, k, n - full)) else { return };
+        let op = Operands { a: &[], b, m, k, n, trans_a: false, trans_b: false };
+        pack::pack_b(isa, &op, t, (0, k), (full, n - full), buf);
+        let blk = Block { kc: k, a: pa, b: PanelsB::Packed(buf), accumulate };
+        kernel::block(isa, &blk, &mut view.block(0, full, m, n - full));
+    }
 }
 
 /// The block size for `len` elements at most `max` per block (a multiple of

@@ -15,8 +15,9 @@
 //!   a per-thread scratch that stays in cache and is kept between calls.
 //! - Matmul on bf16 operands, on a CPU with AVX512_BF16, runs
 //!   [`gemm::bf16`]: packed straight from bf16, `vdpbf16ps`, `f32` output.
-//! - Other matmuls and conv widen their inputs to `f32` arrays, run the `f32` kernel
-//!   (matmul straight into an `f32` output), and narrow the result: `f32`
+//! - Other matmuls, conv and attention widen their inputs to `f32` arrays,
+//!   run the `f32` kernel (matmul straight into an `f32` output), and narrow
+//!   the result (attention's softmax weights stay `f32` for `P·V`): `f32`
 //!   speed, plus one pass over each operand and temporary memory of twice the
 //!   half inputs' size (whose first touch costs a page fault per 4 KiB).
 //!
@@ -102,7 +103,15 @@ fn run_into<T: Element>(isa: Isa, op: &Op, inputs: &[HostSlice<'_>], out: &mut [
             let wide = widen_all(isa, op, inputs)?;
             into_output(isa, op, out, |o| kernels::conv::conv2d(isa, &spec, &wide[0], &wide[1], o))?;
         }
-        Op::Attention(_) => return Err(ComputeError::Unsupported { op: op.name(), backend: BackendKind::Simd }),
+        Op::Attention(spec) => {
+            // Scores, softmax and both products in `f32` (the weights are not
+            // rounded to the half dtype before `P·V`: more accurate, as allowed).
+            let wide = widen_all(isa, op, inputs)?;
+            let [q, k, v] = &wide[..] else { return Ok(()) };
+            let mut result = Ok(());
+            into_output(isa, op, out, |o| result = kernels::attention::attention(isa, &spec, q, k, v, o))?;
+            result?;
+        }
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! Vectorised kernels of every non-GEMM op, one module per op family.
 
+pub mod attention;
 pub mod conv;
 pub mod elementwise;
 pub(crate) mod fork;
