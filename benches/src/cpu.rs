@@ -1,6 +1,7 @@
 //! CPU rows: our SIMD backend against faer, `gemm` (x86-v4) and `matrixmultiply`
-//! for sgemm, and against the machine's own copy / read bandwidth for the
-//! memory-bound ops. Every pair is timed interleaved in this process.
+//! for sgemm, against the machine's own copy / read bandwidth for the
+//! memory-bound ops, and (`cpu_attention`) attention against our own sgemm.
+//! Every pair is timed interleaved in this process.
 
 use std::hint::black_box;
 use std::num::NonZeroUsize;
@@ -18,18 +19,29 @@ pub struct CpuOpts {
     pub threads: Vec<usize>,
     /// Smaller sizes and budgets.
     pub quick: bool,
+    /// `--filter`: row groups none of whose ops can contain it are not run.
+    pub filter: Option<String>,
 }
 
 /// Runs every CPU row.
 pub fn rows(opts: &CpuOpts) -> Result<Vec<Record>, String> {
     let mut out = Vec::new();
+    let filter = opts.filter.as_deref();
+    // Only the attention rows' op contains "attention": a filter with it skips the others.
+    let others = filter.is_none_or(|f| !f.contains("attention"));
+    let attention = filter.is_none_or(|f| "attention".contains(f));
     for &t in &opts.threads {
         let backend = SimdBackend::with_threads(t).map_err(|e| e.to_string())?;
         let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build().map_err(|e| e.to_string())?;
-        out.extend(sgemm_rows(&backend, &pool, t, opts.quick)?);
-        out.extend(memory_rows(&backend, &pool, t, opts.quick)?);
-        out.extend(crate::cpu_half::rows(&backend, &pool, t, opts.quick)?);
-        out.extend(crate::cpu_quant::rows(&backend, &pool, t, opts.quick)?);
+        if others {
+            out.extend(sgemm_rows(&backend, &pool, t, opts.quick)?);
+            out.extend(memory_rows(&backend, &pool, t, opts.quick)?);
+            out.extend(crate::cpu_half::rows(&backend, &pool, t, opts.quick)?);
+            out.extend(crate::cpu_quant::rows(&backend, &pool, t, opts.quick)?);
+        }
+        if attention {
+            out.extend(crate::cpu_attention::rows(&backend, t, opts.quick)?);
+        }
     }
     Ok(out)
 }

@@ -3,6 +3,7 @@
 //! Run it through `cargo xtask bench` (which picks the cargo features).
 
 mod cpu;
+mod cpu_attention;
 mod cpu_half;
 mod cpu_quant;
 #[cfg(feature = "cuda")]
@@ -28,7 +29,7 @@ const USAGE: &str = "compute-bench [--backend simd|wgpu|cuda|all]... [--dispatch
   --quick     smaller sizes and time budgets (a smoke run)
   --threads   CPU thread counts (default 1,2)
   --json/--svg  where to write results (default bench-out/latest.json, bench-out/latest.svg)
-  --filter    keep only rows whose op contains TEXT";
+  --filter    keep only rows whose op contains TEXT (`--filter attention` runs only those rows)";
 
 struct Args {
     backends: Vec<String>,
@@ -81,7 +82,9 @@ fn parse() -> Result<Args, String> {
 
 fn section(name: &str, args: &Args) -> Result<Vec<Record>, String> {
     match name {
-        "simd" | "cpu" => cpu::rows(&cpu::CpuOpts { threads: args.threads.clone(), quick: args.quick }),
+        "simd" | "cpu" => {
+            cpu::rows(&cpu::CpuOpts { threads: args.threads.clone(), quick: args.quick, filter: args.filter.clone() })
+        }
         #[cfg(feature = "gpu")]
         "wgpu" => wgpu::rows(args.quick),
         #[cfg(feature = "cuda")]
@@ -146,6 +149,16 @@ fn print_summary(rows: &[Record]) {
             geo(&faer),
             faer.iter().cloned().fold(f64::INFINITY, f64::min),
             faer.len()
+        );
+    }
+    let attention: Vec<&Record> = rows.iter().filter(|r| r.op == "attention" && r.backend == "simd").collect();
+    if let Some(worst) = attention.iter().min_by(|a, b| a.ratio.unwrap_or(0.0).total_cmp(&b.ratio.unwrap_or(0.0))) {
+        println!(
+            "CPU attention vs our sgemm 1024^3 (FLOP rates, goal >= 0.7): worst {:.3}x ({} t={}; {} rows)",
+            worst.ratio.unwrap_or(0.0),
+            worst.shape,
+            worst.threads,
+            attention.len()
         );
     }
     for peer in ["copy", "read"] {
