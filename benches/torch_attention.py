@@ -46,6 +46,7 @@ def shapes(quick):
         ("full", 16, 16, 16, 1024, 1024, 64, False, bf),
         ("causal", 16, 16, 16, 1024, 1024, 64, True, bf),
         ("decode gqa32:8", 16, 32, 8, 1, 8192, 128, True, bf),
+        ("decode gqa32:8", 1, 32, 8, 1, 8192, 128, True, bf),
         ("f32 causal", 4, 32, 32, 2048, 2048, 128, True, torch.float32),
     ]
 

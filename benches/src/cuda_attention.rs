@@ -5,8 +5,8 @@
 //!
 //! Rows (bf16 unless named): b4 h32 s4096 d128 full and causal, GQA 32:8
 //! causal, b1 h32 s16384 d128 full and causal, b16 h16 s1024 d64 full and
-//! causal, decode (one query, 8192 keys, GQA 32:8, d128, batch 16; its rate
-//! is GB/s of K and V read), and f32 b4 h32 s2048 d128 causal. TFLOP/s count
+//! causal, decode (one query, 8192 keys, GQA 32:8, d128, batch 16 and 1; its
+//! rate is GB/s of K and V read), and f32 b4 h32 s2048 d128 causal. TFLOP/s count
 //! `4·d` FLOPs per visible (query, key) pair (`Op::cost`), as FlashAttention
 //! and PyTorch's figures do. `--quick` keeps the first two rows at s = 1024.
 //!
@@ -39,6 +39,7 @@ fn shapes(quick: bool) -> Vec<(&'static str, AttentionSpec)> {
         ("full", bf(16, 16, 1024, 64)),
         ("causal", bf(16, 16, 1024, 64).causal()),
         ("decode gqa32:8", AttentionSpec::new(16, 32, 1, 8192, 128).with_kv_heads(8).causal().with_dtype(DType::BF16)),
+        ("decode gqa32:8", AttentionSpec::new(1, 32, 1, 8192, 128).with_kv_heads(8).causal().with_dtype(DType::BF16)),
         ("f32 causal", AttentionSpec::new(4, 32, 2048, 2048, 128).causal()),
     ]
 }
@@ -58,7 +59,11 @@ fn torch_times() -> Vec<(String, String, f64)> {
     text.lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter_map(|v| {
-            Some((v.get("shape")?.as_str()?.to_string(), v.get("backend")?.as_str()?.to_string(), v.get("median_s")?.as_f64()?))
+            Some((
+                v.get("shape")?.as_str()?.to_string(),
+                v.get("backend")?.as_str()?.to_string(),
+                v.get("median_s")?.as_f64()?,
+            ))
         })
         .collect()
 }
@@ -80,14 +85,12 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
         let cost = op.cost();
         let text = shape_text(name, &spec);
         let mut configs: Vec<Option<FlashConfig>> = vec![None];
-        if sweep && spec.dtype == DType::BF16 && spec.seq_q > 1 {
-            let d = spec.head_dim as u32;
-            for (warps, m_tiles, bn) in [(4, 1, 64), (4, 2, 64), (4, 1, 128), (4, 2, 32), (8, 1, 64), (8, 2, 64)] {
-                let cfg = FlashConfig { head_dim: d, warps, m_tiles, bn };
-                if cfg.check().is_ok() && cfg != FlashConfig::for_head_dim(spec.head_dim) {
-                    configs.push(Some(cfg));
-                }
-            }
+        if sweep && spec.dtype == DType::BF16 {
+            let rows = spec.group() * spec.seq_q;
+            let others =
+                if rows <= 16 { FlashConfig::decode_sweep(spec.head_dim) } else { FlashConfig::sweep(spec.head_dim) };
+            let default = FlashConfig::for_shape(spec.head_dim, rows);
+            configs.extend(others.into_iter().filter(|c| *c != default).map(Some));
         }
         for cfg in configs {
             let mut failed = None;
@@ -112,7 +115,7 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
             let kernel = match (cfg, spec.dtype) {
                 (Some(c), d) => c.kernel_name(d),
                 (None, DType::F32) => format!("attention_simt_f32_d{}", spec.head_dim),
-                (None, d) => FlashConfig::for_head_dim(spec.head_dim).kernel_name(d),
+                (None, d) => FlashConfig::for_shape(spec.head_dim, spec.group() * spec.seq_q).kernel_name(d),
             };
             let mut note = format!("kernel {kernel}");
             let mut best: Option<(&str, f64)> = None;

@@ -9,6 +9,8 @@ mod cpu_quant;
 #[cfg(feature = "cuda")]
 mod cuda;
 #[cfg(feature = "cuda")]
+mod cuda_attention;
+#[cfg(feature = "cuda")]
 mod cuda_half;
 #[cfg(feature = "cuda")]
 mod cuda_mma;

@@ -212,6 +212,18 @@ pub fn run_op(l: &dyn Launcher, op: &Op, ins: &[u64], out: u64) -> Result<()> {
     Exec { l }.run(op, ins, out)
 }
 
+/// How many key splits (flash-decoding) an attention launch of `blocks`
+/// blocks over `key_tiles` key tiles gets on `sms` multiprocessors: enough
+/// for three blocks per multiprocessor, each split at least four key tiles,
+/// at most 64; 1 when the blocks already fill the device. Free.
+pub fn key_splits(blocks: usize, key_tiles: usize, sms: u32) -> usize {
+    let want = 3 * sms as usize;
+    if blocks >= want {
+        return 1;
+    }
+    want.div_ceil(blocks.max(1)).min(key_tiles / 4).clamp(1, 64)
+}
+
 /// Queues fused attention reading `q`, `k`, `v` and writing `o` (device
 /// addresses, validated sizes), with the tensor-core kernel of shape `flash`
 /// for half data when given (for tuning and tests), else as [`run_op`] does.
@@ -394,13 +406,43 @@ impl Exec<'_> {
         let (hkv, batch) = (a.heads_kv as u32, a.batch as u32);
         match a.dtype {
             DType::F16 | DType::BF16 if FlashConfig::fits(d) => {
-                let cfg = flash.unwrap_or(FlashConfig::for_head_dim(d));
-                let grid = Grid {
-                    blocks: (rows.div_ceil(cfg.rows() as usize) as u32, hkv, batch),
+                let cfg = flash.unwrap_or(FlashConfig::for_shape(d, rows));
+                let tiles = rows.div_ceil(cfg.rows() as usize);
+                let splits =
+                    key_splits(tiles * a.heads_kv * a.batch, a.seq_k.div_ceil(cfg.bn as usize), self.l.sm_count());
+                let splits = splits.min(MAX_GRID_YZ / a.batch).max(1);
+                let grid = |z: usize| Grid {
+                    blocks: (tiles as u32, hkv, z as u32),
                     threads: (cfg.threads(), 1, 1),
                     dynamic_smem: cfg.shared_bytes(),
                 };
-                self.launch(KernelId::AttentionFlash(cfg, a.dtype), grid, &args)
+                if splits == 1 {
+                    return self.launch(KernelId::AttentionFlash(cfg, a.dtype), grid(a.batch), &args);
+                }
+                // Flash-decoding: key splits into f32 partials, then one merge.
+                let total = a.batch * a.heads_kv * rows;
+                let (_part_guard, part) = self.temp(splits.saturating_mul(total).saturating_mul(d), name)?;
+                let (_lse_guard, lse) = self.temp(splits.saturating_mul(total), name)?;
+                let tps = a.seq_k.div_ceil(cfg.bn as usize).div_ceil(splits);
+                let mut split_args = args.to_vec();
+                split_args[3] = Arg::Ptr(part);
+                split_args.extend([Arg::Ptr(lse), Arg::U32(tps as u32), Arg::U32(splits as u32)]);
+                self.launch(KernelId::AttentionFlashSplit(cfg, a.dtype), grid(a.batch * splits), &split_args)?;
+                let rows_per = attention::COMBINE_ROWS as usize;
+                limit(name, "attention rows", total.div_ceil(rows_per), MAX_GRID_X)?;
+                let grid = Grid {
+                    blocks: (total.div_ceil(rows_per) as u32, 1, 1),
+                    threads: (32 * attention::COMBINE_ROWS, 1, 1),
+                    dynamic_smem: 0,
+                };
+                let cargs = [
+                    Arg::Ptr(part),
+                    Arg::Ptr(lse),
+                    Arg::Ptr(out),
+                    Arg::U32(u32_of(name, "attention rows", total)?),
+                    Arg::U32(splits as u32),
+                ];
+                self.launch(KernelId::AttentionCombine(d as u32, a.dtype), grid, &cargs)
             }
             DType::F32 => {
                 limit(name, "head size", d, attention::SIMT_MAX_HEAD_DIM)?;

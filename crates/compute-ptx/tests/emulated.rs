@@ -318,12 +318,17 @@ fn flash_attention_shapes_agree() {
         AttentionSpec::new(1, 8, 3, 200, 128).with_kv_heads(1).causal(),
         AttentionSpec::new(1, 2, 80, 30, 80).causal(),
         AttentionSpec::new(1, 1, 65, 65, 16),
+        // Decoding: 8 rows, 18 key tiles on the emulator's 2 multiprocessors: 4 key splits.
+        AttentionSpec::new(1, 4, 2, 1100, 64).with_kv_heads(1).causal(),
     ];
     for spec in specs {
         let d = spec.head_dim;
         let mut cfgs = vec![FlashConfig::for_head_dim(d)];
-        for (warps, m_tiles, bn) in [(4, 1, 32), (2, 2, 64), (4, 2, 128), (8, 1, 16)] {
-            let cfg = FlashConfig { head_dim: d as u32, warps, m_tiles, bn };
+        cfgs.extend(FlashConfig::sweep(d));
+        cfgs.push(FlashConfig::for_decode(d));
+        cfgs.extend(FlashConfig::decode_sweep(d));
+        for (warps, m_tiles, bn) in [(2, 2, 64), (8, 1, 16)] {
+            let cfg = FlashConfig { warps, m_tiles, bn, ..FlashConfig::for_head_dim(d) };
             if cfg.check().is_ok() {
                 cfgs.push(cfg);
             }
@@ -336,7 +341,17 @@ fn flash_attention_shapes_agree() {
                 let before = emu.log.lock().unwrap().len();
                 let out = emu.attention_typed(spec, Some(cfg), &inputs);
                 let names: Vec<String> = emu.log.lock().unwrap()[before..].iter().map(|(k, _)| k.clone()).collect();
-                assert_eq!(names, [cfg.kernel_name(dtype)], "{spec:?}");
+                let splits = compute_ptx::plan::key_splits(
+                    (spec.group() * spec.seq_q).div_ceil(cfg.rows() as usize) * spec.heads_kv * spec.batch,
+                    spec.seq_k.div_ceil(cfg.bn as usize),
+                    2,
+                );
+                if splits == 1 {
+                    assert_eq!(names, [cfg.kernel_name(dtype)], "{spec:?}");
+                } else {
+                    let combine = format!("attention_combine_{dtype}_d{d}");
+                    assert_eq!(names, [format!("{}_split", cfg.kernel_name(dtype)), combine], "{spec:?}");
+                }
                 let views: Vec<_> = inputs.iter().map(|v| v.as_slice()).collect();
                 if let Some(msg) = compare_typed(&op, &views, out.as_slice(), 1.0) {
                     panic!("{cfg:?} {}: {msg}", op.shapes());

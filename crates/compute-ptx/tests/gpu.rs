@@ -346,3 +346,58 @@ fn half_tensors_are_stored_computed_and_copied() {
     be.download(&to, &mut back).unwrap();
     assert!(back.iter().zip(&v).all(|(a, b)| a.to_bits() == b.to_bits()), "tensor cast");
 }
+
+/// The tensor-core attention kernel in every shape of its sweep, both half
+/// dtypes, on odd lengths, both causal alignments, grouped heads and a
+/// decode shape (poisoned outputs, fresh inputs each run), against the f64
+/// reference. Run under `compute-sanitizer --tool racecheck` it checks the
+/// `cp.async` waits and barriers of every shape.
+#[test]
+fn flash_attention_shapes_match_the_reference() {
+    use compute_core::conformance::{compare_typed, poisoned, typed_inputs_for};
+    use compute_core::{AttentionSpec, DType, Mask};
+    use compute_ptx::kernels::attention::FlashConfig;
+    let Some(be) = backend("flash_attention_shapes_match_the_reference") else { return };
+    let mut rng = Rng::new(compute_core::conformance::rng::fresh_seed());
+    let specs = [
+        AttentionSpec::new(2, 4, 100, 300, 64).with_kv_heads(2).causal(),
+        AttentionSpec::new(1, 2, 257, 129, 128).with_mask(Mask::CausalTopLeft),
+        AttentionSpec::new(3, 8, 1, 1000, 128).with_kv_heads(2).causal(),
+        AttentionSpec::new(1, 2, 200, 200, 64),
+        AttentionSpec::new(1, 1, 64, 96, 96).causal(),
+    ];
+    let mut fails = Vec::new();
+    for spec in specs {
+        let mut cfgs = vec![FlashConfig::for_head_dim(spec.head_dim)];
+        cfgs.extend(FlashConfig::sweep(spec.head_dim));
+        cfgs.push(FlashConfig::for_decode(spec.head_dim));
+        cfgs.extend(FlashConfig::decode_sweep(spec.head_dim));
+        for cfg in cfgs {
+            for dtype in [DType::BF16, DType::F16] {
+                let spec = spec.with_dtype(dtype);
+                let op = Op::Attention(spec);
+                let inputs = typed_inputs_for(&op, &mut rng);
+                let run = || -> Result<compute_core::HostVec, String> {
+                    let e = |e: ComputeError| e.to_string();
+                    let t: Vec<_> =
+                        inputs.iter().map(|x| be.upload_typed(x.as_slice())).collect::<Result<_, _>>().map_err(e)?;
+                    let mut out = poisoned(dtype, inputs[0].len());
+                    let o = be.upload_typed(out.as_slice()).map_err(e)?;
+                    be.attention_with(spec, Some(cfg), (&t[0], &t[1], &t[2]), &o).map_err(e)?;
+                    be.download_typed(&o, out.as_mut()).map_err(e)?;
+                    Ok(out)
+                };
+                let views: Vec<_> = inputs.iter().map(|v| v.as_slice()).collect();
+                match run() {
+                    Err(e) => fails.push(format!("{cfg:?} {}: {e}", op.shapes())),
+                    Ok(out) => {
+                        if let Some(msg) = compare_typed(&op, &views, out.as_slice(), 1.0) {
+                            fails.push(format!("{cfg:?} {}: {msg}", op.shapes()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(fails.is_empty(), "{} failures:\n{}", fails.len(), fails.join("\n"));
+}

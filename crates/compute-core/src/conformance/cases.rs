@@ -154,6 +154,8 @@ fn attention_cases(large: bool) -> Vec<Op> {
         (2, 2, 2, 40, 40, 80, Causal),
         (1, 3, 3, 19, 23, 8, Full),
         (1, 2, 2, 130, 129, 64, Causal),
+        // One query against 2048 keys: a GPU splits the keys across blocks.
+        (1, 2, 1, 1, 2048, 64, Causal),
     ];
     if large {
         v.extend([

@@ -70,14 +70,76 @@ pub struct FlashConfig {
     pub m_tiles: u32,
     /// Keys per streamed tile (a multiple of 16).
     pub bn: u32,
+    /// Hold the `q` fragments in registers for the whole kernel (else read
+    /// them from shared memory for every key tile: fewer registers, more
+    /// shared-memory traffic).
+    pub q_regs: bool,
+    /// Wait for a tile's keys and its values separately, so the next
+    /// tile's keys are in flight during this tile's `P·v` and its values
+    /// during the next `q·kᵀ` (two barriers per tile instead of one).
+    pub split: bool,
 }
 
 impl FlashConfig {
-    /// The shape the backend launches for head size `d`: 4 warps; two row
-    /// tiles per warp up to `d = 64`, one above; key tiles of 64.
+    /// The shape the backend launches for head size `d`: 4 warps of two
+    /// 16-row tiles (128 query rows per block), key tiles of 64. Up to
+    /// `d = 64` the `q` fragments stay in registers; above, they are read
+    /// from shared memory per key tile and the key and value waits are
+    /// split, which keeps the kernel under 255 registers. On the H200 at
+    /// `d = 128` (b4 h32 s4096, bf16, 2026-11-25) that is 332 TFLOP/s full
+    /// and 304 causal, against 308 and 285 for one row tile per warp with
+    /// `q` in registers and 275 and 262 for one tile with a single wait.
     pub fn for_head_dim(d: usize) -> FlashConfig {
-        let m_tiles = if d <= 64 { 2 } else { 1 };
-        FlashConfig { head_dim: d as u32, warps: 4, m_tiles, bn: 64 }
+        let wide = d > 64;
+        FlashConfig { head_dim: d as u32, warps: 4, m_tiles: 2, bn: 64, q_regs: !wide, split: wide }
+    }
+
+    /// The shape for `rows` query rows per key/value head (the group size
+    /// times `seq_q`): [`FlashConfig::for_decode`] up to 16 rows (decoding),
+    /// [`FlashConfig::for_head_dim`] above.
+    pub fn for_shape(d: usize, rows: usize) -> FlashConfig {
+        if rows <= 16 { Self::for_decode(d) } else { Self::for_head_dim(d) }
+    }
+
+    /// The decoding shape: one warp of 16 rows per block, so a block's row
+    /// tile is not mostly padding and more blocks share a multiprocessor;
+    /// `q` in registers, split waits.
+    pub fn for_decode(d: usize) -> FlashConfig {
+        FlashConfig { head_dim: d as u32, warps: 1, m_tiles: 1, bn: 64, q_regs: true, split: true }
+    }
+
+    /// Other decoding shapes the benchmark's sweep times: more warps per
+    /// block, longer key tiles.
+    pub fn decode_sweep(d: usize) -> Vec<FlashConfig> {
+        let base = FlashConfig::for_decode(d);
+        [(2, 64), (4, 64), (1, 128), (2, 128)]
+            .into_iter()
+            .map(|(warps, bn)| FlashConfig { warps, bn, ..base })
+            .filter(|c| c.check().is_ok())
+            .collect()
+    }
+
+    /// Other shapes for head size `d` that the benchmark's sweep times
+    /// (`COMPUTE_PTX_ATTENTION_SWEEP=1`) and the emulator tests check:
+    /// row and key tiles, warps, `q` from shared memory, split waits.
+    pub fn sweep(d: usize) -> Vec<FlashConfig> {
+        let base = FlashConfig::for_head_dim(d);
+        let mut v = Vec::new();
+        for (warps, m_tiles, bn, q_regs, split) in [
+            (4, 1, 64, true, false),
+            (4, 1, 64, true, true),
+            (4, 2, 64, false, false),
+            (4, 2, 64, false, true),
+            (4, 2, 64, true, false),
+            (4, 2, 32, false, true),
+            (8, 1, 64, true, true),
+        ] {
+            let cfg = FlashConfig { head_dim: d as u32, warps, m_tiles, bn, q_regs, split };
+            if cfg != base && cfg.check().is_ok() {
+                v.push(cfg);
+            }
+        }
+        v
     }
 
     /// Whether the kernel takes head size `d`: a multiple of 16, at most 128.
@@ -135,7 +197,9 @@ impl FlashConfig {
         if *self == Self::for_head_dim(self.head_dim as usize) {
             base
         } else {
-            format!("{base}_w{}_m{}_n{}", self.warps, self.m_tiles, self.bn)
+            let q = if self.q_regs { "" } else { "_qs" };
+            let split = if self.split { "_sp" } else { "" };
+            format!("{base}_w{}_m{}_n{}{q}{split}", self.warps, self.m_tiles, self.bn)
         }
     }
 }
@@ -182,12 +246,11 @@ fn visible(b: &mut KernelBuilder, p: &Params, pos: Reg<U32>) -> Reg<U32> {
 }
 
 /// Byte offsets of this (batch, key/value head)'s `q`/`o` rows and `k`/`v`
-/// rows: `(z·heads_kv + y)·rows·d·elem` and `(z·heads_kv + y)·seq_k·d·elem`.
-fn head_offsets(b: &mut KernelBuilder, p: &Params, d: u32, elem: u32) -> (Reg<U64>, Reg<U64>) {
+/// rows: `(batch·heads_kv + y)·rows·d·elem` and `(batch·heads_kv + y)·seq_k·d·elem`.
+fn head_offsets(b: &mut KernelBuilder, p: &Params, d: u32, elem: u32, batch: Reg<U32>) -> (Reg<U64>, Reg<U64>) {
     let y = b.ctaid(Dim::Y);
-    let z = b.ctaid(Dim::Z);
     let ny = b.nctaid(Dim::Y);
-    let head = b.mad(z, ny, y);
+    let head = b.mad(batch, ny, y);
     let head = b.cvt::<U64, U32>(head);
     let rows = b.cvt::<U64, U32>(p.rows);
     let qo = b.mul(head, rows);
@@ -224,7 +287,8 @@ pub fn simt(d: u32, target: Target) -> Result<Kernel, BuildError> {
     let cx = b.ctaid(Dim::X);
     let row = b.mad(cx, SIMT_ROWS, warp);
     let live = b.setp(Cmp::Lt, row, p.rows);
-    let (qo, kvo) = head_offsets(&mut b, &p, d, 4);
+    let z = b.ctaid(Dim::Z);
+    let (qo, kvo) = head_offsets(&mut b, &p, d, 4, z);
     let qh = b.add(p.q, qo);
     let oh = b.add(p.o, qo);
     let kh = b.add(p.k, kvo);
@@ -381,29 +445,60 @@ fn inverse_or_zero(b: &mut KernelBuilder, l: Reg<F32>) -> Reg<F32> {
 }
 
 /// One thread's 16-byte copies of a tile (rows of `d` halves into swizzled
-/// shared rows): the shared offset (within the tile) and the row and chunk of each.
+/// shared rows). Copy `i` is row `r0 + i·step` (plus an immediate when the
+/// threads cover whole rows) at chunk `c`; its shared offset is a register
+/// per distinct swizzle (they repeat every `period` copies) plus an immediate.
 struct TileCopies {
-    dst: Vec<Reg<U32>>,
-    row: Vec<Reg<U32>>,
-    chunk8: Vec<Reg<U32>>,
+    /// Per copy: (row register, row immediate), chunk register, (shared offset register, immediate).
+    copies: Vec<((Reg<U32>, u32), Reg<U32>, (Reg<U32>, u32))>,
+    /// Whether every copy's row register is the same (`r0`).
+    one_row: bool,
 }
 
 fn tile_copies(b: &mut KernelBuilder, cfg: &FlashConfig, tid: Reg<U32>, rows: u32) -> TileCopies {
     let cpr_used = cfg.head_dim / 8;
     let cpr = cfg.row_bytes() / 16;
-    let n = rows * cpr_used / cfg.threads();
-    let mut t = TileCopies { dst: Vec::new(), row: Vec::new(), chunk8: Vec::new() };
-    for i in 0..n {
-        let idx = b.add(tid, i * cfg.threads());
-        let r = b.div(idx, cpr_used);
-        let c = b.rem(idx, cpr_used);
-        let pc = super::gemm_common::swizzle_reg(b, r, c, cpr);
-        let pc16 = b.shl(pc, 4u32);
-        t.dst.push(b.mad(r, cfg.row_bytes(), pc16));
-        t.row.push(r);
-        t.chunk8.push(b.shl(c, 3u32));
+    let threads = cfg.threads();
+    let n = rows * cpr_used / threads;
+    let mut copies = Vec::new();
+    let one_row = threads.is_multiple_of(cpr_used);
+    if one_row {
+        // Each thread keeps one chunk; its rows step by threads / cpr_used.
+        let step = threads / cpr_used;
+        let r0 = b.div(tid, cpr_used);
+        let c = b.rem(tid, cpr_used);
+        let c8 = b.shl(c, 3u32);
+        // The swizzle depends on the row through (row / per_line) mod 8 (at most).
+        let per_line = (8 / cpr).max(1);
+        let cycle = 8 * per_line;
+        let period = cycle / gcd(step, cycle);
+        let mut dst_regs = Vec::new();
+        for i in 0..n.min(period) {
+            let r = b.add(r0, i * step);
+            let pc = super::gemm_common::swizzle_reg(b, r, c, cpr);
+            let pc16 = b.shl(pc, 4u32);
+            dst_regs.push(b.mad(r, cfg.row_bytes(), pc16));
+        }
+        for i in 0..n {
+            let base = i - i % period;
+            copies.push(((r0, i * step), c8, (dst_regs[(i % period) as usize], base * step * cfg.row_bytes())));
+        }
+    } else {
+        for i in 0..n {
+            let idx = b.add(tid, i * threads);
+            let r = b.div(idx, cpr_used);
+            let c = b.rem(idx, cpr_used);
+            let pc = super::gemm_common::swizzle_reg(b, r, c, cpr);
+            let pc16 = b.shl(pc, 4u32);
+            let dst = b.mad(r, cfg.row_bytes(), pc16);
+            copies.push(((r, 0), b.shl(c, 3u32), (dst, 0)));
+        }
     }
-    t
+    TileCopies { copies, one_row }
+}
+
+fn gcd(a: u32, b: u32) -> u32 {
+    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 /// Issues a tile's copies: rows `first + row` of the matrix at `base`
@@ -417,16 +512,20 @@ fn issue_tile(
     at: Reg<U32>,
 ) {
     let last = b_sub1(b, limit);
-    for i in 0..t.dst.len() {
-        let row = b.add(first, t.row[i]);
+    let first_r0 = if t.one_row { t.copies.first().map(|((r, _), _, _)| b.add(first, *r)) } else { None };
+    for &((r, r_imm), c8, (dst, dst_imm)) in &t.copies {
+        let row = match first_r0 {
+            Some(fr) => b.add(fr, r_imm),
+            None => b.add(first, r),
+        };
         let inside = b.setp(Cmp::Lt, row, limit);
         let bytes = b.selp(16u32, 0u32, inside);
         let rc = b.min(row, last);
-        let elem = b.mad(rc, d, t.chunk8[i]);
+        let elem = b.mad(rc, d, c8);
         let off = b.mul_wide(elem, 2u32);
         let src = b.add(base, off);
-        let dst = b.add(at, t.dst[i]);
-        b.cp_async_16(dst, 0, src, 0, Some(bytes.into()));
+        let dst = b.add(at, dst);
+        b.cp_async_16(dst, i64::from(dst_imm), src, 0, Some(bytes.into()));
     }
 }
 
@@ -501,7 +600,23 @@ fn low_chunks(cfg: &FlashConfig, chunks: u32) -> Vec<u32> {
 /// Launch: [`FlashConfig::threads`] threads, grid `(ceil(rows / cfg.rows()),
 /// heads_kv, batch)`, [`FlashConfig::shared_bytes`] of dynamic shared memory.
 pub fn flash(cfg: &FlashConfig, dtype: DType, target: Target) -> Result<Kernel, BuildError> {
-    let name = cfg.kernel_name(dtype);
+    flash_kernel(cfg, dtype, false, target)
+}
+
+/// Builds the key-split form of [`flash`] (flash-decoding): grid
+/// `(ceil(rows / cfg.rows()), heads_kv, batch · splits)`; block `z` takes key
+/// tiles `[s·tiles_per_split, (s + 1)·tiles_per_split)` of split `s = z mod
+/// splits` and writes its normalised partial output (`f32`, into `o`, laid
+/// out `[splits, batch·heads_kv, rows, d]`) and its rows' log-sum-exp in
+/// base 2 (`lse`, `[splits, batch·heads_kv, rows]`, −∞ for no key), which
+/// [`combine`] merges. Extra params after the common ones: `lse`,
+/// `tiles_per_split`, `splits`.
+pub fn flash_split(cfg: &FlashConfig, dtype: DType, target: Target) -> Result<Kernel, BuildError> {
+    flash_kernel(cfg, dtype, true, target)
+}
+
+fn flash_kernel(cfg: &FlashConfig, dtype: DType, split_keys: bool, target: Target) -> Result<Kernel, BuildError> {
+    let name = if split_keys { format!("{}_split", cfg.kernel_name(dtype)) } else { cfg.kernel_name(dtype) };
     let fail = |p: String| Err(BuildError { kernel: name.clone(), problems: vec![p] });
     if let Err(e) = cfg.check() {
         return fail(e);
@@ -511,7 +626,7 @@ pub fn flash(cfg: &FlashConfig, dtype: DType, target: Target) -> Result<Kernel, 
         DType::BF16 => Half::Bf16,
         other => return fail(format!("tensor-core attention reads f16 or bf16, not {other}")),
     };
-    let FlashConfig { head_dim: d, m_tiles, bn, .. } = *cfg;
+    let FlashConfig { head_dim: d, m_tiles, bn, q_regs, split, .. } = *cfg;
     let (bm, threads, rb) = (cfg.rows(), cfg.threads(), cfg.row_bytes());
     let (ks_n, nt_n, nd_n) = (d / 16, bn / 8, d / 8);
     let (q_at, k_at, v_at) = (0u32, bm * rb, bm * rb + bn * rb);
@@ -530,6 +645,12 @@ pub fn flash(cfg: &FlashConfig, dtype: DType, target: Target) -> Result<Kernel, 
     ));
     b.max_threads(threads);
     let p = params(&mut b);
+    let splits_p = if split_keys {
+        b.doc("key-split form: o is the f32 partial buffer; extra params lse, tiles_per_split, splits");
+        Some((b.param_ptr("lse"), b.param::<U32>("tiles_per_split"), b.param::<U32>("splits")))
+    } else {
+        None
+    };
     let smem = b.dynamic_shared("tiles", 128);
     let sbase = b.shared_base(&smem);
     let tid = b.tid(Dim::X);
@@ -544,7 +665,12 @@ pub fn flash(cfg: &FlashConfig, dtype: DType, target: Target) -> Result<Kernel, 
     let tile = b.sub(nx, cx);
     let tile = b_sub1(&mut b, tile);
     let m0 = b.mul(tile, bm);
-    let (qo, kvo) = head_offsets(&mut b, &p, d, 2);
+    let z = b.ctaid(Dim::Z);
+    let (batch, key_split) = match splits_p {
+        Some((_, _, splits)) => (b.div(z, splits), Some(b.rem(z, splits))),
+        None => (z, None),
+    };
+    let (qo, kvo) = head_offsets(&mut b, &p, d, 2, batch);
     let qh = b.add(p.q, qo);
     let oh = b.add(p.o, qo);
     let kh = b.add(p.k, kvo);
@@ -567,21 +693,46 @@ pub fn flash(cfg: &FlashConfig, dtype: DType, target: Target) -> Result<Kernel, 
     let n_full = b.div(vis_min, bn);
     let vm = b.add(vis_max, bn - 1);
     let n_blocks = b.div(vm, bn);
+    // The key split's tiles: [start, end) of the n_blocks, the first n_full unmasked.
+    let (start, n_full, n_blocks) = match (splits_p, key_split) {
+        (Some((_, tps, _)), Some(sp)) => {
+            let start = b.mul(sp, tps);
+            let end = b.add(start, tps);
+            let end = b.min(end, n_blocks);
+            let full = b.min(n_full, end);
+            (start, full, end)
+        }
+        _ => (b.mov(0u32), n_full, n_blocks),
+    };
 
     b.comment("copies: q once, then key and value tiles into two stages");
     let q_cp = tile_copies(&mut b, cfg, tid, bm);
     let kv_cp = tile_copies(&mut b, cfg, tid, bn);
     let q_dst = b.add(sbase, q_at);
     issue_tile(&mut b, &q_cp, (qh, d), (m0, p.rows), q_dst);
-    let zero_u = b.mov(0u32);
-    let any = b.setp(Cmp::Gt, n_blocks, 0u32);
+    let first_key = b.mul(start, bn);
+    let any = b.setp(Cmp::Gt, n_blocks, start);
     let k0 = b.add(sbase, k_at);
     let v0 = b.add(sbase, v_at);
     let skip_first = b.label("no_first_tile");
     b.bra_unless(any, skip_first);
-    issue_tile(&mut b, &kv_cp, (kh, d), (zero_u, p.seq_k), k0);
-    issue_tile(&mut b, &kv_cp, (vh, d), (zero_u, p.seq_k), v0);
-    b.place(skip_first);
+    let k_first = b.and(start, 1u32);
+    let k_first = b.mul(k_first, stage_bytes);
+    let k_first = b.add(k0, k_first);
+    issue_tile(&mut b, &kv_cp, (kh, d), (first_key, p.seq_k), k_first);
+    let v_first = b.sub(k_first, k0);
+    let v_first = b.add(v0, v_first);
+    if split {
+        b.place(skip_first);
+        b.cp_async_commit();
+        let skip_v = b.label("no_first_values");
+        b.bra_unless(any, skip_v);
+        issue_tile(&mut b, &kv_cp, (vh, d), (first_key, p.seq_k), v_first);
+        b.place(skip_v);
+    } else {
+        issue_tile(&mut b, &kv_cp, (vh, d), (first_key, p.seq_k), v_first);
+        b.place(skip_first);
+    }
     b.cp_async_commit();
 
     b.comment("this lane's rows: per row tile, g and g + 8; their visible keys");
@@ -616,43 +767,45 @@ pub fn flash(cfg: &FlashConfig, dtype: DType, target: Target) -> Result<Kernel, 
     let k_fr = FragAddrs::new(&mut b, cfg, k_lanes, None, &low_chunks(cfg, 2 * ks_n), k0);
     let v_fr = FragAddrs::new(&mut b, cfg, v_lanes, None, &low_chunks(cfg, nd_n), v0);
 
-    b.comment("q fragments into registers once its copy has landed");
-    b.cp_async_wait(0);
+    b.comment("q fragments once its copy has landed (into registers, or read per key tile)");
+    b.cp_async_wait(u32::from(split));
     b.bar_sync();
-    let qf: Vec<Vec<[Reg<B32>; 4]>> = (0..m_tiles)
-        .map(|mi| {
-            (0..ks_n)
-                .map(|ks| {
-                    let (r, off) = q_fr.at(mi * 16, 2 * ks);
-                    b.ldmatrix_x4(r, off, false)
-                })
-                .collect()
-        })
-        .collect();
+    let load_q = |b: &mut KernelBuilder, mi: u32, ks: u32| {
+        let (r, off) = q_fr.at(mi * 16, 2 * ks);
+        b.ldmatrix_x4(r, off, false)
+    };
+    let qf: Vec<Vec<[Reg<B32>; 4]>> = if q_regs {
+        (0..m_tiles).map(|mi| (0..ks_n).map(|ks| load_q(&mut b, mi, ks)).collect()).collect()
+    } else {
+        Vec::new()
+    };
 
     let neg_inf = f32::NEG_INFINITY;
     let zero4: [Reg<F32>; 4] = std::array::from_fn(|_| b.mov(0.0f32));
     let m_run: Vec<Reg<F32>> = (0..2 * m_tiles).map(|_| b.mov(neg_inf)).collect();
     let l_run: Vec<Reg<F32>> = (0..2 * m_tiles).map(|_| b.mov(0.0f32)).collect();
     let o_acc: Vec<[Reg<F32>; 4]> = (0..m_tiles * nd_n).map(|_| std::array::from_fn(|_| b.mov(0.0f32))).collect();
-    let kb = b.mov(0u32);
+    let kb = b.mov(start);
     let cols0 = b.shl(t4, 1u32);
 
     // One key tile: wait for it, put the next in flight, multiply, softmax, accumulate.
     let body = |b: &mut KernelBuilder, masked: bool| {
-        b.cp_async_wait(0);
+        // With split waits, one group of keys and one of values per tile; else one of both.
+        b.cp_async_wait(u32::from(split));
         b.bar_sync();
         let next = b.add(kb, 1u32);
         let more = b.setp(Cmp::Lt, next, n_blocks);
         let nstage = b.and(next, 1u32);
         let noff = b.mul(nstage, stage_bytes);
-        let skip = b.label("no_next_tile");
-        b.bra_unless(more, skip);
         let first = b.mul(next, bn);
+        let skip = b.label("no_next_keys");
+        b.bra_unless(more, skip);
         let kd = b.add(k0, noff);
-        let vd = b.add(v0, noff);
         issue_tile(b, &kv_cp, (kh, d), (first, p.seq_k), kd);
-        issue_tile(b, &kv_cp, (vh, d), (first, p.seq_k), vd);
+        if !split {
+            let vd = b.add(v0, noff);
+            issue_tile(b, &kv_cp, (vh, d), (first, p.seq_k), vd);
+        }
         b.place(skip);
         b.cp_async_commit();
 
@@ -664,6 +817,8 @@ pub fn flash(cfg: &FlashConfig, dtype: DType, target: Target) -> Result<Kernel, 
         s_acc.resize((m_tiles * nt_n) as usize, zero4);
         let k_at_stage = k_fr.moved(b, soff);
         for ks in 0..ks_n {
+            let q_ks: Vec<[Reg<B32>; 4]> =
+                (0..m_tiles).map(|mi| if q_regs { qf[mi as usize][ks as usize] } else { load_q(b, mi, ks) }).collect();
             for nj in 0..nt_n / 2 {
                 let (r, off) = k_at_stage.at(nj * 16, 2 * ks);
                 let x4 = b.ldmatrix_x4(r, off, false);
@@ -671,9 +826,9 @@ pub fn flash(cfg: &FlashConfig, dtype: DType, target: Target) -> Result<Kernel, 
                     for (half_i, pair) in [[x4[0], x4[1]], [x4[2], x4[3]]].into_iter().enumerate() {
                         let i = (mi * nt_n + 2 * nj + half_i as u32) as usize;
                         if s_init[i] {
-                            b.mma_m16n8k16_acc(half, s_acc[i], qf[mi as usize][ks as usize], pair);
+                            b.mma_m16n8k16_acc(half, s_acc[i], q_ks[mi as usize], pair);
                         } else {
-                            s_acc[i] = b.mma_m16n8k16(half, qf[mi as usize][ks as usize], pair, zero4);
+                            s_acc[i] = b.mma_m16n8k16(half, q_ks[mi as usize], pair, zero4);
                             s_init[i] = true;
                         }
                     }
@@ -746,6 +901,17 @@ pub fn flash(cfg: &FlashConfig, dtype: DType, target: Target) -> Result<Kernel, 
                 .collect();
             p_frag.push(frags);
         }
+        if split {
+            b.comment("this tile's values: wait, then put the next tile's in flight");
+            b.cp_async_wait(1);
+            b.bar_sync();
+            let skip = b.label("no_next_values");
+            b.bra_unless(more, skip);
+            let vd = b.add(v0, noff);
+            issue_tile(b, &kv_cp, (vh, d), (first, p.seq_k), vd);
+            b.place(skip);
+            b.cp_async_commit();
+        }
         b.comment("O += P v");
         let v_at_stage = v_fr.moved(b, soff);
         for kk in 0..nt_n / 2 {
@@ -777,6 +943,28 @@ pub fn flash(cfg: &FlashConfig, dtype: DType, target: Target) -> Result<Kernel, 
 
     b.blank();
     b.comment("epilogue: out = acc / l (zeros for rows that saw no key), rounded pairs");
+    // The key-split form writes f32 partials and each row's base-2 log-sum-exp
+    // at [split, batch*heads_kv + y, row]: split*(total rows) + head rows.
+    let part = match (splits_p, key_split) {
+        (Some((lse, _, splits)), Some(sp)) => {
+            let ny = b.nctaid(Dim::Y);
+            let nz = b.nctaid(Dim::Z);
+            let batches = b.div(nz, splits);
+            let heads = b.mul(batches, ny);
+            let y = b.ctaid(Dim::Y);
+            let head = b.mad(batch, ny, y);
+            let slab = b.mad(sp, heads, head);
+            let slab = b.cvt::<U64, U32>(slab);
+            let rows64 = b.cvt::<U64, U32>(p.rows);
+            let row0 = b.mul(slab, rows64);
+            let lse_row = b.shl(row0, 2u32);
+            let lse_base = b.add(lse, lse_row);
+            let o_row = b.mul(row0, u64::from(d * 4));
+            Some((lse_base, b.add(p.o, o_row)))
+        }
+        _ => None,
+    };
+    let lane_t0 = b.setp(Cmp::Eq, t4, 0u32);
     for mi in 0..m_tiles {
         for h in 0..2u32 {
             let ri = (mi * 2 + h) as usize;
@@ -791,14 +979,39 @@ pub fn flash(cfg: &FlashConfig, dtype: DType, target: Target) -> Result<Kernel, 
             let r = b.add(r, mi * 16 + h * 8);
             let ok = b.setp(Cmp::Lt, r, p.rows);
             let elem = b.mad(r, d, cols0);
-            let off = b.mul_wide(elem, 2u32);
-            let at = b.add(oh, off);
-            for nd in 0..nd_n {
-                let acc = o_acc[(mi * nd_n + nd) as usize];
-                let lo = b.mul(acc[(2 * h) as usize], inv);
-                let hi = b.mul(acc[(2 * h + 1) as usize], inv);
-                let w = b.f32_pair_to_half(lo, hi, half);
-                store_if(&mut b, ok, at, i64::from(nd * 16), w);
+            match part {
+                None => {
+                    let off = b.mul_wide(elem, 2u32);
+                    let at = b.add(oh, off);
+                    for nd in 0..nd_n {
+                        let acc = o_acc[(mi * nd_n + nd) as usize];
+                        let lo = b.mul(acc[(2 * h) as usize], inv);
+                        let hi = b.mul(acc[(2 * h + 1) as usize], inv);
+                        let w = b.f32_pair_to_half(lo, hi, half);
+                        store_if(&mut b, ok, at, i64::from(nd * 16), w);
+                    }
+                }
+                Some((lse_base, o_base)) => {
+                    let off = b.mul_wide(elem, 4u32);
+                    let at = b.add(o_base, off);
+                    for nd in 0..nd_n {
+                        let acc = o_acc[(mi * nd_n + nd) as usize];
+                        let lo = b.mul(acc[(2 * h) as usize], inv);
+                        let hi = b.mul(acc[(2 * h + 1) as usize], inv);
+                        b.guarded(ok, false, |b| {
+                            b.st_global_v::<F32, 2>(at, i64::from(nd * 32), [lo.into(), hi.into()])
+                        });
+                    }
+                    // log2(l) + m, or −∞ where no key was seen.
+                    let lg = b.lg2_approx(l);
+                    let lse_v = b.add(lg, m_run[ri]);
+                    let seen = b.setp(Cmp::Gt, l, 0.0f32);
+                    let lse_v = b.selp(lse_v, f32::NEG_INFINITY, seen);
+                    let write = b.and_pred(ok, lane_t0);
+                    let loff = b.mul_wide(r, 4u32);
+                    let la = b.add(lse_base, loff);
+                    b.guarded(write, false, |b| b.st_global::<F32>(la, 0, lse_v));
+                }
             }
         }
     }
@@ -808,4 +1021,121 @@ pub fn flash(cfg: &FlashConfig, dtype: DType, target: Target) -> Result<Kernel, 
 
 fn store_if(b: &mut KernelBuilder, ok: Reg<Pred>, at: Reg<U64>, off: i64, w: Reg<U32>) {
     b.guarded(ok, false, |b| b.st_global::<U32>(at, off, w));
+}
+
+/// Rows per block of [`combine`] (one warp each).
+pub const COMBINE_ROWS: u32 = 4;
+
+/// Builds the kernel that merges the key splits of [`flash_split`]: per
+/// output row, `out = Σₛ 2^(lseₛ − M)·oₛ / Σₛ 2^(lseₛ − M)` with `M` the
+/// largest `lseₛ` (zeros where every split saw nothing), stored as `dtype`.
+///
+/// Params: `part` (f32 partials), `lse`, `out`, `total` (rows of all heads),
+/// `splits`. Launch: `32·COMBINE_ROWS` threads, grid `ceil(total / COMBINE_ROWS)`.
+pub fn combine(d: u32, dtype: DType, target: Target) -> Result<Kernel, BuildError> {
+    let name = format!("attention_combine{}_d{d}", super::elem::suffix(dtype));
+    if d == 0 || d as usize > SIMT_MAX_HEAD_DIM || !super::elem::supported(dtype) {
+        return Err(BuildError { kernel: name, problems: vec![format!("head size {d} of {dtype}: need 1..=256")] });
+    }
+    let per_lane = d.div_ceil(32);
+    let mut b = KernelBuilder::new(&name, target);
+    b.doc(&format!("{name}: merges the key splits of the split attention kernel into {dtype} rows"));
+    b.doc("params: part, lse, out, total, splits");
+    b.doc(&format!("launch: {} threads, grid ceil(total/{COMBINE_ROWS})", 32 * COMBINE_ROWS));
+    b.max_threads(32 * COMBINE_ROWS);
+    let part = b.param_ptr("part");
+    let lse = b.param_ptr("lse");
+    let out = b.param_ptr("out");
+    let total = b.param::<U32>("total");
+    let splits = b.param::<U32>("splits");
+    let tid = b.tid(Dim::X);
+    let lane = b.and(tid, 31u32);
+    let warp = b.shr(tid, 5u32);
+    let cx = b.ctaid(Dim::X);
+    let row = b.mad(cx, COMBINE_ROWS, warp);
+    let done = b.label("done");
+    let past = b.setp(Cmp::Ge, row, total);
+    b.bra_if(past, done);
+    let total64 = b.cvt::<U64, U32>(total);
+    let row64 = b.cvt::<U64, U32>(row);
+    let lse_step = b.shl(total64, 2u32);
+    let part_step = b.mul(total64, u64::from(d * 4));
+    let lse_row = b.shl(row64, 2u32);
+    let lse0 = b.add(lse, lse_row);
+    let part_row = b.mul(row64, u64::from(d * 4));
+    let part0 = b.add(part, part_row);
+
+    b.comment("M = the largest log-sum-exp of the splits");
+    let mx = b.mov(f32::NEG_INFINITY);
+    let i = b.mov(0u32);
+    let at = b.mov(lse0);
+    let top = b.label("max");
+    let out_max = b.label("max_done");
+    b.place(top);
+    let over = b.setp(Cmp::Ge, i, splits);
+    b.bra_if(over, out_max);
+    let v = b.ld_global::<F32>(at, 0);
+    let m2 = b.max(mx, v);
+    b.assign(mx, m2);
+    let n = b.add(at, lse_step);
+    b.assign(at, n);
+    let ni = b.add(i, 1u32);
+    b.assign(i, ni);
+    b.bra(top);
+    b.place(out_max);
+    let none = b.setp(Cmp::Eq, mx, f32::NEG_INFINITY);
+    let base = b.selp(0.0f32, mx, none);
+
+    b.comment("weighted sum of the partial rows");
+    let wsum = b.mov(0.0f32);
+    let acc: Vec<Reg<F32>> = (0..per_lane).map(|_| b.mov(0.0f32)).collect();
+    let cols: Vec<(Reg<U64>, Reg<Pred>)> = (0..per_lane)
+        .map(|t| {
+            let c = b.add(lane, t * 32);
+            let inside = b.setp(Cmp::Lt, c, d);
+            let cc = b.min(c, d - 1);
+            (b.mul_wide(cc, 4u32), inside)
+        })
+        .collect();
+    b.assign(i, 0u32);
+    b.assign(at, lse0);
+    let pat = b.mov(part0);
+    let top = b.label("sum");
+    let out_sum = b.label("sum_done");
+    b.place(top);
+    let over = b.setp(Cmp::Ge, i, splits);
+    b.bra_if(over, out_sum);
+    let v = b.ld_global::<F32>(at, 0);
+    let e = b.sub(v, base);
+    let w = b.ex2_approx(e);
+    let ws = b.add(wsum, w);
+    b.assign(wsum, ws);
+    for (t, &a) in acc.iter().enumerate() {
+        let ptr = b.add(pat, cols[t].0);
+        let x = b.ld_global::<F32>(ptr, 0);
+        b.fma_acc(a, w, x);
+    }
+    let n = b.add(at, lse_step);
+    b.assign(at, n);
+    let n = b.add(pat, part_step);
+    b.assign(pat, n);
+    let ni = b.add(i, 1u32);
+    b.assign(i, ni);
+    b.bra(top);
+    b.place(out_sum);
+    let inv = inverse_or_zero(&mut b, wsum);
+    let esz = super::elem::size(dtype);
+    let orow = b.mul(row64, u64::from(d * esz));
+    let obase = b.add(out, orow);
+    for (t, &a) in acc.iter().enumerate() {
+        let y = b.mul(a, inv);
+        let c = b.add(lane, t as u32 * 32);
+        let off = b.mul_wide(c, esz);
+        let ptr = b.add(obase, off);
+        let inside = cols[t].1;
+        b.guarded(inside, false, |b| super::elem::store(b, dtype, ptr, 0, &[y]));
+    }
+    b.place(done);
+    b.ret();
+    b.finish()
 }

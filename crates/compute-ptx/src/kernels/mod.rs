@@ -65,6 +65,10 @@ pub enum KernelId {
     AttentionFlash(FlashConfig, DType),
     /// Fused attention on `f32`, for one head size.
     AttentionSimt(u32),
+    /// The key-split form of [`KernelId::AttentionFlash`] (flash-decoding).
+    AttentionFlashSplit(FlashConfig, DType),
+    /// Merges the key splits into rows of a dtype: head size, dtype.
+    AttentionCombine(u32, DType),
 }
 
 impl KernelId {
@@ -84,6 +88,8 @@ impl KernelId {
             KernelId::Im2col => "im2col".into(),
             KernelId::AttentionFlash(cfg, d) => cfg.kernel_name(*d),
             KernelId::AttentionSimt(d) => format!("attention_simt_f32_d{d}"),
+            KernelId::AttentionFlashSplit(cfg, d) => format!("{}_split", cfg.kernel_name(*d)),
+            KernelId::AttentionCombine(hd, d) => format!("attention_combine{}_d{hd}", elem::suffix(*d)),
         }
     }
 
@@ -111,6 +117,8 @@ impl KernelId {
             KernelId::Im2col => conv::im2col(target),
             KernelId::AttentionFlash(cfg, d) => attention::flash(&cfg, d, target),
             KernelId::AttentionSimt(d) => attention::simt(d, target),
+            KernelId::AttentionFlashSplit(cfg, d) => attention::flash_split(&cfg, d, target),
+            KernelId::AttentionCombine(hd, d) => attention::combine(hd, d, target),
         }
     }
 }
@@ -142,7 +150,9 @@ impl KernelId {
             | KernelId::Binary(_, d)
             | KernelId::Reduce(_, d)
             | KernelId::Rows(_, _, d)
-            | KernelId::AttentionFlash(_, d) => {
+            | KernelId::AttentionFlash(_, d)
+            | KernelId::AttentionFlashSplit(_, d)
+            | KernelId::AttentionCombine(_, d) => {
                 vec![d]
             }
             KernelId::Cast(from, to) | KernelId::GemmMma(_, from, to, ..) | KernelId::GemmWgmma(_, from, to, ..) => {
@@ -200,6 +210,8 @@ pub fn catalog() -> Vec<KernelId> {
     for d in [64, 128] {
         for dtype in [DType::BF16, DType::F16] {
             v.push(KernelId::AttentionFlash(FlashConfig::for_head_dim(d), dtype));
+            v.push(KernelId::AttentionFlashSplit(FlashConfig::for_decode(d), dtype));
+            v.push(KernelId::AttentionCombine(d as u32, dtype));
         }
         v.push(KernelId::AttentionSimt(d as u32));
     }
