@@ -682,7 +682,10 @@ impl Op {
             Op::Rows { .. } => OpClass::RowWise,
             Op::Matmul(_) => OpClass::Matmul,
             Op::Conv2d(_) => OpClass::Conv,
-            // Two matrix products per key block, bound by the same units.
+            // Decoding (at most 16 query rows per key/value head) is one pass
+            // over the KV cache, bound by memory like a row op; longer query
+            // blocks are two matrix products per key block.
+            Op::Attention(a) if a.group().saturating_mul(a.seq_q) <= 16 => OpClass::RowWise,
             Op::Attention(_) => OpClass::Matmul,
         }
     }
@@ -940,6 +943,25 @@ mod tests {
         let b = Op::Matmul(MatmulSpec { batch: 4, ..MatmulSpec::new(3, 5, 7) }).cost();
         assert_eq!(b.flops, 4 * c.flops);
         assert_eq!(b.bytes(), 4 * c.bytes());
+    }
+
+    #[test]
+    fn attention_cost_counts_visible_pairs_and_decoding_is_memory_bound() {
+        let full = crate::AttentionSpec::new(2, 8, 256, 256, 64).with_kv_heads(2);
+        let c = Op::Attention(full).cost();
+        assert_eq!(c.flops, 4 * 2 * 8 * 256 * 256 * 64);
+        // q and the output: 2·8·256·64 values; k and v: 2·2·256·64 each; 4 bytes.
+        assert_eq!(c.bytes_read, 4 * (2 * 8 * 256 * 64 + 2 * 2 * 2 * 256 * 64));
+        assert_eq!(c.bytes_written, 4 * 2 * 8 * 256 * 64);
+        let causal = Op::Attention(full.causal()).cost();
+        assert_eq!(causal.flops, 4 * 2 * 8 * (256 * 257 / 2) * 64);
+        assert_eq!(Op::Attention(full).class(), OpClass::Matmul);
+        let decode = crate::AttentionSpec::new(4, 32, 1, 8192, 128).with_kv_heads(8).causal();
+        assert_eq!(Op::Attention(decode).class(), OpClass::RowWise);
+        assert_eq!(
+            Op::Attention(decode.with_dtype(DType::BF16)).cost().bytes_read * 2,
+            Op::Attention(decode).cost().bytes_read
+        );
     }
 
     #[test]
