@@ -6,7 +6,9 @@
 //! Rows (bf16 unless named): b4 h32 s4096 d128 full and causal, GQA 32:8
 //! causal, b1 h32 s16384 d128 full and causal, b16 h16 s1024 d64 full and
 //! causal, decode (one query, 8192 keys, GQA 32:8, d128, batch 16 and 1; its
-//! rate is GB/s of K and V read), and f32 b4 h32 s2048 d128 causal. TFLOP/s count
+//! rate is GB/s of K and V read), and f32 b4 h32 s2048 d128 causal in full precision
+//! and with TF32 opted in (the tensor-core kernel on bf16 high and low parts of
+//! q, k, v: three products per pair, about 2⁻¹⁶ relative). TFLOP/s count
 //! `4·d` FLOPs per visible (query, key) pair (`Op::cost`), as FlashAttention
 //! and PyTorch's figures do. `--quick` keeps the first two rows at s = 1024.
 //!
@@ -17,7 +19,7 @@
 
 use std::time::Duration;
 
-use compute_core::{AttentionSpec, Backend, DType, HostVec, Op};
+use compute_core::{AttentionSpec, Backend, DType, HostVec, Op, Precision};
 use compute_ptx::CudaBackend;
 use compute_ptx::kernels::attention::FlashConfig;
 
@@ -41,6 +43,7 @@ fn shapes(quick: bool) -> Vec<(&'static str, AttentionSpec)> {
         ("decode gqa32:8", AttentionSpec::new(16, 32, 1, 8192, 128).with_kv_heads(8).causal().with_dtype(DType::BF16)),
         ("decode gqa32:8", AttentionSpec::new(1, 32, 1, 8192, 128).with_kv_heads(8).causal().with_dtype(DType::BF16)),
         ("f32 causal", AttentionSpec::new(4, 32, 2048, 2048, 128).causal()),
+        ("f32 causal", AttentionSpec::new(4, 32, 2048, 2048, 128).causal().with_precision(Precision::Tf32)),
     ]
 }
 
@@ -114,6 +117,9 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
             }
             let kernel = match (cfg, spec.dtype) {
                 (Some(c), d) => c.kernel_name(d),
+                (None, DType::F32) if spec.precision == Precision::Tf32 => {
+                    format!("{} (TF32 opted in: bf16x3)", FlashConfig::for_f32(spec.head_dim).kernel_name(DType::F32))
+                }
                 (None, DType::F32) => format!("attention_simt_f32_d{}", spec.head_dim),
                 (None, d) => FlashConfig::for_shape(spec.head_dim, spec.group() * spec.seq_q).kernel_name(d),
             };

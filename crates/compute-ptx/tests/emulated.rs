@@ -333,9 +333,14 @@ fn flash_attention_shapes_agree() {
                 cfgs.push(cfg);
             }
         }
+        cfgs.push(FlashConfig::for_f32(d));
         for cfg in cfgs {
-            for dtype in [DType::BF16, DType::F16] {
-                let spec = spec.with_dtype(dtype);
+            for dtype in [DType::BF16, DType::F16, DType::F32] {
+                // f32 data (TF32 opted in) runs the bf16x3 form, which reads q from shared memory.
+                if dtype == DType::F32 && cfg.check_f32().is_err() {
+                    continue;
+                }
+                let spec = spec.with_dtype(dtype).with_precision(compute_core::Precision::Tf32);
                 let op = Op::Attention(spec);
                 let inputs = typed_inputs_for(&op, &mut rng);
                 let before = emu.log.lock().unwrap().len();
@@ -346,12 +351,20 @@ fn flash_attention_shapes_agree() {
                     spec.seq_k.div_ceil(cfg.bn as usize),
                     2,
                 );
-                if splits == 1 {
-                    assert_eq!(names, [cfg.kernel_name(dtype)], "{spec:?}");
-                } else {
-                    let combine = format!("attention_combine_{dtype}_d{d}");
-                    assert_eq!(names, [format!("{}_split", cfg.kernel_name(dtype)), combine], "{spec:?}");
+                let mut want: Vec<String> = Vec::new();
+                if dtype == DType::F32 {
+                    want.extend(["split_f32_bf16x2".to_string(), "split_f32_bf16x2".into(), "split_f32_bf16x2".into()]);
                 }
+                if splits == 1 {
+                    want.push(cfg.kernel_name(dtype));
+                } else {
+                    want.push(format!("{}_split", cfg.kernel_name(dtype)));
+                    want.push(format!(
+                        "attention_combine{}_d{d}",
+                        if dtype == DType::F32 { String::new() } else { format!("_{dtype}") }
+                    ));
+                }
+                assert_eq!(names, want, "{spec:?}");
                 let views: Vec<_> = inputs.iter().map(|v| v.as_slice()).collect();
                 if let Some(msg) = compare_typed(&op, &views, out.as_slice(), 1.0) {
                     panic!("{cfg:?} {}: {msg}", op.shapes());

@@ -348,7 +348,7 @@ fn half_tensors_are_stored_computed_and_copied() {
 }
 
 /// The tensor-core attention kernel in every shape of its sweep, both half
-/// dtypes, on odd lengths, both causal alignments, grouped heads and a
+/// dtypes and f32 (TF32 opted in: the bf16x3 form), on odd lengths, both causal alignments, grouped heads and a
 /// decode shape (poisoned outputs, fresh inputs each run), against the f64
 /// reference. Run under `compute-sanitizer --tool racecheck` it checks the
 /// `cp.async` waits and barriers of every shape.
@@ -372,9 +372,14 @@ fn flash_attention_shapes_match_the_reference() {
         cfgs.extend(FlashConfig::sweep(spec.head_dim));
         cfgs.push(FlashConfig::for_decode(spec.head_dim));
         cfgs.extend(FlashConfig::decode_sweep(spec.head_dim));
+        cfgs.push(FlashConfig::for_f32(spec.head_dim));
         for cfg in cfgs {
-            for dtype in [DType::BF16, DType::F16] {
-                let spec = spec.with_dtype(dtype);
+            for dtype in [DType::BF16, DType::F16, DType::F32] {
+                // f32 data with TF32 opted in runs the bf16x3 form (q from shared memory only).
+                if dtype == DType::F32 && cfg.check_f32().is_err() {
+                    continue;
+                }
+                let spec = spec.with_dtype(dtype).with_precision(compute_core::Precision::Tf32);
                 let op = Op::Attention(spec);
                 let inputs = typed_inputs_for(&op, &mut rng);
                 let run = || -> Result<compute_core::HostVec, String> {

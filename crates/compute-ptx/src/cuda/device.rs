@@ -99,7 +99,7 @@ impl Device {
             KernelId::GemmSimt(cfg, ..) if cfg.dynamic_shared_bytes() > 0 => Some(cfg.dynamic_shared_bytes()),
             KernelId::GemmMma(cfg, ..) if cfg.dynamic_shared_bytes() > 0 => Some(cfg.dynamic_shared_bytes()),
             KernelId::GemmWgmma(cfg, ..) => Some(cfg.dynamic_shared_bytes()),
-            KernelId::AttentionFlash(cfg, _) | KernelId::AttentionFlashSplit(cfg, _) => Some(cfg.shared_bytes()),
+            KernelId::AttentionFlash(cfg, d) | KernelId::AttentionFlashSplit(cfg, d) => Some(cfg.shared_bytes(d)),
             _ => None,
         };
         let f = Arc::new(driver::load(&self.ctx, &kernel, smem)?);

@@ -69,6 +69,8 @@ pub enum KernelId {
     AttentionFlashSplit(FlashConfig, DType),
     /// Merges the key splits into rows of a dtype: head size, dtype.
     AttentionCombine(u32, DType),
+    /// Splits `f32` values into bf16 high and low parts (for attention on `f32`).
+    SplitBf16,
 }
 
 impl KernelId {
@@ -90,6 +92,7 @@ impl KernelId {
             KernelId::AttentionSimt(d) => format!("attention_simt_f32_d{d}"),
             KernelId::AttentionFlashSplit(cfg, d) => format!("{}_split", cfg.kernel_name(*d)),
             KernelId::AttentionCombine(hd, d) => format!("attention_combine{}_d{hd}", elem::suffix(*d)),
+            KernelId::SplitBf16 => "split_f32_bf16x2".into(),
         }
     }
 
@@ -119,6 +122,7 @@ impl KernelId {
             KernelId::AttentionSimt(d) => attention::simt(d, target),
             KernelId::AttentionFlashSplit(cfg, d) => attention::flash_split(&cfg, d, target),
             KernelId::AttentionCombine(hd, d) => attention::combine(hd, d, target),
+            KernelId::SplitBf16 => attention::split_bf16(target),
         }
     }
 }
@@ -213,7 +217,9 @@ pub fn catalog() -> Vec<KernelId> {
             v.push(KernelId::AttentionFlashSplit(FlashConfig::for_decode(d), dtype));
             v.push(KernelId::AttentionCombine(d as u32, dtype));
         }
+        v.push(KernelId::AttentionFlash(FlashConfig::for_f32(d), DType::F32));
         v.push(KernelId::AttentionSimt(d as u32));
     }
+    v.push(KernelId::SplitBf16);
     v
 }
