@@ -78,7 +78,7 @@ fn main() -> Result<(), ComputeError> {
         "composed: {:.3} ms ({:.0} TFLOP/s), score matrix {} MiB",
         tc * 1e3,
         flops / tc / 1e12,
-        heads * s * s * 2 >> 20
+        (heads * s * s * 2) >> 20
     );
     println!("fused:    {:.3} ms ({:.0} TFLOP/s), {:.1}x faster", tf * 1e3, flops / tf / 1e12, tc / tf);
 

@@ -482,10 +482,19 @@ fn inverse_or_zero(b: &mut KernelBuilder, l: Reg<F32>) -> Reg<F32> {
 /// threads cover whole rows) at chunk `c`; its shared offset is a register
 /// per distinct swizzle (they repeat every `period` copies) plus an immediate.
 struct TileCopies {
-    /// Per copy: (row register, row immediate), chunk register, (shared offset register, immediate).
-    copies: Vec<((Reg<U32>, u32), Reg<U32>, (Reg<U32>, u32))>,
+    copies: Vec<Copy16>,
     /// Whether every copy's row register is the same (`r0`).
     one_row: bool,
+}
+
+/// One 16-byte copy of a tile: its row (a register plus an immediate), its
+/// first element within the row (`8·chunk`), and its shared offset (a
+/// register plus an immediate).
+#[derive(Clone, Copy)]
+struct Copy16 {
+    row: (Reg<U32>, u32),
+    chunk8: Reg<U32>,
+    dst: (Reg<U32>, u32),
 }
 
 fn tile_copies(b: &mut KernelBuilder, cfg: &FlashConfig, tid: Reg<U32>, rows: u32) -> TileCopies {
@@ -514,7 +523,8 @@ fn tile_copies(b: &mut KernelBuilder, cfg: &FlashConfig, tid: Reg<U32>, rows: u3
         }
         for i in 0..n {
             let base = i - i % period;
-            copies.push(((r0, i * step), c8, (dst_regs[(i % period) as usize], base * step * cfg.row_bytes())));
+            let dst = (dst_regs[(i % period) as usize], base * step * cfg.row_bytes());
+            copies.push(Copy16 { row: (r0, i * step), chunk8: c8, dst });
         }
     } else {
         for i in 0..n {
@@ -524,7 +534,7 @@ fn tile_copies(b: &mut KernelBuilder, cfg: &FlashConfig, tid: Reg<U32>, rows: u3
             let pc = super::gemm_common::swizzle_reg(b, r, c, cpr);
             let pc16 = b.shl(pc, 4u32);
             let dst = b.mad(r, cfg.row_bytes(), pc16);
-            copies.push(((r, 0), b.shl(c, 3u32), (dst, 0)));
+            copies.push(Copy16 { row: (r, 0), chunk8: b.shl(c, 3u32), dst: (dst, 0) });
         }
     }
     TileCopies { copies, one_row }
@@ -545,8 +555,8 @@ fn issue_tile(
     at: Reg<U32>,
 ) {
     let last = b_sub1(b, limit);
-    let first_r0 = if t.one_row { t.copies.first().map(|((r, _), _, _)| b.add(first, *r)) } else { None };
-    for &((r, r_imm), c8, (dst, dst_imm)) in &t.copies {
+    let first_r0 = if t.one_row { t.copies.first().map(|c| b.add(first, c.row.0)) } else { None };
+    for &Copy16 { row: (r, r_imm), chunk8: c8, dst: (dst, dst_imm) } in &t.copies {
         let row = match first_r0 {
             Some(fr) => b.add(fr, r_imm),
             None => b.add(first, r),
