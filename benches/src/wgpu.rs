@@ -1,7 +1,11 @@
 //! Bench rows for the wgpu backend: sgemm and element-wise/softmax bandwidth on
 //! device-resident data (against cuBLAS's reference figure and an in-process
-//! device copy), f16/bf16 rows against a copy of the same bytes, host round trips, and the
-//! batch API against op-by-op calls.
+//! device copy), f16/bf16 rows against a copy of the same bytes, host round trips, the
+//! batch API against op-by-op calls, and fused attention against our own unfused
+//! matmul + softmax + matmul.
+//!
+//! `COMPUTE_WGPU_ROWS` (comma-separated `latency`, `bandwidth`, `half`, `sgemm`,
+//! `attention`) runs only those groups of rows (default: all).
 //!
 //! Resident rows submit `reps` ops back to back and wait once, so the CPU's
 //! recording overlaps the GPU's work and the median per op is GPU time plus the
@@ -19,7 +23,7 @@
 //! one matmul's GPU time from timestamps.
 use std::time::Duration;
 
-use compute_core::{Backend, BinaryOp, DType, Op, Ops, RowOp, Tensor, UnaryOp};
+use compute_core::{AttentionSpec, Backend, BinaryOp, DType, MatmulSpec, Op, Ops, RowOp, Tensor, UnaryOp};
 use compute_wgpu::{DeviceOptions, GpuBuffer, MatmulTiles, WgpuBackend};
 
 use crate::report::{Record, random, time, time_pair};
@@ -492,6 +496,195 @@ fn latency_rows(b: &Bench, out: &mut Vec<Record>) -> Result<(), String> {
     Ok(())
 }
 
+/// The unfused composition attention replaces, on resident `f32` tensors of
+/// `a` (no mask, `heads_kv = heads_q`, batch folded into the heads):
+/// `q' = scale · q` (`UnaryOp::Scale` on q, the smallest tensor), scores
+/// `q'·kᵀ` (batched matmul, `trans_b`), their row softmax, and `p·v`
+/// (batched matmul) into `out`.
+struct Unfused {
+    ops: [Op; 4],
+    scaled: Tensor,
+    scores: Tensor,
+    probs: Tensor,
+}
+
+impl Unfused {
+    fn new(gpu: &WgpuBackend, a: &AttentionSpec) -> Result<Unfused, String> {
+        let heads = a.batch * a.heads_q;
+        let (s, t, d) = (a.seq_q, a.seq_k, a.head_dim);
+        let ops = [
+            Op::unary(UnaryOp::Scale { s: a.scale }, heads * s * d),
+            Op::Matmul(MatmulSpec { batch: heads, trans_b: true, ..MatmulSpec::new(s, d, t) }),
+            Op::rows(RowOp::Softmax, heads * s, t),
+            Op::Matmul(MatmulSpec { batch: heads, ..MatmulSpec::new(s, t, d) }),
+        ];
+        Ok(Unfused {
+            ops,
+            scaled: gpu.alloc(heads * s * d).map_err(err)?,
+            scores: gpu.alloc(heads * s * t).map_err(err)?,
+            probs: gpu.alloc(heads * s * t).map_err(err)?,
+        })
+    }
+
+    /// Records the four ops reading `q`, `k`, `v` and writing `out` into `batch`.
+    fn record(
+        &self,
+        batch: &mut compute_wgpu::GpuCommandBatch,
+        [q, k, v, out]: [compute_wgpu::BufferId; 4],
+        [scaled, scores, probs]: [compute_wgpu::BufferId; 3],
+    ) -> compute_core::Result<()> {
+        batch.op_into(&self.ops[0], &[q], scaled)?;
+        batch.op_into(&self.ops[1], &[scaled, k], scores)?;
+        batch.op_into(&self.ops[2], &[scores], probs)?;
+        batch.op_into(&self.ops[3], &[probs, v], out)
+    }
+}
+
+/// `flops` in `seconds` as text: TFLOP/s from 1 TFLOP/s on, else GFLOP/s.
+fn rate(flops: f64, seconds: f64) -> String {
+    let per_s = flops / seconds;
+    if per_s >= 1e12 { format!("{:.2} TFLOP/s", per_s / 1e12) } else { format!("{:.2} GFLOP/s", per_s / 1e9) }
+}
+
+/// `reps` runs of fused attention `a` (or, with `unfused`, of its unfused
+/// composition) on resident tensors, recorded into one submission; then a wait.
+fn attention_sample(
+    gpu: &WgpuBackend,
+    a: &AttentionSpec,
+    [q, k, v, out]: [&Tensor; 4],
+    unfused: Option<&Unfused>,
+    reps: usize,
+) -> compute_core::Result<()> {
+    let mut batch = gpu.batch();
+    let ids =
+        [batch.insert(q.clone())?, batch.insert(k.clone())?, batch.insert(v.clone())?, batch.insert(out.clone())?];
+    match unfused {
+        None => {
+            for _ in 0..reps {
+                batch.op_into(&Op::Attention(*a), &ids[..3], ids[3])?;
+            }
+        }
+        Some(u) => {
+            let temps =
+                [batch.insert(u.scaled.clone())?, batch.insert(u.scores.clone())?, batch.insert(u.probs.clone())?];
+            for _ in 0..reps {
+                u.record(&mut batch, ids, temps)?;
+            }
+        }
+    }
+    batch.execute()?;
+    gpu.synchronize()
+}
+
+/// Fused attention (f32, no mask, b = 1, h = 8) against our own unfused
+/// composition ([`Unfused`]) on the same resident q, k, v, interleaved, each
+/// sample `reps` runs in one submission: s = 1024 and 4096, head_dim 64 and
+/// 128 (`--quick`: s = 256, head_dim 64). Both rows count the attention's
+/// FLOPs (4·h·s²·d); the fused row's ratio is the unfused time over the fused
+/// time. The two outputs are compared after timing (their largest difference
+/// relative to the largest output goes into the note). Then the fused op with
+/// a causal mask alone (its FLOPs over the visible pairs), which skips the key
+/// blocks past the diagonal. Shapes are written `batch x heads x s x d`, as the
+/// CPU attention rows write them.
+fn attention_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), String> {
+    let shapes: &[(usize, usize)] =
+        if quick { &[(256, 64)] } else { &[(1024, 64), (1024, 128), (4096, 64), (4096, 128)] };
+    let heads = 8;
+    for &(s, d) in shapes {
+        let a = AttentionSpec::new(1, heads, s, s, d);
+        let op = Op::Attention(a);
+        let flops = op.cost().flops as f64;
+        let reps = reps_for(quick, flops / 2e13);
+        let len = heads * s * d;
+        let (q, k, v) = (
+            b.gpu.upload(&random(len, 31)).map_err(err)?,
+            b.gpu.upload(&random(len, 32)).map_err(err)?,
+            b.gpu.upload(&random(len, 33)).map_err(err)?,
+        );
+        let (fused_out, unfused_out) = (b.gpu.alloc(len).map_err(err)?, b.gpu.alloc(len).map_err(err)?);
+        let unfused = Unfused::new(&b.gpu, &a)?;
+        let mut failure = None;
+        let mut peer_failure = None;
+        let (t, peer) = time_pair(
+            || {
+                if let Err(e) = attention_sample(&b.gpu, &a, [&q, &k, &v, &fused_out], None, reps) {
+                    failure = Some(e);
+                }
+            },
+            || {
+                if let Err(e) = attention_sample(&b.gpu, &a, [&q, &k, &v, &unfused_out], Some(&unfused), reps) {
+                    peer_failure = Some(e);
+                }
+            },
+            b.budget,
+            3,
+        );
+        if let Some(e) = failure.or(peer_failure) {
+            return Err(err(e));
+        }
+        let (t, peer) = (t / reps as f64, peer / reps as f64);
+        let (mut fused, mut composed) = (vec![0.0f32; len], vec![0.0f32; len]);
+        b.gpu.download(&fused_out, &mut fused).map_err(err)?;
+        b.gpu.download(&unfused_out, &mut composed).map_err(err)?;
+        let largest = composed.iter().fold(0.0f32, |m, x| m.max(x.abs())).max(f32::MIN_POSITIVE);
+        let diff = fused.iter().zip(&composed).fold(0.0f32, |m, (x, y)| m.max((x - y).abs())) / largest;
+        if !diff.is_finite() || diff > 1e-3 {
+            return Err(format!("attention s={s} d={d}: fused and unfused outputs differ by {diff:e} (relative)"));
+        }
+        let shape = format!("1x{heads}x{s}x{d}");
+        eprintln!(
+            "  attention {shape}: fused {} ({:.3} ms), unfused matmul+softmax+matmul {} ({:.3} ms), \
+             fused {:.2}x faster (unfused time / fused time); max |fused-unfused|/max|out| = {diff:.1e}",
+            rate(flops, t),
+            t * 1e3,
+            rate(flops, peer),
+            peer * 1e3,
+            peer / t
+        );
+        let mut r = b.record("attention", shape.clone(), "resident", t);
+        r.gflops = Some(flops / t / 1e9);
+        r.note = Some(format!(
+            "fused, f32, no mask, scale 1/sqrt(d), {}; {reps} calls per sample in one submission; peer: our \
+             unfused scale(q) + batched matmul q.k^T + softmax + batched matmul p.v ({}), same inputs, \
+             interleaved; ratio = unfused time / fused time; max |fused-unfused|/max|out| = {diff:.1e}",
+            rate(flops, t),
+            rate(flops, peer)
+        ));
+        push(out, r.with_peer("unfused (same run)", peer));
+        let mut r = b.record("attention unfused", shape.clone(), "resident", peer);
+        r.gflops = Some(flops / peer / 1e9);
+        r.note = Some(format!(
+            "scale(q) -> batched matmul q.k^T -> softmax rows -> batched matmul p.v, {reps} compositions per \
+             sample in one submission; FLOPs counted as the fused op's (4·h·s²·d)"
+        ));
+        push(out, r);
+        let causal = a.causal();
+        let flops = Op::Attention(causal).cost().flops as f64;
+        let mut failure = None;
+        let t = time(
+            || {
+                if let Err(e) = attention_sample(&b.gpu, &causal, [&q, &k, &v, &fused_out], None, reps) {
+                    failure = Some(e);
+                }
+            },
+            b.budget,
+            3,
+        ) / reps as f64;
+        if let Some(e) = failure {
+            return Err(err(e));
+        }
+        let mut r = b.record("attention", format!("{shape} causal"), "resident", t);
+        r.gflops = Some(flops / t / 1e9);
+        r.note = Some(format!(
+            "fused, f32, causal, scale 1/sqrt(d), {}; FLOPs over the visible pairs; {reps} calls per sample in \
+             one submission",
+            rate(flops, t)
+        ));
+        push(out, r);
+    }
+    Ok(())
+}
+
 /// cuBLAS sgemm on its own stream, for the sweep's same-process peer.
 #[cfg(feature = "cuda")]
 mod cublas {
@@ -742,10 +935,23 @@ pub fn rows(quick: bool) -> Result<Vec<Record>, String> {
     eprintln!("wgpu bench on {}", gpu.adapter());
     let budget = Duration::from_millis(if quick { 150 } else { 400 });
     let b = Bench { gpu, device, budget };
+    let only = std::env::var("COMPUTE_WGPU_ROWS").ok().filter(|v| !v.trim().is_empty());
+    let wanted = |group: &str| only.as_deref().is_none_or(|v| v.split(',').any(|g| g.trim() == group));
     let mut out = Vec::new();
-    latency_rows(&b, &mut out)?;
-    bandwidth_rows(&b, quick, &mut out)?;
-    half_rows(&b, quick, &mut out)?;
-    sgemm_rows(&b, quick, &mut out)?;
+    if wanted("latency") {
+        latency_rows(&b, &mut out)?;
+    }
+    if wanted("bandwidth") {
+        bandwidth_rows(&b, quick, &mut out)?;
+    }
+    if wanted("half") {
+        half_rows(&b, quick, &mut out)?;
+    }
+    if wanted("sgemm") {
+        sgemm_rows(&b, quick, &mut out)?;
+    }
+    if wanted("attention") {
+        attention_rows(&b, quick, &mut out)?;
+    }
     Ok(out)
 }

@@ -35,8 +35,10 @@ use crate::plan::{self, View};
 /// ops, casts and reductions read and write half data directly; row ops and
 /// convolutions write an `f32` temporary that a cast rounds into a half
 /// output; a half matmul casts A and B into `f32` temporaries, runs the `f32`
-/// GEMM and casts C. A cast between equal dtypes is a buffer copy, and a TF32
-/// matmul runs in full precision.
+/// GEMM and casts C, and half attention likewise casts q, k and v, runs the
+/// `f32` kernel (which keeps its softmax weights in `f32`) and casts the
+/// output. A cast between equal dtypes is a buffer copy, and a TF32 matmul or
+/// attention runs in full precision.
 #[derive(Clone, Debug)]
 pub struct WgpuBackend {
     pub(crate) ctx: Arc<Context>,
@@ -113,7 +115,8 @@ impl WgpuBackend {
         (&self.ctx.device, &self.ctx.queue)
     }
 
-    /// Whether matmul runs without naga's runtime bounds checks (the default; see [`DeviceOptions`]).
+    /// Whether matmul and attention run without naga's runtime bounds checks
+    /// (the default; see [`DeviceOptions`]).
     pub fn matmul_unchecked(&self) -> bool {
         !self.ctx.kernels.matmul().checked
     }
@@ -123,10 +126,11 @@ impl WgpuBackend {
         self.ctx.kernels.matmul().tiles
     }
 
-    /// Changes the matmul tiling and whether naga's bounds checks stay in, for ops
-    /// submitted from now on (ops already submitted keep theirs): for tuning and
-    /// benchmarks on one device. Pipelines are compiled on first use and cached, so
-    /// switching back and forth costs nothing after the first call of each.
+    /// Changes the matmul tiling and whether naga's bounds checks stay in (in the
+    /// matmul and attention shaders), for ops submitted from now on (ops already
+    /// submitted keep theirs): for tuning and benchmarks on one device. Pipelines
+    /// are compiled on first use and cached, so switching back and forth costs
+    /// nothing after the first call of each.
     pub fn set_matmul(&self, tiles: MatmulTiles, bounds_checks: bool) {
         self.ctx.kernels.set_matmul(MatmulChoice { checked: bounds_checks, tiles });
     }
@@ -410,17 +414,21 @@ impl WgpuBackend {
     /// Checks `op` against the device's limits without running it: the error
     /// [`Backend::run`] would return for sizes the device cannot take (each
     /// operand at its dtype's size; the `f32` temporaries of half row ops,
-    /// convolutions and matmuls at 4 bytes an element). Free.
+    /// convolutions, matmuls and attention at 4 bytes an element; for
+    /// attention, one key/value head's `f32` keys, and the queries of the heads
+    /// that read it, each within one storage binding). Free.
     pub fn check_limits(&self, op: &Op) -> Result<()> {
         let layout = op.layout()?;
         let bytes = |o: Operand| padded_bytes_of(o.len, o.dtype);
         let max_buffer = self.ctx.limits.max_buffer_size;
-        // Half outputs of row ops and convolutions, and half matmul operands, are
-        // computed in f32 temporaries of the same length.
-        let temps: [Option<Operand>; 3] = match op {
-            Op::Rows { .. } | Op::Conv2d(_) => [Some(layout.output()), None, None],
-            Op::Matmul(_) => [layout.inputs().first().copied(), layout.inputs().get(1).copied(), Some(layout.output())],
-            _ => [None, None, None],
+        // Half outputs of row ops and convolutions, and half matmul and attention
+        // operands, are computed in f32 temporaries of the same length.
+        let input = |i: usize| layout.inputs().get(i).copied();
+        let temps: [Option<Operand>; 4] = match op {
+            Op::Rows { .. } | Op::Conv2d(_) => [Some(layout.output()), None, None, None],
+            Op::Matmul(_) => [input(0), input(1), Some(layout.output()), None],
+            Op::Attention(_) => [input(0), input(1), input(2), Some(layout.output())],
+            _ => [None, None, None, None],
         };
         let temps = temps.map(|o| o.filter(|o| o.dtype != DType::F32).map(|o| Operand::new(o.len, DType::F32)));
         for o in layout.inputs().iter().chain(layout.outputs()).copied().chain(temps.into_iter().flatten()) {
@@ -449,6 +457,10 @@ impl WgpuBackend {
             if let Some(b) = o.map(bytes).filter(|&b| b > max) {
                 return Err(errors::limit(op.name(), what, b, max));
             }
+        }
+        // Attention binds whole key/value heads with their queries, in f32.
+        if let Op::Attention(a) = op {
+            plan::attention_layout(&self.ctx, op.name(), a)?;
         }
         // A row is bound whole, in its dtype and (for half data) in the f32 temporary.
         if let Op::Rows { cols, .. } = *op {
@@ -498,7 +510,7 @@ impl Backend for WgpuBackend {
     }
 
     /// Every op of the vocabulary on `f32`, `f16` and `bf16` (see
-    /// [`WgpuBackend`]); a TF32 matmul runs in full precision. Free.
+    /// [`WgpuBackend`]); a TF32 matmul or attention runs in full precision. Free.
     fn supports(&self, op: &Op) -> bool {
         plan::supported(op)
     }

@@ -5,7 +5,8 @@
 use std::future::Future;
 
 use compute_core::{
-    BinaryOp, ComputeError, Conv2dSpec, GeluForm, MatmulSpec, Op, ReduceOp, Result, RowOp, Tensor, UnaryOp,
+    AttentionSpec, BinaryOp, ComputeError, Conv2dSpec, GeluForm, MatmulSpec, Op, ReduceOp, Result, RowOp, Tensor,
+    UnaryOp,
 };
 
 use crate::backend::WgpuBackend;
@@ -266,6 +267,12 @@ impl GpuCommandBatch {
     /// 2-D convolution, NCHW.
     pub fn conv2d(&mut self, spec: Conv2dSpec, x: BufferId, w: BufferId) -> Result<BufferId> {
         self.op(&Op::Conv2d(spec), &[x, w])
+    }
+    /// Fused attention `softmax(scale · q·kᵀ + mask) · v` (layouts and masks in
+    /// [`AttentionSpec`]), into a new buffer shaped like `q`. The spec's dtype
+    /// must be the buffers' (`f32` for buffers from [`GpuCommandBatch::upload`]).
+    pub fn attention(&mut self, spec: AttentionSpec, q: BufferId, k: BufferId, v: BufferId) -> Result<BufferId> {
+        self.op(&Op::Attention(spec), &[q, k, v])
     }
 
     /// Records every pending op into one command encoder and submits it once.

@@ -6,10 +6,10 @@
 //! one pipeline, compiled once and kept for the device's life.
 //!
 //! **Dtypes.** The WGSL files are written for `f32`. Each file (but
-//! `matmul.wgsl`, which only ever sees `f32`) declares its operands between
-//! `// @io-begin` and `// @io-end` lines, each with the function the kernels
-//! read or write it through (`load_x`, `store_y`…). For `f16` or `bf16`
-//! operands, [`io_block`] writes those lines again for packed 16-bit values
+//! `matmul.wgsl` and `attention.wgsl`, which only ever see `f32`) declares its
+//! operands between `// @io-begin` and `// @io-end` lines, each with the
+//! function the kernels read or write it through (`load_x`, `store_y`…). For
+//! `f16` or `bf16` operands, [`io_block`] writes those lines again for packed 16-bit values
 //! (arrays of `u32` words, converted by the functions of `shaders/half.wgsl`,
 //! which is prepended); the kernels themselves are unchanged and compute in
 //! `f32`. A unit test checks that the `f32` lines [`io_block`] writes are the
@@ -33,6 +33,7 @@ pub(crate) enum Module {
     Rows,
     Matmul,
     Conv,
+    Attention,
 }
 
 /// The conversions between `f32` and packed `f16`/`bf16` words, prepended to
@@ -149,6 +150,7 @@ impl Module {
             Module::Rows => include_str!("../../../shaders/rows.wgsl"),
             Module::Matmul => include_str!("../../../shaders/matmul.wgsl"),
             Module::Conv => include_str!("../../../shaders/conv.wgsl"),
+            Module::Attention => include_str!("../../../shaders/attention.wgsl"),
         }
     }
 
@@ -159,6 +161,7 @@ impl Module {
             Module::Rows => "rows.wgsl",
             Module::Matmul => "matmul.wgsl",
             Module::Conv => "conv.wgsl",
+            Module::Attention => "attention.wgsl",
         }
     }
 
@@ -180,7 +183,7 @@ impl Module {
             Module::Reduce => &REDUCE,
             Module::Rows => &ROWS,
             Module::Conv => &CONV,
-            Module::Matmul => &[],
+            Module::Matmul | Module::Attention => &[],
         }
     }
 
@@ -251,6 +254,11 @@ pub(crate) enum Kernel {
     MatmulReduce { sk: u32, checked: bool },
     /// `conv.wgsl` `conv2d` on inputs of `dtype`, writing `f32`.
     Conv2d(DType),
+    /// `attention.wgsl` (`f32` only): `dv` vec4 groups of output columns per
+    /// invocation (a slice of 64·`dv` columns, 1..=4), head_dim chunks of `ck`
+    /// for Q·Kᵀ and key chunks of `cv` for P·V (`plan::attention_chunk_choices`);
+    /// `checked`: compiled with naga's runtime bounds checks.
+    Attention { dv: u32, ck: u32, cv: u32, checked: bool },
 }
 
 impl Kernel {
@@ -261,6 +269,7 @@ impl Kernel {
             Kernel::Softmax(..) | Kernel::LayerNorm(_) | Kernel::RmsNorm(_) => Module::Rows,
             Kernel::Matmul { .. } | Kernel::MatmulReduce { .. } => Module::Matmul,
             Kernel::Conv2d(_) => Module::Conv,
+            Kernel::Attention { .. } => Module::Attention,
         }
     }
 
@@ -274,7 +283,10 @@ impl Kernel {
             | Kernel::LayerNorm(d)
             | Kernel::RmsNorm(d)
             | Kernel::Conv2d(d) => Io::new(d, DType::F32),
-            Kernel::ReduceFinish(_) | Kernel::Matmul { .. } | Kernel::MatmulReduce { .. } => Io::F32,
+            Kernel::ReduceFinish(_)
+            | Kernel::Matmul { .. }
+            | Kernel::MatmulReduce { .. }
+            | Kernel::Attention { .. } => Io::F32,
         }
     }
 
@@ -293,6 +305,7 @@ impl Kernel {
             Kernel::Matmul { tiles: MatmulKernel::Tiled(_), .. } => "matmul_tiled",
             Kernel::MatmulReduce { .. } => "matmul_reduce",
             Kernel::Conv2d(_) => "conv2d",
+            Kernel::Attention { .. } => "attention",
         }
     }
 
@@ -310,6 +323,9 @@ impl Kernel {
                 c
             }
             Kernel::MatmulReduce { sk, .. } => vec![("SK", f64::from(sk))],
+            Kernel::Attention { dv, ck, cv, .. } => {
+                vec![("DV", f64::from(dv)), ("CK", f64::from(ck)), ("CV", f64::from(cv))]
+            }
             Kernel::Matmul { ta, tb, .. } => vec![("TA", flag(ta)), ("TB", flag(tb))],
             Kernel::LayerNorm(_) | Kernel::RmsNorm(_) | Kernel::Conv2d(_) | Kernel::Cast { .. } => Vec::new(),
         }
@@ -317,7 +333,12 @@ impl Kernel {
 
     /// Whether this kernel's module is compiled without naga's runtime checks.
     fn unchecked(self) -> bool {
-        matches!(self, Kernel::Matmul { checked: false, .. } | Kernel::MatmulReduce { checked: false, .. })
+        matches!(
+            self,
+            Kernel::Matmul { checked: false, .. }
+                | Kernel::MatmulReduce { checked: false, .. }
+                | Kernel::Attention { checked: false, .. }
+        )
     }
 
     /// The module variant (file, dtypes, checks) this kernel's pipeline is built from.
@@ -447,7 +468,11 @@ impl Kernels {
             wgpu::ShaderModuleDescriptor { label: Some(module.name()), source: wgpu::ShaderSource::Wgsl(source) };
         let scope = ctx.scope();
         let compiled = if unchecked {
-            // SAFETY: only `matmul.wgsl` is compiled unchecked. Its kernels compare every
+            // SAFETY: only `matmul.wgsl` and `attention.wgsl` are compiled unchecked.
+            // `attention.wgsl`: see its header ("Bounds"); the host binds each piece's q,
+            // k, v and output whole for the heads it dispatches (`plan.rs`, `attention`),
+            // tells the kernel that many workgroups, and picks only the constants that
+            // `plan::attention_chunk_choices` allows. `matmul.wgsl`: its kernels compare every
             // global index against the matrix extents (m, k, n) before using it (also the
             // loads of `matmul_tiled` past the last K step; with split-K the loads compare k
             // against the end of the workgroup's slice, which is at most k; its regrouped tile
@@ -497,7 +522,8 @@ fn on_threads<T: Sync>(items: &[T], f: impl Fn(&T) -> Result<()> + Sync) -> Resu
 mod tests {
     use super::*;
 
-    const MODULES: [Module; 5] = [Module::Elementwise, Module::Reduce, Module::Rows, Module::Matmul, Module::Conv];
+    const MODULES: [Module; 6] =
+        [Module::Elementwise, Module::Reduce, Module::Rows, Module::Matmul, Module::Conv, Module::Attention];
 
     /// Every module variant the backend builds: element-wise ops and casts
     /// between any two dtypes, the other families on inputs of any dtype
@@ -509,7 +535,7 @@ mod tests {
                 for output in DType::ALL {
                     let used = match m {
                         Module::Elementwise => true,
-                        Module::Matmul => input == DType::F32 && output == DType::F32,
+                        Module::Matmul | Module::Attention => input == DType::F32 && output == DType::F32,
                         Module::Reduce | Module::Rows | Module::Conv => output == DType::F32,
                     };
                     if used {
@@ -525,7 +551,7 @@ mod tests {
     fn every_module_variant_parses_and_validates_with_naga() {
         // Every GPU test compiles the shaders too; this catches WGSL errors on machines without a GPU.
         let variants = variants();
-        assert_eq!(variants.len(), 9 + 3 * 3 + 1);
+        assert_eq!(variants.len(), 9 + 3 * 3 + 1 + 1);
         for (m, io) in variants {
             let source = m.source_for(io).unwrap_or_else(|e| panic!("{} for {io:?}: {e}", m.name()));
             let what = format!("{} for {} → {}", m.name(), io.input, io.output);
@@ -641,6 +667,43 @@ mod tests {
         }
     }
 
+    /// Every attention variant the host can pick, with its constants applied
+    /// as wgpu applies them, validates, and declares exactly the workgroup
+    /// memory `plan.rs` checks against the device's limit.
+    #[test]
+    fn attention_variants_validate_and_declare_the_workgroup_memory_planned() {
+        let source = Module::Attention.source();
+        let module = naga::front::wgsl::parse_str(source).expect("attention.wgsl parses");
+        let flags = naga::valid::ValidationFlags::all();
+        let info = naga::valid::Validator::new(flags, naga::valid::Capabilities::default())
+            .validate(&module)
+            .expect("attention.wgsl validates");
+        for dv in 1..=4 {
+            for (ck, cv) in crate::plan::attention_chunk_choices(dv) {
+                let kernel = Kernel::Attention { dv, ck, cv, checked: false };
+                let mut constants = naga::back::PipelineConstants::default();
+                for (name, value) in kernel.constants() {
+                    constants.insert(name.to_string(), value);
+                }
+                let entry = Some((naga::ShaderStage::Compute, kernel.entry()));
+                let (resolved, _) =
+                    naga::back::pipeline_constants::process_overrides(&module, &info, entry, &constants)
+                        .unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
+                naga::valid::Validator::new(flags, naga::valid::Capabilities::default())
+                    .validate(&resolved)
+                    .unwrap_or_else(|e| panic!("{kernel:?} does not validate: {e}"));
+                let bytes: u64 = resolved
+                    .global_variables
+                    .iter()
+                    .filter(|(_, g)| g.space == naga::AddressSpace::WorkGroup)
+                    .map(|(_, g)| u64::from(resolved.types[g.ty].inner.size(resolved.to_ctx())))
+                    .sum();
+                let planned = crate::plan::attention_workgroup_bytes(dv.into(), ck.into(), cv.into());
+                assert_eq!(bytes, planned, "{kernel:?}");
+            }
+        }
+    }
+
     #[test]
     fn kernels_name_their_entry_points_and_constants() {
         assert_eq!(Kernel::Unary(3, DType::F32).entry(), "unary");
@@ -680,6 +743,7 @@ mod tests {
             Kernel::Binary(2, DType::BF16),
             Kernel::ReduceFinish(0),
             Kernel::Conv2d(DType::F16),
+            Kernel::Attention { dv: 2, ck: 32, cv: 16, checked: false },
             cast,
             mm,
             small,

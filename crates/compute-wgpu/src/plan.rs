@@ -5,9 +5,10 @@
 //! 2 GiB − 4), and a grid dimension holds at most 65535 workgroups. Element-wise
 //! ops, casts and reductions are split into pieces of at most one binding; row
 //! ops into pieces of whole rows; matmul batches into grids of at most 65535
-//! matrices. What cannot be split (one row, one matrix or one convolution
-//! operand larger than a binding) is a [`ComputeError::LimitExceeded`] naming
-//! requested and maximum bytes. Nothing here touches the device except taking
+//! matrices; attention into pieces of whole key/value heads (each with the
+//! query heads that read it). What cannot be split (one row, one matrix, one
+//! convolution operand or one key/value head larger than a binding) is a
+//! [`ComputeError::LimitExceeded`] naming requested and maximum bytes. Nothing here touches the device except taking
 //! scratch buffers from the cache (reductions, split-K matmul, the `f32`
 //! temporaries of half ops), which the steps carry as [`Step::Scratch`] until
 //! their submission.
@@ -21,10 +22,14 @@
 //! - row ops and convolutions read half inputs directly and write an `f32`
 //!   temporary, which a cast then rounds into the half output;
 //! - a matmul casts half A and B into `f32` temporaries, runs the `f32` GEMM
-//!   (into an `f32` temporary for a half C) and casts C;
+//!   (into an `f32` temporary for a half C) and casts C; attention likewise
+//!   casts half q, k and v into `f32` temporaries and its `f32` result into
+//!   the half output;
 //! - a cast between equal dtypes is a buffer copy.
 
-use compute_core::{BinaryOp, ComputeError, DType, GeluForm, MatmulSpec, Op, ReduceOp, Result, RowOp, UnaryOp};
+use compute_core::{
+    AttentionSpec, BinaryOp, ComputeError, DType, GeluForm, MatmulSpec, Op, ReduceOp, Result, RowOp, UnaryOp,
+};
 
 use crate::buffers::{Use, padded_bytes, padded_bytes_of, whole_words};
 use crate::context::Context;
@@ -39,8 +44,8 @@ pub(crate) fn computes(dtype: DType) -> bool {
 
 /// Whether the shaders can run `op`: every operand's dtype is one they read
 /// and write ([`computes`]); every op of the vocabulary on `f32`, `f16` and
-/// `bf16`, matmuls with any input and output dtypes. A matmul in TF32
-/// precision runs the full-precision shaders, which meet the TF32 bound. Free.
+/// `bf16`, matmuls with any input and output dtypes. A matmul or attention in
+/// TF32 precision runs the full-precision shaders, which meet the TF32 bound. Free.
 pub(crate) fn supported(op: &Op) -> bool {
     computes(op.dtype()) && computes(op.out_dtype())
 }
@@ -287,7 +292,15 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
             narrow(ctx, name, &y, output, steps)?;
         }
         Op::Cast { .. } => cast_into(ctx, name, input(0)?, output, steps)?,
-        Op::Attention(_) => return Err(ComputeError::Unsupported { op: name, backend: errors::KIND }),
+        Op::Attention(a) => {
+            let layout = attention_layout(ctx, name, &a)?;
+            let q = widen(ctx, name, input(0)?, steps)?;
+            let k = widen(ctx, name, input(1)?, steps)?;
+            let v = widen(ctx, name, input(2)?, steps)?;
+            let y = f32_output(ctx, name, output, steps)?;
+            attention(ctx, name, &a, &layout, [&q, &k, &v], &y, steps)?;
+            narrow(ctx, name, &y, output, steps)?;
+        }
     }
     Ok(())
 }
@@ -553,6 +566,195 @@ fn gemm(
             }
         }
         z0 += gz;
+    }
+    Ok(())
+}
+
+/// Query rows and keys per block of `attention.wgsl` (its `BQ` and `BK`).
+const ATTENTION_BLOCK: u64 = 64;
+/// Output columns one attention dispatch computes (`attention.wgsl`: 64·`DV`, `DV` ≤ 4).
+const ATTENTION_SLICE: u64 = 256;
+/// Longest sequence `attention.wgsl` takes: its causal arithmetic is in `i32`.
+const ATTENTION_MAX_SEQ: u64 = 1 << 30;
+
+/// Bytes of workgroup memory `attention.wgsl` declares for `dv`, `ck` and
+/// `cv`: the stage (`max(128·(ck/4 + 1), 16·cv·dv)` vec4s), the weights (1088
+/// vec4s) and the row reductions (256 vec4s).
+pub(crate) fn attention_workgroup_bytes(dv: u64, ck: u64, cv: u64) -> u64 {
+    16 * ((128 * (ck / 4 + 1)).max(16 * cv * dv) + 1088 + 256)
+}
+
+/// The chunk lengths `(ck, cv)` `attention.wgsl` takes for `dv` column groups,
+/// preferred first: head_dim chunks of `ck` = 32 or 16, key chunks of `cv` =
+/// 32, 16 or 8 whose V stage (16·`cv`·`dv` vec4s) is at most 4 vec4s per
+/// invocation.
+pub(crate) fn attention_chunk_choices(dv: u32) -> impl Iterator<Item = (u32, u32)> {
+    [32, 16]
+        .into_iter()
+        .flat_map(|ck| [32, 16, 8].into_iter().map(move |cv| (ck, cv)))
+        .filter(move |&(_, cv)| 16 * cv * dv <= 1024)
+}
+
+/// The attention kernel for a slice of `dv` column groups (1..=4): the longest
+/// chunks that fit the device's workgroup memory; an error where none fits.
+/// Compiled without naga's bounds checks unless the device was opened with
+/// them (`DeviceOptions::matmul_bounds_checks`).
+fn attention_kernel(ctx: &Context, name: &'static str, dv: u64) -> Result<Kernel> {
+    let max = u64::from(ctx.limits.max_compute_workgroup_storage_size);
+    let dv = dv.clamp(1, 4) as u32;
+    let fits = |&(ck, cv): &(u32, u32)| attention_workgroup_bytes(dv.into(), ck.into(), cv.into()) <= max;
+    let chosen = attention_chunk_choices(dv).find(fits);
+    let Some((ck, cv)) = chosen else {
+        return Err(errors::limit(
+            name,
+            "workgroup storage bytes (attention)",
+            attention_workgroup_bytes(dv.into(), 16, 8),
+            max,
+        ));
+    };
+    Ok(Kernel::Attention { dv, ck, cv, checked: ctx.kernels.matmul().checked })
+}
+
+/// How an attention call is cut into dispatches: pieces of `per` whole
+/// key/value heads ("units": a key/value head of one sequence and the `group`
+/// query heads that read it, contiguous in all four tensors), each bound at
+/// its own offsets; within a piece one dispatch per slice of 256 output columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AttentionLayout {
+    /// Units in all: batch · heads_kv.
+    units: u64,
+    /// Units per piece (all but the last piece).
+    per: u64,
+    /// Query heads per unit.
+    group: u64,
+    /// Query blocks per head.
+    q_blocks: u64,
+    /// Bytes of one unit's queries (and outputs), in `f32`.
+    unit_q: u64,
+    /// Bytes of one unit's keys (and values), in `f32`.
+    unit_kv: u64,
+}
+
+/// The softmax scale times log2(e), in `f32` (the kernel computes in base 2);
+/// a shape error where that overflows.
+fn attention_scale2(name: &'static str, a: &AttentionSpec) -> Result<f32> {
+    let scale2 = (f64::from(a.scale) * std::f64::consts::LOG2_E) as f32;
+    if !scale2.is_finite() {
+        return Err(ComputeError::shape(
+            name,
+            "the softmax scale times log2(e) overflows f32",
+            Op::Attention(*a).shapes(),
+        ));
+    }
+    Ok(scale2)
+}
+
+/// Checks `a` against the device's limits (what the shader's arithmetic takes,
+/// one unit's `f32` queries and keys within one storage binding, offsets
+/// aligned, the grid, workgroup memory) and cuts it into pieces
+/// ([`AttentionLayout`]). Free: nothing touches the device.
+pub(crate) fn attention_layout(ctx: &Context, name: &'static str, a: &AttentionSpec) -> Result<AttentionLayout> {
+    attention_scale2(name, a)?;
+    let (sq, sk, d) = (a.seq_q as u64, a.seq_k as u64, a.head_dim as u64);
+    for (len, what) in [(sq, "attention seq_q"), (sk, "attention seq_k")] {
+        if len > ATTENTION_MAX_SEQ {
+            return Err(errors::limit(name, what, len, ATTENTION_MAX_SEQ));
+        }
+    }
+    for dv in 1..=ATTENTION_SLICE.min(d).div_ceil(64) {
+        attention_kernel(ctx, name, dv)?;
+    }
+    let group = a.group() as u64;
+    let units = (a.batch as u64).saturating_mul(a.heads_kv as u64);
+    let unit_q = group.saturating_mul(sq).saturating_mul(d).saturating_mul(4);
+    let unit_kv = sk.saturating_mul(d).saturating_mul(4);
+    let max = ctx.max_binding();
+    if unit_q > max {
+        return Err(errors::limit(
+            name,
+            "storage buffer binding bytes (attention: one kv head's queries)",
+            unit_q,
+            max,
+        ));
+    }
+    if unit_kv > max {
+        return Err(errors::limit(name, "storage buffer binding bytes (attention: one kv head's keys)", unit_kv, max));
+    }
+    // Piece offsets must be multiples of the binding offset alignment in q and in k.
+    let align = ctx.offset_align();
+    let step = lcm(align / gcd(unit_q, align), align / gcd(unit_kv, align));
+    let q_blocks = sq.div_ceil(ATTENTION_BLOCK);
+    let maxg = u64::from(ctx.max_groups());
+    let grid_units = maxg.saturating_mul(maxg).min(u64::from(u32::MAX)) / group.saturating_mul(q_blocks).max(1);
+    let per = (max / unit_q.max(1)).min(max / unit_kv.max(1)).min(grid_units) / step * step;
+    if per == 0 {
+        let bytes = unit_q.max(unit_kv).saturating_mul(step);
+        return Err(errors::limit(name, "storage buffer binding bytes (attention: aligned kv heads)", bytes, max));
+    }
+    Ok(AttentionLayout { units, per, group, q_blocks, unit_q, unit_kv })
+}
+
+/// The dispatches of attention `a` on `f32` views (`layout` from
+/// [`attention_layout`]): one per piece of whole key/value heads and slice of
+/// 256 output columns.
+fn attention(
+    ctx: &Context,
+    name: &'static str,
+    a: &AttentionSpec,
+    layout: &AttentionLayout,
+    [q, k, v]: [&View; 3],
+    y: &View,
+    steps: &mut Vec<Step>,
+) -> Result<()> {
+    let d = a.head_dim as u64;
+    let scale2 = attention_scale2(name, a)?;
+    // Query i sees keys j ≤ i + offset; |offset| < 2³⁰ (attention_layout).
+    let (offset, causal) = match a.causal_offset() {
+        Some(off) => (off as i32, 1),
+        None => (0, 0),
+    };
+    let AttentionLayout { units, per, group, q_blocks, unit_q, unit_kv } = *layout;
+    let mut u0 = 0;
+    while u0 < units {
+        let n = per.min(units - u0);
+        let groups = n * group * q_blocks;
+        let (qo, qs, ko, ks) = (u0 * unit_q, n * unit_q, u0 * unit_kv, n * unit_kv);
+        // Slots 5–7: q, k and v again as vec4s (whole vec4s: the ranges start at
+        // multiples of 16 bytes, and the buffers are padded to 16).
+        let (q4, k4) = (qs.div_ceil(16) * 16, ks.div_ceil(16) * 16);
+        let bindings = vec![
+            bind(1, &q.buffer, qo, qs),
+            bind(2, &k.buffer, ko, ks),
+            bind(3, &v.buffer, ko, ks),
+            bind(4, &y.buffer, qo, qs),
+            bind(5, &q.buffer, qo, q4),
+            bind(6, &k.buffer, ko, k4),
+            bind(7, &v.buffer, ko, k4),
+        ];
+        let mut c0 = 0;
+        while c0 < d {
+            let dv = ATTENTION_SLICE.min(d - c0).div_ceil(64);
+            steps.push(Step::Dispatch(Dispatch {
+                kernel: attention_kernel(ctx, name, dv)?,
+                params: params(&[
+                    to_u32(name, "seq_q", a.seq_q as u64)?,
+                    to_u32(name, "seq_k", a.seq_k as u64)?,
+                    to_u32(name, "head_dim", d)?,
+                    to_u32(name, "query heads per kv head", group)?,
+                    to_u32(name, "query blocks", q_blocks)?,
+                    to_u32(name, "workgroups", groups)?,
+                    offset as u32,
+                    causal,
+                    scale2.to_bits(),
+                    to_u32(name, "head_dim", c0)?,
+                    u32::from(d.is_multiple_of(4)),
+                ]),
+                bindings: bindings.clone(),
+                groups: grid(ctx, name, groups)?,
+            }));
+            c0 += ATTENTION_SLICE;
+        }
+        u0 += n;
     }
     Ok(())
 }

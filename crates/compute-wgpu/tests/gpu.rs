@@ -674,3 +674,128 @@ fn half_tensors_are_stored_and_computed() {
     gpu.matmul_spec(tf32, &a, &b, &mut c).unwrap();
     assert!(compare(&Op::Matmul(tf32), &[&a, &b], &c, 1.0).is_none());
 }
+
+/// Attention shapes beyond the conformance suite: head sizes that are not
+/// multiples of 4, 136 and 256 (slices of 3 and 4 column groups) and 300 (two
+/// slices, S computed twice), both causal alignments with more queries than keys,
+/// queries past one block of 64, and host, tensor and batch calls agreeing
+/// bit for bit.
+#[test]
+fn attention_of_odd_and_wide_heads_matches_the_reference() {
+    use compute_core::conformance::{compare_typed, typed_inputs_for};
+    use compute_core::{AttentionSpec, DType, HostSlice, HostVec, Mask};
+    let Some(gpu) = gpu("attention") else { return };
+    let mut rng = seed();
+    let shapes = [
+        (1, 2, 1, 5, 7, 1, Mask::None),
+        (2, 3, 3, 9, 4, 3, Mask::Causal),
+        (1, 4, 2, 70, 66, 5, Mask::CausalTopLeft),
+        (1, 2, 1, 50, 77, 136, Mask::CausalTopLeft),
+        (1, 2, 2, 33, 129, 256, Mask::Causal),
+        (1, 2, 1, 20, 70, 300, Mask::None),
+        (1, 1, 1, 130, 3, 300, Mask::Causal),
+    ];
+    for (b, hq, hkv, sq, sk, d, mask) in shapes {
+        let spec = AttentionSpec::new(b, hq, sq, sk, d).with_kv_heads(hkv).with_mask(mask);
+        for dtype in [DType::F32, DType::BF16] {
+            let op = Op::Attention(spec.with_dtype(dtype));
+            let inputs = typed_inputs_for(&op, &mut rng);
+            let views: Vec<HostSlice<'_>> = inputs.iter().map(HostVec::as_slice).collect();
+            let len = op.layout().unwrap().output_len();
+            let mut out = HostVec::filled_bits(dtype, len, 0x7fed);
+            gpu.run_typed(&op, &views, out.as_mut()).unwrap_or_else(|e| panic!("{op:?}: {e}"));
+            assert_eq!(compare_typed(&op, &views, out.as_slice(), 1.0), None, "{op:?}");
+            // Resident tensors: the same bits.
+            let t: Vec<_> = views.iter().map(|x| gpu.upload_typed(*x).unwrap()).collect();
+            let o = gpu.alloc_typed(len, dtype).unwrap();
+            gpu.run_tensors(&op, &[&t[0], &t[1], &t[2]], &o).unwrap();
+            let mut back = HostVec::zeros(dtype, len);
+            gpu.download_typed(&o, back.as_mut()).unwrap();
+            assert_eq!(back.bits(), out.bits(), "{op:?}: tensor call differs from host call");
+            if dtype == DType::F32 {
+                let mut batch = gpu.batch();
+                let ids: Vec<_> = t.iter().map(|x| batch.insert(x.clone()).unwrap()).collect();
+                let r = batch.attention(spec, ids[0], ids[1], ids[2]).unwrap();
+                let got = batch.read(r).unwrap();
+                assert_eq!(HostVec::from_f32(DType::F32, &got).bits(), out.bits(), "{op:?}: batch differs");
+            }
+        }
+    }
+}
+
+/// The attention shader compiled with naga's bounds checks (as the device's
+/// matmul checks switch asks) gives the same bits as the unchecked default.
+#[test]
+fn attention_with_and_without_bounds_checks_agree() {
+    use compute_core::{AttentionSpec, Mask};
+    let Some(fast) = gpu("attention checks") else { return };
+    let Some(checked) = open(DeviceOptions::from_env().with_matmul_bounds_checks(true), "attention checks") else {
+        return;
+    };
+    let mut rng = seed();
+    for spec in [
+        AttentionSpec::new(2, 4, 70, 90, 64).with_kv_heads(2).causal(),
+        AttentionSpec::new(1, 2, 33, 47, 20).with_mask(Mask::CausalTopLeft),
+    ] {
+        let op = Op::Attention(spec);
+        let inputs = compute_core::conformance::inputs_for(&op, &mut rng);
+        let refs: Vec<&[f32]> = inputs.iter().map(Vec::as_slice).collect();
+        let len = op.layout().unwrap().output_len();
+        let (mut o1, mut o2) = (vec![f32::NAN; len], vec![f32::NAN; len]);
+        fast.run(&op, &refs, &mut o1).unwrap();
+        checked.run(&op, &refs, &mut o2).unwrap();
+        assert!(o1.iter().zip(&o2).all(|(a, b)| a.to_bits() == b.to_bits()), "{op:?}");
+        assert_eq!(compare(&op, &refs, &o1, 1.0), None, "{op:?}");
+    }
+}
+
+/// Attention under a 64 KiB binding cap: split into pieces of whole key/value
+/// heads (one and two per piece), or refused before anything runs where one
+/// key/value head, or an aligned piece, exceeds the cap.
+#[test]
+fn attention_larger_than_a_binding_is_split_or_refused() {
+    use compute_core::conformance::{compare_typed, typed_inputs_for};
+    use compute_core::{AttentionSpec, DType, HostSlice, HostVec};
+    let Some(gpu) = open(DeviceOptions::from_env().with_max_binding_bytes(64 << 10), "attention split") else {
+        return;
+    };
+    let mut rng = seed();
+    // One kv head's queries: 4 · 37 · 64 · 4 = 37888 B, one piece each (4 pieces);
+    // then 2 · 20 · 64 · 4 = 10240 B and keys of 45 · 256 B: pieces of 5 kv heads.
+    let split = [
+        AttentionSpec::new(2, 8, 37, 45, 64).with_kv_heads(2).causal(),
+        AttentionSpec::new(3, 8, 20, 45, 64).with_kv_heads(4),
+    ];
+    for spec in split {
+        for dtype in [DType::F32, DType::F16] {
+            let op = Op::Attention(spec.with_dtype(dtype));
+            let inputs = typed_inputs_for(&op, &mut rng);
+            let views: Vec<HostSlice<'_>> = inputs.iter().map(HostVec::as_slice).collect();
+            let mut out = HostVec::filled_bits(dtype, op.layout().unwrap().output_len(), 0x7ead);
+            gpu.run_typed(&op, &views, out.as_mut()).unwrap_or_else(|e| panic!("{op:?}: {e}"));
+            assert_eq!(compare_typed(&op, &views, out.as_slice(), 1.0), None, "{op:?}");
+        }
+    }
+    // Keys of one kv head: 300 · 64 · 4 = 76800 B. Then 3 · 37 · 61 · 4 = 27084 B of
+    // queries per kv head: two fit, but their offsets align only every 4 heads
+    // (or more, with an alignment above 16 B).
+    let refused = [
+        (AttentionSpec::new(1, 2, 4, 300, 64), "one kv head's keys", 76_800),
+        (AttentionSpec::new(1, 6, 37, 8, 61).with_kv_heads(2), "aligned kv heads", 27_084),
+    ];
+    for (spec, what, unit) in refused {
+        let op = Op::Attention(spec);
+        match gpu.check_limits(&op) {
+            Err(ComputeError::LimitExceeded { op: "attention", what: w, requested, maximum: 65_536 }) => {
+                assert!(w.contains(what), "{w}");
+                assert!(requested > 65_536 && requested % unit == 0, "{w}: {requested}");
+            }
+            other => panic!("{op:?}: {other:?}"),
+        }
+        let inputs = compute_core::conformance::inputs_for(&op, &mut rng);
+        let refs: Vec<&[f32]> = inputs.iter().map(Vec::as_slice).collect();
+        let mut out = vec![7.0f32; op.layout().unwrap().output_len()];
+        assert!(matches!(gpu.run(&op, &refs, &mut out), Err(ComputeError::LimitExceeded { .. })));
+        assert!(out.iter().all(|&v| v == 7.0), "output written despite the error");
+    }
+}
