@@ -14,14 +14,17 @@
 //!
 //! With `COMPUTE_TORCH_ATTENTION=<file>` (the script's JSON lines), each row
 //! gets the fastest PyTorch backend of the same shape as its peer, and every
-//! backend's TFLOP/s in its note. `COMPUTE_PTX_ATTENTION_SWEEP=1` adds rows for other kernel
-//! shapes (`FlashConfig`) on the bf16 rows.
+//! backend's TFLOP/s in its note. `COMPUTE_PTX_ATTENTION_SWEEP=1` adds rows for the
+//! other kernel shapes on the bf16 rows (`FlashConfig`; on compute capability 9.0 also
+//! the `mma.sync` default beside the `wgmma` one, and `HopperConfig`).
 
 use std::time::Duration;
 
 use compute_core::{AttentionSpec, Backend, DType, HostVec, Op, Precision};
 use compute_ptx::CudaBackend;
 use compute_ptx::kernels::attention::FlashConfig;
+use compute_ptx::kernels::attention_wgmma::HopperConfig;
+use compute_ptx::plan::AttentionKernel;
 
 use crate::cuda::{err, random, record};
 use crate::report::{Record, time};
@@ -75,6 +78,8 @@ fn torch_times() -> Vec<(String, String, f64)> {
 pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Result<Vec<Record>, String> {
     let torch = torch_times();
     let sweep = std::env::var("COMPUTE_PTX_ATTENTION_SWEEP").is_ok_and(|v| !v.is_empty() && v != "0");
+    let cc = be.info().map_err(err)?.compute_capability;
+    let hopper = compute_ptx::Target::has_wgmma(cc.0, cc.1);
     let mut out = Vec::new();
     for (name, spec) in shapes(quick) {
         let op = Op::Attention(spec);
@@ -87,13 +92,25 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
         let o = be.alloc_typed(layout.output_len(), spec.dtype).map_err(err)?;
         let cost = op.cost();
         let text = shape_text(name, &spec);
-        let mut configs: Vec<Option<FlashConfig>> = vec![None];
+        let rows = spec.group() * spec.seq_q;
+        // The kernel the plans pick (what a `None` row runs).
+        let hopper_default = hopper && spec.dtype != DType::F32 && rows > 16 && HopperConfig::preferred(spec.head_dim);
+        let mut configs: Vec<Option<AttentionKernel>> = vec![None];
         if sweep && spec.dtype == DType::BF16 {
-            let rows = spec.group() * spec.seq_q;
-            let others =
-                if rows <= 16 { FlashConfig::decode_sweep(spec.head_dim) } else { FlashConfig::sweep(spec.head_dim) };
             let default = FlashConfig::for_shape(spec.head_dim, rows);
-            configs.extend(others.into_iter().filter(|c| *c != default).map(Some));
+            if rows <= 16 {
+                configs.extend(
+                    FlashConfig::decode_sweep(spec.head_dim).into_iter().map(|c| Some(AttentionKernel::Flash(c))),
+                );
+            } else {
+                let flash = std::iter::once(default).chain(FlashConfig::sweep(spec.head_dim));
+                configs
+                    .extend(flash.filter(|c| hopper_default || *c != default).map(|c| Some(AttentionKernel::Flash(c))));
+                if hopper && HopperConfig::fits(spec.head_dim) {
+                    let h = HopperConfig::sweep(spec.head_dim).into_iter().map(|c| Some(AttentionKernel::Hopper(c)));
+                    configs.extend(h);
+                }
+            }
         }
         for cfg in configs {
             let mut failed = None;
@@ -116,7 +133,9 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
                 r.gbps = Some((lens[1] + lens[2]) as f64 * spec.dtype.size_in_bytes() as f64 / t / 1e9);
             }
             let kernel = match (cfg, spec.dtype) {
-                (Some(c), d) => c.kernel_name(d),
+                (Some(AttentionKernel::Flash(c)), d) => c.kernel_name(d),
+                (Some(AttentionKernel::Hopper(c)), d) => c.kernel_name(d),
+                (None, d) if hopper_default => HopperConfig::for_head_dim(spec.head_dim).kernel_name(d),
                 (None, DType::F32) if spec.precision == Precision::Tf32 => {
                     format!("{} (TF32 opted in: bf16x3)", FlashConfig::for_f32(spec.head_dim).kernel_name(DType::F32))
                 }

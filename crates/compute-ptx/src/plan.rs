@@ -21,6 +21,7 @@ use compute_core::{
 };
 
 use crate::kernels::attention::{self, FlashConfig};
+use crate::kernels::attention_wgmma::HopperConfig;
 use crate::kernels::elem;
 use crate::kernels::elementwise::{self, UnaryKind};
 use crate::kernels::gemm_mma::MmaConfig;
@@ -224,14 +225,23 @@ pub fn key_splits(blocks: usize, key_tiles: usize, sms: u32) -> usize {
     want.div_ceil(blocks.max(1)).min(key_tiles / 4).clamp(1, 64)
 }
 
+/// A chosen attention kernel and its shape (for tuning and tests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttentionKernel {
+    /// The `mma.sync` kernel (`f16`/`bf16`; `f32` with TF32 opted in).
+    Flash(FlashConfig),
+    /// The Hopper `wgmma` kernel (`f16`/`bf16`, compute capability 9.0).
+    Hopper(HopperConfig),
+}
+
 /// Queues fused attention reading `q`, `k`, `v` and writing `o` (device
-/// addresses, validated sizes), with the tensor-core kernel of shape `flash`
-/// for half data when given (for tuning and tests), else as [`run_op`] does.
-/// A shape the kernel cannot be built with is a `Compile` error from the launcher.
+/// addresses, validated sizes), with the chosen tensor-core `kernel` when
+/// given (for tuning and tests), else as [`run_op`] does. A shape the kernel
+/// cannot be built with is a `Compile` error from the launcher.
 pub fn run_attention(
     l: &dyn Launcher,
     spec: &AttentionSpec,
-    flash: Option<FlashConfig>,
+    kernel: Option<AttentionKernel>,
     (q, k, v, o): (u64, u64, u64, u64),
 ) -> Result<()> {
     let op = Op::Attention(*spec);
@@ -239,7 +249,7 @@ pub fn run_attention(
     if !supported(&op) {
         return Err(unsupported_dtype(&op));
     }
-    Exec { l }.attention(&op, spec, flash, &[q, k, v], o)
+    Exec { l }.attention(&op, spec, kernel, &[q, k, v], o)
 }
 
 /// Queues a matrix product with a chosen tier; `batch_strides` (elements
@@ -382,7 +392,19 @@ impl Exec<'_> {
     /// other `f32` data on the `f32` kernel, and other half data through
     /// `f32` temporaries. One launch over `(row tiles, heads_kv, batch)`,
     /// plus the key-split merge when the row tiles do not fill the device.
-    fn attention(&self, op: &Op, a: &AttentionSpec, flash: Option<FlashConfig>, ins: &[u64], out: u64) -> Result<()> {
+    fn attention(
+        &self,
+        op: &Op,
+        a: &AttentionSpec,
+        kernel: Option<AttentionKernel>,
+        ins: &[u64],
+        out: u64,
+    ) -> Result<()> {
+        let (flash, forced_hopper) = match kernel {
+            Some(AttentionKernel::Flash(c)) => (Some(c), None),
+            Some(AttentionKernel::Hopper(c)) => (None, Some(c)),
+            None => (None, None),
+        };
         let name = op.name();
         let input =
             |i: usize| ins.get(i).copied().ok_or_else(|| ComputeError::shape(name, "missing input", op.shapes()));
@@ -430,6 +452,28 @@ impl Exec<'_> {
                 let splits =
                     key_splits(tiles * a.heads_kv * a.batch, a.seq_k.div_ceil(cfg.bn as usize), self.l.sm_count());
                 let splits = splits.min(MAX_GRID_YZ / a.batch).max(1);
+                // On compute capability 9.0, half data of a head size the wgmma kernel
+                // takes, in row tiles that fill the device (no key split), runs it.
+                let hopper = forced_hopper.or_else(|| {
+                    let auto = flash.is_none() && !tf32 && splits == 1 && rows > 16;
+                    (auto && self.l.has_wgmma() && HopperConfig::preferred(d)).then(|| HopperConfig::for_head_dim(d))
+                });
+                if let Some(h) = hopper {
+                    if tf32 {
+                        return Err(ComputeError::unsupported_dtype(
+                            op,
+                            BackendKind::Cuda,
+                            a.dtype,
+                            "the wgmma attention kernel reads f16 or bf16",
+                        ));
+                    }
+                    let grid = Grid {
+                        blocks: (rows.div_ceil(h.rows() as usize) as u32, hkv, batch),
+                        threads: (h.threads(), 1, 1),
+                        dynamic_smem: h.shared_bytes(),
+                    };
+                    return self.launch(KernelId::AttentionWgmma(h, a.dtype), grid, &args);
+                }
                 let grid = |z: usize| Grid {
                     blocks: (tiles as u32, hkv, z as u32),
                     threads: (cfg.threads(), 1, 1),

@@ -310,6 +310,7 @@ fn flash_attention_shapes_agree() {
     use compute_core::conformance::{compare_typed, typed_inputs_for};
     use compute_core::{AttentionSpec, DType, Mask};
     use compute_ptx::kernels::attention::FlashConfig;
+    use compute_ptx::plan::AttentionKernel;
     let emu = EmuBackend::new();
     let mut rng = Rng::new(0x5eed_a77e);
     let specs = [
@@ -344,7 +345,7 @@ fn flash_attention_shapes_agree() {
                 let op = Op::Attention(spec);
                 let inputs = typed_inputs_for(&op, &mut rng);
                 let before = emu.log.lock().unwrap().len();
-                let out = emu.attention_typed(spec, Some(cfg), &inputs);
+                let out = emu.attention_typed(spec, Some(AttentionKernel::Flash(cfg)), &inputs);
                 let names: Vec<String> = emu.log.lock().unwrap()[before..].iter().map(|(k, _)| k.clone()).collect();
                 let splits = compute_ptx::plan::key_splits(
                     (spec.group() * spec.seq_q).div_ceil(cfg.rows() as usize) * spec.heads_kv * spec.batch,
@@ -372,4 +373,55 @@ fn flash_attention_shapes_agree() {
             }
         }
     }
+}
+
+/// The Hopper attention kernel (`wgmma`) in every shape of its sweep, both
+/// half dtypes, head sizes 64 and 128, on odd lengths, both causal
+/// alignments and grouped heads, against the reference; and the plans pick
+/// it on compute capability 9.0 for a prefill.
+#[test]
+fn hopper_attention_shapes_agree() {
+    use compute_core::conformance::{compare_typed, typed_inputs_for};
+    use compute_core::{AttentionSpec, Backend, DType, HostVec, Mask};
+    use compute_ptx::kernels::attention_wgmma::HopperConfig;
+    use compute_ptx::plan::AttentionKernel;
+    let emu = EmuBackend::with_wgmma();
+    let mut rng = Rng::new(0x5eed_a77f);
+    let specs = [
+        AttentionSpec::new(1, 4, 70, 200, 64).with_kv_heads(2).causal(),
+        AttentionSpec::new(1, 2, 130, 70, 128).with_mask(Mask::CausalTopLeft),
+        AttentionSpec::new(1, 2, 65, 129, 128).causal(),
+        AttentionSpec::new(2, 1, 33, 33, 64),
+    ];
+    for spec in specs {
+        let d = spec.head_dim;
+        let mut cfgs = vec![HopperConfig::for_head_dim(d)];
+        cfgs.extend(HopperConfig::sweep(d));
+        for cfg in cfgs {
+            for dtype in [DType::BF16, DType::F16] {
+                let spec = spec.with_dtype(dtype);
+                let op = Op::Attention(spec);
+                let inputs = typed_inputs_for(&op, &mut rng);
+                let before = emu.log.lock().unwrap().len();
+                let out = emu.attention_typed(spec, Some(AttentionKernel::Hopper(cfg)), &inputs);
+                let names: Vec<String> = emu.log.lock().unwrap()[before..].iter().map(|(k, _)| k.clone()).collect();
+                assert_eq!(names, [cfg.kernel_name(dtype)]);
+                let views: Vec<_> = inputs.iter().map(|v| v.as_slice()).collect();
+                if let Some(msg) = compare_typed(&op, &views, out.as_slice(), 1.0) {
+                    panic!("{cfg:?} {}: {msg}", op.shapes());
+                }
+            }
+        }
+    }
+    // Picked by the plans at d = 128: a prefill whose row tiles fill the (two-multiprocessor) device.
+    let spec = AttentionSpec::new(1, 8, 200, 200, 128).with_kv_heads(2).causal().with_dtype(DType::BF16);
+    let op = Op::Attention(spec);
+    let inputs = typed_inputs_for(&op, &mut rng);
+    let views: Vec<_> = inputs.iter().map(|v| v.as_slice()).collect();
+    let mut out = HostVec::zeros(DType::BF16, inputs[0].len());
+    let before = emu.log.lock().unwrap().len();
+    emu.run_typed(&op, &views, out.as_mut()).unwrap();
+    let names: Vec<String> = emu.log.lock().unwrap()[before..].iter().map(|(k, _)| k.clone()).collect();
+    assert_eq!(names, [HopperConfig::for_head_dim(128).kernel_name(DType::BF16)]);
+    assert!(compare_typed(&op, &views, out.as_slice(), 1.0).is_none());
 }

@@ -347,8 +347,9 @@ fn half_tensors_are_stored_computed_and_copied() {
     assert!(back.iter().zip(&v).all(|(a, b)| a.to_bits() == b.to_bits()), "tensor cast");
 }
 
-/// The tensor-core attention kernel in every shape of its sweep, both half
-/// dtypes and f32 (TF32 opted in: the bf16x3 form), on odd lengths, both causal alignments, grouped heads and a
+/// The tensor-core attention kernels (`mma.sync`, and `wgmma` on compute
+/// capability 9.0) in every shape of their sweeps, both half dtypes and
+/// f32 (TF32 opted in: the bf16x3 form), on odd lengths, both causal alignments, grouped heads and a
 /// decode shape (poisoned outputs, fresh inputs each run), against the f64
 /// reference. Run under `compute-sanitizer --tool racecheck` it checks the
 /// `cp.async` waits and barriers of every shape.
@@ -357,7 +358,11 @@ fn flash_attention_shapes_match_the_reference() {
     use compute_core::conformance::{compare_typed, poisoned, typed_inputs_for};
     use compute_core::{AttentionSpec, DType, Mask};
     use compute_ptx::kernels::attention::FlashConfig;
+    use compute_ptx::kernels::attention_wgmma::HopperConfig;
+    use compute_ptx::plan::AttentionKernel;
     let Some(be) = backend("flash_attention_shapes_match_the_reference") else { return };
+    let cc = be.info().expect("device info").compute_capability;
+    let hopper = compute_ptx::Target::has_wgmma(cc.0, cc.1);
     let mut rng = Rng::new(compute_core::conformance::rng::fresh_seed());
     let specs = [
         AttentionSpec::new(2, 4, 100, 300, 64).with_kv_heads(2).causal(),
@@ -373,10 +378,16 @@ fn flash_attention_shapes_match_the_reference() {
         cfgs.push(FlashConfig::for_decode(spec.head_dim));
         cfgs.extend(FlashConfig::decode_sweep(spec.head_dim));
         cfgs.push(FlashConfig::for_f32(spec.head_dim));
-        for cfg in cfgs {
+        let mut kernels: Vec<AttentionKernel> = cfgs.into_iter().map(AttentionKernel::Flash).collect();
+        if hopper && HopperConfig::fits(spec.head_dim) {
+            kernels.push(AttentionKernel::Hopper(HopperConfig::for_head_dim(spec.head_dim)));
+            kernels.extend(HopperConfig::sweep(spec.head_dim).into_iter().map(AttentionKernel::Hopper));
+        }
+        for cfg in kernels {
             for dtype in [DType::BF16, DType::F16, DType::F32] {
                 // f32 data with TF32 opted in runs the bf16x3 form (q from shared memory only).
-                if dtype == DType::F32 && cfg.check_f32().is_err() {
+                let takes_f32 = matches!(cfg, AttentionKernel::Flash(c) if c.check_f32().is_ok());
+                if dtype == DType::F32 && !takes_f32 {
                     continue;
                 }
                 let spec = spec.with_dtype(dtype).with_precision(compute_core::Precision::Tf32);

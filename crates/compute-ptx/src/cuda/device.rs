@@ -100,6 +100,7 @@ impl Device {
             KernelId::GemmMma(cfg, ..) if cfg.dynamic_shared_bytes() > 0 => Some(cfg.dynamic_shared_bytes()),
             KernelId::GemmWgmma(cfg, ..) => Some(cfg.dynamic_shared_bytes()),
             KernelId::AttentionFlash(cfg, d) | KernelId::AttentionFlashSplit(cfg, d) => Some(cfg.shared_bytes(d)),
+            KernelId::AttentionWgmma(cfg, _) => Some(cfg.shared_bytes()),
             _ => None,
         };
         let f = Arc::new(driver::load(&self.ctx, &kernel, smem)?);

@@ -214,21 +214,28 @@ impl CudaBackend {
     pub fn attention_with(
         &self,
         spec: compute_core::AttentionSpec,
-        flash: Option<crate::kernels::attention::FlashConfig>,
+        kernel: Option<plan::AttentionKernel>,
         (q, k, v): (&Tensor, &Tensor, &Tensor),
         o: &Tensor,
     ) -> Result<()> {
         let op = Op::Attention(spec);
         check_tensor_call(&op, self.location(), &[q, k, v], o)?;
-        if let Some(cfg) = flash {
-            cfg.check().map_err(|e| ComputeError::Compile {
-                backend: BackendKind::Cuda,
-                kernel: cfg.kernel_name(spec.dtype),
-                message: e,
-            })?;
-        }
+        let checked = match kernel {
+            Some(plan::AttentionKernel::Flash(cfg)) => cfg.check().map_err(|e| (cfg.kernel_name(spec.dtype), e)),
+            Some(plan::AttentionKernel::Hopper(cfg)) => {
+                let cc = self.info()?.compute_capability;
+                let device = if crate::Target::has_wgmma(cc.0, cc.1) {
+                    Ok(())
+                } else {
+                    Err(format!("needs compute capability 9.0, not {}.{}", cc.0, cc.1))
+                };
+                cfg.check().and(device).map_err(|e| (cfg.kernel_name(spec.dtype), e))
+            }
+            None => Ok(()),
+        };
+        checked.map_err(|(kernel, message)| ComputeError::Compile { backend: BackendKind::Cuda, kernel, message })?;
         let (pq, pk, pv, po) = (self.ptr(q, &op)?, self.ptr(k, &op)?, self.ptr(v, &op)?, self.ptr(o, &op)?);
-        plan::run_attention(&*self.dev, &spec, flash, (pq, pk, pv, po))
+        plan::run_attention(&*self.dev, &spec, kernel, (pq, pk, pv, po))
     }
 
     /// Device-to-device copy of `src` into `dst` (equal lengths and dtypes), queued.

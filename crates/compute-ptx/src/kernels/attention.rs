@@ -238,23 +238,23 @@ impl FlashConfig {
 }
 
 /// The parameters both kernels declare, in order.
-struct Params {
-    q: Reg<U64>,
-    k: Reg<U64>,
-    v: Reg<U64>,
-    o: Reg<U64>,
-    rows: Reg<U32>,
-    seq_q: Reg<U32>,
-    seq_k: Reg<U32>,
-    scale_log2: Reg<F32>,
-    vis_a: Reg<U32>,
-    vis_b: Reg<U32>,
+pub(crate) struct Params {
+    pub(crate) q: Reg<U64>,
+    pub(crate) k: Reg<U64>,
+    pub(crate) v: Reg<U64>,
+    pub(crate) o: Reg<U64>,
+    pub(crate) rows: Reg<U32>,
+    pub(crate) seq_q: Reg<U32>,
+    pub(crate) seq_k: Reg<U32>,
+    pub(crate) scale_log2: Reg<F32>,
+    pub(crate) vis_a: Reg<U32>,
+    pub(crate) vis_b: Reg<U32>,
 }
 
-const PARAM_DOC: &str =
+pub(crate) const PARAM_DOC: &str =
     "params: q, k, v, o, rows (group * seq_q), seq_q, seq_k, scale_log2 (scale * log2 e), vis_a, vis_b";
 
-fn params(b: &mut KernelBuilder) -> Params {
+pub(crate) fn params(b: &mut KernelBuilder) -> Params {
     Params {
         q: b.param_ptr("q"),
         k: b.param_ptr("k"),
@@ -270,7 +270,7 @@ fn params(b: &mut KernelBuilder) -> Params {
 }
 
 /// Keys query position `pos` sees: `min(seq_k, max(0, pos + a − b))`.
-fn visible(b: &mut KernelBuilder, p: &Params, pos: Reg<U32>) -> Reg<U32> {
+pub(crate) fn visible(b: &mut KernelBuilder, p: &Params, pos: Reg<U32>) -> Reg<U32> {
     let t = b.add(pos, p.vis_a);
     let over = b.setp(Cmp::Gt, t, p.vis_b);
     let d = b.sub(t, p.vis_b);
@@ -280,7 +280,13 @@ fn visible(b: &mut KernelBuilder, p: &Params, pos: Reg<U32>) -> Reg<U32> {
 
 /// Byte offsets of this (batch, key/value head)'s `q`/`o` rows and `k`/`v`
 /// rows: `(batch·heads_kv + y)·rows·d·elem` and `(batch·heads_kv + y)·seq_k·d·elem`.
-fn head_offsets(b: &mut KernelBuilder, p: &Params, d: u32, elem: u32, batch: Reg<U32>) -> (Reg<U64>, Reg<U64>) {
+pub(crate) fn head_offsets(
+    b: &mut KernelBuilder,
+    p: &Params,
+    d: u32,
+    elem: u32,
+    batch: Reg<U32>,
+) -> (Reg<U64>, Reg<U64>) {
     let y = b.ctaid(Dim::Y);
     let ny = b.nctaid(Dim::Y);
     let head = b.mad(batch, ny, y);
@@ -450,7 +456,7 @@ pub fn simt(d: u32, target: Target) -> Result<Kernel, BuildError> {
 }
 
 /// `x − 1` (wrapping; callers use it where `x ≥ 1` or clamp with it).
-fn b_sub1(b: &mut KernelBuilder, x: Reg<U32>) -> Reg<U32> {
+pub(crate) fn b_sub1(b: &mut KernelBuilder, x: Reg<U32>) -> Reg<U32> {
     let one = b.min(x, 1u32);
     b.sub(x, one)
 }
@@ -459,7 +465,7 @@ fn b_sub1(b: &mut KernelBuilder, x: Reg<U32>) -> Reg<U32> {
 /// in place) and whose new scores have maximum `mx` (both in log₂ units):
 /// returns the base to subtract from the scores (`m_new`, or 0 while every
 /// score seen is −∞) and the factor on the running sum and accumulator.
-fn rescale(b: &mut KernelBuilder, m: Reg<F32>, mx: Reg<F32>) -> (Reg<F32>, Reg<F32>) {
+pub(crate) fn rescale(b: &mut KernelBuilder, m: Reg<F32>, mx: Reg<F32>) -> (Reg<F32>, Reg<F32>) {
     let m_new = b.max(m, mx);
     let none = b.setp(Cmp::Eq, m_new, f32::NEG_INFINITY);
     let m_use = b.selp(0.0f32, m_new, none);
@@ -470,7 +476,7 @@ fn rescale(b: &mut KernelBuilder, m: Reg<F32>, mx: Reg<F32>) -> (Reg<F32>, Reg<F
 }
 
 /// `1/l`, or 0 where `l = 0` (a row that saw no key).
-fn inverse_or_zero(b: &mut KernelBuilder, l: Reg<F32>) -> Reg<F32> {
+pub(crate) fn inverse_or_zero(b: &mut KernelBuilder, l: Reg<F32>) -> Reg<F32> {
     let pos = b.setp(Cmp::Gt, l, 0.0f32);
     let safe = b.selp(l, 1.0f32, pos);
     let inv = b.rcp(safe);
@@ -481,20 +487,20 @@ fn inverse_or_zero(b: &mut KernelBuilder, l: Reg<F32>) -> Reg<F32> {
 /// shared rows). Copy `i` is row `r0 + i·step` (plus an immediate when the
 /// threads cover whole rows) at chunk `c`; its shared offset is a register
 /// per distinct swizzle (they repeat every `period` copies) plus an immediate.
-struct TileCopies {
-    copies: Vec<Copy16>,
+pub(crate) struct TileCopies {
+    pub(crate) copies: Vec<Copy16>,
     /// Whether every copy's row register is the same (`r0`).
-    one_row: bool,
+    pub(crate) one_row: bool,
 }
 
 /// One 16-byte copy of a tile: its row (a register plus an immediate), its
 /// first element within the row (`8·chunk`), and its shared offset (a
 /// register plus an immediate).
 #[derive(Clone, Copy)]
-struct Copy16 {
-    row: (Reg<U32>, u32),
-    chunk8: Reg<U32>,
-    dst: (Reg<U32>, u32),
+pub(crate) struct Copy16 {
+    pub(crate) row: (Reg<U32>, u32),
+    pub(crate) chunk8: Reg<U32>,
+    pub(crate) dst: (Reg<U32>, u32),
 }
 
 fn tile_copies(b: &mut KernelBuilder, cfg: &FlashConfig, tid: Reg<U32>, rows: u32) -> TileCopies {
@@ -540,14 +546,14 @@ fn tile_copies(b: &mut KernelBuilder, cfg: &FlashConfig, tid: Reg<U32>, rows: u3
     TileCopies { copies, one_row }
 }
 
-fn gcd(a: u32, b: u32) -> u32 {
+pub(crate) fn gcd(a: u32, b: u32) -> u32 {
     if b == 0 { a } else { gcd(b, a % b) }
 }
 
 /// Issues a tile's copies: rows `first + row` of the matrix at `base`
 /// (`limit` rows, `d` halves each) into shared memory at `at + dst`; rows
 /// past `limit` are zero-filled.
-fn issue_tile(
+pub(crate) fn issue_tile(
     b: &mut KernelBuilder,
     t: &TileCopies,
     (base, d): (Reg<U64>, u32),

@@ -10,6 +10,7 @@
 //! (`GemmKernel::tiled(m, n, k, 32).emit_ptx()`).
 
 pub mod attention;
+pub mod attention_wgmma;
 pub mod conv;
 pub mod elem;
 pub mod elementwise;
@@ -27,6 +28,7 @@ pub use gemm_kernel::GemmKernel;
 
 use crate::builder::{BuildError, Kernel, Target};
 use attention::FlashConfig;
+use attention_wgmma::HopperConfig;
 use compute_core::{BinaryOp, DType};
 use elementwise::UnaryKind;
 use gemm_mma::MmaConfig;
@@ -71,6 +73,8 @@ pub enum KernelId {
     AttentionCombine(u32, DType),
     /// Splits `f32` values into bf16 high and low parts (for attention on `f32`).
     SplitBf16,
+    /// Hopper attention (`wgmma`, `sm_90a`): shape and dtype.
+    AttentionWgmma(HopperConfig, DType),
 }
 
 impl KernelId {
@@ -93,6 +97,7 @@ impl KernelId {
             KernelId::AttentionFlashSplit(cfg, d) => format!("{}_split", cfg.kernel_name(*d)),
             KernelId::AttentionCombine(hd, d) => format!("attention_combine{}_d{hd}", elem::suffix(*d)),
             KernelId::SplitBf16 => "split_f32_bf16x2".into(),
+            KernelId::AttentionWgmma(cfg, d) => cfg.kernel_name(*d),
         }
     }
 
@@ -123,6 +128,7 @@ impl KernelId {
             KernelId::AttentionFlashSplit(cfg, d) => attention::flash_split(&cfg, d, target),
             KernelId::AttentionCombine(hd, d) => attention::combine(hd, d, target),
             KernelId::SplitBf16 => attention::split_bf16(target),
+            KernelId::AttentionWgmma(cfg, d) => attention_wgmma::hopper(&cfg, d, target),
         }
     }
 }
@@ -132,7 +138,7 @@ impl KernelId {
     /// `sm_90a` alone for a `wgmma` kernel.
     pub fn targets(&self) -> Vec<Target> {
         match self {
-            KernelId::GemmWgmma(..) => vec![Target::Sm90a],
+            KernelId::GemmWgmma(..) | KernelId::AttentionWgmma(..) => vec![Target::Sm90a],
             _ => Target::ALL.to_vec(),
         }
     }
@@ -142,7 +148,7 @@ impl KernelId {
     /// 9.0), `base` otherwise.
     pub fn target_on(&self, base: Target) -> Target {
         match self {
-            KernelId::GemmWgmma(..) => Target::Sm90a,
+            KernelId::GemmWgmma(..) | KernelId::AttentionWgmma(..) => Target::Sm90a,
             _ => base,
         }
     }
@@ -156,6 +162,7 @@ impl KernelId {
             | KernelId::Rows(_, _, d)
             | KernelId::AttentionFlash(_, d)
             | KernelId::AttentionFlashSplit(_, d)
+            | KernelId::AttentionWgmma(_, d)
             | KernelId::AttentionCombine(_, d) => {
                 vec![d]
             }
@@ -218,6 +225,9 @@ pub fn catalog() -> Vec<KernelId> {
             v.push(KernelId::AttentionCombine(d as u32, dtype));
         }
         v.push(KernelId::AttentionFlash(FlashConfig::for_f32(d), DType::F32));
+        for dtype in [DType::BF16, DType::F16] {
+            v.push(KernelId::AttentionWgmma(HopperConfig::for_head_dim(d), dtype));
+        }
         v.push(KernelId::AttentionSimt(d as u32));
     }
     v.push(KernelId::SplitBf16);

@@ -141,12 +141,11 @@ impl EmuBackend {
 }
 
 impl EmuBackend {
-    /// Attention of `spec` on typed `q`, `k`, `v`, the tensor-core kernel
-    /// of shape `flash` for half data.
+    /// Attention of `spec` on typed `q`, `k`, `v`, with the chosen kernel.
     pub fn attention_typed(
         &self,
         spec: compute_core::AttentionSpec,
-        flash: Option<compute_ptx::kernels::attention::FlashConfig>,
+        kernel: Option<compute_ptx::plan::AttentionKernel>,
         inputs: &[compute_core::HostVec],
     ) -> compute_core::HostVec {
         let mut mem = self.mem.lock().unwrap();
@@ -163,7 +162,7 @@ impl EmuBackend {
         let bytes = len * spec.dtype.size_in_bytes();
         let po = mem.alloc(bytes);
         drop(mem);
-        plan::run_attention(self, &spec, flash, (ptrs[0], ptrs[1], ptrs[2], po)).unwrap();
+        plan::run_attention(self, &spec, kernel, (ptrs[0], ptrs[1], ptrs[2], po)).unwrap();
         let mut mem = self.mem.lock().unwrap();
         let out_bytes = mem.read_bytes(po, bytes);
         for p in ptrs.into_iter().chain([po]) {

@@ -1,0 +1,446 @@
+//! Fused attention on Hopper's warpgroup tensor cores (`sm_90a`): both
+//! products as `wgmma.mma_async` reading their operands from shared memory.
+//!
+//! A block of `warpgroups` warpgroups takes `64·warpgroups` query rows of one
+//! (batch, key/value head), rows as in [`super::attention`] (the query heads
+//! of a group are consecutive). Every tile lives in shared memory in the
+//! 128-byte swizzle `wgmma` reads: blocks of 64 values of the head (128
+//! bytes) by the tile's rows, row `r`'s 16-byte chunks XORed with `r mod 8`.
+//! `q` and the key tiles are read `k`-contiguous (`k` = the head); the value
+//! tiles have the same bytes and are read `n`-contiguous (their rows are the
+//! `k` of `P·v`, 8-row atoms 1024 bytes apart, 64-wide blocks of the head
+//! `bn·128` apart). Per key tile of `bn`:
+//!
+//! 1. wait for the tile's `cp.async` copies, fence them to the async proxy,
+//!    one barrier, and put the next tile's copies in flight (two stages);
+//! 2. `S = q·kᵀ`: `head/16` `wgmma m64n{bn}k16` per warpgroup, waited for;
+//! 3. the online softmax on the accumulators (each row in a quad of lanes, as
+//!    with `mma.sync`), the output accumulator rescaled;
+//! 4. the weights, rounded to the input dtype, written to the warpgroup's
+//!    `P` tile in shared memory (same swizzle), fenced, one barrier;
+//! 5. `O += P·v`: `bn/16` `wgmma m64n{head}k16`, waited for.
+//!
+//! The masks, the visible-key rule and the skipped tiles are those of the
+//! `mma.sync` kernel. Rows that see no key write zeros.
+
+use compute_core::DType;
+
+use super::attention::{
+    Copy16, PARAM_DOC, TileCopies, b_sub1, gcd, head_offsets, inverse_or_zero, issue_tile, params, rescale, visible,
+};
+use super::gemm_common::store_pair;
+use crate::builder::{BuildError, Cmp, Dim, F32, Half, Kernel, KernelBuilder, Reg, Target, U32, WgmmaInput};
+
+/// Bytes of one swizzled row: 64 halves.
+const ROW: u32 = 128;
+
+/// Shape of the Hopper attention kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HopperConfig {
+    /// Head size: 64 or 128.
+    pub head_dim: u32,
+    /// Warpgroups per block, each 64 query rows.
+    pub warpgroups: u32,
+    /// Keys per tile (64 or 128): the `N` of `S = q·kᵀ`.
+    pub bn: u32,
+}
+
+impl HopperConfig {
+    /// The shape the backend launches on compute capability 9.0: two
+    /// warpgroups (128 query rows), key tiles of 128.
+    pub fn for_head_dim(d: usize) -> HopperConfig {
+        HopperConfig { head_dim: d as u32, warpgroups: 2, bn: 128 }
+    }
+
+    /// Whether the kernel takes head size `d`.
+    pub fn fits(d: usize) -> bool {
+        d == 64 || d == 128
+    }
+
+    /// Whether the backend runs it (rather than the `mma.sync` kernel) for
+    /// head size `d` on compute capability 9.0: at 128. On the H200
+    /// (2026-11-25, bf16) it ran b4 h32 s4096 d128 at 427 TFLOP/s full and
+    /// 393 causal against 335 and 309 for the `mma.sync` kernel; at
+    /// b16 h16 s1024 d64 at 261 and 197 against 280 and 211.
+    pub fn preferred(d: usize) -> bool {
+        d == 128
+    }
+
+    /// Query rows per block.
+    pub fn rows(&self) -> u32 {
+        64 * self.warpgroups
+    }
+
+    /// Threads per block.
+    pub fn threads(&self) -> u32 {
+        128 * self.warpgroups
+    }
+
+    /// Dynamic shared memory: `q`, two stages of key and value tiles, one `P`
+    /// tile per warpgroup, and 1 KiB to align the tiles to 1024 bytes.
+    pub fn shared_bytes(&self) -> u32 {
+        let d2 = self.head_dim * 2;
+        self.rows() * d2 + 4 * self.bn * d2 + self.warpgroups * 64 * self.bn * 2 + 1024
+    }
+
+    /// Why this shape cannot be built, if it cannot.
+    pub fn check(&self) -> Result<(), String> {
+        if !Self::fits(self.head_dim as usize) {
+            return Err(format!("head size {}: need 64 or 128", self.head_dim));
+        }
+        if !(1..=3).contains(&self.warpgroups) {
+            return Err(format!("{} warpgroups: need 1..=3", self.warpgroups));
+        }
+        if !matches!(self.bn, 64 | 128) {
+            return Err(format!("key tile {}: need 64 or 128", self.bn));
+        }
+        let (t, cpr) = (self.threads(), self.head_dim / 8);
+        if !t.is_multiple_of(cpr) || !(self.bn * cpr).is_multiple_of(t) || !(self.rows() * cpr).is_multiple_of(t) {
+            return Err(format!("{t} threads do not split {}-row and {}-row tiles into copies", self.rows(), self.bn));
+        }
+        if self.shared_bytes() > 227 * 1024 {
+            return Err(format!("{} bytes of shared memory", self.shared_bytes()));
+        }
+        Ok(())
+    }
+
+    /// Kernel name: `attention_wgmma_bf16_d128` for the default shape, the
+    /// shape spelled out for others.
+    pub fn kernel_name(&self, dtype: DType) -> String {
+        let base = format!("attention_wgmma_{dtype}_d{}", self.head_dim);
+        if *self == Self::for_head_dim(self.head_dim as usize) {
+            base
+        } else {
+            format!("{base}_wg{}_n{}", self.warpgroups, self.bn)
+        }
+    }
+
+    /// Other shapes for the benchmark's sweep.
+    pub fn sweep(d: usize) -> Vec<HopperConfig> {
+        let base = Self::for_head_dim(d);
+        [(1, 128), (2, 64), (3, 64), (3, 128)]
+            .into_iter()
+            .map(|(warpgroups, bn)| HopperConfig { warpgroups, bn, ..base })
+            .filter(|c| c.check().is_ok() && *c != base)
+            .collect()
+    }
+}
+
+/// One thread's copies of a tile of `rows` rows of `d` halves into the
+/// 128-byte swizzle: chunk `c` of row `r` at `(c/8)·rows·128 + r·128 +
+/// ((c mod 8) ⊕ (r mod 8))·16`.
+fn sw128_copies(b: &mut KernelBuilder, threads: u32, tid: Reg<U32>, rows: u32, d: u32) -> TileCopies {
+    let cpr = d / 8;
+    let n = rows * cpr / threads;
+    let step = threads / cpr;
+    let r0 = b.div(tid, cpr);
+    let c = b.rem(tid, cpr);
+    let c8 = b.shl(c, 3u32);
+    let block = b.shr(c, 3u32);
+    let block_off = b.mul(block, rows * ROW);
+    let cin = b.and(c, 7u32);
+    let period = 8 / gcd(step, 8);
+    let mut regs = Vec::new();
+    for i in 0..n.min(period) {
+        let r = b.add(r0, i * step);
+        let r8 = b.and(r, 7u32);
+        let pc = b.xor(cin, r8);
+        let pc16 = b.shl(pc, 4u32);
+        let at = b.mad(r, ROW, pc16);
+        regs.push(b.add(at, block_off));
+    }
+    let copies = (0..n)
+        .map(|i| {
+            let base = i - i % period;
+            Copy16 { row: (r0, i * step), chunk8: c8, dst: (regs[(i % period) as usize], base * step * ROW) }
+        })
+        .collect();
+    TileCopies { copies, one_row: true }
+}
+
+/// Builds the Hopper attention kernel for `f16` or `bf16` data. Params: those
+/// of [`super::attention::flash`]. Launch: [`HopperConfig::threads`] threads,
+/// grid `(ceil(rows / cfg.rows()), heads_kv, batch)`,
+/// [`HopperConfig::shared_bytes`] of dynamic shared memory; `sm_90a` only.
+pub fn hopper(cfg: &HopperConfig, dtype: DType, target: Target) -> Result<Kernel, BuildError> {
+    let name = cfg.kernel_name(dtype);
+    let fail = |p: String| Err(BuildError { kernel: name.clone(), problems: vec![p] });
+    if let Err(e) = cfg.check() {
+        return fail(e);
+    }
+    if target != Target::Sm90a {
+        return fail(format!("wgmma kernels are built for sm_90a, not {target}"));
+    }
+    let half = match dtype {
+        DType::F16 => Half::F16,
+        DType::BF16 => Half::Bf16,
+        other => return fail(format!("Hopper attention reads f16 or bf16, not {other}")),
+    };
+    let mma_in = WgmmaInput::Half(half);
+    let HopperConfig { head_dim: d, bn, .. } = *cfg;
+    let (bm, threads) = (cfg.rows(), cfg.threads());
+    // Shared layout: q | stage 0 (k, v) | stage 1 (k, v) | P per warpgroup.
+    let q_bytes = bm * d * 2;
+    let tile = bn * d * 2;
+    let (k_at, v_at) = (q_bytes, q_bytes + tile);
+    let stage_bytes = 2 * tile;
+    let p_at = q_bytes + 2 * stage_bytes;
+    let p_bytes = 64 * bn * 2;
+
+    let mut b = KernelBuilder::new(&name, target);
+    b.doc(&format!("{name}: fused attention, {dtype} q/k/v/o, f32 softmax and accumulation, wgmma.mma_async"));
+    b.doc(&format!(
+        "{bm} query rows per block ({} warpgroups of 64), key tiles of {bn}, 2 cp.async stages, 128-byte swizzle",
+        cfg.warpgroups
+    ));
+    b.doc(PARAM_DOC);
+    b.doc(&format!(
+        "launch: {threads} threads, grid (ceil(rows/{bm}), heads_kv, batch), {} bytes of dynamic shared memory",
+        cfg.shared_bytes()
+    ));
+    b.max_threads(threads);
+    b.min_blocks_per_sm(1);
+    let p = params(&mut b);
+    let smem = b.dynamic_shared("tiles", 1024);
+    let raw = b.shared_base(&smem);
+    let up = b.add(raw, 1023u32);
+    let sbase = b.and(up, !1023u32);
+    let tid = b.tid(Dim::X);
+    let lane = b.and(tid, 31u32);
+    let warp = b.shr(tid, 5u32);
+    let wg = b.shr(tid, 7u32);
+    let g = b.shr(lane, 2u32);
+    let t4 = b.and(lane, 3u32);
+
+    b.comment("the block's rows, heaviest first");
+    let cx = b.ctaid(Dim::X);
+    let nx = b.nctaid(Dim::X);
+    let tile_i = b.sub(nx, cx);
+    let tile_i = b_sub1(&mut b, tile_i);
+    let m0 = b.mul(tile_i, bm);
+    let z = b.ctaid(Dim::Z);
+    let (qo, kvo) = head_offsets(&mut b, &p, d, 2, z);
+    let qh = b.add(p.q, qo);
+    let oh = b.add(p.o, qo);
+    let kh = b.add(p.k, kvo);
+    let vh = b.add(p.v, kvo);
+
+    b.comment("keys the block's first and last query positions see");
+    let r_end = b.add(m0, bm);
+    let r_end = b.min(r_end, p.rows);
+    let r_last = b_sub1(&mut b, r_end);
+    let h0 = b.div(m0, p.seq_q);
+    let h1 = b.div(r_last, p.seq_q);
+    let same = b.setp(Cmp::Eq, h0, h1);
+    let p0 = b.rem(m0, p.seq_q);
+    let p1 = b.rem(r_last, p.seq_q);
+    let last_pos = b_sub1(&mut b, p.seq_q);
+    let pmin = b.selp(p0, 0u32, same);
+    let pmax = b.selp(p1, last_pos, same);
+    let vis_min = visible(&mut b, &p, pmin);
+    let vis_max = visible(&mut b, &p, pmax);
+    let n_full = b.div(vis_min, bn);
+    let vm = b.add(vis_max, bn - 1);
+    let n_blocks = b.div(vm, bn);
+
+    b.comment("copies: q once, key and value tiles into two stages");
+    let q_cp = sw128_copies(&mut b, threads, tid, bm, d);
+    let kv_cp = sw128_copies(&mut b, threads, tid, bn, d);
+    let zero_u = b.mov(0u32);
+    issue_tile(&mut b, &q_cp, (qh, d), (m0, p.rows), sbase);
+    let k0 = b.add(sbase, k_at);
+    let v0 = b.add(sbase, v_at);
+    let any = b.setp(Cmp::Gt, n_blocks, 0u32);
+    let skip_first = b.label("no_first_tile");
+    b.bra_unless(any, skip_first);
+    issue_tile(&mut b, &kv_cp, (kh, d), (zero_u, p.seq_k), k0);
+    issue_tile(&mut b, &kv_cp, (vh, d), (zero_u, p.seq_k), v0);
+    b.place(skip_first);
+    b.cp_async_commit();
+
+    b.comment("this lane's rows (warp w%4 of warpgroup w/4: rows 16w + g and 16w + g + 8) and their visible keys");
+    let row0 = b.mad(warp, 16u32, g);
+    let row0 = b.add(m0, row0);
+    let vis_rows: Vec<Reg<U32>> = (0..2u32)
+        .map(|h| {
+            let r = b.add(row0, h * 8);
+            let pos = b.rem(r, p.seq_q);
+            visible(&mut b, &p, pos)
+        })
+        .collect();
+
+    b.comment("descriptors: q (this warpgroup's 64 rows), k and v of stage 0, this warpgroup's P");
+    let q_rows = b.mul(wg, 64 * ROW);
+    let q_addr = b.add(sbase, q_rows);
+    let desc_q = b.smem_descriptor(q_addr, 16, 1024);
+    let desc_k = b.smem_descriptor(k0, 16, 1024);
+    // v read n-contiguous: 64-wide blocks of the head bn*128 bytes apart, 8-key atoms 1024 apart.
+    let desc_v = b.smem_descriptor(v0, bn * ROW, 1024);
+    let p_wg = b.mul(wg, p_bytes);
+    let p_wg = b.add(p_wg, p_at);
+    let p_addr = b.add(sbase, p_wg);
+    let desc_p = b.smem_descriptor(p_addr, 16, 1024);
+    let always = b.setp(Cmp::Eq, zero_u, 0u32);
+    let never = b.setp(Cmp::Ne, zero_u, 0u32);
+
+    b.comment("P stores: row r of the warpgroup, column 8j + 2t at (j/8)*64*128 + r*128 + ((j%8) ^ (r%8))*16 + 4t");
+    let wrow = b.and(warp, 3u32);
+    let prow = b.mad(wrow, 16u32, g); // row within the warpgroup (and +8)
+    let p_row_addr: Vec<(Reg<U32>, Reg<U32>)> = (0..2u32)
+        .map(|h| {
+            let r = b.add(prow, h * 8);
+            let at = b.mad(r, ROW, p_addr);
+            let t4b = b.shl(t4, 2u32);
+            let at = b.add(at, t4b);
+            (at, b.and(r, 7u32))
+        })
+        .collect();
+
+    let neg_inf = f32::NEG_INFINITY;
+    let m_run: Vec<Reg<F32>> = (0..2).map(|_| b.mov(neg_inf)).collect();
+    let l_run: Vec<Reg<F32>> = (0..2).map(|_| b.mov(0.0f32)).collect();
+    let o_acc: Vec<Reg<F32>> = (0..d / 2).map(|_| b.mov(0.0f32)).collect();
+    let s_acc: Vec<Reg<F32>> = (0..bn / 2).map(|_| b.mov(0.0f32)).collect();
+    let kb = b.mov(0u32);
+    let cols0 = b.shl(t4, 1u32);
+
+    let body = |b: &mut KernelBuilder, masked: bool| {
+        b.cp_async_wait(0);
+        b.fence_proxy_async_shared();
+        b.bar_sync();
+        let next = b.add(kb, 1u32);
+        let more = b.setp(Cmp::Lt, next, n_blocks);
+        let nstage = b.and(next, 1u32);
+        let noff = b.mul(nstage, stage_bytes);
+        let skip = b.label("no_next_tile");
+        b.bra_unless(more, skip);
+        let first = b.mul(next, bn);
+        let kd = b.add(k0, noff);
+        let vd = b.add(v0, noff);
+        issue_tile(b, &kv_cp, (kh, d), (first, p.seq_k), kd);
+        issue_tile(b, &kv_cp, (vh, d), (first, p.seq_k), vd);
+        b.place(skip);
+        b.cp_async_commit();
+
+        let stage = b.and(kb, 1u32);
+        let soff = b.mul(stage, stage_bytes);
+        let soff16 = b.shr(soff, 4u32);
+        let soff16 = b.cvt::<crate::builder::U64, U32>(soff16);
+        b.comment("S = q k^T");
+        b.wgmma_fence();
+        for ks in 0..d / 16 {
+            let (blk, within) = (ks / 4, (ks % 4) * 32);
+            let dq = b.add(desc_q, u64::from((blk * bm * ROW + within) >> 4));
+            let dk = b.add(desc_k, soff16);
+            let dk = b.add(dk, u64::from((blk * bn * ROW + within) >> 4));
+            b.wgmma_mma_async(mma_in, &s_acc, (dq, dk), if ks == 0 { never } else { always }, (false, false));
+        }
+        b.wgmma_commit();
+        b.wgmma_wait(0);
+
+        b.comment(if masked { "online softmax, keys past each row's limit masked" } else { "online softmax" });
+        let key0 = b.mul(kb, bn);
+        let key0 = b.add(key0, cols0);
+        let mut probs: Vec<Reg<F32>> = Vec::with_capacity((bn / 2) as usize);
+        let xs: Vec<Reg<F32>> = (0..bn / 2)
+            .map(|i| {
+                let x = b.mul(s_acc[i as usize], p.scale_log2);
+                if !masked {
+                    return x;
+                }
+                let (j, e) = (i / 4, i % 4);
+                let col = b.add(key0, j * 8 + e % 2);
+                let ok = b.setp(Cmp::Lt, col, vis_rows[(e / 2) as usize]);
+                b.selp(x, neg_inf, ok)
+            })
+            .collect();
+        probs.extend(xs.iter().copied());
+        for h in 0..2usize {
+            let mut mx = xs[2 * h];
+            for j in 0..(bn / 8) as usize {
+                mx = b.max(mx, xs[4 * j + 2 * h]);
+                mx = b.max(mx, xs[4 * j + 2 * h + 1]);
+            }
+            for sh in [1u32, 2] {
+                let o = b.shfl_bfly(mx, sh);
+                mx = b.max(mx, o);
+            }
+            let (m_use, alpha) = rescale(b, m_run[h], mx);
+            let mut sum = b.mov(0.0f32);
+            for j in 0..(bn / 8) as usize {
+                for e in [4 * j + 2 * h, 4 * j + 2 * h + 1] {
+                    let dlt = b.sub(xs[e], m_use);
+                    let pv = b.ex2_approx(dlt);
+                    probs[e] = pv;
+                    sum = b.add(sum, pv);
+                }
+            }
+            let l2 = b.fma(l_run[h], alpha, sum);
+            b.assign(l_run[h], l2);
+            for j in 0..(d / 8) as usize {
+                for e in [4 * j + 2 * h, 4 * j + 2 * h + 1] {
+                    let a2 = b.mul(o_acc[e], alpha);
+                    b.assign(o_acc[e], a2);
+                }
+            }
+        }
+        b.comment("P (rounded) into this warpgroup's tile, visible to wgmma");
+        for (h, &(at, r8)) in p_row_addr.iter().enumerate() {
+            for j in 0..bn / 8 {
+                let w = b.f32_pair_to_half(probs[(4 * j) as usize + 2 * h], probs[(4 * j) as usize + 2 * h + 1], half);
+                let jj = b.xor(r8, j % 8);
+                let off = b.shl(jj, 4u32);
+                let addr = b.add(at, off);
+                b.st_shared::<U32>(addr, i64::from((j / 8) * 64 * ROW), w);
+            }
+        }
+        b.fence_proxy_async_shared();
+        b.bar_sync();
+        b.comment("O += P v");
+        let dv0 = b.add(desc_v, soff16);
+        b.wgmma_fence();
+        for kk in 0..bn / 16 {
+            let dp = b.add(desc_p, u64::from(((kk / 4) * 64 * ROW + (kk % 4) * 32) >> 4));
+            let dv = b.add(dv0, u64::from((kk * 2 * 1024) >> 4));
+            b.wgmma_mma_async(mma_in, &o_acc, (dp, dv), always, (false, true));
+        }
+        b.wgmma_commit();
+        b.wgmma_wait(0);
+        let nk = b.add(kb, 1u32);
+        b.assign(kb, nk);
+    };
+    for (masked, end) in [(false, n_full), (true, n_blocks)] {
+        let top = b.label(if masked { "masked_tiles" } else { "full_tiles" });
+        let exit = b.label(if masked { "masked_done" } else { "full_done" });
+        b.place(top);
+        let over = b.setp(Cmp::Ge, kb, end);
+        b.bra_if(over, exit);
+        body(&mut b, masked);
+        b.bra(top);
+        b.place(exit);
+    }
+    b.cp_async_wait(0);
+
+    b.blank();
+    b.comment("epilogue: out = acc / l, rounded pairs");
+    for h in 0..2u32 {
+        let mut l = l_run[h as usize];
+        for sh in [1u32, 2] {
+            let o = b.shfl_bfly(l, sh);
+            l = b.add(l, o);
+        }
+        let inv = inverse_or_zero(&mut b, l);
+        let r = b.add(row0, h * 8);
+        let ok = b.setp(Cmp::Lt, r, p.rows);
+        let elem = b.mad(r, d, cols0);
+        let off = b.mul_wide(elem, 2u32);
+        let at = b.add(oh, off);
+        for j in 0..d / 8 {
+            let lo = b.mul(o_acc[(4 * j + 2 * h) as usize], inv);
+            let hi = b.mul(o_acc[(4 * j + 2 * h + 1) as usize], inv);
+            store_pair(&mut b, Some(half), (at, i64::from(j * 16)), (lo, hi), ok);
+        }
+    }
+    b.ret();
+    b.finish()
+}
