@@ -43,13 +43,17 @@ pub struct HopperConfig {
     pub warpgroups: u32,
     /// Keys per tile (64 or 128): the `N` of `S = q·kᵀ`.
     pub bn: u32,
+    /// Run each tile's `P·v` one tile late, behind the next tile's `q·kᵀ`
+    /// and softmax (FlashAttention-3's overlap within a warpgroup); else
+    /// each product is waited for before the next step.
+    pub overlap: bool,
 }
 
 impl HopperConfig {
     /// The shape the backend launches on compute capability 9.0: two
     /// warpgroups (128 query rows), key tiles of 128.
     pub fn for_head_dim(d: usize) -> HopperConfig {
-        HopperConfig { head_dim: d as u32, warpgroups: 2, bn: 128 }
+        HopperConfig { head_dim: d as u32, warpgroups: 2, bn: 128, overlap: false }
     }
 
     /// Whether the kernel takes head size `d`.
@@ -111,16 +115,17 @@ impl HopperConfig {
         if *self == Self::for_head_dim(self.head_dim as usize) {
             base
         } else {
-            format!("{base}_wg{}_n{}", self.warpgroups, self.bn)
+            let overlap = if self.overlap { "_ov" } else { "" };
+            format!("{base}_wg{}_n{}{overlap}", self.warpgroups, self.bn)
         }
     }
 
     /// Other shapes for the benchmark's sweep.
     pub fn sweep(d: usize) -> Vec<HopperConfig> {
         let base = Self::for_head_dim(d);
-        [(1, 128), (2, 64), (3, 64), (3, 128)]
+        [(1, 128, false), (2, 64, false), (2, 128, true), (2, 64, true), (1, 128, true)]
             .into_iter()
-            .map(|(warpgroups, bn)| HopperConfig { warpgroups, bn, ..base })
+            .map(|(warpgroups, bn, overlap)| HopperConfig { warpgroups, bn, overlap, ..base })
             .filter(|c| c.check().is_ok() && *c != base)
             .collect()
     }
@@ -177,7 +182,7 @@ pub fn hopper(cfg: &HopperConfig, dtype: DType, target: Target) -> Result<Kernel
         other => return fail(format!("Hopper attention reads f16 or bf16, not {other}")),
     };
     let mma_in = WgmmaInput::Half(half);
-    let HopperConfig { head_dim: d, bn, .. } = *cfg;
+    let HopperConfig { head_dim: d, bn, overlap, .. } = *cfg;
     let (bm, threads) = (cfg.rows(), cfg.threads());
     // Shared layout: q | stage 0 (k, v) | stage 1 (k, v) | P per warpgroup.
     let q_bytes = bm * d * 2;
@@ -254,7 +259,9 @@ pub fn hopper(cfg: &HopperConfig, dtype: DType, target: Target) -> Result<Kernel
     let skip_first = b.label("no_first_tile");
     b.bra_unless(any, skip_first);
     issue_tile(&mut b, &kv_cp, (kh, d), (zero_u, p.seq_k), k0);
-    issue_tile(&mut b, &kv_cp, (vh, d), (zero_u, p.seq_k), v0);
+    if !overlap {
+        issue_tile(&mut b, &kv_cp, (vh, d), (zero_u, p.seq_k), v0);
+    }
     b.place(skip_first);
     b.cp_async_commit();
 
@@ -304,6 +311,20 @@ pub fn hopper(cfg: &HopperConfig, dtype: DType, target: Target) -> Result<Kernel
     let kb = b.mov(0u32);
     let cols0 = b.shl(t4, 1u32);
 
+    // O += P·v for the key tile whose values are in stage `vstage` (0 or 1, a register).
+    let pv = |b: &mut KernelBuilder, vstage: Reg<U32>| {
+        let voff = b.mul(vstage, stage_bytes);
+        let voff16 = b.shr(voff, 4u32);
+        let voff16 = b.cvt::<crate::builder::U64, U32>(voff16);
+        let dv0 = b.add(desc_v, voff16);
+        b.wgmma_fence();
+        for kk in 0..bn / 16 {
+            let dp = b.add(desc_p, u64::from(((kk / 4) * 64 * ROW + (kk % 4) * 32) >> 4));
+            let dv = b.add(dv0, u64::from((kk * 2 * 1024) >> 4));
+            b.wgmma_mma_async(mma_in, &o_acc, (dp, dv), always, (false, true));
+        }
+        b.wgmma_commit();
+    };
     let body = |b: &mut KernelBuilder, masked: bool| {
         b.cp_async_wait(0);
         b.fence_proxy_async_shared();
@@ -312,17 +333,26 @@ pub fn hopper(cfg: &HopperConfig, dtype: DType, target: Target) -> Result<Kernel
         let more = b.setp(Cmp::Lt, next, n_blocks);
         let nstage = b.and(next, 1u32);
         let noff = b.mul(nstage, stage_bytes);
+        let stage = b.and(kb, 1u32);
         let skip = b.label("no_next_tile");
         b.bra_unless(more, skip);
         let first = b.mul(next, bn);
         let kd = b.add(k0, noff);
-        let vd = b.add(v0, noff);
         issue_tile(b, &kv_cp, (kh, d), (first, p.seq_k), kd);
-        issue_tile(b, &kv_cp, (vh, d), (first, p.seq_k), vd);
+        if !overlap {
+            let vd = b.add(v0, noff);
+            issue_tile(b, &kv_cp, (vh, d), (first, p.seq_k), vd);
+        }
         b.place(skip);
+        if overlap {
+            // This tile's values, for its P·v one tile later.
+            let this = b.mul(kb, bn);
+            let soff = b.mul(stage, stage_bytes);
+            let vd = b.add(v0, soff);
+            issue_tile(b, &kv_cp, (vh, d), (this, p.seq_k), vd);
+        }
         b.cp_async_commit();
 
-        let stage = b.and(kb, 1u32);
         let soff = b.mul(stage, stage_bytes);
         let soff16 = b.shr(soff, 4u32);
         let soff16 = b.cvt::<crate::builder::U64, U32>(soff16);
@@ -336,7 +366,22 @@ pub fn hopper(cfg: &HopperConfig, dtype: DType, target: Target) -> Result<Kernel
             b.wgmma_mma_async(mma_in, &s_acc, (dq, dk), if ks == 0 { never } else { always }, (false, false));
         }
         b.wgmma_commit();
-        b.wgmma_wait(0);
+        if overlap {
+            b.comment("the previous tile's P v runs behind this tile's softmax");
+            let first_tile = b.setp(Cmp::Eq, kb, 0u32);
+            let no_prev = b.label("no_previous_tile");
+            let go = b.label("scores_ready");
+            b.bra_if(first_tile, no_prev);
+            let pstage = b.xor(stage, 1u32);
+            pv(b, pstage);
+            b.wgmma_wait(1);
+            b.bra(go);
+            b.place(no_prev);
+            b.wgmma_wait(0);
+            b.place(go);
+        } else {
+            b.wgmma_wait(0);
+        }
 
         b.comment(if masked { "online softmax, keys past each row's limit masked" } else { "online softmax" });
         let key0 = b.mul(kb, bn);
@@ -355,6 +400,7 @@ pub fn hopper(cfg: &HopperConfig, dtype: DType, target: Target) -> Result<Kernel
             })
             .collect();
         probs.extend(xs.iter().copied());
+        let mut alphas = Vec::new();
         for h in 0..2usize {
             let mut mx = xs[2 * h];
             for j in 0..(bn / 8) as usize {
@@ -377,6 +423,13 @@ pub fn hopper(cfg: &HopperConfig, dtype: DType, target: Target) -> Result<Kernel
             }
             let l2 = b.fma(l_run[h], alpha, sum);
             b.assign(l_run[h], l2);
+            alphas.push(alpha);
+        }
+        if overlap {
+            b.comment("the previous tile's P v is done: O (under the old maximum) rescaled, P free");
+            b.wgmma_wait(0);
+        }
+        for (h, &alpha) in alphas.iter().enumerate() {
             for j in 0..(d / 8) as usize {
                 for e in [4 * j + 2 * h, 4 * j + 2 * h + 1] {
                     let a2 = b.mul(o_acc[e], alpha);
@@ -394,18 +447,13 @@ pub fn hopper(cfg: &HopperConfig, dtype: DType, target: Target) -> Result<Kernel
                 b.st_shared::<U32>(addr, i64::from((j / 8) * 64 * ROW), w);
             }
         }
-        b.fence_proxy_async_shared();
-        b.bar_sync();
-        b.comment("O += P v");
-        let dv0 = b.add(desc_v, soff16);
-        b.wgmma_fence();
-        for kk in 0..bn / 16 {
-            let dp = b.add(desc_p, u64::from(((kk / 4) * 64 * ROW + (kk % 4) * 32) >> 4));
-            let dv = b.add(dv0, u64::from((kk * 2 * 1024) >> 4));
-            b.wgmma_mma_async(mma_in, &o_acc, (dp, dv), always, (false, true));
+        if !overlap {
+            b.fence_proxy_async_shared();
+            b.bar_sync();
+            b.comment("O += P v");
+            pv(b, stage);
+            b.wgmma_wait(0);
         }
-        b.wgmma_commit();
-        b.wgmma_wait(0);
         let nk = b.add(kb, 1u32);
         b.assign(kb, nk);
     };
@@ -418,6 +466,20 @@ pub fn hopper(cfg: &HopperConfig, dtype: DType, target: Target) -> Result<Kernel
         body(&mut b, masked);
         b.bra(top);
         b.place(exit);
+    }
+    if overlap {
+        b.comment("the last tile's P v");
+        let none = b.setp(Cmp::Eq, n_blocks, 0u32);
+        let skip = b.label("no_last_tile");
+        b.bra_if(none, skip);
+        b.cp_async_wait(0);
+        b.fence_proxy_async_shared();
+        b.bar_sync();
+        let last = b_sub1(&mut b, n_blocks);
+        let lstage = b.and(last, 1u32);
+        pv(&mut b, lstage);
+        b.wgmma_wait(0);
+        b.place(skip);
     }
     b.cp_async_wait(0);
 
