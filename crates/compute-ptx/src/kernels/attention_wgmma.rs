@@ -45,7 +45,9 @@ pub struct HopperConfig {
     pub bn: u32,
     /// Run each tile's `P·v` one tile late, behind the next tile's `q·kᵀ`
     /// and softmax (FlashAttention-3's overlap within a warpgroup); else
-    /// each product is waited for before the next step.
+    /// each product is waited for before the next step. Off by default: on
+    /// the H200 (2026-11-25, bf16, d = 128) it ran at the same speed
+    /// (431 against 430 TFLOP/s at b4 h32 s4096, 449 against 450 at b1 h32 s16384).
     pub overlap: bool,
 }
 
@@ -63,8 +65,8 @@ impl HopperConfig {
 
     /// Whether the backend runs it (rather than the `mma.sync` kernel) for
     /// head size `d` on compute capability 9.0: at 128. On the H200
-    /// (2026-11-25, bf16) it ran b4 h32 s4096 d128 at 427 TFLOP/s full and
-    /// 393 causal against 335 and 309 for the `mma.sync` kernel; at
+    /// (2026-11-25, bf16) it ran b4 h32 s4096 d128 at 430 TFLOP/s full and
+    /// 395 causal against 335 and 309 for the `mma.sync` kernel; at
     /// b16 h16 s1024 d64 at 261 and 197 against 280 and 211.
     pub fn preferred(d: usize) -> bool {
         d == 128
