@@ -455,6 +455,45 @@ pub fn simt(d: u32, target: Target) -> Result<Kernel, BuildError> {
     b.finish()
 }
 
+/// The first query row of this block: row tiles run heaviest first (tile
+/// `nctaid.x − 1 − ctaid.x`: under a causal mask the last rows see the most keys).
+pub(crate) fn block_rows(b: &mut KernelBuilder, bm: u32) -> Reg<U32> {
+    let cx = b.ctaid(Dim::X);
+    let nx = b.nctaid(Dim::X);
+    let tile = b.sub(nx, cx);
+    let tile = b_sub1(b, tile);
+    b.mul(tile, bm)
+}
+
+/// The key tiles of `bn` the block's rows `[m0, m0 + bm)` (clipped to the
+/// rows) need: `(tiles every row sees in full, tiles any row sees)`, from
+/// the visible keys of its first and last query positions (all positions
+/// when the block spans two heads of a group).
+pub(crate) fn block_key_tiles(
+    b: &mut KernelBuilder,
+    p: &Params,
+    (m0, bm): (Reg<U32>, u32),
+    bn: u32,
+) -> (Reg<U32>, Reg<U32>) {
+    b.comment("keys the block's first and last query positions see");
+    let r_end = b.add(m0, bm);
+    let r_end = b.min(r_end, p.rows);
+    let r_last = b_sub1(b, r_end);
+    let h0 = b.div(m0, p.seq_q);
+    let h1 = b.div(r_last, p.seq_q);
+    let same = b.setp(Cmp::Eq, h0, h1);
+    let p0 = b.rem(m0, p.seq_q);
+    let p1 = b.rem(r_last, p.seq_q);
+    let last_pos = b_sub1(b, p.seq_q);
+    let pmin = b.selp(p0, 0u32, same);
+    let pmax = b.selp(p1, last_pos, same);
+    let vis_min = visible(b, p, pmin);
+    let vis_max = visible(b, p, pmax);
+    let n_full = b.div(vis_min, bn);
+    let vm = b.add(vis_max, bn - 1);
+    (n_full, b.div(vm, bn))
+}
+
 /// `x − 1` (wrapping; callers use it where `x ≥ 1` or clamp with it).
 pub(crate) fn b_sub1(b: &mut KernelBuilder, x: Reg<U32>) -> Reg<U32> {
     let one = b.min(x, 1u32);
@@ -726,12 +765,7 @@ fn flash_kernel(cfg: &FlashConfig, dtype: DType, split_keys: bool, target: Targe
     let g = b.shr(lane, 2u32);
     let t4 = b.and(lane, 3u32);
 
-    b.comment("the block's rows, heaviest first: tile nctaid.x - 1 - ctaid.x");
-    let cx = b.ctaid(Dim::X);
-    let nx = b.nctaid(Dim::X);
-    let tile = b.sub(nx, cx);
-    let tile = b_sub1(&mut b, tile);
-    let m0 = b.mul(tile, bm);
+    let m0 = block_rows(&mut b, bm);
     let z = b.ctaid(Dim::Z);
     let (batch, key_split) = match splits_p {
         Some((_, _, splits)) => (b.div(z, splits), Some(b.rem(z, splits))),
@@ -745,23 +779,7 @@ fn flash_kernel(cfg: &FlashConfig, dtype: DType, split_keys: bool, target: Targe
     let kh = b.add(p.k, kvo);
     let vh = b.add(p.v, kvo);
 
-    b.comment("keys the block's first and last query positions see");
-    let r_end = b.add(m0, bm);
-    let r_end = b.min(r_end, p.rows);
-    let r_last = b_sub1(&mut b, r_end);
-    let h0 = b.div(m0, p.seq_q);
-    let h1 = b.div(r_last, p.seq_q);
-    let same = b.setp(Cmp::Eq, h0, h1);
-    let p0 = b.rem(m0, p.seq_q);
-    let p1 = b.rem(r_last, p.seq_q);
-    let last_pos = b_sub1(&mut b, p.seq_q);
-    let pmin = b.selp(p0, 0u32, same);
-    let pmax = b.selp(p1, last_pos, same);
-    let vis_min = visible(&mut b, &p, pmin);
-    let vis_max = visible(&mut b, &p, pmax);
-    let n_full = b.div(vis_min, bn);
-    let vm = b.add(vis_max, bn - 1);
-    let n_blocks = b.div(vm, bn);
+    let (n_full, n_blocks) = block_key_tiles(&mut b, &p, (m0, bm), bn);
     // The key split's tiles: [start, end) of the n_blocks, the first n_full unmasked.
     let (start, n_full, n_blocks) = match (splits_p, key_split) {
         (Some((_, tps, _)), Some(sp)) => {
@@ -1096,51 +1114,35 @@ fn flash_kernel(cfg: &FlashConfig, dtype: DType, split_keys: bool, target: Targe
             let r = b.add(r, mi * 16 + h * 8);
             let ok = b.setp(Cmp::Lt, r, p.rows);
             let elem = b.mad(r, d, cols0);
-            match part {
-                None if three => {
-                    let off = b.mul_wide(elem, 4u32);
-                    let at = b.add(oh, off);
-                    for nd in 0..nd_n {
-                        let acc = o_acc[(mi * nd_n + nd) as usize];
-                        let lo = b.mul(acc[(2 * h) as usize], inv);
-                        let hi = b.mul(acc[(2 * h + 1) as usize], inv);
-                        b.guarded(ok, false, |b| {
-                            b.st_global_v::<F32, 2>(at, i64::from(nd * 32), [lo.into(), hi.into()])
-                        });
-                    }
+            // Rows of half data are stored rounded (4 bytes a pair); f32 data and
+            // the key-split partials as f32 pairs (8 bytes).
+            let (base, wide) = match part {
+                Some((_, o_base)) => (o_base, true),
+                None => (oh, three),
+            };
+            let off = b.mul_wide(elem, if wide { 4u32 } else { 2 });
+            let at = b.add(base, off);
+            for nd in 0..nd_n {
+                let acc = o_acc[(mi * nd_n + nd) as usize];
+                let lo = b.mul(acc[(2 * h) as usize], inv);
+                let hi = b.mul(acc[(2 * h + 1) as usize], inv);
+                if wide {
+                    b.guarded(ok, false, |b| b.st_global_v::<F32, 2>(at, i64::from(nd * 32), [lo.into(), hi.into()]));
+                } else {
+                    let w = b.f32_pair_to_half(lo, hi, half);
+                    store_if(&mut b, ok, at, i64::from(nd * 16), w);
                 }
-                None => {
-                    let off = b.mul_wide(elem, 2u32);
-                    let at = b.add(oh, off);
-                    for nd in 0..nd_n {
-                        let acc = o_acc[(mi * nd_n + nd) as usize];
-                        let lo = b.mul(acc[(2 * h) as usize], inv);
-                        let hi = b.mul(acc[(2 * h + 1) as usize], inv);
-                        let w = b.f32_pair_to_half(lo, hi, half);
-                        store_if(&mut b, ok, at, i64::from(nd * 16), w);
-                    }
-                }
-                Some((lse_base, o_base)) => {
-                    let off = b.mul_wide(elem, 4u32);
-                    let at = b.add(o_base, off);
-                    for nd in 0..nd_n {
-                        let acc = o_acc[(mi * nd_n + nd) as usize];
-                        let lo = b.mul(acc[(2 * h) as usize], inv);
-                        let hi = b.mul(acc[(2 * h + 1) as usize], inv);
-                        b.guarded(ok, false, |b| {
-                            b.st_global_v::<F32, 2>(at, i64::from(nd * 32), [lo.into(), hi.into()])
-                        });
-                    }
-                    // log2(l) + m, or −∞ where no key was seen.
-                    let lg = b.lg2_approx(l);
-                    let lse_v = b.add(lg, m_run[ri]);
-                    let seen = b.setp(Cmp::Gt, l, 0.0f32);
-                    let lse_v = b.selp(lse_v, f32::NEG_INFINITY, seen);
-                    let write = b.and_pred(ok, lane_t0);
-                    let loff = b.mul_wide(r, 4u32);
-                    let la = b.add(lse_base, loff);
-                    b.guarded(write, false, |b| b.st_global::<F32>(la, 0, lse_v));
-                }
+            }
+            if let Some((lse_base, _)) = part {
+                // log2(l) + m, or −∞ where no key was seen.
+                let lg = b.lg2_approx(l);
+                let lse_v = b.add(lg, m_run[ri]);
+                let seen = b.setp(Cmp::Gt, l, 0.0f32);
+                let lse_v = b.selp(lse_v, f32::NEG_INFINITY, seen);
+                let write = b.and_pred(ok, lane_t0);
+                let loff = b.mul_wide(r, 4u32);
+                let la = b.add(lse_base, loff);
+                b.guarded(write, false, |b| b.st_global::<F32>(la, 0, lse_v));
             }
         }
     }

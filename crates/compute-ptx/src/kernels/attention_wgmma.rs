@@ -26,7 +26,8 @@
 use compute_core::DType;
 
 use super::attention::{
-    Copy16, PARAM_DOC, TileCopies, b_sub1, gcd, head_offsets, inverse_or_zero, issue_tile, params, rescale, visible,
+    Copy16, PARAM_DOC, TileCopies, b_sub1, block_key_tiles, block_rows, gcd, head_offsets, inverse_or_zero, issue_tile,
+    params, rescale, visible,
 };
 use super::gemm_common::store_pair;
 use crate::builder::{BuildError, Cmp, Dim, F32, Half, Kernel, KernelBuilder, Reg, Target, U32, WgmmaInput};
@@ -219,12 +220,7 @@ pub fn hopper(cfg: &HopperConfig, dtype: DType, target: Target) -> Result<Kernel
     let g = b.shr(lane, 2u32);
     let t4 = b.and(lane, 3u32);
 
-    b.comment("the block's rows, heaviest first");
-    let cx = b.ctaid(Dim::X);
-    let nx = b.nctaid(Dim::X);
-    let tile_i = b.sub(nx, cx);
-    let tile_i = b_sub1(&mut b, tile_i);
-    let m0 = b.mul(tile_i, bm);
+    let m0 = block_rows(&mut b, bm);
     let z = b.ctaid(Dim::Z);
     let (qo, kvo) = head_offsets(&mut b, &p, d, 2, z);
     let qh = b.add(p.q, qo);
@@ -232,23 +228,7 @@ pub fn hopper(cfg: &HopperConfig, dtype: DType, target: Target) -> Result<Kernel
     let kh = b.add(p.k, kvo);
     let vh = b.add(p.v, kvo);
 
-    b.comment("keys the block's first and last query positions see");
-    let r_end = b.add(m0, bm);
-    let r_end = b.min(r_end, p.rows);
-    let r_last = b_sub1(&mut b, r_end);
-    let h0 = b.div(m0, p.seq_q);
-    let h1 = b.div(r_last, p.seq_q);
-    let same = b.setp(Cmp::Eq, h0, h1);
-    let p0 = b.rem(m0, p.seq_q);
-    let p1 = b.rem(r_last, p.seq_q);
-    let last_pos = b_sub1(&mut b, p.seq_q);
-    let pmin = b.selp(p0, 0u32, same);
-    let pmax = b.selp(p1, last_pos, same);
-    let vis_min = visible(&mut b, &p, pmin);
-    let vis_max = visible(&mut b, &p, pmax);
-    let n_full = b.div(vis_min, bn);
-    let vm = b.add(vis_max, bn - 1);
-    let n_blocks = b.div(vm, bn);
+    let (n_full, n_blocks) = block_key_tiles(&mut b, &p, (m0, bm), bn);
 
     b.comment("copies: q once, key and value tiles into two stages");
     let q_cp = sw128_copies(&mut b, threads, tid, bm, d);

@@ -115,38 +115,28 @@ impl EmuBackend {
         spec: compute_core::MatmulSpec,
         inputs: &[compute_core::HostVec],
     ) -> compute_core::HostVec {
-        let mut mem = self.mem.lock().unwrap();
-        let ptrs: Vec<u64> = inputs
-            .iter()
-            .map(|v| {
-                let bytes = v.as_slice().as_bytes().to_vec();
-                let p = mem.alloc(bytes.len());
-                mem.write_bytes(p, &bytes);
-                p
-            })
-            .collect();
-        let len = spec.batch * spec.m * spec.n;
-        let pc = mem.alloc(len * spec.out_dtype.size_in_bytes());
-        drop(mem);
-        plan::run_matmul(self, tier, &spec, (ptrs[0], ptrs[1], pc), None).unwrap();
-        let mut mem = self.mem.lock().unwrap();
-        let bytes = mem.read_bytes(pc, len * spec.out_dtype.size_in_bytes());
-        for p in ptrs.into_iter().chain([pc]) {
-            mem.free(p);
-        }
-        let mut out = compute_core::HostVec::zeros(spec.out_dtype, len);
-        out.as_mut().as_bytes_mut().copy_from_slice(&bytes);
-        out
+        let out = (spec.out_dtype, spec.batch * spec.m * spec.n);
+        self.on_device(inputs, out, |ins, o| plan::run_matmul(self, tier, &spec, (ins[0], ins[1], o), None))
     }
-}
 
-impl EmuBackend {
     /// Attention of `spec` on typed `q`, `k`, `v`, with the chosen kernel.
     pub fn attention_typed(
         &self,
         spec: compute_core::AttentionSpec,
         kernel: Option<compute_ptx::plan::AttentionKernel>,
         inputs: &[compute_core::HostVec],
+    ) -> compute_core::HostVec {
+        let out = (spec.dtype, inputs[0].len());
+        self.on_device(inputs, out, |ins, o| plan::run_attention(self, &spec, kernel, (ins[0], ins[1], ins[2], o)))
+    }
+
+    /// Copies `inputs` into emulated device memory, runs `f` on their
+    /// addresses and an output of `out` (dtype, length), and returns the output.
+    fn on_device(
+        &self,
+        inputs: &[compute_core::HostVec],
+        (dtype, len): (DType, usize),
+        f: impl FnOnce(&[u64], u64) -> Result<()>,
     ) -> compute_core::HostVec {
         let mut mem = self.mem.lock().unwrap();
         let ptrs: Vec<u64> = inputs
@@ -158,17 +148,16 @@ impl EmuBackend {
                 p
             })
             .collect();
-        let len = inputs[0].len();
-        let bytes = len * spec.dtype.size_in_bytes();
+        let bytes = len * dtype.size_in_bytes();
         let po = mem.alloc(bytes);
         drop(mem);
-        plan::run_attention(self, &spec, kernel, (ptrs[0], ptrs[1], ptrs[2], po)).unwrap();
+        f(&ptrs, po).unwrap();
         let mut mem = self.mem.lock().unwrap();
         let out_bytes = mem.read_bytes(po, bytes);
         for p in ptrs.into_iter().chain([po]) {
             mem.free(p);
         }
-        let mut out = compute_core::HostVec::zeros(spec.dtype, len);
+        let mut out = compute_core::HostVec::zeros(dtype, len);
         out.as_mut().as_bytes_mut().copy_from_slice(&out_bytes);
         out
     }
