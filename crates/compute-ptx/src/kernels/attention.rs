@@ -1,6 +1,6 @@
 //! Fused attention: `out = softmax(scale·q·kᵀ + mask)·v` without the score matrix.
 //!
-//! Both kernels treat one (batch, key/value head) as a matrix of
+//! The kernels treat one (batch, key/value head) as a matrix of
 //! `rows = group · seq_q` query rows: with `q` laid out `[batch, heads_q,
 //! seq_q, d]`, the query heads that share a key/value head are consecutive,
 //! so their rows follow each other in memory and one block's tile of rows
@@ -14,7 +14,8 @@
 //! - [`flash`] (`f16`/`bf16`, head sizes that are multiples of 16 up to 128):
 //!   FlashAttention-2 on `mma.sync`. A block of `warps` warps owns
 //!   `16·m_tiles` query rows each; the `q` tile is copied to shared memory once
-//!   and held in registers as `mma` fragments; key and value tiles of `bn`
+//!   and held in registers as `mma` fragments (or read from shared memory per
+//!   key tile: [`FlashConfig::q_regs`]); key and value tiles of `bn`
 //!   rows stream through two shared-memory stages by `cp.async` (the next
 //!   tile's copies are in flight while this one is multiplied). Per key tile:
 //!   `S = q·kᵀ` on tensor cores, the running row maximum and sum updated in
@@ -26,7 +27,12 @@
 //!   row of the block sees fully run without the mask; the tiles past the
 //!   first row's limit run with it; tiles past the last row's limit are
 //!   skipped. Shared rows are XOR-swizzled ([`super::gemm_mma::swizzle`]),
-//!   padded to a power of two.
+//!   padded to a power of two. On `f32` data (TF32 opted in) the same kernel
+//!   reads bf16 high and low parts of `q`, `k`, `v` ([`split_bf16`] makes
+//!   them) and computes every product as `ah·bh + ah·bl + al·bh`.
+//! - [`flash_split`] and [`combine`] (flash-decoding): the keys of each row
+//!   tile split across blocks, each writing `f32` partial rows and their
+//!   base-2 log-sum-exp, merged by `combine`.
 //! - [`simt`] (`f32`, any head size up to [`SIMT_MAX_HEAD_DIM`]): one warp
 //!   per query row, keys 32 at a time, lane `j` computing the dot product of
 //!   key `j` with the row (held in shared memory), then the online softmax
