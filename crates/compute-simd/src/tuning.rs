@@ -76,6 +76,27 @@ pub const ATTENTION_BLOCK_K: usize = 256;
 /// measured within 3 % of each other, s = 1024 causal.)
 pub const ATTENTION_DIAGONAL_ROWS: usize = 12;
 
+/// Attention: query rows per key/value head (`group · seq_q`) up to which
+/// the decoding kernel runs: every row of a group against each key block
+/// at once, keys split across threads when the heads are too few.
+pub const ATTENTION_DECODE_MAX_ROWS: usize = 16;
+
+/// Attention, decoding: keys per block. A block of half keys is widened
+/// into an `f32` buffer (32 KiB at head size 128) for the score and value
+/// products, and the next block is prefetched while this one is computed.
+/// Measured (b16, 32:8 heads, 4096 keys, d128, one thread, 2-core Zen 4):
+/// 32, 64 and 128 keys within the noise of one another (bf16 16–18 GB/s,
+/// f32 17–18 GB/s of keys and values); prefetching two blocks ahead instead
+/// of one changed nothing, and `prefetcht0` (12.7 GB/s f32) or
+/// `prefetchnta` (14.6) instead of `prefetcht1` (18.4) lost.
+pub const ATTENTION_DECODE_BLOCK_K: usize = 64;
+
+/// Attention, decoding: fewest keys per chunk when the keys of a head are
+/// split across threads, so that the merge of the chunks' partial results
+/// (`rows·d` values each) stays small beside reading their keys and values
+/// (`2·chunk·d`).
+pub const ATTENTION_DECODE_MIN_CHUNK: usize = 256;
+
 /// GEMM depth block: the `mr × kc` values of `A` of a tile (12 KiB) stay in L1
 /// while the micro-kernel sweeps the packed `kc × nc` block of `B` held in L2;
 /// a deep block also halves the passes over `C` (measured: 512 beats 256 and

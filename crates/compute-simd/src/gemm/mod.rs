@@ -25,12 +25,13 @@
 //! Fused kernels (attention) run their small products block by block on
 //! the same micro-kernels, on their own thread: `pack_transposed` and
 //! `packed_product` (a `B` packed once for several products),
-//! `rows_product` (a row-major `B` read in place) and `dots_product`.
+//! `rows_product` (a row-major `B` read in place) and `dots_product`; bf16
+//! decoding attention runs `dpbf16::scores` and `dpbf16::weighted`.
 //!
 //! Only the micro-kernel modules (`kernel.rs`, `dpbf16.rs`) contain `unsafe`.
 
 pub mod bf16;
-mod dpbf16;
+pub(crate) mod dpbf16;
 mod kernel;
 mod pack;
 #[cfg(test)]

@@ -100,6 +100,11 @@ fn f16c(isa: Isa) -> bool {
 
 fn widen_f16(isa: Isa, src: &[u16], dst: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 && isa.is_supported() {
+        // SAFETY: the CPU has AVX-512F (checked).
+        return unsafe { x86::widen_f16_avx512(src, dst) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if f16c(isa) {
         // SAFETY: the CPU has AVX2 (the path was chosen only if supported) and F16C (checked).
         return unsafe { x86::widen_f16(src, dst) };
@@ -123,6 +128,11 @@ fn narrow_f16(isa: Isa, src: &[f32], dst: &mut [u16]) {
 }
 
 fn widen_bf16(isa: Isa, src: &[u16], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 && isa.is_supported() {
+        // SAFETY: the CPU has AVX-512F (checked).
+        return unsafe { x86::widen_bf16_avx512(src, dst) };
+    }
     #[cfg(target_arch = "x86_64")]
     if matches!(isa, Isa::Avx2 | Isa::Avx512) {
         // SAFETY: the AVX2 and AVX-512 paths are chosen only on CPUs with AVX2.
@@ -497,6 +507,48 @@ mod x86 {
         for (d, &s) in dst[i..n].iter_mut().zip(&src[i..n]) {
             *d = half::f16::from_f32(s).to_bits();
         }
+    }
+
+    /// 16 values per step: `vcvtph2ps` on a `zmm`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn widen_f16_avx512(src: &[u16], dst: &mut [f32]) {
+        let n = src.len().min(dst.len());
+        let mut i = 0;
+        while i + 16 <= n {
+            // SAFETY: `i + 16 <= n`, so 16 values of `src` (32 bytes) and 16 of
+            // `dst` (64 bytes) lie in bounds; both intrinsics accept any alignment.
+            unsafe {
+                let h = _mm256_loadu_si256(src.as_ptr().add(i).cast());
+                _mm512_storeu_ps(dst.as_mut_ptr().add(i), _mm512_cvtph_ps(h));
+            }
+            i += 16;
+        }
+        for (d, &s) in dst[i..n].iter_mut().zip(&src[i..n]) {
+            *d = half::f16::from_bits(s).to_f32();
+        }
+    }
+
+    /// 16 values per step: zero-extended to 32 bits and shifted up, on a `zmm`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn widen_bf16_avx512(src: &[u16], dst: &mut [f32]) {
+        let n = src.len().min(dst.len());
+        let mut i = 0;
+        while i + 16 <= n {
+            // SAFETY: as in `widen_f16_avx512`.
+            unsafe {
+                let h = _mm256_loadu_si256(src.as_ptr().add(i).cast());
+                let w = _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h));
+                _mm512_storeu_ps(dst.as_mut_ptr().add(i), _mm512_castsi512_ps(w));
+            }
+            i += 16;
+        }
+        super::widen_bf16_lanes(&src[i..n], &mut dst[i..n]);
     }
 
     /// # Safety

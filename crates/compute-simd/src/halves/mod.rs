@@ -15,11 +15,17 @@
 //!   a per-thread scratch that stays in cache and is kept between calls.
 //! - Matmul on bf16 operands, on a CPU with AVX512_BF16, runs
 //!   [`gemm::bf16`]: packed straight from bf16, `vdpbf16ps`, `f32` output.
-//! - Other matmuls, conv and attention widen their inputs to `f32` arrays,
-//!   run the `f32` kernel (matmul straight into an `f32` output), and narrow
-//!   the result (attention's softmax weights stay `f32` for `P·V`): `f32`
-//!   speed, plus one pass over each operand and temporary memory of twice the
-//!   half inputs' size (whose first touch costs a page fault per 4 KiB).
+//! - Attention reads half `q`, `k` and `v` in place: its kernel widens each
+//!   query, key and value block into `f32` scratch as it reaches it and
+//!   rounds each output row once (the softmax weights stay `f32` for `P·V`),
+//!   or, for bf16 decoding on a CPU with AVX512_BF16, runs both products on
+//!   `vdpbf16ps` from the bf16 data (the weights rounded to bf16, as
+//!   FlashAttention does). No memory proportional to the tensors.
+//! - Other matmuls and conv widen their inputs to `f32` arrays, run the
+//!   `f32` kernel (matmul straight into an `f32` output), and narrow the
+//!   result: `f32` speed, plus one pass over each operand and temporary
+//!   memory of twice the half inputs' size (whose first touch costs a page
+//!   fault per 4 KiB).
 //!
 //! Conversions are [`convert`]'s vectorised ones.
 
@@ -104,13 +110,16 @@ fn run_into<T: Element>(isa: Isa, op: &Op, inputs: &[HostSlice<'_>], out: &mut [
             into_output(isa, op, out, |o| kernels::conv::conv2d(isa, &spec, &wide[0], &wide[1], o))?;
         }
         Op::Attention(spec) => {
-            // Scores, softmax and both products in `f32` (the weights are not
-            // rounded to the half dtype before `P·V`: more accurate, as allowed).
-            let wide = widen_all(isa, op, inputs)?;
-            let [q, k, v] = &wide[..] else { return Ok(()) };
-            let mut result = Ok(());
-            into_output(isa, op, out, |o| result = kernels::attention::attention(isa, &spec, q, k, v, o))?;
-            result?;
+            // Read in place: the kernel widens each block of q, k and v as it
+            // reaches it (or, bf16 decoding with AVX512_BF16, multiplies the
+            // bf16 values themselves) and rounds each output row once.
+            let &[q, k, v] = inputs else { return Ok(()) };
+            let (Some(q), Some(k), Some(v)) = (T::from_host(q), T::from_host(k), T::from_host(v)) else {
+                // Validation gives every operand the op's dtype: not reached.
+                let other = [q, k, v].into_iter().map(|x| x.dtype()).find(|&d| d != T::DTYPE).unwrap_or(T::DTYPE);
+                return Err(ComputeError::unsupported_dtype(op, BackendKind::Simd, other, "mixed attention dtypes"));
+            };
+            kernels::attention::attention(isa, &spec, q, k, v, out)?;
         }
     }
     Ok(())

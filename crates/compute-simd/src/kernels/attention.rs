@@ -15,6 +15,20 @@
 //!
 //! At the end each row is `O / l`, or zeros for a query that saw no key.
 //!
+//! `f16` and `bf16` data are read in place: each task widens its query rows
+//! into its scaled-query scratch, and each key block and value block into an
+//! `f32` block buffer as it reaches them ([`convert::widen`]); output rows
+//! are rounded to the dtype once, when stored. Nothing proportional to the
+//! tensors is allocated. `f32` keys and values are read in place.
+//!
+//! Decoding shapes (at most [`ATTENTION_DECODE_MAX_ROWS`] query rows per
+//! key/value head: one query, or a few, times the heads of a group) take the
+//! `decode` kernel: every query row of a group against each key block at
+//! once, so the group's keys and values are read once, with the keys of
+//! each head split into chunks processed in parallel when there are too few
+//! heads for the threads (flash-decoding), merged with the log-sum-exp
+//! rule; bf16 on a CPU with AVX512_BF16 runs both products on `vdpbf16ps`.
+//!
 //! Masks: the key range of a query block stops at the last key its last row
 //! sees (causal masks skip every block past the diagonal), and rows that see
 //! none of a key block sit it out. On the diagonal the rows go in segments
@@ -25,7 +39,8 @@
 //! Extra memory: per thread, one block of scaled queries, scores, output
 //! accumulators and packed keys (about `bq·(2·d + bk) + bk·d` values, plus
 //! `bk·d` for the ragged columns of `V`, touched only when `d` is not a
-//! whole number of panels), kept between calls and independent of the
+//! whole number of panels, and `2·bk·d` for the widened key and value
+//! blocks of half data), kept between calls and independent of the
 //! sequence lengths.
 //! Tasks run in parallel above [`PAR_GEMM_MIN_MACS`] multiply-adds
 //! (`fork::each`), the heaviest first.
@@ -33,16 +48,20 @@
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use compute_core::{AttentionSpec, BackendKind, ComputeError, DType, Result};
+use compute_core::{AttentionSpec, BackendKind, ComputeError, DType, Element, Result};
 
 use super::fork;
 use super::par;
 use crate::gemm;
+use crate::halves::convert;
 use crate::isa::Isa;
 use crate::simd::{Block, LANES, LaneFn, SimdF32, WithSimd, blocks, dispatch, math};
 use crate::tuning::{
-    ATTENTION_BLOCK_K, ATTENTION_BLOCK_Q, ATTENTION_DIAGONAL_ROWS, GEMM_DOTS_MAX_M, PAR_GEMM_MIN_MACS,
+    ATTENTION_BLOCK_K, ATTENTION_BLOCK_Q, ATTENTION_DECODE_MAX_ROWS, ATTENTION_DIAGONAL_ROWS, GEMM_DOTS_MAX_M,
+    PAR_GEMM_MIN_MACS,
 };
+
+mod decode;
 
 /// Fewest query rows per task when a block is cut smaller so that every
 /// thread gets work.
@@ -54,19 +73,22 @@ const MIN_BLOCK_Q: usize = 8;
 const TASKS_PER_THREAD: usize = 4;
 
 /// Computes the attention described by `spec` (layouts in [`AttentionSpec`])
-/// from `q`, `k` and `v` into `out`, on the kernels of `isa` (the portable
-/// ones if this CPU lacks it). Shapes are validated by the backend: slices
-/// shorter than the spec leave `out` unwritten.
+/// from `q`, `k` and `v` into `out`, all of element type `T` (`f32`, `f16`
+/// or `bf16`; `spec.dtype` is not consulted), on the kernels of `isa` (the
+/// portable ones if this CPU lacks it). Shapes are validated by the
+/// backend: slices shorter than the spec leave `out` unwritten.
 ///
 /// Costs `4·d` FLOPs per visible (query, key) pair on the SGEMM
 /// micro-kernels (plus the masked part of the blocks on a causal diagonal),
 /// one vectorised `exp` per computed score, and one copy of every key block
-/// per query block (packing). Uses every thread of the pool in scope above
-/// [`PAR_GEMM_MIN_MACS`] multiply-adds, over (batch, head, query block)
-/// tasks. Memory: see the module documentation; `OutOfMemory` if a thread's
-/// block buffers cannot be allocated (the rows of its tasks are then left
-/// unwritten).
-pub fn attention(isa: Isa, spec: &AttentionSpec, q: &[f32], k: &[f32], v: &[f32], out: &mut [f32]) -> Result<()> {
+/// per query block (packing; for half data also one widening of every key
+/// and value block per query block). Uses every thread of the pool in scope
+/// above [`PAR_GEMM_MIN_MACS`] multiply-adds, over (batch, head, query
+/// block) tasks, or for decoding shapes over (batch, key/value head, key
+/// chunk) tasks. Memory: see the module documentation; `OutOfMemory` if a
+/// thread's block buffers (or the partial results of key chunks) cannot be
+/// allocated (the rows of its tasks are then left unwritten).
+pub fn attention<T: Element>(isa: Isa, spec: &AttentionSpec, q: &[T], k: &[T], v: &[T], out: &mut [T]) -> Result<()> {
     let isa = if isa.is_supported() { isa } else { Isa::Portable };
     let d = spec.head_dim;
     let heads = spec.batch.checked_mul(spec.heads_q);
@@ -87,14 +109,15 @@ pub fn attention(isa: Isa, spec: &AttentionSpec, q: &[f32], k: &[f32], v: &[f32]
     {
         return Ok(());
     }
-    let threads = par::threads();
-    let macs = spec.pairs().saturating_mul(heads as u64).saturating_mul(2 * d as u64);
-    let parallel = threads > 1 && macs >= PAR_GEMM_MIN_MACS as u64;
-    let bq = block_rows(spec.seq_q, heads, if parallel { threads } else { 1 });
+    let workers = workers(spec, par::threads());
+    if spec.group().saturating_mul(spec.seq_q) <= ATTENTION_DECODE_MAX_ROWS {
+        return decode::attention(isa, spec, (q, k, v), out, workers);
+    }
+    let bq = block_rows(spec.seq_q, heads, workers);
     let bk = ATTENTION_BLOCK_K;
-    let sizes = Sizes::new(isa, bq, bk, d);
+    let sizes = Sizes::new(isa, bq, bk, d, T::DTYPE != DType::F32);
     let ctx = Ctx { isa, spec, k, v, bk, sizes };
-    let mut tasks: Vec<Task<'_>> = Vec::new();
+    let mut tasks: Vec<Task<'_, T>> = Vec::new();
     for (head, o) in out.chunks_exact_mut(q_head).take(heads).enumerate() {
         let qh = q.get(head * q_head..(head + 1) * q_head).unwrap_or_default();
         for (qb, (o, qr)) in o.chunks_mut(bq * d).zip(qh.chunks(bq * d)).enumerate() {
@@ -107,24 +130,82 @@ pub fn attention(isa: Isa, spec: &AttentionSpec, q: &[f32], k: &[f32], v: &[f32]
         tasks.sort_by_key(|t| std::cmp::Reverse(spec.visible((t.i0 + t.out.len() / d).saturating_sub(1))));
     }
     let failed = AtomicBool::new(false);
-    let run = |t: Task<'_>| {
+    let run = |t: Task<'_, T>| {
         if !with_scratch(sizes.total, |buf| ctx.task(t, buf)) {
             failed.store(true, Ordering::Relaxed);
         }
     };
-    if parallel {
+    if workers > 1 {
         fork::each(tasks, run);
     } else {
         tasks.into_iter().for_each(run);
     }
     if failed.load(Ordering::Relaxed) {
-        return Err(ComputeError::OutOfMemory {
-            op: "attention",
-            backend: BackendKind::Simd,
-            requested_bytes: DType::F32.bytes_for(sizes.total).unwrap_or(u64::MAX),
-        });
+        return Err(out_of_memory(sizes.total));
     }
     Ok(())
+}
+
+/// Threads `spec` runs on out of `threads`: all of them above
+/// [`PAR_GEMM_MIN_MACS`] multiply-adds, else 1.
+fn workers(spec: &AttentionSpec, threads: usize) -> usize {
+    let heads = spec.batch.saturating_mul(spec.heads_q) as u64;
+    let macs = spec.pairs().saturating_mul(heads).saturating_mul(2 * spec.head_dim as u64);
+    if threads > 1 && macs >= PAR_GEMM_MIN_MACS as u64 { threads } else { 1 }
+}
+
+/// `OutOfMemory` for `values` `f32`s of scratch.
+fn out_of_memory(values: usize) -> ComputeError {
+    ComputeError::OutOfMemory {
+        op: "attention",
+        backend: BackendKind::Simd,
+        requested_bytes: DType::F32.bytes_for(values).unwrap_or(u64::MAX),
+    }
+}
+
+/// `src` as `f32`: itself when `T` is `f32`, else widened into the front of
+/// `buf` (as much of it as fits).
+fn wide<'a, T: Element>(isa: Isa, src: &'a [T], buf: &'a mut [f32]) -> &'a [f32] {
+    if let Some(s) = f32::from_host(T::host(src)) {
+        return s;
+    }
+    let dst = buf.get_mut(..src.len()).unwrap_or_default();
+    convert::widen(isa, src, dst);
+    dst
+}
+
+/// `dst = scale·src` in `f32` (over the shorter length).
+fn scaled<T: Element>(isa: Isa, src: &[T], scale: f32, dst: &mut [f32]) {
+    match f32::from_host(T::host(src)) {
+        Some(s) => {
+            for (x, &y) in dst.iter_mut().zip(s) {
+                *x = y * scale;
+            }
+        }
+        None => {
+            let n = src.len().min(dst.len());
+            let dst = &mut dst[..n];
+            convert::widen(isa, src, dst);
+            for x in dst {
+                *x *= scale;
+            }
+        }
+    }
+}
+
+/// The last step of a task: row `r` of `out` (`d` values each) is row `r` of
+/// `o` (stride `ldo`) divided by `l[r]`, or zeros when `l[r] = 0`, rounded
+/// to `T`. For half outputs the rows of `o` are divided in place first.
+fn finish<T: Element>(isa: Isa, o: &mut [f32], ldo: usize, l: &[f32], d: usize, out: &mut [T]) {
+    if let Some(out) = f32::from_host_mut(T::host_mut(out)) {
+        dispatch(isa, Finish { o, ldo, l, d, out });
+        return;
+    }
+    let l = l.get(..out.len() / d.max(1)).unwrap_or(l);
+    dispatch(isa, Normalise { o: &mut *o, ldo, l });
+    for (orow, dst) in o.chunks(ldo).zip(out.chunks_exact_mut(d)) {
+        convert::narrow(isa, orow.get(..d).unwrap_or_default(), dst);
+    }
 }
 
 /// Query rows per task: [`ATTENTION_BLOCK_Q`], or fewer (down to
@@ -143,13 +224,13 @@ fn block_rows(seq_q: usize, heads: usize, threads: usize) -> usize {
 
 /// One task: query rows `i0..` of head `head` (`batch·heads_q + h`) and
 /// their output rows.
-struct Task<'a> {
+struct Task<'a, T> {
     head: usize,
     i0: usize,
     /// The task's query rows (`rows × d`).
-    q: &'a [f32],
+    q: &'a [T],
     /// The task's output rows (`rows × d`).
-    out: &'a mut [f32],
+    out: &'a mut [T],
 }
 
 /// Sizes of the regions of a task's scratch, in values (each a multiple of
@@ -165,27 +246,34 @@ struct Sizes {
     o: usize,
     stats: usize,
     kpack: usize,
-    /// All of it: the regions above, two of `stats`, and the packing buffer of `V`.
+    /// One widened key or value block (`bk·d`) for half data, else 0.
+    wide: usize,
+    /// All of it: the regions above, two of `stats` and of `wide`, and the
+    /// packing buffer of `V`.
     total: usize,
 }
 
 impl Sizes {
-    fn new(isa: Isa, bq: usize, bk: usize, d: usize) -> Sizes {
+    /// The regions for query blocks of `bq` rows, key blocks of `bk` and
+    /// head size `d`, with widening buffers when `half`.
+    fn new(isa: Isa, bq: usize, bk: usize, d: usize, half: bool) -> Sizes {
         let (lds, ldo) = (bk.next_multiple_of(LANES), d.next_multiple_of(LANES));
         let qs = (bq * d).next_multiple_of(LANES);
         let (s, o, stats) = (bq * lds, bq * ldo, bq.next_multiple_of(LANES));
         let kpack = gemm::packed_len(isa, d, bk).next_multiple_of(LANES);
         let vpack = gemm::packed_len(isa, bk, d).next_multiple_of(LANES);
-        Sizes { lds, ldo, qs, s, o, stats, kpack, total: qs + s + o + 2 * stats + kpack + vpack }
+        let wide = if half { (bk * d).next_multiple_of(LANES) } else { 0 };
+        let total = qs + s + o + 2 * stats + kpack + 2 * wide + vpack;
+        Sizes { lds, ldo, qs, s, o, stats, kpack, wide, total }
     }
 }
 
 /// What every task shares.
-struct Ctx<'a> {
+struct Ctx<'a, T> {
     isa: Isa,
     spec: &'a AttentionSpec,
-    k: &'a [f32],
-    v: &'a [f32],
+    k: &'a [T],
+    v: &'a [T],
     bk: usize,
     sizes: Sizes,
 }
@@ -204,6 +292,9 @@ struct Scratch<'a> {
     /// Packed keys of one block, and the ragged columns of its values.
     kpack: &'a mut [f32],
     vpack: &'a mut [f32],
+    /// The key and value blocks widened to `f32` (half data only).
+    kwide: &'a mut [f32],
+    vwide: &'a mut [f32],
 }
 
 impl Sizes {
@@ -213,25 +304,25 @@ impl Sizes {
         let (o, rest) = rest.split_at_mut_checked(self.o)?;
         let (m, rest) = rest.split_at_mut_checked(self.stats)?;
         let (l, rest) = rest.split_at_mut_checked(self.stats)?;
-        let (kpack, vpack) = rest.split_at_mut_checked(self.kpack)?;
-        Some(Scratch { qs, s, o, m, l, kpack, vpack })
+        let (kpack, rest) = rest.split_at_mut_checked(self.kpack)?;
+        let (kwide, rest) = rest.split_at_mut_checked(self.wide)?;
+        let (vwide, vpack) = rest.split_at_mut_checked(self.wide)?;
+        Some(Scratch { qs, s, o, m, l, kpack, vpack, kwide, vwide })
     }
 }
 
-impl Ctx<'_> {
+impl<T: Element> Ctx<'_, T> {
     /// Runs one task with `buf` (`sizes.total` values, 64-byte aligned) as scratch.
-    fn task(&self, t: Task<'_>, buf: &mut [f32]) {
+    fn task(&self, t: Task<'_, T>, buf: &mut [f32]) {
         let Ctx { isa, spec, bk, sizes: z, .. } = *self;
         let d = spec.head_dim;
         let rows = t.out.len() / d;
-        let Some(Scratch { qs, s, o, m, l, kpack, vpack }) = z.carve(buf) else { return };
+        let Some(Scratch { qs, s, o, m, l, kpack, vpack, kwide, vwide }) = z.carve(buf) else { return };
         if rows == 0 {
             return;
         }
         // The scale goes on the queries once, not on every score.
-        for (x, &y) in qs.iter_mut().zip(t.q) {
-            *x = y * spec.scale;
-        }
+        scaled(isa, t.q, spec.scale, qs);
         o.get_mut(..rows * z.ldo).unwrap_or_default().fill(0.0);
         m.fill(f32::NEG_INFINITY);
         l.fill(0.0);
@@ -248,8 +339,8 @@ impl Ctx<'_> {
             let seen = |r: usize| spec.visible(t.i0 + r).saturating_sub(j0).min(w);
             // Rows that see none of these keys (a prefix, on a causal mask) sit this block out.
             let r0 = (0..rows).find(|&r| seen(r) > 0).unwrap_or(rows);
-            let kb = kh.get(j0 * d..(j0 + w) * d).unwrap_or_default();
-            let vb = vh.get(j0 * d..(j0 + w) * d).unwrap_or_default();
+            let kb = wide(isa, kh.get(j0 * d..(j0 + w) * d).unwrap_or_default(), &mut *kwide);
+            let vb = wide(isa, vh.get(j0 * d..(j0 + w) * d).unwrap_or_default(), &mut *vwide);
             // The block's keys packed once for all its rows, unless they are
             // few enough for dot products.
             let keys_b = if rows - r0 <= GEMM_DOTS_MAX_M {
@@ -287,7 +378,7 @@ impl Ctx<'_> {
             }
             j0 += w;
         }
-        dispatch(isa, Finish { o, ldo: z.ldo, l, d, out: t.out });
+        finish(isa, o, z.ldo, l, d, t.out);
     }
 }
 
@@ -475,6 +566,29 @@ impl WithSimd for Finish<'_> {
         for ((orow, &sum), dst) in o.chunks(ldo).zip(l).zip(out.chunks_exact_mut(d)) {
             let inv = if sum == 0.0 { 0.0 } else { (1.0 / f64::from(sum)) as f32 };
             blocks::map1(s, orow.get(..d).unwrap_or_default(), dst, false, &Times(s.splat(inv)));
+        }
+    }
+}
+
+/// Row `r` of `o` (stride `ldo`, whole vectors) divided by `l[r]` in place,
+/// or zeros when `l[r] = 0`.
+struct Normalise<'a> {
+    o: &'a mut [f32],
+    ldo: usize,
+    l: &'a [f32],
+}
+
+impl WithSimd for Normalise<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<S: SimdF32>(self, s: S) {
+        let Normalise { o, ldo, l } = self;
+        for (orow, &sum) in o.chunks_mut(ldo).zip(l) {
+            let inv = s.splat(if sum == 0.0 { 0.0 } else { (1.0 / f64::from(sum)) as f32 });
+            let (row, _) = orow.as_chunks_mut::<LANES>();
+            for b in row {
+                s.store(b, s.mul(s.load(b), inv));
+            }
         }
     }
 }

@@ -105,6 +105,22 @@ impl SimdF32 for Avx2 {
     }
 
     #[inline(always)]
+    fn prefetch_bytes(self, bytes: &[u8]) {
+        for line in bytes.chunks(64) {
+            // SAFETY: prefetching is part of SSE, which every x86-64 CPU has,
+            // and never faults; the pointer comes from a reference anyway.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(line.as_ptr().cast()) }
+        }
+        // A range that starts inside a line may end in one more.
+        if let Some(last) = bytes.last()
+            && !(bytes.as_ptr() as usize).is_multiple_of(64)
+        {
+            // SAFETY: as above.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(std::ptr::from_ref(last).cast()) }
+        }
+    }
+
+    #[inline(always)]
     fn add(self, a: V2, b: V2) -> V2 {
         pair!(_mm256_add_ps, a, b)
     }
@@ -199,6 +215,38 @@ impl SimdF32 for Avx2 {
         avx!(_mm256_movemask_ps(_mm256_or_ps(m[0], m[1])) != 0)
     }
 
+    #[inline(always)]
+    fn reduce_add16(self, v: [V2; 16]) -> V2 {
+        // The two halves of each vector added, then per group of eight
+        // inputs: 128-bit halves (`vperm2f128`), pairs and single lanes
+        // within 128 bits (`vshufps`). Lane `4c + t` of a group ends up with
+        // slot `2t + c`, so slot `2t + c` is fed input `4c + t`. (Plain
+        // loops, no closures: everything must inline into the
+        // `#[target_feature]` caller.)
+        avx!({
+            let mut out = [_mm256_setzero_ps(); 2];
+            for (g, o) in out.iter_mut().enumerate() {
+                let mut u = [_mm256_setzero_ps(); 8];
+                for (slot, x) in u.iter_mut().enumerate() {
+                    let [a, b] = v[8 * g + 4 * (slot % 2) + slot / 2];
+                    *x = _mm256_add_ps(a, b);
+                }
+                let mut x1 = [_mm256_setzero_ps(); 4];
+                for (i, x) in x1.iter_mut().enumerate() {
+                    let (a, b) = (u[2 * i], u[2 * i + 1]);
+                    *x = _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(a, b), _mm256_permute2f128_ps::<0x31>(a, b));
+                }
+                let mut x2 = [_mm256_setzero_ps(); 2];
+                for (i, x) in x2.iter_mut().enumerate() {
+                    let (a, b) = (x1[2 * i], x1[2 * i + 1]);
+                    *x = _mm256_add_ps(_mm256_shuffle_ps::<0x44>(a, b), _mm256_shuffle_ps::<0xEE>(a, b));
+                }
+                let (a, b) = (x2[0], x2[1]);
+                *o = _mm256_add_ps(_mm256_shuffle_ps::<0x88>(a, b), _mm256_shuffle_ps::<0xDD>(a, b));
+            }
+            out
+        })
+    }
     #[inline(always)]
     fn reduce_add(self, v: V2) -> f32 {
         avx!({

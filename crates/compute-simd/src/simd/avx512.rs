@@ -92,6 +92,22 @@ impl SimdF32 for Avx512 {
     }
 
     #[inline(always)]
+    fn prefetch_bytes(self, bytes: &[u8]) {
+        for line in bytes.chunks(64) {
+            // SAFETY: prefetching is part of SSE, which every x86-64 CPU has,
+            // and never faults; the pointer comes from a reference anyway.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(line.as_ptr().cast()) }
+        }
+        // A range that starts inside a line may end in one more.
+        if let Some(last) = bytes.last()
+            && !(bytes.as_ptr() as usize).is_multiple_of(64)
+        {
+            // SAFETY: as above.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(std::ptr::from_ref(last).cast()) }
+        }
+    }
+
+    #[inline(always)]
     fn add(self, a: __m512, b: __m512) -> __m512 {
         avx512!(_mm512_add_ps(a, b))
     }
@@ -181,9 +197,43 @@ impl SimdF32 for Avx512 {
         ))
     }
 
+    const VECTORS: usize = 32;
+
     #[inline(always)]
     fn reduce_add(self, v: __m512) -> f32 {
         avx512!(_mm512_reduce_add_ps(v))
+    }
+    #[inline(always)]
+    fn reduce_add16(self, v: [__m512; 16]) -> __m512 {
+        // Each step halves the vectors, each then holding partial sums of
+        // twice as many inputs: 256-bit halves, 128-bit quarters (both
+        // `vshuff32x4`), then pairs and single lanes within 128 bits
+        // (`vshufps`). Lane `4j + t` ends up with input slot `4t + j`, so
+        // slot `4t + j` is fed input `4j + t`. (Plain loops, no closures:
+        // everything must inline into the `#[target_feature]` caller.)
+        let mut u = v;
+        for (slot, x) in u.iter_mut().enumerate() {
+            *x = v[4 * (slot % 4) + slot / 4];
+        }
+        avx512!({
+            let mut x1 = [_mm512_setzero_ps(); 8];
+            for (i, x) in x1.iter_mut().enumerate() {
+                let (a, b) = (u[2 * i], u[2 * i + 1]);
+                *x = _mm512_add_ps(_mm512_shuffle_f32x4::<0x44>(a, b), _mm512_shuffle_f32x4::<0xEE>(a, b));
+            }
+            let mut x2 = [_mm512_setzero_ps(); 4];
+            for (i, x) in x2.iter_mut().enumerate() {
+                let (a, b) = (x1[2 * i], x1[2 * i + 1]);
+                *x = _mm512_add_ps(_mm512_shuffle_f32x4::<0x88>(a, b), _mm512_shuffle_f32x4::<0xDD>(a, b));
+            }
+            let mut x3 = [_mm512_setzero_ps(); 2];
+            for (i, x) in x3.iter_mut().enumerate() {
+                let (a, b) = (x2[2 * i], x2[2 * i + 1]);
+                *x = _mm512_add_ps(_mm512_shuffle_ps::<0x44>(a, b), _mm512_shuffle_ps::<0xEE>(a, b));
+            }
+            let (a, b) = (x3[0], x3[1]);
+            _mm512_add_ps(_mm512_shuffle_ps::<0x88>(a, b), _mm512_shuffle_ps::<0xDD>(a, b))
+        })
     }
     #[inline(always)]
     fn reduce_max(self, v: __m512) -> f32 {

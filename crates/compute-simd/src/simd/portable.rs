@@ -130,6 +130,13 @@ impl SimdF32 for Portable {
         (m[0] | m[1]).any()
     }
 
+    // Two `f32x8` per vector: on x86-64 (SSE2) four of the sixteen
+    // registers, on aarch64 four of the thirty-two.
+    #[cfg(target_arch = "aarch64")]
+    const VECTORS: usize = 8;
+    #[cfg(not(target_arch = "aarch64"))]
+    const VECTORS: usize = 4;
+
     #[inline(always)]
     fn reduce_add(self, v: W2) -> f32 {
         (v[0] + v[1]).reduce_add()

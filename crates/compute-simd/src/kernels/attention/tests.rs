@@ -4,8 +4,9 @@
 
 use super::*;
 use crate::kernels::test_data::{pool, uniform};
-use compute_core::conformance::{POISON, compare};
-use compute_core::{Mask, Op};
+use crate::tuning::{ATTENTION_DECODE_BLOCK_K, ATTENTION_DECODE_MIN_CHUNK};
+use compute_core::conformance::{POISON, compare, compare_typed, poison_bits};
+use compute_core::{HostVec, Mask, Op, bf16, f16};
 
 const MASKS: [Mask; 3] = [Mask::None, Mask::Causal, Mask::CausalTopLeft];
 
@@ -25,6 +26,165 @@ fn check(isa: Isa, spec: AttentionSpec, threads: usize) -> Vec<f32> {
         panic!("{isa} {} threads={threads}: {msg}", spec.shapes());
     }
     out
+}
+
+/// [`check`] on `T` data: inputs rounded to `T`, read by the kernel as `T`
+/// (no widened copies), the output compared in `T` with the float64
+/// reference of the rounded inputs.
+fn check_typed<T: Element>(isa: Isa, spec: AttentionSpec, threads: usize) -> Vec<T> {
+    let AttentionSpec { batch, heads_q, heads_kv, seq_q, seq_k, head_dim: d, .. } = spec;
+    let seed = (seq_q * 131 + seq_k * 7 + d + heads_q) as u64;
+    let round = |v: Vec<f32>| v.into_iter().map(T::from_f32).collect::<Vec<T>>();
+    let q = round(uniform(batch * heads_q * seq_q * d, -1.0, 1.0, seed));
+    let k = round(uniform(batch * heads_kv * seq_k * d, -1.0, 1.0, seed + 1));
+    let v = round(uniform(batch * heads_kv * seq_k * d, -1.0, 1.0, seed + 2));
+    let poison = HostVec::filled_bits(T::DTYPE, q.len(), poison_bits(T::DTYPE));
+    let mut out = T::from_host(poison.as_slice()).unwrap_or_default().to_vec();
+    let run = |out: &mut [T]| attention(isa, &spec, &q, &k, &v, out);
+    let r = if threads <= 1 { par::sequential(|| run(&mut out)) } else { pool(threads).install(|| run(&mut out)) };
+    assert!(r.is_ok(), "{isa} {spec:?}: {r:?}");
+    let op = Op::Attention(spec.with_dtype(T::DTYPE));
+    if let Some(msg) = compare_typed(&op, &[T::host(&q), T::host(&k), T::host(&v)], T::host(&out), 1.0) {
+        panic!("{isa} {} {} threads={threads}: {msg}", T::DTYPE, spec.shapes());
+    }
+    out
+}
+
+/// Decoding shapes (one or a few queries per head, at most
+/// `ATTENTION_DECODE_MAX_ROWS` rows per key/value head) on `isa`, `threads`.
+fn decode_shapes() -> Vec<AttentionSpec> {
+    let long = 2 * ATTENTION_DECODE_MIN_CHUNK + 3;
+    let mut v = Vec::new();
+    for group in [1, 4, 8] {
+        for sk in [1, 70, ATTENTION_DECODE_BLOCK_K + 1, 1000, long, 4100] {
+            // One (batch, kv head) pair, and four: fewer than four per thread.
+            v.push(AttentionSpec::new(1, group, 1, sk, 64).with_kv_heads(1).causal());
+            v.push(AttentionSpec::new(2, 2 * group, 1, sk, 128).with_kv_heads(2));
+        }
+        // Two queries per head (speculative decoding): rows of a group see
+        // different numbers of keys.
+        v.push(AttentionSpec::new(1, 2 * group, 2, long, 64).with_kv_heads(2).causal());
+    }
+    v
+}
+
+#[test]
+fn decoding_splits_the_keys_across_threads() {
+    let mut split = 0;
+    for spec in decode_shapes() {
+        for threads in [2, 3] {
+            let (keys, chunk, chunks) = decode::key_chunks(&spec, workers(&spec, threads));
+            if chunks > 1 {
+                split += 1;
+                // A ragged last chunk: the key count is not a multiple of it.
+                assert!(!keys.is_multiple_of(chunk) || keys == 1000, "{}", spec.shapes());
+            }
+        }
+    }
+    assert!(split >= 12, "only {split} of the decoding shapes split their keys");
+    for isa in Isa::available() {
+        for spec in decode_shapes() {
+            for threads in [1, 2, 3] {
+                check(isa, spec, threads);
+            }
+        }
+    }
+}
+
+#[test]
+fn decoding_reads_half_data_directly() {
+    for isa in Isa::available() {
+        for spec in decode_shapes() {
+            for threads in [1, 2] {
+                check_typed::<bf16>(isa, spec, threads);
+                check_typed::<f16>(isa, spec, threads);
+            }
+        }
+    }
+}
+
+#[test]
+fn decoding_masks() {
+    let long = 2 * ATTENTION_DECODE_MIN_CHUNK + 3;
+    for isa in Isa::available() {
+        for threads in [1, 2] {
+            // End-aligned: the one query sees every key; start-aligned: only the first.
+            for mask in MASKS {
+                check(isa, AttentionSpec::new(1, 4, 1, long, 64).with_kv_heads(1).with_mask(mask), threads);
+                check_typed::<bf16>(
+                    isa,
+                    AttentionSpec::new(1, 4, 1, long, 64).with_kv_heads(1).with_mask(mask),
+                    threads,
+                );
+            }
+            // 16 rows per kv head (8 queries × 2 heads), end-aligned, 515
+            // keys: the last chunk of 3 keys is past what the first four
+            // queries see, so their rows of that chunk are empty.
+            let spec = AttentionSpec::new(1, 2, 8, 2 * ATTENTION_DECODE_MIN_CHUNK + 3, 32).with_kv_heads(1).causal();
+            check(isa, spec, threads);
+            check_typed::<bf16>(isa, spec, threads);
+            // More queries than keys: the first two of each head see nothing.
+            let spec = AttentionSpec::new(1, 4, 3, 1, 16).with_kv_heads(1).causal();
+            let out = check(isa, spec, threads);
+            for head in out.chunks(3 * 16) {
+                assert!(head[..2 * 16].iter().all(|&x| x == 0.0), "{isa}");
+                assert!(head[2 * 16..].iter().any(|&x| x != 0.0), "{isa}");
+            }
+            let out = check_typed::<f16>(isa, spec, threads);
+            assert!(out.chunks(3 * 16).all(|head| head[..2 * 16].iter().all(|&x| x.to_f32() == 0.0)), "{isa}");
+        }
+    }
+}
+
+#[test]
+fn decoding_keeps_a_stable_softmax_across_key_chunks() {
+    // Scale 30: the chunks' maxima differ by hundreds, so the merge's
+    // weights e^(m − M) span the whole range down to zero.
+    for isa in Isa::available() {
+        for threads in [1, 2, 3] {
+            let spec = AttentionSpec::new(1, 4, 1, 1500, 64).with_kv_heads(1).with_scale(30.0);
+            check(isa, spec, threads);
+            check_typed::<bf16>(isa, spec, threads);
+            check(isa, spec.with_scale(-4.0).causal(), threads);
+        }
+    }
+}
+
+#[test]
+fn decoding_head_sizes_not_a_multiple_of_a_vector() {
+    for isa in Isa::available() {
+        for d in [1, 3, 17, 40, 80, 130] {
+            let spec = AttentionSpec::new(1, 8, 1, 600, d).with_kv_heads(2).causal();
+            check(isa, spec, 2);
+            check_typed::<bf16>(isa, spec, 2);
+            check_typed::<f16>(isa, spec, 1);
+        }
+    }
+}
+
+#[test]
+fn key_chunks_give_every_thread_work() {
+    use decode::chunk_len;
+    // One thread, or enough (batch, kv head) pairs: one chunk.
+    assert_eq!(chunk_len(4096, 1, 1), 4096);
+    assert_eq!(chunk_len(4096, 8, 2), 4096);
+    // One pair on two threads: eight chunks would be 512 keys.
+    assert_eq!(chunk_len(4096, 1, 2), 512);
+    // ... but never below the minimum, rounded up to whole blocks.
+    let c = chunk_len(1000, 1, 2);
+    assert!(c >= ATTENTION_DECODE_MIN_CHUNK && c.is_multiple_of(ATTENTION_DECODE_BLOCK_K) && c < 1000, "{c}");
+    assert_eq!(chunk_len(100, 1, 16), 100);
+    assert_eq!(chunk_len(0, 1, 16), 1);
+}
+
+#[test]
+fn half_prefill_reads_half_data_directly() {
+    for isa in Isa::available() {
+        for mask in MASKS {
+            check_typed::<bf16>(isa, AttentionSpec::new(1, 4, 200, 300, 64).with_kv_heads(2).with_mask(mask), 2);
+            check_typed::<f16>(isa, AttentionSpec::new(1, 2, 37, 70, 17).with_mask(mask), 1);
+        }
+    }
 }
 
 #[test]
