@@ -500,6 +500,27 @@ pub(crate) fn block_key_tiles(
     (n_full, b.div(vm, bn))
 }
 
+/// The two key-tile loops: tile `kb` (advanced by `body`) runs `body(b,
+/// false)` while below `n_full` (every row sees the tile in full), then
+/// `body(b, true)` (masked) while below `n_blocks`.
+pub(crate) fn key_tile_loops(
+    b: &mut KernelBuilder,
+    kb: Reg<U32>,
+    (n_full, n_blocks): (Reg<U32>, Reg<U32>),
+    body: impl Fn(&mut KernelBuilder, bool),
+) {
+    for (masked, end) in [(false, n_full), (true, n_blocks)] {
+        let top = b.label(if masked { "masked_tiles" } else { "full_tiles" });
+        let exit = b.label(if masked { "masked_done" } else { "full_done" });
+        b.place(top);
+        let over = b.setp(Cmp::Ge, kb, end);
+        b.bra_if(over, exit);
+        body(b, masked);
+        b.bra(top);
+        b.place(exit);
+    }
+}
+
 /// `x − 1` (wrapping; callers use it where `x ≥ 1` or clamp with it).
 pub(crate) fn b_sub1(b: &mut KernelBuilder, x: Reg<U32>) -> Reg<U32> {
     let one = b.min(x, 1u32);
@@ -1070,16 +1091,7 @@ fn flash_kernel(cfg: &FlashConfig, dtype: DType, split_keys: bool, target: Targe
         let nk = b.add(kb, 1u32);
         b.assign(kb, nk);
     };
-    for (masked, end) in [(false, n_full), (true, n_blocks)] {
-        let top = b.label(if masked { "masked_tiles" } else { "full_tiles" });
-        let exit = b.label(if masked { "masked_done" } else { "full_done" });
-        b.place(top);
-        let over = b.setp(Cmp::Ge, kb, end);
-        b.bra_if(over, exit);
-        body(&mut b, masked);
-        b.bra(top);
-        b.place(exit);
-    }
+    key_tile_loops(&mut b, kb, (n_full, n_blocks), body);
     b.cp_async_wait(0);
 
     b.blank();

@@ -27,7 +27,7 @@ use compute_core::DType;
 
 use super::attention::{
     Copy16, PARAM_DOC, TileCopies, b_sub1, block_key_tiles, block_rows, gcd, head_offsets, inverse_or_zero, issue_tile,
-    params, rescale, visible,
+    key_tile_loops, params, rescale, visible,
 };
 use super::gemm_common::store_pair;
 use crate::builder::{BuildError, Cmp, Dim, F32, Half, Kernel, KernelBuilder, Reg, Target, U32, WgmmaInput};
@@ -439,16 +439,7 @@ pub fn hopper(cfg: &HopperConfig, dtype: DType, target: Target) -> Result<Kernel
         let nk = b.add(kb, 1u32);
         b.assign(kb, nk);
     };
-    for (masked, end) in [(false, n_full), (true, n_blocks)] {
-        let top = b.label(if masked { "masked_tiles" } else { "full_tiles" });
-        let exit = b.label(if masked { "masked_done" } else { "full_done" });
-        b.place(top);
-        let over = b.setp(Cmp::Ge, kb, end);
-        b.bra_if(over, exit);
-        body(&mut b, masked);
-        b.bra(top);
-        b.place(exit);
-    }
+    key_tile_loops(&mut b, kb, (n_full, n_blocks), body);
     if overlap {
         b.comment("the last tile's P v");
         let none = b.setp(Cmp::Eq, n_blocks, 0u32);

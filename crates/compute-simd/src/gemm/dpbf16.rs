@@ -298,6 +298,41 @@ mod x86 {
         unsafe { std::mem::transmute::<__m512i, __m512bh>(x) }
     }
 
+    /// `acc[r][q] = Σₚ x[r][p]·y[q][p]` over `k` values of each row, 32 at a
+    /// time (the ragged end through masked loads, zeros past `k`), one
+    /// 16-lane partial sum per pair.
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512F, BW and BF16; every `x[r]` and `y[q]` has `k` readable values.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    unsafe fn dot_depth<const MX: usize, const NY: usize>(
+        k: usize,
+        x: &[*const u16; MX],
+        y: &[*const u16; NY],
+    ) -> [[__m512; NY]; MX] {
+        let mut acc = [[_mm512_setzero_ps(); NY]; MX];
+        let mut p = 0;
+        while p < k {
+            let len = (k - p).min(32);
+            let mask = (u64::MAX >> (64 - len)) as __mmask32;
+            let mut yv = [_mm512_setzero_si512(); NY];
+            for (v, &r) in yv.iter_mut().zip(y) {
+                // SAFETY: `p + len ≤ k` values of the row are readable; masked lanes are not read.
+                *v = unsafe { _mm512_maskz_loadu_epi16(mask, r.add(p).cast()) };
+            }
+            for (row, &xr) in acc.iter_mut().zip(x) {
+                // SAFETY: as above.
+                let xv = as_bh(unsafe { _mm512_maskz_loadu_epi16(mask, xr.add(p).cast()) });
+                for (a, &v) in row.iter_mut().zip(&yv) {
+                    *a = _mm512_dpbf16_ps(*a, xv, as_bh(v));
+                }
+            }
+            p += len;
+        }
+        acc
+    }
+
     /// Raw view of a [`super::dots`] call. Contract: `k ≥ 1`; rows `i < m`
     /// of `x` and `j < n` of `y` hold `k` values at `x + i·ldx` and
     /// `y + j·ldy`; `c` has `(m−1)·ldc + n` writable `f32`s with `n ≤ ldc`.
@@ -341,25 +376,8 @@ mod x86 {
                     // SAFETY: row `i + min(r, rows − 1) < m` of `x` (contract).
                     *p = unsafe { args.x.add((i + r.min(rows - 1)) * args.ldx) };
                 }
-                let mut acc = [[_mm512_setzero_ps(); NY]; MX];
-                let mut p = 0;
-                while p < args.k {
-                    let len = (args.k - p).min(32);
-                    let mask = (u64::MAX >> (64 - len)) as __mmask32;
-                    let mut yv = [_mm512_setzero_si512(); NY];
-                    for (v, &r) in yv.iter_mut().zip(&y) {
-                        // SAFETY: `p + len ≤ k` values of the row are readable; masked lanes are not read.
-                        *v = unsafe { _mm512_maskz_loadu_epi16(mask, r.add(p).cast()) };
-                    }
-                    for (row, &xr) in acc.iter_mut().zip(&x) {
-                        // SAFETY: as above.
-                        let xv = as_bh(unsafe { _mm512_maskz_loadu_epi16(mask, xr.add(p).cast()) });
-                        for (a, &v) in row.iter_mut().zip(&yv) {
-                            *a = _mm512_dpbf16_ps(*a, xv, as_bh(v));
-                        }
-                    }
-                    p += len;
-                }
+                // SAFETY: rows of `x` and `y` hold `k` values (contract).
+                let acc = unsafe { dot_depth::<MX, NY>(args.k, &x, &y) };
                 for (r, row) in acc.iter().enumerate().take(rows) {
                     for (q, &a) in row.iter().enumerate().take(cols) {
                         // SAFETY: element `(i + r, j + q)` is inside `c` (`r < rows`, `q < cols`).
@@ -443,25 +461,8 @@ mod x86 {
                 // SAFETY: row `min(j + r, n − 1) < n` of `y` (contract).
                 *ptr = unsafe { args.y.add((j + r).min(args.n - 1) * args.ldy) };
             }
-            let mut acc = [[_mm512_setzero_ps(); NY]; MX];
-            let mut p = 0;
-            while p < args.k {
-                let len = (args.k - p).min(32);
-                let mask = (u64::MAX >> (64 - len)) as __mmask32;
-                let mut yv = [_mm512_setzero_si512(); NY];
-                for (v, &r) in yv.iter_mut().zip(&y) {
-                    // SAFETY: `p + len ≤ k` values of the row are readable; masked lanes are not read.
-                    *v = unsafe { _mm512_maskz_loadu_epi16(mask, r.add(p).cast()) };
-                }
-                for (row, &xr) in acc.iter_mut().zip(&x) {
-                    // SAFETY: as above.
-                    let xv = as_bh(unsafe { _mm512_maskz_loadu_epi16(mask, xr.add(p).cast()) });
-                    for (a, &v) in row.iter_mut().zip(&yv) {
-                        *a = _mm512_dpbf16_ps(*a, xv, as_bh(v));
-                    }
-                }
-                p += len;
-            }
+            // SAFETY: rows of `x` and `y` hold `k` values (contract).
+            let acc = unsafe { dot_depth::<MX, NY>(args.k, &x, &y) };
             let mut all = [_mm512_setzero_ps(); 16];
             for (dst, src) in all.chunks_exact_mut(NY).zip(&acc) {
                 dst.copy_from_slice(src);
