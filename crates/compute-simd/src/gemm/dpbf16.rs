@@ -132,6 +132,9 @@ pub(crate) fn scores(
     let wide = n.next_multiple_of(16);
     let c_ok = ldc >= wide && c.len() >= (m - 1).saturating_mul(ldc).saturating_add(wide);
     let ok = k > 0 && fits(x, ldx, m) && fits(y, ldy, n) && c_ok && available();
+    // Elsewhere `available()` is false and the arguments go unused.
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (scale, ahead);
     #[cfg(target_arch = "x86_64")]
     if ok {
         let args =
@@ -170,6 +173,8 @@ pub(crate) fn weighted(
     let v_ok = d <= ldv && v.len() >= (n - 1).saturating_mul(ldv).saturating_add(d);
     let o_ok = d <= ldo && o.len() >= (m - 1).saturating_mul(ldo).saturating_add(d);
     let ok = p_ok && v_ok && o_ok && available();
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = ahead;
     #[cfg(target_arch = "x86_64")]
     if ok {
         let args = x86::WeightArgs { n, p: p.as_ptr(), ldp, m, v: v.as_ptr(), ldv, d, o: o.as_mut_ptr(), ldo, ahead };
