@@ -15,22 +15,7 @@ import sys
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-
-
-def median_time(fn, reps=15, inner=3):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(inner):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / inner)
-    times.sort()
-    return times[len(times) // 2]
+from torch_timing import median_time
 
 
 def shapes(quick):
@@ -74,7 +59,7 @@ def main():
             try:
                 with sdpa_kernel(backend):
                     fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=torch_causal, enable_gqa=hq != hkv)
-                    t = median_time(fn)
+                    t = median_time(fn, reps=15, inner=3)
             except RuntimeError as e:
                 print(json.dumps({"shape": shape, "backend": bname, "skipped": str(e).splitlines()[0][:120]}), flush=True)
                 continue

@@ -11,22 +11,7 @@ import sys
 
 import torch
 import torch.nn.functional as F
-
-
-def median_time(fn, reps=20, inner=4):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(inner):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / inner)
-    times.sort()
-    return times[len(times) // 2]
+from torch_timing import median_time
 
 
 def row(op, shape, dtype, seconds, nbytes):

@@ -154,6 +154,57 @@ fn operand(
     Ok((ours, theirs))
 }
 
+/// Times `ours` and cuBLAS's `theirs`, `reps` calls each followed by a
+/// synchronisation of its stream, interleaved ([`time_pair`]); seconds per
+/// call, or the first error either returned.
+fn against_cublas(
+    be: &CudaBackend,
+    blas: &Blas,
+    (reps, budget): (usize, Duration),
+    mut ours: impl FnMut() -> Result<(), String>,
+    mut theirs: impl FnMut() -> Result<(), String>,
+) -> Result<(f64, f64), String> {
+    let (mut e1, mut e2) = (None, None);
+    let (a, b) = time_pair(
+        || {
+            for _ in 0..reps {
+                if let Err(e) = ours() {
+                    e1 = Some(e);
+                }
+            }
+            if let Err(e) = be.synchronize() {
+                e1 = Some(e.to_string());
+            }
+        },
+        || {
+            for _ in 0..reps {
+                if let Err(e) = theirs() {
+                    e2 = Some(e);
+                }
+            }
+            if let Err(e) = blas.stream.synchronize() {
+                e2 = Some(e.to_string());
+            }
+        },
+        budget,
+        3,
+    );
+    match e1.or(e2) {
+        Some(e) => Err(e),
+        None => Ok((a / reps as f64, b / reps as f64)),
+    }
+}
+
+/// The largest `|x − y|` relative to the largest `|y|`; NaN anywhere (a
+/// missed store would leave poison) makes it NaN.
+fn relative_difference(x: &[f32], y: &[f32]) -> f32 {
+    let scale = y.iter().fold(0.0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE);
+    x.iter().zip(y).fold(0.0f32, |m, (p, q)| {
+        let d = (p - q).abs();
+        if d.is_nan() || m.is_nan() { f32::NAN } else { m.max(d) }
+    }) / scale
+}
+
 /// The kernel a tier runs for `dtype` in and out.
 fn kernel_name(tier: GemmTier, dtype: DType, s: Shape) -> String {
     match tier {
@@ -216,46 +267,19 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
             });
         }
         for tier in tiers {
-            let (mut e1, mut e2) = (None, None);
-            let (ours, theirs) = time_pair(
-                || {
-                    for _ in 0..reps {
-                        if let Err(e) = be.matmul_tier(tier, spec, &a, &b, &c) {
-                            e1 = Some(e.to_string());
-                        }
-                    }
-                    if let Err(e) = be.synchronize() {
-                        e1 = Some(e.to_string());
-                    }
-                },
-                || {
-                    for _ in 0..reps {
-                        if let Err(e) = blas.gemm(dtype, s, &ca, &cb, &mut cc) {
-                            e2 = Some(e);
-                        }
-                    }
-                    if let Err(e) = blas.stream.synchronize() {
-                        e2 = Some(e.to_string());
-                    }
-                },
-                budget,
-                3,
-            );
             let shape = format!("{}x{}x{}{}", s.m, s.n, s.k, if s.trans_b { " B^T" } else { "" });
-            if let Some(e) = e1.or(e2) {
-                return Err(format!("{dtype} GEMM {shape}: {e}"));
-            }
-            let (ours, theirs) = (ours / reps as f64, theirs / reps as f64);
+            let (ours, theirs) = against_cublas(
+                be,
+                &blas,
+                (reps, budget),
+                || be.matmul_tier(tier, spec, &a, &b, &c).map_err(err),
+                || blas.gemm(dtype, s, &ca, &cb, &mut cc),
+            )
+            .map_err(|e| format!("{dtype} GEMM {shape}: {e}"))?;
             let mut mine = HostVec::zeros(dtype, s.m * s.n);
             be.download_typed(&c, mine.as_mut()).map_err(err)?;
             let other: Vec<u16> = blas.stream.clone_dtoh(&cc).map_err(err)?;
-            let (x, y) = (mine.to_f32(), widen(dtype, &other));
-            let scale = y.iter().fold(0.0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE);
-            // NaN anywhere (a missed store would leave poison) makes the figure NaN.
-            let diff = x.iter().zip(&y).fold(0.0f32, |m, (p, q)| {
-                let d = (p - q).abs();
-                if d.is_nan() || m.is_nan() { f32::NAN } else { m.max(d) }
-            }) / scale;
+            let diff = relative_difference(&mine.to_f32(), &widen(dtype, &other));
             let name = kernel_name(tier, dtype, s);
             let mut r = record(&format!("gemm {dtype}"), shape, device, "resident", ours).with_peer("cublas", theirs);
             r.gflops = Some(flops / ours / 1e9);
@@ -305,44 +329,19 @@ fn tf32_row(
     let tier = GemmTier::Wgmma(WgmmaConfig::for_shape(1, s.m, s.n, sms));
     let flops = 2.0 * (s.m * s.n * s.k) as f64;
     let reps = ((1u64 << 36) as f64 / flops).clamp(1.0, 16.0) as usize;
-    let (mut e1, mut e2) = (None, None);
-    let (ours, theirs) = time_pair(
-        || {
-            for _ in 0..reps {
-                if let Err(e) = be.matmul_tier(tier, spec, &a, &b, &c) {
-                    e1 = Some(e.to_string());
-                }
-            }
-            if let Err(e) = be.synchronize() {
-                e1 = Some(e.to_string());
-            }
-        },
-        || {
-            for _ in 0..reps {
-                if let Err(e) = blas.gemm_tf32(s, &ca, &cb, &mut cc) {
-                    e2 = Some(e);
-                }
-            }
-            if let Err(e) = blas.stream.synchronize() {
-                e2 = Some(e.to_string());
-            }
-        },
-        budget,
-        3,
-    );
     let shape = format!("{}x{}x{} B^T", s.m, s.n, s.k);
-    if let Some(e) = e1.or(e2) {
-        return Err(format!("tf32 GEMM {shape}: {e}"));
-    }
-    let (ours, theirs) = (ours / reps as f64, theirs / reps as f64);
+    let (ours, theirs) = against_cublas(
+        be,
+        blas,
+        (reps, budget),
+        || be.matmul_tier(tier, spec, &a, &b, &c).map_err(err),
+        || blas.gemm_tf32(s, &ca, &cb, &mut cc),
+    )
+    .map_err(|e| format!("tf32 GEMM {shape}: {e}"))?;
     let mut mine = vec![0.0f32; s.m * s.n];
     be.download(&c, &mut mine).map_err(err)?;
     let other: Vec<f32> = blas.stream.clone_dtoh(&cc).map_err(err)?;
-    let scale = other.iter().fold(0.0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE);
-    let diff = mine.iter().zip(&other).fold(0.0f32, |m, (p, q)| {
-        let d = (p - q).abs();
-        if d.is_nan() || m.is_nan() { f32::NAN } else { m.max(d) }
-    }) / scale;
+    let diff = relative_difference(&mine, &other);
     let name = WgmmaConfig::for_shape(1, s.m, s.n, sms).kernel_name(DType::F32, DType::F32, false, true);
     let mut r = record("gemm tf32", shape, device, "resident", ours).with_peer("cublas", theirs);
     r.gflops = Some(flops / ours / 1e9);

@@ -106,18 +106,7 @@ impl SimdF32 for Avx2 {
 
     #[inline(always)]
     fn prefetch_bytes(self, bytes: &[u8]) {
-        for line in bytes.chunks(64) {
-            // SAFETY: prefetching is part of SSE, which every x86-64 CPU has,
-            // and never faults; the pointer comes from a reference anyway.
-            unsafe { _mm_prefetch::<_MM_HINT_T1>(line.as_ptr().cast()) }
-        }
-        // A range that starts inside a line may end in one more.
-        if let Some(last) = bytes.last()
-            && !(bytes.as_ptr() as usize).is_multiple_of(64)
-        {
-            // SAFETY: as above.
-            unsafe { _mm_prefetch::<_MM_HINT_T1>(std::ptr::from_ref(last).cast()) }
-        }
+        super::prefetch_lines_l2(bytes);
     }
 
     #[inline(always)]
