@@ -9,7 +9,7 @@
 //! each. The outcome of that first attempt, success or the error, is kept for
 //! the life of the process.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use compute_core::{Backend, ComputeError};
 use compute_simd::SimdBackend;
@@ -62,17 +62,47 @@ pub fn probe() -> Vec<Found> {
 
 /// [`probe`], also returning the typed GPU handles.
 pub(crate) fn probe_native() -> (Vec<Found>, Native) {
+    // The two GPU devices open at the same time (each takes tens to hundreds
+    // of milliseconds, mostly in its driver), one after the other in the browser.
+    let (cuda, wgpu) = open_gpus();
     #[cfg(any(feature = "gpu", feature = "gpu-wasm"))]
-    let (wgpu, native) = match wgpu() {
+    let (wgpu, native) = match wgpu {
         Ok(w) => (Ok(Arc::new(w.clone()) as Arc<dyn Backend>), Native { wgpu: Some(w) }),
         Err(e) => (Err(e), Native::default()),
     };
     #[cfg(not(any(feature = "gpu", feature = "gpu-wasm")))]
-    let (wgpu, native) = (wgpu(), Native::default());
-    let mut found =
-        vec![Found { engine: Engine::Cuda, backend: cuda() }, Found { engine: Engine::Wgpu, backend: wgpu }];
+    let native = Native::default();
+    let mut found = vec![Found { engine: Engine::Cuda, backend: cuda }, Found { engine: Engine::Wgpu, backend: wgpu }];
     found.extend(cpu_found());
     (found, native)
+}
+
+/// The outcome of opening the CUDA device, and of opening the wgpu one.
+type Opened = (Result<Arc<dyn Backend>, ComputeError>, WgpuOpened);
+
+#[cfg(any(feature = "gpu", feature = "gpu-wasm"))]
+type WgpuOpened = Result<compute_wgpu::WgpuBackend, ComputeError>;
+#[cfg(not(any(feature = "gpu", feature = "gpu-wasm")))]
+type WgpuOpened = Result<Arc<dyn Backend>, ComputeError>;
+
+/// Opens (or, after the first call, hands out) the CUDA and wgpu devices,
+/// on two threads where there are threads: the first probe then takes as long
+/// as the slower driver, not both.
+fn open_gpus() -> Opened {
+    if cfg!(target_arch = "wasm32") {
+        return (cuda(), wgpu());
+    }
+    std::thread::scope(|scope| {
+        let opening = scope.spawn(cuda);
+        let wgpu = wgpu();
+        let cuda = opening.join().unwrap_or_else(|_| {
+            Err(ComputeError::DeviceUnavailable {
+                backend: compute_core::BackendKind::Cuda,
+                reason: "the thread opening the device panicked".into(),
+            })
+        });
+        (cuda, wgpu)
+    })
 }
 
 /// An engine and its backend.
@@ -115,7 +145,7 @@ fn cpu_found() -> Vec<Found> {
 
 #[cfg(feature = "cuda")]
 fn cuda() -> Result<Arc<dyn Backend>, ComputeError> {
-    static CUDA: OnceLock<Result<Arc<dyn Backend>, ComputeError>> = OnceLock::new();
+    static CUDA: std::sync::OnceLock<Result<Arc<dyn Backend>, ComputeError>> = std::sync::OnceLock::new();
     CUDA.get_or_init(|| compute_ptx::CudaBackend::new().map(|b| Arc::new(b) as Arc<dyn Backend>)).clone()
 }
 
@@ -129,7 +159,7 @@ fn cuda() -> Result<Arc<dyn Backend>, ComputeError> {
 
 #[cfg(any(feature = "gpu", feature = "gpu-wasm"))]
 fn wgpu() -> Result<compute_wgpu::WgpuBackend, ComputeError> {
-    static WGPU: OnceLock<Result<compute_wgpu::WgpuBackend, ComputeError>> = OnceLock::new();
+    static WGPU: std::sync::OnceLock<Result<compute_wgpu::WgpuBackend, ComputeError>> = std::sync::OnceLock::new();
     WGPU.get_or_init(compute_wgpu::WgpuBackend::new).clone()
 }
 
