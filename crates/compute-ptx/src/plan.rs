@@ -8,9 +8,10 @@
 //! operands runs on tensor cores when its shape suits their 16-byte copies
 //! ([`mma_fits`]): the `wgmma` kernel ([`GemmTier::Wgmma`], its tile shape
 //! chosen for the output's size) on a compute capability 9.0 device, the
-//! `mma.sync` kernel ([`GemmTier::Mma`]) otherwise. The `wgmma` kernel also
-//! reads `f32` as TF32 ([`tf32_fits`]), through [`run_matmul`] only: the
-//! plans do not pick it for TF32 matmuls until it has run on a GPU. Other half matmuls, and
+//! `mma.sync` kernel ([`GemmTier::Mma`]) otherwise. On compute capability
+//! 9.0 the `wgmma` kernel also takes `f32` matmuls with TF32 opted in whose
+//! layout it reads ([`tf32_fits`]: `A·Bᵀ`); other TF32 matmuls run the
+//! full-precision `f32` GEMM, which meets the TF32 bound. Other half matmuls, and
 //! half conv2d, widen their operands into `f32` temporaries, run the `f32`
 //! GEMM and round the result to the output dtype. [`supported`] says which
 //! ops a plan can run.
@@ -351,6 +352,11 @@ impl Exec<'_> {
                     RowKind::RmsNorm => vec![input(1)?],
                 };
                 self.rows(kind, dt, eps, input(0)?, &params, out, rows, cols, op.name())
+            }
+            // f32 with TF32 opted in, `A·Bᵀ`: the `wgmma` kernel reads it as TF32.
+            Op::Matmul(spec) if self.l.has_wgmma() && tf32_fits(&spec) => {
+                let tc = GemmTc::Wgmma(WgmmaConfig::for_shape(spec.batch, spec.m, spec.n, self.l.sm_count()));
+                self.matmul_tc(tc, &spec, (input(0)?, input(1)?, out), op.name())
             }
             Op::Matmul(spec) if spec.dtype == DType::F32 && spec.out_dtype == DType::F32 => {
                 self.matmul(GemmTier::choose(&spec, false), &spec, input(0)?, input(1)?, out, None, op.name())

@@ -222,9 +222,9 @@ fn matmul_groups_with_wgmma() {
     }
 }
 
-/// The `wgmma` kernel reading `f32` as TF32 (`A·Bᵀ`, forced: the plans do not
-/// pick it yet), on edges, batches and every shape of the sweep, within the
-/// TF32 tolerance; other layouts and full precision are refused.
+/// The `wgmma` kernel reading `f32` as TF32 (`A·Bᵀ`, each tile shape forced),
+/// on edges, batches and every shape of the sweep, within the TF32 tolerance;
+/// other layouts and full precision are refused.
 #[test]
 fn wgmma_tf32_tier() {
     use compute_core::conformance::{compare_typed, typed_inputs_for};
@@ -252,6 +252,32 @@ fn wgmma_tf32_tier() {
     assert!(!compute_ptx::plan::tf32_fits(&full));
     assert!(!compute_ptx::plan::tf32_fits(&MatmulSpec::new(8, 8, 8).with_precision(Precision::Tf32)));
     let _ = DType::F32;
+}
+
+/// On a compute capability 9.0 device the plans run a TF32 `A·Bᵀ` matmul on
+/// the `wgmma` kernel; TF32 in other layouts, and full precision, run the
+/// `f32` GEMM. Each within its tolerance.
+#[test]
+fn plans_pick_wgmma_for_tf32_products_it_reads() {
+    use compute_core::Precision;
+    use compute_core::conformance::{check_op_typed, typed_inputs_for};
+    let emu = EmuBackend::with_wgmma();
+    let mut rng = Rng::new(0x5eed_0007);
+    for (trans_b, precision, kernel) in [
+        (true, Precision::Tf32, "gemm_wgmma_tf32_f32_nt"),
+        (false, Precision::Tf32, "gemm_simt"),
+        (true, Precision::Full, "gemm_simt"),
+    ] {
+        let spec = MatmulSpec { trans_b, ..MatmulSpec::new(72, 36, 80) }.with_precision(precision);
+        let op = Op::Matmul(spec);
+        let inputs = typed_inputs_for(&op, &mut rng);
+        let before = emu.log.lock().unwrap().len();
+        if let Err(e) = check_op_typed(&emu, &op, &inputs, 1.0) {
+            panic!("{spec:?}: {e}");
+        }
+        let names: Vec<String> = emu.log.lock().unwrap()[before..].iter().map(|(k, _)| k.clone()).collect();
+        assert!(names.len() == 1 && names[0].starts_with(kernel), "{spec:?}: {names:?}");
+    }
 }
 
 /// Half data runs the kernels of its own dtype (no detour through `f32`
