@@ -33,11 +33,17 @@ pub fn rows(opts: &CpuOpts) -> Result<Vec<Record>, String> {
     for &t in &opts.threads {
         let backend = SimdBackend::with_threads(t).map_err(|e| e.to_string())?;
         let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build().map_err(|e| e.to_string())?;
+        // A group runs when the filter can match one of its ops' names.
+        let group = |names: &[&str]| filter.is_none_or(|f| names.iter().any(|n| n.contains(f)));
         if others {
-            out.extend(sgemm_rows(&backend, &pool, t, opts.quick)?);
-            out.extend(memory_rows(&backend, &pool, t, opts.quick)?);
-            out.extend(crate::cpu_half::rows(&backend, &pool, t, opts.quick)?);
-            out.extend(crate::cpu_quant::rows(&backend, &pool, t, opts.quick)?);
+            if group(&["sgemm"]) {
+                out.extend(sgemm_rows(&backend, &pool, t, opts.quick)?);
+            }
+            out.extend(memory_rows(&backend, &pool, t, opts.quick, filter)?);
+            out.extend(crate::cpu_half::rows(&backend, &pool, t, opts.quick, filter)?);
+            if group(&["matmul q4_k", "matmul q5_k", "matmul q6_k", "matmul q8_0"]) {
+                out.extend(crate::cpu_quant::rows(&backend, &pool, t, opts.quick)?);
+            }
         }
         if attention {
             out.extend(crate::cpu_attention::rows(&backend, t, opts.quick)?);
@@ -177,7 +183,16 @@ pub(crate) fn gemm_crate<T: 'static + Copy>(a: &[T], b: &[T], c: &mut [T], n: us
     }
 }
 
-fn memory_rows(backend: &SimdBackend, pool: &rayon::ThreadPool, t: usize, quick: bool) -> Result<Vec<Record>, String> {
+/// Streaming ops against a parallel copy, then reductions against a parallel
+/// read; with `filter`, only the ops whose names contain it.
+fn memory_rows(
+    backend: &SimdBackend,
+    pool: &rayon::ThreadPool,
+    t: usize,
+    quick: bool,
+    filter: Option<&str>,
+) -> Result<Vec<Record>, String> {
+    let wanted = |name: &str| filter.is_none_or(|f| name.contains(f));
     let len = if quick { 4 << 20 } else { 16 << 20 };
     let label = format!("{}M", len >> 20);
     let budget = Duration::from_millis(if quick { 200 } else { 700 });
@@ -204,7 +219,7 @@ fn memory_rows(backend: &SimdBackend, pool: &rayon::ThreadPool, t: usize, quick:
     ];
     let gamma = random(4096, 5);
     let beta = random(4096, 6);
-    for op in streaming {
+    for op in streaming.into_iter().filter(|op| wanted(op.name())) {
         let inputs: Vec<&[f32]> = match op {
             Op::Binary { .. } => vec![&x, &y],
             Op::Rows { op: RowOp::LayerNorm { .. }, .. } => vec![&x, &gamma, &beta],
@@ -237,7 +252,10 @@ fn memory_rows(backend: &SimdBackend, pool: &rayon::ThreadPool, t: usize, quick:
         });
         black_box(total);
     };
-    for op in [Op::reduce(ReduceOp::Sum, len), Op::dot(len), Op::reduce(ReduceOp::Max, len)] {
+    for op in [Op::reduce(ReduceOp::Sum, len), Op::dot(len), Op::reduce(ReduceOp::Max, len)]
+        .into_iter()
+        .filter(|op| wanted(op.name()))
+    {
         let inputs: Vec<&[f32]> = if matches!(op, Op::Dot { .. }) { vec![&x, &y] } else { vec![&x] };
         let mut o = [0.0f32];
         let (m, m_read) = time_pair(|| backend.run(&op, &inputs, &mut o).expect("op"), &mut read, budget, 5);

@@ -14,12 +14,20 @@ use crate::cpu::gemm_crate;
 use crate::report::{Record, random, time_pair};
 
 /// Every half-precision row on `t` threads.
-pub fn rows(backend: &SimdBackend, pool: &rayon::ThreadPool, t: usize, quick: bool) -> Result<Vec<Record>, String> {
+pub fn rows(
+    backend: &SimdBackend,
+    pool: &rayon::ThreadPool,
+    t: usize,
+    quick: bool,
+    filter: Option<&str>,
+) -> Result<Vec<Record>, String> {
     let mut rows = Vec::new();
     for dtype in [DType::BF16, DType::F16] {
-        rows.extend(memory_rows(backend, pool, t, quick, dtype)?);
+        rows.extend(memory_rows(backend, pool, t, quick, dtype, filter)?);
     }
-    rows.extend(gemm_rows(backend, pool, t, quick)?);
+    if filter.is_none_or(|f| "matmul".contains(f)) {
+        rows.extend(gemm_rows(backend, pool, t, quick)?);
+    }
     Ok(rows)
 }
 
@@ -36,14 +44,17 @@ fn base(op: &Op, shape: String, backend: &SimdBackend, threads: usize, median_s:
     }
 }
 
-/// Streaming ops on `dtype` against a parallel copy of `len` values of it.
+/// Streaming ops on `dtype` against a parallel copy of `len` values of it;
+/// with `filter`, only the ops whose names contain it.
 fn memory_rows(
     backend: &SimdBackend,
     pool: &rayon::ThreadPool,
     t: usize,
     quick: bool,
     dtype: DType,
+    filter: Option<&str>,
 ) -> Result<Vec<Record>, String> {
+    let wanted = |name: &str| filter.is_none_or(|f| name.contains(f));
     let len = if quick { 4 << 20 } else { 16 << 20 };
     let budget = Duration::from_millis(if quick { 200 } else { 700 });
     let xf = random(len, 3);
@@ -65,7 +76,11 @@ fn memory_rows(
         Op::unary(UnaryOp::Relu, len),
         Op::binary(BinaryOp::Add, len),
         Op::unary(UnaryOp::Scale { s: 1.5 }, len),
+        Op::unary(UnaryOp::Sigmoid, len),
+        Op::unary(UnaryOp::Tanh, len),
+        Op::unary(UnaryOp::Elu { alpha: 1.0 }, len),
         Op::unary(UnaryOp::Gelu(GeluForm::Tanh), len),
+        Op::unary(UnaryOp::Gelu(GeluForm::Erf), len),
         Op::unary(UnaryOp::Swish, len),
         Op::rows(RowOp::Softmax, len / 4096, 4096),
         Op::rows(RowOp::RmsNorm { eps: 1e-6 }, len / 4096, 4096),
@@ -74,7 +89,7 @@ fn memory_rows(
     .map(|op| op.with_dtype(dtype));
     let mut rows = Vec::new();
     let label = format!("{}M {dtype}", len >> 20);
-    for op in ops {
+    for op in ops.into_iter().filter(|op| wanted(op.name())) {
         let inputs: Vec<HostSlice<'_>> = match op {
             Op::Binary { .. } => vec![x.as_slice(), y.as_slice()],
             Op::Rows { op: RowOp::LayerNorm { .. }, .. } => vec![x.as_slice(), gamma.as_slice(), beta.as_slice()],
@@ -86,6 +101,9 @@ fn memory_rows(
         rows.push(bandwidth_row(&op, label.clone(), backend, t, m, m_copy, copy_bytes));
     }
     // Casts: f32 → dtype and back.
+    if !wanted("cast") {
+        return Ok(rows);
+    }
     let wide = HostVec::F32(xf);
     let to = Op::cast(len, DType::F32, dtype);
     let (m, m_copy) =

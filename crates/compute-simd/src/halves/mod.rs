@@ -6,9 +6,12 @@
 //!   ops (all but the transcendentals) and casts take [`convert::fused`]'s
 //!   loop where the CPU has one (AVX2 + F16C): 16 values at a time widened in
 //!   registers, computed, narrowed and stored, streamed past the cache when
-//!   the output is large. Otherwise the piece goes in blocks of [`BLOCK`]
-//!   values, widened into `f32` buffers that stay in L1, computed, and
-//!   narrowed into the output. Memory traffic is the dtype's bytes, once.
+//!   the output is large. The transcendentals on half data in and out take
+//!   [`transcendental::fused`]'s loop on AVX-512, with kernels accurate to
+//!   what the half result keeps rather than to `f32`. Otherwise the piece goes
+//!   in blocks of [`BLOCK`] values, widened into `f32` buffers that stay in
+//!   L1, computed by the `f32` kernels, and narrowed into the output. Memory
+//!   traffic is the dtype's bytes, once.
 //! - Reductions widen block by block as well and add the blocks' partial
 //!   results in `f64`; they return `f32`.
 //! - Row ops work in groups of whole rows (about 64 Ki values), widened into
@@ -30,6 +33,7 @@
 //! Conversions are [`convert`]'s vectorised ones.
 
 pub mod convert;
+pub mod transcendental;
 
 use std::borrow::Cow;
 
@@ -60,14 +64,10 @@ pub fn run(isa: Isa, op: &Op, inputs: &[HostSlice<'_>], out: HostSliceMut<'_>) -
 fn run_into<T: Element>(isa: Isa, op: &Op, inputs: &[HostSlice<'_>], out: &mut [T]) -> Result<()> {
     match *op {
         Op::Unary { op: u, .. } => {
-            // The transcendentals are compute-bound: they keep the staged
-            // path's widest `f32` kernels.
-            let (min, fuse) = if u.is_transcendental() {
-                (PAR_TRANSCENDENTAL_MIN, None)
-            } else {
-                (PAR_ELEMENTWISE_MIN, Some(Lanes::Unary(u)))
-            };
-            staged(isa, inputs, out, min, fuse, |ins, o| kernels::elementwise::unary(isa, u, ins[0], o));
+            let min = if u.is_transcendental() { PAR_TRANSCENDENTAL_MIN } else { PAR_ELEMENTWISE_MIN };
+            staged(isa, inputs, out, min, Some(Lanes::Unary(u)), |ins, o| {
+                kernels::elementwise::unary(isa, u, ins[0], o)
+            });
         }
         Op::Binary { op: b, .. } => {
             staged(isa, inputs, out, PAR_ELEMENTWISE_MIN, Some(Lanes::Binary(b)), |ins, o| {
@@ -147,7 +147,11 @@ fn staged<T: Element>(
             for (d, x) in ins.iter_mut().zip(inputs) {
                 *d = range(*x, start, out.len());
             }
-            if convert::fused(isa, lanes, &ins[..n_in], out, stream) {
+            let done = match lanes {
+                Lanes::Unary(u) if u.is_transcendental() => transcendental::fused(isa, u, ins[0], out, stream),
+                _ => convert::fused(isa, lanes, &ins[..n_in], out, stream),
+            };
+            if done {
                 return;
             }
         }
