@@ -74,10 +74,12 @@ pub struct Options {
 }
 
 impl Default for Options {
-    /// 16 ms per size, ≥ 3 rounds, calls up to 10 ms, 2.5 s per engine.
+    /// 12 ms per size, ≥ 3 rounds, calls up to 10 ms, 2.5 s per engine.
+    /// (With 16 ms per size, calibrating the H200 machine's four engines
+    /// took 2.9–3.1 s once the bf16 ladders were added.)
     fn default() -> Self {
         Options {
-            budget_per_point: Duration::from_millis(16),
+            budget_per_point: Duration::from_millis(12),
             min_reps: 3,
             max_call: Duration::from_millis(10),
             max_per_engine: Duration::from_millis(2500),
@@ -179,8 +181,11 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
     let mut all: Vec<Op> = LADDERS.into_iter().flat_map(|k| ladder(k).0).collect();
     all.push(tiny);
     let backends: Vec<&dyn Backend> = engines.iter().map(|(_, b)| b.as_ref()).collect();
-    prepare_concurrently(&backends, &all)?;
-    lap("prepare".into());
+    let each = prepare_timed(&backends, &all)?;
+    // The GPU engines' own times (the step takes as long as the slowest).
+    let gpus: Vec<String> =
+        engines.iter().zip(&each).filter(|((e, _), _)| e.is_gpu()).map(|((e, _), s)| format!("{e} {s:.2} s")).collect();
+    lap(if gpus.is_empty() { "prepare".into() } else { format!("prepare ({})", gpus.join(", ")) });
     let mut pool = RandomPool::new(0x5eed_0001);
     let launches = time_all(engines, &tiny, &mut pool, opts)?;
     lap("launch".into());
@@ -324,21 +329,38 @@ fn scaled(d: Duration, factor: f64) -> Duration {
 /// that one driver's compiles overlap another's; the first error wins. One
 /// after the other in the browser. Takes as long as the slowest backend's prepare.
 pub(crate) fn prepare_concurrently(backends: &[&dyn Backend], ops: &[Op]) -> Result<()> {
-    if cfg!(target_arch = "wasm32") || backends.len() <= 1 {
-        return backends.iter().try_for_each(|b| b.prepare(ops));
+    prepare_timed(backends, ops).map(drop)
+}
+
+/// [`prepare_concurrently`], returning each backend's own time in seconds
+/// (zeros in the browser, which has no clock here).
+fn prepare_timed(backends: &[&dyn Backend], ops: &[Op]) -> Result<Vec<f64>> {
+    if cfg!(target_arch = "wasm32") {
+        return backends.iter().map(|b| b.prepare(ops).map(|()| 0.0)).collect();
+    }
+    let timed = |b: &dyn Backend| {
+        let started = Instant::now();
+        b.prepare(ops).map(|()| started.elapsed().as_secs_f64())
+    };
+    if backends.len() <= 1 {
+        return backends.iter().map(|b| timed(*b)).collect();
     }
     std::thread::scope(|scope| {
-        let handles: Vec<_> = backends.iter().map(|b| scope.spawn(move || b.prepare(ops))).collect();
-        handles.into_iter().zip(backends).try_for_each(|(h, b)| {
-            h.join().unwrap_or_else(|_| {
-                Err(ComputeError::Driver {
-                    op: "prepare",
-                    backend: b.kind(),
-                    message: "the preparing thread panicked".into(),
-                    cause: None,
+        let handles: Vec<_> = backends.iter().map(|b| scope.spawn(move || timed(*b))).collect();
+        handles
+            .into_iter()
+            .zip(backends)
+            .map(|(h, b)| {
+                h.join().unwrap_or_else(|_| {
+                    Err(ComputeError::Driver {
+                        op: "prepare",
+                        backend: b.kind(),
+                        message: "the preparing thread panicked".into(),
+                        cause: None,
+                    })
                 })
             })
-        })
+            .collect()
     })
 }
 
