@@ -7,10 +7,14 @@
 //!
 //! ```text
 //! cargo run --release -p dispatch --no-default-features --example executor_shared_weight -- \
-//!     [--secs 2] [--reps 3] [--callers 1,4,16] [--n 4096,14336] [--k 4096] [--transposed]
+//!     [--secs 2] [--reps 3] [--callers 1,4,16] [--n 4096,14336] [--k 4096] [--transposed] \
+//!     [--engine simd|cuda|wgpu]
 //! ```
 //!
-//! Engine: the CPU on all its threads (`simd`), for both sides. Each cell
+//! Engine: the CPU on all its threads (`simd`) by default, or a GPU (built
+//! with the `cuda` / `gpu` feature), for both sides. On a GPU the direct
+//! calls keep the weight resident, as the executor does: each uploads its
+//! `x`, runs the product and downloads its `y`. Each cell
 //! (shape × callers) runs direct calls and the three configurations `reps`
 //! times, in alternating order (direct first, then last), each for `secs`;
 //! a row gives the median requests/s over the repetitions, and the latency
@@ -19,6 +23,7 @@
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
+use compute_core::Tensor;
 use dispatch::{BatchConfig, BatchedExecutor, Compute, Engine, ExecutorMetrics, Policy, SharedWeight, WeightLayout};
 
 struct Args {
@@ -28,6 +33,7 @@ struct Args {
     ns: Vec<usize>,
     k: usize,
     layout: WeightLayout,
+    engine: Engine,
 }
 
 fn list(v: &str) -> Vec<usize> {
@@ -42,6 +48,7 @@ fn args() -> Args {
         ns: vec![4096, 14336],
         k: 4096,
         layout: WeightLayout::RowMajor,
+        engine: Engine::Simd,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -52,6 +59,12 @@ fn args() -> Args {
             "--n" => a.ns = it.next().map(|v| list(&v)).unwrap_or(a.ns),
             "--k" => a.k = it.next().and_then(|v| v.parse().ok()).unwrap_or(a.k),
             "--transposed" => a.layout = WeightLayout::Transposed,
+            "--engine" => match it.next().as_deref() {
+                Some("cuda") => a.engine = Engine::Cuda,
+                Some("wgpu") => a.engine = Engine::Wgpu,
+                Some("simd") => a.engine = Engine::Simd,
+                other => eprintln!("ignored engine {other:?} (simd, cuda or wgpu)"),
+            },
             other => eprintln!("ignored argument {other}"),
         }
     }
@@ -117,12 +130,33 @@ fn data(seed: u64, len: usize) -> Vec<f32> {
     compute_core::conformance::rng::Rng::new(seed).vec(len, -1.0, 1.0)
 }
 
-fn direct(compute: &Compute, w: &[f32], op: compute_core::Op, k: usize, n: usize, callers: usize, secs: f64) -> Run {
+/// Direct calls from `callers` threads: on the CPU on host slices; on a GPU
+/// against the weight uploaded once (`w_gpu`), uploading `x` and downloading
+/// `y` per call.
+fn direct(
+    compute: &Compute,
+    engine: Engine,
+    (w, w_gpu): (&[f32], Option<&Tensor>),
+    op: compute_core::Op,
+    (k, n): (usize, usize),
+    callers: usize,
+    secs: f64,
+) -> Run {
+    let backend = compute.backend(engine);
     drive(callers, secs, |t| {
         let x = data(100 + t as u64, k);
         let mut y = vec![0.0f32; n];
+        let backend = backend.clone();
         move || {
-            if let Err(e) = compute.run_on(Engine::Simd, &op, &[&x, w], &mut y) {
+            let done = match (&backend, w_gpu) {
+                (Some(b), Some(tw)) => b.upload(&x).and_then(|tx| {
+                    let ty = b.alloc(n)?;
+                    b.run_tensors(&op, &[&tx, tw], &ty)?;
+                    b.download(&ty, &mut y)
+                }),
+                _ => compute.run_on(engine, &op, &[&x, w], &mut y),
+            };
+            if let Err(e) = done {
                 eprintln!("direct call failed: {e}");
             }
         }
@@ -196,12 +230,14 @@ fn row(shape: &str, callers: usize, mode: &str, r: &Reps, base: Option<f64>) {
 
 fn main() -> compute_core::Result<()> {
     let a = args();
-    let compute = Compute::builder().cpu().nominal_profile().policy(Policy::Fixed(Engine::Simd)).build()?;
-    println!(
-        "engine: {}; load average at start: {}",
-        compute.backend(Engine::Simd).map_or("?".into(), |b| b.device_name()),
-        load()
-    );
+    let builder = if a.engine == Engine::Simd { Compute::builder().cpu() } else { Compute::builder().discover() };
+    let compute = builder.nominal_profile().policy(Policy::Fixed(a.engine)).build()?;
+    let Some(backend) = compute.backend(a.engine) else {
+        eprintln!("engine {} is not available here", a.engine);
+        return Ok(());
+    };
+    let gpu = a.engine != Engine::Simd;
+    println!("engine: {}; load average at start: {}", backend.device_name(), load());
     let configs = [
         ("latency 256/1ms", BatchConfig::latency()),
         ("balanced 1024/5ms", BatchConfig::balanced()),
@@ -214,7 +250,8 @@ fn main() -> compute_core::Result<()> {
         let (k, n) = (16, 16);
         let wv = data(1, k * n);
         let op = compute_core::Op::matmul(1, k, n);
-        let mut d = direct(&compute, &wv, op, k, n, 1, a.secs.min(1.0));
+        let tw = if gpu { Some(backend.upload(&wv)?) } else { None };
+        let mut d = direct(&compute, a.engine, (&wv, tw.as_ref()), op, (k, n), 1, a.secs.min(1.0));
         let exec = BatchedExecutor::new(compute.clone(), BatchConfig::balanced())?;
         let w = exec.handle().register_weight(wv.clone(), k, n, WeightLayout::RowMajor)?;
         let mut b = batched(&exec, &w, k, 1, a.secs.min(1.0));
@@ -242,12 +279,14 @@ fn main() -> compute_core::Result<()> {
             ..spec
         });
         let shape = format!("1x{k}x{n}{}", if a.layout == WeightLayout::Transposed { "T" } else { "" });
+        let tw = if gpu { Some(backend.upload(&wv)?) } else { None };
+        let w = (wv.as_slice(), tw.as_ref());
         for &callers in &a.callers {
             let mut d = Reps::default();
             let mut b: Vec<Reps> = configs.iter().map(|_| Reps::default()).collect();
             for rep in 0..a.reps {
                 if rep % 2 == 0 {
-                    d.add(direct(&compute, &wv, op, k, n, callers, a.secs), None);
+                    d.add(direct(&compute, a.engine, w, op, (k, n), callers, a.secs), None);
                 }
                 for ((_, cfg), b) in configs.iter().zip(b.iter_mut()) {
                     let exec = BatchedExecutor::new(compute.clone(), *cfg)?;
@@ -256,7 +295,7 @@ fn main() -> compute_core::Result<()> {
                     b.add(r, Some(exec.shutdown()));
                 }
                 if rep % 2 == 1 {
-                    d.add(direct(&compute, &wv, op, k, n, callers, a.secs), None);
+                    d.add(direct(&compute, a.engine, w, op, (k, n), callers, a.secs), None);
                 }
             }
             row(&shape, callers, "direct", &d, None);
