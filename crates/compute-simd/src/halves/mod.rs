@@ -14,8 +14,9 @@
 //!   traffic is the dtype's bytes, once.
 //! - Reductions widen block by block as well and add the blocks' partial
 //!   results in `f64`; they return `f32`.
-//! - Row ops work in groups of whole rows (about 64 Ki values), widened into
-//!   a per-thread scratch that stays in cache and is kept between calls.
+//! - Row ops work in groups of whole rows (about 64 Ki values): read in
+//!   place by [`rows::fused`] on AVX-512, else widened into a per-thread
+//!   scratch that stays in cache and is kept between calls.
 //! - Matmul on bf16 operands, on a CPU with AVX512_BF16, runs
 //!   [`gemm::bf16`]: packed straight from bf16, `vdpbf16ps`, `f32` output.
 //! - Attention reads half `q`, `k` and `v` in place: its kernel widens each
@@ -32,7 +33,10 @@
 //!
 //! Conversions are [`convert`]'s vectorised ones.
 
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 pub mod convert;
+pub mod rows;
 pub mod transcendental;
 
 use std::borrow::Cow;
@@ -199,7 +203,8 @@ fn widen_range(isa: Isa, src: HostSlice<'_>, at: usize, dst: &mut [f32]) {
 }
 
 /// A row op in groups of whole rows (about [`PAR_CHUNK`] values each, in
-/// parallel when there are several): each group's rows are widened into a
+/// parallel when there are several): on AVX-512 with half rows in and out,
+/// each group runs [`rows::fused`]; otherwise its rows are widened into a
 /// per-thread scratch, run through the `f32` row kernel on that thread, and
 /// narrowed into `out`. The parameter vectors are widened once. No large
 /// allocation: a fresh array of the whole input would cost a page fault per
@@ -216,10 +221,17 @@ fn rows_staged<T: Element>(isa: Isa, op: compute_core::RowOp, cols: usize, input
         .collect();
     let Some(&x) = inputs.first() else { return };
     let group = (PAR_CHUNK / cols.max(1)).max(1);
+    let stream = std::mem::size_of_val(out) >= STREAM_MIN * std::mem::size_of::<f32>();
+    let param_views: Vec<&[f32]> = params.iter().map(Vec::as_slice).collect();
     let run_group = |g: usize, out: &mut [T]| {
         SCRATCH.with(|cell| {
             let mut scratch = cell.take();
             let n = out.len();
+            let xg = range(x, g * group * cols, n);
+            if rows::fused(isa, op, cols, xg, &param_views, out, &mut scratch, stream) {
+                cell.replace(scratch);
+                return;
+            }
             scratch.resize(2 * n, 0.0);
             let (xs, ys) = scratch.split_at_mut(n);
             widen_range(isa, x, g * group * cols, xs);

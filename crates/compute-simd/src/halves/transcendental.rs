@@ -5,7 +5,7 @@
 //! **Accuracy.** The result is stored with 8 (`bf16`) or 11 (`f16`)
 //! significant bits, so these kernels compute to about 2⁻¹⁸ relative instead
 //! of the `f32` kernels' few ulps ([`crate::simd::math`]): `2ᵗ` is a degree-4
-//! polynomial on `[−½, ½]` scaled by `vscalefps` (relative error 2.7e-6),
+//! polynomial on `[−½, ½]` scaled by `vscalefps` (relative error 2.9e-6),
 //! `2ᵗ − 1` is `t·Q(t)` with `Q` of degree 4 (5.8e-7, so `tanh` and `elu` stay
 //! relative near 0), and the division is `vrcp14ps` with one Newton step.
 //! Each function's error before rounding is at most 4e-6 relative, below the
@@ -46,8 +46,7 @@ pub fn fused<T: Element>(isa: Isa, op: UnaryOp, x: HostSlice<'_>, out: &mut [T],
             HostSlice::BF16(s) if out_dtype == compute_core::DType::BF16 => (bytemuck::cast_slice(s), false),
             _ => return false,
         };
-        x86::run(tok, op, x, out, f16, stream);
-        return true;
+        return x86::run(tok, op, x, out, f16, stream);
     }
     let _ = (isa, op, x, out, stream);
     false
@@ -59,38 +58,18 @@ mod x86 {
 
     use compute_core::{GeluForm, UnaryOp};
 
+    pub(super) use super::super::avx512::Tok;
+    use super::super::avx512::{
+        EXP2_T_MIN, EXPM1_T_MIN, LOG2E, Narrow, Zmm, exp2, expm1_2, load, recip, splat, store, zmm,
+    };
     use crate::simd::{Avx512, math};
 
-    /// Proof that this CPU has AVX-512F, and whether it has AVX512_BF16.
-    #[derive(Clone, Copy, Debug)]
-    pub(super) struct Tok {
-        s: Avx512,
-        bf16: bool,
-    }
-
-    impl Tok {
-        /// The token if this CPU has AVX-512F (cached feature checks).
-        pub(super) fn detect() -> Option<Tok> {
-            Avx512::detect().map(|s| Tok { s, bf16: is_x86_feature_detected!("avx512bf16") })
-        }
-    }
-
-    /// `log₂ e`.
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    /// `2ᶠ ≈ Σ EXP2[k]·fᵏ` on `|f| ≤ ½`: near-minimax of relative error
-    /// (Lawson-reweighted least squares), 2.7e-6 in `f32` arithmetic.
-    const EXP2: [f32; 5] = [0.999_999_3, 0.693_121_8, 0.240_247_44, 0.055_917_837, 0.009_570_08];
-    /// `2ᶠ − 1 ≈ f·Σ EXPM1[k]·fᵏ` on `|f| ≤ ½`, relative error 5.8e-7 in `f32`.
-    const EXPM1: [f32; 5] = [0.693_147_1, 0.240_223_51, 0.055_505_004, 0.009_666_243, 0.001_333_352_6];
     /// `−2·√(2/π)·log₂ e` and `0.044715` times it: gelu's `−2u·log₂ e = x·(A + B·x²)`.
     const GELU_A: f32 = -2.0 * 0.797_884_6 * LOG2E;
     const GELU_B: f32 = GELU_A * 0.044_715;
-    /// The exponent range of the sigmoid's `2ᵗ`: above it `1 + 2ᵗ` would leave
-    /// `vrcp14ps`'s normal range, below it `2ᵗ` is 0 in `f32` anyway.
+    /// The top of the sigmoid's `2ᵗ`: above it `1 + 2ᵗ` would leave
+    /// `vrcp14ps`'s normal range.
     const T_MAX: f32 = 125.0;
-    const T_MIN: f32 = -150.0;
-    /// `2ᵗ − 1` is −1 in `f32` below this.
-    const EXPM1_T_MIN: f32 = -40.0;
     /// The factor of the sigmoid's tail: `x·σ` with `x = −∞` would be `−∞·0`.
     const FACTOR_MIN: f32 = -200.0;
 
@@ -101,235 +80,127 @@ mod x86 {
     const ELU: u8 = 4;
     const GELU_ERF: u8 = 5;
 
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn splat(x: f32) -> __m512 {
-        _mm512_set1_ps(x)
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn horner<const N: usize>(x: __m512, c: &[f32; N]) -> __m512 {
-        let mut acc = splat(c[N - 1]);
-        for &k in c[..N - 1].iter().rev() {
-            acc = _mm512_fmadd_ps(acc, x, splat(k));
-        }
-        acc
-    }
-
-    /// `t` rounded to the nearest integer `n` and `t − n`.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn split(t: __m512) -> (__m512, __m512) {
-        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(t);
-        (n, _mm512_sub_ps(t, n))
-    }
-
-    /// `2ᵗ` for `t` in `[T_MIN, T_MAX]` (NaN stays NaN).
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn exp2(t: __m512) -> __m512 {
-        let (n, f) = split(t);
-        _mm512_scalef_ps(horner(f, &EXP2), n)
-    }
-
-    /// `2ᵗ − 1` for `t` in `[EXPM1_T_MIN, 0]`, relative also near 0:
-    /// `2ⁿ·(2ᶠ − 1) + (2ⁿ − 1)`, whose second term is 0 for `|t| ≤ ½`.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn expm1_2(t: __m512) -> __m512 {
-        let (n, f) = split(t);
-        let q = _mm512_mul_ps(f, horner(f, &EXPM1));
-        let whole = _mm512_sub_ps(_mm512_scalef_ps(splat(1.0), n), splat(1.0));
-        _mm512_add_ps(_mm512_scalef_ps(q, n), whole)
-    }
-
-    /// `1/d` for `d` in `[1, 2¹²⁶]`: `vrcp14ps` (2⁻¹⁴) and one Newton step.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn recip(d: __m512) -> __m512 {
-        let r = _mm512_rcp14_ps(d);
-        _mm512_fmadd_ps(r, _mm512_fnmadd_ps(d, r, splat(1.0)), r)
-    }
-
     /// `σ(z)` from `t = −z·log₂ e`: `1/(1 + 2ᵗ)`, `t` clamped first (NaN kept:
     /// `max`/`min` return their second operand when either is NaN).
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn sigmoid_of(t: __m512) -> __m512 {
-        let t = _mm512_min_ps(splat(T_MAX), _mm512_max_ps(splat(T_MIN), t));
-        recip(_mm512_add_ps(splat(1.0), exp2(t)))
+    #[inline(always)]
+    fn sigmoid_of(z: Zmm, t: __m512) -> __m512 {
+        let t = zmm!(_mm512_min_ps(splat(z, T_MAX), _mm512_max_ps(splat(z, EXP2_T_MIN), t)));
+        recip(z, zmm!(_mm512_add_ps(splat(z, 1.0), exp2(z, t))))
     }
 
     /// `f·σ`, with `f` kept above [`FACTOR_MIN`] (so `−∞·σ` is not `−∞`).
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn times(f: __m512, sigma: __m512) -> __m512 {
-        _mm512_mul_ps(_mm512_max_ps(splat(FACTOR_MIN), f), sigma)
+    #[inline(always)]
+    fn times(z: Zmm, f: __m512, sigma: __m512) -> __m512 {
+        zmm!(_mm512_mul_ps(_mm512_max_ps(splat(z, FACTOR_MIN), f), sigma))
     }
 
     /// `tanh x = sign(x)·(−m)/(2 + m)` with `m = e^(−2|x|) − 1`.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn tanh(x: __m512) -> __m512 {
-        let t = _mm512_max_ps(splat(EXPM1_T_MIN), _mm512_mul_ps(_mm512_abs_ps(x), splat(-2.0 * LOG2E)));
-        let m = expm1_2(t);
-        let y = _mm512_abs_ps(_mm512_mul_ps(m, recip(_mm512_add_ps(splat(2.0), m))));
-        let sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(i32::MIN));
-        _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(y), sign))
+    #[inline(always)]
+    fn tanh(z: Zmm, x: __m512) -> __m512 {
+        let t = zmm!(_mm512_max_ps(splat(z, EXPM1_T_MIN), _mm512_mul_ps(_mm512_abs_ps(x), splat(z, -2.0 * LOG2E))));
+        let m = expm1_2(z, t);
+        let r = recip(z, zmm!(_mm512_add_ps(splat(z, 2.0), m)));
+        zmm!({
+            let y = _mm512_abs_ps(_mm512_mul_ps(m, r));
+            let sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(i32::MIN));
+            _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(y), sign))
+        })
     }
 
     /// `x` where `x > 0`, else `alpha·(eˣ − 1)`.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn elu(x: __m512, alpha: f32) -> __m512 {
-        let neg = _mm512_min_ps(splat(0.0), x);
-        let t = _mm512_max_ps(splat(EXPM1_T_MIN), _mm512_mul_ps(neg, splat(LOG2E)));
-        let below = _mm512_mul_ps(splat(alpha), expm1_2(t));
-        _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, splat(0.0)), below, x)
+    #[inline(always)]
+    fn elu(z: Zmm, x: __m512, alpha: f32) -> __m512 {
+        let zero = splat(z, 0.0);
+        let t = zmm!(_mm512_max_ps(splat(z, EXPM1_T_MIN), _mm512_mul_ps(_mm512_min_ps(zero, x), splat(z, LOG2E))));
+        let below = zmm!(_mm512_mul_ps(splat(z, alpha), expm1_2(z, t)));
+        zmm!(_mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, zero), below, x))
     }
 
     /// Op number `OP` on 16 values.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn lane<const OP: u8>(s: Avx512, x: __m512, alpha: f32) -> __m512 {
+    #[inline(always)]
+    fn lane<const OP: u8>(z: Zmm, s: Avx512, x: __m512, alpha: f32) -> __m512 {
         match OP {
-            SIGMOID => sigmoid_of(_mm512_mul_ps(x, splat(-LOG2E))),
-            SWISH => times(x, sigmoid_of(_mm512_mul_ps(x, splat(-LOG2E)))),
+            SIGMOID => sigmoid_of(z, zmm!(_mm512_mul_ps(x, splat(z, -LOG2E)))),
+            SWISH => times(z, x, sigmoid_of(z, zmm!(_mm512_mul_ps(x, splat(z, -LOG2E))))),
             GELU_TANH => {
-                let inner = _mm512_fmadd_ps(splat(GELU_B), _mm512_mul_ps(x, x), splat(GELU_A));
-                times(x, sigmoid_of(_mm512_mul_ps(x, inner)))
+                let inner = zmm!(_mm512_fmadd_ps(splat(z, GELU_B), _mm512_mul_ps(x, x), splat(z, GELU_A)));
+                times(z, x, sigmoid_of(z, zmm!(_mm512_mul_ps(x, inner))))
             }
-            TANH => tanh(x),
-            ELU => elu(x, alpha),
+            TANH => tanh(z, x),
+            ELU => elu(z, x, alpha),
             _ => math::gelu_erf(s, x),
         }
     }
 
-    /// 16 halves widened to `f32` (exact).
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn load(x: &[u16; 16], f16: bool) -> __m512 {
-        // SAFETY: `x` is 32 readable bytes; the load takes any alignment.
-        let h = unsafe { _mm256_loadu_si256(x.as_ptr().cast()) };
-        if f16 { _mm512_cvtph_ps(h) } else { _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h))) }
-    }
-
-    /// 16 values rounded to `bf16` (nearest even; a NaN keeps its top bits, made quiet).
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn to_bf16(v: __m512) -> __m256i {
-        let b = _mm512_castps_si512(v);
-        let top = _mm512_srli_epi32::<16>(b);
-        let lsb = _mm512_and_si512(top, _mm512_set1_epi32(1));
-        let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))));
-        let quiet = _mm512_or_si512(top, _mm512_set1_epi32(0x40));
-        let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
-        _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet))
-    }
-
-    /// 16 values rounded to `bf16` by `vcvtneps2bf16` (subnormal results flushed).
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bf16")]
-    fn to_bf16_native(v: __m512) -> __m256i {
-        // SAFETY: both are plain 32-byte vectors; every bit pattern is a valid value of either.
-        unsafe { std::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh(v)) }
-    }
-
-    /// How results are rounded and stored.
-    #[derive(Clone, Copy, PartialEq)]
-    enum Narrow {
-        F16,
-        Bf16,
-        Bf16Native,
-    }
-
-    /// `v` rounded and stored to `out`, non-temporal when `stream` and `out`
-    /// is 32-byte aligned. `Bf16Native` only where the CPU has AVX512_BF16.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn store(out: &mut [u16; 16], v: __m512, narrow: Narrow, stream: bool) {
-        let h = match narrow {
-            Narrow::F16 => _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v),
-            Narrow::Bf16 => to_bf16(v),
-            // SAFETY: `Bf16Native` is chosen only where the CPU has AVX512_BF16 (see `run`).
-            Narrow::Bf16Native => unsafe { to_bf16_native(v) },
-        };
-        let p = out.as_mut_ptr();
-        if stream && (p as usize).is_multiple_of(32) {
-            // SAFETY: `p` is 32 writable, 32-byte aligned bytes (checked).
-            unsafe { _mm256_stream_si256(p.cast(), h) }
-        } else {
-            // SAFETY: `p` is 32 writable bytes; the store takes any alignment.
-            unsafe { _mm256_storeu_si256(p.cast(), h) }
-        }
-    }
-
     /// `out = op(x)` through zero-padded blocks of 16 (a head or a tail).
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn padded<const OP: u8>(s: Avx512, x: &[u16], out: &mut [u16], alpha: f32, f16: bool, narrow: Narrow) {
+    #[inline(always)]
+    fn padded<const OP: u8>(z: Zmm, s: Avx512, x: &[u16], out: &mut [u16], alpha: f32, narrow: Narrow) {
         for (xs, os) in x.chunks(16).zip(out.chunks_mut(16)) {
             let mut buf = [0u16; 16];
             buf[..xs.len()].copy_from_slice(xs);
             let mut res = [0u16; 16];
-            store(&mut res, lane::<OP>(s, load(&buf, f16), alpha), narrow, false);
+            store(z, &mut res, lane::<OP>(z, s, load(z, &buf, narrow.f16()), alpha), narrow, false);
             os.copy_from_slice(&res[..os.len()]);
         }
     }
 
     /// The loop of op number `OP`: a head up to the output's first 32-byte
     /// boundary and a tail through padded blocks, whole aligned blocks between.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn body<const OP: u8>(s: Avx512, x: &[u16], out: &mut [u16], alpha: f32, f16: bool, narrow: Narrow, stream: bool) {
+    #[inline(always)]
+    fn body<const OP: u8>(z: Zmm, s: Avx512, x: &[u16], out: &mut [u16], alpha: f32, narrow: Narrow, stream: bool) {
         let n = x.len().min(out.len());
         let (x, out) = (&x[..n], &mut out[..n]);
         let head = out.as_ptr().align_offset(32).min(n);
         let (oh, ob) = out.split_at_mut(head);
         let (xh, xb) = x.split_at(head);
-        padded::<OP>(s, xh, oh, alpha, f16, narrow);
+        padded::<OP>(z, s, xh, oh, alpha, narrow);
         let (ob, ot) = ob.as_chunks_mut::<16>();
         let (xb, xt) = xb.as_chunks::<16>();
         for (o, x) in ob.iter_mut().zip(xb) {
-            store(o, lane::<OP>(s, load(x, f16), alpha), narrow, stream);
+            store(z, o, lane::<OP>(z, s, load(z, x, narrow.f16()), alpha), narrow, stream);
         }
         if stream {
-            _mm_sfence();
+            // SAFETY: sfence is part of SSE, which every x86-64 CPU has.
+            unsafe { _mm_sfence() }
         }
-        padded::<OP>(s, xt, ot, alpha, f16, narrow);
+        padded::<OP>(z, s, xt, ot, alpha, narrow);
     }
 
-    #[target_feature(enable = "avx512f")]
-    fn entry(tok: Tok, op: UnaryOp, x: &[u16], out: &mut [u16], narrow: Narrow, stream: bool) {
-        let (s, f16) = (tok.s, narrow == Narrow::F16);
+    #[inline(always)]
+    fn dispatch(z: Zmm, s: Avx512, op: UnaryOp, x: &[u16], out: &mut [u16], narrow: Narrow, stream: bool) {
         match op {
-            UnaryOp::Sigmoid => body::<SIGMOID>(s, x, out, 0.0, f16, narrow, stream),
-            UnaryOp::Swish => body::<SWISH>(s, x, out, 0.0, f16, narrow, stream),
-            UnaryOp::Gelu(GeluForm::Tanh) => body::<GELU_TANH>(s, x, out, 0.0, f16, narrow, stream),
-            UnaryOp::Tanh => body::<TANH>(s, x, out, 0.0, f16, narrow, stream),
-            UnaryOp::Elu { alpha } => body::<ELU>(s, x, out, alpha, f16, narrow, stream),
-            UnaryOp::Gelu(GeluForm::Erf) => body::<GELU_ERF>(s, x, out, 0.0, f16, narrow, stream),
+            UnaryOp::Sigmoid => body::<SIGMOID>(z, s, x, out, 0.0, narrow, stream),
+            UnaryOp::Swish => body::<SWISH>(z, s, x, out, 0.0, narrow, stream),
+            UnaryOp::Gelu(GeluForm::Tanh) => body::<GELU_TANH>(z, s, x, out, 0.0, narrow, stream),
+            UnaryOp::Tanh => body::<TANH>(z, s, x, out, 0.0, narrow, stream),
+            UnaryOp::Elu { alpha } => body::<ELU>(z, s, x, out, alpha, narrow, stream),
+            UnaryOp::Gelu(GeluForm::Erf) => body::<GELU_ERF>(z, s, x, out, 0.0, narrow, stream),
             // Not a transcendental: `fused` does not call this.
             _ => {}
         }
     }
 
-    #[target_feature(enable = "avx512f,avx512bf16")]
-    fn entry_bf16(tok: Tok, op: UnaryOp, x: &[u16], out: &mut [u16], stream: bool) {
-        entry(tok, op, x, out, Narrow::Bf16Native, stream)
+    #[target_feature(enable = "avx512f")]
+    fn entry(z: Zmm, s: Avx512, op: UnaryOp, x: &[u16], out: &mut [u16], narrow: Narrow, stream: bool) {
+        dispatch(z, s, op, x, out, narrow, stream)
     }
 
-    /// See [`super::fused`]: `x` and `out` hold `f16` bits when `f16`, else `bf16` bits.
-    pub(super) fn run(tok: Tok, op: UnaryOp, x: &[u16], out: &mut [u16], f16: bool, stream: bool) {
-        let narrow = if f16 { Narrow::F16 } else { Narrow::Bf16 };
-        if !f16 && tok.bf16 {
-            // SAFETY: the token proves AVX-512F, and `tok.bf16` AVX512_BF16.
-            unsafe { entry_bf16(tok, op, x, out, stream) }
-        } else {
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    fn entry_bf16(z: Zmm, s: Avx512, op: UnaryOp, x: &[u16], out: &mut [u16], stream: bool) {
+        dispatch(z, s, op, x, out, Narrow::Bf16Native, stream)
+    }
+
+    /// See [`super::fused`]: `x` and `out` hold `f16` bits when `f16`, else
+    /// `bf16` bits. False (nothing written) without AVX-512F.
+    pub(super) fn run(tok: Tok, op: UnaryOp, x: &[u16], out: &mut [u16], f16: bool, stream: bool) -> bool {
+        let Some(s) = Avx512::detect() else { return false };
+        match Narrow::new(tok, f16) {
+            // SAFETY: the token proves AVX-512F, and `Bf16Native` AVX512_BF16.
+            Narrow::Bf16Native => unsafe { entry_bf16(tok.z, s, op, x, out, stream) },
             // SAFETY: the token proves AVX-512F.
-            unsafe { entry(tok, op, x, out, narrow, stream) }
+            narrow => unsafe { entry(tok.z, s, op, x, out, narrow, stream) },
         }
+        true
     }
 }
 

@@ -1,0 +1,450 @@
+//! Row ops (softmax, log_softmax, layer_norm, rms_norm) on `f16` and `bf16`
+//! rows, on AVX-512 (F, BW, VL): each row is read in place, 16 values per
+//! step widened in registers, in the passes of the `f32` kernels
+//! ([`crate::kernels::rows`]) — the row's second and third reads come from
+//! cache — and each result is rounded once as it is stored. No `f32` copy of
+//! the input; softmax stages `e^(x − max)` in an `f32` row scratch. Sums use
+//! four vector accumulators, added in `f64` at the end of the row.
+//!
+//! **Accuracy.** As the `f32` kernels' except the exponential of softmax and
+//! log_softmax, which is [`avx512::exp2`](super::avx512) (relative error
+//! 2.9e-6, within the conformance suite's `1e-5` for these ops): the result is
+//! rounded to 8 or 11 significant bits.
+//!
+//! **Cost.** One pass over the half row from memory, the others from L1 (a
+//! row of 4096 halves is 8 KiB), plus the output; about 1 (rms_norm) to 12
+//! (softmax) vector instructions per 16 values and pass.
+
+use compute_core::{Element, HostSlice, HostSliceMut, RowOp};
+
+use crate::isa::Isa;
+
+/// `op` over the whole rows of `x` (`cols` each) into `out`, with the
+/// parameter vectors already widened (`params[0]` = γ, `params[1]` = β),
+/// when this CPU has AVX-512F, BW and VL and `x` and `out` are both `f16` or
+/// both `bf16`; `scratch` is softmax's row buffer (grown to `cols`). With
+/// `stream`, outputs are written with non-temporal stores where 32-byte
+/// aligned (ending with `sfence`). Returns false, having written nothing,
+/// otherwise.
+pub fn fused<T: Element>(
+    isa: Isa,
+    op: RowOp,
+    cols: usize,
+    x: HostSlice<'_>,
+    params: &[&[f32]],
+    out: &mut [T],
+    scratch: &mut Vec<f32>,
+    stream: bool,
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512
+        && cols > 0
+        && let Some(tok) = super::avx512::Tok::detect()
+        && tok.bw_vl
+    {
+        let out_dtype = T::DTYPE;
+        let out: &mut [u16] = match T::host_mut(out) {
+            HostSliceMut::F16(o) => bytemuck::cast_slice_mut(o),
+            HostSliceMut::BF16(o) => bytemuck::cast_slice_mut(o),
+            _ => return false,
+        };
+        let (x, f16): (&[u16], bool) = match x {
+            HostSlice::F16(s) if out_dtype == compute_core::DType::F16 => (bytemuck::cast_slice(s), true),
+            HostSlice::BF16(s) if out_dtype == compute_core::DType::BF16 => (bytemuck::cast_slice(s), false),
+            _ => return false,
+        };
+        let needed = match op {
+            RowOp::Softmax | RowOp::LogSoftmax => 0,
+            RowOp::RmsNorm { .. } => 1,
+            RowOp::LayerNorm { .. } => 2,
+        };
+        if params.len() < needed || params.iter().take(needed).any(|p| p.len() < cols) {
+            return false;
+        }
+        if op == RowOp::Softmax && scratch.len() < cols {
+            scratch.resize(cols, 0.0);
+        }
+        let narrow = super::avx512::Narrow::new(tok, f16);
+        let rows = x.len().min(out.len()) / cols;
+        let (x, out) = (&x[..rows * cols], &mut out[..rows * cols]);
+        x86::run(tok.z, op, cols, x, params, out, scratch, narrow, stream);
+        return true;
+    }
+    let _ = (isa, op, cols, x, params, out, scratch, stream);
+    false
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use compute_core::RowOp;
+
+    use super::super::avx512::{
+        EXP2_T_MIN, LOG2E, Narrow, Zmm, exp2, lanes, load, load_part, splat, store, store_part, zmm,
+    };
+
+    /// The sum of the four accumulators' lanes, in `f64`.
+    #[inline(always)]
+    fn total(z: Zmm, a: [__m512; 4]) -> f64 {
+        let _ = z;
+        f64::from(zmm!(_mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])))))
+    }
+
+    /// What a reduction pass adds up.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Moment {
+        /// `Σ x`.
+        Sum,
+        /// `Σ (x − shift)²`.
+        Squares(f32),
+    }
+
+    /// `acc` plus the moment's term of `v` (lanes outside `k` count 0).
+    #[inline(always)]
+    fn add_term(z: Zmm, m: Moment, acc: __m512, v: __m512, k: __mmask16) -> __m512 {
+        match m {
+            Moment::Sum => zmm!(_mm512_add_ps(acc, v)),
+            Moment::Squares(shift) => zmm!({
+                let d = _mm512_maskz_sub_ps(k, v, splat(z, shift));
+                _mm512_fmadd_ps(d, d, acc)
+            }),
+        }
+    }
+
+    /// The moment over the row (four accumulators, then `f64`).
+    #[inline(always)]
+    fn moment(z: Zmm, x: &[u16], f16: bool, m: Moment) -> f64 {
+        let mut a = [splat(z, 0.0); 4];
+        let (blocks, tail) = x.as_chunks::<16>();
+        let (quads, rest) = blocks.as_chunks::<4>();
+        for q in quads {
+            for (acc, b) in a.iter_mut().zip(q) {
+                *acc = add_term(z, m, *acc, load(z, b, f16), 0xffff);
+            }
+        }
+        for b in rest {
+            a[0] = add_term(z, m, a[0], load(z, b, f16), 0xffff);
+        }
+        if !tail.is_empty() {
+            a[1] = add_term(z, m, a[1], load_part(z, tail, f16), lanes(tail.len()));
+        }
+        total(z, a)
+    }
+
+    /// The largest value of the row that is not NaN (−∞ if none):
+    /// `max(v, acc)` returns `acc` when `v` is NaN.
+    #[inline(always)]
+    fn max_ignoring_nan(z: Zmm, x: &[u16], f16: bool) -> f32 {
+        let mut a = [splat(z, f32::NEG_INFINITY); 4];
+        let (blocks, tail) = x.as_chunks::<16>();
+        let (quads, rest) = blocks.as_chunks::<4>();
+        for q in quads {
+            for (acc, b) in a.iter_mut().zip(q) {
+                *acc = zmm!(_mm512_max_ps(load(z, b, f16), *acc));
+            }
+        }
+        for b in rest {
+            a[0] = zmm!(_mm512_max_ps(load(z, b, f16), a[0]));
+        }
+        if !tail.is_empty() {
+            a[1] = zmm!(_mm512_mask_max_ps(a[1], lanes(tail.len()), load_part(z, tail, f16), a[1]));
+        }
+        zmm!(_mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(a[0], a[1]), _mm512_max_ps(a[2], a[3]))))
+    }
+
+    /// `e^(v − m)` (0 for `v = −∞`, NaN stays NaN).
+    #[inline(always)]
+    fn exp_minus(z: Zmm, v: __m512, m: __m512) -> __m512 {
+        exp2(z, zmm!(_mm512_max_ps(splat(z, EXP2_T_MIN), _mm512_mul_ps(_mm512_sub_ps(v, m), splat(z, LOG2E)))))
+    }
+
+    /// `Σ e^(x − m)` over the row, each term also written to `keep` (an
+    /// `f32` row of at least `x.len()` values) when it is not empty.
+    #[inline(always)]
+    fn exp_sum(z: Zmm, x: &[u16], f16: bool, m: f32, keep: &mut [f32]) -> f64 {
+        let m = splat(z, m);
+        let keep = if keep.len() >= x.len() { &mut keep[..x.len()] } else { &mut [][..] };
+        let mut a = [splat(z, 0.0); 4];
+        let (blocks, tail) = x.as_chunks::<16>();
+        let (quads, rest) = blocks.as_chunks::<4>();
+        let (kb, kt) = keep.as_chunks_mut::<16>();
+        let mut kb = kb.iter_mut();
+        for q in quads {
+            for (acc, b) in a.iter_mut().zip(q) {
+                let e = exp_minus(z, load(z, b, f16), m);
+                *acc = zmm!(_mm512_add_ps(*acc, e));
+                if let Some(k) = kb.next() {
+                    // SAFETY: `k` is 16 writable floats; the store takes any alignment.
+                    unsafe { _mm512_storeu_ps(k.as_mut_ptr(), e) }
+                }
+            }
+        }
+        for b in rest {
+            let e = exp_minus(z, load(z, b, f16), m);
+            a[0] = zmm!(_mm512_add_ps(a[0], e));
+            if let Some(k) = kb.next() {
+                // SAFETY: as above.
+                unsafe { _mm512_storeu_ps(k.as_mut_ptr(), e) }
+            }
+        }
+        if !tail.is_empty() {
+            let mask = lanes(tail.len());
+            let e = zmm!(_mm512_maskz_mov_ps(mask, exp_minus(z, load_part(z, tail, f16), m)));
+            a[1] = zmm!(_mm512_add_ps(a[1], e));
+            if kt.len() == tail.len() {
+                // SAFETY: the mask covers `kt.len()` floats, all writable;
+                // masked-off lanes are not accessed.
+                unsafe { _mm512_mask_storeu_ps(kt.as_mut_ptr(), mask, e) }
+            }
+        }
+        total(z, a)
+    }
+
+    /// What the last pass computes from each value of the row.
+    #[derive(Clone, Copy)]
+    enum Last {
+        /// `v·k` (softmax, from the `f32` scratch).
+        Times(f32),
+        /// `(v − a) − b` (log_softmax).
+        MinusMinus(f32, f32),
+        /// `(v − mean)·inv·γ + β` (layer_norm).
+        Normalize(f32, f32),
+        /// `v·inv·γ` (rms_norm).
+        ScaleBy(f32),
+    }
+
+    /// `p[i..i + 16]` (lanes past `p`'s end and outside `k` are 0).
+    #[inline(always)]
+    fn param(z: Zmm, p: &[f32], i: usize, k: __mmask16) -> __m512 {
+        match p.get(i..) {
+            // SAFETY: the mask covers the values that exist from `i` on;
+            // masked-off lanes are not read.
+            Some(p) => unsafe { _mm512_maskz_loadu_ps(k & lanes(p.len()), p.as_ptr()) },
+            None => splat(z, 0.0),
+        }
+    }
+
+    /// The last pass's value for the 16 values `v` at `i` (`k`: the valid ones).
+    #[inline(always)]
+    fn last(z: Zmm, l: Last, v: __m512, gamma: &[f32], beta: &[f32], i: usize, k: __mmask16) -> __m512 {
+        match l {
+            Last::Times(c) => zmm!(_mm512_mul_ps(v, splat(z, c))),
+            Last::MinusMinus(a, b) => zmm!(_mm512_sub_ps(_mm512_sub_ps(v, splat(z, a)), splat(z, b))),
+            Last::Normalize(mean, inv) => zmm!(_mm512_fmadd_ps(
+                _mm512_mul_ps(_mm512_sub_ps(v, splat(z, mean)), splat(z, inv)),
+                param(z, gamma, i, k),
+                param(z, beta, i, k)
+            )),
+            Last::ScaleBy(inv) => zmm!(_mm512_mul_ps(_mm512_mul_ps(v, splat(z, inv)), param(z, gamma, i, k))),
+        }
+    }
+
+    /// The row's values at `i` for the last pass: the half row, or (softmax)
+    /// the `f32` scratch when `wide` is not empty.
+    #[inline(always)]
+    fn source(z: Zmm, x: &[u16; 16], wide: &[f32], i: usize, f16: bool) -> __m512 {
+        match wide.get(i..i + 16) {
+            // SAFETY: 16 readable floats; the load takes any alignment.
+            Some(w) => unsafe { _mm512_loadu_ps(w.as_ptr()) },
+            None => load(z, x, f16),
+        }
+    }
+
+    /// The last pass: `out = last(x)` rounded and stored, `x` the half row
+    /// or (softmax) `wide`, the row's `f32` scratch, when it is not empty.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn finish(
+        z: Zmm,
+        x: &[u16],
+        wide: &[f32],
+        f16: bool,
+        l: Last,
+        (gamma, beta): (&[f32], &[f32]),
+        out: &mut [u16],
+        narrow: Narrow,
+        stream: bool,
+    ) {
+        let (xb, xt) = x.as_chunks::<16>();
+        let (ob, ot) = out.as_chunks_mut::<16>();
+        for (j, (o, b)) in ob.iter_mut().zip(xb).enumerate() {
+            let i = 16 * j;
+            store(z, o, last(z, l, source(z, b, wide, i, f16), gamma, beta, i, 0xffff), narrow, stream);
+        }
+        if !ot.is_empty() {
+            let at = 16 * ob.len();
+            let k = lanes(ot.len());
+            let v = match wide.get(at..) {
+                // SAFETY: the mask covers the floats that exist from `at`;
+                // masked-off lanes are not read.
+                Some(w) if !w.is_empty() => unsafe { _mm512_maskz_loadu_ps(k & lanes(w.len()), w.as_ptr()) },
+                _ => load_part(z, xt, f16),
+            };
+            store_part(z, ot, last(z, l, v, gamma, beta, at, k), narrow);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn rows(
+        z: Zmm,
+        op: RowOp,
+        cols: usize,
+        x: &[u16],
+        params: &[&[f32]],
+        out: &mut [u16],
+        scratch: &mut [f32],
+        narrow: Narrow,
+        stream: bool,
+    ) {
+        let f16 = narrow.f16();
+        let n = cols as f64;
+        let gamma = params.first().copied().unwrap_or(&[]);
+        let beta = params.get(1).copied().unwrap_or(&[]);
+        let gb = (gamma, beta);
+        for (x, out) in x.chunks_exact(cols).zip(out.chunks_exact_mut(cols)) {
+            match op {
+                RowOp::Softmax => {
+                    let m = max_ignoring_nan(z, x, f16);
+                    let sum = exp_sum(z, x, f16, m, scratch);
+                    let wide = scratch.get(..cols).unwrap_or(&[]);
+                    finish(z, x, wide, f16, Last::Times((1.0 / sum) as f32), gb, out, narrow, stream);
+                }
+                RowOp::LogSoftmax => {
+                    let m = max_ignoring_nan(z, x, f16);
+                    let sum = exp_sum(z, x, f16, m, &mut []);
+                    finish(z, x, &[], f16, Last::MinusMinus(m, sum.ln() as f32), gb, out, narrow, stream);
+                }
+                RowOp::LayerNorm { eps } => {
+                    let mean = (moment(z, x, f16, Moment::Sum) / n) as f32;
+                    let var = moment(z, x, f16, Moment::Squares(mean)) / n;
+                    let inv = (1.0 / (var + f64::from(eps)).sqrt()) as f32;
+                    finish(z, x, &[], f16, Last::Normalize(mean, inv), gb, out, narrow, stream);
+                }
+                RowOp::RmsNorm { eps } => {
+                    let ms = moment(z, x, f16, Moment::Squares(0.0)) / n;
+                    let inv = (1.0 / (ms + f64::from(eps)).sqrt()) as f32;
+                    finish(z, x, &[], f16, Last::ScaleBy(inv), gb, out, narrow, stream);
+                }
+            }
+        }
+        if stream {
+            // SAFETY: sfence is part of SSE, which every x86-64 CPU has.
+            unsafe { _mm_sfence() }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    fn entry(
+        z: Zmm,
+        op: RowOp,
+        cols: usize,
+        x: &[u16],
+        params: &[&[f32]],
+        out: &mut [u16],
+        scratch: &mut [f32],
+        narrow: Narrow,
+        stream: bool,
+    ) {
+        rows(z, op, cols, x, params, out, scratch, narrow, stream)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+    fn entry_bf16(
+        z: Zmm,
+        op: RowOp,
+        cols: usize,
+        x: &[u16],
+        params: &[&[f32]],
+        out: &mut [u16],
+        scratch: &mut [f32],
+        stream: bool,
+    ) {
+        rows(z, op, cols, x, params, out, scratch, Narrow::Bf16Native, stream)
+    }
+
+    /// See [`super::fused`]; the caller has checked AVX512BW and VL (and,
+    /// through [`Narrow::new`], AVX512_BF16 for [`Narrow::Bf16Native`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn run(
+        z: Zmm,
+        op: RowOp,
+        cols: usize,
+        x: &[u16],
+        params: &[&[f32]],
+        out: &mut [u16],
+        scratch: &mut [f32],
+        narrow: Narrow,
+        stream: bool,
+    ) {
+        match narrow {
+            // SAFETY: `z` proves AVX-512F, the caller checked BW and VL, and
+            // `Bf16Native` is made only with AVX512_BF16.
+            Narrow::Bf16Native => unsafe { entry_bf16(z, op, cols, x, params, out, scratch, stream) },
+            // SAFETY: `z` proves AVX-512F, the caller checked BW and VL.
+            _ => unsafe { entry(z, op, cols, x, params, out, scratch, narrow, stream) },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use compute_core::conformance::{compare_typed, rng::Rng};
+    use compute_core::{DType, HostVec, Op, RowOp};
+
+    use super::*;
+
+    /// Every row op on both half dtypes, at lengths around the 16- and
+    /// 64-value steps, with infinities and NaNs in some rows, within the
+    /// conformance tolerance.
+    #[test]
+    fn fused_rows_match_the_reference() {
+        if !(Isa::Avx512.is_supported()
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl"))
+        {
+            eprintln!("SKIPPED: no AVX-512 BW/VL on this CPU");
+            return;
+        }
+        let mut rng = Rng::new(0x5eed_0021);
+        let ops = [RowOp::Softmax, RowOp::LogSoftmax, RowOp::LayerNorm { eps: 1e-5 }, RowOp::RmsNorm { eps: 1e-6 }];
+        for dtype in [DType::F16, DType::BF16] {
+            for cols in [1usize, 5, 16, 17, 63, 64, 65, 100, 1000, 4096] {
+                let rows = 3;
+                let mut xv = rng.vec(rows * cols, -8.0, 8.0);
+                if cols > 20 {
+                    xv[cols + 3] = f32::INFINITY;
+                    xv[2 * cols + 7] = f32::NAN;
+                }
+                let x = HostVec::from_f32(dtype, &xv);
+                let gamma = HostVec::from_f32(dtype, &rng.vec(cols, -2.0, 2.0));
+                let beta = HostVec::from_f32(dtype, &rng.vec(cols, -1.0, 1.0));
+                let g32 = gamma.to_f32();
+                let b32 = beta.to_f32();
+                for op in ops {
+                    let spec = Op::rows(op, rows, cols).with_dtype(dtype);
+                    let mut out = HostVec::zeros(dtype, rows * cols);
+                    let params: Vec<&[f32]> = vec![&g32, &b32];
+                    let mut scratch = Vec::new();
+                    let done = match &mut out {
+                        HostVec::F16(o) => fused(Isa::Avx512, op, cols, x.as_slice(), &params, o, &mut scratch, false),
+                        HostVec::BF16(o) => fused(Isa::Avx512, op, cols, x.as_slice(), &params, o, &mut scratch, false),
+                        _ => false,
+                    };
+                    assert!(done, "{op:?} {dtype}: no fused loop");
+                    let inputs = match op {
+                        RowOp::LayerNorm { .. } => vec![x.as_slice(), gamma.as_slice(), beta.as_slice()],
+                        RowOp::RmsNorm { .. } => vec![x.as_slice(), gamma.as_slice()],
+                        _ => vec![x.as_slice()],
+                    };
+                    if let Some(msg) = compare_typed(&spec, &inputs, out.as_slice(), 1.0) {
+                        panic!("{op:?} {dtype} cols {cols}: {msg}");
+                    }
+                }
+            }
+        }
+    }
+}
