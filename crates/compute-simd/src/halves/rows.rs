@@ -15,7 +15,7 @@
 //! row of 4096 halves is 8 KiB), plus the output; about 1 (rms_norm) to 12
 //! (softmax) vector instructions per 16 values and pass.
 
-use compute_core::{Element, HostSlice, HostSliceMut, RowOp};
+use compute_core::{Element, HostSlice, RowOp};
 
 use crate::isa::Isa;
 
@@ -44,8 +44,8 @@ pub fn fused<T: Element>(
     {
         let out_dtype = T::DTYPE;
         let out: &mut [u16] = match T::host_mut(out) {
-            HostSliceMut::F16(o) => bytemuck::cast_slice_mut(o),
-            HostSliceMut::BF16(o) => bytemuck::cast_slice_mut(o),
+            compute_core::HostSliceMut::F16(o) => bytemuck::cast_slice_mut(o),
+            compute_core::HostSliceMut::BF16(o) => bytemuck::cast_slice_mut(o),
             _ => return false,
         };
         let (x, f16): (&[u16], bool) = match x {
