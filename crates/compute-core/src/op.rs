@@ -1093,7 +1093,8 @@ mod tests {
         assert_eq!(l.output(), Operand::new(1000, DType::F16));
         assert_eq!(slerp.class(), OpClass::RowWise);
         assert_eq!(slerp.cost().bytes(), 6000);
-        for bad in [Op::lerp(4, f32::NAN), Op::lerp(4, f32::NEG_INFINITY), Op::slerp(2, 2, 1.01), Op::slerp(2, 2, -0.0001)]
+        for bad in
+            [Op::lerp(4, f32::NAN), Op::lerp(4, f32::NEG_INFINITY), Op::slerp(2, 2, 1.01), Op::slerp(2, 2, -0.0001)]
         {
             assert!(matches!(bad.layout(), Err(ComputeError::Shape { .. })), "{bad:?}");
         }

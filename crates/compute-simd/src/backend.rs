@@ -122,7 +122,9 @@ impl SimdBackend {
             Op::Dot { .. } => out[0] = kernels::reduce::dot(isa, inputs[0], inputs[1]),
             Op::Rows { op, rows, cols, .. } => kernels::rows::run(isa, op, rows, cols, inputs, out),
             Op::Lerp { t, .. } => kernels::interpolate::lerp(isa, t, inputs[0], inputs[1], out),
-            Op::Slerp { rows, cols, t, .. } => kernels::interpolate::slerp(isa, t, rows, cols, inputs[0], inputs[1], out),
+            Op::Slerp { rows, cols, t, .. } => {
+                kernels::interpolate::slerp(isa, t, rows, cols, inputs[0], inputs[1], out)
+            }
             // TF32 is an allowance, not a demand: the CPU computes in full precision.
             Op::Matmul(spec) => gemm::sgemm(isa, &spec, inputs[0], inputs[1], out),
             Op::Conv2d(spec) => kernels::conv::conv2d(isa, &spec, inputs[0], inputs[1], out),

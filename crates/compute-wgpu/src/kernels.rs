@@ -338,11 +338,9 @@ impl Kernel {
                 vec![("DV", f64::from(dv)), ("CK", f64::from(ck)), ("CV", f64::from(cv))]
             }
             Kernel::Matmul { ta, tb, .. } => vec![("TA", flag(ta)), ("TB", flag(tb))],
-            Kernel::LayerNorm(_)
-            | Kernel::RmsNorm(_)
-            | Kernel::Conv2d(_)
-            | Kernel::Cast { .. }
-            | Kernel::Slerp(_) => Vec::new(),
+            Kernel::LayerNorm(_) | Kernel::RmsNorm(_) | Kernel::Conv2d(_) | Kernel::Cast { .. } | Kernel::Slerp(_) => {
+                Vec::new()
+            }
         }
     }
 

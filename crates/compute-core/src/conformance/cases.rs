@@ -132,7 +132,9 @@ pub fn cases(group: Group, scale: Scale) -> Vec<Op> {
         }
         Group::Interpolation => {
             let mut v: Vec<Op> = vector_lens(scale).into_iter().map(|len| Op::lerp(len, 0.3)).collect();
-            v.extend([1, 17, 1000, 65_537].into_iter().flat_map(|len| [-0.5, 0.5, 0.75, 1.25].map(|t| Op::lerp(len, t))));
+            v.extend(
+                [1, 17, 1000, 65_537].into_iter().flat_map(|len| [-0.5, 0.5, 0.75, 1.25].map(|t| Op::lerp(len, t))),
+            );
             let mut shapes = vec![(1, 1), (1, 2), (3, 3), (5, 7), (4, 64), (7, 129), (64, 1000), (300, 256), (2, 4097)];
             shapes.push((1031, 17));
             if large {
