@@ -85,7 +85,7 @@ fn acos(b: &mut KernelBuilder, c: Reg<F32>) -> Reg<F32> {
     let sq = b.sqrt(h);
     let z = b.selp(sq, c, big);
     let z2 = b.mul(z, z);
-    let p = horner(b, z2, &[4.216_319_9e-2, 2.418_131_1e-2, 4.547_002_6e-2, 7.495_300_3e-2, 1.666_675_2e-1]);
+    let p = horner(b, z2, &[4.216_32e-2, 2.418_131e-2, 4.547_002_6e-2, 7.495_300_3e-2, 1.666_675_2e-1]);
     let pz = b.mul(p, z2);
     let asn = b.fma(pz, z, z);
     let two = b.add(asn, asn);

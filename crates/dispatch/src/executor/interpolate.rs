@@ -35,7 +35,7 @@ impl Interpolation {
             Interpolation::Lerp { t } => Ok(Op::lerp(len, t)),
             Interpolation::Slerp { t, cols } => {
                 if cols == 0 || !len.is_multiple_of(cols) {
-                    let op = Op::slerp(if cols == 0 { 0 } else { len / cols }, cols, t);
+                    let op = Op::slerp(len.checked_div(cols).unwrap_or(0), cols, t);
                     return Err(ComputeError::shape(
                         op.name(),
                         format!("{len} elements are not whole rows of {cols}"),
