@@ -14,14 +14,14 @@
 
 // Unary op codes: 0 relu, 1 leaky_relu(a), 2 elu(a), 3 sigmoid, 4 tanh, 5 swish,
 // 6 gelu (tanh form), 7 gelu (erf form), 8 clip(a, b), 9 scale(a).
-// Binary op codes: 0 add, 1 sub, 2 mul.
+// Binary op codes: 0 add, 1 sub, 2 mul, 3 lerp(a = t).
 override OP: u32 = 0u;
 
 struct Params {
     // Elements in this piece.
     len: u32,
     _pad: u32,
-    // Op parameters (alpha, min/max, scale).
+    // Op parameters (alpha, min/max, scale; lerp's t).
     a: f32,
     b: f32,
 }
@@ -133,7 +133,21 @@ fn scale(v: vec4<f32>, s: f32) -> vec4<f32> {
     return select(v * s, (up(v) * s) * DOWN, t);
 }
 
+// u + t·(v − u), exact at t = 0 and t = 1: t < 0.5 ? fma(t, v − u, u) : fma(t − 1, v − u, v).
+// (Subnormal operands flushed by the GPU stay within the op's absolute slack.)
+fn lerp(u: vec4<f32>, v: vec4<f32>) -> vec4<f32> {
+    let t = p.a;
+    let d = v - u;
+    if (t < 0.5) {
+        return fma(vec4<f32>(t), d, u);
+    }
+    return fma(vec4<f32>(t - 1.0), d, v);
+}
+
 fn binary_op(u: vec4<f32>, v: vec4<f32>) -> vec4<f32> {
+    if (OP == 3u) {
+        return lerp(u, v);
+    }
     // The exact path only where a lane has a subnormal (or zero) operand: a rare,
     // per-invocation branch, so the common case stays three loads' worth of work.
     let tu = tiny(u);

@@ -383,6 +383,19 @@ pub trait Ops: Backend {
     ) -> Result<()> {
         self.row_op(RowOp::RmsNorm { eps }, x, &[gamma], rows, cols, out)
     }
+    /// `a + t·(b − a)`, element-wise ([`Op::Lerp`]: `t` finite, exact at
+    /// `t = 0` and `t = 1`, error at most `2⁻²⁴·|r| + 2⁻²²·min(|t|, |1 − t|)·|b − a|`
+    /// before rounding to `T`). One read of `a` and `b`, one write of `out`.
+    fn lerp<T: Element>(&self, a: &[T], b: &[T], t: f32, out: &mut [T]) -> Result<()> {
+        self.run_typed(&Op::lerp(out.len(), t).with_dtype(T::DTYPE), &[a.into(), b.into()], out.into())
+    }
+    /// Spherical linear interpolation of the rows of `a` and `b` (`rows × cols`
+    /// each) with `t` in `[0, 1]`: the angle from the normalised rows, the
+    /// given rows interpolated; zero and near-(anti)parallel rows fall back to
+    /// lerp ([`Op::Slerp`] lists every case). Two passes over each row.
+    fn slerp<T: Element>(&self, a: &[T], b: &[T], rows: usize, cols: usize, t: f32, out: &mut [T]) -> Result<()> {
+        self.run_typed(&Op::slerp(rows, cols, t).with_dtype(T::DTYPE), &[a.into(), b.into()], out.into())
+    }
     /// `C = A·B` with `A` `m × k`, `B` `k × n`, `C` `m × n`, row-major, all of
     /// `T`, accumulated in `f32`.
     fn matmul<T: Element>(&self, a: &[T], b: &[T], out: &mut [T], m: usize, k: usize, n: usize) -> Result<()> {

@@ -129,6 +129,70 @@ pub fn binary(op: BinaryOp, a: f64, b: f64) -> f64 {
     }
 }
 
+/// The reference value of `lerp(a, b, t)`: the formula of [`Op::Lerp`],
+/// `t < 0.5 ? a + t·(b − a) : b − (1 − t)·(b − a)`, in float64 (exact to
+/// 2⁻⁵³ relative for `f32` operands; IEEE specials as the formula gives them).
+pub fn lerp(a: f64, b: f64, t: f64) -> f64 {
+    let d = b - a;
+    if t < 0.5 { a + t * d } else { b - (1.0 - t) * d }
+}
+
+/// The error scale of a lerp: `|r| + min(|t|, |1 − t|)·|b − a|` (the rounding
+/// of `b − a` and of the product scale with the second term).
+fn lerp_scale(a: f64, b: f64, t: f64, r: f64) -> f64 {
+    r.abs() + t.abs().min((1.0 - t).abs()) * (b - a).abs()
+}
+
+/// How [`Op::Slerp`] treats one row, decided from its sums as the op's
+/// documentation lists: `Lerp` for zero and near-(anti)parallel rows, `Nan`
+/// for rows with NaN or infinite elements, else the two coefficients of `a`
+/// and `b` with their derivatives with respect to the cosine.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SlerpRow {
+    /// Element-wise lerp.
+    Lerp,
+    /// Every element NaN.
+    Nan,
+    /// `y = p·a + q·b`; `dp`, `dq`: `∂p/∂c`, `∂q/∂c` (for the error scale).
+    Arc {
+        /// Coefficient of `a`: `sin((1 − t)Ω)/sin Ω`.
+        p: f64,
+        /// Coefficient of `b`: `sin(tΩ)/sin Ω`.
+        q: f64,
+        /// `∂p/∂c` with `c = cos Ω`.
+        dp: f64,
+        /// `∂q/∂c`.
+        dq: f64,
+    },
+}
+
+/// Cosines beyond this magnitude make [`Op::Slerp`] fall back to lerp.
+pub const SLERP_PARALLEL: f32 = 0.9995;
+
+/// The [`SlerpRow`] of a row with squared norms `na2`, `nb2` and dot product
+/// `dot`, for weight `t`. Thresholds as the kernels apply them in `f32`.
+pub fn slerp_row(na2: f64, nb2: f64, dot: f64, t: f64) -> SlerpRow {
+    let tiny = f64::from(f32::MIN_POSITIVE);
+    if na2 < tiny || nb2 < tiny {
+        return SlerpRow::Lerp;
+    }
+    let max = f64::from(f32::MAX);
+    if !(na2 <= max && nb2 <= max) || dot.is_nan() {
+        return SlerpRow::Nan;
+    }
+    let c = (dot / (na2.sqrt() * nb2.sqrt())).clamp(-1.0, 1.0);
+    if c.abs() > f64::from(SLERP_PARALLEL) {
+        return SlerpRow::Lerp;
+    }
+    let w = c.acos();
+    let s = w.sin();
+    let (u, v) = ((1.0 - t) * w, t * w);
+    let (p, q) = (u.sin() / s, v.sin() / s);
+    // d/dΩ of sin(kΩ)/sin Ω, then dΩ/dc = −1/sin Ω.
+    let d = |k: f64| -> f64 { -(k * (k * w).cos() * s - (k * w).sin() * w.cos()) / (s * s) / s };
+    SlerpRow::Arc { p, q, dp: d(1.0 - t), dq: d(t) }
+}
+
 fn widen(x: &[f64]) -> impl Iterator<Item = f64> + '_ {
     x.iter().copied()
 }
@@ -176,6 +240,22 @@ pub fn run_f64(op: &Op, inputs: &[&[f64]]) -> Result<Reference> {
                 let v = binary(op, a, b);
                 values.push(v);
                 scale.push(a.abs().max(b.abs()));
+            }
+        }
+        Op::Lerp { t, .. } => {
+            let t = f64::from(t);
+            for (a, b) in widen(inputs[0]).zip(widen(inputs[1])) {
+                let v = lerp(a, b, t);
+                values.push(v);
+                scale.push(lerp_scale(a, b, t, v));
+            }
+        }
+        Op::Slerp { rows, cols, t, .. } => {
+            let t = f64::from(t);
+            for r in 0..rows {
+                let a = &inputs[0][r * cols..(r + 1) * cols];
+                let b = &inputs[1][r * cols..(r + 1) * cols];
+                slerp(a, b, t, &mut values, &mut scale);
             }
         }
         Op::Reduce { op: ReduceOp::Sum, .. } => {
@@ -306,6 +386,36 @@ fn attention(a: &AttentionSpec, inputs: &[&[f64]], values: &mut Vec<f64>, scale:
                     values.push(o);
                     scale.push(mag * (1.0 + sigma));
                 }
+            }
+        }
+    }
+}
+
+/// One row of [`Op::Slerp`]. The error scale of element `j` is
+/// `|p·aⱼ| + |q·bⱼ| + 2·(|∂p/∂c|·|aⱼ| + |∂q/∂c|·|bⱼ|)`: the rounding of the
+/// two products and the sum, and of the cosine (whose error, a few `ε·√cols`,
+/// moves the coefficients by their derivatives; large near the fallback
+/// thresholds, where the angle is ill-conditioned).
+fn slerp(a: &[f64], b: &[f64], t: f64, values: &mut Vec<f64>, scale: &mut Vec<f64>) {
+    let na2: f64 = a.iter().map(|x| x * x).sum();
+    let nb2: f64 = b.iter().map(|x| x * x).sum();
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    match slerp_row(na2, nb2, dot, t) {
+        SlerpRow::Lerp => {
+            for (&x, &y) in a.iter().zip(b) {
+                let v = lerp(x, y, t);
+                values.push(v);
+                scale.push(lerp_scale(x, y, t, v));
+            }
+        }
+        SlerpRow::Nan => {
+            values.extend(a.iter().map(|_| f64::NAN));
+            scale.extend(a.iter().map(|_| 0.0));
+        }
+        SlerpRow::Arc { p, q, dp, dq } => {
+            for (&x, &y) in a.iter().zip(b) {
+                values.push(p * x + q * y);
+                scale.push((p * x).abs() + (q * y).abs() + 2.0 * (dp.abs() * x.abs() + dq.abs() * y.abs()));
             }
         }
     }

@@ -29,6 +29,7 @@ use crate::kernels::gemm_mma::MmaConfig;
 use crate::kernels::gemm_simple::TILE;
 use crate::kernels::gemm_simt::SimtConfig;
 use crate::kernels::gemm_wgmma::WgmmaConfig;
+use crate::kernels::interpolate;
 use crate::kernels::reduce::{self, ReduceKind};
 use crate::kernels::rows::{self, RowKind, RowShape};
 use crate::kernels::{KernelId, conv};
@@ -352,6 +353,22 @@ impl Exec<'_> {
                     RowKind::RmsNorm => vec![input(1)?],
                 };
                 self.rows(kind, dt, eps, input(0)?, &params, out, rows, cols, op.name())
+            }
+            Op::Lerp { len, t, .. } => {
+                let args = [Arg::Ptr(input(0)?), Arg::Ptr(input(1)?), Arg::Ptr(out), Arg::U64(len as u64), Arg::F32(t)];
+                self.launch(KernelId::Lerp(dt), self.stream_grid(len, dt), &args)
+            }
+            Op::Slerp { rows, cols, t, .. } => {
+                let name = op.name();
+                let r = u32_of(name, "rows", rows)?;
+                let c = u32_of(name, "columns", cols)?;
+                let blocks = rows.div_ceil(interpolate::SLERP_ROWS as usize);
+                limit(name, "row blocks", blocks, MAX_GRID_X)?;
+                let grid =
+                    Grid { blocks: (blocks as u32, 1, 1), threads: (interpolate::SLERP_BLOCK, 1, 1), dynamic_smem: 0 };
+                let args =
+                    [Arg::Ptr(input(0)?), Arg::Ptr(input(1)?), Arg::Ptr(out), Arg::U32(r), Arg::U32(c), Arg::F32(t)];
+                self.launch(KernelId::Slerp(dt), grid, &args)
             }
             // f32 with TF32 opted in, `A·Bᵀ`: the `wgmma` kernel reads it as TF32.
             Op::Matmul(spec) if self.l.has_wgmma() && tf32_fits(&spec) => {

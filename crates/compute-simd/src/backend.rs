@@ -121,6 +121,10 @@ impl SimdBackend {
             Op::Reduce { op: ReduceOp::Max, .. } => out[0] = kernels::reduce::max(isa, inputs[0]),
             Op::Dot { .. } => out[0] = kernels::reduce::dot(isa, inputs[0], inputs[1]),
             Op::Rows { op, rows, cols, .. } => kernels::rows::run(isa, op, rows, cols, inputs, out),
+            Op::Lerp { t, .. } => kernels::interpolate::lerp(isa, t, inputs[0], inputs[1], out),
+            Op::Slerp { rows, cols, t, .. } => {
+                kernels::interpolate::slerp(isa, t, rows, cols, inputs[0], inputs[1], out)
+            }
             // TF32 is an allowance, not a demand: the CPU computes in full precision.
             Op::Matmul(spec) => gemm::sgemm(isa, &spec, inputs[0], inputs[1], out),
             Op::Conv2d(spec) => kernels::conv::conv2d(isa, &spec, inputs[0], inputs[1], out),
@@ -141,8 +145,9 @@ fn stays_sequential(op: &Op) -> bool {
         | Op::Binary { len, .. }
         | Op::Reduce { len, .. }
         | Op::Dot { len, .. }
+        | Op::Lerp { len, .. }
         | Op::Cast { len, .. } => len < min_elems,
-        Op::Rows { rows, cols, .. } => rows.saturating_mul(cols) < min_elems,
+        Op::Rows { rows, cols, .. } | Op::Slerp { rows, cols, .. } => rows.saturating_mul(cols) < min_elems,
         Op::Matmul(s) => s.batch.saturating_mul(s.m).saturating_mul(s.k).saturating_mul(s.n) < PAR_GEMM_MIN_MACS,
         Op::Attention(a) => {
             // Multiply-adds, as for a matmul: 2·d per visible (query, key) pair.

@@ -34,6 +34,7 @@ pub(crate) enum Module {
     Matmul,
     Conv,
     Attention,
+    Interpolate,
 }
 
 /// The conversions between `f32` and packed `f16`/`bf16` words, prepended to
@@ -151,6 +152,7 @@ impl Module {
             Module::Matmul => include_str!("../../../shaders/matmul.wgsl"),
             Module::Conv => include_str!("../../../shaders/conv.wgsl"),
             Module::Attention => include_str!("../../../shaders/attention.wgsl"),
+            Module::Interpolate => include_str!("../../../shaders/interpolate.wgsl"),
         }
     }
 
@@ -162,6 +164,7 @@ impl Module {
             Module::Matmul => "matmul.wgsl",
             Module::Conv => "conv.wgsl",
             Module::Attention => "attention.wgsl",
+            Module::Interpolate => "interpolate.wgsl",
         }
     }
 
@@ -178,11 +181,14 @@ impl Module {
         ];
         const CONV: [IoOperand; 3] =
             [io("x", 1, Unit::Scalar, false), io("wt", 2, Unit::Scalar, false), io("y", 3, Unit::Scalar, true)];
+        const INTERPOLATE: [IoOperand; 3] =
+            [io("a", 1, Unit::Scalar, false), io("y", 2, Unit::Scalar, true), io("b", 3, Unit::Scalar, false)];
         match self {
             Module::Elementwise => &ELEMENTWISE,
             Module::Reduce => &REDUCE,
             Module::Rows => &ROWS,
             Module::Conv => &CONV,
+            Module::Interpolate => &INTERPOLATE,
             Module::Matmul | Module::Attention => &[],
         }
     }
@@ -231,7 +237,7 @@ impl MatmulKernel {
 pub(crate) enum Kernel {
     /// `elementwise.wgsl` `unary`, op code, on data of `dtype`.
     Unary(u32, DType),
-    /// `elementwise.wgsl` `binary`, op code, on data of `dtype`.
+    /// `elementwise.wgsl` `binary`, op code (3: lerp), on data of `dtype`.
     Binary(u32, DType),
     /// `elementwise.wgsl` `convert` from `x`'s dtype to `y`'s (two different dtypes).
     Cast { from: DType, to: DType },
@@ -254,6 +260,8 @@ pub(crate) enum Kernel {
     MatmulReduce { sk: u32, checked: bool },
     /// `conv.wgsl` `conv2d` on inputs of `dtype`, writing `f32`.
     Conv2d(DType),
+    /// `interpolate.wgsl` `slerp` on inputs of `dtype`, writing `f32`.
+    Slerp(DType),
     /// `attention.wgsl` (`f32` only): `dv` vec4 groups of output columns per
     /// invocation (a slice of 64·`dv` columns, 1..=4), head_dim chunks of `ck`
     /// for Q·Kᵀ and key chunks of `cv` for P·V (`plan::attention_chunk_choices`);
@@ -270,6 +278,7 @@ impl Kernel {
             Kernel::Matmul { .. } | Kernel::MatmulReduce { .. } => Module::Matmul,
             Kernel::Conv2d(_) => Module::Conv,
             Kernel::Attention { .. } => Module::Attention,
+            Kernel::Slerp(_) => Module::Interpolate,
         }
     }
 
@@ -282,7 +291,8 @@ impl Kernel {
             | Kernel::Softmax(_, d)
             | Kernel::LayerNorm(d)
             | Kernel::RmsNorm(d)
-            | Kernel::Conv2d(d) => Io::new(d, DType::F32),
+            | Kernel::Conv2d(d)
+            | Kernel::Slerp(d) => Io::new(d, DType::F32),
             Kernel::ReduceFinish(_)
             | Kernel::Matmul { .. }
             | Kernel::MatmulReduce { .. }
@@ -306,6 +316,7 @@ impl Kernel {
             Kernel::MatmulReduce { .. } => "matmul_reduce",
             Kernel::Conv2d(_) => "conv2d",
             Kernel::Attention { .. } => "attention",
+            Kernel::Slerp(_) => "slerp",
         }
     }
 
@@ -327,7 +338,9 @@ impl Kernel {
                 vec![("DV", f64::from(dv)), ("CK", f64::from(ck)), ("CV", f64::from(cv))]
             }
             Kernel::Matmul { ta, tb, .. } => vec![("TA", flag(ta)), ("TB", flag(tb))],
-            Kernel::LayerNorm(_) | Kernel::RmsNorm(_) | Kernel::Conv2d(_) | Kernel::Cast { .. } => Vec::new(),
+            Kernel::LayerNorm(_) | Kernel::RmsNorm(_) | Kernel::Conv2d(_) | Kernel::Cast { .. } | Kernel::Slerp(_) => {
+                Vec::new()
+            }
         }
     }
 
@@ -522,8 +535,15 @@ fn on_threads<T: Sync>(items: &[T], f: impl Fn(&T) -> Result<()> + Sync) -> Resu
 mod tests {
     use super::*;
 
-    const MODULES: [Module; 6] =
-        [Module::Elementwise, Module::Reduce, Module::Rows, Module::Matmul, Module::Conv, Module::Attention];
+    const MODULES: [Module; 7] = [
+        Module::Elementwise,
+        Module::Reduce,
+        Module::Rows,
+        Module::Matmul,
+        Module::Conv,
+        Module::Attention,
+        Module::Interpolate,
+    ];
 
     /// Every module variant the backend builds: element-wise ops and casts
     /// between any two dtypes, the other families on inputs of any dtype
@@ -536,7 +556,7 @@ mod tests {
                     let used = match m {
                         Module::Elementwise => true,
                         Module::Matmul | Module::Attention => input == DType::F32 && output == DType::F32,
-                        Module::Reduce | Module::Rows | Module::Conv => output == DType::F32,
+                        Module::Reduce | Module::Rows | Module::Conv | Module::Interpolate => output == DType::F32,
                     };
                     if used {
                         v.push((m, Io::new(input, output)));
@@ -551,7 +571,7 @@ mod tests {
     fn every_module_variant_parses_and_validates_with_naga() {
         // Every GPU test compiles the shaders too; this catches WGSL errors on machines without a GPU.
         let variants = variants();
-        assert_eq!(variants.len(), 9 + 3 * 3 + 1 + 1);
+        assert_eq!(variants.len(), 9 + 4 * 3 + 1 + 1);
         for (m, io) in variants {
             let source = m.source_for(io).unwrap_or_else(|e| panic!("{} for {io:?}: {e}", m.name()));
             let what = format!("{} for {} → {}", m.name(), io.input, io.output);
@@ -743,6 +763,8 @@ mod tests {
             Kernel::Binary(2, DType::BF16),
             Kernel::ReduceFinish(0),
             Kernel::Conv2d(DType::F16),
+            Kernel::Slerp(DType::BF16),
+            Kernel::Binary(3, DType::F16),
             Kernel::Attention { dv: 2, ck: 32, cv: 16, checked: false },
             cast,
             mm,

@@ -191,6 +191,9 @@ fn unary_code(op: UnaryOp) -> (u32, f32, f32) {
     }
 }
 
+/// The `binary` op code of lerp in `elementwise.wgsl` (`t` in the first op parameter).
+const LERP_CODE: u32 = 3;
+
 fn binary_code(op: BinaryOp) -> u32 {
     match op {
         BinaryOp::Add => 0,
@@ -223,6 +226,16 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
         Op::Binary { op: b, len, dtype } => {
             let ins = [(1, input(0)?), (3, input(1)?)];
             elementwise(ctx, name, Kernel::Binary(binary_code(b), dtype), len, &ins, output, &[], steps)?;
+        }
+        Op::Lerp { len, t, dtype } => {
+            let ins = [(1, input(0)?), (3, input(1)?)];
+            let extra = [0, t.to_bits()];
+            elementwise(ctx, name, Kernel::Binary(LERP_CODE, dtype), len, &ins, output, &extra, steps)?;
+        }
+        Op::Slerp { rows, cols, t, .. } => {
+            let y = f32_output(ctx, name, output, steps)?;
+            slerp(ctx, name, (rows, cols, t), [input(0)?, input(1)?], &y, steps)?;
+            narrow(ctx, name, &y, output, steps)?;
         }
         Op::Reduce { op: r, len, .. } => {
             let code = match r {
@@ -443,6 +456,50 @@ fn row_op(
             kernel,
             params: params(&[to_u32(name, "rows", n)?, cols32, eps.to_bits()]),
             bindings,
+            groups: grid(ctx, name, n)?,
+        }));
+        start += n;
+    }
+    Ok(())
+}
+
+/// Slerp of `rows × cols` rows of `a` and `b` (any dtype, the same) with
+/// weight `t` into the `f32` view `y`, in pieces of whole rows as [`row_op`]
+/// cuts them: one workgroup per row.
+fn slerp(
+    ctx: &Context,
+    name: &'static str,
+    (rows, cols, t): (usize, usize, f32),
+    [a, b]: [&View; 2],
+    y: &View,
+    steps: &mut Vec<Step>,
+) -> Result<()> {
+    let row_in = (cols as u64).saturating_mul(a.size());
+    let row_out = (cols as u64).saturating_mul(y.size());
+    let widest = row_in.max(row_out);
+    let max = ctx.max_binding();
+    if widest > max {
+        return Err(errors::limit(name, "storage buffer binding bytes (one row)", widest, max));
+    }
+    let align = ctx.offset_align();
+    let step_rows = lcm(align / gcd(row_in, align), align / gcd(row_out, align));
+    let per = (max / widest) / step_rows * step_rows;
+    if per == 0 {
+        return Err(errors::limit(name, "storage buffer binding bytes (aligned rows)", widest * step_rows, max));
+    }
+    let cols32 = to_u32(name, "columns", cols as u64)?;
+    let rows = rows as u64;
+    let mut start = 0;
+    while start < rows {
+        let n = per.min(rows - start);
+        steps.push(Step::Dispatch(Dispatch {
+            kernel: Kernel::Slerp(a.dtype),
+            params: params(&[to_u32(name, "rows", n)?, cols32, t.to_bits()]),
+            bindings: vec![
+                bind(1, &a.buffer, start * row_in, whole_words(n * row_in)),
+                bind(2, &y.buffer, start * row_out, n * row_out),
+                bind(3, &b.buffer, start * row_in, whole_words(n * row_in)),
+            ],
             groups: grid(ctx, name, n)?,
         }));
         start += n;

@@ -50,8 +50,9 @@ pub fn fixed_threshold_workload(op: &Op) -> u64 {
         | Op::Binary { len, .. }
         | Op::Reduce { len, .. }
         | Op::Dot { len, .. }
+        | Op::Lerp { len, .. }
         | Op::Cast { len, .. } => u(len),
-        Op::Rows { rows, cols, .. } => u(rows).saturating_mul(u(cols)),
+        Op::Rows { rows, cols, .. } | Op::Slerp { rows, cols, .. } => u(rows).saturating_mul(u(cols)),
     }
 }
 

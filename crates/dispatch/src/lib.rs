@@ -54,8 +54,8 @@ pub use compute::seed_workload;
 pub use compute::{Compute, ComputeBuilder, GpuCompute, Policy, fixed_threshold_workload};
 pub use engine::{Engine, Placement};
 pub use executor::{
-    BatchConfig, BatchedExecutor, BatchedGpuExecutor, BatchedGpuHandle, ExecutorMetrics, FlushReason, MatmulRows,
-    SharedWeight, WeightLayout,
+    BatchConfig, BatchedExecutor, BatchedGpuExecutor, BatchedGpuHandle, ExecutorMetrics, FlushReason, Interpolation,
+    MatmulRows, SharedWeight, WeightLayout,
 };
 #[allow(deprecated)]
 pub use hybrid::SEED_THRESHOLD;

@@ -208,3 +208,86 @@ fn dropping_the_executor_answers_everything_accepted() {
     assert!(h.submit(Op::unary(UnaryOp::Tanh, 33), vec![data(9, 33)]).is_err());
     assert!(matches!(h.submit(Op::unary(UnaryOp::Tanh, 3), vec![data(9, 4)]), Err(ComputeError::Shape { .. })));
 }
+
+#[test]
+fn interpolation_requests_coalesce_and_equal_direct_calls() {
+    use compute_core::{Backend, Ops};
+    use dispatch::Interpolation;
+    let (gated, gate, events) = Gated::open();
+    let c = Compute::builder().engine(Engine::Simd, gated).nominal_profile().build().unwrap();
+    let cfg = BatchConfig::balanced().with_max_wait(Duration::from_secs(30));
+    let exec = BatchedExecutor::new(c, cfg).unwrap();
+    let h = exec.handle();
+    // The worker holds a first request at the gate while the others queue.
+    let held = h.unary(UnaryOp::Relu, vec![1.0]).unwrap();
+    while events.lock().unwrap().is_empty() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let lerp = Interpolation::Lerp { t: 0.3 };
+    let slerp = Interpolation::Slerp { t: 0.6, cols: 8 };
+    let other = Interpolation::Lerp { t: 1.5 };
+    let reqs: Vec<(Interpolation, Vec<f32>, Vec<f32>)> =
+        [(lerp, 5), (slerp, 16), (lerp, 40), (other, 7), (slerp, 8), (lerp, 1)]
+            .iter()
+            .enumerate()
+            .map(|(i, &(how, n))| (how, data(10 + i as u64, n), data(20 + i as u64, n)))
+            .collect();
+    let rs: Vec<_> = reqs.iter().map(|(how, a, b)| h.interpolate(*how, a.clone(), b.clone()).unwrap()).collect();
+    h.shutdown();
+    for _ in 0..4 {
+        gate.send(()).unwrap();
+    }
+    let m = exec.shutdown();
+    assert_eq!(held.wait().unwrap(), vec![1.0]);
+    let cpu = compute_simd::SimdBackend::new();
+    for ((how, a, b), r) in reqs.iter().zip(rs) {
+        let got = r.wait().unwrap();
+        let mut want = vec![f32::NAN; a.len()];
+        match *how {
+            Interpolation::Lerp { t } => cpu.lerp(a, b, t, &mut want).unwrap(),
+            Interpolation::Slerp { t, cols } => cpu.slerp(a, b, a.len() / cols, cols, t, &mut want).unwrap(),
+        }
+        assert_eq!(got, want, "{how:?}");
+        let op = how.op(a.len()).unwrap();
+        assert_matches_reference(&op, &[a, b], &got);
+        assert!(cpu.supports(&op));
+    }
+    // The held relu, then one call per group: lerp at 0.3, slerp, lerp at 1.5.
+    assert_eq!((m.batches, m.completed), (4, 7), "{m:?}");
+}
+
+#[test]
+fn interpolation_requests_accepted_before_shutdown_are_all_answered() {
+    use dispatch::Interpolation;
+    let cfg = BatchConfig::throughput().with_max_wait(Duration::from_secs(60));
+    let exec = BatchedExecutor::new(cpu(), cfg).unwrap();
+    let h = exec.handle();
+    let hows = [Interpolation::Lerp { t: 0.25 }, Interpolation::Slerp { t: 0.5, cols: 6 }];
+    let reqs: Vec<(Interpolation, Vec<f32>, Vec<f32>)> = (0..30)
+        .map(|i| (hows[i % 2], data(200 + i as u64, 12 * (1 + i % 3)), data(300 + i as u64, 12 * (1 + i % 3))))
+        .collect();
+    let rs: Vec<_> = reqs.iter().map(|(how, a, b)| h.interpolate(*how, a.clone(), b.clone()).unwrap()).collect();
+    drop(exec);
+    for ((how, a, b), r) in reqs.iter().zip(rs) {
+        assert_matches_reference(&how.op(a.len()).unwrap(), &[a, b], &r.wait().unwrap());
+    }
+    assert!(h.interpolate(hows[0], data(1, 4), data(2, 4)).is_err());
+}
+
+#[test]
+fn bad_interpolation_requests_are_refused_not_queued() {
+    use dispatch::Interpolation;
+    let exec = BatchedExecutor::new(cpu(), BatchConfig::latency()).unwrap();
+    let h = exec.handle();
+    let shape = |r: compute_core::Result<dispatch::AsyncGpuResult<Vec<f32>>>, name: &str| match r {
+        Err(ComputeError::Shape { op, .. }) => assert_eq!(op, name),
+        other => panic!("expected a Shape error naming {name}, got {:?}", other.map(|_| ())),
+    };
+    shape(h.interpolate(Interpolation::Slerp { t: 0.5, cols: 0 }, data(1, 8), data(2, 8)), "slerp");
+    shape(h.interpolate(Interpolation::Slerp { t: 0.5, cols: 3 }, data(1, 8), data(2, 8)), "slerp");
+    shape(h.interpolate(Interpolation::Slerp { t: 1.5, cols: 4 }, data(1, 8), data(2, 8)), "slerp");
+    shape(h.interpolate(Interpolation::Lerp { t: f32::NAN }, data(1, 8), data(2, 8)), "lerp");
+    shape(h.interpolate(Interpolation::Lerp { t: 0.5 }, data(1, 8), data(2, 7)), "lerp");
+    let m = exec.shutdown();
+    assert_eq!((m.submitted, m.completed), (0, 0), "{m:?}");
+}

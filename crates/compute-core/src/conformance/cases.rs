@@ -130,6 +130,19 @@ pub fn cases(group: Group, scale: Scale) -> Vec<Op> {
             }
             v
         }
+        Group::Interpolation => {
+            let mut v: Vec<Op> = vector_lens(scale).into_iter().map(|len| Op::lerp(len, 0.3)).collect();
+            v.extend(
+                [1, 17, 1000, 65_537].into_iter().flat_map(|len| [-0.5, 0.5, 0.75, 1.25].map(|t| Op::lerp(len, t))),
+            );
+            let mut shapes = vec![(1, 1), (1, 2), (3, 3), (5, 7), (4, 64), (7, 129), (64, 1000), (300, 256), (2, 4097)];
+            shapes.push((1031, 17));
+            if large {
+                shapes.extend([(4096, 4096), (65_536, 128), (4, 1 << 20)]);
+            }
+            v.extend(shapes.iter().flat_map(|&(r, c)| [0.3, 0.85].map(|t| Op::slerp(r, c, t))));
+            v
+        }
         Group::EdgeValues | Group::Errors | Group::Tensors => Vec::new(),
     }
 }

@@ -24,6 +24,7 @@
 //! be available: if it is not, the tests fail instead of skipping.
 
 mod cases;
+mod interpolation;
 /// The seeded generator the suite draws its inputs from (see [`crate::rng`]).
 pub use crate::rng;
 
@@ -113,6 +114,10 @@ pub enum Group {
     Attention,
     /// Casts between every pair of dtypes: bit-exact rounding.
     Casts,
+    /// lerp and slerp: odd lengths and row shapes, exact ends (`t` = 0, 1),
+    /// zero, parallel, anti-parallel and non-finite rows, IEEE specials,
+    /// out-of-range `t`.
+    Interpolation,
     /// NaN, ±Inf, −0, huge, tiny and subnormal inputs.
     EdgeValues,
     /// Bad shapes give a typed error and leave the output untouched.
@@ -149,6 +154,8 @@ const TINY: f64 = f32::MIN_POSITIVE as f64;
 /// | matmul, conv2d | `cond = ε·(8 + 2√k)` of `Σₖ|aᵢₖ·bₖⱼ|` |
 /// | matmul in TF32 | adds `cond = 2⁻¹⁰` (both operands rounded to 10 mantissa bits) |
 /// | cast | exact: the reference rounded to the target dtype, bit for bit |
+/// | lerp | `rel = 2⁻²³`, `cond = 2⁻²²` of `min(|t|, |1−t|)·|b − a|`; exact at `t = 0` and `t = 1` |
+/// | slerp | `cond = ε·(16 + 2√cols)` of `|p·aⱼ| + |q·bⱼ| + 2(|∂p/∂c|·|aⱼ| + |∂q/∂c|·|bⱼ|)` (`p`, `q` the coefficients, `c` the cosine; see [`reference`](mod@crate::reference)); rows that fall back to lerp: the same of the lerp's scale; exact at `t = 0` and `t = 1` |
 /// | attention | `cond = ε·(8 + 2√head_dim + 2√seq_k)` of the reference's scale (see [`reference`](mod@crate::reference)); on `f16`/`bf16` adds `2u` of the input dtype (the softmax weights are rounded to it); in TF32 adds `2⁻⁹` |
 ///
 /// Ops on `f16` and `bf16` compute in `f32`, so the bound above holds for
@@ -173,6 +180,8 @@ pub fn tolerance(op: &Op) -> Tolerance {
             Tolerance { abs: TINY, rel: 0.0, cond: EPS * (8.0 + 2.0 * sqrt(s.k)) + tf32 }
         }
         Op::Cast { .. } => Tolerance { abs: 0.0, rel: 0.0, cond: 0.0 },
+        Op::Lerp { .. } => Tolerance { abs: TINY, rel: EPS, cond: 2.0 * EPS },
+        Op::Slerp { cols, .. } => Tolerance { abs: TINY, rel: 0.0, cond: EPS * (16.0 + 2.0 * sqrt(cols)) },
         Op::Conv2d(c) => Tolerance { abs: TINY, rel: 0.0, cond: EPS * (8.0 + 2.0 * sqrt(c.c_in * c.kh * c.kw)) },
         Op::Attention(a) => {
             let weights = match a.dtype {
@@ -300,7 +309,10 @@ pub fn inputs_for(op: &Op, rng: &mut Rng) -> Vec<Vec<f32>> {
                     .collect(),
             ]
         }
-        Op::Binary { .. } | Op::Dot { .. } => vec![rng.vec(lens[0], -4.0, 4.0), rng.vec(lens[1], -4.0, 4.0)],
+        Op::Binary { .. } | Op::Dot { .. } | Op::Lerp { .. } => {
+            vec![rng.vec(lens[0], -4.0, 4.0), rng.vec(lens[1], -4.0, 4.0)]
+        }
+        Op::Slerp { .. } => vec![rng.vec(lens[0], -2.0, 2.0), rng.vec(lens[1], -2.0, 2.0)],
         Op::Reduce { .. } => vec![rng.vec(lens[0], -3.0, 5.0)],
         Op::Rows { op, .. } => {
             let x = rng.vec(lens[0], -6.0, 6.0);
@@ -478,6 +490,7 @@ pub fn run_group<B: Backend>(make: impl FnOnce() -> crate::Result<B>, kind: Back
         Group::EdgeValues => edge_values(&backend, &mut rng, cfg, &mut skipped),
         Group::Errors => errors(&backend, &mut rng),
         Group::Tensors => tensors(&backend, &mut rng, cfg, &mut skipped),
+        Group::Interpolation => interpolation::run(&backend, &mut rng, cfg, &mut skipped),
         _ => {
             let mut fails = Vec::new();
             for op in cases(group, cfg.scale).iter().flat_map(dtype_variants) {
@@ -932,7 +945,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@tests $make, $kind, $cfg;
             unary_ops => Unary, binary_ops => Binary, reductions => Reductions, row_ops => Rows,
             matmul => Matmul, batched_matmul => BatchedMatmul, conv2d => Conv2d, attention => Attention,
-            casts => Casts,
+            casts => Casts, interpolation => Interpolation,
             edge_values => EdgeValues, bad_shapes_are_typed_errors => Errors,
             device_tensors => Tensors);
     };
@@ -1027,6 +1040,26 @@ mod tests {
             assert!(!catches(|_| {}, Op::cast(1000, DType::F32, dtype)));
             assert!(!catches(|_| {}, Op::cast(1000, dtype, DType::F32)));
         }
+    }
+
+    #[test]
+    fn interpolation_is_checked_both_ways() {
+        for dtype in DType::ALL {
+            for op in [Op::lerp(1000, 0.3), Op::lerp(1000, 1.7), Op::slerp(9, 70, 0.4), Op::slerp(3, 2, 0.9)] {
+                let op = op.with_dtype(dtype);
+                assert!(!catches(|_| {}, op), "{op:?}");
+            }
+        }
+        let nudge = |o: &mut [f32]| o[3] *= 1.0 + 1e-4;
+        assert!(catches(nudge, Op::lerp(100, 0.3)));
+        assert!(catches(nudge, Op::slerp(4, 50, 0.3)));
+        // A slerp computed as a lerp (the coefficients of the chord) is caught.
+        let op = Op::slerp(6, 40, 0.5);
+        let inputs = inputs_for(&op, &mut Rng::new(7));
+        let refs: Vec<&[f32]> = inputs.iter().map(Vec::as_slice).collect();
+        let chord = reference::run(&Op::lerp(240, 0.5), &refs).unwrap();
+        let out: Vec<f32> = chord.values.iter().map(|&v| v as f32).collect();
+        assert!(compare(&op, &refs, &out, 1.0).is_some());
     }
 
     #[test]

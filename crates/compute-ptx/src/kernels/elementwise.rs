@@ -171,12 +171,12 @@ fn apply(b: &mut KernelBuilder, kind: UnaryKind, x: Reg<F32>, p0: Reg<F32>, p1: 
     }
 }
 
-/// The skeleton shared by unary, binary and cast kernels: the inputs and the
-/// output, each with its storage dtype.
-struct Stream {
-    inputs: Vec<(Reg<U64>, DType)>,
-    y: (Reg<U64>, DType),
-    n: Reg<U64>,
+/// The skeleton shared by unary, binary, cast and lerp kernels: the inputs
+/// and the output, each with its storage dtype.
+pub(super) struct Stream {
+    pub(super) inputs: Vec<(Reg<U64>, DType)>,
+    pub(super) y: (Reg<U64>, DType),
+    pub(super) n: Reg<U64>,
 }
 
 impl Stream {
@@ -196,7 +196,7 @@ pub fn unit_width(output: DType) -> usize {
 }
 
 /// Emits the value of one output element from the input elements.
-type ElementFn<'a> = dyn FnMut(&mut KernelBuilder, &[Reg<F32>]) -> Reg<F32> + 'a;
+pub(super) type ElementFn<'a> = dyn FnMut(&mut KernelBuilder, &[Reg<F32>]) -> Reg<F32> + 'a;
 
 /// Applies `body` to each of `w` elements of every input.
 fn map_unit(b: &mut KernelBuilder, ins: &[Vec<Reg<F32>>], w: usize, body: &mut ElementFn<'_>) -> Vec<Reg<F32>> {
@@ -208,7 +208,7 @@ fn map_unit(b: &mut KernelBuilder, ins: &[Vec<Reg<F32>>], w: usize, body: &mut E
         .collect()
 }
 
-fn stream_loop(b: &mut KernelBuilder, s: &Stream, body: &mut ElementFn<'_>) {
+pub(super) fn stream_loop(b: &mut KernelBuilder, s: &Stream, body: &mut ElementFn<'_>) {
     let w = s.width();
     let wshift = w.trailing_zeros();
     let tid = b.global_index_x();

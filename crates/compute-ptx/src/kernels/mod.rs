@@ -20,6 +20,7 @@ pub mod gemm_mma;
 pub mod gemm_simple;
 pub mod gemm_simt;
 pub mod gemm_wgmma;
+pub mod interpolate;
 pub(crate) mod math;
 pub mod reduce;
 pub mod rows;
@@ -51,6 +52,10 @@ pub enum KernelId {
     Rows(RowKind, RowShape, DType),
     /// A conversion between two dtypes.
     Cast(DType, DType),
+    /// lerp on a dtype.
+    Lerp(DType),
+    /// slerp on a dtype (one warp per row).
+    Slerp(DType),
     /// One thread per output GEMM.
     GemmNaive,
     /// Shared-memory tiled GEMM.
@@ -86,6 +91,8 @@ impl KernelId {
             KernelId::Reduce(k, d) => k.kernel_name(*d),
             KernelId::Rows(k, s, d) => k.kernel_name(*s, *d),
             KernelId::Cast(from, to) => elementwise::cast_name(*from, *to),
+            KernelId::Lerp(d) => interpolate::lerp_name(*d),
+            KernelId::Slerp(d) => interpolate::slerp_name(*d),
             KernelId::GemmNaive => "gemm_naive".into(),
             KernelId::GemmTiled => "gemm_tiled".into(),
             KernelId::GemmSimt(cfg, ta, tb) => cfg.kernel_name(*ta, *tb),
@@ -117,6 +124,8 @@ impl KernelId {
             KernelId::Reduce(k, d) => reduce::reduce(k, d, target),
             KernelId::Rows(k, s, d) => rows::row_kernel(k, s, d, target),
             KernelId::Cast(from, to) => elementwise::cast(from, to, target),
+            KernelId::Lerp(d) => interpolate::lerp(d, target),
+            KernelId::Slerp(d) => interpolate::slerp(d, target),
             KernelId::GemmNaive => gemm_simple::naive(target),
             KernelId::GemmTiled => gemm_simple::tiled(target),
             KernelId::GemmSimt(cfg, ta, tb) => gemm_simt::simt(&cfg, ta, tb, target),
@@ -160,6 +169,8 @@ impl KernelId {
             | KernelId::Binary(_, d)
             | KernelId::Reduce(_, d)
             | KernelId::Rows(_, _, d)
+            | KernelId::Lerp(d)
+            | KernelId::Slerp(d)
             | KernelId::AttentionFlash(_, d)
             | KernelId::AttentionFlashSplit(_, d)
             | KernelId::AttentionWgmma(_, d)
@@ -175,7 +186,7 @@ impl KernelId {
 }
 
 /// Every kernel of the checked-in set, in a fixed order: per dtype the
-/// element-wise, reduction and row kernels, then the casts, the `f32` GEMMs,
+/// element-wise, reduction, row and interpolation kernels, then the casts, the `f32` GEMMs,
 /// the tensor-core GEMMs (`bf16`/`f16` inputs, every output dtype and
 /// transpose; `mma.sync`, and `wgmma` for `sm_90a` only, see
 /// [`KernelId::targets`]) and im2col.
@@ -189,6 +200,8 @@ pub fn catalog() -> Vec<KernelId> {
             v.push(KernelId::Rows(k, RowShape::Warp, d));
             v.push(KernelId::Rows(k, RowShape::Block, d));
         }
+        v.push(KernelId::Lerp(d));
+        v.push(KernelId::Slerp(d));
     }
     for from in elem::DTYPES {
         for to in elem::DTYPES {

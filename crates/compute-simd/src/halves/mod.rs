@@ -98,6 +98,10 @@ fn run_into<T: Element>(isa: Isa, op: &Op, inputs: &[HostSlice<'_>], out: &mut [
             convert::narrow(isa, &[v as f32], out);
         }
         Op::Rows { op: r, cols, .. } => rows_staged(isa, r, cols, inputs, out),
+        Op::Lerp { t, .. } => staged(isa, inputs, out, PAR_ELEMENTWISE_MIN, None, |ins, o| {
+            kernels::interpolate::lerp(isa, t, ins[0], ins[1], o)
+        }),
+        Op::Slerp { cols, t, .. } => kernels::interpolate::slerp_typed(isa, t, cols, inputs, out),
         Op::Matmul(spec) => {
             if let [HostSlice::BF16(a), HostSlice::BF16(b)] = *inputs
                 && gemm::bf16::available(isa)

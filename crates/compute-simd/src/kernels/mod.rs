@@ -4,6 +4,7 @@ pub mod attention;
 pub mod conv;
 pub mod elementwise;
 pub(crate) mod fork;
+pub mod interpolate;
 pub(crate) mod par;
 pub mod reduce;
 pub mod rows;

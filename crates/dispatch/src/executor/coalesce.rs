@@ -1,8 +1,9 @@
 //! Which requests can share one dispatch, and how to merge and split them.
 //!
 //! Compatible means same op, same parameters and same inner shape:
-//! element-wise ops of any lengths (concatenated), row ops of equal row length
-//! and equal parameter vectors (rows stacked), matmuls of equal `(m, k, n)` and
+//! element-wise ops of any lengths (concatenated; lerps of equal `t`), row
+//! ops of equal row length and equal parameter vectors (rows stacked; slerps
+//! of equal `t`, both operands stacked), matmuls of equal `(m, k, n)` and
 //! transposes (one batched matmul). Reductions, dots and convolutions run alone.
 //! Requests against one shared weight share the key of that weight; they are
 //! stacked by `super::shared`, not here.
@@ -14,6 +15,8 @@ use compute_core::{BinaryOp, DType, MatmulSpec, Op, RowOp, UnaryOp};
 pub(crate) enum Key {
     Unary { name: &'static str, p0: u32, p1: u32 },
     Binary(BinaryOp),
+    Lerp { t: u32 },
+    Slerp { t: u32, cols: usize },
     Rows { name: &'static str, eps: u32, cols: usize, params: u64 },
     Matmul { m: usize, k: usize, n: usize, ta: bool, tb: bool },
     Shared(u64),
@@ -40,6 +43,8 @@ pub(crate) fn key(op: &Op, inputs: &[Vec<f32>], seq: u64) -> Key {
             Key::Unary { name: u.name(), p0, p1 }
         }
         Op::Binary { op: b, .. } => Key::Binary(b),
+        Op::Lerp { t, .. } => Key::Lerp { t: t.to_bits() },
+        Op::Slerp { t, cols, .. } => Key::Slerp { t: t.to_bits(), cols },
         Op::Rows { op: r, cols, .. } => {
             let eps = match r {
                 RowOp::LayerNorm { eps } | RowOp::RmsNorm { eps } => eps.to_bits(),
@@ -74,6 +79,11 @@ pub(crate) fn merge(reqs: &[(&Op, &[Vec<f32>])]) -> Option<Merged> {
     let op = match *first_op {
         Op::Unary { op, .. } => Op::unary(op, reqs.iter().map(|(_, ins)| ins.first().map_or(0, Vec::len)).sum()),
         Op::Binary { op, .. } => Op::binary(op, reqs.iter().map(|(_, ins)| ins.first().map_or(0, Vec::len)).sum()),
+        Op::Lerp { t, .. } => Op::lerp(reqs.iter().map(|(_, ins)| ins.first().map_or(0, Vec::len)).sum(), t),
+        Op::Slerp { t, cols, .. } => {
+            let rows = reqs.iter().map(|(o, _)| if let Op::Slerp { rows, .. } = o { *rows } else { 0 }).sum();
+            Op::slerp(rows, cols, t)
+        }
         Op::Rows { op, cols, .. } => {
             let params_equal = reqs.iter().all(|(_, ins)| ins.get(1..) == first_in.get(1..));
             if !params_equal {
@@ -137,6 +147,14 @@ mod tests {
                     .collect()
             },
             (0..3).map(|_| (Op::matmul(3, 4, 5), vec![rng.vec(12, -1.0, 1.0), rng.vec(20, -1.0, 1.0)])).collect(),
+            [3usize, 8, 1]
+                .iter()
+                .map(|&n| (Op::lerp(n, 0.7), vec![rng.vec(n, -3.0, 3.0), rng.vec(n, -3.0, 3.0)]))
+                .collect(),
+            [1usize, 4, 2]
+                .iter()
+                .map(|&r| (Op::slerp(r, 9, 0.4), vec![rng.vec(r * 9, -1.0, 1.0), rng.vec(r * 9, -1.0, 1.0)]))
+                .collect(),
         ];
         for reqs in cases {
             let keys: Vec<Key> = reqs.iter().enumerate().map(|(i, (o, ins))| key(o, ins, i as u64)).collect();
@@ -168,5 +186,8 @@ mod tests {
         let ln = Op::rows(RowOp::RmsNorm { eps: 1e-5 }, 2, 4);
         assert_ne!(key(&ln, &g1, 0), key(&ln, &g2, 1));
         assert_ne!(key(&Op::dot(8), &[], 0), key(&Op::dot(8), &[], 1));
+        assert_ne!(key(&Op::lerp(8, 0.5), &[], 0), key(&Op::lerp(8, 0.25), &[], 1));
+        assert_ne!(key(&Op::slerp(2, 4, 0.5), &[], 0), key(&Op::slerp(4, 2, 0.5), &[], 1));
+        assert_ne!(key(&Op::slerp(2, 4, 0.5), &[], 0), key(&Op::slerp(2, 4, 0.6), &[], 1));
     }
 }

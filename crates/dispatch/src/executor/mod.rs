@@ -25,6 +25,7 @@
 //! every accepted request is answered (value or error), none is dropped.
 
 mod coalesce;
+mod interpolate;
 mod metrics;
 mod shared;
 
@@ -37,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use compute_core::{Backend, BackendKind, ComputeError, Op, Result, Tensor, UnaryOp};
 
+pub use interpolate::Interpolation;
 pub use metrics::{ExecutorMetrics, FlushReason};
 pub use shared::{MatmulRows, SharedWeight, WeightLayout};
 
