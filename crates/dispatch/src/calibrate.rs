@@ -64,7 +64,8 @@ pub struct Options {
     /// Time spent timing one size, split over the [`PASSES`] (at least
     /// `min_reps` rounds in each).
     pub budget_per_point: Duration,
-    /// Minimum calls timed per size (after one warm-up call).
+    /// Minimum rounds of bursts per size and pass (minimum calls timed, after
+    /// one warm-up call, where a size is timed call by call).
     pub min_reps: usize,
     /// A ladder stops before a size whose single call would exceed this.
     pub max_call: Duration,
@@ -74,12 +75,10 @@ pub struct Options {
 }
 
 impl Default for Options {
-    /// 12 ms per size, ≥ 3 rounds, calls up to 10 ms, 2.5 s per engine.
-    /// (With 16 ms per size, calibrating the H200 machine's four engines
-    /// took 2.9–3.1 s once the bf16 ladders were added.)
+    /// 16 ms per size, ≥ 3 rounds per pass, calls up to 10 ms, 2.5 s per engine.
     fn default() -> Self {
         Options {
-            budget_per_point: Duration::from_millis(12),
+            budget_per_point: Duration::from_millis(16),
             min_reps: 3,
             max_call: Duration::from_millis(10),
             max_per_engine: Duration::from_millis(2500),

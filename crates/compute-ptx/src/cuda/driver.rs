@@ -246,7 +246,7 @@ pub(crate) fn dtod(stream: &CudaStream, dst: u64, src: u64, bytes: usize, op: &'
 /// stream before releasing it, so its memory is never reused while a copy is
 /// in flight.
 pub(crate) struct Staging {
-    host: PinnedHostSlice<f32>,
+    host: PinnedHostSlice<u8>,
     _device: CudaSlice<u8>,
     device_ptr: u64,
     floats: usize,
@@ -264,7 +264,7 @@ impl Staging {
         // SAFETY: uninitialised pinned memory; only the prefix written by `stage_in`
         // is ever copied or read. Flags 0: cached (not write-combined), since the
         // host reads results back from it.
-        let host = unsafe { ctx.alloc_pinned_with_flags::<f32>(floats, 0) }.map_err(|e| driver_err("staging", e))?;
+        let host = unsafe { ctx.alloc_pinned_with_flags::<u8>(floats * 4, 0) }.map_err(|e| driver_err("staging", e))?;
         let (device, device_ptr) = alloc(stream, floats * 4, "staging")?;
         Ok(Staging { host, _device: device, device_ptr, floats })
     }
@@ -279,44 +279,45 @@ impl Staging {
         self.device_ptr + 4 * offset as u64
     }
 
-    /// Copies host slices into the pinned buffer at the given float offsets, then
-    /// the whole prefix `[0, end)` to the device in one transfer.
-    pub(crate) fn stage_in(&mut self, stream: &CudaStream, parts: &[(usize, &[f32])], end: usize) -> Result<()> {
-        let host = self.host.as_mut_slice().map_err(|e| driver_err("staging", e))?;
+    /// Copies host data (bytes of any dtype) into the pinned buffer at the
+    /// given float offsets, then the whole prefix `[0, end)` floats to the
+    /// device in one transfer.
+    pub(crate) fn stage_in(&mut self, stream: &CudaStream, parts: &[(usize, &[u8])], end: usize) -> Result<()> {
+        let bytes = self.host.as_mut_slice().map_err(|e| driver_err("staging", e))?;
         for (off, data) in parts {
-            let dst = host.get_mut(*off..*off + data.len()).ok_or_else(|| ComputeError::Driver {
-                op: "staging",
-                backend: BackendKind::Cuda,
-                message: "staging buffer too small".into(),
-                cause: None,
-            })?;
+            let dst = bytes.get_mut(4 * off..4 * off + data.len()).ok_or_else(too_small)?;
             dst.copy_from_slice(data);
         }
-        let prefix = host.get(..end).unwrap_or(&[]);
+        let prefix = bytes.get(..4 * end).unwrap_or(&[]);
         htod(stream, self.device_ptr, prefix, "upload")
     }
 
-    /// Copies `out.len()` floats at float `offset` of the device half back, waits,
-    /// and fills `out`.
-    pub(crate) fn stage_out(&mut self, stream: &CudaStream, offset: usize, out: &mut [f32]) -> Result<()> {
+    /// Copies `out.len()` bytes at float `offset` of the device half back,
+    /// waits, and fills `out`.
+    pub(crate) fn stage_out(&mut self, stream: &CudaStream, offset: usize, out: &mut [u8]) -> Result<()> {
         let src = self.device_at(offset);
         self.fetch(stream, src, out)
     }
 
-    /// Copies `out.len()` floats from device address `src` through the pinned
+    /// Copies `out.len()` bytes from device address `src` through the pinned
     /// buffer, waits, and fills `out`.
-    pub(crate) fn fetch(&mut self, stream: &CudaStream, src: u64, out: &mut [f32]) -> Result<()> {
-        let offset = 0;
-        let host = self.host.as_mut_slice().map_err(|e| driver_err("staging", e))?;
-        let region = host.get_mut(offset..offset + out.len()).ok_or_else(|| ComputeError::Driver {
-            op: "staging",
-            backend: BackendKind::Cuda,
-            message: "staging buffer too small".into(),
-            cause: None,
-        })?;
+    pub(crate) fn fetch(&mut self, stream: &CudaStream, src: u64, out: &mut [u8]) -> Result<()> {
+        let bytes = self.host.as_mut_slice().map_err(|e| driver_err("staging", e))?;
+        let region = bytes.get_mut(..out.len()).ok_or_else(too_small)?;
         dtoh_sync(stream, region, src, "download")?;
         out.copy_from_slice(region);
         Ok(())
+    }
+}
+
+/// The error for data larger than the staging buffer (its callers check the
+/// size first: not reached).
+fn too_small() -> ComputeError {
+    ComputeError::Driver {
+        op: "staging",
+        backend: BackendKind::Cuda,
+        message: "staging buffer too small".into(),
+        cause: None,
     }
 }
 

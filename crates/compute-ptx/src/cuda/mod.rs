@@ -86,9 +86,9 @@ fn info_of(dev: &Device) -> Result<DeviceInfo> {
 /// dimension is a multiple of 8 and `n` is even — `wgmma` on compute
 /// capability 9.0, `mma.sync` otherwise — else (and for conv2d) it
 /// widens the operands into `f32` temporaries and runs the `f32` GEMM; a TF32
-/// matmul runs in full precision. Host calls of `f32` data can
-/// use the pinned staging buffer; other dtypes go through buffers allocated
-/// for the call.
+/// `A·Bᵀ` matmul runs on `wgmma` on compute capability 9.0, other TF32
+/// matmuls in full precision. Host calls of every dtype use the pinned
+/// staging buffer when they fit in it.
 #[derive(Clone, Debug)]
 pub struct CudaBackend {
     dev: Arc<Device>,
@@ -291,25 +291,27 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// Host path through the pinned staging buffer: one copy in, one copy out.
-    fn run_staged(&self, op: &Op, inputs: &[&[f32]], output: &mut [f32]) -> Result<bool> {
-        let align = |n: usize| n.div_ceil(64) * 64;
+    /// Host path through the pinned staging buffer: one copy in, one copy
+    /// out, for operands of any dtype (as bytes) that fit in it together.
+    fn run_staged(&self, op: &Op, inputs: &[&[u8]], output: &mut [u8]) -> Result<bool> {
+        // Each operand starts on a 256-byte boundary (a whole number of floats).
+        let floats = |bytes: usize| bytes.div_ceil(256) * 64;
         let mut offsets = Vec::new();
         let mut end = 0;
         for x in inputs {
             offsets.push(end);
-            end += align(x.len());
+            end += floats(x.len());
         }
         let out_off = end;
-        if out_off + output.len() > device::STAGING_FLOATS {
+        if out_off + floats(output.len()) > device::STAGING_FLOATS {
             return Ok(false);
         }
         let dev = &self.dev;
         dev.with_staging(|st| {
-            if out_off + output.len() > st.floats() {
+            if out_off + floats(output.len()) > st.floats() {
                 return Ok(false);
             }
-            let parts: Vec<(usize, &[f32])> = offsets.iter().copied().zip(inputs.iter().copied()).collect();
+            let parts: Vec<(usize, &[u8])> = offsets.iter().copied().zip(inputs.iter().copied()).collect();
             st.stage_in(&dev.stream, &parts, out_off)?;
             let ptrs: Vec<u64> = offsets.iter().map(|&o| st.device_at(o)).collect();
             plan::run_op(&**dev, op, &ptrs, st.device_at(out_off))?;
@@ -341,18 +343,17 @@ impl Backend for CudaBackend {
 
     /// Validates lengths and dtypes, refuses dtypes the kernels lack
     /// ([`ComputeError::UnsupportedDType`]), then copies in, launches and
-    /// copies out (`f32` data of up to 4 MiB through the pinned staging buffer).
+    /// copies out (operands of up to 4 MiB together, of any dtype, through the
+    /// pinned staging buffer).
     fn run_typed(&self, op: &Op, inputs: &[HostSlice<'_>], mut output: HostSliceMut<'_>) -> Result<()> {
         check_host_call(op, inputs, &output)?;
         if !plan::supported(op) {
             return Err(plan::unsupported_dtype(op));
         }
-        if let Some((ins, out)) = plan::f32_views(inputs, output.reborrow())
-            && self.run_staged(op, &ins, out)?
-        {
+        let ins: Vec<&[u8]> = inputs.iter().map(|x| x.as_bytes()).collect();
+        if self.run_staged(op, &ins, output.as_bytes_mut())? {
             return Ok(());
         }
-        let ins: Vec<&[u8]> = inputs.iter().map(|x| x.as_bytes()).collect();
         self.run_allocated(op, &ins, output.as_bytes_mut())
     }
 
@@ -375,24 +376,18 @@ impl Backend for CudaBackend {
         self.tensor_in_typed(alloc, len, dtype)
     }
 
-    /// Waits for the queued work, then copies the tensor out (`f32` through
-    /// the pinned staging buffer when it fits; other dtypes as bytes).
+    /// Waits for the queued work, then copies the tensor out (through the
+    /// pinned staging buffer when it fits, 4 MiB).
     fn download_typed(&self, tensor: &Tensor, mut out: HostSliceMut<'_>) -> Result<()> {
         check_download(tensor, &out)?;
         let op = Op::unary(compute_core::UnaryOp::Relu, out.len().max(1));
         let src = self.ptr(tensor, &op)?;
         // Queued work (and its faults) first, before anything touches `out`.
         self.dev.synchronize("download")?;
-        if let Some(out) = out.get_mut::<f32>() {
-            if out.len() <= device::STAGING_FLOATS {
-                return self.dev.with_staging(|st| st.fetch(&self.dev.stream, src, out));
-            }
-            let mut tmp = vec![0.0f32; out.len()];
-            driver::dtoh_sync(&self.dev.stream, &mut tmp, src, "download")?;
-            out.copy_from_slice(&tmp);
-            return Ok(());
-        }
         let out = out.as_bytes_mut();
+        if out.len() <= 4 * device::STAGING_FLOATS {
+            return self.dev.with_staging(|st| st.fetch(&self.dev.stream, src, out));
+        }
         let mut tmp = vec![0u8; out.len()];
         driver::dtoh_sync(&self.dev.stream, &mut tmp, src, "download")?;
         out.copy_from_slice(&tmp);
