@@ -52,11 +52,18 @@ use crate::timing::{Call, median_round_robin};
 pub const PASSES: usize = 2;
 
 /// The half-precision ladders spend this fraction of
-/// [`Options::budget_per_point`] on each size (still at least `min_reps`
-/// rounds per pass). With the `f32` ladders' share and sizes they added
-/// 0.75–1.0 s to a 2.0–2.4 s calibration on the 2-core machine (three
-/// engines); with this share and their sparser sizes (see `ladder`), 0.35 s.
+/// [`Options::budget_per_point`] on each size, in at least
+/// [`HALF_MIN_ROUNDS`] rounds per pass. With the `f32` ladders' share and
+/// sizes they added 0.75–1.0 s to a 2.0–2.4 s calibration on the 2-core
+/// machine (three engines); with this share and their sparser sizes (see
+/// `ladder`), 0.35 s.
 pub const HALF_POINT_SHARE: f64 = 0.25;
+
+/// The half-precision ladders' least rounds per size and pass (at most
+/// [`Options::min_reps`]). With four engines a round takes about 5 ms, so
+/// the rounds, not [`HALF_POINT_SHARE`], set those ladders' time: 0.65–0.72 s
+/// of a 3.0–3.1 s calibration on the H200 machine with three rounds.
+pub const HALF_MIN_ROUNDS: usize = 2;
 
 /// How long calibration may take.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -213,8 +220,16 @@ pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Resu
     let ladders_started = Instant::now();
     for (l, key) in LADDERS.into_iter().enumerate() {
         let class = key.class;
-        let point = if key.dtype == DType::F32 { 1.0 } else { HALF_POINT_SHARE };
-        let per_pass = Options { budget_per_point: scaled(opts.budget_per_point, point / PASSES as f64), ..*opts };
+        let (point, rounds) = if key.dtype == DType::F32 {
+            (1.0, opts.min_reps)
+        } else {
+            (HALF_POINT_SHARE, opts.min_reps.min(HALF_MIN_ROUNDS))
+        };
+        let per_pass = Options {
+            budget_per_point: scaled(opts.budget_per_point, point / PASSES as f64),
+            min_reps: rounds,
+            ..*opts
+        };
         let started = Instant::now();
         let sizes_left: usize = sizes.get(l..).map_or(0, |s| s.iter().sum());
         let share = sizes.get(l).copied().unwrap_or(0) as f64 / sizes_left.max(1) as f64;
