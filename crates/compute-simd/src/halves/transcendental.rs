@@ -13,7 +13,7 @@
 //! where the result is tiny: results below about 2⁻¹²⁰ (the far tails of
 //! sigmoid, swish and gelu) come out as tiny values or zeros instead of being
 //! rounded exactly. gelu's erf form keeps the `f32` kernel
-//! ([`math::gelu_erf`]), only fused. On a CPU with AVX512_BF16 the `bf16`
+//! ([`crate::simd::math::gelu_erf`]), only fused. On a CPU with AVX512_BF16 the `bf16`
 //! results are rounded by `vcvtneps2bf16`, which rounds to nearest even as
 //! every other path does but flushes subnormal results to zero.
 //!
