@@ -1,11 +1,12 @@
 //! `cargo xtask gpu-bundle`: builds everything a GPU-machine run needs into `.gpu/`
 //! and writes `.gpu/run.sh`, the one script that runs it there.
 //!
-//! The bundle: the GPU test binaries of compute-ptx (`cuda`), compute-wgpu and
-//! dispatch (`gpu,cuda`); compute-ptx's `cuda_monitor` (device report) and
+//! The bundle: the GPU test binaries of compute-ptx (`cuda,nccl`), compute-wgpu
+//! and dispatch (`gpu,cuda`); compute-ptx's `cuda_monitor` (device report),
 //! `cuda_bench` (the CUDA benchmark rows standalone, and `--profile-gemm` for
-//! `ncu`) examples; the `compute-bench` binary (skipped with `--no-bench`); the
-//! Vulkan loader packages. All release builds, stripped, under `.gpu/bin/`.
+//! `ncu`) and `nccl_bench` (all-reduce across every GPU) examples; the
+//! `compute-bench` binary (skipped with `--no-bench`); the Vulkan loader
+//! packages. All release builds, stripped, under `.gpu/bin/`.
 //!
 //! `bash .gpu/run.sh [tests|sanitize|bench|ncu|all] [FILTER]` (default `all` =
 //! tests, sanitize, bench; `ncu` runs only when named; `FILTER` keeps the tests
@@ -34,13 +35,13 @@ use crate::{cargo, run};
 const DEBS: &[&str] = &["libvulkan1", "libegl1", "libglvnd0", "libopengl0", "libgl1", "libglx0", "libgles2"];
 
 /// Packages whose GPU test binaries go into the bundle, with the features they are built with.
-const TESTS: &[(&str, &str)] = &[("compute-ptx", "cuda"), ("compute-wgpu", ""), ("dispatch", "gpu,cuda")];
+const TESTS: &[(&str, &str)] = &[("compute-ptx", "cuda,nccl"), ("compute-wgpu", ""), ("dispatch", "gpu,cuda")];
 
 /// Test targets that exercise a GPU (unit tests, golden and emulator tests run everywhere and stay home).
-const GPU_TARGETS: &[&str] = &["conformance", "gpu", "async_overlap", "executor", "pool"];
+const GPU_TARGETS: &[&str] = &["conformance", "gpu", "nccl", "async_overlap", "executor", "pool"];
 
-/// compute-ptx's examples the script runs (`--features cuda`).
-const EXAMPLES: &[&str] = &["cuda_monitor", "cuda_bench"];
+/// compute-ptx's examples the script runs (`--features cuda,nccl`).
+const EXAMPLES: &[&str] = &["cuda_monitor", "cuda_bench", "nccl_bench"];
 
 /// One executable cargo built: its target's name, whether it is a test
 /// harness, and its path.
@@ -110,7 +111,7 @@ pub fn bundle(args: &[String]) -> Result<(), String> {
         }
     }
     let mut cmd = cargo();
-    cmd.args(["build", "--release", "-p", "compute-ptx", "--features", "cuda"]);
+    cmd.args(["build", "--release", "-p", "compute-ptx", "--features", "cuda,nccl"]);
     for ex in EXAMPLES {
         cmd.args(["--example", ex]);
     }

@@ -15,6 +15,10 @@ mod buffer;
 mod device;
 mod driver;
 mod error;
+#[cfg(feature = "nccl")]
+pub mod nccl;
+#[cfg(feature = "nccl")]
+mod nccl_sys;
 
 use std::sync::Arc;
 

@@ -1,0 +1,136 @@
+//! NCCL collectives (feature `nccl`): on every visible GPU, against values
+//! computed on the host. Without NCCL or a GPU each test says why it skipped
+//! (and that much is itself checked: a missing library is a typed error, not
+//! a panic). `COMPUTE_REQUIRE=nccl` turns a skip into a failure.
+
+use compute_core::conformance::rng::Rng;
+use compute_core::{Backend, ComputeError, DType, HostVec, Tensor};
+use compute_ptx::CudaBackend;
+use compute_ptx::cuda::nccl::{self, Communicator, ReduceOp};
+
+/// One backend per visible GPU and their communicator, or `None` (skipped)
+/// where there is no GPU or no NCCL.
+fn setup(test: &str) -> Option<(Vec<CudaBackend>, Communicator)> {
+    let require = std::env::var("COMPUTE_REQUIRE").is_ok_and(|v| v.split(',').any(|s| s.trim() == "nccl"));
+    let skip = |why: String| {
+        assert!(!require, "{test}: NCCL required but {why}");
+        eprintln!("SKIPPED: {test}: {why}");
+        None
+    };
+    let n = nccl::device_count();
+    if n == 0 {
+        return skip("no CUDA device".into());
+    }
+    let backends: Vec<CudaBackend> = match (0..n as u32).map(CudaBackend::with_device).collect() {
+        Ok(b) => b,
+        Err(e) => return skip(format!("devices: {e}")),
+    };
+    match Communicator::new(&backends) {
+        Ok(c) => Some((backends, c)),
+        Err(e @ ComputeError::DeviceUnavailable { .. }) => skip(e.to_string()),
+        Err(e) => panic!("{test}: {e}"),
+    }
+}
+
+fn upload(b: &CudaBackend, values: &[f32], dtype: DType) -> Tensor {
+    b.upload_typed(HostVec::from_f32(dtype, values).as_slice()).expect("upload")
+}
+
+fn download(b: &CudaBackend, t: &Tensor) -> Vec<f32> {
+    let mut out = HostVec::zeros(t.dtype(), t.len());
+    b.download_typed(t, out.as_mut()).expect("download");
+    out.to_f32()
+}
+
+/// The values as `dtype` stores them.
+fn rounded(values: &[f32], dtype: DType) -> Vec<f32> {
+    HostVec::from_f32(dtype, values).to_f32()
+}
+
+#[test]
+fn a_missing_library_is_a_typed_error() {
+    match nccl::nccl_version() {
+        Ok((major, minor, patch)) => {
+            eprintln!("NCCL {major}.{minor}.{patch}");
+            assert!(major >= 2, "NCCL {major}.{minor}.{patch}");
+        }
+        Err(ComputeError::DeviceUnavailable { reason, .. }) => eprintln!("no NCCL: {reason}"),
+        Err(e) => panic!("unexpected error: {e}"),
+    }
+}
+
+#[test]
+fn all_reduce_sums_every_rank_in_every_dtype() {
+    let Some((backends, comm)) = setup("all_reduce_sums_every_rank_in_every_dtype") else { return };
+    let mut rng = Rng::new(0x5eed_0031);
+    let len = 1000 * backends.len() + 37;
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        // Small integers: every partial sum is exact in each dtype.
+        let values: Vec<Vec<f32>> =
+            backends.iter().map(|_| rng.vec(len, -8.0, 8.0).into_iter().map(f32::round).collect()).collect();
+        let tensors: Vec<Tensor> = backends.iter().zip(&values).map(|(b, v)| upload(b, v, dtype)).collect();
+        let refs: Vec<&Tensor> = tensors.iter().collect();
+        comm.all_reduce(&refs, ReduceOp::Sum).expect("all_reduce");
+        let want: Vec<f32> = (0..len).map(|i| values.iter().map(|v| v[i]).sum()).collect();
+        for (b, t) in backends.iter().zip(&tensors) {
+            assert_eq!(download(b, t), rounded(&want, dtype), "{dtype} on {}", b.location());
+        }
+        comm.all_reduce(&refs, ReduceOp::Max).expect("all_reduce max");
+        for (b, t) in backends.iter().zip(&tensors) {
+            assert_eq!(download(b, t), rounded(&want, dtype), "max of equal tensors, {dtype}");
+        }
+    }
+}
+
+#[test]
+fn broadcast_gather_and_scatter_move_the_right_blocks() {
+    let Some((backends, comm)) = setup("broadcast_gather_and_scatter_move_the_right_blocks") else { return };
+    let ranks = backends.len();
+    let mut rng = Rng::new(0x5eed_0032);
+    let n = 513;
+    let inputs: Vec<Vec<f32>> =
+        (0..ranks).map(|_| rng.vec(n, -4.0, 4.0).into_iter().map(f32::round).collect()).collect();
+    // Broadcast from the last rank.
+    let ts: Vec<Tensor> = backends.iter().zip(&inputs).map(|(b, v)| upload(b, v, DType::F32)).collect();
+    let refs: Vec<&Tensor> = ts.iter().collect();
+    comm.broadcast(&refs, ranks - 1).expect("broadcast");
+    for (b, t) in backends.iter().zip(&ts) {
+        assert_eq!(download(b, t), inputs[ranks - 1]);
+    }
+    // All-gather: every rank gets the blocks in rank order.
+    let ins: Vec<Tensor> = backends.iter().zip(&inputs).map(|(b, v)| upload(b, v, DType::BF16)).collect();
+    let outs: Vec<Tensor> = backends.iter().map(|b| b.alloc_typed(n * ranks, DType::BF16).expect("alloc")).collect();
+    comm.all_gather(&ins.iter().collect::<Vec<_>>(), &outs.iter().collect::<Vec<_>>()).expect("all_gather");
+    let gathered: Vec<f32> = inputs.concat();
+    for (b, t) in backends.iter().zip(&outs) {
+        assert_eq!(download(b, t), rounded(&gathered, DType::BF16));
+    }
+    // Reduce-scatter: rank r gets block r of the sum.
+    let wide: Vec<Vec<f32>> =
+        (0..ranks).map(|_| rng.vec(n * ranks, -4.0, 4.0).into_iter().map(f32::round).collect()).collect();
+    let ins: Vec<Tensor> = backends.iter().zip(&wide).map(|(b, v)| upload(b, v, DType::F32)).collect();
+    let outs: Vec<Tensor> = backends.iter().map(|b| b.alloc_typed(n, DType::F32).expect("alloc")).collect();
+    comm.reduce_scatter(&ins.iter().collect::<Vec<_>>(), &outs.iter().collect::<Vec<_>>(), ReduceOp::Sum)
+        .expect("reduce_scatter");
+    for (r, (b, t)) in backends.iter().zip(&outs).enumerate() {
+        let want: Vec<f32> = (0..n).map(|i| wide.iter().map(|v| v[r * n + i]).sum()).collect();
+        assert_eq!(download(b, t), want, "block {r}");
+    }
+}
+
+#[test]
+fn bad_operands_are_typed_errors_and_nothing_runs() {
+    let Some((backends, comm)) = setup("bad_operands_are_typed_errors_and_nothing_runs") else { return };
+    let b0 = &backends[0];
+    let t = upload(b0, &[1.0, 2.0, 3.0], DType::F32);
+    // Too few tensors for more than one rank; too many for one.
+    let refs: Vec<&Tensor> = vec![&t; backends.len() + 1];
+    assert!(matches!(comm.all_reduce(&refs, ReduceOp::Sum), Err(ComputeError::Shape { .. })));
+    // Out-of-range root.
+    let each: Vec<Tensor> = backends.iter().map(|b| upload(b, &[1.0, 2.0, 3.0], DType::F32)).collect();
+    let refs: Vec<&Tensor> = each.iter().collect();
+    assert!(matches!(comm.broadcast(&refs, backends.len()), Err(ComputeError::Shape { .. })));
+    // A device named twice.
+    assert!(matches!(Communicator::new(&[b0.clone(), b0.clone()]), Err(ComputeError::Shape { .. })));
+    assert_eq!(download(b0, &each[0]), vec![1.0, 2.0, 3.0], "nothing ran");
+}
