@@ -77,6 +77,22 @@ impl Narrow {
     }
 }
 
+/// The bits of `x` and `out` when both are `f16` or both `bf16`, and whether
+/// they are `f16`; `None` for any other pair of dtypes.
+pub(super) fn half_bits<'a, T: compute_core::Element>(
+    x: compute_core::HostSlice<'a>,
+    out: &'a mut [T],
+) -> Option<(&'a [u16], &'a mut [u16], bool)> {
+    use compute_core::{HostSlice, HostSliceMut};
+    match (x, T::host_mut(out)) {
+        (HostSlice::F16(x), HostSliceMut::F16(o)) => Some((bytemuck::cast_slice(x), bytemuck::cast_slice_mut(o), true)),
+        (HostSlice::BF16(x), HostSliceMut::BF16(o)) => {
+            Some((bytemuck::cast_slice(x), bytemuck::cast_slice_mut(o), false))
+        }
+        _ => None,
+    }
+}
+
 /// `log₂ e`.
 pub(super) const LOG2E: f32 = std::f32::consts::LOG2_E;
 /// `2ᶠ ≈ Σ EXP2[k]·fᵏ` on `|f| ≤ ½` with `2⁰ = 1` exactly (so `e⁰` in

@@ -43,17 +43,7 @@ pub fn fused<T: Element>(
         && let Some(tok) = super::avx512::Tok::detect()
         && tok.bw_vl
     {
-        let out_dtype = T::DTYPE;
-        let out: &mut [u16] = match T::host_mut(out) {
-            compute_core::HostSliceMut::F16(o) => bytemuck::cast_slice_mut(o),
-            compute_core::HostSliceMut::BF16(o) => bytemuck::cast_slice_mut(o),
-            _ => return false,
-        };
-        let (x, f16): (&[u16], bool) = match x {
-            HostSlice::F16(s) if out_dtype == compute_core::DType::F16 => (bytemuck::cast_slice(s), true),
-            HostSlice::BF16(s) if out_dtype == compute_core::DType::BF16 => (bytemuck::cast_slice(s), false),
-            _ => return false,
-        };
+        let Some((x, out, f16)) = super::avx512::half_bits(x, out) else { return false };
         let needed = match op {
             RowOp::Softmax | RowOp::LogSoftmax => 0,
             RowOp::RmsNorm { .. } => 1,
@@ -68,7 +58,7 @@ pub fn fused<T: Element>(
         let narrow = super::avx512::Narrow::new(tok, f16);
         let rows = x.len().min(out.len()) / cols;
         let (x, out) = (&x[..rows * cols], &mut out[..rows * cols]);
-        x86::run(tok.z, op, cols, x, params, out, scratch, narrow, stream);
+        x86::run(x86::Job { op, cols, x, params, out, scratch, narrow, stream }, tok.z);
         return true;
     }
     let _ = (isa, op, cols, x, params, out, scratch, stream);
@@ -286,19 +276,21 @@ mod x86 {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// A row op's operands (see [`super::fused`]).
+    pub(super) struct Job<'a> {
+        pub(super) op: RowOp,
+        pub(super) cols: usize,
+        pub(super) x: &'a [u16],
+        pub(super) params: &'a [&'a [f32]],
+        pub(super) out: &'a mut [u16],
+        pub(super) scratch: &'a mut [f32],
+        pub(super) narrow: Narrow,
+        pub(super) stream: bool,
+    }
+
     #[inline(always)]
-    fn rows(
-        z: Zmm,
-        op: RowOp,
-        cols: usize,
-        x: &[u16],
-        params: &[&[f32]],
-        out: &mut [u16],
-        scratch: &mut [f32],
-        narrow: Narrow,
-        stream: bool,
-    ) {
+    fn rows(z: Zmm, job: Job<'_>) {
+        let Job { op, cols, x, params, out, scratch, narrow, stream } = job;
         let f16 = narrow.f16();
         let n = cols as f64;
         let gamma = params.first().copied().unwrap_or(&[]);
@@ -336,57 +328,25 @@ mod x86 {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    fn entry(
-        z: Zmm,
-        op: RowOp,
-        cols: usize,
-        x: &[u16],
-        params: &[&[f32]],
-        out: &mut [u16],
-        scratch: &mut [f32],
-        narrow: Narrow,
-        stream: bool,
-    ) {
-        rows(z, op, cols, x, params, out, scratch, narrow, stream)
+    fn entry(z: Zmm, job: Job<'_>) {
+        rows(z, job)
     }
 
-    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-    fn entry_bf16(
-        z: Zmm,
-        op: RowOp,
-        cols: usize,
-        x: &[u16],
-        params: &[&[f32]],
-        out: &mut [u16],
-        scratch: &mut [f32],
-        stream: bool,
-    ) {
-        rows(z, op, cols, x, params, out, scratch, Narrow::Bf16Native, stream)
+    fn entry_bf16(z: Zmm, job: Job<'_>) {
+        rows(z, Job { narrow: Narrow::Bf16Native, ..job })
     }
 
     /// See [`super::fused`]; the caller has checked AVX512BW and VL (and,
     /// through [`Narrow::new`], AVX512_BF16 for [`Narrow::Bf16Native`]).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn run(
-        z: Zmm,
-        op: RowOp,
-        cols: usize,
-        x: &[u16],
-        params: &[&[f32]],
-        out: &mut [u16],
-        scratch: &mut [f32],
-        narrow: Narrow,
-        stream: bool,
-    ) {
-        match narrow {
+    pub(super) fn run(job: Job<'_>, z: Zmm) {
+        match job.narrow {
             // SAFETY: `z` proves AVX-512F, the caller checked BW and VL, and
             // `Bf16Native` is made only with AVX512_BF16.
-            Narrow::Bf16Native => unsafe { entry_bf16(z, op, cols, x, params, out, scratch, stream) },
+            Narrow::Bf16Native => unsafe { entry_bf16(z, job) },
             // SAFETY: `z` proves AVX-512F, the caller checked BW and VL.
-            _ => unsafe { entry(z, op, cols, x, params, out, scratch, narrow, stream) },
+            _ => unsafe { entry(z, job) },
         }
     }
 }

@@ -35,17 +35,7 @@ pub fn fused<T: Element>(isa: Isa, op: UnaryOp, x: HostSlice<'_>, out: &mut [T],
         && op.is_transcendental()
         && let Some(tok) = x86::Tok::detect()
     {
-        let out_dtype = T::DTYPE;
-        let out: &mut [u16] = match T::host_mut(out) {
-            compute_core::HostSliceMut::F16(o) => bytemuck::cast_slice_mut(o),
-            compute_core::HostSliceMut::BF16(o) => bytemuck::cast_slice_mut(o),
-            _ => return false,
-        };
-        let (x, f16): (&[u16], bool) = match x {
-            HostSlice::F16(s) if out_dtype == compute_core::DType::F16 => (bytemuck::cast_slice(s), true),
-            HostSlice::BF16(s) if out_dtype == compute_core::DType::BF16 => (bytemuck::cast_slice(s), false),
-            _ => return false,
-        };
+        let Some((x, out, f16)) = super::avx512::half_bits(x, out) else { return false };
         return x86::run(tok, op, x, out, f16, stream);
     }
     let _ = (isa, op, x, out, stream);
