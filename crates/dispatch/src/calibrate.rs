@@ -61,7 +61,7 @@ pub const HALF_POINT_SHARE: f64 = 0.25;
 
 /// The half-precision ladders' least rounds per size and pass (at most
 /// [`Options::min_reps`]). With four engines a round takes about 5 ms, so
-/// the rounds, not [`HALF_POINT_SHARE`], set those ladders' time: 0.65–0.72 s
+/// the rounds, not [`HALF_POINT_SHARE`], set those ladders' time: 0.68–0.71 s
 /// of a 3.0–3.1 s calibration on the H200 machine with three rounds.
 pub const HALF_MIN_ROUNDS: usize = 2;
 
