@@ -5,8 +5,14 @@
 //! bus bandwidth (`algbw · 2(n − 1)/n`, what each link carries, as
 //! `nccl-tests` and `benches/torch_nccl.py` report it), one JSON line each.
 //!
+//! With `--matmul N`, instead: the bf16 product `N × N` by `N × N` (`B`
+//! stored transposed, as a weight; bf16 output) on one GPU, then split over
+//! every GPU by rows (all-gather) and by the inner dimension (all-reduce)
+//! through [`Communicator::matmul`]: TFLOP/s, and the speed-up over the one
+//! GPU divided by the number of GPUs (1.0 is linear scaling).
+//!
 //! ```text
-//! cargo run --release -p compute-ptx --features nccl --example nccl_bench -- [--reps 20] [--mb 1,16,256]
+//! cargo run --release -p compute-ptx --features nccl --example nccl_bench -- [--reps 20] [--mb 1,16,256] [--matmul 16384]
 //! ```
 //!
 //! Set `NCCL_NVLS_ENABLE=0` where NVLink multicast exists (the library never
@@ -14,18 +20,20 @@
 
 use std::time::Instant;
 
-use compute_core::{Backend, DType, HostVec};
+use compute_core::{Backend, DType, HostVec, MatmulSpec, Op, Tensor};
 use compute_ptx::CudaBackend;
-use compute_ptx::cuda::nccl::{self, Communicator, ReduceOp};
+use compute_ptx::cuda::nccl::{self, Communicator, ReduceOp, Split};
 
 fn main() -> compute_core::Result<()> {
     let mut reps = 20usize;
     let mut mbs: Vec<usize> = vec![1, 16, 64, 256];
+    let mut matmul: Option<usize> = None;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
             "--reps" => reps = it.next().and_then(|v| v.parse().ok()).unwrap_or(reps).max(3),
             "--mb" => mbs = it.next().map(|v| v.split(',').filter_map(|s| s.parse().ok()).collect()).unwrap_or(mbs),
+            "--matmul" => matmul = it.next().and_then(|v| v.parse().ok()),
             other => eprintln!("ignored argument {other}"),
         }
     }
@@ -35,6 +43,9 @@ fn main() -> compute_core::Result<()> {
     let comm = Communicator::new(&backends)?;
     let names: Vec<String> = backends.iter().map(|b| b.device_name()).collect();
     eprintln!("NCCL {major}.{minor}.{patch}, {n} ranks: {}", names.join(", "));
+    if let Some(size) = matmul {
+        return sharded_matmul(&backends, &comm, size, reps);
+    }
     for dtype in [DType::F32, DType::BF16] {
         for &mb in &mbs {
             let len = (mb << 20) / dtype.size_in_bytes();
@@ -62,6 +73,73 @@ fn main() -> compute_core::Result<()> {
                 "{{\"op\":\"all_reduce\",\"dtype\":\"{dtype}\",\"mb\":{mb},\"ranks\":{n},\"median_s\":{s:.6e},\"algbw_gbps\":{algbw:.1},\"busbw_gbps\":{busbw:.1}}}"
             );
         }
+    }
+    Ok(())
+}
+
+/// The median seconds of `f` then a wait on every GPU, over `reps` calls after one warm-up.
+fn median(
+    reps: usize,
+    mut f: impl FnMut() -> compute_core::Result<()>,
+    comm: &Communicator,
+) -> compute_core::Result<f64> {
+    f()?;
+    comm.synchronize()?;
+    let mut samples = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = Instant::now();
+        f()?;
+        comm.synchronize()?;
+        samples.push(t.elapsed().as_secs_f64());
+    }
+    samples.sort_by(|a, b| a.total_cmp(b));
+    Ok(samples[samples.len() / 2])
+}
+
+/// `len` bf16 values of a fixed pattern in [−0.5, 0.5), on `b`.
+fn pattern(b: &CudaBackend, len: usize, seed: usize) -> compute_core::Result<Tensor> {
+    let v: Vec<f32> = (0..len).map(|i| ((i * 7 + seed) % 251) as f32 / 251.0 - 0.5).collect();
+    b.upload_typed(HostVec::from_f32(DType::BF16, &v).as_slice())
+}
+
+/// The `--matmul` rows: one GPU, then every GPU split by rows and by the inner dimension.
+fn sharded_matmul(backends: &[CudaBackend], comm: &Communicator, size: usize, reps: usize) -> compute_core::Result<()> {
+    let r = backends.len();
+    let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(size, size, size) }.with_dtypes(DType::BF16, DType::BF16);
+    let flops = 2.0 * (size as f64).powi(3);
+    let one = {
+        let b0 = &backends[0];
+        let (a, w, c) =
+            (pattern(b0, size * size, 1)?, pattern(b0, size * size, 2)?, b0.alloc_typed(size * size, DType::BF16)?);
+        median(reps, || b0.run_tensors(&Op::Matmul(spec), &[&a, &w], &c), comm)?
+    };
+    let row = |name: &str, ranks: usize, s: f64| {
+        let scaling = one / s / ranks as f64;
+        println!(
+            "{{\"op\":\"matmul_bf16\",\"split\":\"{name}\",\"n\":{size},\"gpus\":{ranks},\"median_s\":{s:.6e},\"tflops\":{:.1},\"scaling_vs_one_gpu\":{scaling:.3}}}",
+            flops / s / 1e12
+        );
+    };
+    row("one GPU", 1, one);
+    for split in [Split::Rows, Split::Inner] {
+        let (mut a, mut w) = (Vec::new(), Vec::new());
+        for (i, b) in backends.iter().enumerate() {
+            // Shard sizes only matter for the timing; the values are a pattern.
+            let (a_len, w_len) = match split {
+                Split::Rows => (size / r * size, size * size),
+                Split::Inner => (size * size / r, size * size / r),
+            };
+            a.push(pattern(b, a_len, 3 + i)?);
+            w.push(pattern(b, w_len, 5 + i)?);
+        }
+        let c = backends
+            .iter()
+            .map(|b| b.alloc_typed(size * size, DType::BF16))
+            .collect::<compute_core::Result<Vec<_>>>()?;
+        let (ar, wr, cr): (Vec<&Tensor>, Vec<&Tensor>, Vec<&Tensor>) =
+            (a.iter().collect(), w.iter().collect(), c.iter().collect());
+        let s = median(reps, || comm.matmul(&spec, split, &ar, &wr, &cr), comm)?;
+        row(if split == Split::Rows { "rows (all-gather)" } else { "inner (all-reduce)" }, r, s);
     }
     Ok(())
 }

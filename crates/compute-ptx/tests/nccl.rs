@@ -134,3 +134,75 @@ fn bad_operands_are_typed_errors_and_nothing_runs() {
     assert!(matches!(Communicator::new(&[b0.clone(), b0.clone()]), Err(ComputeError::Shape { .. })));
     assert_eq!(download(b0, &each[0]), vec![1.0, 2.0, 3.0], "nothing ran");
 }
+
+fn refs(v: &[Tensor]) -> Vec<&Tensor> {
+    v.iter().collect()
+}
+
+/// `C = A·B` on the host (row-major, `B` stored `n × k` when `trans_b`).
+fn host_matmul(a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize), trans_b: bool) -> Vec<f32> {
+    let mut c = vec![0.0f32; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            c[i * n + j] = (0..k).map(|p| a[i * k + p] * if trans_b { b[j * k + p] } else { b[p * n + j] }).sum();
+        }
+    }
+    c
+}
+
+#[test]
+fn sharded_matmul_equals_the_whole_product() {
+    use compute_core::MatmulSpec;
+    use compute_ptx::cuda::nccl::Split;
+    let Some((backends, comm)) = setup("sharded_matmul_equals_the_whole_product") else { return };
+    let r = backends.len();
+    let mut rng = Rng::new(0x5eed_0033);
+    let (m, k, n) = (16 * r, 24 * r, 40);
+    // Small integers: every product and sum is exact, in any order.
+    let ints = |rng: &mut Rng, len: usize| rng.vec(len, -3.0, 3.0).into_iter().map(f32::round).collect::<Vec<f32>>();
+    for (dtype, trans_b) in [(DType::F32, false), (DType::BF16, true)] {
+        let spec = MatmulSpec { trans_b, ..MatmulSpec::new(m, k, n) }.with_dtypes(dtype, DType::F32);
+        let a = ints(&mut rng, m * k);
+        let b = ints(&mut rng, k * n);
+        let want = host_matmul(&a, &b, (m, k, n), trans_b);
+        for split in [Split::Rows, Split::Inner] {
+            let (mut a_sh, mut b_sh) = (Vec::new(), Vec::new());
+            for (i, be) in backends.iter().enumerate() {
+                let (ai, bi): (Vec<f32>, Vec<f32>) = match split {
+                    Split::Rows => (a[i * m / r * k..(i + 1) * m / r * k].to_vec(), b.clone()),
+                    Split::Inner => {
+                        let (k0, k1) = (i * k / r, (i + 1) * k / r);
+                        let ai = (0..m).flat_map(|row| a[row * k + k0..row * k + k1].to_vec()).collect();
+                        let bi = if trans_b {
+                            (0..n).flat_map(|j| b[j * k + k0..j * k + k1].to_vec()).collect()
+                        } else {
+                            b[k0 * n..k1 * n].to_vec()
+                        };
+                        (ai, bi)
+                    }
+                };
+                a_sh.push(upload(be, &ai, dtype));
+                b_sh.push(upload(be, &bi, dtype));
+            }
+            let c: Vec<Tensor> = backends.iter().map(|be| be.alloc_typed(m * n, DType::F32).expect("alloc")).collect();
+            comm.matmul(&spec, split, &refs(&a_sh), &refs(&b_sh), &refs(&c)).expect("sharded matmul");
+            for (be, t) in backends.iter().zip(&c) {
+                assert_eq!(download(be, t), want, "{split:?} {dtype} trans_b {trans_b} on {}", be.location());
+            }
+        }
+    }
+    // A split that does not divide, and a batched spec, are shape errors.
+    let odd = MatmulSpec::new(m + 1, k, n);
+    let (a, b, c) = (
+        upload(&backends[0], &vec![0.0; (m + 1) * k], DType::F32),
+        upload(&backends[0], &vec![0.0; k * n], DType::F32),
+        upload(&backends[0], &vec![0.0; (m + 1) * n], DType::F32),
+    );
+    if r > 1 {
+        let err = comm.matmul(&odd, Split::Rows, &vec![&a; r], &vec![&b; r], &vec![&c; r]);
+        assert!(matches!(err, Err(ComputeError::Shape { .. })), "{err:?}");
+    }
+    let batched = MatmulSpec { batch: 2, ..MatmulSpec::new(m, k, n) };
+    let err = comm.matmul(&batched, Split::Inner, &vec![&a; r], &vec![&b; r], &vec![&c; r]);
+    assert!(matches!(err, Err(ComputeError::Shape { .. })), "{err:?}");
+}

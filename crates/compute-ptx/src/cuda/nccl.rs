@@ -11,6 +11,10 @@
 //! between GPUs of one machine. NVLink multicast (NVLS) is never asked for:
 //! set `NCCL_NVLS_ENABLE=0` in the environment on machines that offer it.
 //!
+//! [`Communicator::matmul`] splits one product over the GPUs by rows
+//! (data parallel, all-gather) or by the inner dimension (tensor parallel,
+//! all-reduce), see [`Split`].
+//!
 //! `libnccl` is loaded at run time (`libnccl.so`, then `libnccl.so.2`); a
 //! machine without it gets [`ComputeError::DeviceUnavailable`] from
 //! [`Communicator::new`], never a panic. NCCL's own errors become
@@ -19,7 +23,7 @@
 
 use std::sync::Mutex;
 
-use compute_core::{BackendKind, ComputeError, DType, Op, Result, Tensor};
+use compute_core::{BackendKind, ComputeError, DType, MatmulSpec, Op, Result, Tensor};
 
 use super::CudaBackend;
 use super::device::lock;
@@ -52,6 +56,23 @@ impl ReduceOp {
             ReduceOp::Avg => sys::AVG,
         }
     }
+}
+
+/// How [`Communicator::matmul`] splits `C = A·B` (`m × k` by `k × n`) over `r` ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Split {
+    /// By the rows of `A` and `C` (data parallel): rank `i` holds rows
+    /// `i·m/r ..` of `A` (`m/r × k`) and all of `B`, computes its rows of
+    /// `C`, and an all-gather gives every rank all of `C`: each GPU moves
+    /// `(r − 1)/r` of `C`'s bytes in.
+    Rows,
+    /// By the inner dimension (tensor parallel, `B` split by rows): rank `i`
+    /// holds columns `i·k/r ..` of `A` (`m × k/r`, row-major) and the same
+    /// rows of `B` (`k/r × n`, or `n × k/r` when `trans_b`), computes a
+    /// partial `C`, and an all-reduce sums the partials on every rank: about
+    /// `2(r − 1)/r` of `C`'s bytes per GPU. With a half `C` the partials are
+    /// rounded before they are summed (one more rounding per rank).
+    Inner,
 }
 
 /// One NCCL communicator per GPU, in rank order. Cheap to share by
@@ -239,6 +260,71 @@ impl Communicator {
             // SAFETY: as in `all_reduce`; `ins[rank]` holds `ranks × n` elements (checked).
             unsafe { self.api.reduce_scatter(ins[rank], outs[rank], n, dt, op.code(), comm, stream) }
         })
+    }
+
+    /// The product `spec` (`C = A·B`, one product: `batch` 1, `A` not
+    /// transposed) computed on every rank from the shards `a[rank]` and
+    /// `b[rank]` as `split` says, every rank's `c[rank]` receiving all of `C`
+    /// (`m × n` of `spec.out_dtype`). Each rank's product runs on its own GPU
+    /// with that backend's kernels, then one collective combines them; queued,
+    /// not waited for. Costs `1/ranks` of the product's FLOPs per GPU plus the
+    /// collective (see [`Split`]). `Shape` errors for a split that does not
+    /// divide, shards of the wrong size or a batched or `A`-transposed spec.
+    pub fn matmul(&self, spec: &MatmulSpec, split: Split, a: &[&Tensor], b: &[&Tensor], c: &[&Tensor]) -> Result<()> {
+        let r = self.ranks.len();
+        let shapes = || format!("{} over {r} ranks, {split:?}", Op::Matmul(*spec).shapes());
+        if spec.batch != 1 || spec.trans_a {
+            return Err(ComputeError::shape("matmul_sharded", "one product, A stored m × k", shapes()));
+        }
+        let parts = match split {
+            Split::Rows => spec.m,
+            Split::Inner => spec.k,
+        };
+        if !parts.is_multiple_of(r) {
+            return Err(ComputeError::shape(
+                "matmul_sharded",
+                format!("the split dimension divisible by {r}"),
+                shapes(),
+            ));
+        }
+        if a.len() != r || b.len() != r || c.len() != r {
+            return Err(ComputeError::shape("matmul_sharded", "one shard of A, B and C per rank", shapes()));
+        }
+        let local = match split {
+            Split::Rows => MatmulSpec { m: spec.m / r, ..*spec },
+            Split::Inner => MatmulSpec { k: spec.k / r, ..*spec },
+        };
+        let full = spec.m * spec.n;
+        if c.iter().any(|t| t.len() != full || t.dtype() != spec.out_dtype) {
+            return Err(ComputeError::shape(
+                "matmul_sharded",
+                format!("every C {full} values of {}", spec.out_dtype),
+                shapes(),
+            ));
+        }
+        let op = Op::Matmul(local);
+        match split {
+            Split::Rows => {
+                // Each rank's block of rows, then every block to every rank.
+                let blocks = self
+                    .ranks
+                    .iter()
+                    .map(|(_, be)| compute_core::Backend::alloc_typed(be, local.m * local.n, spec.out_dtype))
+                    .collect::<Result<Vec<_>>>()?;
+                for (rank, (_, be)) in self.ranks.iter().enumerate() {
+                    compute_core::Backend::run_tensors(be, &op, &[a[rank], b[rank]], &blocks[rank])?;
+                }
+                // The blocks are freed in stream order after the gather.
+                self.all_gather(&blocks.iter().collect::<Vec<_>>(), c)
+            }
+            Split::Inner => {
+                // Partial products in place, then their sum everywhere.
+                for (rank, (_, be)) in self.ranks.iter().enumerate() {
+                    compute_core::Backend::run_tensors(be, &op, &[a[rank], b[rank]], c[rank])?;
+                }
+                self.all_reduce(c, ReduceOp::Sum)
+            }
+        }
     }
 
     /// Waits for every rank's queued work (collectives included).
