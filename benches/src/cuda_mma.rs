@@ -15,6 +15,10 @@
 //! `--quick`: 2048³ only. `COMPUTE_PTX_GEMM_SWEEP=1` adds every shape of
 //! `gemm_mma::sweep_configs` and `gemm_wgmma::sweep_configs` at 4096³ and
 //! 8192³ bf16.
+//! GEMV rows (the kernels for few rows, what LLM decoding runs): `x·W` with
+//! `x` of 1 row, `k` = 4096 and `n` = 4096 or 14336, `W` stored `n × k` and
+//! `k × n`, in bf16 and `f32` (full precision; cuBLAS `CUBLAS_COMPUTE_32F`),
+//! each with the GB/s of `W` read by ours and by cuBLAS.
 //! Each row's note gives the largest difference from cuBLAS relative to the
 //! largest |C|.
 
@@ -301,6 +305,7 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
             out.push(r);
         }
     }
+    out.extend(gemv_rows(be, &blas, device, budget)?);
     if wgmma {
         let sizes: &[usize] = if quick { &[2048] } else { &[4096, 8192] };
         for &n in sizes {
@@ -350,6 +355,75 @@ fn tf32_row(
         flops / theirs / 1e12
     ));
     Ok(r)
+}
+
+/// The GEMV rows: `1 × k` times `W` (`k` = 4096, `n` = 4096 and 14336),
+/// `W` stored `n × k` and `k × n`, bf16 and `f32` in and out, the plans'
+/// GEMV kernels against `cublasGemmEx` on the same inputs; `gbps` is the
+/// bytes of `W` read per second.
+fn gemv_rows(be: &CudaBackend, blas: &Blas, device: &str, budget: Duration) -> Result<Vec<Record>, String> {
+    let mut out = Vec::new();
+    for n in [4096, 14336] {
+        for dtype in [DType::BF16, DType::F32] {
+            for trans_b in [true, false] {
+                let s = Shape { m: 1, n, k: 4096, trans_b };
+                let spec = MatmulSpec { trans_b, ..MatmulSpec::new(s.m, s.k, s.n) }.with_dtypes(dtype, dtype);
+                let (ha, hb) = (
+                    HostVec::from_f32(dtype, &random(s.m * s.k, 97)),
+                    HostVec::from_f32(dtype, &random(s.k * s.n, 99 + n as u64)),
+                );
+                let a = be.upload_typed(ha.as_slice()).map_err(err)?;
+                let b = be.upload_typed(hb.as_slice()).map_err(err)?;
+                let c = be.alloc_typed(s.m * s.n, dtype).map_err(err)?;
+                let ca = blas.stream.clone_htod(ha.as_slice().as_bytes()).map_err(err)?;
+                let cb = blas.stream.clone_htod(hb.as_slice().as_bytes()).map_err(err)?;
+                let size = dtype.size_in_bytes();
+                let mut cc = blas.stream.alloc_zeros::<u8>(s.m * s.n * size).map_err(err)?;
+                let ty = match dtype {
+                    DType::BF16 => cudaDataType_t::CUDA_R_16BF,
+                    _ => cudaDataType_t::CUDA_R_32F,
+                };
+                let shape = format!("{}x{}x{}{}", s.m, s.n, s.k, if trans_b { " B^T" } else { "" });
+                let (ours, theirs) = against_cublas(
+                    be,
+                    blas,
+                    (32, budget),
+                    || be.matmul_tier(GemmTier::Gemv, spec, &a, &b, &c).map_err(err),
+                    || {
+                        let (pa, _ra) = ca.device_ptr(&blas.stream);
+                        let (pb, _rb) = cb.device_ptr(&blas.stream);
+                        let (pc, _rc) = cc.device_ptr_mut(&blas.stream);
+                        // SAFETY: ca, cb and cc hold m·k, k·n and m·n values of `dtype` on this stream.
+                        unsafe { blas.gemm_raw((ty, cublasComputeType_t::CUBLAS_COMPUTE_32F), s, (pa, pb, pc)) }
+                    },
+                )
+                .map_err(|e| format!("{dtype} GEMV {shape}: {e}"))?;
+                let mut mine = HostVec::zeros(dtype, s.m * s.n);
+                be.download_typed(&c, mine.as_mut()).map_err(err)?;
+                let mut other = HostVec::zeros(dtype, s.m * s.n);
+                let bytes: Vec<u8> = blas.stream.clone_dtoh(&cc).map_err(err)?;
+                other.as_mut().as_bytes_mut().copy_from_slice(&bytes);
+                let diff = relative_difference(&mine.to_f32(), &other.to_f32());
+                let w_bytes = (s.k * s.n * size) as f64;
+                let rows = compute_ptx::kernels::gemv::rows_for(s.m);
+                let name = if trans_b {
+                    compute_ptx::kernels::gemv::nt_name(rows, dtype, dtype)
+                } else {
+                    compute_ptx::kernels::gemv::nn_name(rows, dtype)
+                };
+                let mut r =
+                    record(&format!("gemv {dtype}"), shape, device, "resident", ours).with_peer("cublas", theirs);
+                r.gbps = Some(w_bytes / ours / 1e9);
+                r.note = Some(format!(
+                    "{name}; W read at {:.0} GB/s, cuBLAS {:.0} GB/s; max |ours-cublas|/max|C| = {diff:.1e}",
+                    w_bytes / ours / 1e9,
+                    w_bytes / theirs / 1e9
+                ));
+                out.push(r);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// `f16`/`bf16` bit patterns as `f32` values.

@@ -4,7 +4,11 @@
 //! through the driver; a PTX emulator can run the same plans on the CPU.
 //!
 //! Element-wise ops, reductions, row ops and casts run kernels of the op's
-//! dtype (`f32`, `f16`, `bf16`, computing in `f32`). A matmul of `f16`/`bf16`
+//! dtype (`f32`, `f16`, `bf16`, computing in `f32`). A matmul of at most
+//! [`gemv::MAX_ROWS`] rows with `A` stored `m × k` runs the GEMV kernels of
+//! its dtypes ([`gemv_fits`], [`GemmTier::Gemv`]): one pass over `B` at
+//! memory bandwidth, where a tensor-core tile would be almost all padding.
+//! Other matmuls of `f16`/`bf16`
 //! operands runs on tensor cores when its shape suits their 16-byte copies
 //! ([`mma_fits`]): the `wgmma` kernel ([`GemmTier::Wgmma`], its tile shape
 //! chosen for the output's size) on a compute capability 9.0 device, the
@@ -29,6 +33,7 @@ use crate::kernels::gemm_mma::MmaConfig;
 use crate::kernels::gemm_simple::TILE;
 use crate::kernels::gemm_simt::SimtConfig;
 use crate::kernels::gemm_wgmma::WgmmaConfig;
+use crate::kernels::gemv;
 use crate::kernels::interpolate;
 use crate::kernels::reduce::{self, ReduceKind};
 use crate::kernels::rows::{self, RowKind, RowShape};
@@ -48,16 +53,23 @@ pub enum GemmTier {
     /// Hopper tensor cores (`wgmma`, compute capability 9.0) for `f16`/`bf16`
     /// inputs, of the given shape.
     Wgmma(WgmmaConfig),
+    /// The GEMV kernels for products of few rows ([`gemv_fits`]), any of the
+    /// three dtypes in and out.
+    Gemv,
 }
 
 impl GemmTier {
-    /// The tier the backend picks: tensor cores for half inputs whose shape
-    /// [`mma_fits`] (`wgmma` when `wgmma` says the device has it; the plans
+    /// The tier the backend picks: the GEMV kernels for products that
+    /// [`gemv_fits`] (at most 8 rows, `A` stored `m × k`); tensor cores for
+    /// half inputs whose shape [`mma_fits`] (`wgmma` when `wgmma` says the device has it; the plans
     /// then pick its tile shape per output with `WgmmaConfig::for_shape`); for
     /// `f32`, register-blocked when both `m` and `n` fill at least half a block
     /// tile, tiled when they fill a 16×16 tile, naive for thin products
     /// (vectors, single rows or columns).
     pub fn choose(spec: &MatmulSpec, wgmma: bool) -> GemmTier {
+        if gemv_fits(spec) {
+            return GemmTier::Gemv;
+        }
         if mma_fits(spec) {
             if wgmma {
                 return GemmTier::Wgmma(WgmmaConfig::default());
@@ -88,6 +100,29 @@ pub fn mma_fits(spec: &MatmulSpec) -> bool {
         && small(spec.m, spec.k)
         && small(spec.k, spec.n)
         && small(spec.m, spec.n)
+}
+
+/// Whether the GEMV kernels ([`GemmTier::Gemv`]) take `spec`: `1 ≤ m ≤`
+/// [`gemv::MAX_ROWS`], `A` stored `m × k` (`trans_a` false; a transposed `A`
+/// runs the other tiers), inputs and output `f32`, `f16` or `bf16`, `m`, `n`,
+/// `k` and `m·n` under 2³². Any batch and either layout of `B`. `f32` runs
+/// in full precision whatever `precision` asks (it meets the TF32 bound).
+/// Free.
+///
+/// Why 8 rows: each output column costs one read of `B`'s column (at memory
+/// bandwidth) plus `m` reads of `A`'s rows from cache, and each thread keeps
+/// `m` (or `m` × 8) sums; at 8 rows the cache reads of `A` already outnumber
+/// those of `B` 8 to 1, and from 16 rows on a product fills at least a
+/// `mma` fragment's 16 rows, so the tensor-core and tiled kernels take over.
+pub fn gemv_fits(spec: &MatmulSpec) -> bool {
+    let small = |x: usize, y: usize| x.checked_mul(y).is_some_and(|p| p <= u32::MAX as usize);
+    (1..=gemv::MAX_ROWS).contains(&spec.m)
+        && !spec.trans_a
+        && elem::supported(spec.dtype)
+        && elem::supported(spec.out_dtype)
+        && small(spec.m, spec.n)
+        && small(spec.k, 1)
+        && small(spec.n, 1)
 }
 
 /// Whether [`GemmTier::Wgmma`] takes `spec` in TF32 ([`run_matmul`]):
@@ -258,8 +293,9 @@ pub fn run_attention(
 /// between consecutive matrices of A, B, C; 0 shares one) defaults to contiguous.
 /// The `f32` tiers take `f32` operands only; [`GemmTier::Mma`] and
 /// [`GemmTier::Wgmma`] (compute capability 9.0 only) half inputs whose shape
-/// [`mma_fits`] and contiguous batches; anything else is `UnsupportedDType` or
-/// `Shape` (half matmuls of other shapes go through [`run_op`]).
+/// [`mma_fits`] and contiguous batches; [`GemmTier::Gemv`] any dtypes and
+/// batch strides of a product that [`gemv_fits`]; anything else is
+/// `UnsupportedDType` or `Shape` (half matmuls of other shapes go through [`run_op`]).
 pub fn run_matmul(
     l: &dyn Launcher,
     tier: GemmTier,
@@ -268,6 +304,12 @@ pub fn run_matmul(
     batch_strides: Option<(usize, usize, usize)>,
 ) -> Result<()> {
     let op = Op::Matmul(*spec);
+    if tier == GemmTier::Gemv {
+        if !elem::supported(spec.dtype) || !elem::supported(spec.out_dtype) {
+            return Err(unsupported_dtype(&op));
+        }
+        return Exec { l }.gemv(spec, (a, b, c), batch_strides, "matmul");
+    }
     let tc = match tier {
         GemmTier::Mma(cfg) => Some(GemmTc::Mma(cfg)),
         GemmTier::Wgmma(cfg) => Some(GemmTc::Wgmma(cfg)),
@@ -370,6 +412,8 @@ impl Exec<'_> {
                     [Arg::Ptr(input(0)?), Arg::Ptr(input(1)?), Arg::Ptr(out), Arg::U32(r), Arg::U32(c), Arg::F32(t)];
                 self.launch(KernelId::Slerp(dt), grid, &args)
             }
+            // Few rows, any dtypes: one pass over B.
+            Op::Matmul(spec) if gemv_fits(&spec) => self.gemv(&spec, (input(0)?, input(1)?, out), None, op.name()),
             // f32 with TF32 opted in, `A·Bᵀ`: the `wgmma` kernel reads it as TF32.
             Op::Matmul(spec) if self.l.has_wgmma() && tf32_fits(&spec) => {
                 let tc = GemmTc::Wgmma(WgmmaConfig::for_shape(spec.batch, spec.m, spec.n, self.l.sm_count()));
@@ -690,6 +734,8 @@ impl Exec<'_> {
                     args.extend(strides);
                     self.launch(KernelId::GemmSimt(cfg, s.trans_a, s.trans_b), grid, &args)?;
                 }
+                // The GEMV plan runs every batch itself.
+                GemmTier::Gemv => return self.gemv(s, (a, b, c), batch_strides, op),
                 GemmTier::Mma(_) | GemmTier::Wgmma(_) => {
                     let why = "the tensor-core tiers take f16 or bf16 inputs";
                     return Err(ComputeError::unsupported_dtype(&Op::Matmul(*s), BackendKind::Cuda, s.dtype, why));
@@ -728,6 +774,127 @@ impl Exec<'_> {
                         self.launch(id, grid, &args)?;
                         i0 += mc;
                     }
+                }
+            }
+            z0 += zc;
+        }
+        Ok(())
+    }
+
+    /// `C = A·op(B)` on the GEMV kernels (any of the three dtypes in and out;
+    /// `batch_strides` as for [`Exec::matmul`]). `B` stored `n × k`: one
+    /// launch of one warp per output column. `B` stored `k × n`: one launch
+    /// over (column blocks, k-splits, batch) writing `f32` partials, then the
+    /// combine kernel, unless a single split of an `f32` output writes `C`
+    /// directly. A product that [`gemv_fits`] declines is a `Shape` error.
+    /// Empty products launch nothing.
+    fn gemv(
+        &self,
+        s: &MatmulSpec,
+        (a, b, c): (u64, u64, u64),
+        batch_strides: Option<(usize, usize, usize)>,
+        op: &'static str,
+    ) -> Result<()> {
+        if !gemv_fits(s) {
+            let why = "the GEMV tier takes 1 to 8 rows of A stored m x k, and m*n, k and n under 2^32";
+            return Err(ComputeError::shape(op, why, Op::Matmul(*s).shapes()));
+        }
+        if s.batch == 0 || s.n == 0 {
+            return Ok(());
+        }
+        let (m, n, k) = (u32_of(op, "m", s.m)?, u32_of(op, "n", s.n)?, u32_of(op, "k", s.k)?);
+        let mn = u32_of(op, "m * n", s.m * s.n)?;
+        let (sa, sb, sc) = batch_strides.unwrap_or((s.m * s.k, s.k * s.n, s.m * s.n));
+        let (ea, ec) = (s.dtype.size_in_bytes() as u64, s.out_dtype.size_in_bytes() as u64);
+        let rows = gemv::rows_for(s.m);
+        let v = gemv::vector_width(s.dtype) as usize;
+        let aligned = |p: u64| p.is_multiple_of(16);
+        let chunk = s.batch.min(MAX_GRID_YZ);
+        // k × n: the splits that fill the device (about 6 blocks of 128 threads
+        // per multiprocessor), each at least 8 rows of k per slice, their
+        // partials at most an eighth of the bytes of B.
+        let splits = if s.trans_b {
+            1
+        } else {
+            let col_blocks = s.n.div_ceil(gemv::nn_block_cols(s.dtype) as usize);
+            let want = (6 * self.l.sm_count() as usize).div_ceil(col_blocks);
+            let by_rows = s.k.div_ceil(8 * gemv::NN_SLICES as usize);
+            let by_bytes = s.k * ea as usize / (32 * s.m);
+            let splits = want.min(by_rows).min(by_bytes).clamp(1, MAX_GRID_YZ);
+            let kc = s.k.div_ceil(splits).max(1);
+            s.k.div_ceil(kc).max(1)
+        };
+        let kc = s.k.div_ceil(splits);
+        let direct = s.trans_b || (splits == 1 && s.out_dtype == DType::F32);
+        let per_batch = splits * s.m * s.n;
+        let (_partials, part) = if direct {
+            (None, 0)
+        } else {
+            let (g, p) = self.temp(per_batch * chunk, op)?;
+            (Some(g), p)
+        };
+        let mut z0 = 0;
+        while z0 < s.batch {
+            let zc = (s.batch - z0).min(MAX_GRID_YZ);
+            let z = z0 as u64;
+            let (ao, bo, co) = (a + ea * z * sa as u64, b + ea * z * sb as u64, c + ec * z * sc as u64);
+            if s.trans_b {
+                let vec =
+                    s.k.is_multiple_of(v) && sa.is_multiple_of(v) && sb.is_multiple_of(v) && aligned(ao) && aligned(bo);
+                let gx = s.n.div_ceil(gemv::NT_COLS as usize);
+                limit(op, "GEMV column blocks", gx, MAX_GRID_X)?;
+                let grid = Grid { blocks: (gx as u32, 1, zc as u32), threads: (gemv::NT_BLOCK, 1, 1), dynamic_smem: 0 };
+                let args = [
+                    Arg::Ptr(ao),
+                    Arg::Ptr(bo),
+                    Arg::Ptr(co),
+                    Arg::U32(m),
+                    Arg::U32(n),
+                    Arg::U32(k),
+                    Arg::U32(u32::from(vec)),
+                    Arg::U64(sa as u64),
+                    Arg::U64(sb as u64),
+                    Arg::U64(sc as u64),
+                ];
+                self.launch(KernelId::GemvNt(rows, s.dtype, s.out_dtype), grid, &args)?;
+            } else {
+                let (dest, sp) = if direct { (co, sc) } else { (part, per_batch) };
+                let vec = s.n.is_multiple_of(v)
+                    && sb.is_multiple_of(v)
+                    && sp.is_multiple_of(v)
+                    && aligned(bo)
+                    && aligned(dest);
+                let gx = s.n.div_ceil(gemv::nn_block_cols(s.dtype) as usize);
+                limit(op, "GEMV column blocks", gx, MAX_GRID_X)?;
+                let grid = Grid {
+                    blocks: (gx as u32, splits as u32, zc as u32),
+                    threads: (gemv::NN_THREADS_X, gemv::NN_SLICES, 1),
+                    dynamic_smem: 0,
+                };
+                let args = [
+                    Arg::Ptr(ao),
+                    Arg::Ptr(bo),
+                    Arg::Ptr(dest),
+                    Arg::U32(m),
+                    Arg::U32(n),
+                    Arg::U32(k),
+                    Arg::U32(kc as u32),
+                    Arg::U32(u32::from(vec)),
+                    Arg::U64(sa as u64),
+                    Arg::U64(sb as u64),
+                    Arg::U64(sp as u64),
+                ];
+                self.launch(KernelId::GemvNn(rows, s.dtype), grid, &args)?;
+                if !direct {
+                    let gx = (mn as usize).div_ceil(gemv::COMBINE_BLOCK as usize);
+                    let grid = Grid {
+                        blocks: (gx as u32, 1, zc as u32),
+                        threads: (gemv::COMBINE_BLOCK, 1, 1),
+                        dynamic_smem: 0,
+                    };
+                    let args =
+                        [Arg::Ptr(part), Arg::Ptr(co), Arg::U32(mn), Arg::U32(splits as u32), Arg::U64(sc as u64)];
+                    self.launch(KernelId::GemvCombine(s.out_dtype), grid, &args)?;
                 }
             }
             z0 += zc;

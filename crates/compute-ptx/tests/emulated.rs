@@ -129,7 +129,7 @@ fn check_mma(shapes: &[(usize, usize, usize, usize)], input: compute_core::DType
 #[test]
 fn mma_tier_on_edges_and_batches() {
     use compute_core::DType;
-    check_mma(&[(1, 8, 8, 8), (2, 24, 40, 16), (1, 136, 168, 72)], DType::BF16);
+    check_mma(&[(1, 16, 8, 8), (2, 24, 40, 16), (1, 136, 168, 72)], DType::BF16);
     check_mma(&[(1, 16, 16, 8), (1, 72, 24, 200)], DType::F16);
 }
 
@@ -170,7 +170,7 @@ fn wgmma_tier_on_edges_batches_and_sweep_shapes() {
     let emu = EmuBackend::with_wgmma();
     let mut rng = Rng::new(0x5eed_0005);
     for (batch, m, k, n, input, out) in [
-        (1, 8, 8, 8, DType::BF16, DType::F32),
+        (1, 16, 8, 8, DType::BF16, DType::F32),
         (2, 72, 200, 40, DType::BF16, DType::BF16),
         (1, 136, 72, 264, DType::F16, DType::F16),
         (1, 64, 64, 64, DType::F16, DType::BF16),
@@ -281,7 +281,8 @@ fn plans_pick_wgmma_for_tf32_products_it_reads() {
 }
 
 /// Half data runs the kernels of its own dtype (no detour through `f32`
-/// buffers) except matmul and conv2d, which widen into `f32` temporaries and
+/// buffers, matmuls of up to 8 rows included) except other matmuls that the
+/// tensor cores do not take and conv2d, which widen into `f32` temporaries and
 /// round once at the end; a cast to the same dtype is a copy that keeps every
 /// bit; half tensors round-trip as their bytes.
 #[test]
@@ -312,13 +313,20 @@ fn half_ops_launch_their_dtype_kernels_and_same_dtype_casts_copy() {
         emu.download_typed(&copy, back.as_mut()).unwrap();
         assert_eq!(back.bits(), data.bits());
 
-        let spec = MatmulSpec::new(5, 6, 7).with_dtypes(dtype, dtype);
-        let a = emu.upload_typed(HostVec::from_f32(dtype, &rng.vec(30, -1.0, 1.0)).as_slice()).unwrap();
+        let spec = MatmulSpec::new(9, 6, 7).with_dtypes(dtype, dtype);
+        let a = emu.upload_typed(HostVec::from_f32(dtype, &rng.vec(54, -1.0, 1.0)).as_slice()).unwrap();
         let b = emu.upload_typed(HostVec::from_f32(dtype, &rng.vec(42, -1.0, 1.0)).as_slice()).unwrap();
-        let c = emu.alloc_typed(35, dtype).unwrap();
+        let c = emu.alloc_typed(63, dtype).unwrap();
         let names = launched(&emu, &mut || emu.run_tensors(&Op::Matmul(spec), &[&a, &b], &c).unwrap());
         let widen = format!("cast_{dtype}_f32");
         assert_eq!(names, [widen.as_str(), widen.as_str(), "gemm_naive", &format!("cast_f32_{dtype}")]);
+
+        // Up to 8 rows: the GEMV kernels of the dtype, no widening.
+        let spec = MatmulSpec::new(5, 6, 7).with_dtypes(dtype, dtype);
+        let c = emu.alloc_typed(35, dtype).unwrap();
+        let a5 = emu.upload_typed(HostVec::from_f32(dtype, &rng.vec(30, -1.0, 1.0)).as_slice()).unwrap();
+        let names = launched(&emu, &mut || emu.run_tensors(&Op::Matmul(spec), &[&a5, &b], &c).unwrap());
+        assert_eq!(names, [format!("gemv_nn_r8_{dtype}"), format!("gemv_combine_{dtype}")]);
     }
     let mut v = rng.vec(1031, -1e30, 1e30);
     v[..4].copy_from_slice(&[f32::from_bits(0x7fc0_1234), 1e-45, -0.0, f32::NEG_INFINITY]);
@@ -450,4 +458,124 @@ fn hopper_attention_shapes_agree() {
     let names: Vec<String> = emu.log.lock().unwrap()[before..].iter().map(|(k, _)| k.clone()).collect();
     assert_eq!(names, [HopperConfig::for_head_dim(128).kernel_name(DType::BF16)]);
     assert!(compare_typed(&op, &views, out.as_slice(), 1.0).is_none());
+}
+
+/// Runs `spec` through the plans (or the forced `tier`) and returns the
+/// kernels it launched; panics on a wrong result.
+fn run_logged(emu: &EmuBackend, spec: MatmulSpec, tier: Option<GemmTier>, rng: &mut Rng) -> Vec<String> {
+    use compute_core::conformance::{check_op_typed, compare_typed, typed_inputs_for};
+    let op = Op::Matmul(spec);
+    let inputs = typed_inputs_for(&op, rng);
+    let before = emu.log.lock().unwrap().len();
+    match tier {
+        None => {
+            if let Err(e) = check_op_typed(emu, &op, &inputs, 1.0) {
+                panic!("{spec:?}: {e}");
+            }
+        }
+        Some(tier) => {
+            let out = emu.matmul_tier_typed(tier, spec, &inputs);
+            let views: Vec<_> = inputs.iter().map(|v| v.as_slice()).collect();
+            if let Some(msg) = compare_typed(&op, &views, out.as_slice(), 1.0) {
+                panic!("{tier:?} {spec:?}: {msg}");
+            }
+        }
+    }
+    emu.log.lock().unwrap()[before..].iter().map(|(k, _)| k.clone()).collect()
+}
+
+/// The GEMV kernels for every input and output dtype, both layouts of `B`,
+/// every row count 1..=8, on ragged `k` and `n` (the one-element loops) and
+/// on aligned ones (the 16-byte loops), with the launches checked.
+#[test]
+fn gemv_every_dtype_layout_and_row_count() {
+    use compute_core::DType;
+    use compute_ptx::kernels::gemv;
+    let emu = EmuBackend::new();
+    let mut rng = Rng::new(0x5eed_0008);
+    for input in DType::ALL {
+        for out in DType::ALL {
+            for trans_b in [true, false] {
+                for m in 1..=gemv::MAX_ROWS {
+                    let shapes: &[(usize, usize)] =
+                        if matches!(m, 1 | 3 | 8) { &[(37, 19), (64, 48)] } else { &[(37, 19)] };
+                    for &(k, n) in shapes {
+                        let spec = MatmulSpec { trans_b, ..MatmulSpec::new(m, k, n) }.with_dtypes(input, out);
+                        assert!(compute_ptx::plan::gemv_fits(&spec));
+                        let names = run_logged(&emu, spec, None, &mut rng);
+                        let r = gemv::rows_for(m);
+                        let want = if trans_b { gemv::nt_name(r, input, out) } else { gemv::nn_name(r, input) };
+                        assert_eq!(names[0], want, "{spec:?}: {names:?}");
+                        if trans_b {
+                            assert_eq!(names.len(), 1, "{spec:?}: {names:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `B` stored `k × n` with `k` long enough for several k-splits (the
+/// emulated device has 2 multiprocessors), batches over `blockIdx.z`, the
+/// combine kernel summing the splits, and the forced tier.
+#[test]
+fn gemv_k_splits_batches_and_forced_tier() {
+    use compute_core::DType;
+    use compute_ptx::kernels::gemv;
+    let emu = EmuBackend::new();
+    let mut rng = Rng::new(0x5eed_0009);
+    for (batch, m, k, n, input, out) in [
+        (1, 1, 1000, 40, DType::F32, DType::F32),
+        (2, 5, 517, 33, DType::BF16, DType::BF16),
+        (1, 8, 1024, 64, DType::F16, DType::F32),
+        (3, 2, 300, 17, DType::F32, DType::F16),
+        (1, 3, 9, 9, DType::BF16, DType::F32),
+    ] {
+        for trans_b in [false, true] {
+            let spec = MatmulSpec { batch, trans_b, ..MatmulSpec::new(m, k, n) }.with_dtypes(input, out);
+            let names = run_logged(&emu, spec, None, &mut rng);
+            let forced = run_logged(&emu, spec, Some(GemmTier::Gemv), &mut rng);
+            assert_eq!(names, forced, "{spec:?}");
+            if !trans_b && k >= 300 {
+                let splits =
+                    emu.log.lock().unwrap().iter().rev().find(|(name, _)| name.starts_with("gemv_nn")).unwrap().1;
+                assert!(splits.blocks.1 > 1, "{spec:?}: {splits:?}");
+                assert_eq!(names.last().unwrap(), &gemv::combine_name(out), "{spec:?}: {names:?}");
+            }
+        }
+    }
+}
+
+/// The plans take the GEMV kernels for 1 to 8 rows of `A` stored `m × k`
+/// (on a compute capability 9.0 device too, and for TF32), and not for 9
+/// rows or a transposed `A`; the forced tier refuses what it does not take.
+#[test]
+fn plans_pick_gemv_for_few_rows_only() {
+    use compute_core::{DType, Precision};
+    for emu in [EmuBackend::new(), EmuBackend::with_wgmma()] {
+        let mut rng = Rng::new(0x5eed_000a);
+        for (m, trans_a, input, gemv) in [
+            (1, false, DType::BF16, true),
+            (8, false, DType::BF16, true),
+            (8, false, DType::F32, true),
+            (9, false, DType::BF16, false),
+            (9, false, DType::F32, false),
+            (16, false, DType::F16, false),
+            (4, true, DType::BF16, false),
+            (4, true, DType::F32, false),
+        ] {
+            let spec = MatmulSpec { trans_a, trans_b: true, ..MatmulSpec::new(m, 64, 32) }.with_dtypes(input, input);
+            let names = run_logged(&emu, spec, None, &mut rng);
+            assert_eq!(names.iter().any(|n| n.starts_with("gemv_")), gemv, "{spec:?}: {names:?}");
+            assert_eq!(GemmTier::choose(&spec, false) == GemmTier::Gemv, gemv, "{spec:?}");
+        }
+        let tf32 = MatmulSpec { trans_b: true, ..MatmulSpec::new(2, 64, 32) }.with_precision(Precision::Tf32);
+        let names = run_logged(&emu, tf32, None, &mut rng);
+        assert_eq!(names, ["gemv_nt_r2_f32_f32"]);
+    }
+    let emu = EmuBackend::new();
+    let spec = MatmulSpec::new(9, 8, 8);
+    let err = compute_ptx::plan::run_matmul(&emu, GemmTier::Gemv, &spec, (0, 0, 0), None).unwrap_err();
+    assert!(matches!(err, compute_core::ComputeError::Shape { .. }), "{err}");
 }

@@ -166,6 +166,63 @@ fn tf32_wgmma_matches_the_reference() {
     assert!(fails.is_empty(), "{} failures:\n{}", fails.len(), fails.join("\n"));
 }
 
+/// The GEMV kernels on LLM decoding shapes (1×4096·4096×4096 and
+/// 4×4096·4096×14336, `B` stored `n × k` and `k × n`, `f32` and `bf16`), as
+/// the plans pick them and forced, plus ragged and batched products of every
+/// row count, against the f64 reference.
+#[test]
+fn gemv_matches_the_reference_on_llm_shapes() {
+    use compute_core::DType;
+    use compute_core::conformance::{compare_typed, poisoned, typed_inputs_for};
+    let Some(be) = backend("gemv_matches_the_reference_on_llm_shapes") else { return };
+    let mut rng = Rng::new(compute_core::conformance::rng::fresh_seed());
+    let mut cases = Vec::new();
+    for (m, k, n) in [(1, 4096, 4096), (4, 4096, 14336)] {
+        for dtype in [DType::F32, DType::BF16] {
+            for trans_b in [true, false] {
+                cases.push((1, m, k, n, trans_b, dtype, dtype));
+            }
+        }
+    }
+    for m in 1..=8 {
+        cases.push((1, m, 999, 1001, m % 2 == 0, DType::F16, DType::F32));
+        cases.push((3, m, 1030, 72, m % 2 == 1, DType::BF16, DType::BF16));
+    }
+    let mut fails = Vec::new();
+    for (batch, m, k, n, trans_b, input, output) in cases {
+        let spec = MatmulSpec { batch, trans_b, ..MatmulSpec::new(m, k, n) }.with_dtypes(input, output);
+        assert_eq!(GemmTier::choose(&spec, false), GemmTier::Gemv, "{spec:?}");
+        let op = Op::Matmul(spec);
+        let inputs = typed_inputs_for(&op, &mut rng);
+        let views: Vec<_> = inputs.iter().map(|v| v.as_slice()).collect();
+        for forced in [false, true] {
+            let run = || -> Result<compute_core::HostVec, String> {
+                let e = |e: ComputeError| e.to_string();
+                let mut out = poisoned(output, batch * m * n);
+                if forced {
+                    let ta = be.upload_typed(inputs[0].as_slice()).map_err(e)?;
+                    let tb = be.upload_typed(inputs[1].as_slice()).map_err(e)?;
+                    let tc = be.upload_typed(out.as_slice()).map_err(e)?;
+                    be.matmul_tier(GemmTier::Gemv, spec, &ta, &tb, &tc).map_err(e)?;
+                    be.download_typed(&tc, out.as_mut()).map_err(e)?;
+                } else {
+                    be.run_typed(&op, &views, out.as_mut()).map_err(e)?;
+                }
+                Ok(out)
+            };
+            match run() {
+                Err(e) => fails.push(format!("{spec:?} forced {forced}: {e}")),
+                Ok(out) => {
+                    if let Some(msg) = compare_typed(&op, &views, out.as_slice(), 1.0) {
+                        fails.push(format!("{spec:?} forced {forced}: {msg}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(fails.is_empty(), "{} failures:\n{}", fails.len(), fails.join("\n"));
+}
+
 #[test]
 fn pooled_allocations_back_tensors() {
     let Some(be) = backend("pooled_allocations_back_tensors") else { return };

@@ -20,6 +20,7 @@ pub mod gemm_mma;
 pub mod gemm_simple;
 pub mod gemm_simt;
 pub mod gemm_wgmma;
+pub mod gemv;
 pub mod interpolate;
 pub(crate) mod math;
 pub mod reduce;
@@ -66,6 +67,14 @@ pub enum KernelId {
     GemmMma(MmaConfig, DType, DType, bool, bool),
     /// Hopper `wgmma` GEMM (`sm_90a`): shape, input dtype, output dtype, transposes.
     GemmWgmma(WgmmaConfig, DType, DType, bool, bool),
+    /// GEMV for few rows, `B` stored `n × k`: row count (1, 2, 4, 8), input
+    /// dtype, output dtype.
+    GemvNt(u32, DType, DType),
+    /// GEMV for few rows, `B` stored `k × n`, writing `f32` k-split partials:
+    /// row count, input dtype.
+    GemvNn(u32, DType),
+    /// Sums the GEMV k-split partials in order into an output dtype.
+    GemvCombine(DType),
     /// im2col for conv2d.
     Im2col,
     /// Fused attention on tensor cores (`f16`/`bf16`): shape and dtype.
@@ -98,6 +107,9 @@ impl KernelId {
             KernelId::GemmSimt(cfg, ta, tb) => cfg.kernel_name(*ta, *tb),
             KernelId::GemmMma(cfg, i, o, ta, tb) => cfg.kernel_name(*i, *o, *ta, *tb),
             KernelId::GemmWgmma(cfg, i, o, ta, tb) => cfg.kernel_name(*i, *o, *ta, *tb),
+            KernelId::GemvNt(r, i, o) => gemv::nt_name(*r, *i, *o),
+            KernelId::GemvNn(r, i) => gemv::nn_name(*r, *i),
+            KernelId::GemvCombine(o) => gemv::combine_name(*o),
             KernelId::Im2col => "im2col".into(),
             KernelId::AttentionFlash(cfg, d) => cfg.kernel_name(*d),
             KernelId::AttentionSimt(d) => format!("attention_simt_f32_d{d}"),
@@ -131,6 +143,9 @@ impl KernelId {
             KernelId::GemmSimt(cfg, ta, tb) => gemm_simt::simt(&cfg, ta, tb, target),
             KernelId::GemmMma(cfg, i, o, ta, tb) => gemm_mma::mma(&cfg, i, o, ta, tb, target),
             KernelId::GemmWgmma(cfg, i, o, ta, tb) => gemm_wgmma::wgmma(&cfg, i, o, (ta, tb), target),
+            KernelId::GemvNt(r, i, o) => gemv::nt(r, i, o, target),
+            KernelId::GemvNn(r, i) => gemv::nn(r, i, target),
+            KernelId::GemvCombine(o) => gemv::combine(o, target),
             KernelId::Im2col => conv::im2col(target),
             KernelId::AttentionFlash(cfg, d) => attention::flash(&cfg, d, target),
             KernelId::AttentionSimt(d) => attention::simt(d, target),
@@ -171,13 +186,18 @@ impl KernelId {
             | KernelId::Rows(_, _, d)
             | KernelId::Lerp(d)
             | KernelId::Slerp(d)
+            | KernelId::GemvNn(_, d)
+            | KernelId::GemvCombine(d)
             | KernelId::AttentionFlash(_, d)
             | KernelId::AttentionFlashSplit(_, d)
             | KernelId::AttentionWgmma(_, d)
             | KernelId::AttentionCombine(_, d) => {
                 vec![d]
             }
-            KernelId::Cast(from, to) | KernelId::GemmMma(_, from, to, ..) | KernelId::GemmWgmma(_, from, to, ..) => {
+            KernelId::Cast(from, to)
+            | KernelId::GemmMma(_, from, to, ..)
+            | KernelId::GemmWgmma(_, from, to, ..)
+            | KernelId::GemvNt(_, from, to) => {
                 vec![from, to]
             }
             _ => vec![DType::F32],
@@ -189,7 +209,9 @@ impl KernelId {
 /// element-wise, reduction, row and interpolation kernels, then the casts, the `f32` GEMMs,
 /// the tensor-core GEMMs (`bf16`/`f16` inputs, every output dtype and
 /// transpose; `mma.sync`, and `wgmma` for `sm_90a` only, see
-/// [`KernelId::targets`]) and im2col.
+/// [`KernelId::targets`]), the GEMV kernels for few rows (every row count,
+/// input and output dtype, both layouts of `B`, and their k-split combine)
+/// and im2col.
 pub fn catalog() -> Vec<KernelId> {
     let mut v = Vec::new();
     for d in elem::DTYPES {
@@ -230,6 +252,13 @@ pub fn catalog() -> Vec<KernelId> {
         }
     }
     v.push(KernelId::GemmWgmma(WgmmaConfig::default(), DType::F32, DType::F32, false, true));
+    for input in elem::DTYPES {
+        for rows in gemv::ROWS {
+            v.extend(elem::DTYPES.map(|output| KernelId::GemvNt(rows, input, output)));
+            v.push(KernelId::GemvNn(rows, input));
+        }
+    }
+    v.extend(elem::DTYPES.map(KernelId::GemvCombine));
     v.push(KernelId::Im2col);
     for d in [64, 128] {
         for dtype in [DType::BF16, DType::F16] {
