@@ -425,18 +425,7 @@ fn row_op(
     };
     let row_in = (cols as u64).saturating_mul(x.size());
     let row_out = (cols as u64).saturating_mul(y.size());
-    let widest = row_in.max(row_out);
-    let max = ctx.max_binding();
-    if widest > max {
-        return Err(errors::limit(name, "storage buffer binding bytes (one row)", widest, max));
-    }
-    // Piece offsets must be multiples of the binding offset alignment, in x and in y.
-    let align = ctx.offset_align();
-    let step_rows = lcm(align / gcd(row_in, align), align / gcd(row_out, align));
-    let per = (max / widest) / step_rows * step_rows;
-    if per == 0 {
-        return Err(errors::limit(name, "storage buffer binding bytes (aligned rows)", widest * step_rows, max));
-    }
+    let per = rows_per_piece(ctx, name, row_in, row_out)?;
     let cols32 = to_u32(name, "columns", cols as u64)?;
     let rows = rows as u64;
     let mut start = 0;
@@ -463,6 +452,26 @@ fn row_op(
     Ok(())
 }
 
+/// How many whole rows (of `row_in` input bytes and `row_out` output bytes)
+/// one dispatch of a row kernel binds: as many as the largest binding holds,
+/// a multiple of what keeps every piece's offsets, in the inputs and in the
+/// output, multiples of the binding offset alignment. `LimitExceeded` when
+/// not even one such step of rows fits.
+fn rows_per_piece(ctx: &Context, name: &'static str, row_in: u64, row_out: u64) -> Result<u64> {
+    let widest = row_in.max(row_out);
+    let max = ctx.max_binding();
+    if widest > max {
+        return Err(errors::limit(name, "storage buffer binding bytes (one row)", widest, max));
+    }
+    let align = ctx.offset_align();
+    let step_rows = lcm(align / gcd(row_in, align), align / gcd(row_out, align));
+    let per = (max / widest) / step_rows * step_rows;
+    if per == 0 {
+        return Err(errors::limit(name, "storage buffer binding bytes (aligned rows)", widest * step_rows, max));
+    }
+    Ok(per)
+}
+
 /// Slerp of `rows × cols` rows of `a` and `b` (any dtype, the same) with
 /// weight `t` into the `f32` view `y`, in pieces of whole rows as [`row_op`]
 /// cuts them: one workgroup per row.
@@ -476,17 +485,7 @@ fn slerp(
 ) -> Result<()> {
     let row_in = (cols as u64).saturating_mul(a.size());
     let row_out = (cols as u64).saturating_mul(y.size());
-    let widest = row_in.max(row_out);
-    let max = ctx.max_binding();
-    if widest > max {
-        return Err(errors::limit(name, "storage buffer binding bytes (one row)", widest, max));
-    }
-    let align = ctx.offset_align();
-    let step_rows = lcm(align / gcd(row_in, align), align / gcd(row_out, align));
-    let per = (max / widest) / step_rows * step_rows;
-    if per == 0 {
-        return Err(errors::limit(name, "storage buffer binding bytes (aligned rows)", widest * step_rows, max));
-    }
+    let per = rows_per_piece(ctx, name, row_in, row_out)?;
     let cols32 = to_u32(name, "columns", cols as u64)?;
     let rows = rows as u64;
     let mut start = 0;

@@ -87,12 +87,13 @@ type WgpuOpened = Result<Arc<dyn Backend>, ComputeError>;
 
 /// Opens (or, after the first call, hands out) the CUDA and wgpu devices,
 /// on two threads where there are threads: the first probe then takes as long
-/// as the slower driver, not both.
+/// as the slower driver, not both. Later calls only read the kept outcomes.
 fn open_gpus() -> Opened {
-    if cfg!(target_arch = "wasm32") {
+    static OPENED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    if cfg!(target_arch = "wasm32") || OPENED.get().is_some() {
         return (cuda(), wgpu());
     }
-    std::thread::scope(|scope| {
+    let opened = std::thread::scope(|scope| {
         let opening = scope.spawn(cuda);
         let wgpu = wgpu();
         let cuda = opening.join().unwrap_or_else(|_| {
@@ -102,7 +103,9 @@ fn open_gpus() -> Opened {
             })
         });
         (cuda, wgpu)
-    })
+    });
+    let _ = OPENED.set(());
+    opened
 }
 
 /// An engine and its backend.
