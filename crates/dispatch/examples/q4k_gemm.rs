@@ -14,7 +14,7 @@
 use std::time::Instant;
 
 use compute_core::conformance::compare_typed;
-use compute_core::{Backend, ComputeError, DType, HostSlice, HostVec, Op, QuantMatmulSpec, reference};
+use compute_core::{ComputeError, DType, HostSlice, HostVec, Op, QuantMatmulSpec, reference};
 use dispatch::Compute;
 
 /// Median seconds of `reps` calls of `f`, after one warm-up call.

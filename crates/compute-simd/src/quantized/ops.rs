@@ -2,7 +2,7 @@
 //! quantizing and dequantizing [`Op::Cast`]s.
 //!
 //! - A quantized matmul whose `k` is a multiple of 256 runs this module's
-//!   integer kernels ([`matmul_with`](super::matmul_with)): the activations
+//!   integer kernels ([`matmul_with`]): the activations
 //!   are quantized per 256 values (widened from `f16`/`bf16` first), the
 //!   product is exact integer arithmetic scaled once per block; its error
 //!   against the product with the dequantized weights is at most
