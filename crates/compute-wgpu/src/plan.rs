@@ -37,6 +37,8 @@ use crate::errors;
 use crate::kernels::{Kernel, MatmulKernel};
 use crate::options::{MatmulTiles, TiledMatmul};
 
+pub(crate) mod quant;
+
 /// Whether the shaders read and write `dtype` (`f32`, `f16`, `bf16`). Free.
 pub(crate) fn computes(dtype: DType) -> bool {
     matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
