@@ -49,13 +49,13 @@ pub(crate) fn computes(dtype: DType) -> bool {
 /// `bf16`, matmuls with any input and output dtypes. A matmul or attention in
 /// TF32 precision runs the full-precision shaders, which meet the TF32 bound. Free.
 pub(crate) fn supported(op: &Op) -> bool {
-    computes(op.dtype()) && computes(op.out_dtype())
+    op.dtypes().into_iter().all(computes)
 }
 
 /// The [`ComputeError::UnsupportedDType`] for an op that [`supported`]
 /// declines, naming its first dtype the shaders lack.
 pub(crate) fn unsupported_dtype(op: &Op) -> ComputeError {
-    let dtype = [op.dtype(), op.out_dtype()].into_iter().find(|&d| !computes(d)).unwrap_or(op.dtype());
+    let dtype = op.dtypes().into_iter().find(|&d| !computes(d)).unwrap_or(op.dtype());
     ComputeError::unsupported_dtype(op, errors::KIND, dtype, "the wgpu shaders read and write f32, f16 and bf16 only")
 }
 
@@ -220,6 +220,7 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
         return Err(unsupported_dtype(op));
     }
     match *op {
+        Op::QuantMatmul(_) => return Err(unsupported_dtype(op)),
         Op::Unary { op: u, len, dtype } => {
             let (code, a, b) = unary_code(u);
             let extra = [0, a.to_bits(), b.to_bits()];
