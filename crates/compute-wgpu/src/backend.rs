@@ -425,7 +425,7 @@ impl WgpuBackend {
         // operands, are computed in f32 temporaries of the same length.
         let input = |i: usize| layout.inputs().get(i).copied();
         let temps: [Option<Operand>; 4] = match op {
-            Op::Rows { .. } | Op::Conv2d(_) => [Some(layout.output()), None, None, None],
+            Op::Rows { .. } | Op::Conv2d(_) | Op::QuantMatmul(_) => [Some(layout.output()), None, None, None],
             Op::Matmul(_) => [input(0), input(1), Some(layout.output()), None],
             Op::Attention(_) => [input(0), input(1), input(2), Some(layout.output())],
             _ => [None, None, None, None],
@@ -457,6 +457,10 @@ impl WgpuBackend {
             if let Some(b) = o.map(bytes).filter(|&b| b > max) {
                 return Err(errors::limit(op.name(), what, b, max));
             }
+        }
+        // A quantized matmul binds x and its f32 y whole, and whole weight rows.
+        if let Op::QuantMatmul(s) = *op {
+            plan::quant::check_limits(&self.ctx, op.name(), &s)?;
         }
         // Attention binds whole key/value heads with their queries, in f32.
         if let Op::Attention(a) = op {

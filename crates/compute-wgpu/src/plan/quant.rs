@@ -27,7 +27,7 @@
 //! blocks; bit-exact with `BlockFormat::dequantize` (see `quant.wgsl`).
 
 use compute_core::quant::BlockFormat;
-use compute_core::{ComputeError, MatmulSpec, Result};
+use compute_core::{ComputeError, MatmulSpec, QuantMatmulSpec, Result};
 
 use super::{Dispatch, Step, View, bind, f32_output, gemm, grid, narrow, params, rows_per_piece, temp_f32, to_u32, widen};
 use crate::buffers::{padded_bytes, padded_bytes_of, whole_words};
@@ -112,6 +112,25 @@ pub(crate) fn quant_matmul(
     let yf = f32_output(ctx, name, y, steps)?;
     gemv(ctx, name, format, (m, k, n), x, w, &yf, ctx.subgroups(), steps)?;
     narrow(ctx, name, &yf, y, steps)
+}
+
+/// Checks product `s` against the device's limits, as [`quant_matmul`] would
+/// find them: `x` and the `f32` `y` each within one storage binding, and at
+/// least one aligned step of weight rows within one. Free.
+pub(crate) fn check_limits(ctx: &Context, name: &'static str, s: &QuantMatmulSpec) -> Result<()> {
+    let format = s.weight.block_format().ok_or(ComputeError::Unsupported { op: name, backend: errors::KIND })?;
+    let (values, bytes) = block(name, format)?;
+    let max = ctx.max_binding();
+    let x_bytes = padded_bytes_of(s.m.saturating_mul(s.k), s.dtype);
+    if x_bytes > max {
+        return Err(errors::limit(name, "storage buffer binding bytes (quantized product x)", x_bytes, max));
+    }
+    let y_bytes = padded_bytes(s.m.saturating_mul(s.n));
+    if y_bytes > max {
+        return Err(errors::limit(name, "storage buffer binding bytes (quantized product y)", y_bytes, max));
+    }
+    let row_bytes = (s.k as u64 / values).saturating_mul(bytes);
+    rows_per_piece(ctx, name, row_bytes, row_bytes).map(drop)
 }
 
 /// The `gemv` passes of [`quant_matmul`] into the `f32` view `y`, with
