@@ -68,10 +68,9 @@ fn time_once(
 /// Median seconds of a buffer copy of `w`'s bytes into `dst`.
 fn copy_seconds(gpu: &WgpuBackend, w: &Tensor, dst: &Tensor, runs: usize) -> Result<f64, ComputeError> {
     let storage = |t: &Tensor| {
-        t.storage::<GpuBuffer>().map(|g| g.buffer().clone()).ok_or(ComputeError::Unsupported {
-            op: "copy",
-            backend: compute_core::BackendKind::Wgpu,
-        })
+        t.storage::<GpuBuffer>()
+            .map(|g| g.buffer().clone())
+            .ok_or(ComputeError::Unsupported { op: "copy", backend: compute_core::BackendKind::Wgpu })
     };
     let (src, dst) = (storage(w)?, storage(dst)?);
     let bytes = w.operand().bytes().div_ceil(4) * 4;

@@ -39,6 +39,13 @@ use crate::plan::{self, View};
 /// `f32` kernel (which keeps its softmax weights in `f32`) and casts the
 /// output. A cast between equal dtypes is a buffer copy, and a TF32 matmul or
 /// attention runs in full precision.
+///
+/// Block-quantized weights (`q4_K`, `q5_K`, `q6_K`, `q8_0`) are stored as
+/// their blocks' bytes: [`Op::QuantMatmul`] runs a GEMV kernel that decodes
+/// the blocks on the fly (up to 16 rows of x; more rows dequantize the weight
+/// into an `f32` temporary once and run the GEMM), and a cast from a
+/// quantized dtype dequantizes bit for bit. Quantizing casts are declined
+/// (typed `UnsupportedDType`): the CPU runs them.
 #[derive(Clone, Debug)]
 pub struct WgpuBackend {
     pub(crate) ctx: Arc<Context>,

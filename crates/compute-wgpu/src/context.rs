@@ -164,8 +164,8 @@ impl Context {
         // GPU-side timing (`WgpuBackend::time_tensors`) where the adapter offers it; optional:
         // a device that refuses the features is opened without them.
         // Subgroup operations (the quantized product's reductions) likewise.
-        let timing = adapter.features()
-            & (wgpu::Features::TIMESTAMP_QUERY | TIMESTAMPS_IN_ENCODERS | wgpu::Features::SUBGROUP);
+        let timing =
+            adapter.features() & (wgpu::Features::TIMESTAMP_QUERY | TIMESTAMPS_IN_ENCODERS | wgpu::Features::SUBGROUP);
         let request = |features: wgpu::Features| {
             adapter.request_device(&wgpu::DeviceDescriptor {
                 label: Some("compute-wgpu"),

@@ -389,11 +389,9 @@ impl Kernel {
                 vec![("DV", f64::from(dv)), ("CK", f64::from(ck)), ("CV", f64::from(cv))]
             }
             Kernel::Matmul { ta, tb, .. } => vec![("TA", flag(ta)), ("TB", flag(tb))],
-            Kernel::QuantGemv { format, mr, nr, .. } => vec![
-                ("FMT", f64::from(quant_code(format).unwrap_or(0))),
-                ("MR", f64::from(mr)),
-                ("NR", f64::from(nr)),
-            ],
+            Kernel::QuantGemv { format, mr, nr, .. } => {
+                vec![("FMT", f64::from(quant_code(format).unwrap_or(0))), ("MR", f64::from(mr)), ("NR", f64::from(nr))]
+            }
             Kernel::Dequant { format, .. } => vec![("FMT", f64::from(quant_code(format).unwrap_or(0)))],
             Kernel::LayerNorm(_) | Kernel::RmsNorm(_) | Kernel::Conv2d(_) | Kernel::Cast { .. } | Kernel::Slerp(_) => {
                 Vec::new()

@@ -29,7 +29,9 @@
 use compute_core::quant::BlockFormat;
 use compute_core::{ComputeError, MatmulSpec, QuantMatmulSpec, Result};
 
-use super::{Dispatch, Step, View, bind, f32_output, gemm, grid, narrow, params, rows_per_piece, temp_f32, to_u32, widen};
+use super::{
+    Dispatch, Step, View, bind, f32_output, gemm, grid, narrow, params, rows_per_piece, temp_f32, to_u32, widen,
+};
 use crate::buffers::{padded_bytes, padded_bytes_of, whole_words};
 use crate::context::Context;
 use crate::errors;
@@ -69,7 +71,11 @@ fn block(name: &'static str, format: BlockFormat) -> Result<(u64, u64)> {
 fn check_k(name: &'static str, format: BlockFormat, k: usize, shapes: impl Fn() -> String) -> Result<()> {
     let per = format.values_per_block();
     if k == 0 || !k.is_multiple_of(per) {
-        return Err(ComputeError::shape(name, format!("{format} rows hold a multiple of {per} values; k = {k}"), shapes()));
+        return Err(ComputeError::shape(
+            name,
+            format!("{format} rows hold a multiple of {per} values; k = {k}"),
+            shapes(),
+        ));
     }
     Ok(())
 }
