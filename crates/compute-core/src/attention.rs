@@ -44,7 +44,10 @@ impl Mask {
 ///
 /// Layouts, all contiguous and row-major:
 /// - `q`: `[batch, heads_q, seq_q, head_dim]`
-/// - `k`, `v`: `[batch, heads_kv, seq_k, head_dim]`
+/// - `k`, `v`: `[batch, heads_kv, kv_rows, head_dim]`, of which each head's
+///   first `seq_k` rows are read: `kv_rows` is `seq_k`, or a KV cache's
+///   capacity ([`AttentionSpec::with_kv_capacity`]) that decoding fills one
+///   step at a time
 /// - output: `[batch, heads_q, seq_q, head_dim]`, the dtype of the inputs.
 ///
 /// `heads_q` is a multiple of `heads_kv`; query head `h` reads key/value head
@@ -82,6 +85,9 @@ pub struct AttentionSpec {
     pub dtype: DType,
     /// May `f32` inputs use TF32 tensor cores for both products ([`Precision`]).
     pub precision: Precision,
+    /// Rows each key/value head holds when they are more than `seq_k` (a KV
+    /// cache of that capacity, filled to `seq_k`); `None`: exactly `seq_k`.
+    pub kv_capacity: Option<usize>,
 }
 
 impl AttentionSpec {
@@ -99,7 +105,19 @@ impl AttentionSpec {
             mask: Mask::None,
             dtype: DType::F32,
             precision: Precision::Full,
+            kv_capacity: None,
         }
+    }
+
+    /// The same reading keys and values from a cache of `capacity` rows per
+    /// head (at least `seq_k`; [`crate::Op::layout`] checks it).
+    pub fn with_kv_capacity(self, capacity: usize) -> Self {
+        AttentionSpec { kv_capacity: Some(capacity), ..self }
+    }
+
+    /// Rows per key/value head in `k` and `v`: the capacity, or `seq_k`.
+    pub fn kv_rows(&self) -> usize {
+        self.kv_capacity.unwrap_or(self.seq_k)
     }
 
     /// The same with `heads_kv` key/value heads (grouped-query attention).
@@ -183,17 +201,13 @@ impl AttentionSpec {
             m => format!(" {}", m.as_str()),
         };
         let mask = if self.precision == Precision::Tf32 { format!("{mask} tf32") } else { mask };
+        let rows = match self.kv_capacity {
+            Some(cap) => format!("{}/{cap}", self.seq_k),
+            None => self.seq_k.to_string(),
+        };
         format!(
             "q=[{}x{}x{}x{}] kv=[{}x{}x{}x{}] scale={}{mask}",
-            self.batch,
-            self.heads_q,
-            self.seq_q,
-            self.head_dim,
-            self.batch,
-            self.heads_kv,
-            self.seq_k,
-            self.head_dim,
-            self.scale
+            self.batch, self.heads_q, self.seq_q, self.head_dim, self.batch, self.heads_kv, rows, self.head_dim, self.scale
         )
     }
 }

@@ -36,6 +36,8 @@ pub mod op;
 pub mod quant;
 pub mod reference;
 pub mod rng;
+pub mod rope;
+pub mod strided;
 
 pub use async_ops::AsyncOps;
 pub use attention::{AttentionSpec, Mask};
@@ -45,6 +47,8 @@ pub use backend::{
 pub use dtype::{DType, Element, bf16, f16};
 pub use error::{BackendKind, Cause, ComputeError, Result};
 pub use host::{Blocks, BlocksMut, HostSlice, HostSliceMut, HostVec};
+pub use rope::{RopeLayout, RopeSpec};
+pub use strided::{CopySpec, Strided};
 pub use op::{
     BinaryOp, Conv2dSpec, Cost, GeluForm, Layout, MatmulSpec, Op, OpClass, Operand, Precision, QuantMatmulSpec,
     ReduceOp, RowOp, UnaryOp,

@@ -13,6 +13,8 @@
 //! compute in `f32` internally and round once when they store.
 
 use crate::attention::AttentionSpec;
+use crate::rope::{RopeLayout, RopeSpec};
+use crate::strided::CopySpec;
 use crate::dtype::DType;
 use crate::error::{ComputeError, Result};
 
@@ -111,6 +113,10 @@ pub enum BinaryOp {
     Sub,
     /// `a · b`.
     Mul,
+    /// `swish(a) · b = a·σ(a)·b`: the gated product of a SwiGLU feed-forward
+    /// block (`a` the gate projection, `b` the up projection). Computed in
+    /// `f32` as `a / (1 + e⁻ᵃ) · b`; a transcendental op (its tolerance).
+    SwiGlu,
 }
 
 impl BinaryOp {
@@ -120,7 +126,18 @@ impl BinaryOp {
             BinaryOp::Add => "add",
             BinaryOp::Sub => "sub",
             BinaryOp::Mul => "mul",
+            BinaryOp::SwiGlu => "swiglu",
         }
+    }
+
+    /// Whether it evaluates a transcendental function (its class and tolerance).
+    pub fn is_transcendental(&self) -> bool {
+        matches!(self, BinaryOp::SwiGlu)
+    }
+
+    /// FLOPs per element (one `exp` counts as one).
+    pub fn flops_per_element(&self) -> u64 {
+        if self.is_transcendental() { 5 } else { 1 }
     }
 }
 
@@ -528,6 +545,40 @@ pub enum Op {
         /// Dtype of the inputs and the output.
         dtype: DType,
     },
+    /// Rotary position embedding of `x` (`[seq, heads, head_dim]`); output
+    /// of the same shape ([`RopeSpec`]).
+    Rope(RopeSpec),
+    /// Strided copy of `src` into `dst` ([`CopySpec`]): input `src`, output
+    /// `dst`, of which only the view's elements are written.
+    Copy(CopySpec),
+    /// Rows of a table picked by index (an embedding lookup): inputs `table`
+    /// (`rows × cols`) and `ids` (`ids` values, `f32` holding integers);
+    /// output `ids × cols`, row `r` a copy of table row `ids[r]`. An id that
+    /// is not an integer in `0..rows` gives a row of NaN (the op cannot fail
+    /// once launched on a device); `rows` is at most 2²⁴, where `f32`
+    /// still holds every integer.
+    Gather {
+        /// Indices looked up (tokens).
+        ids: usize,
+        /// Rows of the table (vocabulary size).
+        rows: usize,
+        /// Values per row.
+        cols: usize,
+        /// Dtype of the table and the output.
+        dtype: DType,
+    },
+    /// Index of the largest value of each row of `x` (`rows × cols`): output
+    /// `rows` values, `f32` holding integers. The first of equal maxima wins;
+    /// a NaN counts as larger than every number (the first NaN wins, as
+    /// PyTorch's `argmax` does). `cols` is at most 2²⁴.
+    ArgMax {
+        /// Rows.
+        rows: usize,
+        /// Values per row.
+        cols: usize,
+        /// Dtype of `x`.
+        dtype: DType,
+    },
     /// Converts `len` values of `from` into `to`: round to nearest, ties to
     /// even; NaN stays NaN; values past the target's range become ±∞.
     ///
@@ -683,6 +734,14 @@ fn mul(op: &'static str, shapes: &dyn Fn() -> String, xs: &[usize]) -> Result<us
     Ok(acc)
 }
 
+/// A `DType` error for a quantized `dtype` where the op takes float data.
+fn float_only(op: &'static str, shapes: &dyn Fn() -> String, dtype: DType) -> Result<()> {
+    if !dtype.is_quantized() {
+        return Ok(());
+    }
+    Err(ComputeError::DType { op, detail: format!("{dtype} data: this op takes float dtypes"), shapes: shapes() })
+}
+
 /// A `Shape` error unless `len` values of `dtype` fill whole blocks.
 fn whole_blocks(op: &'static str, shapes: &dyn Fn() -> String, dtype: DType, len: usize) -> Result<()> {
     let per = dtype.block_values();
@@ -752,6 +811,10 @@ impl Op {
             Op::QuantMatmul(s) => Op::QuantMatmul(s.with_dtypes(dtype, dtype)),
             Op::Conv2d(c) => Op::Conv2d(Conv2dSpec { dtype, ..c }),
             Op::Attention(a) => Op::Attention(a.with_dtype(dtype)),
+            Op::Rope(r) => Op::Rope(r.with_dtype(dtype)),
+            Op::Copy(c) => Op::Copy(c.with_dtype(dtype)),
+            Op::Gather { ids, rows, cols, .. } => Op::Gather { ids, rows, cols, dtype },
+            Op::ArgMax { rows, cols, .. } => Op::ArgMax { rows, cols, dtype },
             Op::Cast { len, to, .. } => Op::Cast { len, from: dtype, to },
         }
     }
@@ -771,6 +834,9 @@ impl Op {
             Op::QuantMatmul(s) => s.dtype,
             Op::Conv2d(c) => c.dtype,
             Op::Attention(a) => a.dtype,
+            Op::Rope(r) => r.dtype,
+            Op::Copy(c) => c.dtype,
+            Op::Gather { dtype, .. } | Op::ArgMax { dtype, .. } => dtype,
             Op::Cast { from, .. } => from,
         }
     }
@@ -788,7 +854,7 @@ impl Op {
     /// The dtype of the op's output.
     pub fn out_dtype(&self) -> DType {
         match *self {
-            Op::Reduce { .. } | Op::Dot { .. } => DType::F32,
+            Op::Reduce { .. } | Op::Dot { .. } | Op::ArgMax { .. } => DType::F32,
             Op::Matmul(s) => s.out_dtype,
             Op::QuantMatmul(s) => s.out_dtype,
             Op::Cast { to, .. } => to,
@@ -823,6 +889,10 @@ impl Op {
             Op::QuantMatmul(_) => "quant_matmul",
             Op::Conv2d(_) => "conv2d",
             Op::Attention(_) => "attention",
+            Op::Rope(_) => "rope",
+            Op::Copy(_) => "copy",
+            Op::Gather { .. } => "gather",
+            Op::ArgMax { .. } => "argmax",
             Op::Cast { .. } => "cast",
         }
     }
@@ -831,9 +901,16 @@ impl Op {
     pub fn class(&self) -> OpClass {
         match self {
             Op::Unary { op, .. } if op.is_transcendental() => OpClass::Transcendental,
-            Op::Unary { .. } | Op::Binary { .. } | Op::Cast { .. } | Op::Lerp { .. } => OpClass::Elementwise,
+            Op::Binary { op, .. } if op.is_transcendental() => OpClass::Transcendental,
+            Op::Rope(_) => OpClass::Transcendental,
+            Op::Unary { .. }
+            | Op::Binary { .. }
+            | Op::Cast { .. }
+            | Op::Lerp { .. }
+            | Op::Copy(_)
+            | Op::Gather { .. } => OpClass::Elementwise,
             Op::Reduce { .. } | Op::Dot { .. } => OpClass::Reduction,
-            Op::Rows { .. } | Op::Slerp { .. } => OpClass::RowWise,
+            Op::Rows { .. } | Op::Slerp { .. } | Op::ArgMax { .. } => OpClass::RowWise,
             Op::Matmul(_) | Op::QuantMatmul(_) => OpClass::Matmul,
             Op::Conv2d(_) => OpClass::Conv,
             // Decoding (at most 16 query rows per key/value head) is one pass
@@ -870,9 +947,24 @@ impl Op {
                 c.n, c.c_in, c.h, c.w, c.c_out, c.c_in, c.kh, c.kw, c.stride, c.padding
             ),
             Op::Attention(a) => a.shapes(),
+            Op::Rope(r) => format!(
+                "x=[{}x{}x{}] pos={} theta={}{}",
+                r.seq,
+                r.heads,
+                r.head_dim,
+                r.position,
+                r.theta,
+                if r.layout == RopeLayout::Interleaved { " interleaved" } else { "" }
+            ),
+            Op::Copy(c) => format!(
+                "shape={:?} src=[{}]+{}:{:?} dst=[{}]+{}:{:?}",
+                c.shape, c.src.len, c.src.offset, c.src.strides, c.dst.len, c.dst.offset, c.dst.strides
+            ),
+            Op::Gather { ids, rows, cols, .. } => format!("table=[{rows}x{cols}] ids=[{ids}]"),
+            Op::ArgMax { rows, cols, .. } => format!("x=[{rows}x{cols}]"),
         };
         let (from, to) = (self.dtype(), self.out_dtype());
-        let reduces = matches!(self, Op::Reduce { .. } | Op::Dot { .. });
+        let reduces = matches!(self, Op::Reduce { .. } | Op::Dot { .. } | Op::ArgMax { .. });
         let precision = match self {
             Op::Matmul(s) if s.precision == Precision::Tf32 => " tf32",
             _ => "",
@@ -952,6 +1044,55 @@ impl Op {
                 let c = mul(name, &shapes, &[s.batch, s.m, s.n])?;
                 Ok(Layout::new(&[i(a), i(b)], &o(c)))
             }
+            Op::Rope(r) => {
+                let n = mul(name, &shapes, &[r.seq, r.heads, r.head_dim])?;
+                if !r.head_dim.is_multiple_of(2) {
+                    return Err(ComputeError::shape(name, "head_dim is odd: values rotate in pairs", shapes()));
+                }
+                if !(r.theta.is_finite() && r.theta > 1.0) {
+                    return Err(ComputeError::shape(name, "theta must be finite and above 1", shapes()));
+                }
+                r.position.checked_add(r.seq).ok_or_else(|| ComputeError::shape(name, "positions overflow", shapes()))?;
+                float_only(name, &shapes, d)?;
+                Ok(Layout::new(&[i(n)], &o(n)))
+            }
+            Op::Copy(c) => {
+                mul(name, &shapes, &c.shape)?;
+                float_only(name, &shapes, d)?;
+                for (what, view) in [("source", c.src), ("destination", c.dst)] {
+                    match view.last(c.shape) {
+                        Some(last) if last < view.len => {}
+                        _ => {
+                            return Err(ComputeError::shape(
+                                name,
+                                format!("the {what} view reaches past its {} elements", view.len),
+                                shapes(),
+                            ));
+                        }
+                    }
+                }
+                if !c.dst.is_one_to_one(c.shape) {
+                    return Err(ComputeError::shape(name, "the destination view writes an element twice", shapes()));
+                }
+                Ok(Layout::new(&[i(c.src.len)], &o(c.dst.len)))
+            }
+            Op::Gather { ids, rows, cols, .. } => {
+                let table = mul(name, &shapes, &[rows, cols])?;
+                let y = mul(name, &shapes, &[ids, cols])?;
+                if rows > 1 << 24 {
+                    return Err(ComputeError::shape(name, "more than 2^24 rows: f32 ids cannot name them", shapes()));
+                }
+                float_only(name, &shapes, d)?;
+                Ok(Layout::new(&[i(table), Operand::new(ids, DType::F32)], &o(y)))
+            }
+            Op::ArgMax { rows, cols, .. } => {
+                let n = mul(name, &shapes, &[rows, cols])?;
+                if cols > 1 << 24 {
+                    return Err(ComputeError::shape(name, "more than 2^24 columns: f32 cannot name them", shapes()));
+                }
+                float_only(name, &shapes, d)?;
+                Ok(Layout::new(&[i(n)], &o(rows)))
+            }
             Op::QuantMatmul(s) => {
                 let x = mul(name, &shapes, &[s.m, s.k])?;
                 let w = mul(name, &shapes, &[s.n, s.k])?;
@@ -984,7 +1125,11 @@ impl Op {
             }
             Op::Attention(a) => {
                 let q = mul(name, &shapes, &[a.batch, a.heads_q, a.seq_q, a.head_dim])?;
-                let kv = mul(name, &shapes, &[a.batch, a.heads_kv, a.seq_k, a.head_dim])?;
+                mul(name, &shapes, &[a.seq_k])?;
+                if a.kv_rows() < a.seq_k {
+                    return Err(ComputeError::shape(name, "the KV capacity is below seq_k", shapes()));
+                }
+                let kv = mul(name, &shapes, &[a.batch, a.heads_kv, a.kv_rows(), a.head_dim])?;
                 if !a.heads_q.is_multiple_of(a.heads_kv) {
                     return Err(ComputeError::shape(name, "heads_q is not a multiple of heads_kv", shapes()));
                 }
@@ -1082,8 +1227,27 @@ impl Op {
                 bytes_written: write(u(len)),
             },
             Op::Cast { len, .. } => Cost { flops: u(len), bytes_read: read(&[u(len)]), bytes_written: write(u(len)) },
-            Op::Binary { len, .. } => {
-                Cost { flops: u(len), bytes_read: read(&[u(len), u(len)]), bytes_written: write(u(len)) }
+            Op::Binary { op, len, .. } => Cost {
+                flops: op.flops_per_element().saturating_mul(u(len)),
+                bytes_read: read(&[u(len), u(len)]),
+                bytes_written: write(u(len)),
+            },
+            // Per pair: an angle, its cosine and sine, four multiplies, two adds.
+            Op::Rope(r) => {
+                let n = u(r.seq).saturating_mul(u(r.heads)).saturating_mul(u(r.head_dim));
+                Cost { flops: 5u64.saturating_mul(n), bytes_read: read(&[n]), bytes_written: write(n) }
+            }
+            Op::Copy(c) => {
+                let n = u(c.count());
+                Cost { flops: 0, bytes_read: read(&[n]), bytes_written: write(n) }
+            }
+            Op::Gather { ids, cols, .. } => {
+                let n = u(ids).saturating_mul(u(cols));
+                Cost { flops: 0, bytes_read: read(&[n]).saturating_add(4 * u(ids)), bytes_written: write(n) }
+            }
+            Op::ArgMax { rows, cols, .. } => {
+                let n = u(rows).saturating_mul(u(cols));
+                Cost { flops: n, bytes_read: read(&[n]), bytes_written: write(u(rows)) }
             }
             // A subtraction and a multiply-add per element.
             Op::Lerp { len, .. } => Cost {

@@ -8,7 +8,9 @@ use crate::op::{BinaryOp, GeluForm, Op, ReduceOp, RowOp, UnaryOp};
 
 /// A reference result: the exact-ish value of each output element, and a
 /// magnitude per element that rounding errors scale with (`Σ|aᵢₖ·bₖⱼ|` for a
-/// matmul, `Σ|xᵢ|` for a sum, `|value|` for element-wise ops).
+/// matmul, `Σ|xᵢ|` for a sum, `|value|` for element-wise ops). An element
+/// the op does not write (outside a strided copy's view) has the value NaN
+/// and the scale [`UNTOUCHED`].
 #[derive(Clone, Debug)]
 pub struct Reference {
     /// Reference values.
@@ -16,6 +18,9 @@ pub struct Reference {
     /// Error scale per element.
     pub scale: Vec<f64>,
 }
+
+/// The scale of an output element the op leaves as it was.
+pub const UNTOUCHED: f64 = f64::NEG_INFINITY;
 
 /// `erf(x)` in float64 (Taylor series near zero, continued fraction for erfc
 /// beyond); absolute error below 1e-14.
@@ -126,6 +131,7 @@ pub fn binary(op: BinaryOp, a: f64, b: f64) -> f64 {
         BinaryOp::Add => a + b,
         BinaryOp::Sub => a - b,
         BinaryOp::Mul => a * b,
+        BinaryOp::SwiGlu => unary(UnaryOp::Swish, a) * b,
     }
 }
 
@@ -304,6 +310,74 @@ pub fn run_f64(op: &Op, inputs: &[&[f64]]) -> Result<Reference> {
                 }
             }
         }
+        Op::Rope(r) => {
+            let x = inputs[0];
+            let d = r.head_dim;
+            values.resize(x.len(), 0.0);
+            scale.resize(x.len(), 0.0);
+            for t in 0..r.seq {
+                for h in 0..r.heads {
+                    let base = (t * r.heads + h) * d;
+                    for i in 0..d / 2 {
+                        let (p, q) = r.pair(i);
+                        let a = r.angle(t, i);
+                        let (x1, x2) = (x[base + p], x[base + q]);
+                        let (sin, cos) = a.sin_cos();
+                        values[base + p] = x1 * cos - x2 * sin;
+                        values[base + q] = x2 * cos + x1 * sin;
+                        // The angle's f32 rounding moves both outputs by up to
+                        // |Δa|·(|x₁| + |x₂|); Δa grows with |a|.
+                        let mag = (x1.abs() + x2.abs()) * (1.0 + a.abs());
+                        scale[base + p] = mag;
+                        scale[base + q] = mag;
+                    }
+                }
+            }
+        }
+        Op::Copy(c) => {
+            values.resize(c.dst.len, f64::NAN);
+            scale.resize(c.dst.len, UNTOUCHED);
+            let [n0, n1, n2] = c.shape;
+            for i in 0..n0 {
+                for j in 0..n1 {
+                    for l in 0..n2 {
+                        let v = inputs[0][c.src.index(i, j, l)];
+                        values[c.dst.index(i, j, l)] = v;
+                        scale[c.dst.index(i, j, l)] = v.abs();
+                    }
+                }
+            }
+        }
+        Op::Gather { rows, cols, .. } => {
+            let (table, ids) = (inputs[0], inputs[1]);
+            for &id in ids {
+                let row = (id >= 0.0 && id.fract() == 0.0 && id < rows as f64).then_some(id as usize);
+                match row {
+                    Some(r) => {
+                        values.extend(&table[r * cols..(r + 1) * cols]);
+                        scale.extend(table[r * cols..(r + 1) * cols].iter().map(|v| v.abs()));
+                    }
+                    None => {
+                        values.extend(std::iter::repeat_n(f64::NAN, cols));
+                        scale.extend(std::iter::repeat_n(0.0, cols));
+                    }
+                }
+            }
+        }
+        Op::ArgMax { rows, cols, .. } => {
+            for r in 0..rows {
+                let row = &inputs[0][r * cols..(r + 1) * cols];
+                let mut best = 0usize;
+                for (j, &v) in row.iter().enumerate() {
+                    let b = row[best];
+                    if !b.is_nan() && (v.is_nan() || v > b) {
+                        best = j;
+                    }
+                }
+                values.push(best as f64);
+                scale.push(0.0);
+            }
+        }
         Op::QuantMatmul(s) => {
             let (x, w) = (inputs[0], inputs[1]);
             for i in 0..s.m {
@@ -375,7 +449,7 @@ fn attention(a: &AttentionSpec, inputs: &[&[f64]], values: &mut Vec<f64>, scale:
     let mut p = vec![0.0f64; a.seq_k];
     for b in 0..a.batch {
         for h in 0..a.heads_q {
-            let kv_head = (b * a.heads_kv + h / group) * a.seq_k * d;
+            let kv_head = (b * a.heads_kv + h / group) * a.kv_rows() * d;
             for i in 0..a.seq_q {
                 let qi = &q[((b * a.heads_q + h) * a.seq_q + i) * d..][..d];
                 let seen = a.visible(i);

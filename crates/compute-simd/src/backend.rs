@@ -103,6 +103,9 @@ impl SimdBackend {
         if op.weight_dtype().is_some() {
             return self.install(op, || quantized::ops::run(isa, op, inputs, out));
         }
+        if kernels::decoder::handles(op) {
+            return kernels::decoder::run(op, inputs, out);
+        }
         let all_f32 = !matches!(op, Op::Cast { .. }) && op.dtype() == DType::F32 && op.out_dtype() == DType::F32;
         if !all_f32 {
             return self.install(op, || halves::run(isa, op, inputs, out));
@@ -131,7 +134,13 @@ impl SimdBackend {
             // TF32 is an allowance, not a demand: the CPU computes in full precision.
             Op::Matmul(spec) => gemm::sgemm(isa, &spec, inputs[0], inputs[1], out),
             Op::Conv2d(spec) => kernels::conv::conv2d(isa, &spec, inputs[0], inputs[1], out),
-            Op::Cast { .. } | Op::Attention(_) | Op::QuantMatmul(_) => {}
+            Op::Cast { .. }
+            | Op::Attention(_)
+            | Op::QuantMatmul(_)
+            | Op::Rope(_)
+            | Op::Copy(_)
+            | Op::Gather { .. }
+            | Op::ArgMax { .. } => {}
         });
         Ok(())
     }
@@ -159,6 +168,8 @@ fn stays_sequential(op: &Op) -> bool {
             macs < PAR_GEMM_MIN_MACS as u64
         }
         Op::Conv2d(_) => false,
+        // Run on the calling thread (kernels::decoder).
+        Op::Rope(_) | Op::Copy(_) | Op::Gather { .. } | Op::ArgMax { .. } => true,
     }
 }
 

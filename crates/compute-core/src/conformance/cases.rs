@@ -45,7 +45,7 @@ pub fn cases(group: Group, scale: Scale) -> Vec<Op> {
                 })
                 .collect()
         }
-        Group::Binary => [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul]
+        Group::Binary => [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::SwiGlu]
             .into_iter()
             .flat_map(|op| vector_lens(scale).into_iter().map(move |len| Op::binary(op, len)))
             .collect(),
@@ -144,6 +144,7 @@ pub fn cases(group: Group, scale: Scale) -> Vec<Op> {
             v
         }
         Group::Quantized => quantized_cases(large),
+        Group::Decoder => decoder_cases(large),
         Group::EdgeValues | Group::Errors | Group::Tensors => Vec::new(),
     }
 }
@@ -179,11 +180,65 @@ fn quantized_cases(large: bool) -> Vec<Op> {
     v
 }
 
+/// The ops a transformer decoder adds: rotary embeddings of both layouts
+/// (prefill and decode shapes, positions deep into a long context, head
+/// sizes 64, 128 and the odd 6), strided copies (a KV-cache append, both
+/// transposes between token- and head-major, a sliced row block, a
+/// one-element copy), embedding lookups (one token, a prompt, a table of one
+/// row) and argmax over rows (one, a batch, odd lengths).
+fn decoder_cases(large: bool) -> Vec<Op> {
+    use crate::rope::{RopeLayout, RopeSpec};
+    use crate::strided::{CopySpec, Strided};
+    let mut v = Vec::new();
+    let mut ropes = vec![(1, 1, 2, 0), (1, 32, 128, 0), (1, 8, 128, 4095), (17, 4, 64, 0), (7, 3, 6, 100_000), (64, 2, 64, 3)];
+    if large {
+        ropes.extend([(2048, 32, 128, 0), (1, 32, 128, 131_071)]);
+    }
+    for (seq, heads, d, pos) in ropes {
+        for layout in [RopeLayout::HalfSplit, RopeLayout::Interleaved] {
+            v.push(Op::Rope(RopeSpec::new(seq, heads, d, 10_000.0).at_position(pos).with_layout(layout)));
+        }
+    }
+    v.push(Op::Rope(RopeSpec::new(5, 2, 128, 500_000.0).at_position(8191)));
+    // A KV cache of [heads 4, 16 slots, 8]: append 3 tokens of [3, 4, 8] at slot 5.
+    let (h, cap, d) = (4usize, 16usize, 8usize);
+    let cache = |offset| Strided { offset, strides: [cap * d, d, 1], len: h * cap * d };
+    let token_major = |seq: usize| Strided { offset: 0, strides: [d, h * d, 1], len: seq * h * d };
+    v.push(Op::Copy(CopySpec::new([h, 3, d], token_major(3), cache(5 * d))));
+    v.push(Op::Copy(CopySpec::new([h, 1, d], token_major(1), cache(15 * d))));
+    // [seq, heads, d] → [heads, seq, d] and back, for 33 tokens of 3 heads of 64.
+    let (seq, heads, hd) = (33usize, 3usize, 64usize);
+    let tm = Strided { offset: 0, strides: [hd, heads * hd, 1], len: seq * heads * hd };
+    let hm = Strided::contiguous([heads, seq, hd]);
+    v.push(Op::Copy(CopySpec::new([heads, seq, hd], tm, hm)));
+    v.push(Op::Copy(CopySpec::new([heads, seq, hd], hm, tm)));
+    // Rows 3..10, columns 5..105 of a 20 × 300 matrix into a 7 × 100 one.
+    let sliced = Strided { offset: 3 * 300 + 5, strides: [0, 300, 1], len: 20 * 300 };
+    v.push(Op::Copy(CopySpec::new([1, 7, 100], sliced, Strided::contiguous([1, 7, 100]))));
+    v.push(Op::Copy(CopySpec::new([1, 1, 1], Strided::contiguous([1, 1, 1]), cache(77))));
+    if large {
+        let (h, cap, d) = (8usize, 8192usize, 128usize);
+        let cache = Strided { offset: 4000 * d, strides: [cap * d, d, 1], len: h * cap * d };
+        let src = Strided { offset: 0, strides: [d, h * d, 1], len: 512 * h * d };
+        v.push(Op::Copy(CopySpec::new([h, 512, d], src, cache)));
+    }
+    for (ids, rows, cols) in [(1, 1, 1), (1, 1000, 64), (17, 300, 33), (512, 4096, 128), (3, 5, 2048)] {
+        v.push(Op::Gather { ids, rows, cols, dtype: DType::F32 });
+    }
+    let mut argmax = vec![(1, 1), (1, 7), (3, 1000), (16, 32_000), (5, 65_537)];
+    if large {
+        argmax.push((64, 128_256));
+    }
+    v.extend(argmax.into_iter().map(|(rows, cols)| Op::ArgMax { rows, cols, dtype: DType::F32 }));
+    v
+}
+
 /// Attention shapes: `(batch, heads_q, heads_kv, seq_q, seq_k, head_dim, mask)`
 /// covering odd lengths, `seq_q ≠ seq_k` both ways (with end-aligned causal
 /// masks that leave the first queries seeing nothing), grouped-query heads
 /// 8:1, 2:1 and 1:1, decode shapes, head sizes 64, 128 and the odd 80 and 8,
-/// and one case with a scale of 8, whose scores reach ±100 and more.
+/// one case with a scale of 8, whose scores reach ±100 and more, and three
+/// reading a KV cache of larger capacity than `seq_k`.
 fn attention_cases(large: bool) -> Vec<Op> {
     use Mask::{Causal, CausalTopLeft, None as Full};
     let mut v = vec![
@@ -217,6 +272,11 @@ fn attention_cases(large: bool) -> Vec<Op> {
         })
         .collect();
     ops.push(Op::Attention(AttentionSpec::new(2, 2, 33, 70, 64).causal().with_scale(8.0)));
+    // Against a KV cache filled to seq_k of its capacity: a decode step, a
+    // prefill chunk, and a step over a one-row fill.
+    ops.push(Op::Attention(AttentionSpec::new(1, 4, 1, 37, 64).with_kv_heads(2).causal().with_kv_capacity(64)));
+    ops.push(Op::Attention(AttentionSpec::new(2, 2, 5, 20, 128).causal().with_kv_capacity(33)));
+    ops.push(Op::Attention(AttentionSpec::new(1, 8, 1, 1, 64).with_kv_heads(1).causal().with_kv_capacity(9)));
     ops
 }
 

@@ -124,6 +124,9 @@ pub enum Group {
     /// tile), quantizing casts (bit for bit against ggml's reference
     /// quantizers) and dequantizing casts (exact).
     Quantized,
+    /// The ops a transformer decoder adds: rotary embeddings, strided copies
+    /// (KV-cache appends, transposes), embedding lookups, argmax.
+    Decoder,
     /// NaN, ±Inf, −0, huge, tiny and subnormal inputs.
     EdgeValues,
     /// Bad shapes give a typed error and leave the output untouched.
@@ -165,6 +168,9 @@ const TINY: f64 = f32::MIN_POSITIVE as f64;
 /// | attention | `cond = ε·(8 + 2√head_dim + 2√seq_k)` of the reference's scale (see [`reference`](mod@crate::reference)); on `f16`/`bf16` adds `2u` of the input dtype (the softmax weights are rounded to it); in TF32 adds `2⁻⁹` |
 /// | quant_matmul | `(max_l |xᵢₗ| / 254)·Σₗ|Wⱼₗ| + 2⁻¹⁸·Σₗ|xᵢₗ·Wⱼₗ|` against the product with the dequantized weights: the activations may be rounded to 8-bit integers per block (the reference's scale is this bound, `cond = 1`) |
 /// | cast to a quantized dtype | exact: the bytes ggml's reference quantizer writes |
+/// | swiglu | as the transcendental unary ops |
+/// | rope | `cond = 2⁻²⁰` of `(1 + |a|)·(|x₁| + |x₂|)`, `a` the pair's angle (its `f32` rounding) |
+/// | copy, gather, argmax | exact (a copy leaves every element outside its view untouched) |
 ///
 /// Ops on `f16` and `bf16` compute in `f32`, so the bound above holds for
 /// them too, plus the rounding of the stored result: `u·|r|` with `u` the
@@ -174,7 +180,10 @@ pub fn tolerance(op: &Op) -> Tolerance {
     let sqrt = |n: usize| (n as f64).sqrt();
     match *op {
         Op::Unary { op, .. } if op.is_transcendental() => Tolerance { abs: 1e-6, rel: 1e-5, cond: 0.0 },
+        Op::Binary { op, .. } if op.is_transcendental() => Tolerance { abs: 1e-6, rel: 1e-5, cond: 0.0 },
         Op::Unary { .. } | Op::Binary { .. } => Tolerance { abs: TINY, rel: EPS, cond: 0.0 },
+        Op::Rope(_) => Tolerance { abs: TINY, rel: 0.0, cond: 2f64.powi(-20) },
+        Op::Copy(_) | Op::Gather { .. } | Op::ArgMax { .. } => Tolerance { abs: 0.0, rel: 0.0, cond: 0.0 },
         Op::Reduce { op: ReduceOp::Max, .. } => Tolerance { abs: 0.0, rel: 0.0, cond: 0.0 },
         Op::Reduce { len, .. } | Op::Dot { len, .. } => {
             Tolerance { abs: TINY, rel: 0.0, cond: EPS * (8.0 + 2.0 * sqrt(len)) }
@@ -247,13 +256,19 @@ pub fn compare_typed(op: &Op, inputs: &[HostSlice<'_>], out: HostSlice<'_>, fact
     let dtype = out.dtype();
     let poison = poison_bits(dtype);
     let bits = out.bits();
-    let exact = matches!(op, Op::Cast { .. });
+    let exact = matches!(op, Op::Cast { .. } | Op::Copy(_) | Op::Gather { .. } | Op::ArgMax { .. });
     let mut bad = Vec::new();
     let mut count = 0usize;
     for (i, ((y, b), (&want, &scale))) in
         out.to_f64().into_iter().zip(bits).zip(r.values.iter().zip(&r.scale)).enumerate()
     {
-        let why = if b == poison { Some("never written") } else { mismatch(y, want, scale, tol, factor, dtype, exact) };
+        let why = if scale == reference::UNTOUCHED {
+            (b != poison).then_some("written outside the op's view")
+        } else if b == poison {
+            Some("never written")
+        } else {
+            mismatch(y, want, scale, tol, factor, dtype, exact)
+        };
         if let Some(why) = why {
             count += 1;
             if bad.len() < 5 {
@@ -368,6 +383,16 @@ pub fn inputs_for(op: &Op, rng: &mut Rng) -> Vec<Vec<f32>> {
         }
         Op::Matmul(_) | Op::Conv2d(_) | Op::Attention(_) => lens.iter().map(|&n| rng.vec(n, -1.0, 1.0)).collect(),
         Op::QuantMatmul(s) => vec![rng.vec(lens[0], -1.0, 1.0), weight_rows(s.n, s.k, rng)],
+        Op::Rope(_) | Op::Copy(_) => vec![rng.vec(lens[0], -4.0, 4.0)],
+        Op::ArgMax { .. } => vec![rng.vec(lens[0], -4.0, 4.0)],
+        Op::Gather { ids, rows, .. } => {
+            let mut picks: Vec<f32> = (0..*ids).map(|_| rng.below(*rows) as f32).collect();
+            // One id outside the table, when there are a few: its row is NaN.
+            if *ids >= 3 {
+                picks[ids / 2] = [-1.0, *rows as f32, 0.5][rng.below(3)];
+            }
+            vec![rng.vec(lens[0], -4.0, 4.0), picks]
+        }
         Op::Cast { len, .. } => vec![(0..*len).map(|_| cast_input(rng)).collect()],
     }
 }
@@ -1013,7 +1038,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@tests $make, $kind, $cfg;
             unary_ops => Unary, binary_ops => Binary, reductions => Reductions, row_ops => Rows,
             matmul => Matmul, batched_matmul => BatchedMatmul, conv2d => Conv2d, attention => Attention,
-            casts => Casts, interpolation => Interpolation, quantized => Quantized,
+            casts => Casts, interpolation => Interpolation, quantized => Quantized, decoder_ops => Decoder,
             edge_values => EdgeValues, bad_shapes_are_typed_errors => Errors,
             device_tensors => Tensors);
     };
@@ -1062,6 +1087,15 @@ mod tests {
                 (HostSliceMut::BF16(o), true) => {
                     for (o, v) in o.iter_mut().zip(&vals) {
                         *o = crate::bf16::from_bits((v.to_bits() >> 16) as u16);
+                    }
+                }
+                _ if r.scale.contains(&reference::UNTOUCHED) => {
+                    // Write only the op's view, element by element.
+                    let stored = HostVec::from_f32(output.dtype(), &vals);
+                    let size = output.dtype().size_in_bytes();
+                    let dst = output.as_bytes_mut();
+                    for (i, _) in r.scale.iter().enumerate().filter(|(_, s)| **s != reference::UNTOUCHED) {
+                        dst[i * size..(i + 1) * size].copy_from_slice(&stored.as_slice().as_bytes()[i * size..][..size]);
                     }
                 }
                 _ => output.store_f32(&vals),
@@ -1144,6 +1178,45 @@ mod tests {
             let out: Vec<f32> = wrong.values.iter().map(|&v| v as f32).collect();
             assert!(compare_typed(&op, &views, HostSlice::F32(&out), 1.0).is_some(), "{weight}");
         }
+    }
+
+    #[test]
+    fn decoder_ops_are_checked_both_ways() {
+        for dtype in DType::ALL {
+            for op in cases(Group::Decoder, Scale::Small) {
+                let op = op.with_dtype(dtype);
+                assert!(!catches(|_| {}, op), "{op:?}");
+            }
+        }
+        // A rotation by a slightly wrong angle (θ 1 % off) is caught.
+        let op = Op::Rope(crate::RopeSpec::new(3, 2, 64, 10_000.0).at_position(7));
+        let inputs = inputs_for(&op, &mut Rng::new(7));
+        let refs: Vec<&[f32]> = inputs.iter().map(Vec::as_slice).collect();
+        let off = crate::RopeSpec::new(3, 2, 64, 10_100.0).at_position(7);
+        let wrong: Vec<f32> = reference::run(&Op::Rope(off), &refs).unwrap().values.iter().map(|&v| v as f32).collect();
+        assert!(compare(&op, &refs, &wrong, 1.0).is_some());
+        // A copy that writes one element outside its view, or misses one, is caught.
+        let op = cases(Group::Decoder, Scale::Small).into_iter().find(|o| matches!(o, Op::Copy(_))).unwrap();
+        let Op::Copy(spec) = op else { unreachable!() };
+        let outside = (0..spec.dst.len).find(|&i| i != spec.dst.offset).unwrap_or(0);
+        let inputs = inputs_for(&op, &mut Rng::new(7));
+        let refs: Vec<&[f32]> = inputs.iter().map(Vec::as_slice).collect();
+        let mut out: Vec<f32> = reference::run(&op, &refs).unwrap().values.iter().map(|&v| v as f32).collect();
+        for v in out.iter_mut().filter(|v| v.is_nan()) {
+            *v = POISON;
+        }
+        assert!(compare(&op, &refs, &out, 1.0).is_none());
+        let mut stray = out.clone();
+        if stray[outside].to_bits() == POISON.to_bits() {
+            stray[outside] = 0.0;
+            assert!(compare(&op, &refs, &stray, 1.0).is_some());
+        }
+        out[spec.dst.offset] = POISON;
+        assert!(compare(&op, &refs, &out, 1.0).is_some());
+        // An argmax that takes the last of equal maxima is caught.
+        let op = Op::ArgMax { rows: 1, cols: 4, dtype: DType::F32 };
+        assert!(check_op(&faulty(|_| {}), &op, &[vec![1.0, 3.0, 3.0, 2.0]], 1.0).is_ok());
+        assert!(check_op(&faulty(|o| o[0] = 2.0), &op, &[vec![1.0, 3.0, 3.0, 2.0]], 1.0).is_err());
     }
 
     #[test]

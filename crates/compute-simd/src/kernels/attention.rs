@@ -94,7 +94,9 @@ pub fn attention<T: Element>(isa: Isa, spec: &AttentionSpec, q: &[T], k: &[T], v
     let heads = spec.batch.checked_mul(spec.heads_q);
     let q_head = spec.seq_q.checked_mul(d);
     let kv_heads = spec.batch.checked_mul(spec.heads_kv);
-    let kv_head = spec.seq_k.checked_mul(d);
+    // Each key/value head holds `kv_rows` rows (a cache's capacity), of which
+    // the first `seq_k` are read.
+    let kv_head = spec.kv_rows().checked_mul(d);
     let (Some(heads), Some(q_head), Some(kv_heads), Some(kv_head)) = (heads, q_head, kv_heads, kv_head) else {
         return Ok(());
     };
@@ -327,9 +329,9 @@ impl<T: Element> Ctx<'_, T> {
         m.fill(f32::NEG_INFINITY);
         l.fill(0.0);
         let kv = (t.head / spec.heads_q) * spec.heads_kv + (t.head % spec.heads_q) / spec.group();
-        let kv_len = spec.seq_k * d;
-        let kh = self.k.get(kv * kv_len..(kv + 1) * kv_len).unwrap_or_default();
-        let vh = self.v.get(kv * kv_len..(kv + 1) * kv_len).unwrap_or_default();
+        let (kv_len, stride) = (spec.seq_k * d, spec.kv_rows() * d);
+        let kh = self.k.get(kv * stride..kv * stride + kv_len).unwrap_or_default();
+        let vh = self.v.get(kv * stride..kv * stride + kv_len).unwrap_or_default();
         // Keys the last row sees: the others see a prefix of them.
         let keys = spec.visible(t.i0 + rows - 1);
         let mut j0 = 0;

@@ -101,6 +101,7 @@ pub(crate) fn with_binary<S: SimdF32, L: LaneLoop<S, 2>>(s: S, op: BinaryOp, l: 
         BinaryOp::Add => l.run(s, &BinaryFn::<ADD>),
         BinaryOp::Sub => l.run(s, &BinaryFn::<SUB>),
         BinaryOp::Mul => l.run(s, &BinaryFn::<MUL>),
+        BinaryOp::SwiGlu => l.run(s, &BinaryFn::<SWIGLU>),
     }
 }
 
@@ -195,6 +196,7 @@ impl WithSimd for Binary<'_> {
 const ADD: u8 = 0;
 const SUB: u8 = 1;
 const MUL: u8 = 2;
+const SWIGLU: u8 = 3;
 
 /// Binary op number `OP`.
 #[derive(Clone, Copy, Debug)]
@@ -206,6 +208,7 @@ impl<S: SimdF32, const OP: u8> LaneFn<S, 2> for BinaryFn<OP> {
         match OP {
             ADD => s.add(a, b),
             SUB => s.sub(a, b),
+            SWIGLU => s.mul(math::swish(s, a), b),
             _ => s.mul(a, b),
         }
     }

@@ -2,6 +2,7 @@
 
 pub mod attention;
 pub mod conv;
+pub mod decoder;
 pub mod elementwise;
 pub(crate) mod fork;
 pub mod interpolate;

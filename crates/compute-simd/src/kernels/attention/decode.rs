@@ -231,9 +231,9 @@ impl<T: Element> Ctx<'_, T> {
         let (Some(m), Some(l)) = (m.get_mut(..rows), l.get_mut(..rows)) else { return };
         // The group's rows, scaled, each padded with zeros to whole vectors.
         let group = self.q.get(t.x * rows * d..(t.x + 1) * rows * d).unwrap_or_default();
-        let kv_len = spec.seq_k * d;
-        let kh = self.k.get(t.x * kv_len..(t.x + 1) * kv_len).unwrap_or_default();
-        let vh = self.v.get(t.x * kv_len..(t.x + 1) * kv_len).unwrap_or_default();
+        let (kv_len, stride) = (spec.seq_k * d, spec.kv_rows() * d);
+        let kh = self.k.get(t.x * stride..t.x * stride + kv_len).unwrap_or_default();
+        let vh = self.v.get(t.x * stride..t.x * stride + kv_len).unwrap_or_default();
         // The `vdpbf16ps` path reads the bf16 bits of q (unscaled: the scale
         // goes on the scores), k and v in place.
         let dp = match (bits(group), bits(kh), bits(vh)) {
