@@ -18,7 +18,8 @@
 //! full-precision `f32` GEMM, which meets the TF32 bound. Other half matmuls, and
 //! half conv2d, widen their operands into `f32` temporaries, run the `f32`
 //! GEMM and round the result to the output dtype. [`supported`] says which
-//! ops a plan can run.
+//! ops a plan can run. [`run_quant_matmul`] and [`run_dequantize`] run
+//! products with, and dequantization of, GGML block-quantized weights.
 
 use compute_core::{
     AttentionSpec, BackendKind, ComputeError, Conv2dSpec, DType, HostSlice, HostSliceMut, MatmulSpec, Op, ReduceOp,
@@ -38,6 +39,9 @@ use crate::kernels::interpolate;
 use crate::kernels::reduce::{self, ReduceKind};
 use crate::kernels::rows::{self, RowKind, RowShape};
 use crate::kernels::{KernelId, conv};
+
+mod quant;
+pub use quant::{run_dequantize, run_quant_matmul};
 
 /// Which GEMM kernel runs a matrix product.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -242,6 +242,15 @@ impl CudaBackend {
         plan::run_attention(&*self.dev, &spec, kernel, (pq, pk, pv, po))
     }
 
+    /// This device as a plan [`Launcher`](plan::Launcher), for the
+    /// plan functions that take device addresses (e.g.
+    /// [`plan::run_quant_matmul`] on [`DeviceAlloc::device_ptr`]s): what
+    /// they queue runs on this backend's stream, in order with its other
+    /// work. Free.
+    pub fn launcher(&self) -> &dyn plan::Launcher {
+        &*self.dev
+    }
+
     /// Device-to-device copy of `src` into `dst` (equal lengths and dtypes), queued.
     pub fn copy(&self, src: &Tensor, dst: &Tensor) -> Result<()> {
         let op = Op::unary(compute_core::UnaryOp::Scale { s: 1.0 }, src.len().max(1));
