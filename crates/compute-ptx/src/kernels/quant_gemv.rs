@@ -126,15 +126,15 @@ pub fn qgemv(format: BlockFormat, rows: u32, out: DType, target: Target) -> Resu
     let row_bytes = b.mul(nb, bytes);
     let roff = b.mul_wide(j, row_bytes);
     let wrow = b.add(w, roff);
+    // Row r of the activations starts min(r, m - 1)·k bytes into qx (m·k < 2³²):
+    // one 32-bit offset per row keeps the registers of 16 rows low.
     let last = b.sub(m, 1u32);
-    let k4 = b.shr(k, 2u32);
-    let mut xrows = Vec::new();
-    for r in 0..rows {
-        let ri = b.min(last, r);
-        let qo = b.mul_wide(ri, k);
-        let dso = b.mul_wide(ri, k4);
-        xrows.push((b.add(qx, qo), b.add(ds, dso)));
-    }
+    let xrows: Vec<Reg<U32>> = (0..rows)
+        .map(|r| {
+            let ri = b.min(last, r);
+            b.mul(ri, k)
+        })
+        .collect();
     let acc: Vec<Reg<F32>> = (0..rows).map(|_| b.mov(0.0f32)).collect();
     let sub = b.and(lane, lpb - 1);
     let slot = b.shr(lane, lpb.trailing_zeros());
@@ -151,7 +151,7 @@ pub fn qgemv(format: BlockFormat, rows: u32, out: DType, target: Target) -> Resu
     b.bra_if(past, tail);
     for t in 0..u {
         let bi = b.add(bi0, t * (32 / lpb));
-        unit(&mut b, format, &ln, wrow, bi, &xrows, &acc);
+        unit(&mut b, format, &ln, wrow, bi, (qx, ds, &xrows), &acc);
     }
     let next = b.add(bi0, per_iter);
     b.assign(bi0, next);
@@ -167,7 +167,7 @@ pub fn qgemv(format: BlockFormat, rows: u32, out: DType, target: Target) -> Resu
         let valid = b.setp(Cmp::Lt, bi, nb);
         let bic = b.min(bi, nbm1);
         let part: Vec<Reg<F32>> = (0..rows).map(|_| b.mov(0.0f32)).collect();
-        unit(&mut b, format, &ln, wrow, bic, &xrows, &part);
+        unit(&mut b, format, &ln, wrow, bic, (qx, ds, &xrows), &part);
         for (&a, &p) in acc.iter().zip(&part) {
             let s = b.add(a, p);
             let s = b.selp(s, a, valid);
@@ -295,16 +295,27 @@ fn dot(b: &mut KernelBuilder, ws: &[Reg<U32>], xs: &[Reg<U32>]) -> Reg<F32> {
 }
 
 /// This lane's share of weight block `bi` of the row at `wrow` against every
-/// activation row (`(qx, ds)` row addresses), added into `acc`.
+/// activation row (`qx`, `ds` and each row's byte offset into `qx`; a row's
+/// `(d, s)` pairs start at a quarter of it into `ds`), added into `acc`.
 fn unit(
     b: &mut KernelBuilder,
     format: BlockFormat,
     ln: &Lane,
     wrow: Reg<U64>,
     bi: Reg<U32>,
-    xrows: &[(Reg<U64>, Reg<U64>)],
+    (qx, ds, offsets): (Reg<U64>, Reg<U64>, &[Reg<U32>]),
     acc: &[Reg<F32>],
 ) {
+    let xrows: Vec<(Reg<U64>, Reg<U64>)> = offsets
+        .iter()
+        .map(|&o| {
+            let q = b.cvt::<U64, U32>(o);
+            let d = b.shr(o, 2u32);
+            let d = b.cvt::<U64, U32>(d);
+            (b.add(qx, q), b.add(ds, d))
+        })
+        .collect();
+    let xrows = &xrows[..];
     let bytes = format.bytes_per_block() as u32;
     let vpb = format.values_per_block() as u32;
     let boff = b.mul_wide(bi, bytes);
