@@ -7,8 +7,8 @@ use std::sync::Arc;
 use crate::attention::AttentionSpec;
 use crate::dtype::{DType, Element};
 use crate::error::{BackendKind, ComputeError, Result};
-use crate::host::{HostSlice, HostSliceMut};
-use crate::op::{BinaryOp, GeluForm, MatmulSpec, Op, Operand, ReduceOp, RowOp, UnaryOp};
+use crate::host::{Blocks, BlocksMut, HostSlice, HostSliceMut};
+use crate::op::{BinaryOp, GeluForm, MatmulSpec, Op, Operand, QuantMatmulSpec, ReduceOp, RowOp, UnaryOp};
 
 /// Where a [`Tensor`] lives: the backend family and the device index within it
 /// (0 for the first GPU; always 0 for the CPU).
@@ -418,6 +418,37 @@ pub trait Ops: Backend {
     /// Converts `x` into `out`'s type (round to nearest even; NaN stays NaN).
     fn cast<T: Element, U: Element>(&self, x: &[T], out: &mut [U]) -> Result<()> {
         self.run_typed(&Op::cast(out.len(), T::DTYPE, U::DTYPE), &[x.into()], out.into())
+    }
+    /// `y = x · Wᵀ` with a block-quantized weight ([`Op::QuantMatmul`]):
+    /// `x` is `m × k` of `T`, `w` holds `n` rows of `k` values (a GGUF
+    /// linear layer's weight, e.g. from
+    /// [`Gguf::tensor_blocks`](crate::gguf::Gguf::tensor_blocks)), `y` is
+    /// `m × n` of `U`. Costs `2·m·k·n` FLOPs and one read of the blocks (for
+    /// a single row, bound by their bytes); the error bound is the op's.
+    fn quant_matmul<T: Element, U: Element>(
+        &self,
+        x: &[T],
+        w: Blocks<'_>,
+        y: &mut [U],
+        m: usize,
+        k: usize,
+        n: usize,
+    ) -> Result<()> {
+        let spec = QuantMatmulSpec::new(m, k, n, w.dtype()).with_dtypes(T::DTYPE, U::DTYPE);
+        self.run_typed(&Op::QuantMatmul(spec), &[x.into(), HostSlice::Blocks(w)], y.into())
+    }
+    /// Quantizes `x` into the blocks of `out` as ggml's reference quantizer
+    /// does, bit for bit (a [`Op::Cast`] into `out`'s dtype; `x.len()` a
+    /// whole number of blocks). CPU work: a few hundred FLOPs a value.
+    fn quantize<T: Element>(&self, x: &[T], out: BlocksMut<'_>) -> Result<()> {
+        let op = Op::cast(x.len(), T::DTYPE, out.dtype());
+        self.run_typed(&op, &[x.into()], HostSliceMut::Blocks(out))
+    }
+    /// Dequantizes the blocks `w` into `out` exactly as ggml does (rounded
+    /// once into `f16`/`bf16`): a [`Op::Cast`] from `w`'s dtype. One pass.
+    fn dequantize<U: Element>(&self, w: Blocks<'_>, out: &mut [U]) -> Result<()> {
+        let op = Op::cast(w.len(), w.dtype(), U::DTYPE);
+        self.run_typed(&op, &[HostSlice::Blocks(w)], out.into())
     }
 }
 

@@ -44,7 +44,8 @@ pub use backend::{
 };
 pub use dtype::{DType, Element, bf16, f16};
 pub use error::{BackendKind, Cause, ComputeError, Result};
-pub use host::{HostSlice, HostSliceMut, HostVec};
+pub use host::{Blocks, BlocksMut, HostSlice, HostSliceMut, HostVec};
 pub use op::{
-    BinaryOp, Conv2dSpec, Cost, GeluForm, Layout, MatmulSpec, Op, OpClass, Operand, Precision, ReduceOp, RowOp, UnaryOp,
+    BinaryOp, Conv2dSpec, Cost, GeluForm, Layout, MatmulSpec, Op, OpClass, Operand, Precision, QuantMatmulSpec,
+    ReduceOp, RowOp, UnaryOp,
 };

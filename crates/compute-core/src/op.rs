@@ -260,6 +260,47 @@ impl MatmulSpec {
     }
 }
 
+/// `y = x · Wᵀ` with a weight `W` in a block-quantized dtype: the linear
+/// layer of a GGUF model. `x` is `m × k` (row-major, `f32`, `f16` or `bf16`),
+/// `W` is `n` rows of `k` values (ggml's layout: each row is `k / 256` blocks,
+/// or `k / 32` for `Q8_0`, one after the other), `y` is `m × n`.
+///
+/// The result is the product of `x` with the dequantized weights
+/// ([`quant`](crate::quant)), accumulated in `f32`. Backends may first round
+/// each activation row to 8-bit integers per block of values (as ggml's own
+/// kernels do, to multiply in integer units): the stated error bound is
+/// `(max_l |x_il| / 254)·Σ_l |W_jl| + 2⁻¹⁸·Σ_l |x_il·W_jl|` per output,
+/// before the output's own rounding. `k` must be a whole number of blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct QuantMatmulSpec {
+    /// Rows of `x` and `y` (tokens).
+    pub m: usize,
+    /// Inner dimension: values per weight row, a multiple of the block's values.
+    pub k: usize,
+    /// Weight rows: columns of `y`.
+    pub n: usize,
+    /// Dtype of `W`: one of [`DType::QUANTIZED`].
+    pub weight: DType,
+    /// Dtype of `x`.
+    pub dtype: DType,
+    /// Dtype of `y`.
+    pub out_dtype: DType,
+}
+
+impl QuantMatmulSpec {
+    /// `f32` activations `x` (`m × k`) times the `n × k` weight in `weight`,
+    /// writing `f32`.
+    pub fn new(m: usize, k: usize, n: usize, weight: DType) -> Self {
+        QuantMatmulSpec { m, k, n, weight, dtype: DType::F32, out_dtype: DType::F32 }
+    }
+
+    /// The same product on activations of `input` writing `output`.
+    pub fn with_dtypes(self, input: DType, output: DType) -> Self {
+        QuantMatmulSpec { dtype: input, out_dtype: output, ..self }
+    }
+}
+
 /// 2-D convolution (cross-correlation, as in PyTorch), NCHW layout, no bias.
 ///
 /// Input `x` is `n × c_in × h × w`, weights `w` are `c_out × c_in × kh × kw`,
@@ -422,6 +463,9 @@ pub enum Op {
     },
     /// Matrix product; inputs `a`, `b`; output `batch × m × n` (dtypes in the spec).
     Matmul(MatmulSpec),
+    /// Matrix product with a block-quantized weight; inputs `x` (`m × k`) and
+    /// `w` (`n × k` values in blocks); output `m × n` ([`QuantMatmulSpec`]).
+    QuantMatmul(QuantMatmulSpec),
     /// Convolution; inputs `x`, `w`; output `n × c_out × oh × ow`.
     Conv2d(Conv2dSpec),
     /// Fused attention; inputs `q`, `k`, `v`; output like `q` (layouts in the spec).
@@ -486,6 +530,11 @@ pub enum Op {
     },
     /// Converts `len` values of `from` into `to`: round to nearest, ties to
     /// even; NaN stays NaN; values past the target's range become ±∞.
+    ///
+    /// With a quantized dtype on one side it quantizes or dequantizes, bit
+    /// for bit as ggml's reference code does ([`quant`](crate::quant)); `len`
+    /// must then be a whole number of blocks. Dequantizing into `f16`/`bf16`
+    /// rounds the exact `f32` value once. Quantized to quantized is refused.
     Cast {
         /// Number of elements.
         len: usize,
@@ -634,6 +683,15 @@ fn mul(op: &'static str, shapes: &dyn Fn() -> String, xs: &[usize]) -> Result<us
     Ok(acc)
 }
 
+/// A `Shape` error unless `len` values of `dtype` fill whole blocks.
+fn whole_blocks(op: &'static str, shapes: &dyn Fn() -> String, dtype: DType, len: usize) -> Result<()> {
+    let per = dtype.block_values();
+    if len.is_multiple_of(per) {
+        return Ok(());
+    }
+    Err(ComputeError::shape(op, format!("{dtype} holds whole blocks of {per} values; got {len}"), shapes()))
+}
+
 impl Op {
     /// Shorthand for [`Op::Unary`] on `f32`.
     pub fn unary(op: UnaryOp, len: usize) -> Self {
@@ -671,10 +729,16 @@ impl Op {
     pub fn cast(len: usize, from: DType, to: DType) -> Self {
         Op::Cast { len, from, to }
     }
+    /// Shorthand for [`Op::QuantMatmul`] of `f32` activations (`m × k`)
+    /// and an `n × k` weight in `weight`.
+    pub fn quant_matmul(m: usize, k: usize, n: usize, weight: DType) -> Self {
+        Op::QuantMatmul(QuantMatmulSpec::new(m, k, n, weight))
+    }
 
     /// The same op on data of `dtype`: its inputs and output (a reduction's
     /// output stays `f32`; a cast takes `dtype` as its input; a matmul both
-    /// reads and writes `dtype`, see [`MatmulSpec::with_dtypes`] to differ).
+    /// reads and writes `dtype`, see [`MatmulSpec::with_dtypes`] to differ;
+    /// a quantized matmul keeps its weight's dtype).
     pub fn with_dtype(self, dtype: DType) -> Self {
         match self {
             Op::Unary { op, len, .. } => Op::Unary { op, len, dtype },
@@ -685,13 +749,15 @@ impl Op {
             Op::Lerp { len, t, .. } => Op::Lerp { len, t, dtype },
             Op::Slerp { rows, cols, t, .. } => Op::Slerp { rows, cols, t, dtype },
             Op::Matmul(s) => Op::Matmul(s.with_dtypes(dtype, dtype)),
+            Op::QuantMatmul(s) => Op::QuantMatmul(s.with_dtypes(dtype, dtype)),
             Op::Conv2d(c) => Op::Conv2d(Conv2dSpec { dtype, ..c }),
             Op::Attention(a) => Op::Attention(a.with_dtype(dtype)),
             Op::Cast { len, to, .. } => Op::Cast { len, from: dtype, to },
         }
     }
 
-    /// The dtype of the op's (first) input.
+    /// The dtype of the op's (first) input (a quantized matmul's activations;
+    /// its weight's dtype is [`Op::weight_dtype`]).
     pub fn dtype(&self) -> DType {
         match *self {
             Op::Unary { dtype, .. }
@@ -702,9 +768,20 @@ impl Op {
             | Op::Lerp { dtype, .. }
             | Op::Slerp { dtype, .. } => dtype,
             Op::Matmul(s) => s.dtype,
+            Op::QuantMatmul(s) => s.dtype,
             Op::Conv2d(c) => c.dtype,
             Op::Attention(a) => a.dtype,
             Op::Cast { from, .. } => from,
+        }
+    }
+
+    /// The quantized dtype the op reads or writes, if any: a quantized
+    /// matmul's weight, a cast's quantized side.
+    pub fn weight_dtype(&self) -> Option<DType> {
+        match *self {
+            Op::QuantMatmul(s) => Some(s.weight),
+            Op::Cast { from, to, .. } => [from, to].into_iter().find(|d| d.is_quantized()),
+            _ => None,
         }
     }
 
@@ -713,16 +790,20 @@ impl Op {
         match *self {
             Op::Reduce { .. } | Op::Dot { .. } => DType::F32,
             Op::Matmul(s) => s.out_dtype,
+            Op::QuantMatmul(s) => s.out_dtype,
             Op::Cast { to, .. } => to,
             _ => self.dtype(),
         }
     }
 
-    /// Every dtype the op reads or writes, without repeats, input first.
+    /// Every dtype the op reads or writes, without repeats, input first
+    /// (a quantized matmul: activations, weight, output).
     pub fn dtypes(&self) -> Vec<DType> {
         let mut v = vec![self.dtype()];
-        if self.out_dtype() != self.dtype() {
-            v.push(self.out_dtype());
+        for d in [self.weight_dtype(), Some(self.out_dtype())].into_iter().flatten() {
+            if !v.contains(&d) {
+                v.push(d);
+            }
         }
         v
     }
@@ -739,6 +820,7 @@ impl Op {
             Op::Slerp { .. } => "slerp",
             Op::Matmul(s) if s.batch > 1 => "batched_matmul",
             Op::Matmul(_) => "matmul",
+            Op::QuantMatmul(_) => "quant_matmul",
             Op::Conv2d(_) => "conv2d",
             Op::Attention(_) => "attention",
             Op::Cast { .. } => "cast",
@@ -752,7 +834,7 @@ impl Op {
             Op::Unary { .. } | Op::Binary { .. } | Op::Cast { .. } | Op::Lerp { .. } => OpClass::Elementwise,
             Op::Reduce { .. } | Op::Dot { .. } => OpClass::Reduction,
             Op::Rows { .. } | Op::Slerp { .. } => OpClass::RowWise,
-            Op::Matmul(_) => OpClass::Matmul,
+            Op::Matmul(_) | Op::QuantMatmul(_) => OpClass::Matmul,
             Op::Conv2d(_) => OpClass::Conv,
             // Decoding (at most 16 query rows per key/value head) is one pass
             // over the KV cache, bound by memory like a row op; longer query
@@ -782,6 +864,7 @@ impl Op {
                     if s.trans_b { "ᵀ" } else { "" }
                 )
             }
+            Op::QuantMatmul(s) => format!("x=[{}x{}] w=[{}x{}]ᵀ {}", s.m, s.k, s.n, s.k, s.weight),
             Op::Conv2d(c) => format!(
                 "x=[{}x{}x{}x{}] w=[{}x{}x{}x{}] stride={:?} pad={:?}",
                 c.n, c.c_in, c.h, c.w, c.c_out, c.c_in, c.kh, c.kw, c.stride, c.padding
@@ -812,8 +895,21 @@ impl Op {
         let o = |len: usize| [Operand::new(len, self.out_dtype())];
         let i = |len: usize| Operand::new(len, d);
         match *self {
-            Op::Unary { len, .. } | Op::Cast { len, .. } => {
+            Op::Unary { len, .. } => {
                 mul(name, &shapes, &[len])?;
+                Ok(Layout::new(&[i(len)], &o(len)))
+            }
+            Op::Cast { len, from, to } => {
+                mul(name, &shapes, &[len])?;
+                if from.is_quantized() && to.is_quantized() && from != to {
+                    return Err(ComputeError::DType {
+                        op: name,
+                        detail: format!("no cast between two quantized dtypes ({from} to {to}); dequantize first"),
+                        shapes: shapes(),
+                    });
+                }
+                whole_blocks(name, &shapes, from, len)?;
+                whole_blocks(name, &shapes, to, len)?;
                 Ok(Layout::new(&[i(len)], &o(len)))
             }
             Op::Binary { len, .. } => {
@@ -855,6 +951,27 @@ impl Op {
                 let b = mul(name, &shapes, &[s.batch, s.k, s.n])?;
                 let c = mul(name, &shapes, &[s.batch, s.m, s.n])?;
                 Ok(Layout::new(&[i(a), i(b)], &o(c)))
+            }
+            Op::QuantMatmul(s) => {
+                let x = mul(name, &shapes, &[s.m, s.k])?;
+                let w = mul(name, &shapes, &[s.n, s.k])?;
+                let y = mul(name, &shapes, &[s.m, s.n])?;
+                if !s.weight.is_quantized() {
+                    return Err(ComputeError::DType {
+                        op: name,
+                        detail: format!("the weight is {}; expected one of q4_K, q5_K, q6_K, q8_0", s.weight),
+                        shapes: shapes(),
+                    });
+                }
+                if s.dtype.is_quantized() || s.out_dtype.is_quantized() {
+                    return Err(ComputeError::DType {
+                        op: name,
+                        detail: format!("activations and output are float dtypes; got {}→{}", s.dtype, s.out_dtype),
+                        shapes: shapes(),
+                    });
+                }
+                whole_blocks(name, &shapes, s.weight, s.k)?;
+                Ok(Layout::new(&[i(x), Operand::new(w, s.weight)], &o(y)))
             }
             Op::Conv2d(c) => {
                 let x = mul(name, &shapes, &[c.n, c.c_in, c.h, c.w])?;
@@ -946,14 +1063,18 @@ impl Op {
         Ok(())
     }
 
-    /// FLOPs and minimum bytes moved, each operand at its dtype's size.
-    /// Saturates rather than overflowing for absurd sizes; call
-    /// [`Op::layout`] to reject those.
+    /// FLOPs and minimum bytes moved, each operand at its dtype's size
+    /// (quantized operands at their blocks' bytes). Saturates rather than
+    /// overflowing for absurd sizes; call [`Op::layout`] to reject those.
     pub fn cost(&self) -> Cost {
         let u = |x: usize| x as u64;
-        let (din, dout) = (self.dtype().size_in_bytes() as u64, self.out_dtype().size_in_bytes() as u64);
-        let read = |xs: &[u64]| xs.iter().fold(0u64, |a, &x| a.saturating_add(x.saturating_mul(din)));
-        let write = |x: u64| x.saturating_mul(dout);
+        let bytes = |d: DType, x: u64| {
+            let per = d.block_values() as u64;
+            x.div_ceil(per).saturating_mul(d.size_in_bytes() as u64)
+        };
+        let (din, dout) = (self.dtype(), self.out_dtype());
+        let read = |xs: &[u64]| xs.iter().fold(0u64, |a, &x| a.saturating_add(bytes(din, x)));
+        let write = |x: u64| bytes(dout, x);
         match *self {
             Op::Unary { op, len, .. } => Cost {
                 flops: op.flops_per_element().saturating_mul(u(len)),
@@ -1003,6 +1124,14 @@ impl Op {
                     flops: 2u64.saturating_mul(b).saturating_mul(m).saturating_mul(k).saturating_mul(n),
                     bytes_read: read(&[b.saturating_mul(m * k), b.saturating_mul(k * n)]),
                     bytes_written: write(b.saturating_mul(m * n)),
+                }
+            }
+            Op::QuantMatmul(s) => {
+                let (m, k, n) = (u(s.m), u(s.k), u(s.n));
+                Cost {
+                    flops: 2u64.saturating_mul(m).saturating_mul(k).saturating_mul(n),
+                    bytes_read: read(&[m.saturating_mul(k)]).saturating_add(bytes(s.weight, n.saturating_mul(k))),
+                    bytes_written: write(m.saturating_mul(n)),
                 }
             }
             Op::Conv2d(c) => {
@@ -1205,6 +1334,30 @@ mod tests {
         let small = Layout::new(&ops[..2], &ops[2..3]);
         assert_eq!(small.output(), Operand::new(3, DType::F16));
         assert_eq!(small.bytes(), 12);
+    }
+
+    #[test]
+    fn quantized_matmuls_and_casts_count_block_bytes() {
+        let op = Op::quant_matmul(1, 4096, 14336, DType::Q4K);
+        let l = op.layout().unwrap();
+        assert_eq!(l.inputs(), [Operand::new(4096, DType::F32), Operand::new(4096 * 14336, DType::Q4K)]);
+        assert_eq!(l.output(), Operand::new(14336, DType::F32));
+        let c = op.cost();
+        assert_eq!(c.flops, 2 * 4096 * 14336);
+        assert_eq!(c.bytes_read, 4096 * 4 + 14336 * 16 * 144);
+        assert_eq!(c.bytes(), l.bytes());
+        assert_eq!(op.shapes(), "x=[1x4096] w=[14336x4096]ᵀ q4_K");
+        assert_eq!(op.dtypes(), [DType::F32, DType::Q4K]);
+        assert_eq!((op.name(), op.class(), op.weight_dtype()), ("quant_matmul", OpClass::Matmul, Some(DType::Q4K)));
+        let bad_k = Op::quant_matmul(1, 300, 4, DType::Q6K);
+        assert!(matches!(bad_k.layout(), Err(ComputeError::Shape { .. })));
+        assert!(Op::quant_matmul(1, 64, 4, DType::Q8_0).layout().is_ok());
+        assert!(matches!(Op::quant_matmul(1, 256, 4, DType::BF16).layout(), Err(ComputeError::DType { .. })));
+        let deq = Op::cast(512, DType::Q5K, DType::BF16);
+        assert_eq!((deq.cost().bytes_read, deq.cost().bytes_written), (2 * 176, 1024));
+        assert_eq!(deq.shapes(), "x=[512] q5_K→bf16");
+        assert!(matches!(Op::cast(100, DType::F32, DType::Q8_0).layout(), Err(ComputeError::Shape { .. })));
+        assert!(matches!(Op::cast(256, DType::Q4K, DType::Q6K).layout(), Err(ComputeError::DType { .. })));
     }
 
     #[test]

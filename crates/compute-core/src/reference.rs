@@ -304,6 +304,26 @@ pub fn run_f64(op: &Op, inputs: &[&[f64]]) -> Result<Reference> {
                 }
             }
         }
+        Op::QuantMatmul(s) => {
+            let (x, w) = (inputs[0], inputs[1]);
+            for i in 0..s.m {
+                let xi = &x[i * s.k..(i + 1) * s.k];
+                let xmax = xi.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+                for j in 0..s.n {
+                    let wj = &w[j * s.k..(j + 1) * s.k];
+                    let (mut acc, mut mag, mut wsum) = (0.0f64, 0.0f64, 0.0f64);
+                    for (&a, &b) in xi.iter().zip(wj) {
+                        acc += a * b;
+                        mag += (a * b).abs();
+                        wsum += b.abs();
+                    }
+                    values.push(acc);
+                    // The bound itself: activations rounded to 8-bit integers
+                    // (half a step of max|x|/127 each), then f32 sums.
+                    scale.push(xmax / 254.0 * wsum + mag * 2f64.powi(-18));
+                }
+            }
+        }
         Op::Conv2d(c) => {
             let (oh, ow) = c.output_hw().unwrap_or((0, 0));
             let (x, w) = (inputs[0], inputs[1]);

@@ -284,7 +284,7 @@ fn quantized_tensors_and_a_64_byte_alignment() {
     assert_eq!((q8.ggml_type(), q8.dims(), q8.byte_len()), (GgmlType::Q8_0, &[64, 2][..], 2 * 2 * 34));
     let q4k = g.tensor("q4_k.weight").unwrap();
     assert_eq!((q4k.ggml_type(), q4k.dims(), q4k.byte_len()), (GgmlType::Q4_K, &[256, 2][..], 2 * 144));
-    assert!(q4k.ggml_type().is_quantized() && q4k.ggml_type().dtype().is_none());
+    assert!(q4k.ggml_type().is_quantized() && q4k.ggml_type().dtype() == Some(DType::Q4K));
     // The Q4_K blocks start with the f16 scales the script wrote (0.01, 0.005).
     let b = g.tensor_bytes("q4_k.weight").unwrap();
     assert_eq!(f16::from_le_bytes([b[0], b[1]]), f16::from_f32(0.01));
@@ -296,12 +296,19 @@ fn quantized_tensors_and_a_64_byte_alignment() {
     assert_eq!(g.tensor("i8.small").unwrap().ggml_type(), GgmlType::I8);
     assert_eq!(g.tensor_bytes("i8.small").unwrap(), [0xfd, 0, 7]);
 
-    // Block types stay bytes: asking for host values is a typed error.
-    let not_float = |e| matches!(e, GgufError::NotFloat { ggml_type: GgmlType::Q8_0, .. });
-    assert!(not_float(g.tensor_host("q8_0.weight").unwrap_err()));
+    // The k-quant and Q8_0 tensors come as blocks of their dtypes, borrowed
+    // or copied; a type the library does not compute with is a typed error.
+    let blocks = g.tensor_blocks("q4_k.weight").unwrap();
+    assert_eq!((blocks.dtype(), blocks.len(), blocks.bytes()), (DType::Q4K, 512, b));
+    let q8 = g.tensor_host("q8_0.weight").unwrap();
+    assert_eq!((q8.dtype(), q8.len()), (DType::Q8_0, 128));
     let mut file = GgufFile::open(data_dir().join("quant_align64.gguf")).unwrap();
-    assert!(not_float(file.read_tensor_host("q8_0.weight").unwrap_err()));
+    assert_eq!(file.read_tensor_host("q8_0.weight").unwrap(), q8);
     assert_eq!(file.read_tensor_bytes("q4_k.weight").unwrap(), b);
+    let not_float = |e| matches!(e, GgufError::NotFloat { ggml_type: GgmlType::I8, .. });
+    assert!(not_float(g.tensor_host("i8.small").unwrap_err()));
+    assert!(not_float(g.tensor_blocks("i8.small").unwrap_err()));
+    assert!(not_float(file.read_tensor_host("i8.small").unwrap_err()));
 }
 
 #[test]

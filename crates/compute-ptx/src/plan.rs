@@ -175,13 +175,13 @@ const NO_KERNELS: &str = "the CUDA kernels read and write f32, f16 and bf16 only
 /// Whether the plans can run `op`: every operand is `f32`, `f16` or `bf16`
 /// (a TF32 matmul runs the full-precision kernels, which meet the TF32 bound). Free.
 pub fn supported(op: &Op) -> bool {
-    elem::supported(op.dtype()) && elem::supported(op.out_dtype())
+    op.dtypes().into_iter().all(elem::supported)
 }
 
 /// The [`ComputeError::UnsupportedDType`] for an op that [`supported`]
 /// declines, naming its first dtype without kernels.
 pub fn unsupported_dtype(op: &Op) -> ComputeError {
-    let dtype = [op.dtype(), op.out_dtype()].into_iter().find(|&d| !elem::supported(d)).unwrap_or(op.dtype());
+    let dtype = op.dtypes().into_iter().find(|&d| !elem::supported(d)).unwrap_or(op.dtype());
     ComputeError::unsupported_dtype(op, BackendKind::Cuda, dtype, NO_KERNELS)
 }
 
@@ -377,6 +377,7 @@ impl Exec<'_> {
         }
         let dt = op.dtype();
         match *op {
+            Op::QuantMatmul(_) => Err(unsupported_dtype(op)),
             Op::Unary { op: u, len, .. } => {
                 let (kind, p0, p1) = UnaryKind::of(u);
                 let args = [Arg::Ptr(input(0)?), Arg::Ptr(out), Arg::U64(len as u64), Arg::F32(p0), Arg::F32(p1)];

@@ -4,12 +4,12 @@ use std::any::Any;
 use std::sync::{Arc, RwLock};
 
 use compute_core::{
-    Backend, BackendKind, ComputeError, DType, HostSlice, HostSliceMut, Location, Op, ReduceOp, Result, Tensor,
-    TensorStorage, bf16, check_download, check_host_call, check_tensor_call, f16,
+    Backend, BackendKind, Blocks, BlocksMut, ComputeError, DType, HostSlice, HostSliceMut, Location, Op, ReduceOp,
+    Result, Tensor, TensorStorage, bf16, check_download, check_host_call, check_tensor_call, f16,
 };
 
 use crate::isa::Isa;
-use crate::{gemm, halves, kernels};
+use crate::{gemm, halves, kernels, quantized};
 
 /// Runs every op on the CPU with the best SIMD path ([`Isa::detect`]) and, above
 /// the thresholds in [`crate::tuning`], on several threads.
@@ -100,6 +100,9 @@ impl SimdBackend {
     /// kernels, every other dtype (and casts) through [`halves`].
     fn compute(&self, op: &Op, inputs: &[HostSlice<'_>], mut out: HostSliceMut<'_>) -> Result<()> {
         let isa = self.isa;
+        if op.weight_dtype().is_some() {
+            return self.install(op, || quantized::ops::run(isa, op, inputs, out));
+        }
         let all_f32 = !matches!(op, Op::Cast { .. }) && op.dtype() == DType::F32 && op.out_dtype() == DType::F32;
         if !all_f32 {
             return self.install(op, || halves::run(isa, op, inputs, out));
@@ -128,7 +131,7 @@ impl SimdBackend {
             // TF32 is an allowance, not a demand: the CPU computes in full precision.
             Op::Matmul(spec) => gemm::sgemm(isa, &spec, inputs[0], inputs[1], out),
             Op::Conv2d(spec) => kernels::conv::conv2d(isa, &spec, inputs[0], inputs[1], out),
-            Op::Cast { .. } | Op::Attention(_) => {}
+            Op::Cast { .. } | Op::Attention(_) | Op::QuantMatmul(_) => {}
         });
         Ok(())
     }
@@ -149,6 +152,7 @@ fn stays_sequential(op: &Op) -> bool {
         | Op::Cast { len, .. } => len < min_elems,
         Op::Rows { rows, cols, .. } | Op::Slerp { rows, cols, .. } => rows.saturating_mul(cols) < min_elems,
         Op::Matmul(s) => s.batch.saturating_mul(s.m).saturating_mul(s.k).saturating_mul(s.n) < PAR_GEMM_MIN_MACS,
+        Op::QuantMatmul(s) => s.m.saturating_mul(s.k).saturating_mul(s.n) < PAR_GEMM_MIN_MACS,
         Op::Attention(a) => {
             // Multiply-adds, as for a matmul: 2·d per visible (query, key) pair.
             let macs = Op::Attention(a).cost().flops / 2;
@@ -194,13 +198,16 @@ impl Aligned {
     /// `len` zeros of `dtype`, or `OutOfMemory` (naming `op`) when the
     /// allocator cannot provide them: the process never aborts on a large request.
     fn zeroed(len: usize, dtype: DType, op: &'static str) -> Result<Aligned> {
-        let bytes = len.checked_mul(dtype.size_in_bytes());
-        let oom = || ComputeError::OutOfMemory {
-            op,
-            backend: BackendKind::Simd,
-            requested_bytes: dtype.bytes_for(len).unwrap_or(u64::MAX),
-        };
-        let bytes = bytes.ok_or_else(oom)?;
+        if !len.is_multiple_of(dtype.block_values()) {
+            return Err(ComputeError::shape(
+                op,
+                format!("{dtype} holds whole blocks of {} values; got {len}", dtype.block_values()),
+                format!("x=[{len}] {dtype}"),
+            ));
+        }
+        let requested = dtype.bytes_for(len).unwrap_or(u64::MAX);
+        let oom = || ComputeError::OutOfMemory { op, backend: BackendKind::Simd, requested_bytes: requested };
+        let bytes = usize::try_from(requested).map_err(|_| oom())?;
         let words = bytes.div_ceil(4);
         // Alignment in words: a page (1024 words) or a cache line (16).
         let align = if bytes >= Self::PAGE_FROM { 1024 } else { 16 };
@@ -216,23 +223,33 @@ impl Aligned {
         Ok(a)
     }
 
+    /// Bytes of the values (whole blocks for a quantized dtype; checked
+    /// where the storage was made).
+    fn byte_len(&self) -> usize {
+        self.dtype.bytes_for(self.len).unwrap_or(0) as usize
+    }
+
     fn words(&self) -> &[f32] {
-        let n = (self.len * self.dtype.size_in_bytes()).div_ceil(4);
+        let n = self.byte_len().div_ceil(4);
         &self.buf[self.start..self.start + n]
     }
 
     fn words_mut(&mut self) -> &mut [f32] {
-        let n = (self.len * self.dtype.size_in_bytes()).div_ceil(4);
+        let n = self.byte_len().div_ceil(4);
         &mut self.buf[self.start..self.start + n]
     }
 
     /// The values, typed.
     fn as_slice(&self) -> HostSlice<'_> {
         let (len, dtype) = (self.len, self.dtype);
+        let bytes = self.byte_len();
         let w = self.words();
         match dtype {
             DType::F16 => HostSlice::F16(&bytemuck::cast_slice::<f32, f16>(w)[..len]),
             DType::BF16 => HostSlice::BF16(&bytemuck::cast_slice::<f32, bf16>(w)[..len]),
+            // Whole blocks by construction: `Blocks::new` cannot fail here.
+            d if d.is_quantized() => Blocks::new(d, &bytemuck::cast_slice::<f32, u8>(w)[..bytes])
+                .map_or(HostSlice::F32(&[]), HostSlice::Blocks),
             _ => HostSlice::F32(w),
         }
     }
@@ -240,10 +257,13 @@ impl Aligned {
     /// The values, typed and writable.
     fn as_mut(&mut self) -> HostSliceMut<'_> {
         let (len, dtype) = (self.len, self.dtype);
+        let bytes = self.byte_len();
         let w = self.words_mut();
         match dtype {
             DType::F16 => HostSliceMut::F16(&mut bytemuck::cast_slice_mut::<f32, f16>(w)[..len]),
             DType::BF16 => HostSliceMut::BF16(&mut bytemuck::cast_slice_mut::<f32, bf16>(w)[..len]),
+            d if d.is_quantized() => BlocksMut::new(d, &mut bytemuck::cast_slice_mut::<f32, u8>(w)[..bytes])
+                .map_or(HostSliceMut::F32(&mut []), HostSliceMut::Blocks),
             _ => HostSliceMut::F32(w),
         }
     }

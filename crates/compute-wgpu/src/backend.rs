@@ -39,6 +39,13 @@ use crate::plan::{self, View};
 /// `f32` kernel (which keeps its softmax weights in `f32`) and casts the
 /// output. A cast between equal dtypes is a buffer copy, and a TF32 matmul or
 /// attention runs in full precision.
+///
+/// Block-quantized weights (`q4_K`, `q5_K`, `q6_K`, `q8_0`) are stored as
+/// their blocks' bytes: [`Op::QuantMatmul`] runs a GEMV kernel that decodes
+/// the blocks on the fly (up to 16 rows of x; more rows dequantize the weight
+/// into an `f32` temporary once and run the GEMM), and a cast from a
+/// quantized dtype dequantizes bit for bit. Quantizing casts are declined
+/// (typed `UnsupportedDType`): the CPU runs them.
 #[derive(Clone, Debug)]
 pub struct WgpuBackend {
     pub(crate) ctx: Arc<Context>,
@@ -425,7 +432,7 @@ impl WgpuBackend {
         // operands, are computed in f32 temporaries of the same length.
         let input = |i: usize| layout.inputs().get(i).copied();
         let temps: [Option<Operand>; 4] = match op {
-            Op::Rows { .. } | Op::Conv2d(_) => [Some(layout.output()), None, None, None],
+            Op::Rows { .. } | Op::Conv2d(_) | Op::QuantMatmul(_) => [Some(layout.output()), None, None, None],
             Op::Matmul(_) => [input(0), input(1), Some(layout.output()), None],
             Op::Attention(_) => [input(0), input(1), input(2), Some(layout.output())],
             _ => [None, None, None, None],
@@ -457,6 +464,10 @@ impl WgpuBackend {
             if let Some(b) = o.map(bytes).filter(|&b| b > max) {
                 return Err(errors::limit(op.name(), what, b, max));
             }
+        }
+        // A quantized matmul binds x and its f32 y whole, and whole weight rows.
+        if let Op::QuantMatmul(s) = *op {
+            plan::quant::check_limits(&self.ctx, op.name(), &s)?;
         }
         // Attention binds whole key/value heads with their queries, in f32.
         if let Op::Attention(a) = op {

@@ -163,7 +163,9 @@ impl Context {
         }
         // GPU-side timing (`WgpuBackend::time_tensors`) where the adapter offers it; optional:
         // a device that refuses the features is opened without them.
-        let timing = adapter.features() & (wgpu::Features::TIMESTAMP_QUERY | TIMESTAMPS_IN_ENCODERS);
+        // Subgroup operations (the quantized product's reductions) likewise.
+        let timing =
+            adapter.features() & (wgpu::Features::TIMESTAMP_QUERY | TIMESTAMPS_IN_ENCODERS | wgpu::Features::SUBGROUP);
         let request = |features: wgpu::Features| {
             adapter.request_device(&wgpu::DeviceDescriptor {
                 label: Some("compute-wgpu"),
@@ -266,6 +268,12 @@ impl Context {
     /// Whether the device writes timestamps inside command encoders (GPU-side timing).
     pub(crate) fn timestamps(&self) -> bool {
         self.device.features().contains(wgpu::Features::TIMESTAMP_QUERY | TIMESTAMPS_IN_ENCODERS)
+    }
+
+    /// Whether the device runs WGSL subgroup operations (`wgpu::Features::SUBGROUP`,
+    /// requested whenever the adapter offers it).
+    pub(crate) fn subgroups(&self) -> bool {
+        self.device.features().contains(wgpu::Features::SUBGROUP)
     }
 
     /// Most workgroups per grid dimension.

@@ -19,6 +19,7 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
+use compute_core::quant::BlockFormat;
 use compute_core::{ComputeError, DType, Result};
 
 use crate::context::Context;
@@ -35,11 +36,20 @@ pub(crate) enum Module {
     Conv,
     Attention,
     Interpolate,
+    /// `quant.wgsl`: GGML block-quantized weights (product and dequantize).
+    Quant,
+    /// `quant.wgsl` with `quant_subgroup.wgsl` appended: the product reduced
+    /// by subgroup operations (devices with `wgpu::Features::SUBGROUP`).
+    QuantSubgroup,
 }
 
 /// The conversions between `f32` and packed `f16`/`bf16` words, prepended to
 /// every module built for half operands.
 const HALF_WGSL: &str = include_str!("../../../shaders/half.wgsl");
+
+/// The subgroup entry point of the quantized product, appended to
+/// `quant.wgsl` for [`Module::QuantSubgroup`].
+const QUANT_SUBGROUP_WGSL: &str = include_str!("../../../shaders/quant_subgroup.wgsl");
 
 /// How a kernel steps through an operand: four elements at a time (`vec4<f32>`,
 /// or `vec2<u32>` of packed halves), or one element at a time.
@@ -153,6 +163,7 @@ impl Module {
             Module::Conv => include_str!("../../../shaders/conv.wgsl"),
             Module::Attention => include_str!("../../../shaders/attention.wgsl"),
             Module::Interpolate => include_str!("../../../shaders/interpolate.wgsl"),
+            Module::Quant | Module::QuantSubgroup => include_str!("../../../shaders/quant.wgsl"),
         }
     }
 
@@ -165,6 +176,8 @@ impl Module {
             Module::Conv => "conv.wgsl",
             Module::Attention => "attention.wgsl",
             Module::Interpolate => "interpolate.wgsl",
+            Module::Quant => "quant.wgsl",
+            Module::QuantSubgroup => "quant.wgsl+quant_subgroup.wgsl",
         }
     }
 
@@ -183,12 +196,14 @@ impl Module {
             [io("x", 1, Unit::Scalar, false), io("wt", 2, Unit::Scalar, false), io("y", 3, Unit::Scalar, true)];
         const INTERPOLATE: [IoOperand; 3] =
             [io("a", 1, Unit::Scalar, false), io("y", 2, Unit::Scalar, true), io("b", 3, Unit::Scalar, false)];
+        const QUANT: [IoOperand; 2] = [io("x", 1, Unit::Vec4, false), io("y", 2, Unit::Vec4, true)];
         match self {
             Module::Elementwise => &ELEMENTWISE,
             Module::Reduce => &REDUCE,
             Module::Rows => &ROWS,
             Module::Conv => &CONV,
             Module::Interpolate => &INTERPOLATE,
+            Module::Quant | Module::QuantSubgroup => &QUANT,
             Module::Matmul | Module::Attention => &[],
         }
     }
@@ -198,6 +213,18 @@ impl Module {
     /// rewritten ([`io_block`]). Allocates the new text (tens of KiB at most);
     /// an `Err` says why the module has no such variant.
     fn source_for(self, io: Io) -> std::result::Result<Cow<'static, str>, String> {
+        let body = self.source_io(io)?;
+        if self == Module::QuantSubgroup {
+            // naga (wgpu 30) takes the subgroup builtins without WGSL's
+            // `enable subgroups;`, which it rejects as not implemented; the
+            // device must have `wgpu::Features::SUBGROUP`.
+            return Ok(Cow::Owned(format!("{body}\n{QUANT_SUBGROUP_WGSL}")));
+        }
+        Ok(body)
+    }
+
+    /// [`Module::source_for`] without the subgroup additions.
+    fn source_io(self, io: Io) -> std::result::Result<Cow<'static, str>, String> {
         let src = self.source();
         if io == Io::F32 {
             return Ok(Cow::Borrowed(src));
@@ -267,6 +294,23 @@ pub(crate) enum Kernel {
     /// for Q·Kᵀ and key chunks of `cv` for P·V (`plan::attention_chunk_choices`);
     /// `checked`: compiled with naga's runtime bounds checks.
     Attention { dv: u32, ck: u32, cv: u32, checked: bool },
+    /// `quant.wgsl` `gemv` (or `gemv_subgroup`: `subgroup`) for weights of
+    /// `format`: `mr` rows of x of dtype `x` per pass, `nr` weight rows per
+    /// workgroup, writing `f32`.
+    QuantGemv { format: BlockFormat, mr: u32, nr: u32, x: DType, subgroup: bool },
+    /// `quant.wgsl` `dequant`: blocks of `format` into values of dtype `to`.
+    Dequant { format: BlockFormat, to: DType },
+}
+
+/// The `FMT` code of `quant.wgsl` for a block format (`None`: no kernels).
+pub(crate) fn quant_code(format: BlockFormat) -> Option<u32> {
+    match format {
+        BlockFormat::Q4K => Some(0),
+        BlockFormat::Q5K => Some(1),
+        BlockFormat::Q6K => Some(2),
+        BlockFormat::Q8_0 => Some(3),
+        _ => None,
+    }
 }
 
 impl Kernel {
@@ -279,6 +323,8 @@ impl Kernel {
             Kernel::Conv2d(_) => Module::Conv,
             Kernel::Attention { .. } => Module::Attention,
             Kernel::Slerp(_) => Module::Interpolate,
+            Kernel::QuantGemv { subgroup: true, .. } => Module::QuantSubgroup,
+            Kernel::QuantGemv { subgroup: false, .. } | Kernel::Dequant { .. } => Module::Quant,
         }
     }
 
@@ -292,7 +338,9 @@ impl Kernel {
             | Kernel::LayerNorm(d)
             | Kernel::RmsNorm(d)
             | Kernel::Conv2d(d)
-            | Kernel::Slerp(d) => Io::new(d, DType::F32),
+            | Kernel::Slerp(d)
+            | Kernel::QuantGemv { x: d, .. } => Io::new(d, DType::F32),
+            Kernel::Dequant { to, .. } => Io::new(DType::F32, to),
             Kernel::ReduceFinish(_)
             | Kernel::Matmul { .. }
             | Kernel::MatmulReduce { .. }
@@ -317,6 +365,9 @@ impl Kernel {
             Kernel::Conv2d(_) => "conv2d",
             Kernel::Attention { .. } => "attention",
             Kernel::Slerp(_) => "slerp",
+            Kernel::QuantGemv { subgroup: false, .. } => "gemv",
+            Kernel::QuantGemv { subgroup: true, .. } => "gemv_subgroup",
+            Kernel::Dequant { .. } => "dequant",
         }
     }
 
@@ -338,6 +389,10 @@ impl Kernel {
                 vec![("DV", f64::from(dv)), ("CK", f64::from(ck)), ("CV", f64::from(cv))]
             }
             Kernel::Matmul { ta, tb, .. } => vec![("TA", flag(ta)), ("TB", flag(tb))],
+            Kernel::QuantGemv { format, mr, nr, .. } => {
+                vec![("FMT", f64::from(quant_code(format).unwrap_or(0))), ("MR", f64::from(mr)), ("NR", f64::from(nr))]
+            }
+            Kernel::Dequant { format, .. } => vec![("FMT", f64::from(quant_code(format).unwrap_or(0)))],
             Kernel::LayerNorm(_) | Kernel::RmsNorm(_) | Kernel::Conv2d(_) | Kernel::Cast { .. } | Kernel::Slerp(_) => {
                 Vec::new()
             }
@@ -535,7 +590,7 @@ fn on_threads<T: Sync>(items: &[T], f: impl Fn(&T) -> Result<()> + Sync) -> Resu
 mod tests {
     use super::*;
 
-    const MODULES: [Module; 7] = [
+    const MODULES: [Module; 9] = [
         Module::Elementwise,
         Module::Reduce,
         Module::Rows,
@@ -543,7 +598,18 @@ mod tests {
         Module::Conv,
         Module::Attention,
         Module::Interpolate,
+        Module::Quant,
+        Module::QuantSubgroup,
     ];
+
+    /// naga's capabilities for validating `m` (subgroup operations for the
+    /// subgroup variant).
+    fn capabilities(m: Module) -> naga::valid::Capabilities {
+        match m {
+            Module::QuantSubgroup => naga::valid::Capabilities::SUBGROUP,
+            _ => naga::valid::Capabilities::default(),
+        }
+    }
 
     /// Every module variant the backend builds: element-wise ops and casts
     /// between any two dtypes, the other families on inputs of any dtype
@@ -557,6 +623,9 @@ mod tests {
                         Module::Elementwise => true,
                         Module::Matmul | Module::Attention => input == DType::F32 && output == DType::F32,
                         Module::Reduce | Module::Rows | Module::Conv | Module::Interpolate => output == DType::F32,
+                        // The product reads x of any dtype and writes f32; dequantize writes any dtype.
+                        Module::Quant => input == DType::F32 || output == DType::F32,
+                        Module::QuantSubgroup => output == DType::F32,
                     };
                     if used {
                         v.push((m, Io::new(input, output)));
@@ -571,14 +640,13 @@ mod tests {
     fn every_module_variant_parses_and_validates_with_naga() {
         // Every GPU test compiles the shaders too; this catches WGSL errors on machines without a GPU.
         let variants = variants();
-        assert_eq!(variants.len(), 9 + 4 * 3 + 1 + 1);
+        assert_eq!(variants.len(), 9 + 4 * 3 + 1 + 1 + 5 + 3);
         for (m, io) in variants {
             let source = m.source_for(io).unwrap_or_else(|e| panic!("{} for {io:?}: {e}", m.name()));
             let what = format!("{} for {} → {}", m.name(), io.input, io.output);
             let module = naga::front::wgsl::parse_str(&source)
                 .unwrap_or_else(|e| panic!("{what} does not parse:\n{}", e.emit_to_string(&source)));
-            let mut validator =
-                naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::default());
+            let mut validator = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), capabilities(m));
             if let Err(e) = validator.validate(&module) {
                 panic!("{what} does not validate:\n{}", e.emit_to_string(&source));
             }
@@ -721,6 +789,41 @@ mod tests {
                 let planned = crate::plan::attention_workgroup_bytes(dv.into(), ck.into(), cv.into());
                 assert_eq!(bytes, planned, "{kernel:?}");
             }
+        }
+    }
+
+    /// Every quantized-product and dequantize pipeline the host can pick, with
+    /// its constants applied as wgpu applies them, validates.
+    #[test]
+    fn quant_variants_validate_with_their_constants() {
+        let mut kernels = Vec::new();
+        for format in [BlockFormat::Q4K, BlockFormat::Q5K, BlockFormat::Q6K, BlockFormat::Q8_0] {
+            for (mr, nr) in crate::plan::quant::GEMV_SHAPES {
+                for subgroup in [false, true] {
+                    kernels.push(Kernel::QuantGemv { format, mr, nr, x: DType::BF16, subgroup });
+                }
+            }
+            kernels.push(Kernel::Dequant { format, to: DType::F16 });
+        }
+        assert_eq!(quant_code(BlockFormat::Q8K), None);
+        for kernel in kernels {
+            let m = kernel.module();
+            let source = m.source_for(kernel.io()).unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
+            let module = naga::front::wgsl::parse_str(&source).unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
+            let flags = naga::valid::ValidationFlags::all();
+            let info = naga::valid::Validator::new(flags, capabilities(m))
+                .validate(&module)
+                .unwrap_or_else(|e| panic!("{kernel:?}: {}", e.emit_to_string(&source)));
+            let mut constants = naga::back::PipelineConstants::default();
+            for (name, value) in kernel.constants() {
+                constants.insert(name.to_string(), value);
+            }
+            let entry = Some((naga::ShaderStage::Compute, kernel.entry()));
+            let (resolved, _) = naga::back::pipeline_constants::process_overrides(&module, &info, entry, &constants)
+                .unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
+            naga::valid::Validator::new(flags, capabilities(m))
+                .validate(&resolved)
+                .unwrap_or_else(|e| panic!("{kernel:?} does not validate: {e}"));
         }
     }
 

@@ -37,6 +37,8 @@ use crate::errors;
 use crate::kernels::{Kernel, MatmulKernel};
 use crate::options::{MatmulTiles, TiledMatmul};
 
+pub(crate) mod quant;
+
 /// Whether the shaders read and write `dtype` (`f32`, `f16`, `bf16`). Free.
 pub(crate) fn computes(dtype: DType) -> bool {
     matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
@@ -45,16 +47,42 @@ pub(crate) fn computes(dtype: DType) -> bool {
 /// Whether the shaders can run `op`: every operand's dtype is one they read
 /// and write ([`computes`]); every op of the vocabulary on `f32`, `f16` and
 /// `bf16`, matmuls with any input and output dtypes. A matmul or attention in
-/// TF32 precision runs the full-precision shaders, which meet the TF32 bound. Free.
+/// TF32 precision runs the full-precision shaders, which meet the TF32 bound.
+/// Block-quantized weights (`q4_K`, `q5_K`, `q6_K`, `q8_0`): quantized
+/// matmuls of float activations and outputs, dequantizing casts and casts
+/// between equal dtypes (copies); quantizing casts are declined (the CPU runs
+/// them). Free.
 pub(crate) fn supported(op: &Op) -> bool {
-    computes(op.dtype()) && computes(op.out_dtype())
+    let kernels = |d: DType| d.block_format().and_then(crate::kernels::quant_code).is_some();
+    match *op {
+        Op::QuantMatmul(s) => computes(s.dtype) && computes(s.out_dtype) && kernels(s.weight),
+        Op::Cast { from, to, .. } if from == to => true,
+        Op::Cast { from, to, .. } if from.is_quantized() => kernels(from) && computes(to),
+        _ => op.dtypes().into_iter().all(computes),
+    }
 }
 
 /// The [`ComputeError::UnsupportedDType`] for an op that [`supported`]
 /// declines, naming its first dtype the shaders lack.
 pub(crate) fn unsupported_dtype(op: &Op) -> ComputeError {
-    let dtype = [op.dtype(), op.out_dtype()].into_iter().find(|&d| !computes(d)).unwrap_or(op.dtype());
-    ComputeError::unsupported_dtype(op, errors::KIND, dtype, "the wgpu shaders read and write f32, f16 and bf16 only")
+    if let Op::Cast { from, to, .. } = *op
+        && computes(from)
+        && to.is_quantized()
+    {
+        return ComputeError::unsupported_dtype(
+            op,
+            errors::KIND,
+            to,
+            "the wgpu shaders dequantize but do not quantize (the CPU does)",
+        );
+    }
+    let dtype = op.dtypes().into_iter().find(|&d| !computes(d)).unwrap_or(op.dtype());
+    ComputeError::unsupported_dtype(
+        op,
+        errors::KIND,
+        dtype,
+        "the wgpu shaders read and write f32, f16 and bf16, and read q4_K, q5_K, q6_K and q8_0 weights",
+    )
 }
 
 /// Bytes of every kernel's uniform parameter block.
@@ -218,6 +246,11 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
         return Err(unsupported_dtype(op));
     }
     match *op {
+        Op::QuantMatmul(s) => {
+            let format = s.weight.block_format().ok_or_else(|| unsupported_dtype(op))?;
+            let w = input(1)?;
+            quant::quant_matmul(ctx, name, format, (s.m, s.k, s.n), input(0)?, &w.buffer, output, steps)?;
+        }
         Op::Unary { op: u, len, dtype } => {
             let (code, a, b) = unary_code(u);
             let extra = [0, a.to_bits(), b.to_bits()];
@@ -303,6 +336,10 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
                 groups: grid(ctx, name, total.div_ceil(256))?,
             }));
             narrow(ctx, name, &y, output, steps)?;
+        }
+        Op::Cast { len, from, to } if from != to && from.is_quantized() => {
+            let format = from.block_format().ok_or_else(|| unsupported_dtype(op))?;
+            quant::dequantize(ctx, name, format, len, &input(0)?.buffer, output, steps)?;
         }
         Op::Cast { .. } => cast_into(ctx, name, input(0)?, output, steps)?,
         Op::Attention(a) => {
@@ -927,6 +964,17 @@ mod tests {
             for to in DType::ALL {
                 assert!(supported(&Op::cast(3, d, to)), "{d} → {to}");
                 assert!(supported(&Op::Matmul(MatmulSpec::new(2, 3, 4).with_dtypes(d, to))), "{d} → {to}");
+                for w in DType::QUANTIZED {
+                    let spec = compute_core::QuantMatmulSpec::new(2, 256, 3, w).with_dtypes(d, to);
+                    assert!(supported(&Op::QuantMatmul(spec)), "{w}: {d} → {to}");
+                }
+            }
+            for w in DType::QUANTIZED {
+                assert!(supported(&Op::cast(256, w, d)), "{w} → {d}");
+                assert!(supported(&Op::cast(256, w, w)), "{w} → {w}");
+                let quantize = Op::cast(256, d, w);
+                assert!(!supported(&quantize), "{d} → {w}");
+                assert!(matches!(unsupported_dtype(&quantize), ComputeError::UnsupportedDType { .. }));
             }
         }
     }

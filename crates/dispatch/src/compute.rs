@@ -45,7 +45,7 @@ pub fn fixed_threshold_workload(op: &Op) -> u64 {
     let u = |x: usize| x as u64;
     match *op {
         Op::Matmul(s) => u(s.batch).saturating_mul(u(s.m)).saturating_mul(u(s.k)).saturating_mul(u(s.n)),
-        Op::Conv2d(_) | Op::Attention(_) => op.cost().flops / 2,
+        Op::Conv2d(_) | Op::Attention(_) | Op::QuantMatmul(_) => op.cost().flops / 2,
         Op::Unary { len, .. }
         | Op::Binary { len, .. }
         | Op::Reduce { len, .. }

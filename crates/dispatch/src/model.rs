@@ -231,12 +231,28 @@ impl CostModel {
     /// - `f16`: the `bf16` curve, else the `f32` one; except a matmul on a CPU
     ///   engine, predicted as the slower of the `f32` and `bf16` curves (f16
     ///   has no dot-product instruction on the CPU: it widens to `f32`);
-    /// - any other dtype: the `f32` curve.
+    /// - any other dtype: the `f32` curve;
+    /// - a matmul with a block-quantized weight (keyed by the weight's dtype,
+    ///   [`CurveKey::of`]): a roofline of two measured curves, the slower of
+    ///   the `bf16` matmul curve at the op's FLOPs (its products run on
+    ///   integer or half units) and the `f32` element-wise curve at the op's
+    ///   bytes (the weight's blocks read once: a decoding GEMV is bound by
+    ///   them).
     ///
-    /// A few float operations and one or two `ln`/`exp` pairs; no allocation.
+    /// A few float operations and one to three `ln`/`exp` pairs; no allocation.
     pub fn predict_cost(&self, engine: Engine, key: CurveKey, cost: &Cost, placement: Placement) -> Option<f64> {
         let m = self.engines.get(engine.index())?.as_ref()?;
-        let compute = m.resident_seconds(engine, key, work(key.class, cost).max(1.0))?;
+        let compute = if key.dtype.is_quantized() && key.class == OpClass::Matmul {
+            let products = m.resident_seconds(engine, CurveKey::new(OpClass::Matmul, DType::BF16), cost.flops as f64);
+            let stream =
+                m.resident_seconds(engine, CurveKey::new(OpClass::Elementwise, DType::F32), cost.bytes() as f64);
+            match (products, stream) {
+                (Some(a), Some(b)) => a.max(b),
+                (a, b) => a.or(b)?,
+            }
+        } else {
+            m.resident_seconds(engine, key, work(key.class, cost).max(1.0))?
+        };
         Some(compute + self.transfer_seconds(engine, cost, placement))
     }
 
@@ -314,6 +330,26 @@ mod tests {
         // The CPU pays no transfer from the host.
         let cpu = m.predict(Engine::Simd, &op, Placement::Host).unwrap();
         assert!(close(cpu, 2e-2), "{cpu}");
+    }
+
+    #[test]
+    fn quantized_matmuls_are_bound_by_their_block_bytes() {
+        let m = CostModel::new(&synthetic());
+        // 1 × 4096 × 14336 Q4_K: 117 MFLOP, but 33 MB of blocks to stream.
+        let gemv = Op::quant_matmul(1, 4096, 14336, DType::Q4K);
+        let cost = gemv.cost();
+        let stream =
+            m.predict_cost(Engine::Cuda, CurveKey::new(OpClass::Elementwise, DType::F32), &cost, Placement::Resident);
+        let products = m.predict(Engine::Cuda, &Op::matmul(1, 4096, 14336), Placement::Resident).unwrap();
+        let q = m.predict(Engine::Cuda, &gemv, Placement::Resident).unwrap();
+        assert!(close(q, stream.unwrap()) && q > products, "{q} {stream:?} {products}");
+        // Four times fewer weight bytes than the bf16 GEMV's predicted stream.
+        let bf16 = Op::Matmul(compute_core::MatmulSpec::new(1, 4096, 14336).with_dtypes(DType::BF16, DType::F32));
+        assert!(cost.bytes() * 3 < bf16.cost().bytes());
+        // A prefill batch is bound by its products instead.
+        let prefill = Op::quant_matmul(4096, 4096, 14336, DType::Q4K);
+        let flops = m.predict(Engine::Cuda, &Op::matmul(4096, 4096, 14336), Placement::Resident).unwrap();
+        assert!(close(m.predict(Engine::Cuda, &prefill, Placement::Resident).unwrap(), flops));
     }
 
     #[test]

@@ -143,9 +143,15 @@ impl CurveKey {
         CurveKey { class, dtype }
     }
 
-    /// The key of `op`: its class and its first input's dtype. Free.
+    /// The key of `op`: its class and its first input's dtype, except a
+    /// quantized matmul, keyed by its weight's block dtype (the cost model
+    /// predicts it from the curves of other keys, see
+    /// [`CostModel::predict_cost`](crate::CostModel::predict_cost)). Free.
     pub fn of(op: &Op) -> CurveKey {
-        CurveKey { class: op.class(), dtype: op.dtype() }
+        match *op {
+            Op::QuantMatmul(s) => CurveKey { class: OpClass::Matmul, dtype: s.weight },
+            _ => CurveKey { class: op.class(), dtype: op.dtype() },
+        }
     }
 }
 

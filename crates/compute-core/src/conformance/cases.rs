@@ -5,7 +5,7 @@
 use super::{Group, Scale};
 use crate::attention::{AttentionSpec, Mask};
 use crate::dtype::DType;
-use crate::op::{BinaryOp, Conv2dSpec, GeluForm, MatmulSpec, Op, Precision, ReduceOp, RowOp, UnaryOp};
+use crate::op::{BinaryOp, Conv2dSpec, GeluForm, MatmulSpec, Op, Precision, QuantMatmulSpec, ReduceOp, RowOp, UnaryOp};
 
 /// Every unary op, with representative parameters.
 pub(crate) fn unary_ops() -> Vec<UnaryOp> {
@@ -143,8 +143,40 @@ pub fn cases(group: Group, scale: Scale) -> Vec<Op> {
             v.extend(shapes.iter().flat_map(|&(r, c)| [0.3, 0.85].map(|t| Op::slerp(r, c, t))));
             v
         }
+        Group::Quantized => quantized_cases(large),
         Group::EdgeValues | Group::Errors | Group::Tensors => Vec::new(),
     }
+}
+
+/// Quantized matmuls `(m, k, n)` of every weight format (`k` in blocks of
+/// 256 values; `Q8_0` also with rows of 96 and 160, whole 32-value blocks
+/// but not of 256), and quantizing and dequantizing casts of one block, a
+/// few and many. Activations and outputs of other dtypes come from
+/// [`dtype_variants`].
+fn quantized_cases(large: bool) -> Vec<Op> {
+    let mut shapes =
+        vec![(1, 1, 1), (1, 2, 37), (2, 1, 5), (3, 3, 17), (8, 1, 64), (16, 2, 9), (17, 1, 33), (40, 2, 7)];
+    if large {
+        shapes.extend([(1, 16, 4096), (1, 56, 1024), (16, 16, 1024), (64, 16, 512), (300, 4, 256)]);
+    }
+    let mut v = Vec::new();
+    for weight in DType::QUANTIZED {
+        for &(m, blocks, n) in &shapes {
+            v.push(Op::QuantMatmul(QuantMatmulSpec::new(m, blocks * 256, n, weight)));
+        }
+        let per = weight.block_values();
+        let lens = if large { vec![1, 3, 64, 16_384] } else { vec![1, 3, 64] };
+        for blocks in lens {
+            for float in DType::ALL {
+                v.push(Op::cast(blocks * per, float, weight));
+                v.push(Op::cast(blocks * per, weight, float));
+            }
+        }
+    }
+    for (m, k, n) in [(1, 96, 3), (2, 96, 5), (17, 160, 9)] {
+        v.push(Op::QuantMatmul(QuantMatmulSpec::new(m, k, n, DType::Q8_0)));
+    }
+    v
 }
 
 /// Attention shapes: `(batch, heads_q, heads_kv, seq_q, seq_k, head_dim, mask)`
@@ -200,6 +232,17 @@ pub fn dtype_variants(op: &Op) -> Vec<Op> {
     let macs = op.cost().flops / 2;
     match *op {
         Op::Cast { .. } => vec![*op],
+        Op::QuantMatmul(s) => {
+            let mut v = vec![*op];
+            if macs <= HALF_MAX_MACS {
+                for d in [DType::F16, DType::BF16] {
+                    v.push(Op::QuantMatmul(s.with_dtypes(d, DType::F32)));
+                    v.push(Op::QuantMatmul(s.with_dtypes(d, d)));
+                }
+                v.push(Op::QuantMatmul(s.with_dtypes(DType::F32, DType::BF16)));
+            }
+            v
+        }
         Op::Matmul(s) => {
             let mut v = vec![*op, Op::Matmul(s.with_precision(Precision::Tf32))];
             if macs <= HALF_MAX_MACS {

@@ -118,6 +118,12 @@ pub enum Group {
     /// zero, parallel, anti-parallel and non-finite rows, IEEE specials,
     /// out-of-range `t`.
     Interpolation,
+    /// Block-quantized weights: quantized matmuls of every weight format
+    /// with activations and outputs of every float dtype (one row, a few,
+    /// past the GEMV paths; weight row counts that are not a multiple of any
+    /// tile), quantizing casts (bit for bit against ggml's reference
+    /// quantizers) and dequantizing casts (exact).
+    Quantized,
     /// NaN, ±Inf, −0, huge, tiny and subnormal inputs.
     EdgeValues,
     /// Bad shapes give a typed error and leave the output untouched.
@@ -157,6 +163,8 @@ const TINY: f64 = f32::MIN_POSITIVE as f64;
 /// | lerp | `rel = 2⁻²³`, `cond = 2⁻²²` of `min(|t|, |1−t|)·|b − a|`; exact at `t = 0` and `t = 1` |
 /// | slerp | `cond = ε·(16 + 2√cols)` of `|p·aⱼ| + |q·bⱼ| + 2(|∂p/∂c|·|aⱼ| + |∂q/∂c|·|bⱼ|)` (`p`, `q` the coefficients, `c` the cosine; see [`reference`](mod@crate::reference)); rows that fall back to lerp: the same of the lerp's scale; exact at `t = 0` and `t = 1` |
 /// | attention | `cond = ε·(8 + 2√head_dim + 2√seq_k)` of the reference's scale (see [`reference`](mod@crate::reference)); on `f16`/`bf16` adds `2u` of the input dtype (the softmax weights are rounded to it); in TF32 adds `2⁻⁹` |
+/// | quant_matmul | `(max_l |xᵢₗ| / 254)·Σₗ|Wⱼₗ| + 2⁻¹⁸·Σₗ|xᵢₗ·Wⱼₗ|` against the product with the dequantized weights: the activations may be rounded to 8-bit integers per block (the reference's scale is this bound, `cond = 1`) |
+/// | cast to a quantized dtype | exact: the bytes ggml's reference quantizer writes |
 ///
 /// Ops on `f16` and `bf16` compute in `f32`, so the bound above holds for
 /// them too, plus the rounding of the stored result: `u·|r|` with `u` the
@@ -179,6 +187,7 @@ pub fn tolerance(op: &Op) -> Tolerance {
             let tf32 = if s.precision == Precision::Tf32 && s.dtype == DType::F32 { 2f64.powi(-10) } else { 0.0 };
             Tolerance { abs: TINY, rel: 0.0, cond: EPS * (8.0 + 2.0 * sqrt(s.k)) + tf32 }
         }
+        Op::QuantMatmul(_) => Tolerance { abs: TINY, rel: 0.0, cond: 1.0 },
         Op::Cast { .. } => Tolerance { abs: 0.0, rel: 0.0, cond: 0.0 },
         Op::Lerp { .. } => Tolerance { abs: TINY, rel: EPS, cond: 2.0 * EPS },
         Op::Slerp { cols, .. } => Tolerance { abs: TINY, rel: 0.0, cond: EPS * (16.0 + 2.0 * sqrt(cols)) },
@@ -200,11 +209,13 @@ pub fn tolerance(op: &Op) -> Tolerance {
 pub const POISON: f32 = f32::from_bits(0x7fc0_dead);
 
 /// The poison of each dtype, as bits: quiet NaNs with payloads no arithmetic
-/// or conversion produces.
+/// or conversion produces (for quantized blocks, a byte).
 pub fn poison_bits(dtype: DType) -> u32 {
     match dtype {
         DType::F16 => 0x7ead,
         DType::BF16 => 0x7fed,
+        // Quantized blocks: every byte 0xad (compared byte by byte).
+        d if d.is_quantized() => 0xad,
         _ => POISON.to_bits(),
     }
 }
@@ -225,6 +236,9 @@ pub fn compare(op: &Op, inputs: &[&[f32]], out: &[f32], factor: f64) -> Option<S
 /// Compares `out` with the reference of `op` on `inputs`, all of any dtype,
 /// under [`tolerance`] plus the rounding of `out`'s dtype.
 pub fn compare_typed(op: &Op, inputs: &[HostSlice<'_>], out: HostSlice<'_>, factor: f64) -> Option<String> {
+    if let Some(blocks) = out.blocks() {
+        return compare_blocks(op, inputs, blocks);
+    }
     let r = match reference::run_typed(op, inputs) {
         Ok(r) => r,
         Err(e) => return Some(format!("reference rejected the op: {e}")),
@@ -248,6 +262,36 @@ pub fn compare_typed(op: &Op, inputs: &[HostSlice<'_>], out: HostSlice<'_>, fact
         }
     }
     (count > 0).then(|| format!("{count} of {} elements wrong: {}", out.len(), bad.join("; ")))
+}
+
+/// A quantizing cast's output against the bytes ggml's reference quantizer
+/// writes for the same (widened) values: exact.
+fn compare_blocks(op: &Op, inputs: &[HostSlice<'_>], out: crate::host::Blocks<'_>) -> Option<String> {
+    let Some(x) = inputs.first() else {
+        return Some("a quantizing cast without an input".into());
+    };
+    let mut want = vec![0u8; out.bytes().len()];
+    if let Err(e) = out.format().quantize(&x.to_f32(), &mut want) {
+        return Some(format!("reference rejected the op: {e}"));
+    }
+    let per = out.dtype().size_in_bytes().max(1);
+    let bad: Vec<usize> = want
+        .chunks(per)
+        .zip(out.bytes().chunks(per))
+        .enumerate()
+        .filter(|(_, (a, b))| a != b)
+        .map(|(i, _)| i)
+        .collect();
+    (!bad.is_empty()).then(|| {
+        format!(
+            "{} of {} {} blocks differ from ggml's reference quantizer (first: {:?}) in {}",
+            bad.len(),
+            want.len() / per,
+            out.dtype(),
+            &bad[..bad.len().min(5)],
+            op.shapes()
+        )
+    })
 }
 
 fn mismatch(
@@ -323,6 +367,7 @@ pub fn inputs_for(op: &Op, rng: &mut Rng) -> Vec<Vec<f32>> {
             }
         }
         Op::Matmul(_) | Op::Conv2d(_) | Op::Attention(_) => lens.iter().map(|&n| rng.vec(n, -1.0, 1.0)).collect(),
+        Op::QuantMatmul(s) => vec![rng.vec(lens[0], -1.0, 1.0), weight_rows(s.n, s.k, rng)],
         Op::Cast { len, .. } => vec![(0..*len).map(|_| cast_input(rng)).collect()],
     }
 }
@@ -340,10 +385,33 @@ fn cast_input(rng: &mut Rng) -> f32 {
     }
 }
 
-/// Random inputs for `op` in its input dtype: the values of [`inputs_for`],
-/// rounded to the dtype, so each is exactly representable there.
+/// Weight rows for a quantized matmul: each row at its own scale (1e-3 to
+/// 1e3), some all positive, an outlier in some, an all-zero row when there
+/// are more than two.
+fn weight_rows(n: usize, k: usize, rng: &mut Rng) -> Vec<f32> {
+    let mut w = Vec::with_capacity(n * k);
+    for j in 0..n {
+        let scale = 10f64.powi(rng.below(7) as i32 - 3);
+        let (lo, hi) = if rng.below(4) == 0 { (0.0, scale) } else { (-scale, scale) };
+        let start = w.len();
+        w.extend((0..k).map(|_| if n > 2 && j == n / 2 { 0.0 } else { rng.uniform(lo, hi) }));
+        if rng.below(3) == 0 {
+            let at = start + rng.below(k);
+            w[at] *= 20.0;
+        }
+    }
+    w
+}
+
+/// Random inputs for `op`, each in its operand's dtype: the values of
+/// [`inputs_for`], rounded (or quantized) to it, so each is exactly
+/// representable there.
 pub fn typed_inputs_for(op: &Op, rng: &mut Rng) -> Vec<HostVec> {
-    inputs_for(op, rng).into_iter().map(|v| HostVec::from_f32(op.dtype(), &v)).collect()
+    let dtypes: Vec<DType> = match op.layout() {
+        Ok(l) => l.inputs().iter().map(|o| o.dtype).collect(),
+        Err(_) => return Vec::new(),
+    };
+    inputs_for(op, rng).into_iter().zip(dtypes).map(|(v, d)| HostVec::from_f32(d, &v)).collect()
 }
 
 /// Runs `op` on `backend` with typed inputs and a poisoned output of the op's
@@ -945,7 +1013,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@tests $make, $kind, $cfg;
             unary_ops => Unary, binary_ops => Binary, reductions => Reductions, row_ops => Rows,
             matmul => Matmul, batched_matmul => BatchedMatmul, conv2d => Conv2d, attention => Attention,
-            casts => Casts, interpolation => Interpolation,
+            casts => Casts, interpolation => Interpolation, quantized => Quantized,
             edge_values => EdgeValues, bad_shapes_are_typed_errors => Errors,
             device_tensors => Tensors);
     };
@@ -1039,6 +1107,42 @@ mod tests {
             assert!(!catches(|_| {}, Op::Matmul(mm.with_dtypes(dtype, DType::F32))));
             assert!(!catches(|_| {}, Op::cast(1000, DType::F32, dtype)));
             assert!(!catches(|_| {}, Op::cast(1000, dtype, DType::F32)));
+        }
+    }
+
+    #[test]
+    fn quantized_ops_are_checked_both_ways() {
+        for weight in DType::QUANTIZED {
+            for op in [
+                Op::quant_matmul(3, 512, 7, weight),
+                Op::QuantMatmul(crate::QuantMatmulSpec::new(17, 256, 5, weight).with_dtypes(DType::BF16, DType::BF16)),
+                Op::cast(512, DType::F32, weight),
+                Op::cast(512, weight, DType::F16),
+            ] {
+                assert!(!catches(|_| {}, op), "{op:?}");
+            }
+            // One value a unit off in a dequantized output, one byte off in a
+            // quantized one: exact comparisons catch both.
+            assert!(catches(|o| o[3] = o[3].next_up(), Op::cast(512, weight, DType::F32)));
+            let op = Op::cast(512, DType::F32, weight);
+            let inputs = typed_inputs_for(&op, &mut Rng::new(7));
+            let views: Vec<HostSlice<'_>> = inputs.iter().map(HostVec::as_slice).collect();
+            let mut out = HostVec::zeros(weight, 512);
+            out.as_mut().store_f32(&views[0].to_f32());
+            assert!(compare_typed(&op, &views, out.as_slice(), 1.0).is_none());
+            if let HostVec::Blocks(_, bytes) = &mut out {
+                bytes[5] ^= 1;
+            }
+            assert!(compare_typed(&op, &views, out.as_slice(), 1.0).is_some(), "{weight}");
+            // A kernel that reads each group of 32 weights in reverse order.
+            let op = Op::quant_matmul(4, 512, 9, weight);
+            let inputs = typed_inputs_for(&op, &mut Rng::new(7));
+            let views: Vec<HostSlice<'_>> = inputs.iter().map(HostVec::as_slice).collect();
+            let mut x = views[0].to_f32();
+            x.chunks_mut(32).for_each(<[f32]>::reverse);
+            let wrong = reference::run_typed(&op, &[HostSlice::F32(&x), views[1]]).unwrap();
+            let out: Vec<f32> = wrong.values.iter().map(|&v| v as f32).collect();
+            assert!(compare_typed(&op, &views, HostSlice::F32(&out), 1.0).is_some(), "{weight}");
         }
     }
 

@@ -213,9 +213,9 @@ pub enum GgufError {
         /// The name asked for.
         name: String,
     },
-    /// The tensor's type is not one a [`HostVec`](crate::HostVec) holds
-    /// (`F32`, `F16`, `BF16`); read its bytes instead.
-    #[error("tensor `{tensor}` is {ggml_type}, not F32, F16 or BF16: read it as bytes")]
+    /// The tensor's type is not one the library computes with (`F32`,
+    /// `F16`, `BF16`, `Q4_K`, `Q5_K`, `Q6_K`, `Q8_0`); read its bytes instead.
+    #[error("tensor `{tensor}` is {ggml_type}, not F32, F16, BF16, Q4_K, Q5_K, Q6_K or Q8_0: read it as bytes")]
     NotFloat {
         /// The tensor's name.
         tensor: String,

@@ -163,14 +163,18 @@ impl GgmlType {
         matches!(self.block_values(), Some(n) if n > 1)
     }
 
-    /// The compute-core [`DType`](crate::DType) of the values, for the three
-    /// types a [`HostVec`](crate::HostVec) holds (`F32`, `F16`, `BF16`);
-    /// `None` for the others.
+    /// The compute-core [`DType`](crate::DType) of the values, for the types
+    /// the library computes with (`F32`, `F16`, `BF16`, and the blocks of
+    /// `Q4_K`, `Q5_K`, `Q6_K`, `Q8_0`); `None` for the others.
     pub const fn dtype(self) -> Option<crate::DType> {
         match self {
             GgmlType::F32 => Some(crate::DType::F32),
             GgmlType::F16 => Some(crate::DType::F16),
             GgmlType::BF16 => Some(crate::DType::BF16),
+            GgmlType::Q4_K => Some(crate::DType::Q4K),
+            GgmlType::Q5_K => Some(crate::DType::Q5K),
+            GgmlType::Q6_K => Some(crate::DType::Q6K),
+            GgmlType::Q8_0 => Some(crate::DType::Q8_0),
             _ => None,
         }
     }

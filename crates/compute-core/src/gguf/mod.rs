@@ -80,7 +80,7 @@ use std::ops::{Deref, Range};
 use std::path::{Path, PathBuf};
 
 use crate::dtype::{bf16, f16};
-use crate::host::HostVec;
+use crate::host::{Blocks, HostVec};
 
 pub use error::GgufError;
 pub use ggml_type::{GgmlType, TensorSizeError};
@@ -301,7 +301,12 @@ fn host_vec(info: &TensorInfo, bytes: &[u8]) -> Result<HostVec, GgufError> {
         GgmlType::BF16 => {
             HostVec::BF16(bytes.as_chunks::<2>().0.iter().map(|c| bf16::from_bits(u16::from_le_bytes(*c))).collect())
         }
-        ggml_type => return Err(GgufError::NotFloat { tensor: info.name.clone(), ggml_type }),
+        ggml_type => match ggml_type.dtype() {
+            // Whole blocks: the parser checked the size against the dims.
+            Some(dtype) => HostVec::blocks(dtype, bytes.to_vec())
+                .map_err(|_| GgufError::NotFloat { tensor: info.name.clone(), ggml_type })?,
+            None => return Err(GgufError::NotFloat { tensor: info.name.clone(), ggml_type }),
+        },
     })
 }
 
@@ -355,12 +360,24 @@ impl<'a> Gguf<'a> {
         }
     }
 
-    /// The `F32`, `F16` or `BF16` tensor named `name` as host values, in
-    /// file order (ne0 fastest). Copies it (one allocation); other types are
-    /// [`GgufError::NotFloat`].
+    /// The tensor named `name` as host values, in file order (ne0 fastest):
+    /// `F32`, `F16`, `BF16` values, or the blocks of a `Q4_K`, `Q5_K`,
+    /// `Q6_K` or `Q8_0` tensor ([`HostVec::Blocks`]). Copies it (one
+    /// allocation); other types are [`GgufError::NotFloat`].
     pub fn tensor_host(&self, name: &str) -> Result<HostVec, GgufError> {
         let info = self.header.require(name)?;
         host_vec(info, self.bytes_of(info)?)
+    }
+
+    /// The blocks of the `Q4_K`, `Q5_K`, `Q6_K` or `Q8_0` tensor named
+    /// `name`, borrowed from the file's bytes (free: no copy), ready to pass
+    /// as a weight to [`Op::QuantMatmul`](crate::Op::QuantMatmul) or to
+    /// upload. Other types are [`GgufError::NotFloat`].
+    pub fn tensor_blocks(&self, name: &str) -> Result<Blocks<'a>, GgufError> {
+        let info = self.header.require(name)?;
+        let not = || GgufError::NotFloat { tensor: info.name.clone(), ggml_type: info.ggml_type };
+        let dtype = info.ggml_type.dtype().filter(|d| d.is_quantized()).ok_or_else(not)?;
+        Blocks::new(dtype, self.bytes_of(info)?).map_err(|_| not())
     }
 }
 
@@ -426,10 +443,10 @@ impl GgufFile {
         Ok(bytes)
     }
 
-    /// Reads the `F32`, `F16` or `BF16` tensor named `name` as host values:
-    /// its bytes are read ([`GgufFile::read_tensor_bytes`]) and converted,
-    /// two allocations. Other types are [`GgufError::NotFloat`] (checked
-    /// before reading).
+    /// Reads the tensor named `name` as host values (`F32`, `F16`, `BF16`,
+    /// or the blocks of `Q4_K`, `Q5_K`, `Q6_K`, `Q8_0`): its bytes are read
+    /// ([`GgufFile::read_tensor_bytes`]) and converted, two allocations.
+    /// Other types are [`GgufError::NotFloat`] (checked before reading).
     pub fn read_tensor_host(&mut self, name: &str) -> Result<HostVec, GgufError> {
         let info = self.header.require(name)?;
         if info.ggml_type.dtype().is_none() {

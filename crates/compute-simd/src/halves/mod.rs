@@ -117,6 +117,14 @@ fn run_into<T: Element>(isa: Isa, op: &Op, inputs: &[HostSlice<'_>], out: &mut [
             let wide = widen_all(isa, op, inputs)?;
             into_output(isa, op, out, |o| kernels::conv::conv2d(isa, &spec, &wide[0], &wide[1], o))?;
         }
+        Op::QuantMatmul(s) => {
+            return Err(ComputeError::unsupported_dtype(
+                op,
+                BackendKind::Simd,
+                s.weight,
+                "quantized ops run elsewhere",
+            ));
+        }
         Op::Attention(spec) => {
             // Read in place: the kernel widens each block of q, k and v as it
             // reaches it (or, bf16 decoding with AVX512_BF16, multiplies the

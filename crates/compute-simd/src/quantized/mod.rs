@@ -35,6 +35,7 @@
 //! [`PAR_GEMM_MIN_MACS`] multiply-adds; the activation rows are quantized in
 //! parallel too.
 
+pub mod ops;
 mod scalar;
 mod vnni;
 

@@ -54,7 +54,12 @@ pub(crate) fn key(op: &Op, inputs: &[Vec<f32>], seq: u64) -> Key {
             Key::Rows { name: r.name(), eps, cols, params }
         }
         Op::Matmul(s) => Key::Matmul { m: s.m, k: s.k, n: s.n, ta: s.trans_a, tb: s.trans_b },
-        Op::Reduce { .. } | Op::Dot { .. } | Op::Conv2d(_) | Op::Cast { .. } | Op::Attention(_) => Key::Alone(seq),
+        Op::Reduce { .. }
+        | Op::Dot { .. }
+        | Op::Conv2d(_)
+        | Op::Cast { .. }
+        | Op::Attention(_)
+        | Op::QuantMatmul(_) => Key::Alone(seq),
     }
 }
 
@@ -96,7 +101,12 @@ pub(crate) fn merge(reqs: &[(&Op, &[Vec<f32>])]) -> Option<Merged> {
             let batch = reqs.iter().map(|(o, _)| if let Op::Matmul(x) = o { x.batch } else { 0 }).sum();
             Op::Matmul(MatmulSpec { batch, ..s })
         }
-        Op::Reduce { .. } | Op::Dot { .. } | Op::Conv2d(_) | Op::Cast { .. } | Op::Attention(_) => return None,
+        Op::Reduce { .. }
+        | Op::Dot { .. }
+        | Op::Conv2d(_)
+        | Op::Cast { .. }
+        | Op::Attention(_)
+        | Op::QuantMatmul(_) => return None,
     };
     let inputs = match *first_op {
         Op::Rows { .. } => {
