@@ -265,7 +265,7 @@ impl Backend for EmuBackend {
         Ok(Tensor::from_storage(Arc::new(storage)))
     }
     fn alloc_typed(&self, len: usize, dtype: DType) -> Result<Tensor> {
-        let addr = self.mem.lock().unwrap().alloc(len * dtype.size_in_bytes());
+        let addr = self.mem.lock().unwrap().alloc(dtype.bytes_for(len).unwrap_or(0) as usize);
         Ok(Tensor::from_storage(Arc::new(EmuStorage { addr, len, dtype, _free: Arc::new(FreedDebug(addr)) })))
     }
     fn download_typed(&self, tensor: &Tensor, mut out: HostSliceMut<'_>) -> Result<()> {
