@@ -111,7 +111,10 @@ fn main() -> Res<()> {
     let be = CudaBackend::new()?;
     let info = be.info()?;
     println!("device: {info:?}");
-    println!("x f32, y f32; median of {samples} samples of {REPS} calls; weights cycled over {} MiB", CYCLE_BYTES >> 20);
+    println!(
+        "x f32, y f32; median of {samples} samples of {REPS} calls; weights cycled over {} MiB",
+        CYCLE_BYTES >> 20
+    );
     let formats = [BlockFormat::Q4K, BlockFormat::Q5K, BlockFormat::Q6K, BlockFormat::Q8_0];
     for format in formats {
         let wdt = DType::of_block_format(format).ok_or("not a weight format")?;
@@ -153,7 +156,8 @@ fn main() -> Res<()> {
                 );
                 if m == 1 {
                     let xb = be.upload_typed(HostVec::from_f32(DType::BF16, &xs).as_slice())?;
-                    let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(1, k, n) }.with_dtypes(DType::BF16, DType::F32);
+                    let spec =
+                        MatmulSpec { trans_b: true, ..MatmulSpec::new(1, k, n) }.with_dtypes(DType::BF16, DType::F32);
                     let mm = Op::Matmul(spec);
                     let bf = time(&be, samples, |_| Ok(be.run_tensors(&mm, &[&xb, &wb], &y)?))?;
                     line += &format!("  bf16 GEMV {:8.1} us, speedup vs bf16 {:4.2}x", bf * 1e6, bf / s);

@@ -464,14 +464,13 @@ impl Exec<'_> {
             Op::Conv2d(c) => self.through_f32(op, &Op::Conv2d(Conv2dSpec { dtype: DType::F32, ..c }), ins, out),
             Op::Attention(a) => self.attention(op, &a, None, ins, out),
             Op::Cast { len, from, to } if from == to => {
-                let bytes = from.bytes_for(len).and_then(|b| usize::try_from(b).ok()).ok_or(
-                    ComputeError::LimitExceeded {
+                let bytes =
+                    from.bytes_for(len).and_then(|b| usize::try_from(b).ok()).ok_or(ComputeError::LimitExceeded {
                         op: op.name(),
                         what: "cast bytes",
                         requested: len as u64,
                         maximum: (usize::MAX / from.size_in_bytes().max(1)) as u64,
-                    },
-                )?;
+                    })?;
                 self.l.copy(out, input(0)?, bytes, op.name())
             }
             Op::Cast { len, from, to } if from.is_quantized() => {
@@ -1047,7 +1046,9 @@ mod tests {
                 assert!(supported(&Op::cast(256, w, d)));
                 let quantize = Op::cast(256, d, w);
                 assert!(!supported(&quantize));
-                assert!(matches!(unsupported_dtype(&quantize), ComputeError::UnsupportedDType { dtype, .. } if dtype == w));
+                assert!(
+                    matches!(unsupported_dtype(&quantize), ComputeError::UnsupportedDType { dtype, .. } if dtype == w)
+                );
             }
             assert!(supported(&Op::cast(256, w, w)));
         }

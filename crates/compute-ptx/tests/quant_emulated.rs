@@ -236,7 +236,9 @@ fn typed_errors_queue_nothing() {
     assert!(matches!(run(BlockFormat::Q8_0, 48, DType::F32), Err(ComputeError::Shape { .. })));
     assert!(matches!(run(BlockFormat::Q8K, 256, DType::F32), Err(ComputeError::Shape { .. })));
     let dq = |format, len: usize, misalign: u64| {
-        emu.run_bytes(&[&[0u8; 4096]], 4096, |p, o| plan::run_dequantize(&emu, format, len, DType::F32, (p[0] + misalign, o)))
+        emu.run_bytes(&[&[0u8; 4096]], 4096, |p, o| {
+            plan::run_dequantize(&emu, format, len, DType::F32, (p[0] + misalign, o))
+        })
     };
     assert!(matches!(dq(BlockFormat::Q6K, 100, 0), Err(ComputeError::Shape { .. })));
     assert!(matches!(dq(BlockFormat::Q8K, 256, 0), Err(ComputeError::Shape { .. })));

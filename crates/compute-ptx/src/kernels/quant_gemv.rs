@@ -375,7 +375,8 @@ fn unit(
                 let x1 = b.ld_global_nc_v::<U32, 4>(xa, 32);
                 let da = b.add(dsr, doff);
                 let [d0, s0, d1, s1] = b.ld_global_nc_v::<F32, 4>(da, 0);
-                for (ws, xs, dx, sx, dlg, nm) in [(&lo, &x0, d0, s0, dl[0], nml[0]), (&hiw, &x1, d1, s1, dl[1], nml[1])] {
+                for (ws, xs, dx, sx, dlg, nm) in [(&lo, &x0, d0, s0, dl[0], nml[0]), (&hiw, &x1, d1, s1, dl[1], nml[1])]
+                {
                     let isum = dot(b, ws, xs);
                     let sc = b.mul(dlg, dx);
                     b.fma_acc(a, sc, isum);

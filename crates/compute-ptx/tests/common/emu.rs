@@ -1039,7 +1039,8 @@ fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8
             // dp4a.s32.s32: c + the products of the four signed bytes of a and b.
             "dp4a" => {
                 let (x, y) = (a(1) as u32, a(2) as u32);
-                let dot: i32 = (0..4).map(|i| i32::from((x >> (8 * i)) as u8 as i8) * i32::from((y >> (8 * i)) as u8 as i8)).sum();
+                let dot: i32 =
+                    (0..4).map(|i| i32::from((x >> (8 * i)) as u8 as i8) * i32::from((y >> (8 * i)) as u8 as i8)).sum();
                 u64::from((a(3) as u32 as i32).wrapping_add(dot) as u32)
             }
             "mad" => {
