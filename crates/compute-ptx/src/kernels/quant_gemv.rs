@@ -11,15 +11,18 @@
 //! is that of the int8 activations, at most `(d_x/2)·Σ|W|` per 32 values
 //! (`d_x = max|x| / 127` of those values), plus `f32` rounding.
 //!
-//! Shape: one warp per weight row `j`, [`ROWS_PER_BLOCK`] rows per block of
-//! [`THREADS`] threads. [`lanes_per_block`] lanes share one weight block,
+//! Shape: each warp takes [`weight_rows_per_warp`] weight rows (1 up to 4
+//! activation rows, 2 for 8, 4 for 16 (`Q5_K`: 2): every activation load then serves
+//! that many weight rows, so the cache reads of the activations, about `2·m`
+//! bytes per weight byte and row, stay within the L1's bandwidth), with
+//! [`ROWS_PER_BLOCK`] warps per block of [`THREADS`] threads. [`lanes_per_block`] lanes share one weight block,
 //! each unpacking 32 of its values (`Q4_K`/`Q5_K`: a 16-byte load of quants
 //! beside the block's 16-byte header, the 16-byte-aligned loads those
 //! 144/176-byte blocks allow; `Q6_K`, `Q8_0`: 2-byte loads, their blocks
 //! being only 2-byte aligned), and each lane takes [`units`] weight blocks
 //! per iteration, so that many independent loads are in flight. Each lane
 //! keeps `R` sums (`R` in [`ROWS`], the smallest at least `m`: rows `m..R`
-//! read row `m − 1` again and are not stored); a butterfly
+//! read row `m − 1` again and are not stored) per weight row; a butterfly
 //! (`shfl.sync.bfly`) adds the lanes and lane `i < m` writes `y[i, j]`.
 //! Deterministic: no atomics.
 
@@ -33,7 +36,7 @@ use compute_core::quant::BlockFormat;
 pub const ROWS: [u32; 5] = [1, 2, 4, 8, 16];
 /// The most activation rows (`m`) a kernel takes; more run the prefill path.
 pub const MAX_ROWS: usize = 16;
-/// Weight rows per block (one per warp).
+/// Warps per block (each takes [`weight_rows_per_warp`] weight rows).
 pub const ROWS_PER_BLOCK: u32 = 4;
 /// Threads per block.
 pub const THREADS: u32 = 32 * ROWS_PER_BLOCK;
@@ -53,6 +56,26 @@ pub fn lanes_per_block(format: BlockFormat) -> u32 {
 /// Weight blocks each lane takes per loop iteration.
 pub fn units(format: BlockFormat) -> u32 {
     if format == BlockFormat::Q8_0 { 4 } else { 2 }
+}
+
+/// Weight rows each warp takes in the kernel of `format` for `rows`
+/// activation rows: 1 up to 4 rows, 2 for 8, 4 for 16 (2 for `Q5_K`, whose
+/// unpacked fifth bits would not fit the registers of 4). Each activation
+/// load then serves that many weight rows, which keeps the cache reads of
+/// the activations (about `2·m` bytes per weight byte with one weight row
+/// a warp) within the L1's bandwidth as `m` grows. Free.
+pub fn weight_rows_per_warp(format: BlockFormat, rows: u32) -> u32 {
+    match rows {
+        16 if format != BlockFormat::Q5K => 4,
+        8 | 16 => 2,
+        _ => 1,
+    }
+}
+
+/// Weight rows per block of the kernel of `format` for `rows` activation
+/// rows (the grid is `ceil(n / weight_rows_per_block)` blocks). Free.
+pub fn weight_rows_per_block(format: BlockFormat, rows: u32) -> u32 {
+    ROWS_PER_BLOCK * weight_rows_per_warp(format, rows)
 }
 
 /// Name of the kernel (`qgemv_q4k_r4_bf16`).
@@ -83,7 +106,7 @@ struct Lane {
 /// activations. Params: `w` (the blocks, `n` rows of `k / values_per_block`
 /// blocks; 16-byte aligned for `Q4_K`/`Q5_K`, 2-byte otherwise), `qx`, `ds`
 /// (from [`quant::quantize_x`], 16-byte aligned), `y` (pointers), `m`, `n`,
-/// `k` (u32). Launch: [`THREADS`] threads, `ceil(n / ROWS_PER_BLOCK)` blocks.
+/// `k` (u32). Launch: [`THREADS`] threads, `ceil(n / weight_rows_per_block(format, rows))` blocks.
 /// Reads `W` once (at memory bandwidth) and the activations from cache.
 pub fn qgemv(format: BlockFormat, rows: u32, out: DType, target: Target) -> Result<Kernel, BuildError> {
     let kname = name(format, rows, out);
@@ -93,6 +116,7 @@ pub fn qgemv(format: BlockFormat, rows: u32, out: DType, target: Target) -> Resu
     }
     let lpb = lanes_per_block(format);
     let u = units(format);
+    let rw = weight_rows_per_warp(format, rows);
     let per_iter = u * 32 / lpb;
     let bytes = format.bytes_per_block() as u32;
     let vpb = format.values_per_block() as u32;
@@ -101,10 +125,10 @@ pub fn qgemv(format: BlockFormat, rows: u32, out: DType, target: Target) -> Resu
         "{kname}: y[i, j] = sum_p x[i, p] * W[j, p] for i < m <= {rows}; W rows of {format} blocks, x as int8 per 32 values (d, d*sum q), {out} out"
     ));
     b.doc(&format!(
-        "one warp per weight row ({ROWS_PER_BLOCK} per block); {lpb} lanes per weight block, {u} blocks per lane per iteration; dp4a on int8, f32 scales per group; butterfly sum, lane i writes y[i, j]"
+        "{rw} weight rows per warp ({ROWS_PER_BLOCK} warps per block); {lpb} lanes per weight block, {u} blocks per lane per iteration; dp4a on int8, f32 scales per group; butterfly sum, lane i writes y[i, j]"
     ));
     b.doc("params: w, qx, ds, y (pointers), m, n, k (u32)");
-    b.doc(&format!("launch: {THREADS} threads, ceil(n / {ROWS_PER_BLOCK}) blocks"));
+    b.doc(&format!("launch: {THREADS} threads, ceil(n / {}) blocks", ROWS_PER_BLOCK * rw));
     b.max_threads(THREADS);
     let w = b.param_ptr("w");
     let qx = b.param_ptr("qx");
@@ -118,14 +142,23 @@ pub fn qgemv(format: BlockFormat, rows: u32, out: DType, target: Target) -> Resu
     let lane = b.and(tid, 31u32);
     let warp = b.shr(tid, 5u32);
     let cta = b.ctaid(Dim::X);
-    let j = b.mad(cta, ROWS_PER_BLOCK, warp);
+    let wi = b.mad(cta, ROWS_PER_BLOCK, warp);
+    let j = b.mul(wi, rw);
     // Whole warps leave together, so the shuffles below see 32 lanes.
     let gone = b.setp(Cmp::Ge, j, n);
     b.guarded(gone, false, |b| b.ret());
     let nb = b.shr(k, vpb.trailing_zeros());
     let row_bytes = b.mul(nb, bytes);
-    let roff = b.mul_wide(j, row_bytes);
-    let wrow = b.add(w, roff);
+    // Weight rows j..j + rw, the ones past n reading row n - 1 (not stored).
+    let nm1 = b.sub(n, 1u32);
+    let wrows: Vec<Reg<U64>> = (0..rw)
+        .map(|c| {
+            let jc = b.add(j, c);
+            let jc = b.min(jc, nm1);
+            let roff = b.mul_wide(jc, row_bytes);
+            b.add(w, roff)
+        })
+        .collect();
     // Row r of the activations starts min(r, m - 1)·k bytes into qx (m·k < 2³²):
     // one 32-bit offset per row keeps the registers of 16 rows low.
     let last = b.sub(m, 1u32);
@@ -135,7 +168,8 @@ pub fn qgemv(format: BlockFormat, rows: u32, out: DType, target: Target) -> Resu
             b.mul(ri, k)
         })
         .collect();
-    let acc: Vec<Reg<F32>> = (0..rows).map(|_| b.mov(0.0f32)).collect();
+    // acc[c·rows + r]: weight row c, activation row r.
+    let acc: Vec<Reg<F32>> = (0..rows * rw).map(|_| b.mov(0.0f32)).collect();
     let sub = b.and(lane, lpb - 1);
     let slot = b.shr(lane, lpb.trailing_zeros());
     let ln = lane_consts(&mut b, format, sub);
@@ -151,7 +185,7 @@ pub fn qgemv(format: BlockFormat, rows: u32, out: DType, target: Target) -> Resu
     b.bra_if(past, tail);
     for t in 0..u {
         let bi = b.add(bi0, t * (32 / lpb));
-        unit(&mut b, format, &ln, wrow, bi, (qx, ds, &xrows), &acc);
+        unit(&mut b, format, &ln, &wrows, bi, (qx, ds, &xrows), &acc);
     }
     let next = b.add(bi0, per_iter);
     b.assign(bi0, next);
@@ -166,8 +200,8 @@ pub fn qgemv(format: BlockFormat, rows: u32, out: DType, target: Target) -> Resu
         let bi = b.add(bi0, t * (32 / lpb));
         let valid = b.setp(Cmp::Lt, bi, nb);
         let bic = b.min(bi, nbm1);
-        let part: Vec<Reg<F32>> = (0..rows).map(|_| b.mov(0.0f32)).collect();
-        unit(&mut b, format, &ln, wrow, bic, (qx, ds, &xrows), &part);
+        let part: Vec<Reg<F32>> = (0..rows * rw).map(|_| b.mov(0.0f32)).collect();
+        unit(&mut b, format, &ln, &wrows, bic, (qx, ds, &xrows), &part);
         for (&a, &p) in acc.iter().zip(&part) {
             let s = b.add(a, p);
             let s = b.selp(s, a, valid);
@@ -184,18 +218,23 @@ pub fn qgemv(format: BlockFormat, rows: u32, out: DType, target: Target) -> Resu
             b.assign(s, t);
         }
     }
-    let mut val = acc[0];
-    for (r, &s) in acc.iter().enumerate().skip(1) {
-        let is = b.setp(Cmp::Eq, lane, r as u32);
-        val = b.selp(s, val, is);
-    }
     let done = b.label("done");
     let outside = b.setp(Cmp::Ge, lane, m);
     b.bra_if(outside, done);
-    let yi = b.mad(lane, n, j);
-    let yoff = b.mul_wide(yi, elem::size(out));
-    let ya = b.add(y, yoff);
-    elem::store(&mut b, out, ya, 0, &[val]);
+    for (c, sums) in acc.chunks(rows as usize).enumerate() {
+        let mut val = sums[0];
+        for (r, &s) in sums.iter().enumerate().skip(1) {
+            let is = b.setp(Cmp::Eq, lane, r as u32);
+            val = b.selp(s, val, is);
+        }
+        let jc = b.add(j, c as u32);
+        let past = b.setp(Cmp::Ge, jc, n);
+        b.bra_if(past, done);
+        let yi = b.mad(lane, n, jc);
+        let yoff = b.mul_wide(yi, elem::size(out));
+        let ya = b.add(y, yoff);
+        elem::store(&mut b, out, ya, 0, &[val]);
+    }
     b.place(done);
     b.ret();
     b.finish()
@@ -294,36 +333,19 @@ fn dot(b: &mut KernelBuilder, ws: &[Reg<U32>], xs: &[Reg<U32>]) -> Reg<F32> {
     b.cvt::<F32, S32>(s)
 }
 
-/// This lane's share of weight block `bi` of the row at `wrow` against every
-/// activation row (`qx`, `ds` and each row's byte offset into `qx`; a row's
-/// `(d, s)` pairs start at a quarter of it into `ds`), added into `acc`.
-fn unit(
-    b: &mut KernelBuilder,
-    format: BlockFormat,
-    ln: &Lane,
-    wrow: Reg<U64>,
-    bi: Reg<U32>,
-    (qx, ds, offsets): (Reg<U64>, Reg<U64>, &[Reg<U32>]),
-    acc: &[Reg<F32>],
-) {
-    let xrows: Vec<(Reg<U64>, Reg<U64>)> = offsets
-        .iter()
-        .map(|&o| {
-            let q = b.cvt::<U64, U32>(o);
-            let d = b.shr(o, 2u32);
-            let d = b.cvt::<U64, U32>(d);
-            (b.add(qx, q), b.add(ds, d))
-        })
-        .collect();
-    let xrows = &xrows[..];
-    let bytes = format.bytes_per_block() as u32;
-    let vpb = format.values_per_block() as u32;
-    let boff = b.mul_wide(bi, bytes);
-    let base = b.add(wrow, boff);
-    let xb = b.mul_wide(bi, vpb);
-    let xoff = b.add(xb, ln.xo);
-    let db = b.mul_wide(bi, vpb / 4);
-    let doff = b.add(db, ln.dso);
+/// One weight block's share of a lane, unpacked in registers.
+enum Decoded {
+    /// `Q4_K`/`Q5_K`: quant words of groups 2r and 2r + 1, `d·sc` and
+    /// `−dmin·m` (0 on the lane that does not add the min term) of each.
+    K4 { lo: Vec<Reg<U32>>, hi: Vec<Reg<U32>>, dl: [Reg<F32>; 2], nml: [Reg<F32>; 2] },
+    /// `Q6_K`: the words of `q − 32` of groups t = 0..4 and `d·sc` of each.
+    Q6 { q: Vec<Vec<Reg<U32>>>, dsc: Vec<Reg<F32>> },
+    /// `Q8_0`: two words of quants and `d`.
+    Q8 { q: Vec<Reg<U32>>, d: Reg<F32> },
+}
+
+/// Loads and unpacks this lane's share of the weight block at `base`.
+fn decode(b: &mut KernelBuilder, format: BlockFormat, ln: &Lane, base: Reg<U64>) -> Decoded {
     match format {
         BlockFormat::Q4K | BlockFormat::Q5K => {
             let [h0, h1, h2, h3] = b.ld_global_nc_v::<U32, 4>(base, 0);
@@ -369,20 +391,7 @@ fn unit(
                 lo.push(l);
                 hiw.push(h);
             }
-            for (&(qxr, dsr), &a) in xrows.iter().zip(acc) {
-                let xa = b.add(qxr, xoff);
-                let x0 = b.ld_global_nc_v::<U32, 4>(xa, 0);
-                let x1 = b.ld_global_nc_v::<U32, 4>(xa, 32);
-                let da = b.add(dsr, doff);
-                let [d0, s0, d1, s1] = b.ld_global_nc_v::<F32, 4>(da, 0);
-                for (ws, xs, dx, sx, dlg, nm) in [(&lo, &x0, d0, s0, dl[0], nml[0]), (&hiw, &x1, d1, s1, dl[1], nml[1])]
-                {
-                    let isum = dot(b, ws, xs);
-                    let sc = b.mul(dlg, dx);
-                    b.fma_acc(a, sc, isum);
-                    b.fma_acc(a, nm, sx);
-                }
-            }
+            Decoded::K4 { lo, hi: hiw, dl: [dl[0], dl[1]], nml: [nml[0], nml[1]] }
         }
         BlockFormat::Q6K => {
             let qa = b.add(base, ln.a);
@@ -421,31 +430,92 @@ fn unit(
                     .collect();
                 q.push(words);
             }
-            for (&(qxr, dsr), &a) in xrows.iter().zip(acc) {
-                let xa = b.add(qxr, xoff);
-                let da = b.add(dsr, doff);
-                for (t, (qt, &dt)) in q.iter().zip(&dsc).enumerate() {
-                    let xs = b.ld_global_nc_v::<U32, 2>(xa, 32 * t as i64);
-                    let dx = b.ld_global_nc::<F32>(da, 8 * t as i64);
-                    let isum = dot(b, qt, &xs);
-                    let sc = b.mul(dt, dx);
-                    b.fma_acc(a, sc, isum);
-                }
-            }
+            Decoded::Q6 { q, dsc }
         }
         _ => {
             let dw = b.ld_global_nc_u16(base, 0);
             let d = f16_lo(b, dw);
             let qa = b.add(base, ln.a);
-            let qs = words_2aligned(b, qa, 0, 2);
-            for (&(qxr, dsr), &a) in xrows.iter().zip(acc) {
-                let xa = b.add(qxr, xoff);
+            Decoded::Q8 { q: words_2aligned(b, qa, 0, 2), d }
+        }
+    }
+}
+
+/// This lane's share of weight block `bi` of each weight row (`wrows`, one
+/// row of sums each in `acc`) against every activation row (`qx`, `ds` and
+/// each row's byte offset into `qx`; a row's `(d, s)` pairs start at a
+/// quarter of it into `ds`): each activation load serves every weight row.
+fn unit(
+    b: &mut KernelBuilder,
+    format: BlockFormat,
+    ln: &Lane,
+    wrows: &[Reg<U64>],
+    bi: Reg<U32>,
+    (qx, ds, offsets): (Reg<U64>, Reg<U64>, &[Reg<U32>]),
+    acc: &[Reg<F32>],
+) {
+    let bytes = format.bytes_per_block() as u32;
+    let vpb = format.values_per_block() as u32;
+    let rows = offsets.len();
+    let boff = b.mul_wide(bi, bytes);
+    let decoded: Vec<Decoded> = wrows
+        .iter()
+        .map(|&wrow| {
+            let base = b.add(wrow, boff);
+            decode(b, format, ln, base)
+        })
+        .collect();
+    let xb = b.mul_wide(bi, vpb);
+    let xoff = b.add(xb, ln.xo);
+    let db = b.mul_wide(bi, vpb / 4);
+    let doff = b.add(db, ln.dso);
+    for (r, &o) in offsets.iter().enumerate() {
+        let q = b.cvt::<U64, U32>(o);
+        let q = b.add(q, xoff);
+        let xa = b.add(qx, q);
+        let d = b.shr(o, 2u32);
+        let d = b.cvt::<U64, U32>(d);
+        let d = b.add(d, doff);
+        let da = b.add(ds, d);
+        let sums = acc.iter().skip(r).step_by(rows);
+        match format {
+            BlockFormat::Q4K | BlockFormat::Q5K => {
+                let x0 = b.ld_global_nc_v::<U32, 4>(xa, 0);
+                let x1 = b.ld_global_nc_v::<U32, 4>(xa, 32);
+                let [d0, s0, d1, s1] = b.ld_global_nc_v::<F32, 4>(da, 0);
+                for (dec, &a) in decoded.iter().zip(sums) {
+                    let Decoded::K4 { lo, hi, dl, nml } = dec else { continue };
+                    for (ws, xs, dx, sx, dlg, nm) in
+                        [(lo, &x0, d0, s0, dl[0], nml[0]), (hi, &x1, d1, s1, dl[1], nml[1])]
+                    {
+                        let isum = dot(b, ws, xs);
+                        let sc = b.mul(dlg, dx);
+                        b.fma_acc(a, sc, isum);
+                        b.fma_acc(a, nm, sx);
+                    }
+                }
+            }
+            BlockFormat::Q6K => {
+                let xs: Vec<[Reg<U32>; 2]> = (0..4).map(|t| b.ld_global_nc_v::<U32, 2>(xa, 32 * t)).collect();
+                let dx: Vec<Reg<F32>> = (0..4).map(|t| b.ld_global_nc::<F32>(da, 8 * t)).collect();
+                for (dec, &a) in decoded.iter().zip(sums) {
+                    let Decoded::Q6 { q, dsc } = dec else { continue };
+                    for t in 0..4 {
+                        let isum = dot(b, &q[t], &xs[t]);
+                        let sc = b.mul(dsc[t], dx[t]);
+                        b.fma_acc(a, sc, isum);
+                    }
+                }
+            }
+            _ => {
                 let xs = b.ld_global_nc_v::<U32, 2>(xa, 0);
-                let da = b.add(dsr, doff);
                 let dx = b.ld_global_nc::<F32>(da, 0);
-                let isum = dot(b, &qs, &xs);
-                let sc = b.mul(d, dx);
-                b.fma_acc(a, sc, isum);
+                for (dec, &a) in decoded.iter().zip(sums) {
+                    let Decoded::Q8 { q, d } = dec else { continue };
+                    let isum = dot(b, q, &xs);
+                    let sc = b.mul(*d, dx);
+                    b.fma_acc(a, sc, isum);
+                }
             }
         }
     }

@@ -100,16 +100,16 @@ pub fn run_quant_matmul(
     u32_of(MATMUL, "m * n", m.saturating_mul(n))?;
     u32_of(MATMUL, "weight row bytes", k / vpb * format.bytes_per_block())?;
     limit(MATMUL, "weight row blocks", n.div_ceil(quant_gemv::ROWS_PER_BLOCK as usize), MAX_GRID_X)?;
+    let grid = |rows: u32| Grid {
+        blocks: (n.div_ceil(quant_gemv::weight_rows_per_block(format, rows) as usize) as u32, 1, 1),
+        threads: (quant_gemv::THREADS, 1, 1),
+        dynamic_smem: 0,
+    };
     check_aligned(MATMUL, "x", x, 16, &shapes)?;
     check_aligned(MATMUL, "w", w, weight_alignment(format), &shapes)?;
     if m == 0 || n == 0 {
         return Ok(());
     }
-    let grid = Grid {
-        blocks: (n.div_ceil(quant_gemv::ROWS_PER_BLOCK as usize) as u32, 1, 1),
-        threads: (quant_gemv::THREADS, 1, 1),
-        dynamic_smem: 0,
-    };
     if k == 0 {
         // Nothing to read: the GEMV kernel writes zeros, 16 rows at a time.
         let es = out_dtype.size_in_bytes() as u64;
@@ -120,7 +120,7 @@ pub fn run_quant_matmul(
             let yo = y + es * (i0 * n) as u64;
             let args =
                 [Arg::Ptr(w), Arg::Ptr(x), Arg::Ptr(x), Arg::Ptr(yo), Arg::U32(mc as u32), Arg::U32(n32), Arg::U32(0)];
-            l.launch(KernelId::QuantGemv(format, rows, out_dtype), grid, &args)?;
+            l.launch(KernelId::QuantGemv(format, rows, out_dtype), grid(rows), &args)?;
             i0 += mc;
         }
         return Ok(());
@@ -141,7 +141,8 @@ pub fn run_quant_matmul(
     limit(MATMUL, "activation quantizer blocks", quads.div_ceil(quant::BLOCK as usize), MAX_GRID_X)?;
     l.launch(KernelId::QuantizeX(x_dtype), qgrid, &[Arg::Ptr(x), Arg::Ptr(qx), Arg::Ptr(ds), Arg::U32(quads as u32)])?;
     let args = [Arg::Ptr(w), Arg::Ptr(qx), Arg::Ptr(ds), Arg::Ptr(y), Arg::U32(m32), Arg::U32(n32), Arg::U32(k32)];
-    l.launch(KernelId::QuantGemv(format, quant_gemv::rows_for(m), out_dtype), grid, &args)
+    let rows = quant_gemv::rows_for(m);
+    l.launch(KernelId::QuantGemv(format, rows, out_dtype), grid(rows), &args)
 }
 
 /// More than 16 rows: `W` to `bf16`, `x` to `bf16`, then the plan's matmul.
