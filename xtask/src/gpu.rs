@@ -4,7 +4,8 @@
 //! The bundle: the GPU test binaries of compute-ptx (`cuda,nccl`), compute-wgpu
 //! and dispatch (`gpu,cuda`); compute-ptx's `cuda_monitor` (device report),
 //! `cuda_bench` (the CUDA benchmark rows standalone, and `--profile-gemm` for
-//! `ncu`) and `nccl_bench` (all-reduce across every GPU) examples; the
+//! `ncu`), `nccl_bench` (all-reduce across every GPU) and `quant_bench`
+//! (block-quantized weight products and dequantization) examples; the
 //! `compute-bench` binary (skipped with `--no-bench`); the Vulkan loader
 //! packages. All release builds, stripped, under `.gpu/bin/`.
 //!
@@ -41,7 +42,7 @@ const TESTS: &[(&str, &str)] = &[("compute-ptx", "cuda,nccl"), ("compute-wgpu", 
 const GPU_TARGETS: &[&str] = &["conformance", "gpu", "nccl", "async_overlap", "executor", "pool"];
 
 /// compute-ptx's examples the script runs (`--features cuda,nccl`).
-const EXAMPLES: &[&str] = &["cuda_monitor", "cuda_bench", "nccl_bench"];
+const EXAMPLES: &[&str] = &["cuda_monitor", "cuda_bench", "nccl_bench", "quant_bench"];
 
 /// One executable cargo built: its target's name, whether it is a test
 /// harness, and its path.

@@ -18,7 +18,8 @@
 //! full-precision `f32` GEMM, which meets the TF32 bound. Other half matmuls, and
 //! half conv2d, widen their operands into `f32` temporaries, run the `f32`
 //! GEMM and round the result to the output dtype. [`supported`] says which
-//! ops a plan can run.
+//! ops a plan can run. [`run_quant_matmul`] and [`run_dequantize`] run
+//! products with, and dequantization of, GGML block-quantized weights.
 
 use compute_core::{
     AttentionSpec, BackendKind, ComputeError, Conv2dSpec, DType, HostSlice, HostSliceMut, MatmulSpec, Op, ReduceOp,
@@ -38,6 +39,9 @@ use crate::kernels::interpolate;
 use crate::kernels::reduce::{self, ReduceKind};
 use crate::kernels::rows::{self, RowKind, RowShape};
 use crate::kernels::{KernelId, conv};
+
+mod quant;
+pub use quant::{run_dequantize, run_quant_matmul};
 
 /// Which GEMM kernel runs a matrix product.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -169,15 +173,32 @@ fn u32_of(op: &'static str, what: &'static str, v: usize) -> Result<u32> {
 const NO_KERNELS: &str = "the CUDA kernels read and write f32, f16 and bf16 only";
 
 /// Whether the plans can run `op`: every operand is `f32`, `f16` or `bf16`
-/// (a TF32 matmul runs the full-precision kernels, which meet the TF32 bound). Free.
+/// (a TF32 matmul runs the full-precision kernels, which meet the TF32 bound),
+/// except the weights of a quantized matmul and the source of a dequantizing
+/// cast, which are `q4_K`, `q5_K`, `q6_K` or `q8_0` blocks (a cast between
+/// one block dtype and itself is a copy). Quantizing casts (float to blocks)
+/// are declined: they run on the CPU. Free.
 pub fn supported(op: &Op) -> bool {
-    op.dtypes().into_iter().all(elem::supported)
+    let blocks = |d: DType| d.block_format().is_some_and(crate::kernels::quant::supported);
+    match *op {
+        Op::QuantMatmul(s) => blocks(s.weight) && elem::supported(s.dtype) && elem::supported(s.out_dtype),
+        Op::Cast { from, to, .. } if from == to => elem::supported(from) || blocks(from),
+        Op::Cast { from, to, .. } if from.is_quantized() => blocks(from) && elem::supported(to),
+        _ => op.dtypes().into_iter().all(elem::supported),
+    }
 }
 
 /// The [`ComputeError::UnsupportedDType`] for an op that [`supported`]
 /// declines, naming its first dtype without kernels.
 pub fn unsupported_dtype(op: &Op) -> ComputeError {
     let dtype = op.dtypes().into_iter().find(|&d| !elem::supported(d)).unwrap_or(op.dtype());
+    if let Op::Cast { from, to, .. } = *op
+        && to.is_quantized()
+        && from != to
+    {
+        let why = "quantizing (float to blocks) has no CUDA kernel; it runs on the CPU";
+        return ComputeError::unsupported_dtype(op, BackendKind::Cuda, to, why);
+    }
     ComputeError::unsupported_dtype(op, BackendKind::Cuda, dtype, NO_KERNELS)
 }
 
@@ -373,7 +394,10 @@ impl Exec<'_> {
         }
         let dt = op.dtype();
         match *op {
-            Op::QuantMatmul(_) => Err(unsupported_dtype(op)),
+            Op::QuantMatmul(s) => {
+                let format = s.weight.block_format().ok_or_else(|| unsupported_dtype(op))?;
+                run_quant_matmul(self.l, format, s.m, s.k, s.n, s.dtype, s.out_dtype, (input(0)?, input(1)?, out))
+            }
             Op::Unary { op: u, len, .. } => {
                 let (kind, p0, p1) = UnaryKind::of(u);
                 let args = [Arg::Ptr(input(0)?), Arg::Ptr(out), Arg::U64(len as u64), Arg::F32(p0), Arg::F32(p1)];
@@ -440,14 +464,18 @@ impl Exec<'_> {
             Op::Conv2d(c) => self.through_f32(op, &Op::Conv2d(Conv2dSpec { dtype: DType::F32, ..c }), ins, out),
             Op::Attention(a) => self.attention(op, &a, None, ins, out),
             Op::Cast { len, from, to } if from == to => {
-                let size = from.size_in_bytes();
-                let bytes = len.checked_mul(size).ok_or(ComputeError::LimitExceeded {
-                    op: op.name(),
-                    what: "cast bytes",
-                    requested: len as u64,
-                    maximum: (usize::MAX / size) as u64,
-                })?;
+                let bytes =
+                    from.bytes_for(len).and_then(|b| usize::try_from(b).ok()).ok_or(ComputeError::LimitExceeded {
+                        op: op.name(),
+                        what: "cast bytes",
+                        requested: len as u64,
+                        maximum: (usize::MAX / from.size_in_bytes().max(1)) as u64,
+                    })?;
                 self.l.copy(out, input(0)?, bytes, op.name())
+            }
+            Op::Cast { len, from, to } if from.is_quantized() => {
+                let format = from.block_format().ok_or_else(|| unsupported_dtype(op))?;
+                run_dequantize(self.l, format, len, to, (input(0)?, out))
             }
             Op::Cast { len, from, to } => self.cast(input(0)?, from, out, to, len),
         }
@@ -1005,6 +1033,25 @@ mod tests {
         }
         assert!(supported(&Op::Matmul(MatmulSpec::new(2, 3, 4).with_precision(Precision::Tf32))));
         assert!(supported(&Op::Matmul(MatmulSpec::new(2, 3, 4).with_dtypes(DType::BF16, DType::F32))));
+    }
+
+    #[test]
+    fn quantized_matmuls_and_dequantizing_casts_are_supported_quantizing_is_not() {
+        for w in DType::QUANTIZED {
+            for d in elem::DTYPES {
+                for to in elem::DTYPES {
+                    let spec = compute_core::QuantMatmulSpec::new(2, 256, 3, w).with_dtypes(d, to);
+                    assert!(supported(&Op::QuantMatmul(spec)), "{w}: {d} to {to}");
+                }
+                assert!(supported(&Op::cast(256, w, d)));
+                let quantize = Op::cast(256, d, w);
+                assert!(!supported(&quantize));
+                assert!(
+                    matches!(unsupported_dtype(&quantize), ComputeError::UnsupportedDType { dtype, .. } if dtype == w)
+                );
+            }
+            assert!(supported(&Op::cast(256, w, w)));
+        }
     }
 
     #[test]

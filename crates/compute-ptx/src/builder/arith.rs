@@ -202,6 +202,17 @@ impl KernelBuilder {
         self.binop(&format!("rem.{}", T::TY), a.into(), b.into())
     }
 
+    /// `c + Σ a_i·b_i` over the four signed bytes of `a` and of `b`
+    /// (`dp4a.s32.s32`, sm_61+): four int8 products and their sum in one
+    /// instruction, the inner step of integer dot products.
+    pub fn dp4a(&mut self, a: Reg<U32>, b: Reg<U32>, c: impl Into<Src<S32>>) -> Reg<S32> {
+        let (a, b, c) = (self.reg(a), self.reg(b), self.src(c.into()));
+        let d = self.fresh::<S32>();
+        let dn = d.name();
+        self.emit(format!("dp4a.s32.s32 {dn}, {a}, {b}, {c}"));
+        d
+    }
+
     /// The full 64-bit product of two 32-bit unsigned integers (`mul.wide.u32`),
     /// the usual way to turn an index into a byte offset.
     pub fn mul_wide(&mut self, a: Reg<U32>, b: impl Into<Src<U32>>) -> Reg<U64> {

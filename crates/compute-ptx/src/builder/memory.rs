@@ -4,7 +4,7 @@
 //! [`Reg<U32>`] in the shared window; every access takes a constant byte offset,
 //! which PTX folds into the instruction (`[%rd4+16]`).
 
-use super::types::{Data, PtxType, Reg, Src, U32, U64};
+use super::types::{Data, PtxType, Reg, S32, Src, U32, U64};
 use super::{KernelBuilder, SharedDecl, is_identifier};
 
 /// A shared-memory array declared by [`KernelBuilder::shared`] or
@@ -127,6 +127,32 @@ impl KernelBuilder {
     pub fn ld_global_nc_v<T: Data, const N: usize>(&mut self, base: Reg<U64>, off: i64) -> [Reg<T>; N] {
         let a = self.gaddr(base, off);
         self.load::<T, N>("ld.global.nc", a)
+    }
+
+    /// Loads one unsigned byte through the read-only cache, zero-extended into a
+    /// 32-bit register (`ld.global.nc.u8`): for packed data of any alignment.
+    pub fn ld_global_nc_u8(&mut self, base: Reg<U64>, off: i64) -> Reg<U32> {
+        self.narrow_load("u8", base, off)
+    }
+
+    /// Loads one signed byte through the read-only cache, sign-extended into a
+    /// 32-bit register (`ld.global.nc.s8`).
+    pub fn ld_global_nc_s8(&mut self, base: Reg<U64>, off: i64) -> Reg<S32> {
+        self.narrow_load("s8", base, off)
+    }
+
+    /// Loads two bytes (2-byte aligned) through the read-only cache,
+    /// zero-extended into a 32-bit register (`ld.global.nc.u16`).
+    pub fn ld_global_nc_u16(&mut self, base: Reg<U64>, off: i64) -> Reg<U32> {
+        self.narrow_load("u16", base, off)
+    }
+
+    fn narrow_load<T: Data>(&mut self, ty: &str, base: Reg<U64>, off: i64) -> Reg<T> {
+        let a = self.gaddr(base, off);
+        let d = self.fresh::<T>();
+        let dn = d.name();
+        self.emit(format!("ld.global.nc.{ty} {dn}, [{a}]"));
+        d
     }
 
     /// Stores one value to global memory (`st.global`).

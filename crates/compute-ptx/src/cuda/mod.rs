@@ -158,8 +158,9 @@ impl CudaBackend {
                 found: format!("cuda:{}", alloc.ordinal()),
             });
         }
-        let need = len.saturating_mul(dtype.size_in_bytes());
-        if need > alloc.bytes() {
+        // Block dtypes hold whole blocks: `bytes_for` is `None` otherwise.
+        let need = dtype.bytes_for(len).map_or(u64::MAX, |b| b);
+        if need > alloc.bytes() as u64 {
             return Err(ComputeError::shape(
                 "tensor_in",
                 format!("{len} {dtype} values need {need} bytes, the allocation has {}", alloc.bytes()),
@@ -242,6 +243,15 @@ impl CudaBackend {
         plan::run_attention(&*self.dev, &spec, kernel, (pq, pk, pv, po))
     }
 
+    /// This device as a plan [`Launcher`](plan::Launcher), for the
+    /// plan functions that take device addresses (e.g.
+    /// [`plan::run_quant_matmul`] on [`DeviceAlloc::device_ptr`]s): what
+    /// they queue runs on this backend's stream, in order with its other
+    /// work. Free.
+    pub fn launcher(&self) -> &dyn plan::Launcher {
+        &*self.dev
+    }
+
     /// Device-to-device copy of `src` into `dst` (equal lengths and dtypes), queued.
     pub fn copy(&self, src: &Tensor, dst: &Tensor) -> Result<()> {
         let op = Op::unary(compute_core::UnaryOp::Scale { s: 1.0 }, src.len().max(1));
@@ -253,7 +263,7 @@ impl CudaBackend {
             return Err(ComputeError::DType { op: "copy", detail: "dtypes differ".into(), shapes: shapes() });
         }
         let (s, d) = (self.ptr(src, &op)?, self.ptr(dst, &op)?);
-        driver::dtod(&self.dev.stream, d, s, src.len() * src.dtype().size_in_bytes(), "copy")
+        driver::dtod(&self.dev.stream, d, s, tensor_bytes("copy", src.len(), src.dtype())?, "copy")
     }
 
     fn buffer<'t>(&self, t: &'t Tensor, op: &Op) -> Result<&'t CudaBuffer> {
@@ -370,12 +380,7 @@ impl Backend for CudaBackend {
 
     /// A tensor of `len` elements of `dtype` (contents unspecified), any dtype.
     fn alloc_typed(&self, len: usize, dtype: DType) -> Result<Tensor> {
-        let bytes = len.checked_mul(dtype.size_in_bytes()).ok_or(ComputeError::LimitExceeded {
-            op: "alloc",
-            what: "tensor bytes",
-            requested: len as u64,
-            maximum: (usize::MAX / dtype.size_in_bytes()) as u64,
-        })?;
+        let bytes = tensor_bytes("alloc", len, dtype)?;
         let alloc = self.alloc_bytes(bytes)?;
         self.tensor_in_typed(alloc, len, dtype)
     }
@@ -418,4 +423,21 @@ impl Backend for CudaBackend {
         let ops: Vec<&Op> = ops.iter().filter(|op| self.supports(op)).collect();
         self.dev.load_all(&ops)
     }
+}
+
+/// Bytes of `len` values of `dtype` (whole blocks for a block-quantized
+/// dtype): a `Shape` error when `len` is not a whole number of blocks, a
+/// `LimitExceeded` one when the bytes overflow `usize`. Free.
+fn tensor_bytes(op: &'static str, len: usize, dtype: DType) -> Result<usize> {
+    let per = dtype.block_values();
+    if !len.is_multiple_of(per) {
+        let why = format!("{dtype} tensors hold whole blocks of {per} values; got {len}");
+        return Err(ComputeError::shape(op, why, format!("x=[{len}] {dtype}")));
+    }
+    dtype.bytes_for(len).and_then(|b| usize::try_from(b).ok()).ok_or(ComputeError::LimitExceeded {
+        op,
+        what: "tensor bytes",
+        requested: len as u64,
+        maximum: (usize::MAX / dtype.size_in_bytes().max(1)) as u64,
+    })
 }

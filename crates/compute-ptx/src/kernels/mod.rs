@@ -23,6 +23,8 @@ pub mod gemm_wgmma;
 pub mod gemv;
 pub mod interpolate;
 pub(crate) mod math;
+pub mod quant;
+pub mod quant_gemv;
 pub mod reduce;
 pub mod rows;
 
@@ -31,6 +33,7 @@ pub use gemm_kernel::GemmKernel;
 use crate::builder::{BuildError, Kernel, Target};
 use attention::FlashConfig;
 use attention_wgmma::HopperConfig;
+use compute_core::quant::BlockFormat;
 use compute_core::{BinaryOp, DType};
 use elementwise::UnaryKind;
 use gemm_mma::MmaConfig;
@@ -89,6 +92,13 @@ pub enum KernelId {
     SplitBf16,
     /// Hopper attention (`wgmma`, `sm_90a`): shape and dtype.
     AttentionWgmma(HopperConfig, DType),
+    /// Block-quantized weights to values: format, output dtype.
+    Dequant(BlockFormat, DType),
+    /// Activations of a dtype to int8 per 32 values, for [`KernelId::QuantGemv`].
+    QuantizeX(DType),
+    /// Product of few activation rows with block-quantized weights (`dp4a`):
+    /// format, row count (1, 2, 4, 8, 16), output dtype.
+    QuantGemv(BlockFormat, u32, DType),
 }
 
 impl KernelId {
@@ -117,6 +127,9 @@ impl KernelId {
             KernelId::AttentionCombine(hd, d) => format!("attention_combine{}_d{hd}", elem::suffix(*d)),
             KernelId::SplitBf16 => "split_f32_bf16x2".into(),
             KernelId::AttentionWgmma(cfg, d) => cfg.kernel_name(*d),
+            KernelId::Dequant(f, d) => quant::dequant_name(*f, *d),
+            KernelId::QuantizeX(d) => quant::quantize_x_name(*d),
+            KernelId::QuantGemv(f, r, d) => quant_gemv::name(*f, *r, *d),
         }
     }
 
@@ -153,6 +166,9 @@ impl KernelId {
             KernelId::AttentionCombine(hd, d) => attention::combine(hd, d, target),
             KernelId::SplitBf16 => attention::split_bf16(target),
             KernelId::AttentionWgmma(cfg, d) => attention_wgmma::hopper(&cfg, d, target),
+            KernelId::Dequant(f, d) => quant::dequant(f, d, target),
+            KernelId::QuantizeX(d) => quant::quantize_x(d, target),
+            KernelId::QuantGemv(f, r, d) => quant_gemv::qgemv(f, r, d, target),
         }
     }
 }
@@ -191,7 +207,10 @@ impl KernelId {
             | KernelId::AttentionFlash(_, d)
             | KernelId::AttentionFlashSplit(_, d)
             | KernelId::AttentionWgmma(_, d)
-            | KernelId::AttentionCombine(_, d) => {
+            | KernelId::AttentionCombine(_, d)
+            | KernelId::Dequant(_, d)
+            | KernelId::QuantizeX(d)
+            | KernelId::QuantGemv(_, _, d) => {
                 vec![d]
             }
             KernelId::Cast(from, to)
@@ -210,8 +229,10 @@ impl KernelId {
 /// the tensor-core GEMMs (`bf16`/`f16` inputs, every output dtype and
 /// transpose; `mma.sync`, and `wgmma` for `sm_90a` only, see
 /// [`KernelId::targets`]), the GEMV kernels for few rows (every row count,
-/// input and output dtype, both layouts of `B`, and their k-split combine)
-/// and im2col.
+/// input and output dtype, both layouts of `B`, and their k-split combine),
+/// im2col, the attention kernels, and the block-quantized weight kernels
+/// (per format the dequantize kernels and the `dp4a` GEMV of every row count
+/// and output dtype; the activation quantizer per input dtype).
 pub fn catalog() -> Vec<KernelId> {
     let mut v = Vec::new();
     for d in elem::DTYPES {
@@ -273,5 +294,12 @@ pub fn catalog() -> Vec<KernelId> {
         v.push(KernelId::AttentionSimt(d as u32));
     }
     v.push(KernelId::SplitBf16);
+    for format in quant::FORMATS {
+        v.extend(elem::DTYPES.map(|d| KernelId::Dequant(format, d)));
+        for rows in quant_gemv::ROWS {
+            v.extend(elem::DTYPES.map(|d| KernelId::QuantGemv(format, rows, d)));
+        }
+    }
+    v.extend(elem::DTYPES.map(KernelId::QuantizeX));
     v
 }

@@ -301,6 +301,7 @@ fn type_bits(t: &str) -> u32 {
     match t {
         "f64" | "u64" | "s64" | "b64" => 64,
         "f16" | "bf16" | "u16" | "s16" | "b16" => 16,
+        "u8" | "s8" | "b8" => 8,
         "pred" => 1,
         _ => 32,
     }
@@ -894,6 +895,9 @@ fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8
                     for (i, o) in vals.iter().enumerate() {
                         let c = &bytes[i * esz..(i + 1) * esz];
                         let v = match esz {
+                            // Narrow loads into 32-bit registers: zero- or sign-extended.
+                            1 if ty == "s8" => u64::from(c[0] as i8 as i32 as u32),
+                            1 => u64::from(c[0]),
                             2 => u64::from(u16::from_ne_bytes([c[0], c[1]])),
                             4 => u64::from(u32::from_ne_bytes([c[0], c[1], c[2], c[3]])),
                             _ => u64::from_ne_bytes(c.try_into().unwrap()),
@@ -907,6 +911,7 @@ fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8
                     for (i, v) in vs.iter().enumerate() {
                         let c = &mut bytes[i * esz..(i + 1) * esz];
                         match esz {
+                            1 => c[0] = *v as u8,
                             2 => c.copy_from_slice(&(*v as u16).to_ne_bytes()),
                             4 => c.copy_from_slice(&(*v as u32).to_ne_bytes()),
                             _ => c.copy_from_slice(&v.to_ne_bytes()),
@@ -1031,6 +1036,13 @@ fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8
                 }
             }
             "fma" => fb(f(a(1)).mul_add(f(a(2)), f(a(3)))),
+            // dp4a.s32.s32: c + the products of the four signed bytes of a and b.
+            "dp4a" => {
+                let (x, y) = (a(1) as u32, a(2) as u32);
+                let dot: i32 =
+                    (0..4).map(|i| i32::from((x >> (8 * i)) as u8 as i8) * i32::from((y >> (8 * i)) as u8 as i8)).sum();
+                u64::from((a(3) as u32 as i32).wrapping_add(dot) as u32)
+            }
             "mad" => {
                 let m = int_op("mul", ty, a(1), a(2));
                 int_op("add", ty, m, a(3))

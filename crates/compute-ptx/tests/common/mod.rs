@@ -130,6 +130,35 @@ impl EmuBackend {
         self.on_device(inputs, out, |ins, o| plan::run_attention(self, &spec, kernel, (ins[0], ins[1], ins[2], o)))
     }
 
+    /// Copies the byte buffers `inputs` into emulated device memory, runs `f`
+    /// on their addresses and an output of `out_bytes` bytes, and returns the
+    /// output's bytes, or `f`'s error (with every buffer freed either way).
+    pub fn run_bytes(
+        &self,
+        inputs: &[&[u8]],
+        out_bytes: usize,
+        f: impl FnOnce(&[u64], u64) -> Result<()>,
+    ) -> Result<Vec<u8>> {
+        let mut mem = self.mem.lock().unwrap();
+        let ptrs: Vec<u64> = inputs
+            .iter()
+            .map(|bytes| {
+                let p = mem.alloc(bytes.len());
+                mem.write_bytes(p, bytes);
+                p
+            })
+            .collect();
+        let po = mem.alloc(out_bytes);
+        drop(mem);
+        let r = f(&ptrs, po);
+        let mut mem = self.mem.lock().unwrap();
+        let out = mem.read_bytes(po, out_bytes);
+        for p in ptrs.into_iter().chain([po]) {
+            mem.free(p);
+        }
+        r.map(|()| out)
+    }
+
     /// Copies `inputs` into emulated device memory, runs `f` on their
     /// addresses and an output of `out` (dtype, length), and returns the output.
     fn on_device(
@@ -236,7 +265,7 @@ impl Backend for EmuBackend {
         Ok(Tensor::from_storage(Arc::new(storage)))
     }
     fn alloc_typed(&self, len: usize, dtype: DType) -> Result<Tensor> {
-        let addr = self.mem.lock().unwrap().alloc(len * dtype.size_in_bytes());
+        let addr = self.mem.lock().unwrap().alloc(dtype.bytes_for(len).unwrap_or(0) as usize);
         Ok(Tensor::from_storage(Arc::new(EmuStorage { addr, len, dtype, _free: Arc::new(FreedDebug(addr)) })))
     }
     fn download_typed(&self, tensor: &Tensor, mut out: HostSliceMut<'_>) -> Result<()> {
