@@ -40,6 +40,7 @@ mod engine;
 mod executor;
 mod hybrid;
 mod lane;
+pub mod llama;
 mod lock;
 mod model;
 mod pool;

@@ -59,7 +59,11 @@ pub(crate) fn key(op: &Op, inputs: &[Vec<f32>], seq: u64) -> Key {
         | Op::Conv2d(_)
         | Op::Cast { .. }
         | Op::Attention(_)
-        | Op::QuantMatmul(_) => Key::Alone(seq),
+        | Op::QuantMatmul(_)
+        | Op::Rope(_)
+        | Op::Copy(_)
+        | Op::Gather { .. }
+        | Op::ArgMax { .. } => Key::Alone(seq),
     }
 }
 
@@ -106,7 +110,11 @@ pub(crate) fn merge(reqs: &[(&Op, &[Vec<f32>])]) -> Option<Merged> {
         | Op::Conv2d(_)
         | Op::Cast { .. }
         | Op::Attention(_)
-        | Op::QuantMatmul(_) => return None,
+        | Op::QuantMatmul(_)
+        | Op::Rope(_)
+        | Op::Copy(_)
+        | Op::Gather { .. }
+        | Op::ArgMax { .. } => return None,
     };
     let inputs = match *first_op {
         Op::Rows { .. } => {

@@ -1,0 +1,472 @@
+//! A Llama-architecture decoder run entirely through the library's ops, with
+//! its weights and KV cache resident on one engine: the proof that the
+//! vocabulary serves a real model.
+//!
+//! Per layer, for the `seq` tokens of a step at positions `pos..pos + seq`:
+//!
+//! ```text
+//! h = rms_norm(x) · attn_norm
+//! q, k, v = h·Wqᵀ, h·Wkᵀ, h·Wvᵀ            [seq, heads·d], [seq, kv_heads·d] ×2
+//! q, k = rope(q), rope(k)                   (θ, half-split or interleaved pairs)
+//! k_cache[:, pos..pos+seq], v_cache[…] = k, v   (token-major → head-major copies)
+//! o = attention(q, k_cache, v_cache)        causal (end-aligned), grouped-query heads
+//! x = x + o·Woᵀ
+//! h = rms_norm(x) · ffn_norm
+//! x = x + swiglu(h·Wgateᵀ, h·Wupᵀ)·Wdownᵀ
+//! ```
+//!
+//! then `logits = rms_norm(x_last) · final_norm · W_lmᵀ` and the next token is
+//! their argmax. Every step is one of the vocabulary's ops: [`Op::Gather`]
+//! (embedding), [`Op::Rows`] (RMSNorm), [`Op::Matmul`] with `Bᵀ` (a dense
+//! linear layer in `nn.Linear`'s `[out, in]` layout) or [`Op::QuantMatmul`]
+//! (a GGUF block-quantized one), [`Op::Rope`], [`Op::Copy`] (cache appends,
+//! the query and output transposes of a multi-token step, the last row of a
+//! prompt), [`Op::Attention`] against a cache of fixed capacity,
+//! [`Op::Binary`] (residual adds, [`BinaryOp::SwiGlu`]) and [`Op::ArgMax`].
+//!
+//! Layout choices: weights are stored as `[out, in]` (no transposed copies);
+//! q, k and v stay separate projections (no fused qkv); the KV cache is
+//! head-major `[kv_heads, capacity, head_dim]` per layer, what the attention
+//! op reads; activations are token-major `[seq, hidden]`.
+//!
+//! [`reference_logits`] computes the same forward pass in float64 on the
+//! host, for the tests and the example's check.
+
+mod reference;
+mod weights;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use compute_core::{
+    AttentionSpec, Backend, BinaryOp, ComputeError, CopySpec, DType, HostSlice, MatmulSpec, Op, QuantMatmulSpec,
+    Result, RopeLayout, RopeSpec, RowOp, Strided, Tensor,
+};
+
+pub use reference::reference_logits;
+pub use weights::{HostLayer, HostWeights};
+
+/// The shape of a Llama-architecture model.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LlamaConfig {
+    /// Width of the residual stream.
+    pub hidden: usize,
+    /// Decoder layers.
+    pub layers: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads (divides `heads`).
+    pub kv_heads: usize,
+    /// Width of the SwiGLU feed-forward block.
+    pub intermediate: usize,
+    /// Tokens in the vocabulary.
+    pub vocab: usize,
+    /// Base of the rotary frequencies.
+    pub rope_theta: f32,
+    /// Which values the rotary embedding pairs (the weights' convention).
+    pub rope_layout: RopeLayout,
+    /// Added to the mean square in every RMSNorm.
+    pub rms_eps: f32,
+    /// Most tokens a sequence may hold (the KV cache's capacity).
+    pub max_seq: usize,
+}
+
+impl LlamaConfig {
+    /// A model of a few hundred thousand parameters, for tests: hidden 64, 2
+    /// layers, 4 query and 2 key/value heads of 16, feed-forward 128,
+    /// vocabulary 97, up to 64 tokens.
+    pub fn tiny() -> Self {
+        LlamaConfig {
+            hidden: 64,
+            layers: 2,
+            heads: 4,
+            kv_heads: 2,
+            intermediate: 128,
+            vocab: 97,
+            rope_theta: 10_000.0,
+            rope_layout: RopeLayout::HalfSplit,
+            rms_eps: 1e-5,
+            max_seq: 64,
+        }
+    }
+
+    /// The benchmark size, about 1.1 B parameters: hidden 2048, 16 layers, 32
+    /// query and 8 key/value heads of 64, feed-forward 8192, vocabulary
+    /// 32000, θ 10000, up to 1024 tokens.
+    pub fn llama_1b() -> Self {
+        LlamaConfig {
+            hidden: 2048,
+            layers: 16,
+            heads: 32,
+            kv_heads: 8,
+            intermediate: 8192,
+            vocab: 32_000,
+            rope_theta: 10_000.0,
+            rope_layout: RopeLayout::HalfSplit,
+            rms_eps: 1e-5,
+            max_seq: 1024,
+        }
+    }
+
+    /// Values per head.
+    pub fn head_dim(&self) -> usize {
+        self.hidden / self.heads.max(1)
+    }
+
+    /// Parameters (embedding and LM head counted apart).
+    pub fn parameters(&self) -> usize {
+        let d = self.head_dim();
+        let attn = self.hidden * (self.heads * d) * 2 + self.hidden * (self.kv_heads * d) * 2;
+        let ffn = 3 * self.hidden * self.intermediate;
+        self.layers * (attn + ffn + 2 * self.hidden) + 2 * self.vocab * self.hidden + self.hidden
+    }
+
+    fn check(&self) -> Result<()> {
+        let bad = |why: &str| Err(ComputeError::shape("llama", why.to_string(), format!("{self:?}")));
+        if self.heads == 0 || self.kv_heads == 0 || !self.heads.is_multiple_of(self.kv_heads) {
+            return bad("kv_heads must divide heads");
+        }
+        if !self.hidden.is_multiple_of(self.heads) || !self.head_dim().is_multiple_of(2) {
+            return bad("hidden must be heads × an even head size");
+        }
+        if self.layers == 0 || self.vocab == 0 || self.intermediate == 0 || self.max_seq == 0 {
+            return bad("every size must be positive");
+        }
+        Ok(())
+    }
+}
+
+/// How the weights are stored on the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WeightFormat {
+    /// Dtype of the activations, the norms' weights, the embedding table and
+    /// the KV cache (`f32`, `f16` or `bf16`).
+    pub dtype: DType,
+    /// Dtype of the linear layers' weights: `dtype`, or a block-quantized
+    /// dtype (`Q4_K`…) whose products run as [`Op::QuantMatmul`].
+    pub linear: DType,
+}
+
+impl WeightFormat {
+    /// Everything in `dtype`.
+    pub fn dense(dtype: DType) -> Self {
+        WeightFormat { dtype, linear: dtype }
+    }
+}
+
+/// A linear layer's weight, `[out, in]`.
+struct Linear {
+    w: Tensor,
+    out: usize,
+    inp: usize,
+}
+
+impl Linear {
+    /// `y = x·Wᵀ` for `m` rows of `x`.
+    fn op(&self, m: usize, dtype: DType) -> Op {
+        if self.w.dtype().is_quantized() {
+            Op::QuantMatmul(QuantMatmulSpec::new(m, self.inp, self.out, self.w.dtype()).with_dtypes(dtype, dtype))
+        } else {
+            let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(m, self.inp, self.out) };
+            Op::Matmul(spec.with_dtypes(dtype, dtype))
+        }
+    }
+}
+
+struct Layer {
+    attn_norm: Tensor,
+    wq: Linear,
+    wk: Linear,
+    wv: Linear,
+    wo: Linear,
+    ffn_norm: Tensor,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+    k_cache: Tensor,
+    v_cache: Tensor,
+}
+
+/// The activations of one step of `seq` tokens, allocated once per length.
+struct Scratch {
+    x: Tensor,
+    x2: Tensor,
+    h: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    q_rot: Tensor,
+    k_rot: Tensor,
+    q_heads: Tensor,
+    attn: Tensor,
+    attn_tokens: Tensor,
+    o: Tensor,
+    gate: Tensor,
+    up: Tensor,
+    act: Tensor,
+    last: Tensor,
+    normed: Tensor,
+    logits: Tensor,
+    next: Tensor,
+}
+
+/// A Llama model resident on one engine, with its KV cache: feed it tokens
+/// with [`Llama::step`], read the last token's logits or greedy choice.
+pub struct Llama {
+    backend: Arc<dyn Backend>,
+    cfg: LlamaConfig,
+    format: WeightFormat,
+    embed: Tensor,
+    layers: Vec<Layer>,
+    final_norm: Tensor,
+    lm_head: Linear,
+    scratch: HashMap<usize, Scratch>,
+    pos: usize,
+}
+
+impl Llama {
+    /// Uploads `weights` (rounded or quantized to `format`) to `backend` and
+    /// allocates a KV cache of `cfg.max_seq` tokens per layer. Costs one
+    /// upload of the weights (and, for a quantized format, quantizing them
+    /// on the host: seconds for a 1B model).
+    pub fn load(backend: Arc<dyn Backend>, weights: &HostWeights, format: WeightFormat) -> Result<Llama> {
+        let cfg = weights.cfg;
+        cfg.check()?;
+        let d = cfg.head_dim();
+        let dense = |v: &[f32]| backend.upload_typed(compute_core::HostVec::from_f32(format.dtype, v).as_slice());
+        let linear = |v: &[f32], out: usize, inp: usize| -> Result<Linear> {
+            let w = backend.upload_typed(compute_core::HostVec::from_f32(format.linear, v).as_slice())?;
+            Ok(Linear { w, out, inp })
+        };
+        let cache = cfg.kv_heads * cfg.max_seq * d;
+        let mut layers = Vec::with_capacity(cfg.layers);
+        for l in &weights.layers {
+            layers.push(Layer {
+                attn_norm: dense(&l.attn_norm)?,
+                wq: linear(&l.wq, cfg.heads * d, cfg.hidden)?,
+                wk: linear(&l.wk, cfg.kv_heads * d, cfg.hidden)?,
+                wv: linear(&l.wv, cfg.kv_heads * d, cfg.hidden)?,
+                wo: linear(&l.wo, cfg.hidden, cfg.heads * d)?,
+                ffn_norm: dense(&l.ffn_norm)?,
+                gate: linear(&l.gate, cfg.intermediate, cfg.hidden)?,
+                up: linear(&l.up, cfg.intermediate, cfg.hidden)?,
+                down: linear(&l.down, cfg.hidden, cfg.intermediate)?,
+                k_cache: backend.alloc_typed(cache, format.dtype)?,
+                v_cache: backend.alloc_typed(cache, format.dtype)?,
+            });
+        }
+        Ok(Llama {
+            embed: dense(&weights.embed)?,
+            final_norm: dense(&weights.final_norm)?,
+            lm_head: linear(&weights.lm_head, cfg.vocab, cfg.hidden)?,
+            layers,
+            cfg,
+            format,
+            backend,
+            scratch: HashMap::new(),
+            pos: 0,
+        })
+    }
+
+    /// The model's shape.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.cfg
+    }
+
+    /// Tokens held in the KV cache.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// Empties the KV cache (the next step starts a new sequence). Free.
+    pub fn reset(&mut self) {
+        self.pos = 0;
+    }
+
+    /// Runs `tokens` (a prompt, or the one token of a decoding step) through
+    /// the model at the cache's current position, appends their keys and
+    /// values to the cache, and returns the greedy next token. About 30
+    /// kernel launches per layer; no host transfer but the token ids in and
+    /// the chosen token out.
+    pub fn step(&mut self, tokens: &[u32]) -> Result<u32> {
+        self.forward(tokens)?;
+        let s = self.scratch(tokens.len())?;
+        let mut next = [0f32];
+        self.backend.download(&s.next, &mut next)?;
+        Ok(next[0] as u32)
+    }
+
+    /// [`Llama::step`], returning the last token's logits (`vocab` values,
+    /// `f32`) instead of the greedy choice.
+    pub fn logits(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        self.forward(tokens)?;
+        let s = self.scratch(tokens.len())?;
+        let mut out = compute_core::HostVec::zeros(self.format.dtype, self.cfg.vocab);
+        self.backend.download_typed(&s.logits, out.as_mut())?;
+        Ok(out.to_f32())
+    }
+
+    /// Greedy decoding: the prompt as one step, then `new_tokens` steps of
+    /// one token; returns the generated tokens.
+    pub fn generate(&mut self, prompt: &[u32], new_tokens: usize) -> Result<Vec<u32>> {
+        let mut out = Vec::with_capacity(new_tokens);
+        if new_tokens == 0 {
+            return Ok(out);
+        }
+        let mut next = self.step(prompt)?;
+        out.push(next);
+        while out.len() < new_tokens {
+            next = self.step(&[next])?;
+            out.push(next);
+        }
+        Ok(out)
+    }
+
+    fn scratch(&self, seq: usize) -> Result<&Scratch> {
+        self.scratch
+            .get(&seq)
+            .ok_or_else(|| ComputeError::shape("llama", "no step of this length ran", format!("seq={seq}")))
+    }
+
+    /// Allocates the activations of a step of `seq` tokens, once per length.
+    fn ensure_scratch(&mut self, seq: usize) -> Result<()> {
+        if !self.scratch.contains_key(&seq) {
+            let (c, dt, b) = (self.cfg, self.format.dtype, &self.backend);
+            let d = c.head_dim();
+            let a = |len: usize| b.alloc_typed(len, dt);
+            let s = Scratch {
+                x: a(seq * c.hidden)?,
+                x2: a(seq * c.hidden)?,
+                h: a(seq * c.hidden)?,
+                q: a(seq * c.heads * d)?,
+                k: a(seq * c.kv_heads * d)?,
+                v: a(seq * c.kv_heads * d)?,
+                q_rot: a(seq * c.heads * d)?,
+                k_rot: a(seq * c.kv_heads * d)?,
+                q_heads: a(seq * c.heads * d)?,
+                attn: a(seq * c.heads * d)?,
+                attn_tokens: a(seq * c.heads * d)?,
+                o: a(seq * c.hidden)?,
+                gate: a(seq * c.intermediate)?,
+                up: a(seq * c.intermediate)?,
+                act: a(seq * c.intermediate)?,
+                last: a(c.hidden)?,
+                normed: a(c.hidden)?,
+                logits: a(c.vocab)?,
+                next: b.alloc_typed(1, DType::F32)?,
+            };
+            self.scratch.insert(seq, s);
+        }
+        Ok(())
+    }
+
+    fn forward(&mut self, tokens: &[u32]) -> Result<()> {
+        let seq = tokens.len();
+        let (c, dt, pos) = (self.cfg, self.format.dtype, self.pos);
+        if seq == 0 || pos + seq > c.max_seq {
+            return Err(ComputeError::shape(
+                "llama",
+                format!("{seq} tokens at position {pos} do not fit a cache of {}", c.max_seq),
+                format!("tokens=[{seq}]"),
+            ));
+        }
+        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= c.vocab) {
+            return Err(ComputeError::shape(
+                "llama",
+                format!("token {t} is past the vocabulary"),
+                format!("vocab={}", c.vocab),
+            ));
+        }
+        self.ensure_scratch(seq)?;
+        let (b, s) = (&*self.backend, self.scratch(seq)?);
+        let d = c.head_dim();
+        let ids: Vec<f32> = tokens.iter().map(|&t| t as f32).collect();
+        let ids = b.upload_typed(HostSlice::F32(&ids))?;
+        let gather = Op::Gather { ids: seq, rows: c.vocab, cols: c.hidden, dtype: dt };
+        b.run_tensors(&gather, &[&self.embed, &ids], &s.x)?;
+        let norm = Op::rows(RowOp::RmsNorm { eps: c.rms_eps }, seq, c.hidden).with_dtype(dt);
+        let rope = |heads| {
+            Op::Rope(
+                RopeSpec::new(seq, heads, d, c.rope_theta).at_position(pos).with_layout(c.rope_layout).with_dtype(dt),
+            )
+        };
+        // Token-major [seq, heads, d] ↔ head-major [heads, seq, d].
+        let token_major = |heads: usize, len: usize| Strided { offset: 0, strides: [d, heads * d, 1], len };
+        let to_heads = Op::Copy(
+            CopySpec::new(
+                [c.heads, seq, d],
+                token_major(c.heads, seq * c.heads * d),
+                Strided::contiguous([c.heads, seq, d]),
+            )
+            .with_dtype(dt),
+        );
+        let to_tokens = Op::Copy(
+            CopySpec::new(
+                [c.heads, seq, d],
+                Strided::contiguous([c.heads, seq, d]),
+                token_major(c.heads, seq * c.heads * d),
+            )
+            .with_dtype(dt),
+        );
+        let cache = Strided { offset: pos * d, strides: [c.max_seq * d, d, 1], len: c.kv_heads * c.max_seq * d };
+        let append = Op::Copy(
+            CopySpec::new([c.kv_heads, seq, d], token_major(c.kv_heads, seq * c.kv_heads * d), cache).with_dtype(dt),
+        );
+        let attention = Op::Attention(
+            AttentionSpec::new(1, c.heads, seq, pos + seq, d)
+                .with_kv_heads(c.kv_heads)
+                .causal()
+                .with_kv_capacity(c.max_seq)
+                .with_dtype(dt),
+        );
+        let add = Op::binary(BinaryOp::Add, seq * c.hidden).with_dtype(dt);
+        let swiglu = Op::binary(BinaryOp::SwiGlu, seq * c.intermediate).with_dtype(dt);
+        // The residual stream alternates between x and x2.
+        let (mut x, mut x2) = (&s.x, &s.x2);
+        for l in &self.layers {
+            b.run_tensors(&norm, &[x, &l.attn_norm], &s.h)?;
+            b.run_tensors(&l.wq.op(seq, dt), &[&s.h, &l.wq.w], &s.q)?;
+            b.run_tensors(&l.wk.op(seq, dt), &[&s.h, &l.wk.w], &s.k)?;
+            b.run_tensors(&l.wv.op(seq, dt), &[&s.h, &l.wv.w], &s.v)?;
+            b.run_tensors(&rope(c.heads), &[&s.q], &s.q_rot)?;
+            b.run_tensors(&rope(c.kv_heads), &[&s.k], &s.k_rot)?;
+            b.run_tensors(&append, &[&s.k_rot], &l.k_cache)?;
+            b.run_tensors(&append, &[&s.v], &l.v_cache)?;
+            // One token: token-major and head-major are the same layout.
+            let out = if seq == 1 {
+                b.run_tensors(&attention, &[&s.q_rot, &l.k_cache, &l.v_cache], &s.attn)?;
+                &s.attn
+            } else {
+                b.run_tensors(&to_heads, &[&s.q_rot], &s.q_heads)?;
+                b.run_tensors(&attention, &[&s.q_heads, &l.k_cache, &l.v_cache], &s.attn)?;
+                b.run_tensors(&to_tokens, &[&s.attn], &s.attn_tokens)?;
+                &s.attn_tokens
+            };
+            b.run_tensors(&l.wo.op(seq, dt), &[out, &l.wo.w], &s.o)?;
+            b.run_tensors(&add, &[x, &s.o], x2)?;
+            std::mem::swap(&mut x, &mut x2);
+            b.run_tensors(&norm, &[x, &l.ffn_norm], &s.h)?;
+            b.run_tensors(&l.gate.op(seq, dt), &[&s.h, &l.gate.w], &s.gate)?;
+            b.run_tensors(&l.up.op(seq, dt), &[&s.h, &l.up.w], &s.up)?;
+            b.run_tensors(&swiglu, &[&s.gate, &s.up], &s.act)?;
+            b.run_tensors(&l.down.op(seq, dt), &[&s.act, &l.down.w], &s.o)?;
+            b.run_tensors(&add, &[x, &s.o], x2)?;
+            std::mem::swap(&mut x, &mut x2);
+        }
+        let last = Op::Copy(
+            CopySpec::new(
+                [1, 1, c.hidden],
+                Strided { offset: (seq - 1) * c.hidden, strides: [0, 0, 1], len: seq * c.hidden },
+                Strided::contiguous([1, 1, c.hidden]),
+            )
+            .with_dtype(dt),
+        );
+        b.run_tensors(&last, &[x], &s.last)?;
+        let final_norm = Op::rows(RowOp::RmsNorm { eps: c.rms_eps }, 1, c.hidden).with_dtype(dt);
+        b.run_tensors(&final_norm, &[&s.last, &self.final_norm], &s.normed)?;
+        b.run_tensors(&self.lm_head.op(1, dt), &[&s.normed, &self.lm_head.w], &s.logits)?;
+        b.run_tensors(&Op::ArgMax { rows: 1, cols: c.vocab, dtype: dt }, &[&s.logits], &s.next)?;
+        self.pos += seq;
+        Ok(())
+    }
+}
