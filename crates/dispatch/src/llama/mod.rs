@@ -154,6 +154,33 @@ impl WeightFormat {
     }
 }
 
+/// Each `(values, dtype)` as stored in `dtype` (rounded, or quantized as
+/// ggml's reference quantizer does), converted on every core.
+fn convert_all(sources: &[(&[f32], DType)]) -> Vec<compute_core::HostVec> {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let out: Vec<Mutex<Option<compute_core::HostVec>>> = sources.iter().map(|_| Mutex::new(None)).collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(sources.len().max(1));
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&(values, dtype)) = sources.get(i) else { break };
+                    let v = compute_core::HostVec::from_f32(dtype, values);
+                    if let Some(slot) = out.get(i)
+                        && let Ok(mut slot) = slot.lock()
+                    {
+                        *slot = Some(v);
+                    }
+                }
+            });
+        }
+    });
+    out.into_iter().filter_map(|m| m.into_inner().ok().flatten()).collect()
+}
+
 /// A linear layer's weight, `[out, in]`.
 struct Linear {
     w: Tensor,
@@ -233,39 +260,50 @@ impl Llama {
         let cfg = weights.cfg;
         cfg.check()?;
         let d = cfg.head_dim();
-        let dense = |v: &[f32]| backend.upload_typed(compute_core::HostVec::from_f32(format.dtype, v).as_slice());
-        let linear = |v: &[f32], out: usize, inp: usize| -> Result<Linear> {
-            let w = backend.upload_typed(compute_core::HostVec::from_f32(format.linear, v).as_slice())?;
-            Ok(Linear { w, out, inp })
+        // Round or quantize every tensor first, on all cores, then upload.
+        let mut sources: Vec<(&[f32], DType)> =
+            vec![(&weights.embed, format.dtype), (&weights.final_norm, format.dtype)];
+        sources.push((&weights.lm_head, format.linear));
+        for l in &weights.layers {
+            sources.push((&l.attn_norm, format.dtype));
+            sources.push((&l.ffn_norm, format.dtype));
+            for w in [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down] {
+                sources.push((w, format.linear));
+            }
+        }
+        let mut stored = convert_all(&sources).into_iter();
+        let mut next =
+            || stored.next().ok_or_else(|| ComputeError::shape("llama", "a tensor went missing", String::new()));
+        let mut dense = || -> Result<Tensor> { backend.upload_typed(next()?.as_slice()) };
+        let embed = dense()?;
+        let final_norm = dense()?;
+        let mut linear = |out: usize, inp: usize| -> Result<Linear> {
+            Ok(Linear { w: backend.upload_typed(next()?.as_slice())?, out, inp })
         };
+        let lm_head = linear(cfg.vocab, cfg.hidden)?;
         let cache = cfg.kv_heads * cfg.max_seq * d;
         let mut layers = Vec::with_capacity(cfg.layers);
-        for l in &weights.layers {
+        for _ in &weights.layers {
+            let mut dense = || -> Result<Tensor> { backend.upload_typed(next()?.as_slice()) };
+            let (attn_norm, ffn_norm) = (dense()?, dense()?);
+            let mut linear = |out: usize, inp: usize| -> Result<Linear> {
+                Ok(Linear { w: backend.upload_typed(next()?.as_slice())?, out, inp })
+            };
             layers.push(Layer {
-                attn_norm: dense(&l.attn_norm)?,
-                wq: linear(&l.wq, cfg.heads * d, cfg.hidden)?,
-                wk: linear(&l.wk, cfg.kv_heads * d, cfg.hidden)?,
-                wv: linear(&l.wv, cfg.kv_heads * d, cfg.hidden)?,
-                wo: linear(&l.wo, cfg.hidden, cfg.heads * d)?,
-                ffn_norm: dense(&l.ffn_norm)?,
-                gate: linear(&l.gate, cfg.intermediate, cfg.hidden)?,
-                up: linear(&l.up, cfg.intermediate, cfg.hidden)?,
-                down: linear(&l.down, cfg.hidden, cfg.intermediate)?,
+                attn_norm,
+                wq: linear(cfg.heads * d, cfg.hidden)?,
+                wk: linear(cfg.kv_heads * d, cfg.hidden)?,
+                wv: linear(cfg.kv_heads * d, cfg.hidden)?,
+                wo: linear(cfg.hidden, cfg.heads * d)?,
+                ffn_norm,
+                gate: linear(cfg.intermediate, cfg.hidden)?,
+                up: linear(cfg.intermediate, cfg.hidden)?,
+                down: linear(cfg.hidden, cfg.intermediate)?,
                 k_cache: backend.alloc_typed(cache, format.dtype)?,
                 v_cache: backend.alloc_typed(cache, format.dtype)?,
             });
         }
-        Ok(Llama {
-            embed: dense(&weights.embed)?,
-            final_norm: dense(&weights.final_norm)?,
-            lm_head: linear(&weights.lm_head, cfg.vocab, cfg.hidden)?,
-            layers,
-            cfg,
-            format,
-            backend,
-            scratch: HashMap::new(),
-            pos: 0,
-        })
+        Ok(Llama { embed, final_norm, lm_head, layers, cfg, format, backend, scratch: HashMap::new(), pos: 0 })
     }
 
     /// The model's shape.
