@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use compute_core::{Backend, DType, RopeLayout};
 use compute_simd::SimdBackend;
-use dispatch::llama::{HostWeights, Llama, LlamaConfig, WeightFormat, reference_logits};
+use dispatch::llama::{HostWeights, Llama, LlamaConfig, LoadError, WeightFormat, reference_logits};
 
 /// Largest |logit − reference| over the largest |reference logit|.
 fn error(got: &[f32], want: &[f64]) -> f64 {
@@ -99,4 +99,152 @@ fn bad_steps_are_typed_errors() {
     assert!(model.step(&[1]).is_err(), "the cache is full");
     model.reset();
     model.step(&[1]).unwrap();
+}
+
+/// A GGUF file of a small llama model, written the way llama.cpp's converter
+/// lays one out (version 3, 32-byte alignment, ne0 first), with the given
+/// ggml type per tensor.
+fn gguf_file(weights: &HostWeights, types: &dyn Fn(&str) -> DType) -> Vec<u8> {
+    use compute_core::HostVec;
+    let c = weights.cfg;
+    let mut tensors: Vec<(String, Vec<u64>, &[f32])> = vec![
+        ("token_embd.weight".into(), vec![c.hidden as u64, c.vocab as u64], &weights.embed),
+        ("output_norm.weight".into(), vec![c.hidden as u64], &weights.final_norm),
+        ("output.weight".into(), vec![c.hidden as u64, c.vocab as u64], &weights.lm_head),
+    ];
+    let d = c.head_dim();
+    for (i, l) in weights.layers.iter().enumerate() {
+        let mut t = |name: &str, dims: Vec<usize>, v| {
+            tensors.push((format!("blk.{i}.{name}.weight"), dims.into_iter().map(|x| x as u64).collect(), v))
+        };
+        t("attn_norm", vec![c.hidden], &l.attn_norm);
+        t("ffn_norm", vec![c.hidden], &l.ffn_norm);
+        t("attn_q", vec![c.hidden, c.heads * d], &l.wq);
+        t("attn_k", vec![c.hidden, c.kv_heads * d], &l.wk);
+        t("attn_v", vec![c.hidden, c.kv_heads * d], &l.wv);
+        t("attn_output", vec![c.heads * d, c.hidden], &l.wo);
+        t("ffn_gate", vec![c.hidden, c.intermediate], &l.gate);
+        t("ffn_up", vec![c.hidden, c.intermediate], &l.up);
+        t("ffn_down", vec![c.intermediate, c.hidden], &l.down);
+    }
+    let ggml_id = |d: DType| match d {
+        DType::F32 => 0u32,
+        DType::F16 => 1,
+        DType::Q8_0 => 8,
+        DType::Q4K => 12,
+        DType::Q5K => 13,
+        DType::Q6K => 14,
+        _ => 30,
+    };
+    let string = |out: &mut Vec<u8>, s: &str| {
+        out.extend((s.len() as u64).to_le_bytes());
+        out.extend(s.as_bytes());
+    };
+    let mut out = b"GGUF".to_vec();
+    out.extend(3u32.to_le_bytes());
+    out.extend((tensors.len() as u64).to_le_bytes());
+    let kv_u32 = [
+        ("llama.embedding_length", c.hidden),
+        ("llama.block_count", c.layers),
+        ("llama.attention.head_count", c.heads),
+        ("llama.attention.head_count_kv", c.kv_heads),
+        ("llama.feed_forward_length", c.intermediate),
+    ];
+    out.extend((kv_u32.len() as u64 + 3).to_le_bytes());
+    string(&mut out, "general.architecture");
+    out.extend(8u32.to_le_bytes());
+    string(&mut out, "llama");
+    for (k, v) in kv_u32 {
+        string(&mut out, k);
+        out.extend(4u32.to_le_bytes());
+        out.extend((v as u32).to_le_bytes());
+    }
+    for (k, v) in [("llama.rope.freq_base", c.rope_theta), ("llama.attention.layer_norm_rms_epsilon", c.rms_eps)] {
+        string(&mut out, k);
+        out.extend(6u32.to_le_bytes());
+        out.extend(v.to_le_bytes());
+    }
+    let mut data = Vec::new();
+    for (name, dims, values) in &tensors {
+        let stored = HostVec::from_f32(types(name), values);
+        while !data.len().is_multiple_of(32) {
+            data.push(0);
+        }
+        string(&mut out, name);
+        out.extend((dims.len() as u32).to_le_bytes());
+        dims.iter().for_each(|d| out.extend(d.to_le_bytes()));
+        out.extend(ggml_id(types(name)).to_le_bytes());
+        out.extend((data.len() as u64).to_le_bytes());
+        data.extend(stored.as_slice().as_bytes());
+    }
+    while !out.len().is_multiple_of(32) {
+        out.push(0);
+    }
+    out.extend(data);
+    out
+}
+
+#[test]
+fn a_gguf_model_with_mixed_block_types_matches_the_reference() {
+    use compute_core::gguf::Gguf;
+    let cfg = LlamaConfig {
+        hidden: 256,
+        intermediate: 512,
+        rope_layout: RopeLayout::Interleaved,
+        rope_theta: 500_000.0,
+        ..LlamaConfig::tiny()
+    };
+    let weights = HostWeights::random(cfg, 5);
+    // As a Q4_K_M file: Q4_K projections, Q6_K down projections and LM head,
+    // a Q8_0 embedding, f32 norms.
+    let types = |name: &str| {
+        if name.contains("norm") {
+            DType::F32
+        } else if name.contains("ffn_down") || name == "output.weight" {
+            DType::Q6K
+        } else if name.starts_with("token_embd") {
+            DType::Q8_0
+        } else {
+            DType::Q4K
+        }
+    };
+    let bytes = gguf_file(&weights, &types);
+    let gguf = Gguf::parse(&bytes).unwrap();
+    let mut model = Llama::from_gguf(Arc::new(SimdBackend::new()), &gguf, DType::F32, 64).unwrap();
+    assert_eq!(*model.config(), LlamaConfig { max_seq: 64, ..cfg });
+    // The reference: every tensor as the file stores it.
+    let stored = |v: &[f32], name: &str| compute_core::HostVec::from_f32(types(name), v).to_f32();
+    let mut want = weights.clone();
+    want.embed = stored(&weights.embed, "token_embd.weight");
+    want.lm_head = stored(&weights.lm_head, "output.weight");
+    for l in &mut want.layers {
+        for (w, name) in [
+            (&mut l.wq, "q"),
+            (&mut l.wk, "k"),
+            (&mut l.wv, "v"),
+            (&mut l.wo, "o"),
+            (&mut l.gate, "g"),
+            (&mut l.up, "u"),
+        ] {
+            *w = stored(w, name);
+        }
+        l.down = stored(&l.down, "ffn_down");
+    }
+    let prompt = [5u32, 17, 3, 80, 2];
+    let logits = model.logits(&prompt).unwrap();
+    let e = error(&logits, &reference_logits(&want, &prompt));
+    assert!(e < 2e-2, "GGUF model logits off by {e:.3e}");
+    // Metadata that disagrees with the tensors' dims is a typed error naming
+    // the tensor; so is a missing key.
+    let key = b"llama.feed_forward_length";
+    let at = bytes.windows(key.len()).position(|w| w == key).unwrap() + key.len() + 4;
+    let mut wrong = bytes.clone();
+    wrong[at..at + 4].copy_from_slice(&256u32.to_le_bytes());
+    let err = Llama::from_gguf(Arc::new(SimdBackend::new()), &Gguf::parse(&wrong).unwrap(), DType::F32, 64).err();
+    assert!(matches!(&err, Some(LoadError::TensorShape { name, .. }) if name == "blk.0.ffn_gate.weight"), "{err:?}");
+    let mut unnamed = bytes.clone();
+    let at = unnamed.windows(key.len()).position(|w| w == key).unwrap();
+    unnamed[at] = b'L';
+    let err = Llama::from_gguf(Arc::new(SimdBackend::new()), &Gguf::parse(&unnamed).unwrap(), DType::F32, 64).err();
+    assert!(matches!(&err, Some(LoadError::Metadata { key }) if key == "llama.feed_forward_length"), "{err:?}");
 }

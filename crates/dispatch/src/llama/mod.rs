@@ -32,6 +32,7 @@
 //! [`reference_logits`] computes the same forward pass in float64 on the
 //! host, for the tests and the example's check.
 
+mod gguf;
 mod reference;
 mod weights;
 
@@ -43,7 +44,17 @@ use compute_core::{
     Result, RopeLayout, RopeSpec, RowOp, Strided, Tensor,
 };
 
+pub use gguf::LoadError;
 pub use reference::reference_logits;
+
+/// The order in which [`Llama`] takes a model's tensors, by their llama.cpp
+/// (GGUF) names: the embedding table, the final norm, the LM head, then per
+/// layer `i` the two norms and the seven projections.
+pub const TENSOR_ORDER: [&str; 3] = ["token_embd.weight", "output_norm.weight", "output.weight"];
+
+/// The per-layer tensors, in order, as `blk.{i}.{name}.weight`.
+pub const LAYER_TENSORS: [&str; 9] =
+    ["attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"];
 pub use weights::{HostLayer, HostWeights};
 
 /// The shape of a Llama-architecture model.
@@ -259,8 +270,8 @@ impl Llama {
     pub fn load(backend: Arc<dyn Backend>, weights: &HostWeights, format: WeightFormat) -> Result<Llama> {
         let cfg = weights.cfg;
         cfg.check()?;
-        let d = cfg.head_dim();
-        // Round or quantize every tensor first, on all cores, then upload.
+        // Round or quantize every tensor first, on all cores, then upload
+        // them in the order `assemble` asks for them.
         let mut sources: Vec<(&[f32], DType)> =
             vec![(&weights.embed, format.dtype), (&weights.final_norm, format.dtype)];
         sources.push((&weights.lm_head, format.linear));
@@ -272,33 +283,43 @@ impl Llama {
             }
         }
         let mut stored = convert_all(&sources).into_iter();
-        let mut next =
-            || stored.next().ok_or_else(|| ComputeError::shape("llama", "a tensor went missing", String::new()));
-        let mut dense = || -> Result<Tensor> { backend.upload_typed(next()?.as_slice()) };
-        let embed = dense()?;
-        let final_norm = dense()?;
-        let mut linear = |out: usize, inp: usize| -> Result<Linear> {
-            Ok(Linear { w: backend.upload_typed(next()?.as_slice())?, out, inp })
-        };
-        let lm_head = linear(cfg.vocab, cfg.hidden)?;
+        Self::assemble(backend, cfg, format, |name| {
+            stored.next().ok_or_else(|| ComputeError::shape("llama", format!("no tensor for {name}"), String::new()))
+        })
+    }
+
+    /// Builds the model from its tensors, each asked for by its llama.cpp
+    /// name (see [`TENSOR_ORDER`]) in that order, already in the dtype it
+    /// is stored in; uploads each and allocates the KV cache.
+    pub(crate) fn assemble(
+        backend: Arc<dyn Backend>,
+        cfg: LlamaConfig,
+        format: WeightFormat,
+        mut tensor: impl FnMut(&str) -> Result<compute_core::HostVec>,
+    ) -> Result<Llama> {
+        cfg.check()?;
+        let d = cfg.head_dim();
+        let mut upload = |name: &str| -> Result<Tensor> { backend.upload_typed(tensor(name)?.as_slice()) };
+        let embed = upload("token_embd.weight")?;
+        let final_norm = upload("output_norm.weight")?;
+        let lm_head = Linear { w: upload("output.weight")?, out: cfg.vocab, inp: cfg.hidden };
         let cache = cfg.kv_heads * cfg.max_seq * d;
         let mut layers = Vec::with_capacity(cfg.layers);
-        for _ in &weights.layers {
-            let mut dense = || -> Result<Tensor> { backend.upload_typed(next()?.as_slice()) };
-            let (attn_norm, ffn_norm) = (dense()?, dense()?);
-            let mut linear = |out: usize, inp: usize| -> Result<Linear> {
-                Ok(Linear { w: backend.upload_typed(next()?.as_slice())?, out, inp })
-            };
+        for i in 0..cfg.layers {
+            let mut t = |name: &str| upload(&format!("blk.{i}.{name}.weight"));
+            let (attn_norm, ffn_norm) = (t("attn_norm")?, t("ffn_norm")?);
+            let mut lin =
+                |name: &str, out: usize, inp: usize| -> Result<Linear> { Ok(Linear { w: t(name)?, out, inp }) };
             layers.push(Layer {
                 attn_norm,
-                wq: linear(cfg.heads * d, cfg.hidden)?,
-                wk: linear(cfg.kv_heads * d, cfg.hidden)?,
-                wv: linear(cfg.kv_heads * d, cfg.hidden)?,
-                wo: linear(cfg.hidden, cfg.heads * d)?,
+                wq: lin("attn_q", cfg.heads * d, cfg.hidden)?,
+                wk: lin("attn_k", cfg.kv_heads * d, cfg.hidden)?,
+                wv: lin("attn_v", cfg.kv_heads * d, cfg.hidden)?,
+                wo: lin("attn_output", cfg.hidden, cfg.heads * d)?,
                 ffn_norm,
-                gate: linear(cfg.intermediate, cfg.hidden)?,
-                up: linear(cfg.intermediate, cfg.hidden)?,
-                down: linear(cfg.hidden, cfg.intermediate)?,
+                gate: lin("ffn_gate", cfg.intermediate, cfg.hidden)?,
+                up: lin("ffn_up", cfg.intermediate, cfg.hidden)?,
+                down: lin("ffn_down", cfg.hidden, cfg.intermediate)?,
                 k_cache: backend.alloc_typed(cache, format.dtype)?,
                 v_cache: backend.alloc_typed(cache, format.dtype)?,
             });
