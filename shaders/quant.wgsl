@@ -37,14 +37,14 @@
 
 // 0 q4_K, 1 q5_K, 2 q6_K, 3 q8_0.
 override FMT: u32 = 0u;
-// Rows of x per gemv pass (1..=8) and weight rows per workgroup (1..=4);
+// Rows of x per gemv pass (1..=16) and weight rows per workgroup (1..=4);
 // MR · NR ≤ ACC.
 override MR: u32 = 1u;
 override NR: u32 = 4u;
 
 const WG: u32 = 128u;
 const DQ_WG: u32 = 256u;
-const ACC: u32 = 16u;
+const ACC: u32 = 64u;
 
 struct Params {
     // gemv: values per weight row; dequant: blocks in this piece.
@@ -237,41 +237,203 @@ fn decode(bb: u32, t: u32, v: ptr<function, array<vec4<f32>, 4>>, c: ptr<functio
     }
 }
 
-// Each invocation's sums: acc[r · MR + i] for weight row r and x row i.
-var<private> acc: array<f32, 16>;
-// The workgroup's partial sums on their way to one total each (WG · ACC).
-var<workgroup> red: array<f32, 2048>;
+// ---- gemv ------------------------------------------------------------------
+//
+// Work unit: a *chunk* of 32 values of one weight row, in eight groups of four
+// consecutive values (group g at value offset goff(g) from the chunk's first):
+// q4_K and q5_K one vec4 of quants (8 chunks a block: run jp = c / 2 of 32
+// bytes, half c % 2; low nibbles are groups 0..4, high nibbles 4..8, 32
+// values further), q6_K two words of each half-run's low bits with their high
+// bits (8 chunks: half h = c / 4, positions l = 8 (c % 4); groups 2q + j at
+// 32q + 4j), q8_0 one whole block (groups at 4g). An invocation loads a
+// chunk's bytes of its NR rows at once (q4_K/q5_K: 16-byte loads, with the
+// block's 16-byte header of scales; q6_K/q8_0: words), keeps them packed as
+// eight words of four small unsigned bytes each (`bw`, one word a group) with
+// one scale and one offset per group class, and turns a group into four f32
+// values only where it multiplies them, so x is read once per group for all
+// NR rows and no decoded row is held whole.
 
-// Accumulates into acc the products of this invocation's slices of the NR
+// Each invocation's sums: acc[r · MR + i] for weight row r and x row i.
+var<private> acc: array<f32, 64>;
+// A chunk of each of the NR rows: packed quant bytes bw[r · 8 + g], and the
+// scale and offset of each group class (value = fma(scale, q, -offset)).
+var<private> bw: array<u32, 32>;
+var<private> gsc: array<vec4<f32>, 4>;
+var<private> gmn: array<vec4<f32>, 4>;
+// Partial sums on their way to one total each: the subgroups' totals (at most
+// 32 subgroups of ACC sums), or the tree's ACC_TREE sums per invocation.
+var<workgroup> red: array<f32, 2048>;
+const ACC_TREE: u32 = 16u;
+
+// The same weight bytes as `wq`, 16 at a time (bound by the host to the same
+// range): q4_K and q5_K blocks keep 16-byte alignment (144 and 176 bytes).
+@group(0) @binding(5) var<storage, read> wv: array<vec4<u32>>;
+
+// The four bytes of w as exact f32 values: each byte's bits placed in the
+// mantissa of 2²³ and 2²³ subtracted (two full-rate operations a value where
+// an integer conversion runs at a quarter of the rate on many GPUs).
+fn bytes_f32(w: u32) -> vec4<f32> {
+    let b = (vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu);
+    return bitcast<vec4<f32>>(b | vec4<u32>(0x4b000000u)) - vec4<f32>(8388608.0);
+}
+
+// Chunks per block, and the vec4s of a q4_K/q5_K block.
+fn chunks() -> u32 {
+    return select(8u, 1u, FMT == 3u);
+}
+
+fn block_vec4s() -> u32 {
+    return select(9u, 11u, FMT == 1u);
+}
+
+// Value offset of group g within a chunk.
+fn goff(g: u32) -> u32 {
+    switch FMT {
+        case 0u, 1u: { return (g >> 2u) * 32u + (g & 3u) * 4u; }
+        case 2u: { return (g >> 1u) * 32u + (g & 1u) * 4u; }
+        default: { return 4u * g; }
+    }
+}
+
+// Scale class of group g (index into gsc / gmn components).
+fn gclass(g: u32) -> u32 {
+    switch FMT {
+        case 0u, 1u: { return g >> 2u; }
+        case 2u: { return g >> 1u; }
+        default: { return 0u; }
+    }
+}
+
+// The 8 bytes at byte offset o (even) as two words.
+fn words2(o: u32) -> vec2<u32> {
+    let i = o >> 2u;
+    let a = wq[i];
+    let b = wq[i + 1u];
+    if ((o & 2u) == 0u) {
+        return vec2<u32>(a, b);
+    }
+    let c = wq[i + 2u];
+    return vec2<u32>((a >> 16u) | (b << 16u), (b >> 16u) | (c << 16u));
+}
+
+// Loads chunk c of block blk of weight row `row` into bw[8r..8r+8], gsc[r]
+// and gmn[r]; returns the value offset of the chunk within the row.
+fn load_chunk(r: u32, row: u32, blk: u32, c: u32) -> u32 {
+    let nb = p.k / block_values();
+    switch FMT {
+        case 0u, 1u: {
+            // d, dmin, 12 scale bytes | (q5_K: 32 bytes of fifth bits) | 128
+            // bytes of quants in four runs of 32.
+            let bv = (row * nb + blk) * block_vec4s();
+            let hdr = wv[bv];
+            let jp = c >> 1u;
+            let q = wv[bv + select(1u, 3u, FMT == 1u) + c];
+            var qh = vec4<u32>(0u);
+            if (FMT == 1u) {
+                qh = wv[bv + 1u + (c & 1u)];
+            }
+            // The 8 six-bit scales and mins (ggml's get_scale_min_k4), four to a word.
+            let sc_lo = hdr.y & 0x3f3f3f3fu;
+            let mn_lo = hdr.z & 0x3f3f3f3fu;
+            let sc_hi = (hdr.w & 0x0f0f0f0fu) | ((hdr.y >> 2u) & 0x30303030u);
+            let mn_hi = ((hdr.w >> 4u) & 0x0f0f0f0fu) | ((hdr.z >> 2u) & 0x30303030u);
+            let sh = 16u * (jp & 1u);
+            let scw = select(sc_lo, sc_hi, jp >= 2u) >> sh;
+            let mnw = select(mn_lo, mn_hi, jp >= 2u) >> sh;
+            let d = f16_exact(hdr.x & 0xffffu);
+            let dmin = f16_exact(hdr.x >> 16u);
+            let s = bytes_f32((scw & 0xffffu) | ((mnw & 0xffffu) << 16u));
+            gsc[r] = vec4<f32>(d * s.x, d * s.y, 0.0, 0.0);
+            gmn[r] = vec4<f32>(dmin * s.z, dmin * s.w, 0.0, 0.0);
+            for (var j = 0u; j < 4u; j++) {
+                var lo = q[j] & 0x0f0f0f0fu;
+                var hi = (q[j] >> 4u) & 0x0f0f0f0fu;
+                if (FMT == 1u) {
+                    lo |= ((qh[j] >> (2u * jp)) & 0x01010101u) << 4u;
+                    hi |= ((qh[j] >> (2u * jp + 1u)) & 0x01010101u) << 4u;
+                }
+                bw[r * 8u + j] = lo;
+                bw[r * 8u + 4u + j] = hi;
+            }
+            return blk * 256u + 64u * jp + 16u * (c & 1u);
+        }
+        case 2u: {
+            // q6_K: ql[128], qh[64], scales[16] (i8), d (f16) last.
+            let bb = row * nb * 210u + blk * 210u;
+            let h = c >> 2u;
+            let l = 8u * (c & 3u);
+            let a = words2(bb + 64u * h + l);
+            let b = words2(bb + 64u * h + 32u + l);
+            let qh = words2(bb + 128u + 32u * h + l);
+            for (var j = 0u; j < 2u; j++) {
+                let hb = qh[j];
+                bw[r * 8u + j] = (a[j] & 0x0f0f0f0fu) | ((hb & 0x03030303u) << 4u);
+                bw[r * 8u + 2u + j] = (b[j] & 0x0f0f0f0fu) | (((hb >> 2u) & 0x03030303u) << 4u);
+                bw[r * 8u + 4u + j] = ((a[j] >> 4u) & 0x0f0f0f0fu) | (((hb >> 4u) & 0x03030303u) << 4u);
+                bw[r * 8u + 6u + j] = ((b[j] >> 4u) & 0x0f0f0f0fu) | (((hb >> 6u) & 0x03030303u) << 4u);
+            }
+            let d = f16_field(bb + 208u);
+            // Signed scales of the four groups: bytes is, is + 2, is + 4, is + 6.
+            let sc = bb + 192u + 8u * h + l / 16u;
+            let sv = vec4<f32>(
+                f32(extractBits(bitcast<i32>(byte_at(sc)), 0u, 8u)),
+                f32(extractBits(bitcast<i32>(byte_at(sc + 2u)), 0u, 8u)),
+                f32(extractBits(bitcast<i32>(byte_at(sc + 4u)), 0u, 8u)),
+                f32(extractBits(bitcast<i32>(byte_at(sc + 6u)), 0u, 8u)),
+            );
+            // (d·sc)·(q − 32) rounded once, as dequantize: fma(d·sc, q, −32·d·sc).
+            let ds = d * sv;
+            gsc[r] = ds;
+            gmn[r] = 32.0 * ds;
+            return blk * 256u + 128u * h + l;
+        }
+        default: {
+            // q8_0: d (f16), 32 signed bytes; the block's 34 bytes lie in the 9
+            // words from its first, offset by 0 or 2 bytes.
+            let bb = (row * nb + blk) * 34u;
+            let i = bb >> 2u;
+            let odd = (bb & 2u) != 0u;
+            var prev = wq[i];
+            let d = f16_exact(select(prev & 0xffffu, prev >> 16u, odd));
+            for (var j = 0u; j < 8u; j++) {
+                let next = wq[i + 1u + j];
+                bw[r * 8u + j] = select((prev >> 16u) | (next << 16u), next, odd) ^ 0x80808080u;
+                prev = next;
+            }
+            // d·(q + 128) − 128·d = d·q (exact).
+            gsc[r] = vec4<f32>(d);
+            gmn[r] = vec4<f32>(128.0 * d);
+            return blk * 32u;
+        }
+    }
+}
+
+// Accumulates into acc the products of this invocation's chunks of the NR
 // weight rows from row0 with the MR rows of x of this pass.
 fn accumulate(lid: u32, row0: u32) {
-    let units = (p.k / block_values()) * slices();
-    let row_bytes = (p.k / block_values()) * block_bytes();
+    let units = (p.k / block_values()) * chunks();
     for (var a = 0u; a < ACC; a++) {
         acc[a] = 0.0;
     }
-    var wv: array<vec4<f32>, 16>;
     for (var u = lid; u < units; u += WG) {
-        let blk = u / slices();
-        let t = u % slices();
-        var c: array<u32, 4>;
+        let blk = u / chunks();
+        let c = u % chunks();
+        var col = 0u;
         for (var r = 0u; r < NR; r++) {
-            var v: array<vec4<f32>, 4>;
-            if (row0 + r < p.n) {
-                decode((row0 + r) * row_bytes + blk * block_bytes(), t, &v, &c);
-            }
-            for (var q = 0u; q < 4u; q++) {
-                wv[r * 4u + q] = v[q];
-            }
+            // Rows past the piece reload its last row; their sums are not written.
+            col = load_chunk(r, min(row0 + r, p.n - 1u), blk, c);
         }
-        let col = blk * block_values();
-        for (var i = 0u; i < MR; i++) {
-            if (i < p.m) {
-                let xrow = (p.m0 + i) * p.k + col;
-                for (var q = 0u; q < slice_vec4s(); q++) {
-                    let xv = load_x((xrow + c[q]) >> 2u);
+        for (var g = 0u; g < 8u; g++) {
+            let cls = gclass(g);
+            var w: array<vec4<f32>, 4>;
+            for (var r = 0u; r < NR; r++) {
+                w[r] = fma(vec4<f32>(gsc[r][cls]), bytes_f32(bw[r * 8u + g]), -vec4<f32>(gmn[r][cls]));
+            }
+            for (var i = 0u; i < MR; i++) {
+                if (i < p.m) {
+                    let xv = load_x(((p.m0 + i) * p.k + col + goff(g)) >> 2u);
                     for (var r = 0u; r < NR; r++) {
-                        acc[r * MR + i] += dot(wv[r * 4u + q], xv);
+                        acc[r * MR + i] += dot(w[r], xv);
                     }
                 }
             }
@@ -279,18 +441,19 @@ fn accumulate(lid: u32, row0: u32) {
     }
 }
 
-// Writes the total `v` of output lid (weight row lid / MR, x row lid % MR) of
-// the workgroup's rows from row0, if it exists.
-fn write_total(lid: u32, row0: u32, v: f32) {
-    let r = lid / MR;
-    let i = lid % MR;
+// Writes the total `v` of output a (weight row a / MR, x row a % MR) of the
+// workgroup's rows from row0, if it exists.
+fn write_total(a: u32, row0: u32, v: f32) {
+    let r = a / MR;
+    let i = a % MR;
     if (row0 + r < p.n && i < p.m) {
         out[(p.m0 + i) * p.ldy + p.j0 + row0 + r] = v;
     }
 }
 
 // Without subgroup operations: the sums reduced by a tree over the WG
-// invocations in workgroup memory (log2 WG barriers).
+// invocations in workgroup memory, ACC_TREE sums at a time (log2 WG barriers
+// each).
 @compute @workgroup_size(WG)
 fn gemv(
     @builtin(local_invocation_index) lid: u32,
@@ -303,20 +466,23 @@ fn gemv(
     }
     let row0 = group * NR;
     accumulate(lid, row0);
-    for (var a = 0u; a < ACC; a++) {
-        red[lid * ACC + a] = acc[a];
-    }
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        if (lid < s) {
-            for (var a = 0u; a < ACC; a++) {
-                red[lid * ACC + a] += red[(lid + s) * ACC + a];
-            }
+    for (var a0 = 0u; a0 < MR * NR; a0 += ACC_TREE) {
+        for (var a = 0u; a < ACC_TREE; a++) {
+            red[lid * ACC_TREE + a] = acc[min(a0 + a, ACC - 1u)];
         }
         workgroupBarrier();
-    }
-    if (lid < MR * NR) {
-        write_total(lid, row0, red[lid]);
+        for (var s = WG / 2u; s > 0u; s = s / 2u) {
+            if (lid < s) {
+                for (var a = 0u; a < ACC_TREE; a++) {
+                    red[lid * ACC_TREE + a] += red[(lid + s) * ACC_TREE + a];
+                }
+            }
+            workgroupBarrier();
+        }
+        if (lid < ACC_TREE && a0 + lid < MR * NR) {
+            write_total(a0 + lid, row0, red[lid]);
+        }
+        workgroupBarrier();
     }
 }
 

@@ -1,8 +1,9 @@
 // The `gemv` of quant.wgsl with its sums reduced by subgroup operations
 // (adapters with wgpu's SUBGROUP feature): the backend appends this file to
-// quant.wgsl (naga takes the subgroup builtins without `enable subgroups;`). Each sum takes one
-// subgroupAdd; lane 0 of each subgroup stores the subgroup's totals, and after
-// one barrier the first MR · NR invocations add up the subgroups' partials.
+// quant.wgsl (naga takes the subgroup builtins without `enable subgroups;`).
+// Each sum takes one subgroupAdd; lane 0 of each subgroup stores the
+// subgroup's totals (at most WG / 4 subgroups), and after one barrier the
+// first MR · NR invocations add up the subgroups' partials.
 
 @compute @workgroup_size(WG)
 fn gemv_subgroup(
@@ -22,13 +23,13 @@ fn gemv_subgroup(
     for (var a = 0u; a < MR * NR; a++) {
         let s = subgroupAdd(acc[a]);
         if (lane == 0u) {
-            red[sid * ACC + a] = s;
+            red[min(sid, 31u) * ACC + a] = s;
         }
     }
     workgroupBarrier();
     if (lid < MR * NR) {
         var total = 0.0;
-        let count = (WG + size - 1u) / size;
+        let count = min((WG + size - 1u) / size, 32u);
         for (var g = 0u; g < count; g++) {
             total += red[g * ACC + lid];
         }

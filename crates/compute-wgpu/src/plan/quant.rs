@@ -38,9 +38,12 @@ use crate::errors;
 use crate::kernels::{Kernel, quant_code};
 
 /// The `(mr, nr)` pairs of the `gemv` kernel: rows of `x` per pass and weight
-/// rows per workgroup (`mr · nr ≤ 16` sums per invocation). A pass of `m`
-/// rows takes the first pair with `mr ≥ m`; more than 8 rows go in passes of 8.
-pub(crate) const GEMV_SHAPES: [(u32, u32); 4] = [(1, 4), (2, 4), (4, 4), (8, 2)];
+/// rows per workgroup (`mr · nr ≤ 64` sums per invocation). A pass of `m`
+/// rows takes the first pair with `mr ≥ m`; more than 16 rows go in passes of 16.
+pub(crate) const GEMV_SHAPES: [(u32, u32); 5] = [(1, 4), (2, 4), (4, 4), (8, 4), (16, 4)];
+
+/// Most rows of `x` one `gemv` pass takes.
+const GEMV_PASS_ROWS: u64 = 16;
 
 /// Rows of `x` above which the product dequantizes `W` into `f32` and runs
 /// the GEMM (when that fits one binding).
@@ -169,8 +172,8 @@ pub(crate) fn gemv(
     let (m, n) = (m as u64, n as u64);
     let mut m0 = 0;
     while m0 < m {
-        let rows = (m - m0).min(8);
-        let (mr, nr) = GEMV_SHAPES.into_iter().find(|&(mr, _)| u64::from(mr) >= rows).unwrap_or((8, 2));
+        let rows = (m - m0).min(GEMV_PASS_ROWS);
+        let (mr, nr) = GEMV_SHAPES.into_iter().find(|&(mr, _)| u64::from(mr) >= rows).unwrap_or((16, 4));
         let kernel = Kernel::QuantGemv { format, mr, nr, x: x.dtype, subgroup };
         let mut j0 = 0;
         while j0 < n {
@@ -191,6 +194,7 @@ pub(crate) fn gemv(
                     bind(1, &x.buffer, 0, x_bytes),
                     bind(3, &y.buffer, 0, y_bytes),
                     bind(4, w, j0 * row_bytes, whole_words(cnt * row_bytes)),
+                    bind(5, w, j0 * row_bytes, whole_words(cnt * row_bytes)),
                 ],
                 groups: grid(ctx, name, groups)?,
             }));
