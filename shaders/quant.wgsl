@@ -37,10 +37,6 @@
 
 // 0 q4_K, 1 q5_K, 2 q6_K, 3 q8_0.
 override FMT: u32 = 0u;
-// Rows of x per gemv pass (1..=16) and weight rows per workgroup (1..=4);
-// MR · NR ≤ ACC.
-override MR: u32 = 1u;
-override NR: u32 = 4u;
 
 const WG: u32 = 128u;
 const DQ_WG: u32 = 256u;
@@ -237,7 +233,7 @@ fn decode(bb: u32, t: u32, v: ptr<function, array<vec4<f32>, 4>>, c: ptr<functio
     }
 }
 
-// ---- gemv ------------------------------------------------------------------
+// ---- gemv helpers (the entry points are generated: kernels/quant_gemv.rs) ----
 //
 // Work unit: a *chunk* of 32 values of one weight row, in eight groups of four
 // consecutive values (group g at value offset goff(g) from the chunk's first):
@@ -245,21 +241,23 @@ fn decode(bb: u32, t: u32, v: ptr<function, array<vec4<f32>, 4>>, c: ptr<functio
 // bytes, half c % 2; low nibbles are groups 0..4, high nibbles 4..8, 32
 // values further), q6_K two words of each half-run's low bits with their high
 // bits (8 chunks: half h = c / 4, positions l = 8 (c % 4); groups 2q + j at
-// 32q + 4j), q8_0 one whole block (groups at 4g). An invocation loads a
-// chunk's bytes of its NR rows at once (q4_K/q5_K: 16-byte loads, with the
-// block's 16-byte header of scales; q6_K/q8_0: words), keeps them packed as
-// eight words of four small unsigned bytes each (`bw`, one word a group) with
-// one scale and one offset per group class, and turns a group into four f32
-// values only where it multiplies them, so x is read once per group for all
-// NR rows and no decoded row is held whole.
+// 32q + 4j), q8_0 one whole block (groups at 4g). `load_chunk` loads a chunk's
+// bytes at once (q4_K/q5_K: 16-byte loads, with the block's 16-byte header of
+// scales; q6_K/q8_0: words) and keeps them packed as eight words of four small
+// unsigned bytes each (one word a group) with one scale and one offset per
+// group class; a group becomes four f32 values only where it is multiplied.
 
-// Each invocation's sums: acc[r · MR + i] for weight row r and x row i.
-var<private> acc: array<f32, 64>;
-// A chunk of each of the NR rows: packed quant bytes bw[r · 8 + g], and the
-// scale and offset of each group class (value = fma(scale, q, -offset)).
-var<private> bw: array<u32, 32>;
-var<private> gsc: array<vec4<f32>, 4>;
-var<private> gmn: array<vec4<f32>, 4>;
+// A chunk of one weight row: packed quant bytes of groups 0..4 (`lo`) and
+// 4..8 (`hi`), each group class's scale and offset (value = fma(scale, q,
+// -offset)), and the value offset of the chunk within the row.
+struct Chunk {
+    lo: vec4<u32>,
+    hi: vec4<u32>,
+    sc: vec4<f32>,
+    mn: vec4<f32>,
+    col: u32,
+}
+
 // Partial sums on their way to one total each: the subgroups' totals (at most
 // 32 subgroups of ACC sums), or the tree's ACC_TREE sums per invocation.
 var<workgroup> red: array<f32, 2048>;
@@ -295,13 +293,19 @@ fn goff(g: u32) -> u32 {
     }
 }
 
-// Scale class of group g (index into gsc / gmn components).
+// Scale class of group g (component of Chunk.sc / Chunk.mn).
 fn gclass(g: u32) -> u32 {
     switch FMT {
         case 0u, 1u: { return g >> 2u; }
         case 2u: { return g >> 1u; }
         default: { return 0u; }
     }
+}
+
+// The four values of group g of chunk ch, as dequantize computes them.
+fn group_values(ch: Chunk, word: u32, g: u32) -> vec4<f32> {
+    let cls = gclass(g);
+    return fma(vec4<f32>(ch.sc[cls]), bytes_f32(word), -vec4<f32>(ch.mn[cls]));
 }
 
 // The 8 bytes at byte offset o (even) as two words.
@@ -316,9 +320,8 @@ fn words2(o: u32) -> vec2<u32> {
     return vec2<u32>((a >> 16u) | (b << 16u), (b >> 16u) | (c << 16u));
 }
 
-// Loads chunk c of block blk of weight row `row` into bw[8r..8r+8], gsc[r]
-// and gmn[r]; returns the value offset of the chunk within the row.
-fn load_chunk(r: u32, row: u32, blk: u32, c: u32) -> u32 {
+// Chunk c of block blk of weight row `row` (of p.k values).
+fn load_chunk(row: u32, blk: u32, c: u32) -> Chunk {
     let nb = p.k / block_values();
     switch FMT {
         case 0u, 1u: {
@@ -328,9 +331,12 @@ fn load_chunk(r: u32, row: u32, blk: u32, c: u32) -> u32 {
             let hdr = wv[bv];
             let jp = c >> 1u;
             let q = wv[bv + select(1u, 3u, FMT == 1u) + c];
-            var qh = vec4<u32>(0u);
+            var lo = q & vec4<u32>(0x0f0f0f0fu);
+            var hi = (q >> vec4<u32>(4u)) & vec4<u32>(0x0f0f0f0fu);
             if (FMT == 1u) {
-                qh = wv[bv + 1u + (c & 1u)];
+                let qh = wv[bv + 1u + (c & 1u)];
+                lo |= ((qh >> vec4<u32>(2u * jp)) & vec4<u32>(0x01010101u)) << vec4<u32>(4u);
+                hi |= ((qh >> vec4<u32>(2u * jp + 1u)) & vec4<u32>(0x01010101u)) << vec4<u32>(4u);
             }
             // The 8 six-bit scales and mins (ggml's get_scale_min_k4), four to a word.
             let sc_lo = hdr.y & 0x3f3f3f3fu;
@@ -343,19 +349,9 @@ fn load_chunk(r: u32, row: u32, blk: u32, c: u32) -> u32 {
             let d = f16_exact(hdr.x & 0xffffu);
             let dmin = f16_exact(hdr.x >> 16u);
             let s = bytes_f32((scw & 0xffffu) | ((mnw & 0xffffu) << 16u));
-            gsc[r] = vec4<f32>(d * s.x, d * s.y, 0.0, 0.0);
-            gmn[r] = vec4<f32>(dmin * s.z, dmin * s.w, 0.0, 0.0);
-            for (var j = 0u; j < 4u; j++) {
-                var lo = q[j] & 0x0f0f0f0fu;
-                var hi = (q[j] >> 4u) & 0x0f0f0f0fu;
-                if (FMT == 1u) {
-                    lo |= ((qh[j] >> (2u * jp)) & 0x01010101u) << 4u;
-                    hi |= ((qh[j] >> (2u * jp + 1u)) & 0x01010101u) << 4u;
-                }
-                bw[r * 8u + j] = lo;
-                bw[r * 8u + 4u + j] = hi;
-            }
-            return blk * 256u + 64u * jp + 16u * (c & 1u);
+            let sc = vec4<f32>(d * s.x, d * s.y, 0.0, 0.0);
+            let mn = vec4<f32>(dmin * s.z, dmin * s.w, 0.0, 0.0);
+            return Chunk(lo, hi, sc, mn, blk * 256u + 64u * jp + 16u * (c & 1u));
         }
         case 2u: {
             // q6_K: ql[128], qh[64], scales[16] (i8), d (f16) last.
@@ -365,13 +361,12 @@ fn load_chunk(r: u32, row: u32, blk: u32, c: u32) -> u32 {
             let a = words2(bb + 64u * h + l);
             let b = words2(bb + 64u * h + 32u + l);
             let qh = words2(bb + 128u + 32u * h + l);
-            for (var j = 0u; j < 2u; j++) {
-                let hb = qh[j];
-                bw[r * 8u + j] = (a[j] & 0x0f0f0f0fu) | ((hb & 0x03030303u) << 4u);
-                bw[r * 8u + 2u + j] = (b[j] & 0x0f0f0f0fu) | (((hb >> 2u) & 0x03030303u) << 4u);
-                bw[r * 8u + 4u + j] = ((a[j] >> 4u) & 0x0f0f0f0fu) | (((hb >> 4u) & 0x03030303u) << 4u);
-                bw[r * 8u + 6u + j] = ((b[j] >> 4u) & 0x0f0f0f0fu) | (((hb >> 6u) & 0x03030303u) << 4u);
-            }
+            let m4 = vec2<u32>(0x0f0f0f0fu);
+            let m2 = vec2<u32>(0x03030303u);
+            let q1 = (a & m4) | ((qh & m2) << vec2<u32>(4u));
+            let q2 = (b & m4) | (((qh >> vec2<u32>(2u)) & m2) << vec2<u32>(4u));
+            let q3 = ((a >> vec2<u32>(4u)) & m4) | (((qh >> vec2<u32>(4u)) & m2) << vec2<u32>(4u));
+            let q4 = ((b >> vec2<u32>(4u)) & m4) | (((qh >> vec2<u32>(6u)) & m2) << vec2<u32>(4u));
             let d = f16_field(bb + 208u);
             // Signed scales of the four groups: bytes is, is + 2, is + 4, is + 6.
             let sc = bb + 192u + 8u * h + l / 16u;
@@ -383,9 +378,7 @@ fn load_chunk(r: u32, row: u32, blk: u32, c: u32) -> u32 {
             );
             // (d·sc)·(q − 32) rounded once, as dequantize: fma(d·sc, q, −32·d·sc).
             let ds = d * sv;
-            gsc[r] = ds;
-            gmn[r] = 32.0 * ds;
-            return blk * 256u + 128u * h + l;
+            return Chunk(vec4<u32>(q1, q2), vec4<u32>(q3, q4), ds, 32.0 * ds, blk * 256u + 128u * h + l);
         }
         default: {
             // q8_0: d (f16), 32 signed bytes; the block's 34 bytes lie in the 9
@@ -393,96 +386,19 @@ fn load_chunk(r: u32, row: u32, blk: u32, c: u32) -> u32 {
             let bb = (row * nb + blk) * 34u;
             let i = bb >> 2u;
             let odd = (bb & 2u) != 0u;
-            var prev = wq[i];
-            let d = f16_exact(select(prev & 0xffffu, prev >> 16u, odd));
-            for (var j = 0u; j < 8u; j++) {
-                let next = wq[i + 1u + j];
-                bw[r * 8u + j] = select((prev >> 16u) | (next << 16u), next, odd) ^ 0x80808080u;
-                prev = next;
-            }
+            let w0 = wq[i];
+            let a = vec4<u32>(w0, wq[i + 1u], wq[i + 2u], wq[i + 3u]);
+            let b = vec4<u32>(a.yzw, wq[i + 4u]);
+            let e = vec4<u32>(wq[i + 5u], wq[i + 6u], wq[i + 7u], wq[i + 8u]);
+            let f = vec4<u32>(b.w, e.xyz);
+            let d = f16_exact(select(w0 & 0xffffu, w0 >> 16u, odd));
+            let s = vec4<u32>(16u);
+            let flip = vec4<u32>(0x80808080u);
+            let lo = select((a >> s) | (b << s), b, odd) ^ flip;
+            let hi = select((f >> s) | (e << s), e, odd) ^ flip;
             // d·(q + 128) − 128·d = d·q (exact).
-            gsc[r] = vec4<f32>(d);
-            gmn[r] = vec4<f32>(128.0 * d);
-            return blk * 32u;
+            return Chunk(lo, hi, vec4<f32>(d), vec4<f32>(128.0 * d), blk * 32u);
         }
-    }
-}
-
-// Accumulates into acc the products of this invocation's chunks of the NR
-// weight rows from row0 with the MR rows of x of this pass.
-fn accumulate(lid: u32, row0: u32) {
-    let units = (p.k / block_values()) * chunks();
-    for (var a = 0u; a < ACC; a++) {
-        acc[a] = 0.0;
-    }
-    for (var u = lid; u < units; u += WG) {
-        let blk = u / chunks();
-        let c = u % chunks();
-        var col = 0u;
-        for (var r = 0u; r < NR; r++) {
-            // Rows past the piece reload its last row; their sums are not written.
-            col = load_chunk(r, min(row0 + r, p.n - 1u), blk, c);
-        }
-        for (var g = 0u; g < 8u; g++) {
-            let cls = gclass(g);
-            var w: array<vec4<f32>, 4>;
-            for (var r = 0u; r < NR; r++) {
-                w[r] = fma(vec4<f32>(gsc[r][cls]), bytes_f32(bw[r * 8u + g]), -vec4<f32>(gmn[r][cls]));
-            }
-            for (var i = 0u; i < MR; i++) {
-                if (i < p.m) {
-                    let xv = load_x(((p.m0 + i) * p.k + col + goff(g)) >> 2u);
-                    for (var r = 0u; r < NR; r++) {
-                        acc[r * MR + i] += dot(w[r], xv);
-                    }
-                }
-            }
-        }
-    }
-}
-
-// Writes the total `v` of output a (weight row a / MR, x row a % MR) of the
-// workgroup's rows from row0, if it exists.
-fn write_total(a: u32, row0: u32, v: f32) {
-    let r = a / MR;
-    let i = a % MR;
-    if (row0 + r < p.n && i < p.m) {
-        out[(p.m0 + i) * p.ldy + p.j0 + row0 + r] = v;
-    }
-}
-
-// Without subgroup operations: the sums reduced by a tree over the WG
-// invocations in workgroup memory, ACC_TREE sums at a time (log2 WG barriers
-// each).
-@compute @workgroup_size(WG)
-fn gemv(
-    @builtin(local_invocation_index) lid: u32,
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-) {
-    let group = wid.x + wid.y * nwg.x;
-    if (group >= p.groups) {
-        return;
-    }
-    let row0 = group * NR;
-    accumulate(lid, row0);
-    for (var a0 = 0u; a0 < MR * NR; a0 += ACC_TREE) {
-        for (var a = 0u; a < ACC_TREE; a++) {
-            red[lid * ACC_TREE + a] = acc[min(a0 + a, ACC - 1u)];
-        }
-        workgroupBarrier();
-        for (var s = WG / 2u; s > 0u; s = s / 2u) {
-            if (lid < s) {
-                for (var a = 0u; a < ACC_TREE; a++) {
-                    red[lid * ACC_TREE + a] += red[(lid + s) * ACC_TREE + a];
-                }
-            }
-            workgroupBarrier();
-        }
-        if (lid < ACC_TREE && a0 + lid < MR * NR) {
-            write_total(a0 + lid, row0, red[lid]);
-        }
-        workgroupBarrier();
     }
 }
 
