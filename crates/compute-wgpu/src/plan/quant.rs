@@ -43,7 +43,7 @@ use crate::kernels::{Kernel, quant_code};
 pub(crate) const GEMV_SHAPES: [(u32, u32); 5] = [(1, 4), (2, 4), (4, 4), (8, 4), (16, 4)];
 
 /// Most rows of `x` one `gemv` pass takes.
-const GEMV_PASS_ROWS: u64 = 16;
+const GEMV_PASS_ROWS: u64 = GEMV_SHAPES[GEMV_SHAPES.len() - 1].0 as u64;
 
 /// Rows of `x` above which the product dequantizes `W` into `f32` and runs
 /// the GEMM (when that fits one binding).
@@ -173,7 +173,7 @@ pub(crate) fn gemv(
     let mut m0 = 0;
     while m0 < m {
         let rows = (m - m0).min(GEMV_PASS_ROWS);
-        let (mr, nr) = GEMV_SHAPES.into_iter().find(|&(mr, _)| u64::from(mr) >= rows).unwrap_or((16, 4));
+        let (mr, nr) = GEMV_SHAPES.into_iter().find(|&(mr, _)| u64::from(mr) >= rows).unwrap_or(GEMV_SHAPES[GEMV_SHAPES.len() - 1]);
         let kernel = Kernel::QuantGemv { format, mr, nr, x: x.dtype, subgroup };
         let mut j0 = 0;
         while j0 < n {
