@@ -42,7 +42,11 @@ pub(crate) enum Module {
     /// weight rows per workgroup appended ([`quant_gemv::source`]), reduced by
     /// subgroup operations (`subgroup`: devices with `wgpu::Features::SUBGROUP`)
     /// or in workgroup memory.
-    QuantGemv { mr: u32, nr: u32, subgroup: bool },
+    QuantGemv {
+        mr: u32,
+        nr: u32,
+        subgroup: bool,
+    },
 }
 
 mod quant_gemv;

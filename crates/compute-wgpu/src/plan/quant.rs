@@ -173,7 +173,10 @@ pub(crate) fn gemv(
     let mut m0 = 0;
     while m0 < m {
         let rows = (m - m0).min(GEMV_PASS_ROWS);
-        let (mr, nr) = GEMV_SHAPES.into_iter().find(|&(mr, _)| u64::from(mr) >= rows).unwrap_or(GEMV_SHAPES[GEMV_SHAPES.len() - 1]);
+        let (mr, nr) = GEMV_SHAPES
+            .into_iter()
+            .find(|&(mr, _)| u64::from(mr) >= rows)
+            .unwrap_or(GEMV_SHAPES[GEMV_SHAPES.len() - 1]);
         let kernel = Kernel::QuantGemv { format, mr, nr, x: x.dtype, subgroup };
         let mut j0 = 0;
         while j0 < n {
