@@ -7,30 +7,22 @@
 // start only 2-byte aligned, so their fields are read across word boundaries
 // (`word_at`, `byte_at`). The format is the pipeline-overridable `FMT`.
 //
-// Work unit: one *slice* of a block, the bytes whose values one invocation
-// decodes: q4_K and q5_K one word of 4-bit quants (32 slices a block, 8
-// values: 4 low nibbles and the 4 high nibbles 32 values further), q6_K one
-// word of low bits from each half-run with its high bits (16 slices, 16
-// values), q8_0 two words (4 slices, 8 values). Consecutive invocations take
-// consecutive slices, so a subgroup's quant loads are consecutive words of
-// one row (coalesced); the block header words are the same address for a
-// run of invocations (broadcast from cache). Values are decoded to f32 in
-// registers exactly as `BlockFormat::dequantize` does (the products are exact
-// in f32, so a fused multiply-add gives the same bits), four at a time.
+// `dequant` works on *slices* of a block, the bytes whose values one
+// invocation decodes: q4_K and q5_K one word of 4-bit quants (32 slices a
+// block, 8 values: 4 low nibbles and the 4 high nibbles 32 values further),
+// q6_K one word of low bits from each half-run with its high bits (16 slices,
+// 16 values), q8_0 two words (4 slices, 8 values), written four values at a
+// time (whole words also for f16/bf16 outputs, through the @io block). Values
+// are decoded to f32 exactly as `BlockFormat::dequantize` does (the products
+// are exact in f32, so a fused multiply-add gives the same bits).
 //
-// `gemv`: a workgroup of WG invocations computes NR consecutive weight rows
-// for MR rows of x (one pass; the host runs more passes for more rows). Each
-// invocation strides over the slices of the rows, decodes its slice of each of
-// the NR rows (NR independent loads in flight), then reads the matching
-// values of x, four at a time, once for the NR rows (x is small and stays in
-// cache), accumulating MR·NR f32 sums. The sums are then reduced over the
-// workgroup: with subgroups (`@reduce` block replaced by the backend), one
-// subgroupAdd each and a pass over the subgroups' partials; otherwise a tree
-// in workgroup memory. y is written as f32, one value per output: the host
-// casts into a half output.
-//
-// `dequant`: one invocation per slice, writing its values four at a time
-// (whole words also for f16/bf16 outputs, through the @io block).
+// `gemv` (y = x · Wᵀ for up to 16 rows of x) works on 32-value *chunks* (see
+// "gemv helpers" below); its entry points are generated per (MR, NR) by the
+// backend (`kernels/quant_gemv.rs`) and appended to this file: a workgroup of
+// WG invocations computes NR consecutive weight rows for MR rows of x, each
+// invocation striding over the chunks of the rows. The values are the ones
+// dequantize computes; y is written as f32, one value per output (the host
+// casts into a half output).
 //
 // The grid may be 2-D (more than 65535 workgroups); the flat group index is
 // wid.x + wid.y · nwg.x, and groups past the work return at once.

@@ -11,12 +11,17 @@
 //! else where the weight bytes dominate): the `gemv` kernel, a workgroup of
 //! 128 invocations per [`GEMV_SHAPES`] `nr` weight rows, `mr` rows of `x` per
 //! pass (more rows: more passes, each reading the weights again). Every
-//! invocation decodes its slices of the `nr` rows from coalesced `u32` loads
-//! into `f32` registers and multiplies them with `x` (four values a load),
-//! then the workgroup reduces its `mr · nr` sums: by subgroup operations where
-//! the device has `wgpu::Features::SUBGROUP`, else by a tree in workgroup
-//! memory. Weight rows are split into pieces of at most one storage binding
-//! (whole rows, offsets aligned); `x` and `y` are bound whole.
+//! invocation takes 32-value chunks of the `nr` rows (`q4_K`/`q5_K`: one
+//! 16-byte load of quants with the block's 16-byte header), keeps them packed,
+//! and dequantizes four values at a time where it multiplies them with `x`
+//! (read once for the `nr` rows); the `mr · nr` sums are named variables of
+//! the generated entry point (`kernels/quant_gemv.rs`), then reduced over the
+//! workgroup by subgroup operations where the device has
+//! `wgpu::Features::SUBGROUP`, else by a tree in workgroup memory. The weight
+//! buffer is bound twice over the same range: as `u32` words (`q6_K`, `q8_0`)
+//! and as `vec4<u32>` (`q4_K`, `q5_K`). Weight rows are split into pieces of
+//! at most one storage binding (whole rows, offsets aligned); `x` and `y` are
+//! bound whole.
 //!
 //! **Product, `m > 16`** (prefill): `W` is dequantized once into an `f32`
 //! temporary (`n × k`) and the `f32` GEMM runs on it (`Bᵀ` layout), when that
