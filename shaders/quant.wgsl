@@ -7,44 +7,32 @@
 // start only 2-byte aligned, so their fields are read across word boundaries
 // (`word_at`, `byte_at`). The format is the pipeline-overridable `FMT`.
 //
-// Work unit: one *slice* of a block, the bytes whose values one invocation
-// decodes: q4_K and q5_K one word of 4-bit quants (32 slices a block, 8
-// values: 4 low nibbles and the 4 high nibbles 32 values further), q6_K one
-// word of low bits from each half-run with its high bits (16 slices, 16
-// values), q8_0 two words (4 slices, 8 values). Consecutive invocations take
-// consecutive slices, so a subgroup's quant loads are consecutive words of
-// one row (coalesced); the block header words are the same address for a
-// run of invocations (broadcast from cache). Values are decoded to f32 in
-// registers exactly as `BlockFormat::dequantize` does (the products are exact
-// in f32, so a fused multiply-add gives the same bits), four at a time.
+// `dequant` works on *slices* of a block, the bytes whose values one
+// invocation decodes: q4_K and q5_K one word of 4-bit quants (32 slices a
+// block, 8 values: 4 low nibbles and the 4 high nibbles 32 values further),
+// q6_K one word of low bits from each half-run with its high bits (16 slices,
+// 16 values), q8_0 two words (4 slices, 8 values), written four values at a
+// time (whole words also for f16/bf16 outputs, through the @io block). Values
+// are decoded to f32 exactly as `BlockFormat::dequantize` does (the products
+// are exact in f32, so a fused multiply-add gives the same bits).
 //
-// `gemv`: a workgroup of WG invocations computes NR consecutive weight rows
-// for MR rows of x (one pass; the host runs more passes for more rows). Each
-// invocation strides over the slices of the rows, decodes its slice of each of
-// the NR rows (NR independent loads in flight), then reads the matching
-// values of x, four at a time, once for the NR rows (x is small and stays in
-// cache), accumulating MR·NR f32 sums. The sums are then reduced over the
-// workgroup: with subgroups (`@reduce` block replaced by the backend), one
-// subgroupAdd each and a pass over the subgroups' partials; otherwise a tree
-// in workgroup memory. y is written as f32, one value per output: the host
-// casts into a half output.
-//
-// `dequant`: one invocation per slice, writing its values four at a time
-// (whole words also for f16/bf16 outputs, through the @io block).
+// `gemv` (y = x · Wᵀ for up to 16 rows of x) works on 32-value *chunks* (see
+// "gemv helpers" below); its entry points are generated per (MR, NR) by the
+// backend (`kernels/quant_gemv.rs`) and appended to this file: a workgroup of
+// WG invocations computes NR consecutive weight rows for MR rows of x, each
+// invocation striding over the chunks of the rows. The values are the ones
+// dequantize computes; y is written as f32, one value per output (the host
+// casts into a half output).
 //
 // The grid may be 2-D (more than 65535 workgroups); the flat group index is
 // wid.x + wid.y · nwg.x, and groups past the work return at once.
 
 // 0 q4_K, 1 q5_K, 2 q6_K, 3 q8_0.
 override FMT: u32 = 0u;
-// Rows of x per gemv pass (1..=8) and weight rows per workgroup (1..=4);
-// MR · NR ≤ ACC.
-override MR: u32 = 1u;
-override NR: u32 = 4u;
 
 const WG: u32 = 128u;
 const DQ_WG: u32 = 256u;
-const ACC: u32 = 16u;
+const ACC: u32 = 64u;
 
 struct Params {
     // gemv: values per weight row; dequant: blocks in this piece.
@@ -237,86 +225,172 @@ fn decode(bb: u32, t: u32, v: ptr<function, array<vec4<f32>, 4>>, c: ptr<functio
     }
 }
 
-// Each invocation's sums: acc[r · MR + i] for weight row r and x row i.
-var<private> acc: array<f32, 16>;
-// The workgroup's partial sums on their way to one total each (WG · ACC).
+// ---- gemv helpers (the entry points are generated: kernels/quant_gemv.rs) ----
+//
+// Work unit: a *chunk* of 32 values of one weight row, in eight groups of four
+// consecutive values (group g at value offset goff(g) from the chunk's first):
+// q4_K and q5_K one vec4 of quants (8 chunks a block: run jp = c / 2 of 32
+// bytes, half c % 2; low nibbles are groups 0..4, high nibbles 4..8, 32
+// values further), q6_K two words of each half-run's low bits with their high
+// bits (8 chunks: half h = c / 4, positions l = 8 (c % 4); groups 2q + j at
+// 32q + 4j), q8_0 one whole block (groups at 4g). `load_chunk` loads a chunk's
+// bytes at once (q4_K/q5_K: 16-byte loads, with the block's 16-byte header of
+// scales; q6_K/q8_0: words) and keeps them packed as eight words of four small
+// unsigned bytes each (one word a group) with one scale and one offset per
+// group class; a group becomes four f32 values only where it is multiplied.
+
+// A chunk of one weight row: packed quant bytes of groups 0..4 (`lo`) and
+// 4..8 (`hi`), each group class's scale and offset (value = fma(scale, q,
+// -offset)), and the value offset of the chunk within the row.
+struct Chunk {
+    lo: vec4<u32>,
+    hi: vec4<u32>,
+    sc: vec4<f32>,
+    mn: vec4<f32>,
+    col: u32,
+}
+
+// Partial sums on their way to one total each: the subgroups' totals (at most
+// 32 subgroups of ACC sums), or the tree's ACC_TREE sums per invocation.
 var<workgroup> red: array<f32, 2048>;
+const ACC_TREE: u32 = 16u;
 
-// Accumulates into acc the products of this invocation's slices of the NR
-// weight rows from row0 with the MR rows of x of this pass.
-fn accumulate(lid: u32, row0: u32) {
-    let units = (p.k / block_values()) * slices();
-    let row_bytes = (p.k / block_values()) * block_bytes();
-    for (var a = 0u; a < ACC; a++) {
-        acc[a] = 0.0;
-    }
-    var wv: array<vec4<f32>, 16>;
-    for (var u = lid; u < units; u += WG) {
-        let blk = u / slices();
-        let t = u % slices();
-        var c: array<u32, 4>;
-        for (var r = 0u; r < NR; r++) {
-            var v: array<vec4<f32>, 4>;
-            if (row0 + r < p.n) {
-                decode((row0 + r) * row_bytes + blk * block_bytes(), t, &v, &c);
-            }
-            for (var q = 0u; q < 4u; q++) {
-                wv[r * 4u + q] = v[q];
-            }
-        }
-        let col = blk * block_values();
-        for (var i = 0u; i < MR; i++) {
-            if (i < p.m) {
-                let xrow = (p.m0 + i) * p.k + col;
-                for (var q = 0u; q < slice_vec4s(); q++) {
-                    let xv = load_x((xrow + c[q]) >> 2u);
-                    for (var r = 0u; r < NR; r++) {
-                        acc[r * MR + i] += dot(wv[r * 4u + q], xv);
-                    }
-                }
-            }
-        }
+// The same weight bytes as `wq`, 16 at a time (bound by the host to the same
+// range): q4_K and q5_K blocks keep 16-byte alignment (144 and 176 bytes).
+@group(0) @binding(5) var<storage, read> wv: array<vec4<u32>>;
+
+// The four bytes of w as exact f32 values: each byte's bits placed in the
+// mantissa of 2²³ and 2²³ subtracted (two full-rate operations a value where
+// an integer conversion runs at a quarter of the rate on many GPUs).
+fn bytes_f32(w: u32) -> vec4<f32> {
+    let b = (vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu);
+    return bitcast<vec4<f32>>(b | vec4<u32>(0x4b000000u)) - vec4<f32>(8388608.0);
+}
+
+// Chunks per block, and the vec4s of a q4_K/q5_K block.
+fn chunks() -> u32 {
+    return select(8u, 1u, FMT == 3u);
+}
+
+fn block_vec4s() -> u32 {
+    return select(9u, 11u, FMT == 1u);
+}
+
+// Value offset of group g within a chunk.
+fn goff(g: u32) -> u32 {
+    switch FMT {
+        case 0u, 1u: { return (g >> 2u) * 32u + (g & 3u) * 4u; }
+        case 2u: { return (g >> 1u) * 32u + (g & 1u) * 4u; }
+        default: { return 4u * g; }
     }
 }
 
-// Writes the total `v` of output lid (weight row lid / MR, x row lid % MR) of
-// the workgroup's rows from row0, if it exists.
-fn write_total(lid: u32, row0: u32, v: f32) {
-    let r = lid / MR;
-    let i = lid % MR;
-    if (row0 + r < p.n && i < p.m) {
-        out[(p.m0 + i) * p.ldy + p.j0 + row0 + r] = v;
+// Scale class of group g (component of Chunk.sc / Chunk.mn).
+fn gclass(g: u32) -> u32 {
+    switch FMT {
+        case 0u, 1u: { return g >> 2u; }
+        case 2u: { return g >> 1u; }
+        default: { return 0u; }
     }
 }
 
-// Without subgroup operations: the sums reduced by a tree over the WG
-// invocations in workgroup memory (log2 WG barriers).
-@compute @workgroup_size(WG)
-fn gemv(
-    @builtin(local_invocation_index) lid: u32,
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-) {
-    let group = wid.x + wid.y * nwg.x;
-    if (group >= p.groups) {
-        return;
+// The four values of group g of chunk ch, as dequantize computes them.
+fn group_values(ch: Chunk, word: u32, g: u32) -> vec4<f32> {
+    let cls = gclass(g);
+    return fma(vec4<f32>(ch.sc[cls]), bytes_f32(word), -vec4<f32>(ch.mn[cls]));
+}
+
+// The 8 bytes at byte offset o (even) as two words.
+fn words2(o: u32) -> vec2<u32> {
+    let i = o >> 2u;
+    let a = wq[i];
+    let b = wq[i + 1u];
+    if ((o & 2u) == 0u) {
+        return vec2<u32>(a, b);
     }
-    let row0 = group * NR;
-    accumulate(lid, row0);
-    for (var a = 0u; a < ACC; a++) {
-        red[lid * ACC + a] = acc[a];
-    }
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        if (lid < s) {
-            for (var a = 0u; a < ACC; a++) {
-                red[lid * ACC + a] += red[(lid + s) * ACC + a];
+    let c = wq[i + 2u];
+    return vec2<u32>((a >> 16u) | (b << 16u), (b >> 16u) | (c << 16u));
+}
+
+// Chunk c of block blk of weight row `row` (of p.k values).
+fn load_chunk(row: u32, blk: u32, c: u32) -> Chunk {
+    let nb = p.k / block_values();
+    switch FMT {
+        case 0u, 1u: {
+            // d, dmin, 12 scale bytes | (q5_K: 32 bytes of fifth bits) | 128
+            // bytes of quants in four runs of 32.
+            let bv = (row * nb + blk) * block_vec4s();
+            let hdr = wv[bv];
+            let jp = c >> 1u;
+            let q = wv[bv + select(1u, 3u, FMT == 1u) + c];
+            var lo = q & vec4<u32>(0x0f0f0f0fu);
+            var hi = (q >> vec4<u32>(4u)) & vec4<u32>(0x0f0f0f0fu);
+            if (FMT == 1u) {
+                let qh = wv[bv + 1u + (c & 1u)];
+                lo |= ((qh >> vec4<u32>(2u * jp)) & vec4<u32>(0x01010101u)) << vec4<u32>(4u);
+                hi |= ((qh >> vec4<u32>(2u * jp + 1u)) & vec4<u32>(0x01010101u)) << vec4<u32>(4u);
             }
+            // The 8 six-bit scales and mins (ggml's get_scale_min_k4), four to a word.
+            let sc_lo = hdr.y & 0x3f3f3f3fu;
+            let mn_lo = hdr.z & 0x3f3f3f3fu;
+            let sc_hi = (hdr.w & 0x0f0f0f0fu) | ((hdr.y >> 2u) & 0x30303030u);
+            let mn_hi = ((hdr.w >> 4u) & 0x0f0f0f0fu) | ((hdr.z >> 2u) & 0x30303030u);
+            let sh = 16u * (jp & 1u);
+            let scw = select(sc_lo, sc_hi, jp >= 2u) >> sh;
+            let mnw = select(mn_lo, mn_hi, jp >= 2u) >> sh;
+            let d = f16_exact(hdr.x & 0xffffu);
+            let dmin = f16_exact(hdr.x >> 16u);
+            let s = bytes_f32((scw & 0xffffu) | ((mnw & 0xffffu) << 16u));
+            let sc = vec4<f32>(d * s.x, d * s.y, 0.0, 0.0);
+            let mn = vec4<f32>(dmin * s.z, dmin * s.w, 0.0, 0.0);
+            return Chunk(lo, hi, sc, mn, blk * 256u + 64u * jp + 16u * (c & 1u));
         }
-        workgroupBarrier();
-    }
-    if (lid < MR * NR) {
-        write_total(lid, row0, red[lid]);
+        case 2u: {
+            // q6_K: ql[128], qh[64], scales[16] (i8), d (f16) last.
+            let bb = row * nb * 210u + blk * 210u;
+            let h = c >> 2u;
+            let l = 8u * (c & 3u);
+            let a = words2(bb + 64u * h + l);
+            let b = words2(bb + 64u * h + 32u + l);
+            let qh = words2(bb + 128u + 32u * h + l);
+            let m4 = vec2<u32>(0x0f0f0f0fu);
+            let m2 = vec2<u32>(0x03030303u);
+            let q1 = (a & m4) | ((qh & m2) << vec2<u32>(4u));
+            let q2 = (b & m4) | (((qh >> vec2<u32>(2u)) & m2) << vec2<u32>(4u));
+            let q3 = ((a >> vec2<u32>(4u)) & m4) | (((qh >> vec2<u32>(4u)) & m2) << vec2<u32>(4u));
+            let q4 = ((b >> vec2<u32>(4u)) & m4) | (((qh >> vec2<u32>(6u)) & m2) << vec2<u32>(4u));
+            let d = f16_field(bb + 208u);
+            // Signed scales of the four groups: bytes is, is + 2, is + 4, is + 6.
+            let sc = bb + 192u + 8u * h + l / 16u;
+            let sv = vec4<f32>(
+                f32(extractBits(bitcast<i32>(byte_at(sc)), 0u, 8u)),
+                f32(extractBits(bitcast<i32>(byte_at(sc + 2u)), 0u, 8u)),
+                f32(extractBits(bitcast<i32>(byte_at(sc + 4u)), 0u, 8u)),
+                f32(extractBits(bitcast<i32>(byte_at(sc + 6u)), 0u, 8u)),
+            );
+            // (d·sc)·(q − 32) rounded once, as dequantize: fma(d·sc, q, −32·d·sc).
+            let ds = d * sv;
+            return Chunk(vec4<u32>(q1, q2), vec4<u32>(q3, q4), ds, 32.0 * ds, blk * 256u + 128u * h + l);
+        }
+        default: {
+            // q8_0: d (f16), 32 signed bytes; the block's 34 bytes lie in the 9
+            // words from its first, offset by 0 or 2 bytes.
+            let bb = (row * nb + blk) * 34u;
+            let i = bb >> 2u;
+            let odd = (bb & 2u) != 0u;
+            let w0 = wq[i];
+            let a = vec4<u32>(w0, wq[i + 1u], wq[i + 2u], wq[i + 3u]);
+            let b = vec4<u32>(a.yzw, wq[i + 4u]);
+            let e = vec4<u32>(wq[i + 5u], wq[i + 6u], wq[i + 7u], wq[i + 8u]);
+            let f = vec4<u32>(b.w, e.xyz);
+            let d = f16_exact(select(w0 & 0xffffu, w0 >> 16u, odd));
+            let s = vec4<u32>(16u);
+            let flip = vec4<u32>(0x80808080u);
+            let lo = select((a >> s) | (b << s), b, odd) ^ flip;
+            let hi = select((f >> s) | (e << s), e, odd) ^ flip;
+            // d·(q + 128) − 128·d = d·q (exact).
+            return Chunk(lo, hi, vec4<f32>(d), vec4<f32>(128.0 * d), blk * 32u);
+        }
     }
 }
 

@@ -5,28 +5,48 @@
 //! `m` = 1 and 16 rows of `f32` activations, `f32` output.
 //!
 //! Each case runs a few times to warm up (pipelines compiled, caches
-//! filled), then 30 times; the median is printed in µs, as GB/s of weight
-//! bytes read, and as a ratio to the device's copy bandwidth measured on the
-//! same bytes (a buffer-to-buffer copy of the weight: its bytes read plus
-//! written over its time). With GPU timestamps (`WgpuBackend::gpu_timing`)
-//! each run is timed on the GPU alone; otherwise on the host, from
-//! submission to a `synchronize`.
+//! filled), then `RUNS` times (default 30); the median is printed in µs and
+//! as GB/s of weight bytes read, twice: rerunning one weight (`single`: on a
+//! GPU whose L2 holds the weight, e.g. the H200's 50 MB, this measures L2),
+//! and rotating over enough copies of the weight that together exceed
+//! [`ROTATION_BYTES`] (`rotating`: each run reads a weight last touched
+//! several weights ago, so from device memory).
+//!
+//! Yardsticks, in the same process: an `f32` shader pass `y = 1·x`
+//! (`Op::unary(UnaryOp::Scale)`) over as many bytes as the weight, and over
+//! 256 MiB, counting bytes read plus written (`pass`); and
+//! [`CUDA_COPY_GBS`], the CUDA device-to-device copy measured on the H200
+//! (docs/benchmarks.md). `/pass` divides the product's GB/s of weight bytes by
+//! the pass over the weight's bytes (single) or by the 256 MiB pass
+//! (rotating); `/cuda` by [`CUDA_COPY_GBS`].
+//!
+//! With GPU timestamps (`WgpuBackend::gpu_timing`) each run is timed on the
+//! GPU alone; otherwise on the host, from submission to a `synchronize`.
 //!
 //! Usage: `cargo run -p compute-wgpu --release --example quant_bench [RUNS]`
-//! (on a machine with a GPU; `COMPUTE_WGPU_ADAPTER`-style selection goes
-//! through `DeviceOptions::from_env`).
+//! (on a machine with a GPU; adapter selection goes through
+//! `DeviceOptions::from_env`).
 
 use std::time::Instant;
 
 use compute_core::quant::BlockFormat;
 use compute_core::rng::Rng;
-use compute_core::{Backend, ComputeError, DType, HostSlice, Op, QuantMatmulSpec, Tensor};
-use compute_wgpu::{DeviceOptions, GpuBuffer, WgpuBackend};
+use compute_core::{Backend, ComputeError, DType, HostSlice, Op, QuantMatmulSpec, Tensor, UnaryOp};
+use compute_wgpu::{DeviceOptions, WgpuBackend};
 
 /// Distinct quantized rows the weight repeats (quantizing all 14336 rows with
 /// the k-quant searches would take seconds; the timing does not care).
 const DISTINCT_ROWS: usize = 8;
 const WARMUP: usize = 3;
+/// Bytes the rotating weights hold together (at least; three times the
+/// H200's 50 MB L2).
+const ROTATION_BYTES: usize = 150_000_000;
+/// GB/s of the CUDA device-to-device copy on the H200 (bytes read plus
+/// written: 256M `f32` in 508 µs, docs/benchmarks.md, "wgpu backend on f16 and
+/// bf16"; 4.19–4.22 TB/s over the runs there).
+const CUDA_COPY_GBS: f64 = 4200.0;
+/// `f32` values of the large yardstick pass (256 MiB in, 256 MiB out).
+const LARGE_PASS: usize = 64 << 20;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -47,8 +67,8 @@ fn weight_bytes(format: BlockFormat, n: usize, k: usize, rng: &mut Rng) -> Resul
     Ok(bytes)
 }
 
-/// Seconds of one run of `run`: GPU time when `gpu` is given, else host
-/// time up to a `synchronize`.
+/// Seconds of one run of `op`: GPU time when `timestamps`, else host time
+/// up to a `synchronize`.
 fn time_once(
     gpu: &WgpuBackend,
     op: &Op,
@@ -65,34 +85,41 @@ fn time_once(
     Ok(start.elapsed().as_secs_f64())
 }
 
-/// Median seconds of a buffer copy of `w`'s bytes into `dst`.
-fn copy_seconds(gpu: &WgpuBackend, w: &Tensor, dst: &Tensor, runs: usize) -> Result<f64, ComputeError> {
-    let storage = |t: &Tensor| {
-        t.storage::<GpuBuffer>()
-            .map(|g| g.buffer().clone())
-            .ok_or(ComputeError::Unsupported { op: "copy", backend: compute_core::BackendKind::Wgpu })
-    };
-    let (src, dst) = (storage(w)?, storage(dst)?);
-    let bytes = w.operand().bytes().div_ceil(4) * 4;
+/// Median seconds of `op` over `runs` runs (after `WARMUP`), run `i` reading
+/// the `i`-th of `weights` (cyclically) as its second input.
+fn median_seconds(
+    gpu: &WgpuBackend,
+    op: &Op,
+    x: &Tensor,
+    weights: &[Tensor],
+    y: &Tensor,
+    runs: usize,
+    timestamps: bool,
+) -> Result<f64, ComputeError> {
     let mut times = Vec::with_capacity(runs);
     for i in 0..WARMUP + runs {
-        let t = match gpu.time_commands(|enc| enc.copy_buffer_to_buffer(&src, 0, &dst, 0, bytes))? {
-            Some(t) => t,
-            None => {
-                let start = Instant::now();
-                let (device, queue) = gpu.device();
-                let mut enc = device.create_command_encoder(&Default::default());
-                enc.copy_buffer_to_buffer(&src, 0, &dst, 0, bytes);
-                queue.submit([enc.finish()]);
-                gpu.synchronize()?;
-                start.elapsed().as_secs_f64()
-            }
-        };
+        let w = &weights[i % weights.len()];
+        let t = time_once(gpu, op, &[x, w], y, timestamps)?;
         if i >= WARMUP {
             times.push(t);
         }
     }
     Ok(median(times))
+}
+
+/// GB/s (bytes read plus written) of the `f32` pass `y = 1·x` over `len` values.
+fn pass_gbs(gpu: &WgpuBackend, len: usize, runs: usize, timestamps: bool) -> Result<f64, ComputeError> {
+    let x = gpu.upload(&vec![1.0f32; len])?;
+    let y = gpu.alloc(len)?;
+    let op = Op::unary(UnaryOp::Scale { s: 1.0 }, len);
+    let mut times = Vec::with_capacity(runs);
+    for i in 0..WARMUP + runs {
+        let t = time_once(gpu, &op, &[&x], &y, timestamps)?;
+        if i >= WARMUP {
+            times.push(t);
+        }
+    }
+    Ok(8.0 * len as f64 / median(times) / 1e9)
 }
 
 fn main() -> Result<(), ComputeError> {
@@ -104,43 +131,65 @@ fn main() -> Result<(), ComputeError> {
         gpu.adapter(),
         if timestamps { "GPU timestamps" } else { "host, to synchronize" }
     );
-    println!("copy ratio: GB/s of weight bytes read over the copy's GB/s (bytes read + written)");
+    let large = pass_gbs(&gpu, LARGE_PASS, runs, timestamps)?;
     println!(
-        "{:<6} {:>12} {:>4} {:>10} {:>10} {:>10} {:>8}",
-        "format", "n x k", "m", "us", "GB/s", "copy GB/s", "ratio"
+        "yardsticks: f32 pass y = 1·x over 256 MiB: {large:.1} GB/s (read + written, {:.2} of {CUDA_COPY_GBS:.0} GB/s, the H200's CUDA device copy)",
+        large / CUDA_COPY_GBS
+    );
+    println!(
+        "columns: GB/s of weight bytes; single = one weight rerun (L2 where it fits), rotating = {} MB of copies in turn; \
+         /pass = over the f32 pass on the weight's bytes (single) or on 256 MiB (rotating); /cuda = over {CUDA_COPY_GBS:.0} GB/s",
+        ROTATION_BYTES / 1_000_000
+    );
+    println!(
+        "{:<6} {:>12} {:>3} {:>9} {:>9} {:>6} {:>6} | {:>3} {:>9} {:>9} {:>6} {:>6} | {:>9}",
+        "format",
+        "n x k",
+        "m",
+        "single us",
+        "GB/s",
+        "/pass",
+        "/cuda",
+        "w",
+        "rot. us",
+        "GB/s",
+        "/pass",
+        "/cuda",
+        "pass GB/s"
     );
     let mut rng = Rng::new(1);
     for weight in DType::QUANTIZED {
         let Some(format) = weight.block_format() else { continue };
         for (n, k) in [(14336, 4096), (4096, 14336)] {
             let blocks = weight_bytes(format, n, k, &mut rng)?;
-            let w = gpu.upload_typed(HostSlice::Blocks(compute_core::Blocks::new(weight, &blocks)?))?;
-            let copy_dst = gpu.alloc_typed(n * k, weight)?;
-            let copy = copy_seconds(&gpu, &w, &copy_dst, runs)?;
-            let bytes = blocks.len() as f64;
-            let copy_gbs = 2.0 * bytes / copy / 1e9;
+            let bytes = blocks.len();
+            let copies = ROTATION_BYTES.div_ceil(bytes).max(2);
+            let weights = (0..copies)
+                .map(|_| gpu.upload_typed(HostSlice::Blocks(compute_core::Blocks::new(weight, &blocks)?)))
+                .collect::<Result<Vec<_>, _>>()?;
+            let pass = pass_gbs(&gpu, bytes.div_ceil(4), runs, timestamps)?;
             for m in [1, 16] {
                 let x = gpu.upload(&rng.vec(m * k, -1.0, 1.0))?;
                 let y = gpu.alloc(m * n)?;
                 let op = Op::QuantMatmul(QuantMatmulSpec::new(m, k, n, weight));
-                let mut times = Vec::with_capacity(runs);
-                for i in 0..WARMUP + runs {
-                    let t = time_once(&gpu, &op, &[&x, &w], &y, timestamps)?;
-                    if i >= WARMUP {
-                        times.push(t);
-                    }
-                }
-                let t = median(times);
-                let gbs = bytes / t / 1e9;
+                let single = median_seconds(&gpu, &op, &x, &weights[..1], &y, runs, timestamps)?;
+                let rotating = median_seconds(&gpu, &op, &x, &weights, &y, runs, timestamps)?;
+                let (gs, gr) = (bytes as f64 / single / 1e9, bytes as f64 / rotating / 1e9);
                 println!(
-                    "{:<6} {:>12} {:>4} {:>10.1} {:>10.1} {:>10.1} {:>8.2}",
+                    "{:<6} {:>12} {:>3} {:>9.1} {:>9.1} {:>6.2} {:>6.2} | {:>3} {:>9.1} {:>9.1} {:>6.2} {:>6.2} | {:>9.1}",
                     weight.as_str(),
                     format!("{n}x{k}"),
                     m,
-                    t * 1e6,
-                    gbs,
-                    copy_gbs,
-                    gbs / copy_gbs
+                    single * 1e6,
+                    gs,
+                    gs / pass,
+                    gs / CUDA_COPY_GBS,
+                    copies,
+                    rotating * 1e6,
+                    gr,
+                    gr / large,
+                    gr / CUDA_COPY_GBS,
+                    pass
                 );
             }
         }

@@ -38,18 +38,22 @@ pub(crate) enum Module {
     Interpolate,
     /// `quant.wgsl`: GGML block-quantized weights (product and dequantize).
     Quant,
-    /// `quant.wgsl` with `quant_subgroup.wgsl` appended: the product reduced
-    /// by subgroup operations (devices with `wgpu::Features::SUBGROUP`).
-    QuantSubgroup,
+    /// `quant.wgsl` with the `gemv` entry point for `mr` rows of `x` and `nr`
+    /// weight rows per workgroup appended ([`quant_gemv::source`]), reduced by
+    /// subgroup operations (`subgroup`: devices with `wgpu::Features::SUBGROUP`)
+    /// or in workgroup memory.
+    QuantGemv {
+        mr: u32,
+        nr: u32,
+        subgroup: bool,
+    },
 }
+
+mod quant_gemv;
 
 /// The conversions between `f32` and packed `f16`/`bf16` words, prepended to
 /// every module built for half operands.
 const HALF_WGSL: &str = include_str!("../../../shaders/half.wgsl");
-
-/// The subgroup entry point of the quantized product, appended to
-/// `quant.wgsl` for [`Module::QuantSubgroup`].
-const QUANT_SUBGROUP_WGSL: &str = include_str!("../../../shaders/quant_subgroup.wgsl");
 
 /// How a kernel steps through an operand: four elements at a time (`vec4<f32>`,
 /// or `vec2<u32>` of packed halves), or one element at a time.
@@ -163,7 +167,7 @@ impl Module {
             Module::Conv => include_str!("../../../shaders/conv.wgsl"),
             Module::Attention => include_str!("../../../shaders/attention.wgsl"),
             Module::Interpolate => include_str!("../../../shaders/interpolate.wgsl"),
-            Module::Quant | Module::QuantSubgroup => include_str!("../../../shaders/quant.wgsl"),
+            Module::Quant | Module::QuantGemv { .. } => include_str!("../../../shaders/quant.wgsl"),
         }
     }
 
@@ -177,7 +181,7 @@ impl Module {
             Module::Attention => "attention.wgsl",
             Module::Interpolate => "interpolate.wgsl",
             Module::Quant => "quant.wgsl",
-            Module::QuantSubgroup => "quant.wgsl+quant_subgroup.wgsl",
+            Module::QuantGemv { .. } => "quant.wgsl+gemv",
         }
     }
 
@@ -203,7 +207,7 @@ impl Module {
             Module::Rows => &ROWS,
             Module::Conv => &CONV,
             Module::Interpolate => &INTERPOLATE,
-            Module::Quant | Module::QuantSubgroup => &QUANT,
+            Module::Quant | Module::QuantGemv { .. } => &QUANT,
             Module::Matmul | Module::Attention => &[],
         }
     }
@@ -214,11 +218,11 @@ impl Module {
     /// an `Err` says why the module has no such variant.
     fn source_for(self, io: Io) -> std::result::Result<Cow<'static, str>, String> {
         let body = self.source_io(io)?;
-        if self == Module::QuantSubgroup {
+        if let Module::QuantGemv { mr, nr, subgroup } = self {
             // naga (wgpu 30) takes the subgroup builtins without WGSL's
             // `enable subgroups;`, which it rejects as not implemented; the
             // device must have `wgpu::Features::SUBGROUP`.
-            return Ok(Cow::Owned(format!("{body}\n{QUANT_SUBGROUP_WGSL}")));
+            return Ok(Cow::Owned(format!("{body}\n{}", quant_gemv::source(mr, nr, subgroup))));
         }
         Ok(body)
     }
@@ -323,8 +327,8 @@ impl Kernel {
             Kernel::Conv2d(_) => Module::Conv,
             Kernel::Attention { .. } => Module::Attention,
             Kernel::Slerp(_) => Module::Interpolate,
-            Kernel::QuantGemv { subgroup: true, .. } => Module::QuantSubgroup,
-            Kernel::QuantGemv { subgroup: false, .. } | Kernel::Dequant { .. } => Module::Quant,
+            Kernel::QuantGemv { mr, nr, subgroup, .. } => Module::QuantGemv { mr, nr, subgroup },
+            Kernel::Dequant { .. } => Module::Quant,
         }
     }
 
@@ -389,10 +393,9 @@ impl Kernel {
                 vec![("DV", f64::from(dv)), ("CK", f64::from(ck)), ("CV", f64::from(cv))]
             }
             Kernel::Matmul { ta, tb, .. } => vec![("TA", flag(ta)), ("TB", flag(tb))],
-            Kernel::QuantGemv { format, mr, nr, .. } => {
-                vec![("FMT", f64::from(quant_code(format).unwrap_or(0))), ("MR", f64::from(mr)), ("NR", f64::from(nr))]
+            Kernel::QuantGemv { format, .. } | Kernel::Dequant { format, .. } => {
+                vec![("FMT", f64::from(quant_code(format).unwrap_or(0)))]
             }
-            Kernel::Dequant { format, .. } => vec![("FMT", f64::from(quant_code(format).unwrap_or(0)))],
             Kernel::LayerNorm(_) | Kernel::RmsNorm(_) | Kernel::Conv2d(_) | Kernel::Cast { .. } | Kernel::Slerp(_) => {
                 Vec::new()
             }
@@ -590,7 +593,7 @@ fn on_threads<T: Sync>(items: &[T], f: impl Fn(&T) -> Result<()> + Sync) -> Resu
 mod tests {
     use super::*;
 
-    const MODULES: [Module; 9] = [
+    const MODULES: [Module; 10] = [
         Module::Elementwise,
         Module::Reduce,
         Module::Rows,
@@ -599,14 +602,15 @@ mod tests {
         Module::Attention,
         Module::Interpolate,
         Module::Quant,
-        Module::QuantSubgroup,
+        Module::QuantGemv { mr: 1, nr: 4, subgroup: false },
+        Module::QuantGemv { mr: 16, nr: 4, subgroup: true },
     ];
 
     /// naga's capabilities for validating `m` (subgroup operations for the
     /// subgroup variant).
     fn capabilities(m: Module) -> naga::valid::Capabilities {
         match m {
-            Module::QuantSubgroup => naga::valid::Capabilities::SUBGROUP,
+            Module::QuantGemv { subgroup: true, .. } => naga::valid::Capabilities::SUBGROUP,
             _ => naga::valid::Capabilities::default(),
         }
     }
@@ -625,7 +629,7 @@ mod tests {
                         Module::Reduce | Module::Rows | Module::Conv | Module::Interpolate => output == DType::F32,
                         // The product reads x of any dtype and writes f32; dequantize writes any dtype.
                         Module::Quant => input == DType::F32 || output == DType::F32,
-                        Module::QuantSubgroup => output == DType::F32,
+                        Module::QuantGemv { .. } => output == DType::F32,
                     };
                     if used {
                         v.push((m, Io::new(input, output)));
@@ -640,7 +644,7 @@ mod tests {
     fn every_module_variant_parses_and_validates_with_naga() {
         // Every GPU test compiles the shaders too; this catches WGSL errors on machines without a GPU.
         let variants = variants();
-        assert_eq!(variants.len(), 9 + 4 * 3 + 1 + 1 + 5 + 3);
+        assert_eq!(variants.len(), 9 + 4 * 3 + 1 + 1 + 5 + 3 + 3);
         for (m, io) in variants {
             let source = m.source_for(io).unwrap_or_else(|e| panic!("{} for {io:?}: {e}", m.name()));
             let what = format!("{} for {} → {}", m.name(), io.input, io.output);

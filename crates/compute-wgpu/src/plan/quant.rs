@@ -11,12 +11,17 @@
 //! else where the weight bytes dominate): the `gemv` kernel, a workgroup of
 //! 128 invocations per [`GEMV_SHAPES`] `nr` weight rows, `mr` rows of `x` per
 //! pass (more rows: more passes, each reading the weights again). Every
-//! invocation decodes its slices of the `nr` rows from coalesced `u32` loads
-//! into `f32` registers and multiplies them with `x` (four values a load),
-//! then the workgroup reduces its `mr · nr` sums: by subgroup operations where
-//! the device has `wgpu::Features::SUBGROUP`, else by a tree in workgroup
-//! memory. Weight rows are split into pieces of at most one storage binding
-//! (whole rows, offsets aligned); `x` and `y` are bound whole.
+//! invocation takes 32-value chunks of the `nr` rows (`q4_K`/`q5_K`: one
+//! 16-byte load of quants with the block's 16-byte header), keeps them packed,
+//! and dequantizes four values at a time where it multiplies them with `x`
+//! (read once for the `nr` rows); the `mr · nr` sums are named variables of
+//! the generated entry point (`kernels/quant_gemv.rs`), then reduced over the
+//! workgroup by subgroup operations where the device has
+//! `wgpu::Features::SUBGROUP`, else by a tree in workgroup memory. The weight
+//! buffer is bound twice over the same range: as `u32` words (`q6_K`, `q8_0`)
+//! and as `vec4<u32>` (`q4_K`, `q5_K`). Weight rows are split into pieces of
+//! at most one storage binding (whole rows, offsets aligned); `x` and `y` are
+//! bound whole.
 //!
 //! **Product, `m > 16`** (prefill): `W` is dequantized once into an `f32`
 //! temporary (`n × k`) and the `f32` GEMM runs on it (`Bᵀ` layout), when that
@@ -38,9 +43,12 @@ use crate::errors;
 use crate::kernels::{Kernel, quant_code};
 
 /// The `(mr, nr)` pairs of the `gemv` kernel: rows of `x` per pass and weight
-/// rows per workgroup (`mr · nr ≤ 16` sums per invocation). A pass of `m`
-/// rows takes the first pair with `mr ≥ m`; more than 8 rows go in passes of 8.
-pub(crate) const GEMV_SHAPES: [(u32, u32); 4] = [(1, 4), (2, 4), (4, 4), (8, 2)];
+/// rows per workgroup (`mr · nr ≤ 64` sums per invocation). A pass of `m`
+/// rows takes the first pair with `mr ≥ m`; more than 16 rows go in passes of 16.
+pub(crate) const GEMV_SHAPES: [(u32, u32); 5] = [(1, 4), (2, 4), (4, 4), (8, 4), (16, 4)];
+
+/// Most rows of `x` one `gemv` pass takes.
+const GEMV_PASS_ROWS: u64 = GEMV_SHAPES[GEMV_SHAPES.len() - 1].0 as u64;
 
 /// Rows of `x` above which the product dequantizes `W` into `f32` and runs
 /// the GEMM (when that fits one binding).
@@ -169,8 +177,11 @@ pub(crate) fn gemv(
     let (m, n) = (m as u64, n as u64);
     let mut m0 = 0;
     while m0 < m {
-        let rows = (m - m0).min(8);
-        let (mr, nr) = GEMV_SHAPES.into_iter().find(|&(mr, _)| u64::from(mr) >= rows).unwrap_or((8, 2));
+        let rows = (m - m0).min(GEMV_PASS_ROWS);
+        let (mr, nr) = GEMV_SHAPES
+            .into_iter()
+            .find(|&(mr, _)| u64::from(mr) >= rows)
+            .unwrap_or(GEMV_SHAPES[GEMV_SHAPES.len() - 1]);
         let kernel = Kernel::QuantGemv { format, mr, nr, x: x.dtype, subgroup };
         let mut j0 = 0;
         while j0 < n {
@@ -191,6 +202,7 @@ pub(crate) fn gemv(
                     bind(1, &x.buffer, 0, x_bytes),
                     bind(3, &y.buffer, 0, y_bytes),
                     bind(4, w, j0 * row_bytes, whole_words(cnt * row_bytes)),
+                    bind(5, w, j0 * row_bytes, whole_words(cnt * row_bytes)),
                 ],
                 groups: grid(ctx, name, groups)?,
             }));
