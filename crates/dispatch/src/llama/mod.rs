@@ -332,6 +332,21 @@ impl Llama {
         &self.cfg
     }
 
+    /// Bytes a decoding step reads at least: every weight once (one row of
+    /// the embedding table) and the KV cache up to the current position.
+    pub fn bytes_per_token(&self) -> u64 {
+        let c = &self.cfg;
+        let mut b = self.final_norm.size_in_bytes() + self.lm_head.w.size_in_bytes();
+        b += self.embed.size_in_bytes() / c.vocab.max(1) as u64;
+        for l in &self.layers {
+            for t in [&l.attn_norm, &l.ffn_norm, &l.wq.w, &l.wk.w, &l.wv.w, &l.wo.w, &l.gate.w, &l.up.w, &l.down.w] {
+                b += t.size_in_bytes();
+            }
+        }
+        let row = self.format.dtype.bytes_for(2 * c.layers * c.kv_heads * c.head_dim()).unwrap_or(0);
+        b + row * self.pos as u64
+    }
+
     /// Tokens held in the KV cache.
     pub fn position(&self) -> usize {
         self.pos
