@@ -724,7 +724,8 @@ pub(crate) struct AttentionLayout {
     q_blocks: u64,
     /// Bytes of one unit's queries (and outputs), in `f32`.
     unit_q: u64,
-    /// Bytes of one unit's keys (and values), in `f32`.
+    /// Bytes of one unit's keys (and values), in `f32`: `kv_rows` rows, of
+    /// which the first `seq_k` are read.
     unit_kv: u64,
 }
 
@@ -760,7 +761,9 @@ pub(crate) fn attention_layout(ctx: &Context, name: &'static str, a: &AttentionS
     let group = a.group() as u64;
     let units = (a.batch as u64).saturating_mul(a.heads_kv as u64);
     let unit_q = group.saturating_mul(sq).saturating_mul(d).saturating_mul(4);
-    let unit_kv = sk.saturating_mul(d).saturating_mul(4);
+    // A key/value head holds kv_rows rows (a KV cache's capacity), of which the
+    // first seq_k are read; pieces bind whole heads.
+    let unit_kv = (a.kv_rows() as u64).saturating_mul(d).saturating_mul(4);
     let max = ctx.max_binding();
     if unit_q > max {
         return Err(errors::limit(
@@ -841,6 +844,7 @@ fn attention(
                     scale2.to_bits(),
                     to_u32(name, "head_dim", c0)?,
                     u32::from(d.is_multiple_of(4)),
+                    to_u32(name, "kv rows", a.kv_rows() as u64)?,
                 ]),
                 bindings: bindings.clone(),
                 groups: grid(ctx, name, groups)?,
