@@ -227,6 +227,7 @@ fn binary_code(op: BinaryOp) -> u32 {
         BinaryOp::Add => 0,
         BinaryOp::Sub => 1,
         BinaryOp::Mul => 2,
+        BinaryOp::SwiGlu => 4,
     }
 }
 
@@ -1009,6 +1010,8 @@ mod tests {
         assert_eq!(unary_code(UnaryOp::Clip { min: -1.0, max: 2.0 }), (8, -1.0, 2.0));
         assert_eq!(unary_code(UnaryOp::Scale { s: 3.0 }), (9, 3.0, 0.0));
         assert_eq!(binary_code(BinaryOp::Mul), 2);
+        assert_eq!(binary_code(BinaryOp::SwiGlu), 4);
+        assert_ne!(binary_code(BinaryOp::SwiGlu), LERP_CODE);
         assert_eq!(params(&[1, 2, 3])[..4], [1, 2, 3, 0]);
     }
 }
