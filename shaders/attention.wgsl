@@ -29,7 +29,8 @@
 // above 256 takes one dispatch per slice, each computing S again.
 //
 // Layouts (row-major, f32): q and out [heads, seq_q, head_dim], k and v
-// [kv heads, seq_k, head_dim], the bindings starting at this dispatch's first
+// [kv heads, kv_rows, head_dim] (kv_rows ≥ seq_k: a KV cache's capacity, of
+// which each head's first seq_k rows are read), the bindings starting at this dispatch's first
 // key/value head (`plan.rs` splits larger calls). Query head h of the dispatch
 // reads key/value head h / group. The grid is flat over (head, query block),
 // query blocks innermost and the last (most work under a causal mask) first;
@@ -39,8 +40,9 @@
 // (kernels.rs), which this file makes safe: every global index is
 // `base + row·d + col` with row and col compared against seq_q or seq_k and d
 // before use (zeros are loaded outside), where base is `head·seq_q·d` or
-// `(head / group)·seq_k·d` for a head below the dispatch's heads (`flat <
-// groups`), which the host binds whole; every workgroup index is below its
+// `(head / group)·kv_rows·d` (rows below seq_k ≤ kv_rows) for a head below
+// the dispatch's heads (`flat < groups`), which the host binds whole (kv_rows
+// rows each); every workgroup index is below its
 // array's size by construction (the bounds are stated where the arrays are, and
 // V's stage vec4s are compared against the chunk's count); private arrays are
 // indexed by literals only; every loop runs a number of steps bounded by CK,
@@ -89,6 +91,9 @@ struct Params {
     c0: u32,
     // 1 when head_dim is a multiple of 4: rows are then read as vec4s.
     vec: u32,
+    // Rows per key/value head in k and v (≥ seq_k: a KV cache's capacity, of
+    // which the first seq_k rows are read).
+    kv_rows: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -482,7 +487,7 @@ fn attention(
     let first = qb * BQ;
     q0 = first;
     qbase = head * p.seq_q * p.d;
-    kvbase = (head / p.group) * p.seq_k * p.d;
+    kvbase = (head / p.group) * p.kv_rows * p.d;
     // Keys any row of the block sees: 0..kend.
     var kend = p.seq_k;
     if (p.causal != 0u) {

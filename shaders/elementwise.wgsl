@@ -14,7 +14,7 @@
 
 // Unary op codes: 0 relu, 1 leaky_relu(a), 2 elu(a), 3 sigmoid, 4 tanh, 5 swish,
 // 6 gelu (tanh form), 7 gelu (erf form), 8 clip(a, b), 9 scale(a).
-// Binary op codes: 0 add, 1 sub, 2 mul, 3 lerp(a = t).
+// Binary op codes: 0 add, 1 sub, 2 mul, 3 lerp(a = t), 4 swiglu (swish(x)·b).
 override OP: u32 = 0u;
 
 struct Params {
@@ -144,9 +144,19 @@ fn lerp(u: vec4<f32>, v: vec4<f32>) -> vec4<f32> {
     return fma(vec4<f32>(t - 1.0), d, v);
 }
 
+// swish(u)·v = u·σ(u)·v, the gated product of a SwiGLU block (σ as `sigmoid`:
+// exact 0 below -87, no overflow).
+fn swiglu(u: vec4<f32>, v: vec4<f32>) -> vec4<f32> {
+    let s = vec4<f32>(sigmoid(u.x), sigmoid(u.y), sigmoid(u.z), sigmoid(u.w));
+    return u * s * v;
+}
+
 fn binary_op(u: vec4<f32>, v: vec4<f32>) -> vec4<f32> {
     if (OP == 3u) {
         return lerp(u, v);
+    }
+    if (OP == 4u) {
+        return swiglu(u, v);
     }
     // The exact path only where a lane has a subnormal (or zero) operand: a rare,
     // per-invocation branch, so the common case stays three loads' worth of work.

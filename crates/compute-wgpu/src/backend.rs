@@ -329,7 +329,7 @@ impl WgpuBackend {
                 return Err(plan::unsupported_dtype(op));
             }
             let views: Vec<HostSlice<'_>> = inputs.iter().map(|x| HostSlice::F32(x)).collect();
-            self.start_host(op, &views, Operand::new(out_len, DType::F32))
+            self.start_host(op, &views, Operand::new(out_len, DType::F32), None)
         });
         async move { started?.await }
     }
@@ -352,7 +352,11 @@ impl WgpuBackend {
     /// they are), plans `op`, and submits it with a read back of the output
     /// (`out`'s length and dtype). The buffers go back to the cache at once:
     /// any later use of them is a later submission, which the queue orders after this one.
-    fn start_host(&self, op: &Op, inputs: &[HostSlice<'_>], out: Operand) -> Result<Readback> {
+    ///
+    /// An op that writes only part of its output ([`Op::Copy`]) starts from
+    /// `initial`, the output's bytes on the host (zeros when `None`), uploaded
+    /// into the output buffer first; other ops ignore it.
+    fn start_host(&self, op: &Op, inputs: &[HostSlice<'_>], out: Operand, initial: Option<&[u8]>) -> Result<Readback> {
         let ctx = &self.ctx;
         ctx.check_alive()?;
         let name = op.name();
@@ -370,6 +374,17 @@ impl WgpuBackend {
             let buffer = ctx.cache.take(ctx, Use::Storage, padded_bytes_of(out.len, out.dtype), name)?;
             held.push(buffer.clone());
             let view = View { buffer: buffer.clone(), len: out.len, dtype: out.dtype };
+            if plan::writes_part_of_output(op) {
+                let zeros;
+                let bytes = match initial {
+                    Some(b) => b,
+                    None => {
+                        zeros = vec![0u8; usize::try_from(out.bytes()).unwrap_or(0)];
+                        &zeros
+                    }
+                };
+                encode::upload_into(ctx, &buffer, bytes, &mut steps, &mut staged, name)?;
+            }
             plan::plan(ctx, op, &views, &view, &mut steps)?;
             encode::submit_and_read(ctx, steps, &buffer, out.bytes(), name)
         })();
@@ -423,7 +438,9 @@ impl WgpuBackend {
     /// operand at its dtype's size; the `f32` temporaries of half row ops,
     /// convolutions, matmuls and attention at 4 bytes an element; for
     /// attention, one key/value head's `f32` keys, and the queries of the heads
-    /// that read it, each within one storage binding). Free.
+    /// that read it, each within one storage binding; a strided copy's two
+    /// views, a gather's output and ids, and one row of a rotary embedding,
+    /// gather table or argmax, each within one binding). Free.
     pub fn check_limits(&self, op: &Op) -> Result<()> {
         let layout = op.layout()?;
         let bytes = |o: Operand| padded_bytes_of(o.len, o.dtype);
@@ -473,6 +490,32 @@ impl WgpuBackend {
         if let Op::Attention(a) = op {
             plan::attention_layout(&self.ctx, op.name(), a)?;
         }
+        // The decoder ops bind a copy's two views and a gather's output and ids
+        // whole, and one row (a head's values, a table row, a row of logits) at least.
+        let whole: [(Option<Operand>, &'static str); 2] = match op {
+            Op::Copy(_) => [
+                (layout.inputs().first().copied(), "storage buffer binding bytes (copy source)"),
+                (Some(layout.output()), "storage buffer binding bytes (copy destination)"),
+            ],
+            Op::Gather { .. } => [
+                (Some(layout.output()), "storage buffer binding bytes (gather output)"),
+                (layout.inputs().get(1).copied(), "storage buffer binding bytes (ids)"),
+            ],
+            _ => [(None, ""), (None, "")],
+        };
+        for (o, what) in whole {
+            if let Some(b) = o.map(bytes).filter(|&b| b > max) {
+                return Err(errors::limit(op.name(), what, b, max));
+            }
+        }
+        let row = match *op {
+            Op::Rope(r) => Some((r.head_dim, r.dtype)),
+            Op::Gather { cols, dtype, .. } | Op::ArgMax { cols, dtype, .. } => Some((cols, dtype)),
+            _ => None,
+        };
+        if let Some(row_bytes) = row.map(|(n, d)| padded_bytes_of(n, d)).filter(|&b| b > max) {
+            return Err(errors::limit(op.name(), "storage buffer binding bytes (one row)", row_bytes, max));
+        }
         // A row is bound whole, in its dtype and (for half data) in the f32 temporary.
         if let Op::Rows { cols, .. } = *op {
             let row_bytes = (cols as u64).saturating_mul(4);
@@ -501,7 +544,8 @@ impl compute_core::AsyncOps for WgpuBackend {
             return Err(plan::unsupported_dtype(&op));
         }
         self.check_limits(&op)?;
-        let result = self.start_host(&op, inputs, output.operand())?.bytes().await?;
+        let initial = Some(output.as_slice().as_bytes());
+        let result = self.start_host(&op, inputs, output.operand(), initial)?.bytes().await?;
         let out = output.as_bytes_mut();
         if result.len() != out.len() {
             return Err(errors::driver(op.name(), "the read-back length differs from the output's"));
@@ -539,7 +583,7 @@ impl Backend for WgpuBackend {
             return Err(plan::unsupported_dtype(op));
         }
         self.check_limits(op)?;
-        let read = self.start_host(op, inputs, output.operand())?;
+        let read = self.start_host(op, inputs, output.operand(), Some(output.as_slice().as_bytes()))?;
         // Writes `output` only once the result is mapped on the host: all or nothing.
         read.wait_into_bytes(output.as_bytes_mut())
     }

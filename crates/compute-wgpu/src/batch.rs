@@ -102,6 +102,8 @@ impl GpuCommandBatch {
     }
 
     /// Records `op` on `inputs` into a new buffer of the op's output dtype; returns its id.
+    /// (A strided copy's elements outside its view are then unspecified:
+    /// record it with [`GpuCommandBatch::op_into`] on the buffer it updates.)
     pub fn op(&mut self, op: &Op, inputs: &[BufferId]) -> Result<BufferId> {
         let layout = op.layout()?;
         if !self.backend.supports(op) {

@@ -38,6 +38,8 @@ pub(crate) enum Module {
     Interpolate,
     /// `quant.wgsl`: GGML block-quantized weights (product and dequantize).
     Quant,
+    /// `decoder.wgsl`: rotary embedding, strided copy, gather, argmax.
+    Decoder,
     /// `quant.wgsl` with the `gemv` entry point for `mr` rows of `x` and `nr`
     /// weight rows per workgroup appended ([`quant_gemv::source`]), reduced by
     /// subgroup operations (`subgroup`: devices with `wgpu::Features::SUBGROUP`)
@@ -61,6 +63,9 @@ const HALF_WGSL: &str = include_str!("../../../shaders/half.wgsl");
 enum Unit {
     Vec4,
     Scalar,
+    /// Arrays of `u32` words for every dtype, with access to raw bits and to
+    /// single values and pairs of values (`decoder.wgsl`; see [`bits_io`]).
+    Bits,
 }
 
 /// One operand of a module's `@io` block: its name, binding slot, unit,
@@ -116,6 +121,11 @@ fn io_block(operands: &[IoOperand], io: Io) -> std::result::Result<String, Strin
         let (n, b) = (o.name, o.binding);
         let dtype = if o.output { io.output } else { io.input };
         let access = if o.store { "read_write" } else { "read" };
+        if o.unit == Unit::Bits {
+            let function = bits_io(n, dtype, o.store)?;
+            out.push_str(&format!("@group(0) @binding({b}) var<storage, {access}> {n}: array<u32>;\n{function}"));
+            continue;
+        }
         let (array, function) = match (dtype, o.unit, o.store) {
             (DType::F32, Unit::Vec4, false) => {
                 ("vec4<f32>", format!("fn load_{n}(j: u32) -> vec4<f32> {{ return {n}[j]; }}"))
@@ -146,12 +156,56 @@ fn io_block(operands: &[IoOperand], io: Io) -> std::result::Result<String, Strin
                     (Unit::Scalar, true) => {
                         return Err(format!("{n} is written one {d} value at a time, which would race on words"));
                     }
+                    (Unit::Bits, _) => return Err(format!("{n}: bits operands are written by bits_io")),
                 }
             }
         };
         out.push_str(&format!("@group(0) @binding({b}) var<storage, {access}> {n}: array<{array}>;\n{function}\n"));
     }
     Ok(out)
+}
+
+/// The access functions of a [`Unit::Bits`] operand `n` of `dtype` (its
+/// declaration aside), one per line. Read: `bits_{n}(i)` (element `i`'s bits,
+/// in the low 16 for halves) and `load_{n}(i)` (its value in `f32`). Written:
+/// `Y_PACKED` (whether two values share a word), `Y_NAN` (the dtype's NaN
+/// bits), `enc_{n}(v)` (an `f32` as the dtype's bits, rounded to nearest
+/// even), `put_{n}(i, bits)` (one element: for halves a read and write back of
+/// its word, for kernels that own that word in the dispatch) and
+/// `put_{n}2(w, lo, hi)` (elements `2w` and `2w + 1`, a whole word for halves).
+fn bits_io(n: &str, dtype: DType, store: bool) -> std::result::Result<String, String> {
+    let up = n.to_uppercase();
+    if dtype == DType::F32 {
+        return Ok(if store {
+            format!(
+                "const {up}_PACKED: bool = false;\nconst {up}_NAN: u32 = 0x7fc00000u;\n\
+                 fn enc_{n}(v: f32) -> u32 {{ return bitcast<u32>(v); }}\n\
+                 fn put_{n}(i: u32, b: u32) {{ {n}[i] = b; }}\n\
+                 fn put_{n}2(w: u32, lo: u32, hi: u32) {{ {n}[2u * w] = lo; {n}[2u * w + 1u] = hi; }}\n"
+            )
+        } else {
+            format!(
+                "fn bits_{n}(i: u32) -> u32 {{ return {n}[i]; }}\n\
+                 fn load_{n}(i: u32) -> f32 {{ return bitcast<f32>({n}[i]); }}\n"
+            )
+        });
+    }
+    let t = half_stem(dtype).ok_or_else(|| format!("no WGSL conversions for {dtype}"))?;
+    let nan = if dtype == DType::F16 { "0x7e00u" } else { "0x7fc0u" };
+    Ok(if store {
+        format!(
+            "const {up}_PACKED: bool = true;\nconst {up}_NAN: u32 = {nan};\n\
+             fn enc_{n}(v: f32) -> u32 {{ return f32_to_{t}(v); }}\n\
+             fn put_{n}(i: u32, b: u32) {{ let s = (i & 1u) * 16u; let w = i >> 1u; \
+             {n}[w] = ({n}[w] & ~(0xffffu << s)) | (b << s); }}\n\
+             fn put_{n}2(w: u32, lo: u32, hi: u32) {{ {n}[w] = lo | (hi << 16u); }}\n"
+        )
+    } else {
+        format!(
+            "fn bits_{n}(i: u32) -> u32 {{ return ({n}[i >> 1u] >> ((i & 1u) * 16u)) & 0xffffu; }}\n\
+             fn load_{n}(i: u32) -> f32 {{ return {t}_to_f32(bits_{n}(i)); }}\n"
+        )
+    })
 }
 
 const IO_BEGIN: &str = "// @io-begin\n";
@@ -168,6 +222,7 @@ impl Module {
             Module::Attention => include_str!("../../../shaders/attention.wgsl"),
             Module::Interpolate => include_str!("../../../shaders/interpolate.wgsl"),
             Module::Quant | Module::QuantGemv { .. } => include_str!("../../../shaders/quant.wgsl"),
+            Module::Decoder => include_str!("../../../shaders/decoder.wgsl"),
         }
     }
 
@@ -182,6 +237,7 @@ impl Module {
             Module::Interpolate => "interpolate.wgsl",
             Module::Quant => "quant.wgsl",
             Module::QuantGemv { .. } => "quant.wgsl+gemv",
+            Module::Decoder => "decoder.wgsl",
         }
     }
 
@@ -201,6 +257,7 @@ impl Module {
         const INTERPOLATE: [IoOperand; 3] =
             [io("a", 1, Unit::Scalar, false), io("y", 2, Unit::Scalar, true), io("b", 3, Unit::Scalar, false)];
         const QUANT: [IoOperand; 2] = [io("x", 1, Unit::Vec4, false), io("y", 2, Unit::Vec4, true)];
+        const DECODER: [IoOperand; 2] = [io("x", 1, Unit::Bits, false), io("y", 2, Unit::Bits, true)];
         match self {
             Module::Elementwise => &ELEMENTWISE,
             Module::Reduce => &REDUCE,
@@ -208,6 +265,7 @@ impl Module {
             Module::Conv => &CONV,
             Module::Interpolate => &INTERPOLATE,
             Module::Quant | Module::QuantGemv { .. } => &QUANT,
+            Module::Decoder => &DECODER,
             Module::Matmul | Module::Attention => &[],
         }
     }
@@ -304,6 +362,17 @@ pub(crate) enum Kernel {
     QuantGemv { format: BlockFormat, mr: u32, nr: u32, x: DType, subgroup: bool },
     /// `quant.wgsl` `dequant`: blocks of `format` into values of dtype `to`.
     Dequant { format: BlockFormat, to: DType },
+    /// `decoder.wgsl` `rope` in `mode` (its `MODE`: 0 a pair, 1 two half-split
+    /// pairs, 2 a word per invocation) on data of `dtype`.
+    Rope { mode: u32, dtype: DType },
+    /// `decoder.wgsl` `copy` in `mode` (0 an element, 1 an element of one
+    /// destination parity, 2 a word per invocation) on data of `dtype`.
+    Copy { mode: u32, dtype: DType },
+    /// `decoder.wgsl` `gather` in `mode` (0 an element, 1 a word per
+    /// invocation) on a table and output of `dtype`.
+    Gather { mode: u32, dtype: DType },
+    /// `decoder.wgsl` `argmax` on inputs of `dtype`, writing `f32`.
+    ArgMax(DType),
 }
 
 /// The `FMT` code of `quant.wgsl` for a block format (`None`: no kernels).
@@ -329,13 +398,18 @@ impl Kernel {
             Kernel::Slerp(_) => Module::Interpolate,
             Kernel::QuantGemv { mr, nr, subgroup, .. } => Module::QuantGemv { mr, nr, subgroup },
             Kernel::Dequant { .. } => Module::Quant,
+            Kernel::Rope { .. } | Kernel::Copy { .. } | Kernel::Gather { .. } | Kernel::ArgMax(_) => Module::Decoder,
         }
     }
 
     /// The dtypes of the module variant this kernel lives in.
     pub(crate) fn io(self) -> Io {
         match self {
-            Kernel::Unary(_, d) | Kernel::Binary(_, d) => Io::new(d, d),
+            Kernel::Unary(_, d)
+            | Kernel::Binary(_, d)
+            | Kernel::Rope { dtype: d, .. }
+            | Kernel::Copy { dtype: d, .. }
+            | Kernel::Gather { dtype: d, .. } => Io::new(d, d),
             Kernel::Cast { from, to } => Io::new(from, to),
             Kernel::ReducePartials(_, d)
             | Kernel::Softmax(_, d)
@@ -343,7 +417,8 @@ impl Kernel {
             | Kernel::RmsNorm(d)
             | Kernel::Conv2d(d)
             | Kernel::Slerp(d)
-            | Kernel::QuantGemv { x: d, .. } => Io::new(d, DType::F32),
+            | Kernel::QuantGemv { x: d, .. }
+            | Kernel::ArgMax(d) => Io::new(d, DType::F32),
             Kernel::Dequant { to, .. } => Io::new(DType::F32, to),
             Kernel::ReduceFinish(_)
             | Kernel::Matmul { .. }
@@ -372,6 +447,10 @@ impl Kernel {
             Kernel::QuantGemv { subgroup: false, .. } => "gemv",
             Kernel::QuantGemv { subgroup: true, .. } => "gemv_subgroup",
             Kernel::Dequant { .. } => "dequant",
+            Kernel::Rope { .. } => "rope",
+            Kernel::Copy { .. } => "copy",
+            Kernel::Gather { .. } => "gather",
+            Kernel::ArgMax(_) => "argmax",
         }
     }
 
@@ -389,6 +468,9 @@ impl Kernel {
                 c
             }
             Kernel::MatmulReduce { sk, .. } => vec![("SK", f64::from(sk))],
+            Kernel::Rope { mode, .. } | Kernel::Copy { mode, .. } | Kernel::Gather { mode, .. } => {
+                vec![("MODE", f64::from(mode))]
+            }
             Kernel::Attention { dv, ck, cv, .. } => {
                 vec![("DV", f64::from(dv)), ("CK", f64::from(ck)), ("CV", f64::from(cv))]
             }
@@ -396,9 +478,12 @@ impl Kernel {
             Kernel::QuantGemv { format, .. } | Kernel::Dequant { format, .. } => {
                 vec![("FMT", f64::from(quant_code(format).unwrap_or(0)))]
             }
-            Kernel::LayerNorm(_) | Kernel::RmsNorm(_) | Kernel::Conv2d(_) | Kernel::Cast { .. } | Kernel::Slerp(_) => {
-                Vec::new()
-            }
+            Kernel::LayerNorm(_)
+            | Kernel::RmsNorm(_)
+            | Kernel::Conv2d(_)
+            | Kernel::Cast { .. }
+            | Kernel::Slerp(_)
+            | Kernel::ArgMax(_) => Vec::new(),
         }
     }
 
@@ -593,8 +678,9 @@ fn on_threads<T: Sync>(items: &[T], f: impl Fn(&T) -> Result<()> + Sync) -> Resu
 mod tests {
     use super::*;
 
-    const MODULES: [Module; 10] = [
+    const MODULES: [Module; 11] = [
         Module::Elementwise,
+        Module::Decoder,
         Module::Reduce,
         Module::Rows,
         Module::Matmul,
@@ -630,6 +716,8 @@ mod tests {
                         // The product reads x of any dtype and writes f32; dequantize writes any dtype.
                         Module::Quant => input == DType::F32 || output == DType::F32,
                         Module::QuantGemv { .. } => output == DType::F32,
+                        // Rope, copy and gather in one dtype; argmax writes f32.
+                        Module::Decoder => output == input || output == DType::F32,
                     };
                     if used {
                         v.push((m, Io::new(input, output)));
@@ -644,7 +732,7 @@ mod tests {
     fn every_module_variant_parses_and_validates_with_naga() {
         // Every GPU test compiles the shaders too; this catches WGSL errors on machines without a GPU.
         let variants = variants();
-        assert_eq!(variants.len(), 9 + 4 * 3 + 1 + 1 + 5 + 3 + 3);
+        assert_eq!(variants.len(), 9 + 4 * 3 + 1 + 1 + 5 + 3 + 3 + 5);
         for (m, io) in variants {
             let source = m.source_for(io).unwrap_or_else(|e| panic!("{} for {io:?}: {e}", m.name()));
             let what = format!("{} for {} → {}", m.name(), io.input, io.output);
@@ -829,6 +917,49 @@ mod tests {
                 .validate(&resolved)
                 .unwrap_or_else(|e| panic!("{kernel:?} does not validate: {e}"));
         }
+    }
+
+    /// Every decoder pipeline the host can pick (each mode of `rope`, `copy`
+    /// and `gather` on every dtype, `argmax` on every input dtype), with its
+    /// constants applied as wgpu applies them, validates.
+    #[test]
+    fn decoder_variants_validate_with_their_constants() {
+        let mut kernels = Vec::new();
+        for dtype in DType::ALL {
+            kernels.extend((0..3).map(|mode| Kernel::Rope { mode, dtype }));
+            kernels.extend((0..3).map(|mode| Kernel::Copy { mode, dtype }));
+            kernels.extend((0..2).map(|mode| Kernel::Gather { mode, dtype }));
+            kernels.push(Kernel::ArgMax(dtype));
+        }
+        assert_eq!(kernels.len(), 27);
+        for kernel in kernels {
+            let m = kernel.module();
+            let source = m.source_for(kernel.io()).unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
+            let module = naga::front::wgsl::parse_str(&source)
+                .unwrap_or_else(|e| panic!("{kernel:?}: {}", e.emit_to_string(&source)));
+            let flags = naga::valid::ValidationFlags::all();
+            let info = naga::valid::Validator::new(flags, capabilities(m))
+                .validate(&module)
+                .unwrap_or_else(|e| panic!("{kernel:?}: {}", e.emit_to_string(&source)));
+            let mut constants = naga::back::PipelineConstants::default();
+            for (name, value) in kernel.constants() {
+                constants.insert(name.to_string(), value);
+            }
+            let entry = Some((naga::ShaderStage::Compute, kernel.entry()));
+            let (resolved, _) = naga::back::pipeline_constants::process_overrides(&module, &info, entry, &constants)
+                .unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
+            naga::valid::Validator::new(flags, capabilities(m))
+                .validate(&resolved)
+                .unwrap_or_else(|e| panic!("{kernel:?} does not validate: {e}"));
+        }
+        // Half outputs are packed: whole-word stores, and one value's store
+        // rewrites its word with the other half kept.
+        let f16 = Module::Decoder.source_for(Io::new(DType::F16, DType::F16)).unwrap();
+        assert!(f16.contains("const Y_PACKED: bool = true;"), "{f16}");
+        assert!(f16.contains("y[w] = (y[w] & ~(0xffffu << s)) | (b << s);"), "{f16}");
+        let bf16 = Module::Decoder.source_for(Io::new(DType::BF16, DType::F32)).unwrap();
+        assert!(bf16.contains("fn load_x(i: u32) -> f32 { return bf16_to_f32(bits_x(i)); }"), "{bf16}");
+        assert!(bf16.contains("const Y_PACKED: bool = false;"), "{bf16}");
     }
 
     #[test]

@@ -6,8 +6,10 @@
 //! ops, casts and reductions are split into pieces of at most one binding; row
 //! ops into pieces of whole rows; matmul batches into grids of at most 65535
 //! matrices; attention into pieces of whole key/value heads (each with the
-//! query heads that read it). What cannot be split (one row, one matrix, one
-//! convolution operand or one key/value head larger than a binding) is a
+//! query heads that read it; a head of a KV cache holds its capacity's rows);
+//! rotary embeddings, gathers (the table) and argmax into pieces of whole rows.
+//! What cannot be split (one row, one matrix, one convolution operand, one
+//! key/value head, a copy's views or a gather's output larger than a binding) is a
 //! [`ComputeError::LimitExceeded`] naming requested and maximum bytes. Nothing here touches the device except taking
 //! scratch buffers from the cache (reductions, split-K matmul, the `f32`
 //! temporaries of half ops), which the steps carry as [`Step::Scratch`] until
@@ -25,6 +27,10 @@
 //!   (into an `f32` temporary for a half C) and casts C; attention likewise
 //!   casts half q, k and v into `f32` temporaries and its `f32` result into
 //!   the half output;
+//! - the decoder ops (rotary embedding, strided copy, gather, argmax) read and
+//!   write half data directly: whole words, or, where a view ends mid-word,
+//!   one invocation rewriting its half of a word no other invocation of the
+//!   dispatch touches ([`decoder`]);
 //! - a cast between equal dtypes is a buffer copy.
 
 use compute_core::{
@@ -37,6 +43,7 @@ use crate::errors;
 use crate::kernels::{Kernel, MatmulKernel};
 use crate::options::{MatmulTiles, TiledMatmul};
 
+pub(crate) mod decoder;
 pub(crate) mod quant;
 
 /// Whether the shaders read and write `dtype` (`f32`, `f16`, `bf16`). Free.
@@ -60,6 +67,13 @@ pub(crate) fn supported(op: &Op) -> bool {
         Op::Cast { from, to, .. } if from.is_quantized() => kernels(from) && computes(to),
         _ => op.dtypes().into_iter().all(computes),
     }
+}
+
+/// Whether `op` leaves part of its output as it was ([`Op::Copy`] writes only
+/// its destination view), so a run on host data must upload the output first.
+/// Free.
+pub(crate) fn writes_part_of_output(op: &Op) -> bool {
+    matches!(op, Op::Copy(_))
 }
 
 /// The [`ComputeError::UnsupportedDType`] for an op that [`supported`]
@@ -227,6 +241,7 @@ fn binary_code(op: BinaryOp) -> u32 {
         BinaryOp::Add => 0,
         BinaryOp::Sub => 1,
         BinaryOp::Mul => 2,
+        BinaryOp::SwiGlu => 4,
     }
 }
 
@@ -351,6 +366,12 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
             attention(ctx, name, &a, &layout, [&q, &k, &v], &y, steps)?;
             narrow(ctx, name, &y, output, steps)?;
         }
+        Op::Rope(r) => decoder::rope(ctx, name, &r, input(0)?, output, steps)?,
+        Op::Copy(c) => decoder::copy(ctx, name, &c, input(0)?, output, steps)?,
+        Op::Gather { ids, rows, cols, .. } => {
+            decoder::gather(ctx, name, (ids, rows, cols), input(0)?, input(1)?, output, steps)?;
+        }
+        Op::ArgMax { rows, cols, .. } => decoder::argmax(ctx, name, (rows, cols), input(0)?, output, steps)?,
     }
     Ok(())
 }
@@ -724,7 +745,8 @@ pub(crate) struct AttentionLayout {
     q_blocks: u64,
     /// Bytes of one unit's queries (and outputs), in `f32`.
     unit_q: u64,
-    /// Bytes of one unit's keys (and values), in `f32`.
+    /// Bytes of one unit's keys (and values), in `f32`: `kv_rows` rows, of
+    /// which the first `seq_k` are read.
     unit_kv: u64,
 }
 
@@ -760,7 +782,9 @@ pub(crate) fn attention_layout(ctx: &Context, name: &'static str, a: &AttentionS
     let group = a.group() as u64;
     let units = (a.batch as u64).saturating_mul(a.heads_kv as u64);
     let unit_q = group.saturating_mul(sq).saturating_mul(d).saturating_mul(4);
-    let unit_kv = sk.saturating_mul(d).saturating_mul(4);
+    // A key/value head holds kv_rows rows (a KV cache's capacity), of which the
+    // first seq_k are read; pieces bind whole heads.
+    let unit_kv = (a.kv_rows() as u64).saturating_mul(d).saturating_mul(4);
     let max = ctx.max_binding();
     if unit_q > max {
         return Err(errors::limit(
@@ -841,6 +865,7 @@ fn attention(
                     scale2.to_bits(),
                     to_u32(name, "head_dim", c0)?,
                     u32::from(d.is_multiple_of(4)),
+                    to_u32(name, "kv rows", a.kv_rows() as u64)?,
                 ]),
                 bindings: bindings.clone(),
                 groups: grid(ctx, name, groups)?,
@@ -957,10 +982,22 @@ mod tests {
 
     #[test]
     fn every_dtype_of_the_vocabulary_is_supported() {
-        use compute_core::MatmulSpec;
+        use compute_core::{MatmulSpec, Strided};
         for d in DType::ALL {
             assert!(supported(&Op::unary(UnaryOp::Relu, 3).with_dtype(d)), "{d}");
             assert!(supported(&Op::reduce(ReduceOp::Max, 3).with_dtype(d)), "{d}");
+            let rope = compute_core::RopeSpec::new(1, 2, 4, 10_000.0);
+            let copy =
+                compute_core::CopySpec::new([1, 1, 3], Strided::contiguous([1, 1, 3]), Strided::contiguous([1, 1, 3]));
+            for op in [
+                Op::Rope(rope),
+                Op::Copy(copy),
+                Op::Gather { ids: 2, rows: 3, cols: 4, dtype: d },
+                Op::ArgMax { rows: 2, cols: 3, dtype: d },
+                Op::binary(BinaryOp::SwiGlu, 3),
+            ] {
+                assert!(supported(&op.with_dtype(d)), "{op:?} on {d}");
+            }
             for to in DType::ALL {
                 assert!(supported(&Op::cast(3, d, to)), "{d} → {to}");
                 assert!(supported(&Op::Matmul(MatmulSpec::new(2, 3, 4).with_dtypes(d, to))), "{d} → {to}");
@@ -1005,6 +1042,8 @@ mod tests {
         assert_eq!(unary_code(UnaryOp::Clip { min: -1.0, max: 2.0 }), (8, -1.0, 2.0));
         assert_eq!(unary_code(UnaryOp::Scale { s: 3.0 }), (9, 3.0, 0.0));
         assert_eq!(binary_code(BinaryOp::Mul), 2);
+        assert_eq!(binary_code(BinaryOp::SwiGlu), 4);
+        assert_ne!(binary_code(BinaryOp::SwiGlu), LERP_CODE);
         assert_eq!(params(&[1, 2, 3])[..4], [1, 2, 3, 0]);
     }
 }
