@@ -1064,6 +1064,8 @@ fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8
             "ex2" => fb(((f(a(1)) as f64).exp2() * ctx.approx.0) as f32),
             "lg2" => fb(((f(a(1)) as f64).log2() + ctx.approx.1) as f32),
             "tanh" => fb(f(a(1)).tanh()),
+            "sin" => fb((f(a(1)) as f64).sin() as f32),
+            "cos" => fb((f(a(1)) as f64).cos() as f32),
             "add" | "sub" | "mul" | "div" | "min" | "max" if ty == "f32" => {
                 fb(float_op(op, p.iter().any(|x| x == "NaN"), f(a(1)), f(a(2))))
             }

@@ -248,6 +248,10 @@ impl Backend for EmuBackend {
             .collect();
         let out_bytes = output.as_bytes_mut();
         let out = mem.alloc(out_bytes.len());
+        // A strided copy writes only its view: the rest keeps the output's values.
+        if matches!(op, Op::Copy(_)) {
+            mem.write_bytes(out, out_bytes);
+        }
         drop(mem);
         plan::run_op(self, op, &ptrs, out)?;
         let mut mem = self.mem.lock().unwrap();
