@@ -585,7 +585,11 @@ impl Exec<'_> {
         for u in [16u64, 8] {
             let f = u / e;
             let fits = |o: u64, s: [u64; 3], p: u64| {
-                s[2] == 1 && o.is_multiple_of(f) && s[0].is_multiple_of(f) && s[1].is_multiple_of(f) && p.is_multiple_of(u)
+                s[2] == 1
+                    && o.is_multiple_of(f)
+                    && s[0].is_multiple_of(f)
+                    && s[1].is_multiple_of(f)
+                    && p.is_multiple_of(u)
             };
             if u > e && n2.is_multiple_of(f) && fits(so, ss, src) && fits(dof, ds, dst) {
                 unit = u;

@@ -262,8 +262,7 @@ pub(crate) struct Params {
     pub(crate) vis_b: Reg<U32>,
 }
 
-pub(crate) const PARAM_DOC: &str =
-    "params: q, k, v, o, rows (group * seq_q), seq_q, seq_k, kv_rows (rows per k/v head), scale_log2 (scale * log2 e), vis_a, vis_b";
+pub(crate) const PARAM_DOC: &str = "params: q, k, v, o, rows (group * seq_q), seq_q, seq_k, kv_rows (rows per k/v head), scale_log2 (scale * log2 e), vis_a, vis_b";
 
 pub(crate) fn params(b: &mut KernelBuilder) -> Params {
     Params {
