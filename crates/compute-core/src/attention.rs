@@ -207,7 +207,15 @@ impl AttentionSpec {
         };
         format!(
             "q=[{}x{}x{}x{}] kv=[{}x{}x{}x{}] scale={}{mask}",
-            self.batch, self.heads_q, self.seq_q, self.head_dim, self.batch, self.heads_kv, rows, self.head_dim, self.scale
+            self.batch,
+            self.heads_q,
+            self.seq_q,
+            self.head_dim,
+            self.batch,
+            self.heads_kv,
+            rows,
+            self.head_dim,
+            self.scale
         )
     }
 }

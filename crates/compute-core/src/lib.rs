@@ -47,9 +47,9 @@ pub use backend::{
 pub use dtype::{DType, Element, bf16, f16};
 pub use error::{BackendKind, Cause, ComputeError, Result};
 pub use host::{Blocks, BlocksMut, HostSlice, HostSliceMut, HostVec};
-pub use rope::{RopeLayout, RopeSpec};
-pub use strided::{CopySpec, Strided};
 pub use op::{
     BinaryOp, Conv2dSpec, Cost, GeluForm, Layout, MatmulSpec, Op, OpClass, Operand, Precision, QuantMatmulSpec,
     ReduceOp, RowOp, UnaryOp,
 };
+pub use rope::{RopeLayout, RopeSpec};
+pub use strided::{CopySpec, Strided};

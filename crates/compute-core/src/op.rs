@@ -13,10 +13,10 @@
 //! compute in `f32` internally and round once when they store.
 
 use crate::attention::AttentionSpec;
-use crate::rope::{RopeLayout, RopeSpec};
-use crate::strided::CopySpec;
 use crate::dtype::DType;
 use crate::error::{ComputeError, Result};
+use crate::rope::{RopeLayout, RopeSpec};
+use crate::strided::CopySpec;
 
 /// Which formula `gelu` uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -1052,7 +1052,9 @@ impl Op {
                 if !(r.theta.is_finite() && r.theta > 1.0) {
                     return Err(ComputeError::shape(name, "theta must be finite and above 1", shapes()));
                 }
-                r.position.checked_add(r.seq).ok_or_else(|| ComputeError::shape(name, "positions overflow", shapes()))?;
+                r.position
+                    .checked_add(r.seq)
+                    .ok_or_else(|| ComputeError::shape(name, "positions overflow", shapes()))?;
                 float_only(name, &shapes, d)?;
                 Ok(Layout::new(&[i(n)], &o(n)))
             }

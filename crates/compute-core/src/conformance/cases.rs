@@ -190,7 +190,8 @@ fn decoder_cases(large: bool) -> Vec<Op> {
     use crate::rope::{RopeLayout, RopeSpec};
     use crate::strided::{CopySpec, Strided};
     let mut v = Vec::new();
-    let mut ropes = vec![(1, 1, 2, 0), (1, 32, 128, 0), (1, 8, 128, 4095), (17, 4, 64, 0), (7, 3, 6, 100_000), (64, 2, 64, 3)];
+    let mut ropes =
+        vec![(1, 1, 2, 0), (1, 32, 128, 0), (1, 8, 128, 4095), (17, 4, 64, 0), (7, 3, 6, 100_000), (64, 2, 64, 3)];
     if large {
         ropes.extend([(2048, 32, 128, 0), (1, 32, 128, 131_071)]);
     }

@@ -1095,7 +1095,8 @@ mod tests {
                     let size = output.dtype().size_in_bytes();
                     let dst = output.as_bytes_mut();
                     for (i, _) in r.scale.iter().enumerate().filter(|(_, s)| **s != reference::UNTOUCHED) {
-                        dst[i * size..(i + 1) * size].copy_from_slice(&stored.as_slice().as_bytes()[i * size..][..size]);
+                        dst[i * size..(i + 1) * size]
+                            .copy_from_slice(&stored.as_slice().as_bytes()[i * size..][..size]);
                     }
                 }
                 _ => output.store_f32(&vals),

@@ -126,7 +126,12 @@ fn run_into<T: Element>(isa: Isa, op: &Op, inputs: &[HostSlice<'_>], out: &mut [
             ));
         }
         Op::Rope(_) | Op::Copy(_) | Op::Gather { .. } | Op::ArgMax { .. } => {
-            return Err(ComputeError::unsupported_dtype(op, BackendKind::Simd, op.dtype(), "decoder ops run elsewhere"));
+            return Err(ComputeError::unsupported_dtype(
+                op,
+                BackendKind::Simd,
+                op.dtype(),
+                "decoder ops run elsewhere",
+            ));
         }
         Op::Attention(spec) => {
             // Read in place: the kernel widens each block of q, k and v as it
