@@ -431,7 +431,10 @@ pub fn argmax(dtype: DType, target: Target) -> Result<Kernel, BuildError> {
     b.assign(best.0, wv);
     b.assign(best.1, wi);
     warp_fold(&mut b, best);
-    let idx = b.cvt::<F32, U32>(best.1);
+    // An empty row (cols = 0) keeps the sentinel: index 0, as the reference says.
+    let empty = b.setp(Cmp::Eq, best.1, u32::MAX);
+    let bi = b.selp(0u32, best.1, empty);
+    let idx = b.cvt::<F32, U32>(bi);
     let ya = b.mul_wide(row, 4u32);
     let ya = b.add(y, ya);
     b.guarded(lane0, false, |b| b.st_global(ya, 0, idx));
