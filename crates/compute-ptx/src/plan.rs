@@ -20,6 +20,13 @@
 //! GEMM and round the result to the output dtype. [`supported`] says which
 //! ops a plan can run. [`run_quant_matmul`] and [`run_dequantize`] run
 //! products with, and dequantization of, GGML block-quantized weights.
+//!
+//! The decoder ops run one launch each: rotary embeddings one thread per
+//! pair, strided copies one thread per unit (16 or 8 bytes when both views'
+//! rows allow it, else one element), gathers one thread per output element,
+//! argmax one block per row (see [`crate::kernels::decoder`]). Attention
+//! passes `kv_rows` (a KV cache's capacity, or `seq_k`) to every kernel as the
+//! distance between key/value heads.
 
 use compute_core::{
     AttentionSpec, BackendKind, ComputeError, Conv2dSpec, CopySpec, DType, HostSlice, HostSliceMut, MatmulSpec, Op,
