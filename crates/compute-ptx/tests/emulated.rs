@@ -21,14 +21,15 @@ mod suite {
 }
 
 /// `ex2.approx.f32` is within 2 ulp, `lg2.approx.f32` within about 2⁻²²
-/// absolute and `rcp.approx.f32` within 1 ulp: the transcendental kernels must
-/// meet the tolerance at both ends.
+/// absolute, `rcp.approx.f32` within 1 ulp and `sin`/`cos.approx.f32` within
+/// 2⁻²⁰·⁹ absolute on `[−π, π]`: the transcendental kernels (rotary embeddings
+/// and swiglu included) must meet the tolerance at both ends.
 #[test]
 fn transcendentals_tolerate_the_approximation_error_bounds() {
     use compute_core::conformance::{Group, run_group};
     let ulp = f64::from(f32::EPSILON);
     for (ex2, lg2, rcp) in [(1.0 + 2.0 * ulp, 2.5e-7, 1.0 - ulp), (1.0 - 2.0 * ulp, -2.5e-7, 1.0 + ulp)] {
-        for g in [Group::Unary, Group::Rows, Group::EdgeValues] {
+        for g in [Group::Unary, Group::Binary, Group::Rows, Group::Decoder, Group::EdgeValues] {
             run_group(|| Ok(EmuBackend::with_approx_error(ex2, lg2, rcp)), BackendKind::Cuda, g, Config::from_env());
         }
     }

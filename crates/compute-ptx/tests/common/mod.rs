@@ -70,7 +70,8 @@ impl EmuBackend {
         EmuBackend { mem: Arc::new(Mutex::new(Memory::new())), approx: (1.0, 0.0, 1.0), ..Default::default() }
     }
     /// Every `ex2.approx` result scaled by `ex2_factor`, `lg2_term` added to every
-    /// `lg2.approx` result, every `rcp.approx` result scaled by `rcp_factor`: the
+    /// `lg2.approx` result (and the `sin`/`cos.approx` error moved its way),
+    /// every `rcp.approx` result scaled by `rcp_factor`: the
     /// hardware's error bounds, made worst-case.
     pub fn with_approx_error(ex2_factor: f64, lg2_term: f64, rcp_factor: f64) -> Self {
         EmuBackend { approx: (ex2_factor, lg2_term, rcp_factor), ..Self::new() }
