@@ -20,14 +20,22 @@
 //! GEMM and round the result to the output dtype. [`supported`] says which
 //! ops a plan can run. [`run_quant_matmul`] and [`run_dequantize`] run
 //! products with, and dequantization of, GGML block-quantized weights.
+//!
+//! The decoder ops run one launch each: rotary embeddings one thread per
+//! pair, strided copies one thread per unit (16 or 8 bytes when both views'
+//! rows allow it, else one element), gathers one thread per output element,
+//! argmax one block per row (see [`crate::kernels::decoder`]). Attention
+//! passes `kv_rows` (a KV cache's capacity, or `seq_k`) to every kernel as the
+//! distance between key/value heads.
 
 use compute_core::{
-    AttentionSpec, BackendKind, ComputeError, Conv2dSpec, DType, HostSlice, HostSliceMut, MatmulSpec, Op, ReduceOp,
-    Result,
+    AttentionSpec, BackendKind, ComputeError, Conv2dSpec, CopySpec, DType, HostSlice, HostSliceMut, MatmulSpec, Op,
+    ReduceOp, Result, RopeSpec,
 };
 
 use crate::kernels::attention::{self, FlashConfig};
 use crate::kernels::attention_wgmma::HopperConfig;
+use crate::kernels::decoder;
 use crate::kernels::elem;
 use crate::kernels::elementwise::{self, UnaryKind};
 use crate::kernels::gemm_mma::MmaConfig;
@@ -185,6 +193,16 @@ pub fn supported(op: &Op) -> bool {
         Op::Cast { from, to, .. } if from == to => elem::supported(from) || blocks(from),
         Op::Cast { from, to, .. } if from.is_quantized() => blocks(from) && elem::supported(to),
         _ => op.dtypes().into_iter().all(elem::supported),
+    }
+}
+
+/// The bits of a quiet NaN of `dtype` (what a gather stores for an id
+/// outside the table).
+fn nan_bits(dtype: DType) -> u32 {
+    match dtype {
+        DType::F16 => 0x7e00,
+        DType::BF16 => 0x7fc0,
+        _ => 0x7fc0_0000,
     }
 }
 
@@ -478,7 +496,128 @@ impl Exec<'_> {
                 run_dequantize(self.l, format, len, to, (input(0)?, out))
             }
             Op::Cast { len, from, to } => self.cast(input(0)?, from, out, to, len),
+            Op::Rope(r) => self.rope(&r, input(0)?, out, op.name()),
+            Op::Copy(c) => self.strided_copy(&c, input(0)?, out, op.name()),
+            Op::Gather { ids, rows, cols, dtype } => {
+                let name = op.name();
+                let total = ids.saturating_mul(cols);
+                if total == 0 {
+                    return Ok(());
+                }
+                let n = u32_of(name, "gathered elements", total)?;
+                let c = u32_of(name, "columns", cols)?;
+                let r = u32_of(name, "rows", rows)?;
+                let args = [
+                    Arg::Ptr(input(0)?),
+                    Arg::Ptr(input(1)?),
+                    Arg::Ptr(out),
+                    Arg::U32(n),
+                    Arg::U32(c),
+                    Arg::U32(r),
+                    Arg::U32(nan_bits(dtype)),
+                ];
+                self.launch(KernelId::Gather(elem::size(dtype)), self.item_grid(total), &args)
+            }
+            Op::ArgMax { rows, cols, dtype } => {
+                let name = op.name();
+                if rows == 0 {
+                    return Ok(());
+                }
+                limit(name, "rows", rows, MAX_GRID_X)?;
+                let c = u32_of(name, "columns", cols)?;
+                let grid = Grid { blocks: (rows as u32, 1, 1), threads: (decoder::BLOCK, 1, 1), dynamic_smem: 0 };
+                self.launch(KernelId::ArgMax(dtype), grid, &[Arg::Ptr(input(0)?), Arg::Ptr(out), Arg::U32(c)])
+            }
         }
+    }
+
+    /// Grid of the one-thread-per-item decoder kernels: enough blocks of
+    /// [`decoder::BLOCK`] threads for `n` items, at most 32 per
+    /// multiprocessor (the loop strides over the rest).
+    fn item_grid(&self, n: usize) -> Grid {
+        let per_block = decoder::BLOCK as usize;
+        let want = n.div_ceil(per_block).max(1);
+        let cap = self.l.sm_count() as usize * 32;
+        Grid { blocks: (want.min(cap) as u32, 1, 1), threads: (decoder::BLOCK, 1, 1), dynamic_smem: 0 }
+    }
+
+    /// Rotary embedding: one launch, one thread per pair.
+    fn rope(&self, r: &RopeSpec, x: u64, y: u64, op: &'static str) -> Result<()> {
+        let half = r.head_dim / 2;
+        let pairs = r.seq.saturating_mul(r.heads).saturating_mul(half);
+        if pairs == 0 {
+            return Ok(());
+        }
+        let n = u32_of(op, "pairs", pairs)?;
+        let heads = u32_of(op, "heads", r.heads)?;
+        let h = u32_of(op, "head_dim", half)?;
+        u32_of(op, "positions", r.position.saturating_add(r.seq))?;
+        let (hi, lo) = decoder::rope_freq(r.theta, r.head_dim);
+        let args = [
+            Arg::Ptr(x),
+            Arg::Ptr(y),
+            Arg::U32(n),
+            Arg::U32(heads),
+            Arg::U32(h),
+            Arg::U32(r.position as u32),
+            Arg::F32(hi),
+            Arg::F32(lo),
+        ];
+        self.launch(KernelId::Rope(r.layout, r.dtype), self.item_grid(pairs), &args)
+    }
+
+    /// Strided copy: one launch of the widest unit (16 or 8 bytes) that
+    /// both views' rows, offsets, strides and base addresses allow when
+    /// both inner strides are 1, else one element per thread.
+    fn strided_copy(&self, c: &CopySpec, src: u64, dst: u64, op: &'static str) -> Result<()> {
+        let count = c.count();
+        if count == 0 {
+            return Ok(());
+        }
+        let e = c.dtype.size_in_bytes() as u64;
+        // A dimension of extent 1 has no stride that matters.
+        let view = |v: &compute_core::Strided| {
+            let mut s = v.strides.map(|x| x as u64);
+            for (k, &n) in c.shape.iter().enumerate() {
+                if n == 1 {
+                    s[k] = 0;
+                }
+            }
+            (v.offset as u64, s)
+        };
+        let (mut so, mut ss) = view(&c.src);
+        let (mut dof, mut ds) = view(&c.dst);
+        let mut n2 = c.shape[2] as u64;
+        let mut unit = e;
+        for u in [16u64, 8] {
+            let f = u / e;
+            let fits = |o: u64, s: [u64; 3], p: u64| {
+                s[2] == 1
+                    && o.is_multiple_of(f)
+                    && s[0].is_multiple_of(f)
+                    && s[1].is_multiple_of(f)
+                    && p.is_multiple_of(u)
+            };
+            if u > e && n2.is_multiple_of(f) && fits(so, ss, src) && fits(dof, ds, dst) {
+                unit = u;
+                n2 /= f;
+                (so, dof) = (so / f, dof / f);
+                for k in 0..2 {
+                    ss[k] /= f;
+                    ds[k] /= f;
+                }
+                break;
+            }
+        }
+        let units = c.shape[0] * c.shape[1] * n2 as usize;
+        let n = u32_of(op, "copied elements", units)?;
+        let n1 = u32_of(op, "copy extent", c.shape[1])?;
+        let n2 = u32_of(op, "copy extent", n2 as usize)?;
+        let mut args = vec![Arg::Ptr(src), Arg::Ptr(dst), Arg::U32(n), Arg::U32(n1), Arg::U32(n2), Arg::U64(so)];
+        args.extend(ss.map(Arg::U64));
+        args.push(Arg::U64(dof));
+        args.extend(ds.map(Arg::U64));
+        self.launch(KernelId::Copy(unit as u32), self.item_grid(units), &args)
     }
 
     /// Fused attention: the tensor-core kernel for `f16`/`bf16` data whose
@@ -509,6 +648,7 @@ impl Exec<'_> {
         // The kernels index rows times the head size in 32 bits.
         u32_of(name, "query rows per key/value head times head size", rows.saturating_mul(d))?;
         u32_of(name, "keys times head size", a.seq_k.saturating_mul(d))?;
+        let kv_rows = u32_of(name, "key/value rows per head", a.kv_rows())?;
         limit(name, "key/value heads", a.heads_kv, MAX_GRID_YZ)?;
         limit(name, "batch", a.batch, MAX_GRID_YZ)?;
         let (va, vb) = attention::visible_params(a.causal_offset(), a.seq_k);
@@ -520,6 +660,7 @@ impl Exec<'_> {
             Arg::U32(rows as u32),
             Arg::U32(a.seq_q as u32),
             Arg::U32(a.seq_k as u32),
+            Arg::U32(kv_rows),
             Arg::F32(a.scale * std::f32::consts::LOG2_E),
             Arg::U32(u32_of(name, "causal offset", va as usize)?),
             Arg::U32(u32_of(name, "causal offset", vb as usize)?),

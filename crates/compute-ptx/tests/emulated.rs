@@ -21,14 +21,15 @@ mod suite {
 }
 
 /// `ex2.approx.f32` is within 2 ulp, `lg2.approx.f32` within about 2⁻²²
-/// absolute and `rcp.approx.f32` within 1 ulp: the transcendental kernels must
-/// meet the tolerance at both ends.
+/// absolute, `rcp.approx.f32` within 1 ulp and `sin`/`cos.approx.f32` within
+/// 2⁻²⁰·⁹ absolute on `[−π, π]`: the transcendental kernels (rotary embeddings
+/// and swiglu included) must meet the tolerance at both ends.
 #[test]
 fn transcendentals_tolerate_the_approximation_error_bounds() {
     use compute_core::conformance::{Group, run_group};
     let ulp = f64::from(f32::EPSILON);
     for (ex2, lg2, rcp) in [(1.0 + 2.0 * ulp, 2.5e-7, 1.0 - ulp), (1.0 - 2.0 * ulp, -2.5e-7, 1.0 + ulp)] {
-        for g in [Group::Unary, Group::Rows, Group::EdgeValues] {
+        for g in [Group::Unary, Group::Binary, Group::Rows, Group::Decoder, Group::EdgeValues] {
             run_group(|| Ok(EmuBackend::with_approx_error(ex2, lg2, rcp)), BackendKind::Cuda, g, Config::from_env());
         }
     }
@@ -409,6 +410,49 @@ fn flash_attention_shapes_agree() {
     }
 }
 
+/// Attention over a KV cache of larger capacity than `seq_k` (each head's
+/// rows past `seq_k` hold other values, which must not be read) on every
+/// kernel: the `mma.sync` kernel (prefill shape and the key-split decode
+/// shape with its merge), its bf16x3 form for `f32` with TF32, the `f32`
+/// kernel, and the Hopper kernel.
+#[test]
+fn attention_reads_a_kv_cache_on_every_kernel() {
+    use compute_core::conformance::{compare_typed, typed_inputs_for};
+    use compute_core::{AttentionSpec, DType, Precision};
+    use compute_ptx::kernels::attention::FlashConfig;
+    use compute_ptx::kernels::attention_wgmma::HopperConfig;
+    use compute_ptx::plan::AttentionKernel;
+    let emu = EmuBackend::with_wgmma();
+    let mut rng = Rng::new(0x5eed_cace);
+    let specs = [
+        AttentionSpec::new(1, 4, 2, 700, 64).with_kv_heads(1).causal().with_kv_capacity(1000),
+        AttentionSpec::new(2, 2, 33, 70, 128).causal().with_kv_capacity(96),
+    ];
+    for spec in specs {
+        let d = spec.head_dim;
+        let mut runs: Vec<(DType, Precision, Option<AttentionKernel>)> = Vec::new();
+        for dtype in [DType::BF16, DType::F16] {
+            runs.push((dtype, Precision::Full, Some(AttentionKernel::Flash(FlashConfig::for_head_dim(d)))));
+            runs.push((dtype, Precision::Full, Some(AttentionKernel::Flash(FlashConfig::for_decode(d)))));
+            runs.push((dtype, Precision::Full, Some(AttentionKernel::Hopper(HopperConfig::for_head_dim(d)))));
+        }
+        runs.push((DType::F32, Precision::Tf32, Some(AttentionKernel::Flash(FlashConfig::for_f32(d)))));
+        runs.push((DType::F32, Precision::Full, None));
+        for (dtype, precision, kernel) in runs {
+            let spec = spec.with_dtype(dtype).with_precision(precision);
+            let op = Op::Attention(spec);
+            let inputs = typed_inputs_for(&op, &mut rng);
+            let before = emu.log.lock().unwrap().len();
+            let out = emu.attention_typed(spec, kernel, &inputs);
+            let names: Vec<String> = emu.log.lock().unwrap()[before..].iter().map(|(k, _)| k.clone()).collect();
+            let views: Vec<_> = inputs.iter().map(|v| v.as_slice()).collect();
+            if let Some(msg) = compare_typed(&op, &views, out.as_slice(), 1.0) {
+                panic!("{kernel:?} {}: {names:?}: {msg}", op.shapes());
+            }
+        }
+    }
+}
+
 /// The Hopper attention kernel (`wgmma`) in every shape of its sweep, both
 /// half dtypes, head sizes 64 and 128, on odd lengths, both causal
 /// alignments and grouped heads, against the reference; and the plans pick
@@ -578,4 +622,56 @@ fn plans_pick_gemv_for_few_rows_only() {
     let spec = MatmulSpec::new(9, 8, 8);
     let err = compute_ptx::plan::run_matmul(&emu, GemmTier::Gemv, &spec, (0, 0, 0), None).unwrap_err();
     assert!(matches!(err, compute_core::ComputeError::Shape { .. }), "{err}");
+}
+
+/// The strided copy picks 16-, 8-, 4- or 2-byte units from the views'
+/// alignment (each checked against the reference, the elements outside the
+/// view untouched); argmax takes the first NaN, else the first of equal
+/// maxima, over rows of -inf, ties across threads and NaNs, on every dtype.
+#[test]
+fn copy_units_and_argmax_specials() {
+    use compute_core::conformance::{check_op_typed, typed_inputs_for};
+    use compute_core::{CopySpec, DType, HostVec, Strided};
+    let emu = EmuBackend::new();
+    let mut rng = Rng::new(0x5eed_c0b1);
+    let dst = |offset: usize| Strided { offset, strides: [64, 16, 1], len: 4 * 64 };
+    for (dtype, offset, unit) in [
+        (DType::F32, 8, "copy_b16"),
+        (DType::F32, 2, "copy_b8"),
+        (DType::F32, 1, "copy_b4"),
+        (DType::BF16, 8, "copy_b16"),
+        (DType::F16, 4, "copy_b8"),
+        (DType::F16, 3, "copy_b2"),
+    ] {
+        let op = Op::Copy(CopySpec::new([3, 2, 8], Strided::contiguous([3, 2, 8]), dst(offset)).with_dtype(dtype));
+        let inputs = typed_inputs_for(&op, &mut rng);
+        let before = emu.log.lock().unwrap().len();
+        if let Err(e) = check_op_typed(&emu, &op, &inputs, 1.0) {
+            panic!("{dtype} offset {offset}: {e}");
+        }
+        let names: Vec<String> = emu.log.lock().unwrap()[before..].iter().map(|(k, _)| k.clone()).collect();
+        assert_eq!(names, [unit], "{dtype} offset {offset}");
+    }
+    let cols = 600;
+    let mut rows = vec![vec![f32::NEG_INFINITY; cols]];
+    let mut ties = vec![-1.0f32; cols];
+    for j in [3, 259, 515] {
+        ties[j] = 2.0;
+    }
+    rows.push(ties);
+    let mut nans = vec![0.5f32; cols];
+    nans[10] = f32::INFINITY;
+    for j in [300, 44, 555] {
+        nans[j] = f32::NAN;
+    }
+    rows.push(nans);
+    let x: Vec<f32> = rows.concat();
+    for dtype in DType::ALL {
+        let op = Op::ArgMax { rows: 3, cols, dtype };
+        let inputs = [HostVec::from_f32(dtype, &x)];
+        let mut out = HostVec::zeros(DType::F32, 3);
+        let views: Vec<_> = inputs.iter().map(|v| v.as_slice()).collect();
+        compute_core::Backend::run_typed(&emu, &op, &views, out.as_mut()).unwrap();
+        assert_eq!(out.to_f64(), [0.0, 3.0, 44.0], "{dtype}");
+    }
 }

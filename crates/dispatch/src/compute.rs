@@ -38,8 +38,8 @@ pub enum Policy {
 }
 
 /// The workload [`Policy::Threshold`] compares with its threshold: `batch·m·k·n`
-/// for a matmul, multiply-adds for a conv or attention, the input's element
-/// count otherwise.
+/// for a matmul, multiply-adds for a conv or attention, the elements moved
+/// for a strided copy or a gather, the input's element count otherwise.
 /// Free (arithmetic on the op's sizes).
 pub fn fixed_threshold_workload(op: &Op) -> u64 {
     let u = |x: usize| x as u64;
@@ -56,7 +56,12 @@ pub fn fixed_threshold_workload(op: &Op) -> u64 {
         | Op::Dot { len, .. }
         | Op::Lerp { len, .. }
         | Op::Cast { len, .. } => u(len),
-        Op::Rows { rows, cols, .. } | Op::Slerp { rows, cols, .. } => u(rows).saturating_mul(u(cols)),
+        Op::Rows { rows, cols, .. } | Op::Slerp { rows, cols, .. } | Op::ArgMax { rows, cols, .. } => {
+            u(rows).saturating_mul(u(cols))
+        }
+        Op::Rope(r) => u(r.seq).saturating_mul(u(r.heads)).saturating_mul(u(r.head_dim)),
+        Op::Copy(c) => u(c.count()),
+        Op::Gather { ids, cols, .. } => u(ids).saturating_mul(u(cols)),
     }
 }
 

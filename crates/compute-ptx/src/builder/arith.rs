@@ -343,6 +343,18 @@ impl KernelBuilder {
         self.unop("lg2.approx.f32", a.into())
     }
 
+    /// `sin(a)`, approximate (`sin.approx.f32`: absolute error about 2⁻²⁰·⁹
+    /// for `|a| ≤ π`, growing with `|a|` beyond: reduce the argument first).
+    pub fn sin_approx(&mut self, a: Reg<F32>) -> Reg<F32> {
+        self.unop("sin.approx.f32", a.into())
+    }
+
+    /// `cos(a)`, approximate (`cos.approx.f32`, the error of
+    /// [`KernelBuilder::sin_approx`]).
+    pub fn cos_approx(&mut self, a: Reg<F32>) -> Reg<F32> {
+        self.unop("cos.approx.f32", a.into())
+    }
+
     /// `1/a`, approximate (`rcp.approx.f32`).
     pub fn rcp_approx(&mut self, a: Reg<F32>) -> Reg<F32> {
         self.unop("rcp.approx.f32", a.into())

@@ -293,6 +293,10 @@ impl CudaBackend {
             ptrs.push(p);
         }
         let (out_slice, out_ptr) = driver::alloc(&self.dev.stream, output.len(), name)?;
+        // A strided copy writes only its view: the rest keeps the output's values.
+        if keeps_output(op) {
+            driver::htod(&self.dev.stream, out_ptr, output, name)?;
+        }
         plan::run_op(&*self.dev, op, &ptrs, out_ptr)?;
         // Kernel faults surface here, before anything touches `output`; the
         // result lands in a temporary first so a failed copy writes nothing.
@@ -325,14 +329,26 @@ impl CudaBackend {
             if out_off + floats(output.len()) > st.floats() {
                 return Ok(false);
             }
-            let parts: Vec<(usize, &[u8])> = offsets.iter().copied().zip(inputs.iter().copied()).collect();
-            st.stage_in(&dev.stream, &parts, out_off)?;
+            let initial = keeps_output(op).then(|| output.to_vec());
+            let mut parts: Vec<(usize, &[u8])> = offsets.iter().copied().zip(inputs.iter().copied()).collect();
+            let mut end = out_off;
+            if let Some(bytes) = &initial {
+                parts.push((out_off, bytes));
+                end = out_off + floats(bytes.len());
+            }
+            st.stage_in(&dev.stream, &parts, end)?;
             let ptrs: Vec<u64> = offsets.iter().map(|&o| st.device_at(o)).collect();
             plan::run_op(&**dev, op, &ptrs, st.device_at(out_off))?;
             st.stage_out(&dev.stream, out_off, output)?;
             Ok(true)
         })
     }
+}
+
+/// Whether `op` writes only part of its output ([`Op::Copy`]): a host call
+/// then uploads the output's values first, so the rest keeps them.
+fn keeps_output(op: &Op) -> bool {
+    matches!(op, Op::Copy(_))
 }
 
 /// The async names of every op (`relu_async`, `matmul_async`…): a host call on

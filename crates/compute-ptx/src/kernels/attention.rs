@@ -6,6 +6,9 @@
 //! so their rows follow each other in memory and one block's tile of rows
 //! reads each key and value once for the whole group (grouped-query
 //! attention costs no extra traffic). Row `r` is query position `r mod seq_q`.
+//! Keys and values are `[batch, heads_kv, kv_rows, d]` (`kv_rows` a kernel
+//! argument: `seq_k`, or the capacity of a KV cache filled to `seq_k`): every
+//! kernel steps `kv_rows·d` between heads and reads the first `seq_k` rows.
 //!
 //! The mask enters as two numbers per launch ([`visible_params`]): query
 //! position `i` sees keys `0..vis(i)` with `vis(i) = min(seq_k, max(0, i + a − b))`,
@@ -252,13 +255,14 @@ pub(crate) struct Params {
     pub(crate) rows: Reg<U32>,
     pub(crate) seq_q: Reg<U32>,
     pub(crate) seq_k: Reg<U32>,
+    /// Rows per key/value head in `k` and `v` (`seq_k`, or a KV cache's capacity).
+    pub(crate) kv_rows: Reg<U32>,
     pub(crate) scale_log2: Reg<F32>,
     pub(crate) vis_a: Reg<U32>,
     pub(crate) vis_b: Reg<U32>,
 }
 
-pub(crate) const PARAM_DOC: &str =
-    "params: q, k, v, o, rows (group * seq_q), seq_q, seq_k, scale_log2 (scale * log2 e), vis_a, vis_b";
+pub(crate) const PARAM_DOC: &str = "params: q, k, v, o, rows (group * seq_q), seq_q, seq_k, kv_rows (rows per k/v head), scale_log2 (scale * log2 e), vis_a, vis_b";
 
 pub(crate) fn params(b: &mut KernelBuilder) -> Params {
     Params {
@@ -269,6 +273,7 @@ pub(crate) fn params(b: &mut KernelBuilder) -> Params {
         rows: b.param::<U32>("rows"),
         seq_q: b.param::<U32>("seq_q"),
         seq_k: b.param::<U32>("seq_k"),
+        kv_rows: b.param::<U32>("kv_rows"),
         scale_log2: b.param::<F32>("scale_log2"),
         vis_a: b.param::<U32>("vis_a"),
         vis_b: b.param::<U32>("vis_b"),
@@ -285,7 +290,9 @@ pub(crate) fn visible(b: &mut KernelBuilder, p: &Params, pos: Reg<U32>) -> Reg<U
 }
 
 /// Byte offsets of this (batch, key/value head)'s `q`/`o` rows and `k`/`v`
-/// rows: `(batch·heads_kv + y)·rows·d·elem` and `(batch·heads_kv + y)·seq_k·d·elem`.
+/// rows: `(batch·heads_kv + y)·rows·d·elem` and `(batch·heads_kv + y)·kv_rows·d·elem`
+/// (a KV cache holds `kv_rows ≥ seq_k` rows per head, of which the first
+/// `seq_k` are read).
 pub(crate) fn head_offsets(
     b: &mut KernelBuilder,
     p: &Params,
@@ -300,7 +307,7 @@ pub(crate) fn head_offsets(
     let rows = b.cvt::<U64, U32>(p.rows);
     let qo = b.mul(head, rows);
     let qo = b.mul(qo, u64::from(d * elem));
-    let sk = b.cvt::<U64, U32>(p.seq_k);
+    let sk = b.cvt::<U64, U32>(p.kv_rows);
     let kv = b.mul(head, sk);
     let kv = b.mul(kv, u64::from(d * elem));
     (qo, kv)

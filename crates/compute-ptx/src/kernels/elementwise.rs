@@ -1,4 +1,6 @@
-//! Element-wise kernels: every unary op of the vocabulary and add/sub/mul.
+//! Element-wise kernels: every unary op of the vocabulary, add/sub/mul and
+//! the gated product of a SwiGLU block (`swish(a)·b`, the swish as the
+//! unary kernel computes it, then one multiply).
 //!
 //! Memory-bound, so the shape is what matters: each thread walks a grid-stride
 //! loop over units (a `float4`, or 8 halves in one 16-byte load when an operand
@@ -341,6 +343,7 @@ pub fn binary_name(op: BinaryOp, dtype: DType) -> String {
         BinaryOp::Add => "binary_add",
         BinaryOp::Sub => "binary_sub",
         BinaryOp::Mul => "binary_mul",
+        BinaryOp::SwiGlu => "binary_swiglu",
     };
     format!("{stem}{}", elem::suffix(dtype))
 }
@@ -349,15 +352,14 @@ pub fn binary_name(op: BinaryOp, dtype: DType) -> String {
 pub fn binary(op: BinaryOp, dtype: DType, target: Target) -> Result<Kernel, BuildError> {
     let name = binary_name(op, dtype);
     let mut b = KernelBuilder::new(&name, target);
-    b.doc(&format!(
-        "{name}: y = a {} b, element-wise, correctly rounded{}",
-        match op {
-            BinaryOp::Add => "+",
-            BinaryOp::Sub => "-",
-            BinaryOp::Mul => "*",
-        },
-        if dtype == DType::F32 { "" } else { " in f32, then to the dtype" }
-    ));
+    let in_f32 = if dtype == DType::F32 { "" } else { " in f32, then to the dtype" };
+    let formula = match op {
+        BinaryOp::Add => format!("y = a + b, element-wise, correctly rounded{in_f32}"),
+        BinaryOp::Sub => format!("y = a - b, element-wise, correctly rounded{in_f32}"),
+        BinaryOp::Mul => format!("y = a * b, element-wise, correctly rounded{in_f32}"),
+        BinaryOp::SwiGlu => format!("y = a/(1 + exp(-a)) * b (swish(a)*b), element-wise, within a few ulp{in_f32}"),
+    };
+    b.doc(&format!("{name}: {formula}"));
     b.doc(&format!("params: a, b, y ({dtype} pointers), n (elements)"));
     b.doc(&format!("launch: {BLOCK} threads per block, any grid (grid-stride)"));
     b.max_threads(BLOCK);
@@ -370,6 +372,12 @@ pub fn binary(op: BinaryOp, dtype: DType, target: Target) -> Result<Kernel, Buil
         BinaryOp::Add => b.add(xs[0], xs[1]),
         BinaryOp::Sub => b.sub(xs[0], xs[1]),
         BinaryOp::Mul => b.mul(xs[0], xs[1]),
+        BinaryOp::SwiGlu => {
+            // The unary swish (its exp and ±inf handling), then the product.
+            let unused = xs[0];
+            let s = apply(b, UnaryKind::Swish, xs[0], unused, unused);
+            b.mul(s, xs[1])
+        }
     });
     b.finish()
 }

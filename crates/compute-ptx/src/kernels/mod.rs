@@ -12,6 +12,7 @@
 pub mod attention;
 pub mod attention_wgmma;
 pub mod conv;
+pub mod decoder;
 pub mod elem;
 pub mod elementwise;
 mod gemm_common;
@@ -34,7 +35,7 @@ use crate::builder::{BuildError, Kernel, Target};
 use attention::FlashConfig;
 use attention_wgmma::HopperConfig;
 use compute_core::quant::BlockFormat;
-use compute_core::{BinaryOp, DType};
+use compute_core::{BinaryOp, DType, RopeLayout};
 use elementwise::UnaryKind;
 use gemm_mma::MmaConfig;
 use gemm_simt::SimtConfig;
@@ -99,6 +100,14 @@ pub enum KernelId {
     /// Product of few activation rows with block-quantized weights (`dp4a`):
     /// format, row count (1, 2, 4, 8, 16), output dtype.
     QuantGemv(BlockFormat, u32, DType),
+    /// Rotary position embedding: pair layout, dtype.
+    Rope(RopeLayout, DType),
+    /// 3-D strided copy of units of this many bytes (2, 4, 8 or 16).
+    Copy(u32),
+    /// Rows of a table picked by `f32` ids, elements of this many bytes (2 or 4).
+    Gather(u32),
+    /// Index of each row's largest value, over rows of a dtype.
+    ArgMax(DType),
 }
 
 impl KernelId {
@@ -130,6 +139,10 @@ impl KernelId {
             KernelId::Dequant(f, d) => quant::dequant_name(*f, *d),
             KernelId::QuantizeX(d) => quant::quantize_x_name(*d),
             KernelId::QuantGemv(f, r, d) => quant_gemv::name(*f, *r, *d),
+            KernelId::Rope(l, d) => decoder::rope_name(*l, *d),
+            KernelId::Copy(bytes) => decoder::copy_name(*bytes),
+            KernelId::Gather(bytes) => decoder::gather_name(*bytes),
+            KernelId::ArgMax(d) => decoder::argmax_name(*d),
         }
     }
 
@@ -169,6 +182,10 @@ impl KernelId {
             KernelId::Dequant(f, d) => quant::dequant(f, d, target),
             KernelId::QuantizeX(d) => quant::quantize_x(d, target),
             KernelId::QuantGemv(f, r, d) => quant_gemv::qgemv(f, r, d, target),
+            KernelId::Rope(l, d) => decoder::rope(l, d, target),
+            KernelId::Copy(bytes) => decoder::copy(bytes, target),
+            KernelId::Gather(bytes) => decoder::gather(bytes, target),
+            KernelId::ArgMax(d) => decoder::argmax(d, target),
         }
     }
 }
@@ -210,7 +227,9 @@ impl KernelId {
             | KernelId::AttentionCombine(_, d)
             | KernelId::Dequant(_, d)
             | KernelId::QuantizeX(d)
-            | KernelId::QuantGemv(_, _, d) => {
+            | KernelId::QuantGemv(_, _, d)
+            | KernelId::Rope(_, d)
+            | KernelId::ArgMax(d) => {
                 vec![d]
             }
             KernelId::Cast(from, to)
@@ -232,12 +251,14 @@ impl KernelId {
 /// input and output dtype, both layouts of `B`, and their k-split combine),
 /// im2col, the attention kernels, and the block-quantized weight kernels
 /// (per format the dequantize kernels and the `dp4a` GEMV of every row count
-/// and output dtype; the activation quantizer per input dtype).
+/// and output dtype; the activation quantizer per input dtype), then the
+/// decoder kernels (per dtype the rotary embedding of both layouts and
+/// argmax; the strided copy per unit size and the gather per element size).
 pub fn catalog() -> Vec<KernelId> {
     let mut v = Vec::new();
     for d in elem::DTYPES {
         v.extend(UnaryKind::ALL.iter().map(|&k| KernelId::Unary(k, d)));
-        v.extend([BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul].map(|op| KernelId::Binary(op, d)));
+        v.extend([BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::SwiGlu].map(|op| KernelId::Binary(op, d)));
         v.extend([ReduceKind::Sum, ReduceKind::Max, ReduceKind::Dot].map(|k| KernelId::Reduce(k, d)));
         for k in RowKind::ALL {
             v.push(KernelId::Rows(k, RowShape::Warp, d));
@@ -301,5 +322,12 @@ pub fn catalog() -> Vec<KernelId> {
         }
     }
     v.extend(elem::DTYPES.map(KernelId::QuantizeX));
+    for d in elem::DTYPES {
+        v.push(KernelId::Rope(RopeLayout::HalfSplit, d));
+        v.push(KernelId::Rope(RopeLayout::Interleaved, d));
+        v.push(KernelId::ArgMax(d));
+    }
+    v.extend(decoder::COPY_UNITS.map(KernelId::Copy));
+    v.extend(decoder::GATHER_SIZES.map(KernelId::Gather));
     v
 }

@@ -330,7 +330,12 @@ fn fb(x: f32) -> u64 {
 /// Runs `prog` over a whole grid. Panics on any fault, with the kernel name.
 /// `approx`: (factor on every `ex2.approx` result, term added to every
 /// `lg2.approx` result, factor on every `rcp.approx` result), to model the
-/// hardware's approximation error; (1, 0, 1) is exact.
+/// hardware's approximation error; (1, 0, 1) is exact. A nonzero `lg2` term
+/// also moves every `sin.approx`/`cos.approx` result by their documented
+/// absolute error ([`SIN_COS_ERROR`]) in the same direction.
+/// The absolute error of `sin.approx.f32` and `cos.approx.f32` on `[−π, π]` (2⁻²⁰·⁹).
+pub const SIN_COS_ERROR: f64 = 5.1e-7;
+
 pub fn run(prog: &Program, mem: &mut Memory, grid: Grid, args: &[Arg], approx: (f64, f64, f64)) {
     assert_eq!(args.len(), prog.params.len(), "{}: argument count", prog.name);
     let argv: Vec<u64> = args
@@ -1064,6 +1069,13 @@ fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8
             "ex2" => fb(((f(a(1)) as f64).exp2() * ctx.approx.0) as f32),
             "lg2" => fb(((f(a(1)) as f64).log2() + ctx.approx.1) as f32),
             "tanh" => fb(f(a(1)).tanh()),
+            // sin/cos.approx: absolute error 2^-20.9 on [-pi, pi], pushed the way of the lg2 term.
+            "sin" => fb(((f(a(1)) as f64).sin()
+                + SIN_COS_ERROR * ctx.approx.1.signum() * f64::from(ctx.approx.1 != 0.0))
+                as f32),
+            "cos" => fb(((f(a(1)) as f64).cos()
+                + SIN_COS_ERROR * ctx.approx.1.signum() * f64::from(ctx.approx.1 != 0.0))
+                as f32),
             "add" | "sub" | "mul" | "div" | "min" | "max" if ty == "f32" => {
                 fb(float_op(op, p.iter().any(|x| x == "NaN"), f(a(1)), f(a(2))))
             }

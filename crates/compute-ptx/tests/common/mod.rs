@@ -70,7 +70,8 @@ impl EmuBackend {
         EmuBackend { mem: Arc::new(Mutex::new(Memory::new())), approx: (1.0, 0.0, 1.0), ..Default::default() }
     }
     /// Every `ex2.approx` result scaled by `ex2_factor`, `lg2_term` added to every
-    /// `lg2.approx` result, every `rcp.approx` result scaled by `rcp_factor`: the
+    /// `lg2.approx` result (and the `sin`/`cos.approx` error moved its way),
+    /// every `rcp.approx` result scaled by `rcp_factor`: the
     /// hardware's error bounds, made worst-case.
     pub fn with_approx_error(ex2_factor: f64, lg2_term: f64, rcp_factor: f64) -> Self {
         EmuBackend { approx: (ex2_factor, lg2_term, rcp_factor), ..Self::new() }
@@ -248,6 +249,10 @@ impl Backend for EmuBackend {
             .collect();
         let out_bytes = output.as_bytes_mut();
         let out = mem.alloc(out_bytes.len());
+        // A strided copy writes only its view: the rest keeps the output's values.
+        if matches!(op, Op::Copy(_)) {
+            mem.write_bytes(out, out_bytes);
+        }
         drop(mem);
         plan::run_op(self, op, &ptrs, out)?;
         let mut mem = self.mem.lock().unwrap();

@@ -4,7 +4,10 @@
 //! element-wise ops of any lengths (concatenated; lerps of equal `t`), row
 //! ops of equal row length and equal parameter vectors (rows stacked; slerps
 //! of equal `t`, both operands stacked), matmuls of equal `(m, k, n)` and
-//! transposes (one batched matmul). Reductions, dots and convolutions run alone.
+//! transposes (one batched matmul). Reductions, dots, convolutions, attention,
+//! quantized matmuls and the decoder ops (rotary embeddings, strided copies,
+//! gathers, argmax: their parameters and partial writes do not concatenate)
+//! run alone.
 //! Requests against one shared weight share the key of that weight; they are
 //! stacked by `super::shared`, not here.
 
