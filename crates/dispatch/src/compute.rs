@@ -46,10 +46,6 @@ pub fn fixed_threshold_workload(op: &Op) -> u64 {
     match *op {
         Op::Matmul(s) => u(s.batch).saturating_mul(u(s.m)).saturating_mul(u(s.k)).saturating_mul(u(s.n)),
         Op::Conv2d(_) | Op::Attention(_) | Op::QuantMatmul(_) => op.cost().flops / 2,
-        Op::Copy(c) => u(c.count()),
-        Op::Gather { ids, cols, .. } => u(ids).saturating_mul(u(cols)),
-        Op::Rope(r) => u(r.seq).saturating_mul(u(r.heads)).saturating_mul(u(r.head_dim)),
-        Op::ArgMax { rows, cols, .. } => u(rows).saturating_mul(u(cols)),
         Op::Unary { len, .. }
         | Op::Binary { len, .. }
         | Op::Reduce { len, .. }
