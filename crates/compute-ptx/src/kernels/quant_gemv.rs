@@ -199,7 +199,7 @@ pub fn qgemv(format: BlockFormat, rows: u32, out: DType, target: Target) -> Resu
 
     let reduce = b.label("reduce");
     let xs = XSrc::Global { qx, ds, offsets: &xrows };
-    row_sums(&mut b, format, &ln, (&wrows, nb, slot, u), xs, &acc, format == BlockFormat::Q8_0, reduce);
+    row_sums(&mut b, format, &ln, (&wrows, nb, slot, u), (xs, &acc), format == BlockFormat::Q8_0, reduce);
     b.place(reduce);
     let done = b.label("done");
     reduce_store(&mut b, &acc, rows, (lane, m, n, j), (y, out), done);
@@ -423,7 +423,7 @@ pub fn qgemv_x(format: BlockFormat, rows: u32, input: DType, out: DType, target:
     }
     let reduce = b.label("reduce");
     let xs = XSrc::Shared { qx: sq, ds: sds, offsets: &xrows };
-    row_sums(&mut b, format, &ln, (&wrows, nb, slot, u), xs, &acc, false, reduce);
+    row_sums(&mut b, format, &ln, (&wrows, nb, slot, u), (xs, &acc), false, reduce);
     b.place(reduce);
     let stored = b.label("stored");
     reduce_store(&mut b, &acc, rows, (lane, m, n, j), (y, out), stored);
@@ -482,8 +482,7 @@ fn row_sums(
     format: BlockFormat,
     ln: &Lane,
     (wrows, nb, slot, u): (&[Reg<U64>], Reg<U32>, Reg<U32>, u32),
-    xs: XSrc,
-    acc: &[Reg<F32>],
+    (xs, acc): (XSrc, &[Reg<F32>]),
     clamped_tail: bool,
     done: crate::builder::Label,
 ) {
