@@ -9,15 +9,19 @@
 //! dimension), `m` = 1 and 16 for every format, plus 64 and 512 for `q4_K`;
 //! `f32` activations and output. Each row prints the median time over 50
 //! samples (each the mean of 10 back-to-back calls, after warm-up), the
-//! weight bytes read per second, the ratio to a device-to-device copy of the
-//! same bytes timed in the same process (and that copy's GB/s), for `m = 1`
-//! the speedup against our `bf16` GEMV on the same shape (`bf16` weights and
-//! activations), and the largest error of output row 0 against a CPU `f64`
+//! weight bytes read per second, the bandwidth of a device-to-device copy of
+//! the same bytes timed in the same process counting bytes read plus written
+//! (`2·bytes / time`, the figure a device's copy bandwidth is quoted in) and
+//! the product's weight bytes per second as a fraction of it (`×copy`), for
+//! `m = 1` the speedup against our `bf16` GEMV on the same shape (`bf16`
+//! weights and activations), for `m > 1` the time as a multiple of `m = 1`'s,
+//! and the largest error of output row 0 against a CPU `f64`
 //! product with the dequantized weights, as a fraction of the error bound
 //! (`≤ 1` passes). Then one row per format and shape for dequantization to
 //! `bf16`: time and GB/s of blocks read, and of blocks read plus values
 //! written. Several copies of the weights are cycled so that they do not sit
-//! in L2 between calls. `--quick` takes 10 samples.
+//! in L2 between calls. `--quick` takes 10 samples; `--only q4_K` (a format
+//! name, repeatable) limits the formats, `--m 1` (repeatable) the row counts.
 
 use std::time::Instant;
 
@@ -115,8 +119,14 @@ fn main() -> Res<()> {
         "x f32, y f32; median of {samples} samples of {REPS} calls; weights cycled over {} MiB",
         CYCLE_BYTES >> 20
     );
+    let args: Vec<String> = std::env::args().collect();
+    let only: Vec<&str> = args.windows(2).filter(|w| w[0] == "--only").map(|w| w[1].as_str()).collect();
+    let only_m: Vec<usize> = args.windows(2).filter(|w| w[0] == "--m").filter_map(|w| w[1].parse().ok()).collect();
     let formats = [BlockFormat::Q4K, BlockFormat::Q5K, BlockFormat::Q6K, BlockFormat::Q8_0];
     for format in formats {
+        if !only.is_empty() && !only.iter().any(|o| o.eq_ignore_ascii_case(&format.to_string())) {
+            continue;
+        }
         let wdt = DType::of_block_format(format).ok_or("not a weight format")?;
         for (n, k) in [(14336usize, 4096usize), (4096, 14336)] {
             let (blocks, deq) = weights(format, n, k)?;
@@ -126,7 +136,8 @@ fn main() -> Res<()> {
             let ws: Vec<Tensor> = (0..copies).map(|_| be.upload_typed(host.as_slice())).collect::<Result<_, _>>()?;
             let dst = be.alloc_typed(n * k, wdt)?;
             let copy_s = time(&be, samples, |i| Ok(be.copy(&ws[i % copies], &dst)?))?;
-            let copy_gbs = wbytes as f64 / copy_s / 1e9;
+            // Read + written, as device copy bandwidth is quoted.
+            let copy_gbs = 2.0 * wbytes as f64 / copy_s / 1e9;
             // Dequantize to bf16 (also the bf16 GEMV's weights below).
             let wb = be.alloc_typed(n * k, DType::BF16)?;
             let cast = Op::cast(n * k, wdt, DType::BF16);
@@ -138,7 +149,8 @@ fn main() -> Res<()> {
                 (wbytes + 2 * n * k) as f64 / dq_s / 1e9
             );
             let ms: &[usize] = if format == BlockFormat::Q4K { &[1, 16, 64, 512] } else { &[1, 16] };
-            for &m in ms {
+            let mut one = f64::NAN;
+            for &m in ms.iter().filter(|m| only_m.is_empty() || only_m.contains(m)) {
                 let xs = compute_core::rng::random_vec(m * k, -1.0, 1.0, 7 + m as u64);
                 let x = be.upload_typed(HostVec::from_f32(DType::F32, &xs).as_slice())?;
                 let y = be.alloc_typed(m * n, DType::F32)?;
@@ -148,13 +160,16 @@ fn main() -> Res<()> {
                 be.download_typed(&y, out.as_mut())?;
                 let worst = check_row0(&xs, &deq, &out.to_f32(), (m, k, n));
                 let mut line = format!(
-                    "{format:5} n={n:5} k={k:5} m={m:3}: {:8.1} us  {:7.1} GB/s  copy {:7.1} GB/s  {:4.2}x copy",
+                    "{format:5} n={n:5} k={k:5} m={m:3}: {:8.1} us  {:7.1} GB/s  copy r+w {:7.1} GB/s  {:4.2}x copy",
                     s * 1e6,
                     wbytes as f64 / s / 1e9,
                     copy_gbs,
-                    copy_s / s
+                    copy_s / (2.0 * s)
                 );
-                if m == 1 {
+                if m > 1 {
+                    line += &format!("  {:4.2}x the m=1 time", s / one);
+                } else {
+                    one = s;
                     let xb = be.upload_typed(HostVec::from_f32(DType::BF16, &xs).as_slice())?;
                     let spec =
                         MatmulSpec { trans_b: true, ..MatmulSpec::new(1, k, n) }.with_dtypes(DType::BF16, DType::F32);

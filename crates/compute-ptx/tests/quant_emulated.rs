@@ -145,6 +145,24 @@ fn q8_0_products_within_the_int8_bound() {
     products(BlockFormat::Q8_0, &[(32, 5), (96, 37), (768, 6), (1280, 3)], &GEMV_MS);
 }
 
+/// The kernels that quantize the activations in shared memory (up to 4
+/// rows): rows of 18 blocks (the main loop of 16 blocks per warp, then the
+/// tail; two passes of the quantizing loop), warps taking several rows; and
+/// 4 rows of 12288 values, whose quantized activations exceed the shared
+/// memory the kernel may take, so the separate quantizer and the GEMV run.
+#[test]
+fn quantizing_gemv_long_rows_and_the_fallback() {
+    let emu = EmuBackend::new();
+    let mut rng = Rng::new(0x51de);
+    for (f, format) in FORMATS.into_iter().enumerate() {
+        for (s, &(m, k, n)) in [(1, 4608, 70), (4, 4608, 9), (4, 12288, 3)].iter().enumerate() {
+            let x_dtype = DTYPES[(f + s) % 3];
+            let out_dtype = DTYPES[(f + 2 * s + 2) % 3];
+            check_product(&emu, format, (m, k, n), x_dtype, out_dtype, &mut rng);
+        }
+    }
+}
+
 #[test]
 fn every_dtype_pair_on_one_shape() {
     let emu = EmuBackend::new();

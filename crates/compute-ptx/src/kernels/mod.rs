@@ -100,6 +100,9 @@ pub enum KernelId {
     /// Product of few activation rows with block-quantized weights (`dp4a`):
     /// format, row count (1, 2, 4, 8, 16), output dtype.
     QuantGemv(BlockFormat, u32, DType),
+    /// [`KernelId::QuantGemv`] for 1, 2 or 4 rows quantizing the activations
+    /// itself: format, row count, input dtype, output dtype.
+    QuantGemvX(BlockFormat, u32, DType, DType),
     /// Rotary position embedding: pair layout, dtype.
     Rope(RopeLayout, DType),
     /// 3-D strided copy of units of this many bytes (2, 4, 8 or 16).
@@ -139,6 +142,7 @@ impl KernelId {
             KernelId::Dequant(f, d) => quant::dequant_name(*f, *d),
             KernelId::QuantizeX(d) => quant::quantize_x_name(*d),
             KernelId::QuantGemv(f, r, d) => quant_gemv::name(*f, *r, *d),
+            KernelId::QuantGemvX(f, r, i, o) => quant_gemv::x_name(*f, *r, *i, *o),
             KernelId::Rope(l, d) => decoder::rope_name(*l, *d),
             KernelId::Copy(bytes) => decoder::copy_name(*bytes),
             KernelId::Gather(bytes) => decoder::gather_name(*bytes),
@@ -182,6 +186,7 @@ impl KernelId {
             KernelId::Dequant(f, d) => quant::dequant(f, d, target),
             KernelId::QuantizeX(d) => quant::quantize_x(d, target),
             KernelId::QuantGemv(f, r, d) => quant_gemv::qgemv(f, r, d, target),
+            KernelId::QuantGemvX(f, r, i, o) => quant_gemv::qgemv_x(f, r, i, o, target),
             KernelId::Rope(l, d) => decoder::rope(l, d, target),
             KernelId::Copy(bytes) => decoder::copy(bytes, target),
             KernelId::Gather(bytes) => decoder::gather(bytes, target),
@@ -235,7 +240,8 @@ impl KernelId {
             KernelId::Cast(from, to)
             | KernelId::GemmMma(_, from, to, ..)
             | KernelId::GemmWgmma(_, from, to, ..)
-            | KernelId::GemvNt(_, from, to) => {
+            | KernelId::GemvNt(_, from, to)
+            | KernelId::QuantGemvX(_, _, from, to) => {
                 vec![from, to]
             }
             _ => vec![DType::F32],
@@ -250,10 +256,12 @@ impl KernelId {
 /// [`KernelId::targets`]), the GEMV kernels for few rows (every row count,
 /// input and output dtype, both layouts of `B`, and their k-split combine),
 /// im2col, the attention kernels, and the block-quantized weight kernels
-/// (per format the dequantize kernels and the `dp4a` GEMV of every row count
-/// and output dtype; the activation quantizer per input dtype), then the
-/// decoder kernels (per dtype the rotary embedding of both layouts and
-/// argmax; the strided copy per unit size and the gather per element size).
+/// (per format the dequantize kernels, the `dp4a` GEMV of every row count
+/// and output dtype and the one that quantizes its activations for 1, 2 and
+/// 4 rows and every input and output dtype; the activation quantizer per
+/// input dtype), then the decoder kernels (per dtype the rotary embedding of
+/// both layouts and argmax; the strided copy per unit size and the gather
+/// per element size).
 pub fn catalog() -> Vec<KernelId> {
     let mut v = Vec::new();
     for d in elem::DTYPES {
@@ -319,6 +327,11 @@ pub fn catalog() -> Vec<KernelId> {
         v.extend(elem::DTYPES.map(|d| KernelId::Dequant(format, d)));
         for rows in quant_gemv::ROWS {
             v.extend(elem::DTYPES.map(|d| KernelId::QuantGemv(format, rows, d)));
+        }
+        for rows in quant_gemv::X_ROWS {
+            for input in elem::DTYPES {
+                v.extend(elem::DTYPES.map(|d| KernelId::QuantGemvX(format, rows, input, d)));
+            }
         }
     }
     v.extend(elem::DTYPES.map(KernelId::QuantizeX));

@@ -1,33 +1,46 @@
 //! Products of few activation rows with block-quantized weights, `y = x·Wᵀ`
 //! (`x` of `m ≤` [`MAX_ROWS`] rows, `W` of `n` rows of `k` values stored as
 //! `Q4_K`, `Q5_K`, `Q6_K` or `Q8_0` blocks): ggml's "mmvq" design. The
-//! activations are first quantized to int8 per 32 values
-//! ([`quant::quantize_x`]); these kernels then unpack the weight quants in
-//! registers and take the dot products on integers with `dp4a` (four int8
-//! products per instruction), scaling in `f32` once per 32 values (16 for
-//! `Q6_K`): `d_w·sc·d_x·Σq_w·q_x − dmin·m·d_x·Σq_x` for the k-quants with a
-//! min, `d_w·sc·d_x·Σ(q_w − 32)·q_x` for `Q6_K`, `d_w·d_x·Σq_w·q_x` for
-//! `Q8_0`. The error against the exact product with the dequantized weights
-//! is that of the int8 activations, at most `(d_x/2)·Σ|W|` per 32 values
-//! (`d_x = max|x| / 127` of those values), plus `f32` rounding.
+//! activations are quantized to int8 per 32 values; the kernels unpack the
+//! weight quants in registers and take the dot products on integers with
+//! `dp4a` (four int8 products per instruction), scaling in `f32` once per 32
+//! values (16 for `Q6_K`): `d_w·sc·d_x·Σq_w·q_x − dmin·m·d_x·Σq_x` for the
+//! k-quants with a min, `d_w·sc·d_x·Σ(q_w − 32)·q_x` for `Q6_K`,
+//! `d_w·d_x·Σq_w·q_x` for `Q8_0`. The error against the exact product with
+//! the dequantized weights is that of the int8 activations, at most
+//! `(d_x/2)·Σ|W|` per 32 values (`d_x = max|x| / 127` of those values), plus
+//! `f32` rounding.
 //!
-//! Shape: each warp takes [`weight_rows_per_warp`] weight rows (1 up to 4
-//! activation rows, 2 for 8, 4 for 16 (`Q5_K`: 2): every activation load then serves
-//! that many weight rows, so the cache reads of the activations, about `2·m`
-//! bytes per weight byte and row, stay within the L1's bandwidth), with
-//! [`ROWS_PER_BLOCK`] warps per block of [`THREADS`] threads. [`lanes_per_block`] lanes share one weight block,
-//! each unpacking 32 of its values (`Q4_K`/`Q5_K`: a 16-byte load of quants
-//! beside the block's 16-byte header, the 16-byte-aligned loads those
-//! 144/176-byte blocks allow; `Q6_K`, `Q8_0`: 2-byte loads, their blocks
-//! being only 2-byte aligned), and each lane takes [`units`] weight blocks
-//! per iteration, so that many independent loads are in flight. Each lane
-//! keeps `R` sums (`R` in [`ROWS`], the smallest at least `m`: rows `m..R`
-//! read row `m − 1` again and are not stored) per weight row; a butterfly
-//! (`shfl.sync.bfly`) adds the lanes and lane `i < m` writes `y[i, j]`.
-//! Deterministic: no atomics.
+//! Two kernels:
+//!
+//! - [`qgemv_x`] (1, 2 or 4 rows, when the quantized activations fit
+//!   [`X_MAX_SMEM`] of shared memory): one launch that quantizes `x` into
+//!   shared memory itself, then streams the weights, each warp taking
+//!   [`x_weight_rows`] weight rows at a time so each activation load serves
+//!   several rows (the cache reads of the activations, not the weight
+//!   bytes, otherwise limit these kernels), with a grid of about
+//!   [`X_BLOCKS_PER_SM`] resident blocks per multiprocessor.
+//! - [`qgemv`] (8 or 16 rows, or activations too large for shared memory):
+//!   reads the activations that [`quant::quantize_x`] wrote to a temporary.
+//!   Each warp takes [`weight_rows_per_warp`] weight rows (1 up to 4
+//!   activation rows, 2 for 8, 4 for 16 (`Q5_K`: 2)), with
+//!   [`ROWS_PER_BLOCK`] warps per block of [`THREADS`] threads.
+//!
+//! In both, several lanes share one weight block ([`lanes_per_block`]; 4 for
+//! `Q4_K`/`Q5_K` in [`qgemv_x`], each taking a whole 32-byte run of quants,
+//! two groups): `Q4_K`/`Q5_K` lanes read 16-byte loads of quants beside the
+//! block's 16-byte header (those 144/176-byte blocks keep 16-byte
+//! alignment); `Q6_K` blocks are only 2-byte aligned, so a lane reads each
+//! 8-byte piece of quants as 3 aligned words and shifts it into place;
+//! `Q8_0` lanes read 2-byte halves. Each lane takes a number of weight
+//! blocks per iteration ([`units`], [`x_units`]), their loads issued
+//! together. Each lane keeps `R` sums (`R` the kernel's row count, the
+//! smallest at least `m`: rows `m..R` read row `m − 1` again and are not
+//! stored) per weight row; a butterfly (`shfl.sync.bfly`) adds the lanes
+//! and lane `i < m` writes `y[i, j]`. Deterministic: no atomics.
 
 use super::elem;
-use super::quant::{self, f16_lo, scale_min_k4, words_2aligned};
+use super::quant::{self, f16_lo, scale_min_k4};
 use crate::builder::{BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Pred, Reg, S32, Target, U32, U64};
 use compute_core::DType;
 use compute_core::quant::BlockFormat;
@@ -51,6 +64,12 @@ pub fn rows_for(m: usize) -> u32 {
 /// formats, 4 (8 values each) for `Q8_0`.
 pub fn lanes_per_block(format: BlockFormat) -> u32 {
     if format == BlockFormat::Q8_0 { 4 } else { 8 }
+}
+
+/// Lanes per block of `format` in the layout `wide` picks (4 for
+/// `Q4_K`/`Q5_K` when wide).
+fn lanes_of(format: BlockFormat, wide: bool) -> u32 {
+    if wide && matches!(format, BlockFormat::Q4K | BlockFormat::Q5K) { 4 } else { lanes_per_block(format) }
 }
 
 /// Weight blocks each lane takes per loop iteration.
@@ -85,14 +104,19 @@ pub fn name(format: BlockFormat, rows: u32, out: DType) -> String {
 
 /// What one lane needs to process a weight block: constants of its lane.
 struct Lane {
+    /// Lanes per weight block.
+    lpb: u32,
+    /// `Q4_K`/`Q5_K` with 4 lanes per block, each taking a whole run of 32
+    /// quant bytes (two groups) instead of half of one.
+    wide: bool,
     /// Byte offsets (within a block) of this lane's pieces.
     a: Reg<U64>,
     b: Reg<U64>,
     c: Reg<U64>,
     /// Offset of this lane's activation bytes within the block's 256 (or 32).
-    xo: Reg<U64>,
-    /// Offset of this lane's first `(d, s)` pair within the block's.
-    dso: Reg<U64>,
+    xo: Reg<U32>,
+    /// Byte offset of this lane's first `(d, s)` pair within the block's.
+    dso: Reg<U32>,
     /// Format-specific shifts and flags.
     s0: Reg<U32>,
     s1: Reg<U32>,
@@ -117,7 +141,6 @@ pub fn qgemv(format: BlockFormat, rows: u32, out: DType, target: Target) -> Resu
     let lpb = lanes_per_block(format);
     let u = units(format);
     let rw = weight_rows_per_warp(format, rows);
-    let per_iter = u * 32 / lpb;
     let bytes = format.bytes_per_block() as u32;
     let vpb = format.values_per_block() as u32;
     let mut b = KernelBuilder::new(&kname, target);
@@ -172,53 +195,266 @@ pub fn qgemv(format: BlockFormat, rows: u32, out: DType, target: Target) -> Resu
     let acc: Vec<Reg<F32>> = (0..rows * rw).map(|_| b.mov(0.0f32)).collect();
     let sub = b.and(lane, lpb - 1);
     let slot = b.shr(lane, lpb.trailing_zeros());
-    let ln = lane_consts(&mut b, format, sub);
+    let ln = lane_consts(&mut b, format, false, sub);
 
-    let main = b.label("main");
-    let tail = b.label("tail");
     let reduce = b.label("reduce");
-    let bi0 = b.mov(slot);
-    b.comment(&format!("{u} weight blocks per lane per iteration"));
-    b.place(main);
-    let lastu = b.add(bi0, (u - 1) * (32 / lpb));
-    let past = b.setp(Cmp::Ge, lastu, nb);
-    b.bra_if(past, tail);
-    for t in 0..u {
-        let bi = b.add(bi0, t * (32 / lpb));
-        unit(&mut b, format, &ln, &wrows, bi, (qx, ds, &xrows), &acc);
-    }
-    let next = b.add(bi0, per_iter);
-    b.assign(bi0, next);
-    b.bra(main);
-
-    b.comment("the last blocks: every unit clamped to the row, added only when inside it");
-    b.place(tail);
-    let empty = b.setp(Cmp::Eq, nb, 0u32);
-    b.bra_if(empty, reduce);
-    let nbm1 = b.sub(nb, 1u32);
-    for t in 0..u {
-        let bi = b.add(bi0, t * (32 / lpb));
-        let valid = b.setp(Cmp::Lt, bi, nb);
-        let bic = b.min(bi, nbm1);
-        let part: Vec<Reg<F32>> = (0..rows * rw).map(|_| b.mov(0.0f32)).collect();
-        unit(&mut b, format, &ln, &wrows, bic, (qx, ds, &xrows), &part);
-        for (&a, &p) in acc.iter().zip(&part) {
-            let s = b.add(a, p);
-            let s = b.selp(s, a, valid);
-            b.assign(a, s);
-        }
-    }
-
+    let xs = XSrc::Global { qx, ds, offsets: &xrows };
+    row_sums(&mut b, format, &ln, (&wrows, nb, slot, u), (xs, &acc), format == BlockFormat::Q8_0, reduce);
     b.place(reduce);
+    let done = b.label("done");
+    reduce_store(&mut b, &acc, rows, (lane, m, n, j), (y, out), done);
+    b.place(done);
+    b.ret();
+    b.finish()
+}
+
+/// The row counts of the kernels that quantize the activations themselves
+/// ([`qgemv_x`]).
+pub const X_ROWS: [u32; 3] = [1, 2, 4];
+/// Threads per block of [`qgemv_x`].
+pub const X_THREADS: u32 = 256;
+/// Warps per block of [`qgemv_x`].
+pub const X_WARPS: u32 = X_THREADS / 32;
+/// Blocks of [`qgemv_x`] resident per multiprocessor that the plan sizes the
+/// grid for.
+pub const X_BLOCKS_PER_SM: u32 = 2;
+/// The most shared memory [`qgemv_x`] takes (the quantized activations): the
+/// default limit of a block.
+pub const X_MAX_SMEM: usize = 48 << 10;
+/// Quads (4 activation values) each thread quantizes per iteration of
+/// [`qgemv_x`]'s first phase, their loads issued together.
+const X_QUADS: u32 = 4;
+
+/// Shared bytes of [`qgemv_x`] for `m` activation rows of `k` values: the
+/// int8 quants (`m·k`, padded to 16 bytes) then the `(d, s)` pairs
+/// (`m·k/32` of 8 bytes). Free.
+pub fn x_smem(m: usize, k: usize) -> usize {
+    (m * k).next_multiple_of(16) + m * k / 4
+}
+
+/// Weight blocks each lane takes per loop iteration in [`qgemv_x`]: 1 (2
+/// for `Q8_0`, whose blocks are small). Free.
+pub fn x_units(format: BlockFormat) -> u32 {
+    if format == BlockFormat::Q8_0 { 2 } else { 1 }
+}
+
+/// Weight rows each warp of [`qgemv_x`] for `rows` activation rows takes at
+/// a time, each activation load serving them all: 4 for `Q4_K` up to 2 rows
+/// and `Q5_K` for 1, else 2 (measured best on an H200 for one row; more
+/// would spill registers). Free.
+pub fn x_weight_rows(format: BlockFormat, rows: u32) -> u32 {
+    match (format, rows) {
+        (BlockFormat::Q4K, 1 | 2) | (BlockFormat::Q5K, 1) => 4,
+        _ => 2,
+    }
+}
+
+/// Name of the kernel that quantizes its activations (`qgemvx_q4k_r1_f32_bf16`).
+pub fn x_name(format: BlockFormat, rows: u32, input: DType, out: DType) -> String {
+    format!("qgemvx_{}_r{rows}_{}_{}", quant::tag(format), input.as_str(), out.as_str())
+}
+
+/// Builds the GEMV of `format` for `rows` (1, 2 or 4) activation rows that
+/// quantizes the activations itself, in one launch with no temporary: each
+/// block first quantizes all of `x` (`m × k` values of `input`) into shared
+/// memory as [`quant::quantize_x`] does, save that `q = round(x·(127 / max|x|))`
+/// with an approximate reciprocal (one division per 4 values instead of 4;
+/// `|x − q·d| ≤ d/2` up to `f32` rounding, so the error bound holds). Then
+/// warp `w` of block `c` takes the `rpc / 8` consecutive weight rows from
+/// `c·rpc + w·rpc/8`, [`x_weight_rows`] at a time (each activation load,
+/// from shared memory, serving them all). `Q4_K`/`Q5_K` blocks get 4 lanes,
+/// each a whole run of 32 quant bytes (two groups, 64 values: two 16-byte
+/// loads of quants, one of the header); `Q6_K`/`Q8_0` blocks as in
+/// [`qgemv`]. The plan sizes `rpc` (a multiple of 8 times that) so that
+/// the grid is about [`X_BLOCKS_PER_SM`] blocks per multiprocessor: every
+/// block stays resident and `x` is quantized once per block. Params: `w` (as
+/// [`qgemv`]), `x`, `y` (pointers; `x` 16-byte aligned), `m`, `n`, `k`,
+/// `rpc` (u32). Launch: [`X_THREADS`] threads, `ceil(n / rpc)` blocks,
+/// [`x_smem`]`(m, k)` bytes of dynamic shared memory (at most
+/// [`X_MAX_SMEM`]); `k > 0`.
+pub fn qgemv_x(format: BlockFormat, rows: u32, input: DType, out: DType, target: Target) -> Result<Kernel, BuildError> {
+    let kname = x_name(format, rows, input, out);
+    if !quant::supported(format) || !X_ROWS.contains(&rows) {
+        let why = format!("no quantizing GEMV for {format} with {rows} rows");
+        return Err(BuildError { kernel: kname, problems: vec![why] });
+    }
+    let lpb = lanes_of(format, true);
+    let u = x_units(format);
+    let rw = x_weight_rows(format, rows);
+    let bytes = format.bytes_per_block() as u32;
+    let vpb = format.values_per_block() as u32;
+    let mut b = KernelBuilder::new(&kname, target);
+    b.doc(&format!(
+        "{kname}: y[i, j] = sum_p x[i, p] * W[j, p] for i < m <= {rows}; W rows of {format} blocks, x ({input}) quantized to int8 per 32 values in shared memory first, {out} out"
+    ));
+    b.doc(&format!(
+        "warp w of block c takes rows c*rpc + w*rpc/{X_WARPS}.., {rw} at a time; {lpb} lanes per weight block, {u} blocks per lane per iteration; dp4a on int8, f32 scales per group; butterfly sum, lane i writes y[i, j]"
+    ));
+    b.doc("params: w, x, y (pointers), m, n, k, rpc (u32)");
+    b.doc(&format!(
+        "launch: {X_THREADS} threads, ceil(n / rpc) blocks, round16(m*k) + m*k/4 bytes of dynamic shared memory"
+    ));
+    b.max_threads(X_THREADS);
+    b.min_blocks_per_sm(X_BLOCKS_PER_SM);
+    let w = b.param_ptr("w");
+    let x = b.param_ptr("x");
+    let y = b.param_ptr("y");
+    let m = b.param::<U32>("m");
+    let n = b.param::<U32>("n");
+    let k = b.param::<U32>("k");
+    let rpc = b.param::<U32>("rpc");
+    let smem = b.dynamic_shared("xq", 16);
+    let sq = b.shared_base(&smem);
+    let tid = b.tid(Dim::X);
+    let lane = b.and(tid, 31u32);
+    let warp = b.shr(tid, 5u32);
+    let cta = b.ctaid(Dim::X);
+
+    b.comment("this warp's weight rows, rw at a time");
+    let nb = b.shr(k, vpb.trailing_zeros());
+    let row_bytes = b.mul(nb, bytes);
+    let row0 = b.mul(cta, rpc);
+    let per_warp = b.shr(rpc, X_WARPS.trailing_zeros());
+    let j = b.mad(warp, per_warp, row0);
+    let jend = b.add(j, per_warp);
+    let jend = b.min(jend, n);
+    let nm1 = b.sub(n, 1u32);
+    let last = b.sub(m, 1u32);
+    let xrows: Vec<Reg<U32>> = (0..rows)
+        .map(|r| {
+            let ri = b.min(last, r);
+            b.mul(ri, k)
+        })
+        .collect();
+    let acc: Vec<Reg<F32>> = (0..rows * rw).map(|_| b.mov(0.0f32)).collect();
+    let sub = b.and(lane, lpb - 1);
+    let slot = b.shr(lane, lpb.trailing_zeros());
+    let ln = lane_consts(&mut b, format, true, sub);
+    b.comment("quantize x into shared memory: 8 threads per 32 values, 4 values each");
+    let mk = b.mul(m, k);
+    let quads = b.shr(mk, 2u32);
+    let qlast = b.sub(quads, 1u32);
+    let qbytes = b.add(mk, 15u32);
+    let qbytes = b.and(qbytes, !15u32);
+    let sds = b.add(sq, qbytes);
+    let es = elem::size(input);
+    let it = b.mov(0u32);
+    let qloop = b.label("quantize");
+    let qdone = b.label("quantized");
+    b.place(qloop);
+    let over = b.setp(Cmp::Ge, it, quads);
+    b.bra_if(over, qdone);
+    let base = b.add(it, tid);
+    let mut loaded = Vec::new();
+    for t in 0..X_QUADS {
+        let q = b.add(base, t * X_THREADS);
+        let valid = b.setp(Cmp::Lt, q, quads);
+        // Threads past the end quantize the last quad again (the shuffles
+        // need whole warps) and store nothing.
+        let qc = b.min(q, qlast);
+        let off = b.mul_wide(qc, 4 * es);
+        let xa = b.add(x, off);
+        loaded.push((valid, qc, elem::load(&mut b, input, xa, 0, 4)));
+    }
+    for (valid, qc, xs) in loaded {
+        let mut amax = b.abs(xs[0]);
+        for &v in &xs[1..] {
+            let a = b.abs(v);
+            amax = b.max(amax, a);
+        }
+        for mask in [1, 2, 4] {
+            let o = b.shfl_bfly(amax, mask);
+            amax = b.max(amax, o);
+        }
+        let d = b.div(amax, 127.0f32);
+        let inv = b.rcp_approx(amax);
+        let inv = b.mul(inv, 127.0f32);
+        let nonzero = b.setp(Cmp::Gt, amax, 0.0f32);
+        let mut word = b.mov(0u32);
+        let mut sum = b.mov(0i32);
+        for (e, &v) in xs.iter().enumerate() {
+            let r = b.mul(v, inv);
+            let r = b.round_even(r);
+            let q = b.cvt::<S32, F32>(r);
+            let q = b.selp(q, 0i32, nonzero);
+            sum = b.add(sum, q);
+            let qu = b.bitcast::<U32, S32>(q);
+            let qu = b.and(qu, 0xffu32);
+            let qu = b.shl(qu, 8 * e as u32);
+            word = b.or(word, qu);
+        }
+        for mask in [1, 2, 4] {
+            let o = b.shfl_bfly(sum, mask);
+            sum = b.add(sum, o);
+        }
+        let qa = b.mad(qc, 4u32, sq);
+        b.guarded(valid, false, |b| b.st_shared(qa, 0, word));
+        let sub = b.and(tid, 7u32);
+        let lead = b.setp(Cmp::Eq, sub, 0u32);
+        let lead = b.and_pred(lead, valid);
+        let sf = b.cvt::<F32, S32>(sum);
+        let sv = b.mul(d, sf);
+        let g = b.shr(qc, 3u32);
+        let da = b.mad(g, 8u32, sds);
+        b.guarded(lead, false, |b| b.st_shared_v::<F32, 2>(da, 0, [d.into(), sv.into()]));
+    }
+    let next = b.add(it, X_QUADS * X_THREADS);
+    b.assign(it, next);
+    b.bra(qloop);
+    b.place(qdone);
+    b.bar_sync();
+
+    let rloop = b.label("rows");
+    let finished = b.label("finished");
+    b.place(rloop);
+    let gone = b.setp(Cmp::Ge, j, jend);
+    b.bra_if(gone, finished);
+    // Weight rows j..j + rw, the ones past n reading row n - 1 (not stored).
+    let wrows: Vec<Reg<U64>> = (0..rw)
+        .map(|c| {
+            let jc = b.add(j, c);
+            let jc = b.min(jc, nm1);
+            let roff = b.mul_wide(jc, row_bytes);
+            b.add(w, roff)
+        })
+        .collect();
+    for &a in &acc {
+        b.assign(a, 0.0f32);
+    }
+    let reduce = b.label("reduce");
+    let xs = XSrc::Shared { qx: sq, ds: sds, offsets: &xrows };
+    row_sums(&mut b, format, &ln, (&wrows, nb, slot, u), (xs, &acc), false, reduce);
+    b.place(reduce);
+    let stored = b.label("stored");
+    reduce_store(&mut b, &acc, rows, (lane, m, n, j), (y, out), stored);
+    b.place(stored);
+    let nj = b.add(j, rw);
+    b.assign(j, nj);
+    b.bra(rloop);
+    b.place(finished);
+    b.ret();
+    b.finish()
+}
+
+/// Adds the lanes' sums (butterfly) and has lane `i < m` write
+/// `y[i, j + c]` (`acc[c·rows + i]`) for the weight rows `j + c < n`; ends
+/// at `done` (placed right after by the caller).
+fn reduce_store(
+    b: &mut KernelBuilder,
+    acc: &[Reg<F32>],
+    rows: u32,
+    (lane, m, n, j): (Reg<U32>, Reg<U32>, Reg<U32>, Reg<U32>),
+    (y, out): (Reg<U64>, DType),
+    done: crate::builder::Label,
+) {
     b.comment("butterfly over the lanes; lane i < m writes row i");
     for mask in [16, 8, 4, 2, 1] {
-        for &s in &acc {
+        for &s in acc {
             let o = b.shfl_bfly(s, mask);
             let t = b.add(s, o);
             b.assign(s, t);
         }
     }
-    let done = b.label("done");
     let outside = b.setp(Cmp::Ge, lane, m);
     b.bra_if(outside, done);
     for (c, sums) in acc.chunks(rows as usize).enumerate() {
@@ -233,15 +469,74 @@ pub fn qgemv(format: BlockFormat, rows: u32, out: DType, target: Target) -> Resu
         let yi = b.mad(lane, n, jc);
         let yoff = b.mul_wide(yi, elem::size(out));
         let ya = b.add(y, yoff);
-        elem::store(&mut b, out, ya, 0, &[val]);
+        elem::store(b, out, ya, 0, &[val]);
     }
-    b.place(done);
-    b.ret();
-    b.finish()
+}
+
+/// Adds this lane's share of the weight rows `wrows` (`nb` blocks each,
+/// `u` blocks per lane per iteration, this lane's first block `slot`)
+/// against the activations `xs` into `acc`; ends at `done` (placed right
+/// after by the caller).
+fn row_sums(
+    b: &mut KernelBuilder,
+    format: BlockFormat,
+    ln: &Lane,
+    (wrows, nb, slot, u): (&[Reg<U64>], Reg<U32>, Reg<U32>, u32),
+    (xs, acc): (XSrc, &[Reg<F32>]),
+    clamped_tail: bool,
+    done: crate::builder::Label,
+) {
+    let lpb = ln.lpb;
+    let per_iter = u * 32 / lpb;
+    let main = b.label("main");
+    let tail = b.label("tail");
+    let bi0 = b.mov(slot);
+    let slots = 32 / lpb;
+    b.comment(&format!("{u} weight blocks per lane per iteration"));
+    b.place(main);
+    let lastu = b.add(bi0, (u - 1) * slots);
+    let past = b.setp(Cmp::Ge, lastu, nb);
+    b.bra_if(past, tail);
+    for t in 0..u {
+        let bi = b.add(bi0, t * slots);
+        unit(b, format, ln, wrows, bi, xs, acc);
+    }
+    let next = b.add(bi0, per_iter);
+    b.assign(bi0, next);
+    b.bra(main);
+
+    b.place(tail);
+    if clamped_tail {
+        b.comment("the last blocks: every unit clamped to the row, added only when inside it");
+        let empty = b.setp(Cmp::Eq, nb, 0u32);
+        b.bra_if(empty, done);
+        let nbm1 = b.sub(nb, 1u32);
+        for t in 0..u {
+            let bi = b.add(bi0, t * slots);
+            let valid = b.setp(Cmp::Lt, bi, nb);
+            let bic = b.min(bi, nbm1);
+            let part: Vec<Reg<F32>> = acc.iter().map(|_| b.mov(0.0f32)).collect();
+            unit(b, format, ln, wrows, bic, xs, &part);
+            for (&a, &p) in acc.iter().zip(&part) {
+                let s = b.add(a, p);
+                let s = b.selp(s, a, valid);
+                b.assign(a, s);
+            }
+        }
+    } else {
+        b.comment("the last blocks: the units inside the row, the first past it ending the row");
+        for t in 0..u {
+            let bi = b.add(bi0, t * slots);
+            let outside = b.setp(Cmp::Ge, bi, nb);
+            b.bra_if(outside, done);
+            unit(b, format, ln, wrows, bi, xs, acc);
+        }
+    }
 }
 
 /// The per-lane constants of `format` for lane `sub` of a block's lanes.
-fn lane_consts(b: &mut KernelBuilder, format: BlockFormat, sub: Reg<U32>) -> Lane {
+fn lane_consts(b: &mut KernelBuilder, format: BlockFormat, wide: bool, sub: Reg<U32>) -> Lane {
+    let lpb = lanes_of(format, wide);
     let zero64 = b.mov(0u64);
     let zero = b.mov(0u32);
     let never = b.setp(Cmp::Ne, zero, zero);
@@ -250,8 +545,8 @@ fn lane_consts(b: &mut KernelBuilder, format: BlockFormat, sub: Reg<U32>) -> Lan
         BlockFormat::Q4K | BlockFormat::Q5K => {
             // Lane (r, h): run r = sub / 2 of the quants, half h = sub mod 2:
             // values 16h.. of groups 2r (low nibbles) and 2r + 1 (high).
-            let r = b.shr(sub, 1u32);
-            let h = b.and(sub, 1u32);
+            // Wide: lane r = sub, all 32 values of both groups (h = 0).
+            let (r, h) = if wide { (sub, b.mov(0u32)) } else { (b.shr(sub, 1u32), b.and(sub, 1u32)) };
             let qs_at = if format == BlockFormat::Q4K { 16u32 } else { 48 };
             let qa = b.mad(r, 32u32, qs_at);
             let qa = b.mad(h, 16u32, qa);
@@ -259,7 +554,7 @@ fn lane_consts(b: &mut KernelBuilder, format: BlockFormat, sub: Reg<U32>) -> Lan
             let xo = b.mad(r, 64u32, 0u32);
             let xo = b.mad(h, 16u32, xo);
             // (d, s) pairs of groups 2r and 2r + 1: 16 bytes at 16r.
-            let dso = b.mul_wide(r, 16u32);
+            let dso = b.shl(r, 4u32);
             let rm = b.and(r, 1u32);
             let s0 = b.shl(rm, 4u32); // 8·(2r mod 4)
             let high = b.setp(Cmp::Ge, r, 2u32);
@@ -267,10 +562,12 @@ fn lane_consts(b: &mut KernelBuilder, format: BlockFormat, sub: Reg<U32>) -> Lan
             let lead = b.setp(Cmp::Eq, h, 0u32);
             let min_sign = b.selp(-1.0f32, 0.0f32, lead);
             Lane {
+                lpb,
+                wide,
                 a: b.cvt::<U64, U32>(qa),
                 b: b.cvt::<U64, U32>(qha),
                 c: zero64,
-                xo: b.cvt::<U64, U32>(xo),
+                xo,
                 dso,
                 s0,
                 s1,
@@ -292,12 +589,14 @@ fn lane_consts(b: &mut KernelBuilder, format: BlockFormat, sub: Reg<U32>) -> Lan
             let sa = b.mad(hh, 8u32, g);
             let sa = b.add(sa, 192u32);
             let xo = b.mad(hh, 128u32, l0);
-            let dso = b.mul_wide(hh, 32u32);
+            let dso = b.shl(hh, 5u32);
             Lane {
+                lpb,
+                wide,
                 a: b.cvt::<U64, U32>(qa),
                 b: b.cvt::<U64, U32>(qha),
                 c: b.cvt::<U64, U32>(sa),
-                xo: b.cvt::<U64, U32>(xo),
+                xo,
                 dso,
                 s0: zero,
                 s1: zero,
@@ -310,11 +609,13 @@ fn lane_consts(b: &mut KernelBuilder, format: BlockFormat, sub: Reg<U32>) -> Lan
             let qa = b.mad(sub, 8u32, 2u32);
             let xo = b.shl(sub, 3u32);
             Lane {
+                lpb,
+                wide,
                 a: b.cvt::<U64, U32>(qa),
                 b: zero64,
                 c: zero64,
-                xo: b.cvt::<U64, U32>(xo),
-                dso: zero64,
+                xo,
+                dso: zero,
                 s0: zero,
                 s1: zero,
                 high: never,
@@ -345,16 +646,115 @@ enum Decoded {
 }
 
 /// Loads and unpacks this lane's share of the weight block at `base`.
-fn decode(b: &mut KernelBuilder, format: BlockFormat, ln: &Lane, base: Reg<U64>) -> Decoded {
+/// Loads this lane's share of the weight block at `base`, raw: the
+/// registers [`unpack`] reads (`Q4_K`/`Q5_K`: the 4 header words, the quant
+/// words, the fifth-bit words; `Q6_K`: 2-byte halves of the low and high
+/// quants, `d`, the 4 scales; `Q8_0`: `d` and the 2-byte halves of the
+/// quants). No instruction waits for the loads, so a loop can fetch the next
+/// blocks before it works on the current ones.
+fn fetch(b: &mut KernelBuilder, format: BlockFormat, ln: &Lane, base: Reg<U64>) -> Vec<Reg<U32>> {
+    let halves = |b: &mut KernelBuilder, a: Reg<U64>, off: i64, words: i64| -> Vec<Reg<U32>> {
+        (0..2 * words).map(|i| b.ld_global_nc_u16(a, off + 2 * i)).collect()
+    };
     match format {
         BlockFormat::Q4K | BlockFormat::Q5K => {
-            let [h0, h1, h2, h3] = b.ld_global_nc_v::<U32, 4>(base, 0);
+            let mut raw = b.ld_global_nc_v::<U32, 4>(base, 0).to_vec();
             let qa = b.add(base, ln.a);
-            let qs = b.ld_global_nc_v::<U32, 4>(qa, 0);
-            let qh = (format == BlockFormat::Q5K).then(|| {
+            let pieces: i64 = if ln.wide { 2 } else { 1 };
+            for p in 0..pieces {
+                raw.extend(b.ld_global_nc_v::<U32, 4>(qa, 16 * p));
+            }
+            if format == BlockFormat::Q5K {
                 let ha = b.add(base, ln.b);
-                b.ld_global_nc_v::<U32, 4>(ha, 0)
-            });
+                for p in 0..pieces {
+                    raw.extend(b.ld_global_nc_v::<U32, 4>(ha, 16 * p));
+                }
+            }
+            raw
+        }
+        BlockFormat::Q6K => {
+            // The three 8-byte pieces start 2 mod 4 in every other block:
+            // 3 aligned words each, shifted into place by `unpack`.
+            // Every piece is 0 or 2 past a 4-byte boundary, as the block is.
+            let mis64 = b.and(base, 3u64);
+            let mis = b.cvt::<U32, U64>(mis64);
+            let qa = b.add(base, ln.a);
+            let qa = b.sub(qa, mis64);
+            let mut raw = (0..3).map(|i| b.ld_global_nc::<U32>(qa, 4 * i)).collect::<Vec<_>>();
+            raw.extend((0..3).map(|i| b.ld_global_nc::<U32>(qa, 32 + 4 * i)));
+            let ha = b.add(base, ln.b);
+            let ha = b.sub(ha, mis64);
+            raw.extend((0..3).map(|i| b.ld_global_nc::<U32>(ha, 4 * i)));
+            raw.push(b.ld_global_nc_u16(base, 208));
+            let sa = b.add(base, ln.c);
+            for t in 0..4 {
+                let sc = b.ld_global_nc_s8(sa, 2 * t);
+                raw.push(b.bitcast::<U32, S32>(sc));
+            }
+            raw.push(b.shl(mis, 3u32));
+            raw
+        }
+        _ => {
+            let mut raw = vec![b.ld_global_nc_u16(base, 0)];
+            let qa = b.add(base, ln.a);
+            raw.extend(halves(b, qa, 0, 2));
+            raw
+        }
+    }
+}
+
+/// Little-endian words from pairs of 2-byte halves.
+fn join_halves(b: &mut KernelBuilder, h: &[Reg<U32>]) -> Vec<Reg<U32>> {
+    h.chunks(2)
+        .map(|p| {
+            let hi = b.shl(p[1], 16u32);
+            b.or(p[0], hi)
+        })
+        .collect()
+}
+
+/// `Q6_K` groups t = 0..4 of a lane from its low-quant words (`qla`, run
+/// t mod 2 = 0; `qlb`, 1) and high-bit words: `q − 32` as int8 words.
+fn q6k_groups(
+    b: &mut KernelBuilder,
+    qla: &[Reg<U32>],
+    qlb: &[Reg<U32>],
+    qh: &[Reg<U32>],
+    dsc: Vec<Reg<F32>>,
+) -> Decoded {
+    // Group t: (low or high nibble of ql run t mod 2) | (qh bits 2t) << 4, minus 32.
+    let mut q: Vec<Vec<Reg<U32>>> = Vec::new();
+    for t in 0..4u32 {
+        let src = if t % 2 == 0 { &qla } else { &qlb };
+        let words = (0..2)
+            .map(|i| {
+                let l = b.shr(src[i], 4 * (t / 2));
+                let l = b.and(l, 0x0f0f_0f0fu32);
+                let h = b.shr(qh[i], 2 * t);
+                let h = b.and(h, 0x0303_0303u32);
+                let h = b.shl(h, 4u32);
+                let v = b.or(l, h);
+                // Bytewise q − 32 in 8-bit two's complement: flip bit 5,
+                // then copy it into bits 6 and 7.
+                let v = b.xor(v, 0x2020_2020u32);
+                let s = b.and(v, 0x2020_2020u32);
+                let s = b.mul(s, 6u32);
+                b.or(v, s)
+            })
+            .collect();
+        q.push(words);
+    }
+    Decoded::Q6 { q, dsc }
+}
+
+/// Unpacks what [`fetch`] loaded.
+fn unpack(b: &mut KernelBuilder, format: BlockFormat, ln: &Lane, raw: &[Reg<U32>]) -> Decoded {
+    match format {
+        BlockFormat::Q4K | BlockFormat::Q5K => {
+            let (h0, h1, h2, h3) = (raw[0], raw[1], raw[2], raw[3]);
+            let nq = if ln.wide { 8 } else { 4 };
+            let qs = &raw[4..4 + nq];
+            let qh = (format == BlockFormat::Q5K).then(|| &raw[4 + nq..4 + 2 * nq]);
             // Groups 2r (shift s0) and 2r + 1 (shift s0 + 8).
             let (sc0, m0) = scale_min_k4(b, [h1, h2, h3], ln.s0, ln.high);
             let s0b = b.add(ln.s0, 8u32);
@@ -394,95 +794,141 @@ fn decode(b: &mut KernelBuilder, format: BlockFormat, ln: &Lane, base: Reg<U64>)
             Decoded::K4 { lo, hi: hiw, dl: [dl[0], dl[1]], nml: [nml[0], nml[1]] }
         }
         BlockFormat::Q6K => {
-            let qa = b.add(base, ln.a);
-            let qla = words_2aligned(b, qa, 0, 2);
-            let qlb = words_2aligned(b, qa, 32, 2);
-            let ha = b.add(base, ln.b);
-            let qh = words_2aligned(b, ha, 0, 2);
-            let dw = b.ld_global_nc_u16(base, 208);
-            let d = f16_lo(b, dw);
-            let sa = b.add(base, ln.c);
+            let sh = raw[14];
+            let back = b.sub(32u32, sh);
+            let shifted = |b: &mut KernelBuilder, w: &[Reg<U32>]| -> Vec<Reg<U32>> {
+                (0..2)
+                    .map(|i| {
+                        let lo = b.shr(w[i], sh);
+                        let hi = b.shl(w[i + 1], back);
+                        b.or(lo, hi)
+                    })
+                    .collect()
+            };
+            let qla = shifted(b, &raw[0..3]);
+            let qlb = shifted(b, &raw[3..6]);
+            let qh = shifted(b, &raw[6..9]);
+            let d = f16_lo(b, raw[9]);
             let mut dsc = Vec::new();
             for t in 0..4 {
-                let s = b.ld_global_nc_s8(sa, 2 * t);
-                let f = b.cvt::<F32, S32>(s);
+                let sc = b.bitcast::<S32, U32>(raw[10 + t]);
+                let f = b.cvt::<F32, S32>(sc);
                 dsc.push(b.mul(d, f));
             }
-            // Group t: (low or high nibble of ql run t mod 2) | (qh bits 2t) << 4, minus 32.
-            let mut q: Vec<Vec<Reg<U32>>> = Vec::new();
-            for t in 0..4u32 {
-                let src = if t % 2 == 0 { &qla } else { &qlb };
-                let words = (0..2)
-                    .map(|i| {
-                        let l = b.shr(src[i], 4 * (t / 2));
-                        let l = b.and(l, 0x0f0f_0f0fu32);
-                        let h = b.shr(qh[i], 2 * t);
-                        let h = b.and(h, 0x0303_0303u32);
-                        let h = b.shl(h, 4u32);
-                        let v = b.or(l, h);
-                        // Bytewise q − 32 in 8-bit two's complement: flip bit 5,
-                        // then copy it into bits 6 and 7.
-                        let v = b.xor(v, 0x2020_2020u32);
-                        let s = b.and(v, 0x2020_2020u32);
-                        let s = b.mul(s, 6u32);
-                        b.or(v, s)
-                    })
-                    .collect();
-                q.push(words);
-            }
-            Decoded::Q6 { q, dsc }
+            q6k_groups(b, &qla, &qlb, &qh, dsc)
         }
         _ => {
-            let dw = b.ld_global_nc_u16(base, 0);
-            let d = f16_lo(b, dw);
-            let qa = b.add(base, ln.a);
-            Decoded::Q8 { q: words_2aligned(b, qa, 0, 2), d }
+            let d = f16_lo(b, raw[0]);
+            Decoded::Q8 { q: join_halves(b, &raw[1..5]), d }
         }
     }
 }
 
+/// Where the quantized activations are read from: the global buffers of
+/// [`quant::quantize_x`] or the shared copy [`qgemv_x`] makes. `offsets`:
+/// each activation row's byte offset into the quants (a row's `(d, s)`
+/// pairs start a quarter of it into the pairs).
+#[derive(Clone, Copy)]
+enum XSrc<'a> {
+    Global { qx: Reg<U64>, ds: Reg<U64>, offsets: &'a [Reg<U32>] },
+    Shared { qx: Reg<U32>, ds: Reg<U32>, offsets: &'a [Reg<U32>] },
+}
+
+impl XSrc<'_> {
+    fn offsets(&self) -> &[Reg<U32>] {
+        match self {
+            XSrc::Global { offsets, .. } | XSrc::Shared { offsets, .. } => offsets,
+        }
+    }
+}
+
+/// An address of the activations: global or shared.
+#[derive(Clone, Copy)]
+enum XAddr {
+    G(Reg<U64>),
+    S(Reg<U32>),
+}
+
+fn ldx_v<T: crate::builder::Data, const N: usize>(b: &mut KernelBuilder, a: XAddr, off: i64) -> [Reg<T>; N] {
+    match a {
+        XAddr::G(p) => b.ld_global_nc_v::<T, N>(p, off),
+        XAddr::S(p) => b.ld_shared_v::<T, N>(p, off),
+    }
+}
+
+fn ldx<T: crate::builder::Data>(b: &mut KernelBuilder, a: XAddr, off: i64) -> Reg<T> {
+    match a {
+        XAddr::G(p) => b.ld_global_nc::<T>(p, off),
+        XAddr::S(p) => b.ld_shared::<T>(p, off),
+    }
+}
+
 /// This lane's share of weight block `bi` of each weight row (`wrows`, one
-/// row of sums each in `acc`) against every activation row (`qx`, `ds` and
-/// each row's byte offset into `qx`; a row's `(d, s)` pairs start at a
-/// quarter of it into `ds`): each activation load serves every weight row.
+/// row of sums each in `acc`) against every activation row of `xs`: each
+/// activation load serves every weight row.
 fn unit(
     b: &mut KernelBuilder,
     format: BlockFormat,
     ln: &Lane,
     wrows: &[Reg<U64>],
     bi: Reg<U32>,
-    (qx, ds, offsets): (Reg<U64>, Reg<U64>, &[Reg<U32>]),
+    xs: XSrc,
     acc: &[Reg<F32>],
 ) {
     let bytes = format.bytes_per_block() as u32;
-    let vpb = format.values_per_block() as u32;
-    let rows = offsets.len();
     let boff = b.mul_wide(bi, bytes);
-    let decoded: Vec<Decoded> = wrows
+    let raws: Vec<Vec<Reg<U32>>> = wrows
         .iter()
         .map(|&wrow| {
             let base = b.add(wrow, boff);
-            decode(b, format, ln, base)
+            fetch(b, format, ln, base)
         })
         .collect();
-    let xb = b.mul_wide(bi, vpb);
-    let xoff = b.add(xb, ln.xo);
-    let db = b.mul_wide(bi, vpb / 4);
-    let doff = b.add(db, ln.dso);
+    dots(b, format, ln, &raws, bi, xs, acc);
+}
+
+/// The products of the weight blocks `raws` ([`fetch`]ed, block `bi` of
+/// each weight row) with the activations, added into `acc`.
+fn dots(
+    b: &mut KernelBuilder,
+    format: BlockFormat,
+    ln: &Lane,
+    raws: &[Vec<Reg<U32>>],
+    bi: Reg<U32>,
+    xs: XSrc,
+    acc: &[Reg<F32>],
+) {
+    let vpb = format.values_per_block() as u32;
+    let offsets = xs.offsets();
+    let rows = offsets.len();
+    let decoded: Vec<Decoded> = raws.iter().map(|r| unpack(b, format, ln, r)).collect();
+    // This lane's quants and pairs within a row of the activations.
+    let xoff = b.mad(bi, vpb, ln.xo);
+    let doff = b.mad(bi, vpb / 4, ln.dso);
     for (r, &o) in offsets.iter().enumerate() {
-        let q = b.cvt::<U64, U32>(o);
-        let q = b.add(q, xoff);
-        let xa = b.add(qx, q);
+        let q = b.add(o, xoff);
         let d = b.shr(o, 2u32);
-        let d = b.cvt::<U64, U32>(d);
         let d = b.add(d, doff);
-        let da = b.add(ds, d);
+        let (xa, da) = match xs {
+            XSrc::Global { qx, ds, .. } => {
+                let q = b.cvt::<U64, U32>(q);
+                let d = b.cvt::<U64, U32>(d);
+                (XAddr::G(b.add(qx, q)), XAddr::G(b.add(ds, d)))
+            }
+            XSrc::Shared { qx, ds, .. } => (XAddr::S(b.add(qx, q)), XAddr::S(b.add(ds, d))),
+        };
         let sums = acc.iter().skip(r).step_by(rows);
         match format {
             BlockFormat::Q4K | BlockFormat::Q5K => {
-                let x0 = b.ld_global_nc_v::<U32, 4>(xa, 0);
-                let x1 = b.ld_global_nc_v::<U32, 4>(xa, 32);
-                let [d0, s0, d1, s1] = b.ld_global_nc_v::<F32, 4>(da, 0);
+                // Group 2r's values at xa, 2r + 1's 32 bytes later.
+                let pieces: i64 = if ln.wide { 2 } else { 1 };
+                let mut x0 = Vec::new();
+                let mut x1 = Vec::new();
+                for p in 0..pieces {
+                    x0.extend(ldx_v::<U32, 4>(b, xa, 16 * p));
+                    x1.extend(ldx_v::<U32, 4>(b, xa, 32 + 16 * p));
+                }
+                let [d0, s0, d1, s1] = ldx_v::<F32, 4>(b, da, 0);
                 for (dec, &a) in decoded.iter().zip(sums) {
                     let Decoded::K4 { lo, hi, dl, nml } = dec else { continue };
                     for (ws, xs, dx, sx, dlg, nm) in
@@ -496,8 +942,8 @@ fn unit(
                 }
             }
             BlockFormat::Q6K => {
-                let xs: Vec<[Reg<U32>; 2]> = (0..4).map(|t| b.ld_global_nc_v::<U32, 2>(xa, 32 * t)).collect();
-                let dx: Vec<Reg<F32>> = (0..4).map(|t| b.ld_global_nc::<F32>(da, 8 * t)).collect();
+                let xs: Vec<[Reg<U32>; 2]> = (0..4).map(|t| ldx_v::<U32, 2>(b, xa, 32 * t)).collect();
+                let dx: Vec<Reg<F32>> = (0..4).map(|t| ldx::<F32>(b, da, 8 * t)).collect();
                 for (dec, &a) in decoded.iter().zip(sums) {
                     let Decoded::Q6 { q, dsc } = dec else { continue };
                     for t in 0..4 {
@@ -508,8 +954,8 @@ fn unit(
                 }
             }
             _ => {
-                let xs = b.ld_global_nc_v::<U32, 2>(xa, 0);
-                let dx = b.ld_global_nc::<F32>(da, 0);
+                let xs = ldx_v::<U32, 2>(b, xa, 0);
+                let dx = ldx::<F32>(b, da, 0);
                 for (dec, &a) in decoded.iter().zip(sums) {
                     let Decoded::Q8 { q, d } = dec else { continue };
                     let isum = dot(b, q, &xs);

@@ -1,12 +1,15 @@
 //! Plans for GGML block-quantized weights: `y = x·Wᵀ` with `W` stored as
 //! `Q4_K`, `Q5_K`, `Q6_K` or `Q8_0` blocks, and dequantization.
 //!
-//! - Up to [`quant_gemv::MAX_ROWS`] (16) activation rows: the activations are
-//!   quantized to int8 per 32 values into a temporary
-//!   ([`quant::quantize_x`], `1.25·m·k` bytes), then one pass over `W` on
-//!   the `dp4a` kernels ([`quant_gemv`]). Error against the exact product
-//!   with the dequantized weights: at most `(d_x/2)·Σ|W|` per 32 values
-//!   (`d_x = max|x| / 127` of those values), plus `f32` rounding.
+//! - Up to [`quant_gemv::MAX_ROWS`] (16) activation rows: one pass over `W`
+//!   on the `dp4a` kernels ([`quant_gemv`]) with the activations quantized
+//!   to int8 per 32 values. Up to 4 rows whose quantized activations
+//!   (`1.25·m·k` bytes) fit [`quant_gemv::X_MAX_SMEM`]: one launch
+//!   ([`quant_gemv::qgemv_x`]) that quantizes them in shared memory; else
+//!   they go to a temporary ([`quant::quantize_x`]) and [`quant_gemv::qgemv`]
+//!   reads them. Error against the exact product with the dequantized
+//!   weights: at most `(d_x/2)·Σ|W|` per 32 values (`d_x = max|x| / 127` of
+//!   those values), plus `f32` rounding.
 //! - More rows (prefill): `W` is dequantized into a `bf16` temporary
 //!   (`2·n·k` bytes), `x` cast to `bf16` unless it is already, and the
 //!   existing plan runs the product `x·Wᵀ` (`trans_b`) on tensor cores when
@@ -72,9 +75,10 @@ fn check_aligned(op: &'static str, what: &str, addr: u64, align: u64, shapes: &s
 /// `out_dtype` among `f32`/`f16`/`bf16` (`UnsupportedDType`), `k` a multiple
 /// of the block's values (`Shape`), `m·k`, `m·n` and a weight row's bytes
 /// under 2³² (`LimitExceeded`), `x` 16-byte aligned and `w` 16-byte
-/// (`Q4_K`/`Q5_K`) or 2-byte aligned (`Shape`). Allocates `1.25·m·k` bytes of
-/// temporaries (GEMV) or `2·n·k` (+ `2·m·k`) bytes (prefill). Empty products
-/// queue nothing.
+/// (`Q4_K`/`Q5_K`) or 2-byte aligned (`Shape`). Allocates nothing for up to
+/// 4 rows whose quantized activations fit in shared memory (one launch),
+/// else `1.25·m·k` bytes of temporaries (GEMV, two launches) or `2·n·k`
+/// (+ `2·m·k`) bytes (prefill). Empty products queue nothing.
 #[allow(clippy::too_many_arguments)]
 pub fn run_quant_matmul(
     l: &dyn Launcher,
@@ -128,6 +132,31 @@ pub fn run_quant_matmul(
     if m > quant_gemv::MAX_ROWS {
         return prefill(l, format, (m, k, n), x_dtype, out_dtype, (x, w, y));
     }
+    let rows = quant_gemv::rows_for(m);
+    let smem = quant_gemv::x_smem(m, k);
+    if quant_gemv::X_ROWS.contains(&rows) && smem <= quant_gemv::X_MAX_SMEM {
+        // One launch: each block quantizes x into shared memory, then its
+        // warps take rpc / 8 weight rows each; rpc makes the grid about as
+        // many blocks as stay resident, so x is quantized once per block.
+        let step = (quant_gemv::X_WARPS * quant_gemv::x_weight_rows(format, rows)) as usize;
+        let slots = step * quant_gemv::X_BLOCKS_PER_SM as usize * l.sm_count().max(1) as usize;
+        let rpc = step * n.div_ceil(slots);
+        let grid = Grid {
+            blocks: (n.div_ceil(rpc) as u32, 1, 1),
+            threads: (quant_gemv::X_THREADS, 1, 1),
+            dynamic_smem: smem as u32,
+        };
+        let args = [
+            Arg::Ptr(w),
+            Arg::Ptr(x),
+            Arg::Ptr(y),
+            Arg::U32(m32),
+            Arg::U32(n32),
+            Arg::U32(k32),
+            Arg::U32(u32_of(MATMUL, "weight rows per block", rpc)?),
+        ];
+        return l.launch(KernelId::QuantGemvX(format, rows, x_dtype, out_dtype), grid, &args);
+    }
     // Quantized activations: m·k int8 (padded to 16 bytes), then m·k/32 (d, s) pairs.
     let q_bytes = (m * k).next_multiple_of(16);
     let (_guard, qx) = l.temp(q_bytes + m * k / 4, MATMUL)?;
@@ -141,7 +170,6 @@ pub fn run_quant_matmul(
     limit(MATMUL, "activation quantizer blocks", quads.div_ceil(quant::BLOCK as usize), MAX_GRID_X)?;
     l.launch(KernelId::QuantizeX(x_dtype), qgrid, &[Arg::Ptr(x), Arg::Ptr(qx), Arg::Ptr(ds), Arg::U32(quads as u32)])?;
     let args = [Arg::Ptr(w), Arg::Ptr(qx), Arg::Ptr(ds), Arg::Ptr(y), Arg::U32(m32), Arg::U32(n32), Arg::U32(k32)];
-    let rows = quant_gemv::rows_for(m);
     l.launch(KernelId::QuantGemv(format, rows, out_dtype), grid(rows), &args)
 }
 
