@@ -1,8 +1,8 @@
 """The peer of `cargo run --release -p dispatch --features cuda --example llama`:
 the same Llama architecture in plain PyTorch, eager (torch only: embedding,
 RMSNorm, separate q/k/v projections, half-split rotary embedding, grouped-query
-attention through `scaled_dot_product_attention` against a preallocated KV
-cache, SwiGLU feed-forward, final norm, LM head, greedy argmax), with random
+attention through `scaled_dot_product_attention` (cuDNN's backend off: it
+plans anew for every key length) against a preallocated KV cache, SwiGLU feed-forward, final norm, LM head, greedy argmax), with random
 weights of the same shapes. Prints prefill and decode tokens/s, the device's
 copy bandwidth and the decode roofline measured in the same process, as one
 JSON line. With `--transformers`, also times Hugging Face transformers'
@@ -124,6 +124,10 @@ def main():
     p.add_argument("--transformers", action="store_true")
     a = p.parse_args()
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[a.dtype]
+    # cuDNN's attention builds a plan for every new key length, which a
+    # decoding step changes each time: tens of milliseconds per token. The
+    # flash and memory-efficient kernels have no such cost.
+    torch.backends.cuda.enable_cudnn_sdp(False)
     c = CONFIGS[a.config]
     torch.manual_seed(0)
     max_seq = a.prompt + a.new
