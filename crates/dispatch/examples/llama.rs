@@ -108,7 +108,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The copy bandwidth of this engine: 256 MiB of f32, read and written.
     let words = 64 << 20;
-    let (src, dst) = (backend.alloc(words)?, backend.alloc(words)?);
+    // Written data: a host engine would read never-touched pages from the zero page.
+    let (src, dst) = (backend.upload(&vec![1.0f32; words])?, backend.upload(&vec![2.0f32; words])?);
     let copy = Op::cast(words, DType::F32, DType::F32);
     backend.run_tensors(&copy, &[&src], &dst)?;
     backend.synchronize()?;
