@@ -7,7 +7,8 @@
 //!   regret of a cell is time(chosen engine) / time(fastest engine); add,
 //!   softmax and matmul also run on bf16 data (matmul: bf16 in, f32 out);
 //! - the batching executor against unbatched calls: three configurations ×
-//!   2–16 submitting threads, and `max_batch_size` 16–4096.
+//!   2–16 submitting threads, and `max_batch_size` 16–4096;
+//! - the Llama decoder on every engine (`crate::decoder`).
 //!
 //! On a machine without a GPU the engines are the CPU on all threads (`simd`)
 //! and on one (`simd1`), plus wgpu on a software adapter if one is installed
@@ -66,6 +67,7 @@ pub fn rows(quick: bool) -> Result<Vec<Record>, String> {
     let grid = Grid::new(quick);
     out.extend(regret_rows(&compute, &device, &grid)?);
     out.extend(executor_rows(&compute, &device, quick)?);
+    out.extend(crate::decoder::rows(&compute, quick));
     Ok(out)
 }
 

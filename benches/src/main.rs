@@ -15,6 +15,8 @@ mod cuda_half;
 #[cfg(feature = "cuda")]
 mod cuda_mma;
 #[cfg(feature = "dispatch")]
+mod decoder;
+#[cfg(feature = "dispatch")]
 mod dispatch;
 mod report;
 mod svg;

@@ -898,25 +898,31 @@ mod tests {
             kernels.push(Kernel::Dequant { format, to: DType::F16 });
         }
         assert_eq!(quant_code(BlockFormat::Q8K), None);
-        for kernel in kernels {
-            let m = kernel.module();
-            let source = m.source_for(kernel.io()).unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
-            let module = naga::front::wgsl::parse_str(&source).unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
-            let flags = naga::valid::ValidationFlags::all();
-            let info = naga::valid::Validator::new(flags, capabilities(m))
-                .validate(&module)
-                .unwrap_or_else(|e| panic!("{kernel:?}: {}", e.emit_to_string(&source)));
-            let mut constants = naga::back::PipelineConstants::default();
-            for (name, value) in kernel.constants() {
-                constants.insert(name.to_string(), value);
-            }
-            let entry = Some((naga::ShaderStage::Compute, kernel.entry()));
-            let (resolved, _) = naga::back::pipeline_constants::process_overrides(&module, &info, entry, &constants)
-                .unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
-            naga::valid::Validator::new(flags, capabilities(m))
-                .validate(&resolved)
-                .unwrap_or_else(|e| panic!("{kernel:?} does not validate: {e}"));
+        kernels.into_iter().for_each(validates_with_constants);
+    }
+
+    /// Parses and validates `kernel`'s module, applies its pipeline
+    /// constants as wgpu does, and validates the result; panics naming the
+    /// kernel otherwise.
+    fn validates_with_constants(kernel: Kernel) {
+        let m = kernel.module();
+        let source = m.source_for(kernel.io()).unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
+        let module = naga::front::wgsl::parse_str(&source)
+            .unwrap_or_else(|e| panic!("{kernel:?}: {}", e.emit_to_string(&source)));
+        let flags = naga::valid::ValidationFlags::all();
+        let info = naga::valid::Validator::new(flags, capabilities(m))
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{kernel:?}: {}", e.emit_to_string(&source)));
+        let mut constants = naga::back::PipelineConstants::default();
+        for (name, value) in kernel.constants() {
+            constants.insert(name.to_string(), value);
         }
+        let entry = Some((naga::ShaderStage::Compute, kernel.entry()));
+        let (resolved, _) = naga::back::pipeline_constants::process_overrides(&module, &info, entry, &constants)
+            .unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
+        naga::valid::Validator::new(flags, capabilities(m))
+            .validate(&resolved)
+            .unwrap_or_else(|e| panic!("{kernel:?} does not validate: {e}"));
     }
 
     /// Every decoder pipeline the host can pick (each mode of `rope`, `copy`
@@ -932,26 +938,7 @@ mod tests {
             kernels.push(Kernel::ArgMax(dtype));
         }
         assert_eq!(kernels.len(), 27);
-        for kernel in kernels {
-            let m = kernel.module();
-            let source = m.source_for(kernel.io()).unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
-            let module = naga::front::wgsl::parse_str(&source)
-                .unwrap_or_else(|e| panic!("{kernel:?}: {}", e.emit_to_string(&source)));
-            let flags = naga::valid::ValidationFlags::all();
-            let info = naga::valid::Validator::new(flags, capabilities(m))
-                .validate(&module)
-                .unwrap_or_else(|e| panic!("{kernel:?}: {}", e.emit_to_string(&source)));
-            let mut constants = naga::back::PipelineConstants::default();
-            for (name, value) in kernel.constants() {
-                constants.insert(name.to_string(), value);
-            }
-            let entry = Some((naga::ShaderStage::Compute, kernel.entry()));
-            let (resolved, _) = naga::back::pipeline_constants::process_overrides(&module, &info, entry, &constants)
-                .unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
-            naga::valid::Validator::new(flags, capabilities(m))
-                .validate(&resolved)
-                .unwrap_or_else(|e| panic!("{kernel:?} does not validate: {e}"));
-        }
+        kernels.into_iter().for_each(validates_with_constants);
         // Half outputs are packed: whole-word stores, and one value's store
         // rewrites its word with the other half kept.
         let f16 = Module::Decoder.source_for(Io::new(DType::F16, DType::F16)).unwrap();

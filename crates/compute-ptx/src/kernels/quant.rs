@@ -281,6 +281,63 @@ fn dequant_q8_0(b: &mut KernelBuilder, w: Reg<U64>, t: Reg<U32>) -> Vec<Reg<F32>
     vals
 }
 
+/// How [`quantize_quad`] scales values into quants.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reciprocal {
+    /// `q = rint(x / d)`: a division per value.
+    Divide,
+    /// `q = rint(x · (127 · rcp.approx(max|x|)))`: a multiply per value (within
+    /// the same error bound: the scale is off by at most an ulp).
+    Approx,
+}
+
+/// Quantizes the four values `xs` of this lane to int8 in its group of 32
+/// (eight consecutive lanes, reduced with butterfly shuffles): `d = max|x| /
+/// 127` over the group, `q = rint(x / d)` (0 for an all-zero group). Returns
+/// `d`, the four quants packed into a word (first value in the low byte) and
+/// the group's `Σ q` (every lane of the group gets it). About 30 instructions.
+pub(crate) fn quantize_quad(b: &mut KernelBuilder, xs: &[Reg<F32>], how: Reciprocal) -> (Reg<F32>, Reg<U32>, Reg<S32>) {
+    let mut amax = b.abs(xs[0]);
+    for &v in &xs[1..] {
+        let a = b.abs(v);
+        amax = b.max(amax, a);
+    }
+    for mask in [1, 2, 4] {
+        let o = b.shfl_bfly(amax, mask);
+        amax = b.max(amax, o);
+    }
+    let d = b.div(amax, 127.0f32);
+    let inv = match how {
+        Reciprocal::Divide => None,
+        Reciprocal::Approx => {
+            let inv = b.rcp_approx(amax);
+            Some(b.mul(inv, 127.0f32))
+        }
+    };
+    let nonzero = b.setp(Cmp::Gt, amax, 0.0f32);
+    let mut word = b.mov(0u32);
+    let mut sum = b.mov(0i32);
+    for (e, &v) in xs.iter().enumerate() {
+        let r = match inv {
+            Some(inv) => b.mul(v, inv),
+            None => b.div(v, d),
+        };
+        let r = b.round_even(r);
+        let q = b.cvt::<S32, F32>(r);
+        let q = b.selp(q, 0i32, nonzero);
+        sum = b.add(sum, q);
+        let qu = b.bitcast::<U32, S32>(q);
+        let qu = b.and(qu, 0xffu32);
+        let qu = b.shl(qu, 8 * e as u32);
+        word = b.or(word, qu);
+    }
+    for mask in [1, 2, 4] {
+        let o = b.shfl_bfly(sum, mask);
+        sum = b.add(sum, o);
+    }
+    (d, word, sum)
+}
+
 /// Builds the activation quantizer for `input`: for each 32 consecutive
 /// values `x[32g..32g+32]` of the `m × k` activations (`k` a multiple of 32),
 /// `d = max|x| / 127`, `q = round(x / d)` (ties to even; 0 when `d` is 0)
@@ -310,34 +367,7 @@ pub fn quantize_x(input: DType, target: Target) -> Result<Kernel, BuildError> {
     let xoff = b.mul_wide(tc, 4 * elem::size(input));
     let xa = b.add(x, xoff);
     let xs = elem::load(&mut b, input, xa, 0, 4);
-    let mut amax = b.abs(xs[0]);
-    for &v in &xs[1..] {
-        let a = b.abs(v);
-        amax = b.max(amax, a);
-    }
-    for mask in [1, 2, 4] {
-        let o = b.shfl_bfly(amax, mask);
-        amax = b.max(amax, o);
-    }
-    let d = b.div(amax, 127.0f32);
-    let nonzero = b.setp(Cmp::Gt, amax, 0.0f32);
-    let mut word = b.mov(0u32);
-    let mut sum = b.mov(0i32);
-    for (e, &v) in xs.iter().enumerate() {
-        let r = b.div(v, d);
-        let r = b.round_even(r);
-        let q = b.cvt::<S32, F32>(r);
-        let q = b.selp(q, 0i32, nonzero);
-        sum = b.add(sum, q);
-        let qu = b.bitcast::<U32, S32>(q);
-        let qu = b.and(qu, 0xffu32);
-        let qu = b.shl(qu, 8 * e as u32);
-        word = b.or(word, qu);
-    }
-    for mask in [1, 2, 4] {
-        let o = b.shfl_bfly(sum, mask);
-        sum = b.add(sum, o);
-    }
+    let (d, word, sum) = quantize_quad(&mut b, &xs, Reciprocal::Divide);
     let done = b.label("done");
     b.bra_unless(valid, done);
     let qoff = b.mul_wide(tc, 4u32);

@@ -357,36 +357,7 @@ pub fn qgemv_x(format: BlockFormat, rows: u32, input: DType, out: DType, target:
         loaded.push((valid, qc, elem::load(&mut b, input, xa, 0, 4)));
     }
     for (valid, qc, xs) in loaded {
-        let mut amax = b.abs(xs[0]);
-        for &v in &xs[1..] {
-            let a = b.abs(v);
-            amax = b.max(amax, a);
-        }
-        for mask in [1, 2, 4] {
-            let o = b.shfl_bfly(amax, mask);
-            amax = b.max(amax, o);
-        }
-        let d = b.div(amax, 127.0f32);
-        let inv = b.rcp_approx(amax);
-        let inv = b.mul(inv, 127.0f32);
-        let nonzero = b.setp(Cmp::Gt, amax, 0.0f32);
-        let mut word = b.mov(0u32);
-        let mut sum = b.mov(0i32);
-        for (e, &v) in xs.iter().enumerate() {
-            let r = b.mul(v, inv);
-            let r = b.round_even(r);
-            let q = b.cvt::<S32, F32>(r);
-            let q = b.selp(q, 0i32, nonzero);
-            sum = b.add(sum, q);
-            let qu = b.bitcast::<U32, S32>(q);
-            let qu = b.and(qu, 0xffu32);
-            let qu = b.shl(qu, 8 * e as u32);
-            word = b.or(word, qu);
-        }
-        for mask in [1, 2, 4] {
-            let o = b.shfl_bfly(sum, mask);
-            sum = b.add(sum, o);
-        }
+        let (d, word, sum) = quant::quantize_quad(&mut b, &xs, quant::Reciprocal::Approx);
         let qa = b.mad(qc, 4u32, sq);
         b.guarded(valid, false, |b| b.st_shared(qa, 0, word));
         let sub = b.and(tid, 7u32);
