@@ -173,6 +173,10 @@ fn convert_all(sources: &[(&[f32], DType)]) -> Vec<compute_core::HostVec> {
     let next = AtomicUsize::new(0);
     let out: Vec<Mutex<Option<compute_core::HostVec>>> = sources.iter().map(|_| Mutex::new(None)).collect();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(sources.len().max(1));
+    if threads <= 1 {
+        // No threads to spawn (one core, or a target without threads such as wasm32).
+        return sources.iter().map(|&(values, dtype)| compute_core::HostVec::from_f32(dtype, values)).collect();
+    }
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| {
