@@ -14,7 +14,10 @@
 // 16 values), q8_0 two words (4 slices, 8 values), written four values at a
 // time (whole words also for f16/bf16 outputs, through the @io block). Values
 // are decoded to f32 exactly as `BlockFormat::dequantize` does (the products
-// are exact in f32, so a fused multiply-add gives the same bits).
+// are exact in f32, so a fused multiply-add gives the same bits). The f16
+// scales go through half.wgsl's `f16_to_f32` (exact for subnormals, which
+// `unpack2x16float` may flush): the backend puts half.wgsl before this file
+// for every variant.
 //
 // `gemv` (y = x · Wᵀ for up to 16 rows of x) works on 32-value *chunks* (see
 // "gemv helpers" below); its entry points are generated per (MR, NR) by the
@@ -106,24 +109,7 @@ fn byte_at(o: u32) -> u32 {
 
 // The f16 at the even byte offset o, as f32 (exact, subnormals kept).
 fn f16_field(o: u32) -> f32 {
-    return f16_exact(extractBits(wq[o >> 2u], (o & 2u) * 8u, 16u));
-}
-
-// f16 bits (the low 16 bits of h) as f32, exactly, in integer arithmetic (as
-// half.wgsl's f16_to_f32: unpack2x16float may flush subnormals).
-fn f16_exact(h: u32) -> f32 {
-    let s = (h & 0x8000u) << 16u;
-    let e = (h >> 10u) & 0x1fu;
-    let m = h & 0x3ffu;
-    var bits = s | ((e + 112u) << 23u) | (m << 13u);
-    if (e == 0x1fu) {
-        bits = s | 0x7f800000u | (m << 13u);
-    } else if (e == 0u) {
-        let t = 31u - countLeadingZeros(max(m, 1u));
-        let sub = ((t + 103u) << 23u) | ((m << (23u - t)) & 0x7fffffu);
-        bits = select(s | sub, s, m == 0u);
-    }
-    return bitcast<f32>(bits);
+    return f16_to_f32(extractBits(wq[o >> 2u], (o & 2u) * 8u, 16u));
 }
 
 // The four bytes of a word as unsigned values, low byte first.
@@ -156,8 +142,8 @@ fn decode(bb: u32, t: u32, v: ptr<function, array<vec4<f32>, 4>>, c: ptr<functio
             // q4_K / q5_K: d, dmin, 12 scale bytes, (q5_K: 32 bytes of fifth
             // bits), 128 bytes of quants in four runs of 32.
             let head = wq[bb >> 2u];
-            let d = f16_exact(head & 0xffffu);
-            let dmin = f16_exact(head >> 16u);
+            let d = f16_to_f32(head & 0xffffu);
+            let dmin = f16_to_f32(head >> 16u);
             let r = t / 8u;
             let l = 4u * (t % 8u);
             let sm1 = scale_min_k4(bb + 4u, 2u * r);
@@ -338,8 +324,8 @@ fn load_chunk(row: u32, blk: u32, c: u32) -> Chunk {
             let sh = 16u * (jp & 1u);
             let scw = select(sc_lo, sc_hi, jp >= 2u) >> sh;
             let mnw = select(mn_lo, mn_hi, jp >= 2u) >> sh;
-            let d = f16_exact(hdr.x & 0xffffu);
-            let dmin = f16_exact(hdr.x >> 16u);
+            let d = f16_to_f32(hdr.x & 0xffffu);
+            let dmin = f16_to_f32(hdr.x >> 16u);
             let s = bytes_f32((scw & 0xffffu) | ((mnw & 0xffffu) << 16u));
             let sc = vec4<f32>(d * s.x, d * s.y, 0.0, 0.0);
             let mn = vec4<f32>(dmin * s.z, dmin * s.w, 0.0, 0.0);
@@ -383,7 +369,7 @@ fn load_chunk(row: u32, blk: u32, c: u32) -> Chunk {
             let b = vec4<u32>(a.yzw, wq[i + 4u]);
             let e = vec4<u32>(wq[i + 5u], wq[i + 6u], wq[i + 7u], wq[i + 8u]);
             let f = vec4<u32>(b.w, e.xyz);
-            let d = f16_exact(select(w0 & 0xffffu, w0 >> 16u, odd));
+            let d = f16_to_f32(select(w0 & 0xffffu, w0 >> 16u, odd));
             let s = vec4<u32>(16u);
             let flip = vec4<u32>(0x80808080u);
             let lo = select((a >> s) | (b << s), b, odd) ^ flip;

@@ -270,7 +270,8 @@ impl Module {
         }
     }
 
-    /// The WGSL for operands of `io`'s dtypes: the file itself for `f32`;
+    /// The WGSL for operands of `io`'s dtypes: the file itself for `f32`
+    /// (after `half.wgsl` for a module that [reads f16 fields](Self::reads_f16_fields));
     /// otherwise `half.wgsl` followed by the file with its `@io` block
     /// rewritten ([`io_block`]). Allocates the new text (tens of KiB at most);
     /// an `Err` says why the module has no such variant.
@@ -285,10 +286,21 @@ impl Module {
         Ok(body)
     }
 
+    /// Whether the module decodes `f16` fields whatever its operands' dtypes
+    /// (the block scales of `quant.wgsl`), so it takes `half.wgsl`'s
+    /// `f16_to_f32` (exact for subnormals, which `unpack2x16float` may
+    /// flush) for its `f32` variants too.
+    fn reads_f16_fields(self) -> bool {
+        matches!(self, Module::Quant | Module::QuantGemv { .. })
+    }
+
     /// [`Module::source_for`] without the subgroup additions.
     fn source_io(self, io: Io) -> std::result::Result<Cow<'static, str>, String> {
         let src = self.source();
         if io == Io::F32 {
+            if self.reads_f16_fields() {
+                return Ok(Cow::Owned(format!("{HALF_WGSL}\n{src}")));
+            }
             return Ok(Cow::Borrowed(src));
         }
         let (Some(begin), Some(end)) = (src.find(IO_BEGIN), src.find(IO_END)) else {
