@@ -841,6 +841,14 @@ impl Op {
         }
     }
 
+    /// Whether the op leaves part of its output as it was ([`Op::Copy`]
+    /// writes only its destination view), so that a backend running it on
+    /// host data must start the device output from the caller's values.
+    /// Every other op writes each output element. Free.
+    pub fn writes_part_of_output(&self) -> bool {
+        matches!(self, Op::Copy(_))
+    }
+
     /// The quantized dtype the op reads or writes, if any: a quantized
     /// matmul's weight, a cast's quantized side.
     pub fn weight_dtype(&self) -> Option<DType> {

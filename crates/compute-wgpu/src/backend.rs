@@ -353,7 +353,7 @@ impl WgpuBackend {
     /// (`out`'s length and dtype). The buffers go back to the cache at once:
     /// any later use of them is a later submission, which the queue orders after this one.
     ///
-    /// An op that writes only part of its output ([`Op::Copy`]) starts from
+    /// An op that [writes only part of its output](Op::writes_part_of_output) starts from
     /// `initial`, the output's bytes on the host (zeros when `None`), uploaded
     /// into the output buffer first; other ops ignore it.
     fn start_host(&self, op: &Op, inputs: &[HostSlice<'_>], out: Operand, initial: Option<&[u8]>) -> Result<Readback> {
@@ -374,7 +374,7 @@ impl WgpuBackend {
             let buffer = ctx.cache.take(ctx, Use::Storage, padded_bytes_of(out.len, out.dtype), name)?;
             held.push(buffer.clone());
             let view = View { buffer: buffer.clone(), len: out.len, dtype: out.dtype };
-            if plan::writes_part_of_output(op) {
+            if op.writes_part_of_output() {
                 let zeros;
                 let bytes = match initial {
                     Some(b) => b,

@@ -69,13 +69,6 @@ pub(crate) fn supported(op: &Op) -> bool {
     }
 }
 
-/// Whether `op` leaves part of its output as it was ([`Op::Copy`] writes only
-/// its destination view), so a run on host data must upload the output first.
-/// Free.
-pub(crate) fn writes_part_of_output(op: &Op) -> bool {
-    matches!(op, Op::Copy(_))
-}
-
 /// The [`ComputeError::UnsupportedDType`] for an op that [`supported`]
 /// declines, naming its first dtype the shaders lack.
 pub(crate) fn unsupported_dtype(op: &Op) -> ComputeError {

@@ -294,7 +294,7 @@ impl CudaBackend {
         }
         let (out_slice, out_ptr) = driver::alloc(&self.dev.stream, output.len(), name)?;
         // A strided copy writes only its view: the rest keeps the output's values.
-        if keeps_output(op) {
+        if op.writes_part_of_output() {
             driver::htod(&self.dev.stream, out_ptr, output, name)?;
         }
         plan::run_op(&*self.dev, op, &ptrs, out_ptr)?;
@@ -329,7 +329,7 @@ impl CudaBackend {
             if out_off + floats(output.len()) > st.floats() {
                 return Ok(false);
             }
-            let initial = keeps_output(op).then(|| output.to_vec());
+            let initial = op.writes_part_of_output().then(|| output.to_vec());
             let mut parts: Vec<(usize, &[u8])> = offsets.iter().copied().zip(inputs.iter().copied()).collect();
             let mut end = out_off;
             if let Some(bytes) = &initial {
@@ -343,12 +343,6 @@ impl CudaBackend {
             Ok(true)
         })
     }
-}
-
-/// Whether `op` writes only part of its output ([`Op::Copy`]): a host call
-/// then uploads the output's values first, so the rest keeps them.
-fn keeps_output(op: &Op) -> bool {
-    matches!(op, Op::Copy(_))
 }
 
 /// The async names of every op (`relu_async`, `matmul_async`…): a host call on

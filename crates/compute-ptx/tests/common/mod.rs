@@ -250,7 +250,7 @@ impl Backend for EmuBackend {
         let out_bytes = output.as_bytes_mut();
         let out = mem.alloc(out_bytes.len());
         // A strided copy writes only its view: the rest keeps the output's values.
-        if matches!(op, Op::Copy(_)) {
+        if op.writes_part_of_output() {
             mem.write_bytes(out, out_bytes);
         }
         drop(mem);
