@@ -64,5 +64,16 @@ pub use compute_core::{AsyncOps, Ops};
 pub use context::AdapterReport;
 pub use errors::{WgpuError, WgpuErrorKind};
 pub use options::{DeviceOptions, GpuApi, MatmulTiles, TiledMatmul};
+/// For the crate's device tests: a test without an adapter is skipped (and
+/// says so), unless one is required here (`COMPUTE_REQUIRE` names wgpu, or
+/// `CI=true`), where it fails.
+#[cfg(test)]
+pub(crate) fn skip_without_adapter(e: &dyn std::fmt::Display) {
+    let required = compute_core::conformance::required(compute_core::BackendKind::Wgpu)
+        || std::env::var("CI").is_ok_and(|v| v == "true");
+    assert!(!required, "a wgpu adapter is required here (COMPUTE_REQUIRE / CI) but: {e}");
+    eprintln!("SKIPPED (no wgpu adapter: {e})");
+}
+
 /// The wgpu crate this backend is built on (for [`WgpuBackend::device`] and pooled buffers).
 pub use wgpu;
