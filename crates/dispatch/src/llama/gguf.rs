@@ -107,7 +107,7 @@ impl Llama {
             }
         };
         let tied = gguf.tensor("output.weight").is_none();
-        let mut names = vec!["token_embd.weight".to_string(), "output_norm.weight".into(), "output.weight".into()];
+        let mut names: Vec<String> = super::TENSOR_ORDER.iter().map(|t| t.to_string()).collect();
         for i in 0..cfg.layers {
             names.extend(super::LAYER_TENSORS.iter().map(|t| format!("blk.{i}.{t}.weight")));
         }
