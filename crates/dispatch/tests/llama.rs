@@ -319,6 +319,16 @@ fn a_transformers_checkpoint_matches_the_reference() {
     let prompt = [7u32, 2, 19, 40, 1, 63];
     for (dtype, shards, tied) in [(DType::BF16, 2, false), (DType::F32, 1, true), (DType::F16, 3, false)] {
         let (config, files) = hf_checkpoint(&weights, dtype, shards, tied);
+        // transformers 5 writes the rotary as `rope_parameters`.
+        let config = if dtype == DType::F16 {
+            config.replace(
+                r#""rope_theta": 500000.0"#,
+                r#""rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}"#,
+            )
+        } else {
+            config
+        };
+        assert_eq!(config.contains("rope_parameters"), dtype == DType::F16);
         let shards_in: Vec<&[u8]> = files.iter().rev().map(Vec::as_slice).collect();
         let mut model = Llama::from_safetensors(cpu.clone(), &config, &shards_in, DType::F32, 32).unwrap();
         assert_eq!(*model.config(), cfg);
@@ -337,6 +347,10 @@ fn a_transformers_checkpoint_matches_the_reference() {
     let scaled = config.replace(r#""rope_scaling": null"#, r#""rope_scaling": {"rope_type": "llama3", "factor": 8.0}"#);
     let err = load(&scaled, &[&files[0]]);
     assert!(matches!(&err, Some(LoadError::Config { key, .. }) if key == "rope_scaling"), "{err:?}");
+    let scaled =
+        config.replace(r#""rope_theta": 500000.0"#, r#""rope_parameters": {"rope_theta": 5e5, "rope_type": "llama3"}"#);
+    let err = load(&scaled, &[&files[0]]);
+    assert!(matches!(&err, Some(LoadError::Config { key, .. }) if key == "rope_parameters"), "{err:?}");
     let no_vocab = config.replace(r#""vocab_size""#, r#""vocab""#);
     let err = load(&no_vocab, &[&files[0]]);
     assert!(matches!(&err, Some(LoadError::Config { key, .. }) if key == "vocab_size"), "{err:?}");

@@ -48,9 +48,11 @@ impl LlamaConfig {
     /// The configuration a transformers `config.json` of `model_type`
     /// `llama` states (`hidden_size`, `num_hidden_layers`,
     /// `num_attention_heads`, `num_key_value_heads`, `intermediate_size`,
-    /// `vocab_size`, `rope_theta`, `rms_norm_eps`), half-split rotary pairs,
-    /// and a KV cache of `max_seq` tokens. Refuses what the model code does
-    /// not compute: rotary scaling (`rope_scaling` other than `default`), an
+    /// `vocab_size`, `rms_norm_eps`, and `rope_parameters.rope_theta` —
+    /// transformers 5 — or `rope_theta`), half-split rotary pairs, and a KV
+    /// cache of `max_seq` tokens. Refuses what the model code does not
+    /// compute: rotary scaling (`rope_parameters` or `rope_scaling` of a
+    /// type other than `default`), an
     /// activation other than SiLU, a `head_dim` other than
     /// `hidden_size / num_attention_heads`, attention or MLP biases.
     pub fn from_hf_config(json: &str, max_seq: usize) -> Result<LlamaConfig, LoadError> {
@@ -70,15 +72,21 @@ impl LlamaConfig {
         {
             return Err(bad("model_type", &format!("is `{kind}`; only `llama` is supported")));
         }
-        match root.get("rope_scaling") {
-            None | Some(Value::Null) => {}
-            Some(v) => {
-                let kind = v.get("rope_type").or_else(|| v.get("type")).and_then(Value::as_str).unwrap_or("unknown");
-                if kind != "default" {
-                    return Err(bad("rope_scaling", &format!("type `{kind}` is not supported (plain rotary only)")));
-                }
+        // transformers 5 states the rotary as `rope_parameters` {rope_theta,
+        // rope_type, …}; earlier versions as `rope_theta` and `rope_scaling`.
+        let present = |key: &str| root.get(key).filter(|v| !v.is_null());
+        let rope = present("rope_parameters").or_else(|| present("rope_scaling"));
+        if let Some(rope) = rope {
+            let kind = rope.get("rope_type").or_else(|| rope.get("type")).and_then(Value::as_str).unwrap_or("unknown");
+            if kind != "default" {
+                let key = if present("rope_parameters").is_some() { "rope_parameters" } else { "rope_scaling" };
+                return Err(bad(key, &format!("type `{kind}` is not supported (plain rotary only)")));
             }
         }
+        let rope_theta = match present("rope_parameters").and_then(|r| r.get("rope_theta")) {
+            Some(v) => v.as_f64().map(|x| x as f32).ok_or_else(|| bad("rope_parameters.rope_theta", "not a number"))?,
+            None => float("rope_theta", 10_000.0)?,
+        };
         if let Some(act) = root.get("hidden_act").and_then(Value::as_str)
             && act != "silu"
         {
@@ -108,7 +116,7 @@ impl LlamaConfig {
             kv_heads,
             intermediate: num("intermediate_size")?,
             vocab: num("vocab_size")?,
-            rope_theta: float("rope_theta", 10_000.0)?,
+            rope_theta,
             rope_layout: RopeLayout::HalfSplit,
             rms_eps: float("rms_norm_eps", 1e-6)?,
             max_seq,
