@@ -13,10 +13,10 @@
 //!     [--logits FILE]
 //! ```
 //!
-//! With `--gguf`, the model is a llama GGUF file (read whole into memory; its
-//! linear layers keep their block types, `--dtype` sets the activations');
-//! with `--hf`, a directory saved by transformers (`config.json` and
-//! `*.safetensors`, converted to `--dtype`). Without a tokenizer, the prompt
+//! With `--gguf`, the model is a llama GGUF file (memory-mapped; its linear
+//! layers keep their block types, `--dtype` sets the activations'); with
+//! `--hf`, a directory saved by transformers (`config.json` and
+//! `*.safetensors`, memory-mapped, converted to `--dtype`). Without a tokenizer, the prompt
 //! is a fixed sequence of token ids: `(i·7919 + 13) mod vocab`. `--logits`
 //! writes the prompt's last-position logits (one number a line) and the
 //! greedy tokens (a last line `tokens: …`) to FILE, to compare with another
@@ -98,8 +98,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     let start = Instant::now();
-    let file = gguf_path.as_ref().map(std::fs::read).transpose()?;
-    let (mut model, weights) = match &file {
+    let (mut model, weights) = match &gguf_path {
         None if hf_dir.is_some() => {
             let dir = std::path::PathBuf::from(hf_dir.as_deref().unwrap_or_default());
             let model = Llama::from_hf_dir(backend.clone(), &dir, dense, prompt_len + new_tokens)?;
@@ -107,9 +106,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("from {}: {cfg:?}", dir.display());
             (model, None)
         }
-        Some(bytes) => {
-            let gguf = compute_core::gguf::Gguf::parse(bytes)?;
-            let model = Llama::from_gguf(backend.clone(), &gguf, dense, prompt_len + new_tokens)?;
+        Some(path) => {
+            let path = std::path::Path::new(path);
+            let model = Llama::from_gguf_path(backend.clone(), path, dense, prompt_len + new_tokens)?;
             cfg = *model.config();
             println!("from {}: {cfg:?}", gguf_path.as_deref().unwrap_or_default());
             (model, None)

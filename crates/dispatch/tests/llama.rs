@@ -211,6 +211,14 @@ fn a_gguf_model_with_mixed_block_types_matches_the_reference() {
     let bytes = gguf_file(&weights, &types);
     let gguf = Gguf::parse(&bytes).unwrap();
     let mut model = Llama::from_gguf(Arc::new(SimdBackend::new()), &gguf, DType::F32, 64).unwrap();
+    // The same file on disk, memory-mapped, gives the same model.
+    let path = std::env::temp_dir().join(format!("compute-gguf-{}.gguf", std::process::id()));
+    std::fs::write(&path, &bytes).unwrap();
+    let mapped =
+        Llama::from_gguf_path(Arc::new(SimdBackend::new()), &path, DType::F32, 64).map(|mut m| m.logits(&[5, 17]));
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(mapped.unwrap().unwrap(), model.logits(&[5, 17]).unwrap());
+    model.reset();
     assert_eq!(*model.config(), LlamaConfig { max_seq: 64, ..cfg });
     // The reference: every tensor as the file stores it.
     let stored = |v: &[f32], name: &str| compute_core::HostVec::from_f32(types(name), v).to_f32();
@@ -340,6 +348,23 @@ fn a_transformers_checkpoint_matches_the_reference() {
         let e = error(&logits, &reference_logits(&want, &prompt));
         assert!(e < 1e-5, "{dtype} checkpoint ({shards} shards, tied {tied}): logits off by {e:.3e}");
     }
+    // A directory as `save_pretrained` leaves it, memory-mapped, loads the same
+    // model as the bytes in memory.
+    let (config, files) = hf_checkpoint(&weights, DType::BF16, 2, false);
+    let dir = std::env::temp_dir().join(format!("compute-hf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.json"), &config).unwrap();
+    for (i, f) in files.iter().enumerate() {
+        std::fs::write(dir.join(format!("model-0000{}-of-00002.safetensors", i + 1)), f).unwrap();
+    }
+    let from_dir = Llama::from_hf_dir(cpu.clone(), &dir, DType::F32, 32).map(|mut m| m.logits(&prompt));
+    let shards_in: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
+    let from_bytes = Llama::from_safetensors(cpu.clone(), &config, &shards_in, DType::F32, 32).unwrap().logits(&prompt);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(from_dir.unwrap().unwrap(), from_bytes.unwrap());
+    let err = Llama::from_hf_dir(cpu.clone(), &dir, DType::F32, 32).err();
+    assert!(matches!(&err, Some(LoadError::Io { path, .. }) if path.ends_with("config.json")), "{err:?}");
+
     // What the loader refuses, as typed errors naming the cause.
     let (config, files) = hf_checkpoint(&weights, DType::BF16, 1, false);
     let load =

@@ -118,4 +118,17 @@ impl Llama {
             (Err(e), None) => Err(e.into()),
         }
     }
+
+    /// The model in the GGUF file at `path`, memory-mapped (no copy of the
+    /// file on the heap), then [`Llama::from_gguf`].
+    pub fn from_gguf_path(
+        backend: Arc<dyn Backend>,
+        path: &std::path::Path,
+        dtype: DType,
+        max_seq: usize,
+    ) -> Result<Llama, LoadError> {
+        let map = super::mapped::map(path)?;
+        let gguf = Gguf::parse(&map)?;
+        Llama::from_gguf(backend, &gguf, dtype, max_seq)
+    }
 }

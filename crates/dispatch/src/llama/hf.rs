@@ -217,8 +217,10 @@ impl Llama {
     }
 
     /// The model in a directory saved by transformers' `save_pretrained`:
-    /// `config.json` and every `*.safetensors` file in it, read whole into
-    /// memory (no memory mapping), then [`Llama::from_safetensors`].
+    /// `config.json` and every `*.safetensors` file in it (one, or the shards
+    /// of a split checkpoint), memory-mapped, then
+    /// [`Llama::from_safetensors`]: no copy of the files on the heap, only the
+    /// converted tensors on their way to the engine.
     pub fn from_hf_dir(
         backend: Arc<dyn Backend>,
         dir: &Path,
@@ -237,8 +239,8 @@ impl Llama {
         if paths.is_empty() {
             return Err(LoadError::MissingTensor { name: format!("{}/*.safetensors", dir.display()) });
         }
-        let files = paths.into_iter().map(|p| std::fs::read(&p).map_err(io(p))).collect::<Result<Vec<_>, _>>()?;
-        let shards: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
+        let files = paths.iter().map(|p| super::mapped::map(p)).collect::<Result<Vec<_>, _>>()?;
+        let shards: Vec<&[u8]> = files.iter().map(|m| &m[..]).collect();
         Llama::from_safetensors(backend, &config, &shards, dtype, max_seq)
     }
 }

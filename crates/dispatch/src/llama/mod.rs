@@ -35,6 +35,7 @@
 mod error;
 mod gguf;
 mod hf;
+mod mapped;
 mod reference;
 mod weights;
 
