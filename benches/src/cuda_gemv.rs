@@ -15,6 +15,8 @@
 //!
 //! Then argmax over one row of 32000 values (bf16 and `f32`, what a decoder
 //! runs on its logits), ours alone (no peer in the process).
+//! `COMPUTE_PTX_GEMV_SWEEP=1` first prints, for tuning, every k-split of the
+//! `B` stored `n × k` kernel at the decoder's shapes ([`sweep`]).
 //!
 //! Timing: `calls` calls back to back between two device timestamps (CUDA
 //! events), queued behind a 3072³ `f32` GEMM so that the host's launches run
@@ -190,7 +192,12 @@ fn gemv_row(
     other.as_mut().as_bytes_mut().copy_from_slice(&bytes);
     let diff = relative_difference(&mine.to_f32(), &other.to_f32());
     let rows = gemv::rows_for(m);
-    let name = if trans_b { gemv::nt_name(rows, dtype, dtype) } else { gemv::nn_name(rows, dtype) };
+    let name = if trans_b {
+        let sms = be.info().map_err(err)?.multiprocessors;
+        format!("{} split {}", gemv::nt_name(rows, dtype, dtype), gemv::nt_split(m, n, k, dtype, sms))
+    } else {
+        gemv::nn_name(rows, dtype)
+    };
     let mut r = record(&format!("gemv {dtype}"), shape, device, "resident", ours).with_peer("cublas", theirs);
     r.gbps = Some(w_bytes as f64 / ours / 1e9);
     r.note = Some(format!(
@@ -200,6 +207,54 @@ fn gemv_row(
         w_bytes as f64 / theirs / 1e9
     ));
     Ok(r)
+}
+
+/// Device seconds per call of the `B` stored `n × k` kernel with the k-split
+/// forced to `split` (ours alone, timed as the rows are).
+fn sweep_point(
+    be: &CudaBackend,
+    blas: &Blas,
+    head: &mut Head,
+    budget: Duration,
+    case: Case,
+    split: u32,
+) -> Result<f64, String> {
+    let Case { m, n, k, dtype, .. } = case;
+    let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(m, k, n) }.with_dtypes(dtype, dtype);
+    let w_bytes = k * n * dtype.size_in_bytes();
+    let copies = ROTATION_BYTES.div_ceil(w_bytes).clamp(1, 128);
+    let calls = copies * MIN_CALLS.div_ceil(copies);
+    let a = be.upload_typed(HostVec::from_f32(dtype, &random(m * k, 97)).as_slice()).map_err(err)?;
+    let hb = HostVec::from_f32(dtype, &random(k * n, 99 + n as u64));
+    let ws = (0..copies).map(|_| be.upload_typed(hb.as_slice()).map_err(err)).collect::<Result<Vec<_>, _>>()?;
+    let c = be.alloc_typed(m * n, dtype).map_err(err)?;
+    let tier = GemmTier::GemvSplit(split);
+    let call = &mut |i: usize| be.matmul_tier(tier, spec, &a, &ws[i % copies], &c).map_err(err);
+    Ok(on_device(be, blas, head, (calls, budget), call, None)?.0)
+}
+
+/// `COMPUTE_PTX_GEMV_SWEEP=1`: every k-split of the `B` stored `n × k`
+/// kernel at the decoder's shapes with 1 and 8 rows, and a 1 × 64 × 64
+/// product (the floor: one launch with next to no work), printed to stderr.
+fn sweep(be: &CudaBackend, blas: &Blas, head: &mut Head, budget: Duration) -> Result<(), String> {
+    let sms = be.info().map_err(err)?.multiprocessors;
+    let floor = Case { label: "floor", m: 1, n: 64, k: 64, dtype: DType::BF16, trans_b: true };
+    let t = sweep_point(be, blas, head, budget, floor, 1)?;
+    eprintln!("sweep gemv bf16 1x64x64 (launch floor): {:.2} us", t * 1e6);
+    for m in [1, 8] {
+        for (label, n, k) in DECODER {
+            let case = Case { label, m, n, k, dtype: DType::BF16, trans_b: true };
+            let picked = gemv::nt_split(m, n, k, DType::BF16, sms);
+            let mut line = format!("sweep gemv bf16 {m}x{n}x{k} B^T ({label}plans pick {picked}):");
+            for split in gemv::NT_SPLITS {
+                let t = sweep_point(be, blas, head, budget, case, split)?;
+                let gbps = (k * n * 2) as f64 / t / 1e9;
+                line.push_str(&format!("  split {split} {:.2} us {gbps:.0} GB/s", t * 1e6));
+            }
+            eprintln!("{line}");
+        }
+    }
+    Ok(())
 }
 
 /// argmax over one row of `cols` values of `dtype`, checked against the host.
@@ -243,6 +298,9 @@ const DECODER: [(&str, usize, usize); 5] = [
 /// The rows (module docs); `quick` keeps the decoder's shapes and argmax.
 pub fn rows(be: &CudaBackend, blas: &Blas, device: &str, quick: bool, budget: Duration) -> Result<Vec<Record>, String> {
     let mut head = Head::new(be, blas)?;
+    if std::env::var("COMPUTE_PTX_GEMV_SWEEP").is_ok_and(|v| !v.is_empty() && v != "0") {
+        sweep(be, blas, &mut head, budget / 4)?;
+    }
     let mut cases = Vec::new();
     for (label, n, k) in DECODER {
         cases.push(Case { label, m: 1, n, k, dtype: DType::BF16, trans_b: true });
