@@ -628,10 +628,11 @@ fn gemv_nt_every_split_row_count_and_tail() {
     }
 }
 
-/// The plans' k-split: several warps per column for few columns (on the
-/// emulated device of 2 multiprocessors, and at a decoder's shapes on 132),
-/// one for many, and never so many that a lane has fewer than two 16-byte
-/// units of a row.
+/// The plans' k-split: one warp per column group where the blocks fill the
+/// device, else the split with the fewest rounds of loads times waves of
+/// blocks (measured best at every decoder shape on an H200, 132
+/// multiprocessors); on the emulated device (2 multiprocessors) a product of
+/// 3 columns and long `k` runs split.
 #[test]
 fn gemv_nt_split_follows_the_shape() {
     use compute_core::DType;
@@ -641,17 +642,24 @@ fn gemv_nt_split_follows_the_shape() {
     let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(1, 4096, 3) }.with_dtypes(DType::BF16, DType::BF16);
     let names = run_logged(&emu, spec, None, &mut rng);
     assert_eq!(names, [gemv::nt_name(1, DType::BF16, DType::BF16)]);
-    assert_eq!(nt_split(1, 3, 4096, DType::BF16, 2), 8);
+    assert_eq!(nt_split(1, 3, 4096, DType::BF16, 2), 2);
     let grid = emu.log.lock().unwrap().last().unwrap().1;
-    assert_eq!(grid.blocks, (3, 1, 1));
+    assert_eq!(grid.blocks, (1, 1, 1));
     for (m, n, k, sms, want) in [
-        (1, 512, 2048, 132, 4),
+        (1, 512, 2048, 132, 1),
         (1, 2048, 2048, 132, 1),
         (1, 8192, 2048, 132, 1),
+        (1, 2048, 8192, 132, 1),
         (1, 32000, 2048, 132, 1),
-        (1, 512, 128, 132, 1),
+        (2, 2048, 8192, 132, 1),
+        (4, 2048, 2048, 132, 2),
+        (8, 512, 2048, 132, 8),
         (8, 2048, 2048, 132, 4),
-        (1, 3, 4096, 2, 8),
+        (8, 2048, 8192, 132, 4),
+        (8, 8192, 2048, 132, 1),
+        (8, 32000, 2048, 132, 1),
+        (1, 64, 4099, 132, 8),
+        (1, 3, 4096, 2, 2),
         (1, 48, 4096, 2, 1),
     ] {
         assert_eq!(nt_split(m, n, k, DType::BF16, sms), want, "m {m} n {n} k {k} on {sms} SMs");
@@ -747,7 +755,8 @@ fn copy_units_and_argmax_specials() {
 /// thread and a partial one (and, with a ragged length, as many of one value
 /// each), on every dtype: ties between threads and within a 16-byte unit
 /// (values on a coarse grid), a row of -inf, a NaN late in the row beside an
-/// earlier one in another thread's unit, and a maximum in the last column.
+/// earlier one in another thread's unit, a maximum in the last column, and
+/// NaNs one thread meets in turn (the first stays).
 #[test]
 fn argmax_long_and_ragged_rows() {
     use compute_core::conformance::check_op_typed;
@@ -761,18 +770,24 @@ fn argmax_long_and_ragged_rows() {
         nans[cols / 2 + 9] = f32::NAN;
         let mut last = rng.vec(cols, -1.0, 1.0);
         last[cols - 1] = 2.0;
-        let x: Vec<f32> = [coarse, vec![f32::NEG_INFINITY; cols], nans, last].concat();
+        // NaNs that one thread meets in turn (one 16-byte unit; or 1024 apart).
+        let mut same = rng.vec(cols, -1.0, 1.0);
+        for j in [1, 3, 1025] {
+            same[j] = f32::NAN;
+        }
+        same[7] = 5.0;
+        let x: Vec<f32> = [coarse, vec![f32::NEG_INFINITY; cols], nans, last, same].concat();
         for dtype in DType::ALL {
-            let op = Op::ArgMax { rows: 4, cols, dtype };
+            let op = Op::ArgMax { rows: 5, cols, dtype };
             let inputs = [HostVec::from_f32(dtype, &x)];
             if let Err(e) = check_op_typed(&emu, &op, &inputs, 1.0) {
                 panic!("{dtype} cols {cols}: {e}");
             }
-            let mut out = HostVec::zeros(DType::F32, 4);
+            let mut out = HostVec::zeros(DType::F32, 5);
             let views: Vec<_> = inputs.iter().map(|v| v.as_slice()).collect();
             compute_core::Backend::run_typed(&emu, &op, &views, out.as_mut()).unwrap();
             let got = out.to_f64();
-            assert_eq!(got[1..], [0.0, (cols / 2 + 9) as f64, (cols - 1) as f64], "{dtype} cols {cols}");
+            assert_eq!(got[1..], [0.0, (cols / 2 + 9) as f64, (cols - 1) as f64, 1.0], "{dtype} cols {cols}");
         }
     }
 }

@@ -9,15 +9,25 @@
 //! hit, always in bounds) and are not stored, so one kernel serves every `m`
 //! up to `R` without branches in the loop.
 //!
-//! - `B` stored `n × k` ([`nt`], the `nn.Linear` layout): one warp per output
-//!   column `j`, [`NT_COLS`] columns per block. The lanes stride row `j` of
-//!   `B` in 16-byte loads (4 `f32` or 8 halves; a warp reads 512 contiguous
-//!   bytes per load, four loads in flight per lane for `R ≤ 2`, two above),
-//!   each beside the same 16 bytes of every row of `A` (small, cache
-//!   resident), into `R` sums per lane; a butterfly (`shfl.sync.bfly`)
-//!   combines the lanes and lane `i < m` writes `C[i, j]`. Rows whose `k` is
-//!   not a multiple of the vector width (or unaligned operands) run the same
-//!   loop one element per lane.
+//! - `B` stored `n × k` ([`nt`], the `nn.Linear` layout): blocks of
+//!   [`NT_WARPS`] warps; `split` warps ([`NT_SPLITS`], a kernel argument)
+//!   share a group of [`nt_warp_cols`] output columns (1 for 1–2 rows, 2 for
+//!   4, 4 for 8, so that each 16 bytes of `A` read serve that many rows of
+//!   `B`). Lane `l` of slice `s` reads the 16-byte units `s·32 + l +
+//!   i·32·split` of the group's rows of `B` (4 `f32` or 8 halves; together a
+//!   warp reads 512 contiguous bytes per load) beside the same 16 bytes of
+//!   every row of `A` (small, cache resident), into `R × cols` sums per lane.
+//!   The loads go out a round at a time, 8, 4, 4 or 4 loads of `B` per lane
+//!   (for 1, 2, 4, 8 rows), all issued before the round's multiply-adds; the
+//!   last round guards each unit instead of walking the tail one load at a
+//!   time. A transposing butterfly (`shfl.sync.bfly`: each step halves the
+//!   sums a lane holds) leaves lane `l` with sum `l >> (5 − log₂(R·cols))`;
+//!   with a split, the slices' sums meet in shared memory and slice 0 adds
+//!   them in slice order. Rows whose `k` is not a multiple of the vector
+//!   width (or unaligned operands) run the same loop one element per lane.
+//!   The plans choose the split per shape ([`nt_split`]): one warp per
+//!   column group when the blocks fill the device, more for few columns and
+//!   many rows of `A`.
 //! - `B` stored `k × n` ([`nn`]): a block of 32 × [`NN_SLICES`] threads; each
 //!   thread owns 16 bytes of columns (4 or 8, loaded as one vector when `n`
 //!   allows) and `R` rows, so it keeps `R·V` sums, and the [`NN_SLICES`]
@@ -28,7 +38,8 @@
 //!   output dtype. Deterministic: no atomics.
 //!
 //! Batches run over `blockIdx.z`, with element strides between matrices as
-//! kernel arguments.
+//! kernel arguments. Every sum is added in an order fixed by the shape and
+//! the split: results are deterministic (no atomics).
 
 use super::elem;
 use super::unroll::{maybe_guarded, strided_rounds};
@@ -47,9 +58,10 @@ pub const NT_WARPS: u32 = NT_BLOCK / 32;
 /// group of output columns, each reading every `split`-th 512-byte stretch
 /// of the group's rows of `B`.
 pub const NT_SPLITS: [u32; 4] = [1, 2, 4, 8];
-/// Warps the plans aim for per multiprocessor when they choose a k-split
-/// ([`nt_split`]): about what one wave of the kernels keeps resident.
-pub const NT_WARPS_PER_SM: u32 = 12;
+/// Blocks of the `B` stored `n × k` kernels the plans count on one
+/// multiprocessor holding at once ([`nt_split`]): `ptxas` gives most of them
+/// 72–121 registers a thread, two blocks of 256 threads.
+pub const NT_BLOCKS_PER_SM: u32 = 2;
 /// One-element units in flight per lane in the loop past the 16-byte units.
 const NT_SCALAR_UNROLL: u32 = 4;
 /// Threads along `k` per column of the `B` stored `k × n` kernels (`blockDim.y`).
@@ -97,24 +109,29 @@ pub fn nt_block_cols(rows: u32, split: u32) -> u32 {
 
 /// The k-split the plans give the `B` stored `n × k` kernel for `m` rows,
 /// `n` columns and `k` values of `dtype` per row on a device of `sms`
-/// multiprocessors: the smallest of [`NT_SPLITS`] whose warps number at
-/// least [`NT_WARPS_PER_SM`] per multiprocessor, as long as every lane keeps
-/// two 16-byte units of each row. Few columns (the `k` and `v` projections of
-/// a decoder) get several warps per column, so that every multiprocessor has
-/// loads in flight; many columns keep one warp each, with no shared-memory
-/// step. Free.
+/// multiprocessors. One warp per column group when the blocks of that
+/// already fill every multiprocessor ([`NT_BLOCKS_PER_SM`]): the product is
+/// then bound by bandwidth, and a split would only add its shared-memory
+/// step. Otherwise the split of [`NT_SPLITS`] with the fewest sequential
+/// rounds of loads, counting a lane's rounds times the waves of blocks, the
+/// smallest split on a tie. So a decoder's `k` and `v` projections with 8
+/// rows (128 column groups) take 8 warps per group, and with 1 row (512
+/// groups, each lane's loads in one round) one. Free.
 pub fn nt_split(m: usize, n: usize, k: usize, dtype: DType, sms: u32) -> u32 {
-    let warps = n.div_ceil(nt_warp_cols(rows_for(m)) as usize);
-    let want = NT_WARPS_PER_SM as usize * sms.max(1) as usize;
-    let units = k / vector_width(dtype) as usize;
-    let mut split = NT_SPLITS[0];
-    for &s in &NT_SPLITS[1..] {
-        if warps * split as usize >= want || units < 64 * s as usize {
-            break;
-        }
-        split = s;
+    let rows = rows_for(m);
+    let slots = NT_BLOCKS_PER_SM as usize * sms.max(1) as usize;
+    let blocks = |split: u32| n.div_ceil(nt_block_cols(rows, split) as usize);
+    if blocks(1) >= slots {
+        return 1;
     }
-    split
+    let v = vector_width(dtype) as usize;
+    let (len, per_round) =
+        if k.is_multiple_of(v) { (k / v, nt_unroll(rows) as usize) } else { (k, NT_SCALAR_UNROLL as usize) };
+    let cost = |split: u32| {
+        let rounds = len.div_ceil(32 * split as usize * per_round).max(1);
+        rounds * blocks(split).div_ceil(slots)
+    };
+    NT_SPLITS.into_iter().fold(1, |best, s| if cost(s) < cost(best) { s } else { best })
 }
 
 /// Elements of `dtype` per 16-byte vector (4 `f32`, 8 halves).
