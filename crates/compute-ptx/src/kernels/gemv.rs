@@ -59,8 +59,9 @@ pub const NT_WARPS: u32 = NT_BLOCK / 32;
 /// of the group's rows of `B`.
 pub const NT_SPLITS: [u32; 4] = [1, 2, 4, 8];
 /// Blocks of the `B` stored `n × k` kernels the plans count on one
-/// multiprocessor holding at once ([`nt_split`]): `ptxas` gives most of them
-/// 72–121 registers a thread, two blocks of 256 threads.
+/// multiprocessor holding at once ([`nt_split`]): `ptxas` (CUDA 13.0, sm_90)
+/// gives them 72–121 registers a thread, two blocks of 256 threads, except
+/// the 8-row `f32` kernels (164: one block).
 pub const NT_BLOCKS_PER_SM: u32 = 2;
 /// One-element units in flight per lane in the loop past the 16-byte units.
 const NT_SCALAR_UNROLL: u32 = 4;
