@@ -7,6 +7,12 @@
 // `partials` dispatches writing consecutive partials.
 // `finish`: one workgroup reduces `p.len` partials to `out[0]`.
 //
+// Sums propagate NaN and infinities by IEEE arithmetic. Max does not use WGSL's
+// `max` on floats, which may drop a NaN operand (drivers do): it compares order
+// keys instead (`key`), integers that order like the values, with every NaN
+// above +inf, so a NaN anywhere is the result, a vector of -inf gives -inf, and
+// subnormals compare exactly even where the GPU flushes them in arithmetic.
+//
 // Op codes (pipeline-overridable): 0 sum, 1 max, 2 dot (sum of a·b).
 override OP: u32 = 0u;
 
@@ -18,8 +24,8 @@ struct Params {
 }
 
 const WG: u32 = 256u;
-// Largest finite f32: the identity of max (WGSL has no infinities).
-const LOWEST: f32 = -3.40282347e38;
+// The key of -inf: the identity of max.
+const NEG_INF_KEY: i32 = -2139095041;
 
 @group(0) @binding(0) var<uniform> p: Params;
 // The inputs and their access functions, four elements at a time, as written
@@ -36,26 +42,65 @@ fn load_b(j: u32) -> vec4<f32> { return b[j]; }
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 
 var<workgroup> scratch: array<f32, WG>;
+var<workgroup> keys: array<i32, WG>;
 
-fn identity() -> f32 {
-    return select(0.0, LOWEST, OP == 1u);
+// Order keys: an f32's bits as an i32, with the other 31 bits of a negative
+// value flipped, compare as signed integers as the values do (-inf < ... < -0
+// < +0 < ... < +inf); every NaN gets the largest key, 0x7fffffff, itself a NaN.
+// `unkey` inverts `key` (the flip is its own inverse).
+fn key(v: vec4<f32>) -> vec4<i32> {
+    let b = bitcast<vec4<i32>>(v);
+    let k = b ^ ((b >> vec4<u32>(31u)) & vec4<i32>(0x7fffffff));
+    return select(k, vec4<i32>(0x7fffffff), (b & vec4<i32>(0x7fffffff)) > vec4<i32>(0x7f800000));
 }
 
-fn combine(u: f32, v: f32) -> f32 {
-    return select(u + v, max(u, v), OP == 1u);
+fn unkey(k: i32) -> f32 {
+    return bitcast<f32>(k ^ ((k >> 31u) & 0x7fffffff));
 }
 
-// Reduces one value per invocation to scratch[0]; call from uniform control flow.
-fn workgroup_reduce(v: f32, lid: u32) -> f32 {
+// The largest key of the lanes of `v` (elements `first`..`first + 3`) that lie before `len`.
+fn max_key(v: vec4<f32>, first: u32) -> i32 {
+    let valid = vec4<bool>(first < p.len, first + 1u < p.len, first + 2u < p.len, first + 3u < p.len);
+    let k = select(vec4<i32>(NEG_INF_KEY), key(v), valid);
+    return max(max(k.x, k.y), max(k.z, k.w));
+}
+
+// Sum of one value per invocation, to every invocation; call from uniform control flow.
+fn workgroup_sum(v: f32, lid: u32) -> f32 {
     scratch[lid] = v;
     workgroupBarrier();
     for (var s = WG / 2u; s > 0u; s = s / 2u) {
         if (lid < s) {
-            scratch[lid] = combine(scratch[lid], scratch[lid + s]);
+            scratch[lid] = scratch[lid] + scratch[lid + s];
         }
         workgroupBarrier();
     }
     return scratch[0];
+}
+
+// Largest of one key per invocation; call from uniform control flow.
+fn workgroup_max(k: i32, lid: u32) -> i32 {
+    keys[lid] = k;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        if (lid < s) {
+            keys[lid] = max(keys[lid], keys[lid + s]);
+        }
+        workgroupBarrier();
+    }
+    return keys[0];
+}
+
+// The sum of the lanes of vec4 `j` (of x, or of x·b for dot) that lie before `len`.
+fn lane_sum(j: u32) -> f32 {
+    var v = load_x(j);
+    if (OP == 2u) {
+        v = v * load_b(j);
+    }
+    let first = j * 4u;
+    let valid = vec4<bool>(first < p.len, first + 1u < p.len, first + 2u < p.len, first + 3u < p.len);
+    v = select(vec4<f32>(0.0), v, valid);
+    return (v.x + v.y) + (v.z + v.w);
 }
 
 @compute @workgroup_size(256)
@@ -66,45 +111,42 @@ fn partials(
 ) {
     let n4 = (p.len + 3u) / 4u;
     let stride = nwg.x * WG;
-    var acc = identity();
-    var acc2 = identity();
+    // Two accumulators per invocation keep two loads in flight.
     var j = wid.x * WG + lid;
+    if (OP == 1u) {
+        var k0 = NEG_INF_KEY;
+        var k1 = NEG_INF_KEY;
+        loop {
+            if (j >= n4) {
+                break;
+            }
+            k0 = max(k0, max_key(load_x(j), j * 4u));
+            j = j + stride;
+            if (j < n4) {
+                k1 = max(k1, max_key(load_x(j), j * 4u));
+            }
+            j = j + stride;
+        }
+        let r = workgroup_max(max(k0, k1), lid);
+        if (lid == 0u) {
+            partial[p.out_index + wid.x] = unkey(r);
+        }
+        return;
+    }
+    var acc = 0.0;
+    var acc2 = 0.0;
     loop {
         if (j >= n4) {
             break;
         }
-        var v = load_x(j);
-        if (OP == 2u) {
-            v = v * load_b(j);
-        }
-        // Mask the padding lanes of the last vec4.
-        let first = j * 4u;
-        let valid = vec4<bool>(first < p.len, first + 1u < p.len, first + 2u < p.len, first + 3u < p.len);
-        v = select(vec4<f32>(identity()), v, valid);
-        if (OP == 1u) {
-            acc = max(acc, max(max(v.x, v.y), max(v.z, v.w)));
-        } else {
-            acc = acc + ((v.x + v.y) + (v.z + v.w));
-        }
+        acc = acc + lane_sum(j);
         j = j + stride;
-        // Two accumulators per invocation keep two loads in flight.
         if (j < n4) {
-            var w = load_x(j);
-            if (OP == 2u) {
-                w = w * load_b(j);
-            }
-            let f = j * 4u;
-            let ok = vec4<bool>(f < p.len, f + 1u < p.len, f + 2u < p.len, f + 3u < p.len);
-            w = select(vec4<f32>(identity()), w, ok);
-            if (OP == 1u) {
-                acc2 = max(acc2, max(max(w.x, w.y), max(w.z, w.w)));
-            } else {
-                acc2 = acc2 + ((w.x + w.y) + (w.z + w.w));
-            }
+            acc2 = acc2 + lane_sum(j);
         }
         j = j + stride;
     }
-    let r = workgroup_reduce(combine(acc, acc2), lid);
+    let r = workgroup_sum(acc + acc2, lid);
     if (lid == 0u) {
         partial[p.out_index + wid.x] = r;
     }
@@ -112,11 +154,22 @@ fn partials(
 
 @compute @workgroup_size(256)
 fn finish(@builtin(local_invocation_index) lid: u32) {
-    var acc = identity();
-    for (var i = lid; i < p.len; i += WG) {
-        acc = combine(acc, xs[i]);
+    if (OP == 1u) {
+        var k = NEG_INF_KEY;
+        for (var i = lid; i < p.len; i += WG) {
+            k = max(k, key(vec4<f32>(xs[i])).x);
+        }
+        let r = workgroup_max(k, lid);
+        if (lid == 0u) {
+            out[0] = unkey(r);
+        }
+        return;
     }
-    let r = workgroup_reduce(acc, lid);
+    var acc = 0.0;
+    for (var i = lid; i < p.len; i += WG) {
+        acc = acc + xs[i];
+    }
+    let r = workgroup_sum(acc, lid);
     if (lid == 0u) {
         out[0] = r;
     }
