@@ -64,6 +64,21 @@ fn is_finite(v: f32) -> bool {
     return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u;
 }
 
+// v·s, also for a subnormal v where the GPU flushes subnormal operands (NVIDIA's
+// Vulkan driver does): v is rebuilt from its bits, scaled by 2^64 into the
+// normal range, multiplied, and scaled back. An RMS norm scales a row of
+// subnormals up by up to 1/sqrt(eps), into the normal range.
+fn scaled(v: f32, s: f32) -> f32 {
+    let bits = bitcast<u32>(v);
+    if ((bits & 0x7f800000u) != 0u) {
+        return v * s;
+    }
+    // mantissa · 2^-149 · 2^64 = mantissa · 2^-85, exact.
+    let m = f32(bits & 0x007fffffu) * 2.58493941422821148e-26;
+    let up = select(m, -m, (bits & 0x80000000u) != 0u);
+    return (up * s) * 5.42101086242752217e-20; // · 2^-64
+}
+
 // Largest of one key per invocation, to every invocation as a uniform value;
 // call from uniform control flow.
 fn reduce_max_key(k: i32, lid: u32) -> i32 {
@@ -182,6 +197,6 @@ fn rms_norm(
     }
     let inv = 1.0 / sqrt(reduce(q, lid) / f32(p.cols) + p.eps);
     for (var c = lid; c < p.cols; c += WG) {
-        store_y(base + c, load_x(base + c) * inv * load_gamma(c));
+        store_y(base + c, scaled(load_x(base + c), inv * load_gamma(c)));
     }
 }

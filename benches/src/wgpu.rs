@@ -4,8 +4,8 @@
 //! batch API against op-by-op calls, and fused attention against our own unfused
 //! matmul + softmax + matmul.
 //!
-//! `COMPUTE_WGPU_ROWS` (comma-separated `latency`, `bandwidth`, `half`, `sgemm`,
-//! `attention`) runs only those groups of rows (default: all).
+//! `COMPUTE_WGPU_ROWS` (comma-separated `latency`, `bandwidth`, `rows`, `half`,
+//! `sgemm`, `attention`) runs only those groups of rows (default: all).
 //!
 //! Resident rows submit `reps` ops back to back and wait once, so the CPU's
 //! recording overlaps the GPU's work and the median per op is GPU time plus the
@@ -287,17 +287,46 @@ fn bandwidth_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), S
             }
         }
     }
-    // Rows of 4096 take the register kernel; 8192 the three-pass one (same bytes as 32768x4096).
+    Ok(())
+}
+
+/// Row ops on `f32` rows of 4096 and 8192 values (softmax, log_softmax,
+/// layer_norm, rms_norm), each against a `copy_buffer_to_buffer` of the same
+/// bytes (interleaved, back-to-back submissions each), then GPU-timed against
+/// a GPU-timed copy.
+fn row_op_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), String> {
     let shapes: &[(usize, usize)] = if quick { &[(1024, 4096)] } else { &[(4096, 4096), (32768, 4096), (16384, 8192)] };
+    let samples = if quick { 3 } else { 15 };
     for &(rows, cols) in shapes {
         let x = b.gpu.upload(&random(rows * cols, 7)).map_err(err)?;
+        let gamma = b.gpu.upload(&random(cols, 8)).map_err(err)?;
+        let beta = b.gpu.upload(&random(cols, 9)).map_err(err)?;
         let o = b.gpu.alloc(rows * cols).map_err(err)?;
-        let op = Op::rows(RowOp::Softmax, rows, cols);
-        let reps = reps_for(quick, (rows * cols * 8) as f64 / 2e12);
-        let t = b.resident(&b.gpu, &op, &[&x], &o, reps)?;
-        let mut r = b.record("softmax", format!("{rows}x{cols}"), "resident", t);
-        r.gbps = Some(op.cost().bytes() as f64 / t / 1e9);
-        push(out, r);
+        for kind in [RowOp::Softmax, RowOp::LogSoftmax, RowOp::LayerNorm { eps: 1e-5 }, RowOp::RmsNorm { eps: 1e-5 }] {
+            let ins: Vec<&Tensor> = match kind {
+                RowOp::LayerNorm { .. } => vec![&x, &gamma, &beta],
+                RowOp::RmsNorm { .. } => vec![&x, &gamma],
+                RowOp::Softmax | RowOp::LogSoftmax => vec![&x],
+            };
+            let op = Op::rows(kind, rows, cols);
+            let bytes = op.cost().bytes() as f64;
+            let (t, copy) = b.against_copy(&op, &ins, &o, reps_for(quick, bytes / 3e12))?;
+            let mut r = b.record(op.name(), format!("{rows}x{cols}"), "resident", t);
+            r.gbps = Some(bytes / t / 1e9);
+            r.note =
+                Some(format!("peer: wgpu copy_buffer_to_buffer of the same bytes, {:.0} GB/s", bytes / copy / 1e9));
+            push(out, r.with_peer("wgpu buffer copy (same run)", copy));
+            if let Some((t, copy)) = b.gpu_timed(&op, &ins, &o, samples)? {
+                let mut r = b.record(op.name(), format!("{rows}x{cols} gpu-timed"), "resident", t);
+                r.gbps = Some(bytes / t / 1e9);
+                r.note = Some(format!(
+                    "GPU timestamps around one dispatch, median of {samples}; peer: wgpu copy_buffer_to_buffer of \
+                     the same bytes, GPU-timed, {:.0} GB/s",
+                    bytes / copy / 1e9,
+                ));
+                push(out, r.with_peer("wgpu buffer copy (same run)", copy));
+            }
+        }
     }
     Ok(())
 }
@@ -943,6 +972,9 @@ pub fn rows(quick: bool) -> Result<Vec<Record>, String> {
     }
     if wanted("bandwidth") {
         bandwidth_rows(&b, quick, &mut out)?;
+    }
+    if wanted("rows") {
+        row_op_rows(&b, quick, &mut out)?;
     }
     if wanted("half") {
         half_rows(&b, quick, &mut out)?;
