@@ -1,12 +1,12 @@
-// Per-row ops on a rows × cols matrix: softmax / log_softmax, layer_norm, rms_norm.
+// Per-row ops on a rows × cols matrix: softmax / log_softmax, layer_norm, rms_norm,
+// for the rows `rows_register.wgsl` does not take (a length that is not a
+// multiple of 4, or longer than 8192).
 //
 // One workgroup of 256 invocations per row (flat group index over a possibly
 // 2-D grid). Each pass strides over the row with coalesced loads and reduces
 // through workgroup memory; later passes re-read the row, which is then still
-// in cache. (Keeping rows of up to 4096 floats in workgroup memory or in
-// registers instead measured slower on an H200: 0.62–0.71 and 0.89–1.10 TB/s
-// against 1.31–1.69 TB/s for this version.) Sums over a row are two-pass (mean
-// first, then squared deviations) for accuracy.
+// in cache. Sums over a row are two-pass (mean first, then squared deviations)
+// for accuracy.
 
 // softmax entry: 0 softmax, 1 log_softmax (pipeline-overridable).
 override OP: u32 = 0u;
