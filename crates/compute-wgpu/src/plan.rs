@@ -880,7 +880,8 @@ fn reduce(
         .map(|(start, n)| (start, n, n.div_ceil(4).div_ceil(256 * REDUCE_PER_INVOCATION).clamp(1, MAX_PARTIALS)))
         .collect();
     let total: u64 = parts.iter().map(|p| p.2).sum();
-    let scratch_bytes = padded_bytes(total as usize);
+    // Two floats per partial (`reduce.wgsl`: a sum's normal and scaled subnormal terms).
+    let scratch_bytes = padded_bytes(2 * total as usize);
     let scratch = ctx.cache.take(ctx, Use::Storage, scratch_bytes, name)?;
     steps.push(Step::Scratch(scratch.clone()));
     let mut first = 0;

@@ -179,7 +179,7 @@ fn reduction_inputs(rng: &mut Rng, dtype: DType, len: usize) -> Vec<Vec<f32>> {
 
 /// Sum, max and dot on [`reduction_inputs`], at lengths from one element to
 /// past a million (several workgroups, threads and partial passes); dot also
-/// with `∞·0` terms.
+/// with `∞·0` terms and with products below the normal range.
 fn reductions(ctx: &mut Ctx<'_>, rng: &mut Rng, dtype: DType) {
     let mut lens = vec![1, 2, 7, 1031, 65_537, 1_048_583];
     if ctx.cfg.scale == Scale::Large && dtype == DType::F32 {
@@ -198,6 +198,10 @@ fn reductions(ctx: &mut Ctx<'_>, rng: &mut Rng, dtype: DType) {
         let j = rng.below(len);
         a[j] = f32::INFINITY;
         b[j] = if len % 2 == 0 { 0.0 } else { -2.0 };
+        ctx.check(rng, Op::dot(len).with_dtype(dtype), &[a, b]);
+        // Normal factors whose products are subnormal (zero in f16), summing
+        // to a normal number over many terms.
+        let (a, b) = (rng.vec(len, -2e-20, 2e-20), rng.vec(len, -2e-20, 2e-20));
         ctx.check(rng, Op::dot(len).with_dtype(dtype), &[a, b]);
     }
 }
