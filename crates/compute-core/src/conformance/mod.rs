@@ -48,7 +48,9 @@
 //! - ±0 and subnormals are ordinary values. A GPU may flush subnormal
 //!   operands or results to zero; the tolerances' absolute slack (the
 //!   smallest normal `f32`) covers that wherever the exact result is itself
-//!   that small, and add, sub, mul and scale stay exact on every backend.
+//!   that small; add, sub, mul, scale, sums, dot products, `max` and
+//!   rms_norm stay exact on every backend. A subnormal times ∞ is where a
+//!   flush shows (`0·∞` is NaN): the group never multiplies the two.
 
 mod cases;
 mod interpolation;

@@ -1,19 +1,8 @@
 //! The special-values group: NaN, ±∞, ±0 and subnormal inputs in every
 //! element-wise op, reduction, row op and matmul, on every dtype, against the
-//! float64 reference, which follows PyTorch:
-//!
-//! - NaN in, NaN out: an element-wise op of a NaN is NaN, a sum, max or dot
-//!   with a NaN term is NaN, a row op of a row holding a NaN is NaN on the
-//!   whole row (a layer or RMS norm's NaN `γ` or `β` only in its column), a
-//!   matmul output is NaN where its row of `a` or column of `b` holds one.
-//! - ±∞: the mathematical limit for element-wise ops (`relu(−∞) = 0`,
-//!   `tanh(±∞) = ±1`, `gelu(−∞) = swish(−∞) = −0`, `elu(−∞) = −α`); IEEE
-//!   arithmetic elsewhere (`∞ − ∞`, `0·∞` are NaN), so a softmax row holding
-//!   `+∞` (or only `−∞`) is NaN, as `x − max` is; an RMS norm row holding
-//!   `±∞` is 0 where finite and NaN at the infinity.
-//! - ±0 and subnormals: ordinary values (a backend that flushes subnormals to
-//!   zero stays inside the absolute slack of [`tolerance`](super::tolerance)
-//!   wherever the exact result is itself below the normal range).
+//! float64 reference. The rules it checks (NaN in, NaN out, as PyTorch; the
+//! limit at ±∞ for element-wise ops; IEEE arithmetic elsewhere) are listed
+//! under "Special values" in the [`conformance`](super) docs.
 //!
 //! Each special value is placed at the start and the end of a vector (the
 //! scalar tails of vector kernels) and at random places in its body; binary
