@@ -186,5 +186,5 @@ pub(crate) fn source(vpt: u32, subgroup: bool) -> String {
 /// than `1024 · MAX_VPT`).
 pub(crate) fn vpt_for(cols: usize) -> Option<u32> {
     let vpt = cols.div_ceil(1024);
-    (cols % 4 == 0 && cols > 0 && vpt <= MAX_VPT as usize).then_some(vpt as u32)
+    (cols.is_multiple_of(4) && cols > 0 && vpt <= MAX_VPT as usize).then_some(vpt as u32)
 }
