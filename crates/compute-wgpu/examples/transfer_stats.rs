@@ -242,6 +242,100 @@ fn main() -> Result<(), Error> {
         })?,
     );
 
+    submissions(device, queue)?;
+    Ok(())
+}
+
+/// What one op-by-op call costs the CPU, and the gap it leaves on the GPU,
+/// part by part: submissions of one tiny dispatch each, with a new or a
+/// reused bind group, with or without a `write_buffer` of its parameters
+/// first; then the same dispatches in one submission.
+fn submissions(device: &wgpu::Device, queue: &wgpu::Queue) -> Result<(), Error> {
+    let shader = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: None,
+        source: wgpu::ShaderSource::Wgsl(
+            "@group(0) @binding(0) var<uniform> p: vec4<u32>;
+             @group(0) @binding(1) var<storage, read_write> x: array<u32>;
+             @compute @workgroup_size(64) fn main(@builtin(global_invocation_id) i: vec3<u32>) {
+                 if (i.x < p.x) { x[i.x] = x[i.x] + p.y; }
+             }"
+            .into(),
+        ),
+    });
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: None,
+        layout: None,
+        module: &shader,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let layout = pipeline.get_bind_group_layout(0);
+    let buf = |size, usage| {
+        device.create_buffer(&wgpu::BufferDescriptor { label: None, size, usage, mapped_at_creation: false })
+    };
+    let params = buf(256, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
+    queue.write_buffer(&params, 0, bytemuck_bytes(&[1024u32, 1, 0, 0]));
+    let data = buf(4096, wgpu::BufferUsages::STORAGE);
+    let group = || {
+        device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &layout,
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: params.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: data.as_entire_binding() },
+            ],
+        })
+    };
+    let n = 1000;
+    let t = Instant::now();
+    let groups: Vec<_> = (0..n).map(|_| group()).collect();
+    println!("{:<58} {:>9.2} µs each", "create_bind_group", t.elapsed().as_secs_f64() / n as f64 * 1e6);
+    drop(groups);
+    let reused = group();
+    let dispatch = |enc: &mut wgpu::CommandEncoder, g: &wgpu::BindGroup| {
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, g, &[]);
+        pass.dispatch_workgroups(16, 1, 1);
+    };
+    for (what, fresh_group, write) in [
+        ("submission of one dispatch, bind group reused", false, false),
+        ("submission of one dispatch, new bind group", true, false),
+        ("submission of one dispatch, new bind group + write_buffer", true, true),
+    ] {
+        let (mut issue, mut total) = (Vec::new(), Vec::new());
+        for _ in 0..8 {
+            let t = Instant::now();
+            for _ in 0..n {
+                if write {
+                    queue.write_buffer(&params, 0, bytemuck_bytes(&[1024u32, 1, 0, 0]));
+                }
+                let mut enc = device.create_command_encoder(&Default::default());
+                let g = if fresh_group { group() } else { reused.clone() };
+                dispatch(&mut enc, &g);
+                queue.submit([enc.finish()]);
+            }
+            issue.push(t.elapsed().as_secs_f64());
+            wait(device)?;
+            total.push(t.elapsed().as_secs_f64());
+        }
+        println!(
+            "{what:<58} {:>9.2} µs each to issue, {:.2} µs each with the wait ({n} then one wait)",
+            median(issue) / n as f64 * 1e6,
+            median(total) / n as f64 * 1e6
+        );
+    }
+    let one = timed(|| {
+        let mut enc = device.create_command_encoder(&Default::default());
+        for _ in 0..n {
+            dispatch(&mut enc, &reused);
+        }
+        queue.submit([enc.finish()]);
+        wait(device)
+    })?;
+    println!("{:<58} {:>9.2} µs each", "the same dispatches in one submission", one / n as f64 * 1e6);
+
     // Submissions alone.
     let small = device.create_buffer(&wgpu::BufferDescriptor {
         label: None,
@@ -264,4 +358,9 @@ fn main() -> Result<(), Error> {
         println!("{what:<58} {:>9.2} µs each ({n} then one wait)", s / n as f64 * 1e6);
     }
     Ok(())
+}
+
+/// The bytes of `words` (little-endian).
+fn bytemuck_bytes(words: &[u32; 4]) -> &[u8] {
+    bytemuck::cast_slice(words)
 }
