@@ -5,7 +5,8 @@
 //!   `cuMemcpy` of the same bytes (built with feature `cuda`), and host-slice
 //!   sgemm (4096³ and 1024³) whose transfer rate is the bytes moved ÷ the time
 //!   the call takes beyond the same matmul on resident tensors, against the
-//!   pageable copies of the same bytes (A and B in, C out).
+//!   pageable copies of the same bytes (A and B in, C out); 4096³ again with
+//!   the buffer cache holding a freed 1 GiB tensor's buffer when it starts.
 //! - `submit` group: sgemm 1024³ on resident tensors op by op (one queue
 //!   submission per matmul, one wait) and in one submission, each against
 //!   cuBLAS in the same run; the CPU time of issuing one call; and a 1k-element
@@ -216,7 +217,15 @@ pub(crate) fn transfer_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Re
     }
     drop(resident);
 
-    for &n in if quick { &[256usize][..] } else { &[4096usize, 1024][..] } {
+    // The third case starts with the buffer cache holding a freed 1 GiB tensor's
+    // buffer (the default cache limit), as after the bandwidth rows' tensors.
+    let cases: &[(usize, bool)] = if quick { &[(256, false)] } else { &[(4096, false), (1024, false), (4096, true)] };
+    for &(n, after_big) in cases {
+        if after_big {
+            b.gpu.set_buffer_cache_limit(0);
+            b.gpu.set_buffer_cache_limit(1 << 30);
+            drop(b.gpu.alloc(256 << 20).map_err(err)?);
+        }
         let op = Op::matmul(n, n, n);
         let (a, bm) = (random(n * n, 32), random(n * n, 33));
         let mut c = vec![0.0f32; n * n];
@@ -258,12 +267,14 @@ pub(crate) fn transfer_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Re
             continue;
         }
         let extra = t_host - t_res;
-        let mut r = b.record("sgemm host transfer", format!("{n}x{n}x{n}"), "host", t_host);
+        let shape = format!("{n}x{n}x{n}{}", if after_big { " cache held 1G" } else { "" });
+        let mut r = b.record("sgemm host transfer", shape, "host", t_host);
         r.gflops = Some(op.cost().flops as f64 / t_host / 1e9);
         r.gbps = Some(moved / extra / 1e9);
         let mut note = format!(
-            "host->GPU->host sgemm {:.3} ms, the same matmul on resident tensors (+ wait) {:.3} ms: \
+            "{}host->GPU->host sgemm {:.3} ms, the same matmul on resident tensors (+ wait) {:.3} ms: \
              {:.0} MiB moved in {:.3} ms beyond it, {:.2} GB/s",
+            if after_big { "the buffer cache held a freed 1 GiB tensor's buffer when the calls began; " } else { "" },
             t_host * 1e3,
             t_res * 1e3,
             moved / 1048576.0,
