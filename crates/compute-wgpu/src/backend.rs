@@ -157,11 +157,11 @@ impl WgpuBackend {
         self.ctx.cache.free_bytes()
     }
 
-    /// Threads that large host copies use: a host call's copy into its upload
-    /// staging buffer, or out of its read-back buffer, of at least 8 MiB is
-    /// split into pieces of at least 4 MiB, one per thread (started per copy,
-    /// the calling thread taking the first). Default: `COMPUTE_WGPU_COPY_THREADS`
-    /// if set, else the cores available, at most 4; 1 in the browser. Free.
+    /// Threads that large host copies use: a copy into an upload staging
+    /// buffer, or out of a read-back buffer, of at least 2 MiB is split into
+    /// pieces of at least 1 MiB, one per thread (started per copy, the calling
+    /// thread taking the first). Default: `COMPUTE_WGPU_COPY_THREADS` if set,
+    /// else the cores available, at most 4; 1 in the browser. Free.
     pub fn copy_threads(&self) -> usize {
         self.ctx.copier.threads()
     }

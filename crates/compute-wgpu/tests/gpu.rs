@@ -840,18 +840,19 @@ fn the_buffer_cache_keeps_the_sizes_in_use() {
     // A full cache makes room for the buffers given back now by dropping the
     // ones given back longest ago: host calls then reuse their own sizes.
     let Some(gpu) = gpu("buffer cache") else { return };
-    let mib: usize = 1 << 20;
+    // Sizes below the staged-upload size: no staging buffers in the count.
+    let kib: usize = 1 << 10;
     let bytes = |n: usize| n as u64;
-    gpu.set_buffer_cache_limit(bytes(4 * mib));
-    drop(gpu.upload(&vec![1.0f32; 3 * mib / 4]).unwrap());
-    assert_eq!(gpu.buffer_cache_bytes(), bytes(3 * mib), "the 3 MiB tensor's buffer is kept");
-    let x: Vec<f32> = (0..mib / 4).map(|i| i as f32 - 1000.0).collect();
+    gpu.set_buffer_cache_limit(bytes(2048 * kib));
+    drop(gpu.alloc(1536 * kib / 4).unwrap());
+    assert_eq!(gpu.buffer_cache_bytes(), bytes(1536 * kib), "the 1.5 MiB tensor's buffer is kept");
+    let x: Vec<f32> = (0..512 * kib / 4).map(|i| i as f32 - 1000.0).collect();
     let mut y = vec![f32::NAN; x.len()];
     for _ in 0..2 {
         gpu.relu(&x, &mut y).unwrap();
         assert!(y.iter().zip(&x).all(|(a, b)| *a == b.max(0.0)));
-        // Input, output and read-back buffers of 1 MiB each; the 3 MiB one made room.
-        assert_eq!(gpu.buffer_cache_bytes(), bytes(3 * mib));
+        // Input, output and read-back buffers of 512 KiB each; the 1.5 MiB one made room.
+        assert_eq!(gpu.buffer_cache_bytes(), bytes(1536 * kib));
     }
     gpu.set_buffer_cache_limit(0);
     assert_eq!(gpu.buffer_cache_bytes(), 0);
@@ -859,8 +860,9 @@ fn the_buffer_cache_keeps_the_sizes_in_use() {
 
 #[test]
 fn large_host_copies_split_over_threads_keep_every_byte() {
-    // 8 MiB + 6 bytes of f16 values: pieces on several threads, then a tail
-    // that is not a whole word; up and back, and through a host call.
+    // 8 MiB + 6 bytes of f16 values: pieces of at least 1 MiB on several
+    // threads, then a tail that is not a whole word; up and back, and through
+    // a host call.
     use compute_core::{DType, HostVec};
     let Some(gpu) = gpu("copy threads") else { return };
     let mut rng = seed();
