@@ -158,8 +158,8 @@ impl WgpuBackend {
     }
 
     /// Threads that large host copies use: a copy into an upload staging
-    /// buffer, or out of a read-back buffer, of at least 2 MiB is split into
-    /// pieces of at least 1 MiB, one per thread (started per copy, the calling
+    /// buffer, or out of a read-back buffer, of at least 8 MiB is split into
+    /// pieces of at least 4 MiB, one per thread (started per copy, the calling
     /// thread taking the first). Default: `COMPUTE_WGPU_COPY_THREADS` if set,
     /// else the cores available, at most 4; 1 in the browser. Free.
     pub fn copy_threads(&self) -> usize {

@@ -299,11 +299,11 @@ fn record_and_submit(
     Ok(index)
 }
 
-/// Uploads at least this large (those the copier splits over threads) go
-/// through a reused, mapped staging buffer written in place; smaller ones
-/// through `queue.write_buffer` (whose staging memory wgpu allocates per
-/// call: cheap when small, slow for tens of MiB).
-pub(crate) const STAGED_UPLOAD_BYTES: u64 = 2 * crate::transfer::MIN_PIECE as u64;
+/// Uploads at least this large go through a reused, mapped staging buffer
+/// written in place (by several threads from twice `transfer::MIN_PIECE`);
+/// smaller ones through `queue.write_buffer` (whose staging memory wgpu
+/// allocates per call: cheap when small, slow for tens of MiB).
+pub(crate) const STAGED_UPLOAD_BYTES: u64 = 4 << 20;
 
 /// Staging buffers of uploads recorded into a submission, to re-map once it is submitted.
 #[derive(Debug, Default)]

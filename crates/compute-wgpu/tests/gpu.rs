@@ -860,7 +860,7 @@ fn the_buffer_cache_keeps_the_sizes_in_use() {
 
 #[test]
 fn large_host_copies_split_over_threads_keep_every_byte() {
-    // 8 MiB + 6 bytes of f16 values: pieces of at least 1 MiB on several
+    // 8 MiB + 6 bytes of f16 values: two pieces of at least 4 MiB on two
     // threads, then a tail that is not a whole word; up and back, and through
     // a host call.
     use compute_core::{DType, HostVec};
