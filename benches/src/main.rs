@@ -24,6 +24,8 @@ mod report;
 mod svg;
 #[cfg(feature = "gpu")]
 mod wgpu;
+#[cfg(feature = "gpu")]
+mod wgpu_transfer;
 
 use report::Record;
 use std::path::PathBuf;

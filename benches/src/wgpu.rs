@@ -5,7 +5,9 @@
 //! matmul + softmax + matmul.
 //!
 //! `COMPUTE_WGPU_ROWS` (comma-separated `latency`, `bandwidth`, `rows`, `half`,
-//! `sgemm`, `attention`) runs only those groups of rows (default: all).
+//! `sgemm`, `attention`, `transfer`, `submit`) runs only those groups of rows
+//! (default: all). `transfer` and `submit` are in [`crate::wgpu_transfer`]:
+//! host data against CUDA's pageable copies, and per-call submissions.
 //!
 //! Resident rows submit `reps` ops back to back and wait once, so the CPU's
 //! recording overlaps the GPU's work and the median per op is GPU time plus the
@@ -28,18 +30,18 @@ use compute_wgpu::{DeviceOptions, GpuBuffer, MatmulTiles, WgpuBackend};
 
 use crate::report::{Record, random, time, time_pair};
 
-fn err(e: impl std::fmt::Display) -> String {
+pub(crate) fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-struct Bench {
-    gpu: WgpuBackend,
+pub(crate) struct Bench {
+    pub(crate) gpu: WgpuBackend,
     device: String,
-    budget: Duration,
+    pub(crate) budget: Duration,
 }
 
 impl Bench {
-    fn record(&self, op: &str, shape: String, placement: &str, median_s: f64) -> Record {
+    pub(crate) fn record(&self, op: &str, shape: String, placement: &str, median_s: f64) -> Record {
         Record {
             op: op.into(),
             shape,
@@ -160,7 +162,7 @@ impl Bench {
 }
 
 /// Adds a row and prints it at once (a long run shows progress, and a killed one its rows so far).
-fn push(out: &mut Vec<Record>, r: Record) {
+pub(crate) fn push(out: &mut Vec<Record>, r: Record) {
     eprintln!(
         "  {} {} {}: {:.3} ms{}{}{}",
         r.op,
@@ -851,7 +853,7 @@ fn attention_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), S
 
 /// cuBLAS sgemm on its own stream, for the sweep's same-process peer.
 #[cfg(feature = "cuda")]
-mod cublas {
+pub(crate) mod cublas {
     use std::sync::Arc;
 
     use cudarc::cublas::{CudaBlas, Gemm};
@@ -925,7 +927,7 @@ fn sweep_variants(spec: &str) -> Result<Vec<(MatmulTiles, bool)>, String> {
 
 /// Records `reps` runs of `op` on resident tensors into one batch (one command
 /// encoder, one queue submission), submits it and waits.
-fn one_submission(
+pub(crate) fn one_submission(
     gpu: &WgpuBackend,
     op: &Op,
     inputs: [&Tensor; 2],
@@ -1119,6 +1121,12 @@ pub fn rows(quick: bool) -> Result<Vec<Record>, String> {
     }
     if wanted("attention") {
         attention_rows(&b, quick, &mut out)?;
+    }
+    if wanted("transfer") {
+        crate::wgpu_transfer::transfer_rows(&b, quick, &mut out)?;
+    }
+    if wanted("submit") {
+        crate::wgpu_transfer::submit_rows(&b, quick, &mut out)?;
     }
     Ok(out)
 }

@@ -131,7 +131,9 @@ fn bench(args: &[String]) -> Result<(), String> {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--backend" => match it.peek().map(|s| s.as_str()) {
-                Some("wgpu") => features.push("gpu"),
+                // With `cuda`: the same-run yardsticks (cuBLAS, CUDA's pageable copies). The CUDA
+                // driver is loaded at run time, so this builds and runs without one.
+                Some("wgpu") => features.extend(["gpu", "cuda"]),
                 Some("cuda") => features.push("cuda"),
                 Some("all") => features.extend(["gpu", "cuda"]),
                 _ => {}

@@ -157,6 +157,22 @@ impl WgpuBackend {
         self.ctx.cache.free_bytes()
     }
 
+    /// Threads that large host copies use: a copy into an upload staging
+    /// buffer, or out of a read-back buffer, of at least 8 MiB is split into
+    /// pieces of at least 4 MiB, one per thread (started per copy, the calling
+    /// thread taking the first). Default: `COMPUTE_WGPU_COPY_THREADS` if set,
+    /// else the cores available, at most 4; 1 in the browser. Free.
+    pub fn copy_threads(&self) -> usize {
+        self.ctx.copier.threads()
+    }
+
+    /// Sets the threads large host copies use (see
+    /// [`copy_threads`](Self::copy_threads); 1 keeps every copy on the calling
+    /// thread). Applies to calls made from now on. Free.
+    pub fn set_copy_threads(&self, threads: usize) {
+        self.ctx.copier.set_threads(threads);
+    }
+
     /// A new device buffer for `len` floats (usages `STORAGE | COPY_SRC | COPY_DST`,
     /// [`padded_bytes`]`(len)` bytes, contents unspecified), not taken from this
     /// backend's cache: the building block of an external pool. Costs one allocation.
@@ -545,13 +561,9 @@ impl compute_core::AsyncOps for WgpuBackend {
         }
         self.check_limits(&op)?;
         let initial = Some(output.as_slice().as_bytes());
-        let result = self.start_host(&op, inputs, output.operand(), initial)?.bytes().await?;
-        let out = output.as_bytes_mut();
-        if result.len() != out.len() {
-            return Err(errors::driver(op.name(), "the read-back length differs from the output's"));
-        }
-        out.copy_from_slice(&result);
-        Ok(())
+        let read = self.start_host(&op, inputs, output.operand(), initial)?;
+        // Straight from the mapping into the output, once the result is on the host.
+        read.into_slice(output.as_bytes_mut()).await
     }
 }
 

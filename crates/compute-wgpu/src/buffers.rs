@@ -131,14 +131,35 @@ impl Use {
     }
 }
 
+/// The free buffers, each with the time it was given back (a counter).
 #[derive(Debug, Default)]
 struct Free {
-    buffers: HashMap<(Use, u64), Vec<wgpu::Buffer>>,
+    /// Per usage and size class, oldest first.
+    buffers: HashMap<(Use, u64), Vec<(u64, wgpu::Buffer)>>,
     bytes: u64,
+    clock: u64,
+}
+
+impl Free {
+    /// Drops the buffer given back longest ago; false when there is none.
+    fn drop_oldest(&mut self) -> bool {
+        let oldest = self.buffers.iter().filter_map(|(k, v)| v.first().map(|(t, _)| (*t, *k))).min_by_key(|(t, _)| *t);
+        let Some((_, key)) = oldest else { return false };
+        let Some(list) = self.buffers.get_mut(&key) else { return false };
+        let (_, b) = list.remove(0);
+        if list.is_empty() {
+            self.buffers.remove(&key);
+        }
+        self.bytes = self.bytes.saturating_sub(b.size());
+        true
+    }
 }
 
 /// Free buffers by usage and size class, reused by later calls instead of
-/// allocating (see [`size_class`]).
+/// allocating (see [`size_class`]). Past its limit it drops the buffers given
+/// back longest ago, so the sizes in use now stay (a cache that refused new
+/// buffers once full kept the sizes of earlier work forever, and every later
+/// call allocated, zeroed and mapped fresh memory).
 #[derive(Debug)]
 pub(crate) struct BufferCache {
     max_buffer: u64,
@@ -173,18 +194,12 @@ impl BufferCache {
         size_class(bytes, self.max_buffer)
     }
 
-    /// Sets the most bytes kept free (0 disables reuse) and trims to it.
+    /// Sets the most bytes kept free (0 disables reuse) and trims to it,
+    /// dropping the buffers given back longest ago first.
     pub(crate) fn set_limit(&self, bytes: u64) {
         self.limit.store(bytes, Ordering::Relaxed);
         if let Ok(mut f) = self.free.lock() {
-            while f.bytes > bytes {
-                let Some(key) = f.buffers.iter().find(|(_, v)| !v.is_empty()).map(|(k, _)| *k) else {
-                    break;
-                };
-                if let Some(b) = f.buffers.get_mut(&key).and_then(|v| v.pop()) {
-                    f.bytes = f.bytes.saturating_sub(b.size());
-                }
-            }
+            while f.bytes > bytes && f.drop_oldest() {}
         }
     }
 
@@ -202,7 +217,7 @@ impl BufferCache {
         }
         let class = self.class(bytes);
         if let Ok(mut f) = self.free.lock()
-            && let Some(b) = f.buffers.get_mut(&(usage, class)).and_then(|v| v.pop())
+            && let Some((_, b)) = f.buffers.get_mut(&(usage, class)).and_then(|v| v.pop())
         {
             f.bytes = f.bytes.saturating_sub(b.size());
             return Ok(b);
@@ -230,18 +245,23 @@ impl BufferCache {
         });
     }
 
-    /// Returns a buffer for reuse (an `Upload` buffer only while mapped); dropped instead (freed once no submitted or
-    /// recorded work uses it) when the cache is full or the buffer is not of a
-    /// size class this cache hands out.
+    /// Returns a buffer for reuse (an `Upload` buffer only while mapped). To
+    /// stay within the limit, the buffers given back longest ago are dropped
+    /// (freed once no submitted or recorded work uses them). A buffer larger
+    /// than the limit, or not of a size class this cache hands out, is dropped
+    /// itself. Costs a lock, and a scan of the size classes per buffer dropped.
     pub(crate) fn give(&self, buffer: wgpu::Buffer) {
         let size = buffer.size();
         let keep = Use::of(buffer.usage()).filter(|_| self.class(size) == size);
         let limit = self.limit.load(Ordering::Relaxed);
         if let (Some(usage), Ok(mut f)) = (keep, self.free.lock())
-            && f.bytes.saturating_add(size) <= limit
+            && size <= limit
         {
+            while f.bytes.saturating_add(size) > limit && f.drop_oldest() {}
             f.bytes += size;
-            f.buffers.entry((usage, size)).or_default().push(buffer);
+            f.clock += 1;
+            let now = f.clock;
+            f.buffers.entry((usage, size)).or_default().push((now, buffer));
         }
     }
 }

@@ -57,6 +57,7 @@ pub(crate) struct Context {
     pub(crate) cache: Arc<BufferCache>,
     pub(crate) arena: Mutex<Arena>,
     pub(crate) poller: Poller,
+    pub(crate) copier: crate::transfer::Copier,
 }
 
 impl std::fmt::Debug for Context {
@@ -218,6 +219,7 @@ impl Context {
             lost,
             uncaptured,
             poller,
+            copier: crate::transfer::Copier::from_env(),
         })
     }
 

@@ -1,12 +1,18 @@
 //! Recording steps into one command encoder and one queue submission, and
 //! reading results back to the host.
 //!
-//! Kernel parameters of a submission go into one uniform buffer (the arena,
-//! reused and grown as needed), one 256-byte-aligned slot per dispatch, written
-//! with a single `write_buffer`. The arena's lock is held from that write to the
-//! submit, so submissions from several threads never see each other's
-//! parameters; the queue orders a later write after earlier submissions.
+//! Kernel parameters live in one uniform buffer (the arena) of aligned slots,
+//! one per distinct parameter block, looked up by content: a call whose
+//! dispatches were seen before writes nothing, and the blocks a submission
+//! adds go up with a single `write_buffer`. A write ahead of a submission is
+//! a copy in the queue that the GPU must order against the work before it,
+//! and with one per call it left the GPU idle between op-by-op submissions.
+//! When the slots run out the arena starts over (and grows if one submission
+//! needs more). The arena's lock is held from that write to the submit, so
+//! no other submission's write lands in between; the queue orders a later
+//! write after earlier submissions, which may still read the slots it reuses.
 
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::num::NonZeroU64;
 use std::pin::Pin;
@@ -22,28 +28,84 @@ use crate::errors;
 use crate::kernels::Compiled;
 use crate::plan::{PARAM_BYTES, Step};
 
-/// The reusable uniform buffer of kernel parameters.
+/// Slots the arena starts with.
+const ARENA_SLOTS: u32 = 4096;
+
+/// The uniform buffer of kernel parameters: one slot per distinct block.
 #[derive(Debug, Default)]
 pub(crate) struct Arena {
     buffer: Option<wgpu::Buffer>,
+    /// Where each block on the device is.
+    slots: HashMap<[u32; 16], u32>,
+    /// Slots handed out since the arena last started over.
+    used: u32,
+    capacity: u32,
 }
 
 impl Arena {
-    fn ensure(&mut self, ctx: &Context, bytes: u64) -> wgpu::Buffer {
-        match &self.buffer {
-            Some(b) if b.size() >= bytes => b.clone(),
-            _ => {
-                let size = bytes.max(4096).next_power_of_two();
-                let b = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+    /// The buffer and the slot of each of `blocks` (a submission's parameter
+    /// blocks, in dispatch order), writing the blocks not yet on the device
+    /// with one `write_buffer` (queued ahead of the next submission). `stride`
+    /// is the slot size. When the free slots do not hold the new blocks, the
+    /// arena starts over; a buffer too small for one submission's distinct
+    /// blocks is replaced by one of the next power of two slots.
+    fn place(
+        &mut self,
+        ctx: &Context,
+        blocks: &[[u32; 16]],
+        stride: u64,
+        op: &'static str,
+    ) -> Result<(wgpu::Buffer, Vec<u32>)> {
+        let fresh = |slots: &HashMap<[u32; 16], u32>| {
+            let mut seen = HashSet::new();
+            blocks.iter().filter(|b| !slots.contains_key(*b) && seen.insert(**b)).count() as u64
+        };
+        let mut new = fresh(&self.slots);
+        if u64::from(self.used) + new > u64::from(self.capacity) || self.buffer.is_none() {
+            self.slots.clear();
+            self.used = 0;
+            new = fresh(&self.slots);
+            if new > u64::from(self.capacity) || self.buffer.is_none() {
+                let capacity = new.max(u64::from(ARENA_SLOTS)).next_power_of_two();
+                let bytes = capacity.saturating_mul(stride);
+                let Some(capacity) = u32::try_from(capacity).ok().filter(|_| bytes <= ctx.limits.max_buffer_size)
+                else {
+                    return Err(errors::limit(op, "kernel parameter bytes", bytes, ctx.limits.max_buffer_size));
+                };
+                self.buffer = Some(ctx.device.create_buffer(&wgpu::BufferDescriptor {
                     label: Some("compute-wgpu params"),
-                    size,
+                    size: bytes,
                     usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
                     mapped_at_creation: false,
-                });
-                self.buffer = Some(b.clone());
-                b
+                }));
+                self.capacity = capacity;
             }
         }
+        let Some(buffer) = self.buffer.clone() else {
+            return Err(errors::driver(op, "internal: no parameter buffer"));
+        };
+        let first = self.used;
+        let mut data = Vec::new();
+        let mut placed = Vec::with_capacity(blocks.len());
+        for b in blocks {
+            let slot = match self.slots.get(b) {
+                Some(&slot) => slot,
+                None => {
+                    let slot = self.used;
+                    self.used += 1;
+                    self.slots.insert(*b, slot);
+                    let start = data.len();
+                    data.extend_from_slice(bytemuck::cast_slice(b));
+                    data.resize(start + stride as usize, 0);
+                    slot
+                }
+            };
+            placed.push(slot);
+        }
+        if !data.is_empty() {
+            ctx.queue.write_buffer(&buffer, u64::from(first) * stride, &data);
+        }
+        Ok((buffer, placed))
     }
 }
 
@@ -52,8 +114,9 @@ fn binding(buffer: &wgpu::Buffer, offset: u64, size: u64) -> wgpu::BindingResour
 }
 
 /// Records `steps` into one encoder and submits it once. Returns when the work
-/// is queued (not finished). Costs one bind group per dispatch and one
-/// `write_buffer` of all parameters; pipelines are compiled on first use.
+/// is queued (not finished). Costs one bind group per dispatch, and one
+/// `write_buffer` of the parameter blocks not on the device yet (none when
+/// the same dispatches ran before); pipelines are compiled on first use.
 pub(crate) fn submit(ctx: &Context, steps: &[Step], op: &'static str) -> Result<wgpu::SubmissionIndex> {
     submit_timed(ctx, steps, op, None)
 }
@@ -166,21 +229,21 @@ fn record_and_submit(
         })
         .collect::<Result<_>>()?;
     let stride = u64::from(ctx.limits.min_uniform_buffer_offset_alignment).max(PARAM_BYTES);
-    let mut params = Vec::with_capacity(compiled.len() * stride as usize);
-    for s in steps {
-        if let Step::Dispatch(d) = s {
-            let start = params.len();
-            params.extend_from_slice(bytemuck::cast_slice(&d.params));
-            params.resize(start + stride as usize, 0);
-        }
-    }
+    let blocks: Vec<[u32; 16]> = steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Dispatch(d) => Some(d.params),
+            Step::Copy { .. } | Step::Scratch(_) => None,
+        })
+        .collect();
     let mut arena = ctx.arena.lock().map_err(|_| errors::driver(op, "parameter arena lock poisoned"))?;
     let scope = ctx.scope();
-    let uniform = (!params.is_empty()).then(|| {
-        let u = arena.ensure(ctx, params.len() as u64);
-        ctx.queue.write_buffer(&u, 0, &params);
-        u
-    });
+    let (uniform, slots) = if blocks.is_empty() {
+        (None, Vec::new())
+    } else {
+        let (u, slots) = arena.place(ctx, &blocks, stride, op)?;
+        (Some(u), slots)
+    };
     let mut encoder = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(op) });
     if let Some(t) = timer {
         t.begin(&mut encoder);
@@ -198,13 +261,13 @@ fn record_and_submit(
                 let mut pass = encoder
                     .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(op), timestamp_writes: None });
                 while let Some(Step::Dispatch(d)) = steps.get(i) {
-                    let (Some(c), Some(u)) = (compiled.get(slot), uniform.as_ref()) else {
+                    let (Some(c), Some(u), Some(&at)) = (compiled.get(slot), uniform.as_ref(), slots.get(slot)) else {
                         return Err(errors::driver(op, "internal: dispatch without a pipeline"));
                     };
                     let mut entries = Vec::with_capacity(d.bindings.len() + 1);
                     entries.push(wgpu::BindGroupEntry {
                         binding: 0,
-                        resource: binding(u, slot as u64 * stride, PARAM_BYTES),
+                        resource: binding(u, u64::from(at) * stride, PARAM_BYTES),
                     });
                     for b in &d.bindings {
                         entries.push(wgpu::BindGroupEntry {
@@ -236,7 +299,8 @@ fn record_and_submit(
     Ok(index)
 }
 
-/// Uploads at least this large go through a reused, mapped staging buffer;
+/// Uploads at least this large go through a reused, mapped staging buffer
+/// written in place (by several threads from twice `transfer::MIN_PIECE`);
 /// smaller ones through `queue.write_buffer` (whose staging memory wgpu
 /// allocates per call: cheap when small, slow for tens of MiB).
 pub(crate) const STAGED_UPLOAD_BYTES: u64 = 4 << 20;
@@ -270,22 +334,21 @@ pub(crate) fn upload_into(
 ) -> Result<()> {
     let n = bytes.len() as u64;
     let padded = whole_words(n);
-    // Only an odd number of 2-byte values needs the copy with its zero padding.
-    let data: std::borrow::Cow<'_, [u8]> = if padded == n {
-        bytes.into()
-    } else {
-        let mut whole = bytes.to_vec();
-        whole.resize(padded as usize, 0);
-        whole.into()
-    };
     if padded < STAGED_UPLOAD_BYTES {
+        // Only an odd number of 2-byte values needs the copy with its zero padding.
+        let data: std::borrow::Cow<'_, [u8]> = if padded == n {
+            bytes.into()
+        } else {
+            let mut whole = bytes.to_vec();
+            whole.resize(padded as usize, 0);
+            whole.into()
+        };
         let scope = ctx.scope();
         ctx.queue.write_buffer(dst, 0, &data);
         return scope.end_now(op, padded);
     }
     let staging = ctx.cache.take(ctx, Use::Upload, padded, op)?;
-    let written = staging.slice(0..padded).get_mapped_range_mut().map(|mut view| view.copy_from_slice(&data));
-    if let Err(e) = written {
+    if let Err(e) = ctx.copier.write(&staging, bytes) {
         return Err(errors::driver(op, format!("writing the upload staging buffer: {e}")));
     }
     staging.unmap();
@@ -296,7 +359,7 @@ pub(crate) fn upload_into(
 
 /// A read of `bytes` bytes from the device, in flight: a mapped staging
 /// buffer on its way. Wait for it with [`Readback::wait_into_bytes`]
-/// (native), or `.await` it (`f32` data) or its [`Readback::bytes`] (any dtype).
+/// (native), or `.await` it (`f32` data) or its [`Readback::into_slice`] (any dtype).
 #[must_use = "a readback does nothing unless waited for"]
 #[derive(Debug)]
 pub(crate) struct Readback {
@@ -341,21 +404,14 @@ impl Readback {
     fn finish(&mut self, mapped: std::result::Result<(), wgpu::BufferAsyncError>, dst: &mut [u8]) -> Result<()> {
         let staging = self.staging.take().ok_or_else(|| errors::driver(self.op, "readback already consumed"))?;
         let result = match mapped {
-            Ok(()) => {
-                let whole = whole_words(self.bytes);
-                match staging.slice(0..whole).get_mapped_range() {
-                    // The staging buffer is 4-aligned but may not be aligned for the
-                    // element type as a byte slice, so the copy goes byte for byte.
-                    Ok(view) => match view.get(..dst.len()) {
-                        Some(src) => {
-                            dst.copy_from_slice(src);
-                            Ok(())
-                        }
-                        None => Err(errors::driver(self.op, "mapped range shorter than the output")),
-                    },
-                    Err(e) => Err(errors::driver(self.op, format!("reading the staging buffer: {e}"))),
-                }
-            }
+            // Byte for byte (the output need not be aligned for its element type),
+            // large reads on several threads.
+            Ok(()) if dst.len() as u64 <= self.bytes => self
+                .ctx
+                .copier
+                .read(&staging, dst)
+                .map_err(|e| errors::driver(self.op, format!("reading the staging buffer: {e}"))),
+            Ok(()) => Err(errors::driver(self.op, "mapped range shorter than the output")),
             Err(e) => {
                 self.ctx.check_alive()?;
                 Err(errors::driver(self.op, format!("mapping the staging buffer: {e}")))
@@ -368,10 +424,10 @@ impl Readback {
         result
     }
 
-    /// The read as a future of its bytes (data of any dtype), for the browser's
-    /// way of waiting. Free.
-    pub(crate) fn bytes(self) -> ReadBytes {
-        ReadBytes(self)
+    /// The read as a future that writes its bytes into `out` (exactly the
+    /// read's length, else a shape error; untouched on any error). Free.
+    pub(crate) fn into_slice(self, out: &mut [u8]) -> ReadInto<'_> {
+        ReadInto(self, out)
     }
 
     /// The mapping's result once it has arrived; otherwise registers `cx`'s
@@ -425,20 +481,24 @@ impl Future for Readback {
     }
 }
 
-/// A [`Readback`] that resolves to its bytes, whatever the dtype (from
-/// [`Readback::bytes`]). Costs one allocation of the read's size.
+/// A [`Readback`] that writes its bytes into a caller's slice of the read's
+/// length (from [`Readback::into_slice`]), whatever the dtype: no allocation,
+/// one copy out of the mapping.
 #[must_use = "a readback does nothing unless waited for"]
 #[derive(Debug)]
-pub(crate) struct ReadBytes(Readback);
+pub(crate) struct ReadInto<'a>(Readback, &'a mut [u8]);
 
-impl Future for ReadBytes {
-    type Output = Result<Vec<u8>>;
+impl Future for ReadInto<'_> {
+    type Output = Result<()>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
-        let read = &mut self.0;
+        let ReadInto(read, out) = &mut *self;
         let Poll::Ready(mapped) = read.poll_mapped(cx) else { return Poll::Pending };
-        let mut out = vec![0u8; read.bytes as usize];
-        let result = read.ctx.take_uncaptured(read.op).and_then(|()| read.finish(mapped, &mut out));
-        Poll::Ready(result.map(|()| out))
+        if out.len() as u64 != read.bytes {
+            let detail = format!("output has {} bytes, expected {}", out.len(), read.bytes);
+            return Poll::Ready(Err(ComputeError::shape(read.op, detail, format!("bytes=[{}]", read.bytes))));
+        }
+        // Errors first: `out` is written only by a read that succeeds.
+        Poll::Ready(read.ctx.take_uncaptured(read.op).and_then(|()| read.finish(mapped, out)))
     }
 }

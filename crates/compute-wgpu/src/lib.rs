@@ -55,6 +55,7 @@ mod kernels;
 mod options;
 mod plan;
 pub mod runtime;
+mod transfer;
 
 pub use backend::{GpuDevice, WgpuBackend, sync_available};
 pub use batch::{BufferId, GpuCommandBatch};

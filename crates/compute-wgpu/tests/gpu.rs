@@ -799,3 +799,88 @@ fn attention_larger_than_a_binding_is_split_or_refused() {
         assert!(out.iter().all(|&v| v == 7.0), "output written despite the error");
     }
 }
+
+#[test]
+fn parameter_slots_are_reused_and_start_over_when_full() {
+    // Every call below has its own parameter block (its scale). 4500 of them,
+    // queued without a wait, outrun the 4096 slots the arena starts with, so
+    // it starts over while earlier calls may still be waiting to run: each
+    // must still see its own scale. Then one batch of 5000 distinct blocks
+    // (more than the arena holds): it grows.
+    let Some(gpu) = gpu("parameter slots") else { return };
+    let x = gpu.upload(&[1.0, 2.0, 3.0, 4.0]).unwrap();
+    let outs: Vec<_> = (0..4500)
+        .map(|i| {
+            let y = gpu.alloc(4).unwrap();
+            gpu.run_tensors(&Op::unary(UnaryOp::Scale { s: i as f32 + 1.0 }, 4), &[&x], &y).unwrap();
+            y
+        })
+        .collect();
+    // The same blocks again: found in their slots, nothing written.
+    gpu.run_tensors(&Op::unary(UnaryOp::Scale { s: 4500.0 }, 4), &[&x], &outs[4499]).unwrap();
+    for (i, y) in outs.iter().enumerate().step_by(7).chain([(4499, &outs[4499])]) {
+        let mut back = [0.0f32; 4];
+        gpu.download(y, &mut back).unwrap();
+        let s = i as f32 + 1.0;
+        assert_eq!(back, [s, 2.0 * s, 3.0 * s, 4.0 * s], "call {i}");
+    }
+    let mut batch = gpu.batch();
+    let bx = batch.insert(x.clone()).unwrap();
+    let ids: Vec<_> =
+        (0..5000).map(|i| batch.op(&Op::unary(UnaryOp::Scale { s: -(i as f32) }, 4), &[bx]).unwrap()).collect();
+    batch.execute().unwrap();
+    for i in [0, 1, 2048, 4095, 4096, 4097, 4999] {
+        let s = -(i as f32);
+        assert_eq!(batch.read(ids[i]).unwrap(), vec![s, 2.0 * s, 3.0 * s, 4.0 * s], "batch op {i}");
+    }
+}
+
+#[test]
+fn the_buffer_cache_keeps_the_sizes_in_use() {
+    // A full cache makes room for the buffers given back now by dropping the
+    // ones given back longest ago: host calls then reuse their own sizes.
+    let Some(gpu) = gpu("buffer cache") else { return };
+    // Sizes below the staged-upload size: no staging buffers in the count.
+    let kib: usize = 1 << 10;
+    let bytes = |n: usize| n as u64;
+    gpu.set_buffer_cache_limit(bytes(2048 * kib));
+    drop(gpu.alloc(1536 * kib / 4).unwrap());
+    assert_eq!(gpu.buffer_cache_bytes(), bytes(1536 * kib), "the 1.5 MiB tensor's buffer is kept");
+    let x: Vec<f32> = (0..512 * kib / 4).map(|i| i as f32 - 1000.0).collect();
+    let mut y = vec![f32::NAN; x.len()];
+    for _ in 0..2 {
+        gpu.relu(&x, &mut y).unwrap();
+        assert!(y.iter().zip(&x).all(|(a, b)| *a == b.max(0.0)));
+        // Input, output and read-back buffers of 512 KiB each; the 1.5 MiB one made room.
+        assert_eq!(gpu.buffer_cache_bytes(), bytes(1536 * kib));
+    }
+    gpu.set_buffer_cache_limit(0);
+    assert_eq!(gpu.buffer_cache_bytes(), 0);
+}
+
+#[test]
+fn large_host_copies_split_over_threads_keep_every_byte() {
+    // 8 MiB + 6 bytes of f16 values: two pieces of at least 4 MiB on two
+    // threads, then a tail that is not a whole word; up and back, and through
+    // a host call.
+    use compute_core::{DType, HostVec};
+    let Some(gpu) = gpu("copy threads") else { return };
+    let mut rng = seed();
+    let len = (4 << 20) + 3;
+    let data = HostVec::from_f32(DType::F16, &rng.vec(len, -100.0, 100.0));
+    let want: Vec<f32> = data.to_f32().iter().map(|v| v.max(0.0)).collect();
+    let relu = Op::unary(UnaryOp::Relu, len).with_dtype(DType::F16);
+    for threads in [1, 3, 4] {
+        gpu.set_copy_threads(threads);
+        assert_eq!(gpu.copy_threads(), threads);
+        let t = gpu.upload_typed(data.as_slice()).unwrap();
+        let mut back = HostVec::zeros(DType::F16, len);
+        gpu.download_typed(&t, back.as_mut()).unwrap();
+        assert_eq!(back.bits(), data.bits(), "{threads} threads: round trip");
+        let mut out = HostVec::zeros(DType::F16, len);
+        gpu.run_typed(&relu, &[data.as_slice()], out.as_mut()).unwrap();
+        assert_eq!(out.to_f32(), want, "{threads} threads: host relu");
+    }
+    gpu.set_copy_threads(0);
+    assert_eq!(gpu.copy_threads(), 1, "at least one thread");
+}
