@@ -315,11 +315,9 @@ impl Module {
 /// The matmul entry points of `matmul.wgsl`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum MatmulKernel {
-    /// 64 × 64 tiles, 4 × 4 per invocation, vec4 loads (aligned shapes).
+    /// `matmul_small`: 64 × 64 tiles, 4 × 4 per invocation.
     Small,
-    /// 64 × 64 tiles, scalar loads (any shape).
-    Scalar,
-    /// `matmul_tiled` in the given configuration (aligned shapes).
+    /// `matmul_tiled` in the given configuration.
     Tiled(TiledMatmul),
 }
 
@@ -327,8 +325,35 @@ impl MatmulKernel {
     /// Rows and columns of C per workgroup.
     pub(crate) fn tile(self) -> (u64, u64) {
         match self {
-            MatmulKernel::Small | MatmulKernel::Scalar => (64, 64),
+            MatmulKernel::Small => (64, 64),
             MatmulKernel::Tiled(t) => t.tile(),
+        }
+    }
+}
+
+/// Which operands of a matmul move as vec4s (`matmul.wgsl`'s `VA`, `VB`,
+/// `VC`); the others element by element.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Vec4s {
+    /// A is read in vec4s (its contiguous dimension, k or m when transposed, is a multiple of 4).
+    pub(crate) a: bool,
+    /// B is read in vec4s (n, or k when transposed, is a multiple of 4).
+    pub(crate) b: bool,
+    /// C is written in vec4s (n is a multiple of 4).
+    pub(crate) c: bool,
+}
+
+impl Vec4s {
+    /// Every operand in vec4s.
+    pub(crate) const ALL: Vec4s = Vec4s { a: true, b: true, c: true };
+
+    /// What the layout of an `m × k` by `k × n` product (transposes `ta`,
+    /// `tb`) allows. Free.
+    pub(crate) fn for_shape(m: usize, k: usize, n: usize, ta: bool, tb: bool) -> Vec4s {
+        Vec4s {
+            a: (if ta { m } else { k }).is_multiple_of(4),
+            b: (if tb { k } else { n }).is_multiple_of(4),
+            c: n.is_multiple_of(4),
         }
     }
 }
@@ -353,9 +378,9 @@ pub(crate) enum Kernel {
     LayerNorm(DType),
     /// `rows.wgsl` `rms_norm` (dtypes as for `Softmax`).
     RmsNorm(DType),
-    /// `matmul.wgsl` (`f32` only): which tiling, transposes; `checked`:
-    /// compiled with naga's runtime bounds checks.
-    Matmul { tiles: MatmulKernel, ta: bool, tb: bool, checked: bool },
+    /// `matmul.wgsl` (`f32` only): which tiling, transposes, which operands
+    /// move as vec4s; `checked`: compiled with naga's runtime bounds checks.
+    Matmul { tiles: MatmulKernel, ta: bool, tb: bool, vec: Vec4s, checked: bool },
     /// `matmul.wgsl` `matmul_reduce`: sums `sk` split-K partials into C;
     /// `checked` as for the matmul it finishes (same module).
     MatmulReduce { sk: u32, checked: bool },
@@ -449,8 +474,7 @@ impl Kernel {
             Kernel::Softmax(..) => "softmax",
             Kernel::LayerNorm(_) => "layer_norm",
             Kernel::RmsNorm(_) => "rms_norm",
-            Kernel::Matmul { tiles: MatmulKernel::Small, .. } => "matmul_vec4_small",
-            Kernel::Matmul { tiles: MatmulKernel::Scalar, .. } => "matmul_scalar",
+            Kernel::Matmul { tiles: MatmulKernel::Small, .. } => "matmul_small",
             Kernel::Matmul { tiles: MatmulKernel::Tiled(_), .. } => "matmul_tiled",
             Kernel::MatmulReduce { .. } => "matmul_reduce",
             Kernel::Conv2d(_) => "conv2d",
@@ -474,9 +498,17 @@ impl Kernel {
             | Kernel::ReducePartials(op, _)
             | Kernel::ReduceFinish(op)
             | Kernel::Softmax(op, _) => vec![("OP", f64::from(op))],
-            Kernel::Matmul { ta, tb, tiles: MatmulKernel::Tiled(t), .. } => {
-                let mut c = vec![("TA", flag(ta)), ("TB", flag(tb))];
-                c.extend(t.override_constants());
+            Kernel::Matmul { ta, tb, vec, tiles, .. } => {
+                let mut c = vec![
+                    ("TA", flag(ta)),
+                    ("TB", flag(tb)),
+                    ("VA", flag(vec.a)),
+                    ("VB", flag(vec.b)),
+                    ("VC", flag(vec.c)),
+                ];
+                if let MatmulKernel::Tiled(t) = tiles {
+                    c.extend(t.override_constants());
+                }
                 c
             }
             Kernel::MatmulReduce { sk, .. } => vec![("SK", f64::from(sk))],
@@ -486,7 +518,6 @@ impl Kernel {
             Kernel::Attention { dv, ck, cv, .. } => {
                 vec![("DV", f64::from(dv)), ("CK", f64::from(ck)), ("CV", f64::from(cv))]
             }
-            Kernel::Matmul { ta, tb, .. } => vec![("TA", flag(ta)), ("TB", flag(tb))],
             Kernel::QuantGemv { format, .. } | Kernel::Dequant { format, .. } => {
                 vec![("FMT", f64::from(quant_code(format).unwrap_or(0)))]
             }
@@ -913,6 +944,32 @@ mod tests {
         kernels.into_iter().for_each(validates_with_constants);
     }
 
+    /// Every matmul pipeline the host can pick (each tiling, the small
+    /// kernel, split-K, transposes, and operands in vec4s or element by
+    /// element), with its constants applied as wgpu applies them, validates.
+    #[test]
+    fn matmul_variants_validate_with_their_constants() {
+        let mut tilings: Vec<MatmulKernel> = TiledMatmul::all().into_iter().map(MatmulKernel::Tiled).collect();
+        tilings.push(MatmulKernel::Small);
+        tilings.push(MatmulKernel::Tiled(TiledMatmul::AUTO_LARGE.with_split_k(4).unwrap()));
+        tilings.push(MatmulKernel::Tiled(TiledMatmul::AUTO_MEDIUM));
+        let vecs = [
+            Vec4s::ALL,
+            Vec4s { a: false, b: false, c: false },
+            Vec4s { a: false, b: true, c: true },
+            Vec4s { a: true, b: false, c: false },
+        ];
+        let mut n = 0;
+        for tiles in tilings {
+            for (i, vec) in vecs.into_iter().enumerate() {
+                let (ta, tb) = (i % 2 == 1, i / 2 == 1);
+                validates_with_constants(Kernel::Matmul { tiles, ta, tb, vec, checked: false });
+                n += 1;
+            }
+        }
+        assert_eq!(n, (TiledMatmul::all().len() + 3) * 4);
+    }
+
     /// Parses and validates `kernel`'s module, applies its pipeline
     /// constants as wgpu does, and validates the result; panics naming the
     /// kernel otherwise.
@@ -965,19 +1022,26 @@ mod tests {
     fn kernels_name_their_entry_points_and_constants() {
         assert_eq!(Kernel::Unary(3, DType::F32).entry(), "unary");
         assert_eq!(Kernel::Unary(3, DType::F32).constants(), vec![("OP", 3.0)]);
-        let mm = Kernel::Matmul { tiles: MatmulKernel::Small, ta: true, tb: false, checked: false };
-        assert_eq!(mm.entry(), "matmul_vec4_small");
-        assert_eq!(mm.constants(), vec![("TA", 1.0), ("TB", 0.0)]);
+        let mm = Kernel::Matmul { tiles: MatmulKernel::Small, ta: true, tb: false, vec: Vec4s::ALL, checked: false };
+        assert_eq!(mm.entry(), "matmul_small");
+        assert_eq!(mm.constants(), vec![("TA", 1.0), ("TB", 0.0), ("VA", 1.0), ("VB", 1.0), ("VC", 1.0)]);
         assert!(mm.unchecked());
         assert!(!Kernel::Unary(0, DType::F32).unchecked());
         let cast = Kernel::Cast { from: DType::BF16, to: DType::F16 };
         assert_eq!((cast.entry(), cast.io(), cast.constants()), ("convert", Io::new(DType::BF16, DType::F16), vec![]));
         assert_eq!(Kernel::RmsNorm(DType::BF16).io(), Io::new(DType::BF16, DType::F32));
         assert_eq!(Kernel::ReduceFinish(1).io(), Io::F32);
-        let small = Kernel::Matmul { tiles: MatmulKernel::Small, ta: false, tb: true, checked: true };
-        let scalar = Kernel::Matmul { tiles: MatmulKernel::Scalar, ta: false, tb: false, checked: false };
+        let small = Kernel::Matmul { tiles: MatmulKernel::Small, ta: false, tb: true, vec: Vec4s::ALL, checked: true };
+        // 5 × 7 by 7 × 9 (k × m stored): every operand element by element.
+        let ragged = Vec4s::for_shape(5, 7, 9, true, false);
+        assert_eq!(ragged, Vec4s { a: false, b: false, c: false });
+        assert_eq!(Vec4s::for_shape(5, 8, 12, false, true), Vec4s::ALL);
+        assert_eq!(Vec4s::for_shape(4, 7, 12, true, false), Vec4s { a: true, b: true, c: true });
+        assert_eq!(Vec4s::for_shape(4, 7, 12, false, true), Vec4s { a: false, b: false, c: true });
+        let scalar = Kernel::Matmul { tiles: MatmulKernel::Small, ta: false, tb: false, vec: ragged, checked: false };
+        assert_eq!(scalar.constants()[2..], [("VA", 0.0), ("VB", 0.0), ("VC", 0.0)]);
         let tiled = TiledMatmul::new(128, 64, 16).and_then(|t| t.with_split(true)).map(MatmulKernel::Tiled).unwrap();
-        let tiled = Kernel::Matmul { tiles: tiled, ta: true, tb: true, checked: false };
+        let tiled = Kernel::Matmul { tiles: tiled, ta: true, tb: true, vec: Vec4s::ALL, checked: false };
         let want = [
             ("TBM", 128.0),
             ("TBN", 64.0),
@@ -989,7 +1053,8 @@ mod tests {
             ("TN", 8.0),
             ("SK", 1.0),
         ];
-        assert_eq!(tiled.constants(), [[("TA", 1.0), ("TB", 1.0)].as_slice(), &want].concat());
+        let flags = [("TA", 1.0), ("TB", 1.0), ("VA", 1.0), ("VB", 1.0), ("VC", 1.0)];
+        assert_eq!(tiled.constants(), [flags.as_slice(), &want].concat());
         let reduce = Kernel::MatmulReduce { sk: 4, checked: false };
         assert_eq!(reduce.constants(), vec![("SK", 4.0)]);
         assert!(reduce.unchecked() && reduce.module() == Module::Matmul);

@@ -40,7 +40,7 @@ use compute_core::{
 use crate::buffers::{Use, padded_bytes, padded_bytes_of, whole_words};
 use crate::context::Context;
 use crate::errors;
-use crate::kernels::{Kernel, MatmulKernel};
+use crate::kernels::{Kernel, MatmulKernel, Vec4s};
 use crate::options::{MatmulTiles, TiledMatmul};
 
 pub(crate) mod decoder;
@@ -581,21 +581,17 @@ fn gemm(
             return Err(errors::limit(name, what, padded_bytes(len), max));
         }
     }
-    let vec4 = (if s.trans_a { s.m } else { s.k }).is_multiple_of(4)
-        && (if s.trans_b { s.k } else { s.n }).is_multiple_of(4)
-        && s.n.is_multiple_of(4);
+    // Operands whose layout allows it move as vec4s, the others element by
+    // element; the tiling depends on the shape alone (`matmul.wgsl`).
+    let vec = Vec4s::for_shape(s.m, s.k, s.n, s.trans_a, s.trans_b);
     let (m, k, n) = (s.m as u64, s.k as u64, s.n as u64);
     let batch = s.batch as u64;
     let choice = ctx.kernels.matmul();
-    let mut tiles = if !vec4 {
-        MatmulKernel::Scalar
-    } else {
-        match choice.tiles {
-            MatmulTiles::Small => MatmulKernel::Small,
-            MatmulTiles::Tiled(t) => MatmulKernel::Tiled(t),
-            MatmulTiles::Auto => auto_tiles(m, n, batch),
-            MatmulTiles::AutoSplitK => auto_split_k(m, k, n, batch),
-        }
+    let mut tiles = match choice.tiles {
+        MatmulTiles::Small => MatmulKernel::Small,
+        MatmulTiles::Tiled(t) => MatmulKernel::Tiled(t),
+        MatmulTiles::Auto => auto_tiles(m, n, batch),
+        MatmulTiles::AutoSplitK => auto_split_k(m, k, n, batch),
     };
     let maxg = u64::from(ctx.max_groups());
     // Split-K: `sk` slices; matrices per dispatch such that the grid's z (matrices ·
@@ -609,24 +605,28 @@ fn gemm(
     {
         let slices = u64::from(t.split_k());
         let fit = (max / (slices * m * n * 4).max(1)).min(maxg / slices);
-        if fit == 0 || k > u64::from(u32::MAX / 2) {
+        // `matmul_reduce` sums vec4s of C: no split-K for n % 4 ≠ 0.
+        if fit == 0 || k > u64::from(u32::MAX / 2) || !vec.c {
             tiles = MatmulKernel::Tiled(t.with_split_k(1).unwrap_or(t));
         } else {
             (sk, per_dispatch) = (slices, fit);
         }
     }
-    let kernel = Kernel::Matmul { tiles, ta: s.trans_a, tb: s.trans_b, checked: choice.checked };
+    let kernel = Kernel::Matmul { tiles, ta: s.trans_a, tb: s.trans_b, vec, checked: choice.checked };
     let (tile_m, tile_n) = tiles.tile();
     let gx = n.div_ceil(tile_n);
     let gy = m.div_ceil(tile_m);
     if gx > maxg || gy > maxg {
         return Err(errors::limit(name, "workgroups per dimension", gx.max(gy), maxg));
     }
-    let slots = if vec4 { [1, 2, 3] } else { [4, 5, 6] };
+    // Each operand as vec4s (slots 1–3) and as elements (4–6), over the same range.
     let bindings = vec![
-        bind(slots[0], &a.buffer, 0, padded_bytes(a.len)),
-        bind(slots[1], &b.buffer, 0, padded_bytes(b.len)),
-        bind(slots[2], &c.buffer, 0, padded_bytes(c.len)),
+        bind(1, &a.buffer, 0, padded_bytes(a.len)),
+        bind(2, &b.buffer, 0, padded_bytes(b.len)),
+        bind(3, &c.buffer, 0, padded_bytes(c.len)),
+        bind(4, &a.buffer, 0, padded_bytes(a.len)),
+        bind(5, &b.buffer, 0, padded_bytes(b.len)),
+        bind(6, &c.buffer, 0, padded_bytes(c.len)),
     ];
     let dims = [to_u32(name, "rows", m)?, to_u32(name, "columns", n)?, to_u32(name, "inner dimension", k)?];
     let strides =
@@ -657,7 +657,8 @@ fn gemm(
                 // Partial matrices z·sk + slice of this dispatch's gz matrices.
                 let part_bytes = sk * gz * m * n * 4;
                 let mut tiled = bindings.clone();
-                tiled[2] = bind(slots[2], scratch, 0, part_bytes);
+                tiled[2] = bind(3, scratch, 0, part_bytes);
+                tiled[5] = bind(6, scratch, 0, part_bytes);
                 steps.push(Step::Dispatch(Dispatch {
                     kernel,
                     params: p,

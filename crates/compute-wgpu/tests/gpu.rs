@@ -531,6 +531,47 @@ fn every_matmul_tiling_matches_the_reference() {
 }
 
 #[test]
+fn ragged_matmuls_take_every_tiling_with_element_loads() {
+    // Shapes whose A, B or C rows do not hold whole vec4s: the same tilings as
+    // aligned shapes, each such operand read or written element by element
+    // (`matmul.wgsl`'s VA, VB, VC), in every mix the transposes give.
+    let Some(gpu) = gpu("ragged matmuls") else { return };
+    let all_transposes = [(false, false), (true, false), (false, true), (true, true)];
+    let mut tilings = vec![MatmulTiles::Auto, MatmulTiles::Small];
+    for name in [
+        "tiled-128x128-8-ahead-grouped-w84",
+        "tiled-64x64-16-narrow",
+        "tiled-128x64-16-split",
+        "tiled-128x32-8",
+        "tiled-128x128-8-ahead-grouped-sk2",
+    ] {
+        tilings.push(MatmulTiles::parse(name).unwrap());
+    }
+    // (batch, m, k, n): nothing aligned; k aligned, n not (A in vec4s unless
+    // transposed, B in vec4s only transposed); only m ragged (A element by
+    // element when transposed, split-K still on).
+    let shapes = [(1, 131, 37, 201), (2, 67, 300, 130), (1, 129, 64, 256), (3, 5, 9, 7)];
+    let mut rng = seed();
+    for tiles in tilings {
+        gpu.set_matmul(tiles, false);
+        for &(batch, m, k, n) in &shapes {
+            for (trans_a, trans_b) in all_transposes {
+                let op = Op::Matmul(compute_core::MatmulSpec {
+                    batch,
+                    trans_a,
+                    trans_b,
+                    ..compute_core::MatmulSpec::new(m, k, n)
+                });
+                let inputs = compute_core::conformance::inputs_for(&op, &mut rng);
+                if let Err(e) = compute_core::conformance::check_op(&gpu, &op, &inputs, 1.0) {
+                    panic!("{tiles}: {e}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn adapter_choice_prefers_hardware_and_honours_the_fallback_switch() {
     let Some(gpu) = gpu("adapter") else { return };
     let software = gpu.adapter().device_type == "Cpu";
