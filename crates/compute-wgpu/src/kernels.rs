@@ -24,7 +24,7 @@ use compute_core::{ComputeError, DType, Result};
 
 use crate::context::Context;
 use crate::errors::KIND;
-use crate::options::{MatmulTiles, TiledMatmul};
+use crate::options::{CoopMatmul, CoopTiles, MatmulTiles, TiledMatmul};
 
 /// One WGSL source file: a family of ops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -49,8 +49,17 @@ pub(crate) enum Module {
         nr: u32,
         subgroup: bool,
     },
+    /// `matmul_coop.wgsl` with the `matmul_coop` entry point for `tiles` and
+    /// the transposes appended ([`coop_matmul::source`]); the output dtype is
+    /// the module variant's `Io::output`.
+    CoopMatmul {
+        tiles: CoopTiles,
+        ta: bool,
+        tb: bool,
+    },
 }
 
+pub(crate) mod coop_matmul;
 mod quant_gemv;
 
 /// The conversions between `f32` and packed `f16`/`bf16` words, prepended to
@@ -223,6 +232,7 @@ impl Module {
             Module::Interpolate => include_str!("../../../shaders/interpolate.wgsl"),
             Module::Quant | Module::QuantGemv { .. } => include_str!("../../../shaders/quant.wgsl"),
             Module::Decoder => include_str!("../../../shaders/decoder.wgsl"),
+            Module::CoopMatmul { .. } => include_str!("../../../shaders/matmul_coop.wgsl"),
         }
     }
 
@@ -238,6 +248,7 @@ impl Module {
             Module::Quant => "quant.wgsl",
             Module::QuantGemv { .. } => "quant.wgsl+gemv",
             Module::Decoder => "decoder.wgsl",
+            Module::CoopMatmul { .. } => "matmul_coop.wgsl",
         }
     }
 
@@ -266,7 +277,7 @@ impl Module {
             Module::Interpolate => &INTERPOLATE,
             Module::Quant | Module::QuantGemv { .. } => &QUANT,
             Module::Decoder => &DECODER,
-            Module::Matmul | Module::Attention => &[],
+            Module::Matmul | Module::Attention | Module::CoopMatmul { .. } => &[],
         }
     }
 
@@ -276,6 +287,9 @@ impl Module {
     /// rewritten ([`io_block`]). Allocates the new text (tens of KiB at most);
     /// an `Err` says why the module has no such variant.
     fn source_for(self, io: Io) -> std::result::Result<Cow<'static, str>, String> {
+        if let Module::CoopMatmul { tiles, ta, tb } = self {
+            return coop_source(tiles, ta, tb, io);
+        }
         let body = self.source_io(io)?;
         if let Module::QuantGemv { mr, nr, subgroup } = self {
             // naga (wgpu 30) takes the subgroup builtins without WGSL's
@@ -312,6 +326,23 @@ impl Module {
     }
 }
 
+/// The end of `matmul_coop.wgsl`'s `enable` directives, after which
+/// `half.wgsl` goes (WGSL wants the directives first).
+const COOP_ENABLES_END: &str = "enable wgpu_cooperative_matrix;\n";
+
+/// `matmul_coop.wgsl` with `half.wgsl` after its directives and the entry
+/// point of `tiles`, the transposes and the output dtype `io.output` (inputs
+/// `f16`) appended; an `Err` for other dtypes.
+fn coop_source(tiles: CoopTiles, ta: bool, tb: bool, io: Io) -> std::result::Result<Cow<'static, str>, String> {
+    if io.input != DType::F16 || !matches!(io.output, DType::F32 | DType::F16 | DType::BF16) {
+        return Err(format!("matmul_coop.wgsl has no variant for {} → {}", io.input, io.output));
+    }
+    let file = Module::CoopMatmul { tiles, ta, tb }.source();
+    let at = file.find(COOP_ENABLES_END).map(|i| i + COOP_ENABLES_END.len()).ok_or("no enable directives")?;
+    let entry = coop_matmul::source(tiles, ta, tb, io.output);
+    Ok(Cow::Owned(format!("{}{HALF_WGSL}\n{}\n{entry}", &file[..at], &file[at..])))
+}
+
 /// The matmul entry points of `matmul.wgsl`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum MatmulKernel {
@@ -345,6 +376,7 @@ pub(crate) struct Vec4s {
 
 impl Vec4s {
     /// Every operand in vec4s.
+    #[cfg(test)]
     pub(crate) const ALL: Vec4s = Vec4s { a: true, b: true, c: true };
 
     /// What the layout of an `m × k` by `k × n` product (transposes `ta`,
@@ -381,6 +413,10 @@ pub(crate) enum Kernel {
     /// `matmul.wgsl` (`f32` only): which tiling, transposes, which operands
     /// move as vec4s; `checked`: compiled with naga's runtime bounds checks.
     Matmul { tiles: MatmulKernel, ta: bool, tb: bool, vec: Vec4s, checked: bool },
+    /// `matmul_coop.wgsl` `matmul_coop` (cooperative matrices): `f16` A and
+    /// B, C of dtype `out` (`f32`, `f16` with n even, `bf16` with n even);
+    /// `checked`: compiled with naga's runtime bounds checks.
+    CoopMatmul { tiles: CoopTiles, ta: bool, tb: bool, out: DType, checked: bool },
     /// `matmul.wgsl` `matmul_reduce`: sums `sk` split-K partials into C;
     /// `checked` as for the matmul it finishes (same module).
     MatmulReduce { sk: u32, checked: bool },
@@ -434,6 +470,7 @@ impl Kernel {
             Kernel::Attention { .. } => Module::Attention,
             Kernel::Slerp(_) => Module::Interpolate,
             Kernel::QuantGemv { mr, nr, subgroup, .. } => Module::QuantGemv { mr, nr, subgroup },
+            Kernel::CoopMatmul { tiles, ta, tb, .. } => Module::CoopMatmul { tiles, ta, tb },
             Kernel::Dequant { .. } => Module::Quant,
             Kernel::Rope { .. } | Kernel::Copy { .. } | Kernel::Gather { .. } | Kernel::ArgMax(_) => Module::Decoder,
         }
@@ -457,6 +494,7 @@ impl Kernel {
             | Kernel::QuantGemv { x: d, .. }
             | Kernel::ArgMax(d) => Io::new(d, DType::F32),
             Kernel::Dequant { to, .. } => Io::new(DType::F32, to),
+            Kernel::CoopMatmul { out, .. } => Io::new(DType::F16, out),
             Kernel::ReduceFinish(_)
             | Kernel::Matmul { .. }
             | Kernel::MatmulReduce { .. }
@@ -464,7 +502,8 @@ impl Kernel {
         }
     }
 
-    fn entry(self) -> &'static str {
+    /// The entry point's name in its WGSL.
+    pub(crate) fn entry(self) -> &'static str {
         match self {
             Kernel::Unary(..) => "unary",
             Kernel::Binary(..) => "binary",
@@ -477,6 +516,7 @@ impl Kernel {
             Kernel::Matmul { tiles: MatmulKernel::Small, .. } => "matmul_small",
             Kernel::Matmul { tiles: MatmulKernel::Tiled(_), .. } => "matmul_tiled",
             Kernel::MatmulReduce { .. } => "matmul_reduce",
+            Kernel::CoopMatmul { .. } => "matmul_coop",
             Kernel::Conv2d(_) => "conv2d",
             Kernel::Attention { .. } => "attention",
             Kernel::Slerp(_) => "slerp",
@@ -526,6 +566,7 @@ impl Kernel {
             | Kernel::Conv2d(_)
             | Kernel::Cast { .. }
             | Kernel::Slerp(_)
+            | Kernel::CoopMatmul { .. }
             | Kernel::ArgMax(_) => Vec::new(),
         }
     }
@@ -536,6 +577,7 @@ impl Kernel {
             self,
             Kernel::Matmul { checked: false, .. }
                 | Kernel::MatmulReduce { checked: false, .. }
+                | Kernel::CoopMatmul { checked: false, .. }
                 | Kernel::Attention { checked: false, .. }
         )
     }
@@ -557,13 +599,16 @@ pub(crate) struct Compiled {
     pub(crate) layout: wgpu::BindGroupLayout,
 }
 
-/// How matmuls are compiled: naga's checks, tiling. Switchable while the device lives.
+/// How matmuls are compiled: naga's checks, tiling, cooperative matrices.
+/// Switchable while the device lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct MatmulChoice {
     /// Whether matmul keeps naga's runtime bounds checks.
     pub(crate) checked: bool,
-    /// Which matmul tiling aligned shapes use.
+    /// Which tiling the `f32` kernels use.
     pub(crate) tiles: MatmulTiles,
+    /// Which cooperative-matrix configuration `f16` matmuls take (on devices that have them).
+    pub(crate) coop: CoopMatmul,
 }
 
 /// Per-device cache of shader modules and pipelines.
@@ -572,6 +617,8 @@ pub(crate) struct Kernels {
     matmul: Mutex<MatmulChoice>,
     modules: Mutex<HashMap<ModuleKey, wgpu::ShaderModule>>,
     pipelines: Mutex<HashMap<Kernel, Compiled>>,
+    /// Kernels whose pipeline the device refused ([`Kernels::compiles`]).
+    refused: Mutex<HashSet<Kernel>>,
 }
 
 fn compile_error(kernel: &str, e: impl std::fmt::Display) -> ComputeError {
@@ -584,6 +631,26 @@ impl Kernels {
             matmul: Mutex::new(matmul),
             modules: Mutex::new(HashMap::new()),
             pipelines: Mutex::new(HashMap::new()),
+            refused: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Whether `kernel`'s pipeline compiles on this device: compiles it on first
+    /// use (as [`Kernels::get`]) and remembers a refusal, so that a planner can
+    /// take another kernel instead of failing the op (the cooperative-matrix
+    /// kernel, whose extension is experimental in wgpu and in drivers).
+    pub(crate) fn compiles(&self, ctx: &Context, kernel: Kernel) -> bool {
+        if self.refused.lock().is_ok_and(|r| r.contains(&kernel)) {
+            return false;
+        }
+        match self.get(ctx, kernel) {
+            Ok(_) => true,
+            Err(_) => {
+                if let Ok(mut r) = self.refused.lock() {
+                    r.insert(kernel);
+                }
+                false
+            }
         }
     }
 
@@ -721,7 +788,7 @@ fn on_threads<T: Sync>(items: &[T], f: impl Fn(&T) -> Result<()> + Sync) -> Resu
 mod tests {
     use super::*;
 
-    const MODULES: [Module; 11] = [
+    const MODULES: [Module; 12] = [
         Module::Elementwise,
         Module::Decoder,
         Module::Reduce,
@@ -733,14 +800,18 @@ mod tests {
         Module::Quant,
         Module::QuantGemv { mr: 1, nr: 4, subgroup: false },
         Module::QuantGemv { mr: 16, nr: 4, subgroup: true },
+        Module::CoopMatmul { tiles: CoopTiles::AUTO_LARGE, ta: false, tb: true },
     ];
 
     /// naga's capabilities for validating `m` (subgroup operations for the
-    /// subgroup variant).
+    /// subgroup variant; for cooperative matrices what the device is opened
+    /// with: `f16`, subgroups and their barrier).
     fn capabilities(m: Module) -> naga::valid::Capabilities {
+        use naga::valid::Capabilities as C;
         match m {
-            Module::QuantGemv { subgroup: true, .. } => naga::valid::Capabilities::SUBGROUP,
-            _ => naga::valid::Capabilities::default(),
+            Module::QuantGemv { subgroup: true, .. } => C::SUBGROUP,
+            Module::CoopMatmul { .. } => C::COOPERATIVE_MATRIX | C::SHADER_FLOAT16 | C::SUBGROUP | C::SUBGROUP_BARRIER,
+            _ => C::default(),
         }
     }
 
@@ -755,6 +826,9 @@ mod tests {
                     let used = match m {
                         Module::Elementwise => true,
                         Module::Matmul | Module::Attention => input == DType::F32 && output == DType::F32,
+                        Module::CoopMatmul { .. } => {
+                            input == DType::F16 && matches!(output, DType::F32 | DType::F16 | DType::BF16)
+                        }
                         Module::Reduce | Module::Rows | Module::Conv | Module::Interpolate => output == DType::F32,
                         // The product reads x of any dtype and writes f32; dequantize writes any dtype.
                         Module::Quant => input == DType::F32 || output == DType::F32,
@@ -775,7 +849,7 @@ mod tests {
     fn every_module_variant_parses_and_validates_with_naga() {
         // Every GPU test compiles the shaders too; this catches WGSL errors on machines without a GPU.
         let variants = variants();
-        assert_eq!(variants.len(), 9 + 4 * 3 + 1 + 1 + 5 + 3 + 3 + 5);
+        assert_eq!(variants.len(), 9 + 4 * 3 + 1 + 1 + 5 + 3 + 3 + 5 + 3);
         for (m, io) in variants {
             let source = m.source_for(io).unwrap_or_else(|e| panic!("{} for {io:?}: {e}", m.name()));
             let what = format!("{} for {} → {}", m.name(), io.input, io.output);
@@ -942,6 +1016,71 @@ mod tests {
         }
         assert_eq!(quant_code(BlockFormat::Q8K), None);
         kernels.into_iter().for_each(validates_with_constants);
+    }
+
+    /// Every cooperative-matrix kernel the host can pick (each configuration
+    /// of [`CoopTiles::all`], both transposes, every output dtype) parses,
+    /// validates with the capabilities the device is opened with, declares
+    /// exactly the workgroup memory the planner checks, and goes through
+    /// naga's SPIR-V writer as wgpu's Vulkan backend drives it, with and
+    /// without bounds checks (naga 30's writer panics on some forms of
+    /// cooperative stores, which this would catch without a device).
+    #[test]
+    fn coop_variants_validate_and_write_spirv() {
+        use naga::back::spv;
+        let mut n = 0;
+        for tiles in CoopTiles::all() {
+            for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                for out in [DType::F32, DType::F16, DType::BF16] {
+                    let m = Module::CoopMatmul { tiles, ta, tb };
+                    let what = format!("{tiles} ta={ta} tb={tb} → {out}");
+                    let source = m.source_for(Io::new(DType::F16, out)).unwrap_or_else(|e| panic!("{what}: {e}"));
+                    let module = naga::front::wgsl::parse_str(&source)
+                        .unwrap_or_else(|e| panic!("{what}:\n{}", e.emit_to_string(&source)));
+                    let flags = naga::valid::ValidationFlags::all();
+                    let info = naga::valid::Validator::new(flags, capabilities(m))
+                        .validate(&module)
+                        .unwrap_or_else(|e| panic!("{what}:\n{}", e.emit_to_string(&source)));
+                    let bytes: u64 = module
+                        .global_variables
+                        .iter()
+                        .filter(|(_, g)| g.space == naga::AddressSpace::WorkGroup)
+                        .map(|(_, g)| u64::from(module.types[g.ty].inner.size(module.to_ctx())))
+                        .sum();
+                    assert_eq!(bytes, coop_matmul::workgroup_bytes(tiles, ta, tb), "{what}");
+                    for policy in [naga::proc::BoundsCheckPolicy::Unchecked, naga::proc::BoundsCheckPolicy::Restrict] {
+                        let options = spv::Options {
+                            lang_version: (1, 6),
+                            bounds_check_policies: naga::proc::BoundsCheckPolicies {
+                                index: policy,
+                                buffer: policy,
+                                image_load: policy,
+                                binding_array: policy,
+                            },
+                            zero_initialize_workgroup_memory: spv::ZeroInitializeWorkgroupMemoryMode::None,
+                            force_loop_bounding: true,
+                            use_storage_input_output_16: true,
+                            ..Default::default()
+                        };
+                        let pipeline = spv::PipelineOptions {
+                            shader_stage: naga::ShaderStage::Compute,
+                            entry_point: "matmul_coop".into(),
+                        };
+                        let words =
+                            std::panic::catch_unwind(|| spv::write_vec(&module, &info, &options, Some(&pipeline)))
+                                .unwrap_or_else(|_| panic!("{what}: naga's SPIR-V writer panicked"))
+                                .unwrap_or_else(|e| panic!("{what}: {e}"));
+                        assert!(words.len() > 100, "{what}");
+                    }
+                    n += 1;
+                }
+            }
+        }
+        assert_eq!(n, 16 * 4 * 3);
+        // What the planner may not ask for: other input dtypes.
+        let m = Module::CoopMatmul { tiles: CoopTiles::AUTO_LARGE, ta: false, tb: false };
+        assert!(m.source_for(Io::new(DType::BF16, DType::F32)).is_err());
+        assert!(m.source_for(Io::new(DType::F16, DType::Q8_0)).is_err());
     }
 
     /// Every matmul pipeline the host can pick (each tiling, the small

@@ -572,6 +572,74 @@ fn ragged_matmuls_take_every_tiling_with_element_loads() {
 }
 
 #[test]
+fn f16_matmuls_take_cooperative_matrices_where_the_device_has_them() {
+    // On a device with cooperative matrices (NVIDIA's Vulkan driver): every
+    // configuration, transpose and output dtype against the reference, on
+    // partial tiles, batches, long k and odd n; elsewhere (lavapipe) the same
+    // calls run the f32 kernels, and the device was never asked for the feature.
+    let Some(gpu) = gpu("cooperative matrices") else { return };
+    let (device, _) = gpu.device();
+    let adapter_has = device.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
+    assert_eq!(gpu.cooperative_matrix(), adapter_has);
+    assert_eq!(gpu.adapter().cooperative_matrix, gpu.cooperative_matrix());
+    eprintln!("cooperative matrices: {}", gpu.cooperative_matrix());
+    let spec = |batch, m, k, n, (trans_a, trans_b), out| {
+        let s = compute_core::MatmulSpec { batch, trans_a, trans_b, ..compute_core::MatmulSpec::new(m, k, n) };
+        Op::Matmul(s.with_dtypes(compute_core::DType::F16, out))
+    };
+    let outs = [compute_core::DType::F16, compute_core::DType::F32, compute_core::DType::BF16];
+    let transposes = [(false, false), (true, false), (false, true), (true, true)];
+    // (batch, m, k, n), each stored input's rows whole vec4<f16>s for every transpose.
+    let shapes =
+        [(1, 256, 256, 256), (1, 132, 68, 140), (2, 68, 40, 36), (1, 4, 4, 4), (3, 36, 100, 20), (1, 64, 1032, 96)];
+    let mut rng = seed();
+    let mut check = |op: &Op| {
+        let inputs = compute_core::conformance::typed_inputs_for(op, &mut rng);
+        if let Err(e) = compute_core::conformance::check_op_typed(&gpu, op, &inputs, 1.0) {
+            panic!("{} ({op:?}): {e}", gpu.matmul_coop());
+        }
+    };
+    let mut coop = vec![compute_wgpu::CoopMatmul::Auto];
+    if gpu.cooperative_matrix() {
+        coop.extend(compute_wgpu::CoopTiles::all().into_iter().map(compute_wgpu::CoopMatmul::Tiles));
+    }
+    for &c in &coop {
+        gpu.set_matmul_coop(c);
+        for &(batch, m, k, n) in &shapes {
+            for (i, &t) in transposes.iter().enumerate() {
+                let op = spec(batch, m, k, n, t, outs[i % 3]);
+                let entries = gpu.entry_points(&op).unwrap();
+                assert_eq!(entries.contains(&"matmul_coop"), gpu.cooperative_matrix(), "{c}: {op:?} ran {entries:?}");
+                check(&op);
+            }
+        }
+    }
+    gpu.set_matmul_coop(compute_wgpu::CoopMatmul::Auto);
+    // B transposed with odd n: the kernel writes an f32 temporary that a cast narrows.
+    for out in outs {
+        let op = spec(2, 33, 36, 31, (false, true), out);
+        let entries = gpu.entry_points(&op).unwrap();
+        assert_eq!(entries.first() == Some(&"matmul_coop"), gpu.cooperative_matrix(), "{op:?} ran {entries:?}");
+        check(&op);
+    }
+    // What the kernel does not take runs the f32 kernels: bf16 inputs, rows that
+    // are not whole vec4<f16>s, and everything once it is switched off.
+    let bf16 = Op::Matmul(
+        compute_core::MatmulSpec::new(64, 64, 64).with_dtypes(compute_core::DType::BF16, compute_core::DType::F32),
+    );
+    let ragged = spec(1, 64, 62, 64, (false, false), compute_core::DType::F16);
+    for op in [bf16, ragged] {
+        assert!(!gpu.entry_points(&op).unwrap().contains(&"matmul_coop"), "{op:?}");
+        check(&op);
+    }
+    gpu.set_matmul_coop(compute_wgpu::CoopMatmul::Off);
+    let op = spec(1, 128, 128, 128, (false, false), compute_core::DType::F16);
+    assert!(!gpu.entry_points(&op).unwrap().contains(&"matmul_coop"));
+    check(&op);
+    gpu.set_matmul_coop(compute_wgpu::CoopMatmul::Auto);
+}
+
+#[test]
 fn adapter_choice_prefers_hardware_and_honours_the_fallback_switch() {
     let Some(gpu) = gpu("adapter") else { return };
     let software = gpu.adapter().device_type == "Cpu";
