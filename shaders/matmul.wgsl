@@ -200,11 +200,20 @@ fn b_at(z: u32, col: u32, kc: u32) -> f32 {
     return 0.0;
 }
 
-// The same elements as load_a4, one at a time with each bounds-checked.
+// The same elements as load_a4, one at a time: unchecked where the whole tile
+// (4w rows from row0, k0..k0 + bk) lies inside A, else each bounds-checked.
 fn load_a1(z: u32, row0: u32, k0: u32, l: u32, w: u32, bk: u32) -> vec4<f32> {
     let s = slot(l, TA, w, bk);
     let row = row0 + s.x;
     let kc = k0 + s.y;
+    if (row0 + 4u * w <= p.m && k0 + bk <= k_end) {
+        // Four consecutive elements: along m (TA) or along k, all inside A.
+        var i = z * p.sa + row * p.k + kc;
+        if (TA) {
+            i = z * p.sa + kc * p.m + row;
+        }
+        return vec4<f32>(a1[i], a1[i + 1u], a1[i + 2u], a1[i + 3u]);
+    }
     if (TA) {
         return vec4<f32>(a_at(z, row, kc), a_at(z, row + 1u, kc), a_at(z, row + 2u, kc), a_at(z, row + 3u, kc));
     }
@@ -215,6 +224,14 @@ fn load_b1(z: u32, col0: u32, k0: u32, l: u32, w: u32, bk: u32) -> vec4<f32> {
     let s = slot(l, !TB, w, bk);
     let col = col0 + s.x;
     let kc = k0 + s.y;
+    if (col0 + 4u * w <= p.n && k0 + bk <= k_end) {
+        // Four consecutive elements: along k (TB) or along n, all inside B.
+        var i = z * p.sb + kc * p.n + col;
+        if (TB) {
+            i = z * p.sb + col * p.k + kc;
+        }
+        return vec4<f32>(b1[i], b1[i + 1u], b1[i + 2u], b1[i + 3u]);
+    }
     if (TB) {
         return vec4<f32>(b_at(z, col, kc), b_at(z, col, kc + 1u), b_at(z, col, kc + 2u), b_at(z, col, kc + 3u));
     }

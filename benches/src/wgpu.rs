@@ -8,8 +8,9 @@
 //! `ragged`, `hgemm`, `attention`) runs only those groups of rows (default: all).
 //!
 //! `ragged` rows time sgemm on shapes whose m, k or n is not a multiple of 4
-//! beside their aligned neighbour (4096³, or 1024³ / 2048³), interleaved: the
-//! ratio is the ragged shape's FLOP rate over the neighbour's.
+//! beside their aligned neighbour (each dimension rounded up to a multiple of
+//! 4), interleaved: the ratio is the ragged shape's FLOP rate over the
+//! neighbour's.
 //! `hgemm` rows time `f16` matmuls (`f16` output, `f32` accumulation) at
 //! 2048³, 4096³ and 8192³ on cooperative matrices where the device has them
 //! (and on the `f32` kernels, for comparison), each beside cuBLAS's
@@ -266,77 +267,79 @@ fn sgemm_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), Strin
 }
 
 /// sgemm on ragged shapes (m, k or n not a multiple of 4) beside their aligned
-/// neighbour, interleaved, op by op on resident tensors (as the sgemm rows):
-/// each row's peer is the neighbour's time scaled to the ragged shape's FLOPs,
-/// so the ratio is the ragged shape's FLOP rate over the neighbour's (goal
-/// ≥ 0.9).
+/// neighbour (each dimension rounded up to a multiple of 4: the same tile grid,
+/// every operand in vec4s), interleaved, op by op on resident tensors (as the
+/// sgemm rows): each row's peer is the neighbour's time scaled to the ragged
+/// shape's FLOPs, so the ratio is the ragged shape's FLOP rate over the
+/// neighbour's (goal ≥ 0.9).
 fn ragged_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), String> {
-    let cases: &[(usize, &[(usize, usize, usize)])] = if quick {
-        &[(512, &[(511, 511, 511)])]
+    let shapes: &[(usize, usize, usize)] = if quick {
+        &[(511, 511, 511)]
     } else {
         &[
-            (
-                4096,
-                &[(4095, 4095, 4095), (4097, 4097, 4097), (4096, 4095, 4096), (4096, 4096, 4095), (4093, 4096, 4096)],
-            ),
-            (2048, &[(2047, 2047, 2047)]),
-            (1024, &[(1023, 1023, 1023)]),
+            (4095, 4095, 4095),
+            (4097, 4097, 4097),
+            (4096, 4095, 4096),
+            (4096, 4096, 4095),
+            (4093, 4096, 4096),
+            (2047, 2047, 2047),
+            (1023, 1023, 1023),
         ]
     };
-    for &(n, shapes) in cases {
-        let aligned = Op::matmul(n, n, n);
+    let up = |v: usize| v.next_multiple_of(4);
+    for &(m, k, n) in shapes {
+        let (am, ak, an) = (up(m), up(k), up(n));
+        let aligned = Op::matmul(am, ak, an);
         let aligned_flops = aligned.cost().flops as f64;
         let reps = reps_for(quick, aligned_flops / 3e13);
         let (ta, tb, tc) = (
-            b.gpu.upload(&random(n * n, 31)).map_err(err)?,
-            b.gpu.upload(&random(n * n, 32)).map_err(err)?,
-            b.gpu.alloc(n * n).map_err(err)?,
+            b.gpu.upload(&random(am * ak, 31)).map_err(err)?,
+            b.gpu.upload(&random(ak * an, 32)).map_err(err)?,
+            b.gpu.alloc(am * an).map_err(err)?,
         );
-        for &(m, k, nn) in shapes {
-            let op = Op::matmul(m, k, nn);
-            let flops = op.cost().flops as f64;
-            let (ra, rb, rc) = (
-                b.gpu.upload(&random(m * k, 33)).map_err(err)?,
-                b.gpu.upload(&random(k * nn, 34)).map_err(err)?,
-                b.gpu.alloc(m * nn).map_err(err)?,
-            );
-            let mut failure = None;
-            let mut run = |op: &Op, ins: [&Tensor; 2], c: &Tensor| {
-                for _ in 0..reps {
-                    if let Err(e) = b.gpu.run_tensors(op, &ins, c) {
-                        failure = Some(e);
-                    }
-                }
-                if let Err(e) = b.gpu.synchronize() {
+        let op = Op::matmul(m, k, n);
+        let flops = op.cost().flops as f64;
+        let (ra, rb, rc) = (
+            b.gpu.upload(&random(m * k, 33)).map_err(err)?,
+            b.gpu.upload(&random(k * n, 34)).map_err(err)?,
+            b.gpu.alloc(m * n).map_err(err)?,
+        );
+        let mut failure = None;
+        let mut run = |op: &Op, ins: [&Tensor; 2], c: &Tensor| {
+            for _ in 0..reps {
+                if let Err(e) = b.gpu.run_tensors(op, &ins, c) {
                     failure = Some(e);
                 }
-            };
-            let (mut ours, mut theirs) = (Vec::new(), Vec::new());
-            // Interleaved by hand (one closure borrows `run` at a time).
-            let start = std::time::Instant::now();
+            }
+            if let Err(e) = b.gpu.synchronize() {
+                failure = Some(e);
+            }
+        };
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        // Interleaved by hand (one closure borrows `run` at a time).
+        let start = std::time::Instant::now();
+        run(&op, [&ra, &rb], &rc);
+        run(&aligned, [&ta, &tb], &tc);
+        while ours.len() < 3 || (start.elapsed() < b.budget && ours.len() < 1000) {
+            let t = std::time::Instant::now();
             run(&op, [&ra, &rb], &rc);
+            ours.push(t.elapsed().as_secs_f64() / reps as f64);
+            let t = std::time::Instant::now();
             run(&aligned, [&ta, &tb], &tc);
-            while ours.len() < 3 || (start.elapsed() < b.budget && ours.len() < 1000) {
-                let t = std::time::Instant::now();
-                run(&op, [&ra, &rb], &rc);
-                ours.push(t.elapsed().as_secs_f64() / reps as f64);
-                let t = std::time::Instant::now();
-                run(&aligned, [&ta, &tb], &tc);
-                theirs.push(t.elapsed().as_secs_f64() / reps as f64);
-            }
-            if let Some(e) = failure {
-                return Err(err(e));
-            }
-            let (t, ta_s) = (crate::report::median(&mut ours), crate::report::median(&mut theirs));
-            let mut r = b.record("sgemm ragged", format!("{m}x{k}x{nn}"), "resident", t);
-            r.gflops = Some(flops / t / 1e9);
-            r.note = Some(format!(
-                "auto tiles, checks off, {reps} matmuls per sample, op by op; aligned {n}^3 interleaved at {:.1} \
-                 TFLOP/s; peer = its time scaled to this shape's FLOPs (ratio = FLOP rate / aligned rate)",
-                aligned_flops / ta_s / 1e12
-            ));
-            push(out, r.with_peer(&format!("aligned {n}x{n}x{n} (same run)"), ta_s * flops / aligned_flops));
+            theirs.push(t.elapsed().as_secs_f64() / reps as f64);
         }
+        if let Some(e) = failure {
+            return Err(err(e));
+        }
+        let (t, ta_s) = (crate::report::median(&mut ours), crate::report::median(&mut theirs));
+        let mut r = b.record("sgemm ragged", format!("{m}x{k}x{n}"), "resident", t);
+        r.gflops = Some(flops / t / 1e9);
+        r.note = Some(format!(
+            "auto tiles, checks off, {reps} matmuls per sample, op by op; aligned {am}x{ak}x{an} interleaved at \
+             {:.1} TFLOP/s; peer = its time scaled to this shape's FLOPs (ratio = FLOP rate / aligned rate)",
+            aligned_flops / ta_s / 1e12
+        ));
+        push(out, r.with_peer(&format!("aligned {am}x{ak}x{an} (same run)"), ta_s * flops / aligned_flops));
     }
     Ok(())
 }

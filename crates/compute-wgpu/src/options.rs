@@ -329,9 +329,8 @@ impl std::fmt::Display for TiledMatmul {
 /// `tile_n` per workgroup of `warps_m` × `warps_n` subgroups of 32
 /// invocations, each subgroup a block of (`tile_m`/`warps_m`) ×
 /// (`tile_n`/`warps_n`) outputs as 16 × 16 accumulators (1, 2 or 4 along each
-/// side), K steps of 16 or 32. `scalar_tiles` keeps the tiles in workgroup
-/// memory as single `f16` values instead of `vec4<f16>`s (four stores per
-/// loaded vec4 instead of one).
+/// side), K steps of 16, 32 or 64. `ahead` issues each K step's global loads
+/// two steps before its multiply (two sets of registers) instead of one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CoopTiles {
     tile_m: u32,
@@ -339,26 +338,28 @@ pub struct CoopTiles {
     k_step: u32,
     warps_m: u32,
     warps_n: u32,
-    scalar_tiles: bool,
+    ahead: bool,
 }
 
 impl CoopTiles {
     /// `CoopMatmul::Auto`'s choice for shapes of at least 256 tiles of 128 ×
-    /// 128: 128 × 128 tiles, K step 32, 2 × 2 subgroups of 64 × 64 outputs
-    /// (16 accumulators each).
-    pub const AUTO_LARGE: CoopTiles = CoopTiles::plain(128, 128, 32, 2, 2);
+    /// 128: 128 × 128 tiles, K step 32, 2 × 4 subgroups of 64 × 32 outputs
+    /// (8 accumulators each).
+    pub const AUTO_LARGE: CoopTiles = CoopTiles::plain(128, 128, 32, 2, 4);
     /// `CoopMatmul::Auto`'s choice below: 64 × 64 tiles, K step 32, 2 × 2
     /// subgroups of 32 × 32 outputs.
     pub const AUTO_SMALL: CoopTiles = CoopTiles::plain(64, 64, 32, 2, 2);
 
     const fn plain(tile_m: u32, tile_n: u32, k_step: u32, warps_m: u32, warps_n: u32) -> CoopTiles {
-        CoopTiles { tile_m, tile_n, k_step, warps_m, warps_n, scalar_tiles: false }
+        CoopTiles { tile_m, tile_n, k_step, warps_m, warps_n, ahead: false }
     }
 
     /// The configuration, or `None` where the kernel has none: tiles of 32 to
     /// 256 (powers of two), 1, 2 or 4 subgroups along each side each holding 1,
-    /// 2 or 4 accumulators along it, at most 8 subgroups, K step 16 or 32, and
-    /// tiles whose vec4s divide evenly among the invocations.
+    /// 2 or 4 accumulators along it, at most 8 subgroups, K step 16, 32 or 64,
+    /// and tiles whose 16-byte units (8 halves) divide evenly among the
+    /// invocations. (Whether its tiles fit a device's workgroup memory is the
+    /// planner's question.)
     pub fn new(tile_m: u32, tile_n: u32, k_step: u32, warps_m: u32, warps_n: u32) -> Option<CoopTiles> {
         let side = |tile: u32, warps: u32| {
             matches!(warps, 1 | 2 | 4) && tile.is_multiple_of(16 * warps) && matches!(tile / (16 * warps), 1 | 2 | 4)
@@ -366,35 +367,41 @@ impl CoopTiles {
         let threads = 32 * warps_m * warps_n;
         let valid = side(tile_m, warps_m)
             && side(tile_n, warps_n)
-            && matches!(k_step, 16 | 32)
+            && matches!(k_step, 16 | 32 | 64)
             && threads <= 256
-            && (tile_m * k_step / 4).is_multiple_of(threads)
-            && (tile_n * k_step / 4).is_multiple_of(threads);
+            && (tile_m * k_step / 8).is_multiple_of(threads)
+            && (tile_n * k_step / 8).is_multiple_of(threads);
         valid.then_some(CoopTiles::plain(tile_m, tile_n, k_step, warps_m, warps_n))
     }
 
-    /// The same with the tiles kept as single `f16` values (or `vec4<f16>`s).
-    pub fn with_scalar_tiles(mut self, on: bool) -> CoopTiles {
-        self.scalar_tiles = on;
+    /// The configurations a tuning sweep tries: [`CoopTiles::AUTO_LARGE`],
+    /// [`CoopTiles::AUTO_SMALL`], and other tile shapes of 4 or 8 subgroups
+    /// whose tiles fit 48 KiB of workgroup memory with either operand
+    /// transposed, each also `ahead`.
+    pub fn all() -> Vec<CoopTiles> {
+        let names = [
+            "coop-128x128-32-w2x4",
+            "coop-64x64-32-w2x2",
+            "coop-128x128-32-w2x2",
+            "coop-128x128-16-w2x4",
+            "coop-128x256-16-w2x4",
+            "coop-256x128-16-w4x2",
+            "coop-128x64-32-w4x2",
+            "coop-64x64-64-w2x2",
+        ];
+        let plain = names.iter().filter_map(|n| CoopTiles::parse(n));
+        plain.flat_map(|t| [t, t.with_ahead(true)]).collect()
+    }
+
+    /// The same with the loads two K steps ahead (or one).
+    pub fn with_ahead(mut self, on: bool) -> CoopTiles {
+        self.ahead = on;
         self
     }
 
-    /// The configurations a tuning sweep tries: [`CoopTiles::AUTO_LARGE`],
-    /// [`CoopTiles::AUTO_SMALL`], and the other tile shapes of 4 or 8 subgroups
-    /// whose tiles fit 48 KiB of workgroup memory, each also with scalar tiles.
-    pub fn all() -> Vec<CoopTiles> {
-        let names = [
-            "coop-128x128-32-w2x2",
-            "coop-64x64-32-w2x2",
-            "coop-128x128-16-w2x2",
-            "coop-128x128-32-w2x4",
-            "coop-128x256-16-w2x4",
-            "coop-256x128-16-w4x2",
-            "coop-128x64-32-w2x2",
-            "coop-64x64-16-w2x2",
-        ];
-        let plain = names.iter().filter_map(|n| CoopTiles::parse(n));
-        plain.flat_map(|t| [t, t.with_scalar_tiles(true)]).collect()
+    /// Whether the loads go out two K steps ahead.
+    pub fn ahead(self) -> bool {
+        self.ahead
     }
 
     /// Rows of C per workgroup.
@@ -432,13 +439,8 @@ impl CoopTiles {
         32 * self.warps()
     }
 
-    /// Whether the tiles are kept as single `f16` values.
-    pub fn scalar_tiles(self) -> bool {
-        self.scalar_tiles
-    }
-
     /// Parses the [`Display`](std::fmt::Display) form,
-    /// `coop-<m>x<n>-<k step>-w<warps m>x<warps n>[-scalar]`.
+    /// `coop-<m>x<n>-<k step>-w<warps m>x<warps n>[-ahead]`.
     pub fn parse(name: &str) -> Option<CoopTiles> {
         let name = name.trim().to_ascii_lowercase();
         let mut parts = name.strip_prefix("coop-")?.split('-');
@@ -448,7 +450,7 @@ impl CoopTiles {
         let t = CoopTiles::new(m.parse().ok()?, n.parse().ok()?, k, wm.parse().ok()?, wn.parse().ok()?)?;
         match parts.next() {
             None => Some(t),
-            Some("scalar") if parts.next().is_none() => Some(t.with_scalar_tiles(true)),
+            Some("ahead") if parts.next().is_none() => Some(t.with_ahead(true)),
             Some(_) => None,
         }
     }
@@ -457,8 +459,8 @@ impl CoopTiles {
 impl std::fmt::Display for CoopTiles {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "coop-{}x{}-{}-w{}x{}", self.tile_m, self.tile_n, self.k_step, self.warps_m, self.warps_n)?;
-        if self.scalar_tiles {
-            f.write_str("-scalar")?;
+        if self.ahead {
+            f.write_str("-ahead")?;
         }
         Ok(())
     }
@@ -651,13 +653,13 @@ mod tests {
             assert!(t.threads() <= 256 && t.threads() % 32 == 0);
             let (fm, fn_) = (t.tile_m() / (16 * t.warps_m()), t.tile_n() / (16 * t.warps_n()));
             assert!([1, 2, 4].contains(&fm) && [1, 2, 4].contains(&fn_), "{t}");
-            assert_eq!((t.tile_m() * t.k_step() / 4) % t.threads(), 0, "{t}");
+            assert_eq!((t.tile_m() * t.k_step() / 8) % t.threads(), 0, "{t}");
         }
         assert!(all.contains(&CoopTiles::AUTO_LARGE) && all.contains(&CoopTiles::AUTO_SMALL));
-        assert_eq!(CoopTiles::AUTO_LARGE.to_string(), "coop-128x128-32-w2x2");
+        assert_eq!(CoopTiles::AUTO_LARGE.to_string(), "coop-128x128-32-w2x4");
         assert_eq!(CoopTiles::AUTO_SMALL.to_string(), "coop-64x64-32-w2x2");
-        let s = CoopTiles::parse("COOP-128x256-16-w2x4-scalar").unwrap();
-        assert!(s.scalar_tiles() && s.threads() == 256 && s.tile_n() == 256);
+        let s = CoopTiles::parse("COOP-128x256-16-w2x4-ahead").unwrap();
+        assert!(s.threads() == 256 && s.tile_n() == 256 && s.k_step() == 16 && s.ahead());
         for m in [CoopMatmul::Auto, CoopMatmul::Off] {
             assert_eq!(CoopMatmul::parse(&m.to_string()), Some(m));
         }
@@ -670,7 +672,9 @@ mod tests {
             "coop-128x128-32-w4x4",
             "coop-128x128-32",
             "coop-128x128-32-w2x2-fast",
-            "coop-128x128-32-w2x2-scalar-scalar",
+            "coop-128x128-128-w2x2",
+            "coop-128x128-32-w2x2-ahead-ahead",
+            "coop-64x64-16-w2x4",
             "tiled-128x128-8",
         ] {
             assert_eq!(CoopMatmul::parse(bad), None, "{bad}");

@@ -696,7 +696,8 @@ fn auto_coop(m: u64, n: u64, batch: u64) -> CoopTiles {
 /// only within `f16`'s range, which the data decide, not the op); the output
 /// is not `f32`, `f16` or `bf16`; or the contiguous dimension of a stored
 /// input (A: k, or m when transposed; B: n, or k when transposed) is not a
-/// multiple of 4. The configuration must also fit `max_workgroup_bytes` of
+/// multiple of 8 (the kernel reads 16-byte units of 8 halves). The
+/// configuration must also fit `max_workgroup_bytes` of
 /// workgroup memory and `max_invocations` per workgroup. Free.
 pub(crate) fn coop_tiles(
     choice: CoopMatmul,
@@ -707,7 +708,7 @@ pub(crate) fn coop_tiles(
     let inputs = s.dtype == DType::F16 && matches!(s.out_dtype, DType::F32 | DType::F16 | DType::BF16);
     let a = if s.trans_a { s.m } else { s.k };
     let b = if s.trans_b { s.k } else { s.n };
-    if !inputs || !a.is_multiple_of(4) || !b.is_multiple_of(4) {
+    if !inputs || !a.is_multiple_of(8) || !b.is_multiple_of(8) {
         return None;
     }
     let tiles = match choice {
@@ -1160,7 +1161,7 @@ mod tests {
     }
 
     #[test]
-    fn coop_takes_f16_inputs_of_vec4_rows_and_declines_the_rest() {
+    fn coop_takes_f16_inputs_of_whole_16_byte_rows_and_declines_the_rest() {
         use compute_core::MatmulSpec;
         let (wg, inv) = (48 << 10, 1024);
         let f16 = |m, k, n| MatmulSpec::new(m, k, n).with_dtypes(DType::F16, DType::F16);
@@ -1168,7 +1169,7 @@ mod tests {
         assert_eq!(pick(f16(4096, 4096, 4096)), Some(CoopTiles::AUTO_LARGE));
         assert_eq!(pick(f16(8192, 8192, 8192)), Some(CoopTiles::AUTO_LARGE));
         assert_eq!(pick(f16(1024, 1024, 1024)), Some(CoopTiles::AUTO_SMALL));
-        assert_eq!(pick(f16(1, 4, 4)), Some(CoopTiles::AUTO_SMALL));
+        assert_eq!(pick(f16(1, 8, 8)), Some(CoopTiles::AUTO_SMALL));
         // m of any size (n too with B transposed, `x·Wᵀ`); every output dtype of the kernel.
         assert!(pick(f16(4095, 4096, 4096)).is_some());
         assert!(pick(MatmulSpec { trans_b: true, ..f16(4095, 4096, 4093) }).is_some());
@@ -1180,9 +1181,11 @@ mod tests {
             assert_eq!(pick(MatmulSpec::new(4096, 4096, 4096).with_dtypes(d, d)), None, "{d}");
             assert_eq!(pick(MatmulSpec::new(4096, 4096, 4096).with_dtypes(d, DType::F32)), None, "{d}");
         }
-        // Rows of A (k) or B (n) that are not whole vec4<f16>s; transposed, m and k.
+        // Rows of A (k) or B (n) that are not whole 16-byte units; transposed, m and k.
         assert_eq!(pick(f16(64, 63, 64)), None);
+        assert_eq!(pick(f16(64, 60, 64)), None);
         assert_eq!(pick(f16(64, 64, 62)), None);
+        assert_eq!(pick(f16(64, 64, 68)), None);
         let t = |m, k, n, ta, tb| MatmulSpec { trans_a: ta, trans_b: tb, ..f16(m, k, n) };
         assert!(pick(t(64, 63, 62, true, false)).is_none());
         assert!(pick(t(64, 64, 63, true, true)).is_some());
@@ -1196,11 +1199,19 @@ mod tests {
         let wide = CoopTiles::parse("coop-128x256-16-w2x4").unwrap();
         assert_eq!(coop_tiles(CoopMatmul::Tiles(wide), &f16(64, 64, 64), wg, inv), Some(wide));
         assert_eq!(coop_tiles(CoopMatmul::Tiles(wide), &f16(64, 64, 64), wg, 128), None);
-        // 48 KiB exactly: 128 × 128, K step 32, 2 × 4 subgroups with B transposed.
-        let full = CoopTiles::parse("coop-128x128-32-w2x4").unwrap();
-        assert_eq!(coop_matmul::workgroup_bytes(full, false, true), 48 << 10);
-        assert!(coop_tiles(CoopMatmul::Tiles(full), &t(64, 64, 64, false, true), wg, inv).is_some());
-        assert!(coop_tiles(CoopMatmul::Tiles(full), &t(64, 64, 64, false, true), wg - 1, inv).is_none());
+        // Every configuration of the sweep fits 48 KiB with either operand transposed; a
+        // byte less than one needs is refused.
+        for c in CoopTiles::all() {
+            for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                let need = coop_matmul::workgroup_bytes(c, ta, tb);
+                assert!(need <= wg, "{c}: {need}");
+                let s = t(64, 64, 64, ta, tb);
+                assert_eq!(coop_tiles(CoopMatmul::Tiles(c), &s, need, inv), Some(c));
+                assert_eq!(coop_tiles(CoopMatmul::Tiles(c), &s, need - 1, inv), None);
+            }
+        }
+        // A tile (16 bytes a unit, rows padded by one unit) and the staging slices of the subgroups.
+        assert_eq!(coop_matmul::workgroup_bytes(CoopTiles::AUTO_LARGE, false, false), 16 * 2 * (128 * 5 + 32 * 17));
     }
 
     #[test]
