@@ -4,8 +4,8 @@ enable wgpu_cooperative_matrix;
 // C = op(A) · op(B) on cooperative matrices (tensor cores): f16 A and B,
 // products accumulated in f32, C written as f32, f16 or bf16. Batched (the
 // grid's z), any m, n, k; the contiguous dimension of each stored input (A: k,
-// or m when transposed; B: n, or k when transposed) a multiple of 8, so that
-// every input row starts on a 16-byte vec4<u32> of 8 halves.
+// or m when transposed; B: n, or k when transposed) a multiple of 4, so that
+// every input row starts on a vec4<f16> (8 bytes).
 //
 // The entry point `matmul_coop` is written out per configuration by the host
 // (`crates/compute-wgpu/src/kernels/coop_matmul.rs`) and appended to this
@@ -13,7 +13,7 @@ enable wgpu_cooperative_matrix;
 // BM × BN per workgroup of WARPS subgroups of 32 invocations, each subgroup
 // an FM × FN block of 16 × 16 accumulators (`coop_mat16x16<f32, C>`), K steps
 // of BK. Per K step every invocation loads its share of the next A and B tiles
-// from global memory into registers (16 bytes a load; bounds-checked, zeros
+// from global memory into registers (vec4<f16>s; bounds-checked, zeros
 // outside the matrices, only in tiles that cross an edge of A or B), the
 // subgroups multiply the current tiles out of workgroup memory (`coopLoad` of
 // 16 × 16 f16 fragments, `coopMultiplyAdd`), then the registers go into the
@@ -22,25 +22,23 @@ enable wgpu_cooperative_matrix;
 // of steps multiplies one tile of zeros more).
 //
 // Tiles keep the layout of the stored matrix (no transposing stores): a
-// transposed operand is read as column-major fragments instead. Workgroup
-// memory is one array of 16-byte units (`Ts`, typed vec4<f32>, which the
-// accumulators' staging needs); the tiles' halves are stored there as raw
-// bits and read back as f16 fragments. Each tile row is padded by 8 halves
-// (16 bytes), so that the eight 16-byte rows of a fragment's 8 × 8 pieces fall
-// in distinct banks; row strides and fragment offsets are whole units, as
-// cooperative loads require (16-byte alignment).
+// transposed operand is read as column-major fragments instead. They are
+// arrays of vec4<f16> (`As`, `Bs`; a cooperative load's offset and stride
+// count those units), each row padded by 8 halves (16 bytes), so that the
+// eight 16-byte rows of a fragment's 8 × 8 pieces fall in distinct banks; row
+// strides and fragment offsets are multiples of 16 bytes, as cooperative
+// loads require.
 //
 // The epilogue: a workgroup whose tile lies wholly inside C, with n a
 // multiple of 4 and an f32 output (`p.direct`), stores its accumulators
-// straight into C (`coopStoreT`, row stride n). Otherwise, once the last K
-// step's barrier has passed (no subgroup reads the tiles any more), each
-// subgroup stores one accumulator at a time into its own 16 × 16 slice of
-// `Ts`, and its invocations write the elements inside C, converted to the
+// straight into C (`coopStoreT`, row stride n). Otherwise each subgroup
+// stores one accumulator at a time into its own 16 × 16 slice of `Cs`, and
+// its invocations write the elements inside C, converted to the
 // output dtype (halves two to a word, rounded to nearest even by
 // `half.wgsl`'s integer conversions; the host sends half outputs here only
 // with n even, so that a word never spans two rows).
 //
-// Bounds. Every global read is `a[(z·sa + row·ld + col) / 8]` (b likewise)
+// Bounds. Every global read is `a[(z·sa + row·ld + col) / 4]` (b likewise)
 // with row and col inside the stored matrix: checked one by one in a tile
 // that crosses an edge, or inside because the whole tile is (a condition
 // uniform in the workgroup). Every global write is checked against m and n
@@ -53,9 +51,10 @@ enable wgpu_cooperative_matrix;
 //
 // naga 30 loses the `Emit` of expressions computed inside the arguments of
 // `coopStore*` (its SPIR-V writer then panics), so every index and stride
-// passed to a cooperative load or store is a `let` of its own; and its
-// `bitcast` to vectors of f16 is broken, which is why the halves travel as
-// u32 words and f32 bit patterns.
+// passed to a cooperative load or store is a `let` of its own. (Its `bitcast`
+// to vectors of f16 is broken too, so the inputs are bound as vec4<f16>,
+// 8-byte loads; and NVIDIA's compiler (driver 580) refuses cooperative loads
+// of f16 fragments through pointers to 32-bit types, so the tiles are f16.)
 
 struct Params {
     m: u32,
@@ -73,52 +72,51 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-// A and B as 16-byte units of 8 halves.
-@group(0) @binding(1) var<storage, read> a: array<vec4<u32>>;
-@group(0) @binding(2) var<storage, read> b: array<vec4<u32>>;
+// A and B as units of 4 halves.
+@group(0) @binding(1) var<storage, read> a: array<vec4<f16>>;
+@group(0) @binding(2) var<storage, read> b: array<vec4<f16>>;
 // C as f32 values (f32 output) or as words of two halves (f16, bf16 output);
 // an entry point uses one of the two.
 @group(0) @binding(3) var<storage, read_write> c: array<f32>;
 @group(0) @binding(4) var<storage, read_write> cw: array<u32>;
 
-// A's 8 halves (row, kc..kc+8) of op(A) (TA: (row..row+8, kc)), which the
-// caller knows to be inside A (kc and the contiguous extent are multiples of 8).
-fn load_a(z: u32, row: u32, kc: u32) -> vec4<u32> {
+// A's 4 halves (row, kc..kc+4) of op(A) (TA: (row..row+4, kc)), which the
+// caller knows to be inside A (kc and the contiguous extent are multiples of 4).
+fn load_a(z: u32, row: u32, kc: u32) -> vec4<f16> {
     if (TA) {
-        return a[(z * p.sa + kc * p.m + row) / 8u];
+        return a[(z * p.sa + kc * p.m + row) / 4u];
     }
-    return a[(z * p.sa + row * p.k + kc) / 8u];
+    return a[(z * p.sa + row * p.k + kc) / 4u];
 }
 
 // The same, or zeros outside A (a unit is wholly inside or outside).
-fn load_a_checked(z: u32, row: u32, kc: u32) -> vec4<u32> {
+fn load_a_checked(z: u32, row: u32, kc: u32) -> vec4<f16> {
     if (row < p.m && kc < p.k) {
         return load_a(z, row, kc);
     }
-    return vec4<u32>(0u);
+    return vec4<f16>(0.0h);
 }
 
-// B's 8 halves (kc, col..col+8) of op(B) (TB: (kc..kc+8, col)), inside B.
-fn load_b(z: u32, kc: u32, col: u32) -> vec4<u32> {
+// B's 4 halves (kc, col..col+4) of op(B) (TB: (kc..kc+4, col)), inside B.
+fn load_b(z: u32, kc: u32, col: u32) -> vec4<f16> {
     if (TB) {
-        return b[(z * p.sb + col * p.k + kc) / 8u];
+        return b[(z * p.sb + col * p.k + kc) / 4u];
     }
-    return b[(z * p.sb + kc * p.n + col) / 8u];
+    return b[(z * p.sb + kc * p.n + col) / 4u];
 }
 
 // The same, or zeros outside B.
-fn load_b_checked(z: u32, kc: u32, col: u32) -> vec4<u32> {
+fn load_b_checked(z: u32, kc: u32, col: u32) -> vec4<f16> {
     if (kc < p.k && col < p.n) {
         return load_b(z, kc, col);
     }
-    return vec4<u32>(0u);
+    return vec4<f16>(0.0h);
 }
 
-// Element (r, col) of the 16 × 16 block the subgroup staged at unit `so` of
-// Ts (row-major, 4 units a row: every index is below so + 64 ≤ WARPS·64,
-// which the host keeps within Ts).
+// Element (r, col) of the 16 × 16 block the subgroup staged at `so` of Cs
+// (row-major: every index is below so + 256 ≤ WARPS·256, Cs's length).
 fn staged(so: u32, r: u32, col: u32) -> f32 {
-    return Ts[so + r * 4u + col / 4u][col % 4u];
+    return Cs[so + r * 16u + col];
 }
 
 // Writes this invocation's 8 values of the 16 × 16 block at (r0, c0) of C

@@ -357,9 +357,9 @@ impl CoopTiles {
     /// The configuration, or `None` where the kernel has none: tiles of 32 to
     /// 256 (powers of two), 1, 2 or 4 subgroups along each side each holding 1,
     /// 2 or 4 accumulators along it, at most 8 subgroups, K step 16, 32 or 64,
-    /// and tiles whose 16-byte units (8 halves) divide evenly among the
-    /// invocations. (Whether its tiles fit a device's workgroup memory is the
-    /// planner's question.)
+    /// and tiles whose units of 4 halves divide evenly among the invocations.
+    /// (Whether its tiles fit a device's workgroup memory is the planner's
+    /// question.)
     pub fn new(tile_m: u32, tile_n: u32, k_step: u32, warps_m: u32, warps_n: u32) -> Option<CoopTiles> {
         let side = |tile: u32, warps: u32| {
             matches!(warps, 1 | 2 | 4) && tile.is_multiple_of(16 * warps) && matches!(tile / (16 * warps), 1 | 2 | 4)
@@ -369,8 +369,8 @@ impl CoopTiles {
             && side(tile_n, warps_n)
             && matches!(k_step, 16 | 32 | 64)
             && threads <= 256
-            && (tile_m * k_step / 8).is_multiple_of(threads)
-            && (tile_n * k_step / 8).is_multiple_of(threads);
+            && (tile_m * k_step / 4).is_multiple_of(threads)
+            && (tile_n * k_step / 4).is_multiple_of(threads);
         valid.then_some(CoopTiles::plain(tile_m, tile_n, k_step, warps_m, warps_n))
     }
 
@@ -653,7 +653,7 @@ mod tests {
             assert!(t.threads() <= 256 && t.threads() % 32 == 0);
             let (fm, fn_) = (t.tile_m() / (16 * t.warps_m()), t.tile_n() / (16 * t.warps_n()));
             assert!([1, 2, 4].contains(&fm) && [1, 2, 4].contains(&fn_), "{t}");
-            assert_eq!((t.tile_m() * t.k_step() / 8) % t.threads(), 0, "{t}");
+            assert_eq!((t.tile_m() * t.k_step() / 4) % t.threads(), 0, "{t}");
         }
         assert!(all.contains(&CoopTiles::AUTO_LARGE) && all.contains(&CoopTiles::AUTO_SMALL));
         assert_eq!(CoopTiles::AUTO_LARGE.to_string(), "coop-128x128-32-w2x4");
@@ -674,7 +674,7 @@ mod tests {
             "coop-128x128-32-w2x2-fast",
             "coop-128x128-128-w2x2",
             "coop-128x128-32-w2x2-ahead-ahead",
-            "coop-64x64-16-w2x4",
+            "coop-32x64-16-w2x4",
             "tiled-128x128-8",
         ] {
             assert_eq!(CoopMatmul::parse(bad), None, "{bad}");

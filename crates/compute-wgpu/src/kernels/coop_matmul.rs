@@ -14,27 +14,26 @@ use compute_core::DType;
 
 use crate::options::CoopTiles;
 
-/// Halves per unit of workgroup memory (16 bytes).
-const UNIT: u32 = 8;
+/// Halves per unit of the tiles in workgroup memory and of the loads (a
+/// `vec4<f16>`, 8 bytes).
+const UNIT: u32 = 4;
 
-/// Where a configuration keeps its tiles in workgroup memory, in 16-byte
-/// units of 8 halves: two buffers of the A tile, then two of the B tile, each
-/// stored row by row as the matrix is stored, every row padded by one unit
-/// (the eight 16-byte rows of a fragment's 8 × 8 pieces then fall in distinct
-/// banks, and every row stays 16-byte aligned, as cooperative loads require).
+/// Where a configuration keeps its tiles in workgroup memory, in units of 4
+/// halves (`vec4<f16>`): two buffers of the A tile (`As`) and two of the B
+/// tile (`Bs`), each stored row by row as the matrix is stored, every row
+/// padded by 8 halves (the eight 16-byte rows of a fragment's 8 × 8 pieces
+/// then fall in distinct banks, and every row stays 16-byte aligned, as
+/// cooperative loads require).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Layout {
-    /// Units per stored row of an A tile (`BK` halves, `BM` when transposed, plus one).
+    /// Units per stored row of an A tile (`BK` halves, `BM` when transposed, plus 8).
     pub(crate) sa: u32,
-    /// Units per stored row of a B tile (`BN` halves, `BK` when transposed, plus one).
+    /// Units per stored row of a B tile (`BN` halves, `BK` when transposed, plus 8).
     pub(crate) sb: u32,
     /// Units of one A tile.
     pub(crate) at: u32,
     /// Units of one B tile.
     pub(crate) bt: u32,
-    /// Units of the whole array: both buffers of both tiles, and at least the
-    /// subgroups' 16 × 16 `f32` staging slices (64 units each) of the epilogue.
-    pub(crate) units: u32,
 }
 
 impl Layout {
@@ -44,15 +43,17 @@ impl Layout {
         // Stored A tile: BM rows of BK halves, or (TA) BK rows of BM; B: BK rows of BN, or (TB) BN of BK.
         let (a_rows, a_len) = if ta { (bk, bm) } else { (bm, bk) };
         let (b_rows, b_len) = if tb { (bn, bk) } else { (bk, bn) };
-        let (sa, sb) = (a_len / UNIT + 1, b_len / UNIT + 1);
-        let (at, bt) = (a_rows * sa, b_rows * sb);
-        Layout { sa, sb, at, bt, units: (2 * (at + bt)).max(64 * t.warps()) }
+        let (sa, sb) = ((a_len + 8) / UNIT, (b_len + 8) / UNIT);
+        Layout { sa, sb, at: a_rows * sa, bt: b_rows * sb }
     }
 }
 
-/// Bytes of workgroup memory the kernel of `t` declares for the transposes `ta`, `tb`.
+/// Bytes of workgroup memory the kernel of `t` declares for the transposes
+/// `ta`, `tb`: two buffers of each tile (8 bytes a unit) and one 16 × 16 `f32`
+/// staging slice per subgroup (`Cs`).
 pub(crate) fn workgroup_bytes(t: CoopTiles, ta: bool, tb: bool) -> u64 {
-    16 * u64::from(Layout::of(t, ta, tb).units)
+    let l = Layout::of(t, ta, tb);
+    16 * u64::from(l.at + l.bt) + 1024 * u64::from(t.warps())
 }
 
 /// The WGSL of `matmul_coop` for `t`, transposes `ta`, `tb` and output dtype
@@ -66,9 +67,9 @@ pub(crate) fn source(t: CoopTiles, ta: bool, tb: bool, out: DType) -> String {
     let l = Layout::of(t, ta, tb);
     // Units of each tile per invocation (the configurations keep these whole).
     let (na, nb) = (bm * bk / UNIT / threads, bn * bk / UNIT / threads);
-    // Buffer offsets: A0, A1, B0, B1.
+    // Buffer offsets in As and Bs.
     let a_buf = [0, l.at];
-    let b_buf = [2 * l.at, 2 * l.at + l.bt];
+    let b_buf = [0, l.bt];
     let mut s = String::new();
     let mut w = |line: &str| {
         s.push_str(line);
@@ -78,11 +79,10 @@ pub(crate) fn source(t: CoopTiles, ta: bool, tb: bool, out: DType) -> String {
     let to_half = if out == DType::BF16 { "f32_to_bf16" } else { "f32_to_f16" };
     w(&format!("fn to_half(v: f32) -> u32 {{ return {to_half}(v); }}"));
     w("");
-    w(&format!(
-        "// A tiles at units 0 and {}, B tiles at {} and {} ({} and {} units); the epilogue's staging slices.",
-        a_buf[1], b_buf[0], b_buf[1], l.at, l.bt
-    ));
-    w(&format!("var<workgroup> Ts: array<vec4<f32>, {}>;", l.units));
+    w(&format!("// Two buffers of each tile ({} and {} units), then one 16 × 16 slice per subgroup.", l.at, l.bt));
+    w(&format!("var<workgroup> As: array<vec4<f16>, {}>;", 2 * l.at));
+    w(&format!("var<workgroup> Bs: array<vec4<f16>, {}>;", 2 * l.bt));
+    w(&format!("var<workgroup> Cs: array<f32, {}>;", 256 * wm * wn));
     w("");
     // Invocation lid moves unit v = lid + q·threads of each tile (v < the tile's units): its
     // stored row and unit within the row, and the global load that fills it.
@@ -91,7 +91,7 @@ pub(crate) fn source(t: CoopTiles, ta: bool, tb: bool, out: DType) -> String {
         let per = if ta { bm } else { bk } / UNIT;
         let (r, c) = (format!("{v} / {per}u"), format!("{v} % {per}u"));
         let args =
-            if ta { format!("z, row0 + ({c}) * 8u, k0 + {r}") } else { format!("z, row0 + {r}, k0 + ({c}) * 8u") };
+            if ta { format!("z, row0 + ({c}) * 4u, k0 + {r}") } else { format!("z, row0 + {r}, k0 + ({c}) * 4u") };
         (args, format!("({r}) * {}u + {c}", l.sa), String::new())
     };
     let b_pos = |q: u32| -> (String, String, String) {
@@ -99,7 +99,7 @@ pub(crate) fn source(t: CoopTiles, ta: bool, tb: bool, out: DType) -> String {
         let per = if tb { bk } else { bn } / UNIT;
         let (r, c) = (format!("{v} / {per}u"), format!("{v} % {per}u"));
         let args =
-            if tb { format!("z, k0 + ({c}) * 8u, col0 + {r}") } else { format!("z, k0 + {r}, col0 + ({c}) * 8u") };
+            if tb { format!("z, k0 + ({c}) * 4u, col0 + {r}") } else { format!("z, k0 + {r}, col0 + ({c}) * 4u") };
         (args, format!("({r}) * {}u + {c}", l.sb), String::new())
     };
     // The loads of the K step at `k0` into register set `r` (`ra0`…, `rb0`…) or
@@ -129,29 +129,29 @@ pub(crate) fn source(t: CoopTiles, ta: bool, tb: bool, out: DType) -> String {
     let stash = |buf: usize, set: &str, indent: &str| -> Vec<String> {
         let mut v = Vec::new();
         for q in 0..na {
-            v.push(format!("{indent}Ts[{}u + {}] = bitcast<vec4<f32>>({set}a{q});", a_buf[buf], a_pos(q).1));
+            v.push(format!("{indent}As[{}u + {}] = {set}a{q};", a_buf[buf], a_pos(q).1));
         }
         for q in 0..nb {
-            v.push(format!("{indent}Ts[{}u + {}] = bitcast<vec4<f32>>({set}b{q});", b_buf[buf], b_pos(q).1));
+            v.push(format!("{indent}Bs[{}u + {}] = {set}b{q};", b_buf[buf], b_pos(q).1));
         }
         v
     };
     // The multiply of the tiles in buffer `buf`: per 16 of k, FM fragments of A
     // (rows wr + 16i.., k kk..kk + 16) and FN of B (k kk.., columns wc + 16j..), each
-    // 16 rows or columns of 2 units inside its tile, then FM·FN multiply-adds.
+    // 16 rows or columns of 4 units inside its tile, then FM·FN multiply-adds.
     let compute = |buf: usize, indent: &str| -> Vec<String> {
         let mut v = Vec::new();
         for kk in (0..bk).step_by(16) {
             let ku = kk / UNIT;
             for i in 0..fm {
                 let (index, load) = if ta {
-                    (format!("{}u + {}u + (wr + {}u) / 8u", a_buf[buf], kk * l.sa, 16 * i), "coopLoad")
+                    (format!("{}u + {}u + (wr + {}u) / 4u", a_buf[buf], kk * l.sa, 16 * i), "coopLoad")
                 } else {
                     (format!("{}u + (wr + {}u) * {}u + {ku}u", a_buf[buf], 16 * i, l.sa), "coopLoadT")
                 };
                 v.push(format!("{indent}let ia{buf}_{kk}_{i} = {index};"));
                 v.push(format!(
-                    "{indent}let fa{buf}_{kk}_{i} = {load}<coop_mat16x16<f16, A>>(&Ts[ia{buf}_{kk}_{i}], {}u);",
+                    "{indent}let fa{buf}_{kk}_{i} = {load}<coop_mat16x16<f16, A>>(&As[ia{buf}_{kk}_{i}], {}u);",
                     l.sa
                 ));
             }
@@ -159,11 +159,11 @@ pub(crate) fn source(t: CoopTiles, ta: bool, tb: bool, out: DType) -> String {
                 let (index, load) = if tb {
                     (format!("{}u + (wc + {}u) * {}u + {ku}u", b_buf[buf], 16 * j, l.sb), "coopLoad")
                 } else {
-                    (format!("{}u + {}u + (wc + {}u) / 8u", b_buf[buf], kk * l.sb, 16 * j), "coopLoadT")
+                    (format!("{}u + {}u + (wc + {}u) / 4u", b_buf[buf], kk * l.sb, 16 * j), "coopLoadT")
                 };
                 v.push(format!("{indent}let ib{buf}_{kk}_{j} = {index};"));
                 v.push(format!(
-                    "{indent}let fb{buf}_{kk}_{j} = {load}<coop_mat16x16<f16, B>>(&Ts[ib{buf}_{kk}_{j}], {}u);",
+                    "{indent}let fb{buf}_{kk}_{j} = {load}<coop_mat16x16<f16, B>>(&Bs[ib{buf}_{kk}_{j}], {}u);",
                     l.sb
                 ));
             }
@@ -203,10 +203,10 @@ pub(crate) fn source(t: CoopTiles, ta: bool, tb: bool, out: DType) -> String {
     let sets: &[&str] = if t.ahead() { &["r", "q"] } else { &["r"] };
     for set in sets {
         for q in 0..na {
-            w(&format!("    var {set}a{q}: vec4<u32>;"));
+            w(&format!("    var {set}a{q}: vec4<f16>;"));
         }
         for q in 0..nb {
-            w(&format!("    var {set}b{q}: vec4<u32>;"));
+            w(&format!("    var {set}b{q}: vec4<f16>;"));
         }
     }
     w(&format!("    let steps = (p.k + {}u) / {bk}u;", bk - 1));
@@ -255,12 +255,12 @@ pub(crate) fn source(t: CoopTiles, ta: bool, tb: bool, out: DType) -> String {
         w("        return;\n    }");
     }
     let write = if out == DType::F32 { "write_f32" } else { "write_half" };
-    w(&format!("    // Each subgroup's staging slice: 64 units from sg·64 (sg < {}: inside Ts).", wm * wn));
-    w("    let so = sg * 64u;");
+    w(&format!("    // Each subgroup's staging slice: 256 values from sg·256 (sg < {}: inside Cs).", wm * wn));
+    w("    let so = sg * 256u;");
     for i in 0..fm {
         for j in 0..fn_ {
             let (r, c) = block(i, j);
-            w(&format!("    coopStoreT(acc{i}_{j}, &Ts[so], 4u);"));
+            w(&format!("    coopStoreT(acc{i}_{j}, &Cs[so], 16u);"));
             w("    subgroupBarrier();");
             w(&format!("    {write}(z, {r}, {c}, so, lane);"));
             w("    subgroupBarrier();");
