@@ -35,7 +35,9 @@ use crate::plan::{self, View};
 /// ops, casts and reductions read and write half data directly; row ops and
 /// convolutions write an `f32` temporary that a cast rounds into a half
 /// output; a half matmul casts A and B into `f32` temporaries, runs the `f32`
-/// GEMM and casts C, and half attention likewise casts q, k and v, runs the
+/// GEMM and casts C (except an `f16` matmul on a device with cooperative
+/// matrices: [`WgpuBackend::cooperative_matrix`]), and half attention likewise
+/// casts q, k and v, runs the
 /// `f32` kernel (which keeps its softmax weights in `f32`) and casts the
 /// output. A cast between equal dtypes is a buffer copy, and a TF32 matmul or
 /// attention runs in full precision.

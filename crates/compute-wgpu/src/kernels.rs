@@ -5,8 +5,10 @@
 //! each (entry point, pipeline-overridable constants, dtypes) triple becomes
 //! one pipeline, compiled once and kept for the device's life.
 //!
-//! **Dtypes.** The WGSL files are written for `f32`. Each file (but
-//! `matmul.wgsl` and `attention.wgsl`, which only ever see `f32`) declares its
+//! **Dtypes.** The WGSL files are written for `f32`, but `matmul_coop.wgsl`
+//! (`f16` inputs, its output dtype chosen by its generated entry point, see
+//! [`coop_matmul`]). Each file (but `matmul.wgsl` and `attention.wgsl`, which
+//! only ever see `f32`, and `matmul_coop.wgsl`) declares its
 //! operands between `// @io-begin` and `// @io-end` lines, each with the
 //! function the kernels read or write it through (`load_x`, `store_y`…). For
 //! `f16` or `bf16` operands, [`io_block`] writes those lines again for packed 16-bit values

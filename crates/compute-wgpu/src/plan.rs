@@ -24,7 +24,9 @@
 //! - row ops and convolutions read half inputs directly and write an `f32`
 //!   temporary, which a cast then rounds into the half output;
 //! - a matmul casts half A and B into `f32` temporaries, runs the `f32` GEMM
-//!   (into an `f32` temporary for a half C) and casts C; attention likewise
+//!   (into an `f32` temporary for a half C) and casts C, except an `f16`
+//!   matmul on cooperative matrices ([`coop_kernel`]), which reads the halves
+//!   and writes C directly (whole words: n even); attention likewise
 //!   casts half q, k and v into `f32` temporaries and its `f32` result into
 //!   the half output;
 //! - the decoder ops (rotary embedding, strided copy, gather, argmax) read and
@@ -1210,8 +1212,8 @@ mod tests {
             }
         }
         // Two buffers of each tile (8 bytes a unit of 4 halves, rows padded by 8 halves)
-        // and the subgroups' staging slices.
-        let tiles = 2 * (128 * (32 + 8) / 4 + 32 * (128 + 8) / 4);
+        // and the subgroups' staging slices: 128 × 256 tiles, K step 16, 8 subgroups.
+        let tiles = 2 * (128 * (16 + 8) / 4 + 16 * (256 + 8) / 4);
         assert_eq!(coop_matmul::workgroup_bytes(CoopTiles::AUTO_LARGE, false, false), 8 * tiles + 8 * 1024);
     }
 
