@@ -103,6 +103,36 @@ fn unary_op(v: f32) -> f32 {
     }
 }
 
+// Special values. WGSL lets an implementation assume there are no NaNs or
+// infinities, and drivers act on it: `max`, `min` and `clamp` drop a NaN
+// operand, and a comparison `x != x` may be folded to false.
+// So NaN and -inf are told from their bits, which loads and bit casts keep: a
+// NaN input gives that NaN back (`keep_nan`), and swish and gelu, whose
+// formula is -inf·0 there, give their limit -0 (`limit_at_neg_inf`). A bit
+// test and a select per element: free in a memory-bound kernel.
+fn is_nan4(v: vec4<f32>) -> vec4<bool> {
+    return (bitcast<vec4<u32>>(v) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u);
+}
+
+fn is_neg_inf4(v: vec4<f32>) -> vec4<bool> {
+    return bitcast<vec4<u32>>(v) == vec4<u32>(0xff800000u);
+}
+
+// -0.0, from its bits (a literal -0.0 may be folded to +0.0).
+fn neg_zero4() -> vec4<f32> {
+    return bitcast<vec4<f32>>(vec4<u32>(0x80000000u));
+}
+
+// The op's result `r` for the input `u`, with a NaN of `u` kept.
+fn keep_nan(u: vec4<f32>, r: vec4<f32>) -> vec4<f32> {
+    return select(r, u, is_nan4(u));
+}
+
+// `r`, or -0 where `u` is -inf.
+fn limit_at_neg_inf(u: vec4<f32>, r: vec4<f32>) -> vec4<f32> {
+    return select(r, neg_zero4(), is_neg_inf4(u));
+}
+
 // Subnormal inputs. GPUs may flush subnormals to zero in arithmetic (WGSL
 // allows it; NVIDIA's Vulkan driver does), which loses normal results such as
 // 1e-38 · 1.7 or 1e-38 + 1e-38. Loads and bit casts keep them, so add, sub, mul
@@ -145,10 +175,10 @@ fn lerp(u: vec4<f32>, v: vec4<f32>) -> vec4<f32> {
 }
 
 // swish(u)·v = u·σ(u)·v, the gated product of a SwiGLU block (σ as `sigmoid`:
-// exact 0 below -87, no overflow).
+// exact 0 below -87, no overflow; swish(-inf) = -0, swish(NaN) = NaN).
 fn swiglu(u: vec4<f32>, v: vec4<f32>) -> vec4<f32> {
     let s = vec4<f32>(sigmoid(u.x), sigmoid(u.y), sigmoid(u.z), sigmoid(u.w));
-    return u * s * v;
+    return keep_nan(u, limit_at_neg_inf(u, u * s)) * v;
 }
 
 fn binary_op(u: vec4<f32>, v: vec4<f32>) -> vec4<f32> {
@@ -205,7 +235,11 @@ fn unary(
             if (OP == 9u) {
                 store_y(j, scale(u, p.a));
             } else {
-                store_y(j, vec4<f32>(unary_op(u.x), unary_op(u.y), unary_op(u.z), unary_op(u.w)));
+                var r = vec4<f32>(unary_op(u.x), unary_op(u.y), unary_op(u.z), unary_op(u.w));
+                if (OP == 5u || OP == 6u || OP == 7u) {
+                    r = limit_at_neg_inf(u, r);
+                }
+                store_y(j, keep_nan(u, r));
             }
         }
     }

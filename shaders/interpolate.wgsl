@@ -112,8 +112,10 @@ fn slerp(
     s = reduce(s, lid);
     let t = p.t;
     let zero = s.x < TINY || s.y < TINY;
-    // NaN and infinite squared norms fail `<= BIG`.
-    let finite = s.x <= BIG && s.y <= BIG;
+    // NaN and infinite squared norms fail `<= BIG`; their exponent bits are
+    // tested too, as a driver that assumes no NaN may fold the comparison.
+    let special = (bitcast<vec2<u32>>(s.xy) & vec2<u32>(0x7f800000u)) == vec2<u32>(0x7f800000u);
+    let finite = !any(special) && s.x <= BIG && s.y <= BIG;
     let cosine = clamp(s.z / (sqrt(s.x) * sqrt(s.y)), -1.0, 1.0);
     let use_lerp = zero || (finite && abs(cosine) > PARALLEL);
     let w = acos_(cosine);

@@ -1,12 +1,12 @@
-// Per-row ops on a rows × cols matrix: softmax / log_softmax, layer_norm, rms_norm.
+// Per-row ops on a rows × cols matrix: softmax / log_softmax, layer_norm, rms_norm,
+// for the rows `rows_register.wgsl` does not take (a length that is not a
+// multiple of 4, or longer than 8192).
 //
 // One workgroup of 256 invocations per row (flat group index over a possibly
 // 2-D grid). Each pass strides over the row with coalesced loads and reduces
 // through workgroup memory; later passes re-read the row, which is then still
-// in cache. (Keeping rows of up to 4096 floats in workgroup memory or in
-// registers instead measured slower on an H200: 0.62–0.71 and 0.89–1.10 TB/s
-// against 1.31–1.69 TB/s for this version.) Sums over a row are two-pass (mean
-// first, then squared deviations) for accuracy.
+// in cache. Sums over a row are two-pass (mean first, then squared deviations)
+// for accuracy.
 
 // softmax entry: 0 softmax, 1 log_softmax (pipeline-overridable).
 override OP: u32 = 0u;
@@ -21,7 +21,8 @@ struct Params {
 }
 
 const WG: u32 = 256u;
-const LOWEST: f32 = -3.40282347e38;
+// The order key of -inf (see `key`): the identity of max.
+const NEG_INF_KEY: i32 = -2139095041;
 
 @group(0) @binding(0) var<uniform> p: Params;
 // The operands and their access functions, one element at a time, as written
@@ -41,16 +42,65 @@ fn load_beta(i: u32) -> f32 { return beta[i]; }
 // @io-end
 
 var<workgroup> scratch: array<f32, WG>;
+var<workgroup> keys: array<i32, WG>;
 
-// Sum (or max) of one value per invocation, returned to every invocation.
+// Special values. WGSL lets an implementation assume there are no NaNs or
+// infinities, and drivers act on it (`max` drops a NaN operand), so softmax
+// takes the row's max through order keys: an f32's bits as an i32 with the
+// other 31 bits of a negative value flipped compare as the values do, and
+// every NaN gets the largest key. A row whose max is not finite (it
+// holds a NaN or +inf, or only -inf) is NaN, as `x - max` makes it in IEEE
+// arithmetic (and in PyTorch). Norms need nothing: sums and products propagate.
+fn key(v: f32) -> i32 {
+    let b = bitcast<i32>(v);
+    return select(b ^ ((b >> 31u) & 0x7fffffff), 0x7fffffff, (b & 0x7fffffff) > 0x7f800000);
+}
+
+fn unkey(k: i32) -> f32 {
+    return bitcast<f32>(k ^ ((k >> 31u) & 0x7fffffff));
+}
+
+fn is_finite(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u;
+}
+
+// v·s, also for a subnormal v where the GPU flushes subnormal operands (NVIDIA's
+// Vulkan driver does): v is rebuilt from its bits, scaled by 2^64 into the
+// normal range, multiplied, and scaled back. An RMS norm scales a row of
+// subnormals up by up to 1/sqrt(eps), into the normal range.
+fn scaled(v: f32, s: f32) -> f32 {
+    let bits = bitcast<u32>(v);
+    if ((bits & 0x7f800000u) != 0u) {
+        return v * s;
+    }
+    // mantissa · 2^-149 · 2^64 = mantissa · 2^-85, exact.
+    let m = f32(bits & 0x007fffffu) * 2.58493941422821148e-26;
+    let up = select(m, -m, (bits & 0x80000000u) != 0u);
+    return (up * s) * 5.42101086242752217e-20; // · 2^-64
+}
+
+// Largest of one key per invocation, to every invocation as a uniform value;
+// call from uniform control flow.
+fn reduce_max_key(k: i32, lid: u32) -> i32 {
+    keys[lid] = k;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        if (lid < s) {
+            keys[lid] = max(keys[lid], keys[lid + s]);
+        }
+        workgroupBarrier();
+    }
+    return workgroupUniformLoad(&keys[0]);
+}
+
+// Sum of one value per invocation, returned to every invocation.
 // Call from uniform control flow.
-fn reduce(v: f32, lid: u32, is_max: bool) -> f32 {
+fn reduce(v: f32, lid: u32) -> f32 {
     scratch[lid] = v;
     workgroupBarrier();
     for (var s = WG / 2u; s > 0u; s = s / 2u) {
         if (lid < s) {
-            let o = scratch[lid + s];
-            scratch[lid] = select(scratch[lid] + o, max(scratch[lid], o), is_max);
+            scratch[lid] = scratch[lid] + scratch[lid + s];
         }
         workgroupBarrier();
     }
@@ -71,16 +121,23 @@ fn softmax(
         return;
     }
     let base = row * p.cols;
-    var m = LOWEST;
+    var k = NEG_INF_KEY;
     for (var c = lid; c < p.cols; c += WG) {
-        m = max(m, load_x(base + c));
+        k = max(k, key(load_x(base + c)));
     }
-    m = reduce(m, lid, true);
+    let m = unkey(reduce_max_key(k, lid));
+    if (!is_finite(m)) {
+        let nan = bitcast<f32>(0x7fc00000u);
+        for (var c = lid; c < p.cols; c += WG) {
+            store_y(base + c, nan);
+        }
+        return;
+    }
     var s = 0.0;
     for (var c = lid; c < p.cols; c += WG) {
         s += exp(load_x(base + c) - m);
     }
-    s = reduce(s, lid, false);
+    s = reduce(s, lid);
     if (OP == 0u) {
         let inv = 1.0 / s;
         for (var c = lid; c < p.cols; c += WG) {
@@ -110,13 +167,13 @@ fn layer_norm(
     for (var c = lid; c < p.cols; c += WG) {
         s += load_x(base + c);
     }
-    let mean = reduce(s, lid, false) / n;
+    let mean = reduce(s, lid) / n;
     var q = 0.0;
     for (var c = lid; c < p.cols; c += WG) {
         let d = load_x(base + c) - mean;
         q += d * d;
     }
-    let inv = 1.0 / sqrt(reduce(q, lid, false) / n + p.eps);
+    let inv = 1.0 / sqrt(reduce(q, lid) / n + p.eps);
     for (var c = lid; c < p.cols; c += WG) {
         store_y(base + c, (load_x(base + c) - mean) * inv * load_gamma(c) + load_beta(c));
     }
@@ -138,8 +195,8 @@ fn rms_norm(
         let v = load_x(base + c);
         q += v * v;
     }
-    let inv = 1.0 / sqrt(reduce(q, lid, false) / f32(p.cols) + p.eps);
+    let inv = 1.0 / sqrt(reduce(q, lid) / f32(p.cols) + p.eps);
     for (var c = lid; c < p.cols; c += WG) {
-        store_y(base + c, load_x(base + c) * inv * load_gamma(c));
+        store_y(base + c, scaled(load_x(base + c), inv * load_gamma(c)));
     }
 }

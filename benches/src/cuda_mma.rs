@@ -15,10 +15,7 @@
 //! `--quick`: 2048³ only. `COMPUTE_PTX_GEMM_SWEEP=1` adds every shape of
 //! `gemm_mma::sweep_configs` and `gemm_wgmma::sweep_configs` at 4096³ and
 //! 8192³ bf16.
-//! GEMV rows (the kernels for few rows, what LLM decoding runs): `x·W` with
-//! `x` of 1 row, `k` = 4096 and `n` = 4096 or 14336, `W` stored `n × k` and
-//! `k × n`, in bf16 and `f32` (full precision; cuBLAS `CUBLAS_COMPUTE_32F`),
-//! each with the GB/s of `W` read by ours and by cuBLAS.
+//! Then the GEMV rows of [`crate::cuda_gemv`] (the kernels for few rows).
 //! Each row's note gives the largest difference from cuBLAS relative to the
 //! largest |C|.
 
@@ -40,21 +37,21 @@ use crate::report::{Record, time_pair};
 
 /// One product: `m × n × k`, `B` stored `n × k` when `trans_b`.
 #[derive(Clone, Copy)]
-struct Shape {
-    m: usize,
-    n: usize,
-    k: usize,
-    trans_b: bool,
+pub(crate) struct Shape {
+    pub(crate) m: usize,
+    pub(crate) n: usize,
+    pub(crate) k: usize,
+    pub(crate) trans_b: bool,
 }
 
 /// cuBLAS on its own stream of the same device.
-struct Blas {
-    stream: Arc<CudaStream>,
+pub(crate) struct Blas {
+    pub(crate) stream: Arc<CudaStream>,
     blas: CudaBlas,
 }
 
 impl Blas {
-    fn new() -> Result<Blas, String> {
+    pub(crate) fn new() -> Result<Blas, String> {
         // SAFETY: only probes whether the cuBLAS library can be loaded.
         if !unsafe { cudarc::cublas::sys::is_culib_present() } {
             return Err("cuBLAS (libcublas) not found: add /usr/local/cuda/lib64 to LD_LIBRARY_PATH".into());
@@ -103,7 +100,7 @@ impl Blas {
     /// # Safety
     /// The three addresses must hold m·k, k·n and m·n values of the data
     /// type on this handle's stream's device, and stay alive until it runs.
-    unsafe fn gemm_raw(
+    pub(crate) unsafe fn gemm_raw(
         &self,
         (ty, compute): (cudaDataType_t, cublasComputeType_t),
         s: Shape,
@@ -201,7 +198,7 @@ fn against_cublas(
 
 /// The largest `|x − y|` relative to the largest `|y|`; NaN anywhere (a
 /// missed store would leave poison) makes it NaN.
-fn relative_difference(x: &[f32], y: &[f32]) -> f32 {
+pub(crate) fn relative_difference(x: &[f32], y: &[f32]) -> f32 {
     let scale = y.iter().fold(0.0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE);
     x.iter().zip(y).fold(0.0f32, |m, (p, q)| {
         let d = (p - q).abs();
@@ -305,7 +302,7 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
             out.push(r);
         }
     }
-    out.extend(gemv_rows(be, &blas, device, budget)?);
+    out.extend(crate::cuda_gemv::rows(be, &blas, device, quick, budget)?);
     if wgmma {
         let sizes: &[usize] = if quick { &[2048] } else { &[4096, 8192] };
         for &n in sizes {
@@ -355,75 +352,6 @@ fn tf32_row(
         flops / theirs / 1e12
     ));
     Ok(r)
-}
-
-/// The GEMV rows: `1 × k` times `W` (`k` = 4096, `n` = 4096 and 14336),
-/// `W` stored `n × k` and `k × n`, bf16 and `f32` in and out, the plans'
-/// GEMV kernels against `cublasGemmEx` on the same inputs; `gbps` is the
-/// bytes of `W` read per second.
-fn gemv_rows(be: &CudaBackend, blas: &Blas, device: &str, budget: Duration) -> Result<Vec<Record>, String> {
-    let mut out = Vec::new();
-    for n in [4096, 14336] {
-        for dtype in [DType::BF16, DType::F32] {
-            for trans_b in [true, false] {
-                let s = Shape { m: 1, n, k: 4096, trans_b };
-                let spec = MatmulSpec { trans_b, ..MatmulSpec::new(s.m, s.k, s.n) }.with_dtypes(dtype, dtype);
-                let (ha, hb) = (
-                    HostVec::from_f32(dtype, &random(s.m * s.k, 97)),
-                    HostVec::from_f32(dtype, &random(s.k * s.n, 99 + n as u64)),
-                );
-                let a = be.upload_typed(ha.as_slice()).map_err(err)?;
-                let b = be.upload_typed(hb.as_slice()).map_err(err)?;
-                let c = be.alloc_typed(s.m * s.n, dtype).map_err(err)?;
-                let ca = blas.stream.clone_htod(ha.as_slice().as_bytes()).map_err(err)?;
-                let cb = blas.stream.clone_htod(hb.as_slice().as_bytes()).map_err(err)?;
-                let size = dtype.size_in_bytes();
-                let mut cc = blas.stream.alloc_zeros::<u8>(s.m * s.n * size).map_err(err)?;
-                let ty = match dtype {
-                    DType::BF16 => cudaDataType_t::CUDA_R_16BF,
-                    _ => cudaDataType_t::CUDA_R_32F,
-                };
-                let shape = format!("{}x{}x{}{}", s.m, s.n, s.k, if trans_b { " B^T" } else { "" });
-                let (ours, theirs) = against_cublas(
-                    be,
-                    blas,
-                    (32, budget),
-                    || be.matmul_tier(GemmTier::Gemv, spec, &a, &b, &c).map_err(err),
-                    || {
-                        let (pa, _ra) = ca.device_ptr(&blas.stream);
-                        let (pb, _rb) = cb.device_ptr(&blas.stream);
-                        let (pc, _rc) = cc.device_ptr_mut(&blas.stream);
-                        // SAFETY: ca, cb and cc hold m·k, k·n and m·n values of `dtype` on this stream.
-                        unsafe { blas.gemm_raw((ty, cublasComputeType_t::CUBLAS_COMPUTE_32F), s, (pa, pb, pc)) }
-                    },
-                )
-                .map_err(|e| format!("{dtype} GEMV {shape}: {e}"))?;
-                let mut mine = HostVec::zeros(dtype, s.m * s.n);
-                be.download_typed(&c, mine.as_mut()).map_err(err)?;
-                let mut other = HostVec::zeros(dtype, s.m * s.n);
-                let bytes: Vec<u8> = blas.stream.clone_dtoh(&cc).map_err(err)?;
-                other.as_mut().as_bytes_mut().copy_from_slice(&bytes);
-                let diff = relative_difference(&mine.to_f32(), &other.to_f32());
-                let w_bytes = (s.k * s.n * size) as f64;
-                let rows = compute_ptx::kernels::gemv::rows_for(s.m);
-                let name = if trans_b {
-                    compute_ptx::kernels::gemv::nt_name(rows, dtype, dtype)
-                } else {
-                    compute_ptx::kernels::gemv::nn_name(rows, dtype)
-                };
-                let mut r =
-                    record(&format!("gemv {dtype}"), shape, device, "resident", ours).with_peer("cublas", theirs);
-                r.gbps = Some(w_bytes / ours / 1e9);
-                r.note = Some(format!(
-                    "{name}; W read at {:.0} GB/s, cuBLAS {:.0} GB/s; max |ours-cublas|/max|C| = {diff:.1e}",
-                    w_bytes / ours / 1e9,
-                    w_bytes / theirs / 1e9
-                ));
-                out.push(r);
-            }
-        }
-    }
-    Ok(out)
 }
 
 /// `f16`/`bf16` bit patterns as `f32` values.

@@ -4,8 +4,9 @@
 //! batch API against op-by-op calls, and fused attention against our own unfused
 //! matmul + softmax + matmul.
 //!
-//! `COMPUTE_WGPU_ROWS` (comma-separated `latency`, `bandwidth`, `half`, `sgemm`,
-//! `ragged`, `hgemm`, `attention`) runs only those groups of rows (default: all).
+//! `COMPUTE_WGPU_ROWS` (comma-separated `latency`, `bandwidth`, `rows`, `half`,
+//! `sgemm`, `ragged`, `hgemm`, `attention`) runs only those groups of rows
+//! (default: all).
 //!
 //! `ragged` rows time sgemm on shapes whose m, k or n is not a multiple of 4
 //! beside their aligned neighbour (each dimension rounded up to a multiple of
@@ -465,17 +466,181 @@ fn bandwidth_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), S
             }
         }
     }
-    // Rows of 4096 take the register kernel; 8192 the three-pass one (same bytes as 32768x4096).
+    Ok(())
+}
+
+/// A copy kernel: four vec4 per invocation, all loads before the stores, as
+/// the element-wise kernels move data. The yardstick of the row-op rows:
+/// `copy_buffer_to_buffer` runs at a fraction of the memory bandwidth on
+/// NVIDIA's Vulkan driver (750–810 GB/s on the H200), a compute shader at
+/// about the CUDA device copy's.
+const COPY_WGSL: &str = "
+@group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> dst: array<vec4<f32>>;
+
+@compute @workgroup_size(256)
+fn copy(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let n = arrayLength(&dst);
+    let j0 = (wid.x + wid.y * nwg.x) * 1024u + lid;
+    let j1 = j0 + 256u;
+    let j2 = j1 + 256u;
+    let j3 = j2 + 256u;
+    var a = vec4<f32>(0.0);
+    var b = vec4<f32>(0.0);
+    var c = vec4<f32>(0.0);
+    var d = vec4<f32>(0.0);
+    if (j0 < n) { a = src[j0]; }
+    if (j1 < n) { b = src[j1]; }
+    if (j2 < n) { c = src[j2]; }
+    if (j3 < n) { d = src[j3]; }
+    if (j0 < n) { dst[j0] = a; }
+    if (j1 < n) { dst[j1] = b; }
+    if (j2 < n) { dst[j2] = c; }
+    if (j3 < n) { dst[j3] = d; }
+}
+";
+
+/// [`COPY_WGSL`] bound to two buffers of `bytes` (a multiple of 16) each.
+struct ShaderCopy {
+    pipeline: compute_wgpu::wgpu::ComputePipeline,
+    group: compute_wgpu::wgpu::BindGroup,
+    grid: (u32, u32),
+    // The buffers' tensors, kept alive as long as the bind group uses them.
+    _tensors: (Tensor, Tensor),
+}
+
+impl ShaderCopy {
+    fn new(gpu: &WgpuBackend, bytes: u64) -> Result<ShaderCopy, String> {
+        use compute_wgpu::wgpu;
+        let (src, dst) = (gpu.alloc((bytes / 4) as usize).map_err(err)?, gpu.alloc((bytes / 4) as usize).map_err(err)?);
+        let (device, _) = gpu.device();
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("bench copy"),
+            source: wgpu::ShaderSource::Wgsl(COPY_WGSL.into()),
+        });
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some("bench copy"),
+            layout: None,
+            module: &module,
+            entry_point: Some("copy"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        let (s, d) = (buffer(&src)?, buffer(&dst)?);
+        let size = wgpu::BufferSize::new(bytes);
+        let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("bench copy"),
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &[
+                wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer: &s, offset: 0, size }),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 1,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer: &d, offset: 0, size }),
+                },
+            ],
+        });
+        let groups = (bytes / 16).div_ceil(1024);
+        let x = groups.min(65535);
+        let grid = (x as u32, groups.div_ceil(x) as u32);
+        Ok(ShaderCopy { pipeline, group, grid, _tensors: (src, dst) })
+    }
+
+    fn record(&self, encoder: &mut compute_wgpu::wgpu::CommandEncoder) {
+        let mut pass = encoder.begin_compute_pass(&Default::default());
+        pass.set_pipeline(&self.pipeline);
+        pass.set_bind_group(0, &self.group, &[]);
+        pass.dispatch_workgroups(self.grid.0, self.grid.1, 1);
+    }
+}
+
+/// Row ops on `f32` rows of 4096 and 8192 values (softmax, log_softmax,
+/// layer_norm, rms_norm), each against a [`COPY_WGSL`] copy of the same bytes:
+/// back-to-back submissions of each, interleaved, then one dispatch of each
+/// between GPU timestamps.
+fn row_op_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), String> {
     let shapes: &[(usize, usize)] = if quick { &[(1024, 4096)] } else { &[(4096, 4096), (32768, 4096), (16384, 8192)] };
+    let samples = if quick { 3 } else { 15 };
+    let (device, queue) = b.gpu.device();
     for &(rows, cols) in shapes {
         let x = b.gpu.upload(&random(rows * cols, 7)).map_err(err)?;
+        let gamma = b.gpu.upload(&random(cols, 8)).map_err(err)?;
+        let beta = b.gpu.upload(&random(cols, 9)).map_err(err)?;
         let o = b.gpu.alloc(rows * cols).map_err(err)?;
-        let op = Op::rows(RowOp::Softmax, rows, cols);
-        let reps = reps_for(quick, (rows * cols * 8) as f64 / 2e12);
-        let t = b.resident(&b.gpu, &op, &[&x], &o, reps)?;
-        let mut r = b.record("softmax", format!("{rows}x{cols}"), "resident", t);
-        r.gbps = Some(op.cost().bytes() as f64 / t / 1e9);
-        push(out, r);
+        // The row's bytes once each way; gamma and beta are a rounding error.
+        let copy = ShaderCopy::new(&b.gpu, (rows * cols * 4) as u64)?;
+        for kind in [RowOp::Softmax, RowOp::LogSoftmax, RowOp::LayerNorm { eps: 1e-5 }, RowOp::RmsNorm { eps: 1e-5 }] {
+            let ins: Vec<&Tensor> = match kind {
+                RowOp::LayerNorm { .. } => vec![&x, &gamma, &beta],
+                RowOp::RmsNorm { .. } => vec![&x, &gamma],
+                RowOp::Softmax | RowOp::LogSoftmax => vec![&x],
+            };
+            let op = Op::rows(kind, rows, cols);
+            let bytes = op.cost().bytes() as f64;
+            let reps = reps_for(quick, bytes / 3e12);
+            let (mut failure, mut copy_failure) = (None, None);
+            let (t, peer) = time_pair(
+                || {
+                    for _ in 0..reps {
+                        if let Err(e) = b.gpu.run_tensors(&op, &ins, &o) {
+                            failure = Some(e);
+                        }
+                    }
+                    if let Err(e) = b.gpu.synchronize() {
+                        failure = Some(e);
+                    }
+                },
+                || {
+                    for _ in 0..reps {
+                        let mut enc = device.create_command_encoder(&Default::default());
+                        copy.record(&mut enc);
+                        queue.submit([enc.finish()]);
+                    }
+                    if let Err(e) = b.gpu.synchronize() {
+                        copy_failure = Some(e);
+                    }
+                },
+                b.budget,
+                3,
+            );
+            if let Some(e) = failure.or(copy_failure) {
+                return Err(err(e));
+            }
+            let (t, peer) = (t / reps as f64, peer / reps as f64);
+            let mut r = b.record(op.name(), format!("{rows}x{cols}"), "resident", t);
+            r.gbps = Some(bytes / t / 1e9);
+            r.note = Some(format!(
+                "one submission per op; peer: a WGSL copy kernel of the row's bytes, one submission per copy, {:.0} GB/s",
+                (rows * cols * 8) as f64 / peer / 1e9
+            ));
+            push(out, r.with_peer("wgpu shader copy (same run)", peer));
+            if !b.gpu.gpu_timing() {
+                continue;
+            }
+            let (mut ours, mut copies) = (Vec::new(), Vec::new());
+            for i in 0..=samples {
+                let t = b.gpu.time_tensors(&op, &ins, &o).map_err(err)?;
+                let c = b.gpu.time_commands(|enc| copy.record(enc)).map_err(err)?;
+                if let (Some(t), Some(c), true) = (t, c, i > 0) {
+                    ours.push(t);
+                    copies.push(c);
+                }
+            }
+            let (t, c) = (crate::report::median(&mut ours), crate::report::median(&mut copies));
+            let mut r = b.record(op.name(), format!("{rows}x{cols} gpu-timed"), "resident", t);
+            r.gbps = Some(bytes / t / 1e9);
+            r.note = Some(format!(
+                "GPU timestamps around one dispatch, median of {samples}; peer: the WGSL copy kernel, GPU-timed, {:.0} GB/s",
+                (rows * cols * 8) as f64 / c / 1e9
+            ));
+            push(out, r.with_peer("wgpu shader copy (same run)", c));
+        }
     }
     Ok(())
 }
@@ -1214,6 +1379,9 @@ pub fn rows(quick: bool) -> Result<Vec<Record>, String> {
     }
     if wanted("bandwidth") {
         bandwidth_rows(&b, quick, &mut out)?;
+    }
+    if wanted("rows") {
+        row_op_rows(&b, quick, &mut out)?;
     }
     if wanted("half") {
         half_rows(&b, quick, &mut out)?;

@@ -2,18 +2,21 @@
 //! `cargo xtask bench` runs), as a standalone program for the GPU machine:
 //! prints one line per row and the rows as JSON.
 //!
-//! `cargo run --release -p compute-ptx --features cuda --example cuda_bench [--quick] [--tensor-cores | --attention]`
+//! `cargo run --release -p compute-ptx --features cuda --example cuda_bench [--quick] [--tensor-cores | --attention | --gemv]`
 //! (`COMPUTE_PTX_GEMM_SWEEP=1` adds the other GEMM shapes of
 //! `gemm_simt::sweep_configs` at 2048³, 4096³ and 8192³, also with `--quick`,
 //! and those of `gemm_mma::sweep_configs` at 4096³ and 8192³; `--tensor-cores`
-//! runs only the tensor-core GEMM rows, `--attention` only the fused-attention
-//! rows, beside PyTorch's figures when `COMPUTE_TORCH_ATTENTION` names the
-//! output of `benches/torch_attention.py`).
+//! runs only the tensor-core GEMM and GEMV rows, `--gemv` only the GEMV and
+//! argmax rows (device-timed, `benches/src/cuda_gemv.rs`), `--attention` only
+//! the fused-attention rows, beside PyTorch's figures when
+//! `COMPUTE_TORCH_ATTENTION` names the output of `benches/torch_attention.py`).
 
 #[path = "../../../benches/src/cuda.rs"]
 mod cuda;
 #[path = "../../../benches/src/cuda_attention.rs"]
 mod cuda_attention;
+#[path = "../../../benches/src/cuda_gemv.rs"]
+mod cuda_gemv;
 #[path = "../../../benches/src/cuda_half.rs"]
 mod cuda_half;
 #[path = "../../../benches/src/cuda_mma.rs"]
@@ -71,6 +74,15 @@ fn attention_rows(quick: bool) -> Result<Vec<report::Record>, String> {
     cuda_attention::rows(&be, &device, quick, budget)
 }
 
+/// `--gemv`: only the GEMV and argmax rows ([`cuda_gemv`]).
+fn gemv_rows(quick: bool) -> Result<Vec<report::Record>, String> {
+    let be = compute_ptx::CudaBackend::new().map_err(|e| e.to_string())?;
+    let device = be.info().map_err(|e| e.to_string())?.name;
+    let blas = cuda_mma::Blas::new()?;
+    let budget = std::time::Duration::from_millis(if quick { 300 } else { 1000 });
+    cuda_gemv::rows(&be, &blas, &device, quick, budget)
+}
+
 /// `--tensor-cores`: only the tensor-core GEMM rows ([`cuda_mma`]).
 fn tensor_core_rows(quick: bool) -> Result<Vec<report::Record>, String> {
     let be = compute_ptx::CudaBackend::new().map_err(|e| e.to_string())?;
@@ -93,6 +105,8 @@ fn main() {
     let quick = args.iter().any(|a| a == "--quick");
     let rows = if args.iter().any(|a| a == "--tensor-cores") {
         tensor_core_rows(quick)
+    } else if args.iter().any(|a| a == "--gemv") {
+        gemv_rows(quick)
     } else if args.iter().any(|a| a == "--attention") {
         attention_rows(quick)
     } else {

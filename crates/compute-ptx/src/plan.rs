@@ -24,7 +24,8 @@
 //! The decoder ops run one launch each: rotary embeddings one thread per
 //! pair, strided copies one thread per unit (16 or 8 bytes when both views'
 //! rows allow it, else one element), gathers one thread per output element,
-//! argmax one block per row (see [`crate::kernels::decoder`]). Attention
+//! argmax one block of 1024 threads per row, in 16-byte loads when the rows
+//! are aligned (see [`crate::kernels::decoder`]). Attention
 //! passes `kv_rows` (a KV cache's capacity, or `seq_k`) to every kernel as the
 //! distance between key/value heads.
 
@@ -68,6 +69,11 @@ pub enum GemmTier {
     /// The GEMV kernels for products of few rows ([`gemv_fits`]), any of the
     /// three dtypes in and out.
     Gemv,
+    /// [`GemmTier::Gemv`] with the k-split of the `B` stored `n × k` kernel
+    /// forced (one of [`gemv::NT_SPLITS`]; the plans pick it with
+    /// [`gemv::nt_split`]): for tuning and tests. `B` stored `k × n` runs as
+    /// under [`GemmTier::Gemv`].
+    GemvSplit(u32),
 }
 
 impl GemmTier {
@@ -343,11 +349,12 @@ pub fn run_matmul(
     batch_strides: Option<(usize, usize, usize)>,
 ) -> Result<()> {
     let op = Op::Matmul(*spec);
-    if tier == GemmTier::Gemv {
+    if let GemmTier::Gemv | GemmTier::GemvSplit(_) = tier {
         if !elem::supported(spec.dtype) || !elem::supported(spec.out_dtype) {
             return Err(unsupported_dtype(&op));
         }
-        return Exec { l }.gemv(spec, (a, b, c), batch_strides, "matmul");
+        let split = if let GemmTier::GemvSplit(s) = tier { Some(s) } else { None };
+        return Exec { l }.gemv(spec, (a, b, c), batch_strides, split, "matmul");
     }
     let tc = match tier {
         GemmTier::Mma(cfg) => Some(GemmTc::Mma(cfg)),
@@ -456,7 +463,9 @@ impl Exec<'_> {
                 self.launch(KernelId::Slerp(dt), grid, &args)
             }
             // Few rows, any dtypes: one pass over B.
-            Op::Matmul(spec) if gemv_fits(&spec) => self.gemv(&spec, (input(0)?, input(1)?, out), None, op.name()),
+            Op::Matmul(spec) if gemv_fits(&spec) => {
+                self.gemv(&spec, (input(0)?, input(1)?, out), None, None, op.name())
+            }
             // f32 with TF32 opted in, `A·Bᵀ`: the `wgmma` kernel reads it as TF32.
             Op::Matmul(spec) if self.l.has_wgmma() && tf32_fits(&spec) => {
                 let tc = GemmTc::Wgmma(WgmmaConfig::for_shape(spec.batch, spec.m, spec.n, self.l.sm_count()));
@@ -525,8 +534,12 @@ impl Exec<'_> {
                 }
                 limit(name, "rows", rows, MAX_GRID_X)?;
                 let c = u32_of(name, "columns", cols)?;
-                let grid = Grid { blocks: (rows as u32, 1, 1), threads: (decoder::BLOCK, 1, 1), dynamic_smem: 0 };
-                self.launch(KernelId::ArgMax(dtype), grid, &[Arg::Ptr(input(0)?), Arg::Ptr(out), Arg::U32(c)])
+                let x = input(0)?;
+                let vec = x.is_multiple_of(16) && (cols * dtype.size_in_bytes()).is_multiple_of(16);
+                let grid =
+                    Grid { blocks: (rows as u32, 1, 1), threads: (decoder::ARGMAX_BLOCK, 1, 1), dynamic_smem: 0 };
+                let args = [Arg::Ptr(x), Arg::Ptr(out), Arg::U32(c), Arg::U32(u32::from(vec))];
+                self.launch(KernelId::ArgMax(dtype), grid, &args)
             }
         }
     }
@@ -905,7 +918,8 @@ impl Exec<'_> {
                     self.launch(KernelId::GemmSimt(cfg, s.trans_a, s.trans_b), grid, &args)?;
                 }
                 // The GEMV plan runs every batch itself.
-                GemmTier::Gemv => return self.gemv(s, (a, b, c), batch_strides, op),
+                GemmTier::Gemv => return self.gemv(s, (a, b, c), batch_strides, None, op),
+                GemmTier::GemvSplit(split) => return self.gemv(s, (a, b, c), batch_strides, Some(split), op),
                 GemmTier::Mma(_) | GemmTier::Wgmma(_) => {
                     let why = "the tensor-core tiers take f16 or bf16 inputs";
                     return Err(ComputeError::unsupported_dtype(&Op::Matmul(*s), BackendKind::Cuda, s.dtype, why));
@@ -953,20 +967,27 @@ impl Exec<'_> {
 
     /// `C = A·op(B)` on the GEMV kernels (any of the three dtypes in and out;
     /// `batch_strides` as for [`Exec::matmul`]). `B` stored `n × k`: one
-    /// launch of one warp per output column. `B` stored `k × n`: one launch
+    /// launch of `split` warps per group of output columns (`split` from
+    /// [`gemv::nt_split`] unless forced). `B` stored `k × n`: one launch
     /// over (column blocks, k-splits, batch) writing `f32` partials, then the
     /// combine kernel, unless a single split of an `f32` output writes `C`
-    /// directly. A product that [`gemv_fits`] declines is a `Shape` error.
-    /// Empty products launch nothing.
+    /// directly. A product that [`gemv_fits`] declines, or a forced split
+    /// not in [`gemv::NT_SPLITS`], is a `Shape` error. Empty products launch
+    /// nothing.
     fn gemv(
         &self,
         s: &MatmulSpec,
         (a, b, c): (u64, u64, u64),
         batch_strides: Option<(usize, usize, usize)>,
+        split: Option<u32>,
         op: &'static str,
     ) -> Result<()> {
         if !gemv_fits(s) {
             let why = "the GEMV tier takes 1 to 8 rows of A stored m x k, and m*n, k and n under 2^32";
+            return Err(ComputeError::shape(op, why, Op::Matmul(*s).shapes()));
+        }
+        if let Some(split) = split.filter(|sp| !gemv::NT_SPLITS.contains(sp)) {
+            let why = format!("the GEMV k-split is 1, 2, 4 or 8 warps per column group, not {split}");
             return Err(ComputeError::shape(op, why, Op::Matmul(*s).shapes()));
         }
         if s.batch == 0 || s.n == 0 {
@@ -1011,7 +1032,8 @@ impl Exec<'_> {
             if s.trans_b {
                 let vec =
                     s.k.is_multiple_of(v) && sa.is_multiple_of(v) && sb.is_multiple_of(v) && aligned(ao) && aligned(bo);
-                let gx = s.n.div_ceil(gemv::NT_COLS as usize);
+                let split = split.unwrap_or_else(|| gemv::nt_split(s.m, s.n, s.k, s.dtype, self.l.sm_count()));
+                let gx = s.n.div_ceil(gemv::nt_block_cols(rows, split) as usize);
                 limit(op, "GEMV column blocks", gx, MAX_GRID_X)?;
                 let grid = Grid { blocks: (gx as u32, 1, zc as u32), threads: (gemv::NT_BLOCK, 1, 1), dynamic_smem: 0 };
                 let args = [
@@ -1022,6 +1044,7 @@ impl Exec<'_> {
                     Arg::U32(n),
                     Arg::U32(k),
                     Arg::U32(u32::from(vec)),
+                    Arg::U32(split),
                     Arg::U64(sa as u64),
                     Arg::U64(sb as u64),
                     Arg::U64(sc as u64),

@@ -591,6 +591,81 @@ fn gemv_k_splits_batches_and_forced_tier() {
     }
 }
 
+/// `B` stored `n × k` with every k-split forced (1, 2, 4 and 8 warps per
+/// column group) and every row count 1..=8: `k` long enough for several full
+/// rounds of loads per lane and a partial one, ragged `k` (the one-element
+/// loop only, past several rounds), `f32` units, fewer columns than a block
+/// holds (the columns past `n` read and not stored), more columns than one
+/// block, and batches; each checked against the reference.
+#[test]
+fn gemv_nt_every_split_row_count_and_tail() {
+    use compute_core::DType;
+    use compute_ptx::kernels::gemv;
+    let emu = EmuBackend::new();
+    let mut rng = Rng::new(0x5eed_000b);
+    for split in gemv::NT_SPLITS {
+        for m in 1..=gemv::MAX_ROWS {
+            for (batch, k, n, input, out) in [
+                (1, 4392, 3, DType::BF16, DType::BF16),
+                (2, 1003, 5, DType::F16, DType::F32),
+                (1, 1100, 9, DType::F32, DType::F16),
+                (1, 72, 37, DType::BF16, DType::F32),
+            ] {
+                let spec = MatmulSpec { batch, trans_b: true, ..MatmulSpec::new(m, k, n) }.with_dtypes(input, out);
+                let names = run_logged(&emu, spec, Some(GemmTier::GemvSplit(split)), &mut rng);
+                let r = gemv::rows_for(m);
+                assert_eq!(names, [gemv::nt_name(r, input, out)], "{spec:?} split {split}");
+                let grid = emu.log.lock().unwrap().last().unwrap().1;
+                let cols = gemv::nt_block_cols(r, split) as usize;
+                assert_eq!(grid.blocks, (n.div_ceil(cols) as u32, 1, batch as u32), "{spec:?} split {split}");
+            }
+        }
+    }
+    let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(1, 64, 8) };
+    for bad in [0, 3, 16] {
+        let err = compute_ptx::plan::run_matmul(&emu, GemmTier::GemvSplit(bad), &spec, (0, 0, 0), None).unwrap_err();
+        assert!(matches!(err, compute_core::ComputeError::Shape { .. }), "{err}");
+    }
+}
+
+/// The plans' k-split: one warp per column group where the blocks fill the
+/// device, else the split with the fewest rounds of loads times waves of
+/// blocks (measured best at every decoder shape on an H200, 132
+/// multiprocessors); on the emulated device (2 multiprocessors) a product of
+/// 3 columns and long `k` runs split.
+#[test]
+fn gemv_nt_split_follows_the_shape() {
+    use compute_core::DType;
+    use compute_ptx::kernels::gemv::{self, nt_split};
+    let emu = EmuBackend::new();
+    let mut rng = Rng::new(0x5eed_000c);
+    let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(1, 4096, 3) }.with_dtypes(DType::BF16, DType::BF16);
+    let names = run_logged(&emu, spec, None, &mut rng);
+    assert_eq!(names, [gemv::nt_name(1, DType::BF16, DType::BF16)]);
+    assert_eq!(nt_split(1, 3, 4096, DType::BF16, 2), 2);
+    let grid = emu.log.lock().unwrap().last().unwrap().1;
+    assert_eq!(grid.blocks, (1, 1, 1));
+    for (m, n, k, sms, want) in [
+        (1, 512, 2048, 132, 1),
+        (1, 2048, 2048, 132, 1),
+        (1, 8192, 2048, 132, 1),
+        (1, 2048, 8192, 132, 1),
+        (1, 32000, 2048, 132, 1),
+        (2, 2048, 8192, 132, 1),
+        (4, 2048, 2048, 132, 2),
+        (8, 512, 2048, 132, 8),
+        (8, 2048, 2048, 132, 4),
+        (8, 2048, 8192, 132, 4),
+        (8, 8192, 2048, 132, 1),
+        (8, 32000, 2048, 132, 1),
+        (1, 64, 4099, 132, 8),
+        (1, 3, 4096, 2, 2),
+        (1, 48, 4096, 2, 1),
+    ] {
+        assert_eq!(nt_split(m, n, k, DType::BF16, sms), want, "m {m} n {n} k {k} on {sms} SMs");
+    }
+}
+
 /// The plans take the GEMV kernels for 1 to 8 rows of `A` stored `m × k`
 /// (on a compute capability 9.0 device too, and for TF32), and not for 9
 /// rows or a transposed `A`; the forced tier refuses what it does not take.
@@ -673,5 +748,46 @@ fn copy_units_and_argmax_specials() {
         let views: Vec<_> = inputs.iter().map(|v| v.as_slice()).collect();
         compute_core::Backend::run_typed(&emu, &op, &views, out.as_mut()).unwrap();
         assert_eq!(out.to_f64(), [0.0, 3.0, 44.0], "{dtype}");
+    }
+}
+
+/// argmax over rows long enough for several full rounds of 16-byte loads per
+/// thread and a partial one (and, with a ragged length, as many of one value
+/// each), on every dtype: ties between threads and within a 16-byte unit
+/// (values on a coarse grid), a row of -inf, a NaN late in the row beside an
+/// earlier one in another thread's unit, a maximum in the last column, and
+/// NaNs one thread meets in turn (the first stays).
+#[test]
+fn argmax_long_and_ragged_rows() {
+    use compute_core::conformance::check_op_typed;
+    use compute_core::{DType, HostVec};
+    let emu = EmuBackend::new();
+    let mut rng = Rng::new(0x5eed_a4a4);
+    for cols in [40000, 40001, 9000] {
+        let coarse: Vec<f32> = rng.vec(cols, -1.0, 1.0).iter().map(|v| (v * 4.0).floor() / 4.0).collect();
+        let mut nans = rng.vec(cols, -1.0, 1.0);
+        nans[cols - 3] = f32::NAN;
+        nans[cols / 2 + 9] = f32::NAN;
+        let mut last = rng.vec(cols, -1.0, 1.0);
+        last[cols - 1] = 2.0;
+        // NaNs that one thread meets in turn (one 16-byte unit; or 1024 apart).
+        let mut same = rng.vec(cols, -1.0, 1.0);
+        for j in [1, 3, 1025] {
+            same[j] = f32::NAN;
+        }
+        same[7] = 5.0;
+        let x: Vec<f32> = [coarse, vec![f32::NEG_INFINITY; cols], nans, last, same].concat();
+        for dtype in DType::ALL {
+            let op = Op::ArgMax { rows: 5, cols, dtype };
+            let inputs = [HostVec::from_f32(dtype, &x)];
+            if let Err(e) = check_op_typed(&emu, &op, &inputs, 1.0) {
+                panic!("{dtype} cols {cols}: {e}");
+            }
+            let mut out = HostVec::zeros(DType::F32, 5);
+            let views: Vec<_> = inputs.iter().map(|v| v.as_slice()).collect();
+            compute_core::Backend::run_typed(&emu, &op, &views, out.as_mut()).unwrap();
+            let got = out.to_f64();
+            assert_eq!(got[1..], [0.0, (cols / 2 + 9) as f64, (cols - 1) as f64, 1.0], "{dtype} cols {cols}");
+        }
     }
 }

@@ -167,9 +167,10 @@ fn tf32_wgmma_matches_the_reference() {
 }
 
 /// The GEMV kernels on LLM decoding shapes (1×4096·4096×4096 and
-/// 4×4096·4096×14336, `B` stored `n × k` and `k × n`, `f32` and `bf16`), as
-/// the plans pick them and forced, plus ragged and batched products of every
-/// row count, against the f64 reference.
+/// 4×4096·4096×14336, `B` stored `n × k` and `k × n`, `f32` and `bf16`, and
+/// the 1.1 B decoder's k/v, down and LM-head shapes), as the plans pick them,
+/// forced, and (`B` stored `n × k`) with every k-split forced, plus ragged and
+/// batched products of every row count, against the f64 reference.
 #[test]
 fn gemv_matches_the_reference_on_llm_shapes() {
     use compute_core::DType;
@@ -184,6 +185,9 @@ fn gemv_matches_the_reference_on_llm_shapes() {
             }
         }
     }
+    for (m, k, n) in [(1, 2048, 512), (1, 8192, 2048), (8, 8192, 2048), (1, 2048, 32000)] {
+        cases.push((1, m, k, n, true, DType::BF16, DType::BF16));
+    }
     for m in 1..=8 {
         cases.push((1, m, 999, 1001, m % 2 == 0, DType::F16, DType::F32));
         cases.push((3, m, 1030, 72, m % 2 == 1, DType::BF16, DType::BF16));
@@ -195,15 +199,19 @@ fn gemv_matches_the_reference_on_llm_shapes() {
         let op = Op::Matmul(spec);
         let inputs = typed_inputs_for(&op, &mut rng);
         let views: Vec<_> = inputs.iter().map(|v| v.as_slice()).collect();
-        for forced in [false, true] {
+        let mut tiers = vec![None, Some(GemmTier::Gemv)];
+        if trans_b {
+            tiers.extend(compute_ptx::kernels::gemv::NT_SPLITS.map(|s| Some(GemmTier::GemvSplit(s))));
+        }
+        for forced in tiers {
             let run = || -> Result<compute_core::HostVec, String> {
                 let e = |e: ComputeError| e.to_string();
                 let mut out = poisoned(output, batch * m * n);
-                if forced {
+                if let Some(tier) = forced {
                     let ta = be.upload_typed(inputs[0].as_slice()).map_err(e)?;
                     let tb = be.upload_typed(inputs[1].as_slice()).map_err(e)?;
                     let tc = be.upload_typed(out.as_slice()).map_err(e)?;
-                    be.matmul_tier(GemmTier::Gemv, spec, &ta, &tb, &tc).map_err(e)?;
+                    be.matmul_tier(tier, spec, &ta, &tb, &tc).map_err(e)?;
                     be.download_typed(&tc, out.as_mut()).map_err(e)?;
                 } else {
                     be.run_typed(&op, &views, out.as_mut()).map_err(e)?;
@@ -211,10 +219,10 @@ fn gemv_matches_the_reference_on_llm_shapes() {
                 Ok(out)
             };
             match run() {
-                Err(e) => fails.push(format!("{spec:?} forced {forced}: {e}")),
+                Err(e) => fails.push(format!("{spec:?} forced {forced:?}: {e}")),
                 Ok(out) => {
                     if let Some(msg) = compare_typed(&op, &views, out.as_slice(), 1.0) {
-                        fails.push(format!("{spec:?} forced {forced}: {msg}"));
+                        fails.push(format!("{spec:?} forced {forced:?}: {msg}"));
                     }
                 }
             }

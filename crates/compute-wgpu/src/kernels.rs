@@ -51,6 +51,13 @@ pub(crate) enum Module {
         nr: u32,
         subgroup: bool,
     },
+    /// `rows_register.wgsl` with its entry points for `vpt` vec4s of the row
+    /// per invocation appended ([`rows_register::source`]), reduced by
+    /// subgroup operations (`subgroup`) or in workgroup memory.
+    RowsRegister {
+        vpt: u32,
+        subgroup: bool,
+    },
     /// `matmul_coop.wgsl` with the `matmul_coop` entry point for `tiles` and
     /// the transposes appended ([`coop_matmul::source`]); the output dtype is
     /// the module variant's `Io::output`.
@@ -63,6 +70,7 @@ pub(crate) enum Module {
 
 pub(crate) mod coop_matmul;
 mod quant_gemv;
+pub(crate) mod rows_register;
 
 /// The conversions between `f32` and packed `f16`/`bf16` words, prepended to
 /// every module built for half operands.
@@ -228,6 +236,7 @@ impl Module {
             Module::Elementwise => include_str!("../../../shaders/elementwise.wgsl"),
             Module::Reduce => include_str!("../../../shaders/reduce.wgsl"),
             Module::Rows => include_str!("../../../shaders/rows.wgsl"),
+            Module::RowsRegister { .. } => include_str!("../../../shaders/rows_register.wgsl"),
             Module::Matmul => include_str!("../../../shaders/matmul.wgsl"),
             Module::Conv => include_str!("../../../shaders/conv.wgsl"),
             Module::Attention => include_str!("../../../shaders/attention.wgsl"),
@@ -243,6 +252,7 @@ impl Module {
             Module::Elementwise => "elementwise.wgsl",
             Module::Reduce => "reduce.wgsl",
             Module::Rows => "rows.wgsl",
+            Module::RowsRegister { .. } => "rows_register.wgsl",
             Module::Matmul => "matmul.wgsl",
             Module::Conv => "conv.wgsl",
             Module::Attention => "attention.wgsl",
@@ -265,6 +275,12 @@ impl Module {
             io("gamma", 3, Unit::Scalar, false),
             io("beta", 4, Unit::Scalar, false),
         ];
+        const ROWS_REGISTER: [IoOperand; 4] = [
+            io("x", 1, Unit::Vec4, false),
+            io("y", 2, Unit::Vec4, true),
+            io("gamma", 3, Unit::Vec4, false),
+            io("beta", 4, Unit::Vec4, false),
+        ];
         const CONV: [IoOperand; 3] =
             [io("x", 1, Unit::Scalar, false), io("wt", 2, Unit::Scalar, false), io("y", 3, Unit::Scalar, true)];
         const INTERPOLATE: [IoOperand; 3] =
@@ -275,6 +291,7 @@ impl Module {
             Module::Elementwise => &ELEMENTWISE,
             Module::Reduce => &REDUCE,
             Module::Rows => &ROWS,
+            Module::RowsRegister { .. } => &ROWS_REGISTER,
             Module::Conv => &CONV,
             Module::Interpolate => &INTERPOLATE,
             Module::Quant | Module::QuantGemv { .. } => &QUANT,
@@ -298,6 +315,10 @@ impl Module {
             // `enable subgroups;`, which it rejects as not implemented; the
             // device must have `wgpu::Features::SUBGROUP`.
             return Ok(Cow::Owned(format!("{body}\n{}", quant_gemv::source(mr, nr, subgroup))));
+        }
+        if let Module::RowsRegister { vpt, subgroup } = self {
+            // Subgroup builtins as for `QuantGemv` above.
+            return Ok(Cow::Owned(format!("{body}\n{}", rows_register::source(vpt, subgroup))));
         }
         Ok(body)
     }
@@ -412,6 +433,11 @@ pub(crate) enum Kernel {
     LayerNorm(DType),
     /// `rows.wgsl` `rms_norm` (dtypes as for `Softmax`).
     RmsNorm(DType),
+    /// `rows_register.wgsl` for rows of `vpt` vec4s per invocation: `op` 0
+    /// softmax, 1 log_softmax (`softmax_reg`), 2 layer_norm, 3 rms_norm; on
+    /// inputs of `dtype`, writing `f32`; reduced by subgroup operations with
+    /// `subgroup`.
+    RowsRegister { op: u32, vpt: u32, subgroup: bool, dtype: DType },
     /// `matmul.wgsl` (`f32` only): which tiling, transposes, which operands
     /// move as vec4s; `checked`: compiled with naga's runtime bounds checks.
     Matmul { tiles: MatmulKernel, ta: bool, tb: bool, vec: Vec4s, checked: bool },
@@ -467,6 +493,7 @@ impl Kernel {
             Kernel::Unary(..) | Kernel::Binary(..) | Kernel::Cast { .. } => Module::Elementwise,
             Kernel::ReducePartials(..) | Kernel::ReduceFinish(_) => Module::Reduce,
             Kernel::Softmax(..) | Kernel::LayerNorm(_) | Kernel::RmsNorm(_) => Module::Rows,
+            Kernel::RowsRegister { vpt, subgroup, .. } => Module::RowsRegister { vpt, subgroup },
             Kernel::Matmul { .. } | Kernel::MatmulReduce { .. } => Module::Matmul,
             Kernel::Conv2d(_) => Module::Conv,
             Kernel::Attention { .. } => Module::Attention,
@@ -491,6 +518,7 @@ impl Kernel {
             | Kernel::Softmax(_, d)
             | Kernel::LayerNorm(d)
             | Kernel::RmsNorm(d)
+            | Kernel::RowsRegister { dtype: d, .. }
             | Kernel::Conv2d(d)
             | Kernel::Slerp(d)
             | Kernel::QuantGemv { x: d, .. }
@@ -515,6 +543,9 @@ impl Kernel {
             Kernel::Softmax(..) => "softmax",
             Kernel::LayerNorm(_) => "layer_norm",
             Kernel::RmsNorm(_) => "rms_norm",
+            Kernel::RowsRegister { op: 0 | 1, .. } => "softmax_reg",
+            Kernel::RowsRegister { op: 2, .. } => "layer_norm_reg",
+            Kernel::RowsRegister { .. } => "rms_norm_reg",
             Kernel::Matmul { tiles: MatmulKernel::Small, .. } => "matmul_small",
             Kernel::Matmul { tiles: MatmulKernel::Tiled(_), .. } => "matmul_tiled",
             Kernel::MatmulReduce { .. } => "matmul_reduce",
@@ -539,7 +570,8 @@ impl Kernel {
             | Kernel::Binary(op, _)
             | Kernel::ReducePartials(op, _)
             | Kernel::ReduceFinish(op)
-            | Kernel::Softmax(op, _) => vec![("OP", f64::from(op))],
+            | Kernel::Softmax(op, _)
+            | Kernel::RowsRegister { op: op @ (0 | 1), .. } => vec![("OP", f64::from(op))],
             Kernel::Matmul { ta, tb, vec, tiles, .. } => {
                 let mut c = vec![
                     ("TA", flag(ta)),
@@ -565,6 +597,7 @@ impl Kernel {
             }
             Kernel::LayerNorm(_)
             | Kernel::RmsNorm(_)
+            | Kernel::RowsRegister { .. }
             | Kernel::Conv2d(_)
             | Kernel::Cast { .. }
             | Kernel::Slerp(_)
@@ -790,7 +823,7 @@ fn on_threads<T: Sync>(items: &[T], f: impl Fn(&T) -> Result<()> + Sync) -> Resu
 mod tests {
     use super::*;
 
-    const MODULES: [Module; 12] = [
+    const MODULES: [Module; 20] = [
         Module::Elementwise,
         Module::Decoder,
         Module::Reduce,
@@ -802,6 +835,14 @@ mod tests {
         Module::Quant,
         Module::QuantGemv { mr: 1, nr: 4, subgroup: false },
         Module::QuantGemv { mr: 16, nr: 4, subgroup: true },
+        Module::RowsRegister { vpt: 1, subgroup: false },
+        Module::RowsRegister { vpt: 1, subgroup: true },
+        Module::RowsRegister { vpt: 2, subgroup: false },
+        Module::RowsRegister { vpt: 3, subgroup: true },
+        Module::RowsRegister { vpt: 4, subgroup: false },
+        Module::RowsRegister { vpt: 4, subgroup: true },
+        Module::RowsRegister { vpt: 8, subgroup: false },
+        Module::RowsRegister { vpt: 8, subgroup: true },
         Module::CoopMatmul { tiles: CoopTiles::AUTO_LARGE, ta: false, tb: true },
     ];
 
@@ -811,7 +852,7 @@ mod tests {
     fn capabilities(m: Module) -> naga::valid::Capabilities {
         use naga::valid::Capabilities as C;
         match m {
-            Module::QuantGemv { subgroup: true, .. } => C::SUBGROUP,
+            Module::QuantGemv { subgroup: true, .. } | Module::RowsRegister { subgroup: true, .. } => C::SUBGROUP,
             Module::CoopMatmul { .. } => C::COOPERATIVE_MATRIX | C::SHADER_FLOAT16 | C::SUBGROUP | C::SUBGROUP_BARRIER,
             _ => C::default(),
         }
@@ -831,7 +872,11 @@ mod tests {
                         Module::CoopMatmul { .. } => {
                             input == DType::F16 && matches!(output, DType::F32 | DType::F16 | DType::BF16)
                         }
-                        Module::Reduce | Module::Rows | Module::Conv | Module::Interpolate => output == DType::F32,
+                        Module::Reduce
+                        | Module::Rows
+                        | Module::RowsRegister { .. }
+                        | Module::Conv
+                        | Module::Interpolate => output == DType::F32,
                         // The product reads x of any dtype and writes f32; dequantize writes any dtype.
                         Module::Quant => input == DType::F32 || output == DType::F32,
                         Module::QuantGemv { .. } => output == DType::F32,
@@ -851,7 +896,7 @@ mod tests {
     fn every_module_variant_parses_and_validates_with_naga() {
         // Every GPU test compiles the shaders too; this catches WGSL errors on machines without a GPU.
         let variants = variants();
-        assert_eq!(variants.len(), 9 + 4 * 3 + 1 + 1 + 5 + 3 + 3 + 5 + 3);
+        assert_eq!(variants.len(), 9 + 4 * 3 + 1 + 1 + 5 + 3 + 3 + 5 + 8 * 3 + 3);
         for (m, io) in variants {
             let source = m.source_for(io).unwrap_or_else(|e| panic!("{} for {io:?}: {e}", m.name()));
             let what = format!("{} for {} → {}", m.name(), io.input, io.output);

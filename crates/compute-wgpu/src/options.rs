@@ -53,7 +53,7 @@ pub enum MatmulTiles {
     /// instead: 2 slices from 256 tiles, 4 below, when each slice keeps at least
     /// 128 of k (see [`TiledMatmul::with_split_k`]). For the tuning sweep.
     AutoSplitK,
-    /// Always the `matmul_vec4_small` kernel: 64 × 64 tiles, 4 × 4 outputs per invocation.
+    /// Always the `matmul_small` kernel: 64 × 64 tiles, 4 × 4 outputs per invocation.
     Small,
     /// Always the `matmul_tiled` kernel in this configuration.
     Tiled(TiledMatmul),

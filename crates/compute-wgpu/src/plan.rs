@@ -35,9 +35,7 @@
 //!   dispatch touches ([`decoder`]);
 //! - a cast between equal dtypes is a buffer copy.
 
-use compute_core::{
-    AttentionSpec, BinaryOp, ComputeError, DType, GeluForm, MatmulSpec, Op, ReduceOp, Result, RowOp, UnaryOp,
-};
+use compute_core::{AttentionSpec, BinaryOp, ComputeError, DType, GeluForm, MatmulSpec, Op, ReduceOp, Result, UnaryOp};
 
 use crate::buffers::{Use, padded_bytes, padded_bytes_of, whole_words};
 use crate::context::Context;
@@ -47,6 +45,7 @@ use crate::options::{CoopMatmul, CoopTiles, MatmulTiles, TiledMatmul};
 
 pub(crate) mod decoder;
 pub(crate) mod quant;
+pub(crate) mod rows;
 
 /// Whether the shaders read and write `dtype` (`f32`, `f16`, `bf16`). Free.
 pub(crate) fn computes(dtype: DType) -> bool {
@@ -292,7 +291,7 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
         Op::Rows { op: r, rows, cols, .. } => {
             let y = f32_output(ctx, name, output, steps)?;
             let params = [input(0)?, input(1).unwrap_or(output), input(2).unwrap_or(output)];
-            row_op(ctx, name, r, rows, cols, params, &y, steps)?;
+            rows::row_op(ctx, name, r, rows, cols, params, &y, ctx.subgroups(), steps)?;
             narrow(ctx, name, &y, output, steps)?;
         }
         Op::Matmul(s) => {
@@ -456,58 +455,6 @@ fn narrow(ctx: &Context, name: &'static str, y: &View, output: &View, steps: &mu
     if output.dtype == DType::F32 { Ok(()) } else { cast_into(ctx, name, y, output, steps) }
 }
 
-/// Row op `r` of `rows × cols` from `x` (and its `gamma`, `beta` where it
-/// has them) of any dtype into the `f32` view `y`, in pieces of whole rows.
-#[allow(clippy::too_many_arguments)]
-fn row_op(
-    ctx: &Context,
-    name: &'static str,
-    r: RowOp,
-    rows: usize,
-    cols: usize,
-    [x, gamma, beta]: [&View; 3],
-    y: &View,
-    steps: &mut Vec<Step>,
-) -> Result<()> {
-    let kernel = match r {
-        RowOp::Softmax => Kernel::Softmax(0, x.dtype),
-        RowOp::LogSoftmax => Kernel::Softmax(1, x.dtype),
-        RowOp::LayerNorm { .. } => Kernel::LayerNorm(x.dtype),
-        RowOp::RmsNorm { .. } => Kernel::RmsNorm(x.dtype),
-    };
-    let eps = match r {
-        RowOp::LayerNorm { eps } | RowOp::RmsNorm { eps } => eps,
-        RowOp::Softmax | RowOp::LogSoftmax => 0.0,
-    };
-    let row_in = (cols as u64).saturating_mul(x.size());
-    let row_out = (cols as u64).saturating_mul(y.size());
-    let per = rows_per_piece(ctx, name, row_in, row_out)?;
-    let cols32 = to_u32(name, "columns", cols as u64)?;
-    let rows = rows as u64;
-    let mut start = 0;
-    while start < rows {
-        let n = per.min(rows - start);
-        let mut bindings = vec![
-            bind(1, &x.buffer, start * row_in, whole_words(n * row_in)),
-            bind(2, &y.buffer, start * row_out, n * row_out),
-        ];
-        if let RowOp::LayerNorm { .. } | RowOp::RmsNorm { .. } = r {
-            bindings.push(bind(3, &gamma.buffer, 0, whole_words(row_in)));
-        }
-        if let RowOp::LayerNorm { .. } = r {
-            bindings.push(bind(4, &beta.buffer, 0, whole_words(row_in)));
-        }
-        steps.push(Step::Dispatch(Dispatch {
-            kernel,
-            params: params(&[to_u32(name, "rows", n)?, cols32, eps.to_bits()]),
-            bindings,
-            groups: grid(ctx, name, n)?,
-        }));
-        start += n;
-    }
-    Ok(())
-}
-
 /// How many whole rows (of `row_in` input bytes and `row_out` output bytes)
 /// one dispatch of a row kernel binds: as many as the largest binding holds,
 /// a multiple of what keeps every piece's offsets, in the inputs and in the
@@ -529,7 +476,7 @@ fn rows_per_piece(ctx: &Context, name: &'static str, row_in: u64, row_out: u64) 
 }
 
 /// Slerp of `rows × cols` rows of `a` and `b` (any dtype, the same) with
-/// weight `t` into the `f32` view `y`, in pieces of whole rows as [`row_op`]
+/// weight `t` into the `f32` view `y`, in pieces of whole rows as [`rows::row_op`]
 /// cuts them: one workgroup per row.
 fn slerp(
     ctx: &Context,
@@ -1066,7 +1013,8 @@ fn reduce(
         .map(|(start, n)| (start, n, n.div_ceil(4).div_ceil(256 * REDUCE_PER_INVOCATION).clamp(1, MAX_PARTIALS)))
         .collect();
     let total: u64 = parts.iter().map(|p| p.2).sum();
-    let scratch_bytes = padded_bytes(total as usize);
+    // Two floats per partial (`reduce.wgsl`: a sum's normal and scaled subnormal terms).
+    let scratch_bytes = padded_bytes(2 * total as usize);
     let scratch = ctx.cache.take(ctx, Use::Storage, scratch_bytes, name)?;
     steps.push(Step::Scratch(scratch.clone()));
     let mut first = 0;

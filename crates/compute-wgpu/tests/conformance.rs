@@ -5,8 +5,4 @@
 use compute_core::{BackendKind, DType, conformance::Config};
 use compute_wgpu::WgpuBackend;
 
-compute_core::conformance_tests!(
-    WgpuBackend::new,
-    BackendKind::Wgpu,
-    Config::from_env().without_ieee_specials().with_dtypes(&DType::ALL)
-);
+compute_core::conformance_tests!(WgpuBackend::new, BackendKind::Wgpu, Config::from_env().with_dtypes(&DType::ALL));

@@ -9,12 +9,18 @@
 //! ```text
 //! cargo run --release -p dispatch --features cuda --example llama -- \
 //!     [--config tiny|1b] [--dtype f32|f16|bf16] [--linear q4_K|q5_K|q6_K|q8_0] \
-//!     [--engine simd|wgpu|cuda] [--prompt N] [--new N] [--gguf model.gguf]
+//!     [--engine simd|wgpu|cuda] [--prompt N] [--new N] [--gguf model.gguf | --hf DIR] \
+//!     [--logits FILE]
 //! ```
 //!
-//! With `--gguf`, the model is a llama GGUF file (read whole into memory; its
-//! linear layers keep their block types, `--dtype` sets the activations');
-//! without a tokenizer, the prompt is a fixed sequence of token ids.
+//! With `--gguf`, the model is a llama GGUF file (memory-mapped; its linear
+//! layers keep their block types, `--dtype` sets the activations'); with
+//! `--hf`, a directory saved by transformers (`config.json` and
+//! `*.safetensors`, memory-mapped, converted to `--dtype`). Without a tokenizer, the prompt
+//! is a fixed sequence of token ids: `(i·7919 + 13) mod vocab`. `--logits`
+//! writes the prompt's last-position logits (one number a line) and the
+//! greedy tokens (a last line `tokens: …`) to FILE, to compare with another
+//! implementation.
 //!
 //! Defaults: the tiny configuration in `f32` on the first GPU engine (the
 //! CPU when there is none), a prompt of 16 tokens and 32 new ones. The
@@ -46,7 +52,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut cfg = LlamaConfig::tiny();
     let (mut dense, mut linear, mut engine) = (DType::F32, None, None);
     let (mut prompt_len, mut new_tokens) = (16usize, 32usize);
-    let mut gguf_path: Option<String> = None;
+    let (mut gguf_path, mut hf_dir, mut logits_path): (Option<String>, Option<String>, Option<String>) =
+        (None, None, None);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{a} needs a value"));
@@ -71,6 +78,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--prompt" => prompt_len = value()?.parse()?,
             "--new" => new_tokens = value()?.parse()?,
             "--gguf" => gguf_path = Some(value()?),
+            "--hf" => hf_dir = Some(value()?),
+            "--logits" => logits_path = Some(value()?),
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
@@ -89,11 +98,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     let start = Instant::now();
-    let file = gguf_path.as_ref().map(std::fs::read).transpose()?;
-    let (mut model, weights) = match &file {
-        Some(bytes) => {
-            let gguf = compute_core::gguf::Gguf::parse(bytes)?;
-            let model = Llama::from_gguf(backend.clone(), &gguf, dense, prompt_len + new_tokens)?;
+    let (mut model, weights) = match &gguf_path {
+        None if hf_dir.is_some() => {
+            let dir = std::path::PathBuf::from(hf_dir.as_deref().unwrap_or_default());
+            let model = Llama::from_hf_dir(backend.clone(), &dir, dense, prompt_len + new_tokens)?;
+            cfg = *model.config();
+            println!("from {}: {cfg:?}", dir.display());
+            (model, None)
+        }
+        Some(path) => {
+            let path = std::path::Path::new(path);
+            let model = Llama::from_gguf_path(backend.clone(), path, dense, prompt_len + new_tokens)?;
             cfg = *model.config();
             println!("from {}: {cfg:?}", gguf_path.as_deref().unwrap_or_default());
             (model, None)
@@ -135,6 +150,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         tokens.push(next);
     }
     let decode_s = t.elapsed().as_secs_f64();
+    if let Some(path) = &logits_path {
+        model.reset();
+        let logits = model.logits(&prompt)?;
+        let mut text: String = logits.iter().map(|v| format!("{v}\n")).collect();
+        text.push_str(&format!("tokens: {tokens:?}\n"));
+        std::fs::write(path, text)?;
+    }
     let decoded = tokens.len().saturating_sub(1).max(1);
 
     // Bytes one decoding step must read: every weight once and the KV cache

@@ -90,7 +90,7 @@ mod wgpu_first {
     compute_core::conformance_tests!(
         || gpu_first(Engine::Wgpu),
         BackendKind::Wgpu,
-        Config::from_env().without_ieee_specials().with_dtypes(&DType::ALL)
+        Config::from_env().with_dtypes(&DType::ALL)
     );
 }
 

@@ -211,6 +211,14 @@ fn a_gguf_model_with_mixed_block_types_matches_the_reference() {
     let bytes = gguf_file(&weights, &types);
     let gguf = Gguf::parse(&bytes).unwrap();
     let mut model = Llama::from_gguf(Arc::new(SimdBackend::new()), &gguf, DType::F32, 64).unwrap();
+    // The same file on disk, memory-mapped, gives the same model.
+    let path = std::env::temp_dir().join(format!("compute-gguf-{}.gguf", std::process::id()));
+    std::fs::write(&path, &bytes).unwrap();
+    let mapped =
+        Llama::from_gguf_path(Arc::new(SimdBackend::new()), &path, DType::F32, 64).map(|mut m| m.logits(&[5, 17]));
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(mapped.unwrap().unwrap(), model.logits(&[5, 17]).unwrap());
+    model.reset();
     assert_eq!(*model.config(), LlamaConfig { max_seq: 64, ..cfg });
     // The reference: every tensor as the file stores it.
     let stored = |v: &[f32], name: &str| compute_core::HostVec::from_f32(types(name), v).to_f32();
@@ -247,4 +255,139 @@ fn a_gguf_model_with_mixed_block_types_matches_the_reference() {
     unnamed[at] = b'L';
     let err = Llama::from_gguf(Arc::new(SimdBackend::new()), &Gguf::parse(&unnamed).unwrap(), DType::F32, 64).err();
     assert!(matches!(&err, Some(LoadError::Metadata { key }) if key == "llama.feed_forward_length"), "{err:?}");
+}
+
+/// `weights` as a transformers checkpoint: `config.json` text and the
+/// tensors in `dtype` under transformers' names, split over `shards` files
+/// (the LM head left out when `tied`).
+fn hf_checkpoint(weights: &HostWeights, dtype: DType, shards: usize, tied: bool) -> (String, Vec<Vec<u8>>) {
+    use compute_core::HostVec;
+    use dispatch::llama::{LAYER_TENSORS, TENSOR_ORDER, hf_name};
+    let c = weights.cfg;
+    let config = format!(
+        r#"{{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+            "hidden_size": {}, "num_hidden_layers": {}, "num_attention_heads": {}, "num_key_value_heads": {},
+            "intermediate_size": {}, "vocab_size": {}, "rope_theta": {:.1}, "rms_norm_eps": {:e},
+            "rope_scaling": null, "attention_bias": false, "tie_word_embeddings": {tied}, "torch_dtype": "bfloat16"}}"#,
+        c.hidden, c.layers, c.heads, c.kv_heads, c.intermediate, c.vocab, c.rope_theta, c.rms_eps
+    );
+    let d = c.head_dim();
+    let mut tensors: Vec<(String, Vec<usize>, &[f32])> = Vec::new();
+    for (name, shape, v) in [
+        (TENSOR_ORDER[0], vec![c.vocab, c.hidden], &weights.embed),
+        (TENSOR_ORDER[1], vec![c.hidden], &weights.final_norm),
+        (TENSOR_ORDER[2], vec![c.vocab, c.hidden], &weights.lm_head),
+    ] {
+        if !(tied && name == "output.weight") {
+            tensors.push((hf_name(name), shape, v));
+        }
+    }
+    for (i, l) in weights.layers.iter().enumerate() {
+        let (h, q, kv, ff) = (c.hidden, c.heads * d, c.kv_heads * d, c.intermediate);
+        let parts: [(Vec<usize>, &[f32]); 9] = [
+            (vec![h], &l.attn_norm),
+            (vec![h], &l.ffn_norm),
+            (vec![q, h], &l.wq),
+            (vec![kv, h], &l.wk),
+            (vec![kv, h], &l.wv),
+            (vec![h, q], &l.wo),
+            (vec![ff, h], &l.gate),
+            (vec![ff, h], &l.up),
+            (vec![h, ff], &l.down),
+        ];
+        for (name, (shape, v)) in LAYER_TENSORS.iter().zip(parts) {
+            tensors.push((hf_name(&format!("blk.{i}.{name}.weight")), shape, v));
+        }
+    }
+    let st_dtype = match dtype {
+        DType::F32 => safetensors::Dtype::F32,
+        DType::F16 => safetensors::Dtype::F16,
+        _ => safetensors::Dtype::BF16,
+    };
+    let stored: Vec<(String, Vec<usize>, HostVec)> =
+        tensors.into_iter().map(|(n, s, v)| (n, s, HostVec::from_f32(dtype, v))).collect();
+    let per = stored.len().div_ceil(shards);
+    let files = stored
+        .chunks(per)
+        .map(|chunk| {
+            let views = chunk.iter().map(|(n, s, v)| {
+                (n.clone(), safetensors::tensor::TensorView::new(st_dtype, s.clone(), v.as_slice().as_bytes()).unwrap())
+            });
+            safetensors::serialize(views, None).unwrap()
+        })
+        .collect();
+    (config, files)
+}
+
+#[test]
+fn a_transformers_checkpoint_matches_the_reference() {
+    let cpu: Arc<dyn Backend> = Arc::new(SimdBackend::new());
+    let cfg = LlamaConfig { rope_theta: 500_000.0, rms_eps: 1e-6, max_seq: 32, ..LlamaConfig::tiny() };
+    let weights = HostWeights::random(cfg, 23);
+    let prompt = [7u32, 2, 19, 40, 1, 63];
+    for (dtype, shards, tied) in [(DType::BF16, 2, false), (DType::F32, 1, true), (DType::F16, 3, false)] {
+        let (config, files) = hf_checkpoint(&weights, dtype, shards, tied);
+        // transformers 5 writes the rotary as `rope_parameters`.
+        let config = if dtype == DType::F16 {
+            config.replace(
+                r#""rope_theta": 500000.0"#,
+                r#""rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}"#,
+            )
+        } else {
+            config
+        };
+        assert_eq!(config.contains("rope_parameters"), dtype == DType::F16);
+        let shards_in: Vec<&[u8]> = files.iter().rev().map(Vec::as_slice).collect();
+        let mut model = Llama::from_safetensors(cpu.clone(), &config, &shards_in, DType::F32, 32).unwrap();
+        assert_eq!(*model.config(), cfg);
+        let mut want = weights.as_stored(WeightFormat::dense(dtype));
+        if tied {
+            want.lm_head = want.embed.clone();
+        }
+        let logits = model.logits(&prompt).unwrap();
+        let e = error(&logits, &reference_logits(&want, &prompt));
+        assert!(e < 1e-5, "{dtype} checkpoint ({shards} shards, tied {tied}): logits off by {e:.3e}");
+    }
+    // A directory as `save_pretrained` leaves it, memory-mapped, loads the same
+    // model as the bytes in memory.
+    let (config, files) = hf_checkpoint(&weights, DType::BF16, 2, false);
+    let dir = std::env::temp_dir().join(format!("compute-hf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.json"), &config).unwrap();
+    for (i, f) in files.iter().enumerate() {
+        std::fs::write(dir.join(format!("model-0000{}-of-00002.safetensors", i + 1)), f).unwrap();
+    }
+    let from_dir = Llama::from_hf_dir(cpu.clone(), &dir, DType::F32, 32).map(|mut m| m.logits(&prompt));
+    let shards_in: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
+    let from_bytes = Llama::from_safetensors(cpu.clone(), &config, &shards_in, DType::F32, 32).unwrap().logits(&prompt);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(from_dir.unwrap().unwrap(), from_bytes.unwrap());
+    let err = Llama::from_hf_dir(cpu.clone(), &dir, DType::F32, 32).err();
+    assert!(matches!(&err, Some(LoadError::Io { path, .. }) if path.ends_with("config.json")), "{err:?}");
+
+    // What the loader refuses, as typed errors naming the cause.
+    let (config, files) = hf_checkpoint(&weights, DType::BF16, 1, false);
+    let load =
+        |config: &str, files: &[&[u8]]| Llama::from_safetensors(cpu.clone(), config, files, DType::F32, 32).err();
+    let scaled = config.replace(r#""rope_scaling": null"#, r#""rope_scaling": {"rope_type": "llama3", "factor": 8.0}"#);
+    let err = load(&scaled, &[&files[0]]);
+    assert!(matches!(&err, Some(LoadError::Config { key, .. }) if key == "rope_scaling"), "{err:?}");
+    let scaled =
+        config.replace(r#""rope_theta": 500000.0"#, r#""rope_parameters": {"rope_theta": 5e5, "rope_type": "llama3"}"#);
+    let err = load(&scaled, &[&files[0]]);
+    assert!(matches!(&err, Some(LoadError::Config { key, .. }) if key == "rope_parameters"), "{err:?}");
+    let no_vocab = config.replace(r#""vocab_size""#, r#""vocab""#);
+    let err = load(&no_vocab, &[&files[0]]);
+    assert!(matches!(&err, Some(LoadError::Config { key, .. }) if key == "vocab_size"), "{err:?}");
+    let wider = config.replace(&format!(r#""intermediate_size": {}"#, cfg.intermediate), r#""intermediate_size": 64"#);
+    let err = load(&wider, &[&files[0]]);
+    assert!(
+        matches!(&err, Some(LoadError::TensorShape { name, .. }) if name == "model.layers.0.mlp.gate_proj.weight"),
+        "{err:?}"
+    );
+    let (_, halves) = hf_checkpoint(&weights, DType::BF16, 2, false);
+    let err = load(&config, &[&halves[1]]);
+    assert!(matches!(&err, Some(LoadError::MissingTensor { .. })), "{err:?}");
+    let err = load(&config, &[&files[0][..files[0].len() / 2]]);
+    assert!(matches!(&err, Some(LoadError::SafeTensors(_))), "{err:?}");
 }

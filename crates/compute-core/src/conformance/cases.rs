@@ -145,7 +145,7 @@ pub fn cases(group: Group, scale: Scale) -> Vec<Op> {
         }
         Group::Quantized => quantized_cases(large),
         Group::Decoder => decoder_cases(large),
-        Group::EdgeValues | Group::Errors | Group::Tensors => Vec::new(),
+        Group::EdgeValues | Group::SpecialValues | Group::Errors | Group::Tensors => Vec::new(),
     }
 }
 

@@ -33,14 +33,9 @@ pub(super) fn run(backend: &dyn Backend, rng: &mut Rng, cfg: Config, skipped: &m
     fails
 }
 
-/// Values of `dtype` for `v`; without IEEE specials, values past the
-/// dtype's range stay finite (±60000), as in the edge-value group.
-fn typed(dtype: DType, cfg: Config, v: &[f32]) -> HostVec {
-    let finite = |x: f32| match dtype.round(f64::from(x)) {
-        r if r.is_infinite() && !cfg.ieee_specials => x.signum() * 60_000.0,
-        _ => x,
-    };
-    HostVec::from_f32(dtype, &v.iter().map(|&x| finite(x)).collect::<Vec<_>>())
+/// Values of `dtype` for `v` (values past its range become ±∞).
+fn typed(dtype: DType, v: &[f32]) -> HostVec {
+    HostVec::from_f32(dtype, v)
 }
 
 /// Runs `op` (of `dtype`) on `inputs` and checks it against the reference,
@@ -56,7 +51,7 @@ fn check(
     if let Some(result) = declined(backend, &op, cfg, rng, skipped) {
         return result.err();
     }
-    let inputs: Vec<HostVec> = inputs.iter().map(|v| typed(op.dtype(), cfg, v)).collect();
+    let inputs: Vec<HostVec> = inputs.iter().map(|v| typed(op.dtype(), v)).collect();
     check_op_typed(backend, &op, &inputs, cfg.tolerance_factor).err()
 }
 
@@ -72,7 +67,7 @@ fn ends(backend: &dyn Backend, rng: &mut Rng, cfg: Config, dtype: DType, skipped
         a[i * 7] = s;
         b[i * 11 + 3] = s;
     }
-    let (ta, tb) = (typed(dtype, cfg, &a), typed(dtype, cfg, &b));
+    let (ta, tb) = (typed(dtype, &a), typed(dtype, &b));
     for t in [0.0f32, 1.0] {
         for op in [Op::lerp(n, t), Op::slerp(rows, cols, t)] {
             let op = op.with_dtype(dtype);
@@ -95,7 +90,7 @@ fn ends(backend: &dyn Backend, rng: &mut Rng, cfg: Config, dtype: DType, skipped
     fails
 }
 
-/// Lerp with IEEE specials (with `cfg.ieee_specials`), signed zeros,
+/// Lerp with IEEE specials (NaN, ±∞), signed zeros,
 /// subnormals and values near the top of the range, at several `t`.
 fn lerp_specials(
     backend: &dyn Backend,
@@ -104,10 +99,21 @@ fn lerp_specials(
     dtype: DType,
     skipped: &mut Vec<String>,
 ) -> Vec<String> {
-    let mut specials = vec![0.0f32, -0.0, 1e38, -1e38, 1e-38, -1e-38, 1e-45, -1e-45, 9.0, -9.0];
-    if cfg.ieee_specials {
-        specials.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY]);
-    }
+    let specials = [
+        0.0f32,
+        -0.0,
+        1e38,
+        -1e38,
+        1e-38,
+        -1e-38,
+        1e-45,
+        -1e-45,
+        9.0,
+        -9.0,
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+    ];
     let len = 1031;
     let mut fails = Vec::new();
     for t in [0.0f32, 0.3, 0.5, 1.0, -0.75, 1.5] {
@@ -166,14 +172,12 @@ fn slerp_rows(
         rows.push((x.iter().map(|v| v * 1e15).collect(), random(rng))); // huge (f16: infinite)
         rows.push((x.iter().map(|v| v * 1e-15).collect(), random(rng))); // tiny (f16: zero)
         rows.push((x.iter().map(|v| v * 1e-30).collect(), random(rng))); // squares below 2⁻¹²⁶: zero
-        if cfg.ieee_specials {
-            let mut nan = random(rng);
-            nan[rng.below(cols)] = f32::NAN;
-            rows.push((nan, random(rng)));
-            let mut inf = random(rng);
-            inf[rng.below(cols)] = f32::NEG_INFINITY;
-            rows.push((random(rng), inf));
-        }
+        let mut nan = random(rng);
+        nan[rng.below(cols)] = f32::NAN;
+        rows.push((nan, random(rng)));
+        let mut inf = random(rng);
+        inf[rng.below(cols)] = f32::NEG_INFINITY;
+        rows.push((random(rng), inf));
         let y = random(rng);
         rows.push((random(rng), y));
         let n_rows = rows.len();

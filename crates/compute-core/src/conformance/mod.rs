@@ -22,9 +22,39 @@
 //! Set `COMPUTE_CONFORMANCE=large` for the large sizes (GPU machine runs).
 //! A backend listed in `COMPUTE_REQUIRE` (comma-separated `simd,wgpu,cuda`) must
 //! be available: if it is not, the tests fail instead of skipping.
+//!
+//! # Special values
+//!
+//! Every backend treats NaN, ±∞, ±0 and subnormals as the float64 reference
+//! does ([`Group::SpecialValues`] checks it for every element-wise op,
+//! reduction, row op and matmul, on every dtype), and the reference follows
+//! PyTorch:
+//!
+//! - NaN in, NaN out: an element-wise op of a NaN is NaN (relu and clip
+//!   included), a sum, max or dot with a NaN term is NaN, a row op of a row
+//!   holding a NaN is NaN on the whole row (a NaN in a norm's `γ` or `β`
+//!   only in its column), a matmul output is NaN where its row of `a` or
+//!   column of `b` holds one.
+//! - ±∞ in element-wise ops gives the mathematical limit: `relu(−∞) = 0`,
+//!   `sigmoid(−∞) = 0`, `tanh(±∞) = ±1`, `elu(−∞) = −α`,
+//!   `gelu(−∞) = swish(−∞) = −0` (PyTorch's formulas give NaN for the last
+//!   two: `−∞·0`).
+//! - Elsewhere ±∞ follows IEEE arithmetic: `∞ − ∞` and `0·∞` are NaN. So a
+//!   sum with both infinities is NaN, `max` of a vector holding `+∞` is `+∞`,
+//!   a softmax or log_softmax row holding `+∞`, or only `−∞`, is NaN
+//!   (`x − max`), a `−∞` element of an otherwise finite row gives 0 (softmax)
+//!   or `−∞` (log_softmax), a layer norm row holding `±∞` is NaN, an RMS norm
+//!   row holding `±∞` is 0 where finite and NaN at the infinity.
+//! - ±0 and subnormals are ordinary values. A GPU may flush subnormal
+//!   operands or results to zero; the tolerances' absolute slack (the
+//!   smallest normal `f32`) covers that wherever the exact result is itself
+//!   that small; add, sub, mul, scale, sums, dot products, `max` and
+//!   rms_norm stay exact on every backend. A subnormal times ∞ is where a
+//!   flush shows (`0·∞` is NaN): the group never multiplies the two.
 
 mod cases;
 mod interpolation;
+mod special;
 /// The seeded generator the suite draws its inputs from (see [`crate::rng`]).
 pub use crate::rng;
 
@@ -51,10 +81,6 @@ pub enum Scale {
 pub struct Config {
     /// Sizes to run.
     pub scale: Scale,
-    /// Whether the backend promises IEEE specials (NaN propagation, ±Inf). WGSL
-    /// lets implementations assume there are none, so the wgpu backend turns this
-    /// off; it is still tested on huge, tiny, subnormal and −0 inputs.
-    pub ieee_specials: bool,
     /// Multiplies every tolerance (1.0 for full-precision f32 backends).
     pub tolerance_factor: f64,
     /// Dtypes the backend must support on every op: an op of one of them
@@ -64,23 +90,18 @@ pub struct Config {
 }
 
 impl Config {
-    /// Small sizes unless `COMPUTE_CONFORMANCE=large`; IEEE specials on.
+    /// Small sizes unless `COMPUTE_CONFORMANCE=large`; `f32` required.
     pub fn from_env() -> Self {
         let scale = match std::env::var("COMPUTE_CONFORMANCE").as_deref() {
             Ok("large") => Scale::Large,
             _ => Scale::Small,
         };
-        Config { scale, ieee_specials: true, tolerance_factor: 1.0, dtypes: &[DType::F32] }
+        Config { scale, tolerance_factor: 1.0, dtypes: &[DType::F32] }
     }
 
     /// Same, requiring every op on each of `dtypes` (see [`Config::dtypes`]).
     pub fn with_dtypes(self, dtypes: &'static [DType]) -> Self {
         Config { dtypes, ..self }
-    }
-
-    /// Same, with IEEE specials off (see [`Config::ieee_specials`]).
-    pub fn without_ieee_specials(self) -> Self {
-        Config { ieee_specials: false, ..self }
     }
 }
 
@@ -127,8 +148,15 @@ pub enum Group {
     /// The ops a transformer decoder adds: rotary embeddings, strided copies
     /// (KV-cache appends, transposes), embedding lookups, argmax.
     Decoder,
-    /// NaN, ±Inf, −0, huge, tiny and subnormal inputs.
+    /// Extreme finite inputs (−0, huge, tiny and subnormal values, the
+    /// thresholds where exponentials overflow), and casts of every special
+    /// value (NaN and ±∞ included) between every pair of dtypes.
     EdgeValues,
+    /// NaN, ±∞, ±0 and subnormal inputs in every element-wise op, reduction,
+    /// row op and matmul, on every dtype: NaN in gives NaN out (as PyTorch),
+    /// ±∞ gives the mathematical limit or, through arithmetic, what IEEE
+    /// arithmetic gives (see [the rules](crate::conformance#special-values)).
+    SpecialValues,
     /// Bad shapes give a typed error and leave the output untouched.
     Errors,
     /// Device-resident tensors: upload, a chain of ops, download.
@@ -581,6 +609,7 @@ pub fn run_group<B: Backend>(make: impl FnOnce() -> crate::Result<B>, kind: Back
     let mut skipped = Vec::new();
     let failures = match group {
         Group::EdgeValues => edge_values(&backend, &mut rng, cfg, &mut skipped),
+        Group::SpecialValues => special::run(&backend, &mut rng, cfg, &mut skipped),
         Group::Errors => errors(&backend, &mut rng),
         Group::Tensors => tensors(&backend, &mut rng, cfg, &mut skipped),
         Group::Interpolation => interpolation::run(&backend, &mut rng, cfg, &mut skipped),
@@ -641,7 +670,8 @@ fn report_skipped(kind: BackendKind, group: Group, skipped: &[String]) {
     eprintln!("SKIPPED in {group:?} on {kind}: ops the backend declines ({}); each failed cleanly", list.join(", "));
 }
 
-/// IEEE specials and extreme magnitudes mixed into random data, on every dtype.
+/// Extreme finite magnitudes mixed into random data, on every dtype, and
+/// casts of every special value.
 fn edge_values(backend: &dyn Backend, rng: &mut Rng, cfg: Config, skipped: &mut Vec<String>) -> Vec<String> {
     let mut fails = Vec::new();
     for dtype in DType::ALL {
@@ -652,16 +682,36 @@ fn edge_values(backend: &dyn Backend, rng: &mut Rng, cfg: Config, skipped: &mut 
 }
 
 /// Casts of every special value between every pair of dtypes: ±0, ±∞, NaN
-/// (with IEEE specials), the largest finite values, subnormals, ties.
+/// of both signs, the largest finite values, subnormals, ties.
 fn edge_casts(backend: &dyn Backend, rng: &mut Rng, cfg: Config, skipped: &mut Vec<String>) -> Vec<String> {
     let mut fails = Vec::new();
     let mut values = vec![
-        0.0f32, -0.0, 65504.0, 65519.99, 65520.0, -65520.0, 1e38, -1e38, 3.4e38, 1e-45, -1e-45, 1e-38, 5.96e-8,
-        2.98e-8, 2.99e-8, 6.1e-5, 1.0009765, 1.0048828, -1.0048828,
+        0.0f32,
+        -0.0,
+        65504.0,
+        65519.99,
+        65520.0,
+        -65520.0,
+        1e38,
+        -1e38,
+        3.4e38,
+        1e-45,
+        -1e-45,
+        1e-38,
+        5.96e-8,
+        2.98e-8,
+        2.99e-8,
+        6.1e-5,
+        1.0009765,
+        1.0048828,
+        -1.0048828,
+        f32::NAN,
+        -f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::MAX,
+        f32::MIN,
     ];
-    if cfg.ieee_specials {
-        values.extend([f32::NAN, -f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, f32::MIN]);
-    }
     values.extend((0..1000).map(|_| cast_input(rng)));
     for from in DType::ALL {
         let x = HostVec::from_f32(from, &values);
@@ -677,7 +727,7 @@ fn edge_casts(backend: &dyn Backend, rng: &mut Rng, cfg: Config, skipped: &mut V
     fails
 }
 
-/// [`edge_values`] on one dtype: specials rounded to it (1e38 is ∞ in f16).
+/// [`edge_values`] on one dtype: the values rounded to it (1e38 is ∞ in f16).
 fn edge_values_of(
     backend: &dyn Backend,
     rng: &mut Rng,
@@ -685,11 +735,7 @@ fn edge_values_of(
     dtype: DType,
     skipped: &mut Vec<String>,
 ) -> Vec<String> {
-    let mut specials =
-        vec![0.0f32, -0.0, 1e38, -1e38, 1e-38, -1e-38, 1e-45, -1e-45, 88.0, -88.0, 89.0, -104.0, 9.0, -9.0];
-    if cfg.ieee_specials {
-        specials.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, f32::MIN]);
-    }
+    let specials = [0.0f32, -0.0, 1e38, -1e38, 1e-38, -1e-38, 1e-45, -1e-45, 88.0, -88.0, 89.0, -104.0, 9.0, -9.0];
     let mut fails = Vec::new();
     let len = 1031;
     let sprinkle = |rng: &mut Rng, mut v: Vec<f32>| {
@@ -706,15 +752,7 @@ fn edge_values_of(
             fails.extend(result.err());
             return;
         }
-        // Without IEEE specials, values past the dtype's range stay finite.
-        let finite = |v: f32| match dtype.round(f64::from(v)) {
-            r if r.is_infinite() && !cfg.ieee_specials => v.signum() * 60_000.0,
-            _ => v,
-        };
-        let inputs: Vec<HostVec> = inputs
-            .iter()
-            .map(|v| HostVec::from_f32(dtype, &v.iter().map(|&x| finite(x)).collect::<Vec<_>>()))
-            .collect();
+        let inputs: Vec<HostVec> = inputs.iter().map(|v| HostVec::from_f32(dtype, v)).collect();
         fails.extend(check_op_typed(backend, &op, &inputs, cfg.tolerance_factor).err());
     };
     for op in cases::unary_ops() {
@@ -731,23 +769,11 @@ fn edge_values_of(
         let b = sprinkle(rng, b);
         check(op, vec![a, b], rng, &mut fails);
     }
-    // Reductions: −0 and tiny values must not disturb max; ±Inf/NaN propagate.
-    let mut reduce_inputs = vec![rng.vec(len, -3.0, 3.0)];
-    reduce_inputs.push({
-        let mut v = rng.vec(len, -3.0, 3.0);
-        v[len / 2] = -0.0;
-        v[len - 1] = 1e-45;
-        v
-    });
-    if cfg.ieee_specials {
-        for s in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
-            let mut v = rng.vec(len, -3.0, 3.0);
-            let j = rng.below(len);
-            v[j] = s;
-            reduce_inputs.push(v);
-        }
-    }
-    for x in reduce_inputs {
+    // Reductions: −0 and tiny values must not disturb max.
+    let mut tiny = rng.vec(len, -3.0, 3.0);
+    tiny[len / 2] = -0.0;
+    tiny[len - 1] = 1e-45;
+    for x in [rng.vec(len, -3.0, 3.0), tiny] {
         for op in [ReduceOp::Sum, ReduceOp::Max] {
             check(Op::reduce(op, len), vec![x.clone()], rng, &mut fails);
         }
@@ -1039,7 +1065,7 @@ macro_rules! conformance_tests {
             unary_ops => Unary, binary_ops => Binary, reductions => Reductions, row_ops => Rows,
             matmul => Matmul, batched_matmul => BatchedMatmul, conv2d => Conv2d, attention => Attention,
             casts => Casts, interpolation => Interpolation, quantized => Quantized, decoder_ops => Decoder,
-            edge_values => EdgeValues, bad_shapes_are_typed_errors => Errors,
+            edge_values => EdgeValues, special_values => SpecialValues, bad_shapes_are_typed_errors => Errors,
             device_tensors => Tensors);
     };
     (@tests $make:expr, $kind:expr, $cfg:expr; $($name:ident => $group:ident),*) => {
@@ -1303,6 +1329,34 @@ mod tests {
         let op = Op::unary(UnaryOp::Relu, 3);
         let r = faulty(|o| o[1] = 0.0);
         assert!(check_op(&r, &op, &[vec![1.0, f32::NAN, -1.0]], 1.0).is_err());
+    }
+
+    #[test]
+    fn the_reference_passes_the_special_values_group() {
+        let cfg = Config::from_env().with_dtypes(&DType::ALL);
+        let fails = special::run(&faulty(|_| {}), &mut Rng::new(7), cfg, &mut Vec::new());
+        assert!(fails.is_empty(), "{fails:#?}");
+    }
+
+    #[test]
+    fn special_values_lost_by_wgsl_are_caught() {
+        let inf = f32::INFINITY;
+        // max(x, 0) dropping NaN, tanh clamping it to 0, gelu giving NaN at −∞.
+        let nan_to_zero = |o: &mut [f32]| o.iter_mut().filter(|v| v.is_nan()).for_each(|v| *v = 0.0);
+        let x = vec![1.0, f32::NAN, -inf, inf];
+        for op in [UnaryOp::Relu, UnaryOp::Tanh, UnaryOp::Clip { min: -1.0, max: 1.0 }] {
+            assert!(check_op(&faulty(|_| {}), &Op::unary(op, 4), std::slice::from_ref(&x), 1.0).is_ok());
+            assert!(check_op(&faulty(nan_to_zero), &Op::unary(op, 4), std::slice::from_ref(&x), 1.0).is_err());
+        }
+        let gelu = Op::unary(UnaryOp::Gelu(crate::GeluForm::Erf), 4);
+        assert!(check_op(&faulty(|o| o[2] = f32::NAN), &gelu, std::slice::from_ref(&x), 1.0).is_err());
+        // A max that skips the NaN, or starts from the lowest finite value.
+        let max = Op::reduce(ReduceOp::Max, 4);
+        assert!(check_op(&faulty(|o| o[0] = f32::INFINITY), &max, std::slice::from_ref(&x), 1.0).is_err());
+        assert!(check_op(&faulty(|o| o[0] = f32::MIN), &max, &[vec![-inf; 4]], 1.0).is_err());
+        // Softmax of a row holding +∞ is NaN everywhere, not one-hot.
+        let sm = Op::rows(RowOp::Softmax, 1, 3);
+        assert!(check_op(&faulty(|o| o.copy_from_slice(&[0.0, 1.0, 0.0])), &sm, &[vec![1.0, inf, 2.0]], 1.0).is_err());
     }
 
     #[test]

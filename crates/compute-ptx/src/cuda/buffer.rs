@@ -98,4 +98,12 @@ impl Completion {
     pub fn wait(&self) -> Result<()> {
         self.event.synchronize().map_err(|e| driver::err("completion", e))
     }
+    /// Device seconds from `earlier` to this point, both recorded by
+    /// [`super::CudaBackend::record_timestamp`] (resolution about half a
+    /// microsecond). Blocks until both have passed; a point recorded without
+    /// a timestamp is a `Driver` error.
+    pub fn seconds_since(&self, earlier: &Completion) -> Result<f64> {
+        let ms = earlier.event.elapsed_ms(&self.event).map_err(|e| driver::err("completion", e))?;
+        Ok(f64::from(ms) / 1e3)
+    }
 }

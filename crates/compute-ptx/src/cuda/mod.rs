@@ -177,6 +177,16 @@ impl CudaBackend {
         Ok(Completion::new(ev))
     }
 
+    /// [`CudaBackend::record_completion`] with a timestamp, for
+    /// [`Completion::seconds_since`]: the device time of the work queued
+    /// between two such points (benchmarks of kernels too short to time from
+    /// the host). Costs one event record.
+    pub fn record_timestamp(&self) -> Result<Completion> {
+        let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let ev = self.dev.stream.record_event(flags).map_err(|e| driver::err("record_timestamp", e))?;
+        Ok(Completion::new(ev))
+    }
+
     /// Runs a matrix product of device tensors with a chosen GEMM tier (the
     /// tiers agree within the matmul tolerance; this exists for tests, tuning
     /// and benchmarks): the `f32` tiers take `f32` tensors, [`GemmTier::Mma`]

@@ -29,21 +29,30 @@
 //!   NaN fails every test), then the table element's bits are copied, or the
 //!   dtype's NaN bits (a kernel argument) stored. Per element size (2 or 4
 //!   bytes); neighbouring threads read neighbouring columns of one row.
-//! - **argmax**: one block of [`BLOCK`] threads per row. Each thread scans the
-//!   columns `tid, tid + BLOCK, …`, keeping the best `(value, index)` under one
-//!   total order (NaN above every number, then larger values, then smaller
+//! - **argmax**: one block of [`ARGMAX_BLOCK`] threads per row. Each thread
+//!   scans the 16-byte units `tid, tid + 1024, …` of the row (4 `f32` or 8
+//!   halves each; 4 loads in flight, issued a round at a time) when the rows
+//!   are 16-byte aligned, then the values past them one at a time. A thread
+//!   meets its candidates in increasing index order, so it keeps a larger
+//!   value, or a NaN over a number, and never replaces a NaN (five
+//!   instructions a value). The threads' bests then meet under one total
+//!   order (NaN above every number, then larger values, then smaller
 //!   indices: the first NaN, else the first of equal maxima), so the result
-//!   does not depend on the order of combination; then a warp shuffle tree and
-//!   one shared-memory step over the warps. The index is stored as `f32`.
+//!   does not depend on the order of combination: a warp shuffle tree, then
+//!   one shared-memory step over the 32 warps. The index is stored as `f32`.
 //!   Reads each value once; deterministic.
 
 use super::elem;
+use super::unroll::{maybe_guarded, strided_rounds};
 use crate::builder::{B16, BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Pred, Reg, Target, U32, U64};
 use compute_core::{DType, RopeLayout};
 
-/// Threads per block of every decoder kernel.
+/// Threads per block of the rotary, copy and gather kernels.
 pub const BLOCK: u32 = 256;
-const WARPS: u32 = BLOCK / 32;
+/// Threads per block of the argmax kernel (one block per row).
+pub const ARGMAX_BLOCK: u32 = 1024;
+/// 16-byte units (or single values past them) each argmax thread has in flight.
+const ARGMAX_UNROLL: u32 = 4;
 
 /// `2π` split into two `f32`s whose sum holds it to about 48 bits.
 const TWO_PI_HI: f32 = std::f64::consts::TAU as f32;
@@ -361,6 +370,20 @@ fn fold(b: &mut KernelBuilder, cand: (Reg<F32>, Reg<U32>), best: (Reg<F32>, Reg<
     b.assign(best.1, ni);
 }
 
+/// Folds `(v, i)` into a thread's running best `(bv, bi)` when every earlier
+/// candidate of the thread had a smaller index: take it if larger, or a NaN
+/// over a number (`bv < v` or unordered); never over a NaN. Five
+/// instructions where [`fold`] takes eleven.
+fn fold_next(b: &mut KernelBuilder, (v, i): (Reg<F32>, Reg<U32>), best: (Reg<F32>, Reg<U32>)) {
+    let above = b.setp(Cmp::Ltu, best.0, v);
+    let num = b.setp(Cmp::Num, best.0, best.0);
+    let take = b.and_pred(above, num);
+    let nv = b.selp(v, best.0, take);
+    let ni = b.selp(i, best.1, take);
+    b.assign(best.0, nv);
+    b.assign(best.1, ni);
+}
+
 /// Folds the other lanes' bests into each lane's, down a shuffle tree (lane
 /// 0 ends with the warp's best).
 fn warp_fold(b: &mut KernelBuilder, best: (Reg<F32>, Reg<U32>)) {
@@ -372,18 +395,26 @@ fn warp_fold(b: &mut KernelBuilder, best: (Reg<F32>, Reg<U32>)) {
 }
 
 /// Builds the argmax over rows of `dtype` (module docs). Params: `x`, `y`
-/// (`f32` indices), `cols`. Launch: [`BLOCK`] threads, one block per row.
+/// (`f32` indices), `cols`, `vec` (u32: nonzero when `cols` is a multiple of
+/// the 16-byte vector's values and `x` is 16-byte aligned). Launch:
+/// [`ARGMAX_BLOCK`] threads, one block per row.
 pub fn argmax(dtype: DType, target: Target) -> Result<Kernel, BuildError> {
     let name = argmax_name(dtype);
+    let v = 16 / elem::size(dtype);
     let mut b = KernelBuilder::new(&name, target);
     b.doc(&format!("{name}: y[r] = index of the largest x[r][..] (first NaN, else first of equal maxima), as f32"));
-    b.doc("params: x, y (f32), cols");
-    b.doc(&format!("launch: {BLOCK} threads per block, one block per row"));
-    b.max_threads(BLOCK);
+    b.doc(&format!(
+        "each thread scans 16-byte units tid, tid + {ARGMAX_BLOCK}, ... ({v} values, {ARGMAX_UNROLL} in flight), then the rest one value at a time; shuffles, then the warps through shared memory"
+    ));
+    b.doc("params: x, y (f32), cols, vec (u32)");
+    b.doc(&format!("launch: {ARGMAX_BLOCK} threads per block, one block per row"));
+    b.max_threads(ARGMAX_BLOCK);
     let x = b.param_ptr("x");
     let y = b.param_ptr("y");
     let cols = b.param::<U32>("cols");
-    let scratch = b.shared("best", WARPS * 8, 8);
+    let vec = b.param::<U32>("vec");
+    let warps = ARGMAX_BLOCK / 32;
+    let scratch = b.shared("best", warps * 8, 8);
     let tid = b.tid(Dim::X);
     let row = b.ctaid(Dim::X);
     let shift = elem::shift(dtype);
@@ -391,21 +422,54 @@ pub fn argmax(dtype: DType, target: Target) -> Result<Kernel, BuildError> {
     let start = b.shl(start, shift);
     let xr = b.add(x, start);
     let best = (b.mov::<F32>(f32::NEG_INFINITY), b.mov::<U32>(u32::MAX));
-    let j = b.mov::<U32>(tid);
-    b.comment("this thread's columns tid, tid + BLOCK, ...");
-    let scan = b.label("scan");
-    let reduce = b.label("reduce");
-    b.place(scan);
-    let past = b.setp(Cmp::Ge, j, cols);
-    b.bra_if(past, reduce);
-    let off = b.mul_wide(j, elem::size(dtype));
-    let at = b.add(xr, off);
-    let v = elem::load(&mut b, dtype, at, 0, 1)[0];
-    fold(&mut b, (v, j), best);
-    let next = b.add(j, BLOCK);
-    b.assign(j, next);
-    b.bra(scan);
-    b.place(reduce);
+    let stride = b.mov::<U32>(ARGMAX_BLOCK);
+    let is_vec = b.setp(Cmp::Ne, vec, 0u32);
+    let cv = b.shr(cols, v.trailing_zeros());
+    let units = b.selp(cv, 0u32, is_vec);
+    b.comment("this thread's 16-byte units tid, tid + BLOCK, ...: all loads of a round first, then the folds");
+    strided_rounds(&mut b, (tid, stride, units), ARGMAX_UNROLL, "vec", |b, us, gs| {
+        let guard = |t: usize| gs.map(|g| g[t]);
+        let mut vals = Vec::with_capacity(us.len());
+        for (t, &u) in us.iter().enumerate() {
+            let mut got = Vec::new();
+            maybe_guarded(b, guard(t), |b| {
+                let off = b.mul_wide(u, 16u32);
+                let at = b.add(xr, off);
+                got = elem::load(b, dtype, at, 0, v as usize);
+            });
+            vals.push(got);
+        }
+        for (t, (&u, got)) in us.iter().zip(&vals).enumerate() {
+            maybe_guarded(b, guard(t), |b| {
+                let j0 = b.mul(u, v);
+                for (e, &val) in got.iter().enumerate() {
+                    let j = b.add(j0, e as u32);
+                    fold_next(b, (val, j), best);
+                }
+            });
+        }
+    });
+    b.comment("the columns past the units (all of them without vec), one per thread");
+    let base = b.shl(units, v.trailing_zeros());
+    let j0 = b.add(base, tid);
+    strided_rounds(&mut b, (j0, stride, cols), ARGMAX_UNROLL, "scalar", |b, js, gs| {
+        let guard = |t: usize| gs.map(|g| g[t]);
+        let mut vals = Vec::with_capacity(js.len());
+        for (t, &j) in js.iter().enumerate() {
+            let mut got = None;
+            maybe_guarded(b, guard(t), |b| {
+                let off = b.mul_wide(j, elem::size(dtype));
+                let at = b.add(xr, off);
+                got = Some(elem::load(b, dtype, at, 0, 1)[0]);
+            });
+            vals.push(got);
+        }
+        for (t, (&j, got)) in js.iter().zip(&vals).enumerate() {
+            if let Some(val) = *got {
+                maybe_guarded(b, guard(t), |b| fold_next(b, (val, j), best));
+            }
+        }
+    });
     b.comment("lanes by shuffles, then the warps' bests through shared memory");
     warp_fold(&mut b, best);
     let lane = b.and(tid, 31u32);
@@ -421,8 +485,8 @@ pub fn argmax(dtype: DType, target: Target) -> Result<Kernel, BuildError> {
     let done = b.label("done");
     let first_warp = b.setp(Cmp::Lt, tid, 32u32);
     b.bra_unless(first_warp, done);
-    let mine = b.setp(Cmp::Lt, lane, WARPS);
-    let l = b.min(lane, WARPS - 1);
+    let mine = b.setp(Cmp::Lt, lane, warps);
+    let l = b.min(lane, warps - 1);
     let la = b.mad(l, 8u32, sbase);
     let wv = b.ld_shared::<F32>(la, 0);
     let wi = b.ld_shared::<U32>(la, 4);

@@ -9,15 +9,25 @@
 //! hit, always in bounds) and are not stored, so one kernel serves every `m`
 //! up to `R` without branches in the loop.
 //!
-//! - `B` stored `n × k` ([`nt`], the `nn.Linear` layout): one warp per output
-//!   column `j`, [`NT_COLS`] columns per block. The lanes stride row `j` of
-//!   `B` in 16-byte loads (4 `f32` or 8 halves; a warp reads 512 contiguous
-//!   bytes per load, four loads in flight per lane for `R ≤ 2`, two above),
-//!   each beside the same 16 bytes of every row of `A` (small, cache
-//!   resident), into `R` sums per lane; a butterfly (`shfl.sync.bfly`)
-//!   combines the lanes and lane `i < m` writes `C[i, j]`. Rows whose `k` is
-//!   not a multiple of the vector width (or unaligned operands) run the same
-//!   loop one element per lane.
+//! - `B` stored `n × k` ([`nt`], the `nn.Linear` layout): blocks of
+//!   [`NT_WARPS`] warps; `split` warps ([`NT_SPLITS`], a kernel argument)
+//!   share a group of [`nt_warp_cols`] output columns (1 for 1–2 rows, 2 for
+//!   4, 4 for 8, so that each 16 bytes of `A` read serve that many rows of
+//!   `B`). Lane `l` of slice `s` reads the 16-byte units `s·32 + l +
+//!   i·32·split` of the group's rows of `B` (4 `f32` or 8 halves; together a
+//!   warp reads 512 contiguous bytes per load) beside the same 16 bytes of
+//!   every row of `A` (small, cache resident), into `R × cols` sums per lane.
+//!   The loads go out a round at a time, 8, 4, 4 or 4 loads of `B` per lane
+//!   (for 1, 2, 4, 8 rows), all issued before the round's multiply-adds; the
+//!   last round guards each unit instead of walking the tail one load at a
+//!   time. A transposing butterfly (`shfl.sync.bfly`: each step halves the
+//!   sums a lane holds) leaves lane `l` with sum `l >> (5 − log₂(R·cols))`;
+//!   with a split, the slices' sums meet in shared memory and slice 0 adds
+//!   them in slice order. Rows whose `k` is not a multiple of the vector
+//!   width (or unaligned operands) run the same loop one element per lane.
+//!   The plans choose the split per shape ([`nt_split`]): one warp per
+//!   column group when the blocks fill the device, more for few columns and
+//!   many rows of `A`.
 //! - `B` stored `k × n` ([`nn`]): a block of 32 × [`NN_SLICES`] threads; each
 //!   thread owns 16 bytes of columns (4 or 8, loaded as one vector when `n`
 //!   allows) and `R` rows, so it keeps `R·V` sums, and the [`NN_SLICES`]
@@ -28,9 +38,11 @@
 //!   output dtype. Deterministic: no atomics.
 //!
 //! Batches run over `blockIdx.z`, with element strides between matrices as
-//! kernel arguments.
+//! kernel arguments. Every sum is added in an order fixed by the shape and
+//! the split: results are deterministic (no atomics).
 
 use super::elem;
+use super::unroll::{maybe_guarded, strided_rounds};
 use crate::builder::{BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Pred, Reg, Target, U32, U64};
 use compute_core::DType;
 
@@ -40,8 +52,19 @@ pub const ROWS: [u32; 4] = [1, 2, 4, 8];
 pub const MAX_ROWS: usize = 8;
 /// Threads per block of the `B` stored `n × k` kernels.
 pub const NT_BLOCK: u32 = 256;
-/// Output columns per block of the `B` stored `n × k` kernels (one per warp).
-pub const NT_COLS: u32 = NT_BLOCK / 32;
+/// Warps per block of the `B` stored `n × k` kernels.
+pub const NT_WARPS: u32 = NT_BLOCK / 32;
+/// The k-splits of the `B` stored `n × k` kernels: how many warps share one
+/// group of output columns, each reading every `split`-th 512-byte stretch
+/// of the group's rows of `B`.
+pub const NT_SPLITS: [u32; 4] = [1, 2, 4, 8];
+/// Blocks of the `B` stored `n × k` kernels the plans count on one
+/// multiprocessor holding at once ([`nt_split`]): `ptxas` (CUDA 13.0, sm_90)
+/// gives them 72–121 registers a thread, two blocks of 256 threads, except
+/// the 8-row `f32` kernels (164: one block).
+pub const NT_BLOCKS_PER_SM: u32 = 2;
+/// One-element units in flight per lane in the loop past the 16-byte units.
+const NT_SCALAR_UNROLL: u32 = 4;
 /// Threads along `k` per column of the `B` stored `k × n` kernels (`blockDim.y`).
 pub const NN_SLICES: u32 = 4;
 /// Threads along `n` per block of the `B` stored `k × n` kernels (`blockDim.x`).
@@ -53,6 +76,63 @@ pub const COMBINE_BLOCK: u32 = 256;
 /// smallest of [`ROWS`] at least `m`. Free.
 pub fn rows_for(m: usize) -> u32 {
     ROWS.into_iter().find(|&r| r as usize >= m).unwrap_or(ROWS[ROWS.len() - 1])
+}
+
+/// Output columns each warp of the `B` stored `n × k` kernel for `rows` rows
+/// computes: 1 for 1 or 2 rows, 2 for 4, 4 for 8, so that each 16 bytes of
+/// `A` read from cache (and widened) serve that many rows of `B`. Free.
+pub fn nt_warp_cols(rows: u32) -> u32 {
+    match rows {
+        0..=2 => 1,
+        3..=4 => 2,
+        _ => 4,
+    }
+}
+
+/// 16-byte units of each of its rows of `B` a lane of the `B` stored `n × k`
+/// kernel has in flight: 8 for 1 row, 4 for 2, 2 for 4, 1 for 8 (with
+/// [`nt_warp_cols`], 8, 4, 4 and 4 loads of `B` per lane).
+fn nt_unroll(rows: u32) -> u32 {
+    match rows {
+        0..=1 => 8,
+        2 => 4,
+        3..=4 => 2,
+        _ => 1,
+    }
+}
+
+/// Output columns per block of the `B` stored `n × k` kernel for `rows` rows
+/// and k-split `split`: [`NT_WARPS`]` / split` groups of [`nt_warp_cols`]
+/// columns. Free.
+pub fn nt_block_cols(rows: u32, split: u32) -> u32 {
+    (NT_WARPS / split.clamp(1, NT_WARPS)) * nt_warp_cols(rows)
+}
+
+/// The k-split the plans give the `B` stored `n × k` kernel for `m` rows,
+/// `n` columns and `k` values of `dtype` per row on a device of `sms`
+/// multiprocessors. One warp per column group when the blocks of that
+/// already fill every multiprocessor ([`NT_BLOCKS_PER_SM`]): the product is
+/// then bound by bandwidth, and a split would only add its shared-memory
+/// step. Otherwise the split of [`NT_SPLITS`] with the fewest sequential
+/// rounds of loads, counting a lane's rounds times the waves of blocks, the
+/// smallest split on a tie. So a decoder's `k` and `v` projections with 8
+/// rows (128 column groups) take 8 warps per group, and with 1 row (512
+/// groups, each lane's loads in one round) one. Free.
+pub fn nt_split(m: usize, n: usize, k: usize, dtype: DType, sms: u32) -> u32 {
+    let rows = rows_for(m);
+    let slots = NT_BLOCKS_PER_SM as usize * sms.max(1) as usize;
+    let blocks = |split: u32| n.div_ceil(nt_block_cols(rows, split) as usize);
+    if blocks(1) >= slots {
+        return 1;
+    }
+    let v = vector_width(dtype) as usize;
+    let (len, per_round) =
+        if k.is_multiple_of(v) { (k / v, nt_unroll(rows) as usize) } else { (k, NT_SCALAR_UNROLL as usize) };
+    let cost = |split: u32| {
+        let rounds = len.div_ceil(32 * split as usize * per_round).max(1);
+        rounds * blocks(split).div_ceil(slots)
+    };
+    NT_SPLITS.into_iter().fold(1, |best, s| if cost(s) < cost(best) { s } else { best })
 }
 
 /// Elements of `dtype` per 16-byte vector (4 `f32`, 8 halves).
@@ -108,20 +188,24 @@ fn batch_ptr(b: &mut KernelBuilder, base: Reg<U64>, z: Reg<U64>, stride: Reg<U64
 /// A[i, p]·B[j, p]` for `i < m`, `j < n`. Params: `a`, `b`, `c` (pointers),
 /// `m`, `n`, `k` (u32), `vec` (u32: nonzero when `k` is a multiple of the
 /// vector width and `a`, `b` and the strides keep rows 16-byte aligned),
-/// `sa`, `sb`, `sc` (u64, elements between batch matrices). Launch:
-/// [`NT_BLOCK`] threads, `(ceil(n / NT_COLS), 1, batch)` blocks.
+/// `split` (u32, one of [`NT_SPLITS`]: warps per group of columns), `sa`,
+/// `sb`, `sc` (u64, elements between batch matrices). Launch: [`NT_BLOCK`]
+/// threads, `(ceil(n / nt_block_cols(rows, split)), 1, batch)` blocks.
 pub fn nt(rows: u32, input: DType, output: DType, target: Target) -> Result<Kernel, BuildError> {
     let name = nt_name(rows, input, output);
     check_rows(&name, rows)?;
     let v = vector_width(input);
-    let unroll: u32 = if rows <= 2 { 4 } else { 2 };
+    let cw = nt_warp_cols(rows);
+    let unroll = nt_unroll(rows);
+    let sums = rows * cw;
     let mut b = KernelBuilder::new(&name, target);
     b.doc(&format!("{name}: C[i, j] = sum_p A[i, p] * B[j, p] for i < m <= {rows}, B stored n x k ({input} in, f32 sums, {output} out)"));
     b.doc(&format!(
-        "one warp per column j ({NT_COLS} per block): lanes stride row j of B and the rows of A in 16-byte loads ({v} values, {unroll} in flight), butterfly sum, lane i writes C[i, j]"
+        "split warps per group of {cw} column(s) ({NT_WARPS} warps per block): lane l of slice s reads 16-byte units s*32 + l + i*32*split of the group's rows of B ({v} values, {unroll} units of each row in flight) and of the rows of A"
     ));
-    b.doc("params: a, b, c (pointers), m, n, k, vec (u32), sa, sb, sc (u64 batch strides, elements)");
-    b.doc(&format!("launch: {NT_BLOCK} threads, (ceil(n / {NT_COLS}), 1, batch) blocks"));
+    b.doc("transposing butterfly over the lanes, then the slices added in order through shared memory");
+    b.doc("params: a, b, c (pointers), m, n, k, vec, split (u32), sa, sb, sc (u64 batch strides, elements)");
+    b.doc(&format!("launch: {NT_BLOCK} threads, (ceil(n / ({NT_WARPS} / split * {cw})), 1, batch) blocks"));
     b.max_threads(NT_BLOCK);
     let a = b.param_ptr("a");
     let bp = b.param_ptr("b");
@@ -130,123 +214,175 @@ pub fn nt(rows: u32, input: DType, output: DType, target: Target) -> Result<Kern
     let n = b.param::<U32>("n");
     let k = b.param::<U32>("k");
     let vec = b.param::<U32>("vec");
+    let split = b.param::<U32>("split");
     let sa = b.param::<U64>("sa");
     let sb = b.param::<U64>("sb");
     let sc = b.param::<U64>("sc");
+    let scratch = b.shared("sums", NT_WARPS * 32 * 4, 16);
 
     let tid = b.tid(Dim::X);
     let lane = b.and(tid, 31u32);
     let warp = b.shr(tid, 5u32);
+    let group = b.div(warp, split);
+    let lead = b.mul(group, split);
+    let slice = b.sub(warp, lead);
+    let groups = b.div(NT_WARPS, split);
     let cta = b.ctaid(Dim::X);
-    let j = b.mad(cta, NT_COLS, warp);
-    // Whole warps leave together, so the shuffles below see 32 lanes.
-    let gone = b.setp(Cmp::Ge, j, n);
-    b.guarded(gone, false, |b| b.ret());
+    let g = b.mad(cta, groups, group);
+    let j0 = b.mul(g, cw);
     let z = b.ctaid(Dim::Z);
     let z = b.cvt::<U64, U32>(z);
     let az = batch_ptr(&mut b, a, z, sa, input);
     let bz = batch_ptr(&mut b, bp, z, sb, input);
     let cz = batch_ptr(&mut b, c, z, sc, output);
-    let boff = b.mul_wide(j, k);
-    let boff = b.shl(boff, elem::shift(input));
-    let brow = b.add(bz, boff);
+    // Columns past n read column n - 1 (in bounds) and are not stored, so
+    // every warp reaches the barrier below.
+    let nm1 = b.sub(n, 1u32);
+    let brows: Vec<Reg<U64>> = (0..cw)
+        .map(|col| {
+            let j = b.add(j0, col);
+            let j = b.min(j, nm1);
+            let off = b.mul_wide(j, k);
+            let off = b.shl(off, elem::shift(input));
+            b.add(bz, off)
+        })
+        .collect();
     let arows: Vec<Reg<U64>> = (0..rows).map(|r| row_ptr(&mut b, az, r, m, k, input)).collect();
-    let acc: Vec<Reg<F32>> = (0..rows).map(|_| b.mov(0.0f32)).collect();
+    let acc: Vec<Vec<Reg<F32>>> = (0..rows).map(|_| (0..cw).map(|_| b.mov(0.0f32)).collect()).collect();
 
     let is_vec = b.setp(Cmp::Ne, vec, 0u32);
     let kv = b.shr(k, v.trailing_zeros());
     let units = b.selp(kv, 0u32, is_vec);
-    let u = b.mov(lane);
-    let main = b.label("main");
-    let one = b.label("one_at_a_time");
-    let scalar = b.label("scalar");
-    let reduce = b.label("reduce");
-    let unit_bytes = 16u32;
-    let stride_bytes = i64::from(32 * unit_bytes);
-
-    b.comment(&format!("{unroll} vectors of {v} per lane per iteration"));
-    b.place(main);
-    let last = b.add(u, 32 * (unroll - 1));
-    let past = b.setp(Cmp::Ge, last, units);
-    b.bra_if(past, one);
-    let off = b.mul_wide(u, unit_bytes);
-    let bv = b.add(brow, off);
-    let bs: Vec<Vec<Reg<F32>>> =
-        (0..unroll).map(|t| elem::load(&mut b, input, bv, i64::from(t) * stride_bytes, v as usize)).collect();
-    for (t, bt) in bs.iter().enumerate() {
-        for (r, &ar) in arows.iter().enumerate() {
-            let av = b.add(ar, off);
-            let xs = elem::load(&mut b, input, av, t as i64 * stride_bytes, v as usize);
-            for (x, &y) in xs.into_iter().zip(bt) {
-                b.fma_acc(acc[r], x, y);
-            }
-        }
-    }
-    let next = b.add(u, 32 * unroll);
-    b.assign(u, next);
-    b.bra(main);
-
-    b.place(one);
-    let past = b.setp(Cmp::Ge, u, units);
-    b.bra_if(past, scalar);
-    let off = b.mul_wide(u, unit_bytes);
-    let bv = b.add(brow, off);
-    let bt = elem::load(&mut b, input, bv, 0, v as usize);
-    for (r, &ar) in arows.iter().enumerate() {
-        let av = b.add(ar, off);
-        let xs = elem::load(&mut b, input, av, 0, v as usize);
-        for (x, &y) in xs.into_iter().zip(&bt) {
-            b.fma_acc(acc[r], x, y);
-        }
-    }
-    let next = b.add(u, 32u32);
-    b.assign(u, next);
-    b.bra(one);
-
-    b.comment("the elements past the vectors (all of them without vec), one per lane");
-    b.place(scalar);
+    let first = b.mad(slice, 32u32, lane);
+    let stride = b.shl(split, 5u32);
+    b.comment(&format!("16-byte units ({v} values), {unroll} per row of B in flight"));
+    let step = NtStep { input, width: v, unit_bytes: 16, brows: &brows, arows: &arows, acc: &acc };
+    strided_rounds(&mut b, (first, stride, units), unroll, "vec", |b, us, gs| step.round(b, us, gs));
+    b.comment("the elements past the units (all of them without vec), one per lane");
     let base = b.shl(units, v.trailing_zeros());
-    let p = b.add(base, lane);
-    let tail = b.label("tail");
-    b.place(tail);
-    let past = b.setp(Cmp::Ge, p, k);
-    b.bra_if(past, reduce);
-    let off = b.mul_wide(p, elem::size(input));
-    let bq = b.add(brow, off);
-    let y = elem::load(&mut b, input, bq, 0, 1)[0];
-    for (r, &ar) in arows.iter().enumerate() {
-        let aq = b.add(ar, off);
-        let x = elem::load(&mut b, input, aq, 0, 1)[0];
-        b.fma_acc(acc[r], x, y);
-    }
-    let next = b.add(p, 32u32);
-    b.assign(p, next);
-    b.bra(tail);
+    let p0 = b.add(base, first);
+    let step = NtStep { width: 1, unit_bytes: elem::size(input), ..step };
+    strided_rounds(&mut b, (p0, stride, k), NT_SCALAR_UNROLL, "scalar", |b, us, gs| step.round(b, us, gs));
 
-    b.place(reduce);
-    b.comment("butterfly over the lanes; lane i < m writes row i");
-    for mask in [16, 8, 4, 2, 1] {
-        for &s in &acc {
-            let o = b.shfl_bfly(s, mask);
-            let t = b.add(s, o);
-            b.assign(s, t);
+    b.comment(&format!("transposing butterfly: lane l ends with sum l >> {} of the {sums}", 5 - sums.trailing_zeros()));
+    let mut vals: Vec<Reg<F32>> = (0..sums).map(|i| acc[(i % rows) as usize][(i / rows) as usize]).collect();
+    let mut mask = 16u32;
+    while vals.len() > 1 {
+        let half = vals.len() / 2;
+        let upper = b.and(lane, mask);
+        let high = b.setp(Cmp::Ne, upper, 0u32);
+        let mut next = Vec::with_capacity(half);
+        for i in 0..half {
+            let keep = b.selp(vals[i + half], vals[i], high);
+            let give = b.selp(vals[i], vals[i + half], high);
+            let got = b.shfl_bfly(give, mask);
+            next.push(b.add(keep, got));
         }
+        vals = next;
+        mask >>= 1;
     }
-    let mut val = acc[0];
-    for (r, &s) in acc.iter().enumerate().skip(1) {
-        let is = b.setp(Cmp::Eq, lane, r as u32);
-        val = b.selp(s, val, is);
+    let val = vals[0];
+    while mask > 0 {
+        let o = b.shfl_bfly(val, mask);
+        let t = b.add(val, o);
+        b.assign(val, t);
+        mask >>= 1;
     }
+    let spread = 5 - sums.trailing_zeros();
+    let idx = b.shr(lane, spread);
+    let low = b.and(lane, (1u32 << spread) - 1);
+    let writer = b.setp(Cmp::Eq, low, 0u32);
+    let r = b.and(idx, rows - 1);
+    let col = b.shr(idx, rows.trailing_zeros());
+    let j = b.add(j0, col);
     let done = b.label("done");
-    let out = b.setp(Cmp::Ge, lane, m);
-    b.bra_if(out, done);
-    let ci = b.mad(lane, n, j);
+    let store = b.label("store");
+    let single = b.setp(Cmp::Eq, split, 1u32);
+    b.bra_if(single, store);
+
+    b.comment("slices through shared memory; slice 0 adds them in order");
+    let sbase = b.shared_base(&scratch);
+    let slot = b.mad(warp, 32u32, idx);
+    let slot = b.shl(slot, 2u32);
+    let mine = b.add(sbase, slot);
+    b.guarded(writer, false, |b| b.st_shared(mine, 0, val));
+    b.bar_sync();
+    let lead_slice = b.setp(Cmp::Eq, slice, 0u32);
+    b.bra_unless(lead_slice, done);
+    b.bra_unless(writer, done);
+    let s = b.mov(1u32);
+    let at = b.mov(mine);
+    let add = b.label("add_slices");
+    b.place(add);
+    let past = b.setp(Cmp::Ge, s, split);
+    b.bra_if(past, store);
+    let next = b.add(at, 32u32 * 4);
+    b.assign(at, next);
+    let o = b.ld_shared::<F32>(at, 0);
+    let t = b.add(val, o);
+    b.assign(val, t);
+    let next = b.add(s, 1u32);
+    b.assign(s, next);
+    b.bra(add);
+
+    b.place(store);
+    b.comment("writer lanes of rows i < m and columns j < n store C[i, j]");
+    let row_in = b.setp(Cmp::Lt, r, m);
+    let col_in = b.setp(Cmp::Lt, j, n);
+    let ok = b.and_pred(row_in, col_in);
+    let ok = b.and_pred(ok, writer);
+    b.bra_unless(ok, done);
+    let ci = b.mad(r, n, j);
     let coff = b.mul_wide(ci, elem::size(output));
     let ca = b.add(cz, coff);
     elem::store(&mut b, output, ca, 0, &[val]);
     b.place(done);
     b.ret();
     b.finish()
+}
+
+/// One round of the `B` stored `n × k` loop: the units (of `width` values,
+/// `unit_bytes` bytes) of every row of `B` the warp owns, then, per unit, the
+/// same bytes of each row of `A` and the multiply-adds into `acc[r][col]`.
+#[derive(Clone, Copy)]
+struct NtStep<'a> {
+    input: DType,
+    width: u32,
+    unit_bytes: u32,
+    brows: &'a [Reg<U64>],
+    arows: &'a [Reg<U64>],
+    acc: &'a [Vec<Reg<F32>>],
+}
+
+impl NtStep<'_> {
+    fn round(&self, b: &mut KernelBuilder, units: &[Reg<U32>], guards: Option<&[Reg<Pred>]>) {
+        let guard = |t: usize| guards.map(|g| g[t]);
+        let offs: Vec<Reg<U64>> = units.iter().map(|&u| b.mul_wide(u, self.unit_bytes)).collect();
+        let mut ys: Vec<Vec<Vec<Reg<F32>>>> = Vec::with_capacity(units.len());
+        for (t, &off) in offs.iter().enumerate() {
+            let mut row = Vec::with_capacity(self.brows.len());
+            maybe_guarded(b, guard(t), |b| {
+                for &br in self.brows {
+                    let q = b.add(br, off);
+                    row.push(elem::load(b, self.input, q, 0, self.width as usize));
+                }
+            });
+            ys.push(row);
+        }
+        for (t, &off) in offs.iter().enumerate() {
+            maybe_guarded(b, guard(t), |b| {
+                for (r, &ar) in self.arows.iter().enumerate() {
+                    let q = b.add(ar, off);
+                    let xs = elem::load(b, self.input, q, 0, self.width as usize);
+                    for (col, y) in ys[t].iter().enumerate() {
+                        for (&x, &y) in xs.iter().zip(y) {
+                            b.fma_acc(self.acc[r][col], x, y);
+                        }
+                    }
+                }
+            });
+        }
+    }
 }
 
 /// One step of the `B` stored `k × n` loop: row `p` of `B` (`bq` the address

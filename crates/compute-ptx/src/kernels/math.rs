@@ -114,9 +114,11 @@ pub(crate) fn erfc_nonneg(b: &mut KernelBuilder, z: Reg<F32>) -> Reg<F32> {
 /// `ln(s)` for `s ≥ 1` (softmax sums): `log1p(s − 1)` by its series where
 /// `s − 1 < 1/16` (exact subtraction, truncation below 1e-8 relative), else
 /// `lg2.approx(s)·ln 2` (absolute error about 2⁻²²·ln 2 on a result ≥ 0.06).
+/// The sum of a row of `−∞` is 0: `ln 0 = −∞` (through `lg2`), and NaN stays NaN.
 pub(crate) fn ln_ge1(b: &mut KernelBuilder, s: Reg<F32>) -> Reg<F32> {
     let u = b.sub(s, 1.0f32);
-    let small = b.setp(Cmp::Lt, u, 0.0625f32);
+    let au = b.abs(u);
+    let small = b.setp(Cmp::Lt, au, 0.0625f32);
     // log1p(u) = u·(1 − u·(1/2 − u·(1/3 − … − u/8))).
     let mut q = b.mov(1.0f32 / 8.0);
     for c in [1.0f32 / 7.0, 1.0 / 6.0, 1.0 / 5.0, 1.0 / 4.0, 1.0 / 3.0, 0.5, 1.0] {

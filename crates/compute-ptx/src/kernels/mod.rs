@@ -28,6 +28,7 @@ pub mod quant;
 pub mod quant_gemv;
 pub mod reduce;
 pub mod rows;
+mod unroll;
 
 pub use gemm_kernel::GemmKernel;
 

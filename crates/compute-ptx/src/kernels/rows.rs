@@ -223,12 +223,14 @@ fn sum_combine(b: &mut KernelBuilder, x: &[Reg<F32>], y: &[Reg<F32>]) -> Vec<Reg
     x.iter().zip(y).map(|(&p, &q)| b.add(p, q)).collect()
 }
 
-/// `e^(v − m)`, exactly 1 when `v == m` (so rescaling by an unchanged max
-/// never perturbs the running sum, whatever `ex2.approx(0)` returns).
+/// `e^(v − m)`, exactly 1 when `v − m` is 0 (so rescaling by an unchanged max
+/// never perturbs the running sum, whatever `ex2.approx(0)` returns). Where
+/// `v = m = +∞` the difference is NaN, and so is the result: a row holding
+/// `+∞` is NaN, as `x − max` makes it on the CPU (and in PyTorch).
 fn exp_or_one(b: &mut KernelBuilder, v: Reg<F32>, m: Reg<F32>) -> Reg<F32> {
     let d = b.sub(v, m);
     let e = math::exp(b, d);
-    let same = b.setp(Cmp::Eq, v, m);
+    let same = b.setp(Cmp::Eq, d, 0.0f32);
     b.selp(1.0f32, e, same)
 }
 

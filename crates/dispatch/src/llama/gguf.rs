@@ -6,35 +6,7 @@ use std::sync::Arc;
 use compute_core::gguf::{Gguf, GgufError, GgufHeader};
 use compute_core::{Backend, ComputeError, DType, HostVec, RopeLayout};
 
-use super::{Llama, LlamaConfig, WeightFormat};
-
-/// Why a model could not be loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum LoadError {
-    /// The file is malformed, or a tensor is missing or of a type the library
-    /// does not compute with.
-    #[error(transparent)]
-    Gguf(#[from] GgufError),
-    /// A metadata key the model needs is absent or of the wrong type.
-    #[error("GGUF metadata `{key}` is missing or not a number: the file does not describe a llama model")]
-    Metadata {
-        /// The key.
-        key: String,
-    },
-    /// A tensor's shape is not the one the configuration implies.
-    #[error("tensor `{name}` has dims {found:?}, expected {expected:?}")]
-    TensorShape {
-        /// The tensor's name.
-        name: String,
-        /// Its dims in the file (ne0 first).
-        found: Vec<u64>,
-        /// What the metadata implies.
-        expected: Vec<u64>,
-    },
-    /// Uploading or allocating on the engine failed.
-    #[error(transparent)]
-    Compute(#[from] ComputeError),
-}
+use super::{Llama, LlamaConfig, LoadError, WeightFormat};
 
 impl LlamaConfig {
     /// The configuration a GGUF file of architecture `llama` states
@@ -145,5 +117,18 @@ impl Llama {
             (Err(_), Some(f)) => Err(f),
             (Err(e), None) => Err(e.into()),
         }
+    }
+
+    /// The model in the GGUF file at `path`, memory-mapped (no copy of the
+    /// file on the heap), then [`Llama::from_gguf`].
+    pub fn from_gguf_path(
+        backend: Arc<dyn Backend>,
+        path: &std::path::Path,
+        dtype: DType,
+        max_seq: usize,
+    ) -> Result<Llama, LoadError> {
+        let map = super::mapped::map(path)?;
+        let gguf = Gguf::parse(&map)?;
+        Llama::from_gguf(backend, &gguf, dtype, max_seq)
     }
 }

@@ -32,7 +32,10 @@
 //! [`reference_logits`] computes the same forward pass in float64 on the
 //! host, for the tests and the example's check.
 
+mod error;
 mod gguf;
+mod hf;
+mod mapped;
 mod reference;
 mod weights;
 
@@ -44,7 +47,8 @@ use compute_core::{
     Result, RopeLayout, RopeSpec, RowOp, Strided, Tensor,
 };
 
-pub use gguf::LoadError;
+pub use error::LoadError;
+pub use hf::hf_name;
 pub use reference::reference_logits;
 
 /// The order in which [`Llama`] takes a model's tensors, by their llama.cpp
