@@ -36,8 +36,8 @@ impl GpuApi {
     }
 }
 
-/// Which matmul tiling aligned shapes use (unaligned shapes always take the
-/// scalar-load kernel with 64 × 64 tiles).
+/// Which tiling the `f32` matmul kernels use, for any shape (an operand
+/// whose rows are not whole vec4s is read or written element by element).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum MatmulTiles {
     /// By the number of tiles the shape makes (measured best on an H200, see
