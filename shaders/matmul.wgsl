@@ -1,24 +1,29 @@
 // C = op(A) · op(B), batched, for any m, k, n: tiled through workgroup memory
-// with register blocking. Three kernels:
+// with register blocking. Two kernels:
 // - `matmul_tiled` (below, with its own header): tiles of 128 × 128, 128 × 64
 //   or 64 × 64, each invocation an 8 × 8 block (or 8 × 4: TN), K steps of 8 or 16, tuning
-//   switches as pipeline-overridable constants. Aligned shapes that fill the GPU.
+//   switches as pipeline-overridable constants. Shapes that fill the GPU.
 //   With split-K (SK = 2 or 4) each workgroup multiplies one of SK slices of k
 //   into a partial tile of a scratch buffer, and `matmul_reduce` sums the SK
 //   partials into C (a second dispatch of the same pass).
-// - `matmul_vec4_small`: 64 × 64 tiles of 256 invocations (16 × 16), each a
-//   4 × 4 block (rows ty·4..+4, columns tx·4..+4), K steps of BK = 16. Aligned
-//   shapes too small for the tiled kernel's workgroups to fill the GPU.
-// - `matmul_scalar`: the same tiling with scalar loads and stores: any shape.
+// - `matmul_small`: 64 × 64 tiles of 256 invocations (16 × 16), each a
+//   4 × 4 block (rows ty·4..+4, columns tx·4..+4), K steps of BK = 16. Shapes
+//   too small for the tiled kernel's workgroups to fill the GPU.
 // Every invocation loads its share of the next K step from global memory into
 // registers while it multiplies the current step out of workgroup memory
 // (double-buffered: one barrier per step). Tiles are stored k-major
 // (As[k][m], Bs[k][n]): the inner loop reads whole vec4s of A and B.
 //
-// `matmul_tiled` and `matmul_vec4_small` load A, B and store C as vec4. They
-// need the contiguous dimension of each stored matrix (A: k, or m when
-// transposed; B: n, or k when transposed) and n to be multiples of 4, so a vec4
-// is wholly inside or wholly outside its matrix. Edges are bounds-checked
+// Each operand is read (A, B) or written (C) in vec4s when its layout allows,
+// else one element at a time (VA, VB, VC: pipeline-overridable, chosen by the
+// host per shape). A vec4 needs the contiguous dimension of its stored matrix
+// (A: k, or m when transposed; B: n, or k when transposed; C: n) to be a
+// multiple of 4, so that a vec4 is wholly inside or wholly outside its matrix
+// and every matrix of a batch starts on a vec4. Element loads gather the same
+// four values as the vec4 would, each bounds-checked, so the tiles in workgroup
+// memory and the multiply are the same for every shape: a ragged shape costs
+// only its wider loads and stores (the A·B work is unchanged).
+// Edges are bounds-checked
 // against m, k, n (zeros are loaded outside), so the kernels never index past a
 // binding: every global index below is `z·stride + row·ld + col` with row and
 // col checked against the matrix's extents (k against `k_end` ≤ k, the end of
@@ -29,10 +34,16 @@
 // bounded by k. That is what lets the backend compile this module without naga's
 // runtime bounds checks.
 //
-// Transposes are pipeline-overridable constants; batch is the grid's z.
+// Transposes are pipeline-overridable constants; batch is the grid's z. The
+// host binds A, B and C twice each: as vec4s (slots 1–3) and as elements
+// (slots 4–6), over the same ranges.
 
 override TA: bool = false;
 override TB: bool = false;
+// Whether A, B and C are read or written as vec4s (else element by element).
+override VA: bool = true;
+override VB: bool = true;
+override VC: bool = true;
 
 struct Params {
     m: u32,
@@ -164,6 +175,109 @@ fn load_b4(z: u32, col0: u32, k0: u32, l: u32, w: u32, bk: u32) -> vec4<f32> {
 fn store4(z: u32, row: u32, c0: u32, v: vec4<f32>) {
     if (row < p.m && c0 < p.n) {
         c4[(z * p.sc + row * p.n + c0) / 4u] = v;
+    }
+}
+
+// ---- element loads and stores (operands not aligned to vec4s) -------------
+
+fn a_at(z: u32, row: u32, kc: u32) -> f32 {
+    if (row < p.m && kc < k_end) {
+        if (TA) {
+            return a1[z * p.sa + kc * p.m + row];
+        }
+        return a1[z * p.sa + row * p.k + kc];
+    }
+    return 0.0;
+}
+
+fn b_at(z: u32, col: u32, kc: u32) -> f32 {
+    if (col < p.n && kc < k_end) {
+        if (TB) {
+            return b1[z * p.sb + col * p.k + kc];
+        }
+        return b1[z * p.sb + kc * p.n + col];
+    }
+    return 0.0;
+}
+
+// The same elements as load_a4, one at a time: unchecked where the whole tile
+// (4w rows from row0, k0..k0 + bk) lies inside A, else each bounds-checked.
+fn load_a1(z: u32, row0: u32, k0: u32, l: u32, w: u32, bk: u32) -> vec4<f32> {
+    let s = slot(l, TA, w, bk);
+    let row = row0 + s.x;
+    let kc = k0 + s.y;
+    if (row0 + 4u * w <= p.m && k0 + bk <= k_end) {
+        // Four consecutive elements: along m (TA) or along k, all inside A.
+        var i = z * p.sa + row * p.k + kc;
+        if (TA) {
+            i = z * p.sa + kc * p.m + row;
+        }
+        return vec4<f32>(a1[i], a1[i + 1u], a1[i + 2u], a1[i + 3u]);
+    }
+    if (TA) {
+        return vec4<f32>(a_at(z, row, kc), a_at(z, row + 1u, kc), a_at(z, row + 2u, kc), a_at(z, row + 3u, kc));
+    }
+    return vec4<f32>(a_at(z, row, kc), a_at(z, row, kc + 1u), a_at(z, row, kc + 2u), a_at(z, row, kc + 3u));
+}
+
+fn load_b1(z: u32, col0: u32, k0: u32, l: u32, w: u32, bk: u32) -> vec4<f32> {
+    let s = slot(l, !TB, w, bk);
+    let col = col0 + s.x;
+    let kc = k0 + s.y;
+    if (col0 + 4u * w <= p.n && k0 + bk <= k_end) {
+        // Four consecutive elements: along k (TB) or along n, all inside B.
+        var i = z * p.sb + kc * p.n + col;
+        if (TB) {
+            i = z * p.sb + col * p.k + kc;
+        }
+        return vec4<f32>(b1[i], b1[i + 1u], b1[i + 2u], b1[i + 3u]);
+    }
+    if (TB) {
+        return vec4<f32>(b_at(z, col, kc), b_at(z, col, kc + 1u), b_at(z, col, kc + 2u), b_at(z, col, kc + 3u));
+    }
+    return vec4<f32>(b_at(z, col, kc), b_at(z, col + 1u, kc), b_at(z, col + 2u, kc), b_at(z, col + 3u, kc));
+}
+
+// Row `row` of C at columns c0..c0+4, element by element (any n).
+fn store1(z: u32, row: u32, c0: u32, v: vec4<f32>) {
+    if (row < p.m) {
+        let at = z * p.sc + row * p.n;
+        if (c0 < p.n) {
+            c1[at + c0] = v.x;
+        }
+        if (c0 + 1u < p.n) {
+            c1[at + c0 + 1u] = v.y;
+        }
+        if (c0 + 2u < p.n) {
+            c1[at + c0 + 2u] = v.z;
+        }
+        if (c0 + 3u < p.n) {
+            c1[at + c0 + 3u] = v.w;
+        }
+    }
+}
+
+// ---- the loads and stores the kernels use: vec4 or element by element ------
+
+fn ld_a(z: u32, row0: u32, k0: u32, l: u32, w: u32, bk: u32) -> vec4<f32> {
+    if (VA) {
+        return load_a4(z, row0, k0, l, w, bk);
+    }
+    return load_a1(z, row0, k0, l, w, bk);
+}
+
+fn ld_b(z: u32, col0: u32, k0: u32, l: u32, w: u32, bk: u32) -> vec4<f32> {
+    if (VB) {
+        return load_b4(z, col0, k0, l, w, bk);
+    }
+    return load_b1(z, col0, k0, l, w, bk);
+}
+
+fn st_c(z: u32, row: u32, c0: u32, v: vec4<f32>) {
+    if (VC) {
+        store4(z, row, c0, v);
+    } else {
+        store1(z, row, c0, v);
     }
 }
 
@@ -316,28 +430,28 @@ fn second_part(i: u32, n: u32) -> bool {
 fn fetch(z: u32, row0: u32, col0: u32, k1: u32, lid: u32, second: bool) {
     // Literal part numbers and private indices; the conditions are constants.
     if (select(first_part(0u, NA), second_part(0u, NA), second)) {
-        pa[0] = load_a4(z, row0, k1, lid, TBM / 4u, TBK);
+        pa[0] = ld_a(z, row0, k1, lid, TBM / 4u, TBK);
     }
     if (select(first_part(1u, NA), second_part(1u, NA), second)) {
-        pa[1] = load_a4(z, row0, k1, lid + WG, TBM / 4u, TBK);
+        pa[1] = ld_a(z, row0, k1, lid + WG, TBM / 4u, TBK);
     }
     if (select(first_part(2u, NA), second_part(2u, NA), second)) {
-        pa[2] = load_a4(z, row0, k1, lid + 2u * WG, TBM / 4u, TBK);
+        pa[2] = ld_a(z, row0, k1, lid + 2u * WG, TBM / 4u, TBK);
     }
     if (select(first_part(3u, NA), second_part(3u, NA), second)) {
-        pa[3] = load_a4(z, row0, k1, lid + 3u * WG, TBM / 4u, TBK);
+        pa[3] = ld_a(z, row0, k1, lid + 3u * WG, TBM / 4u, TBK);
     }
     if (select(first_part(0u, NB), second_part(0u, NB), second)) {
-        pb[0] = load_b4(z, col0, k1, lid, TBN / 4u, TBK);
+        pb[0] = ld_b(z, col0, k1, lid, TBN / 4u, TBK);
     }
     if (select(first_part(1u, NB), second_part(1u, NB), second)) {
-        pb[1] = load_b4(z, col0, k1, lid + WG, TBN / 4u, TBK);
+        pb[1] = ld_b(z, col0, k1, lid + WG, TBN / 4u, TBK);
     }
     if (select(first_part(2u, NB), second_part(2u, NB), second)) {
-        pb[2] = load_b4(z, col0, k1, lid + 2u * WG, TBN / 4u, TBK);
+        pb[2] = ld_b(z, col0, k1, lid + 2u * WG, TBN / 4u, TBK);
     }
     if (select(first_part(3u, NB), second_part(3u, NB), second)) {
-        pb[3] = load_b4(z, col0, k1, lid + 3u * WG, TBN / 4u, TBK);
+        pb[3] = ld_b(z, col0, k1, lid + 3u * WG, TBN / 4u, TBK);
     }
 }
 
@@ -371,21 +485,21 @@ fn stash(na: u32, nb: u32, lid: u32, second: bool) {
 
 // AHEAD: all parts of the tile at k1 into the second set.
 fn fetch_q(z: u32, row0: u32, col0: u32, k1: u32, lid: u32) {
-    qa[0] = load_a4(z, row0, k1, lid, TBM / 4u, TBK);
+    qa[0] = ld_a(z, row0, k1, lid, TBM / 4u, TBK);
     if (NA > 1u) {
-        qa[1] = load_a4(z, row0, k1, lid + WG, TBM / 4u, TBK);
+        qa[1] = ld_a(z, row0, k1, lid + WG, TBM / 4u, TBK);
     }
     if (NA > 2u) {
-        qa[2] = load_a4(z, row0, k1, lid + 2u * WG, TBM / 4u, TBK);
-        qa[3] = load_a4(z, row0, k1, lid + 3u * WG, TBM / 4u, TBK);
+        qa[2] = ld_a(z, row0, k1, lid + 2u * WG, TBM / 4u, TBK);
+        qa[3] = ld_a(z, row0, k1, lid + 3u * WG, TBM / 4u, TBK);
     }
-    qb[0] = load_b4(z, col0, k1, lid, TBN / 4u, TBK);
+    qb[0] = ld_b(z, col0, k1, lid, TBN / 4u, TBK);
     if (NB > 1u) {
-        qb[1] = load_b4(z, col0, k1, lid + WG, TBN / 4u, TBK);
+        qb[1] = ld_b(z, col0, k1, lid + WG, TBN / 4u, TBK);
     }
     if (NB > 2u) {
-        qb[2] = load_b4(z, col0, k1, lid + 2u * WG, TBN / 4u, TBK);
-        qb[3] = load_b4(z, col0, k1, lid + 3u * WG, TBN / 4u, TBK);
+        qb[2] = ld_b(z, col0, k1, lid + 2u * WG, TBN / 4u, TBK);
+        qb[3] = ld_b(z, col0, k1, lid + 3u * WG, TBN / 4u, TBK);
     }
 }
 
@@ -506,29 +620,29 @@ fn matmul_tiled(
     let r0 = row0 + ty * 4u;
     let r1 = r0 + TBM / 2u;
     let c0 = col0 + tx * 4u;
-    store4(zc, r0, c0, acc[0]);
-    store4(zc, r0 + 1u, c0, acc[2]);
-    store4(zc, r0 + 2u, c0, acc[4]);
-    store4(zc, r0 + 3u, c0, acc[6]);
-    store4(zc, r1, c0, acc[8]);
-    store4(zc, r1 + 1u, c0, acc[10]);
-    store4(zc, r1 + 2u, c0, acc[12]);
-    store4(zc, r1 + 3u, c0, acc[14]);
+    st_c(zc, r0, c0, acc[0]);
+    st_c(zc, r0 + 1u, c0, acc[2]);
+    st_c(zc, r0 + 2u, c0, acc[4]);
+    st_c(zc, r0 + 3u, c0, acc[6]);
+    st_c(zc, r1, c0, acc[8]);
+    st_c(zc, r1 + 1u, c0, acc[10]);
+    st_c(zc, r1 + 2u, c0, acc[12]);
+    st_c(zc, r1 + 3u, c0, acc[14]);
     if (TN == 8u) {
         let c1 = c0 + TBN / 2u;
-        store4(zc, r0, c1, acc[1]);
-        store4(zc, r0 + 1u, c1, acc[3]);
-        store4(zc, r0 + 2u, c1, acc[5]);
-        store4(zc, r0 + 3u, c1, acc[7]);
-        store4(zc, r1, c1, acc[9]);
-        store4(zc, r1 + 1u, c1, acc[11]);
-        store4(zc, r1 + 2u, c1, acc[13]);
-        store4(zc, r1 + 3u, c1, acc[15]);
+        st_c(zc, r0, c1, acc[1]);
+        st_c(zc, r0 + 1u, c1, acc[3]);
+        st_c(zc, r0 + 2u, c1, acc[5]);
+        st_c(zc, r0 + 3u, c1, acc[7]);
+        st_c(zc, r1, c1, acc[9]);
+        st_c(zc, r1 + 1u, c1, acc[11]);
+        st_c(zc, r1 + 2u, c1, acc[13]);
+        st_c(zc, r1 + 3u, c1, acc[15]);
     }
 }
 
 @compute @workgroup_size(256)
-fn matmul_vec4_small(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn matmul_small(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let z = wid.z + p.z0;
     k_end = p.k;
     let row0 = wid.y * 64u;
@@ -536,8 +650,8 @@ fn matmul_vec4_small(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
     let tx = lid % 16u;
     let ty = lid / 16u;
     let steps = (p.k + 15u) / 16u;
-    var va = load_a4(z, row0, 0u, lid, 16u, 16u);
-    var vb = load_b4(z, col0, 0u, lid, 16u, 16u);
+    var va = ld_a(z, row0, 0u, lid, 16u, 16u);
+    var vb = ld_b(z, col0, 0u, lid, 16u, 16u);
     put_a(0u, lid, TA, 16u, 16u, va);
     put_b(0u, lid, !TB, 16u, 16u, vb);
     workgroupBarrier();
@@ -545,8 +659,8 @@ fn matmul_vec4_small(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
         let cur = (t % 2u) * TILE;
         let more = t + 1u < steps;
         if (more) {
-            va = load_a4(z, row0, (t + 1u) * 16u, lid, 16u, 16u);
-            vb = load_b4(z, col0, (t + 1u) * 16u, lid, 16u, 16u);
+            va = ld_a(z, row0, (t + 1u) * 16u, lid, 16u, 16u);
+            vb = ld_b(z, col0, (t + 1u) * 16u, lid, 16u, 16u);
         }
         multiply_small(cur, tx, ty);
         if (more) {
@@ -557,10 +671,10 @@ fn matmul_vec4_small(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
     }
     let r0 = row0 + ty * 4u;
     let c0 = col0 + tx * 4u;
-    store4(z, r0, c0, acc[0]);
-    store4(z, r0 + 1u, c0, acc[1]);
-    store4(z, r0 + 2u, c0, acc[2]);
-    store4(z, r0 + 3u, c0, acc[3]);
+    st_c(z, r0, c0, acc[0]);
+    st_c(z, r0 + 1u, c0, acc[1]);
+    st_c(z, r0 + 2u, c0, acc[2]);
+    st_c(z, r0 + 3u, c0, acc[3]);
 }
 
 // ---- matmul_reduce: the second dispatch of split-K --------------------------
@@ -589,102 +703,4 @@ fn matmul_reduce(
         sum += a4[(j * SK + s) * sc4 + e];
     }
     c4[p.z0 * sc4 + i] = sum;
-}
-
-// ---- scalar loads and stores ------------------------------------------------
-
-fn a_at(z: u32, row: u32, kc: u32) -> f32 {
-    if (row < p.m && kc < k_end) {
-        if (TA) {
-            return a1[z * p.sa + kc * p.m + row];
-        }
-        return a1[z * p.sa + row * p.k + kc];
-    }
-    return 0.0;
-}
-
-fn b_at(z: u32, col: u32, kc: u32) -> f32 {
-    if (col < p.n && kc < k_end) {
-        if (TB) {
-            return b1[z * p.sb + col * p.k + kc];
-        }
-        return b1[z * p.sb + kc * p.n + col];
-    }
-    return 0.0;
-}
-
-// The same elements as load_a4, one at a time with each bounds-checked.
-fn load_a1(z: u32, row0: u32, k0: u32, l: u32, w: u32, bk: u32) -> vec4<f32> {
-    let s = slot(l, TA, w, bk);
-    let row = row0 + s.x;
-    let kc = k0 + s.y;
-    if (TA) {
-        return vec4<f32>(a_at(z, row, kc), a_at(z, row + 1u, kc), a_at(z, row + 2u, kc), a_at(z, row + 3u, kc));
-    }
-    return vec4<f32>(a_at(z, row, kc), a_at(z, row, kc + 1u), a_at(z, row, kc + 2u), a_at(z, row, kc + 3u));
-}
-
-fn load_b1(z: u32, col0: u32, k0: u32, l: u32, w: u32, bk: u32) -> vec4<f32> {
-    let s = slot(l, !TB, w, bk);
-    let col = col0 + s.x;
-    let kc = k0 + s.y;
-    if (TB) {
-        return vec4<f32>(b_at(z, col, kc), b_at(z, col, kc + 1u), b_at(z, col, kc + 2u), b_at(z, col, kc + 3u));
-    }
-    return vec4<f32>(b_at(z, col, kc), b_at(z, col + 1u, kc), b_at(z, col + 2u, kc), b_at(z, col + 3u, kc));
-}
-
-// Row `row` of C at columns c0..c0+4, element by element (any n).
-fn store1(z: u32, row: u32, c0: u32, v: vec4<f32>) {
-    if (row < p.m) {
-        let at = z * p.sc + row * p.n;
-        if (c0 < p.n) {
-            c1[at + c0] = v.x;
-        }
-        if (c0 + 1u < p.n) {
-            c1[at + c0 + 1u] = v.y;
-        }
-        if (c0 + 2u < p.n) {
-            c1[at + c0 + 2u] = v.z;
-        }
-        if (c0 + 3u < p.n) {
-            c1[at + c0 + 3u] = v.w;
-        }
-    }
-}
-
-@compute @workgroup_size(256)
-fn matmul_scalar(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let z = wid.z + p.z0;
-    k_end = p.k;
-    let row0 = wid.y * 64u;
-    let col0 = wid.x * 64u;
-    let tx = lid % 16u;
-    let ty = lid / 16u;
-    let steps = (p.k + 15u) / 16u;
-    var va = load_a1(z, row0, 0u, lid, 16u, 16u);
-    var vb = load_b1(z, col0, 0u, lid, 16u, 16u);
-    put_a(0u, lid, TA, 16u, 16u, va);
-    put_b(0u, lid, !TB, 16u, 16u, vb);
-    workgroupBarrier();
-    for (var t = 0u; t < steps; t++) {
-        let cur = (t % 2u) * TILE;
-        let more = t + 1u < steps;
-        if (more) {
-            va = load_a1(z, row0, (t + 1u) * 16u, lid, 16u, 16u);
-            vb = load_b1(z, col0, (t + 1u) * 16u, lid, 16u, 16u);
-        }
-        multiply_small(cur, tx, ty);
-        if (more) {
-            put_a(TILE - cur, lid, TA, 16u, 16u, va);
-            put_b(TILE - cur, lid, !TB, 16u, 16u, vb);
-        }
-        workgroupBarrier();
-    }
-    let r0 = row0 + ty * 4u;
-    let c0 = col0 + tx * 4u;
-    store1(z, r0, c0, acc[0]);
-    store1(z, r0 + 1u, c0, acc[1]);
-    store1(z, r0 + 2u, c0, acc[2]);
-    store1(z, r0 + 3u, c0, acc[3]);
 }

@@ -5,9 +5,21 @@
 //! matmul + softmax + matmul.
 //!
 //! `COMPUTE_WGPU_ROWS` (comma-separated `latency`, `bandwidth`, `rows`, `half`,
-//! `sgemm`, `attention`, `transfer`, `submit`) runs only those groups of rows
-//! (default: all). `transfer` and `submit` are in [`crate::wgpu_transfer`]:
-//! host data against CUDA's pageable copies, and per-call submissions.
+//! `sgemm`, `ragged`, `hgemm`, `attention`, `transfer`, `submit`) runs only
+//! those groups of rows (default: all). `transfer` and `submit` are in
+//! [`crate::wgpu_transfer`]: host data against CUDA's pageable copies, and
+//! per-call submissions.
+//!
+//! `ragged` rows time sgemm on shapes whose m, k or n is not a multiple of 4
+//! beside their aligned neighbour (each dimension rounded up to a multiple of
+//! 4), interleaved: the ratio is the ragged shape's FLOP rate over the
+//! neighbour's.
+//! `hgemm` rows time `f16` matmuls (`f16` output, `f32` accumulation) at
+//! 2048³, 4096³ and 8192³ on cooperative matrices where the device has them
+//! (and on the `f32` kernels, for comparison), each beside cuBLAS's
+//! `cublasGemmEx` on the same `f16` inputs when the bench is built with
+//! feature `cuda`. `COMPUTE_WGPU_COOP_SWEEP=1` (or a comma-separated list of
+//! [`CoopTiles`] names) times every configuration instead of `auto`.
 //!
 //! Resident rows submit `reps` ops back to back and wait once, so the CPU's
 //! recording overlaps the GPU's work and the median per op is GPU time plus the
@@ -25,8 +37,8 @@
 //! one matmul's GPU time from timestamps.
 use std::time::Duration;
 
-use compute_core::{AttentionSpec, Backend, BinaryOp, DType, MatmulSpec, Op, Ops, RowOp, Tensor, UnaryOp};
-use compute_wgpu::{DeviceOptions, GpuBuffer, MatmulTiles, WgpuBackend};
+use compute_core::{AttentionSpec, Backend, BinaryOp, DType, HostVec, MatmulSpec, Op, Ops, RowOp, Tensor, UnaryOp};
+use compute_wgpu::{CoopMatmul, CoopTiles, DeviceOptions, GpuBuffer, MatmulTiles, WgpuBackend};
 
 use crate::report::{Record, random, time, time_pair};
 
@@ -253,6 +265,173 @@ fn sgemm_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), Strin
         r.gflops = Some(op.cost().flops as f64 / t / 1e9);
         r.note = Some("host->GPU->host round trip per call".into());
         push(out, r);
+    }
+    Ok(())
+}
+
+/// sgemm on ragged shapes (m, k or n not a multiple of 4) beside their aligned
+/// neighbour (each dimension rounded up to a multiple of 4: the same tile grid,
+/// every operand in vec4s), interleaved, op by op on resident tensors (as the
+/// sgemm rows): each row's peer is the neighbour's time scaled to the ragged
+/// shape's FLOPs, so the ratio is the ragged shape's FLOP rate over the
+/// neighbour's (goal ≥ 0.9).
+fn ragged_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), String> {
+    let shapes: &[(usize, usize, usize)] = if quick {
+        &[(511, 511, 511)]
+    } else {
+        &[
+            (4095, 4095, 4095),
+            (4097, 4097, 4097),
+            (4096, 4095, 4096),
+            (4096, 4096, 4095),
+            (4093, 4096, 4096),
+            (2047, 2047, 2047),
+            (1023, 1023, 1023),
+        ]
+    };
+    let up = |v: usize| v.next_multiple_of(4);
+    for &(m, k, n) in shapes {
+        let (am, ak, an) = (up(m), up(k), up(n));
+        let aligned = Op::matmul(am, ak, an);
+        let aligned_flops = aligned.cost().flops as f64;
+        let reps = reps_for(quick, aligned_flops / 3e13);
+        let (ta, tb, tc) = (
+            b.gpu.upload(&random(am * ak, 31)).map_err(err)?,
+            b.gpu.upload(&random(ak * an, 32)).map_err(err)?,
+            b.gpu.alloc(am * an).map_err(err)?,
+        );
+        let op = Op::matmul(m, k, n);
+        let flops = op.cost().flops as f64;
+        let (ra, rb, rc) = (
+            b.gpu.upload(&random(m * k, 33)).map_err(err)?,
+            b.gpu.upload(&random(k * n, 34)).map_err(err)?,
+            b.gpu.alloc(m * n).map_err(err)?,
+        );
+        let mut failure = None;
+        let mut run = |op: &Op, ins: [&Tensor; 2], c: &Tensor| {
+            for _ in 0..reps {
+                if let Err(e) = b.gpu.run_tensors(op, &ins, c) {
+                    failure = Some(e);
+                }
+            }
+            if let Err(e) = b.gpu.synchronize() {
+                failure = Some(e);
+            }
+        };
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        // Interleaved by hand (one closure borrows `run` at a time).
+        let start = std::time::Instant::now();
+        run(&op, [&ra, &rb], &rc);
+        run(&aligned, [&ta, &tb], &tc);
+        while ours.len() < 3 || (start.elapsed() < b.budget && ours.len() < 1000) {
+            let t = std::time::Instant::now();
+            run(&op, [&ra, &rb], &rc);
+            ours.push(t.elapsed().as_secs_f64() / reps as f64);
+            let t = std::time::Instant::now();
+            run(&aligned, [&ta, &tb], &tc);
+            theirs.push(t.elapsed().as_secs_f64() / reps as f64);
+        }
+        if let Some(e) = failure {
+            return Err(err(e));
+        }
+        let (t, ta_s) = (crate::report::median(&mut ours), crate::report::median(&mut theirs));
+        let mut r = b.record("sgemm ragged", format!("{m}x{k}x{n}"), "resident", t);
+        r.gflops = Some(flops / t / 1e9);
+        r.note = Some(format!(
+            "auto tiles, checks off, {reps} matmuls per sample, op by op; aligned {am}x{ak}x{an} interleaved at \
+             {:.1} TFLOP/s; peer = its time scaled to this shape's FLOPs (ratio = FLOP rate / aligned rate)",
+            aligned_flops / ta_s / 1e12
+        ));
+        push(out, r.with_peer(&format!("aligned {am}x{ak}x{an} (same run)"), ta_s * flops / aligned_flops));
+    }
+    Ok(())
+}
+
+/// The configurations the hgemm rows time: `COMPUTE_WGPU_COOP_SWEEP`'s list
+/// (`1` for every [`CoopTiles::all`]; `off` names the `f32` kernels), else
+/// `auto` and then `off` for comparison.
+fn hgemm_variants() -> Result<Vec<CoopMatmul>, String> {
+    let spec = std::env::var("COMPUTE_WGPU_COOP_SWEEP").ok().filter(|v| !v.trim().is_empty() && v != "0");
+    match spec.as_deref() {
+        None => Ok(vec![CoopMatmul::Auto, CoopMatmul::Off]),
+        Some("1" | "all" | "true") => Ok(CoopTiles::all().into_iter().map(CoopMatmul::Tiles).collect()),
+        Some(list) => list
+            .split(',')
+            .map(|n| CoopMatmul::parse(n).ok_or_else(|| format!("unknown cooperative-matrix configuration {n:?}")))
+            .collect(),
+    }
+}
+
+/// f16 matmuls (f16 in and out, f32 accumulation): each configuration of
+/// [`hgemm_variants`] with `reps` matmuls recorded into one submission per
+/// sample, beside cuBLAS's `cublasGemmEx` on the same f16 inputs (feature
+/// `cuda`), interleaved, and checked against cuBLAS's result.
+fn hgemm_rows(b: &Bench, quick: bool, out: &mut Vec<Record>) -> Result<(), String> {
+    let sizes: &[usize] = if quick { &[512] } else { &[2048, 4096, 8192] };
+    let variants = hgemm_variants()?;
+    eprintln!("  cooperative matrices on this device: {}", b.gpu.cooperative_matrix());
+    for &n in sizes {
+        let op = Op::Matmul(MatmulSpec::new(n, n, n).with_dtypes(DType::F16, DType::F16));
+        let flops = op.cost().flops as f64;
+        let reps = reps_for(quick, flops / 3e14);
+        let (ha, hb) =
+            (HostVec::from_f32(DType::F16, &random(n * n, 41)), HostVec::from_f32(DType::F16, &random(n * n, 42)));
+        let ta = b.gpu.upload_typed(ha.as_slice()).map_err(err)?;
+        let tb = b.gpu.upload_typed(hb.as_slice()).map_err(err)?;
+        let tc = b.gpu.alloc_typed(n * n, DType::F16).map_err(err)?;
+        #[cfg(feature = "cuda")]
+        let mut peer = match cublas::Hgemm::new(n, &ha.bits(), &hb.bits()) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!("  no cuBLAS peer: {e}");
+                None
+            }
+        };
+        #[cfg(feature = "cuda")]
+        let reference = match peer.as_mut() {
+            Some(p) => Some(p.run(1).and_then(|_| p.result())?),
+            None => None,
+        };
+        #[cfg(not(feature = "cuda"))]
+        let reference: Option<Vec<f32>> = None;
+        for &coop in &variants {
+            if coop != CoopMatmul::Off && !b.gpu.cooperative_matrix() && coop != CoopMatmul::Auto {
+                continue;
+            }
+            b.gpu.set_matmul_coop(coop);
+            let entries = b.gpu.entry_points(&op).map_err(err)?;
+            let timed = pair_with_cublas(
+                &|| one_submission(&b.gpu, &op, [&ta, &tb], &tc, reps),
+                #[cfg(feature = "cuda")]
+                peer.as_mut().map(|p| p as &mut dyn cublas::Peer),
+                reps,
+                b.budget,
+            );
+            b.gpu.set_matmul_coop(CoopMatmul::Auto);
+            let (t, peer_t) = timed?;
+            let mut note =
+                format!("{coop}: {}; {reps} matmuls recorded into one submission per sample", entries.join("+"));
+            if let Some(want) = &reference {
+                let mut got = HostVec::zeros(DType::F16, n * n);
+                b.gpu.download_typed(&tc, got.as_mut()).map_err(err)?;
+                let got = got.to_f32();
+                let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE);
+                let diff = got.iter().zip(want).fold(0.0f32, |m, (x, y)| {
+                    let d = (x - y).abs();
+                    if d.is_nan() || m.is_nan() { f32::NAN } else { m.max(d) }
+                }) / scale;
+                note = format!("{note}; max |ours-cublas|/max|C| = {diff:.1e}");
+            }
+            let mut r = b.record("hgemm, one submission", format!("{n}x{n}x{n}"), "resident", t);
+            r.gflops = Some(flops / t / 1e9);
+            if let Some(pt) = peer_t {
+                note = format!("{note}; cuBLAS f16 (cublasGemmEx, f32 compute) {:.1} TFLOP/s", flops / pt / 1e12);
+                r = r.with_peer("cublas f16 (same run)", pt);
+            }
+            eprintln!("    [{note}]");
+            r.note = Some(note);
+            push(out, r);
+        }
     }
     Ok(())
 }
@@ -861,6 +1040,24 @@ pub(crate) mod cublas {
 
     use super::err;
 
+    /// A cuBLAS product of one size that runs `reps` times and synchronises.
+    pub trait Peer {
+        /// `reps` products, then a synchronize of the peer's stream.
+        fn run(&mut self, reps: usize) -> Result<(), String>;
+    }
+
+    impl Peer for Sgemm {
+        fn run(&mut self, reps: usize) -> Result<(), String> {
+            Sgemm::run(self, reps)
+        }
+    }
+
+    impl Peer for Hgemm {
+        fn run(&mut self, reps: usize) -> Result<(), String> {
+            Hgemm::run(self, reps)
+        }
+    }
+
     /// A cuBLAS handle and the three n × n operands of one size.
     pub struct Sgemm {
         stream: Arc<CudaStream>,
@@ -898,6 +1095,81 @@ pub(crate) mod cublas {
         /// The last result.
         pub fn result(&self) -> Result<Vec<f32>, String> {
             self.stream.clone_dtoh(&self.c).map_err(err)
+        }
+    }
+
+    /// `cublasGemmEx` on `f16` operands (f32 compute, f16 output, as PyTorch's
+    /// `a @ b` on half tensors) and the three n × n operands of one size.
+    pub struct Hgemm {
+        stream: Arc<CudaStream>,
+        blas: CudaBlas,
+        n: usize,
+        a: CudaSlice<u16>,
+        b: CudaSlice<u16>,
+        c: CudaSlice<u16>,
+    }
+
+    impl Hgemm {
+        /// Copies `a` and `b` (row-major n × n, f16 bits in the low 16 of each word) to the device.
+        pub fn new(n: usize, a: &[u32], b: &[u32]) -> Result<Hgemm, String> {
+            // SAFETY: only probes whether the cuBLAS library can be loaded.
+            if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+                return Err("cuBLAS (libcublas) not found: add /usr/local/cuda/lib64 to LD_LIBRARY_PATH".into());
+            }
+            let stream = CudaContext::new(0).map_err(err)?.new_stream().map_err(err)?;
+            let blas = CudaBlas::new(stream.clone()).map_err(err)?;
+            let half = |v: &[u32]| v.iter().map(|&w| w as u16).collect::<Vec<u16>>();
+            let (a, b) = (stream.clone_htod(&half(a)).map_err(err)?, stream.clone_htod(&half(b)).map_err(err)?);
+            let c = stream.alloc_zeros::<u16>(n * n).map_err(err)?;
+            Ok(Hgemm { stream, blas, n, a, b, c })
+        }
+
+        /// `reps` products (row-major C = A·B as column-major Cᵀ = Bᵀ·Aᵀ), then a synchronize.
+        pub fn run(&mut self, reps: usize) -> Result<(), String> {
+            use cudarc::cublas::result::gemm_ex;
+            use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType_t};
+            use cudarc::driver::{DevicePtr, DevicePtrMut};
+            let n = i32::try_from(self.n).map_err(err)?;
+            let (alpha, beta) = (1.0f32, 0.0f32);
+            let f16 = cudaDataType_t::CUDA_R_16F;
+            for _ in 0..reps {
+                let (pa, _ra) = self.a.device_ptr(&self.stream);
+                let (pb, _rb) = self.b.device_ptr(&self.stream);
+                let (pc, _rc) = self.c.device_ptr_mut(&self.stream);
+                // SAFETY: a, b and c hold n·n f16 values on this handle's stream;
+                // alpha and beta are f32, as CUBLAS_COMPUTE_32F requires.
+                unsafe {
+                    gemm_ex(
+                        *self.blas.handle(),
+                        cublasOperation_t::CUBLAS_OP_N,
+                        cublasOperation_t::CUBLAS_OP_N,
+                        n,
+                        n,
+                        n,
+                        (&alpha) as *const f32 as *const std::ffi::c_void,
+                        pb as *const std::ffi::c_void,
+                        f16,
+                        n,
+                        pa as *const std::ffi::c_void,
+                        f16,
+                        n,
+                        (&beta) as *const f32 as *const std::ffi::c_void,
+                        pc as *mut std::ffi::c_void,
+                        f16,
+                        n,
+                        cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                        cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                    )
+                }
+                .map_err(err)?;
+            }
+            self.stream.synchronize().map_err(err)
+        }
+
+        /// The last result, widened to f32.
+        pub fn result(&self) -> Result<Vec<f32>, String> {
+            let bits = self.stream.clone_dtoh(&self.c).map_err(err)?;
+            Ok(bits.into_iter().map(|b| compute_core::f16::from_bits(b).to_f32()).collect())
         }
     }
 }
@@ -948,7 +1220,7 @@ pub(crate) fn one_submission(
 /// cuBLAS's `reps` sgemms when there is a peer, the two interleaved.
 fn pair_with_cublas(
     ours: &dyn Fn() -> compute_core::Result<()>,
-    #[cfg(feature = "cuda")] peer: Option<&mut cublas::Sgemm>,
+    #[cfg(feature = "cuda")] peer: Option<&mut dyn cublas::Peer>,
     reps: usize,
     budget: Duration,
 ) -> Result<(f64, Option<f64>), String> {
@@ -1035,7 +1307,7 @@ fn sweep_rows(spec: &str, quick: bool) -> Result<Vec<Record>, String> {
                 match pair_with_cublas(
                     ours,
                     #[cfg(feature = "cuda")]
-                    peer.as_mut(),
+                    peer.as_mut().map(|p| p as &mut dyn cublas::Peer),
                     reps,
                     budget,
                 ) {
@@ -1118,6 +1390,12 @@ pub fn rows(quick: bool) -> Result<Vec<Record>, String> {
     }
     if wanted("sgemm") {
         sgemm_rows(&b, quick, &mut out)?;
+    }
+    if wanted("ragged") {
+        ragged_rows(&b, quick, &mut out)?;
+    }
+    if wanted("hgemm") {
+        hgemm_rows(&b, quick, &mut out)?;
     }
     if wanted("attention") {
         attention_rows(&b, quick, &mut out)?;

@@ -20,7 +20,7 @@ const SOURCE: &str = include_str!("../../../shaders/matmul.wgsl");
 
 fn configs() -> Vec<Config> {
     let mut v = Vec::new();
-    v.push(Config { label: "matmul_vec4_small".into(), entry: "matmul_vec4_small", constants: vec![], checked: false });
+    v.push(Config { label: "matmul_small".into(), entry: "matmul_small", constants: vec![], checked: false });
     // Every configuration without split-K, then the `narrow` and split-K ones of the sweep.
     let extra = [
         "tiled-64x64-8-narrow",

@@ -15,7 +15,7 @@ use crate::context::{AdapterReport, Context, block_on};
 use crate::encode::{self, Readback};
 use crate::errors::{self, KIND};
 use crate::kernels::MatmulChoice;
-use crate::options::{DeviceOptions, MatmulTiles};
+use crate::options::{CoopMatmul, DeviceOptions, MatmulTiles};
 use crate::plan::{self, View};
 
 /// Every op of the vocabulary on one GPU through wgpu (Vulkan, Metal, DX12, or
@@ -35,7 +35,9 @@ use crate::plan::{self, View};
 /// ops, casts and reductions read and write half data directly; row ops and
 /// convolutions write an `f32` temporary that a cast rounds into a half
 /// output; a half matmul casts A and B into `f32` temporaries, runs the `f32`
-/// GEMM and casts C, and half attention likewise casts q, k and v, runs the
+/// GEMM and casts C (except an `f16` matmul on a device with cooperative
+/// matrices: [`WgpuBackend::cooperative_matrix`]), and half attention likewise
+/// casts q, k and v, runs the
 /// `f32` kernel (which keeps its softmax weights in `f32`) and casts the
 /// output. A cast between equal dtypes is a buffer copy, and a TF32 matmul or
 /// attention runs in full precision.
@@ -128,9 +130,35 @@ impl WgpuBackend {
         !self.ctx.kernels.matmul().checked
     }
 
-    /// The matmul tiling aligned shapes use (see [`DeviceOptions::matmul_tiles`]).
+    /// The matmul tiling (see [`DeviceOptions::matmul_tiles`]).
     pub fn matmul_tiles(&self) -> MatmulTiles {
         self.ctx.kernels.matmul().tiles
+    }
+
+    /// Whether this device runs `f16` matmuls on cooperative matrices (tensor
+    /// cores): the adapter offered 16 × 16 × 16 matrices of `f16` inputs and
+    /// `f32` accumulators, `SHADER_F16`, subgroups of 32 with their barrier,
+    /// and the device was opened with them (unless
+    /// [`DeviceOptions::matmul_coop`] was `Off`). Without them (lavapipe, the
+    /// browser, most adapters) every matmul runs the `f32` kernels. Free.
+    pub fn cooperative_matrix(&self) -> bool {
+        self.ctx.coop()
+    }
+
+    /// Which cooperative-matrix configuration `f16` matmuls ask for (see
+    /// [`DeviceOptions::matmul_coop`]); it applies only where
+    /// [`cooperative_matrix`](Self::cooperative_matrix) holds.
+    pub fn matmul_coop(&self) -> CoopMatmul {
+        self.ctx.kernels.matmul().coop
+    }
+
+    /// Changes the cooperative-matrix configuration of `f16` matmuls (or turns
+    /// it off) for ops submitted from now on: for tuning and benchmarks on one
+    /// device. A device opened without cooperative matrices keeps running the
+    /// `f32` kernels whatever this says.
+    pub fn set_matmul_coop(&self, coop: CoopMatmul) {
+        let choice = self.ctx.kernels.matmul();
+        self.ctx.kernels.set_matmul(MatmulChoice { coop, ..choice });
     }
 
     /// Changes the matmul tiling and whether naga's bounds checks stay in (in the
@@ -139,7 +167,8 @@ impl WgpuBackend {
     /// are compiled on first use and cached, so switching back and forth costs
     /// nothing after the first call of each.
     pub fn set_matmul(&self, tiles: MatmulTiles, bounds_checks: bool) {
-        self.ctx.kernels.set_matmul(MatmulChoice { checked: bounds_checks, tiles });
+        let choice = self.ctx.kernels.matmul();
+        self.ctx.kernels.set_matmul(MatmulChoice { checked: bounds_checks, tiles, ..choice });
     }
 
     /// A new batch: ops recorded on buffer ids, run by one submission. Free.
@@ -416,6 +445,16 @@ impl WgpuBackend {
     pub fn is_prepared(&self, ops: &[Op]) -> Result<bool> {
         let kernels = self.kernels_of(ops)?;
         self.ctx.kernels.has_all(&kernels)
+    }
+
+    /// The shader entry points `op` dispatches on this device, in order (for
+    /// tests and tuning): e.g. `["convert", "convert", "matmul_tiled",
+    /// "convert"]` for an `f16` matmul on the `f32` kernels, `["matmul_coop"]`
+    /// on cooperative matrices. Plans the op on a placeholder buffer: nothing
+    /// is recorded or submitted, but a cooperative-matrix pipeline is compiled
+    /// on first use. Empty for an op this device cannot run.
+    pub fn entry_points(&self, op: &Op) -> Result<Vec<&'static str>> {
+        Ok(self.kernels_of(std::slice::from_ref(op))?.into_iter().map(|k| k.entry()).collect())
     }
 
     /// The kernels `ops` dispatch, each op planned on a placeholder buffer

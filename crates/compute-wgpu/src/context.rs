@@ -11,7 +11,7 @@ use crate::completion::Poller;
 use crate::encode::Arena;
 use crate::errors::{self, KIND};
 use crate::kernels::{Kernels, MatmulChoice};
-use crate::options::DeviceOptions;
+use crate::options::{CoopMatmul, DeviceOptions};
 
 /// Which adapter the backend opened and the limits that shape its calls.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,13 +28,17 @@ pub struct AdapterReport {
     pub max_binding_bytes: u64,
     /// Largest buffer in bytes.
     pub max_buffer_bytes: u64,
+    /// Whether the device was opened with cooperative matrices (tensor cores)
+    /// for the `f16` matmul ([`crate::WgpuBackend::cooperative_matrix`]).
+    pub cooperative_matrix: bool,
 }
 
 impl std::fmt::Display for AdapterReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let b = self.max_binding_bytes;
         let binding = if b >= 1 << 20 { format!("{} MiB", b >> 20) } else { format!("{} KiB", b >> 10) };
-        write!(f, "{} ({}, {}, driver {}; max binding {binding})", self.name, self.api, self.device_type, self.driver)
+        write!(f, "{} ({}, {}, driver {}; max binding {binding}", self.name, self.api, self.device_type, self.driver)?;
+        f.write_str(if self.cooperative_matrix { "; cooperative matrices)" } else { ")" })
     }
 }
 
@@ -42,6 +46,33 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Timestamps written anywhere in a command encoder (native Vulkan, Metal, DX12).
 const TIMESTAMPS_IN_ENCODERS: wgpu::Features = wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS;
+
+/// What the cooperative-matrix matmul (`shaders/matmul_coop.wgsl`) needs of a
+/// device besides a matching matrix shape: the matrices, `f16` in shaders,
+/// subgroups (its builtins) and their barrier.
+pub(crate) const COOP_FEATURES: wgpu::Features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
+    .union(wgpu::Features::SHADER_F16)
+    .union(wgpu::Features::SUBGROUP)
+    .union(wgpu::Features::SUBGROUP_BARRIER);
+
+/// Whether an adapter offering `features`, the cooperative-matrix
+/// configurations `shapes` and subgroups of `subgroup_sizes` (least, most
+/// invocations) runs `matmul_coop`: all of [`COOP_FEATURES`], a 16 × 16 × 16
+/// configuration of `f16` inputs accumulating into `f32`, and subgroups of
+/// exactly 32 (each subgroup of the kernel's workgroups owns a fixed block of
+/// the tile). Free.
+pub(crate) fn runs_coop_matmul(
+    features: wgpu::Features,
+    shapes: &[wgpu::CooperativeMatrixProperties],
+    subgroup_sizes: (u32, u32),
+) -> bool {
+    let f16_into_f32 = |p: &wgpu::CooperativeMatrixProperties| {
+        (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+            && p.ab_type == wgpu::CooperativeScalarType::F16
+            && p.cr_type == wgpu::CooperativeScalarType::F32
+    };
+    features.contains(COOP_FEATURES) && subgroup_sizes == (32, 32) && shapes.iter().any(f16_into_f32)
+}
 
 /// Everything one open device owns; shared by the backend, its tensors' users and batches.
 pub(crate) struct Context {
@@ -167,20 +198,46 @@ impl Context {
         // Subgroup operations (the quantized product's reductions) likewise.
         let timing =
             adapter.features() & (wgpu::Features::TIMESTAMP_QUERY | TIMESTAMPS_IN_ENCODERS | wgpu::Features::SUBGROUP);
+        // Cooperative matrices (the f16 matmul on tensor cores) only where the
+        // adapter lists everything the kernel needs, unless turned off.
+        let wanted = options.matmul_coop != CoopMatmul::Off;
+        let sizes = (info.subgroup_min_size, info.subgroup_max_size);
+        let coop = if wanted && runs_coop_matmul(adapter.features(), &adapter.cooperative_matrix_properties(), sizes) {
+            COOP_FEATURES
+        } else {
+            wgpu::Features::empty()
+        };
         let request = |features: wgpu::Features| {
+            let experimental = if features.intersects(wgpu::Features::all_experimental_mask()) {
+                // SAFETY: the one experimental feature ever requested is
+                // EXPERIMENTAL_COOPERATIVE_MATRIX, from adapters that list it, and
+                // the one shader that uses it is `matmul_coop.wgsl`: naga validates
+                // it (the crate's tests also put every variant through naga's
+                // SPIR-V writer), each cooperative load and store reads or writes a
+                // 16 × 16 block inside a workgroup array or inside a tile of C the
+                // host checked (the shader's header, "Bounds"), with pointers and
+                // strides uniform in each subgroup, as the extension requires.
+                unsafe { wgpu::ExperimentalFeatures::enabled() }
+            } else {
+                wgpu::ExperimentalFeatures::disabled()
+            };
             adapter.request_device(&wgpu::DeviceDescriptor {
                 label: Some("compute-wgpu"),
                 required_features: features,
                 required_limits: limits.clone(),
-                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                experimental_features: experimental,
                 memory_hints: wgpu::MemoryHints::Performance,
                 trace: wgpu::Trace::Off,
             })
         };
-        let opened = match request(timing).await {
-            Err(_) if !timing.is_empty() => request(wgpu::Features::empty()).await,
-            r => r,
-        };
+        // Each optional feature set is dropped in turn if the device refuses it.
+        let mut opened = request(timing | coop).await;
+        if opened.is_err() && !coop.is_empty() {
+            opened = request(timing).await;
+        }
+        if opened.is_err() && !timing.is_empty() {
+            opened = request(wgpu::Features::empty()).await;
+        }
         let (device, queue) = opened.map_err(|e| errors::unavailable(format!("opening {}: {e}", info.name)))?;
         let lost = Arc::new(Mutex::new(None));
         let lost_sink = Arc::clone(&lost);
@@ -205,10 +262,15 @@ impl Context {
             driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
             max_binding_bytes: used.max_storage_buffer_binding_size,
             max_buffer_bytes: limits.max_buffer_size,
+            cooperative_matrix: device.features().contains(COOP_FEATURES),
         };
         let poller = Poller::new(device.clone());
         Ok(Context {
-            kernels: Kernels::new(MatmulChoice { checked: options.matmul_bounds_checks, tiles: options.matmul_tiles }),
+            kernels: Kernels::new(MatmulChoice {
+                checked: options.matmul_bounds_checks,
+                tiles: options.matmul_tiles,
+                coop: options.matmul_coop,
+            }),
             cache: Arc::new(BufferCache::new(&used)),
             arena: Mutex::new(Arena::default()),
             device,
@@ -276,6 +338,12 @@ impl Context {
     /// requested whenever the adapter offers it).
     pub(crate) fn subgroups(&self) -> bool {
         self.device.features().contains(wgpu::Features::SUBGROUP)
+    }
+
+    /// Whether the device runs the cooperative-matrix matmul (opened with
+    /// [`COOP_FEATURES`] for an adapter that [`runs_coop_matmul`]).
+    pub(crate) fn coop(&self) -> bool {
+        self.report.cooperative_matrix
     }
 
     /// Most workgroups per grid dimension.
@@ -348,4 +416,57 @@ pub(crate) fn block_on<T>(f: impl Future<Output = Result<T>>) -> Result<T> {
 #[cfg(target_arch = "wasm32")]
 pub(crate) fn block_on<T>(_f: impl Future<Output = Result<T>>) -> Result<T> {
     Err(errors::unavailable("blocking calls are not available in the browser: use the async API"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coop_needs_every_feature_an_f16_shape_and_subgroups_of_32() {
+        use wgpu::CooperativeScalarType::{F16, F32};
+        let shape = |m, n, k, ab, cr| wgpu::CooperativeMatrixProperties {
+            m_size: m,
+            n_size: n,
+            k_size: k,
+            ab_type: ab,
+            cr_type: cr,
+            saturating_accumulation: false,
+        };
+        // What NVIDIA's Vulkan driver lists among others, and what it does not need.
+        let nvidia = [shape(16, 16, 16, F16, F16), shape(16, 8, 16, F16, F32), shape(16, 16, 16, F16, F32)];
+        let all = COOP_FEATURES | wgpu::Features::TIMESTAMP_QUERY;
+        assert!(runs_coop_matmul(all, &nvidia, (32, 32)));
+        // A missing feature (lavapipe has none of the four), shape, or subgroups of other sizes.
+        for missing in [
+            wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX,
+            wgpu::Features::SHADER_F16,
+            wgpu::Features::SUBGROUP,
+            wgpu::Features::SUBGROUP_BARRIER,
+        ] {
+            assert!(!runs_coop_matmul(all - missing, &nvidia, (32, 32)), "{missing:?}");
+        }
+        assert!(!runs_coop_matmul(wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY, &[], (8, 8)));
+        assert!(!runs_coop_matmul(all, &nvidia[..2], (32, 32)));
+        assert!(!runs_coop_matmul(all, &[shape(8, 8, 8, F32, F32)], (32, 32)));
+        assert!(!runs_coop_matmul(all, &nvidia, (32, 64)));
+        assert!(!runs_coop_matmul(all, &nvidia, (16, 32)));
+        assert!(!runs_coop_matmul(all, &[], (32, 32)));
+    }
+
+    #[test]
+    fn the_report_says_whether_cooperative_matrices_are_on() {
+        let mut r = AdapterReport {
+            name: "NVIDIA H200".into(),
+            api: "Vulkan".into(),
+            device_type: "DiscreteGpu".into(),
+            driver: "NVIDIA 580".into(),
+            max_binding_bytes: 1 << 31,
+            max_buffer_bytes: 1 << 32,
+            cooperative_matrix: true,
+        };
+        assert!(r.to_string().ends_with("max binding 2048 MiB; cooperative matrices)"), "{r}");
+        r.cooperative_matrix = false;
+        assert!(r.to_string().ends_with("max binding 2048 MiB)"), "{r}");
+    }
 }

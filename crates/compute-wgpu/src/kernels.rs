@@ -5,8 +5,10 @@
 //! each (entry point, pipeline-overridable constants, dtypes) triple becomes
 //! one pipeline, compiled once and kept for the device's life.
 //!
-//! **Dtypes.** The WGSL files are written for `f32`. Each file (but
-//! `matmul.wgsl` and `attention.wgsl`, which only ever see `f32`) declares its
+//! **Dtypes.** The WGSL files are written for `f32`, but `matmul_coop.wgsl`
+//! (`f16` inputs, its output dtype chosen by its generated entry point, see
+//! [`coop_matmul`]). Each file (but `matmul.wgsl` and `attention.wgsl`, which
+//! only ever see `f32`, and `matmul_coop.wgsl`) declares its
 //! operands between `// @io-begin` and `// @io-end` lines, each with the
 //! function the kernels read or write it through (`load_x`, `store_y`…). For
 //! `f16` or `bf16` operands, [`io_block`] writes those lines again for packed 16-bit values
@@ -24,7 +26,7 @@ use compute_core::{ComputeError, DType, Result};
 
 use crate::context::Context;
 use crate::errors::KIND;
-use crate::options::{MatmulTiles, TiledMatmul};
+use crate::options::{CoopMatmul, CoopTiles, MatmulTiles, TiledMatmul};
 
 /// One WGSL source file: a family of ops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -56,8 +58,17 @@ pub(crate) enum Module {
         vpt: u32,
         subgroup: bool,
     },
+    /// `matmul_coop.wgsl` with the `matmul_coop` entry point for `tiles` and
+    /// the transposes appended ([`coop_matmul::source`]); the output dtype is
+    /// the module variant's `Io::output`.
+    CoopMatmul {
+        tiles: CoopTiles,
+        ta: bool,
+        tb: bool,
+    },
 }
 
+pub(crate) mod coop_matmul;
 mod quant_gemv;
 pub(crate) mod rows_register;
 
@@ -232,6 +243,7 @@ impl Module {
             Module::Interpolate => include_str!("../../../shaders/interpolate.wgsl"),
             Module::Quant | Module::QuantGemv { .. } => include_str!("../../../shaders/quant.wgsl"),
             Module::Decoder => include_str!("../../../shaders/decoder.wgsl"),
+            Module::CoopMatmul { .. } => include_str!("../../../shaders/matmul_coop.wgsl"),
         }
     }
 
@@ -248,6 +260,7 @@ impl Module {
             Module::Quant => "quant.wgsl",
             Module::QuantGemv { .. } => "quant.wgsl+gemv",
             Module::Decoder => "decoder.wgsl",
+            Module::CoopMatmul { .. } => "matmul_coop.wgsl",
         }
     }
 
@@ -283,7 +296,7 @@ impl Module {
             Module::Interpolate => &INTERPOLATE,
             Module::Quant | Module::QuantGemv { .. } => &QUANT,
             Module::Decoder => &DECODER,
-            Module::Matmul | Module::Attention => &[],
+            Module::Matmul | Module::Attention | Module::CoopMatmul { .. } => &[],
         }
     }
 
@@ -293,6 +306,9 @@ impl Module {
     /// rewritten ([`io_block`]). Allocates the new text (tens of KiB at most);
     /// an `Err` says why the module has no such variant.
     fn source_for(self, io: Io) -> std::result::Result<Cow<'static, str>, String> {
+        if let Module::CoopMatmul { tiles, ta, tb } = self {
+            return coop_source(tiles, ta, tb, io);
+        }
         let body = self.source_io(io)?;
         if let Module::QuantGemv { mr, nr, subgroup } = self {
             // naga (wgpu 30) takes the subgroup builtins without WGSL's
@@ -333,14 +349,29 @@ impl Module {
     }
 }
 
+/// The end of `matmul_coop.wgsl`'s `enable` directives, after which
+/// `half.wgsl` goes (WGSL wants the directives first).
+const COOP_ENABLES_END: &str = "enable wgpu_cooperative_matrix;\n";
+
+/// `matmul_coop.wgsl` with `half.wgsl` after its directives and the entry
+/// point of `tiles`, the transposes and the output dtype `io.output` (inputs
+/// `f16`) appended; an `Err` for other dtypes.
+fn coop_source(tiles: CoopTiles, ta: bool, tb: bool, io: Io) -> std::result::Result<Cow<'static, str>, String> {
+    if io.input != DType::F16 || !matches!(io.output, DType::F32 | DType::F16 | DType::BF16) {
+        return Err(format!("matmul_coop.wgsl has no variant for {} → {}", io.input, io.output));
+    }
+    let file = Module::CoopMatmul { tiles, ta, tb }.source();
+    let at = file.find(COOP_ENABLES_END).map(|i| i + COOP_ENABLES_END.len()).ok_or("no enable directives")?;
+    let entry = coop_matmul::source(tiles, ta, tb, io.output);
+    Ok(Cow::Owned(format!("{}{HALF_WGSL}\n{}\n{entry}", &file[..at], &file[at..])))
+}
+
 /// The matmul entry points of `matmul.wgsl`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum MatmulKernel {
-    /// 64 × 64 tiles, 4 × 4 per invocation, vec4 loads (aligned shapes).
+    /// `matmul_small`: 64 × 64 tiles, 4 × 4 per invocation.
     Small,
-    /// 64 × 64 tiles, scalar loads (any shape).
-    Scalar,
-    /// `matmul_tiled` in the given configuration (aligned shapes).
+    /// `matmul_tiled` in the given configuration.
     Tiled(TiledMatmul),
 }
 
@@ -348,8 +379,36 @@ impl MatmulKernel {
     /// Rows and columns of C per workgroup.
     pub(crate) fn tile(self) -> (u64, u64) {
         match self {
-            MatmulKernel::Small | MatmulKernel::Scalar => (64, 64),
+            MatmulKernel::Small => (64, 64),
             MatmulKernel::Tiled(t) => t.tile(),
+        }
+    }
+}
+
+/// Which operands of a matmul move as vec4s (`matmul.wgsl`'s `VA`, `VB`,
+/// `VC`); the others element by element.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Vec4s {
+    /// A is read in vec4s (its contiguous dimension, k or m when transposed, is a multiple of 4).
+    pub(crate) a: bool,
+    /// B is read in vec4s (n, or k when transposed, is a multiple of 4).
+    pub(crate) b: bool,
+    /// C is written in vec4s (n is a multiple of 4).
+    pub(crate) c: bool,
+}
+
+impl Vec4s {
+    /// Every operand in vec4s.
+    #[cfg(test)]
+    pub(crate) const ALL: Vec4s = Vec4s { a: true, b: true, c: true };
+
+    /// What the layout of an `m × k` by `k × n` product (transposes `ta`,
+    /// `tb`) allows. Free.
+    pub(crate) fn for_shape(m: usize, k: usize, n: usize, ta: bool, tb: bool) -> Vec4s {
+        Vec4s {
+            a: (if ta { m } else { k }).is_multiple_of(4),
+            b: (if tb { k } else { n }).is_multiple_of(4),
+            c: n.is_multiple_of(4),
         }
     }
 }
@@ -379,9 +438,13 @@ pub(crate) enum Kernel {
     /// inputs of `dtype`, writing `f32`; reduced by subgroup operations with
     /// `subgroup`.
     RowsRegister { op: u32, vpt: u32, subgroup: bool, dtype: DType },
-    /// `matmul.wgsl` (`f32` only): which tiling, transposes; `checked`:
-    /// compiled with naga's runtime bounds checks.
-    Matmul { tiles: MatmulKernel, ta: bool, tb: bool, checked: bool },
+    /// `matmul.wgsl` (`f32` only): which tiling, transposes, which operands
+    /// move as vec4s; `checked`: compiled with naga's runtime bounds checks.
+    Matmul { tiles: MatmulKernel, ta: bool, tb: bool, vec: Vec4s, checked: bool },
+    /// `matmul_coop.wgsl` `matmul_coop` (cooperative matrices): `f16` A and
+    /// B, C of dtype `out` (`f32`, `f16` with n even, `bf16` with n even);
+    /// `checked`: compiled with naga's runtime bounds checks.
+    CoopMatmul { tiles: CoopTiles, ta: bool, tb: bool, out: DType, checked: bool },
     /// `matmul.wgsl` `matmul_reduce`: sums `sk` split-K partials into C;
     /// `checked` as for the matmul it finishes (same module).
     MatmulReduce { sk: u32, checked: bool },
@@ -436,6 +499,7 @@ impl Kernel {
             Kernel::Attention { .. } => Module::Attention,
             Kernel::Slerp(_) => Module::Interpolate,
             Kernel::QuantGemv { mr, nr, subgroup, .. } => Module::QuantGemv { mr, nr, subgroup },
+            Kernel::CoopMatmul { tiles, ta, tb, .. } => Module::CoopMatmul { tiles, ta, tb },
             Kernel::Dequant { .. } => Module::Quant,
             Kernel::Rope { .. } | Kernel::Copy { .. } | Kernel::Gather { .. } | Kernel::ArgMax(_) => Module::Decoder,
         }
@@ -460,6 +524,7 @@ impl Kernel {
             | Kernel::QuantGemv { x: d, .. }
             | Kernel::ArgMax(d) => Io::new(d, DType::F32),
             Kernel::Dequant { to, .. } => Io::new(DType::F32, to),
+            Kernel::CoopMatmul { out, .. } => Io::new(DType::F16, out),
             Kernel::ReduceFinish(_)
             | Kernel::Matmul { .. }
             | Kernel::MatmulReduce { .. }
@@ -467,7 +532,8 @@ impl Kernel {
         }
     }
 
-    fn entry(self) -> &'static str {
+    /// The entry point's name in its WGSL.
+    pub(crate) fn entry(self) -> &'static str {
         match self {
             Kernel::Unary(..) => "unary",
             Kernel::Binary(..) => "binary",
@@ -480,10 +546,10 @@ impl Kernel {
             Kernel::RowsRegister { op: 0 | 1, .. } => "softmax_reg",
             Kernel::RowsRegister { op: 2, .. } => "layer_norm_reg",
             Kernel::RowsRegister { .. } => "rms_norm_reg",
-            Kernel::Matmul { tiles: MatmulKernel::Small, .. } => "matmul_vec4_small",
-            Kernel::Matmul { tiles: MatmulKernel::Scalar, .. } => "matmul_scalar",
+            Kernel::Matmul { tiles: MatmulKernel::Small, .. } => "matmul_small",
             Kernel::Matmul { tiles: MatmulKernel::Tiled(_), .. } => "matmul_tiled",
             Kernel::MatmulReduce { .. } => "matmul_reduce",
+            Kernel::CoopMatmul { .. } => "matmul_coop",
             Kernel::Conv2d(_) => "conv2d",
             Kernel::Attention { .. } => "attention",
             Kernel::Slerp(_) => "slerp",
@@ -506,9 +572,17 @@ impl Kernel {
             | Kernel::ReduceFinish(op)
             | Kernel::Softmax(op, _)
             | Kernel::RowsRegister { op: op @ (0 | 1), .. } => vec![("OP", f64::from(op))],
-            Kernel::Matmul { ta, tb, tiles: MatmulKernel::Tiled(t), .. } => {
-                let mut c = vec![("TA", flag(ta)), ("TB", flag(tb))];
-                c.extend(t.override_constants());
+            Kernel::Matmul { ta, tb, vec, tiles, .. } => {
+                let mut c = vec![
+                    ("TA", flag(ta)),
+                    ("TB", flag(tb)),
+                    ("VA", flag(vec.a)),
+                    ("VB", flag(vec.b)),
+                    ("VC", flag(vec.c)),
+                ];
+                if let MatmulKernel::Tiled(t) = tiles {
+                    c.extend(t.override_constants());
+                }
                 c
             }
             Kernel::MatmulReduce { sk, .. } => vec![("SK", f64::from(sk))],
@@ -518,7 +592,6 @@ impl Kernel {
             Kernel::Attention { dv, ck, cv, .. } => {
                 vec![("DV", f64::from(dv)), ("CK", f64::from(ck)), ("CV", f64::from(cv))]
             }
-            Kernel::Matmul { ta, tb, .. } => vec![("TA", flag(ta)), ("TB", flag(tb))],
             Kernel::QuantGemv { format, .. } | Kernel::Dequant { format, .. } => {
                 vec![("FMT", f64::from(quant_code(format).unwrap_or(0)))]
             }
@@ -528,6 +601,7 @@ impl Kernel {
             | Kernel::Conv2d(_)
             | Kernel::Cast { .. }
             | Kernel::Slerp(_)
+            | Kernel::CoopMatmul { .. }
             | Kernel::ArgMax(_) => Vec::new(),
         }
     }
@@ -538,6 +612,7 @@ impl Kernel {
             self,
             Kernel::Matmul { checked: false, .. }
                 | Kernel::MatmulReduce { checked: false, .. }
+                | Kernel::CoopMatmul { checked: false, .. }
                 | Kernel::Attention { checked: false, .. }
         )
     }
@@ -559,13 +634,16 @@ pub(crate) struct Compiled {
     pub(crate) layout: wgpu::BindGroupLayout,
 }
 
-/// How matmuls are compiled: naga's checks, tiling. Switchable while the device lives.
+/// How matmuls are compiled: naga's checks, tiling, cooperative matrices.
+/// Switchable while the device lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct MatmulChoice {
     /// Whether matmul keeps naga's runtime bounds checks.
     pub(crate) checked: bool,
-    /// Which matmul tiling aligned shapes use.
+    /// Which tiling the `f32` kernels use.
     pub(crate) tiles: MatmulTiles,
+    /// Which cooperative-matrix configuration `f16` matmuls take (on devices that have them).
+    pub(crate) coop: CoopMatmul,
 }
 
 /// Per-device cache of shader modules and pipelines.
@@ -574,6 +652,8 @@ pub(crate) struct Kernels {
     matmul: Mutex<MatmulChoice>,
     modules: Mutex<HashMap<ModuleKey, wgpu::ShaderModule>>,
     pipelines: Mutex<HashMap<Kernel, Compiled>>,
+    /// Kernels whose pipeline the device refused ([`Kernels::compiles`]).
+    refused: Mutex<HashSet<Kernel>>,
 }
 
 fn compile_error(kernel: &str, e: impl std::fmt::Display) -> ComputeError {
@@ -586,6 +666,26 @@ impl Kernels {
             matmul: Mutex::new(matmul),
             modules: Mutex::new(HashMap::new()),
             pipelines: Mutex::new(HashMap::new()),
+            refused: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Whether `kernel`'s pipeline compiles on this device: compiles it on first
+    /// use (as [`Kernels::get`]) and remembers a refusal, so that a planner can
+    /// take another kernel instead of failing the op (the cooperative-matrix
+    /// kernel, whose extension is experimental in wgpu and in drivers).
+    pub(crate) fn compiles(&self, ctx: &Context, kernel: Kernel) -> bool {
+        if self.refused.lock().is_ok_and(|r| r.contains(&kernel)) {
+            return false;
+        }
+        match self.get(ctx, kernel) {
+            Ok(_) => true,
+            Err(_) => {
+                if let Ok(mut r) = self.refused.lock() {
+                    r.insert(kernel);
+                }
+                false
+            }
         }
     }
 
@@ -723,7 +823,7 @@ fn on_threads<T: Sync>(items: &[T], f: impl Fn(&T) -> Result<()> + Sync) -> Resu
 mod tests {
     use super::*;
 
-    const MODULES: [Module; 19] = [
+    const MODULES: [Module; 20] = [
         Module::Elementwise,
         Module::Decoder,
         Module::Reduce,
@@ -743,16 +843,18 @@ mod tests {
         Module::RowsRegister { vpt: 4, subgroup: true },
         Module::RowsRegister { vpt: 8, subgroup: false },
         Module::RowsRegister { vpt: 8, subgroup: true },
+        Module::CoopMatmul { tiles: CoopTiles::AUTO_LARGE, ta: false, tb: true },
     ];
 
     /// naga's capabilities for validating `m` (subgroup operations for the
-    /// subgroup variant).
+    /// subgroup variant; for cooperative matrices what the device is opened
+    /// with: `f16`, subgroups and their barrier).
     fn capabilities(m: Module) -> naga::valid::Capabilities {
+        use naga::valid::Capabilities as C;
         match m {
-            Module::QuantGemv { subgroup: true, .. } | Module::RowsRegister { subgroup: true, .. } => {
-                naga::valid::Capabilities::SUBGROUP
-            }
-            _ => naga::valid::Capabilities::default(),
+            Module::QuantGemv { subgroup: true, .. } | Module::RowsRegister { subgroup: true, .. } => C::SUBGROUP,
+            Module::CoopMatmul { .. } => C::COOPERATIVE_MATRIX | C::SHADER_FLOAT16 | C::SUBGROUP | C::SUBGROUP_BARRIER,
+            _ => C::default(),
         }
     }
 
@@ -767,6 +869,9 @@ mod tests {
                     let used = match m {
                         Module::Elementwise => true,
                         Module::Matmul | Module::Attention => input == DType::F32 && output == DType::F32,
+                        Module::CoopMatmul { .. } => {
+                            input == DType::F16 && matches!(output, DType::F32 | DType::F16 | DType::BF16)
+                        }
                         Module::Reduce
                         | Module::Rows
                         | Module::RowsRegister { .. }
@@ -791,7 +896,7 @@ mod tests {
     fn every_module_variant_parses_and_validates_with_naga() {
         // Every GPU test compiles the shaders too; this catches WGSL errors on machines without a GPU.
         let variants = variants();
-        assert_eq!(variants.len(), 9 + 4 * 3 + 1 + 1 + 5 + 3 + 3 + 5 + 8 * 3);
+        assert_eq!(variants.len(), 9 + 4 * 3 + 1 + 1 + 5 + 3 + 3 + 5 + 8 * 3 + 3);
         for (m, io) in variants {
             let source = m.source_for(io).unwrap_or_else(|e| panic!("{} for {io:?}: {e}", m.name()));
             let what = format!("{} for {} → {}", m.name(), io.input, io.output);
@@ -960,6 +1065,97 @@ mod tests {
         kernels.into_iter().for_each(validates_with_constants);
     }
 
+    /// Every cooperative-matrix kernel the host can pick (each configuration
+    /// of [`CoopTiles::all`], both transposes, every output dtype) parses,
+    /// validates with the capabilities the device is opened with, declares
+    /// exactly the workgroup memory the planner checks, and goes through
+    /// naga's SPIR-V writer as wgpu's Vulkan backend drives it, with and
+    /// without bounds checks (naga 30's writer panics on some forms of
+    /// cooperative stores, which this would catch without a device).
+    #[test]
+    fn coop_variants_validate_and_write_spirv() {
+        use naga::back::spv;
+        let mut n = 0;
+        for tiles in CoopTiles::all() {
+            for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                for out in [DType::F32, DType::F16, DType::BF16] {
+                    let m = Module::CoopMatmul { tiles, ta, tb };
+                    let what = format!("{tiles} ta={ta} tb={tb} → {out}");
+                    let source = m.source_for(Io::new(DType::F16, out)).unwrap_or_else(|e| panic!("{what}: {e}"));
+                    let module = naga::front::wgsl::parse_str(&source)
+                        .unwrap_or_else(|e| panic!("{what}:\n{}", e.emit_to_string(&source)));
+                    let flags = naga::valid::ValidationFlags::all();
+                    let info = naga::valid::Validator::new(flags, capabilities(m))
+                        .validate(&module)
+                        .unwrap_or_else(|e| panic!("{what}:\n{}", e.emit_to_string(&source)));
+                    let bytes: u64 = module
+                        .global_variables
+                        .iter()
+                        .filter(|(_, g)| g.space == naga::AddressSpace::WorkGroup)
+                        .map(|(_, g)| u64::from(module.types[g.ty].inner.size(module.to_ctx())))
+                        .sum();
+                    assert_eq!(bytes, coop_matmul::workgroup_bytes(tiles, ta, tb), "{what}");
+                    for policy in [naga::proc::BoundsCheckPolicy::Unchecked, naga::proc::BoundsCheckPolicy::Restrict] {
+                        let options = spv::Options {
+                            lang_version: (1, 6),
+                            bounds_check_policies: naga::proc::BoundsCheckPolicies {
+                                index: policy,
+                                buffer: policy,
+                                image_load: policy,
+                                binding_array: policy,
+                            },
+                            zero_initialize_workgroup_memory: spv::ZeroInitializeWorkgroupMemoryMode::None,
+                            force_loop_bounding: true,
+                            use_storage_input_output_16: true,
+                            ..Default::default()
+                        };
+                        let pipeline = spv::PipelineOptions {
+                            shader_stage: naga::ShaderStage::Compute,
+                            entry_point: "matmul_coop".into(),
+                        };
+                        let words =
+                            std::panic::catch_unwind(|| spv::write_vec(&module, &info, &options, Some(&pipeline)))
+                                .unwrap_or_else(|_| panic!("{what}: naga's SPIR-V writer panicked"))
+                                .unwrap_or_else(|e| panic!("{what}: {e}"));
+                        assert!(words.len() > 100, "{what}");
+                    }
+                    n += 1;
+                }
+            }
+        }
+        assert_eq!(n, 16 * 4 * 3);
+        // What the planner may not ask for: other input dtypes.
+        let m = Module::CoopMatmul { tiles: CoopTiles::AUTO_LARGE, ta: false, tb: false };
+        assert!(m.source_for(Io::new(DType::BF16, DType::F32)).is_err());
+        assert!(m.source_for(Io::new(DType::F16, DType::Q8_0)).is_err());
+    }
+
+    /// Every matmul pipeline the host can pick (each tiling, the small
+    /// kernel, split-K, transposes, and operands in vec4s or element by
+    /// element), with its constants applied as wgpu applies them, validates.
+    #[test]
+    fn matmul_variants_validate_with_their_constants() {
+        let mut tilings: Vec<MatmulKernel> = TiledMatmul::all().into_iter().map(MatmulKernel::Tiled).collect();
+        tilings.push(MatmulKernel::Small);
+        tilings.push(MatmulKernel::Tiled(TiledMatmul::AUTO_LARGE.with_split_k(4).unwrap()));
+        tilings.push(MatmulKernel::Tiled(TiledMatmul::AUTO_MEDIUM));
+        let vecs = [
+            Vec4s::ALL,
+            Vec4s { a: false, b: false, c: false },
+            Vec4s { a: false, b: true, c: true },
+            Vec4s { a: true, b: false, c: false },
+        ];
+        let mut n = 0;
+        for tiles in tilings {
+            for (i, vec) in vecs.into_iter().enumerate() {
+                let (ta, tb) = (i % 2 == 1, i / 2 == 1);
+                validates_with_constants(Kernel::Matmul { tiles, ta, tb, vec, checked: false });
+                n += 1;
+            }
+        }
+        assert_eq!(n, (TiledMatmul::all().len() + 3) * 4);
+    }
+
     /// Parses and validates `kernel`'s module, applies its pipeline
     /// constants as wgpu does, and validates the result; panics naming the
     /// kernel otherwise.
@@ -1012,19 +1208,26 @@ mod tests {
     fn kernels_name_their_entry_points_and_constants() {
         assert_eq!(Kernel::Unary(3, DType::F32).entry(), "unary");
         assert_eq!(Kernel::Unary(3, DType::F32).constants(), vec![("OP", 3.0)]);
-        let mm = Kernel::Matmul { tiles: MatmulKernel::Small, ta: true, tb: false, checked: false };
-        assert_eq!(mm.entry(), "matmul_vec4_small");
-        assert_eq!(mm.constants(), vec![("TA", 1.0), ("TB", 0.0)]);
+        let mm = Kernel::Matmul { tiles: MatmulKernel::Small, ta: true, tb: false, vec: Vec4s::ALL, checked: false };
+        assert_eq!(mm.entry(), "matmul_small");
+        assert_eq!(mm.constants(), vec![("TA", 1.0), ("TB", 0.0), ("VA", 1.0), ("VB", 1.0), ("VC", 1.0)]);
         assert!(mm.unchecked());
         assert!(!Kernel::Unary(0, DType::F32).unchecked());
         let cast = Kernel::Cast { from: DType::BF16, to: DType::F16 };
         assert_eq!((cast.entry(), cast.io(), cast.constants()), ("convert", Io::new(DType::BF16, DType::F16), vec![]));
         assert_eq!(Kernel::RmsNorm(DType::BF16).io(), Io::new(DType::BF16, DType::F32));
         assert_eq!(Kernel::ReduceFinish(1).io(), Io::F32);
-        let small = Kernel::Matmul { tiles: MatmulKernel::Small, ta: false, tb: true, checked: true };
-        let scalar = Kernel::Matmul { tiles: MatmulKernel::Scalar, ta: false, tb: false, checked: false };
+        let small = Kernel::Matmul { tiles: MatmulKernel::Small, ta: false, tb: true, vec: Vec4s::ALL, checked: true };
+        // 5 × 7 by 7 × 9 (k × m stored): every operand element by element.
+        let ragged = Vec4s::for_shape(5, 7, 9, true, false);
+        assert_eq!(ragged, Vec4s { a: false, b: false, c: false });
+        assert_eq!(Vec4s::for_shape(5, 8, 12, false, true), Vec4s::ALL);
+        assert_eq!(Vec4s::for_shape(4, 7, 12, true, false), Vec4s { a: true, b: true, c: true });
+        assert_eq!(Vec4s::for_shape(4, 7, 12, false, true), Vec4s { a: false, b: false, c: true });
+        let scalar = Kernel::Matmul { tiles: MatmulKernel::Small, ta: false, tb: false, vec: ragged, checked: false };
+        assert_eq!(scalar.constants()[2..], [("VA", 0.0), ("VB", 0.0), ("VC", 0.0)]);
         let tiled = TiledMatmul::new(128, 64, 16).and_then(|t| t.with_split(true)).map(MatmulKernel::Tiled).unwrap();
-        let tiled = Kernel::Matmul { tiles: tiled, ta: true, tb: true, checked: false };
+        let tiled = Kernel::Matmul { tiles: tiled, ta: true, tb: true, vec: Vec4s::ALL, checked: false };
         let want = [
             ("TBM", 128.0),
             ("TBN", 64.0),
@@ -1036,7 +1239,8 @@ mod tests {
             ("TN", 8.0),
             ("SK", 1.0),
         ];
-        assert_eq!(tiled.constants(), [[("TA", 1.0), ("TB", 1.0)].as_slice(), &want].concat());
+        let flags = [("TA", 1.0), ("TB", 1.0), ("VA", 1.0), ("VB", 1.0), ("VC", 1.0)];
+        assert_eq!(tiled.constants(), [flags.as_slice(), &want].concat());
         let reduce = Kernel::MatmulReduce { sk: 4, checked: false };
         assert_eq!(reduce.constants(), vec![("SK", 4.0)]);
         assert!(reduce.unchecked() && reduce.module() == Module::Matmul);

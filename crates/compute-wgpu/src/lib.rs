@@ -14,7 +14,10 @@
 //!   `SHADER_F16`): half values are stored two to a 32-bit word, computed in
 //!   `f32`, and rounded to nearest even on store, bit-exact with the CPU
 //!   backend's casts (see [`WgpuBackend`] for which ops go through `f32`
-//!   temporaries).
+//!   temporaries). Where the adapter offers cooperative matrices (tensor
+//!   cores through `wgpu`'s experimental `EXPERIMENTAL_COOPERATIVE_MATRIX`),
+//!   `f16` matmuls run on them ([`WgpuBackend::cooperative_matrix`],
+//!   [`CoopMatmul`]); everywhere else on the `f32` kernels.
 //! - Adapter choice prefers a discrete GPU and can be forced ([`DeviceOptions`]);
 //!   [`WgpuBackend::adapter`] reports what was opened.
 //! - No panics: missing adapters or drivers, validation, out-of-memory, device
@@ -64,7 +67,7 @@ pub use completion::WorkDone;
 pub use compute_core::{AsyncOps, Ops};
 pub use context::AdapterReport;
 pub use errors::{WgpuError, WgpuErrorKind};
-pub use options::{DeviceOptions, GpuApi, MatmulTiles, TiledMatmul};
+pub use options::{CoopMatmul, CoopTiles, DeviceOptions, GpuApi, MatmulTiles, TiledMatmul};
 /// For the crate's device tests: a test without an adapter is skipped (and
 /// says so), unless one is required here (`COMPUTE_REQUIRE` names wgpu, or
 /// `CI=true`), where it fails.

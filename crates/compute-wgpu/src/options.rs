@@ -36,8 +36,8 @@ impl GpuApi {
     }
 }
 
-/// Which matmul tiling aligned shapes use (unaligned shapes always take the
-/// scalar-load kernel with 64 × 64 tiles).
+/// Which tiling the `f32` matmul kernels use, for any shape (an operand
+/// whose rows are not whole vec4s is read or written element by element).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum MatmulTiles {
     /// By the number of tiles the shape makes (measured best on an H200, see
@@ -53,7 +53,7 @@ pub enum MatmulTiles {
     /// instead: 2 slices from 256 tiles, 4 below, when each slice keeps at least
     /// 128 of k (see [`TiledMatmul::with_split_k`]). For the tuning sweep.
     AutoSplitK,
-    /// Always the `matmul_vec4_small` kernel: 64 × 64 tiles, 4 × 4 outputs per invocation.
+    /// Always the `matmul_small` kernel: 64 × 64 tiles, 4 × 4 outputs per invocation.
     Small,
     /// Always the `matmul_tiled` kernel in this configuration.
     Tiled(TiledMatmul),
@@ -322,6 +322,188 @@ impl std::fmt::Display for TiledMatmul {
     }
 }
 
+/// A configuration of the cooperative-matrix (tensor core) matmul
+/// `matmul_coop` (`shaders/matmul_coop.wgsl`), which runs `f16` inputs with
+/// `f32` accumulation on adapters that offer 16 × 16 × 16 cooperative matrices
+/// (see [`crate::WgpuBackend::cooperative_matrix`]): tiles of `tile_m` ×
+/// `tile_n` per workgroup of `warps_m` × `warps_n` subgroups of 32
+/// invocations, each subgroup a block of (`tile_m`/`warps_m`) ×
+/// (`tile_n`/`warps_n`) outputs as 16 × 16 accumulators (1, 2 or 4 along each
+/// side), K steps of 16, 32 or 64. `ahead` issues each K step's global loads
+/// two steps before its multiply (two sets of registers) instead of one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CoopTiles {
+    tile_m: u32,
+    tile_n: u32,
+    k_step: u32,
+    warps_m: u32,
+    warps_n: u32,
+    ahead: bool,
+}
+
+impl CoopTiles {
+    /// `CoopMatmul::Auto`'s choice for shapes of at least 256 tiles of 128 ×
+    /// 128: 128 × 256 tiles, K step 16, 2 × 4 subgroups of 64 × 64 outputs
+    /// (16 accumulators each), loads two K steps ahead. The fastest of the
+    /// configurations timed at 4096³ and 8192³ on an H200 (`docs/wgpu.md`).
+    pub const AUTO_LARGE: CoopTiles = CoopTiles { ahead: true, ..CoopTiles::plain(128, 256, 16, 2, 4) };
+    /// `CoopMatmul::Auto`'s choice below: 64 × 64 tiles, K step 32, 2 × 2
+    /// subgroups of 32 × 32 outputs (not tuned: more workgroups for shapes
+    /// that would leave most of the GPU idle with large tiles).
+    pub const AUTO_SMALL: CoopTiles = CoopTiles::plain(64, 64, 32, 2, 2);
+
+    const fn plain(tile_m: u32, tile_n: u32, k_step: u32, warps_m: u32, warps_n: u32) -> CoopTiles {
+        CoopTiles { tile_m, tile_n, k_step, warps_m, warps_n, ahead: false }
+    }
+
+    /// The configuration, or `None` where the kernel has none: tiles of 32 to
+    /// 256 (powers of two), 1, 2 or 4 subgroups along each side each holding 1,
+    /// 2 or 4 accumulators along it, at most 8 subgroups, K step 16, 32 or 64,
+    /// and tiles whose units of 4 halves divide evenly among the invocations.
+    /// (Whether its tiles fit a device's workgroup memory is the planner's
+    /// question.)
+    pub fn new(tile_m: u32, tile_n: u32, k_step: u32, warps_m: u32, warps_n: u32) -> Option<CoopTiles> {
+        let side = |tile: u32, warps: u32| {
+            matches!(warps, 1 | 2 | 4) && tile.is_multiple_of(16 * warps) && matches!(tile / (16 * warps), 1 | 2 | 4)
+        };
+        let threads = 32 * warps_m * warps_n;
+        let valid = side(tile_m, warps_m)
+            && side(tile_n, warps_n)
+            && matches!(k_step, 16 | 32 | 64)
+            && threads <= 256
+            && (tile_m * k_step / 4).is_multiple_of(threads)
+            && (tile_n * k_step / 4).is_multiple_of(threads);
+        valid.then_some(CoopTiles::plain(tile_m, tile_n, k_step, warps_m, warps_n))
+    }
+
+    /// The configurations a tuning sweep tries: [`CoopTiles::AUTO_LARGE`],
+    /// [`CoopTiles::AUTO_SMALL`], and other tile shapes of 4 or 8 subgroups
+    /// whose tiles fit 48 KiB of workgroup memory with either operand
+    /// transposed, each also `ahead`.
+    pub fn all() -> Vec<CoopTiles> {
+        let names = [
+            "coop-128x128-32-w2x4",
+            "coop-64x64-32-w2x2",
+            "coop-128x128-32-w2x2",
+            "coop-128x128-16-w2x4",
+            "coop-128x256-16-w2x4",
+            "coop-256x128-16-w4x2",
+            "coop-128x64-32-w4x2",
+            "coop-64x64-64-w2x2",
+        ];
+        let plain = names.iter().filter_map(|n| CoopTiles::parse(n));
+        plain.flat_map(|t| [t, t.with_ahead(true)]).collect()
+    }
+
+    /// The same with the loads two K steps ahead (or one).
+    pub fn with_ahead(mut self, on: bool) -> CoopTiles {
+        self.ahead = on;
+        self
+    }
+
+    /// Whether the loads go out two K steps ahead.
+    pub fn ahead(self) -> bool {
+        self.ahead
+    }
+
+    /// Rows of C per workgroup.
+    pub fn tile_m(self) -> u32 {
+        self.tile_m
+    }
+
+    /// Columns of C per workgroup.
+    pub fn tile_n(self) -> u32 {
+        self.tile_n
+    }
+
+    /// K step (16 or 32).
+    pub fn k_step(self) -> u32 {
+        self.k_step
+    }
+
+    /// Subgroups along m.
+    pub fn warps_m(self) -> u32 {
+        self.warps_m
+    }
+
+    /// Subgroups along n.
+    pub fn warps_n(self) -> u32 {
+        self.warps_n
+    }
+
+    /// Subgroups per workgroup.
+    pub fn warps(self) -> u32 {
+        self.warps_m * self.warps_n
+    }
+
+    /// Invocations per workgroup (32 per subgroup).
+    pub fn threads(self) -> u32 {
+        32 * self.warps()
+    }
+
+    /// Parses the [`Display`](std::fmt::Display) form,
+    /// `coop-<m>x<n>-<k step>-w<warps m>x<warps n>[-ahead]`.
+    pub fn parse(name: &str) -> Option<CoopTiles> {
+        let name = name.trim().to_ascii_lowercase();
+        let mut parts = name.strip_prefix("coop-")?.split('-');
+        let (m, n) = parts.next()?.split_once('x')?;
+        let k = parts.next()?.parse().ok()?;
+        let (wm, wn) = parts.next()?.strip_prefix('w')?.split_once('x')?;
+        let t = CoopTiles::new(m.parse().ok()?, n.parse().ok()?, k, wm.parse().ok()?, wn.parse().ok()?)?;
+        match parts.next() {
+            None => Some(t),
+            Some("ahead") if parts.next().is_none() => Some(t.with_ahead(true)),
+            Some(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for CoopTiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "coop-{}x{}-{}-w{}x{}", self.tile_m, self.tile_n, self.k_step, self.warps_m, self.warps_n)?;
+        if self.ahead {
+            f.write_str("-ahead")?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether `f16` matmuls take the cooperative-matrix kernel where the device
+/// runs it ([`crate::WgpuBackend::cooperative_matrix`]); everywhere else, and
+/// for shapes it does not take, they run the `f32` kernels on widened inputs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum CoopMatmul {
+    /// The configuration by the number of tiles ([`CoopTiles::AUTO_LARGE`]
+    /// from 256 tiles of 128 × 128, else [`CoopTiles::AUTO_SMALL`]).
+    #[default]
+    Auto,
+    /// Never: `f16` matmuls always run the `f32` kernels.
+    Off,
+    /// Always this configuration where the kernel applies.
+    Tiles(CoopTiles),
+}
+
+impl CoopMatmul {
+    /// Parses `auto`, `off` or a [`CoopTiles`] name.
+    pub fn parse(name: &str) -> Option<CoopMatmul> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "auto" => Some(CoopMatmul::Auto),
+            "off" | "0" | "simt" => Some(CoopMatmul::Off),
+            other => CoopTiles::parse(other).map(CoopMatmul::Tiles),
+        }
+    }
+}
+
+impl std::fmt::Display for CoopMatmul {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CoopMatmul::Auto => f.write_str("auto"),
+            CoopMatmul::Off => f.write_str("off"),
+            CoopMatmul::Tiles(t) => t.fmt(f),
+        }
+    }
+}
+
 /// How [`crate::WgpuBackend`] chooses and opens its device. Building one costs nothing.
 ///
 /// By default the backend searches every compiled-in API, prefers a discrete
@@ -346,6 +528,9 @@ pub struct DeviceOptions {
     pub max_binding_bytes: Option<u64>,
     /// Matmul tiling (for tuning and benchmarks; `Auto` by default).
     pub matmul_tiles: MatmulTiles,
+    /// The cooperative-matrix matmul of `f16` inputs (`Auto` by default;
+    /// devices without cooperative matrices never run it).
+    pub matmul_coop: CoopMatmul,
 }
 
 impl Default for DeviceOptions {
@@ -357,6 +542,7 @@ impl Default for DeviceOptions {
             matmul_bounds_checks: false,
             max_binding_bytes: None,
             matmul_tiles: MatmulTiles::Auto,
+            matmul_coop: CoopMatmul::Auto,
         }
     }
 }
@@ -369,7 +555,9 @@ impl DeviceOptions {
     /// `COMPUTE_WGPU_MATMUL_CHECKS` (`1` keeps naga's bounds checks in matmul
     /// and attention),
     /// `COMPUTE_WGPU_MATMUL_TILES` (`auto`, `small`, `tiled-128x128-8`…:
-    /// [`MatmulTiles::parse`]; anything else is `auto`).
+    /// [`MatmulTiles::parse`]; anything else is `auto`),
+    /// `COMPUTE_WGPU_MATMUL_COOP` (`auto`, `off`, `coop-128x128-32-w2x2`…:
+    /// [`CoopMatmul::parse`]; anything else is `auto`).
     pub fn from_env() -> Self {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
         let flag = |k: &str, default: bool| var(k).map_or(default, |v| !matches!(v.trim(), "0" | "false" | "no"));
@@ -380,6 +568,7 @@ impl DeviceOptions {
             matmul_bounds_checks: flag("COMPUTE_WGPU_MATMUL_CHECKS", false),
             max_binding_bytes: None,
             matmul_tiles: var("COMPUTE_WGPU_MATMUL_TILES").and_then(|v| MatmulTiles::parse(&v)).unwrap_or_default(),
+            matmul_coop: var("COMPUTE_WGPU_MATMUL_COOP").and_then(|v| CoopMatmul::parse(&v)).unwrap_or_default(),
         }
     }
 
@@ -410,6 +599,12 @@ impl DeviceOptions {
     /// Forces a matmul tiling.
     pub fn with_matmul_tiles(mut self, tiles: MatmulTiles) -> Self {
         self.matmul_tiles = tiles;
+        self
+    }
+
+    /// Chooses the cooperative-matrix matmul of `f16` inputs (or turns it off).
+    pub fn with_matmul_coop(mut self, coop: CoopMatmul) -> Self {
+        self.matmul_coop = coop;
         self
     }
 
@@ -448,6 +643,47 @@ mod tests {
         assert_eq!(o.adapter_name.as_deref(), Some("llvm"));
         assert!(!o.allow_fallback);
         assert!(DeviceOptions::default().backends().contains(wgpu::Backends::VULKAN | wgpu::Backends::METAL));
+    }
+
+    #[test]
+    fn coop_tilings_parse_from_their_names_and_refuse_what_the_kernel_lacks() {
+        let all = CoopTiles::all();
+        assert_eq!(all.len(), 16);
+        for t in &all {
+            assert_eq!(CoopTiles::parse(&t.to_string()), Some(*t));
+            assert_eq!(CoopMatmul::parse(&t.to_string()), Some(CoopMatmul::Tiles(*t)));
+            assert!(t.threads() <= 256 && t.threads() % 32 == 0);
+            let (fm, fn_) = (t.tile_m() / (16 * t.warps_m()), t.tile_n() / (16 * t.warps_n()));
+            assert!([1, 2, 4].contains(&fm) && [1, 2, 4].contains(&fn_), "{t}");
+            assert_eq!((t.tile_m() * t.k_step() / 4) % t.threads(), 0, "{t}");
+        }
+        assert!(all.contains(&CoopTiles::AUTO_LARGE) && all.contains(&CoopTiles::AUTO_SMALL));
+        assert_eq!(CoopTiles::AUTO_LARGE.to_string(), "coop-128x256-16-w2x4-ahead");
+        assert_eq!(CoopTiles::AUTO_SMALL.to_string(), "coop-64x64-32-w2x2");
+        let s = CoopTiles::parse("COOP-128x256-16-w2x4-ahead").unwrap();
+        assert!(s.threads() == 256 && s.tile_n() == 256 && s.k_step() == 16 && s.ahead());
+        for m in [CoopMatmul::Auto, CoopMatmul::Off] {
+            assert_eq!(CoopMatmul::parse(&m.to_string()), Some(m));
+        }
+        assert_eq!(CoopMatmul::parse("simt"), Some(CoopMatmul::Off));
+        for bad in [
+            "coop-128x128-8-w2x2",
+            "coop-128x128-32-w3x2",
+            "coop-128x128-32-w1x1",
+            "coop-512x128-16-w4x2",
+            "coop-128x128-32-w4x4",
+            "coop-128x128-32",
+            "coop-128x128-32-w2x2-fast",
+            "coop-128x128-128-w2x2",
+            "coop-128x128-32-w2x2-ahead-ahead",
+            "coop-32x64-16-w2x4",
+            "tiled-128x128-8",
+        ] {
+            assert_eq!(CoopMatmul::parse(bad), None, "{bad}");
+        }
+        assert_eq!(DeviceOptions::default().matmul_coop, CoopMatmul::Auto);
+        let o = DeviceOptions::default().with_matmul_coop(CoopMatmul::Off);
+        assert_eq!(o.matmul_coop, CoopMatmul::Off);
     }
 
     #[test]

@@ -24,7 +24,9 @@
 //! - row ops and convolutions read half inputs directly and write an `f32`
 //!   temporary, which a cast then rounds into the half output;
 //! - a matmul casts half A and B into `f32` temporaries, runs the `f32` GEMM
-//!   (into an `f32` temporary for a half C) and casts C; attention likewise
+//!   (into an `f32` temporary for a half C) and casts C, except an `f16`
+//!   matmul on cooperative matrices ([`coop_kernel`]), which reads the halves
+//!   and writes C directly (whole words: n even); attention likewise
 //!   casts half q, k and v into `f32` temporaries and its `f32` result into
 //!   the half output;
 //! - the decoder ops (rotary embedding, strided copy, gather, argmax) read and
@@ -38,8 +40,8 @@ use compute_core::{AttentionSpec, BinaryOp, ComputeError, DType, GeluForm, Matmu
 use crate::buffers::{Use, padded_bytes, padded_bytes_of, whole_words};
 use crate::context::Context;
 use crate::errors;
-use crate::kernels::{Kernel, MatmulKernel};
-use crate::options::{MatmulTiles, TiledMatmul};
+use crate::kernels::{Kernel, MatmulKernel, Vec4s, coop_matmul};
+use crate::options::{CoopMatmul, CoopTiles, MatmulTiles, TiledMatmul};
 
 pub(crate) mod decoder;
 pub(crate) mod quant;
@@ -293,6 +295,9 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
             narrow(ctx, name, &y, output, steps)?;
         }
         Op::Matmul(s) => {
+            if let Some(kernel) = coop_kernel(ctx, &s) {
+                return coop_gemm(ctx, name, s, kernel, [input(0)?, input(1)?], output, steps);
+            }
             let a = widen(ctx, name, input(0)?, steps)?;
             let b = widen(ctx, name, input(1)?, steps)?;
             let c = f32_output(ctx, name, output, steps)?;
@@ -528,21 +533,17 @@ fn gemm(
             return Err(errors::limit(name, what, padded_bytes(len), max));
         }
     }
-    let vec4 = (if s.trans_a { s.m } else { s.k }).is_multiple_of(4)
-        && (if s.trans_b { s.k } else { s.n }).is_multiple_of(4)
-        && s.n.is_multiple_of(4);
+    // Operands whose layout allows it move as vec4s, the others element by
+    // element; the tiling depends on the shape alone (`matmul.wgsl`).
+    let vec = Vec4s::for_shape(s.m, s.k, s.n, s.trans_a, s.trans_b);
     let (m, k, n) = (s.m as u64, s.k as u64, s.n as u64);
     let batch = s.batch as u64;
     let choice = ctx.kernels.matmul();
-    let mut tiles = if !vec4 {
-        MatmulKernel::Scalar
-    } else {
-        match choice.tiles {
-            MatmulTiles::Small => MatmulKernel::Small,
-            MatmulTiles::Tiled(t) => MatmulKernel::Tiled(t),
-            MatmulTiles::Auto => auto_tiles(m, n, batch),
-            MatmulTiles::AutoSplitK => auto_split_k(m, k, n, batch),
-        }
+    let mut tiles = match choice.tiles {
+        MatmulTiles::Small => MatmulKernel::Small,
+        MatmulTiles::Tiled(t) => MatmulKernel::Tiled(t),
+        MatmulTiles::Auto => auto_tiles(m, n, batch),
+        MatmulTiles::AutoSplitK => auto_split_k(m, k, n, batch),
     };
     let maxg = u64::from(ctx.max_groups());
     // Split-K: `sk` slices; matrices per dispatch such that the grid's z (matrices ·
@@ -556,24 +557,28 @@ fn gemm(
     {
         let slices = u64::from(t.split_k());
         let fit = (max / (slices * m * n * 4).max(1)).min(maxg / slices);
-        if fit == 0 || k > u64::from(u32::MAX / 2) {
+        // `matmul_reduce` sums vec4s of C: no split-K for n % 4 ≠ 0.
+        if fit == 0 || k > u64::from(u32::MAX / 2) || !vec.c {
             tiles = MatmulKernel::Tiled(t.with_split_k(1).unwrap_or(t));
         } else {
             (sk, per_dispatch) = (slices, fit);
         }
     }
-    let kernel = Kernel::Matmul { tiles, ta: s.trans_a, tb: s.trans_b, checked: choice.checked };
+    let kernel = Kernel::Matmul { tiles, ta: s.trans_a, tb: s.trans_b, vec, checked: choice.checked };
     let (tile_m, tile_n) = tiles.tile();
     let gx = n.div_ceil(tile_n);
     let gy = m.div_ceil(tile_m);
     if gx > maxg || gy > maxg {
         return Err(errors::limit(name, "workgroups per dimension", gx.max(gy), maxg));
     }
-    let slots = if vec4 { [1, 2, 3] } else { [4, 5, 6] };
+    // Each operand as vec4s (slots 1–3) and as elements (4–6), over the same range.
     let bindings = vec![
-        bind(slots[0], &a.buffer, 0, padded_bytes(a.len)),
-        bind(slots[1], &b.buffer, 0, padded_bytes(b.len)),
-        bind(slots[2], &c.buffer, 0, padded_bytes(c.len)),
+        bind(1, &a.buffer, 0, padded_bytes(a.len)),
+        bind(2, &b.buffer, 0, padded_bytes(b.len)),
+        bind(3, &c.buffer, 0, padded_bytes(c.len)),
+        bind(4, &a.buffer, 0, padded_bytes(a.len)),
+        bind(5, &b.buffer, 0, padded_bytes(b.len)),
+        bind(6, &c.buffer, 0, padded_bytes(c.len)),
     ];
     let dims = [to_u32(name, "rows", m)?, to_u32(name, "columns", n)?, to_u32(name, "inner dimension", k)?];
     let strides =
@@ -604,7 +609,8 @@ fn gemm(
                 // Partial matrices z·sk + slice of this dispatch's gz matrices.
                 let part_bytes = sk * gz * m * n * 4;
                 let mut tiled = bindings.clone();
-                tiled[2] = bind(slots[2], scratch, 0, part_bytes);
+                tiled[2] = bind(3, scratch, 0, part_bytes);
+                tiled[5] = bind(6, scratch, 0, part_bytes);
                 steps.push(Step::Dispatch(Dispatch {
                     kernel,
                     params: p,
@@ -622,6 +628,133 @@ fn gemm(
         z0 += gz;
     }
     Ok(())
+}
+
+/// `CoopMatmul::Auto`'s configuration for a `batch × m × n` output:
+/// [`CoopTiles::AUTO_LARGE`] from 256 tiles of 128 × 128, else
+/// [`CoopTiles::AUTO_SMALL`] (more workgroups for shapes that would leave
+/// most of the GPU idle).
+fn auto_coop(m: u64, n: u64, batch: u64) -> CoopTiles {
+    let tiles = m.div_ceil(128).saturating_mul(n.div_ceil(128)).saturating_mul(batch);
+    if tiles >= 256 { CoopTiles::AUTO_LARGE } else { CoopTiles::AUTO_SMALL }
+}
+
+/// The cooperative-matrix configuration for matmul `s`, or `None` where the
+/// `f32` kernels run it: `choice` is `Off`; the inputs are not `f16` (`bf16`
+/// and `f32` inputs stay on the `f32` kernels: a `bf16` value is an `f16` one
+/// only within `f16`'s range, which the data decide, not the op); the output
+/// is not `f32`, `f16` or `bf16`; or the contiguous dimension of a stored
+/// input (A: k, or m when transposed; B: n, or k when transposed) is not a
+/// multiple of 4 (the kernel reads units of 4 halves). The configuration
+/// must also fit `max_workgroup_bytes` of
+/// workgroup memory and `max_invocations` per workgroup. Free.
+pub(crate) fn coop_tiles(
+    choice: CoopMatmul,
+    s: &MatmulSpec,
+    max_workgroup_bytes: u64,
+    max_invocations: u32,
+) -> Option<CoopTiles> {
+    let inputs = s.dtype == DType::F16 && matches!(s.out_dtype, DType::F32 | DType::F16 | DType::BF16);
+    let a = if s.trans_a { s.m } else { s.k };
+    let b = if s.trans_b { s.k } else { s.n };
+    if !inputs || !a.is_multiple_of(4) || !b.is_multiple_of(4) {
+        return None;
+    }
+    let tiles = match choice {
+        CoopMatmul::Off => return None,
+        CoopMatmul::Auto => auto_coop(s.m as u64, s.n as u64, s.batch as u64),
+        CoopMatmul::Tiles(t) => t,
+    };
+    let fits = coop_matmul::workgroup_bytes(tiles, s.trans_a, s.trans_b) <= max_workgroup_bytes
+        && tiles.threads() <= max_invocations;
+    fits.then_some(tiles)
+}
+
+/// The cooperative-matrix kernel for matmul `s` on this device, or `None`:
+/// a device without cooperative matrices, a shape or dtype [`coop_tiles`]
+/// declines, or a pipeline the device refused to compile (then the `f32`
+/// kernels run it, and every later call of that kernel too). The C it writes
+/// is the output (`f32`, or a half output with n even, written two values to
+/// a word), else an `f32` temporary. Compiles the pipeline on first use.
+fn coop_kernel(ctx: &Context, s: &MatmulSpec) -> Option<Kernel> {
+    if !ctx.coop() {
+        return None;
+    }
+    let choice = ctx.kernels.matmul();
+    let limits =
+        (u64::from(ctx.limits.max_compute_workgroup_storage_size), ctx.limits.max_compute_invocations_per_workgroup);
+    let tiles = coop_tiles(choice.coop, s, limits.0, limits.1)?;
+    let out = if s.out_dtype == DType::F32 || s.n.is_multiple_of(2) { s.out_dtype } else { DType::F32 };
+    let kernel = Kernel::CoopMatmul { tiles, ta: s.trans_a, tb: s.trans_b, out, checked: choice.checked };
+    ctx.kernels.compiles(ctx, kernel).then_some(kernel)
+}
+
+/// The dispatches of matmul `s` on cooperative matrices (`kernel` from
+/// [`coop_kernel`]): `f16` A and B as stored, C written by the kernel in its
+/// output dtype (an `f32` temporary narrowed into a half output of odd n),
+/// batches in grids of at most 65535 matrices. `LimitExceeded` where an
+/// operand exceeds one storage binding or the grid its limit.
+fn coop_gemm(
+    ctx: &Context,
+    name: &'static str,
+    s: MatmulSpec,
+    kernel: Kernel,
+    [a, b]: [&View; 2],
+    output: &View,
+    steps: &mut Vec<Step>,
+) -> Result<()> {
+    let Kernel::CoopMatmul { tiles, out, .. } = kernel else {
+        return Err(errors::driver(name, "not a cooperative-matrix kernel"));
+    };
+    let max = ctx.max_binding();
+    let c_len = output.len;
+    let sizes = [
+        (padded_bytes_of(a.len, a.dtype), "storage buffer binding bytes (matmul A)"),
+        (padded_bytes_of(b.len, b.dtype), "storage buffer binding bytes (matmul B)"),
+        (padded_bytes_of(c_len, out), "storage buffer binding bytes (matmul C)"),
+    ];
+    for (bytes, what) in sizes {
+        if bytes > max {
+            return Err(errors::limit(name, what, bytes, max));
+        }
+    }
+    let c = if out == output.dtype { output.clone() } else { temp_f32(ctx, name, c_len, steps)? };
+    let (m, k, n) = (s.m as u64, s.k as u64, s.n as u64);
+    let maxg = u64::from(ctx.max_groups());
+    let (gx, gy) = (n.div_ceil(u64::from(tiles.tile_n())), m.div_ceil(u64::from(tiles.tile_m())));
+    if gx > maxg || gy > maxg {
+        return Err(errors::limit(name, "workgroups per dimension", gx.max(gy), maxg));
+    }
+    let c_slot = if out == DType::F32 { 3 } else { 4 };
+    let bindings = vec![
+        bind(1, &a.buffer, 0, padded_bytes_of(a.len, a.dtype)),
+        bind(2, &b.buffer, 0, padded_bytes_of(b.len, b.dtype)),
+        bind(c_slot, &c.buffer, 0, padded_bytes_of(c_len, out)),
+    ];
+    let u = |v: u64, what| to_u32(name, what, v);
+    let direct = u32::from(out == DType::F32 && n.is_multiple_of(4));
+    let batch = s.batch as u64;
+    let mut z0 = 0;
+    while z0 < batch {
+        let gz = maxg.min(batch - z0);
+        steps.push(Step::Dispatch(Dispatch {
+            kernel,
+            params: params(&[
+                u(m, "rows")?,
+                u(n, "columns")?,
+                u(k, "inner dimension")?,
+                u(z0, "batch")?,
+                u(m * k, "elements")?,
+                u(k * n, "elements")?,
+                u(m * n, "elements")?,
+                direct,
+            ]),
+            bindings: bindings.clone(),
+            groups: [u(gx, "workgroups")?, u(gy, "workgroups")?, u(gz, "workgroups")?],
+        }));
+        z0 += gz;
+    }
+    if out == output.dtype { Ok(()) } else { cast_into(ctx, name, &c, output, steps) }
 }
 
 /// Query rows and keys per block of `attention.wgsl` (its `BQ` and `BK`).
@@ -975,6 +1108,61 @@ mod tests {
         assert_eq!(auto_split_k(1024, 300, 1024, 1), sk(2));
         assert_eq!(auto_split_k(1024, 200, 1024, 1), tiled(TiledMatmul::AUTO_MEDIUM));
         assert_eq!(auto_split_k(512, 4096, 512, 1), MatmulKernel::Small);
+    }
+
+    #[test]
+    fn coop_takes_f16_inputs_of_whole_vec4_rows_and_declines_the_rest() {
+        use compute_core::MatmulSpec;
+        let (wg, inv) = (48 << 10, 1024);
+        let f16 = |m, k, n| MatmulSpec::new(m, k, n).with_dtypes(DType::F16, DType::F16);
+        let pick = |s: MatmulSpec| coop_tiles(CoopMatmul::Auto, &s, wg, inv);
+        assert_eq!(pick(f16(4096, 4096, 4096)), Some(CoopTiles::AUTO_LARGE));
+        assert_eq!(pick(f16(8192, 8192, 8192)), Some(CoopTiles::AUTO_LARGE));
+        assert_eq!(pick(f16(1024, 1024, 1024)), Some(CoopTiles::AUTO_SMALL));
+        assert_eq!(pick(f16(1, 8, 8)), Some(CoopTiles::AUTO_SMALL));
+        // m of any size (n too with B transposed, `x·Wᵀ`); every output dtype of the kernel.
+        assert!(pick(f16(4095, 4096, 4096)).is_some());
+        assert!(pick(MatmulSpec { trans_b: true, ..f16(4095, 4096, 4093) }).is_some());
+        for out in [DType::F32, DType::BF16] {
+            assert!(pick(MatmulSpec::new(64, 64, 64).with_dtypes(DType::F16, out)).is_some(), "{out}");
+        }
+        // Inputs other than f16 stay on the f32 kernels (bf16: f16's range is the data's business).
+        for d in [DType::F32, DType::BF16] {
+            assert_eq!(pick(MatmulSpec::new(4096, 4096, 4096).with_dtypes(d, d)), None, "{d}");
+            assert_eq!(pick(MatmulSpec::new(4096, 4096, 4096).with_dtypes(d, DType::F32)), None, "{d}");
+        }
+        // Rows of A (k) or B (n) that are not whole vec4<f16>s; transposed, m and k.
+        assert_eq!(pick(f16(64, 63, 64)), None);
+        assert_eq!(pick(f16(64, 64, 62)), None);
+        assert!(pick(f16(64, 60, 68)).is_some());
+        let t = |m, k, n, ta, tb| MatmulSpec { trans_a: ta, trans_b: tb, ..f16(m, k, n) };
+        assert!(pick(t(64, 63, 62, true, false)).is_none());
+        assert!(pick(t(64, 64, 63, true, true)).is_some());
+        assert!(pick(t(64, 62, 63, true, true)).is_none());
+        assert!(pick(t(62, 64, 63, true, true)).is_none());
+        assert!(pick(t(63, 64, 61, false, true)).is_some());
+        // Off, a device's workgroup memory or invocations too small for the configuration.
+        assert_eq!(coop_tiles(CoopMatmul::Off, &f16(4096, 4096, 4096), wg, inv), None);
+        assert_eq!(coop_tiles(CoopMatmul::Auto, &f16(4096, 4096, 4096), 16 << 10, inv), None);
+        assert_eq!(coop_tiles(CoopMatmul::Auto, &f16(4096, 4096, 4096), wg, 64), None);
+        let wide = CoopTiles::parse("coop-128x256-16-w2x4").unwrap();
+        assert_eq!(coop_tiles(CoopMatmul::Tiles(wide), &f16(64, 64, 64), wg, inv), Some(wide));
+        assert_eq!(coop_tiles(CoopMatmul::Tiles(wide), &f16(64, 64, 64), wg, 128), None);
+        // Every configuration of the sweep fits 48 KiB with either operand transposed; a
+        // byte less than one needs is refused.
+        for c in CoopTiles::all() {
+            for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                let need = coop_matmul::workgroup_bytes(c, ta, tb);
+                assert!(need <= wg, "{c}: {need}");
+                let s = t(64, 64, 64, ta, tb);
+                assert_eq!(coop_tiles(CoopMatmul::Tiles(c), &s, need, inv), Some(c));
+                assert_eq!(coop_tiles(CoopMatmul::Tiles(c), &s, need - 1, inv), None);
+            }
+        }
+        // Two buffers of each tile (8 bytes a unit of 4 halves, rows padded by 8 halves)
+        // and the subgroups' staging slices: 128 × 256 tiles, K step 16, 8 subgroups.
+        let tiles = 2 * (128 * (16 + 8) / 4 + 16 * (256 + 8) / 4);
+        assert_eq!(coop_matmul::workgroup_bytes(CoopTiles::AUTO_LARGE, false, false), 8 * tiles + 8 * 1024);
     }
 
     #[test]

@@ -531,6 +531,116 @@ fn every_matmul_tiling_matches_the_reference() {
 }
 
 #[test]
+fn ragged_matmuls_take_every_tiling_with_element_loads() {
+    // Shapes whose A, B or C rows do not hold whole vec4s: the same tilings as
+    // aligned shapes, each such operand read or written element by element
+    // (`matmul.wgsl`'s VA, VB, VC), in every mix the transposes give.
+    let Some(gpu) = gpu("ragged matmuls") else { return };
+    let all_transposes = [(false, false), (true, false), (false, true), (true, true)];
+    let mut tilings = vec![MatmulTiles::Auto, MatmulTiles::Small];
+    for name in [
+        "tiled-128x128-8-ahead-grouped-w84",
+        "tiled-64x64-16-narrow",
+        "tiled-128x64-16-split",
+        "tiled-128x32-8",
+        "tiled-128x128-8-ahead-grouped-sk2",
+    ] {
+        tilings.push(MatmulTiles::parse(name).unwrap());
+    }
+    // (batch, m, k, n): nothing aligned; k aligned, n not (A in vec4s unless
+    // transposed, B in vec4s only transposed); only m ragged (A element by
+    // element when transposed, split-K still on).
+    let shapes = [(1, 131, 37, 201), (2, 67, 300, 130), (1, 129, 64, 256), (3, 5, 9, 7)];
+    let mut rng = seed();
+    for tiles in tilings {
+        gpu.set_matmul(tiles, false);
+        for &(batch, m, k, n) in &shapes {
+            for (trans_a, trans_b) in all_transposes {
+                let op = Op::Matmul(compute_core::MatmulSpec {
+                    batch,
+                    trans_a,
+                    trans_b,
+                    ..compute_core::MatmulSpec::new(m, k, n)
+                });
+                let inputs = compute_core::conformance::inputs_for(&op, &mut rng);
+                if let Err(e) = compute_core::conformance::check_op(&gpu, &op, &inputs, 1.0) {
+                    panic!("{tiles}: {e}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn f16_matmuls_take_cooperative_matrices_where_the_device_has_them() {
+    // On a device with cooperative matrices (NVIDIA's Vulkan driver): every
+    // configuration, transpose and output dtype against the reference, on
+    // partial tiles, batches, long k and odd n; elsewhere (lavapipe) the same
+    // calls run the f32 kernels, and the device was never asked for the feature.
+    let Some(gpu) = gpu("cooperative matrices") else { return };
+    let (device, _) = gpu.device();
+    let adapter_has = device.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
+    assert_eq!(gpu.cooperative_matrix(), adapter_has);
+    assert_eq!(gpu.adapter().cooperative_matrix, gpu.cooperative_matrix());
+    eprintln!("cooperative matrices: {}", gpu.cooperative_matrix());
+    let spec = |batch, m, k, n, (trans_a, trans_b), out| {
+        let s = compute_core::MatmulSpec { batch, trans_a, trans_b, ..compute_core::MatmulSpec::new(m, k, n) };
+        Op::Matmul(s.with_dtypes(compute_core::DType::F16, out))
+    };
+    let outs = [compute_core::DType::F16, compute_core::DType::F32, compute_core::DType::BF16];
+    let transposes = [(false, false), (true, false), (false, true), (true, true)];
+    // (batch, m, k, n), each stored input's rows whole vec4<f16>s for every
+    // transpose; partial tiles, one K step or several, an odd number.
+    let shapes =
+        [(1, 256, 256, 256), (1, 132, 68, 140), (2, 72, 36, 40), (1, 4, 4, 4), (3, 40, 100, 24), (1, 64, 1036, 96)];
+    let mut rng = seed();
+    let mut check = |op: &Op| {
+        let inputs = compute_core::conformance::typed_inputs_for(op, &mut rng);
+        if let Err(e) = compute_core::conformance::check_op_typed(&gpu, op, &inputs, 1.0) {
+            panic!("{} ({op:?}): {e}", gpu.matmul_coop());
+        }
+    };
+    let mut coop = vec![compute_wgpu::CoopMatmul::Auto];
+    if gpu.cooperative_matrix() {
+        coop.extend(compute_wgpu::CoopTiles::all().into_iter().map(compute_wgpu::CoopMatmul::Tiles));
+    }
+    for &c in &coop {
+        gpu.set_matmul_coop(c);
+        for &(batch, m, k, n) in &shapes {
+            for (i, &t) in transposes.iter().enumerate() {
+                let op = spec(batch, m, k, n, t, outs[i % 3]);
+                let entries = gpu.entry_points(&op).unwrap();
+                assert_eq!(entries.contains(&"matmul_coop"), gpu.cooperative_matrix(), "{c}: {op:?} ran {entries:?}");
+                check(&op);
+            }
+        }
+    }
+    gpu.set_matmul_coop(compute_wgpu::CoopMatmul::Auto);
+    // B transposed with odd n: the kernel writes an f32 temporary that a cast narrows.
+    for out in outs {
+        let op = spec(2, 33, 40, 31, (false, true), out);
+        let entries = gpu.entry_points(&op).unwrap();
+        assert_eq!(entries.first() == Some(&"matmul_coop"), gpu.cooperative_matrix(), "{op:?} ran {entries:?}");
+        check(&op);
+    }
+    // What the kernel does not take runs the f32 kernels: bf16 inputs, rows that
+    // are not whole vec4<f16>s, and everything once it is switched off.
+    let bf16 = Op::Matmul(
+        compute_core::MatmulSpec::new(64, 64, 64).with_dtypes(compute_core::DType::BF16, compute_core::DType::F32),
+    );
+    let ragged = spec(1, 64, 62, 64, (false, false), compute_core::DType::F16);
+    for op in [bf16, ragged] {
+        assert!(!gpu.entry_points(&op).unwrap().contains(&"matmul_coop"), "{op:?}");
+        check(&op);
+    }
+    gpu.set_matmul_coop(compute_wgpu::CoopMatmul::Off);
+    let op = spec(1, 128, 128, 128, (false, false), compute_core::DType::F16);
+    assert!(!gpu.entry_points(&op).unwrap().contains(&"matmul_coop"));
+    check(&op);
+    gpu.set_matmul_coop(compute_wgpu::CoopMatmul::Auto);
+}
+
+#[test]
 fn adapter_choice_prefers_hardware_and_honours_the_fallback_switch() {
     let Some(gpu) = gpu("adapter") else { return };
     let software = gpu.adapter().device_type == "Cpu";
