@@ -336,14 +336,8 @@ impl Scope {
     }
 }
 
-/// Runs a future to completion on this thread (native), or refuses (browser).
+/// Runs a future to completion on this thread (native only: the browser has no blocking calls).
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) fn block_on<T>(f: impl Future<Output = Result<T>>) -> Result<T> {
     pollster::block_on(f)
-}
-
-/// Runs a future to completion on this thread (native), or refuses (browser).
-#[cfg(target_arch = "wasm32")]
-pub(crate) fn block_on<T>(_f: impl Future<Output = Result<T>>) -> Result<T> {
-    Err(errors::unavailable("blocking calls are not available in the browser: use the async API"))
 }
