@@ -19,7 +19,7 @@ struct Params {
 
 const WG: u32 = 256u;
 // Largest finite f32: the identity of max (WGSL has no infinities).
-const LOWEST: f32 = -3.40282347e38;
+const LOWEST: f32 = -3.4028234663852886e38;
 
 @group(0) @binding(0) var<uniform> p: Params;
 // The inputs and their access functions, four elements at a time, as written

@@ -21,7 +21,7 @@ struct Params {
 }
 
 const WG: u32 = 256u;
-const LOWEST: f32 = -3.40282347e38;
+const LOWEST: f32 = -3.4028234663852886e38;
 
 @group(0) @binding(0) var<uniform> p: Params;
 // The operands and their access functions, one element at a time, as written

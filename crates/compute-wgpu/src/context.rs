@@ -1,5 +1,6 @@
 //! Opening a device: adapter choice, limits, error capture, device-lost tracking.
 
+#[cfg(not(target_arch = "wasm32"))]
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

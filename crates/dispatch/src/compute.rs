@@ -657,7 +657,6 @@ impl compute_core::AsyncOps for Compute {
         if engine == Engine::Wgpu
             && let Some(w) = self.native_wgpu()
         {
-            use compute_core::AsyncOps;
             match w.run_async_into(op, inputs, output.reborrow()).await {
                 Ok(()) => {
                     self.record(Engine::Wgpu);
@@ -678,7 +677,6 @@ impl compute_core::AsyncOps for Compute {
         if Engine::home_of(loc.backend) == Engine::Wgpu
             && let Some(w) = self.native_wgpu()
         {
-            use compute_core::AsyncOps;
             return w.download_async_into(tensor, out).await;
         }
         self.home_slot("download", loc)?.backend.download_typed(tensor, out)

@@ -2,25 +2,28 @@
 //! may block (the browser).
 //!
 //! A group's checks are written once, against the blocking [`Backend`] trait.
-//! [`run_group_async`] runs that same code twice with the same seed, so the
-//! cases, inputs, references and tolerances are the blocking suite's own:
+//! [`run_group_async`] runs that same code on a stand-in backend, with the
+//! same seed each time, so the cases, inputs, references and tolerances are
+//! the blocking suite's own:
 //!
-//! 1. on a *recording* backend, which answers every call at once (outputs
-//!    left as they were) and notes each call with its inputs;
-//! 2. then each recorded call goes to the real backend through its futures
+//! 1. the stand-in answers every call at once (`Ok`, outputs left as they
+//!    were) and notes each call with its inputs;
+//! 2. the noted calls go to the real backend in order, through its futures
 //!    ([`AsyncOps::run_async_into`], [`AsyncOps::download_async_into`]; tensor
 //!    uploads and ops are queued without waiting), and the answers are kept;
-//! 3. on a *replaying* backend, which hands each call the real backend's
-//!    answer (its result and output bytes): the group's checks judge them as
-//!    they judge a blocking backend.
+//! 3. the group runs again on the stand-in, which hands each call the real
+//!    answer of the identical noted call (same op, same input bytes): the
+//!    group's checks judge them as they judge a blocking backend.
 //!
-//! The group's code decides which calls it makes from `supports()`, its
-//! random draws and whether a call failed, never from an answer's values: the
-//! recording (where every call succeeds) makes every call the replay can
-//! make, and the replay skips the recorded calls that an error led it past.
-//! A replay that meets a call the recording lacks fails the group. Costs
-//! the group's reference computations twice, and memory for every call's
-//! inputs and outputs at once.
+//! A call with no identical noted call (its inputs came from an earlier
+//! call's answer, as in a chain of host calls) is answered `Ok` untouched
+//! and noted again: then steps 2 and 3 repeat with this run's calls, until
+//! a run meets only answered calls (a chain of `d` dependent calls needs
+//! `d + 1` runs; at most [`MAX_RUNS`]). The group's code chooses its calls
+//! from `supports()`, its random draws and whether a call failed, so a run
+//! that met an error skips the noted calls that followed from success.
+//! Costs the group's reference computations once per run (twice for most
+//! groups), and memory for every call's inputs and outputs at once.
 
 use std::sync::Mutex;
 
@@ -55,26 +58,28 @@ impl GroupReport {
     }
 }
 
+/// Most runs of a group before [`run_group_async`] gives up on calls whose
+/// inputs keep changing.
+pub const MAX_RUNS: usize = 8;
+
 /// Runs conformance `group` on `backend` through its futures, never blocking
 /// (see the module documentation), with inputs drawn from `seed`. Returns
 /// the failures rather than panicking, so a caller in the browser can print
 /// them. The futures are awaited one after the other.
 pub async fn run_group_async<B: AsyncOps>(backend: &B, group: Group, cfg: Config, seed: u64) -> GroupReport {
-    let recorder = Replay::new(backend, Mode::Record(Vec::new()));
-    let _ = group_failures(&recorder, group, cfg, &mut Rng::new(seed), &mut Vec::new());
-    let calls = match recorder.into_mode() {
-        Mode::Record(calls) => calls,
-        Mode::Replay { .. } => Vec::new(),
-    };
-    let count = calls.len();
-    let answered = answer_all(backend, calls).await;
-    let replay = Replay::new(backend, Mode::Replay { answers: answered.into_iter(), diverged: None });
-    let mut skipped = Vec::new();
-    let mut failures = group_failures(&replay, group, cfg, &mut Rng::new(seed), &mut skipped);
-    if let Mode::Replay { diverged: Some(what), .. } = replay.into_mode() {
-        failures.push(what);
+    let mut answered: Vec<(Call, Answer)> = Vec::new();
+    for _ in 0..MAX_RUNS {
+        let stand_in = Replay::new(backend, std::mem::take(&mut answered));
+        let mut skipped = Vec::new();
+        let failures = group_failures(&stand_in, group, cfg, &mut Rng::new(seed), &mut skipped);
+        let (calls, complete) = stand_in.finish();
+        if complete {
+            return GroupReport { group, seed, calls: calls.len(), skipped, failures };
+        }
+        answered = answer_all(backend, calls).await;
     }
-    GroupReport { group, seed, calls: count, skipped, failures }
+    let failures = vec![format!("{group:?}: calls still waiting for answers after {MAX_RUNS} runs")];
+    GroupReport { group, seed, calls: answered.len(), skipped: Vec::new(), failures }
 }
 
 /// One backend call the group made.
@@ -147,24 +152,28 @@ fn real(tensors: &[Option<Tensor>], id: usize) -> Result<&Tensor> {
     })
 }
 
-/// What the stand-in backend does with each call.
-enum Mode {
-    /// Answers at once and notes the call.
-    Record(Vec<Call>),
-    /// Hands out the real answers in order; after the first call that is
-    /// not the recorded one, only errors (`diverged` says where).
-    Replay { answers: std::vec::IntoIter<(Call, Answer)>, diverged: Option<String> },
-}
-
-/// The stand-in backend of both passes; `supports`, `kind` and
-/// `device_name` are the real backend's.
+/// The stand-in backend of every run; `supports`, `kind` and `device_name`
+/// are the real backend's.
 struct Replay<'b, B> {
     real: &'b B,
-    mode: Mutex<Mode>,
-    next_id: Mutex<usize>,
+    state: Mutex<State>,
 }
 
-/// A tensor of the stand-in backend: its recorded id, length and dtype.
+/// What a run has met so far.
+struct State {
+    /// The previous run's calls with the real answers, in order (taken as used).
+    answers: Vec<Option<(Call, Answer)>>,
+    /// Where the search for the next answer starts.
+    cursor: usize,
+    /// This run's calls, in order.
+    calls: Vec<Call>,
+    /// Whether every call of this run found its answer.
+    complete: bool,
+    /// The next id for a tensor no answered call made.
+    next_id: usize,
+}
+
+/// A tensor of the stand-in backend: its id, length and dtype.
 #[derive(Debug)]
 struct Recorded {
     id: usize,
@@ -189,80 +198,115 @@ impl TensorStorage for Recorded {
 }
 
 impl<'b, B: Backend> Replay<'b, B> {
-    fn new(real: &'b B, mode: Mode) -> Self {
-        Replay { real, mode: Mutex::new(mode), next_id: Mutex::new(0) }
+    fn new(real: &'b B, answers: Vec<(Call, Answer)>) -> Self {
+        let next_id = answers
+            .iter()
+            .filter_map(|(c, _)| match c {
+                Call::Upload { id, .. } | Call::Alloc { id, .. } => Some(id + 1),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        let complete = !answers.is_empty();
+        let answers = answers.into_iter().map(Some).collect();
+        let state = State { answers, cursor: 0, calls: Vec::new(), complete, next_id };
+        Replay { real, state: Mutex::new(state) }
     }
 
-    fn into_mode(self) -> Mode {
-        self.mode.into_inner().unwrap_or_else(|p| p.into_inner())
+    /// This run's calls, and whether each found its answer.
+    fn finish(self) -> (Vec<Call>, bool) {
+        let state = self.state.into_inner().unwrap_or_else(|p| p.into_inner());
+        (state.calls, state.complete)
     }
 
-    /// A new recorded id (each upload and allocation of the recording gets one).
-    fn next_id(&self) -> usize {
-        let mut next = self.next_id.lock().unwrap_or_else(|p| p.into_inner());
-        *next += 1;
-        *next - 1
-    }
-
-    /// A stand-in tensor for recorded tensor `id`.
+    /// A stand-in tensor for tensor `id`.
     fn tensor(&self, id: usize, len: usize, dtype: DType) -> Tensor {
         let location = Location { backend: self.real.kind(), device: 0 };
         Tensor::from_storage(std::sync::Arc::new(Recorded { id, len, dtype, location }))
     }
 
-    /// Records `call` (answering `Ok` with nothing written), or takes the
-    /// answer recorded for it. The group may make fewer calls on replay
-    /// than it recorded (after an error it skips what depends on the
-    /// result), never others: recorded calls are skipped up to the first
-    /// that is `same`; if none is, the replay has diverged, and this and
-    /// every later call is a `Driver` error that fails the group. Returns
-    /// the recorded tensor id of a matched upload or allocation.
-    fn call(&self, call: Call, same: impl Fn(&Call) -> bool) -> (Answer, Option<usize>) {
-        let mut mode = self.mode.lock().unwrap_or_else(|p| p.into_inner());
-        match &mut *mode {
-            Mode::Record(calls) => {
-                calls.push(call);
-                ((Ok(()), None), None)
+    /// Notes `call` and returns the answer of the first identical call of
+    /// the previous run at or after the last one used (calls an error led
+    /// past are skipped); with none, `Ok` with nothing written, and the run
+    /// is incomplete. An upload or allocation that found its answer keeps
+    /// its tensor id; a new one gets a fresh id (`call` is built by `make`
+    /// from the id).
+    fn call(&self, make: impl Fn(usize) -> Call) -> (Answer, usize) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let fresh = state.next_id;
+        let probe = make(fresh);
+        let start = state.cursor.min(state.answers.len());
+        let at = state.answers[start..]
+            .iter()
+            .position(|a| a.as_ref().is_some_and(|(noted, _)| noted.same(&probe)))
+            .map(|i| start + i);
+        match at.and_then(|i| state.answers[i].take().map(|a| (i, a))) {
+            Some((i, (noted, answer))) => {
+                state.cursor = i + 1;
+                let id = noted.tensor_id().unwrap_or(fresh);
+                state.calls.push(noted);
+                (answer, id)
             }
-            Mode::Replay { answers, diverged } => {
-                if diverged.is_none() {
-                    for (recorded, answer) in answers.by_ref() {
-                        if same(&recorded) {
-                            let id = match recorded {
-                                Call::Upload { id, .. } | Call::Alloc { id, .. } => Some(id),
-                                _ => None,
-                            };
-                            return (answer, id);
-                        }
-                    }
-                    *diverged = Some(format!("the replay met {} that the recording lacks", describe(&call)));
+            None => {
+                if probe.tensor_id().is_some() {
+                    state.next_id += 1;
                 }
-                let what = diverged.clone().unwrap_or_default();
-                ((Err(ComputeError::driver("replay", self.real.kind(), what)), None), None)
+                state.calls.push(probe);
+                state.complete = false;
+                ((Ok(()), None), fresh)
             }
         }
     }
 }
 
-/// A call's kind and op, for the report of a diverged replay.
-fn describe(call: &Call) -> String {
-    match call {
-        Call::Run { op, .. } => format!("run {} {}", op.name(), op.shapes()),
-        Call::Upload { id, data } => format!("upload #{id} of {} {}", data.len(), data.dtype()),
-        Call::Alloc { id, len, dtype } => format!("alloc #{id} of {len} {dtype}"),
-        Call::RunTensors { op, .. } => format!("run_tensors {} {}", op.name(), op.shapes()),
-        Call::Download { id, .. } => format!("download #{id}"),
-        Call::Synchronize => "synchronize".into(),
+/// The bytes a host vector holds. Free.
+fn bytes(v: &HostVec) -> &[u8] {
+    v.as_slice().as_bytes()
+}
+
+impl Call {
+    /// Whether `self` and `other` are the same call on the same data.
+    fn same(&self, other: &Call) -> bool {
+        match (self, other) {
+            (Call::Run { op: a, inputs: ia, output: oa }, Call::Run { op: b, inputs: ib, output: ob }) => {
+                same_op(a, b)
+                    && ia.len() == ib.len()
+                    && ia.iter().zip(ib).all(|(x, y)| x.dtype() == y.dtype() && bytes(x) == bytes(y))
+                    && oa.dtype() == ob.dtype()
+                    && bytes(oa) == bytes(ob)
+            }
+            (Call::Upload { data: a, .. }, Call::Upload { data: b, .. }) => {
+                a.dtype() == b.dtype() && bytes(a) == bytes(b)
+            }
+            (Call::Alloc { len: a, dtype: da, .. }, Call::Alloc { len: b, dtype: db, .. }) => a == b && da == db,
+            (
+                Call::RunTensors { op: a, inputs: ia, output: oa },
+                Call::RunTensors { op: b, inputs: ib, output: ob },
+            ) => same_op(a, b) && ia == ib && oa == ob,
+            (Call::Download { id: a, len: la, dtype: da }, Call::Download { id: b, len: lb, dtype: db }) => {
+                a == b && la == lb && da == db
+            }
+            (Call::Synchronize, Call::Synchronize) => true,
+            _ => false,
+        }
+    }
+
+    /// The tensor an upload or allocation makes.
+    fn tensor_id(&self) -> Option<usize> {
+        match self {
+            Call::Upload { id, .. } | Call::Alloc { id, .. } => Some(*id),
+            _ => None,
+        }
     }
 }
 
-/// Whether two ops are the same call (by name and shapes: a NaN parameter
-/// makes `==` false).
+/// Whether two ops are the same call (by name, shapes and dtypes: a NaN
+/// parameter makes `==` false).
 fn same_op(a: &Op, b: &Op) -> bool {
     a.name() == b.name() && a.shapes() == b.shapes() && a.dtypes() == b.dtypes()
 }
 
-/// The recorded id of a stand-in tensor.
+/// The id of a stand-in tensor.
 fn id_of(t: &Tensor) -> usize {
     t.storage::<Recorded>().map_or(usize::MAX, |r| r.id)
 }
@@ -281,56 +325,52 @@ impl<B: Backend> Backend for Replay<'_, B> {
     }
 
     fn run_typed(&self, op: &Op, inputs: &[HostSlice<'_>], mut output: HostSliceMut<'_>) -> Result<()> {
-        let call = Call::Run {
-            op: *op,
-            inputs: inputs.iter().map(|x| x.to_vec()).collect(),
-            output: output.as_slice().to_vec(),
-        };
-        let ((result, written), _) = self.call(call, |c| matches!(c, Call::Run { op: o, .. } if same_op(o, op)));
-        if let Some(w) = written {
-            let dst = output.as_bytes_mut();
-            if w.as_slice().as_bytes().len() == dst.len() {
-                dst.copy_from_slice(w.as_slice().as_bytes());
-            }
-        }
+        let inputs: Vec<HostVec> = inputs.iter().map(HostSlice::to_vec).collect();
+        let before = output.as_slice().to_vec();
+        let ((result, written), _) =
+            self.call(|_| Call::Run { op: *op, inputs: inputs.clone(), output: before.clone() });
+        write_back(written, &mut output);
         result
     }
 
     fn upload_typed(&self, data: HostSlice<'_>) -> Result<Tensor> {
         let (len, dtype) = (data.len(), data.dtype());
-        let id = self.next_id();
-        let call = Call::Upload { id, data: data.to_vec() };
-        let same = |c: &Call| matches!(c, Call::Upload { data, .. } if data.len() == len && data.dtype() == dtype);
-        let ((result, _), recorded) = self.call(call, same);
-        result.map(|()| self.tensor(recorded.unwrap_or(id), len, dtype))
+        let data = data.to_vec();
+        let ((result, _), id) = self.call(|id| Call::Upload { id, data: data.clone() });
+        result.map(|()| self.tensor(id, len, dtype))
     }
 
     fn alloc_typed(&self, len: usize, dtype: DType) -> Result<Tensor> {
-        let id = self.next_id();
-        let same = |c: &Call| matches!(c, Call::Alloc { len: l, dtype: d, .. } if *l == len && *d == dtype);
-        let ((result, _), recorded) = self.call(Call::Alloc { id, len, dtype }, same);
-        result.map(|()| self.tensor(recorded.unwrap_or(id), len, dtype))
+        let ((result, _), id) = self.call(|id| Call::Alloc { id, len, dtype });
+        result.map(|()| self.tensor(id, len, dtype))
     }
 
     fn download_typed(&self, tensor: &Tensor, mut out: HostSliceMut<'_>) -> Result<()> {
-        let id = id_of(tensor);
-        let call = Call::Download { id, len: out.len(), dtype: out.dtype() };
-        let ((result, written), _) = self.call(call, |c| matches!(c, Call::Download { id: i, .. } if *i == id));
-        if let (Ok(()), Some(w)) = (&result, written) {
-            let dst = out.as_bytes_mut();
-            if w.as_slice().as_bytes().len() == dst.len() {
-                dst.copy_from_slice(w.as_slice().as_bytes());
-            }
+        let (id, len, dtype) = (id_of(tensor), out.len(), out.dtype());
+        let ((result, written), _) = self.call(|_| Call::Download { id, len, dtype });
+        if result.is_ok() {
+            write_back(written, &mut out);
         }
         result
     }
 
     fn run_tensors(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> Result<()> {
-        let call = Call::RunTensors { op: *op, inputs: inputs.iter().map(|t| id_of(t)).collect(), output: id_of(output) };
-        self.call(call, |c| matches!(c, Call::RunTensors { op: o, .. } if same_op(o, op))).0.0
+        let ids: Vec<usize> = inputs.iter().map(|t| id_of(t)).collect();
+        let out = id_of(output);
+        self.call(|_| Call::RunTensors { op: *op, inputs: ids.clone(), output: out }).0.0
     }
 
     fn synchronize(&self) -> Result<()> {
-        self.call(Call::Synchronize, |c| matches!(c, Call::Synchronize)).0.0
+        self.call(|_| Call::Synchronize).0.0
+    }
+}
+
+/// Copies an answer's output bytes into `out` (same size; nothing otherwise).
+fn write_back(written: Option<HostVec>, out: &mut HostSliceMut<'_>) {
+    if let Some(w) = written {
+        let dst = out.as_bytes_mut();
+        if w.as_slice().as_bytes().len() == dst.len() {
+            dst.copy_from_slice(w.as_slice().as_bytes());
+        }
     }
 }
