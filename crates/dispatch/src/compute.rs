@@ -649,7 +649,7 @@ impl compute_core::AsyncOps for Compute {
         &'a self,
         op: Op,
         inputs: &'a [HostSlice<'a>],
-        mut output: HostSliceMut<'a>,
+        #[cfg_attr(not(any(feature = "gpu", feature = "gpu-wasm")), allow(unused_mut))] mut output: HostSliceMut<'a>,
     ) -> Result<()> {
         check_host_call(&op, inputs, &output)?;
         let engine = self.choose(&op, Placement::Host);
