@@ -61,9 +61,10 @@ async function browserAdapter() {
 async function main() {
   await init();
   await initScalar();
-  const gpu = JSON.parse(await run_gpu());
+  // The CPU benchmark first: WebGPU on a software adapter runs on CPU threads too.
   const simd = JSON.parse(run_cpu_simd());
   const scalar = JSON.parse(run_cpu_scalar());
+  const gpu = JSON.parse(await run_gpu());
   const named = await browserAdapter();
   document.getElementById("adapter").textContent = gpu.webgpu
     ? `WebGPU adapter: ${named} (wgpu: ${gpu.adapter.trim()}); CPU: ${simd.cpu}`

@@ -25,10 +25,7 @@ fn apt_install(packages: &[&str]) -> Result<(), String> {
         run(Command::new("apt-get").args(["update", "-qq"]))?;
         let _ = UPDATED.set(());
     }
-    run(Command::new("apt-get")
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .args(["install", "-y", "-qq"])
-        .args(packages))
+    run(Command::new("apt-get").env("DEBIAN_FRONTEND", "noninteractive").args(["install", "-y", "-qq"]).args(packages))
 }
 
 fn is_root() -> bool {
@@ -159,7 +156,8 @@ pub fn browser_tools() -> Result<Option<BrowserTools>, String> {
         }
         if which("chromium").is_none() || which("chromedriver").is_none() {
             missing.push(
-                "Chromium and its WebDriver (Debian/Ubuntu: `sudo apt-get install chromium chromium-driver`)".to_string(),
+                "Chromium and its WebDriver (Debian/Ubuntu: `sudo apt-get install chromium chromium-driver`)"
+                    .to_string(),
             );
         }
     }

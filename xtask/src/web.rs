@@ -222,7 +222,8 @@ impl Driver {
     }
 
     /// Opens `url`, polls `#status` until it leaves "running…", takes the
-    /// screenshot into `png`, and returns the status text.
+    /// screenshot into `png` and the page's measurements into `results.json`
+    /// beside it, and returns the status text.
     fn check(&mut self, url: &str, png: &Path) -> Result<String, String> {
         let body = format!(r#"{{"capabilities":{{"alwaysMatch":{CAPABILITIES}}}}}"#);
         let created = http(self.port, "POST", "/session", Some(&body))?;
@@ -230,7 +231,8 @@ impl Driver {
             Some(json_string(&created, "sessionId").ok_or_else(|| format!("no session from chromedriver: {created}"))?);
         self.call("POST", "/window/rect", Some(r#"{"width":1000,"height":1700}"#))?;
         self.call("POST", "/url", Some(&format!(r#"{{"url":"{url}"}}"#)))?;
-        let script = r#"{"script":"const s = document.getElementById('status'); return s ? s.textContent : '';","args":[]}"#;
+        let script =
+            r#"{"script":"const s = document.getElementById('status'); return s ? s.textContent : '';","args":[]}"#;
         let deadline = Instant::now() + Duration::from_secs(300);
         let status = loop {
             let reply = self.call("POST", "/execute/sync", Some(script))?;
@@ -243,8 +245,15 @@ impl Driver {
             }
             std::thread::sleep(Duration::from_millis(500));
         };
+        // The page's measurements, as it keeps them (`window.demoResult`), beside the screenshot.
+        let results = r#"{"script":"return JSON.stringify(window.demoResult || null);","args":[]}"#;
+        let reply = self.call("POST", "/execute/sync", Some(results))?;
+        let json = json_string(&reply, "value").unwrap_or_else(|| "null".into());
+        let saved = png.with_file_name("results.json");
+        std::fs::write(&saved, json).map_err(|e| format!("{}: {e}", saved.display()))?;
         let shot = self.call("GET", "/screenshot", None)?;
-        let png_bytes = json_string(&shot, "value").and_then(|b| base64(&b)).ok_or("no screenshot from chromedriver")?;
+        let png_bytes =
+            json_string(&shot, "value").and_then(|b| base64(&b)).ok_or("no screenshot from chromedriver")?;
         std::fs::write(png, png_bytes).map_err(|e| format!("{}: {e}", png.display()))?;
         Ok(status)
     }
@@ -285,10 +294,8 @@ fn http(port: u16, method: &str, path: &str, body: Option<&str>) -> Result<Strin
         raw.extend_from_slice(&buf[..n]);
     };
     let head = String::from_utf8_lossy(&raw[..head_end]).to_ascii_lowercase();
-    let length = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .and_then(|v| v.trim().parse::<usize>().ok());
+    let length =
+        head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse::<usize>().ok());
     let chunked = head.contains("transfer-encoding: chunked");
     let complete = |raw: &[u8]| match length {
         Some(n) => raw.len() >= head_end + n,

@@ -311,9 +311,7 @@ impl CommandBatch {
     fn run_with_fallback(&self, engine: Engine) -> Result<Executed> {
         let cpu = Engine::Simd;
         match self.run_on(engine) {
-            Err(e) if worth_falling_back(&e) && engine.is_gpu() && self.compute.slot(cpu).is_some() => {
-                self.run_on(cpu)
-            }
+            Err(e) if worth_falling_back(&e) && engine.is_gpu() && self.compute.slot(cpu).is_some() => self.run_on(cpu),
             r => r,
         }
     }

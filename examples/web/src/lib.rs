@@ -24,8 +24,11 @@ fn now_ms() -> f64 {
     now.and_then(|f| f.call0(&perf).ok()).and_then(|v| v.as_f64()).unwrap_or(0.0)
 }
 
-/// Timed runs after the warm-up.
+/// Timed runs after the warm-up (WebGPU part).
 const REPS: usize = 5;
+
+/// Timed runs of the CPU benchmark, after its warm-up.
+const CPU_REPS: usize = 9;
 
 /// The median of `times`.
 fn median(mut times: Vec<f64>) -> f64 {
@@ -51,7 +54,8 @@ pub fn simd128() -> bool {
 }
 
 /// The CPU benchmark: each op on the CPU engine (one thread: the page has no
-/// workers), median of 5 runs after a warm-up. Returns
+/// workers), after a warm-up of at least 3 runs and 200 ms: the median of 9
+/// samples, each the mean of enough calls to span about 10 ms. Returns
 /// `{"build": "simd128"|"scalar", "cpu": <device>, "ops": [{"op", "shape", "ms"}]}`.
 #[wasm_bindgen]
 pub fn run_cpu() -> Result<String, JsValue> {
@@ -84,13 +88,25 @@ pub fn run_cpu() -> Result<String, JsValue> {
     let mut ops = Vec::new();
     for (name, shape, op, inputs) in cases {
         let mut out = vec![0.0f32; op.layout().map_err(|e| js_error(name, e))?.output_len()];
-        let mut times = Vec::new();
-        for rep in 0..=REPS {
-            let t0 = now_ms();
+        // Warm-up: at least 3 runs and 200 ms, so that the engine's optimising
+        // compiler has replaced the baseline code of the hot loops.
+        let start = now_ms();
+        let mut warm = 0;
+        while warm < 3 || now_ms() - start < 200.0 {
             compute.run(&op, &inputs, &mut out).map_err(|e| js_error(name, e))?;
-            if rep > 0 {
-                times.push(now_ms() - t0);
+            warm += 1;
+        }
+        // Each timed sample spans at least ~10 ms of calls: the page's clock
+        // ticks in 0.1 ms steps where the page is not cross-origin isolated.
+        let per_call = (now_ms() - start) / f64::from(warm);
+        let calls = (10.0 / per_call.max(1e-3)).ceil().clamp(1.0, 10_000.0) as u32;
+        let mut times = Vec::new();
+        for _ in 0..CPU_REPS {
+            let t0 = now_ms();
+            for _ in 0..calls {
+                compute.run(&op, &inputs, &mut out).map_err(|e| js_error(name, e))?;
             }
+            times.push((now_ms() - t0) / f64::from(calls));
         }
         ops.push(json!({ "op": name, "shape": shape, "ms": median(times) }));
     }
@@ -118,9 +134,10 @@ impl Row {
     }
 }
 
-/// Runs `op` on host data on WebGPU (`gpu`, awaited) and on the CPU (`cpu`),
-/// times both, and checks both against the `f64` reference with the
-/// conformance tolerance.
+/// Runs `op` on host data on the CPU (`cpu`) and on WebGPU (`gpu`, awaited),
+/// in that order (SwiftShader's threads, once started, share the cores), times
+/// both, and checks both against the `f64` reference with the conformance
+/// tolerance.
 async fn host_op(
     gpu: &Compute,
     cpu: &Compute,
@@ -132,6 +149,16 @@ async fn host_op(
     use compute_core::AsyncOps;
     let len = op.layout().map_err(|e| js_error(name, e))?.output_len();
     let views: Vec<compute_core::HostSlice<'_>> = inputs.iter().map(|x| compute_core::HostSlice::F32(x)).collect();
+    let mut c = vec![f32::NAN; len];
+    let mut times = Vec::new();
+    for rep in 0..=REPS {
+        let t0 = now_ms();
+        cpu.run(&op, inputs, &mut c).map_err(|e| js_error(name, e))?;
+        if rep > 0 {
+            times.push(now_ms() - t0);
+        }
+    }
+    let cpu_ms = median(times);
     let mut g = vec![f32::NAN; len];
     let mut times = Vec::new();
     for rep in 0..=REPS {
@@ -143,16 +170,6 @@ async fn host_op(
     }
     let on = gpu.last_engine();
     let gpu_ms = median(times);
-    let mut c = vec![f32::NAN; len];
-    let mut times = Vec::new();
-    for rep in 0..=REPS {
-        let t0 = now_ms();
-        cpu.run(&op, inputs, &mut c).map_err(|e| js_error(name, e))?;
-        if rep > 0 {
-            times.push(now_ms() - t0);
-        }
-    }
-    let cpu_ms = median(times);
     let gpu_check = compare(&op, inputs, &g, 1.0);
     let cpu_check = compare(&op, inputs, &c, 1.0);
     let ok = gpu_check.is_none() && cpu_check.is_none() && on == Some(Engine::Wgpu);
@@ -220,13 +237,29 @@ pub async fn run_gpu() -> Result<String, JsValue> {
     out.push(host_op(&gpu, &cpu, "matmul", format!("{m}×{k}×{n}"), Op::matmul(m, k, n), &[&a, &b]).await?);
     let softmax = Op::rows(RowOp::Softmax, rows, cols);
     out.push(host_op(&gpu, &cpu, "softmax", format!("{rows}×{cols}"), softmax, &[&x]).await?);
-    let (g, gpu_ms) = chain(&gpu, &x, &y, rows, cols).await?;
     let (c, cpu_ms) = chain(&cpu, &x, &y, rows, cols).await?;
+    let (g, gpu_ms) = chain(&gpu, &x, &y, rows, cols).await?;
     // Eight ops of f32 rounding apart: each element within 1e-5 of the CPU's, relative to 1.
-    let bad = g.iter().zip(&c).filter(|(p, q)| (f64::from(**p) - f64::from(**q)).abs() > 1e-5 * f64::from(q.abs()).max(1e-2)).count();
+    let bad = g
+        .iter()
+        .zip(&c)
+        .filter(|(p, q)| (f64::from(**p) - f64::from(**q)).abs() > 1e-5 * f64::from(q.abs()).max(1e-2))
+        .count();
     let ok = bad == 0 && g.len() == rows * cols;
-    let detail = if ok { "every element within 1e-5 (relative) of the CPU's".into() } else { format!("{bad} of {} elements differ from the CPU's", g.len()) };
-    out.push(Row { op: "8-op chain", shape: format!("{rows}×{cols}"), gpu_ms, cpu_ms, max_diff: max_diff(&g, &c), ok, detail });
+    let detail = if ok {
+        "every element within 1e-5 (relative) of the CPU's".into()
+    } else {
+        format!("{bad} of {} elements differ from the CPU's", g.len())
+    };
+    out.push(Row {
+        op: "8-op chain",
+        shape: format!("{rows}×{cols}"),
+        gpu_ms,
+        cpu_ms,
+        max_diff: max_diff(&g, &c),
+        ok,
+        detail,
+    });
     let pass = out.iter().all(|r| r.ok);
     let rows_json: Vec<Value> = out.iter().map(Row::json).collect();
     Ok(json!({ "webgpu": true, "adapter": adapter, "engines": engines, "rows": rows_json, "pass": pass }).to_string())
