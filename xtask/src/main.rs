@@ -130,25 +130,21 @@ fn browser(all_groups: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// The browser build: `dispatch` with only `gpu-wasm` (wgpu on WebGPU) must
-/// compile for wasm32 without warnings. Nothing runs (no browser here).
+/// The browser build: `dispatch` with only `gpu-wasm` (wgpu on WebGPU), its
+/// browser tests and the demo's module must compile for wasm32 without
+/// warnings (they run in [`browser`]).
 fn wasm() -> Result<(), String> {
     if !setup::wasm_target()? {
         return Ok(());
     }
-    run(cargo().args([
-        "clippy",
-        "-p",
-        "dispatch",
-        "--no-default-features",
-        "--features",
-        "gpu-wasm",
-        "--target",
-        setup::WASM_TARGET,
-        "--",
-        "-D",
-        "warnings",
-    ]))
+    let target = ["--target", setup::WASM_TARGET];
+    let deny = ["--", "-D", "warnings"];
+    run(cargo()
+        .args(["clippy", "-p", "dispatch", "--no-default-features", "--features", "gpu-wasm"])
+        .args(target)
+        .args(["--lib", "--test", "browser"])
+        .args(deny))?;
+    run(cargo().args(["clippy", "-p", "web-demo"]).args(target).args(deny))
 }
 
 fn bench(args: &[String]) -> Result<(), String> {

@@ -27,8 +27,10 @@ pub fn browser_tests(tools: &BrowserTools, all: bool) -> Result<(), String> {
     let mut cmd = cargo();
     cmd.args(["test", "-p", "dispatch", "--no-default-features", "--features", "gpu-wasm", "--target", WASM_TARGET]);
     cmd.args(["--test", "browser"]);
+    // --nocapture: the adapter and each group's calls and time reach the log.
+    cmd.args(["--", "--nocapture"]);
     if !all {
-        cmd.args(["--", "--skip", "conformance_quantized"]);
+        cmd.args(["--skip", "conformance_quantized"]);
     }
     cmd.env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER", "wasm-bindgen-test-runner")
         .env("CHROMEDRIVER", &tools.chromedriver)
