@@ -271,7 +271,7 @@ impl CommandBatch {
         Ok(engine)
     }
 
-    /// [`execute`](Self::execute) without blocking: the browser's way. On a
+    /// `execute` without blocking: the browser's way. On a
     /// discovered wgpu device the chain goes out in one submission at the
     /// first poll and the future resolves once the device has finished it
     /// (nothing waits; a device failure, reported then, reruns the chain on
