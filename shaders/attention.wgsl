@@ -69,7 +69,7 @@ const BK: u32 = 64u;
 // Vec4s per row of `ps`: 16, plus one of padding, so that the stores of a
 // quarter-warp hit distinct banks.
 const RS: u32 = 17u;
-const LOWEST: f32 = -3.40282347e38;
+const LOWEST: f32 = -3.4028234663852886e38;
 
 struct Params {
     seq_q: u32,

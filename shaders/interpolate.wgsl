@@ -25,7 +25,7 @@ struct Params {
 const WG: u32 = 256u;
 const PARALLEL: f32 = 0.9995;
 const TINY: f32 = 1.17549435e-38;
-const BIG: f32 = 3.40282347e38;
+const BIG: f32 = 3.4028234663852886e38;
 const PI: f32 = 3.14159265358979;
 const HALF_PI: f32 = 1.57079632679490;
 const QUARTER_PI: f32 = 0.785398163397448;

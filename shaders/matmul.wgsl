@@ -541,14 +541,18 @@ fn matmul_tiled(
     // This workgroup's k range [k0, k_end): K steps dealt out evenly over SK
     // slices (a slice of a short k may be empty: its partial is zeros). k0 and
     // k_end stay below p.k + SK·TBK, which the host keeps within u32.
+    // `end` is k_end in a function variable: the loop bounds below must be
+    // uniform, and a read of a private variable is not (WGSL's uniformity
+    // analysis, which the browser's compiler enforces).
     var k0 = 0u;
-    k_end = p.k;
+    var end = p.k;
     if (SK > 1u) {
         zc = wid.z;
         let per = ((p.k + TBK - 1u) / TBK + SK - 1u) / SK * TBK;
         k0 = min((wid.z % SK) * per, p.k);
-        k_end = min(k0 + per, p.k);
+        end = min(k0 + per, p.k);
     }
+    k_end = end;
     // Tile (tm, tn): as dispatched, or GROUP tile-rows at a time. With GROUP the
     // linear index lin < nx·ny maps one to one onto tm < ny, tn < nx.
     var tm = wid.y;
@@ -570,7 +574,7 @@ fn matmul_tiled(
         tx = lid % 8u + 8u * ((lid / 32u) % 2u);
         ty = (lid % 32u) / 8u + 4u * (lid / 64u);
     }
-    let steps = (k_end - k0 + TBK - 1u) / TBK;
+    let steps = (end - k0 + TBK - 1u) / TBK;
     let one_a = TBK * AW;
     let one_b = TBK * BW;
     fetch(z, row0, col0, k0, lid, false);

@@ -1,7 +1,10 @@
 //! `cargo xtask <command>`: the project's task runner (std only, so it builds in seconds).
 //!
-//! - `test`       set up what the tests need (Mesa's software Vulkan, ptxas, the wasm32 target), then run
-//!   every test, the PTX check and the browser (`gpu-wasm`) build check
+//! - `test`       set up what the tests need (Mesa's software Vulkan, ptxas, the wasm32 target, Chromium and
+//!   wasm-bindgen), then run every test, the PTX check, the browser (`gpu-wasm`) build check, the browser
+//!   tests in headless Chromium and the demo page's check (see `web.rs`)
+//! - `browser`    only the browser steps of `test`
+//! - `web`        build the browser demo (`examples/web`) and check it in headless Chromium, or `--serve` it
 //! - `bench`      the side-by-side benchmark report (CPU by default; `--backend wgpu|cuda|all`, `--dispatch`)
 //! - `ptx`        regenerate the checked-in PTX (`--check`: fail on a difference, run ptxas on every file)
 //! - `calibrate`  measure this machine's dispatch profile and save it
@@ -13,11 +16,19 @@
 mod gpu;
 mod ptx;
 mod setup;
+mod web;
 
 use std::process::{Command, ExitCode};
 
-const USAGE: &str = "usage: cargo xtask <test|bench|ptx|calibrate|gpu-bundle|deps|ci> [args]
-  test [--quick]          set up Vulkan (lavapipe), ptxas and wasm32 if missing, run all tests and build checks
+const USAGE: &str = "usage: cargo xtask <test|bench|ptx|calibrate|gpu-bundle|deps|ci|web> [args]
+  test [--quick] [--all-browser-groups]
+                          set up Vulkan (lavapipe), ptxas, wasm32, Chromium and wasm-bindgen if missing, run all
+                          tests and build checks, the browser tests and the demo page's check (not with --quick)
+  browser [--all-browser-groups]
+                          only the browser steps of `test`: dispatch's browser tests and the demo page's check
+  web [--release] [--serve [--port N]]
+                          build the browser demo and check it in headless Chromium, or serve it at
+                          http://127.0.0.1:N/ (default 8000) to open in a browser
   bench [ARGS]            cargo run --release -p compute-benches -- ARGS (see `cargo xtask bench --help`)
   ptx [--check]           write every kernel's PTX into ptx/ (or check it and run ptxas)
   calibrate               measure and save the dispatch profile of this machine
@@ -40,6 +51,8 @@ fn main() -> ExitCode {
         "ci" => ci(rest),
         "deps" => deps(),
         "gpu-bundle" => gpu::bundle(rest),
+        "web" => web::command(rest),
+        "browser" => browser(rest.iter().any(|a| a == "--all-browser-groups")),
         "-h" | "--help" | "help" => {
             println!("{USAGE}");
             Ok(())
@@ -76,7 +89,7 @@ fn describe(cmd: &Command) -> String {
     s
 }
 
-fn cargo() -> Command {
+pub(crate) fn cargo() -> Command {
     Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
 }
 
@@ -99,30 +112,39 @@ fn test(args: &[String]) -> Result<(), String> {
     ptx::run(&["--check".to_string()])?;
     if !quick {
         wasm()?;
+        browser(args.iter().any(|a| a == "--all-browser-groups"))?;
     }
     setup::report_skips(&env);
     Ok(())
 }
 
-/// The browser build: `dispatch` with only `gpu-wasm` (wgpu on WebGPU) must
-/// compile for wasm32 without warnings. Nothing runs (no browser here).
+/// The browser steps: `dispatch`'s browser tests and the demo page, in
+/// headless Chromium (installed when missing; see `setup::browser_tools`).
+fn browser(all_groups: bool) -> Result<(), String> {
+    let started = std::time::Instant::now();
+    let Some(tools) = setup::browser_tools()? else { return Ok(()) };
+    eprintln!("xtask: browser tools ready in {:.0} s", started.elapsed().as_secs_f64());
+    web::browser_tests(&tools, all_groups)?;
+    web::check_demo(&tools, false)?;
+    eprintln!("xtask: browser steps took {:.0} s in all", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// The browser build: `dispatch` with only `gpu-wasm` (wgpu on WebGPU), its
+/// browser tests and the demo's module must compile for wasm32 without
+/// warnings (they run in [`browser`]).
 fn wasm() -> Result<(), String> {
     if !setup::wasm_target()? {
         return Ok(());
     }
-    run(cargo().args([
-        "clippy",
-        "-p",
-        "dispatch",
-        "--no-default-features",
-        "--features",
-        "gpu-wasm",
-        "--target",
-        setup::WASM_TARGET,
-        "--",
-        "-D",
-        "warnings",
-    ]))
+    let target = ["--target", setup::WASM_TARGET];
+    let deny = ["--", "-D", "warnings"];
+    run(cargo()
+        .args(["clippy", "-p", "dispatch", "--no-default-features", "--features", "gpu-wasm"])
+        .args(target)
+        .args(["--lib", "--test", "browser"])
+        .args(deny))?;
+    run(cargo().args(["clippy", "-p", "web-demo"]).args(target).args(deny))
 }
 
 fn bench(args: &[String]) -> Result<(), String> {

@@ -41,6 +41,19 @@ pub trait AsyncOps: crate::Backend {
         async move { self.run_typed(&op, inputs, output) }
     }
 
+    /// Copies `tensor` into `out` (its length and dtype) once the work that
+    /// writes it has finished; errors as [`Backend::download_typed`](crate::Backend::download_typed),
+    /// with `out` untouched. The default (CPU, CUDA) runs the blocking download
+    /// at the first poll; wgpu overrides it to wait without blocking (the
+    /// browser's way to read a device tensor). Costs one copy of the tensor.
+    fn download_async_into<'a>(
+        &'a self,
+        tensor: &'a crate::Tensor,
+        out: HostSliceMut<'a>,
+    ) -> impl Future<Output = Result<()>> + 'a {
+        async move { self.download_typed(tensor, out) }
+    }
+
     /// Applies a unary element-wise op.
     fn unary_async<'a, T: Element>(
         &'a self,

@@ -11,7 +11,7 @@ use compute_core::{
 use crate::batch::GpuCommandBatch;
 use crate::buffers::{BufferRecycler, GpuBuffer, LOCATION, Use, padded_bytes, padded_bytes_of};
 use crate::completion::{Signal, WorkDone};
-use crate::context::{AdapterReport, Context, block_on};
+use crate::context::{AdapterReport, Context};
 use crate::encode::{self, Readback};
 use crate::errors::{self, KIND};
 use crate::kernels::MatmulChoice;
@@ -68,16 +68,19 @@ pub fn sync_available() -> bool {
 static AVAILABLE: OnceLock<bool> = OnceLock::new();
 
 impl WgpuBackend {
-    /// Opens the best adapter ([`DeviceOptions::from_env`]): blocking, native only.
+    /// Opens the best adapter ([`DeviceOptions::from_env`]): blocking, native only
+    /// (absent on wasm32: use [`new_async`](Self::new_async) there).
     /// Costs an adapter enumeration and device creation (milliseconds). Fails with
     /// [`ComputeError::DeviceUnavailable`] when there is no adapter or no driver.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn new() -> Result<Self> {
         Self::with_options(&DeviceOptions::from_env())
     }
 
-    /// Opens the adapter `options` ask for; blocking, native only.
+    /// Opens the adapter `options` ask for; blocking, native only (absent on wasm32).
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn with_options(options: &DeviceOptions) -> Result<Self> {
-        block_on(Self::new_async_with(options.clone()))
+        crate::context::block_on(Self::new_async_with(options.clone()))
     }
 
     /// Opens the best adapter without blocking: the only way in the browser.
@@ -93,12 +96,10 @@ impl WgpuBackend {
 
     /// Whether an adapter can be opened with the default options. Blocking and
     /// cached for the process (the first call enumerates adapters: milliseconds).
-    /// Always false where the blocking API is unavailable: use
+    /// Native only (absent on wasm32): use
     /// [`is_available_async`](Self::is_available_async) there.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn is_available() -> bool {
-        if !sync_available() {
-            return false;
-        }
         *AVAILABLE.get_or_init(|| Self::new().is_ok())
     }
 
@@ -286,7 +287,9 @@ impl WgpuBackend {
     /// for it, and returns the seconds between them (`None` without
     /// [`WgpuBackend::gpu_timing`]; then nothing runs). GPU time of the op alone,
     /// without the gaps between submissions that host timing includes. Costs a
-    /// query set and two 16-byte buffers per call, and a wait. Native only.
+    /// query set and two 16-byte buffers per call, and a wait. Native only
+    /// (absent on wasm32, where nothing may wait).
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn time_tensors(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> Result<Option<f64>> {
         let steps = self.planned(op, inputs, output)?;
         let Some(timer) = encode::Timer::new(&self.ctx) else { return Ok(None) };
@@ -298,6 +301,8 @@ impl WgpuBackend {
     /// example a `copy_buffer_to_buffer` to compare with), timed as
     /// [`WgpuBackend::time_tensors`] times an op; `None` (and `record` is not
     /// called) without [`WgpuBackend::gpu_timing`]. One submission and a wait.
+    /// Native only (absent on wasm32).
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn time_commands(&self, record: impl FnOnce(&mut wgpu::CommandEncoder)) -> Result<Option<f64>> {
         self.ctx.check_alive()?;
         let Some(timer) = encode::Timer::new(&self.ctx) else { return Ok(None) };
@@ -320,11 +325,6 @@ impl WgpuBackend {
         op: &'static str,
     ) -> Result<Option<f64>> {
         timer.seconds(&self.ctx, index, op).map(Some)
-    }
-
-    #[cfg(target_arch = "wasm32")]
-    fn timer_seconds(&self, _: &encode::Timer, _: wgpu::SubmissionIndex, _: &'static str) -> Result<Option<f64>> {
-        Err(errors::unavailable("blocking calls are not available in the browser"))
     }
 
     /// A future that resolves when all work submitted so far has finished. Free to
@@ -604,6 +604,21 @@ impl compute_core::AsyncOps for WgpuBackend {
         // Straight from the mapping into the output, once the result is on the host.
         read.into_slice(output.as_bytes_mut()).await
     }
+
+    /// Submits a copy of the tensor (any dtype) into a staging buffer at the
+    /// first poll and resolves once it is mapped on the host, without blocking.
+    async fn download_async_into<'a>(&'a self, tensor: &'a Tensor, mut out: HostSliceMut<'a>) -> Result<()> {
+        check_download(tensor, &out)?;
+        let g = self.storage(tensor, "download")?;
+        let bytes = tensor.operand().bytes();
+        let result = encode::submit_and_read(&self.ctx, Vec::new(), g.buffer(), bytes, "download")?.bytes().await?;
+        let dst = out.as_bytes_mut();
+        if result.len() != dst.len() {
+            return Err(errors::driver("download", "the read-back length differs from the output's"));
+        }
+        dst.copy_from_slice(&result);
+        Ok(())
+    }
 }
 
 impl Backend for WgpuBackend {
@@ -681,6 +696,9 @@ impl Backend for WgpuBackend {
     /// its bytes out (`out` of the tensor's length and dtype).
     fn download_typed(&self, tensor: &Tensor, mut out: HostSliceMut<'_>) -> Result<()> {
         check_download(tensor, &out)?;
+        if !sync_available() {
+            return Err(errors::unavailable("blocking calls are not available in the browser: use download_async"));
+        }
         let g = self.storage(tensor, "download")?;
         let bytes = tensor.operand().bytes();
         let read = encode::submit_and_read(&self.ctx, Vec::new(), g.buffer(), bytes, "download")?;

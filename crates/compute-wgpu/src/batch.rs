@@ -293,6 +293,8 @@ impl GpuCommandBatch {
 
     /// Executes pending ops (if any), then copies `f32` buffer `id` to the host
     /// and waits for it (a buffer of another dtype is a [`ComputeError::DType`] error).
+    /// Native only (absent on wasm32: use [`read_async`](Self::read_async) there).
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn read(&mut self, id: BufferId) -> Result<Vec<f32>> {
         let t = self.get(id, "read")?.clone();
         self.execute()?;

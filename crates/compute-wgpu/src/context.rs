@@ -1,5 +1,6 @@
 //! Opening a device: adapter choice, limits, error capture, device-lost tracking.
 
+#[cfg(not(target_arch = "wasm32"))]
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -406,7 +407,7 @@ impl Scope {
     }
 }
 
-/// Runs a future to completion on this thread (native), or refuses (browser).
+/// Runs a future to completion on this thread (native only: the browser has no blocking calls).
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) fn block_on<T>(f: impl Future<Output = Result<T>>) -> Result<T> {
     pollster::block_on(f)

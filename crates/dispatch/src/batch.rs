@@ -261,19 +261,59 @@ impl CommandBatch {
     /// recorded into `compute_wgpu::GpuCommandBatch` (one queue submission);
     /// elsewhere each op is queued with `run_tensors` (which does not wait on
     /// the GPU backends) and outputs come from the engine's buffer pool.
+    /// Native only (absent on wasm32: use [`execute_async`](Self::execute_async)).
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn execute(&mut self) -> Result<Engine> {
         self.done = None;
-        let engine = self.choose();
-        let cpu = Engine::Simd;
-        let executed = match self.run_on(engine) {
-            Err(e) if worth_falling_back(&e) && engine.is_gpu() && self.compute.slot(cpu).is_some() => {
-                self.run_on(cpu)?
-            }
-            r => r?,
-        };
+        let executed = self.run_with_fallback(self.choose())?;
         let engine = executed.engine;
         self.done = Some(executed);
         Ok(engine)
+    }
+
+    /// `execute` without blocking: the browser's way. On a
+    /// discovered wgpu device the chain goes out in one submission at the
+    /// first poll and the future resolves once the device has finished it
+    /// (nothing waits; a device failure, reported then, reruns the chain on
+    /// the CPU). Elsewhere the chain runs at the first poll, as `execute`.
+    /// In the browser a chain the model gives to a GPU without a discovered
+    /// handle (one given to the builder) runs on the CPU.
+    pub async fn execute_async(&mut self) -> Result<Engine> {
+        self.done = None;
+        let engine = self.choose();
+        #[cfg(any(feature = "gpu", feature = "gpu-wasm"))]
+        if engine == Engine::Wgpu
+            && let Some(w) = self.compute.native_wgpu().cloned()
+        {
+            let attempt = match self.run_on_wgpu(&w) {
+                Ok(executed) => w.submitted_work_done().await.map(|()| executed),
+                Err(e) => Err(e),
+            };
+            let executed = match attempt {
+                Err(e) if worth_falling_back(&e) && self.compute.slot(Engine::Simd).is_some() => {
+                    self.run_on(Engine::Simd)?
+                }
+                r => r?,
+            };
+            let engine = executed.engine;
+            self.done = Some(executed);
+            return Ok(engine);
+        }
+        let engine = if crate::runtime::sync_available() || !engine.is_gpu() { engine } else { Engine::Simd };
+        let executed = self.run_with_fallback(engine)?;
+        let engine = executed.engine;
+        self.done = Some(executed);
+        Ok(engine)
+    }
+
+    /// Runs the chain on `engine`, and on the CPU if a GPU fails for a reason
+    /// other than the calls themselves.
+    fn run_with_fallback(&self, engine: Engine) -> Result<Executed> {
+        let cpu = Engine::Simd;
+        match self.run_on(engine) {
+            Err(e) if worth_falling_back(&e) && engine.is_gpu() && self.compute.slot(cpu).is_some() => self.run_on(cpu),
+            r => r,
+        }
     }
 
     /// The engine of the last `execute`, if it succeeded.
@@ -281,27 +321,60 @@ impl CommandBatch {
         self.done.as_ref().map(|d| d.engine)
     }
 
-    /// Downloads buffer `id` after `execute`.
+    /// Downloads buffer `id` after `execute`. Native only (absent on wasm32:
+    /// use [`read_async`](Self::read_async)).
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn read(&self, id: BufferId) -> Result<Vec<f32>> {
-        let done = self
-            .done
-            .as_ref()
-            .ok_or_else(|| ComputeError::shape("batch_read", "execute() has not run since the last change", ""))?;
-        let unknown = || ComputeError::shape("batch_read", "unknown buffer id", format!("id={}", id.0));
-        let t = match &done.store {
-            Store::Tensors(ts) => ts.get(id.0).map(Held::tensor).ok_or_else(unknown)?,
+        let done = self.executed()?;
+        match &done.store {
+            Store::Tensors(ts) => self.download(done.engine, ts, id),
+            #[cfg(any(feature = "gpu", feature = "gpu-wasm"))]
+            Store::Wgpu(gb, ids) => crate::lock::lock(gb).read(wgpu_id(ids, id)?),
+        }
+    }
+
+    /// Downloads buffer `id` after `execute` or `execute_async`, without
+    /// blocking: the browser's way. From a wgpu chain the copy is submitted at
+    /// the first poll and the future resolves when the values are on the
+    /// host; elsewhere it is ready at once. Costs one download of the buffer.
+    pub async fn read_async(&self, id: BufferId) -> Result<Vec<f32>> {
+        let done = self.executed()?;
+        match &done.store {
+            Store::Tensors(ts) => self.download(done.engine, ts, id),
             #[cfg(any(feature = "gpu", feature = "gpu-wasm"))]
             Store::Wgpu(gb, ids) => {
-                let bid = ids.get(id.0).copied().flatten().ok_or_else(unknown)?;
-                return crate::lock::lock(gb).read(bid);
+                let read = crate::lock::lock(gb).read_async(wgpu_id(ids, id)?);
+                read.await
             }
-        };
-        let backend = self.compute.backend(done.engine).ok_or_else(|| ComputeError::DeviceUnavailable {
-            backend: done.engine.kind(),
+        }
+    }
+
+    /// The last successful execution, or a shape error naming why there is none.
+    fn executed(&self) -> Result<&Executed> {
+        self.done
+            .as_ref()
+            .ok_or_else(|| ComputeError::shape("batch_read", "execute() has not run since the last change", ""))
+    }
+
+    /// Copies tensor `id` of a chain that ran through `run_tensors` on `engine`.
+    fn download(&self, engine: Engine, tensors: &[Held], id: BufferId) -> Result<Vec<f32>> {
+        let t = tensors.get(id.0).map(Held::tensor).ok_or_else(|| unknown(id))?;
+        let backend = self.compute.backend(engine).ok_or_else(|| ComputeError::DeviceUnavailable {
+            backend: engine.kind(),
             reason: "engine vanished".into(),
         })?;
         let mut out = vec![0.0f32; t.len()];
         backend.download(t, &mut out)?;
         Ok(out)
     }
+}
+
+fn unknown(id: BufferId) -> ComputeError {
+    ComputeError::shape("batch_read", "unknown buffer id", format!("id={}", id.0))
+}
+
+/// The id in wgpu's batch of buffer `id`.
+#[cfg(any(feature = "gpu", feature = "gpu-wasm"))]
+fn wgpu_id(ids: &[Option<compute_wgpu::BufferId>], id: BufferId) -> Result<compute_wgpu::BufferId> {
+    ids.get(id.0).copied().flatten().ok_or_else(|| unknown(id))
 }

@@ -174,7 +174,13 @@ pub fn run_and_save() -> Result<(Profile, PathBuf)> {
 /// Measures every engine in `engines` and returns their [`Profile`], keyed by
 /// [`profile_key`]. An op class an engine does not support gets no curve (the
 /// model then never picks that engine for it); any other failure is returned.
+/// `Unsupported` on wasm32, which has no clock to measure with: a browser
+/// build uses [`Profile::nominal`](crate::Profile::nominal) figures.
 pub fn calibrate(engines: &[(Engine, Arc<dyn Backend>)], opts: &Options) -> Result<Profile> {
+    if cfg!(target_arch = "wasm32") {
+        // No clock and no blocking waits on wasm32-unknown-unknown.
+        return Err(ComputeError::Unsupported { op: "calibrate", backend: BackendKind::Simd });
+    }
     let mut timings = Vec::new();
     let mut step = Instant::now();
     let mut lap = |name: String| {

@@ -136,7 +136,12 @@ impl Default for ComputeBuilder {
         ComputeBuilder {
             engines: Vec::new(),
             native: Default::default(),
-            profile: ProfileSource::CacheOrCalibrate(None),
+            // wasm32 has no clock to calibrate with and no file to cache in.
+            profile: if cfg!(target_arch = "wasm32") {
+                ProfileSource::Nominal
+            } else {
+                ProfileSource::CacheOrCalibrate(None)
+            },
             policy: Policy::Auto,
             pool_cap_bytes: 256 << 20,
             calibration: Options::default(),
@@ -148,6 +153,19 @@ impl ComputeBuilder {
     /// Adds every engine present ([`crate::discover::available`]).
     pub fn discover(mut self) -> Self {
         let (found, native) = crate::discover::available_native();
+        for (e, b) in found {
+            self = self.engine(e, b);
+        }
+        self.native = native;
+        self
+    }
+
+    /// Adds every engine present, opening the wgpu device without blocking
+    /// ([`crate::discover::available_async`]): in the browser, the way to add
+    /// WebGPU. Costs the first device opening (tens to hundreds of
+    /// milliseconds of awaiting), nothing after.
+    pub async fn discover_async(mut self) -> Self {
+        let (found, native) = crate::discover::available_native_async().await;
         for (e, b) in found {
             self = self.engine(e, b);
         }
@@ -217,6 +235,8 @@ impl ComputeBuilder {
 
     /// Builds it: orders the engines, gets the profile (which may measure for
     /// a few seconds on first use, see [`calibrate`]), makes one pool per engine.
+    /// On wasm32 the default profile is [`Profile::nominal`] (no clock to
+    /// measure with there).
     pub fn build(self) -> Result<Compute> {
         let mut engines = self.engines;
         engines.sort_by_key(|(e, _)| e.index());
@@ -280,6 +300,15 @@ impl Compute {
     /// always there.
     pub fn auto() -> Result<Compute> {
         ComputeBuilder::default().discover().build()
+    }
+
+    /// Every engine present, the wgpu device opened without blocking: the
+    /// browser's way to reach WebGPU (where [`Compute::auto`] finds only the
+    /// CPU, unless the device was opened before). Profile and policy as
+    /// [`Compute::auto`]; on wasm32, [`Profile::nominal`] figures. Costs the
+    /// first device opening, then as [`Compute::auto`].
+    pub async fn auto_async() -> Result<Compute> {
+        ComputeBuilder::default().discover_async().await.build()
     }
 
     /// The CPU engines only, with their cached or freshly measured profile.
@@ -436,7 +465,16 @@ impl Compute {
         }
     }
 
-    fn record(&self, engine: Engine) {
+    /// `engine`, or where blocking calls are unavailable (wasm32) and it is
+    /// a GPU, the engine the policy picks among the CPU ones. Free.
+    fn sync_engine(&self, engine: Engine, op: &Op) -> Engine {
+        if crate::runtime::sync_available() || !engine.is_gpu() {
+            return engine;
+        }
+        self.choose_among(op, Placement::Host, |e| !e.is_gpu())
+    }
+
+    pub(crate) fn record(&self, engine: Engine) {
         self.inner.last.store(engine.index() as u8 + 1, Ordering::Relaxed);
     }
 
@@ -600,9 +638,50 @@ impl Compute {
 }
 
 /// The async names of every op (`relu_async`, `matmul_async`…) on the engine
-/// the policy picks: each future runs the call at its first poll, as
-/// [`Backend::run`] would, and is ready when it returns.
-impl compute_core::AsyncOps for Compute {}
+/// the policy picks. On a discovered wgpu device the future uploads and
+/// submits at its first poll and resolves when the result is back, without
+/// blocking (the browser's way to WebGPU); if the device fails for a reason
+/// other than the call itself, the call runs on the CPU. On the other engines
+/// the call runs at the first poll, as [`Backend::run_typed`] would, and the
+/// future is ready when it returns.
+impl compute_core::AsyncOps for Compute {
+    async fn run_async_into<'a>(
+        &'a self,
+        op: Op,
+        inputs: &'a [HostSlice<'a>],
+        #[cfg_attr(not(any(feature = "gpu", feature = "gpu-wasm")), allow(unused_mut))] mut output: HostSliceMut<'a>,
+    ) -> Result<()> {
+        check_host_call(&op, inputs, &output)?;
+        let engine = self.choose(&op, Placement::Host);
+        #[cfg(any(feature = "gpu", feature = "gpu-wasm"))]
+        if engine == Engine::Wgpu
+            && let Some(w) = self.native_wgpu()
+        {
+            match w.run_async_into(op, inputs, output.reborrow()).await {
+                Ok(()) => {
+                    self.record(Engine::Wgpu);
+                    return Ok(());
+                }
+                Err(e) if !worth_falling_back(&e) => return Err(e),
+                Err(_) => return self.run_on_typed(self.cpu_engine(), &op, inputs, output),
+            }
+        }
+        self.run_with_fallback(self.sync_engine(engine, &op), &op, inputs, output)
+    }
+
+    /// Downloads from the engine where the tensor lives: on a discovered wgpu
+    /// device without blocking, elsewhere as [`Backend::download_typed`].
+    async fn download_async_into<'a>(&'a self, tensor: &'a Tensor, out: HostSliceMut<'a>) -> Result<()> {
+        let loc = tensor.location();
+        #[cfg(any(feature = "gpu", feature = "gpu-wasm"))]
+        if Engine::home_of(loc.backend) == Engine::Wgpu
+            && let Some(w) = self.native_wgpu()
+        {
+            return w.download_async_into(tensor, out).await;
+        }
+        self.home_slot("download", loc)?.backend.download_typed(tensor, out)
+    }
+}
 
 impl Backend for Compute {
     fn kind(&self) -> BackendKind {
@@ -622,9 +701,12 @@ impl Backend for Compute {
     /// Checks shapes and dtypes, picks the engine ([`Compute::choose`] with
     /// host data, among the engines that support the op at its dtypes), runs
     /// there, and falls back to the CPU if a GPU fails.
+    ///
+    /// In the browser, where nothing may block, host calls run on the CPU;
+    /// their `*_async` forms ([`compute_core::AsyncOps`]) reach WebGPU.
     fn run_typed(&self, op: &Op, inputs: &[HostSlice<'_>], output: HostSliceMut<'_>) -> Result<()> {
         check_host_call(op, inputs, &output)?;
-        let engine = self.choose(op, Placement::Host);
+        let engine = self.sync_engine(self.choose(op, Placement::Host), op);
         self.run_with_fallback(engine, op, inputs, output)
     }
 

@@ -65,6 +65,27 @@ pub(crate) fn probe_native() -> (Vec<Found>, Native) {
     // The two GPU devices open at the same time (each takes tens to hundreds
     // of milliseconds, mostly in its driver), one after the other in the browser.
     let (cuda, wgpu) = open_gpus();
+    found_with(cuda, wgpu)
+}
+
+/// Tries every engine as [`probe`] does, opening the wgpu device without
+/// blocking ([`compute_wgpu::WgpuBackend::new_async`]): the way to find the
+/// browser's WebGPU, where [`probe`] can report only a device opened before.
+/// The first call opens the device (tens to hundreds of milliseconds, spent
+/// awaiting the browser or driver); later calls, sync or async, share it.
+pub async fn probe_async() -> Vec<Found> {
+    probe_native_async().await.0
+}
+
+/// [`probe_async`], also returning the typed GPU handles.
+pub(crate) async fn probe_native_async() -> (Vec<Found>, Native) {
+    let cuda = cuda();
+    let wgpu = wgpu_async().await;
+    found_with(cuda, wgpu)
+}
+
+/// The engines' reports from the outcomes of opening the GPUs, plus the CPU engines.
+fn found_with(cuda: Result<Arc<dyn Backend>, ComputeError>, wgpu: WgpuOpened) -> (Vec<Found>, Native) {
     #[cfg(any(feature = "gpu", feature = "gpu-wasm"))]
     let (wgpu, native) = match wgpu {
         Ok(w) => (Ok(Arc::new(w.clone()) as Arc<dyn Backend>), Native { wgpu: Some(w) }),
@@ -118,7 +139,21 @@ pub fn available() -> Vec<EngineBackend> {
 
 /// [`available`], also returning the typed GPU handles.
 pub(crate) fn available_native() -> (Vec<EngineBackend>, Native) {
-    let (found, native) = probe_native();
+    present(probe_native())
+}
+
+/// The engines that are present, opening the wgpu device without blocking
+/// (see [`probe_async`]).
+pub async fn available_async() -> Vec<EngineBackend> {
+    available_native_async().await.0
+}
+
+/// [`available_async`], also returning the typed GPU handles.
+pub(crate) async fn available_native_async() -> (Vec<EngineBackend>, Native) {
+    present(probe_native_async().await)
+}
+
+fn present((found, native): (Vec<Found>, Native)) -> (Vec<EngineBackend>, Native) {
     (found.into_iter().filter_map(|f| f.backend.ok().map(|b| (f.engine, b))).collect(), native)
 }
 
@@ -160,16 +195,51 @@ fn cuda() -> Result<Arc<dyn Backend>, ComputeError> {
     })
 }
 
+/// The outcome of the first attempt to open the wgpu device, kept for the process.
 #[cfg(any(feature = "gpu", feature = "gpu-wasm"))]
-fn wgpu() -> Result<compute_wgpu::WgpuBackend, ComputeError> {
-    static WGPU: std::sync::OnceLock<Result<compute_wgpu::WgpuBackend, ComputeError>> = std::sync::OnceLock::new();
+static WGPU: std::sync::OnceLock<WgpuOpened> = std::sync::OnceLock::new();
+
+/// Opens the wgpu device once per process, blocking (native).
+#[cfg(all(any(feature = "gpu", feature = "gpu-wasm"), not(target_arch = "wasm32")))]
+fn wgpu() -> WgpuOpened {
     WGPU.get_or_init(compute_wgpu::WgpuBackend::new).clone()
 }
 
+/// In the browser the device opens only asynchronously: the outcome of an
+/// earlier [`probe_async`], or unavailable with the reason.
+#[cfg(all(any(feature = "gpu", feature = "gpu-wasm"), target_arch = "wasm32"))]
+fn wgpu() -> WgpuOpened {
+    WGPU.get().cloned().unwrap_or_else(|| {
+        Err(ComputeError::DeviceUnavailable {
+            backend: compute_core::BackendKind::Wgpu,
+            reason: "in the browser WebGPU opens only asynchronously: use `Compute::auto_async` or \
+                     `discover::probe_async` first"
+                .into(),
+        })
+    })
+}
+
+/// Opens the wgpu device once per process without blocking; shares the
+/// outcome with [`wgpu`]. Two first calls racing each open a device and the
+/// first to finish is kept.
+#[cfg(any(feature = "gpu", feature = "gpu-wasm"))]
+async fn wgpu_async() -> WgpuOpened {
+    if let Some(known) = WGPU.get() {
+        return known.clone();
+    }
+    let opened = compute_wgpu::WgpuBackend::new_async().await;
+    WGPU.get_or_init(|| opened).clone()
+}
+
 #[cfg(not(any(feature = "gpu", feature = "gpu-wasm")))]
-fn wgpu() -> Result<Arc<dyn Backend>, ComputeError> {
+fn wgpu() -> WgpuOpened {
     Err(ComputeError::DeviceUnavailable {
         backend: compute_core::BackendKind::Wgpu,
         reason: "built without the `gpu` feature of `dispatch`".into(),
     })
+}
+
+#[cfg(not(any(feature = "gpu", feature = "gpu-wasm")))]
+async fn wgpu_async() -> WgpuOpened {
+    wgpu()
 }

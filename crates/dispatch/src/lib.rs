@@ -30,6 +30,11 @@
 //! Features: `gpu` (default, wgpu), `cuda` (CUDA through compute-ptx), `gpu-wasm`
 //! (wgpu for WebGPU). With `default-features = false` only the CPU is compiled in,
 //! and every API above still works.
+//!
+//! In the browser (wasm32), nothing may block: [`Compute::auto_async`] opens
+//! WebGPU, the `*_async` ops of [`compute_core::AsyncOps`] and
+//! [`CommandBatch::execute_async`] / [`CommandBatch::read_async`] reach it, and
+//! the blocking forms are absent at compile time (see [`runtime`]).
 
 mod async_result;
 mod batch;
@@ -45,6 +50,7 @@ mod lock;
 mod model;
 mod pool;
 pub mod profile;
+pub mod runtime;
 mod selector;
 pub mod timing;
 

@@ -126,3 +126,36 @@ fn batch_scheduler_async_and_executor_run_on_the_gpu() {
         assert!(c.choose(&Op::binary(BinaryOp::Add, 1000), Placement::Host).is_gpu());
     }
 }
+
+/// The browser's entry points on native: `auto_async`/`discover_async`, the
+/// `*_async` ops, `execute_async`/`read_async` and `download_async_into` run on
+/// the GPU and give what the blocking forms give.
+#[test]
+fn async_forms_run_on_the_gpu_like_the_blocking_ones() {
+    use compute_core::async_ops::block_on;
+    use compute_core::{AsyncOps, Backend, DType, HostVec};
+    for (engine, _) in gpus() {
+        let c = block_on(Compute::builder().discover_async()).profile(gpu_always_wins(engine)).build().unwrap();
+        assert!(c.engines().contains(&engine));
+        let (m, k, n) = (24, 40, 32);
+        let (a, b) = (data(3, m * k), data(4, k * n));
+        let mut out = vec![f32::NAN; m * n];
+        block_on(c.matmul_async(&a, &b, &mut out, m, k, n)).unwrap();
+        assert!(c.last_engine().is_some_and(Engine::is_gpu), "matmul_async ran on {:?}", c.last_engine());
+        assert_matches_reference(&Op::matmul(m, k, n), &[&a, &b], &out);
+        let mut batch = c.batch();
+        let (ba, bb) = (batch.upload(&a), batch.upload(&b));
+        let mm = batch.matmul(ba, bb, m, k, n).unwrap();
+        let sm = batch.softmax(mm, m, n).unwrap();
+        let ran = block_on(batch.execute_async()).unwrap();
+        assert!(ran.is_gpu(), "execute_async for {engine} ran on {ran}");
+        let (mm_async, sm_async) = (block_on(batch.read_async(mm)).unwrap(), block_on(batch.read_async(sm)).unwrap());
+        assert_eq!(mm_async, batch.read(mm).unwrap());
+        assert_eq!(sm_async, batch.read(sm).unwrap());
+        assert_matches_reference(&Op::rows(RowOp::Softmax, m, n), &[&mm_async], &sm_async);
+        let t = c.upload(&a).unwrap();
+        let mut back = HostVec::zeros(DType::F32, a.len());
+        block_on(c.download_async_into(&t, back.as_mut())).unwrap();
+        assert_eq!(back.to_f32(), a);
+    }
+}

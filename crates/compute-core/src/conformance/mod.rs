@@ -54,6 +54,7 @@
 
 mod cases;
 mod interpolation;
+mod replay;
 mod special;
 /// The seeded generator the suite draws its inputs from (see [`crate::rng`]).
 pub use crate::rng;
@@ -65,6 +66,7 @@ use crate::host::{HostSlice, HostVec};
 use crate::op::{BinaryOp, Op, Precision, ReduceOp, RowOp, UnaryOp};
 use crate::reference;
 pub use cases::{cases, dtype_variants};
+pub use replay::{GroupReport, run_group_async};
 use rng::Rng;
 
 /// Which sizes the suite runs.
@@ -161,6 +163,27 @@ pub enum Group {
     Errors,
     /// Device-resident tensors: upload, a chain of ops, download.
     Tensors,
+}
+
+impl Group {
+    /// Every group, in the order the test macro lists them.
+    pub const ALL: [Group; 15] = [
+        Group::Unary,
+        Group::Binary,
+        Group::Reductions,
+        Group::Rows,
+        Group::Matmul,
+        Group::BatchedMatmul,
+        Group::Conv2d,
+        Group::Attention,
+        Group::Casts,
+        Group::Interpolation,
+        Group::Quantized,
+        Group::Decoder,
+        Group::EdgeValues,
+        Group::Errors,
+        Group::Tensors,
+    ];
 }
 
 /// Error bound of one op: an output `y` passes against reference `r` with error
@@ -607,25 +630,7 @@ pub fn run_group<B: Backend>(make: impl FnOnce() -> crate::Result<B>, kind: Back
     );
     let mut rng = Rng::new(seed);
     let mut skipped = Vec::new();
-    let failures = match group {
-        Group::EdgeValues => edge_values(&backend, &mut rng, cfg, &mut skipped),
-        Group::SpecialValues => special::run(&backend, &mut rng, cfg, &mut skipped),
-        Group::Errors => errors(&backend, &mut rng),
-        Group::Tensors => tensors(&backend, &mut rng, cfg, &mut skipped),
-        Group::Interpolation => interpolation::run(&backend, &mut rng, cfg, &mut skipped),
-        _ => {
-            let mut fails = Vec::new();
-            for op in cases(group, cfg.scale).iter().flat_map(dtype_variants) {
-                if let Some(result) = declined(&backend, &op, cfg, &mut rng, &mut skipped) {
-                    fails.extend(result.err());
-                    continue;
-                }
-                let inputs = typed_inputs_for(&op, &mut rng);
-                fails.extend(check_op_typed(&backend, &op, &inputs, cfg.tolerance_factor).err());
-            }
-            fails
-        }
-    };
+    let failures = group_failures(&backend, group, cfg, &mut rng, &mut skipped);
     report_skipped(kind, group, &skipped);
     if !failures.is_empty() {
         panic!(
@@ -634,6 +639,38 @@ pub fn run_group<B: Backend>(make: impl FnOnce() -> crate::Result<B>, kind: Back
             backend.device_name(),
             failures.join("\n  ")
         );
+    }
+}
+
+/// Runs every check of `group` on `backend`, drawing inputs from `rng`;
+/// returns the failures and records declined ops in `skipped`. The one body
+/// of the suite: [`run_group`] calls it, and [`run_group_async`] calls it on a
+/// recording and a replaying backend.
+fn group_failures(
+    backend: &dyn Backend,
+    group: Group,
+    cfg: Config,
+    rng: &mut Rng,
+    skipped: &mut Vec<String>,
+) -> Vec<String> {
+    match group {
+        Group::EdgeValues => edge_values(backend, rng, cfg, skipped),
+        Group::SpecialValues => special::run(backend, rng, cfg, skipped),
+        Group::Errors => errors(backend, rng),
+        Group::Tensors => tensors(backend, rng, cfg, skipped),
+        Group::Interpolation => interpolation::run(backend, rng, cfg, skipped),
+        _ => {
+            let mut fails = Vec::new();
+            for op in cases(group, cfg.scale).iter().flat_map(dtype_variants) {
+                if let Some(result) = declined(backend, &op, cfg, rng, skipped) {
+                    fails.extend(result.err());
+                    continue;
+                }
+                let inputs = typed_inputs_for(&op, rng);
+                fails.extend(check_op_typed(backend, &op, &inputs, cfg.tolerance_factor).err());
+            }
+            fails
+        }
     }
 }
 
@@ -1141,6 +1178,30 @@ mod tests {
         fn run_tensors(&self, op: &Op, _: &[&Tensor], _: &Tensor) -> crate::Result<()> {
             Err(ComputeError::Unsupported { op: op.name(), backend: BackendKind::Simd })
         }
+    }
+
+    impl crate::AsyncOps for Faulty {}
+
+    #[test]
+    fn the_async_driver_judges_as_the_blocking_one() {
+        use crate::async_ops::block_on;
+        let cfg = Config::from_env();
+        // Rows: the same verdicts from the replayed answers as from direct calls.
+        let good = block_on(run_group_async(&faulty(|_| {}), Group::Rows, cfg, 11));
+        assert!(good.passed(), "{:?}", good.failures);
+        assert!(good.calls > 0);
+        let mut rng = Rng::new(11);
+        let direct = group_failures(&faulty(|_| {}), Group::Rows, cfg, &mut rng, &mut Vec::new());
+        assert!(direct.is_empty());
+        let nudged = |o: &mut [f32]| o[0] *= 1.0 + 1e-3;
+        let bad = block_on(run_group_async(&faulty(nudged), Group::Rows, cfg, 11));
+        let direct = group_failures(&faulty(nudged), Group::Rows, cfg, &mut Rng::new(11), &mut Vec::new());
+        assert!(!bad.passed());
+        assert_eq!(bad.failures, direct);
+        // Errors: typed errors, untouched outputs; a backend without tensors fails the tensor checks both ways.
+        let errors = block_on(run_group_async(&faulty(|_| {}), Group::Errors, cfg, 5));
+        let direct = group_failures(&faulty(|_| {}), Group::Errors, cfg, &mut Rng::new(5), &mut Vec::new());
+        assert_eq!(errors.failures, direct);
     }
 
     fn catches_with(backend: &Faulty, op: Op) -> bool {
