@@ -127,7 +127,9 @@ fn softmax(
     }
     let m = unkey(reduce_max_key(k, lid));
     if (!is_finite(m)) {
-        let nan = bitcast<f32>(0x7fc00000u);
+        // From a runtime value: a constant NaN is a shader-creation error in
+        // WebGPU's WGSL compilers.
+        let nan = bitcast<f32>(0x7fc00000u | (p.cols & 0u));
         for (var c = lid; c < p.cols; c += WG) {
             store_y(base + c, nan);
         }

@@ -80,9 +80,10 @@ fn hsum(v: vec4<f32>) -> f32 {
     return (v.x + v.y) + (v.z + v.w);
 }
 
-// `v`, or NaN in every lane where `bad`.
+// `v`, or NaN in every lane where `bad`. The NaN comes from a runtime value:
+// a constant NaN is a shader-creation error in WebGPU's WGSL compilers.
 fn or_nan(v: vec4<f32>, bad: bool) -> vec4<f32> {
-    return select(v, bitcast<vec4<f32>>(vec4<u32>(0x7fc00000u)), bad);
+    return select(v, bitcast<vec4<f32>>(vec4<u32>(0x7fc00000u | (p.cols & 0u))), bad);
 }
 
 // v·s lane by lane, also for subnormal lanes of v where the GPU flushes

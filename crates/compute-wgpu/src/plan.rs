@@ -571,8 +571,13 @@ fn gemm(
     if gx > maxg || gy > maxg {
         return Err(errors::limit(name, "workgroups per dimension", gx.max(gy), maxg));
     }
-    // Each operand as vec4s (slots 1–3) and as elements (4–6), over the same range.
-    let bindings = vec![
+    // Each operand as vec4s (slots 1–3) and as elements (4–6), over the same
+    // range; but WebGPU forbids two writable bindings of one buffer, so the
+    // view of C this kernel never writes (by `vec.c`) is a small spare buffer.
+    let spare = ctx.cache.take(ctx, Use::Storage, 16, name)?;
+    steps.push(Step::Scratch(spare.clone()));
+    let (unused_c, unused_slot) = if vec.c { (5, 6) } else { (2, 3) };
+    let mut bindings = vec![
         bind(1, &a.buffer, 0, padded_bytes(a.len)),
         bind(2, &b.buffer, 0, padded_bytes(b.len)),
         bind(3, &c.buffer, 0, padded_bytes(c.len)),
@@ -580,6 +585,7 @@ fn gemm(
         bind(5, &b.buffer, 0, padded_bytes(b.len)),
         bind(6, &c.buffer, 0, padded_bytes(c.len)),
     ];
+    bindings[unused_c] = bind(unused_slot, &spare, 0, 16);
     let dims = [to_u32(name, "rows", m)?, to_u32(name, "columns", n)?, to_u32(name, "inner dimension", k)?];
     let strides =
         [to_u32(name, "elements", m * k)?, to_u32(name, "elements", k * n)?, to_u32(name, "elements", m * n)?];
@@ -611,6 +617,7 @@ fn gemm(
                 let mut tiled = bindings.clone();
                 tiled[2] = bind(3, scratch, 0, part_bytes);
                 tiled[5] = bind(6, scratch, 0, part_bytes);
+                tiled[unused_c] = bind(unused_slot, &spare, 0, 16);
                 steps.push(Step::Dispatch(Dispatch {
                     kernel,
                     params: p,

@@ -88,10 +88,10 @@ async fn async_ops_and_batches_run_on_webgpu() {
 
 /// Runs one conformance group on WebGPU through the async API (the wgpu
 /// backend's own futures, so no CPU fallback can hide a failure), with the
-/// dtypes and IEEE settings of the native wgpu suite.
+/// dtypes of the native wgpu suite.
 async fn group(group: Group) {
     let gpu = WgpuBackend::new_async().await.unwrap_or_else(|e| panic!("opening WebGPU: {e}"));
-    let cfg = Config::from_env().without_ieee_specials().with_dtypes(&DType::ALL);
+    let cfg = Config::from_env().with_dtypes(&DType::ALL);
     let seed = js_sys::Date::now() as u64;
     let started = js_sys::Date::now();
     let report = conformance::run_group_async(&gpu, group, cfg, seed).await;
@@ -131,6 +131,7 @@ groups!(
     conformance_quantized => Quantized,
     conformance_decoder_ops => Decoder,
     conformance_edge_values => EdgeValues,
+    conformance_special_values => SpecialValues,
     conformance_bad_shapes_are_typed_errors => Errors,
     conformance_device_tensors => Tensors,
 );
