@@ -88,6 +88,10 @@ pub struct AttentionSpec {
     /// Rows each key/value head holds when they are more than `seq_k` (a KV
     /// cache of that capacity, filled to `seq_k`); `None`: exactly `seq_k`.
     pub kv_capacity: Option<usize>,
+    /// Whether the number of keys comes from the device
+    /// ([`AttentionSpec::with_positions`]); `seq_k` is then its upper bound.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub positions: bool,
 }
 
 impl AttentionSpec {
@@ -106,7 +110,33 @@ impl AttentionSpec {
             dtype: DType::F32,
             precision: Precision::Full,
             kv_capacity: None,
+            positions: false,
         }
+    }
+
+    /// The same with the keys counted on the device: a fourth input holds
+    /// the positions of the queries, `[batch, seq_q]` `f32` values (the
+    /// tensor a decoder gives [`crate::RopeSpec::with_positions`]). The
+    /// queries of batch element `b` sit at consecutive positions ending at
+    /// `p = positions[b, seq_q − 1]`, and they attend to its first `p + 1`
+    /// keys ([`AttentionSpec::keys_at`]; at most `seq_k`), with the mask as
+    /// for a spec of that many keys. A recorded decoding step thereby
+    /// replays at every length of its KV cache.
+    pub fn with_positions(self) -> Self {
+        AttentionSpec { positions: true, ..self }
+    }
+
+    /// The keys a batch element whose last query sits at position `p` reads:
+    /// `p + 1` rounded toward zero, within `0..=seq_k` (a NaN reads none).
+    pub fn keys_at(&self, p: f32) -> usize {
+        let n = (f64::from(p) + 1.0).trunc();
+        if n.is_nan() || n <= 0.0 { 0 } else { (n as usize).min(self.seq_k) }
+    }
+
+    /// This spec with the keys fixed at `seq_k` (and the positions input
+    /// gone): what one batch element of a positions spec computes.
+    pub fn with_keys(self, seq_k: usize) -> Self {
+        AttentionSpec { seq_k, kv_capacity: Some(self.kv_rows()), positions: false, batch: 1, ..self }
     }
 
     /// The same reading keys and values from a cache of `capacity` rows per
@@ -201,6 +231,7 @@ impl AttentionSpec {
             m => format!(" {}", m.as_str()),
         };
         let mask = if self.precision == Precision::Tf32 { format!("{mask} tf32") } else { mask };
+        let mask = if self.positions { format!("{mask} positions=[{}x{}]", self.batch, self.seq_q) } else { mask };
         let rows = match self.kv_capacity {
             Some(cap) => format!("{}/{cap}", self.seq_k),
             None => self.seq_k.to_string(),

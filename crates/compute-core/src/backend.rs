@@ -139,6 +139,21 @@ pub trait Backend: Send + Sync {
         self.upload_typed(HostSlice::F32(data))
     }
 
+    /// Copies host data into an existing tensor of the same length
+    /// ([`ComputeError::Shape`] otherwise) and dtype ([`ComputeError::DType`]),
+    /// in order with the tensor calls queued before and after it: how a
+    /// caller feeds new inputs to a [`Recording`]. The default uploads a new
+    /// tensor and copies it over on the device; backends override it with a
+    /// direct copy.
+    fn upload_into(&self, data: HostSlice<'_>, tensor: &Tensor) -> Result<()> {
+        check_upload(&data, tensor)?;
+        let n = data.len();
+        let whole = crate::Strided::contiguous([1, 1, n]);
+        let op = Op::Copy(crate::CopySpec::new([1, 1, n], whole, whole).with_dtype(data.dtype()));
+        let src = self.upload_typed(data)?;
+        self.run_tensors(&op, &[&src], tensor)
+    }
+
     /// Allocates a tensor of `len` elements of `dtype` on the device (zeroed
     /// on the CPU, uninitialised elsewhere).
     fn alloc_typed(&self, len: usize, dtype: DType) -> Result<Tensor>;
@@ -167,6 +182,26 @@ pub trait Backend: Send + Sync {
         Ok(())
     }
 
+    /// Records the tensor calls that `body` makes on this backend, without
+    /// running them, as one [`Recording`] that replays them all in a single
+    /// launch (on CUDA, a graph: the host's cost per call is gone, and so are
+    /// most of the gaps between small kernels).
+    ///
+    /// `Ok(None)`: this backend does not record (the default: the CPU, wgpu)
+    /// and `body` was not called; the caller runs its calls directly. While
+    /// recording, `body` may only queue [`Backend::run_tensors`] calls on
+    /// tensors that outlive the recording: a host transfer or a wait inside
+    /// it is an error, and so is any error `body` returns, after which nothing
+    /// is recorded. Run `body` once directly before recording it, so that
+    /// kernels are compiled and buffers allocated outside the recording.
+    /// Replays read and write the recorded tensors: new inputs go in with
+    /// [`Backend::upload_into`], and values that change between replays
+    /// (positions) must be tensors, never op parameters.
+    fn record(&self, body: &mut dyn FnMut() -> Result<()>) -> Result<Option<Box<dyn Recording>>> {
+        let _ = body;
+        Ok(None)
+    }
+
     /// Readies what `ops` need ahead of their first calls, so those calls do
     /// not pay for it: a GPU backend compiles and loads their kernels.
     /// Optional: every call readies what
@@ -177,6 +212,35 @@ pub trait Backend: Send + Sync {
         let _ = ops;
         Ok(())
     }
+}
+
+/// Tensor calls recorded by [`Backend::record`], replayed as one launch.
+pub trait Recording: Send + Sync {
+    /// Queues every recorded call again, on the tensors it was recorded with,
+    /// in order after the work already queued. Costs one launch (a few
+    /// microseconds on CUDA) whatever the number of calls; like
+    /// [`Backend::run_tensors`], it may return before the device finishes.
+    fn replay(&self) -> Result<()>;
+}
+
+/// Checks that `data` fits `tensor` for [`Backend::upload_into`]: same
+/// length ([`ComputeError::Shape`]) and dtype ([`ComputeError::DType`]).
+pub fn check_upload(data: &HostSlice<'_>, tensor: &Tensor) -> Result<()> {
+    if tensor.len() != data.len() {
+        return Err(ComputeError::shape(
+            "upload_into",
+            format!("tensor has {} elements, data {}", tensor.len(), data.len()),
+            format!("tensor=[{}] data=[{}]", tensor.len(), data.len()),
+        ));
+    }
+    if tensor.dtype() != data.dtype() {
+        return Err(ComputeError::DType {
+            op: "upload_into",
+            detail: format!("the data is {}, the tensor {}", data.dtype(), tensor.dtype()),
+            shapes: format!("tensor=[{}] {}", tensor.len(), tensor.dtype()),
+        });
+    }
+    Ok(())
 }
 
 /// Up to this many inputs are viewed on the stack by the `f32` wrappers.

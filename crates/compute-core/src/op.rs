@@ -960,13 +960,23 @@ impl Op {
                 r.seq,
                 r.heads,
                 r.head_dim,
-                r.position,
+                if r.positions { format!("[{}]", r.seq) } else { r.position.to_string() },
                 r.theta,
                 if r.layout == RopeLayout::Interleaved { " interleaved" } else { "" }
             ),
             Op::Copy(c) => format!(
-                "shape={:?} src=[{}]+{}:{:?} dst=[{}]+{}:{:?}",
-                c.shape, c.src.len, c.src.offset, c.src.strides, c.dst.len, c.dst.offset, c.dst.strides
+                "shape={:?} src=[{}]+{}:{:?} dst=[{}]+{}:{:?}{}",
+                c.shape,
+                c.src.len,
+                c.src.offset,
+                c.src.strides,
+                c.dst.len,
+                c.dst.offset,
+                c.dst.strides,
+                match c.positions {
+                    Some(slots) => format!(" positions=[{}]<{slots}", c.shape[1]),
+                    None => String::new(),
+                }
             ),
             Op::Gather { ids, rows, cols, .. } => format!("table=[{rows}x{cols}] ids=[{ids}]"),
             Op::ArgMax { rows, cols, .. } => format!("x=[{rows}x{cols}]"),
@@ -1064,13 +1074,20 @@ impl Op {
                     .checked_add(r.seq)
                     .ok_or_else(|| ComputeError::shape(name, "positions overflow", shapes()))?;
                 float_only(name, &shapes, d)?;
-                Ok(Layout::new(&[i(n)], &o(n)))
+                if r.positions {
+                    Ok(Layout::new(&[i(n), Operand::new(r.seq, DType::F32)], &o(n)))
+                } else {
+                    Ok(Layout::new(&[i(n)], &o(n)))
+                }
             }
             Op::Copy(c) => {
                 mul(name, &shapes, &c.shape)?;
                 float_only(name, &shapes, d)?;
-                for (what, view) in [("source", c.src), ("destination", c.dst)] {
-                    match view.last(c.shape) {
+                if c.positions == Some(0) {
+                    return Err(ComputeError::shape(name, "the destination has no slot for positions", shapes()));
+                }
+                for (what, view, extent) in [("source", c.src, c.shape), ("destination", c.dst, c.dst_extent())] {
+                    match view.last(extent) {
                         Some(last) if last < view.len => {}
                         _ => {
                             return Err(ComputeError::shape(
@@ -1081,10 +1098,14 @@ impl Op {
                         }
                     }
                 }
-                if !c.dst.is_one_to_one(c.shape) {
+                if !c.dst.is_one_to_one(c.dst_extent()) {
                     return Err(ComputeError::shape(name, "the destination view writes an element twice", shapes()));
                 }
-                Ok(Layout::new(&[i(c.src.len)], &o(c.dst.len)))
+                if c.positions.is_some() {
+                    Ok(Layout::new(&[i(c.src.len), Operand::new(c.shape[1], DType::F32)], &o(c.dst.len)))
+                } else {
+                    Ok(Layout::new(&[i(c.src.len)], &o(c.dst.len)))
+                }
             }
             Op::Gather { ids, rows, cols, .. } => {
                 let table = mul(name, &shapes, &[rows, cols])?;
@@ -1146,7 +1167,12 @@ impl Op {
                 if !a.scale.is_finite() {
                     return Err(ComputeError::shape(name, "the softmax scale is not finite", shapes()));
                 }
-                Ok(Layout::new(&[i(q), i(kv), i(kv)], &o(q)))
+                if a.positions {
+                    let positions = mul(name, &shapes, &[a.batch, a.seq_q])?;
+                    Ok(Layout::new(&[i(q), i(kv), i(kv), Operand::new(positions, DType::F32)], &o(q)))
+                } else {
+                    Ok(Layout::new(&[i(q), i(kv), i(kv)], &o(q)))
+                }
             }
         }
     }

@@ -5,6 +5,7 @@ use crate::attention::AttentionSpec;
 use crate::error::Result;
 use crate::host::HostSlice;
 use crate::op::{BinaryOp, GeluForm, Op, ReduceOp, RowOp, UnaryOp};
+use crate::strided::CopySpec;
 
 /// A reference result: the exact-ish value of each output element, and a
 /// magnitude per element that rounding errors scale with (`Σ|aᵢₖ·bₖⱼ|` for a
@@ -320,7 +321,10 @@ pub fn run_f64(op: &Op, inputs: &[&[f64]]) -> Result<Reference> {
                     let base = (t * r.heads + h) * d;
                     for i in 0..d / 2 {
                         let (p, q) = r.pair(i);
-                        let a = r.angle(t, i);
+                        let a = match inputs.get(1) {
+                            Some(positions) if r.positions => r.angle_at(f64::from(positions[t] as f32), i),
+                            _ => r.angle(t, i),
+                        };
                         let (x1, x2) = (x[base + p], x[base + q]);
                         let (sin, cos) = a.sin_cos();
                         values[base + p] = x1 * cos - x2 * sin;
@@ -338,12 +342,17 @@ pub fn run_f64(op: &Op, inputs: &[&[f64]]) -> Result<Reference> {
             values.resize(c.dst.len, f64::NAN);
             scale.resize(c.dst.len, UNTOUCHED);
             let [n0, n1, n2] = c.shape;
-            for i in 0..n0 {
-                for j in 0..n1 {
+            for j in 0..n1 {
+                let to = match c.positions {
+                    None => Some(j),
+                    Some(slots) => inputs.get(1).and_then(|p| CopySpec::slot(p[j] as f32, slots)),
+                };
+                let Some(to) = to else { continue };
+                for i in 0..n0 {
                     for l in 0..n2 {
                         let v = inputs[0][c.src.index(i, j, l)];
-                        values[c.dst.index(i, j, l)] = v;
-                        scale[c.dst.index(i, j, l)] = v.abs();
+                        values[c.dst.index(i, to, l)] = v;
+                        scale[c.dst.index(i, to, l)] = v.abs();
                     }
                 }
             }
@@ -442,6 +451,17 @@ pub fn run_f64(op: &Op, inputs: &[&[f64]]) -> Result<Reference> {
 /// `δ` in a score is a relative error `δ` in its weight `pⱼ`, which moves the
 /// output by `pⱼ·|vⱼc − oᵢc|`. A query that sees no key gets zeros.
 fn attention(a: &AttentionSpec, inputs: &[&[f64]], values: &mut Vec<f64>, scale: &mut Vec<f64>) {
+    if let (true, Some(positions)) = (a.positions, inputs.get(3)) {
+        // Each batch element on its own, with the keys its last query's position gives.
+        let (q_len, kv_len) = (a.heads_q * a.seq_q * a.head_dim, a.heads_kv * a.kv_rows() * a.head_dim);
+        for b in 0..a.batch {
+            let one = a.with_keys(a.keys_at(positions[b * a.seq_q + a.seq_q - 1] as f32));
+            let kv = |x: &[f64]| x[b * kv_len..(b + 1) * kv_len].to_vec();
+            let (k, v) = (kv(inputs[1]), kv(inputs[2]));
+            attention(&one, &[&inputs[0][b * q_len..(b + 1) * q_len], &k, &v], values, scale);
+        }
+        return;
+    }
     let (q, k, v) = (inputs[0], inputs[1], inputs[2]);
     let d = a.head_dim;
     let group = a.group();

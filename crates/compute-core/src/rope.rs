@@ -45,7 +45,10 @@ pub enum RopeLayout {
 
 /// Rotary position embedding of `x`, `[seq, heads, head_dim]` (token-major,
 /// as a projection writes it); output of the same shape and dtype. Token `t`
-/// sits at position `position + t`.
+/// sits at position `position + t`, or, with [`RopeSpec::with_positions`], at
+/// the position a second input gives it (`seq` `f32` values, read on the
+/// device: a recorded decoding step replays at every position, and tokens
+/// of different sequences sit at their own positions).
 ///
 /// Backends compute `θ^(−2i/head_dim)` and the angle in `f32` (as PyTorch's
 /// Llama does), then its cosine and sine, in `f32`; the stated bound allows
@@ -69,12 +72,31 @@ pub struct RopeSpec {
     pub layout: RopeLayout,
     /// Dtype of `x` and the output.
     pub dtype: DType,
+    /// Whether each token's position comes from a second input (`seq`
+    /// `f32` values) instead of `position + t`.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub positions: bool,
 }
 
 impl RopeSpec {
     /// `f32` data, half-split pairs, first token at position 0. Free.
     pub fn new(seq: usize, heads: usize, head_dim: usize, theta: f32) -> Self {
-        RopeSpec { seq, heads, head_dim, position: 0, theta, layout: RopeLayout::HalfSplit, dtype: DType::F32 }
+        RopeSpec {
+            seq,
+            heads,
+            head_dim,
+            position: 0,
+            theta,
+            layout: RopeLayout::HalfSplit,
+            dtype: DType::F32,
+            positions: false,
+        }
+    }
+
+    /// The same with each token's position read from a second input of
+    /// `seq` `f32` values (whole numbers below 2²⁴ are exact).
+    pub fn with_positions(self) -> Self {
+        RopeSpec { positions: true, ..self }
     }
 
     /// The same with the first token at `position`.
@@ -108,6 +130,11 @@ impl RopeSpec {
 
     /// The exact angle of pair `i` at token `t`, in `f64` (the reference's).
     pub fn angle(&self, t: usize, i: usize) -> f64 {
-        (self.position + t) as f64 * f64::from(self.theta).powf(-((2 * i) as f64) / self.head_dim as f64)
+        self.angle_at((self.position + t) as f64, i)
+    }
+
+    /// The exact angle of pair `i` at position `p`, in `f64`.
+    pub fn angle_at(&self, p: f64, i: usize) -> f64 {
+        p * f64::from(self.theta).powf(-((2 * i) as f64) / self.head_dim as f64)
     }
 }

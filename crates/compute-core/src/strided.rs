@@ -83,6 +83,14 @@ impl Strided {
 /// elements of `dst` outside its view keep their values. Input: `src`
 /// (`src.len` elements); output: `dst` (`dst.len`), both of `dtype`, a float
 /// dtype. Exact: every backend copies bits.
+///
+/// With [`CopySpec::at_positions`] the destination's second index comes from
+/// the device instead: a second input of `shape[1]` `f32` values, and
+/// element `(i, j, l)` goes to `dst.index(i, positions[j], l)`. A decoder
+/// appends a step's keys to its cache this way at a position that only the
+/// device knows (a recorded step replays at every position). A position that
+/// is not a whole number below the slot count is skipped (nothing written for
+/// it); two equal positions write one of their values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct CopySpec {
@@ -94,12 +102,38 @@ pub struct CopySpec {
     pub dst: Strided,
     /// Dtype of both buffers.
     pub dtype: DType,
+    /// `Some(slots)`: the destination's second index is read from the
+    /// positions input and is below `slots` ([`CopySpec::at_positions`]).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub positions: Option<usize>,
 }
 
 impl CopySpec {
     /// A copy of `f32` data. Free.
     pub fn new(shape: [usize; 3], src: Strided, dst: Strided) -> Self {
-        CopySpec { shape, src, dst, dtype: DType::F32 }
+        CopySpec { shape, src, dst, dtype: DType::F32, positions: None }
+    }
+
+    /// The same with the destination's second index taken from a second
+    /// input of `shape[1]` positions, each below `slots` (the destination
+    /// view must fit, one to one, over `[shape[0], slots, shape[2]]`).
+    pub fn at_positions(self, slots: usize) -> Self {
+        CopySpec { positions: Some(slots), ..self }
+    }
+
+    /// The destination slot of a position value: `Some(p)` for a whole
+    /// number `0 ≤ p < slots`, else `None` (not written).
+    pub fn slot(position: f32, slots: usize) -> Option<usize> {
+        (position >= 0.0 && position.fract() == 0.0 && (position as f64) < slots as f64).then_some(position as usize)
+    }
+
+    /// The extents the destination view covers: `shape`, or with the
+    /// positions' slot count as the second extent.
+    pub fn dst_extent(&self) -> [usize; 3] {
+        match self.positions {
+            Some(slots) => [self.shape[0], slots, self.shape[2]],
+            None => self.shape,
+        }
     }
 
     /// The same on `dtype` data.

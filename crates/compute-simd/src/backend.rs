@@ -4,8 +4,9 @@ use std::any::Any;
 use std::sync::{Arc, RwLock};
 
 use compute_core::{
-    Backend, BackendKind, Blocks, BlocksMut, ComputeError, DType, HostSlice, HostSliceMut, Location, Op, ReduceOp,
-    Result, Tensor, TensorStorage, bf16, check_download, check_host_call, check_tensor_call, f16,
+    AttentionSpec, Backend, BackendKind, Blocks, BlocksMut, ComputeError, DType, Element, HostSlice, HostSliceMut,
+    Location, Op, ReduceOp, Result, Tensor, TensorStorage, bf16, check_download, check_host_call, check_tensor_call,
+    check_upload, f16,
 };
 
 use crate::isa::Isa;
@@ -106,6 +107,16 @@ impl SimdBackend {
         if kernels::decoder::handles(op) {
             return kernels::decoder::run(op, inputs, out);
         }
+        if let Op::Attention(spec) = *op
+            && spec.positions
+        {
+            return match out {
+                HostSliceMut::F32(o) => self.attention_at_positions(&spec, inputs, o),
+                HostSliceMut::F16(o) => self.attention_at_positions(&spec, inputs, o),
+                HostSliceMut::BF16(o) => self.attention_at_positions(&spec, inputs, o),
+                other => Err(ComputeError::unsupported_dtype(op, BackendKind::Simd, other.dtype(), "a float output")),
+            };
+        }
         let all_f32 = !matches!(op, Op::Cast { .. }) && op.dtype() == DType::F32 && op.out_dtype() == DType::F32;
         if !all_f32 {
             return self.install(op, || halves::run(isa, op, inputs, out));
@@ -142,6 +153,47 @@ impl SimdBackend {
             | Op::Gather { .. }
             | Op::ArgMax { .. } => {}
         });
+        Ok(())
+    }
+}
+
+impl SimdBackend {
+    /// Attention whose keys are counted from the queries' positions
+    /// ([`AttentionSpec::with_positions`]): each batch element as an
+    /// attention of its own number of keys (none: a row of zeros).
+    fn attention_at_positions<T: Element>(
+        &self,
+        spec: &AttentionSpec,
+        inputs: &[HostSlice<'_>],
+        out: &mut [T],
+    ) -> Result<()>
+    where
+        for<'a> HostSlice<'a>: From<&'a [T]>,
+        for<'a> HostSliceMut<'a>: From<&'a mut [T]>,
+    {
+        let op = Op::Attention(*spec);
+        let mismatch = |d| ComputeError::unsupported_dtype(&op, BackendKind::Simd, d, "mixed attention dtypes");
+        let typed = |i: usize| inputs.get(i).and_then(|x| x.get::<T>()).ok_or_else(|| mismatch(T::DTYPE));
+        let (q, k, v) = (typed(0)?, typed(1)?, typed(2)?);
+        let positions = inputs.get(3).and_then(|x| x.get::<f32>()).ok_or_else(|| mismatch(DType::F32))?;
+        let q_len = spec.heads_q * spec.seq_q * spec.head_dim;
+        let kv_len = spec.heads_kv * spec.kv_rows() * spec.head_dim;
+        for b in 0..spec.batch {
+            let keys = spec.keys_at(positions[b * spec.seq_q + spec.seq_q - 1]);
+            let o = &mut out[b * q_len..(b + 1) * q_len];
+            if keys == 0 {
+                o.fill(T::from_f32(0.0));
+                continue;
+            }
+            let one = Op::Attention(spec.with_keys(keys));
+            let kv = b * kv_len..(b + 1) * kv_len;
+            let views = [
+                HostSlice::from(&q[b * q_len..(b + 1) * q_len]),
+                HostSlice::from(&k[kv.clone()]),
+                HostSlice::from(&v[kv]),
+            ];
+            self.compute(&one, &views, HostSliceMut::from(o))?;
+        }
         Ok(())
     }
 }
@@ -355,6 +407,14 @@ impl Backend for SimdBackend {
     fn upload_typed(&self, data: HostSlice<'_>) -> Result<Tensor> {
         let data = Aligned::from_slice(data, "upload")?;
         Ok(Tensor::from_storage(Arc::new(HostStorage { data: RwLock::new(data) })))
+    }
+
+    /// Copies `data` over the tensor's values (a memory copy).
+    fn upload_into(&self, data: HostSlice<'_>, tensor: &Tensor) -> Result<()> {
+        check_upload(&data, tensor)?;
+        let mut guard = host(tensor)?.data.write().map_err(|_| poisoned("upload_into"))?;
+        guard.as_mut().as_bytes_mut().copy_from_slice(data.as_bytes());
+        Ok(())
     }
 
     /// A tensor of `len` zeros of `dtype`; `OutOfMemory` when this host cannot allocate it.

@@ -201,6 +201,12 @@ fn decoder_cases(large: bool) -> Vec<Op> {
         }
     }
     v.push(Op::Rope(RopeSpec::new(5, 2, 128, 500_000.0).at_position(8191)));
+    // Positions read from the device (a recorded decoding step).
+    for (seq, heads, d) in [(1, 32, 128), (7, 3, 6), (17, 4, 64)] {
+        for layout in [RopeLayout::HalfSplit, RopeLayout::Interleaved] {
+            v.push(Op::Rope(RopeSpec::new(seq, heads, d, 10_000.0).with_layout(layout).with_positions()));
+        }
+    }
     // A KV cache of [heads 4, 16 slots, 8]: append 3 tokens of [3, 4, 8] at slot 5.
     let (h, cap, d) = (4usize, 16usize, 8usize);
     let cache = |offset| Strided { offset, strides: [cap * d, d, 1], len: h * cap * d };
@@ -217,11 +223,17 @@ fn decoder_cases(large: bool) -> Vec<Op> {
     let sliced = Strided { offset: 3 * 300 + 5, strides: [0, 300, 1], len: 20 * 300 };
     v.push(Op::Copy(CopySpec::new([1, 7, 100], sliced, Strided::contiguous([1, 7, 100]))));
     v.push(Op::Copy(CopySpec::new([1, 1, 1], Strided::contiguous([1, 1, 1]), cache(77))));
+    // The same appends at slots read from the device.
+    v.push(Op::Copy(CopySpec::new([h, 3, d], token_major(3), cache(0)).at_positions(cap)));
+    v.push(Op::Copy(CopySpec::new([h, 1, d], token_major(1), cache(0)).at_positions(cap)));
+    v.push(Op::Copy(CopySpec::new([h, 5, d], token_major(5), cache(0)).at_positions(cap)));
     if large {
         let (h, cap, d) = (8usize, 8192usize, 128usize);
         let cache = Strided { offset: 4000 * d, strides: [cap * d, d, 1], len: h * cap * d };
         let src = Strided { offset: 0, strides: [d, h * d, 1], len: 512 * h * d };
         v.push(Op::Copy(CopySpec::new([h, 512, d], src, cache)));
+        let cache = Strided { offset: 0, ..cache };
+        v.push(Op::Copy(CopySpec::new([h, 512, d], src, cache).at_positions(cap)));
     }
     for (ids, rows, cols) in [(1, 1, 1), (1, 1000, 64), (17, 300, 33), (512, 4096, 128), (3, 5, 2048)] {
         v.push(Op::Gather { ids, rows, cols, dtype: DType::F32 });
@@ -278,6 +290,17 @@ fn attention_cases(large: bool) -> Vec<Op> {
     ops.push(Op::Attention(AttentionSpec::new(1, 4, 1, 37, 64).with_kv_heads(2).causal().with_kv_capacity(64)));
     ops.push(Op::Attention(AttentionSpec::new(2, 2, 5, 20, 128).causal().with_kv_capacity(33)));
     ops.push(Op::Attention(AttentionSpec::new(1, 8, 1, 1, 64).with_kv_heads(1).causal().with_kv_capacity(9)));
+    // The keys counted from query positions on the device (a recorded
+    // decoding step): one token, a chunk of five in two sequences, one token
+    // whose keys a GPU splits across blocks.
+    let positions = |a: AttentionSpec| Op::Attention(a.with_positions());
+    ops.push(positions(AttentionSpec::new(1, 4, 1, 64, 64).with_kv_heads(2).causal()));
+    ops.push(positions(AttentionSpec::new(3, 2, 5, 33, 128).causal()));
+    ops.push(positions(AttentionSpec::new(2, 2, 1, 2048, 64).with_kv_heads(1).causal()));
+    ops.push(positions(AttentionSpec::new(1, 2, 1, 40, 64)));
+    if large {
+        ops.push(positions(AttentionSpec::new(4, 32, 1, 8192, 128).with_kv_heads(8).causal()));
+    }
     ops
 }
 

@@ -432,9 +432,21 @@ pub fn inputs_for(op: &Op, rng: &mut Rng) -> Vec<Vec<f32>> {
                 RowOp::RmsNorm { .. } => vec![x, rng.vec(lens[1], 0.5, 1.5)],
             }
         }
+        Op::Attention(a) if a.positions => {
+            let mut v: Vec<Vec<f32>> = lens[..3].iter().map(|&n| rng.vec(n, -1.0, 1.0)).collect();
+            v.push(attention_positions(a, rng));
+            v
+        }
         Op::Matmul(_) | Op::Conv2d(_) | Op::Attention(_) => lens.iter().map(|&n| rng.vec(n, -1.0, 1.0)).collect(),
         Op::QuantMatmul(s) => vec![rng.vec(lens[0], -1.0, 1.0), weight_rows(s.n, s.k, rng)],
-        Op::Rope(_) | Op::Copy(_) => vec![rng.vec(lens[0], -4.0, 4.0)],
+        Op::Rope(r) if r.positions => {
+            vec![rng.vec(lens[0], -4.0, 4.0), (0..r.seq).map(|_| rng.below(20_000) as f32).collect()]
+        }
+        Op::Copy(c) => match c.positions {
+            Some(slots) => vec![rng.vec(lens[0], -4.0, 4.0), copy_positions(c.shape[1], slots, rng)],
+            None => vec![rng.vec(lens[0], -4.0, 4.0)],
+        },
+        Op::Rope(_) => vec![rng.vec(lens[0], -4.0, 4.0)],
         Op::ArgMax { .. } => vec![rng.vec(lens[0], -4.0, 4.0)],
         Op::Gather { ids, rows, .. } => {
             let mut picks: Vec<f32> = (0..*ids).map(|_| rng.below(*rows) as f32).collect();
@@ -446,6 +458,36 @@ pub fn inputs_for(op: &Op, rng: &mut Rng) -> Vec<Vec<f32>> {
         }
         Op::Cast { len, .. } => vec![(0..*len).map(|_| cast_input(rng)).collect()],
     }
+}
+
+/// Positions of `n` tokens in a destination of `slots`: distinct slots in
+/// random order, and, when there are a few, one that is skipped (−1, past
+/// the end, or not whole).
+fn copy_positions(n: usize, slots: usize, rng: &mut Rng) -> Vec<f32> {
+    let mut free: Vec<usize> = (0..slots).collect();
+    let mut picks: Vec<f32> = (0..n.min(slots))
+        .map(|_| {
+            let i = rng.below(free.len());
+            free.swap_remove(i) as f32
+        })
+        .collect();
+    picks.resize(n, -1.0);
+    if n >= 3 {
+        picks[n / 2] = [-1.0, slots as f32, 0.5][rng.below(3)];
+    }
+    picks
+}
+
+/// Query positions of a [`AttentionSpec::with_positions`](crate::AttentionSpec::with_positions)
+/// op: per batch element consecutive positions whose last lies anywhere
+/// from −1 (no key) to `seq_k` (clamped to `seq_k − 1`).
+fn attention_positions(a: &crate::AttentionSpec, rng: &mut Rng) -> Vec<f32> {
+    let mut v = Vec::with_capacity(a.batch * a.seq_q);
+    for _ in 0..a.batch {
+        let last = rng.below(a.seq_k + 2) as i64 - 1;
+        v.extend((0..a.seq_q).map(|i| (last - (a.seq_q - 1 - i) as i64) as f32));
+    }
+    v
 }
 
 /// A value that exercises a cast: ordinary values, values past `f16`'s range

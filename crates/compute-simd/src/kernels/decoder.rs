@@ -38,11 +38,13 @@ fn run_into<T: Element>(op: &Op, inputs: &[HostSlice<'_>], out: &mut [T]) -> Res
     match *op {
         Op::Rope(spec) => {
             let x = inputs.first().and_then(|x| x.get::<T>()).ok_or_else(|| mismatch(op.dtype()))?;
-            rope(&spec, x, out);
+            let positions = positions_input(op, spec.positions, inputs)?;
+            rope(&spec, x, positions, out);
         }
         Op::Copy(spec) => {
             let src = inputs.first().and_then(|x| x.get::<T>()).ok_or_else(|| mismatch(op.dtype()))?;
-            copy(&spec, src, out);
+            let positions = positions_input(op, spec.positions.is_some(), inputs)?;
+            copy(&spec, src, positions, out);
         }
         Op::Gather { cols, .. } => {
             let table = inputs.first().and_then(|x| x.get::<T>()).ok_or_else(|| mismatch(op.dtype()))?;
@@ -54,6 +56,15 @@ fn run_into<T: Element>(op: &Op, inputs: &[HostSlice<'_>], out: &mut [T]) -> Res
     Ok(())
 }
 
+/// The `f32` positions input (the second) of an op that reads one.
+fn positions_input<'a>(op: &Op, reads: bool, inputs: &[HostSlice<'a>]) -> Result<Option<&'a [f32]>> {
+    if !reads {
+        return Ok(None);
+    }
+    let p = inputs.get(1).and_then(|x| x.get::<f32>());
+    p.map(Some).ok_or_else(|| ComputeError::unsupported_dtype(op, BackendKind::Simd, op.dtype(), "f32 positions"))
+}
+
 /// Whether `op` is one of this module's.
 pub fn handles(op: &Op) -> bool {
     matches!(op, Op::Rope(_) | Op::Copy(_) | Op::Gather { .. } | Op::ArgMax { .. })
@@ -61,13 +72,16 @@ pub fn handles(op: &Op) -> bool {
 
 /// `y = rope(x)` (see [`RopeSpec`]): per token, `head_dim / 2` cosines and
 /// sines, then two multiplies and an add per value.
-fn rope<T: Element>(spec: &RopeSpec, x: &[T], out: &mut [T]) {
+fn rope<T: Element>(spec: &RopeSpec, x: &[T], positions: Option<&[f32]>, out: &mut [T]) {
     let d = spec.head_dim;
     let half = d / 2;
     let inv_freq: Vec<f32> = (0..half).map(|i| spec.inv_freq(i)).collect();
     let mut cos_sin = vec![(0f32, 0f32); half];
     for (t, (xs, ys)) in x.chunks_exact(spec.heads * d).zip(out.chunks_exact_mut(spec.heads * d)).enumerate() {
-        let pos = (spec.position + t) as f32;
+        let pos = match positions {
+            Some(p) => p[t],
+            None => (spec.position + t) as f32,
+        };
         for (cs, &f) in cos_sin.iter_mut().zip(&inv_freq) {
             let (s, c) = (pos * f).sin_cos();
             *cs = (c, s);
@@ -84,13 +98,19 @@ fn rope<T: Element>(spec: &RopeSpec, x: &[T], out: &mut [T]) {
 }
 
 /// `dst[view] = src[view]`, a contiguous run at a time when both innermost
-/// strides are 1.
-fn copy<T: Element>(spec: &CopySpec, src: &[T], dst: &mut [T]) {
+/// strides are 1; with positions, row `j` goes to slot `positions[j]`
+/// (skipped when that is not a slot).
+fn copy<T: Element>(spec: &CopySpec, src: &[T], positions: Option<&[f32]>, dst: &mut [T]) {
     let [n0, n1, n2] = spec.shape;
     let rows_contiguous = spec.src.strides[2] == 1 && spec.dst.strides[2] == 1;
     for i in 0..n0 {
         for j in 0..n1 {
-            let (s, d) = (spec.src.index(i, j, 0), spec.dst.index(i, j, 0));
+            let to = match (spec.positions, positions) {
+                (Some(slots), Some(p)) => CopySpec::slot(p[j], slots),
+                _ => Some(j),
+            };
+            let Some(to) = to else { continue };
+            let (s, d) = (spec.src.index(i, j, 0), spec.dst.index(i, to, 0));
             if rows_contiguous {
                 dst[d..d + n2].copy_from_slice(&src[s..s + n2]);
             } else {
