@@ -849,6 +849,18 @@ impl Op {
         matches!(self, Op::Copy(_))
     }
 
+    /// Whether the op reads positions from an input on the device
+    /// ([`RopeSpec::with_positions`], [`CopySpec::at_positions`],
+    /// [`AttentionSpec::with_positions`]). Free.
+    pub fn reads_positions(&self) -> bool {
+        match self {
+            Op::Rope(r) => r.positions,
+            Op::Copy(c) => c.positions.is_some(),
+            Op::Attention(a) => a.positions,
+            _ => false,
+        }
+    }
+
     /// The quantized dtype the op reads or writes, if any: a quantized
     /// matmul's weight, a cast's quantized side.
     pub fn weight_dtype(&self) -> Option<DType> {

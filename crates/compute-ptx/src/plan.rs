@@ -194,6 +194,9 @@ const NO_KERNELS: &str = "the CUDA kernels read and write f32, f16 and bf16 only
 /// are declined: they run on the CPU. Free.
 pub fn supported(op: &Op) -> bool {
     let blocks = |d: DType| d.block_format().is_some_and(crate::kernels::quant::supported);
+    if op.reads_positions() {
+        return false;
+    }
     match *op {
         Op::QuantMatmul(s) => blocks(s.weight) && elem::supported(s.dtype) && elem::supported(s.out_dtype),
         Op::Cast { from, to, .. } if from == to => elem::supported(from) || blocks(from),
@@ -215,6 +218,9 @@ fn nan_bits(dtype: DType) -> u32 {
 /// The [`ComputeError::UnsupportedDType`] for an op that [`supported`]
 /// declines, naming its first dtype without kernels.
 pub fn unsupported_dtype(op: &Op) -> ComputeError {
+    if op.reads_positions() {
+        return ComputeError::Unsupported { op: op.name(), backend: BackendKind::Cuda };
+    }
     let dtype = op.dtypes().into_iter().find(|&d| !elem::supported(d)).unwrap_or(op.dtype());
     if let Op::Cast { from, to, .. } = *op
         && to.is_quantized()

@@ -62,6 +62,9 @@ pub(crate) fn computes(dtype: DType) -> bool {
 /// them). Free.
 pub(crate) fn supported(op: &Op) -> bool {
     let kernels = |d: DType| d.block_format().and_then(crate::kernels::quant_code).is_some();
+    if op.reads_positions() {
+        return false;
+    }
     match *op {
         Op::QuantMatmul(s) => computes(s.dtype) && computes(s.out_dtype) && kernels(s.weight),
         Op::Cast { from, to, .. } if from == to => true,
@@ -73,6 +76,9 @@ pub(crate) fn supported(op: &Op) -> bool {
 /// The [`ComputeError::UnsupportedDType`] for an op that [`supported`]
 /// declines, naming its first dtype the shaders lack.
 pub(crate) fn unsupported_dtype(op: &Op) -> ComputeError {
+    if op.reads_positions() {
+        return ComputeError::Unsupported { op: op.name(), backend: errors::KIND };
+    }
     if let Op::Cast { from, to, .. } = *op
         && computes(from)
         && to.is_quantized()
