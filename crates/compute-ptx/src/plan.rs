@@ -194,7 +194,10 @@ const NO_KERNELS: &str = "the CUDA kernels read and write f32, f16 and bf16 only
 /// are declined: they run on the CPU. Free.
 pub fn supported(op: &Op) -> bool {
     let blocks = |d: DType| d.block_format().is_some_and(crate::kernels::quant::supported);
-    if op.reads_positions() {
+    if let Op::Attention(a) = op
+        && a.positions
+        && attention::positions_args(a.mask, a.seq_q).is_none()
+    {
         return false;
     }
     match *op {
@@ -219,6 +222,7 @@ fn nan_bits(dtype: DType) -> u32 {
 /// declines, naming its first dtype without kernels.
 pub fn unsupported_dtype(op: &Op) -> ComputeError {
     if op.reads_positions() {
+        // Only the start-aligned causal mask with positions lacks kernels.
         return ComputeError::Unsupported { op: op.name(), backend: BackendKind::Cuda };
     }
     let dtype = op.dtypes().into_iter().find(|&d| !elem::supported(d)).unwrap_or(op.dtype());
@@ -511,8 +515,11 @@ impl Exec<'_> {
                 run_dequantize(self.l, format, len, to, (input(0)?, out))
             }
             Op::Cast { len, from, to } => self.cast(input(0)?, from, out, to, len),
-            Op::Rope(r) => self.rope(&r, input(0)?, out, op.name()),
-            Op::Copy(c) => self.strided_copy(&c, input(0)?, out, op.name()),
+            Op::Rope(r) => self.rope(&r, input(0)?, r.positions.then(|| input(1)).transpose()?, out, op.name()),
+            Op::Copy(c) => {
+                let positions = c.positions.map(|_| input(1)).transpose()?;
+                self.strided_copy(&c, input(0)?, positions, out, op.name())
+            }
             Op::Gather { ids, rows, cols, dtype } => {
                 let name = op.name();
                 let total = ids.saturating_mul(cols);
@@ -561,7 +568,7 @@ impl Exec<'_> {
     }
 
     /// Rotary embedding: one launch, one thread per pair.
-    fn rope(&self, r: &RopeSpec, x: u64, y: u64, op: &'static str) -> Result<()> {
+    fn rope(&self, r: &RopeSpec, x: u64, positions: Option<u64>, y: u64, op: &'static str) -> Result<()> {
         let half = r.head_dim / 2;
         let pairs = r.seq.saturating_mul(r.heads).saturating_mul(half);
         if pairs == 0 {
@@ -581,6 +588,7 @@ impl Exec<'_> {
             Arg::U32(r.position as u32),
             Arg::F32(hi),
             Arg::F32(lo),
+            Arg::Ptr(positions.unwrap_or(0)),
         ];
         self.launch(KernelId::Rope(r.layout, r.dtype), self.item_grid(pairs), &args)
     }
@@ -588,24 +596,24 @@ impl Exec<'_> {
     /// Strided copy: one launch of the widest unit (16 or 8 bytes) that
     /// both views' rows, offsets, strides and base addresses allow when
     /// both inner strides are 1, else one element per thread.
-    fn strided_copy(&self, c: &CopySpec, src: u64, dst: u64, op: &'static str) -> Result<()> {
+    fn strided_copy(&self, c: &CopySpec, src: u64, positions: Option<u64>, dst: u64, op: &'static str) -> Result<()> {
         let count = c.count();
         if count == 0 {
             return Ok(());
         }
         let e = c.dtype.size_in_bytes() as u64;
         // A dimension of extent 1 has no stride that matters.
-        let view = |v: &compute_core::Strided| {
+        let view = |v: &compute_core::Strided, extent: [usize; 3]| {
             let mut s = v.strides.map(|x| x as u64);
-            for (k, &n) in c.shape.iter().enumerate() {
+            for (k, &n) in extent.iter().enumerate() {
                 if n == 1 {
                     s[k] = 0;
                 }
             }
             (v.offset as u64, s)
         };
-        let (mut so, mut ss) = view(&c.src);
-        let (mut dof, mut ds) = view(&c.dst);
+        let (mut so, mut ss) = view(&c.src, c.shape);
+        let (mut dof, mut ds) = view(&c.dst, c.dst_extent());
         let mut n2 = c.shape[2] as u64;
         let mut unit = e;
         for u in [16u64, 8] {
@@ -636,6 +644,8 @@ impl Exec<'_> {
         args.extend(ss.map(Arg::U64));
         args.push(Arg::U64(dof));
         args.extend(ds.map(Arg::U64));
+        let slots = u32_of(op, "copy slots", c.positions.unwrap_or(0))?;
+        args.extend([Arg::Ptr(positions.unwrap_or(0)), Arg::U32(slots)]);
         self.launch(KernelId::Copy(unit as u32), self.item_grid(units), &args)
     }
 
@@ -670,7 +680,12 @@ impl Exec<'_> {
         let kv_rows = u32_of(name, "key/value rows per head", a.kv_rows())?;
         limit(name, "key/value heads", a.heads_kv, MAX_GRID_YZ)?;
         limit(name, "batch", a.batch, MAX_GRID_YZ)?;
-        let (va, vb) = attention::visible_params(a.causal_offset(), a.seq_k);
+        let ((va, vb), positions) = if a.positions {
+            let unsupported = || ComputeError::Unsupported { op: name, backend: BackendKind::Cuda };
+            (attention::positions_args(a.mask, a.seq_q).ok_or_else(unsupported)?, input(3)?)
+        } else {
+            (attention::visible_params(a.causal_offset(), a.seq_k), 0)
+        };
         let args = [
             Arg::Ptr(input(0)?),
             Arg::Ptr(input(1)?),
@@ -683,6 +698,7 @@ impl Exec<'_> {
             Arg::F32(a.scale * std::f32::consts::LOG2_E),
             Arg::U32(u32_of(name, "causal offset", va as usize)?),
             Arg::U32(u32_of(name, "causal offset", vb as usize)?),
+            Arg::Ptr(positions),
         ];
         let (hkv, batch) = (a.heads_kv as u32, a.batch as u32);
         let tf32 = a.dtype == DType::F32 && a.precision == compute_core::Precision::Tf32;
@@ -693,7 +709,7 @@ impl Exec<'_> {
                 let mut args = args.to_vec();
                 if tf32 {
                     let layout = op.layout()?;
-                    for (i, operand) in layout.inputs().iter().enumerate() {
+                    for (i, operand) in layout.inputs().iter().take(3).enumerate() {
                         let (guard, t) = self.temp(operand.len, name)?;
                         self.split_bf16(input(i)?, t, operand.len)?;
                         guards.push(guard);

@@ -260,9 +260,13 @@ pub(crate) struct Params {
     pub(crate) scale_log2: Reg<F32>,
     pub(crate) vis_a: Reg<U32>,
     pub(crate) vis_b: Reg<U32>,
+    /// The queries' positions (`[batch, seq_q]` f32), or 0: with them, each
+    /// batch element reads `min(seq_k, trunc(p_last + 1))` keys and `vis_a`
+    /// grows by that count ([`positions_args`]).
+    pub(crate) positions: Reg<U64>,
 }
 
-pub(crate) const PARAM_DOC: &str = "params: q, k, v, o, rows (group * seq_q), seq_q, seq_k, kv_rows (rows per k/v head), scale_log2 (scale * log2 e), vis_a, vis_b";
+pub(crate) const PARAM_DOC: &str = "params: q, k, v, o, rows (group * seq_q), seq_q, seq_k, kv_rows (rows per k/v head), scale_log2 (scale * log2 e), vis_a, vis_b, positions (0 or the queries' positions: keys = min(seq_k, trunc(last position + 1)), vis_a += keys)";
 
 pub(crate) fn params(b: &mut KernelBuilder) -> Params {
     Params {
@@ -277,7 +281,44 @@ pub(crate) fn params(b: &mut KernelBuilder) -> Params {
         scale_log2: b.param::<F32>("scale_log2"),
         vis_a: b.param::<U32>("vis_a"),
         vis_b: b.param::<U32>("vis_b"),
+        positions: b.param_ptr("positions"),
     }
+}
+
+/// `(vis_a, vis_b)` for a launch whose keys are counted from the queries'
+/// positions on the device: the kernel adds the count to `vis_a`, which
+/// gives the end-aligned causal rule (`mask`) or all keys (no mask). `None`
+/// for the start-aligned causal mask, which does not move with the count.
+pub fn positions_args(mask: compute_core::Mask, seq_q: usize) -> Option<(u64, u64)> {
+    match mask {
+        // vis(i) = clamp(i + n + 1 − seq_q, 0, n)
+        compute_core::Mask::Causal => Some((1, seq_q as u64)),
+        // vis(i) = n
+        compute_core::Mask::None => Some((0, 0)),
+        compute_core::Mask::CausalTopLeft => None,
+    }
+}
+
+/// With a positions argument, replaces `seq_k` by this batch element's key
+/// count and adds it to `vis_a`: one load by every thread (the same word).
+fn apply_positions(b: &mut KernelBuilder, p: &Params, batch: Reg<U32>) {
+    b.comment("keys counted from the queries' positions, when given");
+    let skip = b.label("no_positions");
+    let none = b.setp(Cmp::Eq, p.positions, 0u64);
+    b.bra_if(none, skip);
+    let idx = b.mad(batch, p.seq_q, p.seq_q);
+    let idx = b_sub1(b, idx);
+    let off = b.mul_wide(idx, 4u32);
+    let at = b.add(p.positions, off);
+    let last = b.ld_global::<F32>(at, 0);
+    let n = b.add(last, 1.0f32);
+    // Float to integer rounds toward zero and saturates (NaN and negatives: 0).
+    let n = b.cvt::<U32, F32>(n);
+    let n = b.min(n, p.seq_k);
+    b.assign(p.seq_k, n);
+    let a = b.add(p.vis_a, n);
+    b.assign(p.vis_a, a);
+    b.place(skip);
 }
 
 /// Keys query position `pos` sees: `min(seq_k, max(0, pos + a − b))`.
@@ -292,7 +333,8 @@ pub(crate) fn visible(b: &mut KernelBuilder, p: &Params, pos: Reg<U32>) -> Reg<U
 /// Byte offsets of this (batch, key/value head)'s `q`/`o` rows and `k`/`v`
 /// rows: `(batch·heads_kv + y)·rows·d·elem` and `(batch·heads_kv + y)·kv_rows·d·elem`
 /// (a KV cache holds `kv_rows ≥ seq_k` rows per head, of which the first
-/// `seq_k` are read).
+/// `seq_k` are read). First, with a positions argument, sets this batch
+/// element's key count ([`Params::positions`]).
 pub(crate) fn head_offsets(
     b: &mut KernelBuilder,
     p: &Params,
@@ -300,6 +342,7 @@ pub(crate) fn head_offsets(
     elem: u32,
     batch: Reg<U32>,
 ) -> (Reg<U64>, Reg<U64>) {
+    apply_positions(b, p, batch);
     let y = b.ctaid(Dim::Y);
     let ny = b.nctaid(Dim::Y);
     let head = b.mad(batch, ny, y);

@@ -97,7 +97,8 @@ pub fn rope_name(layout: RopeLayout, dtype: DType) -> String {
 /// Builds the rotary-embedding kernel for `layout` on `dtype` (computed in
 /// `f32`; module docs). Params: `x`, `y`, `pairs` (`seq·heads·head_dim/2`),
 /// `heads`, `half` (`head_dim/2`), `position`, `freq_hi`, `freq_lo`
-/// (`−2·log₂θ/head_dim`, high and low parts). Launch: [`BLOCK`] threads, any
+/// (`−2·log₂θ/head_dim`, high and low parts), `positions` (0, or `seq` `f32`
+/// positions read instead of `position + t`). Launch: [`BLOCK`] threads, any
 /// grid.
 pub fn rope(layout: RopeLayout, dtype: DType, target: Target) -> Result<Kernel, BuildError> {
     let name = rope_name(layout, dtype);
@@ -108,7 +109,8 @@ pub fn rope(layout: RopeLayout, dtype: DType, target: Target) -> Result<Kernel, 
     };
     b.doc(&format!("{name}: rotary embedding of x [seq, heads, d], pairs {pairs}, one thread per pair"));
     b.doc("angle (position + t) * 2^(i*c) in f32, reduced mod 2pi (Cody-Waite), then sin/cos.approx");
-    b.doc("params: x, y, pairs, heads, half (d/2), position, freq_hi, freq_lo (c = -2 log2(theta)/d)");
+    b.doc("params: x, y, pairs, heads, half (d/2), position, freq_hi, freq_lo (c = -2 log2(theta)/d),");
+    b.doc("positions (0, or the tokens' f32 positions, read instead of position + t)");
     b.doc(&format!("launch: {BLOCK} threads per block, any grid (grid-stride)"));
     b.max_threads(BLOCK);
     let x = b.param_ptr("x");
@@ -119,6 +121,8 @@ pub fn rope(layout: RopeLayout, dtype: DType, target: Target) -> Result<Kernel, 
     let position = b.param::<U32>("position");
     let freq_hi = b.param::<F32>("freq_hi");
     let freq_lo = b.param::<F32>("freq_lo");
+    let positions = b.param_ptr("positions");
+    let given = b.setp(Cmp::Ne, positions, 0u64);
     let shift = elem::shift(dtype);
     let size = elem::size(dtype);
     grid_stride(&mut b, n, |b, g| {
@@ -159,6 +163,12 @@ pub fn rope(layout: RopeLayout, dtype: DType, target: Target) -> Result<Kernel, 
         let freq = b.fma(p, k, p);
         let pos = b.add(position, t);
         let posf = b.cvt::<F32, U32>(pos);
+        let toff = b.mul_wide(t, 4u32);
+        let pat = b.add(positions, toff);
+        b.guarded(given, false, |b| {
+            let v = b.ld_global::<F32>(pat, 0);
+            b.assign(posf, v);
+        });
         let a = b.mul(posf, freq);
         b.comment("a mod 2pi: k = rni(a/2pi), r = a - k*C1 - k*C2 (the first step exact)");
         let q = b.mul(a, INV_TWO_PI);
@@ -223,7 +233,10 @@ fn store_unit(b: &mut KernelBuilder, at: Reg<U64>, u: &Unit) {
 /// Builds the strided copy of `bytes`-byte units (2, 4, 8 or 16; module
 /// docs). Params: `src`, `dst`, `count` (units), `n1`, `n2` (the inner
 /// extents), then the source's offset and three strides and the
-/// destination's, all `u64` in units. Launch: [`BLOCK`] threads, any grid.
+/// destination's, all `u64` in units, then `positions` (0, or `n1` `f32`
+/// values replacing the destination's `j`; a value that is not a whole
+/// number below `slots` is skipped) and `slots`. Launch: [`BLOCK`] threads,
+/// any grid.
 pub fn copy(bytes: u32, target: Target) -> Result<Kernel, BuildError> {
     let name = copy_name(bytes);
     if !COPY_UNITS.contains(&bytes) {
@@ -231,7 +244,8 @@ pub fn copy(bytes: u32, target: Target) -> Result<Kernel, BuildError> {
     }
     let mut b = KernelBuilder::new(&name, target);
     b.doc(&format!("{name}: dst[do + i*d0 + j*d1 + l*d2] = src[so + i*s0 + j*s1 + l*s2], {bytes}-byte units"));
-    b.doc("params: src, dst, count, n1, n2, so, s0, s1, s2, do, d0, d1, d2 (offsets and strides in units)");
+    b.doc("params: src, dst, count, n1, n2, so, s0, s1, s2, do, d0, d1, d2 (offsets and strides in units),");
+    b.doc("positions (0, or n1 f32 destination rows j; not a whole number below slots: skipped), slots");
     b.doc(&format!("launch: {BLOCK} threads per block, any grid (grid-stride); one unit per thread"));
     b.max_threads(BLOCK);
     let src = b.param_ptr("src");
@@ -245,15 +259,35 @@ pub fn copy(bytes: u32, target: Target) -> Result<Kernel, BuildError> {
         let strides: Vec<Reg<U64>> = (0..3).map(|k| b.param::<U64>(&format!("{side}{k}"))).collect();
         views.push((off, strides));
     }
+    let positions = b.param_ptr("positions");
+    let slots = b.param::<U32>("slots");
     let shift = bytes.trailing_zeros();
     grid_stride(&mut b, n, |b, g| {
         let l = b.rem(g, n2);
         let q = b.div(g, n2);
         let j = b.rem(q, n1);
         let i = b.div(q, n1);
-        let idx: Vec<Reg<U64>> = [i, j, l].iter().map(|&v| b.cvt::<U64, U32>(v)).collect();
+        let skip = b.label("skip");
+        let plain = b.label("dst_row");
+        let jd = b.mov::<U32>(j);
+        let none = b.setp(Cmp::Eq, positions, 0u64);
+        b.bra_if(none, plain);
+        b.comment("the destination row from the positions: skipped unless a whole number below slots");
+        let off = b.mul_wide(j, 4u32);
+        let at = b.add(positions, off);
+        let pv = b.ld_global::<F32>(at, 0);
+        let pi = b.cvt::<U32, F32>(pv);
+        let back = b.cvt::<F32, U32>(pi);
+        let not_whole = b.setp(Cmp::Neu, back, pv);
+        b.bra_if(not_whole, skip);
+        let past = b.setp(Cmp::Ge, pi, slots);
+        b.bra_if(past, skip);
+        b.assign(jd, pi);
+        b.place(plain);
         let mut addrs = Vec::new();
-        for ((off, strides), base) in views.iter().zip([src, dst]) {
+        for (side, ((off, strides), base)) in views.iter().zip([src, dst]).enumerate() {
+            let row = if side == 0 { j } else { jd };
+            let idx: Vec<Reg<U64>> = [i, row, l].iter().map(|&v| b.cvt::<U64, U32>(v)).collect();
             let mut at = *off;
             for (k, s) in idx.iter().zip(strides) {
                 at = b.mad(*k, *s, at);
@@ -263,6 +297,7 @@ pub fn copy(bytes: u32, target: Target) -> Result<Kernel, BuildError> {
         }
         let u = load_unit(b, bytes, addrs[0]);
         store_unit(b, addrs[1], &u);
+        b.place(skip);
     });
     b.finish()
 }
