@@ -3,9 +3,10 @@
 //! tokens, for `f32`, `bf16` and block-quantized weights. The GPU backends
 //! run the same model in the GPU test binaries.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
-use compute_core::{Backend, DType, RopeLayout};
+use compute_core::{Backend, BackendKind, DType, HostSlice, HostSliceMut, Op, Recording, RopeLayout, Tensor};
 use compute_simd::SimdBackend;
 use dispatch::llama::{HostWeights, Llama, LlamaConfig, LoadError, WeightFormat, reference_logits};
 
@@ -82,6 +83,106 @@ fn quantized_linear_layers_stay_within_the_activation_rounding() {
     let cfg = LlamaConfig { hidden: 256, heads: 4, kv_heads: 2, intermediate: 512, ..LlamaConfig::tiny() };
     for q in [DType::Q4K, DType::Q6K] {
         check(cpu.clone(), cfg, WeightFormat { dtype: DType::F32, linear: q }, 2e-2, 2);
+    }
+}
+
+/// The CPU backend, recording as the CUDA backend does: while `body` runs,
+/// tensor calls are kept instead of run, and a replay runs them again.
+struct Taping {
+    cpu: Arc<SimdBackend>,
+    tape: Mutex<Option<Vec<(Op, Vec<Tensor>, Tensor)>>>,
+    replays: Arc<AtomicUsize>,
+}
+
+struct Tape {
+    cpu: Arc<SimdBackend>,
+    calls: Vec<(Op, Vec<Tensor>, Tensor)>,
+    replays: Arc<AtomicUsize>,
+}
+
+impl Recording for Tape {
+    fn replay(&self) -> compute_core::Result<()> {
+        self.replays.fetch_add(1, Ordering::Relaxed);
+        for (op, inputs, out) in &self.calls {
+            let refs: Vec<&Tensor> = inputs.iter().collect();
+            self.cpu.run_tensors(op, &refs, out)?;
+        }
+        Ok(())
+    }
+}
+
+impl Backend for Taping {
+    fn kind(&self) -> BackendKind {
+        self.cpu.kind()
+    }
+    fn device_name(&self) -> String {
+        format!("{} (taping)", self.cpu.device_name())
+    }
+    fn run_typed(&self, op: &Op, inputs: &[HostSlice<'_>], output: HostSliceMut<'_>) -> compute_core::Result<()> {
+        self.cpu.run_typed(op, inputs, output)
+    }
+    fn upload_typed(&self, data: HostSlice<'_>) -> compute_core::Result<Tensor> {
+        self.cpu.upload_typed(data)
+    }
+    fn upload_into(&self, data: HostSlice<'_>, tensor: &Tensor) -> compute_core::Result<()> {
+        self.cpu.upload_into(data, tensor)
+    }
+    fn alloc_typed(&self, len: usize, dtype: DType) -> compute_core::Result<Tensor> {
+        self.cpu.alloc_typed(len, dtype)
+    }
+    fn download_typed(&self, tensor: &Tensor, out: HostSliceMut<'_>) -> compute_core::Result<()> {
+        self.cpu.download_typed(tensor, out)
+    }
+    fn run_tensors(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> compute_core::Result<()> {
+        if let Some(tape) = self.tape.lock().unwrap().as_mut() {
+            compute_core::check_tensor_call(op, output.location(), inputs, output)?;
+            tape.push((*op, inputs.iter().map(|&t| t.clone()).collect(), output.clone()));
+            return Ok(());
+        }
+        self.cpu.run_tensors(op, inputs, output)
+    }
+    fn record(
+        &self,
+        body: &mut dyn FnMut() -> compute_core::Result<()>,
+    ) -> compute_core::Result<Option<Box<dyn Recording>>> {
+        *self.tape.lock().unwrap() = Some(Vec::new());
+        let ran = body();
+        let calls = self.tape.lock().unwrap().take().unwrap_or_default();
+        ran?;
+        Ok(Some(Box::new(Tape { cpu: self.cpu.clone(), calls, replays: self.replays.clone() })))
+    }
+}
+
+/// Decoding steps recorded once and replayed at later positions give the
+/// logits of steps run directly, bit for bit, in every weight format.
+#[test]
+fn recorded_steps_replay_at_every_position() {
+    for format in [WeightFormat::dense(DType::F32), WeightFormat::dense(DType::BF16)] {
+        let cfg = LlamaConfig::tiny();
+        let weights = HostWeights::random(cfg, 5);
+        let cpu = Arc::new(SimdBackend::new());
+        let replays = Arc::new(AtomicUsize::new(0));
+        let taping = Taping { cpu: cpu.clone(), tape: Mutex::new(None), replays: replays.clone() };
+        let mut direct = Llama::load(cpu, &weights, format).unwrap();
+        let mut recorded = Llama::load(Arc::new(taping), &weights, format).unwrap();
+        assert!(recorded.device_positions());
+        let mut feed = vec![3u32, 1, 4, 1, 5];
+        for step in 0..6 {
+            let (a, b) = (direct.logits(&feed).unwrap(), recorded.logits(&feed).unwrap());
+            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{format:?} step {step}");
+            feed = vec![argmax(&a.iter().map(|&v| f64::from(v)).collect::<Vec<_>>())];
+        }
+        // Decoding steps 1..=5: the first runs directly, the second records,
+        // and it and every later one replay.
+        assert_eq!(replays.load(Ordering::Relaxed), 4, "{format:?}");
+        // Reset: the recording serves the new sequence from position 0 on.
+        recorded.reset();
+        direct.reset();
+        for t in [7u32, 8, 9] {
+            let (a, b) = (direct.logits(&[t]).unwrap(), recorded.logits(&[t]).unwrap());
+            assert_eq!(a, b, "{format:?} after reset");
+        }
+        assert_eq!(replays.load(Ordering::Relaxed), 7, "{format:?}");
     }
 }
 

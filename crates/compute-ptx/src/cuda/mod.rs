@@ -15,6 +15,7 @@ mod buffer;
 mod device;
 mod driver;
 mod error;
+mod graph;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 #[cfg(feature = "nccl")]
@@ -23,8 +24,8 @@ mod nccl_sys;
 use std::sync::Arc;
 
 use compute_core::{
-    Backend, BackendKind, ComputeError, DType, HostSlice, HostSliceMut, Location, MatmulSpec, Op, Result, Tensor,
-    check_download, check_host_call, check_tensor_call,
+    Backend, BackendKind, ComputeError, DType, HostSlice, HostSliceMut, Location, MatmulSpec, Op, Recording, Result,
+    Tensor, check_download, check_host_call, check_tensor_call, check_upload,
 };
 
 pub use crate::plan::GemmTier;
@@ -396,6 +397,23 @@ impl Backend for CudaBackend {
         let alloc = self.alloc_bytes(data.as_bytes().len())?;
         driver::htod(&self.dev.stream, alloc.device_ptr(), data.as_bytes(), "upload")?;
         self.tensor_in_typed(alloc, data.len(), data.dtype())
+    }
+
+    /// Copies `data` straight into the tensor's device memory, queued on the
+    /// device's stream (the host data has been consumed when this returns).
+    fn upload_into(&self, data: HostSlice<'_>, tensor: &Tensor) -> Result<()> {
+        check_upload(&data, tensor)?;
+        let op = Op::unary(compute_core::UnaryOp::Relu, data.len().max(1));
+        let dst = self.ptr(tensor, &op)?;
+        driver::htod(&self.dev.stream, dst, data.as_bytes(), "upload_into")
+    }
+
+    /// Captures the calls `body` queues as a CUDA graph (one launch per
+    /// replay). The device's stream is shared: calls that other threads queue
+    /// on this device while `body` runs join the recording, so record from
+    /// one thread at a time.
+    fn record(&self, body: &mut dyn FnMut() -> Result<()>) -> Result<Option<Box<dyn Recording>>> {
+        Ok(Some(Box::new(graph::record(&self.dev, body)?)))
     }
 
     /// A tensor of `len` elements of `dtype` (contents unspecified), any dtype.

@@ -235,6 +235,9 @@ struct Layer {
 
 /// The activations of one step of `seq` tokens, allocated once per length.
 struct Scratch {
+    /// The step's token ids and positions (`f32`), written before each step.
+    ids: Tensor,
+    positions: Tensor,
     x: Tensor,
     x2: Tensor,
     h: Tensor,
@@ -268,6 +271,24 @@ pub struct Llama {
     lm_head: Linear,
     scratch: HashMap<usize, Scratch>,
     pos: usize,
+    /// Whether the step reads its positions from a tensor (every op of the
+    /// step supports it), so that its calls do not change with the position.
+    device_positions: bool,
+    /// Whether one-token steps are recorded and replayed ([`Llama::set_recording`]).
+    record_steps: bool,
+    /// Per step length: `Ready` once recorded, `Warm` after one direct run,
+    /// `Never` where the backend does not record.
+    recordings: HashMap<usize, StepRecording>,
+}
+
+/// Where the recording of a step length stands.
+enum StepRecording {
+    /// Ran once directly (kernels loaded, buffers allocated): record next time.
+    Warm,
+    /// Recorded: each step replays it.
+    Ready(Box<dyn compute_core::Recording>),
+    /// The backend does not record: run directly.
+    Never,
 }
 
 impl Llama {
@@ -332,7 +353,67 @@ impl Llama {
                 v_cache: backend.alloc_typed(cache, format.dtype)?,
             });
         }
-        Ok(Llama { embed, final_norm, lm_head, layers, cfg, format, backend, scratch: HashMap::new(), pos: 0 })
+        let device_positions = Self::positions_supported(&*backend, &cfg, format.dtype);
+        Ok(Llama {
+            embed,
+            final_norm,
+            lm_head,
+            layers,
+            cfg,
+            format,
+            backend,
+            scratch: HashMap::new(),
+            pos: 0,
+            device_positions,
+            record_steps: true,
+            recordings: HashMap::new(),
+        })
+    }
+
+    /// Whether `backend` runs the step's position-reading ops (rotary
+    /// embedding, cache append, attention) with positions from a tensor.
+    fn positions_supported(backend: &dyn Backend, cfg: &LlamaConfig, dtype: DType) -> bool {
+        let (d, cap) = (cfg.head_dim(), cfg.max_seq);
+        let ops = [
+            Op::Rope(RopeSpec::new(1, cfg.heads, d, cfg.rope_theta).with_dtype(dtype).with_positions()),
+            Op::Copy(
+                CopySpec::new(
+                    [cfg.kv_heads, 1, d],
+                    Strided::contiguous([cfg.kv_heads, 1, d]),
+                    Strided { offset: 0, strides: [cap * d, d, 1], len: cfg.kv_heads * cap * d },
+                )
+                .at_positions(cap)
+                .with_dtype(dtype),
+            ),
+            Op::Attention(
+                AttentionSpec::new(1, cfg.heads, 1, cap, d)
+                    .with_kv_heads(cfg.kv_heads)
+                    .causal()
+                    .with_dtype(dtype)
+                    .with_positions(),
+            ),
+        ];
+        ops.iter().all(|op| backend.supports(op))
+    }
+
+    /// Whether one-token steps are recorded once and replayed (on by
+    /// default). A backend that records ([`Backend::record`]: CUDA, as a
+    /// graph) then runs a decoding step as one launch instead of about
+    /// twenty per layer; elsewhere this changes nothing. The first step of a
+    /// length runs directly, the second records and replays; turning it off
+    /// drops the recordings.
+    pub fn set_recording(&mut self, on: bool) {
+        self.record_steps = on;
+        if !on {
+            self.recordings.clear();
+        }
+    }
+
+    /// Whether the steps read their positions from a tensor on the device
+    /// (the backend runs every position-reading op that way), which is what
+    /// lets them be recorded.
+    pub fn device_positions(&self) -> bool {
+        self.device_positions
     }
 
     /// The model's shape.
@@ -417,6 +498,8 @@ impl Llama {
             let d = c.head_dim();
             let a = |len: usize| b.alloc_typed(len, dt);
             let s = Scratch {
+                ids: b.alloc_typed(seq, DType::F32)?,
+                positions: b.alloc_typed(seq, DType::F32)?,
                 x: a(seq * c.hidden)?,
                 x2: a(seq * c.hidden)?,
                 h: a(seq * c.hidden)?,
@@ -444,7 +527,7 @@ impl Llama {
 
     fn forward(&mut self, tokens: &[u32]) -> Result<()> {
         let seq = tokens.len();
-        let (c, dt, pos) = (self.cfg, self.format.dtype, self.pos);
+        let (c, pos) = (self.cfg, self.pos);
         if seq == 0 || pos + seq > c.max_seq {
             return Err(ComputeError::shape(
                 "llama",
@@ -460,17 +543,65 @@ impl Llama {
             ));
         }
         self.ensure_scratch(seq)?;
+        let ids: Vec<f32> = tokens.iter().map(|&t| t as f32).collect();
+        let positions: Vec<f32> = (pos..pos + seq).map(|p| p as f32).collect();
+        {
+            let (b, s) = (&*self.backend, self.scratch(seq)?);
+            b.upload_into(HostSlice::F32(&ids), &s.ids)?;
+            if self.device_positions {
+                b.upload_into(HostSlice::F32(&positions), &s.positions)?;
+            }
+        }
+        if !(self.device_positions && self.record_steps && seq == 1) {
+            self.queue(seq)?;
+        } else {
+            match self.recordings.remove(&seq) {
+                Some(StepRecording::Ready(r)) => {
+                    let replayed = r.replay();
+                    self.recordings.insert(seq, StepRecording::Ready(r));
+                    replayed?;
+                }
+                Some(StepRecording::Warm) => {
+                    let recorded = self.backend.record(&mut || self.queue(seq))?;
+                    match recorded {
+                        Some(r) => {
+                            r.replay()?;
+                            self.recordings.insert(seq, StepRecording::Ready(r));
+                        }
+                        None => {
+                            self.queue(seq)?;
+                            self.recordings.insert(seq, StepRecording::Never);
+                        }
+                    }
+                }
+                Some(StepRecording::Never) => {
+                    self.queue(seq)?;
+                    self.recordings.insert(seq, StepRecording::Never);
+                }
+                None => {
+                    self.queue(seq)?;
+                    self.recordings.insert(seq, StepRecording::Warm);
+                }
+            }
+        }
+        self.pos += seq;
+        Ok(())
+    }
+
+    /// Queues a step of `seq` tokens at the current position: every op of
+    /// the forward pass on the step's scratch tensors. With device positions
+    /// the calls are the same at every position (what a recording replays).
+    fn queue(&self, seq: usize) -> Result<()> {
+        let (c, dt, pos) = (self.cfg, self.format.dtype, self.pos);
+        let dynamic = self.device_positions;
         let (b, s) = (&*self.backend, self.scratch(seq)?);
         let d = c.head_dim();
-        let ids: Vec<f32> = tokens.iter().map(|&t| t as f32).collect();
-        let ids = b.upload_typed(HostSlice::F32(&ids))?;
         let gather = Op::Gather { ids: seq, rows: c.vocab, cols: c.hidden, dtype: dt };
-        b.run_tensors(&gather, &[&self.embed, &ids], &s.x)?;
+        b.run_tensors(&gather, &[&self.embed, &s.ids], &s.x)?;
         let norm = Op::rows(RowOp::RmsNorm { eps: c.rms_eps }, seq, c.hidden).with_dtype(dt);
         let rope = |heads| {
-            Op::Rope(
-                RopeSpec::new(seq, heads, d, c.rope_theta).at_position(pos).with_layout(c.rope_layout).with_dtype(dt),
-            )
+            let r = RopeSpec::new(seq, heads, d, c.rope_theta).with_layout(c.rope_layout).with_dtype(dt);
+            Op::Rope(if dynamic { r.with_positions() } else { r.at_position(pos) })
         };
         // Token-major [seq, heads, d] ↔ head-major [heads, seq, d].
         let token_major = |heads: usize, len: usize| Strided { offset: 0, strides: [d, heads * d, 1], len };
@@ -490,17 +621,28 @@ impl Llama {
             )
             .with_dtype(dt),
         );
-        let cache = Strided { offset: pos * d, strides: [c.max_seq * d, d, 1], len: c.kv_heads * c.max_seq * d };
-        let append = Op::Copy(
-            CopySpec::new([c.kv_heads, seq, d], token_major(c.kv_heads, seq * c.kv_heads * d), cache).with_dtype(dt),
-        );
-        let attention = Op::Attention(
-            AttentionSpec::new(1, c.heads, seq, pos + seq, d)
-                .with_kv_heads(c.kv_heads)
-                .causal()
-                .with_kv_capacity(c.max_seq)
-                .with_dtype(dt),
-        );
+        let at = if dynamic { 0 } else { pos * d };
+        let cache = Strided { offset: at, strides: [c.max_seq * d, d, 1], len: c.kv_heads * c.max_seq * d };
+        let append =
+            CopySpec::new([c.kv_heads, seq, d], token_major(c.kv_heads, seq * c.kv_heads * d), cache).with_dtype(dt);
+        let append = Op::Copy(if dynamic { append.at_positions(c.max_seq) } else { append });
+        let keys = if dynamic { c.max_seq } else { pos + seq };
+        let attention =
+            AttentionSpec::new(1, c.heads, seq, keys, d).with_kv_heads(c.kv_heads).causal().with_kv_capacity(c.max_seq);
+        let attention = Op::Attention(if dynamic { attention.with_positions() } else { attention }.with_dtype(dt));
+        // The position-reading ops take the step's positions as their last input.
+        let with_positions = |inputs: &[&'_ Tensor]| -> Vec<Tensor> {
+            let mut v: Vec<Tensor> = inputs.iter().map(|&t| t.clone()).collect();
+            if dynamic {
+                v.push(s.positions.clone());
+            }
+            v
+        };
+        let run = |op: &Op, inputs: &[&Tensor], out: &Tensor| -> Result<()> {
+            let owned = with_positions(inputs);
+            let refs: Vec<&Tensor> = owned.iter().collect();
+            b.run_tensors(op, &refs, out)
+        };
         let add = Op::binary(BinaryOp::Add, seq * c.hidden).with_dtype(dt);
         let swiglu = Op::binary(BinaryOp::SwiGlu, seq * c.intermediate).with_dtype(dt);
         // The residual stream alternates between x and x2.
@@ -510,17 +652,17 @@ impl Llama {
             b.run_tensors(&l.wq.op(seq, dt), &[&s.h, &l.wq.w], &s.q)?;
             b.run_tensors(&l.wk.op(seq, dt), &[&s.h, &l.wk.w], &s.k)?;
             b.run_tensors(&l.wv.op(seq, dt), &[&s.h, &l.wv.w], &s.v)?;
-            b.run_tensors(&rope(c.heads), &[&s.q], &s.q_rot)?;
-            b.run_tensors(&rope(c.kv_heads), &[&s.k], &s.k_rot)?;
-            b.run_tensors(&append, &[&s.k_rot], &l.k_cache)?;
-            b.run_tensors(&append, &[&s.v], &l.v_cache)?;
+            run(&rope(c.heads), &[&s.q], &s.q_rot)?;
+            run(&rope(c.kv_heads), &[&s.k], &s.k_rot)?;
+            run(&append, &[&s.k_rot], &l.k_cache)?;
+            run(&append, &[&s.v], &l.v_cache)?;
             // One token: token-major and head-major are the same layout.
             let out = if seq == 1 {
-                b.run_tensors(&attention, &[&s.q_rot, &l.k_cache, &l.v_cache], &s.attn)?;
+                run(&attention, &[&s.q_rot, &l.k_cache, &l.v_cache], &s.attn)?;
                 &s.attn
             } else {
                 b.run_tensors(&to_heads, &[&s.q_rot], &s.q_heads)?;
-                b.run_tensors(&attention, &[&s.q_heads, &l.k_cache, &l.v_cache], &s.attn)?;
+                run(&attention, &[&s.q_heads, &l.k_cache, &l.v_cache], &s.attn)?;
                 b.run_tensors(&to_tokens, &[&s.attn], &s.attn_tokens)?;
                 &s.attn_tokens
             };
@@ -547,8 +689,6 @@ impl Llama {
         let final_norm = Op::rows(RowOp::RmsNorm { eps: c.rms_eps }, 1, c.hidden).with_dtype(dt);
         b.run_tensors(&final_norm, &[&s.last, &self.final_norm], &s.normed)?;
         b.run_tensors(&self.lm_head.op(1, dt), &[&s.normed, &self.lm_head.w], &s.logits)?;
-        b.run_tensors(&Op::ArgMax { rows: 1, cols: c.vocab, dtype: dt }, &[&s.logits], &s.next)?;
-        self.pos += seq;
-        Ok(())
+        b.run_tensors(&Op::ArgMax { rows: 1, cols: c.vocab, dtype: dt }, &[&s.logits], &s.next)
     }
 }
