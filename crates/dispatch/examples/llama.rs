@@ -10,7 +10,7 @@
 //! cargo run --release -p dispatch --features cuda --example llama -- \
 //!     [--config tiny|1b] [--dtype f32|f16|bf16] [--linear q4_K|q5_K|q6_K|q8_0] \
 //!     [--engine simd|wgpu|cuda] [--prompt N] [--new N] [--gguf model.gguf | --hf DIR] \
-//!     [--logits FILE]
+//!     [--logits FILE] [--compare-direct]
 //! ```
 //!
 //! With `--gguf`, the model is a llama GGUF file (memory-mapped; its linear
@@ -20,7 +20,9 @@
 //! is a fixed sequence of token ids: `(i·7919 + 13) mod vocab`. `--logits`
 //! writes the prompt's last-position logits (one number a line) and the
 //! greedy tokens (a last line `tokens: …`) to FILE, to compare with another
-//! implementation.
+//! implementation. Decoding steps are recorded once and replayed where the
+//! engine records (CUDA graphs); `--compare-direct` also times the same
+//! decoding with every step queued op by op, in the same process.
 //!
 //! Defaults: the tiny configuration in `f32` on the first GPU engine (the
 //! CPU when there is none), a prompt of 16 tokens and 32 new ones. The
@@ -34,6 +36,22 @@ use std::time::Instant;
 use compute_core::{ComputeError, DType, Op};
 use dispatch::llama::{HostWeights, Llama, LlamaConfig, WeightFormat, reference_logits};
 use dispatch::{Compute, Engine};
+
+/// Resets `model`, then times a prefill of `prompt` and greedy decoding up
+/// to `new_tokens` tokens: `(prefill s, decode s, tokens)`.
+fn timed(model: &mut Llama, prompt: &[u32], new_tokens: usize) -> Result<(f64, f64, Vec<u32>), ComputeError> {
+    model.reset();
+    let t = Instant::now();
+    let first = model.step(prompt)?;
+    let prefill_s = t.elapsed().as_secs_f64();
+    let mut tokens = vec![first];
+    let t = Instant::now();
+    while tokens.len() < new_tokens.max(1) {
+        let next = model.step(&[*tokens.last().unwrap_or(&first)])?;
+        tokens.push(next);
+    }
+    Ok((prefill_s, t.elapsed().as_secs_f64(), tokens))
+}
 
 fn dtype(name: &str) -> Result<DType, String> {
     Ok(match name {
@@ -54,6 +72,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mut prompt_len, mut new_tokens) = (16usize, 32usize);
     let (mut gguf_path, mut hf_dir, mut logits_path): (Option<String>, Option<String>, Option<String>) =
         (None, None, None);
+    let mut compare_direct = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{a} needs a value"));
@@ -80,6 +99,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--gguf" => gguf_path = Some(value()?),
             "--hf" => hf_dir = Some(value()?),
             "--logits" => logits_path = Some(value()?),
+            "--compare-direct" => compare_direct = true,
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
@@ -137,19 +157,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop((src, dst));
 
     let prompt: Vec<u32> = (0..prompt_len).map(|i| ((i * 7919 + 13) % cfg.vocab) as u32).collect();
-    // A warm-up sequence (kernel compilation, scratch allocation), then the timed one.
-    model.generate(&prompt, 2)?;
+    // A warm-up sequence (kernel compilation, scratch allocation, the step's
+    // recording), then the timed ones.
+    model.generate(&prompt, 3)?;
     model.reset();
-    let t = Instant::now();
-    let first = model.step(&prompt)?;
-    let prefill_s = t.elapsed().as_secs_f64();
-    let mut tokens = vec![first];
-    let t = Instant::now();
-    while tokens.len() < new_tokens.max(1) {
-        let next = model.step(&[*tokens.last().unwrap_or(&first)])?;
-        tokens.push(next);
+    let (prefill_s, decode_s, tokens) = timed(&mut model, &prompt, new_tokens)?;
+    if compare_direct && model.device_positions() {
+        // The same sequence with every step queued op by op, then recorded
+        // again: the recording's gain, measured in this process.
+        for on in [false, true, false] {
+            model.set_recording(on);
+            if on {
+                model.generate(&prompt, 3)?;
+                model.reset();
+            }
+            let (_, d, again) = timed(&mut model, &prompt, new_tokens)?;
+            let n = again.len().saturating_sub(1).max(1);
+            println!(
+                "decode with recording {}: {:.2} ms/token, {:.1} tokens/s; same tokens: {}",
+                if on { "on" } else { "off" },
+                d / n as f64 * 1e3,
+                n as f64 / d,
+                again == tokens
+            );
+        }
+        model.set_recording(true);
     }
-    let decode_s = t.elapsed().as_secs_f64();
     if let Some(path) = &logits_path {
         model.reset();
         let logits = model.logits(&prompt)?;
