@@ -168,8 +168,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for on in [false, true, false] {
             model.set_recording(on);
             if on {
-                model.generate(&prompt, 3)?;
                 model.reset();
+                model.generate(&prompt, 3)?;
             }
             let (_, d, again) = timed(&mut model, &prompt, new_tokens)?;
             let n = again.len().saturating_sub(1).max(1);
