@@ -448,6 +448,27 @@ impl HostVec {
         }
     }
 
+    /// `parts` one after the other, as one vector (rows of weights stacked:
+    /// whole quantized rows concatenate as their blocks); `None` when their
+    /// dtypes differ or there are none. Costs one copy of every part.
+    pub fn concat(parts: &[HostVec]) -> Option<HostVec> {
+        let first = parts.first()?;
+        if parts.iter().any(|p| p.dtype() != first.dtype()) {
+            return None;
+        }
+        fn join<T: Element>(parts: &[HostVec]) -> Vec<T> {
+            parts.iter().filter_map(|p| p.as_slice().get::<T>()).flatten().copied().collect()
+        }
+        Some(match first {
+            HostVec::F32(_) => HostVec::F32(join(parts)),
+            HostVec::F16(_) => HostVec::F16(join(parts)),
+            HostVec::BF16(_) => HostVec::BF16(join(parts)),
+            HostVec::Blocks(d, _) => {
+                HostVec::Blocks(*d, parts.iter().flat_map(|p| p.as_slice().as_bytes().iter().copied()).collect())
+            }
+        })
+    }
+
     /// `len` copies of the bit pattern `bits` in `dtype` (its low 16 bits for
     /// the 2-byte types, its low byte in every byte of quantized blocks), e.g.
     /// a NaN with a payload to poison an output with.

@@ -968,10 +968,14 @@ impl Op {
             ),
             Op::Attention(a) => a.shapes(),
             Op::Rope(r) => format!(
-                "x=[{}x{}x{}] pos={} theta={}{}",
+                "x=[{}x{}x{}]{} pos={} theta={}{}",
                 r.seq,
                 r.heads,
                 r.head_dim,
+                match r.source {
+                    Some(h) => format!(" of rows of {} heads from {}", h.row_heads, h.first),
+                    None => String::new(),
+                },
                 if r.positions { format!("[{}]", r.seq) } else { r.position.to_string() },
                 r.theta,
                 if r.layout == RopeLayout::Interleaved { " interleaved" } else { "" }
@@ -1076,6 +1080,11 @@ impl Op {
             }
             Op::Rope(r) => {
                 let n = mul(name, &shapes, &[r.seq, r.heads, r.head_dim])?;
+                let (row_heads, first) = r.input_heads();
+                if first.checked_add(r.heads).is_none_or(|end| end > row_heads) {
+                    return Err(ComputeError::shape(name, "the turned heads reach past the input's rows", shapes()));
+                }
+                let x = mul(name, &shapes, &[r.seq, row_heads, r.head_dim])?;
                 if !r.head_dim.is_multiple_of(2) {
                     return Err(ComputeError::shape(name, "head_dim is odd: values rotate in pairs", shapes()));
                 }
@@ -1087,9 +1096,9 @@ impl Op {
                     .ok_or_else(|| ComputeError::shape(name, "positions overflow", shapes()))?;
                 float_only(name, &shapes, d)?;
                 if r.positions {
-                    Ok(Layout::new(&[i(n), Operand::new(r.seq, DType::F32)], &o(n)))
+                    Ok(Layout::new(&[i(x), Operand::new(r.seq, DType::F32)], &o(n)))
                 } else {
-                    Ok(Layout::new(&[i(n)], &o(n)))
+                    Ok(Layout::new(&[i(x)], &o(n)))
                 }
             }
             Op::Copy(c) => {

@@ -314,18 +314,21 @@ pub fn run_f64(op: &Op, inputs: &[&[f64]]) -> Result<Reference> {
         Op::Rope(r) => {
             let x = inputs[0];
             let d = r.head_dim;
-            values.resize(x.len(), 0.0);
-            scale.resize(x.len(), 0.0);
+            let (row_heads, first) = r.input_heads();
+            let n = r.seq * r.heads * d;
+            values.resize(n, 0.0);
+            scale.resize(n, 0.0);
             for t in 0..r.seq {
                 for h in 0..r.heads {
                     let base = (t * r.heads + h) * d;
+                    let from = (t * row_heads + first + h) * d;
                     for i in 0..d / 2 {
                         let (p, q) = r.pair(i);
                         let a = match inputs.get(1) {
                             Some(positions) if r.positions => r.angle_at(f64::from(positions[t] as f32), i),
                             _ => r.angle(t, i),
                         };
-                        let (x1, x2) = (x[base + p], x[base + q]);
+                        let (x1, x2) = (x[from + p], x[from + q]);
                         let (sin, cos) = a.sin_cos();
                         values[base + p] = x1 * cos - x2 * sin;
                         values[base + q] = x2 * cos + x1 * sin;

@@ -44,7 +44,8 @@ pub enum RopeLayout {
 }
 
 /// Rotary position embedding of `x`, `[seq, heads, head_dim]` (token-major,
-/// as a projection writes it); output of the same shape and dtype. Token `t`
+/// as a projection writes it, or heads of wider rows: [`RopeSpec::from_heads`]);
+/// output `[seq, heads, head_dim]` of the same dtype. Token `t`
 /// sits at position `position + t`, or, with [`RopeSpec::with_positions`], at
 /// the position a second input gives it (`seq` `f32` values, read on the
 /// device: a recorded decoding step replays at every position, and tokens
@@ -76,6 +77,21 @@ pub struct RopeSpec {
     /// `f32` values) instead of `position + t`.
     #[cfg_attr(feature = "serde", serde(default))]
     pub positions: bool,
+    /// Where the turned heads sit in `x` when it holds more than them
+    /// ([`RopeSpec::from_heads`]); `None`: `x` is `[seq, heads, head_dim]`.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub source: Option<HeadSlice>,
+}
+
+/// Heads `first..first + heads` of rows of `row_heads` heads per token: the
+/// query or key part of a fused q/k/v projection's output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct HeadSlice {
+    /// Heads per token in the input.
+    pub row_heads: usize,
+    /// The first head turned.
+    pub first: usize,
 }
 
 impl RopeSpec {
@@ -90,7 +106,21 @@ impl RopeSpec {
             layout: RopeLayout::HalfSplit,
             dtype: DType::F32,
             positions: false,
+            source: None,
         }
+    }
+
+    /// The same reading its heads out of rows of `row_heads` heads per token,
+    /// from head `first` on: `x` is `[seq, row_heads, head_dim]` and the
+    /// output `[seq, heads, head_dim]` (the queries or keys of a fused q/k/v
+    /// product, without a copy first).
+    pub fn from_heads(self, row_heads: usize, first: usize) -> Self {
+        RopeSpec { source: Some(HeadSlice { row_heads, first }), ..self }
+    }
+
+    /// Heads per token in `x` and the first one turned: `(row_heads, first)`.
+    pub fn input_heads(&self) -> (usize, usize) {
+        self.source.map_or((self.heads, 0), |s| (s.row_heads, s.first))
     }
 
     /// The same with each token's position read from a second input of

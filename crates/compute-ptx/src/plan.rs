@@ -589,6 +589,8 @@ impl Exec<'_> {
             Arg::F32(hi),
             Arg::F32(lo),
             Arg::Ptr(positions.unwrap_or(0)),
+            Arg::U32(u32_of(op, "heads", r.input_heads().0)?),
+            Arg::U32(u32_of(op, "heads", r.input_heads().1)?),
         ];
         self.launch(KernelId::Rope(r.layout, r.dtype), self.item_grid(pairs), &args)
     }

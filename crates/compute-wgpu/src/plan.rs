@@ -62,7 +62,7 @@ pub(crate) fn computes(dtype: DType) -> bool {
 /// them). Free.
 pub(crate) fn supported(op: &Op) -> bool {
     let kernels = |d: DType| d.block_format().and_then(crate::kernels::quant_code).is_some();
-    if op.reads_positions() {
+    if op.reads_positions() || matches!(op, Op::Rope(r) if r.source.is_some()) {
         return false;
     }
     match *op {
@@ -76,7 +76,7 @@ pub(crate) fn supported(op: &Op) -> bool {
 /// The [`ComputeError::UnsupportedDType`] for an op that [`supported`]
 /// declines, naming its first dtype the shaders lack.
 pub(crate) fn unsupported_dtype(op: &Op) -> ComputeError {
-    if op.reads_positions() {
+    if op.reads_positions() || matches!(op, Op::Rope(r) if r.source.is_some()) {
         return ComputeError::Unsupported { op: op.name(), backend: errors::KIND };
     }
     if let Op::Cast { from, to, .. } = *op

@@ -207,6 +207,15 @@ fn decoder_cases(large: bool) -> Vec<Op> {
             v.push(Op::Rope(RopeSpec::new(seq, heads, d, 10_000.0).with_layout(layout).with_positions()));
         }
     }
+    // The queries and the keys of a fused q/k/v product (8 + 2 + 2 heads a
+    // token), one token and a prompt, host and device positions.
+    for (seq, heads, first) in [(1, 8, 0), (1, 2, 8), (9, 8, 0), (9, 2, 8)] {
+        for layout in [RopeLayout::HalfSplit, RopeLayout::Interleaved] {
+            let r = RopeSpec::new(seq, heads, 64, 10_000.0).with_layout(layout).from_heads(12, first);
+            v.push(Op::Rope(r.at_position(33)));
+            v.push(Op::Rope(r.with_positions()));
+        }
+    }
     // A KV cache of [heads 4, 16 slots, 8]: append 3 tokens of [3, 4, 8] at slot 5.
     let (h, cap, d) = (4usize, 16usize, 8usize);
     let cache = |offset| Strided { offset, strides: [cap * d, d, 1], len: h * cap * d };

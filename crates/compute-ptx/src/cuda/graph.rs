@@ -41,9 +41,7 @@ impl Recording for CudaRecording {
 /// fails the capture. On any error the capture is ended and dropped.
 pub(crate) fn record(device: &Arc<Device>, body: &mut dyn FnMut() -> Result<()>) -> Result<CudaRecording> {
     let stream: &Arc<CudaStream> = &device.stream;
-    stream
-        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
-        .map_err(|e| driver_err("record", e))?;
+    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED).map_err(|e| driver_err("record", e))?;
     let ran = body();
     // End the capture whatever happened, so the stream runs work again.
     let ended = stream.end_capture(CUgraphInstantiate_flags(0));

@@ -98,8 +98,10 @@ pub fn rope_name(layout: RopeLayout, dtype: DType) -> String {
 /// `f32`; module docs). Params: `x`, `y`, `pairs` (`seq·heads·head_dim/2`),
 /// `heads`, `half` (`head_dim/2`), `position`, `freq_hi`, `freq_lo`
 /// (`−2·log₂θ/head_dim`, high and low parts), `positions` (0, or `seq` `f32`
-/// positions read instead of `position + t`). Launch: [`BLOCK`] threads, any
-/// grid.
+/// positions read instead of `position + t`), `row_heads` and `first_head`
+/// (`x` holds rows of `row_heads` heads a token, and heads `first_head..` of
+/// each are turned; `heads` and 0 for a plain `[seq, heads, d]`). Launch:
+/// [`BLOCK`] threads, any grid.
 pub fn rope(layout: RopeLayout, dtype: DType, target: Target) -> Result<Kernel, BuildError> {
     let name = rope_name(layout, dtype);
     let mut b = KernelBuilder::new(&name, target);
@@ -110,7 +112,8 @@ pub fn rope(layout: RopeLayout, dtype: DType, target: Target) -> Result<Kernel, 
     b.doc(&format!("{name}: rotary embedding of x [seq, heads, d], pairs {pairs}, one thread per pair"));
     b.doc("angle (position + t) * 2^(i*c) in f32, reduced mod 2pi (Cody-Waite), then sin/cos.approx");
     b.doc("params: x, y, pairs, heads, half (d/2), position, freq_hi, freq_lo (c = -2 log2(theta)/d),");
-    b.doc("positions (0, or the tokens' f32 positions, read instead of position + t)");
+    b.doc("positions (0, or the tokens' f32 positions, read instead of position + t),");
+    b.doc("row_heads, first_head (x holds rows of row_heads heads a token; heads first_head.. are turned)");
     b.doc(&format!("launch: {BLOCK} threads per block, any grid (grid-stride)"));
     b.max_threads(BLOCK);
     let x = b.param_ptr("x");
@@ -122,6 +125,8 @@ pub fn rope(layout: RopeLayout, dtype: DType, target: Target) -> Result<Kernel, 
     let freq_hi = b.param::<F32>("freq_hi");
     let freq_lo = b.param::<F32>("freq_lo");
     let positions = b.param_ptr("positions");
+    let row_heads = b.param::<U32>("row_heads");
+    let first_head = b.param::<U32>("first_head");
     let given = b.setp(Cmp::Ne, positions, 0u64);
     let shift = elem::shift(dtype);
     let size = elem::size(dtype);
@@ -129,24 +134,22 @@ pub fn rope(layout: RopeLayout, dtype: DType, target: Target) -> Result<Kernel, 
         let i = b.rem(g, half);
         let th = b.div(g, half);
         let t = b.div(th, heads);
+        let h = b.rem(th, heads);
         let d = b.shl(half, 1u32);
         let base = b.mul_wide(th, d);
-        let (first, second) = match layout {
-            RopeLayout::HalfSplit => {
-                let i64 = b.cvt::<U64, U32>(i);
-                let p = b.add(base, i64);
-                let q = b.mul_wide(half, size);
-                (p, q)
-            }
-            RopeLayout::Interleaved => {
-                let i2 = b.mul_wide(i, 2u32);
-                let p = b.add(base, i2);
-                let q = b.mov::<U64>(u64::from(size));
-                (p, q)
-            }
+        // The input head: head h of this token's row of row_heads, from first_head.
+        let hx = b.mad(t, row_heads, first_head);
+        let hx = b.add(hx, h);
+        let xbase = b.mul_wide(hx, d);
+        let (pair, second) = match layout {
+            RopeLayout::HalfSplit => (b.cvt::<U64, U32>(i), b.mul_wide(half, size)),
+            RopeLayout::Interleaved => (b.mul_wide(i, 2u32), b.mov::<U64>(u64::from(size))),
         };
-        let off = b.shl(first, shift);
-        let xa = b.add(x, off);
+        let at = b.add(base, pair);
+        let off = b.shl(at, shift);
+        let xat = b.add(xbase, pair);
+        let xoff = b.shl(xat, shift);
+        let xa = b.add(x, xoff);
         let xb = b.add(xa, second);
         let ya = b.add(y, off);
         let yb = b.add(ya, second);

@@ -77,7 +77,9 @@ fn rope<T: Element>(spec: &RopeSpec, x: &[T], positions: Option<&[f32]>, out: &m
     let half = d / 2;
     let inv_freq: Vec<f32> = (0..half).map(|i| spec.inv_freq(i)).collect();
     let mut cos_sin = vec![(0f32, 0f32); half];
-    for (t, (xs, ys)) in x.chunks_exact(spec.heads * d).zip(out.chunks_exact_mut(spec.heads * d)).enumerate() {
+    let (row_heads, first) = spec.input_heads();
+    let rows = x.chunks_exact(row_heads * d).map(|row| &row[first * d..(first + spec.heads) * d]);
+    for (t, (xs, ys)) in rows.zip(out.chunks_exact_mut(spec.heads * d)).enumerate() {
         let pos = match positions {
             Some(p) => p[t],
             None => (spec.position + t) as f32,

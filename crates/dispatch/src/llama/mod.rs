@@ -25,7 +25,9 @@
 //! [`Op::Binary`] (residual adds, [`BinaryOp::SwiGlu`]) and [`Op::ArgMax`].
 //!
 //! Layout choices: weights are stored as `[out, in]` (no transposed copies);
-//! q, k and v stay separate projections (no fused qkv); the KV cache is
+//! q, k and v are one product over their stacked weights where they share a
+//! dtype and the backend turns heads out of its rows
+//! ([`RopeSpec::from_heads`]; three products otherwise); the KV cache is
 //! head-major `[kv_heads, capacity, head_dim]` per layer, what the attention
 //! op reads; activations are token-major `[seq, hidden]`.
 //!
@@ -225,11 +227,28 @@ impl Linear {
     }
 }
 
+/// The query, key and value projections of a layer.
+enum Qkv {
+    /// Three products.
+    Separate { wq: Linear, wk: Linear, wv: Linear },
+    /// One product over the three weights stacked (`[q; k; v]` rows), whose
+    /// output rows hold `heads + 2·kv_heads` heads a token: where the three
+    /// share a dtype and the backend turns heads out of such rows.
+    Fused(Linear),
+}
+
+impl Qkv {
+    fn weights(&self) -> Vec<&Tensor> {
+        match self {
+            Qkv::Separate { wq, wk, wv } => vec![&wq.w, &wk.w, &wv.w],
+            Qkv::Fused(w) => vec![&w.w],
+        }
+    }
+}
+
 struct Layer {
     attn_norm: Tensor,
-    wq: Linear,
-    wk: Linear,
-    wv: Linear,
+    qkv: Qkv,
     wo: Linear,
     ffn_norm: Tensor,
     gate: Linear,
@@ -247,6 +266,7 @@ struct Scratch {
     x: Tensor,
     x2: Tensor,
     h: Tensor,
+    qkv: Tensor,
     q: Tensor,
     k: Tensor,
     v: Tensor,
@@ -334,22 +354,34 @@ impl Llama {
     ) -> Result<Llama> {
         cfg.check()?;
         let d = cfg.head_dim();
-        let mut upload = |name: &str| -> Result<Tensor> { backend.upload_typed(tensor(name)?.as_slice()) };
-        let embed = upload("token_embd.weight")?;
-        let final_norm = upload("output_norm.weight")?;
-        let lm_head = Linear { w: upload("output.weight")?, out: cfg.vocab, inp: cfg.hidden };
+        let fuse = Self::fused_qkv_supported(&*backend, &cfg, format.dtype);
+        let (q_out, kv_out) = (cfg.heads * d, cfg.kv_heads * d);
+        let put = |v: compute_core::HostVec| -> Result<Tensor> { backend.upload_typed(v.as_slice()) };
+        let embed = put(tensor("token_embd.weight")?)?;
+        let final_norm = put(tensor("output_norm.weight")?)?;
+        let lm_head = Linear { w: put(tensor("output.weight")?)?, out: cfg.vocab, inp: cfg.hidden };
         let cache = cfg.kv_heads * cfg.max_seq * d;
         let mut layers = Vec::with_capacity(cfg.layers);
         for i in 0..cfg.layers {
-            let mut t = |name: &str| upload(&format!("blk.{i}.{name}.weight"));
-            let (attn_norm, ffn_norm) = (t("attn_norm")?, t("ffn_norm")?);
+            let name = |n: &str| format!("blk.{i}.{n}.weight");
+            let attn_norm = put(tensor(&name("attn_norm"))?)?;
+            let ffn_norm = put(tensor(&name("ffn_norm"))?)?;
+            let parts = [tensor(&name("attn_q"))?, tensor(&name("attn_k"))?, tensor(&name("attn_v"))?];
+            let stacked = if fuse { compute_core::HostVec::concat(&parts) } else { None };
+            let qkv = match stacked {
+                Some(w) => Qkv::Fused(Linear { w: put(w)?, out: q_out + 2 * kv_out, inp: cfg.hidden }),
+                None => {
+                    let [q, k, v] = parts;
+                    let lin = |w, out| -> Result<Linear> { Ok(Linear { w: put(w)?, out, inp: cfg.hidden }) };
+                    Qkv::Separate { wq: lin(q, q_out)?, wk: lin(k, kv_out)?, wv: lin(v, kv_out)? }
+                }
+            };
+            let mut t = |n: &str| put(tensor(&name(n))?);
             let mut lin =
                 |name: &str, out: usize, inp: usize| -> Result<Linear> { Ok(Linear { w: t(name)?, out, inp }) };
             layers.push(Layer {
                 attn_norm,
-                wq: lin("attn_q", cfg.heads * d, cfg.hidden)?,
-                wk: lin("attn_k", cfg.kv_heads * d, cfg.hidden)?,
-                wv: lin("attn_v", cfg.kv_heads * d, cfg.hidden)?,
+                qkv,
                 wo: lin("attn_output", cfg.hidden, cfg.heads * d)?,
                 ffn_norm,
                 gate: lin("ffn_gate", cfg.intermediate, cfg.hidden)?,
@@ -402,6 +434,15 @@ impl Llama {
         ops.iter().all(|op| backend.supports(op))
     }
 
+    /// Whether `backend` turns the query and key heads out of a fused q/k/v
+    /// product's rows ([`RopeSpec::from_heads`]), so the three projections
+    /// can be one product.
+    fn fused_qkv_supported(backend: &dyn Backend, cfg: &LlamaConfig, dtype: DType) -> bool {
+        let rows = cfg.heads + 2 * cfg.kv_heads;
+        let rope = RopeSpec::new(1, cfg.kv_heads, cfg.head_dim(), cfg.rope_theta).with_dtype(dtype);
+        backend.supports(&Op::Rope(rope.from_heads(rows, cfg.heads)))
+    }
+
     /// Whether one-token steps are recorded once and replayed (on by
     /// default). A backend that records ([`Backend::record`]: CUDA, as a
     /// graph) then runs a decoding step as one launch instead of about
@@ -434,7 +475,9 @@ impl Llama {
         let mut b = self.final_norm.size_in_bytes() + self.lm_head.w.size_in_bytes();
         b += self.embed.size_in_bytes() / c.vocab.max(1) as u64;
         for l in &self.layers {
-            for t in [&l.attn_norm, &l.ffn_norm, &l.wq.w, &l.wk.w, &l.wv.w, &l.wo.w, &l.gate.w, &l.up.w, &l.down.w] {
+            let mut tensors = vec![&l.attn_norm, &l.ffn_norm, &l.wo.w, &l.gate.w, &l.up.w, &l.down.w];
+            tensors.extend(l.qkv.weights());
+            for t in tensors {
                 b += t.size_in_bytes();
             }
         }
@@ -509,6 +552,7 @@ impl Llama {
                 x: a(seq * c.hidden)?,
                 x2: a(seq * c.hidden)?,
                 h: a(seq * c.hidden)?,
+                qkv: a(seq * (c.heads + 2 * c.kv_heads) * d)?,
                 q: a(seq * c.heads * d)?,
                 k: a(seq * c.kv_heads * d)?,
                 v: a(seq * c.kv_heads * d)?,
@@ -605,8 +649,14 @@ impl Llama {
         let gather = Op::Gather { ids: seq, rows: c.vocab, cols: c.hidden, dtype: dt };
         b.run_tensors(&gather, &[&self.embed, &s.ids], &s.x)?;
         let norm = Op::rows(RowOp::RmsNorm { eps: c.rms_eps }, seq, c.hidden).with_dtype(dt);
-        let rope = |heads| {
+        let row_heads = c.heads + 2 * c.kv_heads;
+        // `first`: the heads sit in the fused q/k/v rows, from that head on.
+        let rope = |heads, first: Option<usize>| {
             let r = RopeSpec::new(seq, heads, d, c.rope_theta).with_layout(c.rope_layout).with_dtype(dt);
+            let r = match first {
+                Some(f) => r.from_heads(row_heads, f),
+                None => r,
+            };
             Op::Rope(if dynamic { r.with_positions() } else { r.at_position(pos) })
         };
         // Token-major [seq, heads, d] ↔ head-major [heads, seq, d].
@@ -632,6 +682,11 @@ impl Llama {
         let append =
             CopySpec::new([c.kv_heads, seq, d], token_major(c.kv_heads, seq * c.kv_heads * d), cache).with_dtype(dt);
         let append = Op::Copy(if dynamic { append.at_positions(c.max_seq) } else { append });
+        // The values straight out of the fused q/k/v rows.
+        let v_rows =
+            Strided { offset: (c.heads + c.kv_heads) * d, strides: [d, row_heads * d, 1], len: seq * row_heads * d };
+        let append_v = CopySpec::new([c.kv_heads, seq, d], v_rows, cache).with_dtype(dt);
+        let append_v = Op::Copy(if dynamic { append_v.at_positions(c.max_seq) } else { append_v });
         let keys = if dynamic { c.max_seq } else { pos + seq };
         let attention =
             AttentionSpec::new(1, c.heads, seq, keys, d).with_kv_heads(c.kv_heads).causal().with_kv_capacity(c.max_seq);
@@ -655,13 +710,24 @@ impl Llama {
         let (mut x, mut x2) = (&s.x, &s.x2);
         for l in &self.layers {
             b.run_tensors(&norm, &[x, &l.attn_norm], &s.h)?;
-            b.run_tensors(&l.wq.op(seq, dt), &[&s.h, &l.wq.w], &s.q)?;
-            b.run_tensors(&l.wk.op(seq, dt), &[&s.h, &l.wk.w], &s.k)?;
-            b.run_tensors(&l.wv.op(seq, dt), &[&s.h, &l.wv.w], &s.v)?;
-            run(&rope(c.heads), &[&s.q], &s.q_rot)?;
-            run(&rope(c.kv_heads), &[&s.k], &s.k_rot)?;
-            run(&append, &[&s.k_rot], &l.k_cache)?;
-            run(&append, &[&s.v], &l.v_cache)?;
+            match &l.qkv {
+                Qkv::Separate { wq, wk, wv } => {
+                    b.run_tensors(&wq.op(seq, dt), &[&s.h, &wq.w], &s.q)?;
+                    b.run_tensors(&wk.op(seq, dt), &[&s.h, &wk.w], &s.k)?;
+                    b.run_tensors(&wv.op(seq, dt), &[&s.h, &wv.w], &s.v)?;
+                    run(&rope(c.heads, None), &[&s.q], &s.q_rot)?;
+                    run(&rope(c.kv_heads, None), &[&s.k], &s.k_rot)?;
+                    run(&append, &[&s.k_rot], &l.k_cache)?;
+                    run(&append, &[&s.v], &l.v_cache)?;
+                }
+                Qkv::Fused(w) => {
+                    b.run_tensors(&w.op(seq, dt), &[&s.h, &w.w], &s.qkv)?;
+                    run(&rope(c.heads, Some(0)), &[&s.qkv], &s.q_rot)?;
+                    run(&rope(c.kv_heads, Some(c.heads)), &[&s.qkv], &s.k_rot)?;
+                    run(&append, &[&s.k_rot], &l.k_cache)?;
+                    run(&append_v, &[&s.qkv], &l.v_cache)?;
+                }
+            }
             // One token: token-major and head-major are the same layout.
             let out = if seq == 1 {
                 run(&attention, &[&s.q_rot, &l.k_cache, &l.v_cache], &s.attn)?;
