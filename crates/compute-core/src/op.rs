@@ -567,6 +567,19 @@ pub enum Op {
         /// Dtype of the table and the output.
         dtype: DType,
     },
+    /// The gated product of a fused gate/up projection: `x` is `rows × 2·cols`
+    /// (each row's gate values, then its up values, as one product over the
+    /// stacked `[W_gate; W_up]` weights writes them), output `rows × cols`,
+    /// `y[r, j] = swish(x[r, j])·x[r, cols + j]`: [`BinaryOp::SwiGlu`] of
+    /// each row's two halves, with its accuracy.
+    Glu {
+        /// Rows (tokens).
+        rows: usize,
+        /// Output values per row (half the input's).
+        cols: usize,
+        /// Dtype of `x` and the output.
+        dtype: DType,
+    },
     /// Index of the largest value of each row of `x` (`rows × cols`): output
     /// `rows` values, `f32` holding integers. The first of equal maxima wins;
     /// a NaN counts as larger than every number (the first NaN wins, as
@@ -815,6 +828,7 @@ impl Op {
             Op::Copy(c) => Op::Copy(c.with_dtype(dtype)),
             Op::Gather { ids, rows, cols, .. } => Op::Gather { ids, rows, cols, dtype },
             Op::ArgMax { rows, cols, .. } => Op::ArgMax { rows, cols, dtype },
+            Op::Glu { rows, cols, .. } => Op::Glu { rows, cols, dtype },
             Op::Cast { len, to, .. } => Op::Cast { len, from: dtype, to },
         }
     }
@@ -836,7 +850,7 @@ impl Op {
             Op::Attention(a) => a.dtype,
             Op::Rope(r) => r.dtype,
             Op::Copy(c) => c.dtype,
-            Op::Gather { dtype, .. } | Op::ArgMax { dtype, .. } => dtype,
+            Op::Gather { dtype, .. } | Op::ArgMax { dtype, .. } | Op::Glu { dtype, .. } => dtype,
             Op::Cast { from, .. } => from,
         }
     }
@@ -913,6 +927,7 @@ impl Op {
             Op::Copy(_) => "copy",
             Op::Gather { .. } => "gather",
             Op::ArgMax { .. } => "argmax",
+            Op::Glu { .. } => "glu",
             Op::Cast { .. } => "cast",
         }
     }
@@ -922,7 +937,7 @@ impl Op {
         match self {
             Op::Unary { op, .. } if op.is_transcendental() => OpClass::Transcendental,
             Op::Binary { op, .. } if op.is_transcendental() => OpClass::Transcendental,
-            Op::Rope(_) => OpClass::Transcendental,
+            Op::Rope(_) | Op::Glu { .. } => OpClass::Transcendental,
             Op::Unary { .. }
             | Op::Binary { .. }
             | Op::Cast { .. }
@@ -996,6 +1011,7 @@ impl Op {
             ),
             Op::Gather { ids, rows, cols, .. } => format!("table=[{rows}x{cols}] ids=[{ids}]"),
             Op::ArgMax { rows, cols, .. } => format!("x=[{rows}x{cols}]"),
+            Op::Glu { rows, cols, .. } => format!("x=[{rows}x2x{cols}]"),
         };
         let (from, to) = (self.dtype(), self.out_dtype());
         let reduces = matches!(self, Op::Reduce { .. } | Op::Dot { .. } | Op::ArgMax { .. });
@@ -1136,6 +1152,12 @@ impl Op {
                 }
                 float_only(name, &shapes, d)?;
                 Ok(Layout::new(&[i(table), Operand::new(ids, DType::F32)], &o(y)))
+            }
+            Op::Glu { rows, cols, .. } => {
+                let y = mul(name, &shapes, &[rows, cols])?;
+                let x = mul(name, &shapes, &[y, 2])?;
+                float_only(name, &shapes, d)?;
+                Ok(Layout::new(&[i(x)], &o(y)))
             }
             Op::ArgMax { rows, cols, .. } => {
                 let n = mul(name, &shapes, &[rows, cols])?;
@@ -1305,6 +1327,14 @@ impl Op {
             Op::ArgMax { rows, cols, .. } => {
                 let n = u(rows).saturating_mul(u(cols));
                 Cost { flops: n, bytes_read: read(&[n]), bytes_written: write(u(rows)) }
+            }
+            Op::Glu { rows, cols, .. } => {
+                let n = u(rows).saturating_mul(u(cols));
+                Cost {
+                    flops: BinaryOp::SwiGlu.flops_per_element().saturating_mul(n),
+                    bytes_read: read(&[n, n]),
+                    bytes_written: write(n),
+                }
             }
             // A subtraction and a multiply-add per element.
             Op::Lerp { len, .. } => Cost {

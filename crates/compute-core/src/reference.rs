@@ -376,6 +376,15 @@ pub fn run_f64(op: &Op, inputs: &[&[f64]]) -> Result<Reference> {
                 }
             }
         }
+        Op::Glu { cols, .. } => {
+            for row in inputs[0].chunks_exact(2 * cols) {
+                let (gate, up) = row.split_at(cols);
+                for (&g, &u) in gate.iter().zip(up) {
+                    values.push(binary(BinaryOp::SwiGlu, g, u));
+                    scale.push(g.abs().max(u.abs()));
+                }
+            }
+        }
         Op::ArgMax { rows, cols, .. } => {
             for r in 0..rows {
                 let row = &inputs[0][r * cols..(r + 1) * cols];

@@ -540,6 +540,30 @@ impl Exec<'_> {
                 ];
                 self.launch(KernelId::Gather(elem::size(dtype)), self.item_grid(total), &args)
             }
+            Op::Glu { rows, cols, dtype } => {
+                let total = rows.saturating_mul(cols);
+                if total == 0 {
+                    return Ok(());
+                }
+                let (x, bytes) = (input(0)?, (cols * dtype.size_in_bytes()) as u64);
+                if rows == 1 && bytes.is_multiple_of(16) && x.is_multiple_of(16) {
+                    // One row: the vectorised swiglu kernel on its two halves.
+                    let args = [Arg::Ptr(x), Arg::Ptr(x + bytes), Arg::Ptr(out), Arg::U64(cols as u64)];
+                    return self.launch(
+                        KernelId::Binary(compute_core::BinaryOp::SwiGlu, dtype),
+                        self.stream_grid(cols, dtype),
+                        &args,
+                    );
+                }
+                let name = op.name();
+                let args = [
+                    Arg::Ptr(x),
+                    Arg::Ptr(out),
+                    Arg::U32(u32_of(name, "elements", total)?),
+                    Arg::U32(u32_of(name, "columns", cols)?),
+                ];
+                self.launch(KernelId::Glu(dtype), self.item_grid(total), &args)
+            }
             Op::ArgMax { rows, cols, dtype } => {
                 let name = op.name();
                 if rows == 0 {

@@ -107,6 +107,14 @@ impl SimdBackend {
         if kernels::decoder::handles(op) {
             return kernels::decoder::run(op, inputs, out);
         }
+        if let Op::Glu { .. } = *op {
+            return match out {
+                HostSliceMut::F32(o) => self.glu(op, inputs, o),
+                HostSliceMut::F16(o) => self.glu(op, inputs, o),
+                HostSliceMut::BF16(o) => self.glu(op, inputs, o),
+                other => Err(ComputeError::unsupported_dtype(op, BackendKind::Simd, other.dtype(), "a float output")),
+            };
+        }
         if let Op::Attention(spec) = *op
             && spec.positions
         {
@@ -151,6 +159,7 @@ impl SimdBackend {
             | Op::Rope(_)
             | Op::Copy(_)
             | Op::Gather { .. }
+            | Op::Glu { .. }
             | Op::ArgMax { .. } => {}
         });
         Ok(())
@@ -158,6 +167,23 @@ impl SimdBackend {
 }
 
 impl SimdBackend {
+    /// [`Op::Glu`]: the swiglu kernel on the two halves of each row.
+    fn glu<T: Element>(&self, op: &Op, inputs: &[HostSlice<'_>], out: &mut [T]) -> Result<()>
+    where
+        for<'a> HostSlice<'a>: From<&'a [T]>,
+        for<'a> HostSliceMut<'a>: From<&'a mut [T]>,
+    {
+        let &Op::Glu { cols, .. } = op else { return Ok(()) };
+        let mismatch = || ComputeError::unsupported_dtype(op, BackendKind::Simd, op.dtype(), "mixed dtypes");
+        let x = inputs.first().and_then(|x| x.get::<T>()).ok_or_else(mismatch)?;
+        let half = Op::binary(compute_core::BinaryOp::SwiGlu, cols).with_dtype(T::DTYPE);
+        for (row, y) in x.chunks_exact(2 * cols).zip(out.chunks_exact_mut(cols)) {
+            let (gate, up) = row.split_at(cols);
+            self.compute(&half, &[HostSlice::from(gate), HostSlice::from(up)], HostSliceMut::from(y))?;
+        }
+        Ok(())
+    }
+
     /// Attention whose keys are counted from the queries' positions
     /// ([`AttentionSpec::with_positions`]): each batch element as an
     /// attention of its own number of keys (none: a row of zeros).
@@ -222,6 +248,8 @@ fn stays_sequential(op: &Op) -> bool {
         Op::Conv2d(_) => false,
         // Run on the calling thread (kernels::decoder).
         Op::Rope(_) | Op::Copy(_) | Op::Gather { .. } | Op::ArgMax { .. } => true,
+        // Row by row, each row's swiglu as a binary op.
+        Op::Glu { cols, .. } => cols < min_elems,
     }
 }
 

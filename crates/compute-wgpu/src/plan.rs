@@ -35,7 +35,9 @@
 //!   dispatch touches ([`decoder`]);
 //! - a cast between equal dtypes is a buffer copy.
 
-use compute_core::{AttentionSpec, BinaryOp, ComputeError, DType, GeluForm, MatmulSpec, Op, ReduceOp, Result, UnaryOp};
+use compute_core::{
+    AttentionSpec, BinaryOp, ComputeError, DType, GeluForm, MatmulSpec, Op, ReduceOp, Result, Strided, UnaryOp,
+};
 
 use crate::buffers::{Use, padded_bytes, padded_bytes_of, whole_words};
 use crate::context::Context;
@@ -62,7 +64,7 @@ pub(crate) fn computes(dtype: DType) -> bool {
 /// them). Free.
 pub(crate) fn supported(op: &Op) -> bool {
     let kernels = |d: DType| d.block_format().and_then(crate::kernels::quant_code).is_some();
-    if op.reads_positions() || matches!(op, Op::Rope(r) if r.source.is_some()) {
+    if op.reads_positions() {
         return false;
     }
     match *op {
@@ -76,7 +78,7 @@ pub(crate) fn supported(op: &Op) -> bool {
 /// The [`ComputeError::UnsupportedDType`] for an op that [`supported`]
 /// declines, naming its first dtype the shaders lack.
 pub(crate) fn unsupported_dtype(op: &Op) -> ComputeError {
-    if op.reads_positions() || matches!(op, Op::Rope(r) if r.source.is_some()) {
+    if op.reads_positions() {
         return ComputeError::Unsupported { op: op.name(), backend: errors::KIND };
     }
     if let Op::Cast { from, to, .. } = *op
@@ -369,7 +371,29 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
             attention(ctx, name, &a, &layout, [&q, &k, &v], &y, steps)?;
             narrow(ctx, name, &y, output, steps)?;
         }
-        Op::Rope(r) => decoder::rope(ctx, name, &r, input(0)?, output, steps)?,
+        Op::Rope(r) => match r.source {
+            // Heads out of wider rows: copied into a rows-of-`heads` scratch first.
+            Some(h) => {
+                let spec = compute_core::RopeSpec { source: None, ..r };
+                let rows = Strided {
+                    offset: h.first * r.head_dim,
+                    strides: [0, h.row_heads * r.head_dim, 1],
+                    len: r.seq * h.row_heads * r.head_dim,
+                };
+                let x = copied(ctx, name, input(0)?, rows, [1, r.seq, r.heads * r.head_dim], steps)?;
+                decoder::rope(ctx, name, &spec, &x, output, steps)?
+            }
+            None => decoder::rope(ctx, name, &r, input(0)?, output, steps)?,
+        },
+        Op::Glu { rows, cols, dtype } => {
+            // The two halves of each row copied apart, then the swiglu kernel.
+            let x = input(0)?;
+            let half = |offset| Strided { offset, strides: [0, 2 * cols, 1], len: 2 * rows * cols };
+            let gate = copied(ctx, name, x, half(0), [1, rows, cols], steps)?;
+            let up = copied(ctx, name, x, half(cols), [1, rows, cols], steps)?;
+            let kernel = Kernel::Binary(binary_code(BinaryOp::SwiGlu), dtype);
+            elementwise(ctx, name, kernel, rows * cols, &[(1, &gate), (3, &up)], output, &[], steps)?;
+        }
         Op::Copy(c) => decoder::copy(ctx, name, &c, input(0)?, output, steps)?,
         Op::Gather { ids, rows, cols, .. } => {
             decoder::gather(ctx, name, (ids, rows, cols), input(0)?, input(1)?, output, steps)?;
@@ -428,6 +452,26 @@ fn cast_into(ctx: &Context, name: &'static str, x: &View, out: &View, steps: &mu
     }
     let kernel = Kernel::Cast { from: x.dtype, to: out.dtype };
     elementwise(ctx, name, kernel, x.len, &[(1, x)], out, &[], steps)
+}
+
+/// The `shape` view `src` of `x` copied into a contiguous scratch buffer of
+/// `x`'s dtype from the buffer cache, carried by the steps until their
+/// submission.
+fn copied(
+    ctx: &Context,
+    name: &'static str,
+    x: &View,
+    src: Strided,
+    shape: [usize; 3],
+    steps: &mut Vec<Step>,
+) -> Result<View> {
+    let len = shape.iter().product();
+    let buffer = ctx.cache.take(ctx, Use::Storage, padded_bytes_of(len, x.dtype), name)?;
+    steps.push(Step::Scratch(buffer.clone()));
+    let view = View { buffer, len, dtype: x.dtype };
+    let spec = compute_core::CopySpec::new(shape, src, Strided::contiguous(shape)).with_dtype(x.dtype);
+    decoder::copy(ctx, name, &spec, x, &view, steps)?;
+    Ok(view)
 }
 
 /// An `f32` scratch buffer for `len` elements from the buffer cache, carried

@@ -247,6 +247,10 @@ fn decoder_cases(large: bool) -> Vec<Op> {
     for (ids, rows, cols) in [(1, 1, 1), (1, 1000, 64), (17, 300, 33), (512, 4096, 128), (3, 5, 2048)] {
         v.push(Op::Gather { ids, rows, cols, dtype: DType::F32 });
     }
+    // SwiGLU of a fused gate/up product: one token, a prompt, odd widths.
+    for (rows, cols) in [(1, 1), (1, 8192), (7, 333), (64, 128)] {
+        v.push(Op::Glu { rows, cols, dtype: DType::F32 });
+    }
     let mut argmax = vec![(1, 1), (1, 7), (3, 1000), (16, 32_000), (5, 65_537)];
     if large {
         argmax.push((64, 128_256));

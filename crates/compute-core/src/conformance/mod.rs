@@ -232,6 +232,7 @@ pub fn tolerance(op: &Op) -> Tolerance {
     match *op {
         Op::Unary { op, .. } if op.is_transcendental() => Tolerance { abs: 1e-6, rel: 1e-5, cond: 0.0 },
         Op::Binary { op, .. } if op.is_transcendental() => Tolerance { abs: 1e-6, rel: 1e-5, cond: 0.0 },
+        Op::Glu { .. } => Tolerance { abs: 1e-6, rel: 1e-5, cond: 0.0 },
         Op::Unary { .. } | Op::Binary { .. } => Tolerance { abs: TINY, rel: EPS, cond: 0.0 },
         Op::Rope(_) => Tolerance { abs: TINY, rel: 0.0, cond: 2f64.powi(-20) },
         Op::Copy(_) | Op::Gather { .. } | Op::ArgMax { .. } => Tolerance { abs: 0.0, rel: 0.0, cond: 0.0 },
@@ -447,7 +448,7 @@ pub fn inputs_for(op: &Op, rng: &mut Rng) -> Vec<Vec<f32>> {
             None => vec![rng.vec(lens[0], -4.0, 4.0)],
         },
         Op::Rope(_) => vec![rng.vec(lens[0], -4.0, 4.0)],
-        Op::ArgMax { .. } => vec![rng.vec(lens[0], -4.0, 4.0)],
+        Op::ArgMax { .. } | Op::Glu { .. } => vec![rng.vec(lens[0], -4.0, 4.0)],
         Op::Gather { ids, rows, .. } => {
             let mut picks: Vec<f32> = (0..*ids).map(|_| rng.below(*rows) as f32).collect();
             // One id outside the table, when there are a few: its row is NaN.

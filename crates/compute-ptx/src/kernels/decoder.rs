@@ -67,7 +67,7 @@ pub const GATHER_SIZES: [u32; 2] = [2, 4];
 
 /// The grid-stride loop shared by the one-thread-per-item kernels: runs
 /// `body` for every `g < n` of this thread (`g = global index + k·threads`).
-fn grid_stride(b: &mut KernelBuilder, n: Reg<U32>, body: impl FnOnce(&mut KernelBuilder, Reg<U32>)) {
+pub(crate) fn grid_stride(b: &mut KernelBuilder, n: Reg<U32>, body: impl FnOnce(&mut KernelBuilder, Reg<U32>)) {
     let g = b.global_index_x();
     let ntid = b.ntid(Dim::X);
     let nct = b.nctaid(Dim::X);

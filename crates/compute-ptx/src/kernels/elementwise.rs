@@ -382,6 +382,50 @@ pub fn binary(op: BinaryOp, dtype: DType, target: Target) -> Result<Kernel, Buil
     b.finish()
 }
 
+/// Kernel name of the gated product of fused gate/up rows (`glu_bf16`).
+pub fn glu_name(dtype: DType) -> String {
+    format!("glu{}", elem::suffix(dtype))
+}
+
+/// Builds the gated product of rows of `2·cols` values (gate, then up) on
+/// `dtype`: `y[r, j] = swish(x[r, j])·x[r, cols + j]`, computed in `f32` as
+/// the swiglu kernel computes it. Params: `x`, `y`, `n` (`rows·cols`),
+/// `cols`. Launch: [`super::decoder::BLOCK`] threads, any grid.
+pub fn glu(dtype: DType, target: Target) -> Result<Kernel, BuildError> {
+    let name = glu_name(dtype);
+    let mut b = KernelBuilder::new(&name, target);
+    b.doc(&format!("{name}: y[r, j] = swish(x[r, j]) * x[r, cols + j] over rows of 2*cols {dtype} values"));
+    b.doc("params: x, y, n (rows*cols), cols");
+    b.doc(&format!("launch: {} threads per block, any grid (grid-stride)", super::decoder::BLOCK));
+    b.max_threads(super::decoder::BLOCK);
+    let x = b.param_ptr("x");
+    let y = b.param_ptr("y");
+    let n = b.param::<U32>("n");
+    let cols = b.param::<U32>("cols");
+    let shift = elem::shift(dtype);
+    super::decoder::grid_stride(&mut b, n, |b, g| {
+        let r = b.div(g, cols);
+        let j = b.rem(g, cols);
+        let two = b.shl(cols, 1u32);
+        let gi = b.mad(r, two, j);
+        let gi = b.cvt::<U64, U32>(gi);
+        let goff = b.shl(gi, shift);
+        let ga = b.add(x, goff);
+        let c64 = b.cvt::<U64, U32>(cols);
+        let coff = b.shl(c64, shift);
+        let ua = b.add(ga, coff);
+        let gate = elem::load(b, dtype, ga, 0, 1)[0];
+        let up = elem::load(b, dtype, ua, 0, 1)[0];
+        let sw = apply(b, UnaryKind::Swish, gate, gate, gate);
+        let v = b.mul(sw, up);
+        let g64 = b.cvt::<U64, U32>(g);
+        let yoff = b.shl(g64, shift);
+        let ya = b.add(y, yoff);
+        elem::store(b, dtype, ya, 0, &[v]);
+    });
+    b.finish()
+}
+
 /// Kernel name of a cast (`cast_f32_bf16`).
 pub fn cast_name(from: DType, to: DType) -> String {
     format!("cast_{}_{}", from.as_str(), to.as_str())

@@ -112,6 +112,8 @@ pub enum KernelId {
     Gather(u32),
     /// Index of each row's largest value, over rows of a dtype.
     ArgMax(DType),
+    /// Gated product of fused gate/up rows, on a dtype.
+    Glu(DType),
 }
 
 impl KernelId {
@@ -148,6 +150,7 @@ impl KernelId {
             KernelId::Copy(bytes) => decoder::copy_name(*bytes),
             KernelId::Gather(bytes) => decoder::gather_name(*bytes),
             KernelId::ArgMax(d) => decoder::argmax_name(*d),
+            KernelId::Glu(d) => elementwise::glu_name(*d),
         }
     }
 
@@ -192,6 +195,7 @@ impl KernelId {
             KernelId::Copy(bytes) => decoder::copy(bytes, target),
             KernelId::Gather(bytes) => decoder::gather(bytes, target),
             KernelId::ArgMax(d) => decoder::argmax(d, target),
+            KernelId::Glu(d) => elementwise::glu(d, target),
         }
     }
 }
@@ -235,6 +239,7 @@ impl KernelId {
             | KernelId::QuantizeX(d)
             | KernelId::QuantGemv(_, _, d)
             | KernelId::Rope(_, d)
+            | KernelId::Glu(d)
             | KernelId::ArgMax(d) => {
                 vec![d]
             }
@@ -340,6 +345,7 @@ pub fn catalog() -> Vec<KernelId> {
         v.push(KernelId::Rope(RopeLayout::HalfSplit, d));
         v.push(KernelId::Rope(RopeLayout::Interleaved, d));
         v.push(KernelId::ArgMax(d));
+        v.push(KernelId::Glu(d));
     }
     v.extend(decoder::COPY_UNITS.map(KernelId::Copy));
     v.extend(decoder::GATHER_SIZES.map(KernelId::Gather));

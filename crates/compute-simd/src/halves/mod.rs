@@ -125,7 +125,7 @@ fn run_into<T: Element>(isa: Isa, op: &Op, inputs: &[HostSlice<'_>], out: &mut [
                 "quantized ops run elsewhere",
             ));
         }
-        Op::Rope(_) | Op::Copy(_) | Op::Gather { .. } | Op::ArgMax { .. } => {
+        Op::Rope(_) | Op::Copy(_) | Op::Gather { .. } | Op::ArgMax { .. } | Op::Glu { .. } => {
             return Err(ComputeError::unsupported_dtype(
                 op,
                 BackendKind::Simd,
