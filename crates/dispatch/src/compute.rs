@@ -55,6 +55,7 @@ pub fn fixed_threshold_workload(op: &Op) -> u64 {
         Op::Rows { rows, cols, .. } | Op::Slerp { rows, cols, .. } | Op::ArgMax { rows, cols, .. } => {
             u(rows).saturating_mul(u(cols))
         }
+        Op::Glu { rows, cols, .. } => u(rows).saturating_mul(u(cols)).saturating_mul(2),
         Op::Rope(r) => u(r.seq).saturating_mul(u(r.heads)).saturating_mul(u(r.head_dim)),
         Op::Copy(c) => u(c.count()),
         Op::Gather { ids, cols, .. } => u(ids).saturating_mul(u(cols)),

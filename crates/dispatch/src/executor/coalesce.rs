@@ -66,6 +66,7 @@ pub(crate) fn key(op: &Op, inputs: &[Vec<f32>], seq: u64) -> Key {
         | Op::Rope(_)
         | Op::Copy(_)
         | Op::Gather { .. }
+        | Op::Glu { .. }
         | Op::ArgMax { .. } => Key::Alone(seq),
     }
 }
@@ -117,6 +118,7 @@ pub(crate) fn merge(reqs: &[(&Op, &[Vec<f32>])]) -> Option<Merged> {
         | Op::Rope(_)
         | Op::Copy(_)
         | Op::Gather { .. }
+        | Op::Glu { .. }
         | Op::ArgMax { .. } => return None,
     };
     let inputs = match *first_op {

@@ -27,7 +27,8 @@
 //! Layout choices: weights are stored as `[out, in]` (no transposed copies);
 //! q, k and v are one product over their stacked weights where they share a
 //! dtype and the backend turns heads out of its rows
-//! ([`RopeSpec::from_heads`]; three products otherwise); the KV cache is
+//! ([`RopeSpec::from_heads`]; three products otherwise), and so are gate and
+//! up, followed by [`Op::Glu`] (two products and a swiglu otherwise); the KV cache is
 //! head-major `[kv_heads, capacity, head_dim]` per layer, what the attention
 //! op reads; activations are token-major `[seq, hidden]`.
 //!
@@ -246,13 +247,31 @@ impl Qkv {
     }
 }
 
+/// The gate and up projections of a layer's feed-forward block.
+enum GateUp {
+    /// Two products, then the swiglu of the two outputs.
+    Separate { gate: Linear, up: Linear },
+    /// One product over the stacked `[W_gate; W_up]` rows, then
+    /// [`Op::Glu`] of each output row's halves: where the two share a dtype
+    /// and the backend runs `Glu`.
+    Fused(Linear),
+}
+
+impl GateUp {
+    fn weights(&self) -> Vec<&Tensor> {
+        match self {
+            GateUp::Separate { gate, up } => vec![&gate.w, &up.w],
+            GateUp::Fused(w) => vec![&w.w],
+        }
+    }
+}
+
 struct Layer {
     attn_norm: Tensor,
     qkv: Qkv,
     wo: Linear,
     ffn_norm: Tensor,
-    gate: Linear,
-    up: Linear,
+    gate_up: GateUp,
     down: Linear,
     k_cache: Tensor,
     v_cache: Tensor,
@@ -278,6 +297,7 @@ struct Scratch {
     o: Tensor,
     gate: Tensor,
     up: Tensor,
+    gate_up: Tensor,
     act: Tensor,
     last: Tensor,
     normed: Tensor,
@@ -355,6 +375,8 @@ impl Llama {
         cfg.check()?;
         let d = cfg.head_dim();
         let fuse = Self::fused_qkv_supported(&*backend, &cfg, format.dtype);
+        let glu = Op::Glu { rows: 1, cols: cfg.intermediate, dtype: format.dtype };
+        let fuse_gate_up = backend.supports(&glu);
         let (q_out, kv_out) = (cfg.heads * d, cfg.kv_heads * d);
         let put = |v: compute_core::HostVec| -> Result<Tensor> { backend.upload_typed(v.as_slice()) };
         let embed = put(tensor("token_embd.weight")?)?;
@@ -376,17 +398,26 @@ impl Llama {
                     Qkv::Separate { wq: lin(q, q_out)?, wk: lin(k, kv_out)?, wv: lin(v, kv_out)? }
                 }
             };
-            let mut t = |n: &str| put(tensor(&name(n))?);
-            let mut lin =
-                |name: &str, out: usize, inp: usize| -> Result<Linear> { Ok(Linear { w: t(name)?, out, inp }) };
+            let wo = Linear { w: put(tensor(&name("attn_output"))?)?, out: cfg.hidden, inp: q_out };
+            let parts = [tensor(&name("ffn_gate"))?, tensor(&name("ffn_up"))?];
+            let stacked = if fuse_gate_up { compute_core::HostVec::concat(&parts) } else { None };
+            let inter = cfg.intermediate;
+            let gate_up = match stacked {
+                Some(w) => GateUp::Fused(Linear { w: put(w)?, out: 2 * inter, inp: cfg.hidden }),
+                None => {
+                    let [gate, up] = parts;
+                    let lin = |w| -> Result<Linear> { Ok(Linear { w: put(w)?, out: inter, inp: cfg.hidden }) };
+                    GateUp::Separate { gate: lin(gate)?, up: lin(up)? }
+                }
+            };
+            let down = Linear { w: put(tensor(&name("ffn_down"))?)?, out: cfg.hidden, inp: inter };
             layers.push(Layer {
                 attn_norm,
                 qkv,
-                wo: lin("attn_output", cfg.hidden, cfg.heads * d)?,
+                wo,
                 ffn_norm,
-                gate: lin("ffn_gate", cfg.intermediate, cfg.hidden)?,
-                up: lin("ffn_up", cfg.intermediate, cfg.hidden)?,
-                down: lin("ffn_down", cfg.hidden, cfg.intermediate)?,
+                gate_up,
+                down,
                 k_cache: backend.alloc_typed(cache, format.dtype)?,
                 v_cache: backend.alloc_typed(cache, format.dtype)?,
             });
@@ -475,8 +506,9 @@ impl Llama {
         let mut b = self.final_norm.size_in_bytes() + self.lm_head.w.size_in_bytes();
         b += self.embed.size_in_bytes() / c.vocab.max(1) as u64;
         for l in &self.layers {
-            let mut tensors = vec![&l.attn_norm, &l.ffn_norm, &l.wo.w, &l.gate.w, &l.up.w, &l.down.w];
+            let mut tensors = vec![&l.attn_norm, &l.ffn_norm, &l.wo.w, &l.down.w];
             tensors.extend(l.qkv.weights());
+            tensors.extend(l.gate_up.weights());
             for t in tensors {
                 b += t.size_in_bytes();
             }
@@ -564,6 +596,7 @@ impl Llama {
                 o: a(seq * c.hidden)?,
                 gate: a(seq * c.intermediate)?,
                 up: a(seq * c.intermediate)?,
+                gate_up: a(seq * 2 * c.intermediate)?,
                 act: a(seq * c.intermediate)?,
                 last: a(c.hidden)?,
                 normed: a(c.hidden)?,
@@ -706,6 +739,7 @@ impl Llama {
         };
         let add = Op::binary(BinaryOp::Add, seq * c.hidden).with_dtype(dt);
         let swiglu = Op::binary(BinaryOp::SwiGlu, seq * c.intermediate).with_dtype(dt);
+        let glu = Op::Glu { rows: seq, cols: c.intermediate, dtype: dt };
         // The residual stream alternates between x and x2.
         let (mut x, mut x2) = (&s.x, &s.x2);
         for l in &self.layers {
@@ -742,9 +776,17 @@ impl Llama {
             b.run_tensors(&add, &[x, &s.o], x2)?;
             std::mem::swap(&mut x, &mut x2);
             b.run_tensors(&norm, &[x, &l.ffn_norm], &s.h)?;
-            b.run_tensors(&l.gate.op(seq, dt), &[&s.h, &l.gate.w], &s.gate)?;
-            b.run_tensors(&l.up.op(seq, dt), &[&s.h, &l.up.w], &s.up)?;
-            b.run_tensors(&swiglu, &[&s.gate, &s.up], &s.act)?;
+            match &l.gate_up {
+                GateUp::Separate { gate, up } => {
+                    b.run_tensors(&gate.op(seq, dt), &[&s.h, &gate.w], &s.gate)?;
+                    b.run_tensors(&up.op(seq, dt), &[&s.h, &up.w], &s.up)?;
+                    b.run_tensors(&swiglu, &[&s.gate, &s.up], &s.act)?;
+                }
+                GateUp::Fused(w) => {
+                    b.run_tensors(&w.op(seq, dt), &[&s.h, &w.w], &s.gate_up)?;
+                    b.run_tensors(&glu, &[&s.gate_up], &s.act)?;
+                }
+            }
             b.run_tensors(&l.down.op(seq, dt), &[&s.act, &l.down.w], &s.o)?;
             b.run_tensors(&add, &[x, &s.o], x2)?;
             std::mem::swap(&mut x, &mut x2);
