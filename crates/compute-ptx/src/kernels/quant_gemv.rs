@@ -172,6 +172,11 @@ pub fn qgemv(format: BlockFormat, rows: u32, out: DType, target: Target) -> Resu
     b.guarded(gone, false, |b| b.ret());
     let nb = b.shr(k, vpb.trailing_zeros());
     let row_bytes = b.mul(nb, bytes);
+    if knob("PFG", 1) > 0 {
+        let hi = b.add(j, rw);
+        let hi = b.min(hi, n);
+        prefetch_rows(&mut b, w, row_bytes, (j, hi), lane);
+    }
     // Weight rows j..j + rw, the ones past n reading row n - 1 (not stored).
     let nm1 = b.sub(n, 1u32);
     let wrows: Vec<Reg<U64>> = (0..rw)
@@ -225,6 +230,42 @@ pub const X_MAX_SMEM: usize = 48 << 10;
 /// [`qgemv_x`]'s first phase, their loads issued together.
 const X_QUADS: u32 = 4;
 
+/// Exploration knob (temporary).
+pub fn knob(name: &str, default: u32) -> u32 {
+    std::env::var(format!("QGEMV_{name}")).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// Prefetches rows `lo..hi` of the weights (`row_bytes` each, from `w`)
+/// into L2: lane `l` asks for the 32-byte pieces `l, l + 32, …` of the
+/// contiguous range, one warp-wide request per KiB; nothing when `hi ≤ lo`.
+/// The loop is the same for every lane (whole-warp branches), the lanes
+/// past the end predicated off.
+fn prefetch_rows(
+    b: &mut KernelBuilder,
+    w: Reg<U64>,
+    row_bytes: Reg<U32>,
+    (lo, hi): (Reg<U32>, Reg<U32>),
+    lane: Reg<U32>,
+) {
+    let start = b.mul_wide(lo, row_bytes);
+    let stop = b.mul_wide(hi, row_bytes);
+    let lane_off = b.mul_wide(lane, 32u32);
+    let at = b.mov(start);
+    let top = b.label("prefetch");
+    let end = b.label("prefetched");
+    b.place(top);
+    let over = b.setp(Cmp::Ge, at, stop);
+    b.bra_if(over, end);
+    let mine = b.add(at, lane_off);
+    let inside = b.setp(Cmp::Lt, mine, stop);
+    let a = b.add(w, mine);
+    b.guarded(inside, false, |b| b.prefetch_global_l2(a, 0));
+    let next = b.add(at, 1024u64);
+    b.assign(at, next);
+    b.bra(top);
+    b.place(end);
+}
+
 /// Shared bytes of [`qgemv_x`] for `m` activation rows of `k` values: the
 /// int8 quants (`m·k`, padded to 16 bytes) then the `(d, s)` pairs
 /// (`m·k/32` of 8 bytes). Free.
@@ -243,6 +284,10 @@ pub fn x_units(format: BlockFormat) -> u32 {
 /// and `Q5_K` for 1, else 2 (measured best on an H200 for one row; more
 /// would spill registers). Free.
 pub fn x_weight_rows(format: BlockFormat, rows: u32) -> u32 {
+    let kn = knob("RW", 0);
+    if kn > 0 {
+        return kn;
+    }
     match (format, rows) {
         (BlockFormat::Q4K, 1 | 2) | (BlockFormat::Q5K, 1) => 4,
         _ => 2,
@@ -330,6 +375,13 @@ pub fn qgemv_x(format: BlockFormat, rows: u32, input: DType, out: DType, target:
     let sub = b.and(lane, lpb - 1);
     let slot = b.shr(lane, lpb.trailing_zeros());
     let ln = lane_consts(&mut b, format, true, sub);
+    let pf = knob("PF", 1);
+    if pf > 0 {
+        b.comment("the first weight rows on their way to L2 while x is quantized");
+        let hi = b.add(j, pf * rw);
+        let hi = b.min(hi, jend);
+        prefetch_rows(&mut b, w, row_bytes, (j, hi), lane);
+    }
     b.comment("quantize x into shared memory: 8 threads per 32 values, 4 values each");
     let mk = b.mul(m, k);
     let quads = b.shr(mk, 2u32);
@@ -380,6 +432,14 @@ pub fn qgemv_x(format: BlockFormat, rows: u32, input: DType, out: DType, target:
     b.place(rloop);
     let gone = b.setp(Cmp::Ge, j, jend);
     b.bra_if(gone, finished);
+    if pf > 0 {
+        b.comment("the weight rows that come after these on their way to L2");
+        let lo = b.add(j, pf * rw);
+        let lo = b.min(lo, jend);
+        let hi = b.add(j, (pf + 1) * rw);
+        let hi = b.min(hi, jend);
+        prefetch_rows(&mut b, w, row_bytes, (lo, hi), lane);
+    }
     // Weight rows j..j + rw, the ones past n reading row n - 1 (not stored).
     let wrows: Vec<Reg<U64>> = (0..rw)
         .map(|c| {

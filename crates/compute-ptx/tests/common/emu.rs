@@ -850,7 +850,8 @@ fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8
                 t.waiting = true;
                 return;
             }
-            "wgmma" | "fence" => {
+            // A prefetch only warms a cache: nothing to compute.
+            "wgmma" | "fence" | "prefetch" => {
                 t.pc += 1;
                 continue;
             }
