@@ -155,16 +155,6 @@ impl KernelBuilder {
         d
     }
 
-    /// Asks the L2 cache to fetch the line holding `base + off`
-    /// (`prefetch.global.L2`): no register is written and nothing waits for
-    /// it, so a kernel can start the next weights on their way from memory
-    /// while it works on the current ones. One memory request; the address
-    /// should lie inside an allocation.
-    pub fn prefetch_global_l2(&mut self, base: Reg<U64>, off: i64) {
-        let a = self.gaddr(base, off);
-        self.emit(format!("prefetch.global.L2 [{a}]"));
-    }
-
     /// Stores one value to global memory (`st.global`).
     pub fn st_global<T: Data>(&mut self, base: Reg<U64>, off: i64, v: impl Into<Src<T>>) {
         let a = self.gaddr(base, off);

@@ -123,18 +123,6 @@ struct Lane {
     high: Reg<Pred>,
     /// `−1` for the lane that adds a group's min term, else `0`.
     min_sign: Reg<F32>,
-    /// `Q6_K` read in 32-byte runs ([`q6k_coalesced`]): the lane whose
-    /// word follows this lane's in a run, and the first lane of the block's.
-    next: Reg<U32>,
-    first: Reg<U32>,
-}
-
-/// Whether `Q6_K` lanes read their block in 32-byte runs, each lane one
-/// aligned word per run (8 lanes: 32 contiguous bytes a load), words moved
-/// into place by shuffles; else each lane reads its own 8-byte pieces as 3
-/// words each (three times the cache requests).
-fn q6k_coalesced(format: BlockFormat) -> bool {
-    format == BlockFormat::Q6K && knob("Q6C", 1) > 0
 }
 
 /// Builds the GEMV of `format` for `rows` activation rows, writing `out`:
@@ -184,11 +172,6 @@ pub fn qgemv(format: BlockFormat, rows: u32, out: DType, target: Target) -> Resu
     b.guarded(gone, false, |b| b.ret());
     let nb = b.shr(k, vpb.trailing_zeros());
     let row_bytes = b.mul(nb, bytes);
-    if knob("PFG", 1) > 0 {
-        let hi = b.add(j, rw);
-        let hi = b.min(hi, n);
-        prefetch_rows(&mut b, w, row_bytes, (j, hi), lane);
-    }
     // Weight rows j..j + rw, the ones past n reading row n - 1 (not stored).
     let nm1 = b.sub(n, 1u32);
     let wrows: Vec<Reg<U64>> = (0..rw)
@@ -216,9 +199,7 @@ pub fn qgemv(format: BlockFormat, rows: u32, out: DType, target: Target) -> Resu
 
     let reduce = b.label("reduce");
     let xs = XSrc::Global { qx, ds, offsets: &xrows };
-    // The shuffles of a coalesced Q6_K block need all of its lanes: every unit clamped.
-    let clamped = format == BlockFormat::Q8_0 || q6k_coalesced(format);
-    row_sums(&mut b, format, &ln, (&wrows, nb, slot, u), (xs, &acc), clamped, reduce);
+    row_sums(&mut b, format, &ln, (&wrows, nb, slot, u), (xs, &acc), format == BlockFormat::Q8_0, reduce);
     b.place(reduce);
     let done = b.label("done");
     reduce_store(&mut b, &acc, rows, (lane, m, n, j), (y, out), done);
@@ -244,42 +225,6 @@ pub const X_MAX_SMEM: usize = 48 << 10;
 /// [`qgemv_x`]'s first phase, their loads issued together.
 const X_QUADS: u32 = 4;
 
-/// Exploration knob (temporary).
-pub fn knob(name: &str, default: u32) -> u32 {
-    std::env::var(format!("QGEMV_{name}")).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-/// Prefetches rows `lo..hi` of the weights (`row_bytes` each, from `w`)
-/// into L2: lane `l` asks for the 32-byte pieces `l, l + 32, …` of the
-/// contiguous range, one warp-wide request per KiB; nothing when `hi ≤ lo`.
-/// The loop is the same for every lane (whole-warp branches), the lanes
-/// past the end predicated off.
-fn prefetch_rows(
-    b: &mut KernelBuilder,
-    w: Reg<U64>,
-    row_bytes: Reg<U32>,
-    (lo, hi): (Reg<U32>, Reg<U32>),
-    lane: Reg<U32>,
-) {
-    let start = b.mul_wide(lo, row_bytes);
-    let stop = b.mul_wide(hi, row_bytes);
-    let lane_off = b.mul_wide(lane, 32u32);
-    let at = b.mov(start);
-    let top = b.label("prefetch");
-    let end = b.label("prefetched");
-    b.place(top);
-    let over = b.setp(Cmp::Ge, at, stop);
-    b.bra_if(over, end);
-    let mine = b.add(at, lane_off);
-    let inside = b.setp(Cmp::Lt, mine, stop);
-    let a = b.add(w, mine);
-    b.guarded(inside, false, |b| b.prefetch_global_l2(a, 0));
-    let next = b.add(at, 1024u64);
-    b.assign(at, next);
-    b.bra(top);
-    b.place(end);
-}
-
 /// Shared bytes of [`qgemv_x`] for `m` activation rows of `k` values: the
 /// int8 quants (`m·k`, padded to 16 bytes) then the `(d, s)` pairs
 /// (`m·k/32` of 8 bytes). Free.
@@ -298,10 +243,6 @@ pub fn x_units(format: BlockFormat) -> u32 {
 /// and `Q5_K` for 1, else 2 (measured best on an H200 for one row; more
 /// would spill registers). Free.
 pub fn x_weight_rows(format: BlockFormat, rows: u32) -> u32 {
-    let kn = knob("RW", 0);
-    if kn > 0 {
-        return kn;
-    }
     match (format, rows) {
         (BlockFormat::Q4K, 1 | 2) | (BlockFormat::Q5K, 1) => 4,
         _ => 2,
@@ -389,13 +330,6 @@ pub fn qgemv_x(format: BlockFormat, rows: u32, input: DType, out: DType, target:
     let sub = b.and(lane, lpb - 1);
     let slot = b.shr(lane, lpb.trailing_zeros());
     let ln = lane_consts(&mut b, format, true, sub);
-    let pf = knob("PF", 1);
-    if pf > 0 {
-        b.comment("the first weight rows on their way to L2 while x is quantized");
-        let hi = b.add(j, pf * rw);
-        let hi = b.min(hi, jend);
-        prefetch_rows(&mut b, w, row_bytes, (j, hi), lane);
-    }
     b.comment("quantize x into shared memory: 8 threads per 32 values, 4 values each");
     let mk = b.mul(m, k);
     let quads = b.shr(mk, 2u32);
@@ -446,14 +380,6 @@ pub fn qgemv_x(format: BlockFormat, rows: u32, input: DType, out: DType, target:
     b.place(rloop);
     let gone = b.setp(Cmp::Ge, j, jend);
     b.bra_if(gone, finished);
-    if pf > 0 {
-        b.comment("the weight rows that come after these on their way to L2");
-        let lo = b.add(j, pf * rw);
-        let lo = b.min(lo, jend);
-        let hi = b.add(j, (pf + 1) * rw);
-        let hi = b.min(hi, jend);
-        prefetch_rows(&mut b, w, row_bytes, (lo, hi), lane);
-    }
     // Weight rows j..j + rw, the ones past n reading row n - 1 (not stored).
     let wrows: Vec<Reg<U64>> = (0..rw)
         .map(|c| {
@@ -468,7 +394,7 @@ pub fn qgemv_x(format: BlockFormat, rows: u32, input: DType, out: DType, target:
     }
     let reduce = b.label("reduce");
     let xs = XSrc::Shared { qx: sq, ds: sds, offsets: &xrows };
-    row_sums(&mut b, format, &ln, (&wrows, nb, slot, u), (xs, &acc), q6k_coalesced(format), reduce);
+    row_sums(&mut b, format, &ln, (&wrows, nb, slot, u), (xs, &acc), false, reduce);
     b.place(reduce);
     let stored = b.label("stored");
     reduce_store(&mut b, &acc, rows, (lane, m, n, j), (y, out), stored);
@@ -539,14 +465,7 @@ fn row_sums(
     let slots = 32 / lpb;
     b.comment(&format!("{u} weight blocks per lane per iteration"));
     b.place(main);
-    // With a clamped tail, whole warps leave the main loop together (the
-    // last lane's last unit decides), so every unit sees all 32 lanes.
-    let lastu = if clamped_tail {
-        let top = b.sub(bi0, slot);
-        b.add(top, u * slots - 1)
-    } else {
-        b.add(bi0, (u - 1) * slots)
-    };
+    let lastu = b.add(bi0, (u - 1) * slots);
     let past = b.setp(Cmp::Ge, lastu, nb);
     b.bra_if(past, tail);
     for t in 0..u {
@@ -625,39 +544,6 @@ fn lane_consts(b: &mut KernelBuilder, format: BlockFormat, wide: bool, sub: Reg<
                 s1,
                 high,
                 min_sign,
-                next: zero,
-                first: zero,
-            }
-        }
-        BlockFormat::Q6K if q6k_coalesced(format) => {
-            // Lane s of 8 reads the aligned words at 4s + 32i (i = 0..7) of
-            // the block's aligned start; after the shuffles it holds bytes
-            // 4s.. of each 32-byte run: ql runs 0..4 (hh = i / 2, p = i mod 2),
-            // qh runs 0..2 (hh), and lanes 0..3 the scale words. Values
-            // 128hh + 64nib + 32p + 4s.. (4 each) for the 8 (hh, nib, p).
-            let ln = b.laneid();
-            let first = b.sub(ln, sub);
-            let s1 = b.add(sub, 1u32);
-            let s1 = b.and(s1, 7u32);
-            let next = b.add(first, s1);
-            let xo = b.shl(sub, 2u32);
-            let q4 = b.shr(sub, 2u32);
-            let s0 = b.shl(q4, 3u32); // 8·(s / 4): the scale byte within a half-word pair
-            let high = b.setp(Cmp::Eq, sub, 7u32);
-            Lane {
-                lpb,
-                wide,
-                a: b.cvt::<U64, U32>(xo),
-                b: zero64,
-                c: zero64,
-                xo,
-                dso: zero,
-                s0,
-                s1: sub,
-                high,
-                min_sign: none,
-                next,
-                first,
             }
         }
         BlockFormat::Q6K => {
@@ -687,8 +573,6 @@ fn lane_consts(b: &mut KernelBuilder, format: BlockFormat, wide: bool, sub: Reg<
                 s1: zero,
                 high: never,
                 min_sign: none,
-                next: zero,
-                first: zero,
             }
         }
         _ => {
@@ -707,8 +591,6 @@ fn lane_consts(b: &mut KernelBuilder, format: BlockFormat, wide: bool, sub: Reg<
                 s1: zero,
                 high: never,
                 min_sign: none,
-                next: zero,
-                first: zero,
             }
         }
     }
@@ -730,9 +612,6 @@ enum Decoded {
     K4 { lo: Vec<Reg<U32>>, hi: Vec<Reg<U32>>, dl: [Reg<F32>; 2], nml: [Reg<F32>; 2] },
     /// `Q6_K`: the words of `q − 32` of groups t = 0..4 and `d·sc` of each.
     Q6 { q: Vec<Vec<Reg<U32>>>, dsc: Vec<Reg<F32>> },
-    /// `Q6_K` in 32-byte runs: the word of `q − 32` of each
-    /// (hh, nib, p) (index `4hh + 2nib + p`) and its `d·sc`.
-    Q6c { q: Vec<Reg<U32>>, dsc: Vec<Reg<F32>> },
     /// `Q8_0`: two words of quants and `d`.
     Q8 { q: Vec<Reg<U32>>, d: Reg<F32> },
 }
@@ -762,24 +641,6 @@ fn fetch(b: &mut KernelBuilder, format: BlockFormat, ln: &Lane, base: Reg<U64>) 
                     raw.extend(b.ld_global_nc_v::<U32, 4>(ha, 16 * p));
                 }
             }
-            raw
-        }
-        BlockFormat::Q6K if q6k_coalesced(format) => {
-            // Aligned words at 4s + 32i of the block's aligned start; run 6
-            // (the scales) only up to the last word inside the block.
-            let mis64 = b.and(base, 3u64);
-            let mis = b.cvt::<U32, U64>(mis64);
-            let ab = b.sub(base, mis64);
-            let qa = b.add(ab, ln.a);
-            let mut raw = (0..6).map(|i| b.ld_global_nc::<U32>(qa, 32 * i)).collect::<Vec<_>>();
-            let half = b.shr(mis, 1u32);
-            let cap = b.add(half, 3u32);
-            let sw = b.min(ln.s1, cap);
-            let swo = b.mul_wide(sw, 4u32);
-            let sa = b.add(ab, swo);
-            raw.push(b.ld_global_nc::<U32>(sa, 192));
-            raw.push(b.ld_global_nc_u16(base, 208));
-            raw.push(b.shl(mis, 3u32));
             raw
         }
         BlockFormat::Q6K => {
@@ -902,55 +763,6 @@ fn unpack(b: &mut KernelBuilder, format: BlockFormat, ln: &Lane, raw: &[Reg<U32>
                 hiw.push(h);
             }
             Decoded::K4 { lo, hi: hiw, dl: [dl[0], dl[1]], nml: [nml[0], nml[1]] }
-        }
-        BlockFormat::Q6K if q6k_coalesced(format) => {
-            let sh = raw[8];
-            let back = b.sub(32u32, sh);
-            // The word after lane s's in each run: lane s + 1's, or for lane
-            // 7 lane 0's of the next run.
-            let nx: Vec<Reg<U32>> = raw[..7].iter().map(|&w| b.shfl_idx(w, ln.next)).collect();
-            let words: Vec<Reg<U32>> = (0..7)
-                .map(|i| {
-                    let after = if i + 1 < 7 { b.selp(nx[i + 1], nx[i], ln.high) } else { nx[i] };
-                    let lo = b.shr(raw[i], sh);
-                    let hi = b.shl(after, back);
-                    b.or(lo, hi)
-                })
-                .collect();
-            // The 4 scale words, from lanes 0..3 of the block's.
-            let scw: Vec<Reg<U32>> = (0..4u32)
-                .map(|w| {
-                    let src = b.add(ln.first, w);
-                    b.shfl_idx(words[6], src)
-                })
-                .collect();
-            let d = f16_lo(b, raw[7]);
-            let mut q = Vec::new();
-            let mut dsc = Vec::new();
-            for hh in 0..2usize {
-                for nib in 0..2u32 {
-                    for p in 0..2u32 {
-                        let l = b.shr(words[2 * hh + p as usize], 4 * nib);
-                        let l = b.and(l, 0x0f0f_0f0fu32);
-                        let h = b.shr(words[4 + hh], 2 * p + 4 * nib);
-                        let h = b.and(h, 0x0303_0303u32);
-                        let h = b.shl(h, 4u32);
-                        let v = b.or(l, h);
-                        let v = b.xor(v, 0x2020_2020u32);
-                        let sg = b.and(v, 0x2020_2020u32);
-                        let sg = b.mul(sg, 6u32);
-                        q.push(b.or(v, sg));
-                        // Scale 8hh + 4nib + 2p + s/4: byte 2p + s/4 of word 2hh + nib.
-                        let sw = b.bitcast::<S32, U32>(scw[2 * hh + nib as usize]);
-                        let up = b.sub(24u32 - 16 * p, ln.s0);
-                        let sc = b.shl(sw, up);
-                        let sc = b.shr(sc, 24u32);
-                        let f = b.cvt::<F32, S32>(sc);
-                        dsc.push(b.mul(d, f));
-                    }
-                }
-            }
-            Decoded::Q6c { q, dsc }
         }
         BlockFormat::Q6K => {
             let sh = raw[14];
@@ -1097,19 +909,6 @@ fn dots(
                         let sc = b.mul(dlg, dx);
                         b.fma_acc(a, sc, isum);
                         b.fma_acc(a, nm, sx);
-                    }
-                }
-            }
-            BlockFormat::Q6K if q6k_coalesced(format) => {
-                // (hh, nib, p): 4 values at 128hh + 64nib + 32p + 4s, pair 4hh + 2nib + p.
-                let xs: Vec<Reg<U32>> = (0..8).map(|g| ldx::<U32>(b, xa, 32 * g)).collect();
-                let dx: Vec<Reg<F32>> = (0..8).map(|g| ldx::<F32>(b, da, 8 * g)).collect();
-                for (dec, &a) in decoded.iter().zip(sums) {
-                    let Decoded::Q6c { q, dsc } = dec else { continue };
-                    for g in 0..8 {
-                        let isum = dot(b, &q[g..g + 1], &xs[g..g + 1]);
-                        let sc = b.mul(dsc[g], dx[g]);
-                        b.fma_acc(a, sc, isum);
                     }
                 }
             }

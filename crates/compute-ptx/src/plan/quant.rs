@@ -139,7 +139,7 @@ pub fn run_quant_matmul(
         // warps take rpc / 8 weight rows each; rpc makes the grid about as
         // many blocks as stay resident, so x is quantized once per block.
         let step = (quant_gemv::X_WARPS * quant_gemv::x_weight_rows(format, rows)) as usize;
-        let slots = step * quant_gemv::knob("BPS", quant_gemv::X_BLOCKS_PER_SM) as usize * l.sm_count().max(1) as usize;
+        let slots = step * quant_gemv::X_BLOCKS_PER_SM as usize * l.sm_count().max(1) as usize;
         let rpc = step * n.div_ceil(slots);
         let grid = Grid {
             blocks: (n.div_ceil(rpc) as u32, 1, 1),

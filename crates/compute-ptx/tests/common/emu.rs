@@ -850,8 +850,7 @@ fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8
                 t.waiting = true;
                 return;
             }
-            // A prefetch only warms a cache: nothing to compute.
-            "wgmma" | "fence" | "prefetch" => {
+            "wgmma" | "fence" => {
                 t.pc += 1;
                 continue;
             }
