@@ -312,7 +312,7 @@ pub fn qgemv_x(format: BlockFormat, rows: u32, input: DType, out: DType, target:
         "launch: {X_THREADS} threads, ceil(n / rpc) blocks, round16(m*k) + m*k/4 bytes of dynamic shared memory"
     ));
     b.max_threads(X_THREADS);
-    b.min_blocks_per_sm(X_BLOCKS_PER_SM);
+    b.min_blocks_per_sm(knob("MB", X_BLOCKS_PER_SM));
     let w = b.param_ptr("w");
     let x = b.param_ptr("x");
     let y = b.param_ptr("y");
@@ -354,49 +354,62 @@ pub fn qgemv_x(format: BlockFormat, rows: u32, input: DType, out: DType, target:
     let qbytes = b.add(mk, 15u32);
     let qbytes = b.and(qbytes, !15u32);
     let sds = b.add(sq, qbytes);
-    let es = elem::size(input);
-    let it = b.mov(0u32);
-    let qloop = b.label("quantize");
-    let qdone = b.label("quantized");
-    b.place(qloop);
-    let over = b.setp(Cmp::Ge, it, quads);
-    b.bra_if(over, qdone);
-    let base = b.add(it, tid);
-    let mut loaded = Vec::new();
-    for t in 0..X_QUADS {
-        let q = b.add(base, t * X_THREADS);
-        let valid = b.setp(Cmp::Lt, q, quads);
-        // Threads past the end quantize the last quad again (the shuffles
-        // need whole warps) and store nothing.
-        let qc = b.min(q, qlast);
-        let off = b.mul_wide(qc, 4 * es);
-        let xa = b.add(x, off);
-        loaded.push((valid, qc, elem::load(&mut b, input, xa, 0, 4)));
-    }
-    for (valid, qc, xs) in loaded {
-        let (d, word, sum) = quant::quantize_quad(&mut b, &xs, quant::Reciprocal::Approx);
-        let qa = b.mad(qc, 4u32, sq);
-        b.guarded(valid, false, |b| b.st_shared(qa, 0, word));
-        let sub = b.and(tid, 7u32);
-        let lead = b.setp(Cmp::Eq, sub, 0u32);
-        let lead = b.and_pred(lead, valid);
-        let sf = b.cvt::<F32, S32>(sum);
-        let sv = b.mul(d, sf);
-        let g = b.shr(qc, 3u32);
-        let da = b.mad(g, 8u32, sds);
-        b.guarded(lead, false, |b| b.st_shared_v::<F32, 2>(da, 0, [d.into(), sv.into()]));
-    }
-    let next = b.add(it, X_QUADS * X_THREADS);
-    b.assign(it, next);
-    b.bra(qloop);
-    b.place(qdone);
-    b.bar_sync();
+    let xq = knob("XQ", X_QUADS);
+    let quantize = |b: &mut KernelBuilder| {
+        let es = elem::size(input);
+        let it = b.mov(0u32);
+        let qloop = b.label("quantize");
+        let qdone = b.label("quantized");
+        b.place(qloop);
+        let over = b.setp(Cmp::Ge, it, quads);
+        b.bra_if(over, qdone);
+        let base = b.add(it, tid);
+        let mut loaded = Vec::new();
+        for t in 0..xq {
+            let q = b.add(base, t * X_THREADS);
+            let valid = b.setp(Cmp::Lt, q, quads);
+            // Threads past the end quantize the last quad again (the shuffles
+            // need whole warps) and store nothing.
+            let qc = b.min(q, qlast);
+            let off = b.mul_wide(qc, 4 * es);
+            let xa = b.add(x, off);
+            loaded.push((valid, qc, elem::load(b, input, xa, 0, 4)));
+        }
+        for (valid, qc, xs) in loaded {
+            let (d, word, sum) = quant::quantize_quad(b, &xs, quant::Reciprocal::Approx);
+            let qa = b.mad(qc, 4u32, sq);
+            b.guarded(valid, false, |b| b.st_shared(qa, 0, word));
+            let sub = b.and(tid, 7u32);
+            let lead = b.setp(Cmp::Eq, sub, 0u32);
+            let lead = b.and_pred(lead, valid);
+            let sf = b.cvt::<F32, S32>(sum);
+            let sv = b.mul(d, sf);
+            let g = b.shr(qc, 3u32);
+            let da = b.mad(g, 8u32, sds);
+            b.guarded(lead, false, |b| b.st_shared_v::<F32, 2>(da, 0, [d.into(), sv.into()]));
+        }
+        let next = b.add(it, xq * X_THREADS);
+        b.assign(it, next);
+        b.bra(qloop);
+        b.place(qdone);
+    };
     if pipelined() {
         let xs = XSrc::Shared { qx: sq, ds: sds, offsets: &xrows };
-        pipelined_rows(&mut b, format, &ln, (w, nb, row_bytes, slot, u, rw), (xs, &acc), (lane, warp, cta, m, n), (y, out));
+        pipelined_rows(
+            &mut b,
+            format,
+            &ln,
+            (w, nb, row_bytes, slot, u, rw),
+            (xs, &acc),
+            (lane, warp, cta, m, n),
+            (y, out),
+            quantize,
+        );
         b.ret();
         return b.finish();
     }
+    quantize(&mut b);
+    b.bar_sync();
 
     let rloop = b.label("rows");
     let finished = b.label("finished");
@@ -453,6 +466,7 @@ fn pipelined_rows(
     (xs, acc): (XSrc, &[Reg<F32>]),
     (lane, warp, cta, m, n): (Reg<U32>, Reg<U32>, Reg<U32>, Reg<U32>, Reg<U32>),
     (y, out): (Reg<U64>, DType),
+    quantize: impl FnOnce(&mut KernelBuilder),
 ) {
     let rows = xs.offsets().len() as u32;
     let bytes = format.bytes_per_block() as u32;
@@ -477,8 +491,6 @@ fn pipelined_rows(
     let span = b.sub(p1, p0);
     let total = b.mul(span, iters);
     let finished = b.label("finished");
-    let none = b.setp(Cmp::Eq, total, 0u32);
-    b.bra_if(none, finished);
     let nm1 = b.sub(n, 1u32);
     let nbm1 = b.sub(nb, 1u32);
     // Loads of unit (group, it): raws[tu][c] for block tu of weight row c.
@@ -511,8 +523,19 @@ fn pipelined_rows(
     let group = b.mov(p0);
     let it = b.mov(0u32);
     let t = b.mov(0u32);
-    b.comment("the first unit's loads");
-    let cur = fetch_unit(b, group, it);
+    let early = knob("EF", 1) > 0;
+    let mut cur = Vec::new();
+    if early {
+        b.comment("the first unit's loads, in flight while x is quantized (rows past n read row n - 1)");
+        cur = fetch_unit(b, group, it);
+    }
+    quantize(b);
+    b.bar_sync();
+    let none = b.setp(Cmp::Eq, total, 0u32);
+    b.bra_if(none, finished);
+    if !early {
+        cur = fetch_unit(b, group, it);
+    }
     let top = b.label("units");
     b.place(top);
     let t1 = b.add(t, 1u32);
@@ -541,7 +564,15 @@ fn pipelined_rows(
                 r
             })
             .collect();
-        dots(b, format, ln, &masked, bic, xs, acc);
+        if knob("SEQ", 0) > 0 {
+            // One weight row at a time: its unpacked words die before the next row's.
+            for (c, r) in masked.iter().enumerate() {
+                let part = &acc[c * rows as usize..(c + 1) * rows as usize];
+                dots(b, format, ln, std::slice::from_ref(r), bic, xs, part);
+            }
+        } else {
+            dots(b, format, ln, &masked, bic, xs, acc);
+        }
     }
     let stored = b.label("stored");
     let ends = b.setp(Cmp::Eq, it1, iters);
