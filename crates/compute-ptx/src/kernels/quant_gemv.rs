@@ -230,6 +230,11 @@ pub fn knob(name: &str, default: u32) -> u32 {
     std::env::var(format!("QGEMV_{name}")).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
+/// Threads per block of [`qgemv_x`] (temporary switch).
+pub fn x_threads() -> u32 {
+    if pipelined() { 32 * knob("XW", 8) } else { X_THREADS }
+}
+
 /// Whether [`qgemv_x`] runs the pipelined loop (temporary switch).
 pub fn pipelined() -> bool {
     knob("PIPE", 1) > 0
@@ -311,7 +316,7 @@ pub fn qgemv_x(format: BlockFormat, rows: u32, input: DType, out: DType, target:
     b.doc(&format!(
         "launch: {X_THREADS} threads, ceil(n / rpc) blocks, round16(m*k) + m*k/4 bytes of dynamic shared memory"
     ));
-    b.max_threads(X_THREADS);
+    b.max_threads(x_threads());
     b.min_blocks_per_sm(knob("MB", X_BLOCKS_PER_SM));
     let w = b.param_ptr("w");
     let x = b.param_ptr("x");
@@ -366,7 +371,7 @@ pub fn qgemv_x(format: BlockFormat, rows: u32, input: DType, out: DType, target:
         let base = b.add(it, tid);
         let mut loaded = Vec::new();
         for t in 0..xq {
-            let q = b.add(base, t * X_THREADS);
+            let q = b.add(base, t * x_threads());
             let valid = b.setp(Cmp::Lt, q, quads);
             // Threads past the end quantize the last quad again (the shuffles
             // need whole warps) and store nothing.
@@ -388,7 +393,7 @@ pub fn qgemv_x(format: BlockFormat, rows: u32, input: DType, out: DType, target:
             let da = b.mad(g, 8u32, sds);
             b.guarded(lead, false, |b| b.st_shared_v::<F32, 2>(da, 0, [d.into(), sv.into()]));
         }
-        let next = b.add(it, xq * X_THREADS);
+        let next = b.add(it, xq * x_threads());
         b.assign(it, next);
         b.bra(qloop);
         b.place(qdone);
@@ -476,9 +481,9 @@ fn pipelined_rows(
     let groups = b.add(n, rw - 1);
     let groups = b.div(groups, rw);
     let ncta = b.nctaid(Dim::X);
-    let nw = b.mul(ncta, X_WARPS);
+    let nw = b.mul(ncta, x_threads() / 32);
     let nw = b.cvt::<U64, U32>(nw);
-    let g = b.mad(cta, X_WARPS, warp);
+    let g = b.mad(cta, x_threads() / 32, warp);
     let lo = b.mul_wide(g, groups);
     let lo = b.div(lo, nw);
     let p0 = b.cvt::<U32, U64>(lo);
