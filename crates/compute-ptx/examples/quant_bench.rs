@@ -7,8 +7,11 @@
 //!
 //! Shapes `n × k` = 14336 × 4096 and 4096 × 14336 (weight rows × inner
 //! dimension), `m` = 1 and 16 for every format, plus 64 and 512 for `q4_K`;
-//! `f32` activations and output. Each row prints the median time over 50
-//! samples (each the mean of 10 back-to-back calls, after warm-up), the
+//! then, for `q4_K` and `m = 1`, the linear layers of the 1.1 B Llama
+//! decoder (2048 × 2048, 512 × 2048, 8192 × 2048, 2048 × 8192, 32000 ×
+//! 2048). `f32` activations (`--x-bf16`: `bf16`) and `f32` output. Each
+//! row prints the median time over 50 samples (each the mean of 10
+//! back-to-back calls, after warm-up), the
 //! weight bytes read per second, the bandwidth of a device-to-device copy of
 //! the same bytes timed in the same process counting bytes read plus written
 //! (`2·bytes / time`, the figure a device's copy bandwidth is quoted in) and
@@ -19,9 +22,12 @@
 //! product with the dequantized weights, as a fraction of the error bound
 //! (`≤ 1` passes). Then one row per format and shape for dequantization to
 //! `bf16`: time and GB/s of blocks read, and of blocks read plus values
-//! written. Several copies of the weights are cycled so that they do not sit
-//! in L2 between calls. `--quick` takes 10 samples; `--only q4_K` (a format
-//! name, repeatable) limits the formats, `--m 1` (repeatable) the row counts.
+//! written. Copies of the quantized weights filling 256 MiB (at most 512)
+//! are cycled so that they do not sit in L2 between calls; the `bf16` GEMV
+//! reads one copy, which for the decoder's small shapes stays in L2.
+//! `--quick` takes 10 samples; `--only q4_K` (a format name, repeatable)
+//! limits the formats, `--m 1` (repeatable) the row counts, `--shapes big`
+//! or `--shapes small` the shapes.
 
 use std::time::Instant;
 

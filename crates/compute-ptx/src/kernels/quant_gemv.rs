@@ -225,21 +225,6 @@ pub const X_MAX_SMEM: usize = 48 << 10;
 /// [`qgemv_x`]'s first phase, their loads issued together.
 const X_QUADS: u32 = 4;
 
-/// Exploration knob (temporary).
-pub fn knob(name: &str, default: u32) -> u32 {
-    std::env::var(format!("QGEMV_{name}")).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-/// Threads per block of [`qgemv_x`] (temporary switch).
-pub fn x_threads() -> u32 {
-    if pipelined() { 32 * knob("XW", 8) } else { X_THREADS }
-}
-
-/// Whether [`qgemv_x`] runs the pipelined loop (temporary switch).
-pub fn pipelined() -> bool {
-    knob("PIPE", 1) > 0
-}
-
 /// Shared bytes of [`qgemv_x`] for `m` activation rows of `k` values: the
 /// int8 quants (`m·k`, padded to 16 bytes) then the `(d, s)` pairs
 /// (`m·k/32` of 8 bytes). Free.
@@ -258,13 +243,6 @@ pub fn x_units(format: BlockFormat) -> u32 {
 /// and `Q5_K` for 1, else 2 (measured best on an H200 for one row; more
 /// would spill registers). Free.
 pub fn x_weight_rows(format: BlockFormat, rows: u32) -> u32 {
-    let kn = knob("RW", 0);
-    if kn > 0 {
-        return kn;
-    }
-    if pipelined() {
-        return if format == BlockFormat::Q5K { 1 } else { 2 };
-    }
     match (format, rows) {
         (BlockFormat::Q4K, 1 | 2) | (BlockFormat::Q5K, 1) => 4,
         _ => 2,
@@ -316,8 +294,8 @@ pub fn qgemv_x(format: BlockFormat, rows: u32, input: DType, out: DType, target:
     b.doc(&format!(
         "launch: {X_THREADS} threads, ceil(n / rpc) blocks, round16(m*k) + m*k/4 bytes of dynamic shared memory"
     ));
-    b.max_threads(x_threads());
-    b.min_blocks_per_sm(knob("MB", X_BLOCKS_PER_SM));
+    b.max_threads(X_THREADS);
+    b.min_blocks_per_sm(X_BLOCKS_PER_SM);
     let w = b.param_ptr("w");
     let x = b.param_ptr("x");
     let y = b.param_ptr("y");
@@ -359,61 +337,42 @@ pub fn qgemv_x(format: BlockFormat, rows: u32, input: DType, out: DType, target:
     let qbytes = b.add(mk, 15u32);
     let qbytes = b.and(qbytes, !15u32);
     let sds = b.add(sq, qbytes);
-    let xq = knob("XQ", X_QUADS);
-    let quantize = |b: &mut KernelBuilder| {
-        let es = elem::size(input);
-        let it = b.mov(0u32);
-        let qloop = b.label("quantize");
-        let qdone = b.label("quantized");
-        b.place(qloop);
-        let over = b.setp(Cmp::Ge, it, quads);
-        b.bra_if(over, qdone);
-        let base = b.add(it, tid);
-        let mut loaded = Vec::new();
-        for t in 0..xq {
-            let q = b.add(base, t * x_threads());
-            let valid = b.setp(Cmp::Lt, q, quads);
-            // Threads past the end quantize the last quad again (the shuffles
-            // need whole warps) and store nothing.
-            let qc = b.min(q, qlast);
-            let off = b.mul_wide(qc, 4 * es);
-            let xa = b.add(x, off);
-            loaded.push((valid, qc, elem::load(b, input, xa, 0, 4)));
-        }
-        for (valid, qc, xs) in loaded {
-            let (d, word, sum) = quant::quantize_quad(b, &xs, quant::Reciprocal::Approx);
-            let qa = b.mad(qc, 4u32, sq);
-            b.guarded(valid, false, |b| b.st_shared(qa, 0, word));
-            let sub = b.and(tid, 7u32);
-            let lead = b.setp(Cmp::Eq, sub, 0u32);
-            let lead = b.and_pred(lead, valid);
-            let sf = b.cvt::<F32, S32>(sum);
-            let sv = b.mul(d, sf);
-            let g = b.shr(qc, 3u32);
-            let da = b.mad(g, 8u32, sds);
-            b.guarded(lead, false, |b| b.st_shared_v::<F32, 2>(da, 0, [d.into(), sv.into()]));
-        }
-        let next = b.add(it, xq * x_threads());
-        b.assign(it, next);
-        b.bra(qloop);
-        b.place(qdone);
-    };
-    if pipelined() {
-        let xs = XSrc::Shared { qx: sq, ds: sds, offsets: &xrows };
-        pipelined_rows(
-            &mut b,
-            format,
-            &ln,
-            (w, nb, row_bytes, slot, u, rw),
-            (xs, &acc),
-            (lane, warp, cta, m, n),
-            (y, out),
-            quantize,
-        );
-        b.ret();
-        return b.finish();
+    let es = elem::size(input);
+    let it = b.mov(0u32);
+    let qloop = b.label("quantize");
+    let qdone = b.label("quantized");
+    b.place(qloop);
+    let over = b.setp(Cmp::Ge, it, quads);
+    b.bra_if(over, qdone);
+    let base = b.add(it, tid);
+    let mut loaded = Vec::new();
+    for t in 0..X_QUADS {
+        let q = b.add(base, t * X_THREADS);
+        let valid = b.setp(Cmp::Lt, q, quads);
+        // Threads past the end quantize the last quad again (the shuffles
+        // need whole warps) and store nothing.
+        let qc = b.min(q, qlast);
+        let off = b.mul_wide(qc, 4 * es);
+        let xa = b.add(x, off);
+        loaded.push((valid, qc, elem::load(&mut b, input, xa, 0, 4)));
     }
-    quantize(&mut b);
+    for (valid, qc, xs) in loaded {
+        let (d, word, sum) = quant::quantize_quad(&mut b, &xs, quant::Reciprocal::Approx);
+        let qa = b.mad(qc, 4u32, sq);
+        b.guarded(valid, false, |b| b.st_shared(qa, 0, word));
+        let sub = b.and(tid, 7u32);
+        let lead = b.setp(Cmp::Eq, sub, 0u32);
+        let lead = b.and_pred(lead, valid);
+        let sf = b.cvt::<F32, S32>(sum);
+        let sv = b.mul(d, sf);
+        let g = b.shr(qc, 3u32);
+        let da = b.mad(g, 8u32, sds);
+        b.guarded(lead, false, |b| b.st_shared_v::<F32, 2>(da, 0, [d.into(), sv.into()]));
+    }
+    let next = b.add(it, X_QUADS * X_THREADS);
+    b.assign(it, next);
+    b.bra(qloop);
+    b.place(qdone);
     b.bar_sync();
 
     let rloop = b.label("rows");
@@ -446,158 +405,6 @@ pub fn qgemv_x(format: BlockFormat, rows: u32, input: DType, out: DType, target:
     b.place(finished);
     b.ret();
     b.finish()
-}
-
-/// The index of the word holding a block's scale `d` among what [`fetch`]
-/// returns: zeroing it makes the block add nothing.
-fn d_word(format: BlockFormat) -> usize {
-    if format == BlockFormat::Q6K { 9 } else { 0 }
-}
-
-/// The weight loop of [`qgemv_x`]: the `ceil(n / rw)` groups of `rw`
-/// consecutive weight rows are split evenly over all warps of the grid; a
-/// warp walks its groups' units (one per `u·32/lpb` blocks of a row) as one
-/// flat sequence and issues the loads of the next unit before it sums the
-/// current one, so every warp always has one unit of weights on its way
-/// from memory. Lanes whose block lies past the row (the last unit of a row
-/// of fewer blocks) read the row's last block with its scale zeroed. At the
-/// last unit of a group the lanes' sums are added (butterfly) and stored.
-#[allow(clippy::type_complexity)]
-fn pipelined_rows(
-    b: &mut KernelBuilder,
-    format: BlockFormat,
-    ln: &Lane,
-    (w, nb, row_bytes, slot, u, rw): (Reg<U64>, Reg<U32>, Reg<U32>, Reg<U32>, u32, u32),
-    (xs, acc): (XSrc, &[Reg<F32>]),
-    (lane, warp, cta, m, n): (Reg<U32>, Reg<U32>, Reg<U32>, Reg<U32>, Reg<U32>),
-    (y, out): (Reg<U64>, DType),
-    quantize: impl FnOnce(&mut KernelBuilder),
-) {
-    let rows = xs.offsets().len() as u32;
-    let bytes = format.bytes_per_block() as u32;
-    let slots = 32 / ln.lpb;
-    let per = u * slots;
-    b.comment("this warp's groups of weight rows: an even share of all");
-    let groups = b.add(n, rw - 1);
-    let groups = b.div(groups, rw);
-    let ncta = b.nctaid(Dim::X);
-    let nw = b.mul(ncta, x_threads() / 32);
-    let nw = b.cvt::<U64, U32>(nw);
-    let g = b.mad(cta, x_threads() / 32, warp);
-    let lo = b.mul_wide(g, groups);
-    let lo = b.div(lo, nw);
-    let p0 = b.cvt::<U32, U64>(lo);
-    let g1 = b.add(g, 1u32);
-    let hi = b.mul_wide(g1, groups);
-    let hi = b.div(hi, nw);
-    let p1 = b.cvt::<U32, U64>(hi);
-    let iters = b.add(nb, per - 1);
-    let iters = b.shr(iters, per.trailing_zeros());
-    let span = b.sub(p1, p0);
-    let total = b.mul(span, iters);
-    let finished = b.label("finished");
-    let nm1 = b.sub(n, 1u32);
-    let nbm1 = b.sub(nb, 1u32);
-    // Loads of unit (group, it): raws[tu][c] for block tu of weight row c.
-    let fetch_unit = |b: &mut KernelBuilder, group: Reg<U32>, it: Reg<U32>| -> Vec<Vec<Vec<Reg<U32>>>> {
-        let j = b.mul(group, rw);
-        let wrows: Vec<Reg<U64>> = (0..rw)
-            .map(|c| {
-                let jc = b.add(j, c);
-                let jc = b.min(jc, nm1);
-                let roff = b.mul_wide(jc, row_bytes);
-                b.add(w, roff)
-            })
-            .collect();
-        let first = b.mad(it, per, slot);
-        (0..u)
-            .map(|tu| {
-                let bi = b.add(first, tu * slots);
-                let bic = b.min(bi, nbm1);
-                let boff = b.mul_wide(bic, bytes);
-                wrows
-                    .iter()
-                    .map(|&wrow| {
-                        let base = b.add(wrow, boff);
-                        fetch(b, format, ln, base)
-                    })
-                    .collect()
-            })
-            .collect()
-    };
-    let group = b.mov(p0);
-    let it = b.mov(0u32);
-    let t = b.mov(0u32);
-    let early = knob("EF", 1) > 0;
-    let mut cur = Vec::new();
-    if early {
-        b.comment("the first unit's loads, in flight while x is quantized (rows past n read row n - 1)");
-        cur = fetch_unit(b, group, it);
-    }
-    quantize(b);
-    b.bar_sync();
-    let none = b.setp(Cmp::Eq, total, 0u32);
-    b.bra_if(none, finished);
-    if !early {
-        cur = fetch_unit(b, group, it);
-    }
-    let top = b.label("units");
-    b.place(top);
-    let t1 = b.add(t, 1u32);
-    let more = b.setp(Cmp::Lt, t1, total);
-    let it1 = b.add(it, 1u32);
-    let wrap = b.setp(Cmp::Eq, it1, iters);
-    let gn = b.add(group, 1u32);
-    let g1 = b.selp(gn, group, wrap);
-    let i1 = b.selp(0u32, it1, wrap);
-    // Past the warp's last unit: the current one again (loaded, never summed).
-    let g1 = b.selp(g1, group, more);
-    let i1 = b.selp(i1, it, more);
-    b.comment("the next unit's loads, then the sums of the current one");
-    let next = fetch_unit(b, g1, i1);
-    let first = b.mad(it, per, slot);
-    for (tu, raws) in cur.iter().enumerate() {
-        let bi = b.add(first, tu as u32 * slots);
-        let valid = b.setp(Cmp::Lt, bi, nb);
-        let bic = b.min(bi, nbm1);
-        let masked: Vec<Vec<Reg<U32>>> = raws
-            .iter()
-            .map(|r| {
-                let mut r = r.clone();
-                let di = d_word(format);
-                r[di] = b.selp(r[di], 0u32, valid);
-                r
-            })
-            .collect();
-        if knob("SEQ", 0) > 0 {
-            // One weight row at a time: its unpacked words die before the next row's.
-            for (c, r) in masked.iter().enumerate() {
-                let part = &acc[c * rows as usize..(c + 1) * rows as usize];
-                dots(b, format, ln, std::slice::from_ref(r), bic, xs, part);
-            }
-        } else {
-            dots(b, format, ln, &masked, bic, xs, acc);
-        }
-    }
-    let stored = b.label("stored");
-    let ends = b.setp(Cmp::Eq, it1, iters);
-    b.bra_unless(ends, stored);
-    let j = b.mul(group, rw);
-    let written = b.label("written");
-    reduce_store(b, acc, rows, (lane, m, n, j), (y, out), written);
-    b.place(written);
-    for &a in acc {
-        b.assign(a, 0.0f32);
-    }
-    b.place(stored);
-    for (cu, nu) in cur.iter().flatten().flatten().zip(next.iter().flatten().flatten()) {
-        b.assign(*cu, *nu);
-    }
-    b.assign(group, g1);
-    b.assign(it, i1);
-    b.assign(t, t1);
-    b.bra_if(more, top);
-    b.place(finished);
 }
 
 /// Adds the lanes' sums (butterfly) and has lane `i < m` write

@@ -141,17 +141,9 @@ pub fn run_quant_matmul(
         let step = (quant_gemv::X_WARPS * quant_gemv::x_weight_rows(format, rows)) as usize;
         let slots = step * quant_gemv::X_BLOCKS_PER_SM as usize * l.sm_count().max(1) as usize;
         let rpc = step * n.div_ceil(slots);
-        let blocks = if quant_gemv::pipelined() {
-            // Every warp takes an even share of the groups of weight rows.
-            let groups = n.div_ceil(quant_gemv::x_weight_rows(format, rows) as usize);
-            let bps = quant_gemv::knob("BPS", quant_gemv::X_BLOCKS_PER_SM) as usize;
-            groups.div_ceil(quant_gemv::x_threads() as usize / 32).min(bps * l.sm_count().max(1) as usize)
-        } else {
-            n.div_ceil(rpc)
-        };
         let grid = Grid {
-            blocks: (blocks as u32, 1, 1),
-            threads: (quant_gemv::x_threads(), 1, 1),
+            blocks: (n.div_ceil(rpc) as u32, 1, 1),
+            threads: (quant_gemv::X_THREADS, 1, 1),
             dynamic_smem: smem as u32,
         };
         let args = [
