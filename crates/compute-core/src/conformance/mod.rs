@@ -402,7 +402,11 @@ fn mismatch(
     }
     // A finite result for a reference that overflows the dtype passes when
     // within the bound (the same slack, from the other side).
-    ((y - want).abs() > bound).then_some(if stored.is_infinite() { "expected the same infinity" } else { "outside tolerance" })
+    ((y - want).abs() > bound).then_some(if stored.is_infinite() {
+        "expected the same infinity"
+    } else {
+        "outside tolerance"
+    })
 }
 
 /// Random inputs for `op`: values spread over the range where the op is
