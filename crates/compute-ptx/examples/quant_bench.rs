@@ -7,8 +7,11 @@
 //!
 //! Shapes `n × k` = 14336 × 4096 and 4096 × 14336 (weight rows × inner
 //! dimension), `m` = 1 and 16 for every format, plus 64 and 512 for `q4_K`;
-//! `f32` activations and output. Each row prints the median time over 50
-//! samples (each the mean of 10 back-to-back calls, after warm-up), the
+//! then, for `q4_K` and `m = 1`, the linear layers of the 1.1 B Llama
+//! decoder (2048 × 2048, 512 × 2048, 8192 × 2048, 2048 × 8192, 32000 ×
+//! 2048). `f32` activations (`--x-bf16`: `bf16`) and `f32` output. Each
+//! row prints the median time over 50 samples (each the mean of 10
+//! back-to-back calls, after warm-up), the
 //! weight bytes read per second, the bandwidth of a device-to-device copy of
 //! the same bytes timed in the same process counting bytes read plus written
 //! (`2·bytes / time`, the figure a device's copy bandwidth is quoted in) and
@@ -19,9 +22,12 @@
 //! product with the dequantized weights, as a fraction of the error bound
 //! (`≤ 1` passes). Then one row per format and shape for dequantization to
 //! `bf16`: time and GB/s of blocks read, and of blocks read plus values
-//! written. Several copies of the weights are cycled so that they do not sit
-//! in L2 between calls. `--quick` takes 10 samples; `--only q4_K` (a format
-//! name, repeatable) limits the formats, `--m 1` (repeatable) the row counts.
+//! written. Copies of the quantized weights filling 256 MiB (at most 512)
+//! are cycled so that they do not sit in L2 between calls; the `bf16` GEMV
+//! reads one copy, which for the decoder's small shapes stays in L2.
+//! `--quick` takes 10 samples; `--only q4_K` (a format name, repeatable)
+//! limits the formats, `--m 1` (repeatable) the row counts, `--shapes big`
+//! or `--shapes small` the shapes.
 
 use std::time::Instant;
 
@@ -115,23 +121,36 @@ fn main() -> Res<()> {
     let be = CudaBackend::new()?;
     let info = be.info()?;
     println!("device: {info:?}");
-    println!(
-        "x f32, y f32; median of {samples} samples of {REPS} calls; weights cycled over {} MiB",
-        CYCLE_BYTES >> 20
-    );
     let args: Vec<String> = std::env::args().collect();
     let only: Vec<&str> = args.windows(2).filter(|w| w[0] == "--only").map(|w| w[1].as_str()).collect();
     let only_m: Vec<usize> = args.windows(2).filter(|w| w[0] == "--m").filter_map(|w| w[1].parse().ok()).collect();
+    let x_dtype = if args.iter().any(|a| a == "--x-bf16") { DType::BF16 } else { DType::F32 };
+    let shape_set = args.windows(2).find(|w| w[0] == "--shapes").map_or("all", |w| w[1].as_str());
+    println!(
+        "x {x_dtype}, y f32; median of {samples} samples of {REPS} calls; weights cycled over {} MiB",
+        CYCLE_BYTES >> 20
+    );
     let formats = [BlockFormat::Q4K, BlockFormat::Q5K, BlockFormat::Q6K, BlockFormat::Q8_0];
     for format in formats {
         if !only.is_empty() && !only.iter().any(|o| o.eq_ignore_ascii_case(&format.to_string())) {
             continue;
         }
         let wdt = DType::of_block_format(format).ok_or("not a weight format")?;
-        for (n, k) in [(14336usize, 4096usize), (4096, 14336)] {
+        let big = [(14336usize, 4096usize), (4096, 14336)];
+        // The linear layers of the 1.1 B Llama decoder (hidden 2048, feed-forward 8192,
+        // vocabulary 32000, 8 of 32 heads for K and V): one decoding step's GEMVs.
+        let small = [(2048usize, 2048usize), (512, 2048), (8192, 2048), (2048, 8192), (32000, 2048)];
+        let mut shapes: Vec<(usize, usize, bool)> = Vec::new();
+        if shape_set != "small" {
+            shapes.extend(big.iter().map(|&(n, k)| (n, k, true)));
+        }
+        if shape_set != "big" && format == BlockFormat::Q4K {
+            shapes.extend(small.iter().map(|&(n, k)| (n, k, false)));
+        }
+        for (n, k, is_big) in shapes {
             let (blocks, deq) = weights(format, n, k)?;
             let wbytes = blocks.len();
-            let copies = CYCLE_BYTES.div_ceil(wbytes).clamp(1, 8);
+            let copies = CYCLE_BYTES.div_ceil(wbytes).clamp(1, 512);
             let host = HostVec::blocks(wdt, blocks)?;
             let ws: Vec<Tensor> = (0..copies).map(|_| be.upload_typed(host.as_slice())).collect::<Result<_, _>>()?;
             let dst = be.alloc_typed(n * k, wdt)?;
@@ -148,13 +167,20 @@ fn main() -> Res<()> {
                 wbytes as f64 / dq_s / 1e9,
                 (wbytes + 2 * n * k) as f64 / dq_s / 1e9
             );
-            let ms: &[usize] = if format == BlockFormat::Q4K { &[1, 16, 64, 512] } else { &[1, 16] };
+            let ms: &[usize] = match (format, is_big) {
+                (_, false) => &[1],
+                (BlockFormat::Q4K, true) => &[1, 16, 64, 512],
+                _ => &[1, 16],
+            };
             let mut one = f64::NAN;
             for &m in ms.iter().filter(|m| only_m.is_empty() || only_m.contains(m)) {
                 let xs = compute_core::rng::random_vec(m * k, -1.0, 1.0, 7 + m as u64);
-                let x = be.upload_typed(HostVec::from_f32(DType::F32, &xs).as_slice())?;
+                let xh = HostVec::from_f32(x_dtype, &xs);
+                // The reference takes the activations as the kernel reads them.
+                let xs = xh.to_f32();
+                let x = be.upload_typed(xh.as_slice())?;
                 let y = be.alloc_typed(m * n, DType::F32)?;
-                let op = Op::QuantMatmul(QuantMatmulSpec::new(m, k, n, wdt));
+                let op = Op::QuantMatmul(QuantMatmulSpec::new(m, k, n, wdt).with_dtypes(x_dtype, DType::F32));
                 let s = time(&be, samples, |i| Ok(be.run_tensors(&op, &[&x, &ws[i % copies]], &y)?))?;
                 let mut out = HostVec::zeros(DType::F32, m * n);
                 be.download_typed(&y, out.as_mut())?;

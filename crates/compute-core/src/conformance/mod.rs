@@ -382,11 +382,8 @@ fn mismatch(
     if exact {
         return (y.to_bits() != stored.to_bits()).then_some("not the correctly rounded value");
     }
-    if want.is_infinite() || stored.is_infinite() {
-        return (y != stored).then_some("expected the same infinity");
-    }
-    if y.is_infinite() {
-        return Some("unexpected infinity");
+    if want.is_infinite() {
+        return (y != want).then_some("expected the same infinity");
     }
     let u = dtype.unit_roundoff();
     // Half the smallest subnormal of the output dtype: the absolute rounding floor.
@@ -396,7 +393,21 @@ fn mismatch(
         _ => 0.0,
     };
     let bound = factor * (tol.abs + tol.rel * want.abs() + tol.cond * scale) + u * want.abs() + floor;
-    ((y - want).abs() > bound).then_some("outside tolerance")
+    if y.is_infinite() {
+        // Within the tolerance of the dtype's overflow threshold a result may
+        // round either way: an infinity passes when the reference moved by the
+        // bound toward it rounds to that same infinity.
+        let edge = dtype.round(want + bound.copysign(y));
+        let why = if stored.is_infinite() { "expected the same infinity" } else { "unexpected infinity" };
+        return (edge != y).then_some(why);
+    }
+    // A finite result for a reference that overflows the dtype passes when
+    // within the bound (the same slack, from the other side).
+    ((y - want).abs() > bound).then_some(if stored.is_infinite() {
+        "expected the same infinity"
+    } else {
+        "outside tolerance"
+    })
 }
 
 /// Random inputs for `op`: values spread over the range where the op is
@@ -1162,6 +1173,25 @@ macro_rules! conformance_tests {
 mod tests {
     //! The suite must catch broken backends, not just pass correct ones.
     use super::*;
+
+    #[test]
+    fn infinities_pass_only_within_the_tolerance_of_the_overflow_threshold() {
+        let tol = Tolerance { abs: 0.0, rel: 1e-3, cond: 0.0 };
+        let check = |y: f64, want: f64| mismatch(y, want, 0.0, tol, 1.0, DType::F16, false);
+        // 65514.8 rounds to 65504 in f16, but 0.1% of it reaches past 65520 (which rounds to Inf).
+        assert_eq!(check(f64::NEG_INFINITY, -65514.8), None);
+        assert_eq!(check(-65504.0, -65514.8), None);
+        assert_eq!(check(f64::INFINITY, -65514.8), Some("unexpected infinity"));
+        assert_eq!(check(f64::INFINITY, 1000.0), Some("unexpected infinity"));
+        assert_eq!(check(f64::INFINITY, 60000.0), Some("unexpected infinity"));
+        // A reference past the range: Inf, or a finite value within the bound.
+        assert_eq!(check(f64::INFINITY, 65530.0), None);
+        assert_eq!(check(65504.0, 65530.0), None);
+        assert_eq!(check(60000.0, 70000.0), Some("expected the same infinity"));
+        assert_eq!(check(f64::NEG_INFINITY, 70000.0), Some("expected the same infinity"));
+        assert_eq!(check(65504.0, f64::INFINITY), Some("expected the same infinity"));
+        assert_eq!(check(f64::INFINITY, f64::INFINITY), None);
+    }
     use crate::backend::{Tensor, check_host_call};
     use crate::host::HostSliceMut;
 
