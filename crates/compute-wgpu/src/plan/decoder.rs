@@ -399,6 +399,74 @@ mod tests {
         check_all(&ops);
     }
 
+    /// Runs `op` on every dtype against the reference with the given
+    /// positions as its last input (the others drawn at random).
+    fn check_at_positions(gpu: &crate::WgpuBackend, ops: &[(compute_core::Op, Vec<f32>)]) {
+        use compute_core::HostVec;
+        use compute_core::conformance::{check_op_typed, typed_inputs_for};
+        let mut rng = compute_core::rng::Rng::new(12);
+        let mut fails = Vec::new();
+        for (op, positions) in ops {
+            for dtype in DType::ALL {
+                let op = op.with_dtype(dtype);
+                let mut inputs = typed_inputs_for(&op, &mut rng);
+                if let Some(last) = inputs.last_mut() {
+                    *last = HostVec::from_f32(DType::F32, positions);
+                }
+                fails.extend(check_op_typed(gpu, &op, &inputs, 1.0).err());
+            }
+        }
+        assert!(fails.is_empty(), "{}", fails.join("\n"));
+    }
+
+    /// Copies at positions into views that split words of half data (odd
+    /// offsets and strides: one dispatch per parity), a single row whose
+    /// slots have an odd stride (not whole words, though one row alone would
+    /// be), positions that are skipped (NaN, ±∞, −1, 0.5, the slot count, 2³²)
+    /// and −0 (slot 0).
+    #[test]
+    fn copies_at_positions_skip_what_is_no_slot_and_keep_their_neighbours() {
+        use compute_core::{Op, Strided};
+        let view = |offset, strides, len| Strided { offset, strides, len };
+        let odd = CopySpec::new([2, 7, 5], Strided::contiguous([2, 7, 5]), view(1, [43, 7, 1], 90)).at_positions(6);
+        let row = CopySpec::new([2, 1, 4], Strided::contiguous([2, 1, 4]), view(0, [20, 5, 1], 40)).at_positions(4);
+        let even = CopySpec::new([3, 9, 8], Strided::contiguous([3, 9, 8]), view(0, [96, 8, 1], 288)).at_positions(12);
+        assert!(!copy_pairs_words(&row) && copy_pairs_words(&even));
+        let ops = [
+            (Op::Copy(odd), vec![5.0, f32::NAN, 0.0, f32::INFINITY, -0.0, 6.0, 3.0]),
+            (Op::Copy(row), vec![3.0]),
+            (Op::Copy(row), vec![0.5]),
+            (Op::Copy(even), vec![11.0, -1.0, f32::NEG_INFINITY, 4_294_967_296.0, 2.0, 12.0, 1.5, 0.0, 7.0]),
+        ];
+        if let Some(gpu) = gpu() {
+            check_at_positions(&gpu, &ops);
+        }
+    }
+
+    /// Rope at positions on head sizes of every mode (`head_dim/2` odd for
+    /// half data), positions out of order, fractional and far into a long
+    /// context; and 40 tokens of 8 heads of 128 under a 64 KiB binding cap
+    /// (pieces of rows, each reading the positions of its own tokens).
+    #[test]
+    fn rope_at_positions_in_every_mode() {
+        use compute_core::Op;
+        let Some(gpu) = gpu() else { return };
+        let options = crate::DeviceOptions::from_env().with_max_binding_bytes(64 << 10);
+        let capped = crate::WgpuBackend::with_options(&options).expect("a second device on the same adapter");
+        let mut ops = Vec::new();
+        for (seq, heads, d) in [(3, 2, 2), (4, 3, 10), (5, 1, 12), (2, 2, 256)] {
+            for layout in [RopeLayout::HalfSplit, RopeLayout::Interleaved] {
+                let spec = RopeSpec::new(seq, heads, d, 10_000.0).with_layout(layout).with_positions();
+                let positions = [131_071.0, 0.0, 17.5, 999.0, 3.0][..seq].to_vec();
+                ops.push((Op::Rope(spec), positions));
+            }
+        }
+        check_at_positions(&gpu, &ops);
+        let long = RopeSpec::new(40, 8, 128, 10_000.0).with_positions();
+        let positions = (0..40).map(|t| ((t * 7919) % 4001) as f32).collect();
+        check_at_positions(&capped, &[(Op::Rope(long), positions)]);
+    }
+
     /// Odd row lengths (rows sharing words of half data), ids out of range.
     #[test]
     fn gathers_of_odd_rows_and_argmax_of_odd_rows() {
