@@ -24,6 +24,19 @@
 // multiplied, then stored into `stage` between two barriers. Key blocks that no
 // row of the query block can see (past the causal diagonal) are never visited.
 //
+// Keys counted on the device (`attention_at`, for AttentionSpec::with_positions):
+// a fifth storage binding holds the positions of the queries, batch · seq_q
+// f32 values. A workgroup's batch element b (from its key/value head's unit:
+// (unit0 + head / group) / heads_kv) attends to the first
+// keys_at(positions[b·seq_q + seq_q − 1]) keys (trunc(p + 1) within
+// 0..=seq_k, a NaN none), with the causal diagonal of a call of that many keys
+// (the mask aligned to the end takes offset = keys − seq_q). Invocation 0
+// reads the position and `workgroupUniformLoad` hands the count to the others,
+// so that the loop bounds holding barriers stay uniform. Key blocks past the
+// count are never visited: a decoding step reads the keys it attends to, not
+// the cache's capacity. `attention` takes seq_k from the parameters and has no
+// such binding.
+//
 // Output columns are done in slices of at most 256 (DV vec4 groups of 64 per
 // invocation: columns 4·(g·16 + tx)..+3 of the slice for g < DV); a head_dim
 // above 256 takes one dispatch per slice, each computing S again.
@@ -46,7 +59,10 @@
 // array's size by construction (the bounds are stated where the arrays are, and
 // V's stage vec4s are compared against the chunk's count); private arrays are
 // indexed by literals only; every loop runs a number of steps bounded by CK,
-// CV or the key blocks of seq_k. The host keeps the constants to the
+// CV or the key blocks of seq_k (the key count of `attention_at` is at most
+// seq_k; its position index b·seq_q + seq_q − 1 is below batch · seq_q, the
+// whole binding, because the grid's heads are below the units the host
+// binds). The host keeps the constants to the
 // combinations stated below.
 
 // Vec4 groups of output columns per invocation: the slice is 64·DV wide (1..4).
@@ -94,6 +110,12 @@ struct Params {
     // Rows per key/value head in k and v (≥ seq_k: a KV cache's capacity, of
     // which the first seq_k rows are read).
     kv_rows: u32,
+    // `attention_at`: the dispatch's first unit (a key/value head of one
+    // sequence), the key/value heads per sequence, and 1 when the diagonal
+    // moves with the key count (offset + keys), 0 when it does not.
+    unit0: u32,
+    heads_kv: u32,
+    end_aligned: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -105,6 +127,8 @@ struct Params {
 @group(0) @binding(5) var<storage, read> q4: array<vec4<f32>>;
 @group(0) @binding(6) var<storage, read> k4: array<vec4<f32>>;
 @group(0) @binding(7) var<storage, read> v4: array<vec4<f32>>;
+// `attention_at`: the query positions, batch · seq_q values, bound whole.
+@group(0) @binding(8) var<storage, read> positions: array<f32>;
 
 // The stage being multiplied. Q chunk: stage[row·RSQ + d/4][d % 4] for
 // row < BQ, d < CK (indices below 64·RSQ); K chunk after it, key j at
@@ -125,6 +149,10 @@ var<private> ty: u32;
 var<private> q0: u32;
 var<private> qbase: u32;
 var<private> kvbase: u32;
+// The keys this workgroup reads (seq_k, or `attention_at`'s count) and its
+// causal diagonal: query i sees keys j ≤ i + diag.
+var<private> nkeys: u32;
+var<private> diag: i32;
 
 // Scores of the invocation's row r at keys tx + 16·c.
 var<private> s: array<vec4<f32>, 4>;
@@ -159,7 +187,7 @@ fn load_q(row: u32, col: u32) -> vec4<f32> {
 
 fn load_k(row: u32, col: u32) -> vec4<f32> {
     var r = vec4<f32>(0.0);
-    if (row < p.seq_k) {
+    if (row < nkeys) {
         let i = kvbase + row * p.d + col;
         if (col + 3u < p.d) {
             if (p.vec != 0u) {
@@ -178,7 +206,7 @@ fn load_k(row: u32, col: u32) -> vec4<f32> {
 
 fn load_v(row: u32, col: u32) -> vec4<f32> {
     var r = vec4<f32>(0.0);
-    if (row < p.seq_k) {
+    if (row < nkeys) {
         let i = kvbase + row * p.d + col;
         if (col + 3u < p.d) {
             if (p.vec != 0u) {
@@ -367,12 +395,12 @@ fn put_red(row: u32, x: vec4<f32>) {
 }
 
 // Row `row`'s scores of key block kb (`x`), scaled, with the keys it does not
-// see (past seq_k; with a causal mask, past i + offset) set to LOWEST.
+// see (past the key count; with a causal mask, past i + diag) set to LOWEST.
 fn mask_row(x: vec4<f32>, row: u32, kb: u32) -> vec4<f32> {
     let i = i32(q0 + row);
-    var lim = i32(p.seq_k);
+    var lim = i32(nkeys);
     if (p.causal != 0u) {
-        lim = min(lim, i + p.offset + 1);
+        lim = min(lim, i + diag + 1);
     }
     let j = vec4<i32>(i32(kb * BK + tx)) + vec4<i32>(0, 16, 32, 48);
     return select(vec4<f32>(LOWEST), x * p.scale2, j < vec4<i32>(lim));
@@ -466,17 +494,12 @@ fn store_row(row: u32, total: f32, a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, 
     if (DV > 3u) { store4(i, col + 192u, a3 * inv); }
 }
 
-@compute @workgroup_size(256)
-fn attention(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) local: u32,
-) {
-    let flat = wid.x + wid.y * nwg.x;
-    if (flat >= p.groups) {
-        return;
-    }
+// Workgroup `flat` (below p.groups) of the dispatch over the first `keys`
+// keys (at most seq_k) with causal diagonal `offset`; both uniform.
+fn attend(flat: u32, local: u32, keys: u32, offset: i32) {
     lid = local;
+    nkeys = keys;
+    diag = offset;
     // Subgroup w of 32 (w < 8) covers tx 8·(w % 2)..+7 and ty 4·(w / 2)..+3.
     let lane = local % 32u;
     let w = local / 32u;
@@ -489,9 +512,9 @@ fn attention(
     qbase = head * p.seq_q * p.d;
     kvbase = (head / p.group) * p.kv_rows * p.d;
     // Keys any row of the block sees: 0..kend.
-    var kend = p.seq_k;
+    var kend = keys;
     if (p.causal != 0u) {
-        kend = u32(clamp(i32(first + BQ) + p.offset, 0, i32(p.seq_k)));
+        kend = u32(clamp(i32(first + BQ) + offset, 0, i32(keys)));
     }
     // Stages per key block: chunks of Q·Kᵀ, then BK / CV chunks of P·V.
     let nc = (p.d + CK - 1u) / CK;
@@ -537,4 +560,53 @@ fn attention(
     store_row(r0 + 1u, row_sum(r0 + 1u), o[4], o[5], o[6], o[7]);
     store_row(r0 + 2u, row_sum(r0 + 2u), o[8], o[9], o[10], o[11]);
     store_row(r0 + 3u, row_sum(r0 + 3u), o[12], o[13], o[14], o[15]);
+}
+
+@compute @workgroup_size(256)
+fn attention(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) local: u32,
+) {
+    let flat = wid.x + wid.y * nwg.x;
+    if (flat >= p.groups) {
+        return;
+    }
+    attend(flat, local, p.seq_k, p.offset);
+}
+
+// The key count of `attention_at`'s workgroup, written by invocation 0.
+var<workgroup> keys_wg: u32;
+
+// keys_at(position): trunc(position + 1) within 0..=seq_k, none for a NaN
+// (detected from its bits: it holds without IEEE comparisons) or a position
+// below 0 (then position + 1 < 1); exact for every f32 (trunc(p) + 1 in
+// integers for 0 ≤ p < 2^31, seq_k beyond).
+fn keys_at(position: f32) -> u32 {
+    let bits = bitcast<u32>(position);
+    if ((bits & 0x7fffffffu) > 0x7f800000u || !(position >= 0.0)) {
+        return 0u;
+    }
+    if (position >= 2147483648.0) {
+        return p.seq_k;
+    }
+    return min(u32(position) + 1u, p.seq_k);
+}
+
+@compute @workgroup_size(256)
+fn attention_at(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) local: u32,
+) {
+    let flat = wid.x + wid.y * nwg.x;
+    if (flat >= p.groups) {
+        return;
+    }
+    if (local == 0u) {
+        let b = (p.unit0 + flat / p.q_blocks / p.group) / p.heads_kv;
+        keys_wg = keys_at(positions[b * p.seq_q + p.seq_q - 1u]);
+    }
+    let keys = workgroupUniformLoad(&keys_wg);
+    attend(flat, local, keys, p.offset + select(0, i32(keys), p.end_aligned != 0u));
 }

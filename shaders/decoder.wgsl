@@ -46,7 +46,8 @@ fn put_y(i: u32, b: u32) { y[i] = b; }
 fn put_y2(w: u32, lo: u32, hi: u32) { y[2u * w] = lo; y[2u * w + 1u] = hi; }
 // @io-end
 
-// The ids of `gather` (f32 holding integers).
+// f32 values read by index: the ids of `gather` (integers), the token
+// positions of `rope_at`, the destination slots of `copy_at` (whole numbers).
 @group(0) @binding(3) var<storage, read> ids: array<f32>;
 
 const WG: u32 = 256u;
@@ -62,7 +63,10 @@ fn is_nan_bits(b: u32) -> bool {
 // ---------------------------------------------------------------------------
 // rope: x and y [rows, d] (rows = tokens · heads, token-major), pairs of a row
 // by layout (0: (i, i + d/2), 1: (2i, 2i + 1)), the angle of pair i of token
-// t `f32(position + t) · inv_freq(i)`.
+// t `f32(position + t) · inv_freq(i)`, or with `rope_at` `ids[t] · inv_freq(i)`
+// (the positions binding, one f32 per token, bound whole). Every invocation
+// works within one row, so the entry points find its token's position and
+// the shared body takes it.
 //
 // Parameters: 0 invocations, 1 layout, 2 heads, 3 d, 4 position, 5 the
 // piece's first row (its token is (row0 + row) / heads), 6 and 7 the
@@ -142,14 +146,14 @@ fn cos_sin(a: f32) -> vec2<f32> {
     }
 }
 
-// (cos, sin) of pair i's angle in row `row` of the piece.
-fn rope_cs(row: u32, i: u32) -> vec2<f32> {
-    let token = (prm(5u) + row) / prm(2u);
-    return cos_sin(f32(prm(4u) + token) * inv_freq(i));
+// (cos, sin) of pair i's angle at position `pos`.
+fn rope_cs(pos: f32, i: u32) -> vec2<f32> {
+    return cos_sin(pos * inv_freq(i));
 }
 
-// Output value e of a row at `base` (MODE 2): from its pair's two inputs.
-fn rope_value(row: u32, base: u32, e: u32) -> f32 {
+// Output value e of a row at `base` (MODE 2) at position `pos`: from its
+// pair's two inputs.
+fn rope_value(pos: f32, base: u32, e: u32) -> f32 {
     let h = prm(3u) / 2u;
     var i = e / 2u;
     var first = (e & 1u) == 0u;
@@ -159,11 +163,25 @@ fn rope_value(row: u32, base: u32, e: u32) -> f32 {
         i = select(e - h, e, first);
         other = select(e - h, e + h, first);
     }
-    let cs = rope_cs(row, i);
+    let cs = rope_cs(pos, i);
     let me = load_x(base + e);
     let o = load_x(base + other);
     // (x₁, x₂) → (x₁·c − x₂·s, x₂·c + x₁·s)
     return select(me * cs.x + o * cs.y, me * cs.x - o * cs.y, first);
+}
+
+// The row of the piece that invocation u works on.
+fn rope_row(u: u32) -> u32 {
+    let d = prm(3u);
+    if (MODE == 1u) {
+        return u / (d / 4u);
+    }
+    return u / (d / 2u);
+}
+
+// The token (of the whole call) of invocation u.
+fn rope_token(u: u32) -> u32 {
+    return (prm(5u) + rope_row(u)) / prm(2u);
 }
 
 @compute @workgroup_size(256)
@@ -176,6 +194,24 @@ fn rope(
     if (u >= prm(0u)) {
         return;
     }
+    rope_run(u, f32(prm(4u) + rope_token(u)));
+}
+
+@compute @workgroup_size(256)
+fn rope_at(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let u = flat(wid, nwg, lid);
+    if (u >= prm(0u)) {
+        return;
+    }
+    rope_run(u, ids[rope_token(u)]);
+}
+
+// The values of invocation u (below the invocation count), its token at `pos`.
+fn rope_run(u: u32, pos: f32) {
     let d = prm(3u);
     let h = d / 2u;
     if (MODE == 0u) {
@@ -188,7 +224,7 @@ fn rope(
             a = base + 2u * i;
             b = a + 1u;
         }
-        let cs = rope_cs(row, i);
+        let cs = rope_cs(pos, i);
         let x1 = load_x(a);
         let x2 = load_x(b);
         let y1 = enc_y(x1 * cs.x - x2 * cs.y);
@@ -205,8 +241,8 @@ fn rope(
         let row = u / per;
         let i = (u % per) * 2u;
         let base = row * d;
-        let c0 = rope_cs(row, i);
-        let c1 = rope_cs(row, i + 1u);
+        let c0 = rope_cs(pos, i);
+        let c1 = rope_cs(pos, i + 1u);
         let a0 = load_x(base + i);
         let a1 = load_x(base + i + 1u);
         let b0 = load_x(base + i + h);
@@ -217,7 +253,7 @@ fn rope(
         let row = u / h;
         let w = u % h;
         let base = row * d;
-        put_y2(base / 2u + w, enc_y(rope_value(row, base, 2u * w)), enc_y(rope_value(row, base, 2u * w + 1u)));
+        put_y2(base / 2u + w, enc_y(rope_value(pos, base, 2u * w)), enc_y(rope_value(pos, base, 2u * w + 1u)));
     }
 }
 
@@ -226,7 +262,14 @@ fn rope(
 // view(i, j, l) = offset + i·s0 + j·s1 + l·s2; nothing else of y is written.
 //
 // Parameters: 0 invocations, 1 n1, 2 n2, 3–6 the source's offset and
-// strides, 7–10 the destination's, 11 the parity this dispatch writes (MODE 1).
+// strides, 7–10 the destination's, 11 the parity this dispatch writes (MODE 1),
+// 12 the destination's slots (`copy_at`).
+//
+// `copy_at` writes source row j to destination slot ids[j] instead of j (the
+// positions binding, n1 f32 values, bound whole): y[dst(i, ids[j], l)] =
+// x[src(i, j, l)], nothing for a position that is not a whole number below
+// the slots. Every invocation works within one source row j, so the entry
+// points find its slot and the shared body takes it.
 //
 // MODE 0: one element per invocation (f32). MODE 1: one element per
 // invocation, only those whose destination index has the dispatch's parity
@@ -244,6 +287,27 @@ fn dst_at(i: u32, j: u32, l: u32) -> u32 {
     return prm(7u) + i * prm(8u) + j * prm(9u) + l * prm(10u);
 }
 
+// The invocations per (i, j) row of the block: n2 elements, or n2 / 2 words.
+fn copy_per_row() -> u32 {
+    return select(prm(2u), prm(2u) / 2u, MODE == 2u);
+}
+
+// The source row j (second index) of invocation u.
+fn copy_row(u: u32) -> u32 {
+    return (u / copy_per_row()) % prm(1u);
+}
+
+// The destination slot of a position: itself if it is a whole number below
+// `slots`, else NONE (also for a NaN, detected from its bits).
+fn copy_slot(position: f32, slots: u32) -> u32 {
+    let nan = is_nan_bits(bitcast<u32>(position));
+    if (nan || !(position >= 0.0) || position >= 4294967296.0 || floor(position) != position) {
+        return NONE;
+    }
+    let k = u32(position);
+    return select(NONE, k, k < slots);
+}
+
 @compute @workgroup_size(256)
 fn copy(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -254,21 +318,41 @@ fn copy(
     if (u >= prm(0u)) {
         return;
     }
-    let n1 = prm(1u);
-    let n2 = prm(2u);
-    if (MODE == 2u) {
-        let pairs = n2 / 2u;
-        let l = (u % pairs) * 2u;
-        let j = (u / pairs) % n1;
-        let i = u / pairs / n1;
-        let s = src_at(i, j, l);
-        put_y2(dst_at(i, j, l) / 2u, bits_x(s), bits_x(s + prm(6u)));
+    let j = copy_row(u);
+    copy_run(u, j, j);
+}
+
+@compute @workgroup_size(256)
+fn copy_at(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let u = flat(wid, nwg, lid);
+    if (u >= prm(0u)) {
         return;
     }
-    let l = u % n2;
-    let j = (u / n2) % n1;
-    let i = u / n2 / n1;
-    let at = dst_at(i, j, l);
+    let j = copy_row(u);
+    let to = copy_slot(ids[j], prm(12u));
+    if (to == NONE) {
+        return;
+    }
+    copy_run(u, j, to);
+}
+
+// The element (or word) of invocation u (below the invocation count), whose
+// source row j goes to destination slot `to`.
+fn copy_run(u: u32, j: u32, to: u32) {
+    let per = copy_per_row();
+    let i = u / per / prm(1u);
+    if (MODE == 2u) {
+        let l = (u % per) * 2u;
+        let s = src_at(i, j, l);
+        put_y2(dst_at(i, to, l) / 2u, bits_x(s), bits_x(s + prm(6u)));
+        return;
+    }
+    let l = u % per;
+    let at = dst_at(i, to, l);
     if (MODE == 1u && (at & 1u) != prm(11u)) {
         return;
     }

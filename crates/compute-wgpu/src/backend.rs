@@ -494,8 +494,9 @@ impl WgpuBackend {
     /// convolutions, matmuls and attention at 4 bytes an element; for
     /// attention, one key/value head's `f32` keys, and the queries of the heads
     /// that read it, each within one storage binding; a strided copy's two
-    /// views, a gather's output and ids, and one row of a rotary embedding,
-    /// gather table or argmax, each within one binding). Free.
+    /// views, a gather's output and ids, the positions an op reads, and one
+    /// row of a rotary embedding, gather table or argmax, each within one
+    /// binding). Free.
     pub fn check_limits(&self, op: &Op) -> Result<()> {
         let layout = op.layout()?;
         let bytes = |o: Operand| padded_bytes_of(o.len, o.dtype);
@@ -562,6 +563,12 @@ impl WgpuBackend {
             if let Some(b) = o.map(bytes).filter(|&b| b > max) {
                 return Err(errors::limit(op.name(), what, b, max));
             }
+        }
+        // The positions of a rope, copy or attention that reads them (its last
+        // input) are bound whole.
+        if let Some(b) = layout.inputs().last().filter(|_| op.reads_positions()).map(|&o| bytes(o)).filter(|&b| b > max)
+        {
+            return Err(errors::limit(op.name(), "storage buffer binding bytes (positions)", b, max));
         }
         let row = match *op {
             Op::Rope(r) => Some((r.head_dim, r.dtype)),

@@ -455,8 +455,9 @@ pub(crate) enum Kernel {
     /// `attention.wgsl` (`f32` only): `dv` vec4 groups of output columns per
     /// invocation (a slice of 64·`dv` columns, 1..=4), head_dim chunks of `ck`
     /// for Q·Kᵀ and key chunks of `cv` for P·V (`plan::attention_chunk_choices`);
-    /// `checked`: compiled with naga's runtime bounds checks.
-    Attention { dv: u32, ck: u32, cv: u32, checked: bool },
+    /// `checked`: compiled with naga's runtime bounds checks; `positions`:
+    /// `attention_at`, the key count of each sequence from its query positions.
+    Attention { dv: u32, ck: u32, cv: u32, checked: bool, positions: bool },
     /// `quant.wgsl` `gemv` (or `gemv_subgroup`: `subgroup`) for weights of
     /// `format`: `mr` rows of x of dtype `x` per pass, `nr` weight rows per
     /// workgroup, writing `f32`.
@@ -464,11 +465,14 @@ pub(crate) enum Kernel {
     /// `quant.wgsl` `dequant`: blocks of `format` into values of dtype `to`.
     Dequant { format: BlockFormat, to: DType },
     /// `decoder.wgsl` `rope` in `mode` (its `MODE`: 0 a pair, 1 two half-split
-    /// pairs, 2 a word per invocation) on data of `dtype`.
-    Rope { mode: u32, dtype: DType },
+    /// pairs, 2 a word per invocation) on data of `dtype`; `positions`:
+    /// `rope_at`, each token's position read from the positions binding.
+    Rope { mode: u32, dtype: DType, positions: bool },
     /// `decoder.wgsl` `copy` in `mode` (0 an element, 1 an element of one
-    /// destination parity, 2 a word per invocation) on data of `dtype`.
-    Copy { mode: u32, dtype: DType },
+    /// destination parity, 2 a word per invocation) on data of `dtype`;
+    /// `positions`: `copy_at`, each source row's destination slot read from
+    /// the positions binding.
+    Copy { mode: u32, dtype: DType, positions: bool },
     /// `decoder.wgsl` `gather` in `mode` (0 an element, 1 a word per
     /// invocation) on a table and output of `dtype`.
     Gather { mode: u32, dtype: DType },
@@ -551,13 +555,16 @@ impl Kernel {
             Kernel::MatmulReduce { .. } => "matmul_reduce",
             Kernel::CoopMatmul { .. } => "matmul_coop",
             Kernel::Conv2d(_) => "conv2d",
-            Kernel::Attention { .. } => "attention",
+            Kernel::Attention { positions: false, .. } => "attention",
+            Kernel::Attention { positions: true, .. } => "attention_at",
             Kernel::Slerp(_) => "slerp",
             Kernel::QuantGemv { subgroup: false, .. } => "gemv",
             Kernel::QuantGemv { subgroup: true, .. } => "gemv_subgroup",
             Kernel::Dequant { .. } => "dequant",
-            Kernel::Rope { .. } => "rope",
-            Kernel::Copy { .. } => "copy",
+            Kernel::Rope { positions: false, .. } => "rope",
+            Kernel::Rope { positions: true, .. } => "rope_at",
+            Kernel::Copy { positions: false, .. } => "copy",
+            Kernel::Copy { positions: true, .. } => "copy_at",
             Kernel::Gather { .. } => "gather",
             Kernel::ArgMax(_) => "argmax",
         }
@@ -1024,26 +1031,28 @@ mod tests {
             .expect("attention.wgsl validates");
         for dv in 1..=4 {
             for (ck, cv) in crate::plan::attention_chunk_choices(dv) {
-                let kernel = Kernel::Attention { dv, ck, cv, checked: false };
-                let mut constants = naga::back::PipelineConstants::default();
-                for (name, value) in kernel.constants() {
-                    constants.insert(name.to_string(), value);
+                for positions in [false, true] {
+                    let kernel = Kernel::Attention { dv, ck, cv, checked: false, positions };
+                    let mut constants = naga::back::PipelineConstants::default();
+                    for (name, value) in kernel.constants() {
+                        constants.insert(name.to_string(), value);
+                    }
+                    let entry = Some((naga::ShaderStage::Compute, kernel.entry()));
+                    let (resolved, _) =
+                        naga::back::pipeline_constants::process_overrides(&module, &info, entry, &constants)
+                            .unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
+                    naga::valid::Validator::new(flags, naga::valid::Capabilities::default())
+                        .validate(&resolved)
+                        .unwrap_or_else(|e| panic!("{kernel:?} does not validate: {e}"));
+                    let bytes: u64 = resolved
+                        .global_variables
+                        .iter()
+                        .filter(|(_, g)| g.space == naga::AddressSpace::WorkGroup)
+                        .map(|(_, g)| u64::from(resolved.types[g.ty].inner.size(resolved.to_ctx())))
+                        .sum();
+                    let planned = crate::plan::attention_workgroup_bytes(dv.into(), ck.into(), cv.into(), positions);
+                    assert_eq!(bytes, planned, "{kernel:?}");
                 }
-                let entry = Some((naga::ShaderStage::Compute, kernel.entry()));
-                let (resolved, _) =
-                    naga::back::pipeline_constants::process_overrides(&module, &info, entry, &constants)
-                        .unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
-                naga::valid::Validator::new(flags, naga::valid::Capabilities::default())
-                    .validate(&resolved)
-                    .unwrap_or_else(|e| panic!("{kernel:?} does not validate: {e}"));
-                let bytes: u64 = resolved
-                    .global_variables
-                    .iter()
-                    .filter(|(_, g)| g.space == naga::AddressSpace::WorkGroup)
-                    .map(|(_, g)| u64::from(resolved.types[g.ty].inner.size(resolved.to_ctx())))
-                    .sum();
-                let planned = crate::plan::attention_workgroup_bytes(dv.into(), ck.into(), cv.into());
-                assert_eq!(bytes, planned, "{kernel:?}");
             }
         }
     }
@@ -1187,12 +1196,14 @@ mod tests {
     fn decoder_variants_validate_with_their_constants() {
         let mut kernels = Vec::new();
         for dtype in DType::ALL {
-            kernels.extend((0..3).map(|mode| Kernel::Rope { mode, dtype }));
-            kernels.extend((0..3).map(|mode| Kernel::Copy { mode, dtype }));
+            for positions in [false, true] {
+                kernels.extend((0..3).map(|mode| Kernel::Rope { mode, dtype, positions }));
+                kernels.extend((0..3).map(|mode| Kernel::Copy { mode, dtype, positions }));
+            }
             kernels.extend((0..2).map(|mode| Kernel::Gather { mode, dtype }));
             kernels.push(Kernel::ArgMax(dtype));
         }
-        assert_eq!(kernels.len(), 27);
+        assert_eq!(kernels.len(), 45);
         kernels.into_iter().for_each(validates_with_constants);
         // Half outputs are packed: whole-word stores, and one value's store
         // rewrites its word with the other half kept.
@@ -1253,7 +1264,10 @@ mod tests {
             Kernel::Conv2d(DType::F16),
             Kernel::Slerp(DType::BF16),
             Kernel::Binary(3, DType::F16),
-            Kernel::Attention { dv: 2, ck: 32, cv: 16, checked: false },
+            Kernel::Attention { dv: 2, ck: 32, cv: 16, checked: false, positions: false },
+            Kernel::Attention { dv: 1, ck: 16, cv: 8, checked: false, positions: true },
+            Kernel::Rope { mode: 1, dtype: DType::F16, positions: true },
+            Kernel::Copy { mode: 2, dtype: DType::BF16, positions: true },
             cast,
             mm,
             small,

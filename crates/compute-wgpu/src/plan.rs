@@ -36,7 +36,7 @@
 //! - a cast between equal dtypes is a buffer copy.
 
 use compute_core::{
-    AttentionSpec, BinaryOp, ComputeError, DType, GeluForm, MatmulSpec, Op, ReduceOp, Result, Strided, UnaryOp,
+    AttentionSpec, BinaryOp, ComputeError, DType, GeluForm, Mask, MatmulSpec, Op, ReduceOp, Result, Strided, UnaryOp,
 };
 
 use crate::buffers::{Use, padded_bytes, padded_bytes_of, whole_words};
@@ -64,9 +64,6 @@ pub(crate) fn computes(dtype: DType) -> bool {
 /// them). Free.
 pub(crate) fn supported(op: &Op) -> bool {
     let kernels = |d: DType| d.block_format().and_then(crate::kernels::quant_code).is_some();
-    if op.reads_positions() {
-        return false;
-    }
     match *op {
         Op::QuantMatmul(s) => computes(s.dtype) && computes(s.out_dtype) && kernels(s.weight),
         Op::Cast { from, to, .. } if from == to => true,
@@ -78,9 +75,6 @@ pub(crate) fn supported(op: &Op) -> bool {
 /// The [`ComputeError::UnsupportedDType`] for an op that [`supported`]
 /// declines, naming its first dtype the shaders lack.
 pub(crate) fn unsupported_dtype(op: &Op) -> ComputeError {
-    if op.reads_positions() {
-        return ComputeError::Unsupported { op: op.name(), backend: errors::KIND };
-    }
     if let Op::Cast { from, to, .. } = *op
         && computes(from)
         && to.is_quantized()
@@ -367,24 +361,28 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
             let q = widen(ctx, name, input(0)?, steps)?;
             let k = widen(ctx, name, input(1)?, steps)?;
             let v = widen(ctx, name, input(2)?, steps)?;
+            let positions = if a.positions { Some(input(3)?) } else { None };
             let y = f32_output(ctx, name, output, steps)?;
-            attention(ctx, name, &a, &layout, [&q, &k, &v], &y, steps)?;
+            attention(ctx, name, &a, &layout, [&q, &k, &v], positions, &y, steps)?;
             narrow(ctx, name, &y, output, steps)?;
         }
-        Op::Rope(r) => match r.source {
-            // Heads out of wider rows: copied into a rows-of-`heads` scratch first.
-            Some(h) => {
-                let spec = compute_core::RopeSpec { source: None, ..r };
-                let rows = Strided {
-                    offset: h.first * r.head_dim,
-                    strides: [0, h.row_heads * r.head_dim, 1],
-                    len: r.seq * h.row_heads * r.head_dim,
-                };
-                let x = copied(ctx, name, input(0)?, rows, [1, r.seq, r.heads * r.head_dim], steps)?;
-                decoder::rope(ctx, name, &spec, &x, output, steps)?
+        Op::Rope(r) => {
+            let positions = if r.positions { Some(input(1)?) } else { None };
+            match r.source {
+                // Heads out of wider rows: copied into a rows-of-`heads` scratch first.
+                Some(h) => {
+                    let spec = compute_core::RopeSpec { source: None, ..r };
+                    let rows = Strided {
+                        offset: h.first * r.head_dim,
+                        strides: [0, h.row_heads * r.head_dim, 1],
+                        len: r.seq * h.row_heads * r.head_dim,
+                    };
+                    let x = copied(ctx, name, input(0)?, rows, [1, r.seq, r.heads * r.head_dim], steps)?;
+                    decoder::rope(ctx, name, &spec, &x, positions, output, steps)?
+                }
+                None => decoder::rope(ctx, name, &r, input(0)?, positions, output, steps)?,
             }
-            None => decoder::rope(ctx, name, &r, input(0)?, output, steps)?,
-        },
+        }
         Op::Glu { rows, cols, dtype } => {
             // The two halves of each row copied apart, then the swiglu kernel.
             let x = input(0)?;
@@ -394,7 +392,10 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
             let kernel = Kernel::Binary(binary_code(BinaryOp::SwiGlu), dtype);
             elementwise(ctx, name, kernel, rows * cols, &[(1, &gate), (3, &up)], output, &[], steps)?;
         }
-        Op::Copy(c) => decoder::copy(ctx, name, &c, input(0)?, output, steps)?,
+        Op::Copy(c) => {
+            let positions = if c.positions.is_some() { Some(input(1)?) } else { None };
+            decoder::copy(ctx, name, &c, input(0)?, positions, output, steps)?;
+        }
         Op::Gather { ids, rows, cols, .. } => {
             decoder::gather(ctx, name, (ids, rows, cols), input(0)?, input(1)?, output, steps)?;
         }
@@ -470,7 +471,7 @@ fn copied(
     steps.push(Step::Scratch(buffer.clone()));
     let view = View { buffer, len, dtype: x.dtype };
     let spec = compute_core::CopySpec::new(shape, src, Strided::contiguous(shape)).with_dtype(x.dtype);
-    decoder::copy(ctx, name, &spec, x, &view, steps)?;
+    decoder::copy(ctx, name, &spec, x, None, &view, steps)?;
     Ok(view)
 }
 
@@ -823,9 +824,10 @@ const ATTENTION_MAX_SEQ: u64 = 1 << 30;
 
 /// Bytes of workgroup memory `attention.wgsl` declares for `dv`, `ck` and
 /// `cv`: the stage (`max(128·(ck/4 + 1), 16·cv·dv)` vec4s), the weights (1088
-/// vec4s) and the row reductions (256 vec4s).
-pub(crate) fn attention_workgroup_bytes(dv: u64, ck: u64, cv: u64) -> u64 {
-    16 * ((128 * (ck / 4 + 1)).max(16 * cv * dv) + 1088 + 256)
+/// vec4s) and the row reductions (256 vec4s); with `positions`
+/// (`attention_at`), the key count's 4 bytes more.
+pub(crate) fn attention_workgroup_bytes(dv: u64, ck: u64, cv: u64, positions: bool) -> u64 {
+    16 * ((128 * (ck / 4 + 1)).max(16 * cv * dv) + 1088 + 256) + if positions { 4 } else { 0 }
 }
 
 /// The chunk lengths `(ck, cv)` `attention.wgsl` takes for `dv` column groups,
@@ -839,24 +841,20 @@ pub(crate) fn attention_chunk_choices(dv: u32) -> impl Iterator<Item = (u32, u32
         .filter(move |&(_, cv)| 16 * cv * dv <= 1024)
 }
 
-/// The attention kernel for a slice of `dv` column groups (1..=4): the longest
+/// The attention kernel for a slice of `dv` column groups (1..=4), reading
+/// the key count from positions with `positions` (`attention_at`): the longest
 /// chunks that fit the device's workgroup memory; an error where none fits.
 /// Compiled without naga's bounds checks unless the device was opened with
 /// them (`DeviceOptions::matmul_bounds_checks`).
-fn attention_kernel(ctx: &Context, name: &'static str, dv: u64) -> Result<Kernel> {
+fn attention_kernel(ctx: &Context, name: &'static str, dv: u64, positions: bool) -> Result<Kernel> {
     let max = u64::from(ctx.limits.max_compute_workgroup_storage_size);
     let dv = dv.clamp(1, 4) as u32;
-    let fits = |&(ck, cv): &(u32, u32)| attention_workgroup_bytes(dv.into(), ck.into(), cv.into()) <= max;
-    let chosen = attention_chunk_choices(dv).find(fits);
+    let bytes = |ck: u32, cv: u32| attention_workgroup_bytes(dv.into(), ck.into(), cv.into(), positions);
+    let chosen = attention_chunk_choices(dv).find(|&(ck, cv)| bytes(ck, cv) <= max);
     let Some((ck, cv)) = chosen else {
-        return Err(errors::limit(
-            name,
-            "workgroup storage bytes (attention)",
-            attention_workgroup_bytes(dv.into(), 16, 8),
-            max,
-        ));
+        return Err(errors::limit(name, "workgroup storage bytes (attention)", bytes(16, 8), max));
     };
-    Ok(Kernel::Attention { dv, ck, cv, checked: ctx.kernels.matmul().checked })
+    Ok(Kernel::Attention { dv, ck, cv, checked: ctx.kernels.matmul().checked, positions })
 }
 
 /// How an attention call is cut into dispatches: pieces of `per` whole
@@ -907,7 +905,16 @@ pub(crate) fn attention_layout(ctx: &Context, name: &'static str, a: &AttentionS
         }
     }
     for dv in 1..=ATTENTION_SLICE.min(d).div_ceil(64) {
-        attention_kernel(ctx, name, dv)?;
+        attention_kernel(ctx, name, dv, a.positions)?;
+    }
+    let positions = padded_bytes(a.batch.saturating_mul(a.seq_q));
+    if a.positions && positions > ctx.max_binding() {
+        return Err(errors::limit(
+            name,
+            "storage buffer binding bytes (attention positions)",
+            positions,
+            ctx.max_binding(),
+        ));
     }
     let group = a.group() as u64;
     let units = (a.batch as u64).saturating_mul(a.heads_kv as u64);
@@ -943,23 +950,31 @@ pub(crate) fn attention_layout(ctx: &Context, name: &'static str, a: &AttentionS
 
 /// The dispatches of attention `a` on `f32` views (`layout` from
 /// [`attention_layout`]): one per piece of whole key/value heads and slice of
-/// 256 output columns.
+/// 256 output columns; with `positions` (`a.positions`: the query positions,
+/// bound whole) the `attention_at` kernel, which counts each sequence's keys
+/// from them.
+#[allow(clippy::too_many_arguments)]
 fn attention(
     ctx: &Context,
     name: &'static str,
     a: &AttentionSpec,
     layout: &AttentionLayout,
     [q, k, v]: [&View; 3],
+    positions: Option<&View>,
     y: &View,
     steps: &mut Vec<Step>,
 ) -> Result<()> {
     let d = a.head_dim as u64;
     let scale2 = attention_scale2(name, a)?;
     // Query i sees keys j ≤ i + offset; |offset| < 2³⁰ (attention_layout).
-    let (offset, causal) = match a.causal_offset() {
-        Some(off) => (off as i32, 1),
-        None => (0, 0),
+    // With positions, a mask aligned to the end moves with the key count:
+    // offset = keys − seq_q, the shader adding the keys (`end_aligned`).
+    let (offset, causal, end_aligned) = match (a.causal_offset(), positions.is_some(), a.mask) {
+        (None, ..) => (0, 0, 0),
+        (Some(_), true, Mask::Causal) => (-(to_u32(name, "seq_q", a.seq_q as u64)? as i32), 1, 1),
+        (Some(off), ..) => (off as i32, 1, 0),
     };
+    let heads_kv = to_u32(name, "kv heads", a.heads_kv as u64)?;
     let AttentionLayout { units, per, group, q_blocks, unit_q, unit_kv } = *layout;
     let mut u0 = 0;
     while u0 < units {
@@ -969,7 +984,7 @@ fn attention(
         // Slots 5–7: q, k and v again as vec4s (whole vec4s: the ranges start at
         // multiples of 16 bytes, and the buffers are padded to 16).
         let (q4, k4) = (qs.div_ceil(16) * 16, ks.div_ceil(16) * 16);
-        let bindings = vec![
+        let mut bindings = vec![
             bind(1, &q.buffer, qo, qs),
             bind(2, &k.buffer, ko, ks),
             bind(3, &v.buffer, ko, ks),
@@ -978,11 +993,14 @@ fn attention(
             bind(6, &k.buffer, ko, k4),
             bind(7, &v.buffer, ko, k4),
         ];
+        if let Some(pos) = positions {
+            bindings.push(bind(8, &pos.buffer, 0, padded_bytes(pos.len)));
+        }
         let mut c0 = 0;
         while c0 < d {
             let dv = ATTENTION_SLICE.min(d - c0).div_ceil(64);
             steps.push(Step::Dispatch(Dispatch {
-                kernel: attention_kernel(ctx, name, dv)?,
+                kernel: attention_kernel(ctx, name, dv, positions.is_some())?,
                 params: params(&[
                     to_u32(name, "seq_q", a.seq_q as u64)?,
                     to_u32(name, "seq_k", a.seq_k as u64)?,
@@ -996,6 +1014,9 @@ fn attention(
                     to_u32(name, "head_dim", c0)?,
                     u32::from(d.is_multiple_of(4)),
                     to_u32(name, "kv rows", a.kv_rows() as u64)?,
+                    to_u32(name, "units", u0)?,
+                    heads_kv,
+                    end_aligned,
                 ]),
                 bindings: bindings.clone(),
                 groups: grid(ctx, name, groups)?,

@@ -910,6 +910,55 @@ fn attention_larger_than_a_binding_is_split_or_refused() {
     }
 }
 
+/// Attention counting its keys from query positions on the device: pieces of
+/// whole key/value heads under a 64 KiB binding cap that hold heads of several
+/// sequences (each reads its own sequence's position), both causal alignments
+/// and no mask, two blocks of queries, and positions that read no key (NaN,
+/// −∞, −1, −0.5), a fraction of a key (2.7: three keys), or all of them (∞,
+/// 10³⁰); host calls against the reference and tensor calls bit for bit.
+#[test]
+fn attention_at_positions_is_split_by_sequence_and_clamps_its_keys() {
+    use compute_core::conformance::{compare_typed, typed_inputs_for};
+    use compute_core::{AttentionSpec, DType, HostSlice, HostVec, Mask};
+    let Some(gpu) = open(DeviceOptions::from_env().with_max_binding_bytes(64 << 10), "attention positions") else {
+        return;
+    };
+    let mut rng = seed();
+    let specs = [
+        // 10240 B of queries and 11520 B of keys per kv head: pieces of 5 of 12.
+        AttentionSpec::new(3, 8, 20, 45, 64).with_kv_heads(4).causal(),
+        AttentionSpec::new(3, 8, 20, 45, 64).with_kv_heads(4).with_mask(Mask::CausalTopLeft),
+        AttentionSpec::new(3, 8, 20, 45, 64).with_kv_heads(4),
+        // Two query blocks, causal from the end: one piece a kv head.
+        AttentionSpec::new(4, 2, 70, 90, 32).with_kv_heads(1).causal(),
+    ];
+    let lasts = [f32::NAN, 2.7, f32::INFINITY, -0.5, 1e30, -1.0, f32::NEG_INFINITY, 44.0];
+    for (n, spec) in specs.into_iter().enumerate() {
+        for dtype in [DType::F32, DType::F16] {
+            let op = Op::Attention(spec.with_dtype(dtype).with_positions());
+            let mut inputs = typed_inputs_for(&op, &mut rng);
+            let positions: Vec<f32> = (0..spec.batch)
+                .flat_map(|b| {
+                    let last = lasts[(b + 3 * n) % lasts.len()];
+                    (0..spec.seq_q).map(move |i| if i + 1 == spec.seq_q { last } else { i as f32 })
+                })
+                .collect();
+            inputs[3] = HostVec::from_f32(DType::F32, &positions);
+            let views: Vec<HostSlice<'_>> = inputs.iter().map(HostVec::as_slice).collect();
+            let len = op.layout().unwrap().output_len();
+            let mut out = HostVec::filled_bits(dtype, len, 0x7ead);
+            gpu.run_typed(&op, &views, out.as_mut()).unwrap_or_else(|e| panic!("{op:?}: {e}"));
+            assert_eq!(compare_typed(&op, &views, out.as_slice(), 1.0), None, "{op:?} at {positions:?}");
+            let t: Vec<_> = views.iter().map(|x| gpu.upload_typed(*x).unwrap()).collect();
+            let o = gpu.alloc_typed(len, dtype).unwrap();
+            gpu.run_tensors(&op, &[&t[0], &t[1], &t[2], &t[3]], &o).unwrap();
+            let mut back = HostVec::zeros(dtype, len);
+            gpu.download_typed(&o, back.as_mut()).unwrap();
+            assert_eq!(back.bits(), out.bits(), "{op:?}: tensor call differs from host call");
+        }
+    }
+}
+
 #[test]
 fn parameter_slots_are_reused_and_start_over_when_full() {
     // Every call below has its own parameter block (its scale). 4500 of them,

@@ -14,13 +14,17 @@
 //!   raised in 32-bit integer arithmetic in the shader, and the cosine and
 //!   sine are the shader's own after a Cody–Waite reduction by `π/2`: neither
 //!   depends on the adapter's `pow`, `sin` or `cos`. In pieces of whole rows
-//!   (one token's head).
+//!   (one token's head). With positions (`rope_at`), each token's position is
+//!   read from the positions input, bound whole in every piece.
 //! - **copy**: one element per invocation (`f32`); for half data whose
 //!   destination view pairs up into whole words (even offset and outer
 //!   strides, innermost stride 1, even innermost extent) one word per
 //!   invocation; otherwise two dispatches, one per parity of the destination
 //!   index, each invocation rewriting its element's half of a word that no
 //!   other invocation of its dispatch touches. Both views are bound whole.
+//!   With positions (`copy_at`), each source row's destination slot is read
+//!   from the positions input (bound whole) and the modes are chosen for the
+//!   destination's extent over all its slots.
 //! - **gather**: one output element (`f32`) or word (halves) per invocation;
 //!   the table in pieces of whole rows, one dispatch each (the first also
 //!   writes the NaN rows of ids out of range).
@@ -62,12 +66,15 @@ fn rope_mode(r: &RopeSpec) -> (u32, u64) {
     }
 }
 
-/// Rotary embedding of `x` into `y` (both of the spec's dtype).
+/// Rotary embedding of `x` into `y` (both of the spec's dtype), each token
+/// at the position `positions` gives it (`Some`: `r.seq` `f32` values) or at
+/// `r.position + t`.
 pub(crate) fn rope(
     ctx: &Context,
     name: &'static str,
     r: &RopeSpec,
     x: &View,
+    positions: Option<&View>,
     y: &View,
     steps: &mut Vec<Step>,
 ) -> Result<()> {
@@ -82,13 +89,19 @@ pub(crate) fn rope(
         RopeLayout::HalfSplit => 0,
         RopeLayout::Interleaved => 1,
     };
+    let positions = positions.map(|p| bind(3, &p.buffer, 0, padded_bytes(p.len)));
+    if let Some(b) = positions.as_ref().filter(|b| b.size > ctx.max_binding()) {
+        return Err(errors::limit(name, "storage buffer binding bytes (rope positions)", b.size, ctx.max_binding()));
+    }
     let mut start = 0;
     while start < rows {
         let n = per.min(rows - start);
         let units = n.saturating_mul(per_row);
         let (off, size) = (start * row_bytes, whole_words(n * row_bytes));
+        let mut bindings = vec![bind(1, &x.buffer, off, size), bind(2, &y.buffer, off, size)];
+        bindings.extend(positions.clone());
         steps.push(Step::Dispatch(Dispatch {
-            kernel: Kernel::Rope { mode, dtype: x.dtype },
+            kernel: Kernel::Rope { mode, dtype: x.dtype, positions: positions.is_some() },
             params: params(&[
                 to_u32(name, "invocations", units)?,
                 layout,
@@ -99,7 +112,7 @@ pub(crate) fn rope(
                 m,
                 e as u32,
             ]),
-            bindings: vec![bind(1, &x.buffer, off, size), bind(2, &y.buffer, off, size)],
+            bindings,
             groups: grid(ctx, name, units.div_ceil(256))?,
         }));
         start += n;
@@ -108,9 +121,10 @@ pub(crate) fn rope(
 }
 
 /// Whether every element pair `(i, j, 2k)`, `(i, j, 2k + 1)` of the
-/// destination view is one whole word of half data.
+/// destination view (over all its slots, with positions) is one whole word of
+/// half data.
 fn copy_pairs_words(c: &CopySpec) -> bool {
-    let [n0, n1, n2] = c.shape;
+    let [n0, n1, n2] = c.dst_extent();
     let even = |s: usize| s.is_multiple_of(2);
     n2.is_multiple_of(2)
         && c.dst.strides[2] == 1
@@ -125,16 +139,23 @@ fn stride(name: &'static str, extent: usize, stride: usize) -> Result<u32> {
 }
 
 /// The strided copy `c` from `src` into `dst`: only the view's elements of
-/// `dst` are written (see the [module](self) docs for the modes).
+/// `dst` are written (see the [module](self) docs for the modes); with
+/// `positions` (`c.shape[1]` `f32` values), source row `j` goes to slot
+/// `positions[j]`, or nowhere where that is not a slot.
 pub(crate) fn copy(
     ctx: &Context,
     name: &'static str,
     c: &CopySpec,
     src: &View,
+    positions: Option<&View>,
     dst: &View,
     steps: &mut Vec<Step>,
 ) -> Result<()> {
     let max = ctx.max_binding();
+    let positions = positions.map(|p| bind(3, &p.buffer, 0, padded_bytes(p.len)));
+    if let Some(b) = positions.as_ref().filter(|b| b.size > max) {
+        return Err(errors::limit(name, "storage buffer binding bytes (copy positions)", b.size, max));
+    }
     let (src_bytes, dst_bytes) = (padded_bytes_of(src.len, src.dtype), padded_bytes_of(dst.len, dst.dtype));
     for (bytes, what) in [
         (src_bytes, "storage buffer binding bytes (copy source)"),
@@ -150,8 +171,7 @@ pub(crate) fn copy(
     if count == 0 {
         return Ok(());
     }
-    let [n0, n1, n2] = c.shape;
-    let view = |v: compute_core::Strided| -> Result<[u32; 4]> {
+    let view = |v: compute_core::Strided, [n0, n1, n2]: [usize; 3]| -> Result<[u32; 4]> {
         Ok([
             to_u32(name, "offset", v.offset as u64)?,
             stride(name, n0, v.strides[0])?,
@@ -159,8 +179,10 @@ pub(crate) fn copy(
             stride(name, n2, v.strides[2])?,
         ])
     };
-    let (s, d) = (view(c.src)?, view(c.dst)?);
+    let (s, d) = (view(c.src, c.shape)?, view(c.dst, c.dst_extent())?);
+    let [_, n1, n2] = c.shape;
     let dims = [to_u32(name, "extent", n1 as u64)?, to_u32(name, "extent", n2 as u64)?];
+    let slots = to_u32(name, "slots", c.dst_extent()[1] as u64)?;
     let half = dst.dtype != DType::F32;
     let (mode, units, parities): (u32, u32, &[u32]) = if !half {
         (0, count, &[0])
@@ -170,10 +192,12 @@ pub(crate) fn copy(
         (1, count, &[0, 1])
     };
     for &parity in parities {
+        let mut bindings = vec![bind(1, &src.buffer, 0, src_bytes), bind(2, &dst.buffer, 0, dst_bytes)];
+        bindings.extend(positions.clone());
         steps.push(Step::Dispatch(Dispatch {
-            kernel: Kernel::Copy { mode, dtype: dst.dtype },
-            params: params(&[units, dims[0], dims[1], s[0], s[1], s[2], s[3], d[0], d[1], d[2], d[3], parity]),
-            bindings: vec![bind(1, &src.buffer, 0, src_bytes), bind(2, &dst.buffer, 0, dst_bytes)],
+            kernel: Kernel::Copy { mode, dtype: dst.dtype, positions: positions.is_some() },
+            params: params(&[units, dims[0], dims[1], s[0], s[1], s[2], s[3], d[0], d[1], d[2], d[3], parity, slots]),
+            bindings,
             groups: grid(ctx, name, u64::from(units).div_ceil(256))?,
         }));
     }
@@ -373,6 +397,74 @@ mod tests {
             }
         }
         check_all(&ops);
+    }
+
+    /// Runs `op` on every dtype against the reference with the given
+    /// positions as its last input (the others drawn at random).
+    fn check_at_positions(gpu: &crate::WgpuBackend, ops: &[(compute_core::Op, Vec<f32>)]) {
+        use compute_core::HostVec;
+        use compute_core::conformance::{check_op_typed, typed_inputs_for};
+        let mut rng = compute_core::rng::Rng::new(12);
+        let mut fails = Vec::new();
+        for (op, positions) in ops {
+            for dtype in DType::ALL {
+                let op = op.with_dtype(dtype);
+                let mut inputs = typed_inputs_for(&op, &mut rng);
+                if let Some(last) = inputs.last_mut() {
+                    *last = HostVec::from_f32(DType::F32, positions);
+                }
+                fails.extend(check_op_typed(gpu, &op, &inputs, 1.0).err());
+            }
+        }
+        assert!(fails.is_empty(), "{}", fails.join("\n"));
+    }
+
+    /// Copies at positions into views that split words of half data (odd
+    /// offsets and strides: one dispatch per parity), a single row whose
+    /// slots have an odd stride (not whole words, though one row alone would
+    /// be), positions that are skipped (NaN, ±∞, −1, 0.5, the slot count, 2³²)
+    /// and −0 (slot 0).
+    #[test]
+    fn copies_at_positions_skip_what_is_no_slot_and_keep_their_neighbours() {
+        use compute_core::{Op, Strided};
+        let view = |offset, strides, len| Strided { offset, strides, len };
+        let odd = CopySpec::new([2, 7, 5], Strided::contiguous([2, 7, 5]), view(1, [43, 7, 1], 90)).at_positions(6);
+        let row = CopySpec::new([2, 1, 4], Strided::contiguous([2, 1, 4]), view(0, [20, 5, 1], 40)).at_positions(4);
+        let even = CopySpec::new([3, 9, 8], Strided::contiguous([3, 9, 8]), view(0, [96, 8, 1], 288)).at_positions(12);
+        assert!(!copy_pairs_words(&row) && copy_pairs_words(&even));
+        let ops = [
+            (Op::Copy(odd), vec![5.0, f32::NAN, 0.0, f32::INFINITY, -0.0, 6.0, 3.0]),
+            (Op::Copy(row), vec![3.0]),
+            (Op::Copy(row), vec![0.5]),
+            (Op::Copy(even), vec![11.0, -1.0, f32::NEG_INFINITY, 4_294_967_296.0, 2.0, 12.0, 1.5, 0.0, 7.0]),
+        ];
+        if let Some(gpu) = gpu() {
+            check_at_positions(&gpu, &ops);
+        }
+    }
+
+    /// Rope at positions on head sizes of every mode (`head_dim/2` odd for
+    /// half data), positions out of order, fractional and far into a long
+    /// context; and 40 tokens of 8 heads of 128 under a 64 KiB binding cap
+    /// (pieces of rows, each reading the positions of its own tokens).
+    #[test]
+    fn rope_at_positions_in_every_mode() {
+        use compute_core::Op;
+        let Some(gpu) = gpu() else { return };
+        let options = crate::DeviceOptions::from_env().with_max_binding_bytes(64 << 10);
+        let capped = crate::WgpuBackend::with_options(&options).expect("a second device on the same adapter");
+        let mut ops = Vec::new();
+        for (seq, heads, d) in [(3, 2, 2), (4, 3, 10), (5, 1, 12), (2, 2, 256)] {
+            for layout in [RopeLayout::HalfSplit, RopeLayout::Interleaved] {
+                let spec = RopeSpec::new(seq, heads, d, 10_000.0).with_layout(layout).with_positions();
+                let positions = [131_071.0, 0.0, 17.5, 999.0, 3.0][..seq].to_vec();
+                ops.push((Op::Rope(spec), positions));
+            }
+        }
+        check_at_positions(&gpu, &ops);
+        let long = RopeSpec::new(40, 8, 128, 10_000.0).with_positions();
+        let positions = (0..40).map(|t| ((t * 7919) % 4001) as f32).collect();
+        check_at_positions(&capped, &[(Op::Rope(long), positions)]);
     }
 
     /// Odd row lengths (rows sharing words of half data), ids out of range.
