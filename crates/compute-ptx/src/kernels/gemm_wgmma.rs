@@ -31,8 +31,7 @@
 use compute_core::DType;
 
 use super::gemm_common::{
-    ATOM_K_STRIDE, Side, atom_mn_stride, batch_operands, copies, gemm_params, half_dtypes, issue_ahead, kernel_base,
-    refill, stage_loop, store_pair,
+    Side, batch_operands, copies, gemm_params, half_dtypes, issue_ahead, kernel_base, refill, stage_loop, store_pair,
 };
 use super::gemm_simt::tile_origin;
 use crate::builder::{B32, BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Reg, Src, Target, U32, U64, WgmmaInput};
@@ -57,11 +56,19 @@ pub struct WgmmaConfig {
     pub stages: u32,
     /// Tile-rows per group in the block order (0: plain row-major order).
     pub group_m: u32,
+    /// `f32` inputs (TF32): each thread rounds the values it copied to TF32
+    /// in shared memory before `wgmma` reads them (one more read and write
+    /// of every tile); without it `wgmma` reads the `f32` bits as they are.
+    pub round_tf32: bool,
+    /// An `m`/`n`-contiguous operand's atoms follow each other along m or n
+    /// first (one group of 8 values of `k` is one run of atoms), instead of
+    /// along `k` first.
+    pub mn_first: bool,
 }
 
 impl Default for WgmmaConfig {
     fn default() -> Self {
-        WgmmaConfig { warpgroups: 2, bn: 256, stages: 4, group_m: 8 }
+        WgmmaConfig { warpgroups: 2, bn: 256, stages: 4, group_m: 8, round_tf32: true, mn_first: false }
     }
 }
 
@@ -119,7 +126,9 @@ impl WgmmaConfig {
         if *self == WgmmaConfig::default() {
             base
         } else {
-            format!("{base}_{}x{}_s{}_g{}", self.bm(), self.bn, self.stages, self.group_m)
+            let mn = if self.mn_first { "_mn" } else { "" };
+            let nr = if self.round_tf32 { "" } else { "_nr" };
+            format!("{base}_{}x{}_s{}_g{}{mn}{nr}", self.bm(), self.bn, self.stages, self.group_m)
         }
     }
 }
@@ -130,9 +139,9 @@ impl WgmmaConfig {
 /// --tensor-cores`, 2026-11-25: 634, 551 and 544 TFLOP/s). Each fits one
 /// block per multiprocessor.
 const TABLE: [(WgmmaConfig, f64); 3] = [
-    (WgmmaConfig { warpgroups: 2, bn: 256, stages: 4, group_m: 8 }, 1.0),
-    (WgmmaConfig { warpgroups: 1, bn: 256, stages: 5, group_m: 8 }, 0.87),
-    (WgmmaConfig { warpgroups: 2, bn: 128, stages: 6, group_m: 8 }, 0.86),
+    (WgmmaConfig { warpgroups: 2, bn: 256, stages: 4, group_m: 8, round_tf32: true, mn_first: false }, 1.0),
+    (WgmmaConfig { warpgroups: 1, bn: 256, stages: 5, group_m: 8, round_tf32: true, mn_first: false }, 0.87),
+    (WgmmaConfig { warpgroups: 2, bn: 128, stages: 6, group_m: 8, round_tf32: true, mn_first: false }, 0.86),
 ];
 
 impl WgmmaConfig {
@@ -161,7 +170,17 @@ pub fn sweep_configs() -> Vec<WgmmaConfig> {
         WgmmaConfig { bn: 128, stages: 4, ..d },
         WgmmaConfig { warpgroups: 1, bn: 256, stages: 5, ..d },
         WgmmaConfig { group_m: 16, ..d },
+        WgmmaConfig { mn_first: true, ..d },
+        WgmmaConfig { bn: 128, stages: 6, mn_first: true, ..d },
     ]
+}
+
+/// TF32 shapes the benchmark's sweep times next to the default, with and
+/// without the rounding pass ([`WgmmaConfig::round_tf32`]).
+pub fn tf32_sweep_configs() -> Vec<WgmmaConfig> {
+    let d = WgmmaConfig::default();
+    let shapes = [d, WgmmaConfig { bn: 128, stages: 6, ..d }, WgmmaConfig { warpgroups: 1, bn: 256, stages: 5, ..d }];
+    shapes.iter().flat_map(|&s| [s, WgmmaConfig { round_tf32: false, ..s }]).collect()
 }
 
 /// Builds the `wgmma` kernel (target `sm_90a`) for one input dtype
@@ -239,8 +258,9 @@ pub fn wgmma(
     let za = b.cvt::<U64, U32>(z);
     let (a_base, b_base) = batch_operands(&mut b, &p, za, elem);
     // A stored m x k or (trans_a) k x m; B stored k x n or (trans_b) n x k.
-    let a_side = Side { kmajor: !trans_a, tile: bm, bk, at: 0, atoms: true, elem };
-    let b_side = Side { kmajor: trans_b, tile: bn, bk, at: bm * ROW, atoms: true, elem };
+    let mn_first = cfg.mn_first;
+    let a_side = Side { kmajor: !trans_a, tile: bm, bk, at: 0, atoms: true, mn_first, elem };
+    let b_side = Side { kmajor: trans_b, tile: bn, bk, at: bm * ROW, atoms: true, mn_first, elem };
     let a_ld = if trans_a { m } else { k };
     let b_ld = if trans_b { k } else { n };
     let mut a_cp = copies(&mut b, a_side, threads, tid, a_base, a_ld, (m, m0));
@@ -255,16 +275,17 @@ pub fn wgmma(
     b.comment("descriptors of stage 0: this warpgroup's 64 rows of A, all of B");
     // (leading, stride, bytes per 16 values of k). k-contiguous: groups of 8 rows
     // 1024 bytes apart (stride), leading unused, 32 bytes per step. m/n-contiguous:
-    // atoms atom_mn_stride apart along m or n (leading) and 1024 along k (stride),
-    // 2048 bytes per step. Either way a warpgroup's 64 rows of A start
-    // 64 * 128 = atom_mn_stride(64) bytes after the previous one's.
+    // atoms Side::atom_mn_step apart along m or n (leading) and
+    // Side::atom_k_stride along k (stride), two atoms of k per step. A
+    // warpgroup's 64 rows of A start 64 rows (k-contiguous) or one atom
+    // column (m-contiguous) after the previous one's.
     let layout = |side: &Side| -> (u32, u32, u32) {
-        if side.kmajor { (16, 1024, 32) } else { (atom_mn_stride(BK), ATOM_K_STRIDE, 2 * ATOM_K_STRIDE) }
+        if side.kmajor { (16, 1024, 32) } else { (side.atom_mn_step(), side.atom_k_stride(), 2 * side.atom_k_stride()) }
     };
     let (a_lbo, a_sbo, a_step) = layout(&a_side);
     let (b_lbo, b_sbo, b_step) = layout(&b_side);
     let wg = b.shr(tid, 7u32);
-    let a_rows = b.mul(wg, 64 * ROW);
+    let a_rows = b.mul(wg, if a_side.kmajor { 64 * ROW } else { a_side.atom_mn_step() });
     let a_addr = b.add(sbase, a_rows);
     let desc_a = b.smem_descriptor(a_addr, a_lbo, a_sbo);
     let b_addr = b.add(sbase, b_side.at);
@@ -280,7 +301,7 @@ pub fn wgmma(
     stage_loop(&mut b, k, (bk, stages), |b, s| {
         b.comment(&format!("stage {s}: its tile landed and is visible to wgmma in every thread"));
         b.cp_async_wait(stages - 3);
-        if mma_in == WgmmaInput::Tf32 {
+        if mma_in == WgmmaInput::Tf32 && cfg.round_tf32 {
             // wgmma would read the f32 bits as TF32 by dropping the low 13 bits
             // (truncation); round this thread's own chunks to nearest first.
             for cp in [&a_cp, &b_cp] {
