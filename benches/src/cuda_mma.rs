@@ -14,8 +14,8 @@
 //! (`CUBLAS_COMPUTE_32F_FAST_TF32`).
 //! `--quick`: 2048³ only. `COMPUTE_PTX_GEMM_SWEEP=1` adds every shape of
 //! `gemm_mma::sweep_configs` and `gemm_wgmma::sweep_configs` at 4096³ and
-//! 8192³ bf16 (`COMPUTE_PTX_GEMM_SWEEP=wgmma`: only the `wgmma` ones on a
-//! device that has them), and those of `gemm_wgmma::tf32_sweep_configs` in
+//! 8192³ bf16 (`COMPUTE_PTX_GEMM_SWEEP=wgmma`: only the `wgmma` ones, on
+//! `A·B` only, on a device that has them), and those of `gemm_wgmma::tf32_sweep_configs` in
 //! TF32, each compared element by element with the first TF32 shape's output.
 //! Then, without the sweep, the GEMV rows of [`crate::cuda_gemv`] (the kernels for few rows).
 //! Each row's note gives the largest difference from cuBLAS relative to the
@@ -217,13 +217,15 @@ fn kernel_name(tier: GemmTier, dtype: DType, s: Shape) -> String {
     }
 }
 
-/// The rows; `quick` keeps 2048³ only.
+/// The rows; `quick` keeps 2048³ only. With the sweep each row is timed for
+/// at most 0.7 s.
 pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Result<Vec<Record>, String> {
     let blas = Blas::new()?;
     let sweep_var = std::env::var("COMPUTE_PTX_GEMM_SWEEP").unwrap_or_default();
     let sweep = !sweep_var.is_empty() && sweep_var != "0";
     // `COMPUTE_PTX_GEMM_SWEEP=wgmma`: only the `wgmma` shapes where the device has them.
     let wgmma_only = sweep_var == "wgmma";
+    let budget = if sweep { budget.min(Duration::from_millis(700)) } else { budget };
     let info = be.info().map_err(err)?;
     let (cc, sms) = (info.compute_capability, info.multiprocessors);
     let wgmma = compute_ptx::Target::has_wgmma(cc.0, cc.1);
@@ -259,7 +261,7 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
             other => other,
         };
         let mut tiers = vec![picked];
-        if sweep && dtype == DType::BF16 && s.m == s.n && s.m >= 4096 {
+        if sweep && dtype == DType::BF16 && s.m == s.n && s.m >= 4096 && !(wgmma_only && s.trans_b) {
             if !(wgmma && wgmma_only) {
                 let mma = std::iter::once(MmaConfig::default()).chain(gemm_mma::sweep_configs());
                 tiers.extend(mma.map(GemmTier::Mma));

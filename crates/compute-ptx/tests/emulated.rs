@@ -246,9 +246,15 @@ fn wgmma_tf32_tier() {
     let mut rng = Rng::new(0x5eed_0006);
     let mut cases: Vec<(WgmmaConfig, (usize, usize, usize, usize))> =
         vec![(WgmmaConfig::default(), (1, 8, 4, 8)), (WgmmaConfig::default(), (2, 72, 100, 40))];
-    for cfg in gemm_wgmma::sweep_configs() {
+    // Every shape of both sweeps that rounds (the unrounded one is for measurements).
+    let rounded = gemm_wgmma::tf32_sweep_configs().into_iter().filter(|c| c.tf32 != gemm_wgmma::Tf32Rounding::None);
+    for cfg in gemm_wgmma::sweep_configs().into_iter().chain(rounded) {
         cases.push((cfg, (1, cfg.bm() as usize + 8, 4 * 32 + 4, cfg.bn as usize + 24)));
     }
+    cases.push((
+        WgmmaConfig { tf32: gemm_wgmma::Tf32Rounding::InRegisters, stages: 3, ..WgmmaConfig::default() },
+        (2, 72, 100, 40),
+    ));
     for (cfg, (batch, m, k, n)) in cases {
         let spec = MatmulSpec { batch, trans_b: true, ..MatmulSpec::new(m, k, n) }.with_precision(Precision::Tf32);
         assert!(compute_ptx::plan::tf32_fits(&spec));
@@ -264,6 +270,26 @@ fn wgmma_tf32_tier() {
     assert!(!compute_ptx::plan::tf32_fits(&full));
     assert!(!compute_ptx::plan::tf32_fits(&MatmulSpec::new(8, 8, 8).with_precision(Precision::Tf32)));
     let _ = DType::F32;
+}
+
+/// TF32 rounds to nearest in every rounding mode of the `wgmma` kernel: with
+/// `A` holding `1 + 0x1800·2⁻²³` (to nearest `1 + 2⁻¹⁰`, truncated `1`) and
+/// `B` ones, every output is `k·(1 + 2⁻¹⁰)` exactly; unrounded, `wgmma`
+/// (as emulated) truncates to `k`.
+#[test]
+fn wgmma_tf32_rounds_to_nearest() {
+    use compute_core::{DType, HostVec, Precision};
+    use compute_ptx::kernels::gemm_wgmma::{self, Tf32Rounding};
+    let emu = EmuBackend::with_wgmma();
+    let (m, k, n) = (72, 100, 40);
+    let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(m, k, n) }.with_precision(Precision::Tf32);
+    let a = HostVec::from_f32(DType::F32, &vec![f32::from_bits(0x3f80_1800); m * k]);
+    let b = HostVec::from_f32(DType::F32, &vec![1.0; n * k]);
+    for cfg in gemm_wgmma::tf32_sweep_configs() {
+        let out = emu.matmul_tier_typed(GemmTier::Wgmma(cfg), spec, &[a.clone(), b.clone()]).to_f32();
+        let want = if cfg.tf32 == Tf32Rounding::None { k as f32 } else { k as f32 * (1.0 + 2f32.powi(-10)) };
+        assert!(out.iter().all(|&c| c == want), "{cfg:?}: {:?} != {want}", &out[..4]);
+    }
 }
 
 /// On a compute capability 9.0 device the plans run a TF32 `A·Bᵀ` matmul on
