@@ -246,6 +246,10 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
         }
     }
     let mut out = Vec::new();
+    if wgmma && sweep {
+        // The TF32 sweep first: it is the shorter one.
+        out.extend(tf32_rows(be, &blas, device, (quick, sweep), (sms, budget))?);
+    }
     for (dtype, s) in plan {
         let (a, ca) = operand(be, &blas, s.m * s.k, dtype, 81 + s.k as u64)?;
         let (b, cb) = operand(be, &blas, s.k * s.n, dtype, 83 + s.n as u64)?;
@@ -315,19 +319,38 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
     if !sweep {
         out.extend(crate::cuda_gemv::rows(be, &blas, device, quick, budget)?);
     }
-    if wgmma {
-        let sizes: &[usize] = if quick { &[2048] } else { &[4096, 8192] };
-        for &n in sizes {
-            let s = Shape { m: n, n, k: n, trans_b: true };
-            let picked = WgmmaConfig::for_shape(1, s.m, s.n, sms);
-            let (row, first) = tf32_row(be, &blas, device, s, (picked, None), budget)?;
-            out.push(row);
-            if sweep {
-                for cfg in gemm_wgmma::tf32_sweep_configs().into_iter().filter(|c| *c != picked) {
-                    out.push(tf32_row(be, &blas, device, s, (cfg, Some(&first)), budget)?.0);
-                }
+    if wgmma && !sweep {
+        out.extend(tf32_rows(be, &blas, device, (quick, sweep), (sms, budget))?);
+    }
+    Ok(out)
+}
+
+/// The TF32 rows (4096³ and 8192³, or with `quick` 2048³): the shape the
+/// plans pick and, with `sweep`, every shape of `gemm_wgmma::tf32_sweep_configs`.
+fn tf32_rows(
+    be: &CudaBackend,
+    blas: &Blas,
+    device: &str,
+    (quick, sweep): (bool, bool),
+    (sms, budget): (u32, Duration),
+) -> Result<Vec<Record>, String> {
+    let mut out = Vec::new();
+    let sizes: &[usize] = if quick { &[2048] } else { &[4096, 8192] };
+    for &n in sizes {
+        let s = Shape { m: n, n, k: n, trans_b: true };
+        let picked = WgmmaConfig::for_shape(1, s.m, s.n, sms);
+        let (row, first) = tf32_row(be, blas, device, s, (picked, None), budget)?;
+        let mut rows = vec![row];
+        if sweep {
+            for cfg in gemm_wgmma::tf32_sweep_configs().into_iter().filter(|c| *c != picked) {
+                rows.push(tf32_row(be, blas, device, s, (cfg, Some(&first)), budget)?.0);
+            }
+            for r in &rows {
+                let (tf, ratio) = (r.gflops.unwrap_or(0.0) / 1e3, r.ratio.unwrap_or(0.0));
+                eprintln!("sweep tf32 {n}^3 {tf:>7.1} TFLOP/s ratio {ratio:.3}  {}", r.note.as_deref().unwrap_or(""));
             }
         }
+        out.extend(rows);
     }
     Ok(out)
 }
