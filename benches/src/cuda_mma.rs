@@ -14,8 +14,8 @@
 //! (`CUBLAS_COMPUTE_32F_FAST_TF32`).
 //! `--quick`: 2048³ only. `COMPUTE_PTX_GEMM_SWEEP=1` adds every shape of
 //! `gemm_mma::sweep_configs` and `gemm_wgmma::sweep_configs` at 4096³ and
-//! 8192³ bf16 (`COMPUTE_PTX_GEMM_SWEEP=wgmma`: only the `wgmma` ones, on
-//! `A·B` only, on a device that has them), and those of `gemm_wgmma::tf32_sweep_configs` in
+//! 8192³ bf16 (`COMPUTE_PTX_GEMM_SWEEP=wgmma`: only the `wgmma` ones on a
+//! device that has them), and those of `gemm_wgmma::tf32_sweep_configs` in
 //! TF32, each compared element by element with the first TF32 shape's output.
 //! Then, without the sweep, the GEMV rows of [`crate::cuda_gemv`] (the kernels for few rows).
 //! Each row's note gives the largest difference from cuBLAS relative to the
@@ -248,7 +248,7 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
     let mut out = Vec::new();
     if wgmma && sweep {
         // The TF32 sweep first: it is the shorter one.
-        out.extend(tf32_rows(be, &blas, device, (quick, sweep), (sms, budget))?);
+        out.extend(tf32_rows(be, &blas, device, (quick, sweep), budget)?);
     }
     for (dtype, s) in plan {
         let (a, ca) = operand(be, &blas, s.m * s.k, dtype, 81 + s.k as u64)?;
@@ -265,7 +265,7 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
             other => other,
         };
         let mut tiers = vec![picked];
-        if sweep && dtype == DType::BF16 && s.m == s.n && s.m >= 4096 && !(wgmma_only && s.trans_b) {
+        if sweep && dtype == DType::BF16 && s.m == s.n && s.m >= 4096 {
             if !(wgmma && wgmma_only) {
                 let mma = std::iter::once(MmaConfig::default()).chain(gemm_mma::sweep_configs());
                 tiers.extend(mma.map(GemmTier::Mma));
@@ -320,7 +320,7 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
         out.extend(crate::cuda_gemv::rows(be, &blas, device, quick, budget)?);
     }
     if wgmma && !sweep {
-        out.extend(tf32_rows(be, &blas, device, (quick, sweep), (sms, budget))?);
+        out.extend(tf32_rows(be, &blas, device, (quick, sweep), budget)?);
     }
     Ok(out)
 }
@@ -332,13 +332,13 @@ fn tf32_rows(
     blas: &Blas,
     device: &str,
     (quick, sweep): (bool, bool),
-    (sms, budget): (u32, Duration),
+    budget: Duration,
 ) -> Result<Vec<Record>, String> {
     let mut out = Vec::new();
     let sizes: &[usize] = if quick { &[2048] } else { &[4096, 8192] };
     for &n in sizes {
         let s = Shape { m: n, n, k: n, trans_b: true };
-        let picked = WgmmaConfig::for_shape(1, s.m, s.n, sms);
+        let picked = WgmmaConfig::tf32();
         let (row, first) = tf32_row(be, blas, device, s, (picked, None), budget)?;
         let mut rows = vec![row];
         if sweep {

@@ -468,8 +468,7 @@ impl Exec<'_> {
             }
             // f32 with TF32 opted in, `A·Bᵀ`: the `wgmma` kernel reads it as TF32.
             Op::Matmul(spec) if self.l.has_wgmma() && tf32_fits(&spec) => {
-                let tc = GemmTc::Wgmma(WgmmaConfig::for_shape(spec.batch, spec.m, spec.n, self.l.sm_count()));
-                self.matmul_tc(tc, &spec, (input(0)?, input(1)?, out), op.name())
+                self.matmul_tc(GemmTc::Wgmma(WgmmaConfig::tf32()), &spec, (input(0)?, input(1)?, out), op.name())
             }
             Op::Matmul(spec) if spec.dtype == DType::F32 && spec.out_dtype == DType::F32 => {
                 self.matmul(GemmTier::choose(&spec, false), &spec, input(0)?, input(1)?, out, None, op.name())

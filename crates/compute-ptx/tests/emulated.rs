@@ -191,14 +191,13 @@ fn wgmma_tier_on_edges_batches_and_sweep_shapes() {
             assert!(names.len() == 1 && names[0].starts_with(&format!("gemm_wgmma_{input}_{out}_{t}")), "{names:?}");
         }
     }
-    // One transpose per shape, cycling; every transpose with `mn_first` (it changes
-    // the layout of m/n-contiguous operands only).
+    // One transpose per shape, cycling; every transpose for the late refill.
     let all = [(false, false), (false, true), (true, false), (true, true)];
     let mut cases = Vec::new();
     for (cfg, t) in
         gemm_wgmma::sweep_configs().into_iter().zip([(false, true), (true, false), (false, false)].into_iter().cycle())
     {
-        if cfg.mn_first {
+        if !cfg.early_refill {
             cases.extend(all.map(|t| (cfg, t)));
         } else {
             cases.push((cfg, t));
@@ -275,7 +274,9 @@ fn wgmma_tf32_tier() {
 /// TF32 rounds to nearest in every rounding mode of the `wgmma` kernel: with
 /// `A` holding `1 + 0x1800·2⁻²³` (to nearest `1 + 2⁻¹⁰`, truncated `1`) and
 /// `B` ones, every output is `k·(1 + 2⁻¹⁰)` exactly; unrounded, `wgmma`
-/// (as emulated) truncates to `k`.
+/// (as emulated) truncates to `k`. Rows 0–4 start with specials that the
+/// rounding must keep: NaNs whose payload fills the mantissa (`0x7fffffff`,
+/// `0xffffffff`), ±∞, and the largest `f32`, which rounds to +∞.
 #[test]
 fn wgmma_tf32_rounds_to_nearest() {
     use compute_core::{DType, HostVec, Precision};
@@ -283,12 +284,26 @@ fn wgmma_tf32_rounds_to_nearest() {
     let emu = EmuBackend::with_wgmma();
     let (m, k, n) = (72, 100, 40);
     let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(m, k, n) }.with_precision(Precision::Tf32);
-    let a = HostVec::from_f32(DType::F32, &vec![f32::from_bits(0x3f80_1800); m * k]);
+    let mut a = vec![f32::from_bits(0x3f80_1800); m * k];
+    for (row, bits) in [0x7fff_ffffu32, 0xffff_ffff, 0x7f80_0000, 0xff80_0000, 0x7f7f_ffff].into_iter().enumerate() {
+        a[row * k] = f32::from_bits(bits);
+    }
+    let a = HostVec::from_f32(DType::F32, &a);
     let b = HostVec::from_f32(DType::F32, &vec![1.0; n * k]);
     for cfg in gemm_wgmma::tf32_sweep_configs() {
         let out = emu.matmul_tier_typed(GemmTier::Wgmma(cfg), spec, &[a.clone(), b.clone()]).to_f32();
-        let want = if cfg.tf32 == Tf32Rounding::None { k as f32 } else { k as f32 * (1.0 + 2f32.powi(-10)) };
-        assert!(out.iter().all(|&c| c == want), "{cfg:?}: {:?} != {want}", &out[..4]);
+        let rounded = cfg.tf32 != Tf32Rounding::None;
+        for (i, &c) in out.iter().enumerate() {
+            let ok = match i / n {
+                0 | 1 => c.is_nan(),
+                2 => c == f32::INFINITY,
+                3 => c == f32::NEG_INFINITY,
+                4 => (c == f32::INFINITY) == rounded,
+                _ if rounded => c == k as f32 * (1.0 + 2f32.powi(-10)),
+                _ => c == k as f32,
+            };
+            assert!(ok, "{cfg:?}: C[{}][{}] = {c}", i / n, i % n);
+        }
     }
 }
 

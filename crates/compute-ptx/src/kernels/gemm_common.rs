@@ -109,11 +109,6 @@ pub(crate) struct Side {
     /// For an `m`/`n`-contiguous operand: lay the tile out in `wgmma`'s
     /// 128-byte swizzle atoms ([`ATOM_K_STRIDE`]) instead of rows of `tile` halves.
     pub(crate) atoms: bool,
-    /// With `atoms`: the atoms of one group of 8 values of `k` follow each
-    /// other along m or n (1024 bytes apart, the groups [`Side::atom_k_stride`]
-    /// apart) instead of along `k` ([`ATOM_K_STRIDE`] apart, the columns
-    /// [`atom_mn_stride`] apart).
-    pub(crate) mn_first: bool,
     /// Bytes per value: 2 (`f16`, `bf16`) or 4 (`f32` read as TF32).
     pub(crate) elem: u32,
 }
@@ -139,14 +134,6 @@ impl Side {
     }
     pub(crate) fn cpr(&self) -> u32 {
         self.row_bytes() / 16
-    }
-    /// Bytes between two atoms along m or n in the `atoms` layout.
-    pub(crate) fn atom_mn_step(&self) -> u32 {
-        if self.mn_first { 1024 } else { atom_mn_stride(self.bk) }
-    }
-    /// Bytes between two atoms along `k` (groups of 8 values of `k`) in the `atoms` layout.
-    pub(crate) fn atom_k_stride(&self) -> u32 {
-        if self.mn_first { self.tile / 64 * 1024 } else { ATOM_K_STRIDE }
     }
 }
 
@@ -226,9 +213,9 @@ pub(crate) fn copies(
         let off = if side.atoms && !side.kmajor {
             // Atom column c / 8, atom row r / 8; inside it, row r % 8 and chunk (c % 8) ^ (r % 8).
             let col = b.shr(c, 3u32);
-            let col_off = b.mul(col, side.atom_mn_step());
+            let col_off = b.mul(col, atom_mn_stride(side.bk));
             let grp = b.shr(r, 3u32);
-            let at = b.mad(grp, side.atom_k_stride(), col_off);
+            let at = b.mad(grp, ATOM_K_STRIDE, col_off);
             let r8 = b.and(r, 7u32);
             let cin = b.and(c, 7u32);
             let pc = b.xor(cin, r8);

@@ -292,8 +292,8 @@ pub fn mma(
     let p = gemm_params(&mut b);
     let (m, n, k) = (p.m, p.n, p.k);
 
-    let a_side = Side { kmajor: !trans_a, tile: bm, bk, at: 0, atoms: false, mn_first: false, elem: 2 };
-    let b_side = Side { kmajor: trans_b, tile: bn, bk, at: bm * bk * 2, atoms: false, mn_first: false, elem: 2 };
+    let a_side = Side { kmajor: !trans_a, tile: bm, bk, at: 0, atoms: false, elem: 2 };
+    let b_side = Side { kmajor: trans_b, tile: bn, bk, at: bm * bk * 2, atoms: false, elem: 2 };
     let stage_bytes = (bm + bn) * bk * 2;
     let smem = if cfg.dynamic_shared_bytes() > 0 {
         b.dynamic_shared("tiles", 128)

@@ -14,15 +14,21 @@
 //! reads it transposed (its `imm-trans` flags), so all four transposes run
 //! the same loop.
 //!
-//! `f32` inputs are multiplied as TF32 (`A·Bᵀ` only): each thread rounds the
-//! values it copied to TF32 in shared memory (`cvt.rna.tf32.f32`) once they
-//! land, since `wgmma` itself would drop their low bits.
+//! `f32` inputs are multiplied as TF32 (`A·Bᵀ` only), rounded to nearest
+//! first, since `wgmma` itself would drop their low 13 bits
+//! ([`Tf32Rounding`]): either each thread rounds the values it copied in
+//! shared memory once they land, or (the plans' shape,
+//! [`WgmmaConfig::tf32`]) each thread loads its chunks of the next k-tile
+//! into registers while the current one is multiplied, rounds them there
+//! and stores them, so shared memory is written once. The rounding is four
+//! integer instructions per value ([`KernelBuilder::round_to_tf32`]).
 //!
 //! The loop per k-tile: wait for the tile's copies, fence them to the async
-//! proxy, one barrier, issue the tile's four `wgmma` as one group, wait until
-//! only that group is in flight (so the previous tile's reads are done in
-//! every warpgroup by the next barrier), then refill the stage read two tiles
-//! ago. `stages − 2` tiles are in flight ahead of the one being multiplied.
+//! proxy, one barrier, issue the tile's four `wgmma` as one group, refill the
+//! stage read two tiles ago (the barrier ordered every warpgroup's reads of
+//! it), then wait until only the new group is in flight, so the previous
+//! tile's reads are done in every warpgroup by the next barrier. `stages − 2`
+//! tiles are in flight ahead of the one being multiplied.
 //!
 //! Edges are zero-filled by the copies and masked at the store, as in
 //! [`super::gemm_mma`], with the same requirements (each operand's contiguous
@@ -31,8 +37,8 @@
 use compute_core::DType;
 
 use super::gemm_common::{
-    Side, batch_operands, copies, gemm_params, half_dtypes, issue_ahead, kernel_base, load_regs, refill, reg_tile,
-    stage_loop, store_pair, store_rounded,
+    ATOM_K_STRIDE, Side, atom_mn_stride, batch_operands, copies, gemm_params, half_dtypes, issue_ahead, kernel_base,
+    load_regs, refill, reg_tile, stage_loop, store_pair, store_rounded,
 };
 use super::gemm_simt::tile_origin;
 use crate::builder::{B32, BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Reg, Src, Target, U32, U64, WgmmaInput};
@@ -74,15 +80,17 @@ pub struct WgmmaConfig {
     pub group_m: u32,
     /// How `f32` inputs (TF32) are rounded before `wgmma` reads them.
     pub tf32: Tf32Rounding,
-    /// An `m`/`n`-contiguous operand's atoms follow each other along m or n
-    /// first (one group of 8 values of `k` is one run of atoms), instead of
-    /// along `k` first.
-    pub mn_first: bool,
+    /// Refill the stage read two k-tiles ago right after issuing a k-tile's
+    /// `wgmma` (the barrier before them already ordered that stage's reads),
+    /// so the copies' issue overlaps the tensor cores; otherwise after
+    /// waiting for the previous k-tile's `wgmma`, where it delays the next
+    /// k-tile's issue. `cp.async` paths only.
+    pub early_refill: bool,
 }
 
 impl Default for WgmmaConfig {
     fn default() -> Self {
-        WgmmaConfig { warpgroups: 2, bn: 256, stages: 4, group_m: 8, tf32: Tf32Rounding::InShared, mn_first: false }
+        WgmmaConfig { warpgroups: 2, bn: 256, stages: 4, group_m: 8, tf32: Tf32Rounding::InShared, early_refill: true }
     }
 }
 
@@ -140,13 +148,13 @@ impl WgmmaConfig {
         if *self == WgmmaConfig::default() {
             base
         } else {
-            let mn = if self.mn_first { "_mn" } else { "" };
+            let late = if self.early_refill { "" } else { "_late" };
             let nr = match self.tf32 {
                 Tf32Rounding::InShared => "",
                 Tf32Rounding::InRegisters => "_rr",
                 Tf32Rounding::None => "_nr",
             };
-            format!("{base}_{}x{}_s{}_g{}{mn}{nr}", self.bm(), self.bn, self.stages, self.group_m)
+            format!("{base}_{}x{}_s{}_g{}{late}{nr}", self.bm(), self.bn, self.stages, self.group_m)
         }
     }
 }
@@ -157,13 +165,16 @@ impl WgmmaConfig {
 /// --tensor-cores`, 2026-11-25: 634, 551 and 544 TFLOP/s). Each fits one
 /// block per multiprocessor.
 const TABLE: [(WgmmaConfig, f64); 3] = [
-    (WgmmaConfig { warpgroups: 2, bn: 256, stages: 4, group_m: 8, tf32: Tf32Rounding::InShared, mn_first: false }, 1.0),
     (
-        WgmmaConfig { warpgroups: 1, bn: 256, stages: 5, group_m: 8, tf32: Tf32Rounding::InShared, mn_first: false },
+        WgmmaConfig { warpgroups: 2, bn: 256, stages: 4, group_m: 8, tf32: Tf32Rounding::InShared, early_refill: true },
+        1.0,
+    ),
+    (
+        WgmmaConfig { warpgroups: 1, bn: 256, stages: 5, group_m: 8, tf32: Tf32Rounding::InShared, early_refill: true },
         0.87,
     ),
     (
-        WgmmaConfig { warpgroups: 2, bn: 128, stages: 6, group_m: 8, tf32: Tf32Rounding::InShared, mn_first: false },
+        WgmmaConfig { warpgroups: 2, bn: 128, stages: 6, group_m: 8, tf32: Tf32Rounding::InShared, early_refill: true },
         0.86,
     ),
 ];
@@ -185,6 +196,14 @@ impl WgmmaConfig {
     }
 }
 
+impl WgmmaConfig {
+    /// The shape the CUDA backend launches for `f32` products with TF32 opted
+    /// in: the default tile, rounding through registers (three stages).
+    pub fn tf32() -> WgmmaConfig {
+        WgmmaConfig { tf32: Tf32Rounding::InRegisters, stages: 3, ..WgmmaConfig::default() }
+    }
+}
+
 /// Other shapes the benchmark's sweep times next to the default.
 pub fn sweep_configs() -> Vec<WgmmaConfig> {
     let d = WgmmaConfig::default();
@@ -194,24 +213,19 @@ pub fn sweep_configs() -> Vec<WgmmaConfig> {
         WgmmaConfig { bn: 128, stages: 4, ..d },
         WgmmaConfig { warpgroups: 1, bn: 256, stages: 5, ..d },
         WgmmaConfig { group_m: 16, ..d },
-        WgmmaConfig { mn_first: true, ..d },
-        WgmmaConfig { bn: 128, stages: 6, mn_first: true, ..d },
+        WgmmaConfig { early_refill: false, ..d },
     ]
 }
 
-/// TF32 shapes the benchmark's sweep times next to the default, with each
-/// way of rounding ([`WgmmaConfig::tf32`]).
+/// TF32 shapes the benchmark's sweep times next to [`WgmmaConfig::tf32`]'s,
+/// with the other ways of rounding ([`Tf32Rounding`]).
 pub fn tf32_sweep_configs() -> Vec<WgmmaConfig> {
     let d = WgmmaConfig::default();
-    let (shared, regs, none) = (Tf32Rounding::InShared, Tf32Rounding::InRegisters, Tf32Rounding::None);
     vec![
-        WgmmaConfig { tf32: shared, ..d },
-        WgmmaConfig { tf32: none, ..d },
-        WgmmaConfig { tf32: regs, stages: 3, ..d },
-        WgmmaConfig { tf32: regs, stages: 4, ..d },
-        WgmmaConfig { tf32: regs, stages: 3, bn: 128, ..d },
-        WgmmaConfig { tf32: shared, stages: 6, bn: 128, ..d },
-        WgmmaConfig { tf32: none, stages: 6, bn: 128, ..d },
+        WgmmaConfig::tf32(),
+        WgmmaConfig { tf32: Tf32Rounding::InShared, ..d },
+        WgmmaConfig { tf32: Tf32Rounding::InShared, early_refill: false, ..d },
+        WgmmaConfig { tf32: Tf32Rounding::None, ..d },
     ]
 }
 
@@ -290,9 +304,8 @@ pub fn wgmma(
     let za = b.cvt::<U64, U32>(z);
     let (a_base, b_base) = batch_operands(&mut b, &p, za, elem);
     // A stored m x k or (trans_a) k x m; B stored k x n or (trans_b) n x k.
-    let mn_first = cfg.mn_first;
-    let a_side = Side { kmajor: !trans_a, tile: bm, bk, at: 0, atoms: true, mn_first, elem };
-    let b_side = Side { kmajor: trans_b, tile: bn, bk, at: bm * ROW, atoms: true, mn_first, elem };
+    let a_side = Side { kmajor: !trans_a, tile: bm, bk, at: 0, atoms: true, elem };
+    let b_side = Side { kmajor: trans_b, tile: bn, bk, at: bm * ROW, atoms: true, elem };
     let a_ld = if trans_a { m } else { k };
     let b_ld = if trans_b { k } else { n };
     let mut a_cp = copies(&mut b, a_side, threads, tid, a_base, a_ld, (m, m0));
@@ -307,17 +320,16 @@ pub fn wgmma(
     b.comment("descriptors of stage 0: this warpgroup's 64 rows of A, all of B");
     // (leading, stride, bytes per 16 values of k). k-contiguous: groups of 8 rows
     // 1024 bytes apart (stride), leading unused, 32 bytes per step. m/n-contiguous:
-    // atoms Side::atom_mn_step apart along m or n (leading) and
-    // Side::atom_k_stride along k (stride), two atoms of k per step. A
-    // warpgroup's 64 rows of A start 64 rows (k-contiguous) or one atom
-    // column (m-contiguous) after the previous one's.
+    // atoms atom_mn_stride apart along m or n (leading) and 1024 along k (stride),
+    // 2048 bytes per step. Either way a warpgroup's 64 rows of A start
+    // 64 * 128 = atom_mn_stride(64) bytes after the previous one's.
     let layout = |side: &Side| -> (u32, u32, u32) {
-        if side.kmajor { (16, 1024, 32) } else { (side.atom_mn_step(), side.atom_k_stride(), 2 * side.atom_k_stride()) }
+        if side.kmajor { (16, 1024, 32) } else { (atom_mn_stride(BK), ATOM_K_STRIDE, 2 * ATOM_K_STRIDE) }
     };
     let (a_lbo, a_sbo, a_step) = layout(&a_side);
     let (b_lbo, b_sbo, b_step) = layout(&b_side);
     let wg = b.shr(tid, 7u32);
-    let a_rows = b.mul(wg, if a_side.kmajor { 64 * ROW } else { a_side.atom_mn_step() });
+    let a_rows = b.mul(wg, 64 * ROW);
     let a_addr = b.add(sbase, a_rows);
     let desc_a = b.smem_descriptor(a_addr, a_lbo, a_sbo);
     let b_addr = b.add(sbase, b_side.at);
@@ -393,9 +405,17 @@ pub fn wgmma(
             b.fence_proxy_async_shared();
             b.bar_sync();
             issue_tile(b, s);
-            b.comment("the previous tile's wgmma are done: its stage may be refilled after the next barrier");
-            b.wgmma_wait(1);
-            refill(b, [&a_cp, &b_cp], (kload, k), ((s + stages - 2) % stages) * stage_bytes, bk);
+            let refill_off = ((s + stages - 2) % stages) * stage_bytes;
+            if cfg.early_refill {
+                b.comment("the barrier ordered every warpgroup's reads of the stage two tiles back: refill it");
+                refill(b, [&a_cp, &b_cp], (kload, k), refill_off, bk);
+                b.comment("the previous tile's wgmma are done: its stage may be refilled after the next barrier");
+                b.wgmma_wait(1);
+            } else {
+                b.comment("the previous tile's wgmma are done: its stage may be refilled after the next barrier");
+                b.wgmma_wait(1);
+                refill(b, [&a_cp, &b_cp], (kload, k), refill_off, bk);
+            }
         });
         b.wgmma_wait(0);
         b.cp_async_wait(0);
