@@ -191,19 +191,9 @@ fn wgmma_tier_on_edges_batches_and_sweep_shapes() {
             assert!(names.len() == 1 && names[0].starts_with(&format!("gemm_wgmma_{input}_{out}_{t}")), "{names:?}");
         }
     }
-    // One transpose per shape, cycling; every transpose for the late refill.
-    let all = [(false, false), (false, true), (true, false), (true, true)];
-    let mut cases = Vec::new();
-    for (cfg, t) in
+    for (cfg, (ta, tb)) in
         gemm_wgmma::sweep_configs().into_iter().zip([(false, true), (true, false), (false, false)].into_iter().cycle())
     {
-        if !cfg.early_refill {
-            cases.extend(all.map(|t| (cfg, t)));
-        } else {
-            cases.push((cfg, t));
-        }
-    }
-    for (cfg, (ta, tb)) in cases {
         let (m, k, n) = (cfg.bm() as usize + 8, 4 * 64 + 8, cfg.bn as usize + 24);
         let spec =
             MatmulSpec { trans_a: ta, trans_b: tb, ..MatmulSpec::new(m, k, n) }.with_dtypes(DType::BF16, DType::F32);

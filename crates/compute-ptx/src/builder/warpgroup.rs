@@ -87,25 +87,14 @@ impl KernelBuilder {
         self.emit(format!("wgmma.wait_group.sync.aligned {pending}"));
     }
 
-    /// `v` rounded to TF32 (10 mantissa bits, to nearest, ties away from
-    /// zero, as `cvt.rna.tf32.f32`), as the bits of an `f32` whose low 13
-    /// bits are zero, in integer instructions (about four once `ptxas` fuses
-    /// them; `cvt.rna.tf32.f32` issues at a fraction of their rate): half a
-    /// TF32 ulp added to the magnitude, clamped below the sign bit so a NaN
-    /// stays a NaN, the low bits cleared and the sign put back. Infinities
-    /// and NaNs stay what they are; a finite value rounding past the largest
-    /// TF32 becomes infinite, as with `cvt`.
+    /// `cvt.rna.tf32.f32`: `v` rounded to TF32 (10 mantissa bits, to nearest,
+    /// ties away from zero), as the bits of an `f32` whose low 13 bits are
+    /// zero (sm_80+).
     pub fn round_to_tf32(&mut self, v: Reg<super::B32>) -> Reg<super::B32> {
         let s = self.reg(v);
-        let regs: [Reg<super::B32>; 4] = std::array::from_fn(|_| self.fresh::<super::B32>());
-        let [m, t, sign, d] = regs.map(|r| r.name());
-        self.emit(format!("and.b32 {m}, {s}, 0x7fffffff"));
-        self.emit(format!("add.u32 {t}, {m}, 0x1000"));
-        self.emit(format!("min.u32 {t}, {t}, 0x7fffffff"));
-        self.emit(format!("and.b32 {t}, {t}, 0x7fffe000"));
-        self.emit(format!("and.b32 {sign}, {s}, 0x80000000"));
-        self.emit(format!("or.b32 {d}, {t}, {sign}"));
-        regs[3]
+        let d = self.fresh::<super::B32>();
+        self.emit(format!("cvt.rna.tf32.f32 {}, {s}", d.name()));
+        d
     }
 
     /// A fresh 32-bit register holding zero bits (`mov.b32 r, 0`).

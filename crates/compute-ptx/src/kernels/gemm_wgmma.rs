@@ -16,19 +16,17 @@
 //!
 //! `f32` inputs are multiplied as TF32 (`A·Bᵀ` only), rounded to nearest
 //! first, since `wgmma` itself would drop their low 13 bits
-//! ([`Tf32Rounding`]): either each thread rounds the values it copied in
-//! shared memory once they land, or (the plans' shape,
+//! ([`Tf32Rounding`], `cvt.rna.tf32.f32`): either each thread rounds the
+//! values it copied in shared memory once they land, or (the plans' shape,
 //! [`WgmmaConfig::tf32`]) each thread loads its chunks of the next k-tile
 //! into registers while the current one is multiplied, rounds them there
-//! and stores them, so shared memory is written once. The rounding is four
-//! integer instructions per value ([`KernelBuilder::round_to_tf32`]).
+//! and stores them, so shared memory is written once.
 //!
 //! The loop per k-tile: wait for the tile's copies, fence them to the async
-//! proxy, one barrier, issue the tile's four `wgmma` as one group, refill the
-//! stage read two tiles ago (the barrier ordered every warpgroup's reads of
-//! it), then wait until only the new group is in flight, so the previous
-//! tile's reads are done in every warpgroup by the next barrier. `stages − 2`
-//! tiles are in flight ahead of the one being multiplied.
+//! proxy, one barrier, issue the tile's four `wgmma` as one group, wait until
+//! only that group is in flight (so the previous tile's reads are done in
+//! every warpgroup by the next barrier), then refill the stage read two tiles
+//! ago. `stages − 2` tiles are in flight ahead of the one being multiplied.
 //!
 //! Edges are zero-filled by the copies and masked at the store, as in
 //! [`super::gemm_mma`], with the same requirements (each operand's contiguous
@@ -80,17 +78,11 @@ pub struct WgmmaConfig {
     pub group_m: u32,
     /// How `f32` inputs (TF32) are rounded before `wgmma` reads them.
     pub tf32: Tf32Rounding,
-    /// Refill the stage read two k-tiles ago right after issuing a k-tile's
-    /// `wgmma` (the barrier before them already ordered that stage's reads),
-    /// so the copies' issue overlaps the tensor cores; otherwise after
-    /// waiting for the previous k-tile's `wgmma`, where it delays the next
-    /// k-tile's issue. `cp.async` paths only.
-    pub early_refill: bool,
 }
 
 impl Default for WgmmaConfig {
     fn default() -> Self {
-        WgmmaConfig { warpgroups: 2, bn: 256, stages: 4, group_m: 8, tf32: Tf32Rounding::InShared, early_refill: true }
+        WgmmaConfig { warpgroups: 2, bn: 256, stages: 4, group_m: 8, tf32: Tf32Rounding::InShared }
     }
 }
 
@@ -148,13 +140,12 @@ impl WgmmaConfig {
         if *self == WgmmaConfig::default() {
             base
         } else {
-            let late = if self.early_refill { "" } else { "_late" };
             let nr = match self.tf32 {
                 Tf32Rounding::InShared => "",
                 Tf32Rounding::InRegisters => "_rr",
                 Tf32Rounding::None => "_nr",
             };
-            format!("{base}_{}x{}_s{}_g{}{late}{nr}", self.bm(), self.bn, self.stages, self.group_m)
+            format!("{base}_{}x{}_s{}_g{}{nr}", self.bm(), self.bn, self.stages, self.group_m)
         }
     }
 }
@@ -165,18 +156,9 @@ impl WgmmaConfig {
 /// --tensor-cores`, 2026-11-25: 634, 551 and 544 TFLOP/s). Each fits one
 /// block per multiprocessor.
 const TABLE: [(WgmmaConfig, f64); 3] = [
-    (
-        WgmmaConfig { warpgroups: 2, bn: 256, stages: 4, group_m: 8, tf32: Tf32Rounding::InShared, early_refill: true },
-        1.0,
-    ),
-    (
-        WgmmaConfig { warpgroups: 1, bn: 256, stages: 5, group_m: 8, tf32: Tf32Rounding::InShared, early_refill: true },
-        0.87,
-    ),
-    (
-        WgmmaConfig { warpgroups: 2, bn: 128, stages: 6, group_m: 8, tf32: Tf32Rounding::InShared, early_refill: true },
-        0.86,
-    ),
+    (WgmmaConfig { warpgroups: 2, bn: 256, stages: 4, group_m: 8, tf32: Tf32Rounding::InShared }, 1.0),
+    (WgmmaConfig { warpgroups: 1, bn: 256, stages: 5, group_m: 8, tf32: Tf32Rounding::InShared }, 0.87),
+    (WgmmaConfig { warpgroups: 2, bn: 128, stages: 6, group_m: 8, tf32: Tf32Rounding::InShared }, 0.86),
 ];
 
 impl WgmmaConfig {
@@ -213,7 +195,6 @@ pub fn sweep_configs() -> Vec<WgmmaConfig> {
         WgmmaConfig { bn: 128, stages: 4, ..d },
         WgmmaConfig { warpgroups: 1, bn: 256, stages: 5, ..d },
         WgmmaConfig { group_m: 16, ..d },
-        WgmmaConfig { early_refill: false, ..d },
     ]
 }
 
@@ -224,7 +205,6 @@ pub fn tf32_sweep_configs() -> Vec<WgmmaConfig> {
     vec![
         WgmmaConfig::tf32(),
         WgmmaConfig { tf32: Tf32Rounding::InShared, ..d },
-        WgmmaConfig { tf32: Tf32Rounding::InShared, early_refill: false, ..d },
         WgmmaConfig { tf32: Tf32Rounding::None, ..d },
     ]
 }
@@ -405,17 +385,9 @@ pub fn wgmma(
             b.fence_proxy_async_shared();
             b.bar_sync();
             issue_tile(b, s);
-            let refill_off = ((s + stages - 2) % stages) * stage_bytes;
-            if cfg.early_refill {
-                b.comment("the barrier ordered every warpgroup's reads of the stage two tiles back: refill it");
-                refill(b, [&a_cp, &b_cp], (kload, k), refill_off, bk);
-                b.comment("the previous tile's wgmma are done: its stage may be refilled after the next barrier");
-                b.wgmma_wait(1);
-            } else {
-                b.comment("the previous tile's wgmma are done: its stage may be refilled after the next barrier");
-                b.wgmma_wait(1);
-                refill(b, [&a_cp, &b_cp], (kload, k), refill_off, bk);
-            }
+            b.comment("the previous tile's wgmma are done: its stage may be refilled after the next barrier");
+            b.wgmma_wait(1);
+            refill(b, [&a_cp, &b_cp], (kload, k), ((s + stages - 2) % stages) * stage_bytes, bk);
         });
         b.wgmma_wait(0);
         b.cp_async_wait(0);
