@@ -14,7 +14,8 @@
 //! chosen for the output's size) on a compute capability 9.0 device, the
 //! `mma.sync` kernel ([`GemmTier::Mma`]) otherwise. On compute capability
 //! 9.0 the `wgmma` kernel also takes `f32` matmuls with TF32 opted in whose
-//! layout it reads ([`tf32_fits`]: `A·Bᵀ`); other TF32 matmuls run the
+//! layout it reads ([`tf32_fits`]: `A·Bᵀ`), in the shape
+//! [`WgmmaConfig::tf32`] (operands rounded to nearest in registers); other TF32 matmuls run the
 //! full-precision `f32` GEMM, which meets the TF32 bound. Other half matmuls, and
 //! half conv2d, widen their operands into `f32` temporaries, run the `f32`
 //! GEMM and round the result to the output dtype. [`supported`] says which
