@@ -64,7 +64,9 @@ pub enum Tf32Rounding {
 }
 
 /// Shape of the `wgmma` kernel. [`WgmmaConfig::default`] is the one the CUDA
-/// backend launches on compute capability 9.0; others are for tuning.
+/// backend launches on compute capability 9.0 for half inputs (chosen per
+/// output by [`WgmmaConfig::for_shape`]), [`WgmmaConfig::tf32`] the one for
+/// TF32; others are for tuning.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct WgmmaConfig {
     /// Warpgroups per block; the block tile has `64 · warpgroups` rows.
@@ -140,12 +142,12 @@ impl WgmmaConfig {
         if *self == WgmmaConfig::default() {
             base
         } else {
-            let nr = match self.tf32 {
+            let rounding = match self.tf32 {
                 Tf32Rounding::InShared => "",
                 Tf32Rounding::InRegisters => "_rr",
                 Tf32Rounding::None => "_nr",
             };
-            format!("{base}_{}x{}_s{}_g{}{nr}", self.bm(), self.bn, self.stages, self.group_m)
+            format!("{base}_{}x{}_s{}_g{}{rounding}", self.bm(), self.bn, self.stages, self.group_m)
         }
     }
 }
