@@ -10,12 +10,14 @@
 //! 4096×4096×14336, 4096×14336×4096 and 512×4096×4096 in bf16 as `A·Bᵀ`, and
 //! 4095×4094×4088, a ragged neighbour of 4096³ (goal ≥ 0.9× the aligned one).
 //! On compute capability 9.0, `f32` with TF32 opted in (`A·Bᵀ`) on the `wgmma`
-//! kernel, forced (the plans do not pick it yet), at 4096³ and 8192³ against
-//! cuBLAS's TF32 GEMM (`CUBLAS_COMPUTE_32F_FAST_TF32`).
+//! kernel at 4096³ and 8192³ against cuBLAS's TF32 GEMM
+//! (`CUBLAS_COMPUTE_32F_FAST_TF32`).
 //! `--quick`: 2048³ only. `COMPUTE_PTX_GEMM_SWEEP=1` adds every shape of
 //! `gemm_mma::sweep_configs` and `gemm_wgmma::sweep_configs` at 4096³ and
-//! 8192³ bf16.
-//! Then the GEMV rows of [`crate::cuda_gemv`] (the kernels for few rows).
+//! 8192³ bf16 (`COMPUTE_PTX_GEMM_SWEEP=wgmma`: only the `wgmma` ones on a
+//! device that has them), and those of `gemm_wgmma::tf32_sweep_configs` in
+//! TF32, each compared element by element with the first TF32 shape's output.
+//! Then, without the sweep, the GEMV rows of [`crate::cuda_gemv`] (the kernels for few rows).
 //! Each row's note gives the largest difference from cuBLAS relative to the
 //! largest |C|.
 
@@ -215,10 +217,15 @@ fn kernel_name(tier: GemmTier, dtype: DType, s: Shape) -> String {
     }
 }
 
-/// The rows; `quick` keeps 2048³ only.
+/// The rows; `quick` keeps 2048³ only. With the sweep each row is timed for
+/// at most 0.7 s.
 pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Result<Vec<Record>, String> {
     let blas = Blas::new()?;
-    let sweep = std::env::var("COMPUTE_PTX_GEMM_SWEEP").is_ok_and(|v| !v.is_empty() && v != "0");
+    let sweep_var = std::env::var("COMPUTE_PTX_GEMM_SWEEP").unwrap_or_default();
+    let sweep = !sweep_var.is_empty() && sweep_var != "0";
+    // `COMPUTE_PTX_GEMM_SWEEP=wgmma`: only the `wgmma` shapes where the device has them.
+    let wgmma_only = sweep_var == "wgmma";
+    let budget = if sweep { budget.min(Duration::from_millis(700)) } else { budget };
     let info = be.info().map_err(err)?;
     let (cc, sms) = (info.compute_capability, info.multiprocessors);
     let wgmma = compute_ptx::Target::has_wgmma(cc.0, cc.1);
@@ -239,6 +246,10 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
         }
     }
     let mut out = Vec::new();
+    if wgmma && sweep {
+        // The TF32 sweep first: it is the shorter one.
+        out.extend(tf32_rows(be, &blas, device, (quick, sweep), budget)?);
+    }
     for (dtype, s) in plan {
         let (a, ca) = operand(be, &blas, s.m * s.k, dtype, 81 + s.k as u64)?;
         let (b, cb) = operand(be, &blas, s.k * s.n, dtype, 83 + s.n as u64)?;
@@ -255,7 +266,10 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
         };
         let mut tiers = vec![picked];
         if sweep && dtype == DType::BF16 && s.m == s.n && s.m >= 4096 {
-            tiers.extend(std::iter::once(MmaConfig::default()).chain(gemm_mma::sweep_configs()).map(GemmTier::Mma));
+            if !(wgmma && wgmma_only) {
+                let mma = std::iter::once(MmaConfig::default()).chain(gemm_mma::sweep_configs());
+                tiers.extend(mma.map(GemmTier::Mma));
+            }
             if wgmma {
                 let w = std::iter::once(WgmmaConfig::default()).chain(gemm_wgmma::sweep_configs());
                 tiers.extend(w.map(GemmTier::Wgmma));
@@ -302,33 +316,64 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
             out.push(r);
         }
     }
-    out.extend(crate::cuda_gemv::rows(be, &blas, device, quick, budget)?);
-    if wgmma {
-        let sizes: &[usize] = if quick { &[2048] } else { &[4096, 8192] };
-        for &n in sizes {
-            out.push(tf32_row(be, &blas, device, Shape { m: n, n, k: n, trans_b: true }, (sms, budget))?);
-        }
+    if !sweep {
+        out.extend(crate::cuda_gemv::rows(be, &blas, device, quick, budget)?);
+    }
+    if wgmma && !sweep {
+        out.extend(tf32_rows(be, &blas, device, (quick, sweep), budget)?);
     }
     Ok(out)
 }
 
-/// `f32` with TF32 opted in (`A·Bᵀ`, the layout TF32 tensor cores read),
-/// against cuBLAS's TF32 GEMM on the same inputs.
+/// The TF32 rows (4096³ and 8192³, or with `quick` 2048³): the shape the
+/// plans pick and, with `sweep`, every shape of `gemm_wgmma::tf32_sweep_configs`.
+fn tf32_rows(
+    be: &CudaBackend,
+    blas: &Blas,
+    device: &str,
+    (quick, sweep): (bool, bool),
+    budget: Duration,
+) -> Result<Vec<Record>, String> {
+    let mut out = Vec::new();
+    let sizes: &[usize] = if quick { &[2048] } else { &[4096, 8192] };
+    for &n in sizes {
+        let s = Shape { m: n, n, k: n, trans_b: true };
+        let picked = WgmmaConfig::tf32();
+        let (row, first) = tf32_row(be, blas, device, s, (picked, None), budget)?;
+        let mut rows = vec![row];
+        if sweep {
+            for cfg in gemm_wgmma::tf32_sweep_configs().into_iter().filter(|c| *c != picked) {
+                rows.push(tf32_row(be, blas, device, s, (cfg, Some(&first)), budget)?.0);
+            }
+            for r in &rows {
+                let (tf, ratio) = (r.gflops.unwrap_or(0.0) / 1e3, r.ratio.unwrap_or(0.0));
+                eprintln!("sweep tf32 {n}^3 {tf:>7.1} TFLOP/s ratio {ratio:.3}  {}", r.note.as_deref().unwrap_or(""));
+            }
+        }
+        out.extend(rows);
+    }
+    Ok(out)
+}
+
+/// `f32` with TF32 opted in (`A·Bᵀ`, the layout TF32 tensor cores read) on
+/// the `wgmma` shape `cfg`, against cuBLAS's TF32 GEMM on the same inputs
+/// (and, given `first`, against another shape's output: the count of
+/// elements that differ); returns the row and our output.
 fn tf32_row(
     be: &CudaBackend,
     blas: &Blas,
     device: &str,
     s: Shape,
-    (sms, budget): (u32, Duration),
-) -> Result<Record, String> {
+    (cfg, first): (WgmmaConfig, Option<&[f32]>),
+    budget: Duration,
+) -> Result<(Record, Vec<f32>), String> {
     let (ha, hb) = (random(s.m * s.k, 91), random(s.k * s.n, 93));
     let (a, b) = (be.upload(&ha).map_err(err)?, be.upload(&hb).map_err(err)?);
     let c = be.alloc(s.m * s.n).map_err(err)?;
     let (ca, cb) = (blas.stream.clone_htod(&ha).map_err(err)?, blas.stream.clone_htod(&hb).map_err(err)?);
     let mut cc = blas.stream.alloc_zeros::<f32>(s.m * s.n).map_err(err)?;
     let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(s.m, s.k, s.n) }.with_precision(Precision::Tf32);
-    // The TF32 kernel forced: the plans do not pick it yet.
-    let tier = GemmTier::Wgmma(WgmmaConfig::for_shape(1, s.m, s.n, sms));
+    let tier = GemmTier::Wgmma(cfg);
     let flops = 2.0 * (s.m * s.n * s.k) as f64;
     let reps = ((1u64 << 36) as f64 / flops).clamp(1.0, 16.0) as usize;
     let shape = format!("{}x{}x{} B^T", s.m, s.n, s.k);
@@ -344,14 +389,19 @@ fn tf32_row(
     be.download(&c, &mut mine).map_err(err)?;
     let other: Vec<f32> = blas.stream.clone_dtoh(&cc).map_err(err)?;
     let diff = relative_difference(&mine, &other);
-    let name = WgmmaConfig::for_shape(1, s.m, s.n, sms).kernel_name(DType::F32, DType::F32, false, true);
+    let name = cfg.kernel_name(DType::F32, DType::F32, false, true);
     let mut r = record("gemm tf32", shape, device, "resident", ours).with_peer("cublas", theirs);
     r.gflops = Some(flops / ours / 1e9);
+    let versus = first.map(|f| {
+        let differ = mine.iter().zip(f).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+        format!("; {differ} elements differ from the first shape's, max {:.1e}", relative_difference(&mine, f))
+    });
     r.note = Some(format!(
-        "{name}; cuBLAS TF32 {:.1} TFLOP/s; max |ours-cublas|/max|C| = {diff:.1e}; goal >= 0.9x cuBLAS TF32",
-        flops / theirs / 1e12
+        "{name}; cuBLAS TF32 {:.1} TFLOP/s; max |ours-cublas|/max|C| = {diff:.1e}{}; goal >= 0.9x cuBLAS TF32",
+        flops / theirs / 1e12,
+        versus.unwrap_or_default()
     ));
-    Ok(r)
+    Ok((r, mine))
 }
 
 /// `f16`/`bf16` bit patterns as `f32` values.

@@ -25,11 +25,11 @@ mod cuda_mma;
 #[allow(dead_code)]
 mod report;
 
-/// `--profile-gemm N [simt|mma|wgmma]`: each register-blocked shape of the
+/// `--profile-gemm N [simt|mma|wgmma] [nt]`: each register-blocked shape of the
 /// sweep (`simt`, the default), or the default shape of a tensor-core GEMM on
-/// bf16 (`mma` or `wgmma`, `A·B`), once, at `N³` (for
+/// bf16 (`mma` or `wgmma`, `A·B`, or with `nt` `A·Bᵀ`), once, at `N³` (for
 /// `ncu -k regex:gemm_<which>`); no timing.
-fn profile_gemm(n: usize, which: &str) -> Result<(), String> {
+fn profile_gemm(n: usize, which: &str, trans_b: bool) -> Result<(), String> {
     use compute_core::{Backend, DType, HostVec, MatmulSpec};
     use compute_ptx::cuda::GemmTier;
     use compute_ptx::kernels::gemm_mma::MmaConfig;
@@ -41,13 +41,13 @@ fn profile_gemm(n: usize, which: &str) -> Result<(), String> {
         let host = HostVec::from_f32(DType::BF16, &data);
         let (a, b) = (be.upload_typed(host.as_slice()).map_err(e)?, be.upload_typed(host.as_slice()).map_err(e)?);
         let c = be.alloc_typed(n * n, DType::BF16).map_err(e)?;
-        let spec = MatmulSpec::new(n, n, n).with_dtypes(DType::BF16, DType::BF16);
+        let spec = MatmulSpec { trans_b, ..MatmulSpec::new(n, n, n) }.with_dtypes(DType::BF16, DType::BF16);
         let (tier, spec, name) = if which == "mma" {
             let cfg = MmaConfig::default();
-            (GemmTier::Mma(cfg), spec, cfg.kernel_name(DType::BF16, DType::BF16, false, false))
+            (GemmTier::Mma(cfg), spec, cfg.kernel_name(DType::BF16, DType::BF16, false, trans_b))
         } else {
             let cfg = WgmmaConfig::default();
-            (GemmTier::Wgmma(cfg), spec, cfg.kernel_name(DType::BF16, DType::BF16, false, false))
+            (GemmTier::Wgmma(cfg), spec, cfg.kernel_name(DType::BF16, DType::BF16, false, trans_b))
         };
         be.matmul_tier(tier, spec, &a, &b, &c).map_err(e)?;
         be.synchronize().map_err(e)?;
@@ -96,7 +96,8 @@ fn main() {
     if let Some(i) = args.iter().position(|a| a == "--profile-gemm") {
         let n = args.get(i + 1).and_then(|v| v.parse().ok()).unwrap_or(4096);
         let which = args.get(i + 2).map(String::as_str).unwrap_or("simt");
-        if let Err(e) = profile_gemm(n, which) {
+        let trans_b = args.get(i + 3).is_some_and(|t| t == "nt");
+        if let Err(e) = profile_gemm(n, which, trans_b) {
             eprintln!("{e}");
             std::process::exit(2);
         }

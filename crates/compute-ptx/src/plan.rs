@@ -14,7 +14,8 @@
 //! chosen for the output's size) on a compute capability 9.0 device, the
 //! `mma.sync` kernel ([`GemmTier::Mma`]) otherwise. On compute capability
 //! 9.0 the `wgmma` kernel also takes `f32` matmuls with TF32 opted in whose
-//! layout it reads ([`tf32_fits`]: `A·Bᵀ`); other TF32 matmuls run the
+//! layout it reads ([`tf32_fits`]: `A·Bᵀ`), in the shape
+//! [`WgmmaConfig::tf32`] (operands rounded to nearest in registers); other TF32 matmuls run the
 //! full-precision `f32` GEMM, which meets the TF32 bound. Other half matmuls, and
 //! half conv2d, widen their operands into `f32` temporaries, run the `f32`
 //! GEMM and round the result to the output dtype. [`supported`] says which
@@ -478,8 +479,7 @@ impl Exec<'_> {
             }
             // f32 with TF32 opted in, `A·Bᵀ`: the `wgmma` kernel reads it as TF32.
             Op::Matmul(spec) if self.l.has_wgmma() && tf32_fits(&spec) => {
-                let tc = GemmTc::Wgmma(WgmmaConfig::for_shape(spec.batch, spec.m, spec.n, self.l.sm_count()));
-                self.matmul_tc(tc, &spec, (input(0)?, input(1)?, out), op.name())
+                self.matmul_tc(GemmTc::Wgmma(WgmmaConfig::tf32()), &spec, (input(0)?, input(1)?, out), op.name())
             }
             Op::Matmul(spec) if spec.dtype == DType::F32 && spec.out_dtype == DType::F32 => {
                 self.matmul(GemmTier::choose(&spec, false), &spec, input(0)?, input(1)?, out, None, op.name())

@@ -235,9 +235,15 @@ fn wgmma_tf32_tier() {
     let mut rng = Rng::new(0x5eed_0006);
     let mut cases: Vec<(WgmmaConfig, (usize, usize, usize, usize))> =
         vec![(WgmmaConfig::default(), (1, 8, 4, 8)), (WgmmaConfig::default(), (2, 72, 100, 40))];
-    for cfg in gemm_wgmma::sweep_configs() {
+    // Every shape of both sweeps that rounds (the unrounded one is for measurements).
+    let rounded = gemm_wgmma::tf32_sweep_configs().into_iter().filter(|c| c.tf32 != gemm_wgmma::Tf32Rounding::None);
+    for cfg in gemm_wgmma::sweep_configs().into_iter().chain(rounded) {
         cases.push((cfg, (1, cfg.bm() as usize + 8, 4 * 32 + 4, cfg.bn as usize + 24)));
     }
+    cases.push((
+        WgmmaConfig { tf32: gemm_wgmma::Tf32Rounding::InRegisters, stages: 3, ..WgmmaConfig::default() },
+        (2, 72, 100, 40),
+    ));
     for (cfg, (batch, m, k, n)) in cases {
         let spec = MatmulSpec { batch, trans_b: true, ..MatmulSpec::new(m, k, n) }.with_precision(Precision::Tf32);
         assert!(compute_ptx::plan::tf32_fits(&spec));
@@ -253,6 +259,42 @@ fn wgmma_tf32_tier() {
     assert!(!compute_ptx::plan::tf32_fits(&full));
     assert!(!compute_ptx::plan::tf32_fits(&MatmulSpec::new(8, 8, 8).with_precision(Precision::Tf32)));
     let _ = DType::F32;
+}
+
+/// TF32 rounds to nearest in every rounding mode of the `wgmma` kernel: with
+/// `A` holding `1 + 0x1800·2⁻²³` (to nearest `1 + 2⁻¹⁰`, truncated `1`) and
+/// `B` ones, every output is `k·(1 + 2⁻¹⁰)` exactly; unrounded, `wgmma`
+/// (as emulated) truncates to `k`. Rows 0–4 start with specials that the
+/// rounding must keep: NaNs whose payload fills the mantissa (`0x7fffffff`,
+/// `0xffffffff`), ±∞, and the largest `f32`, which rounds to +∞.
+#[test]
+fn wgmma_tf32_rounds_to_nearest() {
+    use compute_core::{DType, HostVec, Precision};
+    use compute_ptx::kernels::gemm_wgmma::{self, Tf32Rounding};
+    let emu = EmuBackend::with_wgmma();
+    let (m, k, n) = (72, 100, 40);
+    let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(m, k, n) }.with_precision(Precision::Tf32);
+    let mut a = vec![f32::from_bits(0x3f80_1800); m * k];
+    for (row, bits) in [0x7fff_ffffu32, 0xffff_ffff, 0x7f80_0000, 0xff80_0000, 0x7f7f_ffff].into_iter().enumerate() {
+        a[row * k] = f32::from_bits(bits);
+    }
+    let a = HostVec::from_f32(DType::F32, &a);
+    let b = HostVec::from_f32(DType::F32, &vec![1.0; n * k]);
+    for cfg in gemm_wgmma::tf32_sweep_configs() {
+        let out = emu.matmul_tier_typed(GemmTier::Wgmma(cfg), spec, &[a.clone(), b.clone()]).to_f32();
+        let rounded = cfg.tf32 != Tf32Rounding::None;
+        for (i, &c) in out.iter().enumerate() {
+            let ok = match i / n {
+                0 | 1 => c.is_nan(),
+                2 => c == f32::INFINITY,
+                3 => c == f32::NEG_INFINITY,
+                4 => (c == f32::INFINITY) == rounded,
+                _ if rounded => c == k as f32 * (1.0 + 2f32.powi(-10)),
+                _ => c == k as f32,
+            };
+            assert!(ok, "{cfg:?}: C[{}][{}] = {c}", i / n, i % n);
+        }
+    }
 }
 
 /// On a compute capability 9.0 device the plans run a TF32 `A·Bᵀ` matmul on

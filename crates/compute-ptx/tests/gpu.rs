@@ -155,7 +155,9 @@ fn tf32_wgmma_matches_the_reference() {
     }
     let mut rng = Rng::new(compute_core::conformance::rng::fresh_seed());
     let mut fails = Vec::new();
-    for cfg in std::iter::once(WgmmaConfig::default()).chain(gemm_wgmma::sweep_configs()) {
+    // Every shape of both sweeps that rounds (the unrounded one is for measurements).
+    let rounded = gemm_wgmma::tf32_sweep_configs().into_iter().filter(|c| c.tf32 != gemm_wgmma::Tf32Rounding::None);
+    for cfg in std::iter::once(WgmmaConfig::default()).chain(gemm_wgmma::sweep_configs()).chain(rounded) {
         for (batch, m, k, n) in [(1, 8, 4, 8), (3, 40, 72, 24), (1, 136, 268, 520), (2, 256, 64, 384)] {
             let spec = MatmulSpec { batch, trans_b: true, ..MatmulSpec::new(m, k, n) }.with_precision(Precision::Tf32);
             if let Err(e) = run_tier(&be, GemmTier::Wgmma(cfg), spec, &mut rng) {
@@ -164,6 +166,47 @@ fn tf32_wgmma_matches_the_reference() {
         }
     }
     assert!(fails.is_empty(), "{} failures:\n{}", fails.len(), fails.join("\n"));
+}
+
+/// Every rounding mode of the TF32 `wgmma` kernel rounds to nearest: with `A`
+/// holding `1 + 0x1800·2⁻²³` (to nearest `1 + 2⁻¹⁰`, truncated `1`) and `B`
+/// ones, every output is `k·(1 + 2⁻¹⁰)` exactly; rows 0–4 start with specials
+/// the rounding keeps (NaNs whose payload fills the mantissa, ±∞, and the
+/// largest `f32`, which rounds to +∞). Compute capability 9.0 only.
+#[test]
+fn tf32_wgmma_rounds_to_nearest() {
+    use compute_core::Precision;
+    use compute_ptx::kernels::gemm_wgmma::{self, Tf32Rounding};
+    let Some(be) = backend("tf32_wgmma_rounds_to_nearest") else { return };
+    let cc = be.info().expect("device info").compute_capability;
+    if !compute_ptx::Target::has_wgmma(cc.0, cc.1) {
+        eprintln!("SKIPPED: tf32_wgmma_rounds_to_nearest: compute capability {}.{}", cc.0, cc.1);
+        return;
+    }
+    let (m, k, n) = (200, 1000, 300);
+    let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(m, k, n) }.with_precision(Precision::Tf32);
+    let mut host_a = vec![f32::from_bits(0x3f80_1800); m * k];
+    for (row, bits) in [0x7fff_ffffu32, 0xffff_ffff, 0x7f80_0000, 0xff80_0000, 0x7f7f_ffff].into_iter().enumerate() {
+        host_a[row * k] = f32::from_bits(bits);
+    }
+    let a = be.upload(&host_a).expect("upload");
+    let b = be.upload(&vec![1.0; n * k]).expect("upload");
+    let want = k as f32 * (1.0 + 2f32.powi(-10));
+    for cfg in gemm_wgmma::tf32_sweep_configs().into_iter().filter(|c| c.tf32 != Tf32Rounding::None) {
+        let c = be.upload(&vec![f32::NAN; m * n]).expect("upload");
+        be.matmul_tier(GemmTier::Wgmma(cfg), spec, &a, &b, &c).expect("matmul");
+        let mut out = vec![0.0; m * n];
+        be.download(&c, &mut out).expect("download");
+        for (i, &c) in out.iter().enumerate() {
+            let ok = match i / n {
+                0 | 1 => c.is_nan(),
+                2 | 4 => c == f32::INFINITY,
+                3 => c == f32::NEG_INFINITY,
+                _ => c == want,
+            };
+            assert!(ok, "{cfg:?}: C[{}][{}] = {c}", i / n, i % n);
+        }
+    }
 }
 
 /// The GEMV kernels on LLM decoding shapes (1×4096·4096×4096 and

@@ -123,6 +123,18 @@ impl KernelBuilder {
         self.load::<T, N>("ld.global", a)
     }
 
+    /// [`KernelBuilder::ld_global_v`] into the registers `dst` instead of
+    /// fresh ones, so that a guarded load ([`KernelBuilder::guarded`]) leaves
+    /// them as they were when its predicate is false.
+    pub fn ld_global_v_into<T: Data, const N: usize>(&mut self, dst: [Reg<T>; N], base: Reg<U64>, off: i64) {
+        self.check_vec::<T>(N);
+        let a = self.gaddr(base, off);
+        let names: Vec<String> = dst.iter().map(|r| self.reg(*r)).collect();
+        let d = if N == 1 { names.join("") } else { format!("{{{}}}", names.join(", ")) };
+        let v = if N == 1 { String::new() } else { format!(".v{N}") };
+        self.emit(format!("ld.global{v}.{} {d}, [{a}]", T::TY));
+    }
+
     /// Vector load through the read-only data cache (`ld.global.nc.v4`).
     pub fn ld_global_nc_v<T: Data, const N: usize>(&mut self, base: Reg<U64>, off: i64) -> [Reg<T>; N] {
         let a = self.gaddr(base, off);

@@ -97,6 +97,13 @@ impl KernelBuilder {
         d
     }
 
+    /// A fresh 32-bit register holding zero bits (`mov.b32 r, 0`).
+    pub fn zero_b32(&mut self) -> Reg<super::B32> {
+        let d = self.fresh::<super::B32>();
+        self.emit(format!("mov.b32 {}, 0", d.name()));
+        d
+    }
+
     /// `fence.proxy.async.shared::cta`: makes this thread's earlier ordinary
     /// writes to shared memory visible to the async proxy (`wgmma` reads),
     /// once a barrier has ordered them for the other threads too.

@@ -6,7 +6,7 @@
 
 use compute_core::DType;
 
-use crate::builder::{Cmp, F32, Half, KernelBuilder, Pred, Reg, Src, U32, U64};
+use crate::builder::{B32, Cmp, F32, Half, KernelBuilder, Pred, Reg, Src, U32, U64};
 
 /// The parameters every GEMM kernel declares, in order: `a`, `b`, `c`
 /// (global addresses), `m`, `n`, `k`, and the batch strides `sa`, `sb`, `sc`
@@ -256,6 +256,52 @@ pub(crate) fn issue(b: &mut KernelBuilder, cp: &Copies, k0: Reg<U32>, k: Reg<U32
     for &p in &cp.ptrs {
         let next = b.add(p, cp.advance);
         b.assign(p, next);
+    }
+}
+
+/// One `k`-contiguous operand's share of a k-tile held in registers on its
+/// way to shared memory (the TF32 path that rounds values before storing
+/// them): four 32-bit values per 16-byte chunk of [`Copies`], and whether
+/// each chunk's row is inside the matrix.
+pub(crate) struct RegTile {
+    vals: Vec<[Reg<B32>; 4]>,
+    rows_inside: Vec<Reg<Pred>>,
+    zero: Reg<B32>,
+}
+
+/// The registers of [`RegTile`] for the chunks of `cp` (a `k`-contiguous
+/// operand of 4-byte values).
+pub(crate) fn reg_tile(b: &mut KernelBuilder, cp: &Copies) -> RegTile {
+    let zero = b.zero_b32();
+    let vals = cp.ptrs.iter().map(|_| std::array::from_fn(|_| b.zero_b32())).collect();
+    let rows_inside = cp.row_bytes.iter().map(|&r| b.setp(Cmp::Ne, r, 0u32)).collect();
+    RegTile { vals, rows_inside, zero }
+}
+
+/// Loads the k-tile starting at `k0` of a `k`-contiguous operand into `t`
+/// (zeros past the matrix's edges), and advances the pointers to the next k-tile.
+pub(crate) fn load_regs(b: &mut KernelBuilder, cp: &Copies, t: &RegTile, k0: Reg<U32>, k: Reg<U32>) {
+    let kc = b.add(k0, cp.first);
+    let k_inside = b.setp(Cmp::Lt, kc, k);
+    for (i, &p) in cp.ptrs.iter().enumerate() {
+        let ok = b.and_pred(t.rows_inside[i], k_inside);
+        for v in t.vals[i] {
+            b.assign(v, t.zero);
+        }
+        b.guarded(ok, false, |b| b.ld_global_v_into(t.vals[i], p, 0));
+    }
+    for &p in &cp.ptrs {
+        let next = b.add(p, cp.advance);
+        b.assign(p, next);
+    }
+}
+
+/// Stores the values of `t`, each rounded to TF32 (`cvt.rna.tf32.f32`),
+/// where [`copies`] would have put them, in the stage at byte offset `stage_off`.
+pub(crate) fn store_rounded(b: &mut KernelBuilder, cp: &Copies, t: &RegTile, stage_off: u32) {
+    for (i, &d) in cp.dst.iter().enumerate() {
+        let r = t.vals[i].map(|x| b.round_to_tf32(x));
+        b.st_shared_v::<B32, 4>(d, i64::from(stage_off), r.map(Src::from));
     }
 }
 

@@ -14,9 +14,13 @@
 //! reads it transposed (its `imm-trans` flags), so all four transposes run
 //! the same loop.
 //!
-//! `f32` inputs are multiplied as TF32 (`A·Bᵀ` only): each thread rounds the
-//! values it copied to TF32 in shared memory (`cvt.rna.tf32.f32`) once they
-//! land, since `wgmma` itself would drop their low bits.
+//! `f32` inputs are multiplied as TF32 (`A·Bᵀ` only), rounded to nearest
+//! first, since `wgmma` itself would drop their low 13 bits
+//! ([`Tf32Rounding`], `cvt.rna.tf32.f32`): either each thread rounds the
+//! values it copied in shared memory once they land, or (the plans' shape,
+//! [`WgmmaConfig::tf32`]) each thread loads its chunks of the next k-tile
+//! into registers while the current one is multiplied, rounds them there
+//! and stores them, so shared memory is written once.
 //!
 //! The loop per k-tile: wait for the tile's copies, fence them to the async
 //! proxy, one barrier, issue the tile's four `wgmma` as one group, wait until
@@ -32,7 +36,7 @@ use compute_core::DType;
 
 use super::gemm_common::{
     ATOM_K_STRIDE, Side, atom_mn_stride, batch_operands, copies, gemm_params, half_dtypes, issue_ahead, kernel_base,
-    refill, stage_loop, store_pair,
+    load_regs, refill, reg_tile, stage_loop, store_pair, store_rounded,
 };
 use super::gemm_simt::tile_origin;
 use crate::builder::{B32, BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Reg, Src, Target, U32, U64, WgmmaInput};
@@ -44,8 +48,25 @@ const ROW: u32 = 128;
 /// Depth of a k-tile of halves (an `m`/`n`-contiguous tile's atoms assume it).
 const BK: u32 = ROW / 2;
 
+/// How the `wgmma` kernel rounds `f32` inputs to TF32 (`wgmma` itself
+/// would read an `f32`'s top 19 bits, dropping the rest).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Tf32Rounding {
+    /// Copied to shared memory by `cp.async`, then each thread rounds the
+    /// values it copied in place: one more read and write of every tile.
+    InShared,
+    /// Loaded into registers one k-tile ahead, rounded there and stored:
+    /// shared memory is written once, and the ring needs three stages only.
+    InRegisters,
+    /// Not rounded: `wgmma` reads the `f32` bits as they are (truncation,
+    /// errors up to twice the TF32 bound). For measurements only.
+    None,
+}
+
 /// Shape of the `wgmma` kernel. [`WgmmaConfig::default`] is the one the CUDA
-/// backend launches on compute capability 9.0; others are for tuning.
+/// backend launches on compute capability 9.0 for half inputs (chosen per
+/// output by [`WgmmaConfig::for_shape`]), [`WgmmaConfig::tf32`] the one for
+/// TF32; others are for tuning.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct WgmmaConfig {
     /// Warpgroups per block; the block tile has `64 · warpgroups` rows.
@@ -57,11 +78,13 @@ pub struct WgmmaConfig {
     pub stages: u32,
     /// Tile-rows per group in the block order (0: plain row-major order).
     pub group_m: u32,
+    /// How `f32` inputs (TF32) are rounded before `wgmma` reads them.
+    pub tf32: Tf32Rounding,
 }
 
 impl Default for WgmmaConfig {
     fn default() -> Self {
-        WgmmaConfig { warpgroups: 2, bn: 256, stages: 4, group_m: 8 }
+        WgmmaConfig { warpgroups: 2, bn: 256, stages: 4, group_m: 8, tf32: Tf32Rounding::InShared }
     }
 }
 
@@ -119,7 +142,12 @@ impl WgmmaConfig {
         if *self == WgmmaConfig::default() {
             base
         } else {
-            format!("{base}_{}x{}_s{}_g{}", self.bm(), self.bn, self.stages, self.group_m)
+            let rounding = match self.tf32 {
+                Tf32Rounding::InShared => "",
+                Tf32Rounding::InRegisters => "_rr",
+                Tf32Rounding::None => "_nr",
+            };
+            format!("{base}_{}x{}_s{}_g{}{rounding}", self.bm(), self.bn, self.stages, self.group_m)
         }
     }
 }
@@ -130,9 +158,9 @@ impl WgmmaConfig {
 /// --tensor-cores`, 2026-11-25: 634, 551 and 544 TFLOP/s). Each fits one
 /// block per multiprocessor.
 const TABLE: [(WgmmaConfig, f64); 3] = [
-    (WgmmaConfig { warpgroups: 2, bn: 256, stages: 4, group_m: 8 }, 1.0),
-    (WgmmaConfig { warpgroups: 1, bn: 256, stages: 5, group_m: 8 }, 0.87),
-    (WgmmaConfig { warpgroups: 2, bn: 128, stages: 6, group_m: 8 }, 0.86),
+    (WgmmaConfig { warpgroups: 2, bn: 256, stages: 4, group_m: 8, tf32: Tf32Rounding::InShared }, 1.0),
+    (WgmmaConfig { warpgroups: 1, bn: 256, stages: 5, group_m: 8, tf32: Tf32Rounding::InShared }, 0.87),
+    (WgmmaConfig { warpgroups: 2, bn: 128, stages: 6, group_m: 8, tf32: Tf32Rounding::InShared }, 0.86),
 ];
 
 impl WgmmaConfig {
@@ -152,6 +180,14 @@ impl WgmmaConfig {
     }
 }
 
+impl WgmmaConfig {
+    /// The shape the CUDA backend launches for `f32` products with TF32 opted
+    /// in: the default tile, rounding through registers (three stages).
+    pub fn tf32() -> WgmmaConfig {
+        WgmmaConfig { tf32: Tf32Rounding::InRegisters, stages: 3, ..WgmmaConfig::default() }
+    }
+}
+
 /// Other shapes the benchmark's sweep times next to the default.
 pub fn sweep_configs() -> Vec<WgmmaConfig> {
     let d = WgmmaConfig::default();
@@ -161,6 +197,17 @@ pub fn sweep_configs() -> Vec<WgmmaConfig> {
         WgmmaConfig { bn: 128, stages: 4, ..d },
         WgmmaConfig { warpgroups: 1, bn: 256, stages: 5, ..d },
         WgmmaConfig { group_m: 16, ..d },
+    ]
+}
+
+/// TF32 shapes the benchmark's sweep times next to [`WgmmaConfig::tf32`]'s,
+/// with the other ways of rounding ([`Tf32Rounding`]).
+pub fn tf32_sweep_configs() -> Vec<WgmmaConfig> {
+    let d = WgmmaConfig::default();
+    vec![
+        WgmmaConfig::tf32(),
+        WgmmaConfig { tf32: Tf32Rounding::InShared, ..d },
+        WgmmaConfig { tf32: Tf32Rounding::None, ..d },
     ]
 }
 
@@ -274,26 +321,7 @@ pub fn wgmma(
 
     let acc: Vec<Reg<F32>> = (0..bn / 2).map(|_| b.mov(0.0f32)).collect();
 
-    b.blank();
-    b.comment(&format!("prologue: k-tiles 0..{} in flight", stages - 2));
-    let kload = issue_ahead(&mut b, [&a_cp, &b_cp], k, (stages - 2, stage_bytes, bk));
-    stage_loop(&mut b, k, (bk, stages), |b, s| {
-        b.comment(&format!("stage {s}: its tile landed and is visible to wgmma in every thread"));
-        b.cp_async_wait(stages - 3);
-        if mma_in == WgmmaInput::Tf32 {
-            // wgmma would read the f32 bits as TF32 by dropping the low 13 bits
-            // (truncation); round this thread's own chunks to nearest first.
-            for cp in [&a_cp, &b_cp] {
-                for &d in &cp.dst {
-                    let off = i64::from(s * stage_bytes);
-                    let v = b.ld_shared_v::<B32, 4>(d, off);
-                    let r = v.map(|x| b.round_to_tf32(x));
-                    b.st_shared_v::<B32, 4>(d, off, r.map(Src::from));
-                }
-            }
-        }
-        b.fence_proxy_async_shared();
-        b.bar_sync();
+    let issue_tile = |b: &mut KernelBuilder, s: u32| {
         b.wgmma_fence();
         for ks in 0..bk / mma_in.k() {
             let da = b.add(desc_a, u64::from((s * stage_bytes + ks * a_step) >> 4));
@@ -301,12 +329,71 @@ pub fn wgmma(
             b.wgmma_mma_async(mma_in, &acc, (da, db), always, (!a_side.kmajor, !b_side.kmajor));
         }
         b.wgmma_commit();
-        b.comment("the previous tile's wgmma are done: its stage may be refilled after the next barrier");
-        b.wgmma_wait(1);
-        refill(b, [&a_cp, &b_cp], (kload, k), ((s + stages - 2) % stages) * stage_bytes, bk);
-    });
-    b.wgmma_wait(0);
-    b.cp_async_wait(0);
+    };
+    let tf32 = if mma_in == WgmmaInput::Tf32 { Some(cfg.tf32) } else { None };
+    b.blank();
+    if tf32 == Some(Tf32Rounding::InRegisters) {
+        // Each k-tile is loaded into registers one tile ahead, rounded to TF32
+        // and stored while the tile before it is multiplied: at iteration t the
+        // barrier makes tile t (stored at t - 1) visible and retires the wgmma
+        // of tile t - 2 in every warpgroup, whose stage takes tile t + 1.
+        b.comment("prologue: k-tile 0 rounded into stage 0, k-tile 1 in registers");
+        let regs = [reg_tile(&mut b, &a_cp), reg_tile(&mut b, &b_cp)];
+        let kload = b.mov(0u32);
+        let load = |b: &mut KernelBuilder| {
+            for (cp, t) in [&a_cp, &b_cp].into_iter().zip(&regs) {
+                load_regs(b, cp, t, kload, k);
+            }
+            let next = b.add(kload, bk);
+            b.assign(kload, next);
+        };
+        load(&mut b);
+        for (cp, t) in [&a_cp, &b_cp].into_iter().zip(&regs) {
+            store_rounded(&mut b, cp, t, 0);
+        }
+        load(&mut b);
+        b.fence_proxy_async_shared();
+        stage_loop(&mut b, k, (bk, stages), |b, s| {
+            b.comment(&format!("stage {s}: its tile is stored and visible to wgmma in every thread"));
+            b.bar_sync();
+            issue_tile(b, s);
+            b.comment("the next k-tile, rounded, into the stage the wgmma of two tiles ago read");
+            for (cp, t) in [&a_cp, &b_cp].into_iter().zip(&regs) {
+                store_rounded(b, cp, t, ((s + 1) % stages) * stage_bytes);
+            }
+            b.fence_proxy_async_shared();
+            load(b);
+            b.wgmma_wait(1);
+        });
+        b.wgmma_wait(0);
+    } else {
+        b.comment(&format!("prologue: k-tiles 0..{} in flight", stages - 2));
+        let kload = issue_ahead(&mut b, [&a_cp, &b_cp], k, (stages - 2, stage_bytes, bk));
+        stage_loop(&mut b, k, (bk, stages), |b, s| {
+            b.comment(&format!("stage {s}: its tile landed and is visible to wgmma in every thread"));
+            b.cp_async_wait(stages - 3);
+            if tf32 == Some(Tf32Rounding::InShared) {
+                // wgmma would read the f32 bits as TF32 by dropping the low 13 bits
+                // (truncation); round this thread's own chunks to nearest first.
+                for cp in [&a_cp, &b_cp] {
+                    for &d in &cp.dst {
+                        let off = i64::from(s * stage_bytes);
+                        let v = b.ld_shared_v::<B32, 4>(d, off);
+                        let r = v.map(|x| b.round_to_tf32(x));
+                        b.st_shared_v::<B32, 4>(d, off, r.map(Src::from));
+                    }
+                }
+            }
+            b.fence_proxy_async_shared();
+            b.bar_sync();
+            issue_tile(b, s);
+            b.comment("the previous tile's wgmma are done: its stage may be refilled after the next barrier");
+            b.wgmma_wait(1);
+            refill(b, [&a_cp, &b_cp], (kload, k), ((s + stages - 2) % stages) * stage_bytes, bk);
+        });
+        b.wgmma_wait(0);
+        b.cp_async_wait(0);
+    }
 
     b.blank();
     b.comment("epilogue: warp w of the warpgroup holds rows 16w+g and 16w+g+8, columns 8j+2t and 8j+2t+1");

@@ -307,7 +307,7 @@ pub fn catalog() -> Vec<KernelId> {
             }
         }
     }
-    v.push(KernelId::GemmWgmma(WgmmaConfig::default(), DType::F32, DType::F32, false, true));
+    v.push(KernelId::GemmWgmma(WgmmaConfig::tf32(), DType::F32, DType::F32, false, true));
     for input in elem::DTYPES {
         for rows in gemv::ROWS {
             v.extend(elem::DTYPES.map(|output| KernelId::GemvNt(rows, input, output)));
