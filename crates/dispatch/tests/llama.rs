@@ -86,17 +86,20 @@ fn quantized_linear_layers_stay_within_the_activation_rounding() {
     }
 }
 
+/// A kept tensor call: the op, its inputs, its output.
+type Call = (Op, Vec<Tensor>, Tensor);
+
 /// The CPU backend, recording as the CUDA backend does: while `body` runs,
 /// tensor calls are kept instead of run, and a replay runs them again.
 struct Taping {
     cpu: Arc<SimdBackend>,
-    tape: Mutex<Option<Vec<(Op, Vec<Tensor>, Tensor)>>>,
+    tape: Mutex<Option<Vec<Call>>>,
     replays: Arc<AtomicUsize>,
 }
 
 struct Tape {
     cpu: Arc<SimdBackend>,
-    calls: Vec<(Op, Vec<Tensor>, Tensor)>,
+    calls: Vec<Call>,
     replays: Arc<AtomicUsize>,
 }
 
