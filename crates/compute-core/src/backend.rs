@@ -226,17 +226,23 @@ pub trait Recording: Send + Sync {
 /// Checks that `data` fits `tensor` for [`Backend::upload_into`]: same
 /// length ([`ComputeError::Shape`]) and dtype ([`ComputeError::DType`]).
 pub fn check_upload(data: &HostSlice<'_>, tensor: &Tensor) -> Result<()> {
-    if tensor.len() != data.len() {
+    check_same(("upload_into", "data"), tensor, data.operand())
+}
+
+/// Checks that host memory (`host`: its length and dtype) has `tensor`'s
+/// length and dtype, for the transfer `what.0`, naming the host side `what.1`.
+fn check_same((op, side): (&'static str, &str), tensor: &Tensor, host: Operand) -> Result<()> {
+    if tensor.len() != host.len {
         return Err(ComputeError::shape(
-            "upload_into",
-            format!("tensor has {} elements, data {}", tensor.len(), data.len()),
-            format!("tensor=[{}] data=[{}]", tensor.len(), data.len()),
+            op,
+            format!("tensor has {} elements, {side} {}", tensor.len(), host.len),
+            format!("tensor=[{}] {side}=[{}]", tensor.len(), host.len),
         ));
     }
-    if tensor.dtype() != data.dtype() {
+    if tensor.dtype() != host.dtype {
         return Err(ComputeError::DType {
-            op: "upload_into",
-            detail: format!("the data is {}, the tensor {}", data.dtype(), tensor.dtype()),
+            op,
+            detail: format!("the {side} is {}, the tensor {}", host.dtype, tensor.dtype()),
             shapes: format!("tensor=[{}] {}", tensor.len(), tensor.dtype()),
         });
     }
@@ -288,21 +294,7 @@ pub fn check_tensor_call(op: &Op, location: Location, inputs: &[&Tensor], output
 /// Checks that a download of `tensor` into `out` fits: same length
 /// ([`ComputeError::Shape`]) and dtype ([`ComputeError::DType`]).
 pub fn check_download(tensor: &Tensor, out: &HostSliceMut<'_>) -> Result<()> {
-    if tensor.len() != out.len() {
-        return Err(ComputeError::shape(
-            "download",
-            format!("tensor has {} elements, buffer {}", tensor.len(), out.len()),
-            format!("tensor=[{}] out=[{}]", tensor.len(), out.len()),
-        ));
-    }
-    if tensor.dtype() != out.dtype() {
-        return Err(ComputeError::DType {
-            op: "download",
-            detail: format!("the buffer is {}, the tensor {}", out.dtype(), tensor.dtype()),
-            shapes: format!("tensor=[{}] {}", tensor.len(), tensor.dtype()),
-        });
-    }
-    Ok(())
+    check_same(("download", "buffer"), tensor, out.operand())
 }
 
 /// Named methods for every op, on any [`Backend`] and any [`Element`] type:
