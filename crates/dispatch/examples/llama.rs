@@ -10,7 +10,7 @@
 //! cargo run --release -p dispatch --features cuda --example llama -- \
 //!     [--config tiny|1b] [--dtype f32|f16|bf16] [--linear q4_K|q5_K|q6_K|q8_0] \
 //!     [--engine simd|wgpu|cuda] [--prompt N] [--new N] [--gguf model.gguf | --hf DIR] \
-//!     [--logits FILE] [--compare-direct]
+//!     [--logits FILE] [--compare-direct] [--sequences N]
 //! ```
 //!
 //! With `--gguf`, the model is a llama GGUF file (memory-mapped; its linear
@@ -23,6 +23,8 @@
 //! implementation. Decoding steps are recorded once and replayed where the
 //! engine records (CUDA graphs); `--compare-direct` also times the same
 //! decoding with every step queued op by op, in the same process.
+//! `--sequences N` then decodes N sequences together (their prompts fed a
+//! token a step, then `--new` steps timed) and prints the total tokens/s.
 //!
 //! Defaults: the tiny configuration in `f32` on the first GPU engine (the
 //! CPU when there is none), a prompt of 16 tokens and 32 new ones. The
@@ -73,6 +75,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mut gguf_path, mut hf_dir, mut logits_path): (Option<String>, Option<String>, Option<String>) =
         (None, None, None);
     let mut compare_direct = false;
+    let mut sequences = 1usize;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{a} needs a value"));
@@ -100,6 +103,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--hf" => hf_dir = Some(value()?),
             "--logits" => logits_path = Some(value()?),
             "--compare-direct" => compare_direct = true,
+            "--sequences" => sequences = value()?.parse()?,
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
@@ -207,6 +211,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         decode_tps / roofline
     );
     println!("tokens: {:?}", &tokens[..tokens.len().min(16)]);
+
+    if sequences > 1 {
+        model.set_sequences(sequences)?;
+        let starts: Vec<u32> = (0..sequences).map(|i| ((i * 104_729 + 7) % cfg.vocab) as u32).collect();
+        let mut feed = starts.clone();
+        // The prompts, a token of each sequence a step (the first two steps also record).
+        for i in 0..prompt_len.saturating_sub(1) {
+            let t: Vec<u32> = starts.iter().map(|&s| ((s as usize + i * 7919) % cfg.vocab) as u32).collect();
+            feed = model.step_all(&t)?;
+        }
+        let t = Instant::now();
+        for _ in 0..new_tokens.max(1) {
+            feed = model.step_all(&feed)?;
+        }
+        let s = t.elapsed().as_secs_f64();
+        let total = (sequences * new_tokens.max(1)) as f64 / s;
+        println!(
+            "decode {sequences} sequences together: {:.2} ms/step, {total:.1} tokens/s in all, {:.1} per sequence; \
+             {:.2}x the one-sequence decode above",
+            s / new_tokens.max(1) as f64 * 1e3,
+            total / sequences as f64,
+            total / decode_tps
+        );
+    }
 
     if let Some(weights) = weights.filter(|_| cfg.parameters() < 20_000_000) {
         let stored = weights.as_stored(format);

@@ -189,6 +189,43 @@ fn recorded_steps_replay_at_every_position() {
     }
 }
 
+/// Three sequences decoded together, each from its own tokens, give each
+/// one's logits as decoding it alone does, step after step (recorded and
+/// replayed by the taping backend after the first two).
+#[test]
+fn sequences_decoded_together_match_each_decoded_alone() {
+    let cfg = LlamaConfig::tiny();
+    let weights = HostWeights::random(cfg, 9);
+    for format in [WeightFormat::dense(DType::F32), WeightFormat::dense(DType::BF16)] {
+        let cpu = Arc::new(SimdBackend::new());
+        let replays = Arc::new(AtomicUsize::new(0));
+        let taping = Taping { cpu: cpu.clone(), tape: Mutex::new(None), replays: replays.clone() };
+        let mut together = Llama::load(Arc::new(taping), &weights, format).unwrap();
+        together.set_sequences(3).unwrap();
+        assert_eq!(together.sequences(), 3);
+        assert!(together.step(&[1]).is_err(), "one sequence's step on a model of three");
+        assert!(together.step_all(&[1, 2]).is_err(), "two tokens for three sequences");
+        let mut alone: Vec<Llama> = (0..3).map(|_| Llama::load(cpu.clone(), &weights, format).unwrap()).collect();
+        let mut feed = [3u32, 1, 4];
+        for step in 0..6 {
+            let got = together.logits_all(&feed).unwrap();
+            for (i, model) in alone.iter_mut().enumerate() {
+                let want = model.logits(&[feed[i]]).unwrap();
+                let row = &got[i * cfg.vocab..(i + 1) * cfg.vocab];
+                let top = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                let err = row.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max) / top;
+                let tol = if format.dtype == DType::F32 { 1e-5 } else { 2e-2 };
+                assert!(err <= tol, "{format:?} step {step} sequence {i}: {err:.2e}");
+                feed[i] = (feed[i] * 7 + 3 + step as u32) % cfg.vocab as u32;
+            }
+        }
+        assert_eq!(replays.load(Ordering::Relaxed), 5, "{format:?}");
+        assert!(together.set_sequences(0).is_err());
+        together.set_sequences(1).unwrap();
+        together.step(&[1]).unwrap();
+    }
+}
+
 #[test]
 fn bad_steps_are_typed_errors() {
     let cfg = LlamaConfig { max_seq: 8, ..LlamaConfig::tiny() };

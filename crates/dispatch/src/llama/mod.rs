@@ -279,9 +279,11 @@ struct Layer {
 
 /// The activations of one step of `seq` tokens, allocated once per length.
 struct Scratch {
-    /// The step's token ids and positions (`f32`), written before each step.
+    /// The step's token ids and positions (`f32`), written before each step,
+    /// and for several sequences each key/value head's cache slot.
     ids: Tensor,
     positions: Tensor,
+    slots: Tensor,
     x: Tensor,
     x2: Tensor,
     h: Tensor,
@@ -315,8 +317,13 @@ pub struct Llama {
     layers: Vec<Layer>,
     final_norm: Tensor,
     lm_head: Linear,
-    scratch: HashMap<usize, Scratch>,
+    /// Per step shape `(sequences, tokens each)`.
+    scratch: HashMap<(usize, usize), Scratch>,
     pos: usize,
+    /// Sequences decoded together ([`Llama::set_sequences`]), and each one's
+    /// position when they are more than one.
+    sequences: usize,
+    positions: Vec<usize>,
     /// Whether the step reads its positions from a tensor (every op of the
     /// step supports it), so that its calls do not change with the position.
     device_positions: bool,
@@ -324,7 +331,7 @@ pub struct Llama {
     record_steps: bool,
     /// Per step length: `Ready` once recorded, `Warm` after one direct run,
     /// `Never` where the backend does not record.
-    recordings: HashMap<usize, StepRecording>,
+    recordings: HashMap<(usize, usize), StepRecording>,
 }
 
 /// Where the recording of a step length stands.
@@ -433,6 +440,8 @@ impl Llama {
             backend,
             scratch: HashMap::new(),
             pos: 0,
+            sequences: 1,
+            positions: vec![0],
             device_positions,
             record_steps: true,
             recordings: HashMap::new(),
@@ -522,9 +531,93 @@ impl Llama {
         self.pos
     }
 
-    /// Empties the KV cache (the next step starts a new sequence). Free.
+    /// Empties the KV cache (the next step starts a new sequence, or new
+    /// sequences). Free.
     pub fn reset(&mut self) {
         self.pos = 0;
+        self.positions.fill(0);
+    }
+
+    /// Decodes `sequences` sequences together from now on, each with its own
+    /// KV cache of `max_seq` tokens (all empty): [`Llama::step_all`] then
+    /// takes one token of each and runs every product once for all of them
+    /// (the weights are read once a step, whatever the number of sequences).
+    /// Costs the caches' allocation (`sequences` times one sequence's);
+    /// `sequences = 1` returns to [`Llama::step`]. More than one needs a
+    /// backend that takes positions from a tensor ([`Llama::device_positions`]),
+    /// else `Unsupported`.
+    pub fn set_sequences(&mut self, sequences: usize) -> Result<()> {
+        if sequences == 0 {
+            return Err(ComputeError::shape("llama", "no sequence to decode", "sequences=0".to_string()));
+        }
+        if sequences > 1 && !self.device_positions {
+            return Err(ComputeError::Unsupported { op: "llama batch", backend: self.backend.kind() });
+        }
+        let cache = sequences * self.cfg.kv_heads * self.cfg.max_seq * self.cfg.head_dim();
+        for l in &mut self.layers {
+            l.k_cache = self.backend.alloc_typed(cache, self.format.dtype)?;
+            l.v_cache = self.backend.alloc_typed(cache, self.format.dtype)?;
+        }
+        self.sequences = sequences;
+        self.positions = vec![0; sequences];
+        self.pos = 0;
+        self.scratch.clear();
+        self.recordings.clear();
+        Ok(())
+    }
+
+    /// The sequences decoded together ([`Llama::set_sequences`]).
+    pub fn sequences(&self) -> usize {
+        self.sequences
+    }
+
+    /// Runs one token of each sequence (`tokens[i]` for sequence `i`, each at
+    /// its own position) and returns each one's greedy next token. One step
+    /// of the model for all of them: its products have one row a sequence.
+    pub fn step_all(&mut self, tokens: &[u32]) -> Result<Vec<u32>> {
+        self.forward_all(tokens)?;
+        let s = self.scratch((self.sequences, 1))?;
+        let mut next = vec![0f32; self.sequences];
+        self.backend.download(&s.next, &mut next)?;
+        Ok(next.into_iter().map(|t| t as u32).collect())
+    }
+
+    /// [`Llama::step_all`], returning each sequence's logits (`vocab` values
+    /// each, sequence after sequence) instead of the greedy choices.
+    pub fn logits_all(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        self.forward_all(tokens)?;
+        let s = self.scratch((self.sequences, 1))?;
+        let mut out = compute_core::HostVec::zeros(self.format.dtype, self.sequences * self.cfg.vocab);
+        self.backend.download_typed(&s.logits, out.as_mut())?;
+        Ok(out.to_f32())
+    }
+
+    fn forward_all(&mut self, tokens: &[u32]) -> Result<()> {
+        let n = self.sequences;
+        if tokens.len() != n {
+            return Err(ComputeError::shape(
+                "llama",
+                format!("one token for each of {n} sequences"),
+                format!("tokens=[{}]", tokens.len()),
+            ));
+        }
+        if let Some(i) = self.positions.iter().position(|&p| p >= self.cfg.max_seq) {
+            return Err(ComputeError::shape(
+                "llama",
+                format!("sequence {i}'s cache of {} is full", self.cfg.max_seq),
+                format!("tokens=[{n}]"),
+            ));
+        }
+        self.check_tokens(tokens)?;
+        let positions: Vec<f32> = self.positions.iter().map(|&p| p as f32).collect();
+        if n == 1 {
+            self.run_step((1, 1), tokens, &positions)?;
+            self.pos += 1;
+        } else {
+            self.run_step((n, 1), tokens, &positions)?;
+        }
+        self.positions.iter_mut().for_each(|p| *p += 1);
+        Ok(())
     }
 
     /// Runs `tokens` (a prompt, or the one token of a decoding step) through
@@ -534,7 +627,7 @@ impl Llama {
     /// but the token ids and positions in and the chosen token out.
     pub fn step(&mut self, tokens: &[u32]) -> Result<u32> {
         self.forward(tokens)?;
-        let s = self.scratch(tokens.len())?;
+        let s = self.scratch((1, tokens.len()))?;
         let mut next = [0f32];
         self.backend.download(&s.next, &mut next)?;
         Ok(next[0] as u32)
@@ -544,7 +637,7 @@ impl Llama {
     /// `f32`) instead of the greedy choice.
     pub fn logits(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
         self.forward(tokens)?;
-        let s = self.scratch(tokens.len())?;
+        let s = self.scratch((1, tokens.len()))?;
         let mut out = compute_core::HostVec::zeros(self.format.dtype, self.cfg.vocab);
         self.backend.download_typed(&s.logits, out.as_mut())?;
         Ok(out.to_f32())
@@ -566,21 +659,24 @@ impl Llama {
         Ok(out)
     }
 
-    fn scratch(&self, seq: usize) -> Result<&Scratch> {
+    fn scratch(&self, shape: (usize, usize)) -> Result<&Scratch> {
         self.scratch
-            .get(&seq)
-            .ok_or_else(|| ComputeError::shape("llama", "no step of this length ran", format!("seq={seq}")))
+            .get(&shape)
+            .ok_or_else(|| ComputeError::shape("llama", "no step of this shape ran", format!("{shape:?}")))
     }
 
-    /// Allocates the activations of a step of `seq` tokens, once per length.
-    fn ensure_scratch(&mut self, seq: usize) -> Result<()> {
-        if !self.scratch.contains_key(&seq) {
+    /// Allocates the activations of a step of `tokens` tokens in each of
+    /// `batch` sequences, once per shape.
+    fn ensure_scratch(&mut self, (batch, tokens): (usize, usize)) -> Result<()> {
+        if !self.scratch.contains_key(&(batch, tokens)) {
             let (c, dt, b) = (self.cfg, self.format.dtype, &self.backend);
             let d = c.head_dim();
             let a = |len: usize| b.alloc_typed(len, dt);
+            let seq = batch * tokens;
             let s = Scratch {
                 ids: b.alloc_typed(seq, DType::F32)?,
                 positions: b.alloc_typed(seq, DType::F32)?,
+                slots: b.alloc_typed(batch * c.kv_heads, DType::F32)?,
                 x: a(seq * c.hidden)?,
                 x2: a(seq * c.hidden)?,
                 h: a(seq * c.hidden)?,
@@ -598,12 +694,12 @@ impl Llama {
                 up: a(seq * c.intermediate)?,
                 gate_up: a(seq * 2 * c.intermediate)?,
                 act: a(seq * c.intermediate)?,
-                last: a(c.hidden)?,
-                normed: a(c.hidden)?,
-                logits: a(c.vocab)?,
-                next: b.alloc_typed(1, DType::F32)?,
+                last: a(batch * c.hidden)?,
+                normed: a(batch * c.hidden)?,
+                logits: a(batch * c.vocab)?,
+                next: b.alloc_typed(batch, DType::F32)?,
             };
-            self.scratch.insert(seq, s);
+            self.scratch.insert((batch, tokens), s);
         }
         Ok(())
     }
@@ -611,6 +707,13 @@ impl Llama {
     fn forward(&mut self, tokens: &[u32]) -> Result<()> {
         let seq = tokens.len();
         let (c, pos) = (self.cfg, self.pos);
+        if self.sequences != 1 {
+            return Err(ComputeError::shape(
+                "llama",
+                format!("the model decodes {} sequences together: step them with step_all", self.sequences),
+                format!("tokens=[{seq}]"),
+            ));
+        }
         if seq == 0 || pos + seq > c.max_seq {
             return Err(ComputeError::shape(
                 "llama",
@@ -618,67 +721,90 @@ impl Llama {
                 format!("tokens=[{seq}]"),
             ));
         }
-        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= c.vocab) {
-            return Err(ComputeError::shape(
-                "llama",
-                format!("token {t} is past the vocabulary"),
-                format!("vocab={}", c.vocab),
-            ));
-        }
-        self.ensure_scratch(seq)?;
-        let ids: Vec<f32> = tokens.iter().map(|&t| t as f32).collect();
+        self.check_tokens(tokens)?;
         let positions: Vec<f32> = (pos..pos + seq).map(|p| p as f32).collect();
-        {
-            let (b, s) = (&*self.backend, self.scratch(seq)?);
-            b.upload_into(HostSlice::F32(&ids), &s.ids)?;
-            if self.device_positions {
-                b.upload_into(HostSlice::F32(&positions), &s.positions)?;
-            }
-        }
-        if !(self.device_positions && self.record_steps && seq == 1) {
-            self.queue(seq)?;
-        } else {
-            match self.recordings.remove(&seq) {
-                Some(StepRecording::Ready(r)) => {
-                    let replayed = r.replay();
-                    self.recordings.insert(seq, StepRecording::Ready(r));
-                    replayed?;
-                }
-                Some(StepRecording::Warm) => {
-                    let recorded = self.backend.record(&mut || self.queue(seq))?;
-                    match recorded {
-                        Some(r) => {
-                            r.replay()?;
-                            self.recordings.insert(seq, StepRecording::Ready(r));
-                        }
-                        None => {
-                            self.queue(seq)?;
-                            self.recordings.insert(seq, StepRecording::Never);
-                        }
-                    }
-                }
-                Some(StepRecording::Never) => {
-                    self.queue(seq)?;
-                    self.recordings.insert(seq, StepRecording::Never);
-                }
-                None => {
-                    self.queue(seq)?;
-                    self.recordings.insert(seq, StepRecording::Warm);
-                }
-            }
-        }
+        self.run_step((1, seq), tokens, &positions)?;
         self.pos += seq;
+        self.positions[0] = self.pos;
         Ok(())
     }
 
-    /// Queues a step of `seq` tokens at the current position: every op of
-    /// the forward pass on the step's scratch tensors. With device positions
-    /// the calls are the same at every position (what a recording replays).
-    fn queue(&self, seq: usize) -> Result<()> {
+    fn check_tokens(&self, tokens: &[u32]) -> Result<()> {
+        match tokens.iter().find(|&&t| t as usize >= self.cfg.vocab) {
+            Some(&t) => Err(ComputeError::shape(
+                "llama",
+                format!("token {t} is past the vocabulary"),
+                format!("vocab={}", self.cfg.vocab),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes the step's ids, positions (and cache slots) and runs it:
+    /// directly, or, for one token a sequence where the backend records,
+    /// through its recording.
+    fn run_step(&mut self, shape: (usize, usize), tokens: &[u32], positions: &[f32]) -> Result<()> {
+        self.ensure_scratch(shape)?;
+        let ids: Vec<f32> = tokens.iter().map(|&t| t as f32).collect();
+        {
+            let (b, s) = (&*self.backend, self.scratch(shape)?);
+            b.upload_into(HostSlice::F32(&ids), &s.ids)?;
+            if self.device_positions {
+                b.upload_into(HostSlice::F32(positions), &s.positions)?;
+            }
+            if shape.0 > 1 {
+                // Sequence b's head h appends at row b·kv_heads·capacity + h·capacity + its position.
+                let (kv, cap) = (self.cfg.kv_heads, self.cfg.max_seq);
+                let slots: Vec<f32> = positions
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(b, &p)| (0..kv).map(move |h| ((b * kv + h) * cap) as f32 + p))
+                    .collect();
+                b.upload_into(HostSlice::F32(&slots), &s.slots)?;
+            }
+        }
+        if !(self.device_positions && self.record_steps && shape.1 == 1) {
+            return self.queue(shape);
+        }
+        match self.recordings.remove(&shape) {
+            Some(StepRecording::Ready(r)) => {
+                let replayed = r.replay();
+                self.recordings.insert(shape, StepRecording::Ready(r));
+                replayed
+            }
+            Some(StepRecording::Warm) => match self.backend.record(&mut || self.queue(shape))? {
+                Some(r) => {
+                    r.replay()?;
+                    self.recordings.insert(shape, StepRecording::Ready(r));
+                    Ok(())
+                }
+                None => {
+                    self.recordings.insert(shape, StepRecording::Never);
+                    self.queue(shape)
+                }
+            },
+            Some(StepRecording::Never) => {
+                self.recordings.insert(shape, StepRecording::Never);
+                self.queue(shape)
+            }
+            None => {
+                self.recordings.insert(shape, StepRecording::Warm);
+                self.queue(shape)
+            }
+        }
+    }
+
+    /// Queues a step of `tokens` tokens in each of `batch` sequences (one of
+    /// them when `batch > 1`) at the current positions: every op of the
+    /// forward pass on the step's scratch tensors. With device positions the
+    /// calls are the same at every position (what a recording replays).
+    fn queue(&self, (batch, tokens): (usize, usize)) -> Result<()> {
         let (c, dt, pos) = (self.cfg, self.format.dtype, self.pos);
         let dynamic = self.device_positions;
-        let (b, s) = (&*self.backend, self.scratch(seq)?);
+        let (b, s) = (&*self.backend, self.scratch((batch, tokens))?);
         let d = c.head_dim();
+        // Activation rows: every token of every sequence.
+        let seq = batch * tokens;
         let gather = Op::Gather { ids: seq, rows: c.vocab, cols: c.hidden, dtype: dt };
         b.run_tensors(&gather, &[&self.embed, &s.ids], &s.x)?;
         let norm = Op::rows(RowOp::RmsNorm { eps: c.rms_eps }, seq, c.hidden).with_dtype(dt);
@@ -720,9 +846,29 @@ impl Llama {
             Strided { offset: (c.heads + c.kv_heads) * d, strides: [d, row_heads * d, 1], len: seq * row_heads * d };
         let append_v = CopySpec::new([c.kv_heads, seq, d], v_rows, cache).with_dtype(dt);
         let append_v = Op::Copy(if dynamic { append_v.at_positions(c.max_seq) } else { append_v });
+        // Several sequences: each key/value head's row goes to its slot of the
+        // [batch, kv_heads, capacity, d] cache (the slots tensor).
+        let heads_rows = batch * c.kv_heads;
+        let slotted = Op::Copy(
+            CopySpec::new(
+                [1, heads_rows, d],
+                Strided::contiguous([1, heads_rows, d]),
+                Strided { offset: 0, strides: [0, d, 1], len: heads_rows * c.max_seq * d },
+            )
+            .at_positions(heads_rows * c.max_seq)
+            .with_dtype(dt),
+        );
+        let v_of_each =
+            Strided { offset: (c.heads + c.kv_heads) * d, strides: [row_heads * d, d, 1], len: seq * row_heads * d };
+        let values_apart = Op::Copy(
+            CopySpec::new([batch, c.kv_heads, d], v_of_each, Strided::contiguous([batch, c.kv_heads, d]))
+                .with_dtype(dt),
+        );
         let keys = if dynamic { c.max_seq } else { pos + seq };
-        let attention =
-            AttentionSpec::new(1, c.heads, seq, keys, d).with_kv_heads(c.kv_heads).causal().with_kv_capacity(c.max_seq);
+        let attention = AttentionSpec::new(batch, c.heads, tokens, keys, d)
+            .with_kv_heads(c.kv_heads)
+            .causal()
+            .with_kv_capacity(c.max_seq);
         let attention = Op::Attention(if dynamic { attention.with_positions() } else { attention }.with_dtype(dt));
         // The position-reading ops take the step's positions as their last input.
         let with_positions = |inputs: &[&'_ Tensor]| -> Vec<Tensor> {
@@ -744,26 +890,42 @@ impl Llama {
         let (mut x, mut x2) = (&s.x, &s.x2);
         for l in &self.layers {
             b.run_tensors(&norm, &[x, &l.attn_norm], &s.h)?;
-            match &l.qkv {
+            // The values, contiguous `[seq, kv_heads, d]`: `s.v`, or the fused rows.
+            let values = match &l.qkv {
                 Qkv::Separate { wq, wk, wv } => {
                     b.run_tensors(&wq.op(seq, dt), &[&s.h, &wq.w], &s.q)?;
                     b.run_tensors(&wk.op(seq, dt), &[&s.h, &wk.w], &s.k)?;
                     b.run_tensors(&wv.op(seq, dt), &[&s.h, &wv.w], &s.v)?;
                     run(&rope(c.heads, None), &[&s.q], &s.q_rot)?;
                     run(&rope(c.kv_heads, None), &[&s.k], &s.k_rot)?;
-                    run(&append, &[&s.k_rot], &l.k_cache)?;
-                    run(&append, &[&s.v], &l.v_cache)?;
+                    None
                 }
                 Qkv::Fused(w) => {
                     b.run_tensors(&w.op(seq, dt), &[&s.h, &w.w], &s.qkv)?;
                     run(&rope(c.heads, Some(0)), &[&s.qkv], &s.q_rot)?;
                     run(&rope(c.kv_heads, Some(c.heads)), &[&s.qkv], &s.k_rot)?;
+                    Some(&s.qkv)
+                }
+            };
+            match values {
+                _ if batch > 1 => {
+                    if let Some(qkv) = values {
+                        b.run_tensors(&values_apart, &[qkv], &s.v)?;
+                    }
+                    b.run_tensors(&slotted, &[&s.k_rot, &s.slots], &l.k_cache)?;
+                    b.run_tensors(&slotted, &[&s.v, &s.slots], &l.v_cache)?;
+                }
+                Some(qkv) => {
                     run(&append, &[&s.k_rot], &l.k_cache)?;
-                    run(&append_v, &[&s.qkv], &l.v_cache)?;
+                    run(&append_v, &[qkv], &l.v_cache)?;
+                }
+                None => {
+                    run(&append, &[&s.k_rot], &l.k_cache)?;
+                    run(&append, &[&s.v], &l.v_cache)?;
                 }
             }
-            // One token: token-major and head-major are the same layout.
-            let out = if seq == 1 {
+            // One token a sequence: token-major and head-major are the same layout.
+            let out = if tokens == 1 {
                 run(&attention, &[&s.q_rot, &l.k_cache, &l.v_cache], &s.attn)?;
                 &s.attn
             } else {
@@ -791,18 +953,21 @@ impl Llama {
             b.run_tensors(&add, &[x, &s.o], x2)?;
             std::mem::swap(&mut x, &mut x2);
         }
-        let last = Op::Copy(
-            CopySpec::new(
+        // The logits of each sequence's last token: x's rows when each has one.
+        let last = if tokens == 1 {
+            x
+        } else {
+            let copy = CopySpec::new(
                 [1, 1, c.hidden],
                 Strided { offset: (seq - 1) * c.hidden, strides: [0, 0, 1], len: seq * c.hidden },
                 Strided::contiguous([1, 1, c.hidden]),
-            )
-            .with_dtype(dt),
-        );
-        b.run_tensors(&last, &[x], &s.last)?;
-        let final_norm = Op::rows(RowOp::RmsNorm { eps: c.rms_eps }, 1, c.hidden).with_dtype(dt);
-        b.run_tensors(&final_norm, &[&s.last, &self.final_norm], &s.normed)?;
-        b.run_tensors(&self.lm_head.op(1, dt), &[&s.normed, &self.lm_head.w], &s.logits)?;
-        b.run_tensors(&Op::ArgMax { rows: 1, cols: c.vocab, dtype: dt }, &[&s.logits], &s.next)
+            );
+            b.run_tensors(&Op::Copy(copy.with_dtype(dt)), &[x], &s.last)?;
+            &s.last
+        };
+        let final_norm = Op::rows(RowOp::RmsNorm { eps: c.rms_eps }, batch, c.hidden).with_dtype(dt);
+        b.run_tensors(&final_norm, &[last, &self.final_norm], &s.normed)?;
+        b.run_tensors(&self.lm_head.op(batch, dt), &[&s.normed, &self.lm_head.w], &s.logits)?;
+        b.run_tensors(&Op::ArgMax { rows: batch, cols: c.vocab, dtype: dt }, &[&s.logits], &s.next)
     }
 }
