@@ -50,9 +50,8 @@ mod x86 {
 
     pub(super) use super::super::avx512::Tok;
     use super::super::avx512::{
-        EXP2_T_MIN, EXPM1_T_MIN, LOG2E, Narrow, Zmm, exp2, expm1_2, load, recip, splat, store, zmm,
+        EXP2_T_MIN, EXPM1_T_MIN, LOG2E, Narrow, Zmm, exp2_above_half, expm1_2, load, recip, splat, store, zmm,
     };
-    use crate::simd::{Avx512, math};
 
     /// `−2·√(2/π)·log₂ e` and `0.044715` times it: gelu's `−2u·log₂ e = x·(A + B·x²)`.
     const GELU_A: f32 = -2.0 * 0.797_884_6 * LOG2E;
@@ -62,6 +61,31 @@ mod x86 {
     const T_MAX: f32 = 125.0;
     /// The factor of the sigmoid's tail: `x·σ` with `x = −∞` would be `−∞·0`.
     const FACTOR_MIN: f32 = -200.0;
+    /// `tanh x ≈ x·P(x²)/Q(x²)` on `|x| ≤ 7` (beyond, `tanh x` is `±1` within
+    /// 1.7e-6): near-minimax of relative error (Lawson-reweighted linearised
+    /// least squares), 1.3e-6 in `f32` arithmetic.
+    const TANH_P: [f32; 4] = [0.999_998_99, 0.123_220_47, 0.002_293_078_5, 3.995_817_2e-6];
+    const TANH_Q: [f32; 4] = [1.0, 0.456_546_1, 0.021_151_574, 0.000_143_983_23];
+    /// Where [`TANH_P`]/[`TANH_Q`] stop.
+    const TANH_X_MAX: f32 = 7.0;
+    /// `log₂ Φ(−a) + a²·log₂(e)/2 + ½ ≈ Σ GELU_H[k]·aᵏ` on `0 ≤ a ≤ 5`
+    /// ([`GELU_A_MAX`]), fitted so that gelu's result is within 1e-6 relative
+    /// for `|x| ≤ 3` and within a third of the conformance tolerance beyond
+    /// (the `+½` is [`exp2_above_half`]'s shift).
+    const GELU_H: [f32; 7] = [
+        -0.499_998_57,
+        -1.151_159_8,
+        0.262_486_58,
+        -0.053_333_614,
+        0.008_050_005,
+        -0.000_764_062_9,
+        3.280_605_6e-5,
+    ];
+    /// Where [`GELU_H`] stops: `Φ(−5)·5 = 1.4e-6`, and beyond it gelu's
+    /// negative tail, below 1e-6, is only kept to an absolute 1e-7.
+    const GELU_A_MAX: f32 = 5.0;
+    /// `log₂(e)/2`: `Φ(−a) = 2^(−a²·log₂(e)/2)·…`.
+    const HALF_LOG2E: f32 = 0.5 * LOG2E;
 
     const SIGMOID: u8 = 0;
     const SWISH: u8 = 1;
@@ -70,12 +94,21 @@ mod x86 {
     const ELU: u8 = 4;
     const GELU_ERF: u8 = 5;
 
-    /// `σ(z)` from `t = −z·log₂ e`: `1/(1 + 2ᵗ)`, `t` clamped first (NaN kept:
-    /// `max`/`min` return their second operand when either is NaN).
     #[inline(always)]
-    fn sigmoid_of(z: Zmm, t: __m512) -> __m512 {
-        let t = zmm!(_mm512_min_ps(splat(z, T_MAX), _mm512_max_ps(splat(z, EXP2_T_MIN), t)));
-        recip(z, zmm!(_mm512_add_ps(splat(z, 1.0), exp2(z, t))))
+    fn horner<const N: usize>(z: Zmm, x: __m512, c: &[f32; N]) -> __m512 {
+        let mut acc = splat(z, c[N - 1]);
+        for &k in c[..N - 1].iter().rev() {
+            acc = zmm!(_mm512_fmadd_ps(acc, x, splat(z, k)));
+        }
+        acc
+    }
+
+    /// `σ(z)` from `s = −z·log₂ e + ½`: `1/(1 + 2^(s − ½))`, `s` clamped first
+    /// (NaN kept: `max`/`min` return their second operand when either is NaN).
+    #[inline(always)]
+    fn sigmoid_of(z: Zmm, s: __m512) -> __m512 {
+        let s = zmm!(_mm512_min_ps(splat(z, T_MAX + 0.5), _mm512_max_ps(splat(z, EXP2_T_MIN + 0.5), s)));
+        recip(z, zmm!(_mm512_add_ps(splat(z, 1.0), exp2_above_half(z, s))))
     }
 
     /// `f·σ`, with `f` kept above [`FACTOR_MIN`] (so `−∞·σ` is not `−∞`).
@@ -84,52 +117,74 @@ mod x86 {
         zmm!(_mm512_mul_ps(_mm512_max_ps(splat(z, FACTOR_MIN), f), sigma))
     }
 
-    /// `tanh x = sign(x)·(−m)/(2 + m)` with `m = e^(−2|x|) − 1`.
+    /// `tanh x = x·P(x²)/Q(x²)` with `x` clamped to `±`[`TANH_X_MAX`]; the
+    /// division is `vrcp14ps` and one correction of the quotient.
     #[inline(always)]
     fn tanh(z: Zmm, x: __m512) -> __m512 {
-        let t = zmm!(_mm512_max_ps(splat(z, EXPM1_T_MIN), _mm512_mul_ps(_mm512_abs_ps(x), splat(z, -2.0 * LOG2E))));
-        let m = expm1_2(z, t);
-        let r = recip(z, zmm!(_mm512_add_ps(splat(z, 2.0), m)));
+        let c = zmm!(_mm512_min_ps(splat(z, TANH_X_MAX), _mm512_max_ps(splat(z, -TANH_X_MAX), x)));
+        let s = zmm!(_mm512_mul_ps(c, c));
+        let n = zmm!(_mm512_mul_ps(c, horner(z, s, &TANH_P)));
+        let d = horner(z, s, &TANH_Q);
         zmm!({
-            let y = _mm512_abs_ps(_mm512_mul_ps(m, r));
-            let sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(i32::MIN));
-            _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(y), sign))
+            let r = _mm512_rcp14_ps(d);
+            let y = _mm512_mul_ps(n, r);
+            _mm512_fmadd_ps(_mm512_fnmadd_ps(y, d, n), r, y)
         })
     }
 
-    /// `x` where `x > 0`, else `alpha·(eˣ − 1)`.
+    /// `x` where `x > 0`, else `alpha·(eˣ − 1)` (a NaN compares false and
+    /// stays; the exponential of positive `x` is computed and not used).
     #[inline(always)]
     fn elu(z: Zmm, x: __m512, alpha: f32) -> __m512 {
-        let zero = splat(z, 0.0);
-        let t = zmm!(_mm512_max_ps(splat(z, EXPM1_T_MIN), _mm512_mul_ps(_mm512_min_ps(zero, x), splat(z, LOG2E))));
-        let below = zmm!(_mm512_mul_ps(splat(z, alpha), expm1_2(z, t)));
-        zmm!(_mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, zero), below, x))
+        let t = zmm!(_mm512_max_ps(splat(z, EXPM1_T_MIN), _mm512_mul_ps(x, splat(z, LOG2E))));
+        let below = zmm!(_mm512_cmp_ps_mask::<_CMP_LE_OQ>(x, splat(z, 0.0)));
+        zmm!(_mm512_mask_mul_ps(x, below, splat(z, alpha), expm1_2(z, t)))
+    }
+
+    /// `gelu x = max(x, 0) − |x|·Φ(−|x|)` with `Φ(−a) = 2^(h(a) − a²·log₂(e)/2)`
+    /// and `h` the polynomial [`GELU_H`] of `a` clamped to [`GELU_A_MAX`].
+    /// No cancellation: `Φ(−a) ≤ ½`.
+    #[inline(always)]
+    fn gelu_erf(z: Zmm, x: __m512) -> __m512 {
+        let a = zmm!(_mm512_abs_ps(x));
+        // `min` keeps a NaN `a`.
+        let ac = zmm!(_mm512_min_ps(splat(z, GELU_A_MAX), a));
+        let h = horner(z, ac, &GELU_H);
+        // `a = ∞` makes `s = −∞`, clamped; a NaN stays.
+        let s = zmm!(_mm512_max_ps(
+            splat(z, EXP2_T_MIN + 0.5),
+            _mm512_fmadd_ps(_mm512_mul_ps(a, splat(z, -HALF_LOG2E)), a, h)
+        ));
+        let q = exp2_above_half(z, s);
+        // `ac`, not `a`, as the factor: `∞·0` would be NaN.
+        zmm!(_mm512_fnmadd_ps(ac, q, _mm512_max_ps(splat(z, 0.0), x)))
     }
 
     /// Op number `OP` on 16 values.
     #[inline(always)]
-    fn lane<const OP: u8>(z: Zmm, s: Avx512, x: __m512, alpha: f32) -> __m512 {
+    fn lane<const OP: u8>(z: Zmm, x: __m512, alpha: f32) -> __m512 {
+        let half = splat(z, 0.5);
         match OP {
-            SIGMOID => sigmoid_of(z, zmm!(_mm512_mul_ps(x, splat(z, -LOG2E)))),
-            SWISH => times(z, x, sigmoid_of(z, zmm!(_mm512_mul_ps(x, splat(z, -LOG2E))))),
+            SIGMOID => sigmoid_of(z, zmm!(_mm512_fmadd_ps(x, splat(z, -LOG2E), half))),
+            SWISH => times(z, x, sigmoid_of(z, zmm!(_mm512_fmadd_ps(x, splat(z, -LOG2E), half)))),
             GELU_TANH => {
                 let inner = zmm!(_mm512_fmadd_ps(splat(z, GELU_B), _mm512_mul_ps(x, x), splat(z, GELU_A)));
-                times(z, x, sigmoid_of(z, zmm!(_mm512_mul_ps(x, inner))))
+                times(z, x, sigmoid_of(z, zmm!(_mm512_fmadd_ps(x, inner, half))))
             }
             TANH => tanh(z, x),
             ELU => elu(z, x, alpha),
-            _ => math::gelu_erf(s, x),
+            _ => gelu_erf(z, x),
         }
     }
 
     /// `out = op(x)` through zero-padded blocks of 16 (a head or a tail).
     #[inline(always)]
-    fn padded<const OP: u8>(z: Zmm, s: Avx512, x: &[u16], out: &mut [u16], alpha: f32, narrow: Narrow) {
+    fn padded<const OP: u8>(z: Zmm, x: &[u16], out: &mut [u16], alpha: f32, narrow: Narrow) {
         for (xs, os) in x.chunks(16).zip(out.chunks_mut(16)) {
             let mut buf = [0u16; 16];
             buf[..xs.len()].copy_from_slice(xs);
             let mut res = [0u16; 16];
-            store(z, &mut res, lane::<OP>(z, s, load(z, &buf, narrow.f16()), alpha), narrow, false);
+            store(z, &mut res, lane::<OP>(z, load(z, &buf, narrow.f16()), alpha), narrow, false);
             os.copy_from_slice(&res[..os.len()]);
         }
     }
@@ -137,58 +192,61 @@ mod x86 {
     /// The loop of op number `OP`: a head up to the output's first 32-byte
     /// boundary and a tail through padded blocks, whole aligned blocks between.
     #[inline(always)]
-    fn body<const OP: u8>(z: Zmm, s: Avx512, x: &[u16], out: &mut [u16], alpha: f32, narrow: Narrow, stream: bool) {
+    fn body<const OP: u8>(z: Zmm, x: &[u16], out: &mut [u16], alpha: f32, narrow: Narrow, stream: bool) {
         let n = x.len().min(out.len());
         let (x, out) = (&x[..n], &mut out[..n]);
         let head = out.as_ptr().align_offset(32).min(n);
         let (oh, ob) = out.split_at_mut(head);
         let (xh, xb) = x.split_at(head);
-        padded::<OP>(z, s, xh, oh, alpha, narrow);
+        padded::<OP>(z, xh, oh, alpha, narrow);
         let (ob, ot) = ob.as_chunks_mut::<16>();
         let (xb, xt) = xb.as_chunks::<16>();
         for (o, x) in ob.iter_mut().zip(xb) {
-            store(z, o, lane::<OP>(z, s, load(z, x, narrow.f16()), alpha), narrow, stream);
+            store(z, o, lane::<OP>(z, load(z, x, narrow.f16()), alpha), narrow, stream);
         }
         if stream {
             // SAFETY: sfence is part of SSE, which every x86-64 CPU has.
             unsafe { _mm_sfence() }
         }
-        padded::<OP>(z, s, xt, ot, alpha, narrow);
+        padded::<OP>(z, xt, ot, alpha, narrow);
     }
 
     #[inline(always)]
-    fn dispatch(z: Zmm, s: Avx512, op: UnaryOp, x: &[u16], out: &mut [u16], narrow: Narrow, stream: bool) {
+    fn dispatch(z: Zmm, op: UnaryOp, x: &[u16], out: &mut [u16], narrow: Narrow, stream: bool) {
         match op {
-            UnaryOp::Sigmoid => body::<SIGMOID>(z, s, x, out, 0.0, narrow, stream),
-            UnaryOp::Swish => body::<SWISH>(z, s, x, out, 0.0, narrow, stream),
-            UnaryOp::Gelu(GeluForm::Tanh) => body::<GELU_TANH>(z, s, x, out, 0.0, narrow, stream),
-            UnaryOp::Tanh => body::<TANH>(z, s, x, out, 0.0, narrow, stream),
-            UnaryOp::Elu { alpha } => body::<ELU>(z, s, x, out, alpha, narrow, stream),
-            UnaryOp::Gelu(GeluForm::Erf) => body::<GELU_ERF>(z, s, x, out, 0.0, narrow, stream),
+            UnaryOp::Sigmoid => body::<SIGMOID>(z, x, out, 0.0, narrow, stream),
+            UnaryOp::Swish => body::<SWISH>(z, x, out, 0.0, narrow, stream),
+            UnaryOp::Gelu(GeluForm::Tanh) => body::<GELU_TANH>(z, x, out, 0.0, narrow, stream),
+            UnaryOp::Tanh => body::<TANH>(z, x, out, 0.0, narrow, stream),
+            UnaryOp::Elu { alpha } => body::<ELU>(z, x, out, alpha, narrow, stream),
+            UnaryOp::Gelu(GeluForm::Erf) => body::<GELU_ERF>(z, x, out, 0.0, narrow, stream),
             // Not a transcendental: `fused` does not call this.
             _ => {}
         }
     }
 
-    #[target_feature(enable = "avx512f")]
-    fn entry(z: Zmm, s: Avx512, op: UnaryOp, x: &[u16], out: &mut [u16], narrow: Narrow, stream: bool) {
-        dispatch(z, s, op, x, out, narrow, stream)
+    #[target_feature(enable = "avx512f,avx512dq")]
+    fn entry(z: Zmm, op: UnaryOp, x: &[u16], out: &mut [u16], narrow: Narrow, stream: bool) {
+        dispatch(z, op, x, out, narrow, stream)
     }
 
-    #[target_feature(enable = "avx512f,avx512bf16")]
-    fn entry_bf16(z: Zmm, s: Avx512, op: UnaryOp, x: &[u16], out: &mut [u16], stream: bool) {
-        dispatch(z, s, op, x, out, Narrow::Bf16Native, stream)
+    #[target_feature(enable = "avx512f,avx512dq,avx512bf16")]
+    fn entry_bf16(z: Zmm, op: UnaryOp, x: &[u16], out: &mut [u16], stream: bool) {
+        dispatch(z, op, x, out, Narrow::Bf16Native, stream)
     }
 
     /// See [`super::fused`]: `x` and `out` hold `f16` bits when `f16`, else
-    /// `bf16` bits. False (nothing written) without AVX-512F.
+    /// `bf16` bits. False (nothing written) without AVX512DQ.
     pub(super) fn run(tok: Tok, op: UnaryOp, x: &[u16], out: &mut [u16], f16: bool, stream: bool) -> bool {
-        let Some(s) = Avx512::detect() else { return false };
+        if !tok.dq {
+            return false;
+        }
         match Narrow::new(tok, f16) {
-            // SAFETY: the token proves AVX-512F, and `Bf16Native` AVX512_BF16.
-            Narrow::Bf16Native => unsafe { entry_bf16(tok.z, s, op, x, out, stream) },
-            // SAFETY: the token proves AVX-512F.
-            narrow => unsafe { entry(tok.z, s, op, x, out, narrow, stream) },
+            // SAFETY: the token proves AVX-512F and DQ (checked above), and
+            // `Bf16Native` AVX512_BF16.
+            Narrow::Bf16Native => unsafe { entry_bf16(tok.z, op, x, out, stream) },
+            // SAFETY: the token proves AVX-512F and DQ (checked above).
+            narrow => unsafe { entry(tok.z, op, x, out, narrow, stream) },
         }
         true
     }
