@@ -98,17 +98,15 @@ pub(super) fn half_bits<'a, T: compute_core::Element>(
 
 /// `log₂ e`.
 pub(super) const LOG2E: f32 = std::f32::consts::LOG2_E;
-/// `2ᶠ ≈ Σ EXP2[k]·fᵏ` on `|f| ≤ ½` with `2⁰ = 1` exactly (so `e⁰` in
-/// softmax is 1): near-minimax of relative error (Lawson-reweighted least
-/// squares), 2.9e-6 in `f32` arithmetic.
-const EXP2: [f32; 5] = [1.0, 0.693_124_2, 0.240_240_99, 0.055_906_415, 0.009_582_836];
-/// `2^(g − ½) ≈ Σ EXP2_HALF[k]·gᵏ` on `0 ≤ g < 1` (the same function as
-/// [`EXP2`] on a shifted range): relative error 2.7e-6 in `f32` arithmetic.
-const EXP2_HALF: [f32; 5] = [0.707_108_6, 0.490_027_67, 0.170_725_93, 0.036_777_64, 0.009_570_035];
+/// `2^(g − ½) ≈ Σ EXP2_HALF[k]·gᵏ` on `0 ≤ g < 1`, with `2⁰ = 1` exactly at
+/// `g = ½` in `f32` Horner evaluation (so `e⁰` in softmax is 1):
+/// near-minimax of relative error (Lawson-reweighted least squares), 2.9e-6
+/// in `f32` arithmetic.
+const EXP2_HALF: [f32; 5] = [0.707_108_8, 0.490_021_6, 0.170_755_65, 0.036_740_735, 0.009_582_818_5];
 /// `2ᶠ − 1 ≈ f·Σ EXPM1[k]·fᵏ` on `|f| ≤ ½`, relative error 5.8e-7 in `f32`
 /// (the leading coefficient is `ln 2`, as it is in the series).
 const EXPM1: [f32; 5] = [std::f32::consts::LN_2, 0.240_223_51, 0.055_505_004, 0.009_666_243, 0.001_333_352_6];
-/// [`exp2`] takes `t` from here (below it `2ᵗ` is 0 in `f32`).
+/// The exponentials take `t` from here (below it `2ᵗ` is 0 in `f32`).
 pub(super) const EXP2_T_MIN: f32 = -150.0;
 /// [`expm1_2`] takes `t` from here (below it `2ᵗ − 1` is −1 in `f32`).
 pub(super) const EXPM1_T_MIN: f32 = -40.0;
@@ -136,16 +134,8 @@ fn split(z: Zmm, t: __m512) -> (__m512, __m512) {
     (n, zmm!(_mm512_sub_ps(t, n)))
 }
 
-/// `2ᵗ` for `t` from [`EXP2_T_MIN`] up to 127 (NaN stays NaN), relative
-/// error 2.9e-6: `vscalefps` of the polynomial by the rounded exponent.
-#[inline(always)]
-pub(super) fn exp2(z: Zmm, t: __m512) -> __m512 {
-    let (n, f) = split(z, t);
-    zmm!(_mm512_scalef_ps(horner(z, f, &EXP2), n))
-}
-
 /// `2^(s − ½)` for `s` from `EXP2_T_MIN + ½` up to 127 (NaN stays NaN),
-/// relative error 2.7e-6, in six instructions: `vreduceps` gives `g = s −
+/// relative error 2.9e-6, in six instructions: `vreduceps` gives `g = s −
 /// ⌊s⌋` and `vscalefps` multiplies by `2^⌊s⌋` itself. Callers fold the `+½`
 /// into the constant of the arithmetic that makes `s`. Needs AVX512DQ
 /// ([`Tok::dq`]).

@@ -42,6 +42,7 @@ pub fn fused<T: Element>(
         && cols > 0
         && let Some(tok) = super::avx512::Tok::detect()
         && tok.bw_vl
+        && tok.dq
     {
         let Some((x, out, f16)) = super::avx512::half_bits(x, out) else { return false };
         let needed = match op {
@@ -72,8 +73,14 @@ mod x86 {
     use compute_core::RowOp;
 
     use super::super::avx512::{
-        EXP2_T_MIN, LOG2E, Narrow, Zmm, exp2, lanes, load, load_part, splat, store, store_part, zmm,
+        EXP2_T_MIN, LOG2E, Narrow, Zmm, exp2_above_half, lanes, load, load_part, splat, store, store_part, zmm,
     };
+
+    /// How far (in squared standard deviations) the pivot of layer_norm's
+    /// one-pass sums may sit from the row's mean: up to it the variance
+    /// `Σ(x − p)²/n − (mean − p)²` loses at most a factor 9 of the sums'
+    /// relative accuracy (f32 sums of at most `cols/64` terms per lane).
+    const WELL_CENTRED: f64 = 4.0;
 
     /// The sum of the four accumulators' lanes, in `f64`.
     #[inline(always)]
@@ -85,17 +92,18 @@ mod x86 {
     /// What a reduction pass adds up.
     #[derive(Clone, Copy, PartialEq)]
     enum Moment {
-        /// `Σ x`.
-        Sum,
+        /// `Σ x²`.
+        SumSq,
         /// `Σ (x − shift)²`.
         Squares(f32),
     }
 
-    /// `acc` plus the moment's term of `v` (lanes outside `k` count 0).
+    /// `acc` plus the moment's term of `v` (lanes outside `k` count 0; they
+    /// hold 0).
     #[inline(always)]
     fn add_term(z: Zmm, m: Moment, acc: __m512, v: __m512, k: __mmask16) -> __m512 {
         match m {
-            Moment::Sum => zmm!(_mm512_add_ps(acc, v)),
+            Moment::SumSq => zmm!(_mm512_fmadd_ps(v, v, acc)),
             Moment::Squares(shift) => zmm!({
                 let d = _mm512_maskz_sub_ps(k, v, splat(z, shift));
                 _mm512_fmadd_ps(d, d, acc)
@@ -123,6 +131,46 @@ mod x86 {
         total(z, a)
     }
 
+    /// The mean of the row's first (up to) 16 values, in `f32`: the shift of
+    /// [`shifted_sums`], near the row's mean for most rows.
+    #[inline(always)]
+    fn pivot(z: Zmm, x: &[u16], f16: bool) -> f32 {
+        let n = x.len().min(16);
+        let v = match x.first_chunk::<16>() {
+            Some(b) => load(z, b, f16),
+            None => load_part(z, x, f16),
+        };
+        zmm!(_mm512_reduce_add_ps(v)) / n as f32
+    }
+
+    /// `Σ (x − p)` and `Σ (x − p)²` over the row in one pass (four pairs of
+    /// accumulators, then `f64`).
+    #[inline(always)]
+    fn shifted_sums(z: Zmm, x: &[u16], f16: bool, p: f32) -> (f64, f64) {
+        let ps = splat(z, p);
+        let mut a = [splat(z, 0.0); 4];
+        let mut b = [splat(z, 0.0); 4];
+        let step = |a: &mut __m512, b: &mut __m512, v: __m512, k: __mmask16| {
+            let d = zmm!(_mm512_maskz_sub_ps(k, v, ps));
+            *a = zmm!(_mm512_add_ps(*a, d));
+            *b = zmm!(_mm512_fmadd_ps(d, d, *b));
+        };
+        let (blocks, tail) = x.as_chunks::<16>();
+        let (quads, rest) = blocks.as_chunks::<4>();
+        for q in quads {
+            for ((a, b), v) in a.iter_mut().zip(b.iter_mut()).zip(q) {
+                step(a, b, load(z, v, f16), 0xffff);
+            }
+        }
+        for v in rest {
+            step(&mut a[0], &mut b[0], load(z, v, f16), 0xffff);
+        }
+        if !tail.is_empty() {
+            step(&mut a[1], &mut b[1], load_part(z, tail, f16), lanes(tail.len()));
+        }
+        (total(z, a), total(z, b))
+    }
+
     /// The largest value of the row that is not NaN (−∞ if none):
     /// `max(v, acc)` returns `acc` when `v` is NaN.
     #[inline(always)]
@@ -144,10 +192,12 @@ mod x86 {
         zmm!(_mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(a[0], a[1]), _mm512_max_ps(a[2], a[3]))))
     }
 
-    /// `e^(v − m)` (0 for `v = −∞`, NaN stays NaN).
+    /// `e^(v − m)` (0 for `v = −∞`, NaN stays NaN): `2^(s − ½)` with
+    /// `s = (v − m)·log₂ e + ½`.
     #[inline(always)]
     fn exp_minus(z: Zmm, v: __m512, m: __m512) -> __m512 {
-        exp2(z, zmm!(_mm512_max_ps(splat(z, EXP2_T_MIN), _mm512_mul_ps(_mm512_sub_ps(v, m), splat(z, LOG2E)))))
+        let s = zmm!(_mm512_fmadd_ps(_mm512_sub_ps(v, m), splat(z, LOG2E), splat(z, 0.5)));
+        exp2_above_half(z, zmm!(_mm512_max_ps(splat(z, EXP2_T_MIN + 0.5), s)))
     }
 
     /// `Σ e^(x − m)` over the row, each term also written to `keep` (an
@@ -310,13 +360,23 @@ mod x86 {
                     finish(z, x, &[], f16, Last::MinusMinus(m, sum.ln() as f32), gb, out, narrow, stream);
                 }
                 RowOp::LayerNorm { eps } => {
-                    let mean = (moment(z, x, f16, Moment::Sum) / n) as f32;
-                    let var = moment(z, x, f16, Moment::Squares(mean)) / n;
+                    let p = pivot(z, x, f16);
+                    let (s1, s2) = shifted_sums(z, x, f16, p);
+                    let d = s1 / n;
+                    let var = s2 / n - d * d;
+                    let mean = (f64::from(p) + d) as f32;
+                    // Far from the pivot (or NaN) the difference would
+                    // cancel: a second pass around the mean instead.
+                    let var = if d * d <= WELL_CENTRED * var {
+                        var
+                    } else {
+                        moment(z, x, f16, Moment::Squares(mean)) / n
+                    };
                     let inv = (1.0 / (var + f64::from(eps)).sqrt()) as f32;
                     finish(z, x, &[], f16, Last::Normalize(mean, inv), gb, out, narrow, stream);
                 }
                 RowOp::RmsNorm { eps } => {
-                    let ms = moment(z, x, f16, Moment::Squares(0.0)) / n;
+                    let ms = moment(z, x, f16, Moment::SumSq) / n;
                     let inv = (1.0 / (ms + f64::from(eps)).sqrt()) as f32;
                     finish(z, x, &[], f16, Last::ScaleBy(inv), gb, out, narrow, stream);
                 }
@@ -328,12 +388,12 @@ mod x86 {
         }
     }
 
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq")]
     fn entry(z: Zmm, job: Job<'_>) {
         rows(z, job)
     }
 
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")]
     fn entry_bf16(z: Zmm, job: Job<'_>) {
         rows(z, Job { narrow: Narrow::Bf16Native, ..job })
     }
