@@ -1,18 +1,25 @@
 //! Row ops (softmax, log_softmax, layer_norm, rms_norm) on `f16` and `bf16`
-//! rows, on AVX-512 (F, BW, VL): each row is read in place, 16 values per
-//! step widened in registers, in the passes of the `f32` kernels
-//! ([`crate::kernels::rows`]) — the row's second and third reads come from
-//! cache — and each result is rounded once as it is stored. No `f32` copy of
-//! the input; softmax stages `e^(x − max)` in an `f32` row scratch. Sums use
-//! four vector accumulators, added in `f64` at the end of the row.
+//! rows, on AVX-512 (F, BW, VL, DQ): each row is read in place, 16 values per
+//! step widened in registers, and each result is rounded once as it is
+//! stored. No `f32` copy of the input. Passes: rms_norm two (sum of squares,
+//! scale); layer_norm two (`Σ(x − p)` and `Σ(x − p)²` around a pivot `p`, the
+//! mean of the row's first 16 values, then normalise), with a third pass
+//! around the mean for a row whose mean lies more than two standard
+//! deviations from `p`, where the one-pass variance would cancel; softmax
+//! three (max; `e^(x − max)` summed and staged in an `f32` row scratch; scale)
+//! and log_softmax three (max, sum, subtract). The passes after the first
+//! read the row from cache. Sums use four vector accumulators, added in `f64`
+//! at the end of the row.
 //!
 //! **Accuracy.** As the `f32` kernels' except the exponential of softmax and
-//! log_softmax, which is the same `2ᵗ` as the transcendentals' (relative error
-//! 2.9e-6, within the conformance suite's `1e-5` for these ops): the result is
-//! rounded to 8 or 11 significant bits.
+//! log_softmax, which is the transcendentals' `2ᵗ` (relative error 2.9e-6,
+//! `e⁰ = 1` exactly; within the conformance suite's `1e-5` for these ops),
+//! and layer_norm's one-pass variance, which loses at most a factor 9 of the
+//! `f32` sums' relative accuracy: the result is rounded to 8 or 11
+//! significant bits.
 //!
 //! **Cost.** One pass over the half row from memory, the others from L1 (a
-//! row of 4096 halves is 8 KiB), plus the output; about 1 (rms_norm) to 12
+//! row of 4096 halves is 8 KiB), plus the output; about 1 (rms_norm) to 10
 //! (softmax) vector instructions per 16 values and pass.
 
 use compute_core::{Element, HostSlice, RowOp};
@@ -21,7 +28,7 @@ use crate::isa::Isa;
 
 /// `op` over the whole rows of `x` (`cols` each) into `out`, with the
 /// parameter vectors already widened (`params[0]` = γ, `params[1]` = β),
-/// when this CPU has AVX-512F, BW and VL and `x` and `out` are both `f16` or
+/// when this CPU has AVX-512F, BW, VL and DQ and `x` and `out` are both `f16` or
 /// both `bf16`; `scratch` is softmax's row buffer (grown to `cols`). With
 /// `stream`, outputs are written with non-temporal stores where 32-byte
 /// aligned (ending with `sfence`). Returns false, having written nothing,
@@ -131,8 +138,11 @@ mod x86 {
         total(z, a)
     }
 
-    /// The mean of the row's first (up to) 16 values, in `f32`: the shift of
-    /// [`shifted_sums`], near the row's mean for most rows.
+    /// The mean of the row's first (up to) 16 values rounded to the row's
+    /// dtype: the shift of [`shifted_sums`], near the row's mean for most
+    /// rows. On the dtype's grid, `x − p` is exact for values near `p` and has
+    /// no low bits of its own (a shift with more bits than the values would
+    /// bias the rounding of every term the same way).
     #[inline(always)]
     fn pivot(z: Zmm, x: &[u16], f16: bool) -> f32 {
         let n = x.len().min(16);
@@ -140,7 +150,8 @@ mod x86 {
             Some(b) => load(z, b, f16),
             None => load_part(z, x, f16),
         };
-        zmm!(_mm512_reduce_add_ps(v)) / n as f32
+        let p = zmm!(_mm512_reduce_add_ps(v)) / n as f32;
+        if f16 { compute_core::f16::from_f32(p).to_f32() } else { compute_core::bf16::from_f32(p).to_f32() }
     }
 
     /// `Σ (x − p)` and `Σ (x − p)²` over the row in one pass (four pairs of
@@ -425,9 +436,10 @@ mod tests {
     fn fused_rows_match_the_reference() {
         if !(Isa::Avx512.is_supported()
             && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512vl"))
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("avx512dq"))
         {
-            eprintln!("SKIPPED: no AVX-512 BW/VL on this CPU");
+            eprintln!("SKIPPED: no AVX-512 BW/VL/DQ on this CPU");
             return;
         }
         let mut rng = Rng::new(0x5eed_0021);
@@ -463,6 +475,54 @@ mod tests {
                     };
                     if let Some(msg) = compare_typed(&spec, &inputs, out.as_slice(), 1.0) {
                         panic!("{op:?} {dtype} cols {cols}: {msg}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// layer_norm on rows that test its one-pass variance: an outlier first
+    /// value (the pivot far from the mean: the second pass runs), values on a
+    /// large offset with a small spread, and long rows (65537 values) whose
+    /// mean lies away from the pivot, within the conformance tolerance.
+    #[test]
+    fn layer_norm_holds_far_from_the_pivot() {
+        if !(Isa::Avx512.is_supported()
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("avx512dq"))
+        {
+            eprintln!("SKIPPED: no AVX-512 BW/VL/DQ on this CPU");
+            return;
+        }
+        let mut rng = Rng::new(0x5eed_0022);
+        let op = RowOp::LayerNorm { eps: 1e-5 };
+        for dtype in [DType::F16, DType::BF16] {
+            for cols in [4096usize, 65_537] {
+                let mut outlier = rng.vec(cols, -6.0, 6.0);
+                outlier[0] = 3000.0;
+                let offset: Vec<f32> = rng.vec(cols, -1.0, 1.0).iter().map(|v| 200.0 + v).collect();
+                // The first 16 values well above the rest: the pivot sits
+                // about 1.5 standard deviations from the mean.
+                let mut shifted = rng.vec(cols, -6.0, 6.0);
+                shifted[..16].fill(5.0);
+                for xv in [outlier, offset, shifted] {
+                    let x = HostVec::from_f32(dtype, &xv);
+                    let gamma = HostVec::from_f32(dtype, &rng.vec(cols, 0.5, 1.5));
+                    let beta = HostVec::from_f32(dtype, &rng.vec(cols, -1.0, 1.0));
+                    let (g32, b32) = (gamma.to_f32(), beta.to_f32());
+                    let spec = Op::rows(op, 1, cols).with_dtype(dtype);
+                    let mut out = HostVec::zeros(dtype, cols);
+                    let params: Vec<&[f32]> = vec![&g32, &b32];
+                    let done = match &mut out {
+                        HostVec::F16(o) => fused(Isa::Avx512, op, cols, x.as_slice(), &params, o, &mut Vec::new(), true),
+                        HostVec::BF16(o) => fused(Isa::Avx512, op, cols, x.as_slice(), &params, o, &mut Vec::new(), true),
+                        _ => false,
+                    };
+                    assert!(done, "{dtype}: no fused loop");
+                    let inputs = [x.as_slice(), gamma.as_slice(), beta.as_slice()];
+                    if let Some(msg) = compare_typed(&spec, &inputs, out.as_slice(), 1.0) {
+                        panic!("{dtype} cols {cols} (first value {}): {msg}", xv[0]);
                     }
                 }
             }
