@@ -62,15 +62,18 @@ mod x86 {
 
     pub(super) use super::super::avx512::Tok;
     use super::super::avx512::{
-        EXP2_T_MIN, EXPM1_T_MIN, LOG2E, Narrow, Zmm, exp2_above_half, expm1_2, load, recip, splat, store, zmm,
+        EXPM1_T_MIN, LOG2E, Narrow, Zmm, exp2_above_half, expm1_2, load, recip, splat, store, zmm,
     };
 
     /// `−2·√(2/π)·log₂ e` and `0.044715` times it: gelu's `−2u·log₂ e = x·(A + B·x²)`.
     const GELU_A: f32 = -2.0 * 0.797_884_6 * LOG2E;
     const GELU_B: f32 = GELU_A * 0.044_715;
-    /// The top of the sigmoid's `2ᵗ`: above it `1 + 2ᵗ` would leave
-    /// `vrcp14ps`'s normal range.
-    const T_MAX: f32 = 125.0;
+    /// The sigmoid's `|z|` is clamped here: `|z|·log₂ e` stays below 125,
+    /// where `1 + 2ᵗ` keeps within `vrcp14ps`'s normal range, and `σ(±86)` is
+    /// 0 or 1 within 2⁻¹²⁴.
+    const Z_MAX: f32 = 86.0;
+    /// gelu's (tanh form) `|x|` is clamped here: `|x·(A + B·x²)| ≤ 110`.
+    const GELU_X_MAX: f32 = 9.5;
     /// The factor of the sigmoid's tail: `x·σ` with `x = −∞` would be `−∞·0`.
     const FACTOR_MIN: f32 = -200.0;
     /// `tanh x ≈ x·P(x²)/Q(x²)` on `|x| ≤ 7` (beyond, `tanh x` is `±1` within
@@ -281,12 +284,27 @@ mod x86 {
         acc
     }
 
-    /// `σ(z)` from `s = −z·log₂ e + ½`: `1/(1 + 2^(s − ½))`, `s` clamped first
-    /// (NaN kept: `max`/`min` return their second operand when either is NaN).
+    /// `σ(z)` from `s = −z·log₂ e + ½`: `1/(1 + 2^(s − ½))`, with `|s − ½|`
+    /// at most 125 (the callers clamp).
     #[inline(always)]
     fn sigmoid_of(z: Zmm, s: __m512) -> __m512 {
-        let s = zmm!(_mm512_min_ps(splat(z, T_MAX + 0.5), _mm512_max_ps(splat(z, EXP2_T_MIN + 0.5), s)));
         recip(z, zmm!(_mm512_add_ps(splat(z, 1.0), exp2_above_half(z, s))))
+    }
+
+    /// `x` with its magnitude clamped to `m`, sign kept, in one `vrangeps`
+    /// (absolute minimum, sign of `x`); a NaN does not stay NaN, so the
+    /// callers carry `x` itself into the result as well. Needs AVX512DQ.
+    #[inline(always)]
+    fn clamp_abs(z: Zmm, x: __m512, m: f32) -> __m512 {
+        // SAFETY: the caller checked AVX512DQ.
+        unsafe { _mm512_range_ps::<0b0010>(x, splat(z, m)) }
+    }
+
+    /// `x` clamped to `[−m, m]`, NaN kept (`max`/`min` return their second
+    /// operand when either is NaN).
+    #[inline(always)]
+    fn clamp(z: Zmm, x: __m512, m: f32) -> __m512 {
+        zmm!(_mm512_min_ps(splat(z, m), _mm512_max_ps(splat(z, -m), x)))
     }
 
     /// `f·σ`, with `f` kept above [`FACTOR_MIN`] (so `−∞·σ` is not `−∞`).
@@ -299,7 +317,7 @@ mod x86 {
     /// division is `vrcp14ps` and one correction of the quotient.
     #[inline(always)]
     fn tanh(z: Zmm, x: __m512) -> __m512 {
-        let c = zmm!(_mm512_min_ps(splat(z, TANH_X_MAX), _mm512_max_ps(splat(z, -TANH_X_MAX), x)));
+        let c = clamp(z, x, TANH_X_MAX);
         let s = zmm!(_mm512_mul_ps(c, c));
         let n = zmm!(_mm512_mul_ps(c, horner(z, s, &TANH_P)));
         let d = horner(z, s, &TANH_Q);
@@ -325,9 +343,11 @@ mod x86 {
     /// [`GELU_A_MAX`] (and for NaN, which stays NaN, and ±∞).
     #[inline(always)]
     fn gelu_erf(z: Zmm, x: __m512) -> __m512 {
-        let a = zmm!(_mm512_abs_ps(x));
-        // `min` keeps a NaN `a` (its lanes are replaced below).
-        let m = zmm!(_mm512_mul_ps(_mm512_min_ps(splat(z, GELU_A_MAX), a), splat(z, GELU_K)));
+        // `min(|x|, GELU_A_MAX)` in one `vrangeps` (sign cleared); a NaN `x`
+        // comes back through `max(0, x)` below.
+        // SAFETY: the caller checked AVX512DQ.
+        let a = unsafe { _mm512_range_ps::<0b1010>(x, splat(z, GELU_A_MAX)) };
+        let m = zmm!(_mm512_mul_ps(a, splat(z, GELU_K)));
         // SAFETY: the caller checked AVX512DQ.
         let u = unsafe { _mm512_reduce_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(m) };
         let j = zmm!(_mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(m));
@@ -341,7 +361,7 @@ mod x86 {
         for c in GELU_PIECES[..4].iter().rev() {
             q = zmm!(_mm512_fmadd_ps(q, u, coef(c)));
         }
-        let inside = zmm!(_mm512_cmp_ps_mask::<_CMP_LE_OQ>(a, splat(z, GELU_A_MAX)));
+        let inside = zmm!(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, splat(z, GELU_A_MAX)));
         zmm!(_mm512_mask3_fnmadd_ps(a, q, _mm512_max_ps(splat(z, 0.0), x), inside))
     }
 
@@ -350,11 +370,15 @@ mod x86 {
     fn lane<const OP: u8>(z: Zmm, x: __m512, alpha: f32) -> __m512 {
         let half = splat(z, 0.5);
         match OP {
-            SIGMOID => sigmoid_of(z, zmm!(_mm512_fmadd_ps(x, splat(z, -LOG2E), half))),
-            SWISH => times(z, x, sigmoid_of(z, zmm!(_mm512_fmadd_ps(x, splat(z, -LOG2E), half)))),
+            SIGMOID => sigmoid_of(z, zmm!(_mm512_fmadd_ps(clamp(z, x, Z_MAX), splat(z, -LOG2E), half))),
+            // The factor `x` keeps a NaN.
+            SWISH => {
+                times(z, x, sigmoid_of(z, zmm!(_mm512_fmadd_ps(clamp_abs(z, x, Z_MAX), splat(z, -LOG2E), half))))
+            }
             GELU_TANH => {
-                let inner = zmm!(_mm512_fmadd_ps(splat(z, GELU_B), _mm512_mul_ps(x, x), splat(z, GELU_A)));
-                times(z, x, sigmoid_of(z, zmm!(_mm512_fmadd_ps(x, inner, half))))
+                let c = clamp_abs(z, x, GELU_X_MAX);
+                let inner = zmm!(_mm512_fmadd_ps(splat(z, GELU_B), _mm512_mul_ps(c, c), splat(z, GELU_A)));
+                times(z, x, sigmoid_of(z, zmm!(_mm512_fmadd_ps(c, inner, half))))
             }
             TANH => tanh(z, x),
             ELU => elu(z, x, alpha),
