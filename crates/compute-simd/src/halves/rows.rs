@@ -378,11 +378,8 @@ mod x86 {
                     let mean = (f64::from(p) + d) as f32;
                     // Far from the pivot (or NaN) the difference would
                     // cancel: a second pass around the mean instead.
-                    let var = if d * d <= WELL_CENTRED * var {
-                        var
-                    } else {
-                        moment(z, x, f16, Moment::Squares(mean)) / n
-                    };
+                    let var =
+                        if d * d <= WELL_CENTRED * var { var } else { moment(z, x, f16, Moment::Squares(mean)) / n };
                     let inv = (1.0 / (var + f64::from(eps)).sqrt()) as f32;
                     finish(z, x, &[], f16, Last::Normalize(mean, inv), gb, out, narrow, stream);
                 }
@@ -515,8 +512,12 @@ mod tests {
                     let mut out = HostVec::zeros(dtype, cols);
                     let params: Vec<&[f32]> = vec![&g32, &b32];
                     let done = match &mut out {
-                        HostVec::F16(o) => fused(Isa::Avx512, op, cols, x.as_slice(), &params, o, &mut Vec::new(), true),
-                        HostVec::BF16(o) => fused(Isa::Avx512, op, cols, x.as_slice(), &params, o, &mut Vec::new(), true),
+                        HostVec::F16(o) => {
+                            fused(Isa::Avx512, op, cols, x.as_slice(), &params, o, &mut Vec::new(), true)
+                        }
+                        HostVec::BF16(o) => {
+                            fused(Isa::Avx512, op, cols, x.as_slice(), &params, o, &mut Vec::new(), true)
+                        }
                         _ => false,
                     };
                     assert!(done, "{dtype}: no fused loop");

@@ -372,9 +372,7 @@ mod x86 {
         match OP {
             SIGMOID => sigmoid_of(z, zmm!(_mm512_fmadd_ps(clamp(z, x, Z_MAX), splat(z, -LOG2E), half))),
             // The factor `x` keeps a NaN.
-            SWISH => {
-                times(z, x, sigmoid_of(z, zmm!(_mm512_fmadd_ps(clamp_abs(z, x, Z_MAX), splat(z, -LOG2E), half))))
-            }
+            SWISH => times(z, x, sigmoid_of(z, zmm!(_mm512_fmadd_ps(clamp_abs(z, x, Z_MAX), splat(z, -LOG2E), half)))),
             GELU_TANH => {
                 let c = clamp_abs(z, x, GELU_X_MAX);
                 let inner = zmm!(_mm512_fmadd_ps(splat(z, GELU_B), _mm512_mul_ps(c, c), splat(z, GELU_A)));
