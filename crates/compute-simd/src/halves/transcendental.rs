@@ -79,7 +79,7 @@ mod x86 {
     /// `tanh x ≈ x·P(x²)/Q(x²)` on `|x| ≤ 7` (beyond, `tanh x` is `±1` within
     /// 1.7e-6): near-minimax of relative error (Lawson-reweighted linearised
     /// least squares), 1.3e-6 in `f32` arithmetic.
-    const TANH_P: [f32; 4] = [0.999_998_99, 0.123_220_47, 0.002_293_078_5, 3.995_817_2e-6];
+    const TANH_P: [f32; 4] = [0.999_999, 0.123_220_47, 0.002_293_078_5, 3.995_817e-6];
     const TANH_Q: [f32; 4] = [1.0, 0.456_546_1, 0.021_151_574, 0.000_143_983_23];
     /// Where [`TANH_P`]/[`TANH_Q`] stop.
     const TANH_X_MAX: f32 = 7.0;
