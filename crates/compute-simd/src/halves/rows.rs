@@ -13,7 +13,10 @@
 //!
 //! **Accuracy.** As the `f32` kernels' except the exponential of softmax and
 //! log_softmax, which is the transcendentals' `2ᵗ` (relative error 2.9e-6,
-//! `e⁰ = 1` exactly; within the conformance suite's `1e-5` for these ops),
+//! within the conformance suite's `1e-5` for these ops; the row's `−max`
+//! enters its FMA as one rounded constant, whose error scales every term
+//! alike and cancels in softmax's division and is subtracted in
+//! log_softmax's logarithm),
 //! and layer_norm's one-pass variance, which loses at most a factor 9 of the
 //! `f32` sums' relative accuracy: the result is rounded to 8 or 11
 //! significant bits.

@@ -12,10 +12,11 @@
 //!   `|x| ≤ 7` (1.3e-6, relative also near 0), `±1` beyond.
 //! - elu's `eˣ − 1` is `2ⁿ·(2ᶠ − 1) + (2ⁿ − 1)` with `2ᶠ − 1 = f·Q(f)`,
 //!   `Q` of degree 4 (5.8e-7, relative near 0).
-//! - gelu's erf form is `max(x, 0) − |x|·Φ(−|x|)` with `Φ(−a) =
-//!   2^(h(a) − a²·log₂(e)/2)`, `h` a degree-6 polynomial fitted on
-//!   `a ≤ 5`: within 4e-6 relative for `|x| ≤ 3`, within a third of the
-//!   tolerance beyond; results below 1e-6 (`x < −5`) keep an absolute 1e-7.
+//! - gelu's erf form is `max(x, 0) − |x|·Φ(−|x|)` with `Φ(−a)` a cubic in
+//!   `6a − j` on 31 pieces `j = round(6a)` of `a ≤ 31/6`, its coefficients
+//!   looked up with `vpermt2ps`: within 1e-6 relative for `|x| ≤ 2` and half
+//!   the tolerance beyond; past `31/6`, where `|gelu x|` or `|x − gelu x|` is
+//!   below 6.2e-7, the result is `max(x, 0)`.
 //!
 //! Each function's error before rounding is at most 4e-6 relative (gelu's
 //! erf form: as said), below the conformance suite's `1e-5` for the
@@ -27,10 +28,10 @@
 //! `vcvtneps2bf16`, which rounds to nearest even as every other path does but
 //! flushes subnormal results to zero.
 //!
-//! **Cost.** About 14 (sigmoid, tanh, elu) to 19 (gelu's erf form) vector
-//! instructions per 16 values, plus the widening and rounding, against 25–45
-//! for the `f32` kernels plus their conversions through L1 buffers. Needs
-//! AVX512DQ (`vreduceps`) besides AVX-512F. NaN gives NaN, ±∞ give the
+//! **Cost.** About 13 (sigmoid) to 16 (gelu's tanh form) vector instructions
+//! per 16 values, plus the widening and rounding, against 25–45 for the
+//! `f32` kernels plus their conversions through L1 buffers. Needs AVX512DQ
+//! (`vreduceps`, `vrangeps`) besides AVX-512F. NaN gives NaN, ±∞ give the
 //! limits.
 
 use compute_core::{Element, HostSlice, UnaryOp};
