@@ -26,6 +26,8 @@ pub(super) struct Tok {
     pub(super) bf16: bool,
     /// AVX512BW and AVX512VL (masked loads and stores of 16-bit values).
     pub(super) bw_vl: bool,
+    /// AVX512DQ (`vreduceps`, for [`exp2_above_half`]).
+    pub(super) dq: bool,
 }
 
 impl Tok {
@@ -35,6 +37,7 @@ impl Tok {
             z: Zmm(()),
             bf16: is_x86_feature_detected!("avx512bf16"),
             bw_vl: is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vl"),
+            dq: is_x86_feature_detected!("avx512dq"),
         })
     }
 }
@@ -95,14 +98,15 @@ pub(super) fn half_bits<'a, T: compute_core::Element>(
 
 /// `log₂ e`.
 pub(super) const LOG2E: f32 = std::f32::consts::LOG2_E;
-/// `2ᶠ ≈ Σ EXP2[k]·fᵏ` on `|f| ≤ ½` with `2⁰ = 1` exactly (so `e⁰` in
-/// softmax is 1): near-minimax of relative error (Lawson-reweighted least
-/// squares), 2.9e-6 in `f32` arithmetic.
-const EXP2: [f32; 5] = [1.0, 0.693_124_2, 0.240_240_99, 0.055_906_415, 0.009_582_836];
+/// `2^(g − ½) ≈ Σ EXP2_HALF[k]·gᵏ` on `0 ≤ g < 1`, with `2⁰ = 1` exactly at
+/// `g = ½` in `f32` Horner evaluation (so `e⁰` in softmax is 1):
+/// near-minimax of relative error (Lawson-reweighted least squares), 2.9e-6
+/// in `f32` arithmetic.
+const EXP2_HALF: [f32; 5] = [0.707_108_8, 0.490_021_6, 0.170_755_65, 0.036_740_735, 0.009_582_818_5];
 /// `2ᶠ − 1 ≈ f·Σ EXPM1[k]·fᵏ` on `|f| ≤ ½`, relative error 5.8e-7 in `f32`
 /// (the leading coefficient is `ln 2`, as it is in the series).
 const EXPM1: [f32; 5] = [std::f32::consts::LN_2, 0.240_223_51, 0.055_505_004, 0.009_666_243, 0.001_333_352_6];
-/// [`exp2`] takes `t` from here (below it `2ᵗ` is 0 in `f32`).
+/// The exponentials take `t` from here (below it `2ᵗ` is 0 in `f32`).
 pub(super) const EXP2_T_MIN: f32 = -150.0;
 /// [`expm1_2`] takes `t` from here (below it `2ᵗ − 1` is −1 in `f32`).
 pub(super) const EXPM1_T_MIN: f32 = -40.0;
@@ -130,24 +134,29 @@ fn split(z: Zmm, t: __m512) -> (__m512, __m512) {
     (n, zmm!(_mm512_sub_ps(t, n)))
 }
 
-/// `2ᵗ` for `t` from [`EXP2_T_MIN`] up to 127 (NaN stays NaN), relative
-/// error 2.9e-6: `vscalefps` of the polynomial by the rounded exponent.
+/// `2^(s − ½)` for `s` from `EXP2_T_MIN + ½` up to 127 (NaN stays NaN),
+/// relative error 2.9e-6, in six instructions: `vreduceps` gives `g = s −
+/// ⌊s⌋` and `vscalefps` multiplies by `2^⌊s⌋` itself. Callers fold the `+½`
+/// into the constant of the arithmetic that makes `s`. Needs AVX512DQ
+/// ([`Tok::dq`]).
 #[inline(always)]
-pub(super) fn exp2(z: Zmm, t: __m512) -> __m512 {
-    let (n, f) = split(z, t);
-    zmm!(_mm512_scalef_ps(horner(z, f, &EXP2), n))
+pub(super) fn exp2_above_half(z: Zmm, s: __m512) -> __m512 {
+    // SAFETY: the caller checked AVX512DQ.
+    let g = unsafe { _mm512_reduce_ps::<{ _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC }>(s) };
+    zmm!(_mm512_scalef_ps(horner(z, g, &EXP2_HALF), s))
 }
 
 /// `2ᵗ − 1` for `t` in `[EXPM1_T_MIN, 0]`, relative also near 0:
-/// `2ⁿ·(2ᶠ − 1) + (2ⁿ − 1)`, whose second term is 0 for `|t| ≤ ½`.
+/// `2ⁿ·(2ᶠ − 1) + (2ⁿ − 1)` in one rounding, whose second term is 0 for
+/// `|t| ≤ ½`.
 #[inline(always)]
 pub(super) fn expm1_2(z: Zmm, t: __m512) -> __m512 {
     let (n, f) = split(z, t);
     let one = splat(z, 1.0);
     zmm!({
         let q = _mm512_mul_ps(f, horner(z, f, &EXPM1));
-        let whole = _mm512_sub_ps(_mm512_scalef_ps(one, n), one);
-        _mm512_add_ps(_mm512_scalef_ps(q, n), whole)
+        let p = _mm512_scalef_ps(one, n);
+        _mm512_fmadd_ps(p, q, _mm512_sub_ps(p, one))
     })
 }
 

@@ -7,7 +7,7 @@
 //!   loop where the CPU has one (AVX2 + F16C): 16 values at a time widened in
 //!   registers, computed, narrowed and stored, streamed past the cache when
 //!   the output is large. The transcendentals on half data in and out take
-//!   [`transcendental::fused`]'s loop on AVX-512, with kernels accurate to
+//!   [`transcendental::fused`]'s loop on AVX-512 (F, DQ), with kernels accurate to
 //!   what the half result keeps rather than to `f32`. Otherwise the piece goes
 //!   in blocks of [`BLOCK`] values, widened into `f32` buffers that stay in
 //!   L1, computed by the `f32` kernels, and narrowed into the output. Memory
@@ -15,7 +15,7 @@
 //! - Reductions widen block by block as well and add the blocks' partial
 //!   results in `f64`; they return `f32`.
 //! - Row ops work in groups of whole rows (about 64 Ki values): read in
-//!   place by [`rows::fused`] on AVX-512, else widened into a per-thread
+//!   place by [`rows::fused`] on AVX-512 (F, BW, VL, DQ), else widened into a per-thread
 //!   scratch that stays in cache and is kept between calls.
 //! - Matmul on bf16 operands, on a CPU with AVX512_BF16, runs
 //!   [`gemm::bf16`]: packed straight from bf16, `vdpbf16ps`, `f32` output.

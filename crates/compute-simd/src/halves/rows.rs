@@ -1,18 +1,28 @@
 //! Row ops (softmax, log_softmax, layer_norm, rms_norm) on `f16` and `bf16`
-//! rows, on AVX-512 (F, BW, VL): each row is read in place, 16 values per
-//! step widened in registers, in the passes of the `f32` kernels
-//! ([`crate::kernels::rows`]) — the row's second and third reads come from
-//! cache — and each result is rounded once as it is stored. No `f32` copy of
-//! the input; softmax stages `e^(x − max)` in an `f32` row scratch. Sums use
-//! four vector accumulators, added in `f64` at the end of the row.
+//! rows, on AVX-512 (F, BW, VL, DQ): each row is read in place, 16 values per
+//! step widened in registers, and each result is rounded once as it is
+//! stored. No `f32` copy of the input. Passes: rms_norm two (sum of squares,
+//! scale); layer_norm two (`Σ(x − p)` and `Σ(x − p)²` around a pivot `p`, the
+//! mean of the row's first 16 values, then normalise), with a third pass
+//! around the mean for a row whose mean lies more than two standard
+//! deviations from `p`, where the one-pass variance would cancel; softmax
+//! three (max; `e^(x − max)` summed and staged in an `f32` row scratch; scale)
+//! and log_softmax three (max, sum, subtract). The passes after the first
+//! read the row from cache. Sums use four vector accumulators, added in `f64`
+//! at the end of the row.
 //!
 //! **Accuracy.** As the `f32` kernels' except the exponential of softmax and
-//! log_softmax, which is the same `2ᵗ` as the transcendentals' (relative error
-//! 2.9e-6, within the conformance suite's `1e-5` for these ops): the result is
-//! rounded to 8 or 11 significant bits.
+//! log_softmax, which is the transcendentals' `2ᵗ` (relative error 2.9e-6,
+//! within the conformance suite's `1e-5` for these ops; the row's `−max`
+//! enters its FMA as one rounded constant, whose error scales every term
+//! alike and cancels in softmax's division and is subtracted in
+//! log_softmax's logarithm),
+//! and layer_norm's one-pass variance, which loses at most a factor 9 of the
+//! `f32` sums' relative accuracy: the result is rounded to 8 or 11
+//! significant bits.
 //!
 //! **Cost.** One pass over the half row from memory, the others from L1 (a
-//! row of 4096 halves is 8 KiB), plus the output; about 1 (rms_norm) to 12
+//! row of 4096 halves is 8 KiB), plus the output; about 1 (rms_norm) to 10
 //! (softmax) vector instructions per 16 values and pass.
 
 use compute_core::{Element, HostSlice, RowOp};
@@ -21,7 +31,7 @@ use crate::isa::Isa;
 
 /// `op` over the whole rows of `x` (`cols` each) into `out`, with the
 /// parameter vectors already widened (`params[0]` = γ, `params[1]` = β),
-/// when this CPU has AVX-512F, BW and VL and `x` and `out` are both `f16` or
+/// when this CPU has AVX-512F, BW, VL and DQ and `x` and `out` are both `f16` or
 /// both `bf16`; `scratch` is softmax's row buffer (grown to `cols`). With
 /// `stream`, outputs are written with non-temporal stores where 32-byte
 /// aligned (ending with `sfence`). Returns false, having written nothing,
@@ -42,6 +52,7 @@ pub fn fused<T: Element>(
         && cols > 0
         && let Some(tok) = super::avx512::Tok::detect()
         && tok.bw_vl
+        && tok.dq
     {
         let Some((x, out, f16)) = super::avx512::half_bits(x, out) else { return false };
         let needed = match op {
@@ -72,8 +83,14 @@ mod x86 {
     use compute_core::RowOp;
 
     use super::super::avx512::{
-        EXP2_T_MIN, LOG2E, Narrow, Zmm, exp2, lanes, load, load_part, splat, store, store_part, zmm,
+        EXP2_T_MIN, LOG2E, Narrow, Zmm, exp2_above_half, lanes, load, load_part, splat, store, store_part, zmm,
     };
+
+    /// How far (in squared standard deviations) the pivot of layer_norm's
+    /// one-pass sums may sit from the row's mean: up to it the variance
+    /// `Σ(x − p)²/n − (mean − p)²` loses at most a factor 9 of the sums'
+    /// relative accuracy (f32 sums of at most `cols/64` terms per lane).
+    const WELL_CENTRED: f64 = 4.0;
 
     /// The sum of the four accumulators' lanes, in `f64`.
     #[inline(always)]
@@ -85,17 +102,18 @@ mod x86 {
     /// What a reduction pass adds up.
     #[derive(Clone, Copy, PartialEq)]
     enum Moment {
-        /// `Σ x`.
-        Sum,
+        /// `Σ x²`.
+        SumSq,
         /// `Σ (x − shift)²`.
         Squares(f32),
     }
 
-    /// `acc` plus the moment's term of `v` (lanes outside `k` count 0).
+    /// `acc` plus the moment's term of `v` (lanes outside `k` count 0; they
+    /// hold 0).
     #[inline(always)]
     fn add_term(z: Zmm, m: Moment, acc: __m512, v: __m512, k: __mmask16) -> __m512 {
         match m {
-            Moment::Sum => zmm!(_mm512_add_ps(acc, v)),
+            Moment::SumSq => zmm!(_mm512_fmadd_ps(v, v, acc)),
             Moment::Squares(shift) => zmm!({
                 let d = _mm512_maskz_sub_ps(k, v, splat(z, shift));
                 _mm512_fmadd_ps(d, d, acc)
@@ -123,6 +141,50 @@ mod x86 {
         total(z, a)
     }
 
+    /// The mean of the row's first (up to) 16 values rounded to the row's
+    /// dtype: the shift of [`shifted_sums`], near the row's mean for most
+    /// rows. On the dtype's grid, `x − p` is exact for values near `p` and has
+    /// no low bits of its own (a shift with more bits than the values would
+    /// bias the rounding of every term the same way).
+    #[inline(always)]
+    fn pivot(z: Zmm, x: &[u16], f16: bool) -> f32 {
+        let n = x.len().min(16);
+        let v = match x.first_chunk::<16>() {
+            Some(b) => load(z, b, f16),
+            None => load_part(z, x, f16),
+        };
+        let p = zmm!(_mm512_reduce_add_ps(v)) / n as f32;
+        if f16 { compute_core::f16::from_f32(p).to_f32() } else { compute_core::bf16::from_f32(p).to_f32() }
+    }
+
+    /// `Σ (x − p)` and `Σ (x − p)²` over the row in one pass (four pairs of
+    /// accumulators, then `f64`).
+    #[inline(always)]
+    fn shifted_sums(z: Zmm, x: &[u16], f16: bool, p: f32) -> (f64, f64) {
+        let ps = splat(z, p);
+        let mut a = [splat(z, 0.0); 4];
+        let mut b = [splat(z, 0.0); 4];
+        let step = |a: &mut __m512, b: &mut __m512, v: __m512, k: __mmask16| {
+            let d = zmm!(_mm512_maskz_sub_ps(k, v, ps));
+            *a = zmm!(_mm512_add_ps(*a, d));
+            *b = zmm!(_mm512_fmadd_ps(d, d, *b));
+        };
+        let (blocks, tail) = x.as_chunks::<16>();
+        let (quads, rest) = blocks.as_chunks::<4>();
+        for q in quads {
+            for ((a, b), v) in a.iter_mut().zip(b.iter_mut()).zip(q) {
+                step(a, b, load(z, v, f16), 0xffff);
+            }
+        }
+        for v in rest {
+            step(&mut a[0], &mut b[0], load(z, v, f16), 0xffff);
+        }
+        if !tail.is_empty() {
+            step(&mut a[1], &mut b[1], load_part(z, tail, f16), lanes(tail.len()));
+        }
+        (total(z, a), total(z, b))
+    }
+
     /// The largest value of the row that is not NaN (−∞ if none):
     /// `max(v, acc)` returns `acc` when `v` is NaN.
     #[inline(always)]
@@ -144,17 +206,41 @@ mod x86 {
         zmm!(_mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(a[0], a[1]), _mm512_max_ps(a[2], a[3]))))
     }
 
-    /// `e^(v − m)` (0 for `v = −∞`, NaN stays NaN).
+    /// `e^(v − m)·2^δ` (0 for `v = −∞`, NaN stays NaN) as `2^(s − ½)`: with
+    /// `FOLD`, `s = v·log₂ e + c` in one FMA, `c` = `½ − m·log₂ e` rounded to
+    /// `f32` (`δ` its rounding error, the same for the whole row); else
+    /// `s = (v − m)·log₂ e + ½` (`δ = 0`).
     #[inline(always)]
-    fn exp_minus(z: Zmm, v: __m512, m: __m512) -> __m512 {
-        exp2(z, zmm!(_mm512_max_ps(splat(z, EXP2_T_MIN), _mm512_mul_ps(_mm512_sub_ps(v, m), splat(z, LOG2E)))))
+    fn exp_minus<const FOLD: bool>(z: Zmm, v: __m512, m: __m512, c: __m512) -> __m512 {
+        let s = if FOLD {
+            zmm!(_mm512_fmadd_ps(v, splat(z, LOG2E), c))
+        } else {
+            zmm!(_mm512_fmadd_ps(_mm512_sub_ps(v, m), splat(z, LOG2E), splat(z, 0.5)))
+        };
+        exp2_above_half(z, zmm!(_mm512_max_ps(splat(z, EXP2_T_MIN + 0.5), s)))
     }
 
-    /// `Σ e^(x − m)` over the row, each term also written to `keep` (an
-    /// `f32` row of at least `x.len()` values) when it is not empty.
+    /// `Σ e^(x − m)·2^δ` over the row and `δ` (a factor the same for the
+    /// whole row, which softmax's division cancels), each term also written
+    /// to `keep` (an `f32` row of at least `x.len()` values) when it is not
+    /// empty.
     #[inline(always)]
-    fn exp_sum(z: Zmm, x: &[u16], f16: bool, m: f32, keep: &mut [f32]) -> f64 {
-        let m = splat(z, m);
+    fn exp_sum(z: Zmm, x: &[u16], f16: bool, m: f32, keep: &mut [f32]) -> (f64, f64) {
+        let exact = 0.5 - f64::from(m) * f64::from(LOG2E);
+        let c = exact as f32;
+        if c.is_finite() {
+            // `m·log₂ e` is exact in `f64`: `δ` is `c`'s rounding error.
+            (exp_sum_with::<true>(z, x, f16, m, c, keep), f64::from(c) - exact)
+        } else {
+            // `m` beyond `f32::MAX / log₂ e`: `c` would overflow.
+            (exp_sum_with::<false>(z, x, f16, m, 0.5, keep), 0.0)
+        }
+    }
+
+    /// [`exp_sum`]'s loop, each term from [`exp_minus`].
+    #[inline(always)]
+    fn exp_sum_with<const FOLD: bool>(z: Zmm, x: &[u16], f16: bool, m: f32, c: f32, keep: &mut [f32]) -> f64 {
+        let (m, c) = (splat(z, m), splat(z, c));
         let keep = if keep.len() >= x.len() { &mut keep[..x.len()] } else { &mut [][..] };
         let mut a = [splat(z, 0.0); 4];
         let (blocks, tail) = x.as_chunks::<16>();
@@ -163,7 +249,7 @@ mod x86 {
         let mut kb = kb.iter_mut();
         for q in quads {
             for (acc, b) in a.iter_mut().zip(q) {
-                let e = exp_minus(z, load(z, b, f16), m);
+                let e = exp_minus::<FOLD>(z, load(z, b, f16), m, c);
                 *acc = zmm!(_mm512_add_ps(*acc, e));
                 if let Some(k) = kb.next() {
                     // SAFETY: `k` is 16 writable floats; the store takes any alignment.
@@ -172,7 +258,7 @@ mod x86 {
             }
         }
         for b in rest {
-            let e = exp_minus(z, load(z, b, f16), m);
+            let e = exp_minus::<FOLD>(z, load(z, b, f16), m, c);
             a[0] = zmm!(_mm512_add_ps(a[0], e));
             if let Some(k) = kb.next() {
                 // SAFETY: as above.
@@ -181,7 +267,7 @@ mod x86 {
         }
         if !tail.is_empty() {
             let mask = lanes(tail.len());
-            let e = zmm!(_mm512_maskz_mov_ps(mask, exp_minus(z, load_part(z, tail, f16), m)));
+            let e = zmm!(_mm512_maskz_mov_ps(mask, exp_minus::<FOLD>(z, load_part(z, tail, f16), m, c)));
             a[1] = zmm!(_mm512_add_ps(a[1], e));
             if kt.len() == tail.len() {
                 // SAFETY: the mask covers `kt.len()` floats, all writable;
@@ -300,23 +386,31 @@ mod x86 {
             match op {
                 RowOp::Softmax => {
                     let m = max_ignoring_nan(z, x, f16);
-                    let sum = exp_sum(z, x, f16, m, scratch);
+                    let (sum, _) = exp_sum(z, x, f16, m, scratch);
                     let wide = scratch.get(..cols).unwrap_or(&[]);
                     finish(z, x, wide, f16, Last::Times((1.0 / sum) as f32), gb, out, narrow, stream);
                 }
                 RowOp::LogSoftmax => {
                     let m = max_ignoring_nan(z, x, f16);
-                    let sum = exp_sum(z, x, f16, m, &mut []);
-                    finish(z, x, &[], f16, Last::MinusMinus(m, sum.ln() as f32), gb, out, narrow, stream);
+                    let (sum, delta) = exp_sum(z, x, f16, m, &mut []);
+                    let log_sum = sum.ln() - delta * std::f64::consts::LN_2;
+                    finish(z, x, &[], f16, Last::MinusMinus(m, log_sum as f32), gb, out, narrow, stream);
                 }
                 RowOp::LayerNorm { eps } => {
-                    let mean = (moment(z, x, f16, Moment::Sum) / n) as f32;
-                    let var = moment(z, x, f16, Moment::Squares(mean)) / n;
+                    let p = pivot(z, x, f16);
+                    let (s1, s2) = shifted_sums(z, x, f16, p);
+                    let d = s1 / n;
+                    let var = s2 / n - d * d;
+                    let mean = (f64::from(p) + d) as f32;
+                    // Far from the pivot (or NaN) the difference would
+                    // cancel: a second pass around the mean instead.
+                    let var =
+                        if d * d <= WELL_CENTRED * var { var } else { moment(z, x, f16, Moment::Squares(mean)) / n };
                     let inv = (1.0 / (var + f64::from(eps)).sqrt()) as f32;
                     finish(z, x, &[], f16, Last::Normalize(mean, inv), gb, out, narrow, stream);
                 }
                 RowOp::RmsNorm { eps } => {
-                    let ms = moment(z, x, f16, Moment::Squares(0.0)) / n;
+                    let ms = moment(z, x, f16, Moment::SumSq) / n;
                     let inv = (1.0 / (ms + f64::from(eps)).sqrt()) as f32;
                     finish(z, x, &[], f16, Last::ScaleBy(inv), gb, out, narrow, stream);
                 }
@@ -328,12 +422,12 @@ mod x86 {
         }
     }
 
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq")]
     fn entry(z: Zmm, job: Job<'_>) {
         rows(z, job)
     }
 
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")]
     fn entry_bf16(z: Zmm, job: Job<'_>) {
         rows(z, Job { narrow: Narrow::Bf16Native, ..job })
     }
@@ -365,9 +459,10 @@ mod tests {
     fn fused_rows_match_the_reference() {
         if !(Isa::Avx512.is_supported()
             && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512vl"))
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("avx512dq"))
         {
-            eprintln!("SKIPPED: no AVX-512 BW/VL on this CPU");
+            eprintln!("SKIPPED: no AVX-512 BW/VL/DQ on this CPU");
             return;
         }
         let mut rng = Rng::new(0x5eed_0021);
@@ -379,6 +474,12 @@ mod tests {
                 if cols > 20 {
                     xv[cols + 3] = f32::INFINITY;
                     xv[2 * cols + 7] = f32::NAN;
+                    // A large row: softmax's folded `−max·log₂ e` rounds.
+                    xv[..cols].iter_mut().for_each(|v| *v += 5000.0);
+                }
+                if dtype == DType::BF16 && cols == 5 {
+                    // Beyond `f32::MAX / log₂ e`: the unfolded exponential.
+                    xv[..5].copy_from_slice(&[3.0e38, 2.9e38, 3.0e38, -1.0e38, 2.0e38]);
                 }
                 let x = HostVec::from_f32(dtype, &xv);
                 let gamma = HostVec::from_f32(dtype, &rng.vec(cols, -2.0, 2.0));
@@ -386,6 +487,11 @@ mod tests {
                 let g32 = gamma.to_f32();
                 let b32 = beta.to_f32();
                 for op in ops {
+                    let huge = dtype == DType::BF16 && cols == 5;
+                    if huge && matches!(op, RowOp::LayerNorm { .. } | RowOp::RmsNorm { .. }) {
+                        // Their squares overflow `f32` (and `f64` is not used).
+                        continue;
+                    }
                     let spec = Op::rows(op, rows, cols).with_dtype(dtype);
                     let mut out = HostVec::zeros(dtype, rows * cols);
                     let params: Vec<&[f32]> = vec![&g32, &b32];
@@ -403,6 +509,58 @@ mod tests {
                     };
                     if let Some(msg) = compare_typed(&spec, &inputs, out.as_slice(), 1.0) {
                         panic!("{op:?} {dtype} cols {cols}: {msg}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// layer_norm on rows that test its one-pass variance: an outlier first
+    /// value (the pivot far from the mean: the second pass runs), values on a
+    /// large offset with a small spread, and long rows (65537 values) whose
+    /// mean lies away from the pivot, within the conformance tolerance.
+    #[test]
+    fn layer_norm_holds_far_from_the_pivot() {
+        if !(Isa::Avx512.is_supported()
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("avx512dq"))
+        {
+            eprintln!("SKIPPED: no AVX-512 BW/VL/DQ on this CPU");
+            return;
+        }
+        let mut rng = Rng::new(0x5eed_0022);
+        let op = RowOp::LayerNorm { eps: 1e-5 };
+        for dtype in [DType::F16, DType::BF16] {
+            for cols in [4096usize, 65_537] {
+                let mut outlier = rng.vec(cols, -6.0, 6.0);
+                outlier[0] = 3000.0;
+                let offset: Vec<f32> = rng.vec(cols, -1.0, 1.0).iter().map(|v| 200.0 + v).collect();
+                // The first 16 values well above the rest: the pivot sits
+                // about 1.5 standard deviations from the mean.
+                let mut shifted = rng.vec(cols, -6.0, 6.0);
+                shifted[..16].fill(5.0);
+                for xv in [outlier, offset, shifted] {
+                    let x = HostVec::from_f32(dtype, &xv);
+                    let gamma = HostVec::from_f32(dtype, &rng.vec(cols, 0.5, 1.5));
+                    let beta = HostVec::from_f32(dtype, &rng.vec(cols, -1.0, 1.0));
+                    let (g32, b32) = (gamma.to_f32(), beta.to_f32());
+                    let spec = Op::rows(op, 1, cols).with_dtype(dtype);
+                    let mut out = HostVec::zeros(dtype, cols);
+                    let params: Vec<&[f32]> = vec![&g32, &b32];
+                    let done = match &mut out {
+                        HostVec::F16(o) => {
+                            fused(Isa::Avx512, op, cols, x.as_slice(), &params, o, &mut Vec::new(), true)
+                        }
+                        HostVec::BF16(o) => {
+                            fused(Isa::Avx512, op, cols, x.as_slice(), &params, o, &mut Vec::new(), true)
+                        }
+                        _ => false,
+                    };
+                    assert!(done, "{dtype}: no fused loop");
+                    let inputs = [x.as_slice(), gamma.as_slice(), beta.as_slice()];
+                    if let Some(msg) = compare_typed(&spec, &inputs, out.as_slice(), 1.0) {
+                        panic!("{dtype} cols {cols} (first value {}): {msg}", xv[0]);
                     }
                 }
             }

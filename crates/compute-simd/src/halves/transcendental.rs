@@ -4,28 +4,41 @@
 //!
 //! **Accuracy.** The result is stored with 8 (`bf16`) or 11 (`f16`)
 //! significant bits, so these kernels compute to about 2⁻¹⁸ relative instead
-//! of the `f32` kernels' few ulps ([`crate::simd::math`]): `2ᵗ` is a degree-4
-//! polynomial on `[−½, ½]` scaled by `vscalefps` (relative error 2.9e-6),
-//! `2ᵗ − 1` is `t·Q(t)` with `Q` of degree 4 (5.8e-7, so `tanh` and `elu` stay
-//! relative near 0), and the division is `vrcp14ps` with one Newton step.
-//! Each function's error before rounding is at most 4e-6 relative, below the
-//! conformance suite's `1e-5` for the transcendentals, plus `1e-6` absolute
-//! where the result is tiny: results below about 2⁻¹²⁰ (the far tails of
-//! sigmoid, swish and gelu) come out as tiny values or zeros instead of being
-//! rounded exactly. gelu's erf form keeps the `f32` kernel
-//! ([`crate::simd::math::gelu_erf`]), only fused. On a CPU with AVX512_BF16 the `bf16`
-//! results are rounded by `vcvtneps2bf16`, which rounds to nearest even as
-//! every other path does but flushes subnormal results to zero.
+//! of the `f32` kernels' few ulps ([`crate::simd::math`]):
+//! - `2ᵗ` is a degree-4 polynomial of `t − ⌊t⌋` (`vreduceps`) scaled by
+//!   `2^⌊t⌋` (`vscalefps`), relative error 2.9e-6; the division is
+//!   `vrcp14ps` with one Newton step (sigmoid, swish, gelu's tanh form).
+//! - `tanh x` is one rational function `x·P(x²)/Q(x²)` of degrees 7/6 on
+//!   `|x| ≤ 7` (1.3e-6, relative also near 0), `±1` beyond.
+//! - elu's `eˣ − 1` is `2ⁿ·(2ᶠ − 1) + (2ⁿ − 1)` with `2ᶠ − 1 = f·Q(f)`,
+//!   `Q` of degree 4 (5.8e-7, relative near 0).
+//! - gelu's erf form is `max(x, 0) − |x|·Φ(−|x|)` with `Φ(−a)` a cubic in
+//!   `6a − j` on 31 pieces `j = round(6a)` of `a ≤ 31/6`, its coefficients
+//!   looked up with `vpermt2ps`: within 1e-6 relative for `|x| ≤ 2` and half
+//!   the tolerance beyond; past `31/6`, where `|gelu x|` or `|x − gelu x|` is
+//!   below 6.2e-7, the result is `max(x, 0)`.
 //!
-//! **Cost.** About 13 (sigmoid) to 20 (tanh) vector instructions per 16
-//! values, against 25–35 for the `f32` kernels plus their conversions
-//! through L1 buffers. NaN gives NaN, ±∞ give the limits.
+//! Each function's error before rounding is at most 4e-6 relative (gelu's
+//! erf form: as said), below the conformance suite's `1e-5` for the
+//! transcendentals, plus `1e-6` absolute where the result is tiny: results
+//! below about 2⁻¹²⁰ (the far tails of sigmoid, swish and gelu's tanh form)
+//! come out as tiny values or zeros instead of being rounded exactly. Every
+//! one of the 65536 values of each half type is checked against the
+//! tolerance. On a CPU with AVX512_BF16 the `bf16` results are rounded by
+//! `vcvtneps2bf16`, which rounds to nearest even as every other path does but
+//! flushes subnormal results to zero.
+//!
+//! **Cost.** About 13 (sigmoid) to 16 (gelu's tanh form) vector instructions
+//! per 16 values, plus the widening and rounding, against 25–45 for the
+//! `f32` kernels plus their conversions through L1 buffers. Needs AVX512DQ
+//! (`vreduceps`, `vrangeps`) besides AVX-512F. NaN gives NaN, ±∞ give the
+//! limits.
 
 use compute_core::{Element, HostSlice, UnaryOp};
 
 use crate::isa::Isa;
 
-/// `out[i] = op(x[i])` in one pass when this CPU has AVX-512F, `op` is a
+/// `out[i] = op(x[i])` in one pass when this CPU has AVX-512F and DQ, `op` is a
 /// transcendental and `x` and `out` are both `f16` or both `bf16`; with
 /// `stream`, large outputs are written with non-temporal stores (the loop
 /// ends with `sfence`). Returns false, having written nothing, otherwise.
@@ -50,18 +63,176 @@ mod x86 {
 
     pub(super) use super::super::avx512::Tok;
     use super::super::avx512::{
-        EXP2_T_MIN, EXPM1_T_MIN, LOG2E, Narrow, Zmm, exp2, expm1_2, load, recip, splat, store, zmm,
+        EXPM1_T_MIN, LOG2E, Narrow, Zmm, exp2_above_half, expm1_2, load, recip, splat, store, zmm,
     };
-    use crate::simd::{Avx512, math};
 
     /// `−2·√(2/π)·log₂ e` and `0.044715` times it: gelu's `−2u·log₂ e = x·(A + B·x²)`.
     const GELU_A: f32 = -2.0 * 0.797_884_6 * LOG2E;
     const GELU_B: f32 = GELU_A * 0.044_715;
-    /// The top of the sigmoid's `2ᵗ`: above it `1 + 2ᵗ` would leave
-    /// `vrcp14ps`'s normal range.
-    const T_MAX: f32 = 125.0;
+    /// The sigmoid's `|z|` is clamped here: `|z|·log₂ e` stays below 125,
+    /// where `1 + 2ᵗ` keeps within `vrcp14ps`'s normal range, and `σ(±86)` is
+    /// 0 or 1 within 2⁻¹²⁴.
+    const Z_MAX: f32 = 86.0;
+    /// gelu's (tanh form) `|x|` is clamped here: `|x·(A + B·x²)| ≤ 110`.
+    const GELU_X_MAX: f32 = 9.5;
     /// The factor of the sigmoid's tail: `x·σ` with `x = −∞` would be `−∞·0`.
     const FACTOR_MIN: f32 = -200.0;
+    /// `tanh x ≈ x·P(x²)/Q(x²)` on `|x| ≤ 7` (beyond, `tanh x` is `±1` within
+    /// 1.7e-6): near-minimax of relative error (Lawson-reweighted linearised
+    /// least squares), 1.3e-6 in `f32` arithmetic.
+    const TANH_P: [f32; 4] = [0.999_999, 0.123_220_47, 0.002_293_078_5, 3.995_817e-6];
+    const TANH_Q: [f32; 4] = [1.0, 0.456_546_1, 0.021_151_574, 0.000_143_983_23];
+    /// Where [`TANH_P`]/[`TANH_Q`] stop.
+    const TANH_X_MAX: f32 = 7.0;
+    /// Pieces per unit of `a` in [`GELU_PIECES`]: piece `j` covers
+    /// `6a ∈ [j − ½, j + ½]`.
+    const GELU_K: f32 = 6.0;
+    /// Where [`GELU_PIECES`] stop (`31/6`): `|x|·Φ(−|x|)` is below 6.2e-7
+    /// beyond, so gelu is taken as `max(x, 0)` there.
+    const GELU_A_MAX: f32 = 31.0 / GELU_K;
+    /// `Φ(−a) = erfc(a/√2)/2 ≈ Σₖ GELU_PIECES[k][j]·uᵏ` with `u = 6a − j` on
+    /// piece `j = round(6a)`: per-piece cubics, least-squares fits made
+    /// near-minimax by Lawson reweighting against an error target of 2e-6
+    /// relative to gelu's result for `|x| ≤ 2` and the conformance tolerance
+    /// beyond; at most 0.47 of that target in `f32` arithmetic.
+    const GELU_PIECES: [[f32; 32]; 4] = [
+        [
+            5.0e-1,
+            4.3381622e-1,
+            3.6944142e-1,
+            3.0853766e-1,
+            2.5249267e-1,
+            2.0232852e-1,
+            1.5865538e-1,
+            1.216726e-1,
+            9.121129e-2,
+            6.680724e-2,
+            4.779036e-2,
+            3.3376496e-2,
+            2.275014e-2,
+            1.5130105e-2,
+            9.8152915e-3,
+            6.2096296e-3,
+            3.8303493e-3,
+            2.3032404e-3,
+            1.349878e-3,
+            7.7097e-4,
+            4.2904986e-4,
+            2.3262198e-4,
+            1.2286178e-4,
+            6.320634e-5,
+            3.1669493e-5,
+            1.5453277e-5,
+            7.3428496e-6,
+            3.3973608e-6,
+            1.5304624e-6,
+            6.712448e-7,
+            2.8661006e-7,
+            1.1915167e-7,
+        ],
+        [
+            -6.649043e-2,
+            -6.557322e-2,
+            -6.289713e-2,
+            -5.867747e-2,
+            -5.324124e-2,
+            -4.6985224e-2,
+            -4.0328376e-2,
+            -3.366639e-2,
+            -2.7334977e-2,
+            -2.1586254e-2,
+            -1.6579533e-2,
+            -1.2385222e-2,
+            -8.998286e-3,
+            -6.3587916e-3,
+            -4.370331e-3,
+            -2.9213938e-3,
+            -1.8993366e-3,
+            -1.2010188e-3,
+            -7.386415e-4,
+            -4.418284e-4,
+            -2.5704523e-4,
+            -1.4544591e-4,
+            -8.004413e-5,
+            -4.2844327e-5,
+            -2.2304532e-5,
+            -1.1293505e-5,
+            -5.5616056e-6,
+            -2.6638356e-6,
+            -1.2409388e-6,
+            -5.622494e-7,
+            -2.477693e-7,
+            -1.0628397e-7,
+        ],
+        [
+            3.956127e-7,
+            9.091784e-4,
+            1.7442303e-3,
+            2.4410156e-3,
+            2.9534867e-3,
+            3.258525e-3,
+            3.3568232e-3,
+            3.270029e-3,
+            3.0350792e-3,
+            2.6971132e-3,
+            2.3024145e-3,
+            1.8925726e-3,
+            1.5003465e-3,
+            1.149234e-3,
+            8.509831e-4,
+            6.0976454e-4,
+            4.230767e-4,
+            2.8439795e-4,
+            1.8530138e-4,
+            1.1706809e-4,
+            7.173711e-5,
+            4.2649328e-5,
+            2.4606214e-5,
+            1.3779367e-5,
+            7.4910404e-6,
+            3.9541255e-6,
+            2.0268121e-6,
+            1.0089826e-6,
+            4.8787416e-7,
+            2.2915415e-7,
+            1.0456833e-7,
+            4.4878217e-8,
+        ],
+        [
+            3.0689832e-4,
+            2.9458065e-4,
+            2.5823116e-4,
+            2.0314932e-4,
+            1.3640676e-4,
+            6.6036264e-5,
+            -3.0149548e-7,
+            -5.6445788e-5,
+            -9.845449e-5,
+            -1.2482733e-4,
+            -1.3627126e-4,
+            -1.3513469e-4,
+            -1.2614531e-4,
+            -1.08620545e-4,
+            -8.983872e-5,
+            -7.096838e-5,
+            -5.3734253e-5,
+            -3.9095892e-5,
+            -2.7386392e-5,
+            -1.8497065e-5,
+            -1.2059842e-5,
+            -7.597304e-6,
+            -4.627974e-6,
+            -2.7278058e-6,
+            -1.5565397e-6,
+            -8.6025807e-7,
+            -4.6066813e-7,
+            -2.3910263e-7,
+            -1.2032173e-7,
+            -5.8718953e-8,
+            -2.7776835e-8,
+            -1.535161e-8,
+        ],
+    ];
 
     const SIGMOID: u8 = 0;
     const SWISH: u8 = 1;
@@ -70,12 +241,36 @@ mod x86 {
     const ELU: u8 = 4;
     const GELU_ERF: u8 = 5;
 
-    /// `σ(z)` from `t = −z·log₂ e`: `1/(1 + 2ᵗ)`, `t` clamped first (NaN kept:
-    /// `max`/`min` return their second operand when either is NaN).
     #[inline(always)]
-    fn sigmoid_of(z: Zmm, t: __m512) -> __m512 {
-        let t = zmm!(_mm512_min_ps(splat(z, T_MAX), _mm512_max_ps(splat(z, EXP2_T_MIN), t)));
-        recip(z, zmm!(_mm512_add_ps(splat(z, 1.0), exp2(z, t))))
+    fn horner<const N: usize>(z: Zmm, x: __m512, c: &[f32; N]) -> __m512 {
+        let mut acc = splat(z, c[N - 1]);
+        for &k in c[..N - 1].iter().rev() {
+            acc = zmm!(_mm512_fmadd_ps(acc, x, splat(z, k)));
+        }
+        acc
+    }
+
+    /// `σ(z)` from `s = −z·log₂ e + ½`: `1/(1 + 2^(s − ½))`, with `|s − ½|`
+    /// at most 125 (the callers clamp).
+    #[inline(always)]
+    fn sigmoid_of(z: Zmm, s: __m512) -> __m512 {
+        recip(z, zmm!(_mm512_add_ps(splat(z, 1.0), exp2_above_half(z, s))))
+    }
+
+    /// `x` with its magnitude clamped to `m`, sign kept, in one `vrangeps`
+    /// (absolute minimum, sign of `x`); a NaN does not stay NaN, so the
+    /// callers carry `x` itself into the result as well. Needs AVX512DQ.
+    #[inline(always)]
+    fn clamp_abs(z: Zmm, x: __m512, m: f32) -> __m512 {
+        // SAFETY: the caller checked AVX512DQ.
+        unsafe { _mm512_range_ps::<0b0010>(x, splat(z, m)) }
+    }
+
+    /// `x` clamped to `[−m, m]`, NaN kept (`max`/`min` return their second
+    /// operand when either is NaN).
+    #[inline(always)]
+    fn clamp(z: Zmm, x: __m512, m: f32) -> __m512 {
+        zmm!(_mm512_min_ps(splat(z, m), _mm512_max_ps(splat(z, -m), x)))
     }
 
     /// `f·σ`, with `f` kept above [`FACTOR_MIN`] (so `−∞·σ` is not `−∞`).
@@ -84,52 +279,85 @@ mod x86 {
         zmm!(_mm512_mul_ps(_mm512_max_ps(splat(z, FACTOR_MIN), f), sigma))
     }
 
-    /// `tanh x = sign(x)·(−m)/(2 + m)` with `m = e^(−2|x|) − 1`.
+    /// `tanh x = x·P(x²)/Q(x²)` with `x` clamped to `±`[`TANH_X_MAX`]; the
+    /// division is `vrcp14ps` and one correction of the quotient.
     #[inline(always)]
     fn tanh(z: Zmm, x: __m512) -> __m512 {
-        let t = zmm!(_mm512_max_ps(splat(z, EXPM1_T_MIN), _mm512_mul_ps(_mm512_abs_ps(x), splat(z, -2.0 * LOG2E))));
-        let m = expm1_2(z, t);
-        let r = recip(z, zmm!(_mm512_add_ps(splat(z, 2.0), m)));
+        let c = clamp(z, x, TANH_X_MAX);
+        let s = zmm!(_mm512_mul_ps(c, c));
+        let n = zmm!(_mm512_mul_ps(c, horner(z, s, &TANH_P)));
+        let d = horner(z, s, &TANH_Q);
         zmm!({
-            let y = _mm512_abs_ps(_mm512_mul_ps(m, r));
-            let sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(i32::MIN));
-            _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(y), sign))
+            let r = _mm512_rcp14_ps(d);
+            let y = _mm512_mul_ps(n, r);
+            _mm512_fmadd_ps(_mm512_fnmadd_ps(y, d, n), r, y)
         })
     }
 
-    /// `x` where `x > 0`, else `alpha·(eˣ − 1)`.
+    /// `x` where `x > 0`, else `alpha·(eˣ − 1)` (a NaN compares false and
+    /// stays; the exponential of positive `x` is computed and not used).
     #[inline(always)]
     fn elu(z: Zmm, x: __m512, alpha: f32) -> __m512 {
-        let zero = splat(z, 0.0);
-        let t = zmm!(_mm512_max_ps(splat(z, EXPM1_T_MIN), _mm512_mul_ps(_mm512_min_ps(zero, x), splat(z, LOG2E))));
-        let below = zmm!(_mm512_mul_ps(splat(z, alpha), expm1_2(z, t)));
-        zmm!(_mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, zero), below, x))
+        let t = zmm!(_mm512_max_ps(splat(z, EXPM1_T_MIN), _mm512_mul_ps(x, splat(z, LOG2E))));
+        let below = zmm!(_mm512_cmp_ps_mask::<_CMP_LE_OQ>(x, splat(z, 0.0)));
+        zmm!(_mm512_mask_mul_ps(x, below, splat(z, alpha), expm1_2(z, t)))
+    }
+
+    /// `gelu x = max(x, 0) − |x|·Φ(−|x|)` (no cancellation: `Φ(−a) ≤ ½`),
+    /// `Φ(−a)` from the cubic of [`GELU_PIECES`] that `a` falls in: four
+    /// `vpermt2ps` lookups and three FMAs; `max(x, 0)` beyond
+    /// [`GELU_A_MAX`] (and for NaN, which stays NaN, and ±∞).
+    #[inline(always)]
+    fn gelu_erf(z: Zmm, x: __m512) -> __m512 {
+        // `min(|x|, GELU_A_MAX)` in one `vrangeps` (sign cleared); a NaN `x`
+        // comes back through `max(0, x)` below.
+        // SAFETY: the caller checked AVX512DQ.
+        let a = unsafe { _mm512_range_ps::<0b1010>(x, splat(z, GELU_A_MAX)) };
+        let m = zmm!(_mm512_mul_ps(a, splat(z, GELU_K)));
+        // SAFETY: the caller checked AVX512DQ.
+        let u = unsafe { _mm512_reduce_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(m) };
+        let j = zmm!(_mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(m));
+        let coef = |c: &[f32; 32]| {
+            let (lo, hi) = c.split_at(16);
+            // SAFETY: `lo` and `hi` are 16 readable floats each; the loads
+            // take any alignment.
+            zmm!(_mm512_permutex2var_ps(_mm512_loadu_ps(lo.as_ptr()), j, _mm512_loadu_ps(hi.as_ptr())))
+        };
+        let mut q = coef(&GELU_PIECES[3]);
+        for c in GELU_PIECES[..3].iter().rev() {
+            q = zmm!(_mm512_fmadd_ps(q, u, coef(c)));
+        }
+        let inside = zmm!(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, splat(z, GELU_A_MAX)));
+        zmm!(_mm512_mask3_fnmadd_ps(a, q, _mm512_max_ps(splat(z, 0.0), x), inside))
     }
 
     /// Op number `OP` on 16 values.
     #[inline(always)]
-    fn lane<const OP: u8>(z: Zmm, s: Avx512, x: __m512, alpha: f32) -> __m512 {
+    fn lane<const OP: u8>(z: Zmm, x: __m512, alpha: f32) -> __m512 {
+        let half = splat(z, 0.5);
         match OP {
-            SIGMOID => sigmoid_of(z, zmm!(_mm512_mul_ps(x, splat(z, -LOG2E)))),
-            SWISH => times(z, x, sigmoid_of(z, zmm!(_mm512_mul_ps(x, splat(z, -LOG2E))))),
+            SIGMOID => sigmoid_of(z, zmm!(_mm512_fmadd_ps(clamp(z, x, Z_MAX), splat(z, -LOG2E), half))),
+            // The factor `x` keeps a NaN.
+            SWISH => times(z, x, sigmoid_of(z, zmm!(_mm512_fmadd_ps(clamp_abs(z, x, Z_MAX), splat(z, -LOG2E), half)))),
             GELU_TANH => {
-                let inner = zmm!(_mm512_fmadd_ps(splat(z, GELU_B), _mm512_mul_ps(x, x), splat(z, GELU_A)));
-                times(z, x, sigmoid_of(z, zmm!(_mm512_mul_ps(x, inner))))
+                let c = clamp_abs(z, x, GELU_X_MAX);
+                let inner = zmm!(_mm512_fmadd_ps(splat(z, GELU_B), _mm512_mul_ps(c, c), splat(z, GELU_A)));
+                times(z, x, sigmoid_of(z, zmm!(_mm512_fmadd_ps(c, inner, half))))
             }
             TANH => tanh(z, x),
             ELU => elu(z, x, alpha),
-            _ => math::gelu_erf(s, x),
+            _ => gelu_erf(z, x),
         }
     }
 
     /// `out = op(x)` through zero-padded blocks of 16 (a head or a tail).
     #[inline(always)]
-    fn padded<const OP: u8>(z: Zmm, s: Avx512, x: &[u16], out: &mut [u16], alpha: f32, narrow: Narrow) {
+    fn padded<const OP: u8>(z: Zmm, x: &[u16], out: &mut [u16], alpha: f32, narrow: Narrow) {
         for (xs, os) in x.chunks(16).zip(out.chunks_mut(16)) {
             let mut buf = [0u16; 16];
             buf[..xs.len()].copy_from_slice(xs);
             let mut res = [0u16; 16];
-            store(z, &mut res, lane::<OP>(z, s, load(z, &buf, narrow.f16()), alpha), narrow, false);
+            store(z, &mut res, lane::<OP>(z, load(z, &buf, narrow.f16()), alpha), narrow, false);
             os.copy_from_slice(&res[..os.len()]);
         }
     }
@@ -137,58 +365,61 @@ mod x86 {
     /// The loop of op number `OP`: a head up to the output's first 32-byte
     /// boundary and a tail through padded blocks, whole aligned blocks between.
     #[inline(always)]
-    fn body<const OP: u8>(z: Zmm, s: Avx512, x: &[u16], out: &mut [u16], alpha: f32, narrow: Narrow, stream: bool) {
+    fn body<const OP: u8>(z: Zmm, x: &[u16], out: &mut [u16], alpha: f32, narrow: Narrow, stream: bool) {
         let n = x.len().min(out.len());
         let (x, out) = (&x[..n], &mut out[..n]);
         let head = out.as_ptr().align_offset(32).min(n);
         let (oh, ob) = out.split_at_mut(head);
         let (xh, xb) = x.split_at(head);
-        padded::<OP>(z, s, xh, oh, alpha, narrow);
+        padded::<OP>(z, xh, oh, alpha, narrow);
         let (ob, ot) = ob.as_chunks_mut::<16>();
         let (xb, xt) = xb.as_chunks::<16>();
         for (o, x) in ob.iter_mut().zip(xb) {
-            store(z, o, lane::<OP>(z, s, load(z, x, narrow.f16()), alpha), narrow, stream);
+            store(z, o, lane::<OP>(z, load(z, x, narrow.f16()), alpha), narrow, stream);
         }
         if stream {
             // SAFETY: sfence is part of SSE, which every x86-64 CPU has.
             unsafe { _mm_sfence() }
         }
-        padded::<OP>(z, s, xt, ot, alpha, narrow);
+        padded::<OP>(z, xt, ot, alpha, narrow);
     }
 
     #[inline(always)]
-    fn dispatch(z: Zmm, s: Avx512, op: UnaryOp, x: &[u16], out: &mut [u16], narrow: Narrow, stream: bool) {
+    fn dispatch(z: Zmm, op: UnaryOp, x: &[u16], out: &mut [u16], narrow: Narrow, stream: bool) {
         match op {
-            UnaryOp::Sigmoid => body::<SIGMOID>(z, s, x, out, 0.0, narrow, stream),
-            UnaryOp::Swish => body::<SWISH>(z, s, x, out, 0.0, narrow, stream),
-            UnaryOp::Gelu(GeluForm::Tanh) => body::<GELU_TANH>(z, s, x, out, 0.0, narrow, stream),
-            UnaryOp::Tanh => body::<TANH>(z, s, x, out, 0.0, narrow, stream),
-            UnaryOp::Elu { alpha } => body::<ELU>(z, s, x, out, alpha, narrow, stream),
-            UnaryOp::Gelu(GeluForm::Erf) => body::<GELU_ERF>(z, s, x, out, 0.0, narrow, stream),
+            UnaryOp::Sigmoid => body::<SIGMOID>(z, x, out, 0.0, narrow, stream),
+            UnaryOp::Swish => body::<SWISH>(z, x, out, 0.0, narrow, stream),
+            UnaryOp::Gelu(GeluForm::Tanh) => body::<GELU_TANH>(z, x, out, 0.0, narrow, stream),
+            UnaryOp::Tanh => body::<TANH>(z, x, out, 0.0, narrow, stream),
+            UnaryOp::Elu { alpha } => body::<ELU>(z, x, out, alpha, narrow, stream),
+            UnaryOp::Gelu(GeluForm::Erf) => body::<GELU_ERF>(z, x, out, 0.0, narrow, stream),
             // Not a transcendental: `fused` does not call this.
             _ => {}
         }
     }
 
-    #[target_feature(enable = "avx512f")]
-    fn entry(z: Zmm, s: Avx512, op: UnaryOp, x: &[u16], out: &mut [u16], narrow: Narrow, stream: bool) {
-        dispatch(z, s, op, x, out, narrow, stream)
+    #[target_feature(enable = "avx512f,avx512dq")]
+    fn entry(z: Zmm, op: UnaryOp, x: &[u16], out: &mut [u16], narrow: Narrow, stream: bool) {
+        dispatch(z, op, x, out, narrow, stream)
     }
 
-    #[target_feature(enable = "avx512f,avx512bf16")]
-    fn entry_bf16(z: Zmm, s: Avx512, op: UnaryOp, x: &[u16], out: &mut [u16], stream: bool) {
-        dispatch(z, s, op, x, out, Narrow::Bf16Native, stream)
+    #[target_feature(enable = "avx512f,avx512dq,avx512bf16")]
+    fn entry_bf16(z: Zmm, op: UnaryOp, x: &[u16], out: &mut [u16], stream: bool) {
+        dispatch(z, op, x, out, Narrow::Bf16Native, stream)
     }
 
     /// See [`super::fused`]: `x` and `out` hold `f16` bits when `f16`, else
-    /// `bf16` bits. False (nothing written) without AVX-512F.
+    /// `bf16` bits. False (nothing written) without AVX512DQ.
     pub(super) fn run(tok: Tok, op: UnaryOp, x: &[u16], out: &mut [u16], f16: bool, stream: bool) -> bool {
-        let Some(s) = Avx512::detect() else { return false };
+        if !tok.dq {
+            return false;
+        }
         match Narrow::new(tok, f16) {
-            // SAFETY: the token proves AVX-512F, and `Bf16Native` AVX512_BF16.
-            Narrow::Bf16Native => unsafe { entry_bf16(tok.z, s, op, x, out, stream) },
-            // SAFETY: the token proves AVX-512F.
-            narrow => unsafe { entry(tok.z, s, op, x, out, narrow, stream) },
+            // SAFETY: the token proves AVX-512F and DQ (checked above), and
+            // `Bf16Native` AVX512_BF16.
+            Narrow::Bf16Native => unsafe { entry_bf16(tok.z, op, x, out, stream) },
+            // SAFETY: the token proves AVX-512F and DQ (checked above).
+            narrow => unsafe { entry(tok.z, op, x, out, narrow, stream) },
         }
         true
     }
@@ -217,8 +448,8 @@ mod tests {
     /// written, are left out.)
     #[test]
     fn every_half_value_is_within_the_tolerance() {
-        if !Isa::Avx512.is_supported() {
-            eprintln!("SKIPPED: no AVX-512 on this CPU");
+        if !(Isa::Avx512.is_supported() && std::arch::is_x86_feature_detected!("avx512dq")) {
+            eprintln!("SKIPPED: no AVX-512 DQ on this CPU");
             return;
         }
         for dtype in [DType::F16, DType::BF16] {
