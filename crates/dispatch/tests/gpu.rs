@@ -193,6 +193,23 @@ fn the_decoder_matches_its_reference_and_replays_its_steps() {
                 tokens.push(next);
                 feed = vec![next];
             }
+            // Three sequences decoded together against each decoded alone.
+            if recorded.set_sequences(3).is_ok() {
+                let mut feed = [3u32, 1, 4];
+                let mut alone: Vec<Llama> =
+                    (0..3).map(|_| Llama::load(backend.clone(), &weights, format).unwrap()).collect();
+                for step in 0..5 {
+                    let got = recorded.logits_all(&feed).unwrap();
+                    for (i, model) in alone.iter_mut().enumerate() {
+                        let want = model.logits(&[feed[i]]).unwrap();
+                        let row = &got[i * cfg.vocab..(i + 1) * cfg.vocab];
+                        let top = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                        let err = row.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max) / top;
+                        assert!(err <= tol as f32, "{engine} {dtype} together, step {step} sequence {i}: {err:.2e}");
+                        feed[i] = (feed[i] * 7 + 3 + step) % cfg.vocab as u32;
+                    }
+                }
+            }
         }
     }
 }
