@@ -28,9 +28,11 @@
 //! q, k and v are one product over their stacked weights where they share a
 //! dtype and the backend turns heads out of its rows
 //! ([`RopeSpec::from_heads`]; three products otherwise), and so are gate and
-//! up, followed by [`Op::Glu`] (two products and a swiglu otherwise); the KV cache is
-//! head-major `[kv_heads, capacity, head_dim]` per layer, what the attention
-//! op reads; activations are token-major `[seq, hidden]`.
+//! up, followed by [`Op::Glu`] (two products and a swiglu otherwise); the KV
+//! cache is head-major `[sequences, kv_heads, capacity, head_dim]` per layer,
+//! what the attention op reads; activations are token-major `[rows, hidden]`
+//! (a step's tokens, or one token of each sequence decoded together:
+//! [`Llama::set_sequences`]).
 //!
 //! Where the backend takes positions from a tensor (the `with_positions`
 //! forms of rope, copy and attention), a step's positions and token ids live
@@ -308,7 +310,8 @@ struct Scratch {
 }
 
 /// A Llama model resident on one engine, with its KV cache: feed it tokens
-/// with [`Llama::step`], read the last token's logits or greedy choice.
+/// with [`Llama::step`] (or one token of each of several sequences with
+/// [`Llama::step_all`]), read the last token's logits or greedy choice.
 pub struct Llama {
     backend: Arc<dyn Backend>,
     cfg: LlamaConfig,
@@ -329,12 +332,12 @@ pub struct Llama {
     device_positions: bool,
     /// Whether one-token steps are recorded and replayed ([`Llama::set_recording`]).
     record_steps: bool,
-    /// Per step length: `Ready` once recorded, `Warm` after one direct run,
+    /// Per step shape: `Ready` once recorded, `Warm` after one direct run,
     /// `Never` where the backend does not record.
     recordings: HashMap<(usize, usize), StepRecording>,
 }
 
-/// Where the recording of a step length stands.
+/// Where the recording of a step shape stands.
 enum StepRecording {
     /// Ran once directly (kernels loaded, buffers allocated): record next time.
     Warm,
