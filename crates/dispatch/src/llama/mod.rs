@@ -874,17 +874,12 @@ impl Llama {
             .with_kv_capacity(c.max_seq);
         let attention = Op::Attention(if dynamic { attention.with_positions() } else { attention }.with_dtype(dt));
         // The position-reading ops take the step's positions as their last input.
-        let with_positions = |inputs: &[&'_ Tensor]| -> Vec<Tensor> {
-            let mut v: Vec<Tensor> = inputs.iter().map(|&t| t.clone()).collect();
-            if dynamic {
-                v.push(s.positions.clone());
-            }
-            v
-        };
         let run = |op: &Op, inputs: &[&Tensor], out: &Tensor| -> Result<()> {
-            let owned = with_positions(inputs);
-            let refs: Vec<&Tensor> = owned.iter().collect();
-            b.run_tensors(op, &refs, out)
+            if !dynamic {
+                return b.run_tensors(op, inputs, out);
+            }
+            let with: Vec<&Tensor> = inputs.iter().copied().chain([&s.positions]).collect();
+            b.run_tensors(op, &with, out)
         };
         let add = Op::binary(BinaryOp::Add, seq * c.hidden).with_dtype(dt);
         let swiglu = Op::binary(BinaryOp::SwiGlu, seq * c.intermediate).with_dtype(dt);
