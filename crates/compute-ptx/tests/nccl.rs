@@ -157,7 +157,8 @@ fn sharded_matmul_equals_the_whole_product() {
     let Some((backends, comm)) = setup("sharded_matmul_equals_the_whole_product") else { return };
     let r = backends.len();
     let mut rng = Rng::new(0x5eed_0033);
-    let (m, k, n) = (16 * r, 24 * r, 40);
+    // 192 rows per rank: up to three 64-row chunks of each rank's rows.
+    let (m, k, n) = (192 * r, 24 * r, 24 * r);
     // Small integers: every product and sum is exact, in any order.
     let ints = |rng: &mut Rng, len: usize| rng.vec(len, -3.0, 3.0).into_iter().map(f32::round).collect::<Vec<f32>>();
     for (dtype, trans_b) in [(DType::F32, false), (DType::BF16, true)] {
@@ -165,7 +166,7 @@ fn sharded_matmul_equals_the_whole_product() {
         let a = ints(&mut rng, m * k);
         let b = ints(&mut rng, k * n);
         let want = host_matmul(&a, &b, (m, k, n), trans_b);
-        for split in [Split::Rows, Split::Inner] {
+        for split in [Split::Rows, Split::Inner, Split::Columns] {
             let (mut a_sh, mut b_sh) = (Vec::new(), Vec::new());
             for (i, be) in backends.iter().enumerate() {
                 let (ai, bi): (Vec<f32>, Vec<f32>) = match split {
@@ -180,29 +181,71 @@ fn sharded_matmul_equals_the_whole_product() {
                         };
                         (ai, bi)
                     }
+                    Split::Columns => {
+                        let (n0, n1) = (i * n / r, (i + 1) * n / r);
+                        let bi = if trans_b {
+                            b[n0 * k..n1 * k].to_vec()
+                        } else {
+                            (0..k).flat_map(|row| b[row * n + n0..row * n + n1].to_vec()).collect()
+                        };
+                        (a.clone(), bi)
+                    }
                 };
                 a_sh.push(upload(be, &ai, dtype));
                 b_sh.push(upload(be, &bi, dtype));
             }
-            let c: Vec<Tensor> = backends.iter().map(|be| be.alloc_typed(m * n, DType::F32).expect("alloc")).collect();
-            comm.matmul(&spec, split, &refs(&a_sh), &refs(&b_sh), &refs(&c)).expect("sharded matmul");
-            for (be, t) in backends.iter().zip(&c) {
-                assert_eq!(download(be, t), want, "{split:?} {dtype} trans_b {trans_b} on {}", be.location());
+            for chunks in [1, 2, 3] {
+                let c: Vec<Tensor> = backends.iter().map(|be| upload(be, &vec![f32::NAN; m * n], DType::F32)).collect();
+                comm.matmul_in_chunks(&spec, split, chunks, &refs(&a_sh), &refs(&b_sh), &refs(&c))
+                    .expect("sharded matmul");
+                for (be, t) in backends.iter().zip(&c) {
+                    let got = download(be, t);
+                    assert!(
+                        got == want,
+                        "{split:?} in {chunks} chunks, {dtype} trans_b {trans_b} on {}: first difference at {:?}",
+                        be.location(),
+                        got.iter().zip(&want).position(|(g, w)| g != w)
+                    );
+                }
             }
         }
     }
     // A split that does not divide, and a batched spec, are shape errors.
-    let odd = MatmulSpec::new(m + 1, k, n);
+    let odd = MatmulSpec::new(m + 1, k, n + 1);
     let (a, b, c) = (
         upload(&backends[0], &vec![0.0; (m + 1) * k], DType::F32),
-        upload(&backends[0], &vec![0.0; k * n], DType::F32),
-        upload(&backends[0], &vec![0.0; (m + 1) * n], DType::F32),
+        upload(&backends[0], &vec![0.0; k * (n + 1)], DType::F32),
+        upload(&backends[0], &vec![0.0; (m + 1) * (n + 1)], DType::F32),
     );
     if r > 1 {
-        let err = comm.matmul(&odd, Split::Rows, &vec![&a; r], &vec![&b; r], &vec![&c; r]);
-        assert!(matches!(err, Err(ComputeError::Shape { .. })), "{err:?}");
+        for split in [Split::Rows, Split::Columns] {
+            let err = comm.matmul(&odd, split, &vec![&a; r], &vec![&b; r], &vec![&c; r]);
+            assert!(matches!(err, Err(ComputeError::Shape { .. })), "{split:?}: {err:?}");
+        }
     }
     let batched = MatmulSpec { batch: 2, ..MatmulSpec::new(m, k, n) };
     let err = comm.matmul(&batched, Split::Inner, &vec![&a; r], &vec![&b; r], &vec![&c; r]);
     assert!(matches!(err, Err(ComputeError::Shape { .. })), "{err:?}");
+}
+
+#[test]
+fn copies_between_devices_arrive_whole() {
+    let Some((backends, _comm)) = setup("copies_between_devices_arrive_whole") else { return };
+    let mut rng = Rng::new(0x5eed_0034);
+    for dtype in [DType::F32, DType::BF16] {
+        let values = rng.vec(100_003, -1.0, 1.0);
+        for (i, from) in backends.iter().enumerate() {
+            let src = upload(from, &values, dtype);
+            for to in &backends {
+                let copy = from.copy_to(&src, to).expect("copy_to");
+                assert_eq!(copy.location(), to.location());
+                assert_eq!(download(to, &copy), rounded(&values, dtype), "{dtype} from {i} to {}", to.location());
+            }
+            // A tensor of another device is a typed error.
+            if let Some(other) = backends.get((i + 1) % backends.len()).filter(|_| backends.len() > 1) {
+                let err = other.copy_to(&src, from);
+                assert!(matches!(err, Err(ComputeError::WrongDevice { .. })), "{err:?}");
+            }
+        }
+    }
 }

@@ -233,6 +233,83 @@ pub(crate) fn dtoh_sync<T: Copy>(stream: &CudaStream, dst: &mut [T], src: u64, o
     stream.synchronize().map_err(|e| driver_err(op, e))
 }
 
+/// A pitched device-to-device copy on `stream`: `height` rows of
+/// `width_bytes` bytes, row `i` read at `src + i·src_pitch` and written at
+/// `dst + i·dst_pitch` (one `cuMemcpy2DAsync`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn dtod_2d(
+    stream: &CudaStream,
+    (dst, dst_pitch): (u64, usize),
+    (src, src_pitch): (u64, usize),
+    width_bytes: usize,
+    height: usize,
+    op: &'static str,
+) -> Result<()> {
+    let copy = sys::CUDA_MEMCPY2D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        srcHost: std::ptr::null(),
+        srcDevice: src,
+        srcArray: std::ptr::null_mut(),
+        srcPitch: src_pitch,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        dstHost: std::ptr::null_mut(),
+        dstDevice: dst,
+        dstArray: std::ptr::null_mut(),
+        dstPitch: dst_pitch,
+        WidthInBytes: width_bytes,
+        Height: height,
+    };
+    stream.context().bind_to_thread().map_err(|e| driver_err(op, e))?;
+    // SAFETY: the caller guarantees both regions (`height` rows at their
+    // pitches, `width_bytes` each) lie in live allocations of this stream's
+    // device; `copy` lives until the call returns (the driver reads it then).
+    unsafe { sys::cuMemcpy2DAsync_v2(&copy, stream.cu_stream()) }.result().map_err(|e| driver_err(op, e))
+}
+
+/// Lets `ctx` read and write `peer`'s memory directly (NVLink or PCIe
+/// peer-to-peer) when the devices allow it: `true` if enabled (now or
+/// before), `false` where the driver has no such path (copies between them
+/// then go through the host, still correct).
+pub(crate) fn enable_peer_access(ctx: &CudaContext, peer: &CudaContext, op: &'static str) -> Result<bool> {
+    let mut can: std::ffi::c_int = 0;
+    // SAFETY: `can` is a valid out-pointer; both devices are open handles.
+    unsafe { sys::cuDeviceCanAccessPeer(&mut can, ctx.cu_device(), peer.cu_device()) }
+        .result()
+        .map_err(|e| driver_err(op, e))?;
+    if can == 0 {
+        return Ok(false);
+    }
+    ctx.bind_to_thread().map_err(|e| driver_err(op, e))?;
+    // SAFETY: `peer`'s context is a live primary context; flags must be 0.
+    match unsafe { sys::cuCtxEnablePeerAccess(peer.cu_ctx(), 0) } {
+        sys::CUresult::CUDA_SUCCESS | sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(true),
+        other => Err(driver_err(op, DriverError(other))),
+    }
+}
+
+/// Copies `bytes` bytes from `src` on `src_ctx`'s device to `dst` on
+/// `stream`'s (another device), queued on `stream`.
+pub(crate) fn dtod_peer(
+    stream: &CudaStream,
+    dst: u64,
+    src_ctx: &CudaContext,
+    src: u64,
+    bytes: usize,
+    op: &'static str,
+) -> Result<()> {
+    let dst_ctx = stream.context();
+    dst_ctx.bind_to_thread().map_err(|e| driver_err(op, e))?;
+    // SAFETY: `dst` and `src` address live allocations of at least `bytes`
+    // bytes on their contexts' devices (the caller checks lengths and keeps
+    // both alive until the stream has run the copy).
+    unsafe { result::memcpy_peer_async(dst_ctx.cu_ctx(), dst, src_ctx.cu_ctx(), src, bytes, stream.cu_stream()) }
+        .map_err(|e| driver_err(op, e))
+}
+
 /// Device-to-device copy of `bytes` bytes.
 pub(crate) fn dtod(stream: &CudaStream, dst: u64, src: u64, bytes: usize, op: &'static str) -> Result<()> {
     // SAFETY: both addresses are live allocations of at least `bytes` bytes (the

@@ -20,6 +20,7 @@ mod graph;
 pub mod nccl;
 #[cfg(feature = "nccl")]
 mod nccl_sys;
+mod peer;
 
 use std::sync::Arc;
 

@@ -12,8 +12,10 @@
 //! set `NCCL_NVLS_ENABLE=0` in the environment on machines that offer it.
 //!
 //! [`Communicator::matmul`] splits one product over the GPUs by rows
-//! (data parallel, all-gather) or by the inner dimension (tensor parallel,
-//! all-reduce), see [`Split`].
+//! (data parallel), by the inner dimension (tensor parallel, all-reduce) or
+//! by columns (tensor parallel, all-gather), see [`Split`]; its collectives
+//! run on a second stream per GPU, chunk by chunk, beside the products.
+//! [`CudaBackend::copy_to`] copies a tensor between GPUs without NCCL.
 //!
 //! `libnccl` is loaded at run time (`libnccl.so`, then `libnccl.so.2`); a
 //! machine without it gets [`ComputeError::DeviceUnavailable`] from
@@ -21,14 +23,18 @@
 //! [`ComputeError::Driver`] with an [`NcclError`] (its result code) as
 //! [`source`](std::error::Error::source).
 
-use std::sync::Mutex;
+mod matmul;
 
-use compute_core::{BackendKind, ComputeError, DType, MatmulSpec, Op, Result, Tensor};
+use std::sync::{Arc, Mutex};
+
+use compute_core::{BackendKind, ComputeError, DType, Op, Result, Tensor};
+use cudarc::driver::CudaStream;
 
 use super::CudaBackend;
 use super::device::lock;
 pub use super::nccl_sys::NcclError;
 use super::nccl_sys::{self as sys, Api};
+pub use matmul::Split;
 
 /// How [`Communicator::all_reduce`] and [`Communicator::reduce_scatter`]
 /// combine the ranks' values.
@@ -58,30 +64,22 @@ impl ReduceOp {
     }
 }
 
-/// How [`Communicator::matmul`] splits `C = A·B` (`m × k` by `k × n`) over `r` ranks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Split {
-    /// By the rows of `A` and `C` (data parallel): rank `i` holds rows
-    /// `i·m/r ..` of `A` (`m/r × k`) and all of `B`, computes its rows of
-    /// `C`, and an all-gather gives every rank all of `C`: each GPU moves
-    /// `(r − 1)/r` of `C`'s bytes in.
-    Rows,
-    /// By the inner dimension (tensor parallel, `B` split by rows): rank `i`
-    /// holds columns `i·k/r ..` of `A` (`m × k/r`, row-major) and the same
-    /// rows of `B` (`k/r × n`, or `n × k/r` when `trans_b`), computes a
-    /// partial `C`, and an all-reduce sums the partials on every rank: about
-    /// `2(r − 1)/r` of `C`'s bytes per GPU. With a half `C` the partials are
-    /// rounded before they are summed (one more rounding per rank).
-    Inner,
-}
-
 /// One NCCL communicator per GPU, in rank order. Cheap to share by
 /// reference: collectives from several threads are issued one at a time.
 pub struct Communicator {
     api: &'static Api,
-    ranks: Vec<(sys::Comm, CudaBackend)>,
+    ranks: Vec<Rank>,
     /// Serialises the groups of collectives (NCCL communicators take one caller at a time).
     issuing: Mutex<()>,
+}
+
+/// One GPU of a [`Communicator`].
+struct Rank {
+    comm: sys::Comm,
+    backend: CudaBackend,
+    /// A second stream on the rank's device: the collectives of a pipelined
+    /// [`Communicator::matmul`] run on it beside the products.
+    side: Arc<CudaStream>,
 }
 
 // SAFETY: NCCL communicators may be used from any thread, one call at a time,
@@ -92,7 +90,7 @@ unsafe impl Sync for Communicator {}
 
 impl std::fmt::Debug for Communicator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let devices: Vec<String> = self.ranks.iter().map(|(_, b)| b.location().to_string()).collect();
+        let devices: Vec<String> = self.ranks.iter().map(|r| r.backend.location().to_string()).collect();
         f.debug_struct("Communicator").field("ranks", &devices).finish()
     }
 }
@@ -149,11 +147,19 @@ impl Communicator {
         let api = sys::api()?;
         // NCCL creates its resources on the devices' primary contexts, the ones the backends use.
         let comms = api.init_all(&devices)?;
-        Ok(Communicator {
-            api,
-            ranks: comms.into_iter().zip(backends.iter().cloned()).collect(),
-            issuing: Mutex::new(()),
-        })
+        let mut ranks = Vec::with_capacity(backends.len());
+        for (comm, backend) in comms.iter().zip(backends) {
+            match backend.dev.ctx.new_stream() {
+                Ok(side) => ranks.push(Rank { comm: *comm, backend: backend.clone(), side }),
+                Err(e) => {
+                    for c in &comms {
+                        let _ = api.destroy(*c);
+                    }
+                    return Err(super::driver::err("nccl_init", e));
+                }
+            }
+        }
+        Ok(Communicator { api, ranks, issuing: Mutex::new(()) })
     }
 
     /// The number of ranks (GPUs).
@@ -163,7 +169,7 @@ impl Communicator {
 
     /// The backend of rank `rank`.
     pub fn backend(&self, rank: usize) -> Option<&CudaBackend> {
-        self.ranks.get(rank).map(|(_, b)| b)
+        self.ranks.get(rank).map(|r| &r.backend)
     }
 
     /// Checks one tensor per rank on its device, all of one dtype and of
@@ -182,17 +188,30 @@ impl Communicator {
         }
         let code = dtype_code(first.1, what, len)?;
         let probe = Op::unary(compute_core::UnaryOp::Relu, len.max(1));
-        let ptrs = tensors.iter().zip(&self.ranks).map(|(t, (_, b))| b.ptr(t, &probe)).collect::<Result<Vec<_>>>()?;
+        let ptrs =
+            tensors.iter().zip(&self.ranks).map(|(t, r)| r.backend.ptr(t, &probe)).collect::<Result<Vec<_>>>()?;
         Ok((ptrs, len, code))
     }
 
-    /// Runs `each(rank, comm, stream)` for every rank inside one NCCL group.
-    fn group(&self, mut each: impl FnMut(usize, sys::Comm, cudarc::driver::sys::CUstream) -> Result<()>) -> Result<()> {
+    /// Runs `each(rank, comm, stream)` for every rank inside one NCCL group,
+    /// on each rank's backend stream.
+    fn group(&self, each: impl FnMut(usize, sys::Comm, cudarc::driver::sys::CUstream) -> Result<()>) -> Result<()> {
+        self.group_on(false, each)
+    }
+
+    /// [`Communicator::group`] on each rank's backend stream, or on its side
+    /// stream when `side`.
+    fn group_on(
+        &self,
+        side: bool,
+        mut each: impl FnMut(usize, sys::Comm, cudarc::driver::sys::CUstream) -> Result<()>,
+    ) -> Result<()> {
         let _one = lock(&self.issuing);
         self.api.group_start()?;
         let mut first_err = None;
-        for (rank, (comm, b)) in self.ranks.iter().enumerate() {
-            if let Err(e) = each(rank, *comm, b.dev.stream.cu_stream()) {
+        for (rank, r) in self.ranks.iter().enumerate() {
+            let stream = if side { r.side.cu_stream() } else { r.backend.dev.stream.cu_stream() };
+            if let Err(e) = each(rank, r.comm, stream) {
                 first_err = Some(e);
                 break;
             }
@@ -262,83 +281,19 @@ impl Communicator {
         })
     }
 
-    /// The product `spec` (`C = A·B`, one product: `batch` 1, `A` not
-    /// transposed) computed on every rank from the shards `a[rank]` and
-    /// `b[rank]` as `split` says, every rank's `c[rank]` receiving all of `C`
-    /// (`m × n` of `spec.out_dtype`). Each rank's product runs on its own GPU
-    /// with that backend's kernels, then one collective combines them; queued,
-    /// not waited for. Costs `1/ranks` of the product's FLOPs per GPU plus the
-    /// collective (see [`Split`]). `Shape` errors for a split that does not
-    /// divide, shards of the wrong size or a batched or `A`-transposed spec.
-    pub fn matmul(&self, spec: &MatmulSpec, split: Split, a: &[&Tensor], b: &[&Tensor], c: &[&Tensor]) -> Result<()> {
-        let r = self.ranks.len();
-        let shapes = || format!("{} over {r} ranks, {split:?}", Op::Matmul(*spec).shapes());
-        if spec.batch != 1 || spec.trans_a {
-            return Err(ComputeError::shape("matmul_sharded", "one product, A stored m × k", shapes()));
-        }
-        let parts = match split {
-            Split::Rows => spec.m,
-            Split::Inner => spec.k,
-        };
-        if !parts.is_multiple_of(r) {
-            return Err(ComputeError::shape(
-                "matmul_sharded",
-                format!("the split dimension divisible by {r}"),
-                shapes(),
-            ));
-        }
-        if a.len() != r || b.len() != r || c.len() != r {
-            return Err(ComputeError::shape("matmul_sharded", "one shard of A, B and C per rank", shapes()));
-        }
-        let local = match split {
-            Split::Rows => MatmulSpec { m: spec.m / r, ..*spec },
-            Split::Inner => MatmulSpec { k: spec.k / r, ..*spec },
-        };
-        let full = spec.m * spec.n;
-        if c.iter().any(|t| t.len() != full || t.dtype() != spec.out_dtype) {
-            return Err(ComputeError::shape(
-                "matmul_sharded",
-                format!("every C {full} values of {}", spec.out_dtype),
-                shapes(),
-            ));
-        }
-        let op = Op::Matmul(local);
-        match split {
-            Split::Rows => {
-                // Each rank's block of rows, then every block to every rank.
-                let blocks = self
-                    .ranks
-                    .iter()
-                    .map(|(_, be)| compute_core::Backend::alloc_typed(be, local.m * local.n, spec.out_dtype))
-                    .collect::<Result<Vec<_>>>()?;
-                for (rank, (_, be)) in self.ranks.iter().enumerate() {
-                    compute_core::Backend::run_tensors(be, &op, &[a[rank], b[rank]], &blocks[rank])?;
-                }
-                // The blocks are freed in stream order after the gather.
-                self.all_gather(&blocks.iter().collect::<Vec<_>>(), c)
-            }
-            Split::Inner => {
-                // Partial products in place, then their sum everywhere.
-                for (rank, (_, be)) in self.ranks.iter().enumerate() {
-                    compute_core::Backend::run_tensors(be, &op, &[a[rank], b[rank]], c[rank])?;
-                }
-                self.all_reduce(c, ReduceOp::Sum)
-            }
-        }
-    }
-
     /// Waits for every rank's queued work (collectives included).
     pub fn synchronize(&self) -> Result<()> {
-        self.ranks.iter().try_for_each(|(_, b)| compute_core::Backend::synchronize(b))
+        self.ranks.iter().try_for_each(|r| compute_core::Backend::synchronize(&r.backend))
     }
 }
 
 impl Drop for Communicator {
     fn drop(&mut self) {
-        for (comm, b) in &self.ranks {
+        for r in &self.ranks {
             // Queued collectives finish before their communicator goes.
-            let _ = compute_core::Backend::synchronize(b);
-            let _ = self.api.destroy(*comm);
+            let _ = compute_core::Backend::synchronize(&r.backend);
+            let _ = r.side.synchronize();
+            let _ = self.api.destroy(r.comm);
         }
     }
 }

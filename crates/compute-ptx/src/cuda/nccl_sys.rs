@@ -46,6 +46,8 @@ pub(crate) struct Api {
     broadcast: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, CUstream) -> NcclResult,
     reduce_scatter: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, CUstream) -> NcclResult,
     all_gather: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, Comm, CUstream) -> NcclResult,
+    send: unsafe extern "C" fn(*const c_void, usize, c_int, c_int, Comm, CUstream) -> NcclResult,
+    recv: unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, Comm, CUstream) -> NcclResult,
     /// Keeps the entry points valid.
     _lib: Library,
 }
@@ -108,6 +110,8 @@ impl Api {
             broadcast: sym!(b"ncclBroadcast"),
             reduce_scatter: sym!(b"ncclReduceScatter"),
             all_gather: sym!(b"ncclAllGather"),
+            send: sym!(b"ncclSend"),
+            recv: sym!(b"ncclRecv"),
             _lib: lib,
         })
     }
@@ -260,6 +264,46 @@ impl Api {
         let r =
             unsafe { (self.all_gather)(send as *const c_void, recv as *mut c_void, send_count, dtype, comm, stream) };
         self.check("all_gather", r)
+    }
+}
+
+impl Api {
+    /// `ncclSend` of `count` elements to rank `peer` (matched by that rank's
+    /// [`Api::recv`] inside the same group).
+    ///
+    /// # Safety
+    /// `send` addresses `count` elements of `dtype` on the communicator's
+    /// device, live until the stream has run the transfer.
+    pub(crate) unsafe fn send(
+        &self,
+        send: u64,
+        count: usize,
+        dtype: c_int,
+        peer: c_int,
+        comm: Comm,
+        stream: CUstream,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract.
+        let r = unsafe { (self.send)(send as *const c_void, count, dtype, peer, comm, stream) };
+        self.check("send", r)
+    }
+
+    /// `ncclRecv` of `count` elements from rank `peer`.
+    ///
+    /// # Safety
+    /// As [`Api::send`], for `recv`.
+    pub(crate) unsafe fn recv(
+        &self,
+        recv: u64,
+        count: usize,
+        dtype: c_int,
+        peer: c_int,
+        comm: Comm,
+        stream: CUstream,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract.
+        let r = unsafe { (self.recv)(recv as *mut c_void, count, dtype, peer, comm, stream) };
+        self.check("recv", r)
     }
 }
 
