@@ -249,3 +249,49 @@ fn copies_between_devices_arrive_whole() {
         }
     }
 }
+
+#[test]
+fn a_product_spread_from_rank_zero_equals_the_whole_product() {
+    use compute_core::MatmulSpec;
+    let Some((backends, comm)) = setup("a_product_spread_from_rank_zero_equals_the_whole_product") else { return };
+    let r = backends.len();
+    let mut rng = Rng::new(0x5eed_0035);
+    let (m, k, n) = (64 * r, 96, 72);
+    let ints = |rng: &mut Rng, len: usize| rng.vec(len, -3.0, 3.0).into_iter().map(f32::round).collect::<Vec<f32>>();
+    for (dtype, trans_b) in [(DType::F32, false), (DType::BF16, true)] {
+        let spec = MatmulSpec { trans_b, ..MatmulSpec::new(m, k, n) }.with_dtypes(dtype, DType::F32);
+        let (a, b) = (ints(&mut rng, m * k), ints(&mut rng, k * n));
+        let root = &backends[0];
+        let (ta, tb) = (upload(root, &a, dtype), upload(root, &b, dtype));
+        let c = upload(root, &vec![f32::NAN; m * n], DType::F32);
+        comm.matmul_from_root(&spec, &ta, &tb, &c).expect("matmul_from_root");
+        assert_eq!(download(root, &c), host_matmul(&a, &b, (m, k, n), trans_b), "{dtype} trans_b {trans_b}");
+    }
+    if r > 1 {
+        // Operands on another GPU are a typed error.
+        let other = upload(&backends[1], &vec![0.0; 64 * r * 96], DType::F32);
+        let (b, c) =
+            (upload(&backends[0], &vec![0.0; 96 * 72], DType::F32), backends[0].alloc(64 * r * 72).expect("alloc"));
+        let err = comm.matmul_from_root(&MatmulSpec::new(64 * r, 96, 72), &other, &b, &c);
+        assert!(matches!(err, Err(ComputeError::WrongDevice { .. })), "{err:?}");
+    }
+}
+
+#[test]
+fn scatter_sends_each_rank_its_block() {
+    let Some((backends, comm)) = setup("scatter_sends_each_rank_its_block") else { return };
+    let r = backends.len();
+    let n = 1001;
+    for dtype in [DType::F32, DType::BF16] {
+        let values: Vec<f32> = (0..r * n).map(|i| (i % 97) as f32).collect();
+        let source = upload(&backends[0], &values, dtype);
+        let outs: Vec<Tensor> = backends.iter().map(|b| upload(b, &vec![f32::NAN; n], dtype)).collect();
+        comm.scatter(&source, &refs(&outs)).expect("scatter");
+        for (i, (b, t)) in backends.iter().zip(&outs).enumerate() {
+            assert_eq!(download(b, t), values[i * n..(i + 1) * n].to_vec(), "{dtype} block {i}");
+        }
+        let short = upload(&backends[0], &values[1..], dtype);
+        let err = comm.scatter(&short, &refs(&outs));
+        assert!(matches!(err, Err(ComputeError::Shape { .. })), "{err:?}");
+    }
+}

@@ -34,6 +34,7 @@ use super::CudaBackend;
 use super::device::lock;
 pub use super::nccl_sys::NcclError;
 use super::nccl_sys::{self as sys, Api};
+use crate::plan;
 pub use matmul::Split;
 
 /// How [`Communicator::all_reduce`] and [`Communicator::reduce_scatter`]
@@ -278,6 +279,36 @@ impl Communicator {
         self.group(|rank, comm, stream| {
             // SAFETY: as in `all_reduce`; `ins[rank]` holds `ranks × n` elements (checked).
             unsafe { self.api.reduce_scatter(ins[rank], outs[rank], n, dt, op.code(), comm, stream) }
+        })
+    }
+
+    /// Sends block `i` of `source` (on rank 0, `ranks × n` elements) to
+    /// `outputs[i]` (`n` elements on rank `i`; rank 0's block is a device
+    /// copy), point to point. Moves `(ranks − 1)/ranks` of `source`'s bytes
+    /// out of rank 0.
+    pub fn scatter(&self, source: &Tensor, outputs: &[&Tensor]) -> Result<()> {
+        let (outs, n, dt) = self.operands("scatter", outputs, None)?;
+        let r = self.ranks.len();
+        if source.len() != n * r || source.dtype() != outputs[0].dtype() {
+            let shapes =
+                format!("source [{}] {}, {r} outputs of [{n}] {}", source.len(), source.dtype(), outputs[0].dtype());
+            return Err(ComputeError::shape("scatter", "a source of ranks × n values of the outputs' dtype", shapes));
+        }
+        let root = &self.ranks[0].backend;
+        let src = root.ptr(source, &Op::unary(compute_core::UnaryOp::Relu, source.len().max(1)))?;
+        let es = source.dtype().size_in_bytes();
+        plan::Launcher::copy(&*root.dev, outs[0], src, n * es, "scatter")?;
+        self.group(|rank, comm, stream| {
+            // SAFETY: rank 0's source holds `ranks × n` elements and each
+            // output `n` (checked), alive until the streams have run this.
+            unsafe {
+                match rank {
+                    0 => {
+                        (1..r).try_for_each(|p| self.api.send(src + (p * n * es) as u64, n, dt, p as i32, comm, stream))
+                    }
+                    _ => self.api.recv(outs[rank], n, dt, 0, comm, stream),
+                }
+            }
         })
     }
 

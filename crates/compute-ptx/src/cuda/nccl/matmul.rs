@@ -265,6 +265,81 @@ impl Communicator {
     }
 }
 
+impl Communicator {
+    /// The product `spec` (`C = A·B`, one product, `A` stored `m × k`) of
+    /// `a` and `b` on rank 0 into `c` on rank 0, spread over every rank by
+    /// rows: rank 0 broadcasts `B`, sends each other rank its `m/r` rows of
+    /// `A`, every rank computes its rows of `C`, and the other ranks send
+    /// theirs back into `c`. Queued, not waited for. Costs `1/r` of the
+    /// FLOPs per GPU, plus `B`'s bytes broadcast and `(r − 1)/r` of `A`'s
+    /// and `C`'s bytes between rank 0 and the others; the other ranks hold
+    /// their shards in scratch memory for the call. `Shape` errors as
+    /// [`Communicator::matmul`]; `WrongDevice` when an operand is not on
+    /// rank 0's GPU.
+    pub fn matmul_from_root(&self, spec: &MatmulSpec, a: &Tensor, b: &Tensor, c: &Tensor) -> Result<()> {
+        let r = self.ranks.len();
+        let (m, k, n) = (spec.m, spec.k, spec.n);
+        let shapes = || format!("{} from rank 0 over {r} ranks", Op::Matmul(*spec).shapes());
+        let bad = |why: String| ComputeError::shape("matmul_from_root", why, shapes());
+        if spec.batch != 1 || spec.trans_a || !m.is_multiple_of(r) {
+            return Err(bad(format!("one product, A stored m × k, m divisible by {r}")));
+        }
+        let op = Op::Matmul(*spec);
+        compute_core::check_tensor_call(&op, self.ranks[0].backend.location(), &[a, b], c)?;
+        let dt = dtype_code(spec.out_dtype, "matmul_from_root", m * n)?;
+        let dt_in = dtype_code(spec.dtype, "matmul_from_root", k * n)?;
+        let root = &self.ranks[0].backend;
+        let (pa, pb, pc) = (root.ptr(a, &op)?, root.ptr(b, &op)?, root.ptr(c, &op)?);
+        let (ea, ec) = (spec.dtype.size_in_bytes(), spec.out_dtype.size_in_bytes());
+        let rows = m / r;
+        // Scratch on the other ranks: their rows of A, all of B, their rows of C.
+        let mut scratch = Vec::with_capacity(r);
+        for rk in &self.ranks[1..] {
+            let t = |bytes: usize| rk.backend.dev.temp(bytes, "matmul_from_root");
+            scratch.push((t(rows * k * ea)?, t(k * n * ea)?, t(rows * n * ec)?));
+        }
+        // Rank `i`'s `(A rows, B, C rows)` addresses.
+        let at = |i: usize| match i {
+            0 => (pa, pb, pc),
+            _ => (scratch[i - 1].0.device_ptr(), scratch[i - 1].1.device_ptr(), scratch[i - 1].2.device_ptr()),
+        };
+        self.group(|i, comm, stream| {
+            // SAFETY: `B` on rank 0 and each scratch copy hold `k × n` values
+            // of the input dtype (checked / sized above), alive until queued
+            // work is done (the scratch frees in stream order after it).
+            unsafe { self.api.broadcast(at(i).1, at(i).1, k * n, dt_in, 0, comm, stream) }
+        })?;
+        self.group(|i, comm, stream| {
+            // SAFETY: rank 0's `A` holds `m × k` values, each scratch `A`
+            // `m/r × k`; every range sent or received lies inside them.
+            unsafe {
+                match i {
+                    0 => (1..r).try_for_each(|p| {
+                        self.api.send(pa + bytes(p * rows * k, ea), rows * k, dt_in, p as i32, comm, stream)
+                    }),
+                    _ => self.api.recv(at(i).0, rows * k, dt_in, 0, comm, stream),
+                }
+            }
+        })?;
+        let local = Op::Matmul(MatmulSpec { m: rows, ..*spec });
+        for (i, rk) in self.ranks.iter().enumerate() {
+            let (ai, bi, ci) = at(i);
+            plan::run_op(&*rk.backend.dev, &local, &[ai, bi], ci)?;
+        }
+        self.group(|i, comm, stream| {
+            // SAFETY: as above, for `C` (`m × n` on rank 0, `m/r × n` in scratch).
+            unsafe {
+                match i {
+                    0 => (1..r).try_for_each(|p| {
+                        self.api.recv(pc + bytes(p * rows * n, ec), rows * n, dt, p as i32, comm, stream)
+                    }),
+                    _ => self.api.send(at(i).2, rows * n, dt, 0, comm, stream),
+                }
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::chunk_rows;
