@@ -95,7 +95,7 @@ pub(crate) fn cargo() -> Command {
 
 /// Every feature that compiles on any machine: the GPU backends load their
 /// drivers at run time and report `DeviceUnavailable` when there are none.
-const TEST_FEATURES: &str = "dispatch/gpu,dispatch/cuda,compute-ptx/cuda,compute-ptx/nccl,compute-benches/gpu,compute-benches/cuda,compute-benches/dispatch";
+const TEST_FEATURES: &str = "dispatch/gpu,dispatch/cuda,dispatch/nccl,compute-ptx/cuda,compute-ptx/nccl,compute-benches/gpu,compute-benches/cuda,compute-benches/dispatch";
 
 fn test(args: &[String]) -> Result<(), String> {
     let quick = args.iter().any(|a| a == "--quick");

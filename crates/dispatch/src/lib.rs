@@ -48,6 +48,8 @@ mod lane;
 pub mod llama;
 mod lock;
 mod model;
+#[cfg(feature = "nccl")]
+pub mod multi_gpu;
 mod pool;
 pub mod profile;
 pub mod runtime;
