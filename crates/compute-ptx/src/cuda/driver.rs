@@ -286,9 +286,32 @@ pub(crate) fn enable_peer_access(ctx: &CudaContext, peer: &CudaContext, op: &'st
     ctx.bind_to_thread().map_err(|e| driver_err(op, e))?;
     // SAFETY: `peer`'s context is a live primary context; flags must be 0.
     match unsafe { sys::cuCtxEnablePeerAccess(peer.cu_ctx(), 0) } {
-        sys::CUresult::CUDA_SUCCESS | sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(true),
-        other => Err(driver_err(op, DriverError(other))),
+        sys::CUresult::CUDA_SUCCESS | sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => {}
+        other => return Err(driver_err(op, DriverError(other))),
     }
+    // Tensors come from each device's stream-ordered pool, which context
+    // peer access does not cover: open each pool to the other device.
+    grant_pool_access(peer, ctx, op)?;
+    grant_pool_access(ctx, peer, op)?;
+    Ok(true)
+}
+
+/// Lets `reader`'s device read and write the allocations of `owner`'s
+/// default memory pool (where every tensor of `owner` comes from).
+fn grant_pool_access(owner: &CudaContext, reader: &CudaContext, op: &'static str) -> Result<()> {
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: `pool` is a valid out-pointer; the device is an open handle.
+    unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, owner.cu_device()) }.result().map_err(|e| driver_err(op, e))?;
+    let access = sys::CUmemAccessDesc {
+        location: sys::CUmemLocation {
+            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+            id: reader.cu_device(),
+        },
+        flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+    };
+    // SAFETY: `pool` is the owner device's default pool (non-null on
+    // success) and `access` one valid descriptor, read during the call.
+    unsafe { sys::cuMemPoolSetAccess(pool, &access, 1) }.result().map_err(|e| driver_err(op, e))
 }
 
 /// Copies `bytes` bytes from `src` on `src_ctx`'s device to `dst` on
@@ -312,6 +335,8 @@ pub(crate) fn dtod_peer(
 
 /// Device-to-device copy of `bytes` bytes.
 pub(crate) fn dtod(stream: &CudaStream, dst: u64, src: u64, bytes: usize, op: &'static str) -> Result<()> {
+    // With several devices the thread's current context may be another one's.
+    stream.context().bind_to_thread().map_err(|e| driver_err(op, e))?;
     // SAFETY: both addresses are live allocations of at least `bytes` bytes (the
     // caller checks lengths); the copy is stream-ordered after prior work.
     unsafe { result::memcpy_dtod_async(dst, src, bytes, stream.cu_stream()) }.map_err(|e| driver_err(op, e))

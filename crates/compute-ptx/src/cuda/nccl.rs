@@ -35,7 +35,7 @@ use super::device::lock;
 pub use super::nccl_sys::NcclError;
 use super::nccl_sys::{self as sys, Api};
 use crate::plan;
-pub use matmul::Split;
+pub use matmul::{Split, default_chunks};
 
 /// How [`Communicator::all_reduce`] and [`Communicator::reduce_scatter`]
 /// combine the ranks' values.

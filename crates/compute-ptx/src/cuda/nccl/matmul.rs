@@ -45,10 +45,12 @@ pub enum Split {
 /// `A` and `C` keeps the alignment of the whole matrices.
 const CHUNK_ALIGN: usize = 64;
 
-/// The chunks [`Communicator::matmul`] cuts `rows` into: about 512 rows
-/// each, at most 4 (each chunk's product stays large enough to fill the GPU).
-pub fn default_chunks(rows: usize) -> usize {
-    (rows / 512).clamp(1, 4)
+/// The chunks [`Communicator::matmul`] cuts `rows` of `split` into: about
+/// 512 rows each, at most 4 for [`Split::Rows`] and 8 for the others (the
+/// counts measured fastest on four H200s at 16384³, docs/benchmarks.md).
+pub fn default_chunks(split: Split, rows: usize) -> usize {
+    let most = if split == Split::Rows { 4 } else { 8 };
+    (rows / 512).clamp(1, most)
 }
 
 /// The byte offset of `elems` values of `size` bytes.
@@ -76,7 +78,7 @@ impl Communicator {
     /// `A`-transposed spec; nothing runs then.
     pub fn matmul(&self, spec: &MatmulSpec, split: Split, a: &[&Tensor], b: &[&Tensor], c: &[&Tensor]) -> Result<()> {
         let rows = if split == Split::Rows { spec.m / self.ranks().max(1) } else { spec.m };
-        self.matmul_in_chunks(spec, split, default_chunks(rows), a, b, c)
+        self.matmul_in_chunks(spec, split, default_chunks(split, rows), a, b, c)
     }
 
     /// [`Communicator::matmul`] with the split's rows cut into about `chunks`
