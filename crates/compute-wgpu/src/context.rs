@@ -108,10 +108,57 @@ fn rank(t: wgpu::DeviceType) -> u8 {
     }
 }
 
-/// Picks the adapter `options` ask for: name filter, no software adapter unless
-/// allowed, then the best device type.
+/// One adapter of the machine, as [`adapters`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdapterListing {
+    /// Its index: [`DeviceOptions::with_adapter_index`] opens it.
+    pub index: usize,
+    /// Adapter name, e.g. `NVIDIA H100 80GB HBM3`.
+    pub name: String,
+    /// Graphics API, e.g. `Vulkan`.
+    pub api: String,
+    /// `DiscreteGpu`, `IntegratedGpu`, `VirtualGpu`, `Cpu` (software) or `Other`.
+    pub device_type: String,
+}
+
+/// Every adapter of the APIs `options` allow, in the order the indices of
+/// [`DeviceOptions::with_adapter_index`] count (wgpu's enumeration order;
+/// empty in the browser, which offers one adapter through `new_async`).
+/// Costs an adapter enumeration (milliseconds); opens nothing.
+pub async fn adapters(options: &DeviceOptions) -> Vec<AdapterListing> {
+    if wgpu::Instance::enabled_backend_features().is_empty() {
+        return Vec::new();
+    }
+    let instance = shared_instance(options.backends());
+    let found = instance.enumerate_adapters(options.backends()).await;
+    found
+        .iter()
+        .enumerate()
+        .map(|(index, a)| {
+            let i = a.get_info();
+            AdapterListing {
+                index,
+                name: i.name,
+                api: format!("{:?}", i.backend),
+                device_type: format!("{:?}", i.device_type),
+            }
+        })
+        .collect()
+}
+
+/// Picks the adapter `options` ask for: the one of its index if given, else
+/// name filter, no software adapter unless allowed, then the best device type.
 async fn choose_adapter(instance: &wgpu::Instance, options: &DeviceOptions) -> Result<wgpu::Adapter> {
     let mut adapters = instance.enumerate_adapters(options.backends()).await;
+    if let Some(index) = options.adapter_index {
+        let count = adapters.len();
+        return adapters.into_iter().nth(index).ok_or_else(|| {
+            errors::unavailable(format!(
+                "no adapter of index {index}: {count} found (backends {:?})",
+                options.backends()
+            ))
+        });
+    }
     if adapters.is_empty() {
         // The browser's WebGPU is reached only through request_adapter.
         let req = wgpu::RequestAdapterOptions {

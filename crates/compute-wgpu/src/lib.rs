@@ -65,7 +65,7 @@ pub use batch::{BufferId, GpuCommandBatch};
 pub use buffers::{BufferRecycler, GpuBuffer, padded_bytes};
 pub use completion::WorkDone;
 pub use compute_core::{AsyncOps, Ops};
-pub use context::AdapterReport;
+pub use context::{AdapterListing, AdapterReport, adapters};
 pub use errors::{WgpuError, WgpuErrorKind};
 pub use options::{CoopMatmul, CoopTiles, DeviceOptions, GpuApi, MatmulTiles, TiledMatmul};
 /// For the crate's device tests: a test without an adapter is skipped (and

@@ -515,6 +515,9 @@ pub struct DeviceOptions {
     pub backend: Option<GpuApi>,
     /// Only adapters whose name contains this text (case-insensitive).
     pub adapter_name: Option<String>,
+    /// Exactly the adapter of this index in [`crate::adapters`]'s list (for
+    /// the same `backend`), whatever its type (`None`: the best one).
+    pub adapter_index: Option<usize>,
     /// Whether a software (CPU) adapter may be used when no hardware adapter matches.
     pub allow_fallback: bool,
     /// Whether the matmul and attention shaders keep naga's runtime bounds
@@ -538,6 +541,7 @@ impl Default for DeviceOptions {
         DeviceOptions {
             backend: None,
             adapter_name: None,
+            adapter_index: None,
             allow_fallback: true,
             matmul_bounds_checks: false,
             max_binding_bytes: None,
@@ -564,6 +568,7 @@ impl DeviceOptions {
         DeviceOptions {
             backend: var("COMPUTE_WGPU_BACKEND").and_then(|v| GpuApi::parse(&v)),
             adapter_name: var("COMPUTE_WGPU_ADAPTER"),
+            adapter_index: var("COMPUTE_WGPU_ADAPTER_INDEX").and_then(|v| v.trim().parse().ok()),
             allow_fallback: flag("COMPUTE_WGPU_ALLOW_FALLBACK", true),
             matmul_bounds_checks: flag("COMPUTE_WGPU_MATMUL_CHECKS", false),
             max_binding_bytes: None,
@@ -581,6 +586,12 @@ impl DeviceOptions {
     /// Restricts the search to adapters whose name contains `name`.
     pub fn with_adapter_name(mut self, name: impl Into<String>) -> Self {
         self.adapter_name = Some(name.into());
+        self
+    }
+
+    /// Opens exactly the adapter of index `index` in [`crate::adapters`]'s list.
+    pub fn with_adapter_index(mut self, index: usize) -> Self {
+        self.adapter_index = Some(index);
         self
     }
 

@@ -1043,3 +1043,20 @@ fn large_host_copies_split_over_threads_keep_every_byte() {
     gpu.set_copy_threads(0);
     assert_eq!(gpu.copy_threads(), 1, "at least one thread");
 }
+
+#[test]
+fn every_adapter_is_listed_and_opens_by_its_index() {
+    let Some(best) = gpu("adapters by index") else { return };
+    let options = DeviceOptions::from_env();
+    let listed = compute_wgpu::runtime::block_on(compute_wgpu::adapters(&options));
+    assert!(!listed.is_empty(), "the adapter opened ({}) is listed", best.adapter());
+    assert!(listed.iter().any(|a| a.name == best.adapter().name), "{listed:?}");
+    for a in &listed {
+        eprintln!("adapter {}: {} ({}, {})", a.index, a.name, a.api, a.device_type);
+        let opened = WgpuBackend::with_options(&options.clone().with_adapter_index(a.index)).expect("open by index");
+        assert_eq!(opened.adapter().name, a.name);
+        assert_eq!(opened.adapter().api, a.api);
+    }
+    let beyond = WgpuBackend::with_options(&options.with_adapter_index(listed.len()));
+    assert!(matches!(beyond, Err(ComputeError::DeviceUnavailable { .. })), "{:?}", beyond.err());
+}
