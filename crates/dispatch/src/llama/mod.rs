@@ -31,8 +31,13 @@
 //! up, followed by [`Op::Glu`] (two products and a swiglu otherwise); the KV
 //! cache is head-major `[sequences, kv_heads, capacity, head_dim]` per layer,
 //! what the attention op reads; activations are token-major `[rows, hidden]`
-//! (a step's tokens, or one token of each sequence decoded together:
-//! [`Llama::set_sequences`]).
+//! (a step's tokens, one token of each sequence decoded together, or the
+//! stacked prompts of sequences prefilled together).
+//!
+//! Several sequences live in slots of the KV cache ([`Llama::set_slots`]):
+//! they join with their prompts prefilled ([`Llama::add_sequences`], several
+//! in one pass), decode together ([`Llama::step_active`]: one row per slot,
+//! idle slots skipped) and leave ([`Llama::remove_sequence`]) independently.
 //!
 //! Where the backend takes positions from a tensor (the `with_positions`
 //! forms of rope, copy and attention), a step's positions and token ids live
