@@ -453,10 +453,60 @@ fn bad_steps_are_typed_errors() {
     model.step(&[1]).unwrap();
 }
 
+/// Llama 3's rotary scaling (`rope_type: "llama3"`), with a context short
+/// enough that the tiny model's pairs fall in all three regimes (kept,
+/// blended, slowed by the factor): the model's logits and greedy tokens
+/// follow the reference, which computes the scaled frequencies as
+/// transformers does; the scaling changes them; and a transformers
+/// checkpoint stating it in `rope_scaling` (transformers 4) or
+/// `rope_parameters` (5) loads it.
+#[test]
+fn llama3_rotary_scaling_matches_the_reference() {
+    use compute_core::RopeScaling;
+    let scaling = RopeScaling { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position: 256 };
+    let cfg = LlamaConfig { rope_theta: 500_000.0, rope_scaling: Some(scaling), ..LlamaConfig::tiny() };
+    let cpu: Arc<dyn Backend> = Arc::new(SimdBackend::new());
+    for layout in [RopeLayout::HalfSplit, RopeLayout::Interleaved] {
+        check(cpu.clone(), LlamaConfig { rope_layout: layout, ..cfg }, WeightFormat::dense(DType::F32), 1e-5, 6);
+    }
+    check(cpu.clone(), cfg, WeightFormat::dense(DType::BF16), 2e-2, 3);
+    // Unscaled, the same weights give other logits.
+    let weights = HostWeights::random(cfg, 11);
+    let prompt: Vec<u32> = (0..40).map(|i| (i * 7 + 3) % 97).collect();
+    let plain = HostWeights { cfg: LlamaConfig { rope_scaling: None, ..cfg }, ..weights.clone() };
+    let (a, b) = (reference_logits(&weights, &prompt), reference_logits(&plain, &prompt));
+    let moved = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max) / a.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    assert!(moved > 1e-3, "the scaling moves the logits by only {moved:.2e}");
+    // Many sequences and the batched prefill with the scaling.
+    let mut model = Llama::load(cpu.clone(), &weights, WeightFormat::dense(DType::F32)).unwrap();
+    model.set_slots(2).unwrap();
+    model.add_sequences(&[&prompt[..9], &prompt]).unwrap();
+    for (i, (_, logits)) in model.last_logits().unwrap().into_iter().enumerate() {
+        let p = if i == 0 { &prompt[..9] } else { &prompt[..] };
+        let e = error(&logits, &reference_logits(&weights, p));
+        assert!(e <= 1e-5, "prompt {i}: {e:.2e}");
+    }
+    // From a transformers config.json, in both spellings.
+    for spelled in [
+        r#""rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 256}"#,
+        r#""rope_scaling": null, "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 256}"#,
+    ] {
+        let (config, files) = hf_checkpoint(&weights, DType::F32, 1, false);
+        let config = config.replace(r#""rope_scaling": null"#, spelled);
+        let shards: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
+        let mut model = Llama::from_safetensors(cpu.clone(), &config, &shards, DType::F32, 64).unwrap();
+        assert_eq!(*model.config(), cfg);
+        let e = error(&model.logits(&prompt).unwrap(), &a);
+        assert!(e <= 1e-5, "checkpoint with llama3 scaling: {e:.2e}");
+    }
+}
+
 /// A GGUF file of a small llama model, written the way llama.cpp's converter
 /// lays one out (version 3, 32-byte alignment, ne0 first), with the given
 /// ggml type per tensor.
-fn gguf_file(weights: &HostWeights, types: &dyn Fn(&str) -> DType) -> Vec<u8> {
+fn gguf_file(weights: &HostWeights, types: &dyn Fn(&str) -> DType, extra: Option<(&str, &[f32])>) -> Vec<u8> {
     use compute_core::HostVec;
     let c = weights.cfg;
     let mut tensors: Vec<(String, Vec<u64>, &[f32])> = vec![
@@ -478,6 +528,9 @@ fn gguf_file(weights: &HostWeights, types: &dyn Fn(&str) -> DType) -> Vec<u8> {
         t("ffn_gate", vec![c.hidden, c.intermediate], &l.gate);
         t("ffn_up", vec![c.hidden, c.intermediate], &l.up);
         t("ffn_down", vec![c.intermediate, c.hidden], &l.down);
+    }
+    if let Some((name, values)) = extra {
+        tensors.push((name.to_string(), vec![values.len() as u64], values));
     }
     let ggml_id = |d: DType| match d {
         DType::F32 => 0u32,
@@ -560,7 +613,7 @@ fn a_gguf_model_with_mixed_block_types_matches_the_reference() {
             DType::Q4K
         }
     };
-    let bytes = gguf_file(&weights, &types);
+    let bytes = gguf_file(&weights, &types, None);
     let gguf = Gguf::parse(&bytes).unwrap();
     let mut model = Llama::from_gguf(Arc::new(SimdBackend::new()), &gguf, DType::F32, 64).unwrap();
     // The same file on disk, memory-mapped, gives the same model.
@@ -607,6 +660,13 @@ fn a_gguf_model_with_mixed_block_types_matches_the_reference() {
     unnamed[at] = b'L';
     let err = Llama::from_gguf(Arc::new(SimdBackend::new()), &Gguf::parse(&unnamed).unwrap(), DType::F32, 64).err();
     assert!(matches!(&err, Some(LoadError::Metadata { key }) if key == "llama.feed_forward_length"), "{err:?}");
+    // llama.cpp's form of Llama 3's rotary scaling, per-pair frequency
+    // factors, is refused rather than ignored.
+    let factors = vec![1.0f32; cfg.head_dim() / 2];
+    let f32_factors = |name: &str| if name == "rope_freqs.weight" { DType::F32 } else { types(name) };
+    let scaled = gguf_file(&weights, &f32_factors, Some(("rope_freqs.weight", &factors)));
+    let err = Llama::from_gguf(Arc::new(SimdBackend::new()), &Gguf::parse(&scaled).unwrap(), DType::F32, 64).err();
+    assert!(matches!(&err, Some(LoadError::UnsupportedTensor { name, .. }) if name == "rope_freqs.weight"), "{err:?}");
 }
 
 /// `weights` as a transformers checkpoint: `config.json` text and the
@@ -723,11 +783,24 @@ fn a_transformers_checkpoint_matches_the_reference() {
         |config: &str, files: &[&[u8]]| Llama::from_safetensors(cpu.clone(), config, files, DType::F32, 32).err();
     let scaled = config.replace(r#""rope_scaling": null"#, r#""rope_scaling": {"rope_type": "llama3", "factor": 8.0}"#);
     let err = load(&scaled, &[&files[0]]);
+    assert!(
+        matches!(&err, Some(LoadError::Config { key, .. }) if key == "rope_scaling.original_max_position_embeddings"),
+        "{err:?}"
+    );
+    let yarn = config.replace(r#""rope_scaling": null"#, r#""rope_scaling": {"rope_type": "yarn", "factor": 4.0}"#);
+    let err = load(&yarn, &[&files[0]]);
+    assert!(matches!(&err, Some(LoadError::Config { key, .. }) if key == "rope_scaling"), "{err:?}");
+    let backwards = config.replace(
+        r#""rope_scaling": null"#,
+        r#""rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0,
+            "original_max_position_embeddings": 8192}"#,
+    );
+    let err = load(&backwards, &[&files[0]]);
     assert!(matches!(&err, Some(LoadError::Config { key, .. }) if key == "rope_scaling"), "{err:?}");
     let scaled =
         config.replace(r#""rope_theta": 500000.0"#, r#""rope_parameters": {"rope_theta": 5e5, "rope_type": "llama3"}"#);
     let err = load(&scaled, &[&files[0]]);
-    assert!(matches!(&err, Some(LoadError::Config { key, .. }) if key == "rope_parameters"), "{err:?}");
+    assert!(matches!(&err, Some(LoadError::Config { key, .. }) if key.starts_with("rope_parameters.")), "{err:?}");
     let no_vocab = config.replace(r#""vocab_size""#, r#""vocab""#);
     let err = load(&no_vocab, &[&files[0]]);
     assert!(matches!(&err, Some(LoadError::Config { key, .. }) if key == "vocab_size"), "{err:?}");

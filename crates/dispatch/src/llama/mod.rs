@@ -62,7 +62,7 @@ use std::sync::Arc;
 
 use compute_core::{
     AttentionSpec, Backend, BinaryOp, ComputeError, CopySpec, DType, HostSlice, MatmulSpec, Op, QuantMatmulSpec,
-    Result, RopeLayout, RopeSpec, RowOp, Strided, Tensor,
+    Result, RopeLayout, RopeScaling, RopeSpec, RowOp, Strided, Tensor,
 };
 
 pub use error::LoadError;
@@ -98,6 +98,9 @@ pub struct LlamaConfig {
     pub rope_theta: f32,
     /// Which values the rotary embedding pairs (the weights' convention).
     pub rope_layout: RopeLayout,
+    /// Llama 3's rotary frequency scaling (Llama 3.1 and 3.2 checkpoints);
+    /// `None`: plain frequencies.
+    pub rope_scaling: Option<RopeScaling>,
     /// Added to the mean square in every RMSNorm.
     pub rms_eps: f32,
     /// Most tokens a sequence may hold (the KV cache's capacity).
@@ -118,6 +121,7 @@ impl LlamaConfig {
             vocab: 97,
             rope_theta: 10_000.0,
             rope_layout: RopeLayout::HalfSplit,
+            rope_scaling: None,
             rms_eps: 1e-5,
             max_seq: 64,
         }
@@ -136,8 +140,20 @@ impl LlamaConfig {
             vocab: 32_000,
             rope_theta: 10_000.0,
             rope_layout: RopeLayout::HalfSplit,
+            rope_scaling: None,
             rms_eps: 1e-5,
             max_seq: 1024,
+        }
+    }
+
+    /// The rotary embedding of `seq` tokens of `heads` heads in this
+    /// model's convention (θ, pair layout, scaling), in `dtype`. Free.
+    pub fn rope(&self, seq: usize, heads: usize, dtype: DType) -> RopeSpec {
+        let r = RopeSpec::new(seq, heads, self.head_dim(), self.rope_theta).with_layout(self.rope_layout);
+        let r = r.with_dtype(dtype);
+        match self.rope_scaling {
+            Some(s) => r.with_scaling(s),
+            None => r,
         }
     }
 
@@ -164,6 +180,9 @@ impl LlamaConfig {
         }
         if self.layers == 0 || self.vocab == 0 || self.intermediate == 0 || self.max_seq == 0 {
             return bad("every size must be positive");
+        }
+        if self.rope_scaling.is_some_and(|r| !r.is_valid()) {
+            return bad("the rotary scaling needs factor >= 1, 0 <= low < high frequency factors and a context");
         }
         Ok(())
     }
@@ -540,7 +559,7 @@ impl Llama {
     fn positions_supported(backend: &dyn Backend, cfg: &LlamaConfig, dtype: DType) -> bool {
         let (d, cap) = (cfg.head_dim(), cfg.max_seq);
         let ops = [
-            Op::Rope(RopeSpec::new(1, cfg.heads, d, cfg.rope_theta).with_dtype(dtype).with_positions()),
+            Op::Rope(cfg.rope(1, cfg.heads, dtype).with_positions()),
             Op::Copy(
                 CopySpec::new(
                     [cfg.kv_heads, 1, d],
@@ -566,7 +585,7 @@ impl Llama {
     /// can be one product.
     fn fused_qkv_supported(backend: &dyn Backend, cfg: &LlamaConfig, dtype: DType) -> bool {
         let rows = cfg.heads + 2 * cfg.kv_heads;
-        let rope = RopeSpec::new(1, cfg.kv_heads, cfg.head_dim(), cfg.rope_theta).with_dtype(dtype);
+        let rope = cfg.rope(1, cfg.kv_heads, dtype);
         backend.supports(&Op::Rope(rope.from_heads(rows, cfg.heads)))
     }
 
@@ -855,7 +874,7 @@ impl Llama {
         let row_heads = c.heads + 2 * c.kv_heads;
         // `first`: the heads sit in the fused q/k/v rows, from that head on.
         let rope = |heads, first: Option<usize>| {
-            let r = RopeSpec::new(seq, heads, d, c.rope_theta).with_layout(c.rope_layout).with_dtype(dt);
+            let r = c.rope(seq, heads, dt);
             let r = match first {
                 Some(f) => r.from_heads(row_heads, f),
                 None => r,
