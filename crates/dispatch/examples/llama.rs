@@ -10,7 +10,7 @@
 //! cargo run --release -p dispatch --features cuda --example llama -- \
 //!     [--config tiny|1b] [--dtype f32|f16|bf16] [--linear q4_K|q5_K|q6_K|q8_0] \
 //!     [--engine simd|wgpu|cuda] [--prompt N] [--new N] [--gguf model.gguf | --hf DIR] \
-//!     [--logits FILE] [--compare-direct] [--sequences N [--stagger]]
+//!     [--logits FILE] [--compare-direct] [--sequences N [--stagger]] [--llama3-scaling FACTOR]
 //! ```
 //!
 //! With `--gguf`, the model is a llama GGUF file (memory-mapped; its linear
@@ -28,6 +28,9 @@
 //! (`Llama::step_active`), printing the prefill's and the total decode's
 //! tokens/s; `--stagger` adds a run of 2N requests through the N slots,
 //! joining one after another and leaving when done, their slots refilled.
+//! `--llama3-scaling FACTOR` gives the random model Llama 3's rotary
+//! frequency scaling (low 1, high 4, an original context of 8192; Llama
+//! 3.2 uses factor 32); a checkpoint's `config.json` states its own.
 //!
 //! Defaults: the tiny configuration in `f32` on the first GPU engine (the
 //! CPU when there is none), a prompt of 16 tokens and 32 new ones. The
@@ -125,6 +128,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut compare_direct = false;
     let mut sequences = 1usize;
     let mut stagger = false;
+    let mut scaling = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{a} needs a value"));
@@ -154,10 +158,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--compare-direct" => compare_direct = true,
             "--sequences" => sequences = value()?.parse()?,
             "--stagger" => stagger = true,
+            "--llama3-scaling" => scaling = Some(compute_core::RopeScaling::llama3(value()?.parse()?)),
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
     let format = WeightFormat { dtype: dense, linear: linear.unwrap_or(dense) };
+    if scaling.is_some() {
+        cfg.rope_scaling = scaling;
+    }
     cfg.max_seq = cfg.max_seq.max(prompt_len + new_tokens);
     let compute = Compute::auto()?;
     let engines = compute.engines();
