@@ -77,8 +77,7 @@ fn staggered(model: &mut Llama, prompts: &[Vec<u32>], new_tokens: usize) -> Resu
         // Requests waiting: the first n arrive one every `gap` steps, the rest at once.
         let arrived = if steps / gap < n { steps / gap + 1 } else { 2 * n };
         let room = n - left.len();
-        let joining: Vec<&[u32]> =
-            (started..arrived.min(started + room)).map(|r| prompts[r % n].as_slice()).collect();
+        let joining: Vec<&[u32]> = (started..arrived.min(started + room)).map(|r| prompts[r % n].as_slice()).collect();
         for (id, _) in model.add_sequences(&joining)? {
             left.insert(id, new_tokens);
         }

@@ -299,14 +299,15 @@ fn sequences_joining_and_leaving_match_each_decoded_alone() {
             }
             fed
         };
-        let step = |model: &mut Llama, alone: &mut HashMap<SeqId, Alone>, pending: &mut HashMap<SeqId, u32>, what: &str| {
-            let fed: HashMap<SeqId, Vec<u32>> =
-                model.active_sequences().into_iter().map(|id| (id, vec![pending[&id]])).collect();
-            let chosen = model.step_active().unwrap();
-            assert_eq!(chosen.len(), fed.len());
-            check_against_alone(model, alone, &fed, tol, what);
-            pending.extend(chosen);
-        };
+        let step =
+            |model: &mut Llama, alone: &mut HashMap<SeqId, Alone>, pending: &mut HashMap<SeqId, u32>, what: &str| {
+                let fed: HashMap<SeqId, Vec<u32>> =
+                    model.active_sequences().into_iter().map(|id| (id, vec![pending[&id]])).collect();
+                let chosen = model.step_active().unwrap();
+                assert_eq!(chosen.len(), fed.len());
+                check_against_alone(model, alone, &fed, tol, what);
+                pending.extend(chosen);
+            };
         // A starts alone and decodes two tokens.
         let fed = open(&mut model, &[&[3, 1, 4, 1, 5]], &mut alone, &mut pending);
         check_against_alone(&model, &mut alone, &fed, tol, &format!("{format:?} prefill A"));
@@ -475,7 +476,8 @@ fn llama3_rotary_scaling_matches_the_reference() {
     let prompt: Vec<u32> = (0..40).map(|i| (i * 7 + 3) % 97).collect();
     let plain = HostWeights { cfg: LlamaConfig { rope_scaling: None, ..cfg }, ..weights.clone() };
     let (a, b) = (reference_logits(&weights, &prompt), reference_logits(&plain, &prompt));
-    let moved = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max) / a.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let moved =
+        a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max) / a.iter().fold(0.0f64, |m, v| m.max(v.abs()));
     assert!(moved > 1e-3, "the scaling moves the logits by only {moved:.2e}");
     // Many sequences and the batched prefill with the scaling.
     let mut model = Llama::load(cpu.clone(), &weights, WeightFormat::dense(DType::F32)).unwrap();

@@ -213,7 +213,8 @@ fn decoder_cases(large: bool) -> Vec<Op> {
     // and device positions, and as the keys of a fused q/k/v product.
     for (seq, heads, d, factor, pos) in [(3, 2, 64, 32.0, 0), (2, 4, 128, 8.0, 131_000), (1, 1, 6, 8.0, 8191)] {
         for layout in [RopeLayout::HalfSplit, RopeLayout::Interleaved] {
-            let r = RopeSpec::new(seq, heads, d, 500_000.0).with_layout(layout).with_scaling(RopeScaling::llama3(factor));
+            let r =
+                RopeSpec::new(seq, heads, d, 500_000.0).with_layout(layout).with_scaling(RopeScaling::llama3(factor));
             v.push(Op::Rope(r.at_position(pos)));
             v.push(Op::Rope(r.with_positions()));
         }

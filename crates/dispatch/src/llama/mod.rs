@@ -762,10 +762,7 @@ impl Llama {
         if self.slots.len() != 1 {
             return Err(ComputeError::shape(
                 "llama",
-                format!(
-                    "the model has {} sequence slots: step them with step_all or step_active",
-                    self.slots.len()
-                ),
+                format!("the model has {} sequence slots: step them with step_all or step_active", self.slots.len()),
                 shapes(),
             ));
         }

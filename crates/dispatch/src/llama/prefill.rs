@@ -47,8 +47,7 @@ impl PrefillScratch {
         tokens: usize,
     ) -> Result<PrefillScratch> {
         let kv = prompts * c.kv_heads * tokens * c.head_dim();
-        let to_heads: Vec<f32> =
-            (0..tokens).flat_map(|i| (0..c.heads).map(move |h| (h * tokens + i) as f32)).collect();
+        let to_heads: Vec<f32> = (0..tokens).flat_map(|i| (0..c.heads).map(move |h| (h * tokens + i) as f32)).collect();
         let to_tokens: Vec<f32> =
             (0..c.heads).flat_map(|h| (0..tokens).map(move |i| (i * c.heads + h) as f32)).collect();
         Ok(PrefillScratch {

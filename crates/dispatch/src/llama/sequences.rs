@@ -110,7 +110,10 @@ impl Llama {
             return Ok(Vec::new());
         }
         if !self.device_positions {
-            return Err(ComputeError::Unsupported { op: "llama prefill of new sequences", backend: self.backend.kind() });
+            return Err(ComputeError::Unsupported {
+                op: "llama prefill of new sequences",
+                backend: self.backend.kind(),
+            });
         }
         if let Some(&n) = lengths.iter().find(|&&n| n == 0 || n > c.max_seq) {
             return Err(ComputeError::shape(
@@ -192,7 +195,11 @@ impl Llama {
             feed.push(match s {
                 None => None,
                 Some(s) => Some(s.next.ok_or_else(|| {
-                    ComputeError::shape("llama", "the sequence has no next token: set_next_token", format!("{:?}", s.id))
+                    ComputeError::shape(
+                        "llama",
+                        "the sequence has no next token: set_next_token",
+                        format!("{:?}", s.id),
+                    )
                 })?),
             });
         }
@@ -230,11 +237,7 @@ impl Llama {
         };
         let all = self.download_logits(*step)?;
         let v = self.cfg.vocab;
-        Ok(rows
-            .iter()
-            .enumerate()
-            .filter_map(|(i, id)| id.map(|id| (id, all[i * v..(i + 1) * v].to_vec())))
-            .collect())
+        Ok(rows.iter().enumerate().filter_map(|(i, id)| id.map(|id| (id, all[i * v..(i + 1) * v].to_vec()))).collect())
     }
 
     /// `tokens` as one for every slot, which must all be held.
