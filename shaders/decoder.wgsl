@@ -70,7 +70,9 @@ fn is_nan_bits(b: u32) -> bool {
 //
 // Parameters: 0 invocations, 1 layout, 2 heads, 3 d, 4 position, 5 the
 // piece's first row (its token is (row0 + row) / heads), 6 and 7 the
-// mantissa and exponent of θ^(−2/d) ([`Fx`]).
+// mantissa and exponent of θ^(−2/d) ([`Fx`]), 8 to 10 the bits of the f32
+// coefficients a, b, c of Llama 3's frequency scaling (`scaled`; 0, 1, 1:
+// none).
 //
 // MODE 0: one pair per invocation (f32 data; or interleaved halves, whose
 // pair is one word). MODE 1: two neighbouring half-split pairs per
@@ -146,9 +148,19 @@ fn cos_sin(a: f32) -> vec2<f32> {
     }
 }
 
+// Llama 3's frequency scaling of f: f·(c + s·(1 − c)), s = clamp(f·a + b,
+// 0, 1); with (a, b, c) = (0, 1, 1) the product is f · 1, exact.
+fn scaled(f: f32) -> f32 {
+    let a = bitcast<f32>(prm(8u));
+    let b = bitcast<f32>(prm(9u));
+    let c = bitcast<f32>(prm(10u));
+    let s = clamp(fma(f, a, b), 0.0, 1.0);
+    return f * fma(s, 1.0 - c, c);
+}
+
 // (cos, sin) of pair i's angle at position `pos`.
 fn rope_cs(pos: f32, i: u32) -> vec2<f32> {
-    return cos_sin(pos * inv_freq(i));
+    return cos_sin(pos * scaled(inv_freq(i)));
 }
 
 // Output value e of a row at `base` (MODE 2) at position `pos`: from its

@@ -52,5 +52,5 @@ pub use op::{
     BinaryOp, Conv2dSpec, Cost, GeluForm, Layout, MatmulSpec, Op, OpClass, Operand, Precision, QuantMatmulSpec,
     ReduceOp, RowOp, UnaryOp,
 };
-pub use rope::{HeadSlice, RopeLayout, RopeSpec};
+pub use rope::{HeadSlice, RopeLayout, RopeScaling, RopeSpec};
 pub use strided::{CopySpec, Strided};

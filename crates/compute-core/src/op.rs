@@ -983,7 +983,7 @@ impl Op {
             ),
             Op::Attention(a) => a.shapes(),
             Op::Rope(r) => format!(
-                "x=[{}x{}x{}]{} pos={} theta={}{}",
+                "x=[{}x{}x{}]{} pos={} theta={}{}{}",
                 r.seq,
                 r.heads,
                 r.head_dim,
@@ -993,7 +993,14 @@ impl Op {
                 },
                 if r.positions { format!("[{}]", r.seq) } else { r.position.to_string() },
                 r.theta,
-                if r.layout == RopeLayout::Interleaved { " interleaved" } else { "" }
+                if r.layout == RopeLayout::Interleaved { " interleaved" } else { "" },
+                match r.scaling {
+                    Some(s) => format!(
+                        " llama3(factor={} low={} high={} ctx={})",
+                        s.factor, s.low_freq_factor, s.high_freq_factor, s.original_max_position
+                    ),
+                    None => String::new(),
+                }
             ),
             Op::Copy(c) => format!(
                 "shape={:?} src=[{}]+{}:{:?} dst=[{}]+{}:{:?}{}",
@@ -1106,6 +1113,13 @@ impl Op {
                 }
                 if !(r.theta.is_finite() && r.theta > 1.0) {
                     return Err(ComputeError::shape(name, "theta must be finite and above 1", shapes()));
+                }
+                if r.scaling.is_some_and(|s| !s.is_valid()) {
+                    return Err(ComputeError::shape(
+                        name,
+                        "the scaling needs finite factors, factor >= 1, 0 <= low < high and a context",
+                        shapes(),
+                    ));
                 }
                 r.position
                     .checked_add(r.seq)

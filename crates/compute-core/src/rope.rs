@@ -17,6 +17,15 @@
 //! `x[2i + 1]`. A model needs the layout its weights were trained, or
 //! converted, for.
 //!
+//! Llama 3.1 and 3.2 stretch the low frequencies for long contexts
+//! ([`RopeScaling`], Hugging Face's `rope_type: "llama3"`): with
+//! `f = θ^(−2i/d)` and `r = f · original_max_position / 2π` (the turns the
+//! pair makes over the context the model was first trained on), pair `i`
+//! turns at `f · ((1 − s)/factor + s)`, `s = (r − low_freq_factor) /
+//! (high_freq_factor − low_freq_factor)` clamped to `[0, 1]`: unchanged
+//! where `r ≥ high_freq_factor`, divided by `factor` where `r ≤
+//! low_freq_factor`, and blended between.
+//!
 //! ```
 //! use compute_core::{Op, RopeLayout, RopeSpec, reference};
 //! // One token at position 1, one head of 4 values, θ = 10000, half-split pairs
@@ -81,6 +90,84 @@ pub struct RopeSpec {
     /// ([`RopeSpec::from_heads`]); `None`: `x` is `[seq, heads, head_dim]`.
     #[cfg_attr(feature = "serde", serde(default))]
     pub source: Option<HeadSlice>,
+    /// Llama 3's frequency scaling ([`RopeSpec::with_scaling`]); `None`:
+    /// the plain frequencies.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub scaling: Option<RopeScaling>,
+}
+
+/// Llama 3's rotary frequency scaling (Hugging Face `rope_scaling` /
+/// `rope_parameters` of `rope_type: "llama3"`; [module](self) docs): the
+/// low frequencies divided by `factor`, the high ones kept, a smooth blend
+/// between.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct RopeScaling {
+    /// What the lowest frequencies are divided by (8 for Llama 3.1, 32 for
+    /// Llama 3.2); at least 1.
+    pub factor: f32,
+    /// Pairs turning at most this many times over the original context are
+    /// fully scaled (1 in Llama 3); at least 0.
+    pub low_freq_factor: f32,
+    /// Pairs turning at least this many times are not scaled (4 in Llama
+    /// 3); above `low_freq_factor`.
+    pub high_freq_factor: f32,
+    /// The context the model was first trained on (8192 in Llama 3).
+    pub original_max_position: usize,
+}
+
+impl RopeScaling {
+    /// Llama 3.1's parameters (factor 8, low 1, high 4, 8192 tokens); Llama
+    /// 3.2 has the same with factor 32. Free.
+    pub fn llama3(factor: f32) -> Self {
+        RopeScaling { factor, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position: 8192 }
+    }
+
+    /// Whether the parameters are usable: finite, `factor ≥ 1`,
+    /// `0 ≤ low_freq_factor < high_freq_factor`, a positive context.
+    pub fn is_valid(&self) -> bool {
+        let finite = self.factor.is_finite() && self.low_freq_factor.is_finite() && self.high_freq_factor.is_finite();
+        finite
+            && self.factor >= 1.0
+            && self.low_freq_factor >= 0.0
+            && self.high_freq_factor > self.low_freq_factor
+            && self.original_max_position > 0
+    }
+
+    /// The scaled frequency in `f64` (the reference's): `f·((1 − s)/factor
+    /// + s)` with `s` the clamped blend of the [module](self) docs.
+    pub fn apply_f64(&self, f: f64) -> f64 {
+        let turns = f * self.original_max_position as f64 / std::f64::consts::TAU;
+        let (lo, hi) = (f64::from(self.low_freq_factor), f64::from(self.high_freq_factor));
+        let s = ((turns - lo) / (hi - lo)).clamp(0.0, 1.0);
+        f * ((1.0 - s) / f64::from(self.factor) + s)
+    }
+
+    /// The three `f32` coefficients every backend computes the scaling
+    /// from, `(a, b, c)`: `s = clamp(f·a + b, 0, 1)` and the frequency
+    /// `f·(c + s·(1 − c))`, with `a = original_max_position / (2π·(high −
+    /// low))`, `b = −low / (high − low)`, `c = 1/factor` (each rounded
+    /// from `f64`). Unscaled: `(0, 1, 1)`, which leaves `f` exact.
+    pub fn coefficients(scaling: Option<RopeScaling>) -> [f32; 3] {
+        match scaling {
+            None => [0.0, 1.0, 1.0],
+            Some(r) => {
+                let span = f64::from(r.high_freq_factor) - f64::from(r.low_freq_factor);
+                let a = r.original_max_position as f64 / (std::f64::consts::TAU * span);
+                let b = -f64::from(r.low_freq_factor) / span;
+                [a as f32, b as f32, (1.0 / f64::from(r.factor)) as f32]
+            }
+        }
+    }
+
+    /// `f` scaled by the coefficients of [`RopeScaling::coefficients`], in
+    /// `f32` as the backends compute it (the same operations the GPU
+    /// kernels run).
+    pub fn apply_f32(coefficients: [f32; 3], f: f32) -> f32 {
+        let [a, b, c] = coefficients;
+        let s = f.mul_add(a, b).clamp(0.0, 1.0);
+        f * s.mul_add(1.0 - c, c)
+    }
 }
 
 /// Heads `first..first + heads` of rows of `row_heads` heads per token: the
@@ -107,7 +194,13 @@ impl RopeSpec {
             dtype: DType::F32,
             positions: false,
             source: None,
+            scaling: None,
         }
+    }
+
+    /// The same with Llama 3's frequency scaling.
+    pub fn with_scaling(self, scaling: RopeScaling) -> Self {
+        RopeSpec { scaling: Some(scaling), ..self }
     }
 
     /// The same reading its heads out of rows of `row_heads` heads per token,
@@ -152,10 +245,15 @@ impl RopeSpec {
         }
     }
 
-    /// The frequency of pair `i`, `θ^(−2i/head_dim)`, in `f32` as backends
-    /// compute it (one `powf`).
+    /// The frequency of pair `i`, `θ^(−2i/head_dim)` (scaled, with
+    /// [`RopeSpec::scaling`]), in `f32` as backends compute it (one `powf`,
+    /// then [`RopeScaling::apply_f32`]).
     pub fn inv_freq(&self, i: usize) -> f32 {
-        1.0 / self.theta.powf((2 * i) as f32 / self.head_dim as f32)
+        let f = 1.0 / self.theta.powf((2 * i) as f32 / self.head_dim as f32);
+        match self.scaling {
+            None => f,
+            Some(_) => RopeScaling::apply_f32(RopeScaling::coefficients(self.scaling), f),
+        }
     }
 
     /// The exact angle of pair `i` at token `t`, in `f64` (the reference's).
@@ -165,6 +263,42 @@ impl RopeSpec {
 
     /// The exact angle of pair `i` at position `p`, in `f64`.
     pub fn angle_at(&self, p: f64, i: usize) -> f64 {
-        p * f64::from(self.theta).powf(-((2 * i) as f64) / self.head_dim as f64)
+        let f = f64::from(self.theta).powf(-((2 * i) as f64) / self.head_dim as f64);
+        p * self.scaling.map_or(f, |s| s.apply_f64(f))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The backends' `f32` form of the scaling stays within a few ulp of the
+    /// exact one over every pair of Llama 3's head sizes, in all three
+    /// regimes; the neutral coefficients leave a frequency exact.
+    #[test]
+    fn scaled_frequencies_in_f32_follow_the_exact_ones() {
+        let s = RopeScaling::llama3(32.0);
+        let k = RopeScaling::coefficients(Some(s));
+        let (mut kept, mut blended, mut slowed) = (0, 0, 0);
+        for d in [64usize, 128] {
+            let spec = RopeSpec::new(1, 1, d, 500_000.0).with_scaling(s);
+            for i in 0..d / 2 {
+                let f = 500_000f64.powf(-((2 * i) as f64) / d as f64);
+                let exact = s.apply_f64(f);
+                let ratio = exact / f;
+                match () {
+                    _ if ratio == 1.0 => kept += 1,
+                    _ if ratio == 1.0 / 32.0 => slowed += 1,
+                    _ => blended += 1,
+                }
+                let got = f64::from(spec.inv_freq(i));
+                assert!((got - exact).abs() <= 8.0 * f64::from(f32::EPSILON) * exact, "d {d} pair {i}");
+                assert_eq!(RopeScaling::apply_f32(RopeScaling::coefficients(None), f as f32), f as f32);
+                assert!((RopeScaling::apply_f32(k, f as f32) as f64 - exact).abs() <= 8.0 * 1.2e-7 * exact);
+            }
+        }
+        assert!(kept > 0 && blended > 0 && slowed > 0, "{kept} {blended} {slowed}");
+        assert!(!RopeScaling { high_freq_factor: 1.0, ..s }.is_valid());
+        assert!(!RopeScaling { factor: 0.5, ..s }.is_valid());
     }
 }

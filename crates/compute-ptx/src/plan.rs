@@ -603,6 +603,7 @@ impl Exec<'_> {
         let h = u32_of(op, "head_dim", half)?;
         u32_of(op, "positions", r.position.saturating_add(r.seq))?;
         let (hi, lo) = decoder::rope_freq(r.theta, r.head_dim);
+        let [sa, sb, sc] = compute_core::RopeScaling::coefficients(r.scaling);
         let args = [
             Arg::Ptr(x),
             Arg::Ptr(y),
@@ -615,6 +616,9 @@ impl Exec<'_> {
             Arg::Ptr(positions.unwrap_or(0)),
             Arg::U32(u32_of(op, "heads", r.input_heads().0)?),
             Arg::U32(u32_of(op, "heads", r.input_heads().1)?),
+            Arg::F32(sa),
+            Arg::F32(sb),
+            Arg::F32(sc),
         ];
         self.launch(KernelId::Rope(r.layout, r.dtype), self.item_grid(pairs), &args)
     }

@@ -10,7 +10,7 @@
 //! cargo run --release -p dispatch --features cuda --example llama -- \
 //!     [--config tiny|1b] [--dtype f32|f16|bf16] [--linear q4_K|q5_K|q6_K|q8_0] \
 //!     [--engine simd|wgpu|cuda] [--prompt N] [--new N] [--gguf model.gguf | --hf DIR] \
-//!     [--logits FILE] [--compare-direct] [--sequences N]
+//!     [--logits FILE] [--compare-direct] [--sequences N [--stagger]] [--llama3-scaling FACTOR]
 //! ```
 //!
 //! With `--gguf`, the model is a llama GGUF file (memory-mapped; its linear
@@ -23,8 +23,14 @@
 //! implementation. Decoding steps are recorded once and replayed where the
 //! engine records (CUDA graphs); `--compare-direct` also times the same
 //! decoding with every step queued op by op, in the same process.
-//! `--sequences N` then decodes N sequences together (their prompts fed a
-//! token a step, then `--new` steps timed) and prints the total tokens/s.
+//! `--sequences N` then decodes N sequences together: N different prompts
+//! prefilled together in one pass, then `--new` steps of all N timed
+//! (`Llama::step_active`), printing the prefill's and the total decode's
+//! tokens/s; `--stagger` adds a run of 2N requests through the N slots,
+//! joining one after another and leaving when done, their slots refilled.
+//! `--llama3-scaling FACTOR` gives the random model Llama 3's rotary
+//! frequency scaling (low 1, high 4, an original context of 8192; Llama
+//! 3.2 uses factor 32); a checkpoint's `config.json` states its own.
 //!
 //! Defaults: the tiny configuration in `f32` on the first GPU engine (the
 //! CPU when there is none), a prompt of 16 tokens and 32 new ones. The
@@ -55,6 +61,50 @@ fn timed(model: &mut Llama, prompt: &[u32], new_tokens: usize) -> Result<(f64, f
     Ok((prefill_s, t.elapsed().as_secs_f64(), tokens))
 }
 
+/// Sequences that come and go: `2·N` requests for `N` slots (`N` the
+/// prompts), the first `N` joining one every `new_tokens / N` steps, each
+/// leaving after `new_tokens` tokens, its slot taken by the next request's
+/// prompt as soon as it is free. Prints the tokens decoded per second over
+/// the whole run, prefills included.
+fn staggered(model: &mut Llama, prompts: &[Vec<u32>], new_tokens: usize) -> Result<(), ComputeError> {
+    let n = prompts.len();
+    model.set_slots(n)?;
+    let gap = (new_tokens / n).max(1);
+    let (mut started, mut done, mut steps, mut decoded) = (0usize, 0usize, 0usize, 0usize);
+    let mut left: std::collections::HashMap<dispatch::llama::SeqId, usize> = std::collections::HashMap::new();
+    let t = Instant::now();
+    while done < 2 * n {
+        // Requests waiting: the first n arrive one every `gap` steps, the rest at once.
+        let arrived = if steps / gap < n { steps / gap + 1 } else { 2 * n };
+        let room = n - left.len();
+        let joining: Vec<&[u32]> = (started..arrived.min(started + room)).map(|r| prompts[r % n].as_slice()).collect();
+        for (id, _) in model.add_sequences(&joining)? {
+            left.insert(id, new_tokens);
+        }
+        started += joining.len();
+        for (id, _) in model.step_active()? {
+            decoded += 1;
+            let rest = left.entry(id).or_default();
+            *rest = rest.saturating_sub(1);
+            if *rest <= 1 {
+                model.remove_sequence(id)?;
+                left.remove(&id);
+                done += 1;
+            }
+        }
+        steps += 1;
+    }
+    let s = t.elapsed().as_secs_f64();
+    println!(
+        "{} requests through {n} slots, joining and leaving: {steps} steps in {:.1} ms, {:.1} tokens decoded/s \
+         (prefills included)",
+        2 * n,
+        s * 1e3,
+        decoded as f64 / s
+    );
+    Ok(())
+}
+
 fn dtype(name: &str) -> Result<DType, String> {
     Ok(match name {
         "f32" => DType::F32,
@@ -76,6 +126,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         (None, None, None);
     let mut compare_direct = false;
     let mut sequences = 1usize;
+    let mut stagger = false;
+    let mut scaling = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{a} needs a value"));
@@ -104,10 +156,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--logits" => logits_path = Some(value()?),
             "--compare-direct" => compare_direct = true,
             "--sequences" => sequences = value()?.parse()?,
+            "--stagger" => stagger = true,
+            "--llama3-scaling" => scaling = Some(compute_core::RopeScaling::llama3(value()?.parse()?)),
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
     let format = WeightFormat { dtype: dense, linear: linear.unwrap_or(dense) };
+    if scaling.is_some() {
+        cfg.rope_scaling = scaling;
+    }
     cfg.max_seq = cfg.max_seq.max(prompt_len + new_tokens);
     let compute = Compute::auto()?;
     let engines = compute.engines();
@@ -213,20 +270,36 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("tokens: {:?}", &tokens[..tokens.len().min(16)]);
 
     if sequences > 1 {
-        model.set_sequences(sequences)?;
-        let starts: Vec<u32> = (0..sequences).map(|i| ((i * 104_729 + 7) % cfg.vocab) as u32).collect();
-        let mut feed = starts.clone();
-        // The prompts, a token of each sequence a step (the first two steps also record).
-        for i in 0..prompt_len.saturating_sub(1) {
-            let t: Vec<u32> = starts.iter().map(|&s| ((s as usize + i * 7919) % cfg.vocab) as u32).collect();
-            feed = model.step_all(&t)?;
+        model.set_slots(sequences)?;
+        // N different prompts of --prompt tokens, prefilled together in one pass.
+        let prompts: Vec<Vec<u32>> = (0..sequences)
+            .map(|s| (0..prompt_len.max(1)).map(|i| ((s * 104_729 + i * 7919 + 13) % cfg.vocab) as u32).collect())
+            .collect();
+        let views: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+        // Warm-up: the batched prefill's and the step's kernels, the step's recording.
+        model.add_sequences(&views)?;
+        for _ in 0..3 {
+            model.step_active()?;
+        }
+        model.set_slots(sequences)?;
+        let t = Instant::now();
+        model.add_sequences(&views)?;
+        let prefill_s = t.elapsed().as_secs_f64();
+        // The first two steps run directly and record; the timed ones replay.
+        for _ in 0..2 {
+            model.step_active()?;
         }
         let t = Instant::now();
         for _ in 0..new_tokens.max(1) {
-            feed = model.step_all(&feed)?;
+            model.step_active()?;
         }
         let s = t.elapsed().as_secs_f64();
         let total = (sequences * new_tokens.max(1)) as f64 / s;
+        println!(
+            "prefill {sequences} prompts of {prompt_len} together: {:.1} ms, {:.0} tokens/s",
+            prefill_s * 1e3,
+            (sequences * prompt_len) as f64 / prefill_s
+        );
         println!(
             "decode {sequences} sequences together: {:.2} ms/step, {total:.1} tokens/s in all, {:.1} per sequence; \
              {:.2}x the one-sequence decode above",
@@ -234,6 +307,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             total / sequences as f64,
             total / decode_tps
         );
+        if stagger {
+            staggered(&mut model, &prompts, new_tokens.max(1))?;
+        }
     }
 
     if let Some(weights) = weights.filter(|_| cfg.parameters() < 20_000_000) {

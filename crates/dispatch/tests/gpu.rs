@@ -213,3 +213,78 @@ fn the_decoder_matches_its_reference_and_replays_its_steps() {
         }
     }
 }
+
+/// Sequences that join mid-way (their prompts prefilled together, beside a
+/// running one) and leave, on each GPU engine: every step's logits of each
+/// sequence against the same sequence decoded alone on that engine, the
+/// one-token step recorded once (a CUDA graph) and replayed whichever slots
+/// are held.
+#[test]
+fn sequences_join_and_leave_on_the_gpu() {
+    use std::collections::HashMap;
+
+    use dispatch::llama::{HostWeights, Llama, LlamaConfig, SeqId, WeightFormat};
+    let cfg = LlamaConfig::tiny();
+    let weights = HostWeights::random(cfg, 21);
+    for (engine, c) in gpus() {
+        let backend = c.backend(engine).unwrap();
+        for (dtype, tol) in [(compute_core::DType::F32, 1e-4f32), (compute_core::DType::BF16, 3e-2)] {
+            let format = WeightFormat::dense(dtype);
+            let mut model = Llama::load(backend.clone(), &weights, format).unwrap();
+            if model.set_slots(3).is_err() {
+                eprintln!("SKIPPED: {engine} takes no device positions: one sequence at a time");
+                continue;
+            }
+            // Each sequence alone, and the token its next step feeds.
+            let mut alone: HashMap<SeqId, (Llama, u32)> = HashMap::new();
+            let check = |model: &Llama, alone: &mut HashMap<SeqId, (Llama, u32)>, fed: &HashMap<SeqId, Vec<u32>>| {
+                for (id, got) in model.last_logits().unwrap() {
+                    let (one, _) = alone.get_mut(&id).unwrap();
+                    let want = one.logits(&fed[&id]).unwrap();
+                    let top = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                    let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max) / top;
+                    assert!(err <= tol, "{engine} {dtype} {id:?}: {err:.2e} of the largest logit");
+                }
+            };
+            let add = |model: &mut Llama, alone: &mut HashMap<SeqId, (Llama, u32)>, prompts: &[&[u32]]| {
+                let added = model.add_sequences(prompts).unwrap();
+                let mut fed = HashMap::new();
+                for (&(id, next), p) in added.iter().zip(prompts) {
+                    alone.insert(id, (Llama::load(backend.clone(), &weights, format).unwrap(), next));
+                    fed.insert(id, p.to_vec());
+                }
+                fed
+            };
+            let step = |model: &mut Llama, alone: &mut HashMap<SeqId, (Llama, u32)>| {
+                let fed: HashMap<SeqId, Vec<u32>> =
+                    model.active_sequences().into_iter().map(|id| (id, vec![alone[&id].1])).collect();
+                let chosen = model.step_active().unwrap();
+                (fed, chosen)
+            };
+            let fed = add(&mut model, &mut alone, &[&[3, 1, 4, 1, 5]]);
+            check(&model, &mut alone, &fed);
+            for round in 0..4 {
+                for _ in 0..2 {
+                    let (fed, chosen) = step(&mut model, &mut alone);
+                    check(&model, &mut alone, &fed);
+                    for (id, next) in chosen {
+                        alone.get_mut(&id).unwrap().1 = next;
+                    }
+                }
+                match round {
+                    0 => {
+                        let fed = add(&mut model, &mut alone, &[&[9, 2, 6], &[5, 3, 5, 8, 9, 7, 9]]);
+                        check(&model, &mut alone, &fed);
+                    }
+                    1 => model.remove_sequence(model.active_sequences()[1]).unwrap(),
+                    2 => {
+                        let fed = add(&mut model, &mut alone, &[&[2, 7, 1, 8]]);
+                        check(&model, &mut alone, &fed);
+                    }
+                    _ => {}
+                }
+            }
+            assert_eq!(model.active_sequences().len(), 3, "{engine} {dtype}");
+        }
+    }
+}

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use compute_core::{Backend, BackendKind, DType, HostSlice, HostSliceMut, Op, Recording, RopeLayout, Tensor};
 use compute_simd::SimdBackend;
-use dispatch::llama::{HostWeights, Llama, LlamaConfig, LoadError, WeightFormat, reference_logits};
+use dispatch::llama::{HostWeights, Llama, LlamaConfig, LoadError, SeqId, WeightFormat, reference_logits};
 
 /// Largest |logit − reference| over the largest |reference logit|.
 fn error(got: &[f32], want: &[f64]) -> f64 {
@@ -226,6 +226,218 @@ fn sequences_decoded_together_match_each_decoded_alone() {
     }
 }
 
+/// Largest |a − b| over the largest |b|.
+fn relative(got: &[f32], want: &[f32]) -> f32 {
+    let top = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max) / top
+}
+
+/// A model of one sequence beside the many-sequence model: it decodes the
+/// same sequence alone.
+struct Alone {
+    model: Llama,
+    tokens: Vec<u32>,
+}
+
+/// Checks each sequence of `together`'s last step against its model decoding
+/// it alone (fed the same tokens: the prompt, then each step's token);
+/// `fed[id]` holds the tokens that step ran.
+fn check_against_alone(
+    together: &Llama,
+    alone: &mut std::collections::HashMap<SeqId, Alone>,
+    fed: &std::collections::HashMap<SeqId, Vec<u32>>,
+    tol: f32,
+    what: &str,
+) {
+    let got = together.last_logits().unwrap();
+    assert_eq!(got.len(), fed.len(), "{what}: one logit row per sequence stepped");
+    for (id, logits) in got {
+        let a = alone.get_mut(&id).unwrap();
+        let feed = &fed[&id];
+        let want = a.model.logits(feed).unwrap();
+        a.tokens.extend(feed);
+        let e = relative(&logits, &want);
+        assert!(e <= tol, "{what}: {id:?} off by {e:.2e} of its largest logit");
+        assert_eq!(together.sequence_position(id), Some(a.tokens.len()), "{what}: {id:?}'s position");
+    }
+}
+
+/// Sequences that join while others are mid-decode and leave before them
+/// give, step after step, each one's logits as decoding it alone does: a
+/// prompt prefilled beside running sequences, the recorded one-token step
+/// replayed whatever slots are held, a freed slot taken by a new sequence.
+#[test]
+fn sequences_joining_and_leaving_match_each_decoded_alone() {
+    use std::collections::HashMap;
+    let cfg = LlamaConfig::tiny();
+    let weights = HostWeights::random(cfg, 13);
+    for format in [WeightFormat::dense(DType::F32), WeightFormat::dense(DType::BF16)] {
+        let tol = if format.dtype == DType::F32 { 1e-5 } else { 2e-2 };
+        let cpu = Arc::new(SimdBackend::new());
+        let replays = Arc::new(AtomicUsize::new(0));
+        let taping = Taping { cpu: cpu.clone(), tape: Mutex::new(None), replays: replays.clone() };
+        let mut model = Llama::load(Arc::new(taping), &weights, format).unwrap();
+        model.set_slots(3).unwrap();
+        assert!(model.active_sequences().is_empty());
+        assert!(model.step_active().unwrap().is_empty(), "nothing held, nothing runs");
+        let mut alone: HashMap<SeqId, Alone> = HashMap::new();
+        // Each held sequence's next token, as the model chose it.
+        let mut pending: HashMap<SeqId, u32> = HashMap::new();
+        let open = |model: &mut Llama,
+                    prompts: &[&[u32]],
+                    alone: &mut HashMap<SeqId, Alone>,
+                    pending: &mut HashMap<SeqId, u32>| {
+            let added = model.add_sequences(prompts).unwrap();
+            let mut fed = HashMap::new();
+            for (&(id, next), p) in added.iter().zip(prompts) {
+                alone.insert(
+                    id,
+                    Alone { model: Llama::load(cpu.clone(), &weights, format).unwrap(), tokens: Vec::new() },
+                );
+                fed.insert(id, p.to_vec());
+                pending.insert(id, next);
+            }
+            fed
+        };
+        let step =
+            |model: &mut Llama, alone: &mut HashMap<SeqId, Alone>, pending: &mut HashMap<SeqId, u32>, what: &str| {
+                let fed: HashMap<SeqId, Vec<u32>> =
+                    model.active_sequences().into_iter().map(|id| (id, vec![pending[&id]])).collect();
+                let chosen = model.step_active().unwrap();
+                assert_eq!(chosen.len(), fed.len());
+                check_against_alone(model, alone, &fed, tol, what);
+                pending.extend(chosen);
+            };
+        // A starts alone and decodes two tokens.
+        let fed = open(&mut model, &[&[3, 1, 4, 1, 5]], &mut alone, &mut pending);
+        check_against_alone(&model, &mut alone, &fed, tol, &format!("{format:?} prefill A"));
+        let a = model.active_sequences()[0];
+        for i in 0..2 {
+            step(&mut model, &mut alone, &mut pending, &format!("{format:?} A step {i}"));
+        }
+        // B and C join mid-way, prefilled together (prompts of 3 and 7).
+        let fed = open(&mut model, &[&[9, 2, 6], &[5, 3, 5, 8, 9, 7, 9]], &mut alone, &mut pending);
+        check_against_alone(&model, &mut alone, &fed, tol, &format!("{format:?} prefill B, C"));
+        assert_eq!(model.sequence_position(a), Some(7), "A is untouched by the prefill");
+        let ids = model.active_sequences();
+        assert_eq!(ids.len(), 3);
+        assert!(model.add_sequence(&[1]).is_err(), "no free slot");
+        for i in 0..3 {
+            step(&mut model, &mut alone, &mut pending, &format!("{format:?} A, B, C step {i}"));
+        }
+        // B leaves; A and C go on; D takes B's slot.
+        let b = ids[1];
+        model.remove_sequence(b).unwrap();
+        pending.remove(&b);
+        assert!(model.remove_sequence(b).is_err(), "removed twice");
+        assert!(model.set_next_token(b, 1).is_err());
+        assert_eq!(model.sequence_position(b), None);
+        for i in 0..2 {
+            step(&mut model, &mut alone, &mut pending, &format!("{format:?} A, C step {i}"));
+        }
+        let fed = open(&mut model, &[&[2, 7, 1, 8]], &mut alone, &mut pending);
+        check_against_alone(&model, &mut alone, &fed, tol, &format!("{format:?} prefill D"));
+        for i in 0..2 {
+            step(&mut model, &mut alone, &mut pending, &format!("{format:?} A, C, D step {i}"));
+        }
+        // Every decoding step is the one recorded step (the first ran
+        // directly, the second recorded): 9 steps, 8 replays.
+        assert_eq!(replays.load(Ordering::Relaxed), 8, "{format:?}");
+        // A sampler's token in place of the greedy one.
+        let c = model.active_sequences()[2];
+        model.set_next_token(c, 11).unwrap();
+        pending.insert(c, 11);
+        let fed: HashMap<SeqId, Vec<u32>> =
+            model.active_sequences().into_iter().map(|id| (id, vec![pending[&id]])).collect();
+        let chosen = model.step_active().unwrap();
+        check_against_alone(&model, &mut alone, &fed, tol, &format!("{format:?} sampled token"));
+        pending.extend(chosen);
+        // The f32 model's greedy tokens are the float64 reference's.
+        if format.dtype == DType::F32 {
+            let stored = weights.as_stored(format);
+            let before = pending.clone();
+            for (id, next) in model.step_active().unwrap() {
+                let mut t = alone[&id].tokens.clone();
+                t.push(before[&id]);
+                assert_eq!(next, argmax(&reference_logits(&stored, &t)), "{id:?} after {t:?}");
+            }
+        }
+    }
+}
+
+/// Prompts prefilled together in one pass (left-padded to the longest) give
+/// the logits and next tokens of prefilling them one at a time, and the
+/// float64 reference's; the sequences then decode the same.
+#[test]
+fn batched_prefill_equals_prefilling_one_by_one() {
+    let cfg = LlamaConfig::tiny();
+    let weights = HostWeights::random(cfg, 17);
+    let prompts: [&[u32]; 4] = [&[3, 1, 4, 1, 5, 9, 2, 6], &[7], &[2, 7, 1, 8, 2], &[1, 4, 1, 4, 2, 1, 3, 5]];
+    for format in [WeightFormat::dense(DType::F32), WeightFormat::dense(DType::BF16)] {
+        let tol = if format.dtype == DType::F32 { 1e-5 } else { 2e-2 };
+        let cpu: Arc<dyn Backend> = Arc::new(SimdBackend::new());
+        let mut batched = Llama::load(cpu.clone(), &weights, format).unwrap();
+        let mut single = Llama::load(cpu.clone(), &weights, format).unwrap();
+        batched.set_slots(5).unwrap();
+        single.set_slots(5).unwrap();
+        // An older sequence in slot 0 of the batched model: the prompts take
+        // slots 1..=4 there and 0..=3 in the other.
+        let (old, _) = batched.add_sequence(&[5, 5, 5]).unwrap();
+        let together = batched.add_sequences(&prompts).unwrap();
+        let together_logits = batched.last_logits().unwrap();
+        assert_eq!(together_logits.len(), prompts.len());
+        let stored = weights.as_stored(format);
+        for (i, p) in prompts.iter().enumerate() {
+            let (id, next) = single.add_sequence(p).unwrap();
+            let (_, want) = single.last_logits().unwrap().remove(0);
+            let (got_id, got) = &together_logits[i];
+            assert_eq!(*got_id, together[i].0);
+            let e = relative(got, &want);
+            assert!(e <= tol, "{format:?} prompt {i}: batched prefill off by {e:.2e}");
+            let r = error(got, &reference_logits(&stored, p));
+            assert!(r <= f64::from(tol), "{format:?} prompt {i}: off the reference by {r:.2e}");
+            if format.dtype == DType::F32 {
+                assert_eq!(together[i].1, next, "prompt {i}'s next token");
+            }
+            assert_eq!(single.sequence_position(id), Some(p.len()));
+            assert_eq!(batched.sequence_position(together[i].0), Some(p.len()));
+        }
+        assert_eq!(batched.sequence_position(old), Some(3));
+        // Then both decode the same, the older sequence beside them.
+        for step in 0..3 {
+            let a = batched.step_active().unwrap();
+            let b = single.step_active().unwrap();
+            assert_eq!(a.len(), 5);
+            let (la, lb) = (batched.last_logits().unwrap(), single.last_logits().unwrap());
+            for i in 0..prompts.len() {
+                let e = relative(&la[i + 1].1, &lb[i].1);
+                assert!(e <= tol, "{format:?} step {step} sequence {i}: {e:.2e}");
+            }
+            if format.dtype == DType::F32 {
+                let picks: Vec<u32> = a[1..].iter().map(|p| p.1).collect();
+                assert_eq!(picks, b.iter().map(|p| p.1).collect::<Vec<_>>(), "step {step}");
+            }
+        }
+        // What the prefill refuses.
+        assert!(batched.add_sequences(&[&[1], &[2]]).is_err(), "two prompts for no free slot");
+        let mut roomy = Llama::load(cpu.clone(), &weights, format).unwrap();
+        roomy.set_slots(2).unwrap();
+        assert!(roomy.add_sequence(&[]).is_err(), "an empty prompt");
+        assert!(roomy.add_sequence(&[97]).is_err(), "a token past the vocabulary");
+        assert!(roomy.add_sequence(&vec![1; cfg.max_seq + 1]).is_err(), "a prompt past the cache");
+        assert!(roomy.active_sequences().is_empty(), "nothing was added");
+        assert!(roomy.step(&[1]).is_err(), "step on a model of two slots");
+        // A full cache is an error for the step, and nothing runs.
+        let (id, _) = roomy.add_sequence(&vec![1; cfg.max_seq]).unwrap();
+        let (other, _) = roomy.add_sequence(&[1, 2]).unwrap();
+        assert!(roomy.step_active().is_err());
+        assert_eq!(roomy.sequence_position(other), Some(2));
+        roomy.remove_sequence(id).unwrap();
+        roomy.step_active().unwrap();
+        assert_eq!(roomy.sequence_position(other), Some(3));
+    }
+}
+
 #[test]
 fn bad_steps_are_typed_errors() {
     let cfg = LlamaConfig { max_seq: 8, ..LlamaConfig::tiny() };
@@ -242,10 +454,61 @@ fn bad_steps_are_typed_errors() {
     model.step(&[1]).unwrap();
 }
 
+/// Llama 3's rotary scaling (`rope_type: "llama3"`), with a context short
+/// enough that the tiny model's pairs fall in all three regimes (kept,
+/// blended, slowed by the factor): the model's logits and greedy tokens
+/// follow the reference, which computes the scaled frequencies as
+/// transformers does; the scaling changes them; and a transformers
+/// checkpoint stating it in `rope_scaling` (transformers 4) or
+/// `rope_parameters` (5) loads it.
+#[test]
+fn llama3_rotary_scaling_matches_the_reference() {
+    use compute_core::RopeScaling;
+    let scaling = RopeScaling { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position: 256 };
+    let cfg = LlamaConfig { rope_theta: 500_000.0, rope_scaling: Some(scaling), ..LlamaConfig::tiny() };
+    let cpu: Arc<dyn Backend> = Arc::new(SimdBackend::new());
+    for layout in [RopeLayout::HalfSplit, RopeLayout::Interleaved] {
+        check(cpu.clone(), LlamaConfig { rope_layout: layout, ..cfg }, WeightFormat::dense(DType::F32), 1e-5, 6);
+    }
+    check(cpu.clone(), cfg, WeightFormat::dense(DType::BF16), 2e-2, 3);
+    // Unscaled, the same weights give other logits.
+    let weights = HostWeights::random(cfg, 11);
+    let prompt: Vec<u32> = (0..40).map(|i| (i * 7 + 3) % 97).collect();
+    let plain = HostWeights { cfg: LlamaConfig { rope_scaling: None, ..cfg }, ..weights.clone() };
+    let (a, b) = (reference_logits(&weights, &prompt), reference_logits(&plain, &prompt));
+    let moved =
+        a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max) / a.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    assert!(moved > 1e-3, "the scaling moves the logits by only {moved:.2e}");
+    // Many sequences and the batched prefill with the scaling.
+    let mut model = Llama::load(cpu.clone(), &weights, WeightFormat::dense(DType::F32)).unwrap();
+    model.set_slots(2).unwrap();
+    model.add_sequences(&[&prompt[..9], &prompt]).unwrap();
+    for (i, (_, logits)) in model.last_logits().unwrap().into_iter().enumerate() {
+        let p = if i == 0 { &prompt[..9] } else { &prompt[..] };
+        let e = error(&logits, &reference_logits(&weights, p));
+        assert!(e <= 1e-5, "prompt {i}: {e:.2e}");
+    }
+    // From a transformers config.json, in both spellings.
+    for spelled in [
+        r#""rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 256}"#,
+        r#""rope_scaling": null, "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 256}"#,
+    ] {
+        let (config, files) = hf_checkpoint(&weights, DType::F32, 1, false);
+        let config = config.replace(r#""rope_scaling": null"#, spelled);
+        let shards: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
+        let mut model = Llama::from_safetensors(cpu.clone(), &config, &shards, DType::F32, 64).unwrap();
+        assert_eq!(*model.config(), cfg);
+        let e = error(&model.logits(&prompt).unwrap(), &a);
+        assert!(e <= 1e-5, "checkpoint with llama3 scaling: {e:.2e}");
+    }
+}
+
 /// A GGUF file of a small llama model, written the way llama.cpp's converter
 /// lays one out (version 3, 32-byte alignment, ne0 first), with the given
 /// ggml type per tensor.
-fn gguf_file(weights: &HostWeights, types: &dyn Fn(&str) -> DType) -> Vec<u8> {
+fn gguf_file(weights: &HostWeights, types: &dyn Fn(&str) -> DType, extra: Option<(&str, &[f32])>) -> Vec<u8> {
     use compute_core::HostVec;
     let c = weights.cfg;
     let mut tensors: Vec<(String, Vec<u64>, &[f32])> = vec![
@@ -267,6 +530,9 @@ fn gguf_file(weights: &HostWeights, types: &dyn Fn(&str) -> DType) -> Vec<u8> {
         t("ffn_gate", vec![c.hidden, c.intermediate], &l.gate);
         t("ffn_up", vec![c.hidden, c.intermediate], &l.up);
         t("ffn_down", vec![c.intermediate, c.hidden], &l.down);
+    }
+    if let Some((name, values)) = extra {
+        tensors.push((name.to_string(), vec![values.len() as u64], values));
     }
     let ggml_id = |d: DType| match d {
         DType::F32 => 0u32,
@@ -349,7 +615,7 @@ fn a_gguf_model_with_mixed_block_types_matches_the_reference() {
             DType::Q4K
         }
     };
-    let bytes = gguf_file(&weights, &types);
+    let bytes = gguf_file(&weights, &types, None);
     let gguf = Gguf::parse(&bytes).unwrap();
     let mut model = Llama::from_gguf(Arc::new(SimdBackend::new()), &gguf, DType::F32, 64).unwrap();
     // The same file on disk, memory-mapped, gives the same model.
@@ -396,6 +662,13 @@ fn a_gguf_model_with_mixed_block_types_matches_the_reference() {
     unnamed[at] = b'L';
     let err = Llama::from_gguf(Arc::new(SimdBackend::new()), &Gguf::parse(&unnamed).unwrap(), DType::F32, 64).err();
     assert!(matches!(&err, Some(LoadError::Metadata { key }) if key == "llama.feed_forward_length"), "{err:?}");
+    // llama.cpp's form of Llama 3's rotary scaling, per-pair frequency
+    // factors, is refused rather than ignored.
+    let factors = vec![1.0f32; cfg.head_dim() / 2];
+    let f32_factors = |name: &str| if name == "rope_freqs.weight" { DType::F32 } else { types(name) };
+    let scaled = gguf_file(&weights, &f32_factors, Some(("rope_freqs.weight", &factors)));
+    let err = Llama::from_gguf(Arc::new(SimdBackend::new()), &Gguf::parse(&scaled).unwrap(), DType::F32, 64).err();
+    assert!(matches!(&err, Some(LoadError::UnsupportedTensor { name, .. }) if name == "rope_freqs.weight"), "{err:?}");
 }
 
 /// `weights` as a transformers checkpoint: `config.json` text and the
@@ -512,11 +785,24 @@ fn a_transformers_checkpoint_matches_the_reference() {
         |config: &str, files: &[&[u8]]| Llama::from_safetensors(cpu.clone(), config, files, DType::F32, 32).err();
     let scaled = config.replace(r#""rope_scaling": null"#, r#""rope_scaling": {"rope_type": "llama3", "factor": 8.0}"#);
     let err = load(&scaled, &[&files[0]]);
+    assert!(
+        matches!(&err, Some(LoadError::Config { key, .. }) if key == "rope_scaling.original_max_position_embeddings"),
+        "{err:?}"
+    );
+    let yarn = config.replace(r#""rope_scaling": null"#, r#""rope_scaling": {"rope_type": "yarn", "factor": 4.0}"#);
+    let err = load(&yarn, &[&files[0]]);
+    assert!(matches!(&err, Some(LoadError::Config { key, .. }) if key == "rope_scaling"), "{err:?}");
+    let backwards = config.replace(
+        r#""rope_scaling": null"#,
+        r#""rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0,
+            "original_max_position_embeddings": 8192}"#,
+    );
+    let err = load(&backwards, &[&files[0]]);
     assert!(matches!(&err, Some(LoadError::Config { key, .. }) if key == "rope_scaling"), "{err:?}");
     let scaled =
         config.replace(r#""rope_theta": 500000.0"#, r#""rope_parameters": {"rope_theta": 5e5, "rope_type": "llama3"}"#);
     let err = load(&scaled, &[&files[0]]);
-    assert!(matches!(&err, Some(LoadError::Config { key, .. }) if key == "rope_parameters"), "{err:?}");
+    assert!(matches!(&err, Some(LoadError::Config { key, .. }) if key.starts_with("rope_parameters.")), "{err:?}");
     let no_vocab = config.replace(r#""vocab_size""#, r#""vocab""#);
     let err = load(&no_vocab, &[&files[0]]);
     assert!(matches!(&err, Some(LoadError::Config { key, .. }) if key == "vocab_size"), "{err:?}");

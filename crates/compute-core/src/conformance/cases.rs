@@ -187,7 +187,7 @@ fn quantized_cases(large: bool) -> Vec<Op> {
 /// one-element copy), embedding lookups (one token, a prompt, a table of one
 /// row) and argmax over rows (one, a batch, odd lengths).
 fn decoder_cases(large: bool) -> Vec<Op> {
-    use crate::rope::{RopeLayout, RopeSpec};
+    use crate::rope::{RopeLayout, RopeScaling, RopeSpec};
     use crate::strided::{CopySpec, Strided};
     let mut v = Vec::new();
     let mut ropes =
@@ -207,6 +207,20 @@ fn decoder_cases(large: bool) -> Vec<Op> {
             v.push(Op::Rope(RopeSpec::new(seq, heads, d, 10_000.0).with_layout(layout).with_positions()));
         }
     }
+    // Llama 3's frequency scaling (3.2: head size 64, factor 32; 3.1: 128,
+    // factor 8; θ = 500000): every pair's regime (kept, blended, divided)
+    // at positions in and far past the original context, both layouts, host
+    // and device positions, and as the keys of a fused q/k/v product.
+    for (seq, heads, d, factor, pos) in [(3, 2, 64, 32.0, 0), (2, 4, 128, 8.0, 131_000), (1, 1, 6, 8.0, 8191)] {
+        for layout in [RopeLayout::HalfSplit, RopeLayout::Interleaved] {
+            let r =
+                RopeSpec::new(seq, heads, d, 500_000.0).with_layout(layout).with_scaling(RopeScaling::llama3(factor));
+            v.push(Op::Rope(r.at_position(pos)));
+            v.push(Op::Rope(r.with_positions()));
+        }
+    }
+    let odd = RopeScaling { factor: 4.0, low_freq_factor: 0.5, high_freq_factor: 2.5, original_max_position: 100 };
+    v.push(Op::Rope(RopeSpec::new(9, 2, 64, 10_000.0).from_heads(12, 8).with_scaling(odd).with_positions()));
     // The queries and the keys of a fused q/k/v product (8 + 2 + 2 heads a
     // token), one token and a prompt, host and device positions.
     for (seq, heads, first) in [(1, 8, 0), (1, 2, 8), (9, 8, 0), (9, 2, 8)] {

@@ -1356,6 +1356,18 @@ mod tests {
         let off = crate::RopeSpec::new(3, 2, 64, 10_100.0).at_position(7);
         let wrong: Vec<f32> = reference::run(&Op::Rope(off), &refs).unwrap().values.iter().map(|&v| v as f32).collect();
         assert!(compare(&op, &refs, &wrong, 1.0).is_some());
+        // Every scaled case: ignoring Llama 3's scaling is caught.
+        for op in cases(Group::Decoder, Scale::Small) {
+            let Op::Rope(r) = op else { continue };
+            if r.scaling.is_none() {
+                continue;
+            }
+            let inputs = inputs_for(&op, &mut Rng::new(9));
+            let refs: Vec<&[f32]> = inputs.iter().map(Vec::as_slice).collect();
+            let plain = Op::Rope(crate::RopeSpec { scaling: None, ..r });
+            let wrong: Vec<f32> = reference::run(&plain, &refs).unwrap().values.iter().map(|&v| v as f32).collect();
+            assert!(compare(&op, &refs, &wrong, 1.0).is_some(), "{op:?}");
+        }
         // A copy that writes one element outside its view, or misses one, is caught.
         let op = cases(Group::Decoder, Scale::Small).into_iter().find(|o| matches!(o, Op::Copy(_))).unwrap();
         let Op::Copy(spec) = op else { unreachable!() };

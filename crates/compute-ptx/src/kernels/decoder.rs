@@ -8,7 +8,9 @@
 //!   the host), is `ex2.approx` of the rounded exponent corrected by its exact
 //!   rounding error (an `fma`), so within about 3 ulp; the angle
 //!   `(position + t)·freq` is one `f32` product, as the reference model
-//!   computes it. The angle is then reduced to `[−π, π]` (Cody–Waite: `k =
+//!   computes it. Llama 3's frequency scaling is four more instructions
+//!   on the frequency (an `fma`, a clamp, an `fma` and a product, from three
+//!   parameters; neutral ones leave it exact). The angle is then reduced to `[−π, π]` (Cody–Waite: `k =
 //!   rni(a/2π)`, `r = a − k·C₁ − k·C₂` with `2π = C₁ + C₂` to 48 bits, each
 //!   step an `fma`; the first is exact since `k·C₁` and `a` share the grid of
 //!   `r`), so `sin.approx`/`cos.approx` work where they are accurate (about
@@ -100,8 +102,11 @@ pub fn rope_name(layout: RopeLayout, dtype: DType) -> String {
 /// (`−2·log₂θ/head_dim`, high and low parts), `positions` (0, or `seq` `f32`
 /// positions read instead of `position + t`), `row_heads` and `first_head`
 /// (`x` holds rows of `row_heads` heads a token, and heads `first_head..` of
-/// each are turned; `heads` and 0 for a plain `[seq, heads, d]`). Launch:
-/// [`BLOCK`] threads, any grid.
+/// each are turned; `heads` and 0 for a plain `[seq, heads, d]`), and
+/// `scale_a`, `scale_b`, `scale_c` (Llama 3's frequency scaling,
+/// [`compute_core::RopeScaling::coefficients`]: the frequency `f` becomes
+/// `f·(c + s·(1 − c))`, `s = clamp(f·a + b, 0, 1)`; `0, 1, 1` leaves it
+/// exact). Launch: [`BLOCK`] threads, any grid.
 pub fn rope(layout: RopeLayout, dtype: DType, target: Target) -> Result<Kernel, BuildError> {
     let name = rope_name(layout, dtype);
     let mut b = KernelBuilder::new(&name, target);
@@ -113,7 +118,8 @@ pub fn rope(layout: RopeLayout, dtype: DType, target: Target) -> Result<Kernel, 
     b.doc("angle (position + t) * 2^(i*c) in f32, reduced mod 2pi (Cody-Waite), then sin/cos.approx");
     b.doc("params: x, y, pairs, heads, half (d/2), position, freq_hi, freq_lo (c = -2 log2(theta)/d),");
     b.doc("positions (0, or the tokens' f32 positions, read instead of position + t),");
-    b.doc("row_heads, first_head (x holds rows of row_heads heads a token; heads first_head.. are turned)");
+    b.doc("row_heads, first_head (x holds rows of row_heads heads a token; heads first_head.. are turned),");
+    b.doc("scale_a, scale_b, scale_c (llama3 frequency scaling; 0, 1, 1: none)");
     b.doc(&format!("launch: {BLOCK} threads per block, any grid (grid-stride)"));
     b.max_threads(BLOCK);
     let x = b.param_ptr("x");
@@ -127,6 +133,9 @@ pub fn rope(layout: RopeLayout, dtype: DType, target: Target) -> Result<Kernel, 
     let positions = b.param_ptr("positions");
     let row_heads = b.param::<U32>("row_heads");
     let first_head = b.param::<U32>("first_head");
+    let scale_a = b.param::<F32>("scale_a");
+    let scale_b = b.param::<F32>("scale_b");
+    let scale_c = b.param::<F32>("scale_c");
     let given = b.setp(Cmp::Ne, positions, 0u64);
     let shift = elem::shift(dtype);
     let size = elem::size(dtype);
@@ -164,6 +173,13 @@ pub fn rope(layout: RopeLayout, dtype: DType, target: Target) -> Result<Kernel, 
         let p = b.ex2_approx(e);
         let k = b.mul(err, LN2);
         let freq = b.fma(p, k, p);
+        b.comment("llama3 scaling: s = clamp(f*sa + sb, 0, 1), f *= sc + s*(1 - sc); (0, 1, 1) leaves f exact");
+        let s = b.fma(freq, scale_a, scale_b);
+        let s = b.max(s, 0.0f32);
+        let s = b.min(s, 1.0f32);
+        let keep = b.sub(1.0f32, scale_c);
+        let m = b.fma(s, keep, scale_c);
+        let freq = b.mul(freq, m);
         let pos = b.add(position, t);
         let posf = b.cvt::<F32, U32>(pos);
         let toff = b.mul_wide(t, 4u32);

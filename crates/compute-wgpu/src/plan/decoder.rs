@@ -13,7 +13,9 @@
 //!   `r^i` with `r = θ^(−2/d)` from the host (in `f64`, 32 bits of it passed),
 //!   raised in 32-bit integer arithmetic in the shader, and the cosine and
 //!   sine are the shader's own after a Cody–Waite reduction by `π/2`: neither
-//!   depends on the adapter's `pow`, `sin` or `cos`. In pieces of whole rows
+//!   depends on the adapter's `pow`, `sin` or `cos`. Llama 3's frequency
+//!   scaling is three parameters more (`RopeScaling::coefficients`; the
+//!   neutral ones leave the frequency exact). In pieces of whole rows
 //!   (one token's head). With positions (`rope_at`), each token's position is
 //!   read from the positions input, bound whole in every piece.
 //! - **copy**: one element per invocation (`f32`); for half data whose
@@ -85,6 +87,7 @@ pub(crate) fn rope(
     to_u32(name, "rows", rows)?;
     to_u32(name, "positions", (r.position as u64).saturating_add(r.seq as u64))?;
     let (m, e) = rope_ratio(r.theta, r.head_dim);
+    let [sa, sb, sc] = compute_core::RopeScaling::coefficients(r.scaling);
     let layout = match r.layout {
         RopeLayout::HalfSplit => 0,
         RopeLayout::Interleaved => 1,
@@ -111,6 +114,9 @@ pub(crate) fn rope(
                 to_u32(name, "rows", start)?,
                 m,
                 e as u32,
+                sa.to_bits(),
+                sb.to_bits(),
+                sc.to_bits(),
             ]),
             bindings,
             groups: grid(ctx, name, units.div_ceil(256))?,

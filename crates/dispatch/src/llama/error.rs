@@ -53,6 +53,17 @@ pub enum LoadError {
         /// Its stored type.
         dtype: String,
     },
+    /// A GGUF file holds a tensor that changes what the model computes in a
+    /// way the model code does not follow (`rope_freqs.weight`: per-pair
+    /// rotary frequency factors, how llama.cpp's files carry Llama 3's
+    /// scaling).
+    #[error("GGUF tensor `{name}` is not supported: {why}")]
+    UnsupportedTensor {
+        /// The tensor's name.
+        name: String,
+        /// What it would change.
+        why: String,
+    },
     /// A `.safetensors` file is malformed.
     #[error("malformed safetensors file: {0}")]
     SafeTensors(#[from] safetensors::SafeTensorError),

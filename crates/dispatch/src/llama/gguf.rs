@@ -41,6 +41,7 @@ impl LlamaConfig {
             vocab,
             rope_theta: header.get_f32(&format!("{arch}.rope.freq_base")).unwrap_or(10_000.0),
             rope_layout: RopeLayout::Interleaved,
+            rope_scaling: None,
             rms_eps: header.get_f32(&format!("{arch}.attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
             max_seq,
         })
@@ -63,6 +64,14 @@ impl Llama {
         max_seq: usize,
     ) -> Result<Llama, LoadError> {
         let cfg = LlamaConfig::from_gguf(gguf.header(), max_seq)?;
+        if gguf.tensor("rope_freqs.weight").is_some() {
+            return Err(LoadError::UnsupportedTensor {
+                name: "rope_freqs.weight".into(),
+                why: "per-pair rotary frequency factors (Llama 3 scaling); load the transformers checkpoint, whose \
+                      config.json states the scaling"
+                    .into(),
+            });
+        }
         let d = cfg.head_dim() as u64;
         let (h, kv, ff) = (cfg.hidden as u64, cfg.kv_heads as u64 * d, cfg.intermediate as u64);
         let (q, vocab) = (cfg.heads as u64 * d, cfg.vocab as u64);

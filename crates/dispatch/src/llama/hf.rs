@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use compute_core::{Backend, ComputeError, DType, HostVec, RopeLayout};
+use compute_core::{Backend, ComputeError, DType, HostVec, RopeLayout, RopeScaling};
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
 
@@ -49,10 +49,12 @@ impl LlamaConfig {
     /// `llama` states (`hidden_size`, `num_hidden_layers`,
     /// `num_attention_heads`, `num_key_value_heads`, `intermediate_size`,
     /// `vocab_size`, `rms_norm_eps`, and `rope_parameters.rope_theta` —
-    /// transformers 5 — or `rope_theta`), half-split rotary pairs, and a KV
-    /// cache of `max_seq` tokens. Refuses what the model code does not
-    /// compute: rotary scaling (`rope_parameters` or `rope_scaling` of a
-    /// type other than `default`), an
+    /// transformers 5 — or `rope_theta`), half-split rotary pairs, Llama 3's
+    /// frequency scaling (`rope_parameters` or `rope_scaling` of type
+    /// `llama3`: `factor`, `low_freq_factor`, `high_freq_factor`,
+    /// `original_max_position_embeddings`), and a KV cache of `max_seq`
+    /// tokens. Refuses what the model code does not compute: another
+    /// rotary scaling (`linear`, `dynamic`, `yarn`, …), an
     /// activation other than SiLU, a `head_dim` other than
     /// `hidden_size / num_attention_heads`, attention or MLP biases.
     pub fn from_hf_config(json: &str, max_seq: usize) -> Result<LlamaConfig, LoadError> {
@@ -75,12 +77,15 @@ impl LlamaConfig {
         // transformers 5 states the rotary as `rope_parameters` {rope_theta,
         // rope_type, …}; earlier versions as `rope_theta` and `rope_scaling`.
         let present = |key: &str| root.get(key).filter(|v| !v.is_null());
-        let rope = present("rope_parameters").or_else(|| present("rope_scaling"));
-        if let Some(rope) = rope {
+        let mut rope_scaling = None;
+        for key in ["rope_parameters", "rope_scaling"] {
+            let Some(rope) = present(key) else { continue };
             let kind = rope.get("rope_type").or_else(|| rope.get("type")).and_then(Value::as_str).unwrap_or("unknown");
-            if kind != "default" {
-                let key = if present("rope_parameters").is_some() { "rope_parameters" } else { "rope_scaling" };
-                return Err(bad(key, &format!("type `{kind}` is not supported (plain rotary only)")));
+            match kind {
+                "default" => {}
+                "llama3" if rope_scaling.is_none() => rope_scaling = Some(llama3_scaling(key, rope)?),
+                "llama3" => {}
+                _ => return Err(bad(key, &format!("type `{kind}` is not supported (plain or llama3 rotary only)"))),
             }
         }
         let rope_theta = match present("rope_parameters").and_then(|r| r.get("rope_theta")) {
@@ -118,12 +123,40 @@ impl LlamaConfig {
             vocab: num("vocab_size")?,
             rope_theta,
             rope_layout: RopeLayout::HalfSplit,
+            rope_scaling,
             rms_eps: float("rms_norm_eps", 1e-6)?,
             max_seq,
         };
         cfg.check().map_err(|e| bad("config.json", &e.to_string()))?;
         Ok(cfg)
     }
+}
+
+/// Llama 3's scaling from a `rope_scaling` or `rope_parameters` object
+/// (`key`) of type `llama3`: `factor`, `low_freq_factor`, `high_freq_factor`
+/// and `original_max_position_embeddings`, each required (as transformers
+/// requires them) and checked.
+fn llama3_scaling(key: &str, rope: &Value) -> Result<RopeScaling, LoadError> {
+    let field = |name: &str| -> Result<f64, LoadError> {
+        rope.get(name).and_then(Value::as_f64).ok_or_else(|| LoadError::Config {
+            key: format!("{key}.{name}"),
+            why: "missing or not a number (llama3 rotary scaling)".into(),
+        })
+    };
+    let context = field("original_max_position_embeddings")?;
+    let scaling = RopeScaling {
+        factor: field("factor")? as f32,
+        low_freq_factor: field("low_freq_factor")? as f32,
+        high_freq_factor: field("high_freq_factor")? as f32,
+        original_max_position: if context >= 1.0 && context.fract() == 0.0 { context as usize } else { 0 },
+    };
+    if !scaling.is_valid() {
+        return Err(LoadError::Config {
+            key: key.into(),
+            why: format!("{scaling:?}: needs factor >= 1, 0 <= low < high frequency factors and a whole context"),
+        });
+    }
+    Ok(scaling)
 }
 
 /// Whether a transformers `config.json` ties the LM head to the embedding

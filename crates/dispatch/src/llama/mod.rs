@@ -31,8 +31,13 @@
 //! up, followed by [`Op::Glu`] (two products and a swiglu otherwise); the KV
 //! cache is head-major `[sequences, kv_heads, capacity, head_dim]` per layer,
 //! what the attention op reads; activations are token-major `[rows, hidden]`
-//! (a step's tokens, or one token of each sequence decoded together:
-//! [`Llama::set_sequences`]).
+//! (a step's tokens, one token of each sequence decoded together, or the
+//! stacked prompts of sequences prefilled together).
+//!
+//! Several sequences live in slots of the KV cache ([`Llama::set_slots`]):
+//! they join with their prompts prefilled ([`Llama::add_sequences`], several
+//! in one pass), decode together ([`Llama::step_active`]: one row per slot,
+//! idle slots skipped) and leave ([`Llama::remove_sequence`]) independently.
 //!
 //! Where the backend takes positions from a tensor (the `with_positions`
 //! forms of rope, copy and attention), a step's positions and token ids live
@@ -47,7 +52,9 @@ mod error;
 mod gguf;
 mod hf;
 mod mapped;
+mod prefill;
 mod reference;
+mod sequences;
 mod weights;
 
 use std::collections::HashMap;
@@ -55,7 +62,7 @@ use std::sync::Arc;
 
 use compute_core::{
     AttentionSpec, Backend, BinaryOp, ComputeError, CopySpec, DType, HostSlice, MatmulSpec, Op, QuantMatmulSpec,
-    Result, RopeLayout, RopeSpec, RowOp, Strided, Tensor,
+    Result, RopeLayout, RopeScaling, RopeSpec, RowOp, Strided, Tensor,
 };
 
 pub use error::LoadError;
@@ -91,6 +98,9 @@ pub struct LlamaConfig {
     pub rope_theta: f32,
     /// Which values the rotary embedding pairs (the weights' convention).
     pub rope_layout: RopeLayout,
+    /// Llama 3's rotary frequency scaling (Llama 3.1 and 3.2 checkpoints);
+    /// `None`: plain frequencies.
+    pub rope_scaling: Option<RopeScaling>,
     /// Added to the mean square in every RMSNorm.
     pub rms_eps: f32,
     /// Most tokens a sequence may hold (the KV cache's capacity).
@@ -111,6 +121,7 @@ impl LlamaConfig {
             vocab: 97,
             rope_theta: 10_000.0,
             rope_layout: RopeLayout::HalfSplit,
+            rope_scaling: None,
             rms_eps: 1e-5,
             max_seq: 64,
         }
@@ -129,8 +140,20 @@ impl LlamaConfig {
             vocab: 32_000,
             rope_theta: 10_000.0,
             rope_layout: RopeLayout::HalfSplit,
+            rope_scaling: None,
             rms_eps: 1e-5,
             max_seq: 1024,
+        }
+    }
+
+    /// The rotary embedding of `seq` tokens of `heads` heads in this
+    /// model's convention (θ, pair layout, scaling), in `dtype`. Free.
+    pub fn rope(&self, seq: usize, heads: usize, dtype: DType) -> RopeSpec {
+        let r = RopeSpec::new(seq, heads, self.head_dim(), self.rope_theta).with_layout(self.rope_layout);
+        let r = r.with_dtype(dtype);
+        match self.rope_scaling {
+            Some(s) => r.with_scaling(s),
+            None => r,
         }
     }
 
@@ -157,6 +180,9 @@ impl LlamaConfig {
         }
         if self.layers == 0 || self.vocab == 0 || self.intermediate == 0 || self.max_seq == 0 {
             return bad("every size must be positive");
+        }
+        if self.rope_scaling.is_some_and(|r| !r.is_valid()) {
+            return bad("the rotary scaling needs factor >= 1, 0 <= low < high frequency factors and a context");
         }
         Ok(())
     }
@@ -279,10 +305,11 @@ struct Layer {
     v_cache: Tensor,
 }
 
-/// The activations of one step of `seq` tokens, allocated once per length.
+/// The activations of one step, allocated once per [`Step`].
 struct Scratch {
-    /// The step's token ids and positions (`f32`), written before each step,
-    /// and for several sequences each key/value head's cache slot.
+    /// The step's token ids and positions (`f32`, one a row), written before
+    /// each step, and, for several sequences, each row's key/value heads'
+    /// rows in the cache (`rows · kv_heads`).
     ids: Tensor,
     positions: Tensor,
     slots: Tensor,
@@ -307,11 +334,84 @@ struct Scratch {
     normed: Tensor,
     logits: Tensor,
     next: Tensor,
+    /// What a prefill of new sequences adds ([`Step::Prefill`]).
+    prefill: Option<prefill::PrefillScratch>,
+}
+
+/// The kind and size of a step: the key of its scratch tensors and of its
+/// recording.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Step {
+    /// `tokens` tokens of each of `batch` cache slots (`batch` is the
+    /// model's slot count; more than one slot takes one token each), at
+    /// their positions, attending to their caches.
+    Extend { batch: usize, tokens: usize },
+    /// The prompts of `prompts` new sequences, each left-padded to `tokens`
+    /// rows, attending to their own keys and appending them to their slots.
+    Prefill { prompts: usize, tokens: usize },
+}
+
+impl Step {
+    /// Activation rows.
+    fn rows(self) -> usize {
+        match self {
+            Step::Extend { batch, tokens } => batch * tokens,
+            Step::Prefill { prompts, tokens } => prompts * tokens,
+        }
+    }
+
+    /// Rows of logits: one a sequence.
+    fn sequences(self) -> usize {
+        match self {
+            Step::Extend { batch, .. } => batch,
+            Step::Prefill { prompts, .. } => prompts,
+        }
+    }
+
+    /// Tokens of each sequence.
+    fn tokens(self) -> usize {
+        match self {
+            Step::Extend { tokens, .. } | Step::Prefill { tokens, .. } => tokens,
+        }
+    }
+}
+
+/// The values a step writes to its scratch tensors before it runs.
+#[derive(Default)]
+struct StepInput {
+    /// Token ids, one a row.
+    ids: Vec<f32>,
+    /// Positions, one a row (−1: a padding or idle row).
+    positions: Vec<f32>,
+    /// Cache rows of each row's key/value heads (several slots; −1: none).
+    slots: Vec<f32>,
+    /// Rows of each row's key/value heads among the prompts' own keys
+    /// ([`Step::Prefill`]).
+    key_slots: Vec<f32>,
+}
+
+/// Identifies a sequence held by a [`Llama`] ([`Llama::add_sequence`]);
+/// never reused, so an id of a removed sequence names nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SeqId(u64);
+
+/// A sequence in one cache slot.
+#[derive(Clone, Copy, Debug)]
+struct Seq {
+    id: SeqId,
+    /// Tokens in its cache.
+    position: usize,
+    /// The token its next step feeds: the greedy choice of its last step, or
+    /// [`Llama::set_next_token`]'s.
+    next: Option<u32>,
 }
 
 /// A Llama model resident on one engine, with its KV cache: feed it tokens
-/// with [`Llama::step`] (or one token of each of several sequences with
-/// [`Llama::step_all`]), read the last token's logits or greedy choice.
+/// with [`Llama::step`], or decode several sequences together
+/// ([`Llama::set_sequences`] and [`Llama::step_all`] in lockstep;
+/// [`Llama::add_sequence`], [`Llama::step_active`] and
+/// [`Llama::remove_sequence`] as they come and go), read the logits or the
+/// greedy choices.
 pub struct Llama {
     backend: Arc<dyn Backend>,
     cfg: LlamaConfig,
@@ -320,13 +420,16 @@ pub struct Llama {
     layers: Vec<Layer>,
     final_norm: Tensor,
     lm_head: Linear,
-    /// Per step shape `(sequences, tokens each)`.
-    scratch: HashMap<(usize, usize), Scratch>,
-    pos: usize,
-    /// Sequences decoded together ([`Llama::set_sequences`]), and each one's
-    /// position when they are more than one.
-    sequences: usize,
-    positions: Vec<usize>,
+    /// Per step shape.
+    scratch: HashMap<Step, Scratch>,
+    /// One entry per cache slot: the sequence it holds. One slot unless
+    /// [`Llama::set_slots`] or [`Llama::set_sequences`] made more.
+    slots: Vec<Option<Seq>>,
+    /// The next [`SeqId`].
+    next_id: u64,
+    /// The last step that ran and the sequence of each of its logit rows
+    /// (`None`: an idle slot), for [`Llama::last_logits`].
+    last: Option<(Step, Vec<Option<SeqId>>)>,
     /// Whether the step reads its positions from a tensor (every op of the
     /// step supports it), so that its calls do not change with the position.
     device_positions: bool,
@@ -334,7 +437,7 @@ pub struct Llama {
     record_steps: bool,
     /// Per step shape: `Ready` once recorded, `Warm` after one direct run,
     /// `Never` where the backend does not record.
-    recordings: HashMap<(usize, usize), StepRecording>,
+    recordings: HashMap<Step, StepRecording>,
 }
 
 /// Where the recording of a step shape stands.
@@ -442,9 +545,9 @@ impl Llama {
             format,
             backend,
             scratch: HashMap::new(),
-            pos: 0,
-            sequences: 1,
-            positions: vec![0],
+            slots: vec![Some(Seq { id: SeqId(0), position: 0, next: None })],
+            next_id: 1,
+            last: None,
             device_positions,
             record_steps: true,
             recordings: HashMap::new(),
@@ -456,7 +559,7 @@ impl Llama {
     fn positions_supported(backend: &dyn Backend, cfg: &LlamaConfig, dtype: DType) -> bool {
         let (d, cap) = (cfg.head_dim(), cfg.max_seq);
         let ops = [
-            Op::Rope(RopeSpec::new(1, cfg.heads, d, cfg.rope_theta).with_dtype(dtype).with_positions()),
+            Op::Rope(cfg.rope(1, cfg.heads, dtype).with_positions()),
             Op::Copy(
                 CopySpec::new(
                     [cfg.kv_heads, 1, d],
@@ -482,7 +585,7 @@ impl Llama {
     /// can be one product.
     fn fused_qkv_supported(backend: &dyn Backend, cfg: &LlamaConfig, dtype: DType) -> bool {
         let rows = cfg.heads + 2 * cfg.kv_heads;
-        let rope = RopeSpec::new(1, cfg.kv_heads, cfg.head_dim(), cfg.rope_theta).with_dtype(dtype);
+        let rope = cfg.rope(1, cfg.kv_heads, dtype);
         backend.supports(&Op::Rope(rope.from_heads(rows, cfg.heads)))
     }
 
@@ -512,7 +615,8 @@ impl Llama {
     }
 
     /// Bytes a decoding step reads at least: every weight once (one row of
-    /// the embedding table) and the KV cache up to the current position.
+    /// the embedding table) and the KV cache of every held sequence up to
+    /// its position.
     pub fn bytes_per_token(&self) -> u64 {
         let c = &self.cfg;
         let mut b = self.final_norm.size_in_bytes() + self.lm_head.w.size_in_bytes();
@@ -526,124 +630,49 @@ impl Llama {
             }
         }
         let row = self.format.dtype.bytes_for(2 * c.layers * c.kv_heads * c.head_dim()).unwrap_or(0);
-        b + row * self.pos as u64
+        let held: usize = self.slots.iter().flatten().map(|s| s.position).sum();
+        b + row * held as u64
     }
 
-    /// Tokens held in the KV cache.
+    /// Tokens held in the KV cache of the first slot's sequence (the only
+    /// one unless [`Llama::set_slots`] made more; 0 when the slot is free).
     pub fn position(&self) -> usize {
-        self.pos
+        self.slots.first().copied().flatten().map_or(0, |s| s.position)
     }
 
-    /// Empties the KV cache (the next step starts a new sequence, or new
-    /// sequences). Free.
+    /// Empties the KV cache of every held sequence (each starts again at
+    /// position 0, with no next token); free slots stay free. Free.
     pub fn reset(&mut self) {
-        self.pos = 0;
-        self.positions.fill(0);
-    }
-
-    /// Decodes `sequences` sequences together from now on, each with its own
-    /// KV cache of `max_seq` tokens (all empty): [`Llama::step_all`] then
-    /// takes one token of each and runs every product once for all of them
-    /// (the weights are read once a step, whatever the number of sequences).
-    /// Costs the caches' allocation (`sequences` times one sequence's);
-    /// `sequences = 1` returns to [`Llama::step`]. More than one needs a
-    /// backend that takes positions from a tensor ([`Llama::device_positions`]),
-    /// else `Unsupported`.
-    pub fn set_sequences(&mut self, sequences: usize) -> Result<()> {
-        if sequences == 0 {
-            return Err(ComputeError::shape("llama", "no sequence to decode", "sequences=0".to_string()));
+        for s in self.slots.iter_mut().flatten() {
+            s.position = 0;
+            s.next = None;
         }
-        if sequences > 1 && !self.device_positions {
-            return Err(ComputeError::Unsupported { op: "llama batch", backend: self.backend.kind() });
-        }
-        let cache = sequences * self.cfg.kv_heads * self.cfg.max_seq * self.cfg.head_dim();
-        for l in &mut self.layers {
-            l.k_cache = self.backend.alloc_typed(cache, self.format.dtype)?;
-            l.v_cache = self.backend.alloc_typed(cache, self.format.dtype)?;
-        }
-        self.sequences = sequences;
-        self.positions = vec![0; sequences];
-        self.pos = 0;
-        self.scratch.clear();
-        self.recordings.clear();
-        Ok(())
-    }
-
-    /// The sequences decoded together ([`Llama::set_sequences`]).
-    pub fn sequences(&self) -> usize {
-        self.sequences
-    }
-
-    /// Runs one token of each sequence (`tokens[i]` for sequence `i`, each at
-    /// its own position) and returns each one's greedy next token. One step
-    /// of the model for all of them: its products have one row a sequence.
-    pub fn step_all(&mut self, tokens: &[u32]) -> Result<Vec<u32>> {
-        self.forward_all(tokens)?;
-        let s = self.scratch((self.sequences, 1))?;
-        let mut next = vec![0f32; self.sequences];
-        self.backend.download(&s.next, &mut next)?;
-        Ok(next.into_iter().map(|t| t as u32).collect())
-    }
-
-    /// [`Llama::step_all`], returning each sequence's logits (`vocab` values
-    /// each, sequence after sequence) instead of the greedy choices.
-    pub fn logits_all(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        self.forward_all(tokens)?;
-        let s = self.scratch((self.sequences, 1))?;
-        let mut out = compute_core::HostVec::zeros(self.format.dtype, self.sequences * self.cfg.vocab);
-        self.backend.download_typed(&s.logits, out.as_mut())?;
-        Ok(out.to_f32())
-    }
-
-    fn forward_all(&mut self, tokens: &[u32]) -> Result<()> {
-        let n = self.sequences;
-        if tokens.len() != n {
-            return Err(ComputeError::shape(
-                "llama",
-                format!("one token for each of {n} sequences"),
-                format!("tokens=[{}]", tokens.len()),
-            ));
-        }
-        if let Some(i) = self.positions.iter().position(|&p| p >= self.cfg.max_seq) {
-            return Err(ComputeError::shape(
-                "llama",
-                format!("sequence {i}'s cache of {} is full", self.cfg.max_seq),
-                format!("tokens=[{n}]"),
-            ));
-        }
-        self.check_tokens(tokens)?;
-        let positions: Vec<f32> = self.positions.iter().map(|&p| p as f32).collect();
-        if n == 1 {
-            self.run_step((1, 1), tokens, &positions)?;
-            self.pos += 1;
-        } else {
-            self.run_step((n, 1), tokens, &positions)?;
-        }
-        self.positions.iter_mut().for_each(|p| *p += 1);
-        Ok(())
+        self.last = None;
     }
 
     /// Runs `tokens` (a prompt, or the one token of a decoding step) through
     /// the model at the cache's current position, appends their keys and
     /// values to the cache, and returns the greedy next token. About 17 ops
     /// per layer (one launch in all for a recorded step); no host transfer
-    /// but the token ids and positions in and the chosen token out.
+    /// but the token ids and positions in and the chosen token out. Needs a
+    /// model of one slot holding a sequence (the default).
     pub fn step(&mut self, tokens: &[u32]) -> Result<u32> {
-        self.forward(tokens)?;
-        let s = self.scratch((1, tokens.len()))?;
+        let step = self.forward(tokens)?;
+        let s = self.scratch(step)?;
         let mut next = [0f32];
         self.backend.download(&s.next, &mut next)?;
-        Ok(next[0] as u32)
+        let next = next[0] as u32;
+        if let Some(Some(seq)) = self.slots.first_mut() {
+            seq.next = Some(next);
+        }
+        Ok(next)
     }
 
     /// [`Llama::step`], returning the last token's logits (`vocab` values,
     /// `f32`) instead of the greedy choice.
     pub fn logits(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        self.forward(tokens)?;
-        let s = self.scratch((1, tokens.len()))?;
-        let mut out = compute_core::HostVec::zeros(self.format.dtype, self.cfg.vocab);
-        self.backend.download_typed(&s.logits, out.as_mut())?;
-        Ok(out.to_f32())
+        let step = self.forward(tokens)?;
+        self.download_logits(step)
     }
 
     /// Greedy decoding: the prompt as one step, then `new_tokens` steps of
@@ -662,74 +691,105 @@ impl Llama {
         Ok(out)
     }
 
-    fn scratch(&self, shape: (usize, usize)) -> Result<&Scratch> {
+    fn scratch(&self, step: Step) -> Result<&Scratch> {
         self.scratch
-            .get(&shape)
-            .ok_or_else(|| ComputeError::shape("llama", "no step of this shape ran", format!("{shape:?}")))
+            .get(&step)
+            .ok_or_else(|| ComputeError::shape("llama", "no step of this shape ran", format!("{step:?}")))
     }
 
-    /// Allocates the activations of a step of `tokens` tokens in each of
-    /// `batch` sequences, once per shape.
-    fn ensure_scratch(&mut self, (batch, tokens): (usize, usize)) -> Result<()> {
-        if !self.scratch.contains_key(&(batch, tokens)) {
-            let (c, dt, b) = (self.cfg, self.format.dtype, &self.backend);
-            let d = c.head_dim();
-            let a = |len: usize| b.alloc_typed(len, dt);
-            let seq = batch * tokens;
-            let s = Scratch {
-                ids: b.alloc_typed(seq, DType::F32)?,
-                positions: b.alloc_typed(seq, DType::F32)?,
-                slots: b.alloc_typed(batch * c.kv_heads, DType::F32)?,
-                x: a(seq * c.hidden)?,
-                x2: a(seq * c.hidden)?,
-                h: a(seq * c.hidden)?,
-                qkv: a(seq * (c.heads + 2 * c.kv_heads) * d)?,
-                q: a(seq * c.heads * d)?,
-                k: a(seq * c.kv_heads * d)?,
-                v: a(seq * c.kv_heads * d)?,
-                q_rot: a(seq * c.heads * d)?,
-                k_rot: a(seq * c.kv_heads * d)?,
-                q_heads: a(seq * c.heads * d)?,
-                attn: a(seq * c.heads * d)?,
-                attn_tokens: a(seq * c.heads * d)?,
-                o: a(seq * c.hidden)?,
-                gate: a(seq * c.intermediate)?,
-                up: a(seq * c.intermediate)?,
-                gate_up: a(seq * 2 * c.intermediate)?,
-                act: a(seq * c.intermediate)?,
-                last: a(batch * c.hidden)?,
-                normed: a(batch * c.hidden)?,
-                logits: a(batch * c.vocab)?,
-                next: b.alloc_typed(batch, DType::F32)?,
-            };
-            self.scratch.insert((batch, tokens), s);
+    /// Every logit row of the step's scratch, `f32`.
+    fn download_logits(&self, step: Step) -> Result<Vec<f32>> {
+        let s = self.scratch(step)?;
+        let mut out = compute_core::HostVec::zeros(self.format.dtype, step.sequences() * self.cfg.vocab);
+        self.backend.download_typed(&s.logits, out.as_mut())?;
+        Ok(out.to_f32())
+    }
+
+    /// Allocates the activations of `step`, once per shape. A multi-token
+    /// shape replaces the other multi-token ones (prompts come in many
+    /// lengths; one-token steps, which are recorded, stay).
+    fn ensure_scratch(&mut self, step: Step) -> Result<()> {
+        if self.scratch.contains_key(&step) {
+            return Ok(());
         }
+        if step.tokens() > 1 {
+            self.scratch.retain(|k, _| k.tokens() == 1);
+        }
+        let (c, dt, b) = (self.cfg, self.format.dtype, &self.backend);
+        let d = c.head_dim();
+        let a = |len: usize| b.alloc_typed(len, dt);
+        let (seq, batch) = (step.rows(), step.sequences());
+        let prefill = match step {
+            Step::Prefill { prompts, tokens } => Some(prefill::PrefillScratch::new(&**b, &c, dt, prompts, tokens)?),
+            Step::Extend { .. } => None,
+        };
+        let s = Scratch {
+            ids: b.alloc_typed(seq, DType::F32)?,
+            positions: b.alloc_typed(seq, DType::F32)?,
+            slots: b.alloc_typed(seq * c.kv_heads, DType::F32)?,
+            x: a(seq * c.hidden)?,
+            x2: a(seq * c.hidden)?,
+            h: a(seq * c.hidden)?,
+            qkv: a(seq * (c.heads + 2 * c.kv_heads) * d)?,
+            q: a(seq * c.heads * d)?,
+            k: a(seq * c.kv_heads * d)?,
+            v: a(seq * c.kv_heads * d)?,
+            q_rot: a(seq * c.heads * d)?,
+            k_rot: a(seq * c.kv_heads * d)?,
+            q_heads: a(seq * c.heads * d)?,
+            attn: a(seq * c.heads * d)?,
+            attn_tokens: a(seq * c.heads * d)?,
+            o: a(seq * c.hidden)?,
+            gate: a(seq * c.intermediate)?,
+            up: a(seq * c.intermediate)?,
+            gate_up: a(seq * 2 * c.intermediate)?,
+            act: a(seq * c.intermediate)?,
+            last: a(batch * c.hidden)?,
+            normed: a(batch * c.hidden)?,
+            logits: a(batch * c.vocab)?,
+            next: b.alloc_typed(batch, DType::F32)?,
+            prefill,
+        };
+        self.scratch.insert(step, s);
         Ok(())
     }
 
-    fn forward(&mut self, tokens: &[u32]) -> Result<()> {
+    /// One step of the single sequence: `tokens` at its position.
+    fn forward(&mut self, tokens: &[u32]) -> Result<Step> {
         let seq = tokens.len();
-        let (c, pos) = (self.cfg, self.pos);
-        if self.sequences != 1 {
+        let c = self.cfg;
+        let shapes = || format!("tokens=[{seq}]");
+        if self.slots.len() != 1 {
             return Err(ComputeError::shape(
                 "llama",
-                format!("the model decodes {} sequences together: step them with step_all", self.sequences),
-                format!("tokens=[{seq}]"),
+                format!("the model has {} sequence slots: step them with step_all or step_active", self.slots.len()),
+                shapes(),
             ));
         }
+        let Some(Some(held)) = self.slots.first().copied() else {
+            return Err(ComputeError::shape("llama", "the slot holds no sequence: add one first", shapes()));
+        };
+        let pos = held.position;
         if seq == 0 || pos + seq > c.max_seq {
             return Err(ComputeError::shape(
                 "llama",
                 format!("{seq} tokens at position {pos} do not fit a cache of {}", c.max_seq),
-                format!("tokens=[{seq}]"),
+                shapes(),
             ));
         }
         self.check_tokens(tokens)?;
-        let positions: Vec<f32> = (pos..pos + seq).map(|p| p as f32).collect();
-        self.run_step((1, seq), tokens, &positions)?;
-        self.pos += seq;
-        self.positions[0] = self.pos;
-        Ok(())
+        let step = Step::Extend { batch: 1, tokens: seq };
+        let input = StepInput {
+            ids: tokens.iter().map(|&t| t as f32).collect(),
+            positions: (pos..pos + seq).map(|p| p as f32).collect(),
+            ..StepInput::default()
+        };
+        self.run_step(step, &input)?;
+        if let Some(Some(s)) = self.slots.first_mut() {
+            s.position += seq;
+        }
+        self.last = Some((step, vec![Some(held.id)]));
+        Ok(step)
     }
 
     fn check_tokens(&self, tokens: &[u32]) -> Result<()> {
@@ -743,78 +803,75 @@ impl Llama {
         }
     }
 
-    /// Writes the step's ids, positions (and cache slots) and runs it:
+    /// Writes the step's ids, positions and cache slots and runs it:
     /// directly, or, for one token a sequence where the backend records,
     /// through its recording.
-    fn run_step(&mut self, shape: (usize, usize), tokens: &[u32], positions: &[f32]) -> Result<()> {
-        self.ensure_scratch(shape)?;
-        let ids: Vec<f32> = tokens.iter().map(|&t| t as f32).collect();
+    fn run_step(&mut self, step: Step, input: &StepInput) -> Result<()> {
+        self.ensure_scratch(step)?;
         {
-            let (b, s) = (&*self.backend, self.scratch(shape)?);
-            b.upload_into(HostSlice::F32(&ids), &s.ids)?;
+            let (b, s) = (&*self.backend, self.scratch(step)?);
+            b.upload_into(HostSlice::F32(&input.ids), &s.ids)?;
             if self.device_positions {
-                b.upload_into(HostSlice::F32(positions), &s.positions)?;
+                b.upload_into(HostSlice::F32(&input.positions), &s.positions)?;
             }
-            if shape.0 > 1 {
-                // Sequence b's head h appends at row b·kv_heads·capacity + h·capacity + its position.
-                let (kv, cap) = (self.cfg.kv_heads, self.cfg.max_seq);
-                let slots: Vec<f32> = positions
-                    .iter()
-                    .enumerate()
-                    .flat_map(|(b, &p)| (0..kv).map(move |h| ((b * kv + h) * cap) as f32 + p))
-                    .collect();
-                b.upload_into(HostSlice::F32(&slots), &s.slots)?;
+            if !input.slots.is_empty() {
+                b.upload_into(HostSlice::F32(&input.slots), &s.slots)?;
+            }
+            if let Some(p) = &s.prefill {
+                b.upload_into(HostSlice::F32(&input.key_slots), &p.key_slots)?;
             }
         }
-        if !(self.device_positions && self.record_steps && shape.1 == 1) {
-            return self.queue(shape);
+        if !(self.device_positions && self.record_steps && step.tokens() == 1) {
+            return self.queue(step);
         }
-        match self.recordings.remove(&shape) {
+        match self.recordings.remove(&step) {
             Some(StepRecording::Ready(r)) => {
                 let replayed = r.replay();
-                self.recordings.insert(shape, StepRecording::Ready(r));
+                self.recordings.insert(step, StepRecording::Ready(r));
                 replayed
             }
-            Some(StepRecording::Warm) => match self.backend.record(&mut || self.queue(shape))? {
+            Some(StepRecording::Warm) => match self.backend.record(&mut || self.queue(step))? {
                 Some(r) => {
                     r.replay()?;
-                    self.recordings.insert(shape, StepRecording::Ready(r));
+                    self.recordings.insert(step, StepRecording::Ready(r));
                     Ok(())
                 }
                 None => {
-                    self.recordings.insert(shape, StepRecording::Never);
-                    self.queue(shape)
+                    self.recordings.insert(step, StepRecording::Never);
+                    self.queue(step)
                 }
             },
             Some(StepRecording::Never) => {
-                self.recordings.insert(shape, StepRecording::Never);
-                self.queue(shape)
+                self.recordings.insert(step, StepRecording::Never);
+                self.queue(step)
             }
             None => {
-                self.recordings.insert(shape, StepRecording::Warm);
-                self.queue(shape)
+                self.recordings.insert(step, StepRecording::Warm);
+                self.queue(step)
             }
         }
     }
 
-    /// Queues a step of `tokens` tokens in each of `batch` sequences (one of
-    /// them when `batch > 1`) at the current positions: every op of the
-    /// forward pass on the step's scratch tensors. With device positions the
-    /// calls are the same at every position (what a recording replays).
-    fn queue(&self, (batch, tokens): (usize, usize)) -> Result<()> {
-        let (c, dt, pos) = (self.cfg, self.format.dtype, self.pos);
+    /// Queues `step`: every op of the forward pass on its scratch tensors.
+    /// With device positions the calls are the same at every position (what
+    /// a recording replays).
+    fn queue(&self, step: Step) -> Result<()> {
+        let (c, dt) = (self.cfg, self.format.dtype);
         let dynamic = self.device_positions;
-        let (b, s) = (&*self.backend, self.scratch((batch, tokens))?);
+        // Without device positions the model holds one sequence (the ops take its position).
+        let pos = if dynamic { 0 } else { self.position() };
+        let (b, s) = (&*self.backend, self.scratch(step)?);
         let d = c.head_dim();
-        // Activation rows: every token of every sequence.
-        let seq = batch * tokens;
+        // Activation rows: every token of every sequence of the step.
+        let (seq, batch, tokens) = (step.rows(), step.sequences(), step.tokens());
+        let slots = self.slots.len();
         let gather = Op::Gather { ids: seq, rows: c.vocab, cols: c.hidden, dtype: dt };
         b.run_tensors(&gather, &[&self.embed, &s.ids], &s.x)?;
         let norm = Op::rows(RowOp::RmsNorm { eps: c.rms_eps }, seq, c.hidden).with_dtype(dt);
         let row_heads = c.heads + 2 * c.kv_heads;
         // `first`: the heads sit in the fused q/k/v rows, from that head on.
         let rope = |heads, first: Option<usize>| {
-            let r = RopeSpec::new(seq, heads, d, c.rope_theta).with_layout(c.rope_layout).with_dtype(dt);
+            let r = c.rope(seq, heads, dt);
             let r = match first {
                 Some(f) => r.from_heads(row_heads, f),
                 None => r,
@@ -849,23 +906,13 @@ impl Llama {
             Strided { offset: (c.heads + c.kv_heads) * d, strides: [d, row_heads * d, 1], len: seq * row_heads * d };
         let append_v = CopySpec::new([c.kv_heads, seq, d], v_rows, cache).with_dtype(dt);
         let append_v = Op::Copy(if dynamic { append_v.at_positions(c.max_seq) } else { append_v });
-        // Several sequences: each key/value head's row goes to its slot of the
-        // [batch, kv_heads, capacity, d] cache (the slots tensor).
-        let heads_rows = batch * c.kv_heads;
-        let slotted = Op::Copy(
-            CopySpec::new(
-                [1, heads_rows, d],
-                Strided::contiguous([1, heads_rows, d]),
-                Strided { offset: 0, strides: [0, d, 1], len: heads_rows * c.max_seq * d },
-            )
-            .at_positions(heads_rows * c.max_seq)
-            .with_dtype(dt),
-        );
+        // Several slots: each row's key/value heads go to their rows of the
+        // [slots, kv_heads, capacity, d] cache (the slots tensor).
+        let slotted = Op::Copy(prefill::slotted(seq * c.kv_heads, slots * c.kv_heads * c.max_seq, d).with_dtype(dt));
         let v_of_each =
             Strided { offset: (c.heads + c.kv_heads) * d, strides: [row_heads * d, d, 1], len: seq * row_heads * d };
         let values_apart = Op::Copy(
-            CopySpec::new([batch, c.kv_heads, d], v_of_each, Strided::contiguous([batch, c.kv_heads, d]))
-                .with_dtype(dt),
+            CopySpec::new([seq, c.kv_heads, d], v_of_each, Strided::contiguous([seq, c.kv_heads, d])).with_dtype(dt),
         );
         let keys = if dynamic { c.max_seq } else { pos + seq };
         let attention = AttentionSpec::new(batch, c.heads, tokens, keys, d)
@@ -873,6 +920,7 @@ impl Llama {
             .causal()
             .with_kv_capacity(c.max_seq);
         let attention = Op::Attention(if dynamic { attention.with_positions() } else { attention }.with_dtype(dt));
+        let fresh = prefill::Ops::new(&c, dt, batch, tokens);
         // The position-reading ops take the step's positions as their last input.
         let run = |op: &Op, inputs: &[&Tensor], out: &Tensor| -> Result<()> {
             if !dynamic {
@@ -905,8 +953,9 @@ impl Llama {
                     Some(&s.qkv)
                 }
             };
+            let several = slots > 1 || matches!(step, Step::Prefill { .. });
             match values {
-                _ if batch > 1 => {
+                _ if several => {
                     if let Some(qkv) = values {
                         b.run_tensors(&values_apart, &[qkv], &s.v)?;
                     }
@@ -922,15 +971,23 @@ impl Llama {
                     run(&append, &[&s.v], &l.v_cache)?;
                 }
             }
-            // One token a sequence: token-major and head-major are the same layout.
-            let out = if tokens == 1 {
-                run(&attention, &[&s.q_rot, &l.k_cache, &l.v_cache], &s.attn)?;
-                &s.attn
-            } else {
-                b.run_tensors(&to_heads, &[&s.q_rot], &s.q_heads)?;
-                run(&attention, &[&s.q_heads, &l.k_cache, &l.v_cache], &s.attn)?;
-                b.run_tensors(&to_tokens, &[&s.attn], &s.attn_tokens)?;
-                &s.attn_tokens
+            let out = match (step, &s.prefill) {
+                // New sequences: each prompt attends to its own keys.
+                (Step::Prefill { .. }, Some(p)) => {
+                    fresh.attend(b, p, s)?;
+                    &s.attn_tokens
+                }
+                // One token a sequence: token-major and head-major are the same layout.
+                _ if tokens == 1 => {
+                    run(&attention, &[&s.q_rot, &l.k_cache, &l.v_cache], &s.attn)?;
+                    &s.attn
+                }
+                _ => {
+                    b.run_tensors(&to_heads, &[&s.q_rot], &s.q_heads)?;
+                    run(&attention, &[&s.q_heads, &l.k_cache, &l.v_cache], &s.attn)?;
+                    b.run_tensors(&to_tokens, &[&s.attn], &s.attn_tokens)?;
+                    &s.attn_tokens
+                }
             };
             b.run_tensors(&l.wo.op(seq, dt), &[out, &l.wo.w], &s.o)?;
             b.run_tensors(&add, &[x, &s.o], x2)?;
@@ -951,14 +1008,16 @@ impl Llama {
             b.run_tensors(&add, &[x, &s.o], x2)?;
             std::mem::swap(&mut x, &mut x2);
         }
-        // The logits of each sequence's last token: x's rows when each has one.
+        // The logits of each sequence's last token: x's rows when each has
+        // one, else every `tokens`-th row (prompts are left-padded: their last
+        // rows line up).
         let last = if tokens == 1 {
             x
         } else {
             let copy = CopySpec::new(
-                [1, 1, c.hidden],
-                Strided { offset: (seq - 1) * c.hidden, strides: [0, 0, 1], len: seq * c.hidden },
-                Strided::contiguous([1, 1, c.hidden]),
+                [batch, 1, c.hidden],
+                Strided { offset: (tokens - 1) * c.hidden, strides: [tokens * c.hidden, 0, 1], len: seq * c.hidden },
+                Strided::contiguous([batch, 1, c.hidden]),
             );
             b.run_tensors(&Op::Copy(copy.with_dtype(dt)), &[x], &s.last)?;
             &s.last

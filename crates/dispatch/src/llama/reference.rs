@@ -2,7 +2,7 @@
 //! ground truth of the decoder's tests. Written for clarity: it recomputes
 //! the whole sequence for each call (no cache).
 
-use compute_core::RopeLayout;
+use compute_core::{RopeLayout, RopeScaling};
 
 use super::HostWeights;
 
@@ -28,8 +28,29 @@ fn rms_norm(x: &[f64], g: &[f32], eps: f32) -> Vec<f64> {
     y
 }
 
-/// Rotates each head of each token of `x` (`[seq, heads, d]`) in place.
-fn rope(x: &mut [f64], heads: usize, d: usize, theta: f32, layout: RopeLayout) {
+/// Rotates each head of each token of `x` (`[seq, heads, d]`) in place:
+/// pair `i` of token `t` by `t·f`, `f = θ^(−2i/d)`, scaled as Llama 3 does
+/// (Hugging Face's `_compute_llama3_parameters`) when `scaling` is given.
+fn rope(x: &mut [f64], heads: usize, d: usize, theta: f32, layout: RopeLayout, scaling: Option<RopeScaling>) {
+    let freq = |i: usize| {
+        let f = f64::from(theta).powf(-((2 * i) as f64) / d as f64);
+        let Some(s) = scaling else { return f };
+        // Wavelengths longer than the original context / low_freq_factor are
+        // slowed by the factor, shorter than it / high_freq_factor kept, and
+        // those between blended.
+        let wavelen = std::f64::consts::TAU / f;
+        let ctx = s.original_max_position as f64;
+        let (low, high) = (f64::from(s.low_freq_factor), f64::from(s.high_freq_factor));
+        let factor = f64::from(s.factor);
+        if wavelen < ctx / high {
+            f
+        } else if wavelen > ctx / low {
+            f / factor
+        } else {
+            let smooth = (ctx / wavelen - low) / (high - low);
+            (1.0 - smooth) * f / factor + smooth * f
+        }
+    };
     for (t, token) in x.chunks_mut(heads * d).enumerate() {
         for head in token.chunks_mut(d) {
             for i in 0..d / 2 {
@@ -37,7 +58,7 @@ fn rope(x: &mut [f64], heads: usize, d: usize, theta: f32, layout: RopeLayout) {
                     RopeLayout::HalfSplit => (i, i + d / 2),
                     RopeLayout::Interleaved => (2 * i, 2 * i + 1),
                 };
-                let a = t as f64 * f64::from(theta).powf(-((2 * i) as f64) / d as f64);
+                let a = t as f64 * freq(i);
                 let (s, c) = a.sin_cos();
                 let (x1, x2) = (head[p], head[q]);
                 head[p] = x1 * c - x2 * s;
@@ -63,8 +84,8 @@ pub fn reference_logits(weights: &HostWeights, tokens: &[u32]) -> Vec<f64> {
         let mut q = linear(&hn, &l.wq, n, h, c.heads * d);
         let mut k = linear(&hn, &l.wk, n, h, c.kv_heads * d);
         let v = linear(&hn, &l.wv, n, h, c.kv_heads * d);
-        rope(&mut q, c.heads, d, c.rope_theta, c.rope_layout);
-        rope(&mut k, c.kv_heads, d, c.rope_theta, c.rope_layout);
+        rope(&mut q, c.heads, d, c.rope_theta, c.rope_layout, c.rope_scaling);
+        rope(&mut k, c.kv_heads, d, c.rope_theta, c.rope_layout, c.rope_scaling);
         let scale = 1.0 / (d as f64).sqrt();
         let mut attn = vec![0.0; n * c.heads * d];
         for head in 0..c.heads {
