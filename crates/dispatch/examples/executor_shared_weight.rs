@@ -18,7 +18,10 @@
 //! (shape × callers) runs direct calls and the three configurations `reps`
 //! times, in alternating order (direct first, then last), each for `secs`;
 //! a row gives the median requests/s over the repetitions, and the latency
-//! percentiles of all their requests together.
+//! percentiles of all their requests together, and where the executor's
+//! batches spent their time (per batch: stacking, upload, product, download,
+//! answering; with `DISPATCH_EXECUTOR_PHASES=1` the device is waited for
+//! after each step so that each is timed apart).
 
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
@@ -211,8 +214,14 @@ fn row(shape: &str, callers: usize, mode: &str, r: &Reps, base: Option<f64>) {
         let sum = |f: fn(&ExecutorMetrics) -> u64| r.metrics.iter().map(f).sum::<u64>();
         let (batches, done) = (sum(|m| m.batches), sum(|m| m.completed));
         let q50 = r.metrics.iter().map(|m| m.queue_p50_s).fold(0.0, f64::max);
+        let mut phases = dispatch::BatchPhases::default();
+        for m in &r.metrics {
+            phases.add(&m.phases);
+        }
+        let [st, up, pr, dn, an] = phases.per_batch_us();
         format!(
-            "batches {batches:>6}  mean {:>6.1}  flush size/wait/idle {}/{}/{}  queue p50 <= {:.2} ms",
+            "batches {batches:>6}  mean {:>6.1}  flush size/wait/idle {}/{}/{}  queue p50 <= {:.2} ms  \
+             per batch µs stack {st:.1} up {up:.1} product {pr:.1} down {dn:.1} answer {an:.1}",
             done as f64 / batches.max(1) as f64,
             sum(|m| m.flush_size),
             sum(|m| m.flush_timeout),

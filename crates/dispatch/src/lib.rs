@@ -61,7 +61,8 @@ pub use compute::seed_workload;
 pub use compute::{Compute, ComputeBuilder, GpuCompute, Policy, fixed_threshold_workload};
 pub use engine::{Engine, Placement};
 pub use executor::{
-    BatchConfig, BatchedExecutor, BatchedGpuExecutor, BatchedGpuHandle, ExecutorMetrics, FlushReason, Interpolation,
+    BatchConfig, BatchPhases, BatchedExecutor, BatchedGpuExecutor, BatchedGpuHandle, ExecutorMetrics, FlushReason,
+    Interpolation, PHASES_ENV,
     MatmulRows, SharedWeight, WeightLayout,
 };
 #[allow(deprecated)]

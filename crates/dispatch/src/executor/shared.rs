@@ -19,7 +19,7 @@ use std::time::Instant;
 use compute_core::{Backend, BackendKind, ComputeError, Cost, DType, MatmulSpec, Op, Result, Tensor};
 
 use crate::async_result::Completer;
-use crate::compute::{Compute, Policy, worth_falling_back};
+use crate::compute::{Compute, Policy};
 use crate::engine::{Engine, Placement};
 use crate::lock::lock;
 use crate::profile::CurveKey;
@@ -184,7 +184,7 @@ impl SharedWeight {
     }
 
     /// The device copy in `engine`'s memory, if any.
-    fn resident_on(&self, engine: Engine) -> Option<Tensor> {
+    pub(crate) fn resident_on(&self, engine: Engine) -> Option<Tensor> {
         lock(&self.inner.resident).iter().find(|t| Engine::home_of(t.location().backend).same_memory(engine)).cloned()
     }
 
@@ -194,7 +194,7 @@ impl SharedWeight {
     }
 
     /// The host copy, downloading it once from a device copy if needed.
-    fn host_values(&self, compute: &Compute) -> Result<&[f32]> {
+    pub(crate) fn host_values(&self, compute: &Compute) -> Result<&[f32]> {
         if let Some(v) = self.inner.host.get() {
             return Ok(v);
         }
@@ -212,7 +212,7 @@ impl SharedWeight {
     }
 
     /// The copy in `engine`'s memory, uploading it once if needed.
-    fn tensor_on(&self, compute: &Compute, engine: Engine, backend: &dyn Backend) -> Result<Tensor> {
+    pub(crate) fn tensor_on(&self, compute: &Compute, engine: Engine, backend: &dyn Backend) -> Result<Tensor> {
         if let Some(t) = self.resident_on(engine) {
             return Ok(t);
         }
@@ -245,7 +245,7 @@ fn shape_error(detail: String, k: usize, n: usize, len: usize) -> ComputeError {
     ComputeError::shape("matmul_shared", detail, format!("w=[{len}] k={k} n={n}"))
 }
 
-fn backend_of(compute: &Compute, engine: Engine) -> Result<std::sync::Arc<dyn Backend>> {
+pub(crate) fn backend_of(compute: &Compute, engine: Engine) -> Result<std::sync::Arc<dyn Backend>> {
     compute.backend(engine).ok_or_else(|| ComputeError::DeviceUnavailable {
         backend: engine.kind(),
         reason: format!("engine `{engine}` is not part of this Compute"),
@@ -378,48 +378,13 @@ pub(crate) fn choose(compute: &Compute, w: &SharedWeight, op: &Op) -> Engine {
     crate::model::pick(times).map_or_else(|| compute.choose(op, placement), |(e, _)| e)
 }
 
-/// Runs `x·W` on `engine`: host slices when it is a CPU engine and `W` is on
-/// the host, else through tensors in the engine's memory (uploading `x`,
-/// downloading the result). A failure of a GPU that is not the call's fault
-/// retries on the CPU.
-pub(crate) fn run(
-    compute: &Compute,
-    engine: Engine,
-    w: &SharedWeight,
-    op: &Op,
-    x: &[f32],
-    out: &mut [f32],
-) -> Result<()> {
-    match run_on(compute, engine, w, op, x, out) {
-        Err(e) if engine.is_gpu() && worth_falling_back(&e) => {
-            let cpu = compute.engines().into_iter().find(|e| !e.is_gpu()).ok_or(e)?;
-            run_on(compute, cpu, w, op, x, out)
-        }
-        r => r,
-    }
-}
-
-fn run_on(compute: &Compute, engine: Engine, w: &SharedWeight, op: &Op, x: &[f32], out: &mut [f32]) -> Result<()> {
-    if !engine.is_gpu() && (w.on_host() || w.resident_on(engine).is_none()) {
-        let values = w.host_values(compute)?;
-        return compute.run_on(engine, op, &[x, values], out);
-    }
-    let backend = backend_of(compute, engine)?;
-    let wt = w.tensor_on(compute, engine, backend.as_ref())?;
-    let xt = backend.upload(x)?;
-    let yt = backend.alloc(out.len())?;
-    backend.run_tensors(op, &[&xt, &wt], &yt)?;
-    backend.download(&yt, out)
-}
-
 /// The result of a request of no rows.
 pub(crate) fn empty(n: usize) -> MatmulRows {
     MatmulRows { buf: Arc::new(Vec::new()), start: 0, rows: 0, cols: n }
 }
 
 /// Splits a stacked output (`Σrows × n`) into one view per request.
-pub(crate) fn split(out: Vec<f32>, rows: impl Iterator<Item = usize>, n: usize) -> Vec<MatmulRows> {
-    let buf = Arc::new(out);
+pub(crate) fn split(buf: Arc<Vec<f32>>, rows: impl Iterator<Item = usize>, n: usize) -> Vec<MatmulRows> {
     let mut start = 0usize;
     rows.map(|r| {
         let v = MatmulRows { buf: buf.clone(), start, rows: r, cols: n };
