@@ -262,7 +262,11 @@ pub fn check_parts(parts: &[HostSlice<'_>], tensor: &Tensor) -> Result<()> {
     if total != Some(tensor.len()) {
         return Err(ComputeError::shape(
             "upload_parts_into",
-            format!("the parts hold {} elements, the tensor {}", total.map_or("too many".into(), |t| t.to_string()), tensor.len()),
+            format!(
+                "the parts hold {} elements, the tensor {}",
+                total.map_or("too many".into(), |t| t.to_string()),
+                tensor.len()
+            ),
             format!("tensor=[{}] parts={}", tensor.len(), parts.len()),
         ));
     }

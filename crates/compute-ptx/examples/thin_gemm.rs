@@ -2,7 +2,7 @@
 //! (`x[m, k]·W[k, n]`, what a batch of stacked requests runs), per GEMM
 //! kernel: the tier the plans pick, the GEMV kernels over chunks of at most
 //! 8 rows, and every buildable register-blocked (SIMT) tile shape of up to
-//! 64×128. For choosing the kernel of such products.
+//! 64×128 with 2 to 4 stages. For choosing the kernel of such products.
 //!
 //! `cargo run --release -p compute-ptx --features cuda --example thin_gemm [-- --n 4096,14336 --m 8,16,32,64,128]`
 
@@ -34,14 +34,14 @@ fn time(be: &CudaBackend, calls: usize, f: &mut dyn FnMut() -> compute_core::Res
 
 fn simt_configs() -> Vec<SimtConfig> {
     let d = SimtConfig::default();
-    let mut v = Vec::new();
+    let mut v = vec![SimtConfig::thin()];
     for bm in [16u32, 32, 64] {
-        for bn in [32u32, 64, 128] {
-            for (tm, tn) in [(4u32, 4u32), (4, 8), (8, 4), (8, 8)] {
+        for bn in [64u32, 128] {
+            for (tm, tn) in [(4u32, 4u32), (4, 8), (8, 8)] {
                 for bk in [16u32, 32] {
-                    for warp_tiled in [true, false] {
-                        let c = SimtConfig { bm, bn, bk, tm, tn, warp_tiled, group_m: 0, min_blocks: 0, ..d };
-                        if c.check().is_ok() && c.threads() >= 64 {
+                    for stages in [2u32, 3, 4] {
+                        let c = SimtConfig { bm, bn, bk, tm, tn, stages, group_m: 0, min_blocks: 0, ..d };
+                        if c.check().is_ok() && c.threads() >= 64 && !v.contains(&c) {
                             v.push(c);
                         }
                     }
@@ -113,14 +113,15 @@ fn main() -> compute_core::Result<()> {
                 let scale = want.iter().fold(0.0f32, |a, v| a.max(v.abs())).max(1e-6);
                 let diff = want.iter().zip(&got).fold(0.0f32, |a, (p, q)| a.max((p - q).abs())) / scale;
                 println!(
-                    "  simt {}x{}x{} thr {}x{} warp_tiled {} ({} threads): {:.1} µs, diff {diff:.1e}",
+                    "  simt {}x{}x{} thr {}x{} stages {} ({} threads){}: {:.1} µs, diff {diff:.1e}",
                     c.bm,
                     c.bn,
                     c.bk,
                     c.tm,
                     c.tn,
-                    c.warp_tiled,
+                    c.stages,
                     c.threads(),
+                    if *c == SimtConfig::thin() { " [thin]" } else { "" },
                     t * 1e6
                 );
                 if diff < 1e-3 && best.is_none_or(|(b, _)| t < b) {

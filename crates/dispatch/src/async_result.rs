@@ -109,7 +109,11 @@ impl<T> AsyncGpuResult<T> {
     /// results expected within microseconds, where being woken from a block
     /// would cost more than the wait itself. Spinning occupies the waiting
     /// thread's core for that long.
-    pub fn channel_spinning(op: &'static str, backend: BackendKind, spin: Duration) -> (AsyncGpuResult<T>, Completer<T>) {
+    pub fn channel_spinning(
+        op: &'static str,
+        backend: BackendKind,
+        spin: Duration,
+    ) -> (AsyncGpuResult<T>, Completer<T>) {
         let shared = Arc::new(Shared {
             inner: Mutex::new(Inner { slot: Slot::Pending, waker: None, done_at: None, waiters: 0 }),
             cv: Condvar::new(),

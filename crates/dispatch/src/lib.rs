@@ -62,8 +62,7 @@ pub use compute::{Compute, ComputeBuilder, GpuCompute, Policy, fixed_threshold_w
 pub use engine::{Engine, Placement};
 pub use executor::{
     BatchConfig, BatchPhases, BatchedExecutor, BatchedGpuExecutor, BatchedGpuHandle, ExecutorMetrics, FlushReason,
-    Interpolation, PHASES_ENV,
-    MatmulRows, SharedWeight, WeightLayout,
+    Interpolation, MatmulRows, PHASES_ENV, SharedWeight, WeightLayout,
 };
 #[allow(deprecated)]
 pub use hybrid::SEED_THRESHOLD;

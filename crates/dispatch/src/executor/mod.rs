@@ -37,7 +37,7 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
-use compute_core::{Backend, BackendKind, ComputeError, Op, Result, Tensor, UnaryOp};
+use compute_core::{Backend, BackendKind, ComputeError, HostVec, Op, Result, Tensor, UnaryOp};
 
 pub use interpolate::Interpolation;
 pub use metrics::{BatchPhases, ExecutorMetrics, FlushReason};
@@ -407,11 +407,20 @@ impl BatchedGpuHandle {
     /// [`SharedWeight`]). Fails with [`ComputeError::Shape`] when
     /// `w.len() != k·n`.
     pub fn register_weight(&self, w: Vec<f32>, k: usize, n: usize, layout: WeightLayout) -> Result<SharedWeight> {
+        SharedWeight::host(self.shared.id, HostVec::F32(w), k, n, layout)
+    }
+
+    /// [`BatchedGpuHandle::register_weight`] for a weight of `f32` or `bf16`
+    /// values (another dtype is a [`ComputeError::DType`]), taken without a
+    /// copy. Requests against a `bf16` weight stay `f32` for their callers:
+    /// their rows are rounded to `bf16` when stacked (a `bf16` product's
+    /// operands), and their results are `f32`. A GPU copy costs `2·k·n` bytes.
+    pub fn register_weight_typed(&self, w: HostVec, k: usize, n: usize, layout: WeightLayout) -> Result<SharedWeight> {
         SharedWeight::host(self.shared.id, w, k, n, layout)
     }
 
-    /// Registers a weight already in device memory: an `f32` tensor of `k·n`
-    /// values, laid out as `layout` says, on the memory of one of this
+    /// Registers a weight already in device memory: an `f32` or `bf16`
+    /// tensor of `k·n` values ([`ComputeError::DType`] for another dtype), laid out as `layout` says, on the memory of one of this
     /// executor's engines ([`ComputeError::WrongDevice`] otherwise). Nothing
     /// is copied now. Batches run where the cost model predicts fastest,
     /// counting the move of the weight to engines whose memory lacks it; the

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use compute_core::{Backend, ComputeError, HostSlice, Op, Result, Tensor};
+use compute_core::{Backend, ComputeError, DType, HostSlice, HostSliceMut, Op, Result, Tensor, bf16};
 
 use super::metrics::BatchPhases;
 use super::shared::{SharedRequest, SharedWeight, backend_of, zeros};
@@ -50,7 +50,7 @@ enum Split {
 /// Device tensors for the stacked rows and the result of one height: one
 /// pair, or one per chunk.
 struct DeviceSet {
-    key: (Engine, usize, usize, usize, Split),
+    key: (Engine, usize, usize, usize, Split, DType),
     pairs: Vec<(Tensor, Tensor)>,
     used: u64,
 }
@@ -92,8 +92,10 @@ impl Tuning {
 pub(crate) struct Scratch {
     sets: Vec<DeviceSet>,
     outputs: Vec<Arc<Vec<f32>>>,
-    tuning: HashMap<(Engine, usize, usize, usize), Tuning>,
+    tuning: HashMap<(Engine, usize, usize, usize, DType), Tuning>,
     host_x: Vec<f32>,
+    /// The stacked rows rounded to `bf16`, for `bf16` weights.
+    half_x: Vec<bf16>,
     clock: u64,
 }
 
@@ -136,7 +138,7 @@ impl Scratch {
         split: Split,
     ) -> Result<&[(Tensor, Tensor)]> {
         self.clock += 1;
-        let key = (engine, w.k(), w.n(), rows, split);
+        let key = (engine, w.k(), w.n(), rows, split, w.dtype());
         let at = match self.sets.iter().position(|s| s.key == key) {
             Some(i) => i,
             None => {
@@ -146,7 +148,7 @@ impl Scratch {
                 };
                 let pairs = heights
                     .into_iter()
-                    .map(|h| Ok((backend.alloc(h * w.k())?, backend.alloc(h * w.n())?)))
+                    .map(|h| Ok((backend.alloc_typed(h * w.k(), w.dtype())?, backend.alloc(h * w.n())?)))
                     .collect::<Result<Vec<_>>>()?;
                 if self.sets.len() >= DEVICE_SETS
                     && let Some(old) = self.sets.iter().enumerate().min_by_key(|(_, s)| s.used).map(|(i, _)| i)
@@ -165,11 +167,7 @@ impl Scratch {
 }
 
 fn oom(compute: &Compute, len: usize) -> ComputeError {
-    ComputeError::OutOfMemory {
-        op: "matmul",
-        backend: compute.kind(),
-        requested_bytes: (len as u64).saturating_mul(4),
-    }
+    ComputeError::OutOfMemory { op: "matmul", backend: compute.kind(), requested_bytes: (len as u64).saturating_mul(4) }
 }
 
 /// Heights of the chunks of a stack of `rows` rows.
@@ -195,6 +193,14 @@ fn rows_of<'a>(reqs: &'a [SharedRequest], k: usize, (r0, r1): (usize, usize)) ->
     parts
 }
 
+/// The requests' rows, stacked and rounded to `bf16` into `half`.
+fn round_rows(reqs: &[SharedRequest], half: &mut Vec<bf16>) {
+    half.clear();
+    for r in reqs {
+        half.extend(r.x.iter().map(|&v| bf16::from_f32(v)));
+    }
+}
+
 /// Runs the stacked product of `reqs` (`rows` rows together) against `w` on
 /// `engine` and returns the `rows × n` result. A failure of a GPU that is not
 /// the requests' fault reruns the batch on the CPU. Adds the time of each step
@@ -210,7 +216,9 @@ pub(crate) fn run(
     phases: &mut BatchPhases,
     sync: bool,
 ) -> Result<Arc<Vec<f32>>> {
-    let len = rows.checked_mul(w.n()).ok_or_else(|| ComputeError::shape("matmul", "stacked output overflows", op.shapes()))?;
+    let len = rows
+        .checked_mul(w.n())
+        .ok_or_else(|| ComputeError::shape("matmul", "stacked output overflows", op.shapes()))?;
     let t = Instant::now();
     let mut out = scratch.output(compute, len)?;
     phases.stack_s += t.elapsed().as_secs_f64();
@@ -249,11 +257,16 @@ fn run_on(
     sync: bool,
 ) -> Result<()> {
     let k = w.k();
+    let half = w.dtype() == DType::BF16;
     if !engine.is_gpu() && (w.on_host() || w.resident_on(engine).is_none()) {
         let values = w.host_values(compute)?;
         let t0 = Instant::now();
-        let x: &[f32] = match reqs {
-            [one] => &one.x,
+        let x: HostSlice<'_> = match reqs {
+            _ if half => {
+                round_rows(reqs, &mut scratch.half_x);
+                HostSlice::BF16(&scratch.half_x)
+            }
+            [one] => HostSlice::F32(&one.x),
             _ => {
                 let x = &mut scratch.host_x;
                 x.clear();
@@ -261,30 +274,39 @@ fn run_on(
                 for r in reqs {
                     x.extend_from_slice(&r.x);
                 }
-                x
+                HostSlice::F32(x)
             }
         };
         let t1 = Instant::now();
-        let r = compute.run_on(engine, op, &[x, values], writable(out));
+        let r = compute.run_on_typed(engine, op, &[x, values], HostSliceMut::F32(writable(out)));
         phases.stack_s += (t1 - t0).as_secs_f64();
         phases.product_s += t1.elapsed().as_secs_f64();
         return r;
     }
     let backend = backend_of(compute, engine)?;
     let wt = w.tensor_on(compute, engine, backend.as_ref())?;
-    let tune_key = (engine, k, w.n(), rows);
+    let tune_key = (engine, k, w.n(), rows, w.dtype());
     let split = if rows > CHUNK_ROWS && engine == Engine::Cuda {
         scratch.tuning.entry(tune_key).or_default().pick()
     } else {
         Split::Whole
     };
     let t0 = Instant::now();
-    let pairs = scratch.device_set(backend.as_ref(), engine, w, rows, split)?;
+    if half {
+        round_rows(reqs, &mut scratch.half_x);
+    }
+    let pairs = scratch.device_set(backend.as_ref(), engine, w, rows, split)?.to_vec();
     let heights: Vec<usize> = pairs.iter().map(|(x, _)| x.len() / k.max(1)).collect();
     let t1 = Instant::now();
     let mut r0 = 0;
     for ((xt, _), h) in pairs.iter().zip(&heights) {
-        backend.upload_parts_into(&rows_of(reqs, k, (r0, r0 + h)), xt)?;
+        let parts = if half {
+            let rounded = scratch.half_x.get(r0 * k..(r0 + h) * k).unwrap_or_default();
+            vec![HostSlice::BF16(rounded)]
+        } else {
+            rows_of(reqs, k, (r0, r0 + h))
+        };
+        backend.upload_parts_into(&parts, xt)?;
         r0 += h;
     }
     if sync {
@@ -301,8 +323,10 @@ fn run_on(
     let t3 = Instant::now();
     let y = writable(out);
     let mut at = 0;
-    for (_, yt) in pairs {
-        let part = y.get_mut(at..at + yt.len()).ok_or_else(|| ComputeError::shape("matmul", "stacked output too short", op.shapes()))?;
+    for (_, yt) in &pairs {
+        let part = y
+            .get_mut(at..at + yt.len())
+            .ok_or_else(|| ComputeError::shape("matmul", "stacked output too short", op.shapes()))?;
         backend.download(yt, part)?;
         at += yt.len();
     }
@@ -322,8 +346,8 @@ mod tests {
     use super::*;
     use crate::async_result::AsyncGpuResult;
     use crate::executor::WeightLayout;
-    use compute_core::conformance::{compare, rng::Rng};
-    use compute_core::{BackendKind, MatmulSpec};
+    use compute_core::conformance::{compare_typed, rng::Rng};
+    use compute_core::{BackendKind, HostVec};
 
     #[test]
     fn chunks_cover_the_stack_in_order() {
@@ -405,9 +429,15 @@ mod tests {
                 let short = be.upload_parts_into(&parts[1..], &t);
                 assert!(matches!(short, Err(ComputeError::Shape { .. })), "{short:?}");
             }
-            let w = SharedWeight::host(1, wv.clone(), k, n, WeightLayout::RowMajor).unwrap();
-            let op = w.op(rows);
-            for split in [Split::Whole, Split::Chunks] {
+            for (dtype, split) in [
+                (DType::F32, Split::Whole),
+                (DType::F32, Split::Chunks),
+                (DType::BF16, Split::Whole),
+                (DType::BF16, Split::Chunks),
+            ] {
+                let wh = HostVec::from_f32(dtype, &wv);
+                let w = SharedWeight::host(1, wh.clone(), k, n, WeightLayout::RowMajor).unwrap();
+                let op = w.op(rows);
                 let reqs: Vec<SharedRequest> = xs
                     .iter()
                     .zip(heights)
@@ -420,14 +450,16 @@ mod tests {
                 // Both figures known, the faster one runs.
                 let (whole_s, chunks_s) = if split == Split::Whole { (1e-6, 1.0) } else { (1.0, 1e-6) };
                 let tuning = Tuning { whole_s: Some(whole_s), chunks_s: Some(chunks_s), batches: 0 };
-                scratch.tuning.insert((engine, k, n, rows), tuning);
+                scratch.tuning.insert((engine, k, n, rows, dtype), tuning);
                 let mut phases = BatchPhases::default();
+                // The rows as the product takes them (rounded to bf16 for a bf16 weight).
+                let xh = HostVec::from_f32(dtype, &stacked);
                 for round in 0..2 {
-                    let out = run(&compute, engine, (&w, &op), &reqs, rows, &mut scratch, &mut phases, round == 1)
-                        .unwrap();
-                    let spec = Op::Matmul(MatmulSpec::new(rows, k, n));
-                    if let Some(msg) = compare(&spec, &[&stacked, &wv], &out, 1.0) {
-                        panic!("{engine} {split:?} round {round}: {msg}");
+                    let out =
+                        run(&compute, engine, (&w, &op), &reqs, rows, &mut scratch, &mut phases, round == 1).unwrap();
+                    let ins = [xh.as_slice(), wh.as_slice()];
+                    if let Some(msg) = compare_typed(&op, &ins, HostSlice::F32(&out), 1.0) {
+                        panic!("{engine} {dtype} {split:?} round {round}: {msg}");
                     }
                 }
             }
