@@ -154,6 +154,24 @@ pub trait Backend: Send + Sync {
         self.run_tensors(&op, &[&src], tensor)
     }
 
+    /// Copies the concatenation of host `parts` (all of the tensor's dtype,
+    /// their lengths summing to its length: [`ComputeError::DType`] and
+    /// [`ComputeError::Shape`] otherwise) into an existing tensor, as
+    /// [`Backend::upload_into`] does with one slice: how many requests'
+    /// rows become one stacked operand without first being copied into one
+    /// host vector. The default concatenates them on the host and
+    /// calls `upload_into`; the CUDA backend gathers them into its pinned
+    /// staging buffer and makes one transfer when they fit.
+    fn upload_parts_into(&self, parts: &[HostSlice<'_>], tensor: &Tensor) -> Result<()> {
+        check_parts(parts, tensor)?;
+        if let [one] = parts {
+            return self.upload_into(*one, tensor);
+        }
+        let owned: Vec<crate::HostVec> = parts.iter().map(HostSlice::to_vec).collect();
+        let all = crate::HostVec::concat(&owned).unwrap_or_else(|| crate::HostVec::zeros(tensor.dtype(), 0));
+        self.upload_into(all.as_slice(), tensor)
+    }
+
     /// Allocates a tensor of `len` elements of `dtype` on the device (zeroed
     /// on the CPU, uninitialised elsewhere).
     fn alloc_typed(&self, len: usize, dtype: DType) -> Result<Tensor>;
@@ -227,6 +245,32 @@ pub trait Recording: Send + Sync {
 /// length ([`ComputeError::Shape`]) and dtype ([`ComputeError::DType`]).
 pub fn check_upload(data: &HostSlice<'_>, tensor: &Tensor) -> Result<()> {
     check_same(("upload_into", "data"), tensor, data.operand())
+}
+
+/// Checks that `parts` fill `tensor` for [`Backend::upload_parts_into`]: each
+/// of its dtype ([`ComputeError::DType`]), their lengths summing to its length
+/// ([`ComputeError::Shape`]). Free.
+pub fn check_parts(parts: &[HostSlice<'_>], tensor: &Tensor) -> Result<()> {
+    if let Some(p) = parts.iter().find(|p| p.dtype() != tensor.dtype()) {
+        return Err(ComputeError::DType {
+            op: "upload_parts_into",
+            detail: format!("a part is {}, the tensor {}", p.dtype(), tensor.dtype()),
+            shapes: format!("tensor=[{}] {}", tensor.len(), tensor.dtype()),
+        });
+    }
+    let total = parts.iter().try_fold(0usize, |a, p| a.checked_add(p.len()));
+    if total != Some(tensor.len()) {
+        return Err(ComputeError::shape(
+            "upload_parts_into",
+            format!(
+                "the parts hold {} elements, the tensor {}",
+                total.map_or("too many".into(), |t| t.to_string()),
+                tensor.len()
+            ),
+            format!("tensor=[{}] parts={}", tensor.len(), parts.len()),
+        ));
+    }
+    Ok(())
 }
 
 /// Checks that host memory (`host`: its length and dtype) has `tensor`'s

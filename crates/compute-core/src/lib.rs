@@ -42,8 +42,8 @@ pub mod strided;
 pub use async_ops::AsyncOps;
 pub use attention::{AttentionSpec, Mask};
 pub use backend::{
-    Backend, Location, Ops, Recording, Tensor, TensorStorage, check_download, check_host_call, check_tensor_call,
-    check_upload, with_f32_views,
+    Backend, Location, Ops, Recording, Tensor, TensorStorage, check_download, check_host_call, check_parts,
+    check_tensor_call, check_upload, with_f32_views,
 };
 pub use dtype::{DType, Element, bf16, f16};
 pub use error::{BackendKind, Cause, ComputeError, Result};

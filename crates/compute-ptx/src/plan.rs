@@ -82,9 +82,12 @@ impl GemmTier {
     /// [`gemv_fits`] (at most 8 rows, `A` stored `m × k`); tensor cores for
     /// half inputs whose shape [`mma_fits`] (`wgmma` when `wgmma` says the device has it; the plans
     /// then pick its tile shape per output with `WgmmaConfig::for_shape`); for
-    /// `f32`, register-blocked when both `m` and `n` fill at least half a block
-    /// tile, tiled when they fill a 16×16 tile, naive for thin products
-    /// (vectors, single rows or columns).
+    /// `f32`, register-blocked in the [`SimtConfig::thin`] shape for 9 to
+    /// [`SimtConfig::THIN_MAX_ROWS`] rows (with `n ≥ 64`, `k ≥ 32`), whose
+    /// default 128×128 tiles would leave most multiprocessors idle, in the
+    /// default shape when both `m` and `n` fill at least half a block tile,
+    /// tiled when they fill a 16×16 tile, naive for thin products (vectors,
+    /// single rows or columns).
     pub fn choose(spec: &MatmulSpec, wgmma: bool) -> GemmTier {
         if gemv_fits(spec) {
             return GemmTier::Gemv;
@@ -97,7 +100,9 @@ impl GemmTier {
         }
         let cfg = SimtConfig::default();
         let simt_rows_fit = spec.m.div_ceil(cfg.bm as usize) <= MAX_GRID_YZ;
-        if spec.m >= 64 && spec.n >= 64 && simt_rows_fit {
+        if (gemv::MAX_ROWS + 1..=SimtConfig::THIN_MAX_ROWS).contains(&spec.m) && spec.n >= 64 && spec.k >= 32 {
+            GemmTier::Simt(SimtConfig::thin())
+        } else if spec.m >= 64 && spec.n >= 64 && simt_rows_fit {
             GemmTier::Simt(cfg)
         } else if spec.m >= 16 && spec.n >= 16 {
             GemmTier::Tiled

@@ -67,6 +67,21 @@ fn simt_tier_on_edges_and_multiples() {
     check_tier(GemmTier::Simt(SimtConfig::default()), &shapes);
 }
 
+/// The shape the plans give products of 9 to 128 rows: on edges, on
+/// multiples of its 32×64×32 tile, and with `k` shorter and longer than its
+/// three-stage pipeline; and the plans pick it for stacked rows against a
+/// wide weight.
+#[test]
+fn simt_thin_shape_agrees_and_is_picked_for_thin_products() {
+    let thin = SimtConfig::thin();
+    assert!(thin.check().is_ok(), "{:?}", thin.check());
+    check_tier(GemmTier::Simt(thin), &[(1, 9, 33, 65), (1, 64, 96, 128), (2, 40, 20, 70), (1, 128, 130, 64)]);
+    for (m, want) in [(8, GemmTier::Gemv), (9, GemmTier::Simt(thin)), (64, GemmTier::Simt(thin))] {
+        assert_eq!(GemmTier::choose(&MatmulSpec::new(m, 4096, 4096), false), want, "m = {m}");
+    }
+    assert_eq!(GemmTier::choose(&MatmulSpec::new(512, 4096, 4096), false), GemmTier::Simt(SimtConfig::default()));
+}
+
 #[test]
 fn simt_tuning_shapes_build_and_agree() {
     let d = SimtConfig::register_staged();

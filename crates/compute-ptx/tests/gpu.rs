@@ -54,7 +54,12 @@ fn every_gemm_tier_matches_the_reference() {
         SimtConfig { tm: 8, tn: 16, stages: 2, bk: 16, ..piped },
         SimtConfig { bk: 16, stages: 3, early_barrier: true, ..piped },
     ];
-    let mut tiers = vec![GemmTier::Naive, GemmTier::Tiled, GemmTier::Simt(SimtConfig::default())];
+    let mut tiers = vec![
+        GemmTier::Naive,
+        GemmTier::Tiled,
+        GemmTier::Simt(SimtConfig::default()),
+        GemmTier::Simt(SimtConfig::thin()),
+    ];
     tiers.extend(tuned.into_iter().filter(|c| *c != SimtConfig::default()).map(GemmTier::Simt));
     let shapes =
         [(1, 1, 1, 1), (1, 7, 13, 5), (3, 33, 65, 17), (1, 129, 257, 130), (1, 1000, 999, 1001), (2, 256, 64, 384)];
@@ -62,7 +67,9 @@ fn every_gemm_tier_matches_the_reference() {
     for tier in tiers {
         for &(batch, m, k, n) in &shapes {
             // The big shape (a slow f64 reference) only for the tiers the backend picks.
-            let picked = matches!(tier, GemmTier::Tiled) || tier == GemmTier::Simt(SimtConfig::default());
+            let picked = matches!(tier, GemmTier::Tiled)
+                || tier == GemmTier::Simt(SimtConfig::default())
+                || tier == GemmTier::Simt(SimtConfig::thin());
             if m * n * k > 1 << 24 && !picked {
                 continue;
             }

@@ -8,7 +8,7 @@
 //! ```text
 //! cargo run --release -p dispatch --no-default-features --example executor_shared_weight -- \
 //!     [--secs 2] [--reps 3] [--callers 1,4,16] [--n 4096,14336] [--k 4096] [--transposed] \
-//!     [--engine simd|cuda|wgpu]
+//!     [--engine simd|cuda|wgpu] [--bf16]
 //! ```
 //!
 //! Engine: the CPU on all its threads (`simd`) by default, or a GPU (built
@@ -18,12 +18,16 @@
 //! (shape × callers) runs direct calls and the three configurations `reps`
 //! times, in alternating order (direct first, then last), each for `secs`;
 //! a row gives the median requests/s over the repetitions, and the latency
-//! percentiles of all their requests together.
+//! percentiles of all their requests together (`--bf16`: the weight in
+//! `bf16`, each request's row rounded to `bf16`, results in `f32`), and where the executor's
+//! batches spent their time (per batch: stacking, upload, product, download,
+//! answering; with `DISPATCH_EXECUTOR_PHASES=1` the device is waited for
+//! after each step so that each is timed apart).
 
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
-use compute_core::Tensor;
+use compute_core::{DType, HostSlice, HostSliceMut, HostVec, Tensor};
 use dispatch::{BatchConfig, BatchedExecutor, Compute, Engine, ExecutorMetrics, Policy, SharedWeight, WeightLayout};
 
 struct Args {
@@ -34,6 +38,7 @@ struct Args {
     k: usize,
     layout: WeightLayout,
     engine: Engine,
+    dtype: DType,
 }
 
 fn list(v: &str) -> Vec<usize> {
@@ -49,6 +54,7 @@ fn args() -> Args {
         k: 4096,
         layout: WeightLayout::RowMajor,
         engine: Engine::Simd,
+        dtype: DType::F32,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -59,6 +65,7 @@ fn args() -> Args {
             "--n" => a.ns = it.next().map(|v| list(&v)).unwrap_or(a.ns),
             "--k" => a.k = it.next().and_then(|v| v.parse().ok()).unwrap_or(a.k),
             "--transposed" => a.layout = WeightLayout::Transposed,
+            "--bf16" => a.dtype = DType::BF16,
             "--engine" => match it.next().as_deref() {
                 Some("cuda") => a.engine = Engine::Cuda,
                 Some("wgpu") => a.engine = Engine::Wgpu,
@@ -132,11 +139,12 @@ fn data(seed: u64, len: usize) -> Vec<f32> {
 
 /// Direct calls from `callers` threads: on the CPU on host slices; on a GPU
 /// against the weight uploaded once (`w_gpu`), uploading `x` and downloading
-/// `y` per call.
+/// `y` per call. With a `bf16` weight each call first rounds its `x` to
+/// `bf16`, as the executor does.
 fn direct(
     compute: &Compute,
     engine: Engine,
-    (w, w_gpu): (&[f32], Option<&Tensor>),
+    (w, w_gpu): (HostSlice<'_>, Option<&Tensor>),
     op: compute_core::Op,
     (k, n): (usize, usize),
     callers: usize,
@@ -148,13 +156,14 @@ fn direct(
         let mut y = vec![0.0f32; n];
         let backend = backend.clone();
         move || {
+            let xh = HostVec::from_f32(w.dtype(), &x);
             let done = match (&backend, w_gpu) {
-                (Some(b), Some(tw)) => b.upload(&x).and_then(|tx| {
+                (Some(b), Some(tw)) => b.upload_typed(xh.as_slice()).and_then(|tx| {
                     let ty = b.alloc(n)?;
                     b.run_tensors(&op, &[&tx, tw], &ty)?;
                     b.download(&ty, &mut y)
                 }),
-                _ => compute.run_on(engine, &op, &[&x, w], &mut y),
+                _ => compute.run_on_typed(engine, &op, &[xh.as_slice(), w], HostSliceMut::F32(&mut y)),
             };
             if let Err(e) = done {
                 eprintln!("direct call failed: {e}");
@@ -211,8 +220,14 @@ fn row(shape: &str, callers: usize, mode: &str, r: &Reps, base: Option<f64>) {
         let sum = |f: fn(&ExecutorMetrics) -> u64| r.metrics.iter().map(f).sum::<u64>();
         let (batches, done) = (sum(|m| m.batches), sum(|m| m.completed));
         let q50 = r.metrics.iter().map(|m| m.queue_p50_s).fold(0.0, f64::max);
+        let mut phases = dispatch::BatchPhases::default();
+        for m in &r.metrics {
+            phases.add(&m.phases);
+        }
+        let [st, up, pr, dn, an] = phases.per_batch_us();
         format!(
-            "batches {batches:>6}  mean {:>6.1}  flush size/wait/idle {}/{}/{}  queue p50 <= {:.2} ms",
+            "batches {batches:>6}  mean {:>6.1}  flush size/wait/idle {}/{}/{}  queue p50 <= {:.2} ms  \
+             per batch µs stack {st:.1} up {up:.1} product {pr:.1} down {dn:.1} answer {an:.1}",
             done as f64 / batches.max(1) as f64,
             sum(|m| m.flush_size),
             sum(|m| m.flush_timeout),
@@ -251,7 +266,7 @@ fn main() -> compute_core::Result<()> {
         let wv = data(1, k * n);
         let op = compute_core::Op::matmul(1, k, n);
         let tw = if gpu { Some(backend.upload(&wv)?) } else { None };
-        let mut d = direct(&compute, a.engine, (&wv, tw.as_ref()), op, (k, n), 1, a.secs.min(1.0));
+        let mut d = direct(&compute, a.engine, (HostSlice::F32(&wv), tw.as_ref()), op, (k, n), 1, a.secs.min(1.0));
         let exec = BatchedExecutor::new(compute.clone(), BatchConfig::balanced())?;
         let w = exec.handle().register_weight(wv.clone(), k, n, WeightLayout::RowMajor)?;
         let mut b = batched(&exec, &w, k, 1, a.secs.min(1.0));
@@ -272,14 +287,18 @@ fn main() -> compute_core::Result<()> {
     );
     let k = a.k;
     for &n in &a.ns {
-        let wv = data(7, k * n);
-        let spec = compute_core::MatmulSpec::new(1, k, n);
+        let wv = HostVec::from_f32(a.dtype, &data(7, k * n));
+        let spec = compute_core::MatmulSpec::new(1, k, n).with_dtypes(a.dtype, DType::F32);
         let op = compute_core::Op::Matmul(compute_core::MatmulSpec {
             trans_b: a.layout == WeightLayout::Transposed,
             ..spec
         });
-        let shape = format!("1x{k}x{n}{}", if a.layout == WeightLayout::Transposed { "T" } else { "" });
-        let tw = if gpu { Some(backend.upload(&wv)?) } else { None };
+        let shape = format!(
+            "1x{k}x{n}{}{}",
+            if a.layout == WeightLayout::Transposed { "T" } else { "" },
+            if a.dtype == DType::BF16 { " bf16" } else { "" }
+        );
+        let tw = if gpu { Some(backend.upload_typed(wv.as_slice())?) } else { None };
         let w = (wv.as_slice(), tw.as_ref());
         for &callers in &a.callers {
             let mut d = Reps::default();
@@ -290,7 +309,7 @@ fn main() -> compute_core::Result<()> {
                 }
                 for ((_, cfg), b) in configs.iter().zip(b.iter_mut()) {
                     let exec = BatchedExecutor::new(compute.clone(), *cfg)?;
-                    let w = exec.handle().register_weight(wv.clone(), k, n, a.layout)?;
+                    let w = exec.handle().register_weight_typed(wv.clone(), k, n, a.layout)?;
                     let r = batched(&exec, &w, k, callers, a.secs);
                     b.add(r, Some(exec.shutdown()));
                 }

@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -35,11 +36,17 @@ struct Inner<T> {
     slot: Slot<T>,
     waker: Option<Waker>,
     done_at: Option<Instant>,
+    /// Threads blocked on `cv` (only they need a wake-up).
+    waiters: usize,
 }
 
 struct Shared<T> {
     inner: Mutex<Inner<T>>,
     cv: Condvar,
+    /// Set once the slot is filled, for waiters that spin before blocking.
+    done: AtomicBool,
+    /// How long [`AsyncGpuResult::wait`] spins before blocking.
+    spin: Duration,
     op: &'static str,
     backend: BackendKind,
 }
@@ -94,9 +101,24 @@ impl<T> AsyncGpuResult<T> {
     /// A pending result and the completer that finishes it; errors it reports
     /// name `op` and `backend`.
     pub fn channel(op: &'static str, backend: BackendKind) -> (AsyncGpuResult<T>, Completer<T>) {
+        Self::channel_spinning(op, backend, Duration::ZERO)
+    }
+
+    /// [`AsyncGpuResult::channel`] whose [`AsyncGpuResult::wait`] first
+    /// spins for up to `spin` (checking one flag) before blocking: for
+    /// results expected within microseconds, where being woken from a block
+    /// would cost more than the wait itself. Spinning occupies the waiting
+    /// thread's core for that long.
+    pub fn channel_spinning(
+        op: &'static str,
+        backend: BackendKind,
+        spin: Duration,
+    ) -> (AsyncGpuResult<T>, Completer<T>) {
         let shared = Arc::new(Shared {
-            inner: Mutex::new(Inner { slot: Slot::Pending, waker: None, done_at: None }),
+            inner: Mutex::new(Inner { slot: Slot::Pending, waker: None, done_at: None, waiters: 0 }),
             cv: Condvar::new(),
+            done: AtomicBool::new(false),
+            spin,
             op,
             backend,
         });
@@ -132,14 +154,26 @@ impl<T> AsyncGpuResult<T> {
         self.shared.take(&mut inner).transpose()
     }
 
-    /// Blocks the calling thread until finished and returns the value or error.
+    /// Blocks the calling thread until finished and returns the value or
+    /// error (spinning first for the time given to
+    /// [`AsyncGpuResult::channel_spinning`], if any).
     pub fn wait(self) -> Result<T> {
+        if !self.shared.spin.is_zero() && !self.shared.done.load(Ordering::Acquire) {
+            let until = Instant::now() + self.shared.spin;
+            while !self.shared.done.load(Ordering::Acquire) && Instant::now() < until {
+                for _ in 0..32 {
+                    std::hint::spin_loop();
+                }
+            }
+        }
         let mut inner = lock(&self.shared.inner);
         loop {
             if let Some(r) = self.shared.take(&mut inner) {
                 return r;
             }
+            inner.waiters += 1;
             inner = wait_timeout(&self.shared.cv, inner, Duration::from_secs(3600));
+            inner.waiters -= 1;
         }
     }
 
@@ -156,7 +190,9 @@ impl<T> AsyncGpuResult<T> {
             if now >= deadline {
                 return Ok(None);
             }
+            inner.waiters += 1;
             inner = wait_timeout(&self.shared.cv, inner, deadline - now);
+            inner.waiters -= 1;
         }
     }
 
@@ -196,16 +232,22 @@ impl<T> Completer<T> {
 
     fn finish(&mut self, result: Result<T>) {
         let Some(shared) = self.shared.take() else { return };
-        let waker = {
+        let (waker, blocked) = {
             let mut inner = lock(&shared.inner);
             inner.slot = match result {
                 Ok(v) => Slot::Ready(v),
                 Err(e) => Slot::Error(e),
             };
             inner.done_at = Some(Instant::now());
-            inner.waker.take()
+            shared.done.store(true, Ordering::Release);
+            (inner.waker.take(), inner.waiters > 0)
         };
-        shared.cv.notify_all();
+        // A waiter counts itself under the lock before it blocks, so one not
+        // counted here will see the slot filled: no wake-up (a system call)
+        // is needed for it.
+        if blocked {
+            shared.cv.notify_all();
+        }
         if let Some(w) = waker {
             w.wake();
         }
@@ -277,6 +319,34 @@ mod tests {
             Poll::Ready(Ok(42)) => {}
             other => panic!("expected Ready(Ok(42)), got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_spinning_waiter_gets_results_that_come_early_or_late() {
+        // Completed while the waiter spins.
+        let (r, c) = AsyncGpuResult::<u32>::channel_spinning("matmul", BackendKind::Cuda, Duration::from_secs(5));
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(2));
+            c.complete(Ok(7));
+        });
+        assert_eq!(r.wait().unwrap(), 7);
+        t.join().unwrap();
+        // Completed long after the spin: the waiter blocked and is woken.
+        let (r, c) = AsyncGpuResult::<u32>::channel_spinning("matmul", BackendKind::Cuda, Duration::from_micros(10));
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            c.complete(Err(ComputeError::Unsupported { op: "matmul", backend: BackendKind::Cuda }));
+        });
+        assert!(matches!(r.wait(), Err(ComputeError::Unsupported { .. })));
+        t.join().unwrap();
+        // A completer dropped unfinished still wakes a blocked waiter.
+        let (r, c) = AsyncGpuResult::<u32>::channel_spinning("dot", BackendKind::Simd, Duration::from_micros(1));
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            drop(c);
+        });
+        assert!(r.wait().is_err());
+        t.join().unwrap();
     }
 
     #[test]

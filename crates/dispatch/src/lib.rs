@@ -63,8 +63,8 @@ pub use compute::seed_workload;
 pub use compute::{Compute, ComputeBuilder, GpuCompute, Policy, fixed_threshold_workload};
 pub use engine::{Engine, Placement};
 pub use executor::{
-    BatchConfig, BatchedExecutor, BatchedGpuExecutor, BatchedGpuHandle, ExecutorMetrics, FlushReason, Interpolation,
-    MatmulRows, SharedWeight, WeightLayout,
+    BatchConfig, BatchPhases, BatchedExecutor, BatchedGpuExecutor, BatchedGpuHandle, ExecutorMetrics, FlushReason,
+    Interpolation, MatmulRows, PHASES_ENV, SharedWeight, WeightLayout,
 };
 #[allow(deprecated)]
 pub use hybrid::SEED_THRESHOLD;

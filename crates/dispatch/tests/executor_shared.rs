@@ -370,10 +370,14 @@ fn weights_in_device_memory_and_bad_requests() {
     // Shapes are checked at submission.
     assert!(matches!(h.matmul_shared(&w, data(1, k + 1), 1), Err(ComputeError::Shape { .. })));
     assert!(matches!(h.register_weight(vec![0.0; 5], 2, 3, WeightLayout::RowMajor), Err(ComputeError::Shape { .. })));
-    let bf16 = c.upload_typed_to(Engine::Simd, compute_core::HostSlice::BF16(&[compute_core::bf16::ZERO; 6]));
-    if let Ok(bf16) = bf16 {
-        assert!(h.register_weight_tensor(bf16, 2, 3, WeightLayout::RowMajor).is_err());
-    }
+    // f32 and bf16 weights are taken, other dtypes refused.
+    let f16 = c.upload_typed_to(Engine::Simd, compute_core::HostSlice::F16(&[compute_core::f16::ZERO; 6])).unwrap();
+    let refused = h.register_weight_tensor(f16, 2, 3, WeightLayout::RowMajor);
+    assert!(matches!(refused, Err(ComputeError::DType { .. })), "{refused:?}");
+    let bf16 = c.upload_typed_to(Engine::Simd, compute_core::HostSlice::BF16(&[compute_core::bf16::ONE; 6])).unwrap();
+    let wb = h.register_weight_tensor(bf16, 2, 3, WeightLayout::RowMajor).unwrap();
+    let yb = h.matmul_shared(&wb, vec![1.0, 2.0], 1).unwrap().wait().unwrap();
+    assert_eq!(yb.as_slice(), &[3.0, 3.0, 3.0]);
     // No rows: answered at once, nothing queued.
     let empty = h.matmul_shared(&w, Vec::new(), 0).unwrap().wait().unwrap();
     assert_eq!((empty.rows(), empty.len()), (0, 0));
@@ -382,7 +386,7 @@ fn weights_in_device_memory_and_bad_requests() {
     let foreign = other.handle().register_weight(wv.clone(), k, n, WeightLayout::RowMajor).unwrap();
     assert!(matches!(h.matmul_shared(&foreign, data(1, k), 1), Err(ComputeError::WrongDevice { .. })));
     let m = exec.shutdown();
-    assert_eq!((m.submitted, m.completed), (1, 1), "{m:?}");
+    assert_eq!((m.submitted, m.completed), (2, 2), "{m:?}");
 }
 
 #[test]
@@ -428,4 +432,49 @@ fn shared_weights_on_each_gpu_engine() {
     if ran == 0 {
         eprintln!("SKIPPED: no GPU engine for the shared-weight GPU test");
     }
+}
+
+/// A `bf16` weight: callers stay in `f32` (their rows rounded to `bf16` when
+/// stacked, their results `f32`), stacks of many threads' rows match the
+/// reference of the `bf16` product, every batch's steps are timed, and a
+/// weight of another dtype is refused.
+#[test]
+fn bf16_weights_take_f32_rows_and_answer_f32_results() {
+    use compute_core::{DType, HostSlice, HostVec, MatmulSpec};
+    let exec = BatchedExecutor::new(cpu(), BatchConfig::latency()).unwrap();
+    let h = exec.handle();
+    let (k, n) = (48, 40);
+    for layout in [WeightLayout::RowMajor, WeightLayout::Transposed] {
+        let wh = HostVec::from_f32(DType::BF16, &data(31, k * n));
+        let w = h.register_weight_typed(wh.clone(), k, n, layout).unwrap();
+        assert_eq!(w.dtype(), DType::BF16);
+        std::thread::scope(|s| {
+            for t in 0..8u64 {
+                let (h, w, wh) = (h.clone(), &w, &wh);
+                s.spawn(move || {
+                    for i in 0..10u64 {
+                        let rows = 1 + ((t + i) % 3) as usize;
+                        let x = data(100 + 10 * t + i, rows * k);
+                        let y = h.matmul_shared(w, x.clone(), rows).unwrap().wait().unwrap();
+                        let spec =
+                            MatmulSpec { trans_b: layout == WeightLayout::Transposed, ..MatmulSpec::new(rows, k, n) };
+                        let op = Op::Matmul(spec.with_dtypes(DType::BF16, DType::F32));
+                        let xh = HostVec::from_f32(DType::BF16, &x);
+                        let ins = [xh.as_slice(), wh.as_slice()];
+                        if let Some(msg) = compute_core::conformance::compare_typed(&op, &ins, HostSlice::F32(&y), 1.0)
+                        {
+                            panic!("{layout:?} rows {rows}: {msg}");
+                        }
+                    }
+                });
+            }
+        });
+    }
+    let f16 = HostVec::from_f32(DType::F16, &data(5, k * n));
+    assert!(matches!(h.register_weight_typed(f16, k, n, WeightLayout::RowMajor), Err(ComputeError::DType { .. })));
+    let m = exec.shutdown();
+    assert_eq!((m.submitted, m.completed, m.failed), (160, 160, 0), "{m:?}");
+    assert_eq!(m.phases.batches, m.batches, "{m:?}");
+    assert_eq!(m.phases.requests, 160, "{m:?}");
+    assert!(m.phases.product_s > 0.0, "{m:?}");
 }

@@ -394,6 +394,21 @@ impl Staging {
         htod(stream, self.device_ptr, prefix, "upload")
     }
 
+    /// Copies host `parts` (bytes of any dtype) one after the other into the
+    /// pinned buffer, then all of them to device address `dst` (which holds
+    /// their total) in one transfer, and waits for it.
+    pub(crate) fn stage_to(&mut self, stream: &CudaStream, parts: &[&[u8]], dst: u64) -> Result<()> {
+        let bytes = self.host.as_mut_slice().map_err(|e| driver_err("staging", e))?;
+        let mut end = 0;
+        for data in parts {
+            let to = bytes.get_mut(end..end + data.len()).ok_or_else(too_small)?;
+            to.copy_from_slice(data);
+            end += data.len();
+        }
+        htod(stream, dst, bytes.get(..end).unwrap_or(&[]), "upload")?;
+        stream.synchronize().map_err(|e| driver_err("upload", e))
+    }
+
     /// Copies `out.len()` bytes at float `offset` of the device half back,
     /// waits, and fills `out`.
     pub(crate) fn stage_out(&mut self, stream: &CudaStream, offset: usize, out: &mut [u8]) -> Result<()> {

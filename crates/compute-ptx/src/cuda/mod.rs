@@ -409,6 +409,23 @@ impl Backend for CudaBackend {
         driver::htod(&self.dev.stream, dst, data.as_bytes(), "upload_into")
     }
 
+    /// Gathers the parts into the pinned staging buffer and copies them to the
+    /// tensor in one transfer when they fit in it (4 MiB), waiting for that
+    /// transfer (and the work queued before it); larger uploads concatenate
+    /// the parts on the host and copy them as [`Backend::upload_into`] does.
+    fn upload_parts_into(&self, parts: &[HostSlice<'_>], tensor: &Tensor) -> Result<()> {
+        compute_core::check_parts(parts, tensor)?;
+        let op = Op::unary(compute_core::UnaryOp::Relu, tensor.len().max(1));
+        let dst = self.ptr(tensor, &op)?;
+        let bytes: Vec<&[u8]> = parts.iter().map(|p| p.as_bytes()).collect();
+        let total: usize = bytes.iter().map(|b| b.len()).sum();
+        if total <= 4 * device::STAGING_FLOATS {
+            return self.dev.with_staging(|st| st.stage_to(&self.dev.stream, &bytes, dst));
+        }
+        let all: Vec<u8> = bytes.concat();
+        driver::htod(&self.dev.stream, dst, &all, "upload_parts_into")
+    }
+
     /// Captures the calls `body` queues as a CUDA graph (one launch per
     /// replay). The device's stream is shared: calls that other threads queue
     /// on this device while `body` runs join the recording, so record from

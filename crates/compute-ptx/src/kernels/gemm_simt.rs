@@ -124,6 +124,32 @@ impl SimtConfig {
         }
     }
 
+    /// The shape for thin products (up to [`SimtConfig::THIN_MAX_ROWS`] rows,
+    /// e.g. a few dozen stacked requests against one weight): 32×64 block
+    /// tiles of 128 threads (4×4 each), so that a product of 64 rows by 4096
+    /// columns still spreads over 128 blocks where the default 128×128 tile
+    /// gives 32, and k-tiles of 32 in three `cp.async` stages, so that each
+    /// block keeps two tiles of `B` in flight.
+    pub fn thin() -> SimtConfig {
+        SimtConfig {
+            bm: 32,
+            bn: 64,
+            bk: 32,
+            tm: 4,
+            tn: 4,
+            group_m: 0,
+            min_blocks: 0,
+            async_copy: true,
+            warp_tiled: true,
+            stages: 3,
+            async_transpose: true,
+            early_barrier: true,
+        }
+    }
+
+    /// Most rows of a product that [`SimtConfig::thin`] takes.
+    pub const THIN_MAX_ROWS: usize = 128;
+
     /// Threads per block: `(BM/TM)·(BN/TN)`.
     pub fn threads(&self) -> u32 {
         (self.bm / self.tm.max(1)) * (self.bn / self.tn.max(1))

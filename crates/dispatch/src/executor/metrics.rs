@@ -51,6 +51,56 @@ pub struct ExecutorMetrics {
     pub queue_p99_s: f64,
     /// Dispatches per engine, as the policy chose them (most first).
     pub engines: Vec<(Engine, u64)>,
+    /// Where the batches against shared weights spent their time.
+    pub phases: BatchPhases,
+}
+
+/// Seconds spent in each step of the batches against shared weights
+/// ([`ExecutorMetrics::phases`]), summed over `batches`. Measured with two
+/// clock reads per step, always on. The product and the copies of a GPU
+/// batch are queued work that only the download waits for: `upload_s` and
+/// `product_s` then hold the time to queue them, and `download_s` the wait
+/// for all three, unless the executor was started with the environment
+/// variable `DISPATCH_EXECUTOR_PHASES=1`, which waits for the device after
+/// each step (costing a synchronisation each) so that every step is timed
+/// apart.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct BatchPhases {
+    /// Batches counted.
+    pub batches: u64,
+    /// Requests in those batches.
+    pub requests: u64,
+    /// Gathering the requests' rows into the stacked input (host copies), and
+    /// finding the buffers for it.
+    pub stack_s: f64,
+    /// Copying the stacked rows to the device (0 on the CPU).
+    pub upload_s: f64,
+    /// The stacked product.
+    pub product_s: f64,
+    /// Copying the result back (0 on the CPU).
+    pub download_s: f64,
+    /// Splitting the result into each request's rows and waking the callers.
+    pub answer_s: f64,
+}
+
+impl BatchPhases {
+    /// Microseconds per batch of each step: stack, upload, product, download,
+    /// answer (zeros before any batch). Free.
+    pub fn per_batch_us(&self) -> [f64; 5] {
+        let b = self.batches.max(1) as f64 * 1e-6;
+        [self.stack_s / b, self.upload_s / b, self.product_s / b, self.download_s / b, self.answer_s / b]
+    }
+
+    /// Adds `other`'s sums to these.
+    pub fn add(&mut self, other: &BatchPhases) {
+        self.batches += other.batches;
+        self.requests += other.requests;
+        self.stack_s += other.stack_s;
+        self.upload_s += other.upload_s;
+        self.product_s += other.product_s;
+        self.download_s += other.download_s;
+        self.answer_s += other.answer_s;
+    }
 }
 
 impl ExecutorMetrics {
@@ -79,6 +129,7 @@ pub(crate) struct State {
     pub(crate) flush_idle: u64,
     pub(crate) flush_shutdown: u64,
     pub(crate) engines: Vec<(Engine, u64)>,
+    pub(crate) phases: BatchPhases,
     queue: Vec<f64>,
     next: usize,
 }
@@ -138,6 +189,7 @@ impl State {
             queue_p50_s: pct(0.5),
             queue_p99_s: pct(0.99),
             engines,
+            phases: self.phases,
         }
     }
 }

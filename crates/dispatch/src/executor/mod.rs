@@ -28,6 +28,7 @@ mod coalesce;
 mod interpolate;
 mod metrics;
 mod shared;
+mod stack;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -36,10 +37,10 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
-use compute_core::{Backend, BackendKind, ComputeError, Op, Result, Tensor, UnaryOp};
+use compute_core::{Backend, BackendKind, ComputeError, HostVec, Op, Result, Tensor, UnaryOp};
 
 pub use interpolate::Interpolation;
-pub use metrics::{ExecutorMetrics, FlushReason};
+pub use metrics::{BatchPhases, ExecutorMetrics, FlushReason};
 pub use shared::{MatmulRows, SharedWeight, WeightLayout};
 
 use crate::async_result::{AsyncGpuResult, Completer};
@@ -159,7 +160,27 @@ struct Shared {
     blocked: AtomicUsize,
     room: Mutex<()>,
     room_cv: Condvar,
+    /// Wait for the device after each step of a batch, so that
+    /// [`BatchPhases`] times each apart (`DISPATCH_EXECUTOR_PHASES=1`).
+    sync_phases: bool,
+    /// Requests accepted and not answered yet.
+    outstanding: AtomicUsize,
+    /// Nanoseconds the last batch took, from dispatch to its last answer.
+    last_batch_ns: AtomicU64,
+    /// Callers that may spin waiting for their answers at once.
+    spinners: usize,
 }
+
+/// Longest a caller spins for its answer, or the worker for the next request,
+/// before blocking; batches that took longer than this are not spun for.
+const MAX_SPIN: Duration = Duration::from_micros(200);
+
+/// How long the worker spins for new requests after a short batch.
+const WORKER_SPIN: Duration = Duration::from_micros(100);
+
+/// The environment variable that makes GPU batches wait for the device
+/// after each step, so that [`BatchPhases`] times each step apart.
+pub const PHASES_ENV: &str = "DISPATCH_EXECUTOR_PHASES";
 
 /// Longest a submitter blocked on a full queue sleeps before trying again
 /// when no wake-up comes.
@@ -218,6 +239,10 @@ impl BatchedExecutor {
             blocked: AtomicUsize::new(0),
             room: Mutex::new(()),
             room_cv: Condvar::new(),
+            sync_phases: std::env::var(PHASES_ENV).is_ok_and(|v| v == "1"),
+            outstanding: AtomicUsize::new(0),
+            last_batch_ns: AtomicU64::new(0),
+            spinners: std::thread::available_parallelism().map_or(1, |n| (n.get() / 4).max(1)),
         });
         let worker_shared = shared.clone();
         let worker = std::thread::Builder::new()
@@ -311,6 +336,7 @@ impl BatchedGpuHandle {
         drop(waiting);
         match sent {
             Ok(()) => {
+                shared.outstanding.fetch_add(1, Ordering::Relaxed);
                 lock(&shared.metrics).submitted += 1;
                 Ok(())
             }
@@ -321,10 +347,24 @@ impl BatchedGpuHandle {
         }
     }
 
+    /// How long a new request's caller spins for its answer before blocking:
+    /// about the last batch's time when that was short and few callers are
+    /// waiting (each spinning caller holds a core), else not at all. A caller
+    /// woken from a block pays a thread wake-up, tens of microseconds on a
+    /// loaded machine; one that spins sees its answer at once.
+    fn spin(&self) -> Duration {
+        let s = &self.shared;
+        let last = Duration::from_nanos(s.last_batch_ns.load(Ordering::Relaxed));
+        if last.is_zero() || last > MAX_SPIN || s.outstanding.load(Ordering::Relaxed) >= s.spinners {
+            return Duration::ZERO;
+        }
+        (last * 3 / 2 + Duration::from_micros(20)).min(MAX_SPIN)
+    }
+
     fn enqueue(&self, op: Op, inputs: Vec<Vec<f32>>, block: bool) -> Result<AsyncGpuResult<Vec<f32>>> {
         let lens: Vec<usize> = inputs.iter().map(Vec::len).collect();
         op.check(&lens, op.layout()?.output_len())?;
-        let (result, completer) = AsyncGpuResult::channel(op.name(), self.shared.backend);
+        let (result, completer) = AsyncGpuResult::channel_spinning(op.name(), self.shared.backend, self.spin());
         let req = Request::Op(OpRequest { op, inputs, completer, enqueued: Instant::now() });
         self.send(&op, req, block)?;
         Ok(result)
@@ -367,11 +407,20 @@ impl BatchedGpuHandle {
     /// [`SharedWeight`]). Fails with [`ComputeError::Shape`] when
     /// `w.len() != k·n`.
     pub fn register_weight(&self, w: Vec<f32>, k: usize, n: usize, layout: WeightLayout) -> Result<SharedWeight> {
+        SharedWeight::host(self.shared.id, HostVec::F32(w), k, n, layout)
+    }
+
+    /// [`BatchedGpuHandle::register_weight`] for a weight of `f32` or `bf16`
+    /// values (another dtype is a [`ComputeError::DType`]), taken without a
+    /// copy. Requests against a `bf16` weight stay `f32` for their callers:
+    /// their rows are rounded to `bf16` when stacked (a `bf16` product's
+    /// operands), and their results are `f32`. A GPU copy costs `2·k·n` bytes.
+    pub fn register_weight_typed(&self, w: HostVec, k: usize, n: usize, layout: WeightLayout) -> Result<SharedWeight> {
         SharedWeight::host(self.shared.id, w, k, n, layout)
     }
 
-    /// Registers a weight already in device memory: an `f32` tensor of `k·n`
-    /// values, laid out as `layout` says, on the memory of one of this
+    /// Registers a weight already in device memory: an `f32` or `bf16`
+    /// tensor of `k·n` values ([`ComputeError::DType`] for another dtype), laid out as `layout` says, on the memory of one of this
     /// executor's engines ([`ComputeError::WrongDevice`] otherwise). Nothing
     /// is copied now. Batches run where the cost model predicts fastest,
     /// counting the move of the weight to engines whose memory lacks it; the
@@ -409,7 +458,7 @@ impl BatchedGpuHandle {
             }
             return Ok(AsyncGpuResult::finished("matmul", self.shared.backend, Ok(shared::empty(weight.n()))));
         }
-        let (result, completer) = AsyncGpuResult::channel("matmul", self.shared.backend);
+        let (result, completer) = AsyncGpuResult::channel_spinning("matmul", self.shared.backend, self.spin());
         let req = SharedRequest { weight: weight.clone(), x, rows, completer, enqueued: Instant::now() };
         self.send(&op, Request::Shared(req), block)?;
         Ok(result)
@@ -419,16 +468,19 @@ impl BatchedGpuHandle {
     /// weight `weight`, and returns at once with the pending result; blocks
     /// while the queue is full (and fails if the executor shuts down
     /// meanwhile). Requests against the same weight are stacked into one
-    /// `[Σrows, k]·W` product (one copy of each `x` into the stack; a
-    /// request alone is not copied), and the result is this request's
-    /// `rows × n` rows of its output, as a view ([`MatmulRows`], no copy).
+    /// `[Σrows, k]·W` product (on a GPU, each `x` is copied once, into the
+    /// transfer to the device; on the CPU once into the stack, and not at all
+    /// for a request alone), and the result is this request's `rows × n`
+    /// rows of its output, as a view ([`MatmulRows`], no copy).
     ///
     /// Shapes are checked here: `x.len()` must be `rows·k`
     /// ([`ComputeError::Shape`]), and the weight must come from this
     /// executor ([`ComputeError::WrongDevice`]). `rows = 0` is answered at
     /// once with an empty result. Costs, besides the product, a queue slot and
-    /// the hand-off to the worker thread and back (two thread wake-ups:
-    /// 46–57 µs measured on a 2-core VM, see `docs/benchmarks.md`).
+    /// the hand-off to the worker thread and back (two thread wake-ups, or
+    /// none after short batches, when both sides spin: 7.2 µs measured on an
+    /// H100 machine, 46–57 µs on a 2-core VM before the spinning; see
+    /// `docs/benchmarks.md`).
     pub fn matmul_shared(&self, weight: &SharedWeight, x: Vec<f32>, rows: usize) -> Result<AsyncGpuResult<MatmulRows>> {
         self.enqueue_shared(weight, x, rows, true)
     }
@@ -521,6 +573,9 @@ struct Pending<'a> {
     seq: u64,
     compute: &'a Compute,
     shared: &'a Shared,
+    scratch: stack::Scratch,
+    /// When the last batch ended, and how long it took.
+    last_done: Option<(Instant, Duration)>,
 }
 
 impl Pending<'_> {
@@ -598,7 +653,7 @@ impl Pending<'_> {
         let mut groups: Vec<(coalesce::Key, Group)> = self.groups.drain().collect();
         groups.sort_by_key(|(_, g)| g.oldest);
         for (_, g) in groups {
-            flush(self.compute, self.shared, g, FlushReason::Shutdown);
+            flush(self.compute, self.shared, &mut self.scratch, g, FlushReason::Shutdown);
         }
     }
 
@@ -606,11 +661,14 @@ impl Pending<'_> {
     fn dispatch(&mut self, key: coalesce::Key, g: Group, reason: FlushReason) {
         let threads = g.threads.clone();
         let start = Instant::now();
-        flush(self.compute, self.shared, g, reason);
+        flush(self.compute, self.shared, &mut self.scratch, g, reason);
+        let now = Instant::now();
+        let took = now.saturating_duration_since(start);
+        self.shared.last_batch_ns.store(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.last_done = Some((now, took));
         if matches!(key, coalesce::Key::Alone(_)) {
             return;
         }
-        let now = Instant::now();
         let hold = (now.saturating_duration_since(start) / HOLD_FRACTION).min(self.shared.config.max_wait);
         if self.recent.len() >= RECENT_KEYS {
             let groups = &self.groups;
@@ -621,10 +679,18 @@ impl Pending<'_> {
 }
 
 fn worker(rx: Receiver<Msg>, compute: Compute, shared: Arc<Shared>) {
-    let mut p = Pending { groups: HashMap::new(), recent: HashMap::new(), seq: 0, compute: &compute, shared: &shared };
+    let mut p = Pending {
+        groups: HashMap::new(),
+        recent: HashMap::new(),
+        seq: 0,
+        compute: &compute,
+        shared: &shared,
+        scratch: stack::Scratch::default(),
+        last_done: None,
+    };
     loop {
         let msg = match p.next_due() {
-            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            None => recv_spinning(&rx, p.last_done),
             Some(d) => rx.recv_timeout(d.saturating_duration_since(Instant::now())),
         };
         let first = match msg {
@@ -639,6 +705,29 @@ fn worker(rx: Receiver<Msg>, compute: Compute, shared: Arc<Shared>) {
         // join the next ones.
         p.dispatch_due();
     }
+}
+
+/// The next message. Right after a short batch (at most [`MAX_SPIN`]), whose
+/// callers are likely to submit again within microseconds, spins for up to
+/// [`WORKER_SPIN`] first, so that their requests need no thread wake-up.
+fn recv_spinning(rx: &Receiver<Msg>, last: Option<(Instant, Duration)>) -> std::result::Result<Msg, RecvTimeoutError> {
+    if let Some((end, took)) = last
+        && took <= MAX_SPIN
+    {
+        let until = end + WORKER_SPIN;
+        while Instant::now() < until {
+            match rx.try_recv() {
+                Ok(m) => return Ok(m),
+                Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
+                Err(TryRecvError::Empty) => {
+                    for _ in 0..32 {
+                        std::hint::spin_loop();
+                    }
+                }
+            }
+        }
+    }
+    rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
 }
 
 /// Longest the worker waits for a submitter it woke (one that was blocked on
@@ -720,13 +809,13 @@ fn catch_panic<T>(compute: &Compute, op: &Op, f: impl FnOnce() -> Result<T>) -> 
     })
 }
 
-fn flush(compute: &Compute, shared: &Shared, group: Group, reason: FlushReason) {
+fn flush(compute: &Compute, shared: &Shared, scratch: &mut stack::Scratch, group: Group, reason: FlushReason) {
     let Group { ops, shared: stacked, .. } = group;
     if !ops.is_empty() {
         flush_ops(compute, shared, ops, reason);
     }
     if !stacked.is_empty() {
-        flush_shared(compute, shared, stacked, reason);
+        flush_shared(compute, shared, scratch, stacked, reason);
     }
 }
 
@@ -737,6 +826,7 @@ fn count(shared: &Shared, results: impl Iterator<Item = bool>) {
     for r in results {
         if r { ok += 1 } else { failed += 1 }
     }
+    shared.outstanding.fetch_sub((ok + failed) as usize, Ordering::Relaxed);
     let mut m = lock(&shared.metrics);
     m.completed += ok;
     m.failed += failed;
@@ -791,38 +881,26 @@ fn flush_ops(compute: &Compute, shared: &Shared, reqs: Vec<OpRequest>, reason: F
 
 /// Stacks requests against one weight into one product, runs it, and answers
 /// each with a view of its rows.
-fn flush_shared(compute: &Compute, shared: &Shared, reqs: Vec<SharedRequest>, reason: FlushReason) {
+fn flush_shared(
+    compute: &Compute,
+    shared: &Shared,
+    scratch: &mut stack::Scratch,
+    reqs: Vec<SharedRequest>,
+    reason: FlushReason,
+) {
     let start = Instant::now();
     let Some(weight) = reqs.first().map(|r| r.weight.clone()) else { return };
     let total = reqs.iter().try_fold(0usize, |acc, r| acc.checked_add(r.rows));
     let op = weight.op(total.unwrap_or(usize::MAX));
     let engine = shared::choose(compute, &weight, &op);
     lock(&shared.metrics).batch(reason, engine, reqs.iter().map(|r| start.duration_since(r.enqueued).as_secs_f64()));
-    let run = || -> Result<Vec<f32>> {
+    let mut phases = BatchPhases { batches: 1, requests: reqs.len() as u64, ..BatchPhases::default() };
+    let run = || -> Result<std::sync::Arc<Vec<f32>>> {
         let rows = total.ok_or_else(|| ComputeError::shape("matmul", "stacked rows overflow", op.shapes()))?;
-        let len = rows
-            .checked_mul(weight.n())
-            .ok_or_else(|| ComputeError::shape("matmul", "stacked output overflows", op.shapes()))?;
-        let mut out = shared::zeros("matmul", compute.kind(), len)?;
-        match reqs.as_slice() {
-            // A request alone is its own stack: no copy of x.
-            [one] => shared::run(compute, engine, &weight, &op, &one.x, &mut out)?,
-            _ => {
-                let mut x = Vec::new();
-                x.try_reserve_exact(rows.saturating_mul(weight.k())).map_err(|_| ComputeError::OutOfMemory {
-                    op: "matmul",
-                    backend: compute.kind(),
-                    requested_bytes: (rows as u64).saturating_mul(weight.k() as u64).saturating_mul(4),
-                })?;
-                for r in &reqs {
-                    x.extend_from_slice(&r.x);
-                }
-                shared::run(compute, engine, &weight, &op, &x, &mut out)?;
-            }
-        }
-        Ok(out)
+        stack::run(compute, engine, (&weight, &op), &reqs, rows, scratch, &mut phases, shared.sync_phases)
     };
     let result = catch_panic(compute, &op, run);
+    let t = Instant::now();
     let outcomes: Vec<(Completer<MatmulRows>, Result<MatmulRows>)> = match result {
         Ok(out) => {
             let views = shared::split(out, reqs.iter().map(|r| r.rows), weight.n());
@@ -834,4 +912,6 @@ fn flush_shared(compute: &Compute, shared: &Shared, reqs: Vec<SharedRequest>, re
     for (c, r) in outcomes {
         c.complete(r);
     }
+    phases.answer_s = t.elapsed().as_secs_f64();
+    lock(&shared.metrics).phases.add(&phases);
 }

@@ -16,10 +16,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
-use compute_core::{Backend, BackendKind, ComputeError, Cost, DType, MatmulSpec, Op, Result, Tensor};
+use compute_core::{
+    Backend, BackendKind, ComputeError, Cost, DType, HostSlice, HostVec, MatmulSpec, Op, Result, Tensor,
+};
 
 use crate::async_result::Completer;
-use crate::compute::{Compute, Policy, worth_falling_back};
+use crate::compute::{Compute, Policy};
 use crate::engine::{Engine, Placement};
 use crate::lock::lock;
 use crate::profile::CurveKey;
@@ -62,9 +64,11 @@ struct WeightInner {
     k: usize,
     n: usize,
     layout: WeightLayout,
+    /// `f32` or `bf16`.
+    dtype: DType,
     /// The values in host memory: given at registration, or downloaded once
     /// when a CPU engine first needs a device-registered weight.
-    host: OnceLock<Vec<f32>>,
+    host: OnceLock<HostVec>,
     /// Copies in device memory (at most one per memory): the registered
     /// tensor, and uploads made for batches chosen to run on a GPU.
     resident: Mutex<Vec<Tensor>>,
@@ -78,6 +82,7 @@ impl std::fmt::Debug for SharedWeight {
             .field("k", &w.k)
             .field("n", &w.n)
             .field("layout", &w.layout)
+            .field("dtype", &w.dtype)
             .field("on_host", &w.host.get().is_some())
             .field("resident", &lock(&w.resident).iter().map(|t| t.location().to_string()).collect::<Vec<_>>())
             .finish()
@@ -85,7 +90,20 @@ impl std::fmt::Debug for SharedWeight {
 }
 
 impl SharedWeight {
-    fn checked(owner: u64, len: usize, k: usize, n: usize, layout: WeightLayout) -> Result<WeightInner> {
+    fn checked(
+        owner: u64,
+        (len, dtype): (usize, DType),
+        k: usize,
+        n: usize,
+        layout: WeightLayout,
+    ) -> Result<WeightInner> {
+        if !matches!(dtype, DType::F32 | DType::BF16) {
+            return Err(ComputeError::DType {
+                op: "matmul_shared",
+                detail: format!("shared weights are f32 or bf16; this one is {dtype}"),
+                shapes: format!("w=[{len}] {dtype} k={k} n={n}"),
+            });
+        }
         let want = k.checked_mul(n).ok_or_else(|| shape_error(format!("k·n overflows ({k}·{n})"), k, n, len))?;
         if len != want {
             return Err(shape_error(format!("the weight holds {len} values, k·n = {want}"), k, n, len));
@@ -96,14 +114,16 @@ impl SharedWeight {
             k,
             n,
             layout,
+            dtype,
             host: OnceLock::new(),
             resident: Mutex::new(Vec::new()),
         })
     }
 
-    /// A host weight (no copy of `w`).
-    pub(crate) fn host(owner: u64, w: Vec<f32>, k: usize, n: usize, layout: WeightLayout) -> Result<SharedWeight> {
-        let inner = Self::checked(owner, w.len(), k, n, layout)?;
+    /// A host weight (no copy of `w`): `f32` or `bf16`.
+    pub(crate) fn host(owner: u64, w: HostVec, k: usize, n: usize, layout: WeightLayout) -> Result<SharedWeight> {
+        let view = w.as_slice();
+        let inner = Self::checked(owner, (view.len(), view.dtype()), k, n, layout)?;
         let _ = inner.host.set(w);
         Ok(SharedWeight { inner: Arc::new(inner) })
     }
@@ -117,13 +137,6 @@ impl SharedWeight {
         n: usize,
         layout: WeightLayout,
     ) -> Result<SharedWeight> {
-        if t.dtype() != DType::F32 {
-            return Err(ComputeError::DType {
-                op: "matmul_shared",
-                detail: format!("shared weights are f32 for now; this tensor is {}", t.dtype()),
-                shapes: format!("w=[{}] {}", t.len(), t.dtype()),
-            });
-        }
         let home = Engine::home_of(t.location().backend);
         if !engines.contains(&home) {
             return Err(ComputeError::WrongDevice {
@@ -132,7 +145,7 @@ impl SharedWeight {
                 found: t.location().to_string(),
             });
         }
-        let inner = Self::checked(owner, t.len(), k, n, layout)?;
+        let inner = Self::checked(owner, (t.len(), t.dtype()), k, n, layout)?;
         lock(&inner.resident).push(t);
         Ok(SharedWeight { inner: Arc::new(inner) })
     }
@@ -157,6 +170,13 @@ impl SharedWeight {
         self.inner.layout
     }
 
+    /// The values' dtype: `f32` or `bf16`. Requests' rows against a `bf16`
+    /// weight are rounded to `bf16` when stacked, as a `bf16` product takes
+    /// them; results are `f32`. Free.
+    pub fn dtype(&self) -> DType {
+        self.inner.dtype
+    }
+
     /// Whether a copy of the values is in host memory (always, for a weight
     /// registered from a `Vec`). Free.
     pub fn on_host(&self) -> bool {
@@ -175,16 +195,18 @@ impl SharedWeight {
 
     /// The product of `rows` stacked rows by this weight.
     pub(crate) fn op(&self, rows: usize) -> Op {
-        let spec = MatmulSpec::new(rows, self.inner.k, self.inner.n);
+        let spec = MatmulSpec::new(rows, self.inner.k, self.inner.n).with_dtypes(self.inner.dtype, DType::F32);
         Op::Matmul(MatmulSpec { trans_b: self.inner.layout == WeightLayout::Transposed, ..spec })
     }
 
     fn bytes(&self) -> u64 {
-        (self.inner.k as u64).saturating_mul(self.inner.n as u64).saturating_mul(4)
+        (self.inner.k as u64)
+            .saturating_mul(self.inner.n as u64)
+            .saturating_mul(self.inner.dtype.size_in_bytes() as u64)
     }
 
     /// The device copy in `engine`'s memory, if any.
-    fn resident_on(&self, engine: Engine) -> Option<Tensor> {
+    pub(crate) fn resident_on(&self, engine: Engine) -> Option<Tensor> {
         lock(&self.inner.resident).iter().find(|t| Engine::home_of(t.location().backend).same_memory(engine)).cloned()
     }
 
@@ -194,9 +216,9 @@ impl SharedWeight {
     }
 
     /// The host copy, downloading it once from a device copy if needed.
-    fn host_values(&self, compute: &Compute) -> Result<&[f32]> {
+    pub(crate) fn host_values(&self, compute: &Compute) -> Result<HostSlice<'_>> {
         if let Some(v) = self.inner.host.get() {
-            return Ok(v);
+            return Ok(v.as_slice());
         }
         let t = lock(&self.inner.resident).first().cloned().ok_or_else(|| ComputeError::Driver {
             op: "matmul_shared",
@@ -206,17 +228,17 @@ impl SharedWeight {
         })?;
         let home = Engine::home_of(t.location().backend);
         let backend = backend_of(compute, home)?;
-        let mut v = zeros("download", home.kind(), t.len())?;
-        backend.download(&t, &mut v)?;
-        Ok(self.inner.host.get_or_init(|| v))
+        let mut v = HostVec::zeros(t.dtype(), t.len());
+        backend.download_typed(&t, v.as_mut())?;
+        Ok(self.inner.host.get_or_init(|| v).as_slice())
     }
 
     /// The copy in `engine`'s memory, uploading it once if needed.
-    fn tensor_on(&self, compute: &Compute, engine: Engine, backend: &dyn Backend) -> Result<Tensor> {
+    pub(crate) fn tensor_on(&self, compute: &Compute, engine: Engine, backend: &dyn Backend) -> Result<Tensor> {
         if let Some(t) = self.resident_on(engine) {
             return Ok(t);
         }
-        let t = backend.upload(self.host_values(compute)?)?;
+        let t = backend.upload_typed(self.host_values(compute)?)?;
         let mut resident = lock(&self.inner.resident);
         match resident.iter().find(|r| r.location() == t.location()) {
             Some(r) => Ok(r.clone()),
@@ -245,7 +267,7 @@ fn shape_error(detail: String, k: usize, n: usize, len: usize) -> ComputeError {
     ComputeError::shape("matmul_shared", detail, format!("w=[{len}] k={k} n={n}"))
 }
 
-fn backend_of(compute: &Compute, engine: Engine) -> Result<std::sync::Arc<dyn Backend>> {
+pub(crate) fn backend_of(compute: &Compute, engine: Engine) -> Result<std::sync::Arc<dyn Backend>> {
     compute.backend(engine).ok_or_else(|| ComputeError::DeviceUnavailable {
         backend: engine.kind(),
         reason: format!("engine `{engine}` is not part of this Compute"),
@@ -378,48 +400,13 @@ pub(crate) fn choose(compute: &Compute, w: &SharedWeight, op: &Op) -> Engine {
     crate::model::pick(times).map_or_else(|| compute.choose(op, placement), |(e, _)| e)
 }
 
-/// Runs `x·W` on `engine`: host slices when it is a CPU engine and `W` is on
-/// the host, else through tensors in the engine's memory (uploading `x`,
-/// downloading the result). A failure of a GPU that is not the call's fault
-/// retries on the CPU.
-pub(crate) fn run(
-    compute: &Compute,
-    engine: Engine,
-    w: &SharedWeight,
-    op: &Op,
-    x: &[f32],
-    out: &mut [f32],
-) -> Result<()> {
-    match run_on(compute, engine, w, op, x, out) {
-        Err(e) if engine.is_gpu() && worth_falling_back(&e) => {
-            let cpu = compute.engines().into_iter().find(|e| !e.is_gpu()).ok_or(e)?;
-            run_on(compute, cpu, w, op, x, out)
-        }
-        r => r,
-    }
-}
-
-fn run_on(compute: &Compute, engine: Engine, w: &SharedWeight, op: &Op, x: &[f32], out: &mut [f32]) -> Result<()> {
-    if !engine.is_gpu() && (w.on_host() || w.resident_on(engine).is_none()) {
-        let values = w.host_values(compute)?;
-        return compute.run_on(engine, op, &[x, values], out);
-    }
-    let backend = backend_of(compute, engine)?;
-    let wt = w.tensor_on(compute, engine, backend.as_ref())?;
-    let xt = backend.upload(x)?;
-    let yt = backend.alloc(out.len())?;
-    backend.run_tensors(op, &[&xt, &wt], &yt)?;
-    backend.download(&yt, out)
-}
-
 /// The result of a request of no rows.
 pub(crate) fn empty(n: usize) -> MatmulRows {
     MatmulRows { buf: Arc::new(Vec::new()), start: 0, rows: 0, cols: n }
 }
 
 /// Splits a stacked output (`Σrows × n`) into one view per request.
-pub(crate) fn split(out: Vec<f32>, rows: impl Iterator<Item = usize>, n: usize) -> Vec<MatmulRows> {
-    let buf = Arc::new(out);
+pub(crate) fn split(buf: Arc<Vec<f32>>, rows: impl Iterator<Item = usize>, n: usize) -> Vec<MatmulRows> {
     let mut start = 0usize;
     rows.map(|r| {
         let v = MatmulRows { buf: buf.clone(), start, rows: r, cols: n };
