@@ -5,9 +5,11 @@
 //!
 //! Element-wise ops, reductions, row ops and casts run kernels of the op's
 //! dtype (`f32`, `f16`, `bf16`, computing in `f32`). A matmul of at most
-//! [`gemv::MAX_ROWS`] rows with `A` stored `m × k` runs the GEMV kernels of
-//! its dtypes ([`gemv_fits`], [`GemmTier::Gemv`]): one pass over `B` at
-//! memory bandwidth, where a tensor-core tile would be almost all padding.
+//! [`gemv::NN_MAX_ROWS`] rows with `A` stored `m × k`, or of at most
+//! [`gemv::MAX_ROWS`] with `B` stored `n × k` too, runs the GEMV kernels of
+//! its dtypes ([`gemv_fits`], [`GemmTier::Gemv`]; 9 to 16 aligned rows of
+//! halves on the tensor-core GEMV): one pass over `B` at memory bandwidth,
+//! where a tensor-core GEMM tile would be almost all padding.
 //! Other matmuls of `f16`/`bf16`
 //! operands runs on tensor cores when its shape suits their 16-byte copies
 //! ([`mma_fits`]): the `wgmma` kernel ([`GemmTier::Wgmma`], its tile shape

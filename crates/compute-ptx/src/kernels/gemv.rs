@@ -1,24 +1,27 @@
-//! Matrix products with few rows (`C = A·op(B)`, `A` of `m ≤ 8` rows stored
-//! `m × k`): the GEMV kernels that LLM decoding runs, one pass over `B` at
-//! memory bandwidth instead of a tensor-core tile that would be almost all
-//! padding. Inputs `f32`, `f16` or `bf16` (both operands of one dtype),
+//! Matrix products with few rows (`C = A·op(B)`, `A` of `m ≤ 16` rows
+//! stored `m × k`; `m ≤ 8` with `B` stored `k × n`): the GEMV kernels that
+//! LLM decoding runs, one sequence or several together, one pass over `B`
+//! at memory bandwidth instead of a tensor-core tile that would be almost
+//! all padding. Inputs `f32`, `f16` or `bf16` (both operands of one dtype),
 //! accumulation in `f32`, output `f32`, `f16` or `bf16`.
 //!
-//! Each kernel is built for a row count `R` in [`ROWS`] (1, 2, 4, 8): the
-//! plans pick the smallest `R ≥ m`; rows `m..R` read row `m − 1` again (an L1
-//! hit, always in bounds) and are not stored, so one kernel serves every `m`
-//! up to `R` without branches in the loop.
+//! Each CUDA-core kernel is built for a row count `R` in [`ROWS`] (1, 2, 4,
+//! 8, 16; `B` stored `k × n` up to 8): the plans pick the smallest `R ≥ m`;
+//! rows `m..R` read row `m − 1` again (an L1 hit, always in bounds) and are
+//! not stored, so one kernel serves every `m` up to `R` without branches in
+//! the loop.
 //!
 //! - `B` stored `n × k` ([`nt`], the `nn.Linear` layout): blocks of
 //!   [`NT_WARPS`] warps; `split` warps ([`NT_SPLITS`], a kernel argument)
 //!   share a group of [`nt_warp_cols`] output columns (1 for 1–2 rows, 2 for
-//!   4, 4 for 8, so that each 16 bytes of `A` read serve that many rows of
-//!   `B`). Lane `l` of slice `s` reads the 16-byte units `s·32 + l +
+//!   4, 4 for 8, 2 for 16, so that each 16 bytes of `A` read serve that many
+//!   rows of `B` while a lane keeps at most 32 sums). Lane `l` of slice `s` reads the 16-byte units `s·32 + l +
 //!   i·32·split` of the group's rows of `B` (4 `f32` or 8 halves; together a
 //!   warp reads 512 contiguous bytes per load) beside the same 16 bytes of
 //!   every row of `A` (small, cache resident), into `R × cols` sums per lane.
-//!   The loads go out a round at a time, 8, 4, 4 or 4 loads of `B` per lane
-//!   (for 1, 2, 4, 8 rows), all issued before the round's multiply-adds; the
+//!   The loads go out a round at a time, 8, 4, 4, 4 or 2 loads of `B` per
+//!   lane (for 1, 2, 4, 8, 16 rows), all issued before the round's
+//!   multiply-adds; the
 //!   last round guards each unit instead of walking the tail one load at a
 //!   time. A transposing butterfly (`shfl.sync.bfly`: each step halves the
 //!   sums a lane holds) leaves lane `l` with sum `l >> (5 − log₂(R·cols))`;
@@ -28,6 +31,19 @@
 //!   The plans choose the split per shape ([`nt_split`]): one warp per
 //!   column group when the blocks fill the device, more for few columns and
 //!   many rows of `A`.
+//! - `B` stored `n × k` on tensor cores ([`nt_mma`], `f16`/`bf16` inputs,
+//!   `k` a multiple of 8 and 16-byte aligned rows; the plans take it for 9
+//!   to 16 rows): 16 rows of `A` are one `mma.sync.m16n8k16` fragment, so
+//!   the rows cost next to nothing and the kernel is a pass over `B`. A
+//!   group of `split` warps owns `8·tiles` columns ([`MMA_TILES`]); lane `4g
+//!   + t` loads the 16-byte unit `t` of each 32-value chunk of rows `g` and
+//!   `g + 8` of `A` and of row `g` of each 8-column tile of `B`: the same
+//!   8 values of both operands, which make the fragments of two `mma`
+//!   (their `k` positions a permutation of the chunk's, which a sum over
+//!   `k` does not see). Units past `k` load as zeros. Four chunks (two for
+//!   4 tiles) go out per round; the slices' accumulators meet in shared memory,
+//!   added in slice order. The split follows [`nt_split`]'s rule
+//!   ([`mma_split`]).
 //! - `B` stored `k × n` ([`nn`]): a block of 32 × [`NN_SLICES`] threads; each
 //!   thread owns 16 bytes of columns (4 or 8, loaded as one vector when `n`
 //!   allows) and `R` rows, so it keeps `R·V` sums, and the [`NN_SLICES`]
@@ -54,9 +70,6 @@ pub const MAX_ROWS: usize = 16;
 /// The most rows (`m`) a GEMV kernel takes with `B` stored `k × n`: a
 /// thread there keeps `rows` × 8 sums for half inputs, 128 at 16 rows.
 pub const NN_MAX_ROWS: usize = 8;
-/// Rows of `A` the tensor-core kernel ([`nt_mma`]) takes: one `mma`
-/// fragment's 16.
-pub const MMA_ROWS: usize = 16;
 /// The 8-column tiles per warp group the tensor-core kernel is built for
 /// ([`nt_mma`]: 8, 16 or 32 output columns per group of warps).
 pub const MMA_TILES: [u32; 3] = [1, 2, 4];
