@@ -140,15 +140,15 @@ fn on_device(
     Ok((median(&mut a), if b.is_empty() { None } else { Some(median(&mut b)) }))
 }
 
-/// One GEMV row through the plans' kernels (`tier`: [`GemmTier::Gemv`], or a
-/// forced shape of it).
+/// One GEMV row: `tier` forced ([`GemmTier::Gemv`], a forced shape of it, or
+/// another tier), or with `None` whatever the plans choose.
 fn gemv_row(
     be: &CudaBackend,
     blas: &Blas,
     head: &mut Head,
     (device, budget): (&str, Duration),
     case: Case,
-    tier: GemmTier,
+    tier: Option<GemmTier>,
 ) -> Result<Record, String> {
     let Case { label, m, n, k, dtype, trans_b } = case;
     let s = Shape { m, n, k, trans_b };
@@ -178,7 +178,10 @@ fn gemv_row(
         blas,
         head,
         (calls, budget),
-        &mut |i| be.matmul_tier(tier, spec, &a, &ws[i % copies], &c).map_err(err),
+        &mut |i| match tier {
+            Some(tier) => be.matmul_tier(tier, spec, &a, &ws[i % copies], &c).map_err(err),
+            None => be.run_tensors(&Op::Matmul(spec), &[&a, &ws[i % copies]], &c).map_err(err),
+        },
         Some(&mut |i| {
             let (pa, _ra) = ca.device_ptr(&blas.stream);
             let (pb, _rb) = cws[i % copies].device_ptr(&blas.stream);
@@ -195,6 +198,10 @@ fn gemv_row(
     let bytes: Vec<u8> = blas.stream.clone_dtoh(&cc).map_err(err)?;
     other.as_mut().as_bytes_mut().copy_from_slice(&bytes);
     let diff = relative_difference(&mine.to_f32(), &other.to_f32());
+    let tier = match tier {
+        Some(t) => t,
+        None => plans_tier(be, case)?,
+    };
     let name = kernel_label(be, tier, case)?;
     let op = if matches!(tier, GemmTier::Gemv | GemmTier::GemvSplit(_) | GemmTier::GemvMma(..)) {
         format!("gemv {dtype}")
@@ -212,9 +219,22 @@ fn gemv_row(
     Ok(r)
 }
 
+/// The tier the plans run `case` on (GEMV or the tensor-core GEMM,
+/// [`compute_ptx::plan::gemv_chosen`]).
+fn plans_tier(be: &CudaBackend, case: Case) -> Result<GemmTier, String> {
+    let Case { m, n, k, dtype, trans_b, .. } = case;
+    let spec = MatmulSpec { trans_b, ..MatmulSpec::new(m, k, n) }.with_dtypes(dtype, dtype);
+    let (major, minor) = be.info().map_err(err)?.compute_capability;
+    if compute_ptx::plan::gemv_chosen(&spec, compute_ptx::Target::has_wgmma(major, minor)) {
+        Ok(GemmTier::Gemv)
+    } else {
+        tensor_core_tier(be, m, n)
+    }
+}
+
 /// The kernel (and k-split) that `tier` runs `case` on, for the notes: the
-/// plans' choice under [`GemmTier::Gemv`] (aligned operands), the forced
-/// shape otherwise.
+/// plans' choice of GEMV kernel under [`GemmTier::Gemv`] (aligned
+/// operands), the forced shape otherwise.
 fn kernel_label(be: &CudaBackend, tier: GemmTier, case: Case) -> Result<String, String> {
     let Case { m, n, k, dtype, trans_b, .. } = case;
     let sms = be.info().map_err(err)?.multiprocessors;
@@ -223,7 +243,7 @@ fn kernel_label(be: &CudaBackend, tier: GemmTier, case: Case) -> Result<String, 
         GemmTier::Gemv if !trans_b => gemv::nn_name(gemv::rows_for(m), dtype),
         GemmTier::Gemv if mma => {
             let t = gemv::MMA_DEFAULT_TILES;
-            format!("{} split {}", gemv::mma_name(t, dtype, dtype), gemv::mma_split(n, k, t, sms))
+            format!("{} split {}", gemv::mma_name(t, dtype, dtype), gemv::mma_split(k, t))
         }
         GemmTier::Gemv => {
             format!("{} split {}", gemv::nt_name(gemv::rows_for(m), dtype, dtype), gemv::nt_split(m, n, k, dtype, sms))
@@ -263,10 +283,10 @@ const FUSED: [(&str, usize, usize); 5] = [
 /// `--gemv16`: products of 8, 12 and 16 rows (several sequences of a
 /// decoder) at the [`FUSED`] shapes in bf16, `W` stored `n × k`. Per shape,
 /// to stderr, ours alone timed as the rows are: the tensor-core GEMM
-/// ([`tensor_core_tier`]), the plans' choice, the CUDA-core kernel at every
-/// k-split and the tensor-core GEMV at every tile count and k-split. Then
-/// the rows of the plans' choice and of the tensor-core GEMM, each beside
-/// cuBLAS.
+/// ([`tensor_core_tier`]), the plans' choice, the GEMV kernels forced (the
+/// CUDA-core kernel with 1 or 2 warps per column group, the tensor-core GEMV
+/// with 1 tile and 4 or 8 warps and with 2 tiles and 8). Then the rows of
+/// the plans' choice and of the tensor-core GEMM, each beside cuBLAS.
 pub fn rows_many(be: &CudaBackend, blas: &Blas, device: &str, budget: Duration) -> Result<Vec<Record>, String> {
     let mut head = Head::new(be, blas)?;
     let dtype = DType::BF16;
@@ -279,21 +299,27 @@ pub fn rows_many(be: &CudaBackend, blas: &Blas, device: &str, budget: Duration) 
             let calls = copies * MIN_CALLS.div_ceil(copies);
             let a = be.upload_typed(HostVec::from_f32(dtype, &random(m * k, 97)).as_slice()).map_err(err)?;
             let hb = HostVec::from_f32(dtype, &random(k * n, 99 + n as u64));
-            let ws =
-                (0..copies).map(|_| be.upload_typed(hb.as_slice()).map_err(err)).collect::<Result<Vec<_>, _>>()?;
+            let ws = (0..copies).map(|_| be.upload_typed(hb.as_slice()).map_err(err)).collect::<Result<Vec<_>, _>>()?;
             let c = be.alloc_typed(m * n, dtype).map_err(err)?;
-            let mut tiers = vec![tensor_core_tier(be, m, n)?, GemmTier::Gemv];
-            tiers.extend(gemv::NT_SPLITS.map(GemmTier::GemvSplit));
-            for t in gemv::MMA_TILES {
-                tiers.extend(gemv::NT_SPLITS.map(|s| GemmTier::GemvMma(t, s)));
-            }
+            let tiers = [
+                Some(tensor_core_tier(be, m, n)?),
+                None,
+                Some(GemmTier::GemvSplit(1)),
+                Some(GemmTier::GemvSplit(2)),
+                Some(GemmTier::GemvMma(1, 4)),
+                Some(GemmTier::GemvMma(1, 8)),
+                Some(GemmTier::GemvMma(2, 8)),
+            ];
             let mut line = format!("many bf16 {m}x{n}x{k} B^T ({label}W {} MB):", w_bytes >> 20);
             for tier in tiers {
-                let call = &mut |i: usize| be.matmul_tier(tier, spec, &a, &ws[i % copies], &c).map_err(err);
+                let call = &mut |i: usize| match tier {
+                    Some(tier) => be.matmul_tier(tier, spec, &a, &ws[i % copies], &c).map_err(err),
+                    None => be.run_tensors(&Op::Matmul(spec), &[&a, &ws[i % copies]], &c).map_err(err),
+                };
                 let t = on_device(be, blas, &mut head, (calls, budget / 4), call, None)?.0;
                 let what = match tier {
-                    GemmTier::Gemv => format!("plans ({})", kernel_label(be, tier, case)?),
-                    _ => kernel_label(be, tier, case)?,
+                    None => format!("plans ({})", kernel_label(be, plans_tier(be, case)?, case)?),
+                    Some(tier) => kernel_label(be, tier, case)?,
                 };
                 line.push_str(&format!("\n  {what}: {:.2} us {:.0} GB/s", t * 1e6, w_bytes as f64 / t / 1e9));
             }
@@ -304,9 +330,11 @@ pub fn rows_many(be: &CudaBackend, blas: &Blas, device: &str, budget: Duration) 
     for m in [8, 12, 16] {
         for (label, n, k) in FUSED {
             let case = Case { label, m, n, k, dtype, trans_b: true };
-            out.push(gemv_row(be, blas, &mut head, (device, budget), case, GemmTier::Gemv)?);
+            out.push(gemv_row(be, blas, &mut head, (device, budget), case, None)?);
             let tc = tensor_core_tier(be, m, n)?;
-            out.push(gemv_row(be, blas, &mut head, (device, budget), case, tc)?);
+            if plans_tier(be, case)? != tc {
+                out.push(gemv_row(be, blas, &mut head, (device, budget), case, Some(tc))?);
+            }
         }
     }
     Ok(out)
@@ -428,7 +456,7 @@ pub fn rows(be: &CudaBackend, blas: &Blas, device: &str, quick: bool, budget: Du
     }
     let mut out = Vec::new();
     for case in cases {
-        out.push(gemv_row(be, blas, &mut head, (device, budget), case, GemmTier::Gemv)?);
+        out.push(gemv_row(be, blas, &mut head, (device, budget), case, Some(GemmTier::Gemv))?);
     }
     for dtype in [DType::BF16, DType::F32] {
         out.push(argmax_row(be, blas, &mut head, (device, budget), dtype, 32000)?);

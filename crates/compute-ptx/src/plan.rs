@@ -104,7 +104,7 @@ impl GemmTier {
     /// tile, tiled when they fill a 16×16 tile, naive for thin products
     /// (vectors, single rows or columns).
     pub fn choose(spec: &MatmulSpec, wgmma: bool) -> GemmTier {
-        if gemv_fits(spec) {
+        if gemv_chosen(spec, wgmma) {
             return GemmTier::Gemv;
         }
         if mma_fits(spec) {
@@ -137,6 +137,25 @@ pub fn mma_fits(spec: &MatmulSpec) -> bool {
         && small(spec.m, spec.k)
         && small(spec.k, spec.n)
         && small(spec.m, spec.n)
+}
+
+/// The most columns a product of 9 to 16 rows of halves runs on the GEMV
+/// kernels on a device with `wgmma` ([`gemv_chosen`]). Measured on an H100
+/// (2026-11-26, `cuda_bench --gemv16`, `docs/ptx.md`) with 12 and 16 rows:
+/// the tensor-core GEMV took 2048 and 3072 columns in half the `wgmma`
+/// GEMM's time and `k` = 8192 in 0.41 of it, while 16384 and 32000 columns
+/// ran 10% faster on the `wgmma` GEMM, whose 64×256 tiles then occupy half
+/// the device or more; the line between is drawn at 8192, unmeasured.
+pub const GEMV_WIDE_COLUMNS: usize = 8192;
+
+/// Whether the plans run `spec` on the GEMV kernels: it [`gemv_fits`],
+/// unless it has more than [`gemv::NN_MAX_ROWS`] rows of `f16`/`bf16` that
+/// the tensor-core GEMM takes ([`mma_fits`]), more than
+/// [`GEMV_WIDE_COLUMNS`] columns, and `wgmma` is there (compute capability
+/// 9.0): that product runs faster on the `wgmma` GEMM. Free.
+pub fn gemv_chosen(spec: &MatmulSpec, wgmma: bool) -> bool {
+    let wide = spec.m > gemv::NN_MAX_ROWS && spec.n > GEMV_WIDE_COLUMNS && wgmma && mma_fits(spec);
+    gemv_fits(spec) && !wide
 }
 
 /// Whether the GEMV kernels ([`GemmTier::Gemv`]) take `spec`: `1 ≤ m ≤`
@@ -504,7 +523,7 @@ impl Exec<'_> {
                 self.launch(KernelId::Slerp(dt), grid, &args)
             }
             // Few rows, any dtypes: one pass over B.
-            Op::Matmul(spec) if gemv_fits(&spec) => {
+            Op::Matmul(spec) if gemv_chosen(&spec, self.l.has_wgmma()) => {
                 self.gemv(&spec, (input(0)?, input(1)?, out), None, None, op.name())
             }
             // f32 with TF32 opted in, `A·Bᵀ`: the `wgmma` kernel reads it as TF32.
@@ -1139,7 +1158,7 @@ impl Exec<'_> {
                     Some(GemvForce::Split(_)) => None,
                     None if s.m > gemv::NN_MAX_ROWS && elem::half(s.dtype).is_some() && vec => {
                         let tiles = gemv::MMA_DEFAULT_TILES;
-                        Some((tiles, gemv::mma_split(s.n, s.k, tiles, self.l.sm_count())))
+                        Some((tiles, gemv::mma_split(s.k, tiles)))
                     }
                     None => None,
                 };

@@ -681,9 +681,9 @@ fn gemv_nt_every_split_row_count_and_tail() {
 }
 
 /// The tensor-core GEMV (`B` stored `n × k`, half inputs) with every tile
-/// count and k-split forced, on 1 to 16 rows: `k` of whole and partial
-/// chunks of 32 values (the units past `k` loaded as zeros) over several
-/// rounds, fewer columns than a warp group holds, more than a block,
+/// count and k-split forced, on 1 to 16 rows: `k` of whole chunks of 32
+/// values only and with a partial chunk of 1 or 3 units (the units past `k`
+/// loaded as zeros), over several rounds, fewer columns than a warp group holds, more than a block,
 /// batches and every output dtype, each checked against the reference; and
 /// the forced shapes it refuses (`f32`, `k` not a multiple of 8, `B` stored
 /// `k × n`, 3 tiles, 17 rows).
@@ -701,9 +701,10 @@ fn gemv_tensor_cores_every_tile_split_and_tail() {
                 (1, 9, 136, 70, DType::BF16, DType::F16),
                 (1, 1, 40, 9, DType::F16, DType::F16),
                 (1, 13, 2056, 5, DType::BF16, DType::F32),
+                (1, 10, 56, 11, DType::BF16, DType::BF16),
+                (2, 16, 4096, 17, DType::F16, DType::F16),
             ] {
-                let spec =
-                    MatmulSpec { batch, trans_b: true, ..MatmulSpec::new(m, k, n) }.with_dtypes(input, out);
+                let spec = MatmulSpec { batch, trans_b: true, ..MatmulSpec::new(m, k, n) }.with_dtypes(input, out);
                 let names = run_logged(&emu, spec, Some(GemmTier::GemvMma(tiles, split)), &mut rng);
                 assert_eq!(names, [gemv::mma_name(tiles, input, out)], "{spec:?} tiles {tiles} split {split}");
                 let grid = emu.log.lock().unwrap().last().unwrap().1;
@@ -725,23 +726,25 @@ fn gemv_tensor_cores_every_tile_split_and_tail() {
     }
 }
 
-/// The plans' split for the tensor-core GEMV: one warp per column group
-/// where its blocks fill the device, else the fewest rounds times waves.
+/// The plans' split for the tensor-core GEMV: the largest that leaves each
+/// warp a full round of chunks (8 warps per column group at the decoder's
+/// shapes), and the plans launch it with one tile.
 #[test]
-fn gemv_tensor_core_split_follows_the_shape() {
-    use compute_ptx::kernels::gemv::mma_split;
-    for (n, k, tiles, sms, want) in [
-        (2048, 2048, 2, 132, 8),
-        (3072, 2048, 2, 132, 8),
-        (16384, 2048, 2, 132, 2),
-        (2048, 8192, 2, 132, 8),
-        (32000, 2048, 2, 132, 1),
-        (512, 2048, 1, 132, 8),
-        (48, 4096, 2, 2, 8),
-        (640, 4096, 2, 2, 1),
-    ] {
-        assert_eq!(mma_split(n, k, tiles, sms), want, "n {n} k {k} tiles {tiles} on {sms} SMs");
+fn gemv_tensor_core_split_follows_k() {
+    use compute_core::DType;
+    use compute_ptx::kernels::gemv::{self, mma_split};
+    for (k, tiles, want) in
+        [(2048, 1, 8), (8192, 1, 8), (2048, 4, 8), (512, 1, 4), (512, 4, 8), (136, 1, 1), (64, 2, 1), (8, 1, 1)]
+    {
+        assert_eq!(mma_split(k, tiles), want, "k {k} tiles {tiles}");
     }
+    let emu = EmuBackend::new();
+    let mut rng = Rng::new(0x5eed_000e);
+    let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(16, 1024, 20) }.with_dtypes(DType::BF16, DType::BF16);
+    let names = run_logged(&emu, spec, None, &mut rng);
+    assert_eq!(names, [gemv::mma_name(1, DType::BF16, DType::BF16)]);
+    let grid = emu.log.lock().unwrap().last().unwrap().1;
+    assert_eq!(grid.blocks, (3, 1, 1), "8 warps per 8 columns");
 }
 
 /// The plans' k-split: one warp per column group where the blocks fill the
@@ -785,11 +788,13 @@ fn gemv_nt_split_follows_the_shape() {
 /// The plans take the GEMV kernels for 1 to 8 rows of `A` stored `m × k`,
 /// and up to 16 with `B` stored `n × k` (on a compute capability 9.0 device
 /// too, and for TF32), and not for 9 rows with `B` stored `k × n`, 17 rows
-/// or a transposed `A`; the forced tier refuses what it does not take.
+/// or a transposed `A`; 9 to 16 rows of halves with more than
+/// `GEMV_WIDE_COLUMNS` columns run the `wgmma` GEMM where there is one; the
+/// forced tier refuses what it does not take.
 #[test]
 fn plans_pick_gemv_for_few_rows_only() {
     use compute_core::{DType, Precision};
-    for emu in [EmuBackend::new(), EmuBackend::with_wgmma()] {
+    for (wgmma, emu) in [(false, EmuBackend::new()), (true, EmuBackend::with_wgmma())] {
         let mut rng = Rng::new(0x5eed_000a);
         for (m, trans_a, input, gemv) in [
             (1, false, DType::BF16, true),
@@ -810,6 +815,16 @@ fn plans_pick_gemv_for_few_rows_only() {
                 assert_eq!(GemmTier::choose(&spec, false) == GemmTier::Gemv, gemv, "{spec:?}");
             }
         }
+        // Wide products of 9 to 16 half rows: the wgmma GEMM where there is one.
+        let wide = MatmulSpec { trans_b: true, ..MatmulSpec::new(12, 64, compute_ptx::plan::GEMV_WIDE_COLUMNS + 8) }
+            .with_dtypes(DType::BF16, DType::BF16);
+        let names = run_logged(&emu, wide, None, &mut rng);
+        assert_eq!(names.iter().any(|n| n.starts_with("gemm_wgmma")), wgmma, "{names:?}");
+        assert_eq!(names.iter().any(|n| n.starts_with("gemv_")), !wgmma, "{names:?}");
+        assert_eq!(GemmTier::choose(&wide, true) == GemmTier::Gemv, false);
+        assert_eq!(GemmTier::choose(&wide, false), GemmTier::Gemv);
+        let narrow = MatmulSpec { n: compute_ptx::plan::GEMV_WIDE_COLUMNS, ..wide };
+        assert_eq!(GemmTier::choose(&narrow, true), GemmTier::Gemv);
         let tf32 = MatmulSpec { trans_b: true, ..MatmulSpec::new(2, 64, 32) }.with_precision(Precision::Tf32);
         let names = run_logged(&emu, tf32, None, &mut rng);
         assert_eq!(names, ["gemv_nt_r2_f32_f32"]);

@@ -40,10 +40,12 @@
 //!   `g + 8` of `A` and of row `g` of each 8-column tile of `B`: the same
 //!   8 values of both operands, which make the fragments of two `mma`
 //!   (their `k` positions a permutation of the chunk's, which a sum over
-//!   `k` does not see). Units past `k` load as zeros. Four chunks (two for
-//!   4 tiles) go out per round; the slices' accumulators meet in shared memory,
-//!   added in slice order. The split follows [`nt_split`]'s rule
-//!   ([`mma_split`]).
+//!   `k` does not see). Four chunks (two for 4 tiles) go out per round,
+//!   all loaded before the round's `mma`; a partial last chunk (`k` not a
+//!   multiple of 32) is taken by its slice with the units past `k` loaded
+//!   as zeros (every lane runs the warp-wide `mma`); the slices' accumulators meet in shared memory,
+//!   added in slice order. The plans give each column group 8 warps when
+//!   `k` is long enough ([`mma_split`]).
 //! - `B` stored `k × n` ([`nn`]): a block of 32 × [`NN_SLICES`] threads; each
 //!   thread owns 16 bytes of columns (4 or 8, loaded as one vector when `n`
 //!   allows) and `R` rows, so it keeps `R·V` sums, and the [`NN_SLICES`]
@@ -73,8 +75,11 @@ pub const NN_MAX_ROWS: usize = 8;
 /// The 8-column tiles per warp group the tensor-core kernel is built for
 /// ([`nt_mma`]: 8, 16 or 32 output columns per group of warps).
 pub const MMA_TILES: [u32; 3] = [1, 2, 4];
-/// The tiles the plans launch ([`nt_mma`]; the others are for tuning).
-pub const MMA_DEFAULT_TILES: u32 = 2;
+/// The tiles the plans launch ([`nt_mma`]; the others are for tuning): one
+/// tile of 8 columns per warp group, which gives the most blocks (measured
+/// fastest on an H100 at every shape of the 1.1 B decoder with 8 to 16
+/// rows, `docs/ptx.md`).
+pub const MMA_DEFAULT_TILES: u32 = 1;
 /// Threads per block of the `B` stored `n × k` kernels.
 pub const NT_BLOCK: u32 = 256;
 /// Warps per block of the `B` stored `n × k` kernels.
@@ -197,24 +202,15 @@ pub fn mma_block_cols(tiles: u32, split: u32) -> u32 {
 }
 
 /// The k-split the plans give the tensor-core kernel with `tiles` tiles for
-/// `n` columns and `k` values per row on a device of `sms`
-/// multiprocessors, by the rule of [`nt_split`]: one warp per column group
-/// when its blocks fill every multiprocessor ([`NT_BLOCKS_PER_SM`] each),
-/// else the split of [`NT_SPLITS`] with the fewest rounds of loads times
-/// waves of blocks, the smallest on a tie. Free.
-pub fn mma_split(n: usize, k: usize, tiles: u32, sms: u32) -> u32 {
-    let slots = NT_BLOCKS_PER_SM as usize * sms.max(1) as usize;
-    let blocks = |split: u32| n.div_ceil(mma_block_cols(tiles, split) as usize);
-    if blocks(1) >= slots {
-        return 1;
-    }
+/// `k` values per row: the largest of [`NT_SPLITS`] that leaves each warp
+/// at least one full round of chunks (32 values each, 4 a round, 2 for 4
+/// tiles), else 1. Eight warps per column group at the decoder's shapes
+/// (`k` 2048 or 8192): measured fastest on an H100 with 8 to 16 rows at
+/// every one of them but the 16384-column one, within 3% there. Free.
+pub fn mma_split(k: usize, tiles: u32) -> u32 {
     let chunks = k.div_ceil(32);
     let per_round = mma_unroll(tiles) as usize;
-    let cost = |split: u32| {
-        let rounds = chunks.div_ceil(split as usize * per_round).max(1);
-        rounds * blocks(split).div_ceil(slots)
-    };
-    NT_SPLITS.into_iter().fold(1, |best, s| if cost(s) < cost(best) { s } else { best })
+    NT_SPLITS.into_iter().filter(|&s| s as usize * per_round <= chunks).max().unwrap_or(1)
 }
 
 /// Name of the `B` stored `k × n` kernel (`gemv_nn_r1_bf16`; it writes `f32`).
@@ -462,8 +458,8 @@ impl NtStep<'_> {
 /// of `B` for each tile `c`: the same 8 values of both operands, which is all
 /// the fragments ask (the product sums over `k` in any order, so the
 /// fragments' `k` positions are taken as a permutation of the chunk's). Two
-/// `mma` per chunk and tile. Units past `k` load as zeros. The slices'
-/// `f32` accumulators meet in shared memory, slice 0 adding them in slice
+/// `mma` per chunk and tile; a partial last chunk loads the units past `k`
+/// as zeros. The slices' `f32` accumulators meet in shared memory, slice 0 adding them in slice
 /// order: deterministic. Params: `a`, `b`, `c` (pointers, 16-byte aligned
 /// rows: `k` a multiple of 8), `m`, `n`, `k`, `split` (u32, one of
 /// [`NT_SPLITS`]), `sa`, `sb`, `sc` (u64, elements between batch matrices).
@@ -472,7 +468,10 @@ impl NtStep<'_> {
 pub fn nt_mma(tiles: u32, input: DType, output: DType, target: Target) -> Result<Kernel, BuildError> {
     let name = mma_name(tiles, input, output);
     let Some(half) = elem::half(input) else {
-        return Err(BuildError { kernel: name, problems: vec![format!("the tensor-core GEMV reads f16 or bf16, not {input}")] });
+        return Err(BuildError {
+            kernel: name,
+            problems: vec![format!("the tensor-core GEMV reads f16 or bf16, not {input}")],
+        });
     };
     if !MMA_TILES.contains(&tiles) {
         return Err(BuildError { kernel: name, problems: vec![format!("no tensor-core GEMV of {tiles} tiles")] });
@@ -550,36 +549,24 @@ pub fn nt_mma(tiles: u32, input: DType, output: DType, target: Target) -> Result
         .collect();
     let acc: Vec<[Reg<F32>; 4]> = (0..tiles).map(|_| std::array::from_fn(|_| b.mov(0.0f32))).collect();
     let kunits = b.shr(k, 3u32);
-    let chunks = b.add(kunits, 3u32);
-    let chunks = b.shr(chunks, 2u32);
-    b.comment(&format!("chunks of 32 values, {unroll} in flight; units past k load as zeros"));
-    strided_rounds(&mut b, (slice, split, chunks), unroll, "chunks", |b, qs, _| {
-        let mut loaded = Vec::with_capacity(qs.len());
-        for &q in qs {
-            let unit = b.mad(q, 4u32, t);
-            let inside = b.setp(Cmp::Lt, unit, kunits);
-            let off = b.mul_wide(q, 64u32);
-            let load = |b: &mut KernelBuilder, row: Reg<U64>| {
-                let dst: [Reg<U32>; 4] = std::array::from_fn(|_| b.mov(0u32));
-                let p = b.add(row, off);
-                b.guarded(inside, false, |b| b.ld_global_v_into(dst, p, 0));
-                dst
-            };
-            let lo = load(b, arows[0]);
-            let hi = load(b, arows[1]);
-            let ws: Vec<[Reg<U32>; 4]> = brows.iter().map(|&r| load(b, r)).collect();
-            loaded.push((lo, hi, ws));
-        }
-        for (lo, hi, ws) in loaded {
-            let lo = lo.map(|r| b.bitcast::<B32, U32>(r));
-            let hi = hi.map(|r| b.bitcast::<B32, U32>(r));
-            for (tile, w) in ws.into_iter().enumerate() {
-                let w = w.map(|r| b.bitcast::<B32, U32>(r));
-                b.mma_m16n8k16_acc(half, acc[tile], [lo[0], hi[0], lo[1], hi[1]], [w[0], w[1]]);
-                b.mma_m16n8k16_acc(half, acc[tile], [lo[2], hi[2], lo[3], hi[3]], [w[2], w[3]]);
-            }
-        }
+    let full = b.shr(kunits, 2u32);
+    let step = MmaStep { half, unit_bytes: 64, arows: &arows, brows: &brows, acc: &acc };
+    b.comment(&format!("whole chunks of 32 values, {unroll} in flight"));
+    strided_rounds(&mut b, (slice, split, full), unroll, "chunks", |b, qs, guards| {
+        step.round(b, qs, guards.map(|g| g.to_vec()))
     });
+    b.comment("the partial chunk past the whole ones (k not a multiple of 32): its slice, units past k as zeros");
+    let partial = b.label("partial_done");
+    let tail = b.and(kunits, 3u32);
+    let none = b.setp(Cmp::Eq, tail, 0u32);
+    b.bra_if(none, partial);
+    let owner = b.rem(full, split);
+    let mine = b.setp(Cmp::Eq, owner, slice);
+    b.bra_unless(mine, partial);
+    let unit = b.mad(full, 4u32, t);
+    let inside = b.setp(Cmp::Lt, unit, kunits);
+    step.round(&mut b, &[full], Some(vec![inside]));
+    b.place(partial);
 
     let done = b.label("done");
     let store = b.label("store");
@@ -642,6 +629,54 @@ pub fn nt_mma(tiles: u32, input: DType, output: DType, target: Target) -> Result
     b.place(done);
     b.ret();
     b.finish()
+}
+
+/// One round of the tensor-core loop: for each chunk `q` of `chunks`, the
+/// 16-byte unit `4q + t` of both rows of `A` and of each tile's row of `B`,
+/// all loaded before the round's `mma`. With `guards` (one per chunk), a
+/// chunk whose guard is false loads zeros (the `mma` still runs: it is
+/// warp-wide).
+#[derive(Clone, Copy)]
+struct MmaStep<'a> {
+    half: crate::builder::Half,
+    unit_bytes: u32,
+    arows: &'a [Reg<U64>],
+    brows: &'a [Reg<U64>],
+    acc: &'a [[Reg<F32>; 4]],
+}
+
+impl MmaStep<'_> {
+    fn round(&self, b: &mut KernelBuilder, chunks: &[Reg<U32>], guards: Option<Vec<Reg<Pred>>>) {
+        let mut loaded = Vec::with_capacity(chunks.len());
+        for (i, &q) in chunks.iter().enumerate() {
+            let off = b.mul_wide(q, self.unit_bytes);
+            let guard = guards.as_ref().map(|g| g[i]);
+            let load = |b: &mut KernelBuilder, row: Reg<U64>| -> [Reg<U32>; 4] {
+                let p = b.add(row, off);
+                match guard {
+                    None => b.ld_global_nc_v::<U32, 4>(p, 0),
+                    Some(g) => {
+                        let dst: [Reg<U32>; 4] = std::array::from_fn(|_| b.mov(0u32));
+                        b.guarded(g, false, |b| b.ld_global_v_into(dst, p, 0));
+                        dst
+                    }
+                }
+            };
+            let lo = load(b, self.arows[0]);
+            let hi = load(b, self.arows[1]);
+            let ws: Vec<[Reg<U32>; 4]> = self.brows.iter().map(|&r| load(b, r)).collect();
+            loaded.push((lo, hi, ws));
+        }
+        for (lo, hi, ws) in loaded {
+            let lo = lo.map(|r| b.bitcast::<B32, U32>(r));
+            let hi = hi.map(|r| b.bitcast::<B32, U32>(r));
+            for (tile, w) in ws.into_iter().enumerate() {
+                let w = w.map(|r| b.bitcast::<B32, U32>(r));
+                b.mma_m16n8k16_acc(self.half, self.acc[tile], [lo[0], hi[0], lo[1], hi[1]], [w[0], w[1]]);
+                b.mma_m16n8k16_acc(self.half, self.acc[tile], [lo[2], hi[2], lo[3], hi[3]], [w[2], w[3]]);
+            }
+        }
+    }
 }
 
 /// One step of the `B` stored `k × n` loop: row `p` of `B` (`bq` the address
