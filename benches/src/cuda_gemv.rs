@@ -271,7 +271,8 @@ fn tensor_core_tier(be: &CudaBackend, m: usize, n: usize) -> Result<GemmTier, St
 
 /// The 1.1 B decoder's products as it runs them with the projections fused
 /// (`label`, `n`, `k`): o, q/k/v as one (2048 + 2·512 columns), gate/up as
-/// one (2·8192), down, the LM head.
+/// one (2·8192), down, the LM head. (Used by [`rows_many`] only.)
+#[allow(dead_code)]
 const FUSED: [(&str, usize, usize); 5] = [
     ("o proj: ", 2048, 2048),
     ("qkv proj: ", 3072, 2048),
@@ -286,7 +287,10 @@ const FUSED: [(&str, usize, usize); 5] = [
 /// ([`tensor_core_tier`]), the plans' choice, the GEMV kernels forced (the
 /// CUDA-core kernel with 1 or 2 warps per column group, the tensor-core GEMV
 /// with 1 tile and 4 or 8 warps and with 2 tiles and 8). Then the rows of
-/// the plans' choice and of the tensor-core GEMM, each beside cuBLAS.
+/// the plans' choice and of the tensor-core GEMM, each beside cuBLAS. (Run by
+/// the `cuda_bench` example only, so unused in `compute-bench`, which shares
+/// this file for [`rows`].)
+#[allow(dead_code)]
 pub fn rows_many(be: &CudaBackend, blas: &Blas, device: &str, budget: Duration) -> Result<Vec<Record>, String> {
     let mut head = Head::new(be, blas)?;
     let dtype = DType::BF16;

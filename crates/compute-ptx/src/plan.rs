@@ -1099,13 +1099,13 @@ impl Exec<'_> {
             let why = format!("the GEMV k-split is 1, 2, 4 or 8 warps per column group, not {split}");
             return Err(ComputeError::shape(op, why, Op::Matmul(*s).shapes()));
         }
-        if let Some(GemvForce::Mma(tiles, _)) = force {
-            if !gemv::MMA_TILES.contains(&tiles) || !s.trans_b || elem::half(s.dtype).is_none() {
-                let why = format!(
-                    "the tensor-core GEMV takes f16 or bf16 with B stored n x k in 1, 2 or 4 tiles of 8 columns, not {tiles}"
-                );
-                return Err(ComputeError::shape(op, why, Op::Matmul(*s).shapes()));
-            }
+        if let Some(GemvForce::Mma(tiles, _)) = force
+            && (!gemv::MMA_TILES.contains(&tiles) || !s.trans_b || elem::half(s.dtype).is_none())
+        {
+            let why = format!(
+                "the tensor-core GEMV takes f16 or bf16 with B stored n x k in 1, 2 or 4 tiles of 8 columns, not {tiles}"
+            );
+            return Err(ComputeError::shape(op, why, Op::Matmul(*s).shapes()));
         }
         if s.batch == 0 || s.n == 0 {
             return Ok(());
