@@ -255,10 +255,11 @@ fn kernel_label(be: &CudaBackend, tier: GemmTier, case: Case) -> Result<String, 
     })
 }
 
-/// The tensor-core GEMM the plans ran products of 9 to 16 rows on before
-/// the GEMV kernels took them (and still run with `B` stored `k × n`): the
-/// `wgmma` kernel in the shape chosen for the output, or `mma.sync` on a
-/// device without `wgmma`.
+/// The tensor-core GEMM for a product of `m` rows and `n` columns, as the
+/// plans run products of 9 to 16 rows that the GEMV kernels do not take
+/// (wider than `GEMV_WIDE_COLUMNS`, or `B` stored `k × n`): the `wgmma`
+/// kernel in the shape chosen for the output, or `mma.sync` on a device
+/// without `wgmma`.
 fn tensor_core_tier(be: &CudaBackend, m: usize, n: usize) -> Result<GemmTier, String> {
     let info = be.info().map_err(err)?;
     let (major, minor) = info.compute_capability;

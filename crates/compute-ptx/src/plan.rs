@@ -141,11 +141,13 @@ pub fn mma_fits(spec: &MatmulSpec) -> bool {
 
 /// The most columns a product of 9 to 16 rows of halves runs on the GEMV
 /// kernels on a device with `wgmma` ([`gemv_chosen`]). Measured on an H100
-/// (2026-11-26, `cuda_bench --gemv16`, `docs/ptx.md`) with 12 and 16 rows:
-/// the tensor-core GEMV took 2048 and 3072 columns in half the `wgmma`
-/// GEMM's time and `k` = 8192 in 0.41 of it, while 16384 and 32000 columns
-/// ran 10% faster on the `wgmma` GEMM, whose 64×256 tiles then occupy half
-/// the device or more; the line between is drawn at 8192, unmeasured.
+/// (2026-11-26, `cuda_bench --gemv16`, `docs/ptx.md`) with 12 and 16 rows
+/// (`k` = 2048 unless said): the tensor-core GEMV took 2048 and 3072
+/// columns in about half the `wgmma` GEMM's time and 2048 columns of `k` =
+/// 8192 in 0.40 of it, while 16384 and 32000 columns ran faster on the
+/// `wgmma` GEMM (1–4% ahead of the nearest GEMV shape, 8–12% of the one the
+/// plans build), whose 64×256 tiles then occupy half the device or more; the
+/// line between is drawn at 8192, unmeasured.
 pub const GEMV_WIDE_COLUMNS: usize = 8192;
 
 /// Whether the plans run `spec` on the GEMV kernels: it [`gemv_fits`],

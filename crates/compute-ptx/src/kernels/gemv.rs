@@ -77,8 +77,8 @@ pub const NN_MAX_ROWS: usize = 8;
 pub const MMA_TILES: [u32; 3] = [1, 2, 4];
 /// The tiles the plans launch ([`nt_mma`]; the others are for tuning): one
 /// tile of 8 columns per warp group, which gives the most blocks (measured
-/// fastest on an H100 at every shape of the 1.1 B decoder with 8 to 16
-/// rows, `docs/ptx.md`).
+/// fastest on an H100 with 12 and 16 rows at the 1.1 B decoder's shapes the
+/// plans give the GEMV, up to 8192 columns; `docs/ptx.md`).
 pub const MMA_DEFAULT_TILES: u32 = 1;
 /// Threads per block of the `B` stored `n × k` kernels.
 pub const NT_BLOCK: u32 = 256;
@@ -205,7 +205,7 @@ pub fn mma_block_cols(tiles: u32, split: u32) -> u32 {
 /// `k` values per row: the largest of [`NT_SPLITS`] that leaves each warp
 /// at least one full round of chunks (32 values each, 4 a round, 2 for 4
 /// tiles), else 1. Eight warps per column group at the decoder's shapes
-/// (`k` 2048 or 8192): measured fastest on an H100 with 8 to 16 rows at
+/// (`k` 2048 or 8192): measured fastest on an H100 with 12 and 16 rows at
 /// every one of them but the 16384-column one, within 3% there. Free.
 pub fn mma_split(k: usize, tiles: u32) -> u32 {
     let chunks = k.div_ceil(32);
