@@ -17,6 +17,8 @@
 //! runs on its logits), ours alone (no peer in the process).
 //! `COMPUTE_PTX_GEMV_SWEEP=1` first prints, for tuning, every k-split of the
 //! `B` stored `n × k` kernel at the decoder's shapes ([`sweep`]).
+//! [`rows_many`] (`cuda_bench --gemv16`) times products of 8 to 16 rows,
+//! several sequences decoded together, against the tensor-core GEMM.
 //!
 //! Timing: `calls` calls back to back between two device timestamps (CUDA
 //! events), queued behind a 3072³ `f32` GEMM so that the host's launches run
@@ -32,6 +34,8 @@ use std::time::{Duration, Instant};
 use compute_core::{Backend, DType, HostVec, MatmulSpec, Op, Tensor};
 use compute_ptx::CudaBackend;
 use compute_ptx::cuda::GemmTier;
+use compute_ptx::kernels::gemm_mma::MmaConfig;
+use compute_ptx::kernels::gemm_wgmma::WgmmaConfig;
 use compute_ptx::kernels::gemv;
 use cudarc::cublas::sys::{cublasComputeType_t, cudaDataType_t};
 use cudarc::driver::sys::CUevent_flags;
@@ -136,15 +140,15 @@ fn on_device(
     Ok((median(&mut a), if b.is_empty() { None } else { Some(median(&mut b)) }))
 }
 
-/// One GEMV row through the plans' kernels (`tier`: [`GemmTier::Gemv`], or a
-/// forced shape of it).
+/// One GEMV row: `tier` forced ([`GemmTier::Gemv`], a forced shape of it, or
+/// another tier), or with `None` whatever the plans choose.
 fn gemv_row(
     be: &CudaBackend,
     blas: &Blas,
     head: &mut Head,
     (device, budget): (&str, Duration),
     case: Case,
-    tier: GemmTier,
+    tier: Option<GemmTier>,
 ) -> Result<Record, String> {
     let Case { label, m, n, k, dtype, trans_b } = case;
     let s = Shape { m, n, k, trans_b };
@@ -174,7 +178,10 @@ fn gemv_row(
         blas,
         head,
         (calls, budget),
-        &mut |i| be.matmul_tier(tier, spec, &a, &ws[i % copies], &c).map_err(err),
+        &mut |i| match tier {
+            Some(tier) => be.matmul_tier(tier, spec, &a, &ws[i % copies], &c).map_err(err),
+            None => be.run_tensors(&Op::Matmul(spec), &[&a, &ws[i % copies]], &c).map_err(err),
+        },
         Some(&mut |i| {
             let (pa, _ra) = ca.device_ptr(&blas.stream);
             let (pb, _rb) = cws[i % copies].device_ptr(&blas.stream);
@@ -191,14 +198,17 @@ fn gemv_row(
     let bytes: Vec<u8> = blas.stream.clone_dtoh(&cc).map_err(err)?;
     other.as_mut().as_bytes_mut().copy_from_slice(&bytes);
     let diff = relative_difference(&mine.to_f32(), &other.to_f32());
-    let rows = gemv::rows_for(m);
-    let name = if trans_b {
-        let sms = be.info().map_err(err)?.multiprocessors;
-        format!("{} split {}", gemv::nt_name(rows, dtype, dtype), gemv::nt_split(m, n, k, dtype, sms))
-    } else {
-        gemv::nn_name(rows, dtype)
+    let tier = match tier {
+        Some(t) => t,
+        None => plans_tier(be, case)?,
     };
-    let mut r = record(&format!("gemv {dtype}"), shape, device, "resident", ours).with_peer("cublas", theirs);
+    let name = kernel_label(be, tier, case)?;
+    let op = if matches!(tier, GemmTier::Gemv | GemmTier::GemvSplit(_) | GemmTier::GemvMma(..)) {
+        format!("gemv {dtype}")
+    } else {
+        format!("gemm tc {dtype}")
+    };
+    let mut r = record(&op, shape, device, "resident", ours).with_peer("cublas", theirs);
     r.gbps = Some(w_bytes as f64 / ours / 1e9);
     r.note = Some(format!(
         "{label}{name}; W read at {:.0} GB/s, cuBLAS {:.0} GB/s; max |ours-cublas|/max|C| = {diff:.1e}; \
@@ -207,6 +217,132 @@ fn gemv_row(
         w_bytes as f64 / theirs / 1e9
     ));
     Ok(r)
+}
+
+/// The tier the plans run `case` on (GEMV or the tensor-core GEMM,
+/// [`compute_ptx::plan::gemv_chosen`]).
+fn plans_tier(be: &CudaBackend, case: Case) -> Result<GemmTier, String> {
+    let Case { m, n, k, dtype, trans_b, .. } = case;
+    let spec = MatmulSpec { trans_b, ..MatmulSpec::new(m, k, n) }.with_dtypes(dtype, dtype);
+    let (major, minor) = be.info().map_err(err)?.compute_capability;
+    if compute_ptx::plan::gemv_chosen(&spec, compute_ptx::Target::has_wgmma(major, minor)) {
+        Ok(GemmTier::Gemv)
+    } else {
+        tensor_core_tier(be, m, n)
+    }
+}
+
+/// The kernel (and k-split) that `tier` runs `case` on, for the notes: the
+/// plans' choice of GEMV kernel under [`GemmTier::Gemv`] (aligned
+/// operands), the forced shape otherwise.
+fn kernel_label(be: &CudaBackend, tier: GemmTier, case: Case) -> Result<String, String> {
+    let Case { m, n, k, dtype, trans_b, .. } = case;
+    let sms = be.info().map_err(err)?.multiprocessors;
+    let mma = m > gemv::NN_MAX_ROWS && dtype != DType::F32 && k % 8 == 0;
+    Ok(match tier {
+        GemmTier::Gemv if !trans_b => gemv::nn_name(gemv::rows_for(m), dtype),
+        GemmTier::Gemv if mma => {
+            let t = gemv::MMA_DEFAULT_TILES;
+            format!("{} split {}", gemv::mma_name(t, dtype, dtype), gemv::mma_split(k, t))
+        }
+        GemmTier::Gemv => {
+            format!("{} split {}", gemv::nt_name(gemv::rows_for(m), dtype, dtype), gemv::nt_split(m, n, k, dtype, sms))
+        }
+        GemmTier::GemvSplit(s) => format!("{} split {s}", gemv::nt_name(gemv::rows_for(m), dtype, dtype)),
+        GemmTier::GemvMma(t, s) => format!("{} split {s}", gemv::mma_name(t, dtype, dtype)),
+        GemmTier::Wgmma(cfg) => cfg.kernel_name(dtype, dtype, false, trans_b),
+        other => format!("{other:?}"),
+    })
+}
+
+/// The tensor-core GEMM for a product of `m` rows and `n` columns, as the
+/// plans run products of 9 to 16 rows that the GEMV kernels do not take
+/// (wider than `GEMV_WIDE_COLUMNS`, or `B` stored `k × n`): the `wgmma`
+/// kernel in the shape chosen for the output, or `mma.sync` on a device
+/// without `wgmma`.
+fn tensor_core_tier(be: &CudaBackend, m: usize, n: usize) -> Result<GemmTier, String> {
+    let info = be.info().map_err(err)?;
+    let (major, minor) = info.compute_capability;
+    Ok(if compute_ptx::Target::has_wgmma(major, minor) {
+        GemmTier::Wgmma(WgmmaConfig::for_shape(1, m, n, info.multiprocessors))
+    } else {
+        GemmTier::Mma(MmaConfig::default())
+    })
+}
+
+/// The 1.1 B decoder's products as it runs them with the projections fused
+/// (`label`, `n`, `k`): o, q/k/v as one (2048 + 2·512 columns), gate/up as
+/// one (2·8192), down, the LM head. (Used by [`rows_many`] only.)
+#[allow(dead_code)]
+const FUSED: [(&str, usize, usize); 5] = [
+    ("o proj: ", 2048, 2048),
+    ("qkv proj: ", 3072, 2048),
+    ("gate/up proj: ", 16384, 2048),
+    ("down proj: ", 2048, 8192),
+    ("lm head: ", 32000, 2048),
+];
+
+/// `--gemv16`: products of 8, 12 and 16 rows (several sequences of a
+/// decoder) at the [`FUSED`] shapes in bf16, `W` stored `n × k`. Per shape,
+/// to stderr, ours alone timed as the rows are: the tensor-core GEMM
+/// ([`tensor_core_tier`]), the plans' choice, the GEMV kernels forced (the
+/// CUDA-core kernel with 1 or 2 warps per column group, the tensor-core GEMV
+/// with 1 tile and 4 or 8 warps and with 2 tiles and 8). Then the rows of
+/// the plans' choice and of the tensor-core GEMM, each beside cuBLAS. (Run by
+/// the `cuda_bench` example only, so unused in `compute-bench`, which shares
+/// this file for [`rows`].)
+#[allow(dead_code)]
+pub fn rows_many(be: &CudaBackend, blas: &Blas, device: &str, budget: Duration) -> Result<Vec<Record>, String> {
+    let mut head = Head::new(be, blas)?;
+    let dtype = DType::BF16;
+    for m in [8, 12, 16] {
+        for (label, n, k) in FUSED {
+            let case = Case { label, m, n, k, dtype, trans_b: true };
+            let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(m, k, n) }.with_dtypes(dtype, dtype);
+            let w_bytes = k * n * dtype.size_in_bytes();
+            let copies = ROTATION_BYTES.div_ceil(w_bytes).clamp(1, 128);
+            let calls = copies * MIN_CALLS.div_ceil(copies);
+            let a = be.upload_typed(HostVec::from_f32(dtype, &random(m * k, 97)).as_slice()).map_err(err)?;
+            let hb = HostVec::from_f32(dtype, &random(k * n, 99 + n as u64));
+            let ws = (0..copies).map(|_| be.upload_typed(hb.as_slice()).map_err(err)).collect::<Result<Vec<_>, _>>()?;
+            let c = be.alloc_typed(m * n, dtype).map_err(err)?;
+            let tiers = [
+                Some(tensor_core_tier(be, m, n)?),
+                None,
+                Some(GemmTier::GemvSplit(1)),
+                Some(GemmTier::GemvSplit(2)),
+                Some(GemmTier::GemvMma(1, 4)),
+                Some(GemmTier::GemvMma(1, 8)),
+                Some(GemmTier::GemvMma(2, 8)),
+            ];
+            let mut line = format!("many bf16 {m}x{n}x{k} B^T ({label}W {} MB):", w_bytes >> 20);
+            for tier in tiers {
+                let call = &mut |i: usize| match tier {
+                    Some(tier) => be.matmul_tier(tier, spec, &a, &ws[i % copies], &c).map_err(err),
+                    None => be.run_tensors(&Op::Matmul(spec), &[&a, &ws[i % copies]], &c).map_err(err),
+                };
+                let t = on_device(be, blas, &mut head, (calls, budget / 4), call, None)?.0;
+                let what = match tier {
+                    None => format!("plans ({})", kernel_label(be, plans_tier(be, case)?, case)?),
+                    Some(tier) => kernel_label(be, tier, case)?,
+                };
+                line.push_str(&format!("\n  {what}: {:.2} us {:.0} GB/s", t * 1e6, w_bytes as f64 / t / 1e9));
+            }
+            eprintln!("{line}");
+        }
+    }
+    let mut out = Vec::new();
+    for m in [8, 12, 16] {
+        for (label, n, k) in FUSED {
+            let case = Case { label, m, n, k, dtype, trans_b: true };
+            out.push(gemv_row(be, blas, &mut head, (device, budget), case, None)?);
+            let tc = tensor_core_tier(be, m, n)?;
+            if plans_tier(be, case)? != tc {
+                out.push(gemv_row(be, blas, &mut head, (device, budget), case, Some(tc))?);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Device seconds per call of the `B` stored `n × k` kernel with the k-split
@@ -325,7 +461,7 @@ pub fn rows(be: &CudaBackend, blas: &Blas, device: &str, quick: bool, budget: Du
     }
     let mut out = Vec::new();
     for case in cases {
-        out.push(gemv_row(be, blas, &mut head, (device, budget), case, GemmTier::Gemv)?);
+        out.push(gemv_row(be, blas, &mut head, (device, budget), case, Some(GemmTier::Gemv))?);
     }
     for dtype in [DType::BF16, DType::F32] {
         out.push(argmax_row(be, blas, &mut head, (device, budget), dtype, 32000)?);

@@ -2,12 +2,13 @@
 //! `cargo xtask bench` runs), as a standalone program for the GPU machine:
 //! prints one line per row and the rows as JSON.
 //!
-//! `cargo run --release -p compute-ptx --features cuda --example cuda_bench [--quick] [--tensor-cores | --attention | --gemv]`
+//! `cargo run --release -p compute-ptx --features cuda --example cuda_bench [--quick] [--tensor-cores | --attention | --gemv | --gemv16]`
 //! (`COMPUTE_PTX_GEMM_SWEEP=1` adds the other GEMM shapes of
 //! `gemm_simt::sweep_configs` at 2048³, 4096³ and 8192³, also with `--quick`,
 //! and those of `gemm_mma::sweep_configs` at 4096³ and 8192³; `--tensor-cores`
 //! runs only the tensor-core GEMM and GEMV rows, `--gemv` only the GEMV and
-//! argmax rows (device-timed, `benches/src/cuda_gemv.rs`), `--attention` only
+//! argmax rows (device-timed, `benches/src/cuda_gemv.rs`), `--gemv16` only
+//! the products of 8 to 16 rows beside the tensor-core GEMM, `--attention` only
 //! the fused-attention rows, beside PyTorch's figures when
 //! `COMPUTE_TORCH_ATTENTION` names the output of `benches/torch_attention.py`).
 
@@ -83,6 +84,16 @@ fn gemv_rows(quick: bool) -> Result<Vec<report::Record>, String> {
     cuda_gemv::rows(&be, &blas, &device, quick, budget)
 }
 
+/// `--gemv16`: only the rows of products of 8 to 16 rows
+/// ([`cuda_gemv::rows_many`]).
+fn gemv_many_rows(quick: bool) -> Result<Vec<report::Record>, String> {
+    let be = compute_ptx::CudaBackend::new().map_err(|e| e.to_string())?;
+    let device = be.info().map_err(|e| e.to_string())?.name;
+    let blas = cuda_mma::Blas::new()?;
+    let budget = std::time::Duration::from_millis(if quick { 300 } else { 1000 });
+    cuda_gemv::rows_many(&be, &blas, &device, budget)
+}
+
 /// `--tensor-cores`: only the tensor-core GEMM rows ([`cuda_mma`]).
 fn tensor_core_rows(quick: bool) -> Result<Vec<report::Record>, String> {
     let be = compute_ptx::CudaBackend::new().map_err(|e| e.to_string())?;
@@ -106,6 +117,8 @@ fn main() {
     let quick = args.iter().any(|a| a == "--quick");
     let rows = if args.iter().any(|a| a == "--tensor-cores") {
         tensor_core_rows(quick)
+    } else if args.iter().any(|a| a == "--gemv16") {
+        gemv_many_rows(quick)
     } else if args.iter().any(|a| a == "--gemv") {
         gemv_rows(quick)
     } else if args.iter().any(|a| a == "--attention") {

@@ -5,9 +5,11 @@
 //!
 //! Element-wise ops, reductions, row ops and casts run kernels of the op's
 //! dtype (`f32`, `f16`, `bf16`, computing in `f32`). A matmul of at most
-//! [`gemv::MAX_ROWS`] rows with `A` stored `m × k` runs the GEMV kernels of
-//! its dtypes ([`gemv_fits`], [`GemmTier::Gemv`]): one pass over `B` at
-//! memory bandwidth, where a tensor-core tile would be almost all padding.
+//! [`gemv::NN_MAX_ROWS`] rows with `A` stored `m × k`, or of at most
+//! [`gemv::MAX_ROWS`] with `B` stored `n × k` too, runs the GEMV kernels of
+//! its dtypes ([`gemv_fits`], [`GemmTier::Gemv`]; 9 to 16 aligned rows of
+//! halves on the tensor-core GEMV): one pass over `B` at memory bandwidth,
+//! where a tensor-core GEMM tile would be almost all padding.
 //! Other matmuls of `f16`/`bf16`
 //! operands runs on tensor cores when its shape suits their 16-byte copies
 //! ([`mma_fits`]): the `wgmma` kernel ([`GemmTier::Wgmma`], its tile shape
@@ -70,16 +72,32 @@ pub enum GemmTier {
     /// The GEMV kernels for products of few rows ([`gemv_fits`]), any of the
     /// three dtypes in and out.
     Gemv,
-    /// [`GemmTier::Gemv`] with the k-split of the `B` stored `n × k` kernel
-    /// forced (one of [`gemv::NT_SPLITS`]; the plans pick it with
-    /// [`gemv::nt_split`]): for tuning and tests. `B` stored `k × n` runs as
-    /// under [`GemmTier::Gemv`].
+    /// [`GemmTier::Gemv`] with the CUDA-core kernel for `B` stored `n × k`
+    /// and its k-split forced (one of [`gemv::NT_SPLITS`]; the plans pick it
+    /// with [`gemv::nt_split`]): for tuning and tests. `B` stored `k × n`
+    /// runs as under [`GemmTier::Gemv`].
     GemvSplit(u32),
+    /// [`GemmTier::Gemv`] with the tensor-core kernel for `B` stored `n × k`
+    /// forced ([`gemv::nt_mma`]: `f16`/`bf16` inputs, `k` a multiple of 8,
+    /// 16-byte aligned rows): its 8-column tiles per warp group (one of
+    /// [`gemv::MMA_TILES`]) and k-split (one of [`gemv::NT_SPLITS`]). For
+    /// tuning and tests; anything else it does not take is a `Shape` error.
+    GemvMma(u32, u32),
+}
+
+/// A shape of the GEMV kernels forced through [`run_matmul`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GemvForce {
+    /// The CUDA-core kernel with this k-split.
+    Split(u32),
+    /// The tensor-core kernel with these tiles and k-split.
+    Mma(u32, u32),
 }
 
 impl GemmTier {
     /// The tier the backend picks: the GEMV kernels for products that
-    /// [`gemv_fits`] (at most 8 rows, `A` stored `m × k`); tensor cores for
+    /// [`gemv_fits`] (at most 8 rows, or 16 with `B` stored `n × k`; `A`
+    /// stored `m × k`); tensor cores for
     /// half inputs whose shape [`mma_fits`] (`wgmma` when `wgmma` says the device has it; the plans
     /// then pick its tile shape per output with `WgmmaConfig::for_shape`); for
     /// `f32`, register-blocked in the [`SimtConfig::thin`] shape for 9 to
@@ -89,7 +107,7 @@ impl GemmTier {
     /// tiled when they fill a 16×16 tile, naive for thin products (vectors,
     /// single rows or columns).
     pub fn choose(spec: &MatmulSpec, wgmma: bool) -> GemmTier {
-        if gemv_fits(spec) {
+        if gemv_chosen(spec, wgmma) {
             return GemmTier::Gemv;
         }
         if mma_fits(spec) {
@@ -126,21 +144,50 @@ pub fn mma_fits(spec: &MatmulSpec) -> bool {
         && small(spec.m, spec.n)
 }
 
+/// The most columns a product of 9 to 16 rows of halves runs on the GEMV
+/// kernels on a device with `wgmma` ([`gemv_chosen`]). Measured on an H100
+/// (2026-11-26, `cuda_bench --gemv16`, `docs/ptx.md`) with 12 and 16 rows
+/// (`k` = 2048 unless said): the tensor-core GEMV took 2048 and 3072
+/// columns in about half the `wgmma` GEMM's time and 2048 columns of `k` =
+/// 8192 in 0.40 of it, while 16384 and 32000 columns ran faster on the
+/// `wgmma` GEMM (1–4% ahead of the nearest GEMV shape, 8–12% of the one the
+/// plans build), whose 64×256 tiles then occupy half the device or more; the
+/// line between is drawn at 8192, unmeasured.
+pub const GEMV_WIDE_COLUMNS: usize = 8192;
+
+/// Whether the plans run `spec` on the GEMV kernels: it [`gemv_fits`],
+/// unless it has more than [`gemv::NN_MAX_ROWS`] rows of `f16`/`bf16` that
+/// the tensor-core GEMM takes ([`mma_fits`]), more than
+/// [`GEMV_WIDE_COLUMNS`] columns, and `wgmma` is there (compute capability
+/// 9.0): that product runs faster on the `wgmma` GEMM. Free.
+pub fn gemv_chosen(spec: &MatmulSpec, wgmma: bool) -> bool {
+    let wide = spec.m > gemv::NN_MAX_ROWS && spec.n > GEMV_WIDE_COLUMNS && wgmma && mma_fits(spec);
+    gemv_fits(spec) && !wide
+}
+
 /// Whether the GEMV kernels ([`GemmTier::Gemv`]) take `spec`: `1 ≤ m ≤`
-/// [`gemv::MAX_ROWS`], `A` stored `m × k` (`trans_a` false; a transposed `A`
-/// runs the other tiers), inputs and output `f32`, `f16` or `bf16`, `m`, `n`,
-/// `k` and `m·n` under 2³². Any batch and either layout of `B`. `f32` runs
-/// in full precision whatever `precision` asks (it meets the TF32 bound).
-/// Free.
+/// [`gemv::NN_MAX_ROWS`] (8) with either layout of `B`, or up to
+/// [`gemv::MAX_ROWS`] (16) with `B` stored `n × k` (`trans_b`, the
+/// `nn.Linear` layout a decoder's weights have); `A` stored `m × k`
+/// (`trans_a` false; a transposed `A` runs the other tiers), inputs and
+/// output `f32`, `f16` or `bf16`, `m`, `n`, `k` and `m·n` under 2³². Any
+/// batch. `f32` runs in full precision whatever `precision` asks (it meets
+/// the TF32 bound). Free.
 ///
-/// Why 8 rows: each output column costs one read of `B`'s column (at memory
-/// bandwidth) plus `m` reads of `A`'s rows from cache, and each thread keeps
-/// `m` (or `m` × 8) sums; at 8 rows the cache reads of `A` already outnumber
-/// those of `B` 8 to 1, and from 16 rows on a product fills at least a
-/// `mma` fragment's 16 rows, so the tensor-core and tiled kernels take over.
+/// Why these limits: each output column costs one read of `B`'s column (at
+/// memory bandwidth) plus `m` reads of `A`'s rows from cache. Up to 8 rows
+/// the CUDA-core kernels keep up with memory. With `B` stored `n × k`, 9 to
+/// 16 rows of half inputs fill one `mma` fragment, which the tensor-core
+/// GEMV ([`gemv::nt_mma`]) takes in one pass over `B`, where the tiled
+/// tensor-core GEMM's tiles of 64 or 128 rows would be mostly padding and
+/// give too few blocks to read `B` at memory bandwidth; `f32` (and half
+/// rows that are not 16-byte aligned) take the 16-row CUDA-core kernel.
+/// With `B` stored `k × n` a thread would keep 128 sums at 16 rows, so
+/// products of more than 8 rows run the other tiers.
 pub fn gemv_fits(spec: &MatmulSpec) -> bool {
     let small = |x: usize, y: usize| x.checked_mul(y).is_some_and(|p| p <= u32::MAX as usize);
-    (1..=gemv::MAX_ROWS).contains(&spec.m)
+    let most = if spec.trans_b { gemv::MAX_ROWS } else { gemv::NN_MAX_ROWS };
+    (1..=most).contains(&spec.m)
         && !spec.trans_a
         && elem::supported(spec.dtype)
         && elem::supported(spec.out_dtype)
@@ -365,12 +412,16 @@ pub fn run_matmul(
     batch_strides: Option<(usize, usize, usize)>,
 ) -> Result<()> {
     let op = Op::Matmul(*spec);
-    if let GemmTier::Gemv | GemmTier::GemvSplit(_) = tier {
+    if let GemmTier::Gemv | GemmTier::GemvSplit(_) | GemmTier::GemvMma(..) = tier {
         if !elem::supported(spec.dtype) || !elem::supported(spec.out_dtype) {
             return Err(unsupported_dtype(&op));
         }
-        let split = if let GemmTier::GemvSplit(s) = tier { Some(s) } else { None };
-        return Exec { l }.gemv(spec, (a, b, c), batch_strides, split, "matmul");
+        let force = match tier {
+            GemmTier::GemvSplit(s) => Some(GemvForce::Split(s)),
+            GemmTier::GemvMma(t, s) => Some(GemvForce::Mma(t, s)),
+            _ => None,
+        };
+        return Exec { l }.gemv(spec, (a, b, c), batch_strides, force, "matmul");
     }
     let tc = match tier {
         GemmTier::Mma(cfg) => Some(GemmTc::Mma(cfg)),
@@ -479,7 +530,7 @@ impl Exec<'_> {
                 self.launch(KernelId::Slerp(dt), grid, &args)
             }
             // Few rows, any dtypes: one pass over B.
-            Op::Matmul(spec) if gemv_fits(&spec) => {
+            Op::Matmul(spec) if gemv_chosen(&spec, self.l.has_wgmma()) => {
                 self.gemv(&spec, (input(0)?, input(1)?, out), None, None, op.name())
             }
             // f32 with TF32 opted in, `A·Bᵀ`: the `wgmma` kernel reads it as TF32.
@@ -976,7 +1027,12 @@ impl Exec<'_> {
                 }
                 // The GEMV plan runs every batch itself.
                 GemmTier::Gemv => return self.gemv(s, (a, b, c), batch_strides, None, op),
-                GemmTier::GemvSplit(split) => return self.gemv(s, (a, b, c), batch_strides, Some(split), op),
+                GemmTier::GemvSplit(split) => {
+                    return self.gemv(s, (a, b, c), batch_strides, Some(GemvForce::Split(split)), op);
+                }
+                GemmTier::GemvMma(tiles, split) => {
+                    return self.gemv(s, (a, b, c), batch_strides, Some(GemvForce::Mma(tiles, split)), op);
+                }
                 GemmTier::Mma(_) | GemmTier::Wgmma(_) => {
                     let why = "the tensor-core tiers take f16 or bf16 inputs";
                     return Err(ComputeError::unsupported_dtype(&Op::Matmul(*s), BackendKind::Cuda, s.dtype, why));
@@ -1024,27 +1080,42 @@ impl Exec<'_> {
 
     /// `C = A·op(B)` on the GEMV kernels (any of the three dtypes in and out;
     /// `batch_strides` as for [`Exec::matmul`]). `B` stored `n × k`: one
-    /// launch of `split` warps per group of output columns (`split` from
-    /// [`gemv::nt_split`] unless forced). `B` stored `k × n`: one launch
-    /// over (column blocks, k-splits, batch) writing `f32` partials, then the
-    /// combine kernel, unless a single split of an `f32` output writes `C`
-    /// directly. A product that [`gemv_fits`] declines, or a forced split
-    /// not in [`gemv::NT_SPLITS`], is a `Shape` error. Empty products launch
-    /// nothing.
+    /// launch of `split` warps per group of output columns, the tensor-core
+    /// kernel for 9 to 16 rows of 16-byte aligned half rows
+    /// ([`gemv::nt_mma`], split from [`gemv::mma_split`]), the CUDA-core
+    /// kernel otherwise (split from [`gemv::nt_split`]), unless `force`
+    /// says which. `B` stored `k × n`: one launch over (column blocks,
+    /// k-splits, batch) writing `f32` partials, then the combine kernel,
+    /// unless a single split of an `f32` output writes `C` directly. A
+    /// product that [`gemv_fits`] declines, a forced split not in
+    /// [`gemv::NT_SPLITS`], or a forced tensor-core shape the product does
+    /// not suit, is a `Shape` error. Empty products launch nothing.
     fn gemv(
         &self,
         s: &MatmulSpec,
         (a, b, c): (u64, u64, u64),
         batch_strides: Option<(usize, usize, usize)>,
-        split: Option<u32>,
+        force: Option<GemvForce>,
         op: &'static str,
     ) -> Result<()> {
         if !gemv_fits(s) {
-            let why = "the GEMV tier takes 1 to 8 rows of A stored m x k, and m*n, k and n under 2^32";
+            let why = "the GEMV tier takes 1 to 8 rows of A stored m x k (16 with B stored n x k), and m*n, k and n under 2^32";
             return Err(ComputeError::shape(op, why, Op::Matmul(*s).shapes()));
         }
+        let split = match force {
+            Some(GemvForce::Split(sp) | GemvForce::Mma(_, sp)) => Some(sp),
+            None => None,
+        };
         if let Some(split) = split.filter(|sp| !gemv::NT_SPLITS.contains(sp)) {
             let why = format!("the GEMV k-split is 1, 2, 4 or 8 warps per column group, not {split}");
+            return Err(ComputeError::shape(op, why, Op::Matmul(*s).shapes()));
+        }
+        if let Some(GemvForce::Mma(tiles, _)) = force
+            && (!gemv::MMA_TILES.contains(&tiles) || !s.trans_b || elem::half(s.dtype).is_none())
+        {
+            let why = format!(
+                "the tensor-core GEMV takes f16 or bf16 with B stored n x k in 1, 2 or 4 tiles of 8 columns, not {tiles}"
+            );
             return Err(ComputeError::shape(op, why, Op::Matmul(*s).shapes()));
         }
         if s.batch == 0 || s.n == 0 {
@@ -1089,6 +1160,40 @@ impl Exec<'_> {
             if s.trans_b {
                 let vec =
                     s.k.is_multiple_of(v) && sa.is_multiple_of(v) && sb.is_multiple_of(v) && aligned(ao) && aligned(bo);
+                let tensor_cores = match force {
+                    Some(GemvForce::Mma(..)) if !vec => {
+                        let why = "the tensor-core GEMV needs k a multiple of 8 and 16-byte aligned rows of A and B";
+                        return Err(ComputeError::shape(op, why, Op::Matmul(*s).shapes()));
+                    }
+                    Some(GemvForce::Mma(tiles, split)) => Some((tiles, split)),
+                    Some(GemvForce::Split(_)) => None,
+                    None if s.m > gemv::NN_MAX_ROWS && elem::half(s.dtype).is_some() && vec => {
+                        let tiles = gemv::MMA_DEFAULT_TILES;
+                        Some((tiles, gemv::mma_split(s.k, tiles)))
+                    }
+                    None => None,
+                };
+                if let Some((tiles, split)) = tensor_cores {
+                    let gx = s.n.div_ceil(gemv::mma_block_cols(tiles, split) as usize);
+                    limit(op, "GEMV column blocks", gx, MAX_GRID_X)?;
+                    let grid =
+                        Grid { blocks: (gx as u32, 1, zc as u32), threads: (gemv::NT_BLOCK, 1, 1), dynamic_smem: 0 };
+                    let args = [
+                        Arg::Ptr(ao),
+                        Arg::Ptr(bo),
+                        Arg::Ptr(co),
+                        Arg::U32(m),
+                        Arg::U32(n),
+                        Arg::U32(k),
+                        Arg::U32(split),
+                        Arg::U64(sa as u64),
+                        Arg::U64(sb as u64),
+                        Arg::U64(sc as u64),
+                    ];
+                    self.launch(KernelId::GemvNtMma(tiles, s.dtype, s.out_dtype), grid, &args)?;
+                    z0 += zc;
+                    continue;
+                }
                 let split = split.unwrap_or_else(|| gemv::nt_split(s.m, s.n, s.k, s.dtype, self.l.sm_count()));
                 let gx = s.n.div_ceil(gemv::nt_block_cols(rows, split) as usize);
                 limit(op, "GEMV column blocks", gx, MAX_GRID_X)?;

@@ -145,8 +145,8 @@ fn check_mma(shapes: &[(usize, usize, usize, usize)], input: compute_core::DType
 #[test]
 fn mma_tier_on_edges_and_batches() {
     use compute_core::DType;
-    check_mma(&[(1, 16, 8, 8), (2, 24, 40, 16), (1, 136, 168, 72)], DType::BF16);
-    check_mma(&[(1, 16, 16, 8), (1, 72, 24, 200)], DType::F16);
+    check_mma(&[(1, 24, 8, 8), (2, 24, 40, 16), (1, 136, 168, 72)], DType::BF16);
+    check_mma(&[(1, 24, 16, 8), (1, 72, 24, 200)], DType::F16);
 }
 
 /// Every shape of the tensor-core sweep agrees on a product spanning two
@@ -186,7 +186,7 @@ fn wgmma_tier_on_edges_batches_and_sweep_shapes() {
     let emu = EmuBackend::with_wgmma();
     let mut rng = Rng::new(0x5eed_0005);
     for (batch, m, k, n, input, out) in [
-        (1, 16, 8, 8, DType::BF16, DType::F32),
+        (1, 24, 8, 8, DType::BF16, DType::F32),
         (2, 72, 200, 40, DType::BF16, DType::BF16),
         (1, 136, 72, 264, DType::F16, DType::F16),
         (1, 64, 64, 64, DType::F16, DType::BF16),
@@ -586,8 +586,10 @@ fn run_logged(emu: &EmuBackend, spec: MatmulSpec, tier: Option<GemmTier>, rng: &
 }
 
 /// The GEMV kernels for every input and output dtype, both layouts of `B`,
-/// every row count 1..=8, on ragged `k` and `n` (the one-element loops) and
-/// on aligned ones (the 16-byte loops), with the launches checked.
+/// every row count 1..=8 (16 with `B` stored `n × k`), on ragged `k` and `n`
+/// (the one-element loops) and on aligned ones (the 16-byte loops), with the
+/// launches checked: 9 to 16 aligned rows of halves on the tensor-core
+/// kernel, the CUDA-core kernels otherwise.
 #[test]
 fn gemv_every_dtype_layout_and_row_count() {
     use compute_core::DType;
@@ -597,15 +599,23 @@ fn gemv_every_dtype_layout_and_row_count() {
     for input in DType::ALL {
         for out in DType::ALL {
             for trans_b in [true, false] {
-                for m in 1..=gemv::MAX_ROWS {
+                let most = if trans_b { gemv::MAX_ROWS } else { gemv::NN_MAX_ROWS };
+                for m in 1..=most {
                     let shapes: &[(usize, usize)] =
-                        if matches!(m, 1 | 3 | 8) { &[(37, 19), (64, 48)] } else { &[(37, 19)] };
+                        if matches!(m, 1 | 3 | 8 | 9 | 16) { &[(37, 19), (64, 48)] } else { &[(37, 19)] };
                     for &(k, n) in shapes {
                         let spec = MatmulSpec { trans_b, ..MatmulSpec::new(m, k, n) }.with_dtypes(input, out);
                         assert!(compute_ptx::plan::gemv_fits(&spec));
                         let names = run_logged(&emu, spec, None, &mut rng);
                         let r = gemv::rows_for(m);
-                        let want = if trans_b { gemv::nt_name(r, input, out) } else { gemv::nn_name(r, input) };
+                        let mma = m > gemv::NN_MAX_ROWS && input != DType::F32 && k % 8 == 0;
+                        let want = if mma {
+                            gemv::mma_name(gemv::MMA_DEFAULT_TILES, input, out)
+                        } else if trans_b {
+                            gemv::nt_name(r, input, out)
+                        } else {
+                            gemv::nn_name(r, input)
+                        };
                         assert_eq!(names[0], want, "{spec:?}: {names:?}");
                         if trans_b {
                             assert_eq!(names.len(), 1, "{spec:?}: {names:?}");
@@ -649,7 +659,7 @@ fn gemv_k_splits_batches_and_forced_tier() {
 }
 
 /// `B` stored `n × k` with every k-split forced (1, 2, 4 and 8 warps per
-/// column group) and every row count 1..=8: `k` long enough for several full
+/// column group) and every row count 1..=16: `k` long enough for several full
 /// rounds of loads per lane and a partial one, ragged `k` (the one-element
 /// loop only, past several rounds), `f32` units, fewer columns than a block
 /// holds (the columns past `n` read and not stored), more columns than one
@@ -683,6 +693,73 @@ fn gemv_nt_every_split_row_count_and_tail() {
         let err = compute_ptx::plan::run_matmul(&emu, GemmTier::GemvSplit(bad), &spec, (0, 0, 0), None).unwrap_err();
         assert!(matches!(err, compute_core::ComputeError::Shape { .. }), "{err}");
     }
+}
+
+/// The tensor-core GEMV (`B` stored `n × k`, half inputs) with every tile
+/// count and k-split forced, on 1 to 16 rows: `k` of whole chunks of 32
+/// values only and with a partial chunk of 1 or 3 units (the units past `k`
+/// loaded as zeros), over several rounds, fewer columns than a warp group holds, more than a block,
+/// batches and every output dtype, each checked against the reference; and
+/// the forced shapes it refuses (`f32`, `k` not a multiple of 8, `B` stored
+/// `k × n`, 3 tiles, 17 rows).
+#[test]
+fn gemv_tensor_cores_every_tile_split_and_tail() {
+    use compute_core::DType;
+    use compute_ptx::kernels::gemv;
+    let emu = EmuBackend::new();
+    let mut rng = Rng::new(0x5eed_000d);
+    for tiles in gemv::MMA_TILES {
+        for split in gemv::NT_SPLITS {
+            for (batch, m, k, n, input, out) in [
+                (1, 16, 1096, 3, DType::BF16, DType::BF16),
+                (2, 12, 72, 37, DType::F16, DType::F32),
+                (1, 9, 136, 70, DType::BF16, DType::F16),
+                (1, 1, 40, 9, DType::F16, DType::F16),
+                (1, 13, 2056, 5, DType::BF16, DType::F32),
+                (1, 10, 56, 11, DType::BF16, DType::BF16),
+                (2, 16, 4096, 17, DType::F16, DType::F16),
+            ] {
+                let spec = MatmulSpec { batch, trans_b: true, ..MatmulSpec::new(m, k, n) }.with_dtypes(input, out);
+                let names = run_logged(&emu, spec, Some(GemmTier::GemvMma(tiles, split)), &mut rng);
+                assert_eq!(names, [gemv::mma_name(tiles, input, out)], "{spec:?} tiles {tiles} split {split}");
+                let grid = emu.log.lock().unwrap().last().unwrap().1;
+                let cols = gemv::mma_block_cols(tiles, split) as usize;
+                assert_eq!(grid.blocks, (n.div_ceil(cols) as u32, 1, batch as u32), "{spec:?} split {split}");
+            }
+        }
+    }
+    let ok = MatmulSpec { trans_b: true, ..MatmulSpec::new(16, 64, 8) }.with_dtypes(DType::BF16, DType::BF16);
+    for (spec, tiles) in [
+        (MatmulSpec { trans_b: true, ..MatmulSpec::new(16, 64, 8) }, 2),
+        (MatmulSpec { k: 60, ..ok }, 2),
+        (MatmulSpec { trans_b: false, m: 8, ..ok }, 2),
+        (ok, 3),
+        (MatmulSpec { m: 17, ..ok }, 2),
+    ] {
+        let err = compute_ptx::plan::run_matmul(&emu, GemmTier::GemvMma(tiles, 1), &spec, (0, 0, 0), None).unwrap_err();
+        assert!(matches!(err, compute_core::ComputeError::Shape { .. }), "{spec:?}: {err}");
+    }
+}
+
+/// The plans' split for the tensor-core GEMV: the largest that leaves each
+/// warp a full round of chunks (8 warps per column group at the decoder's
+/// shapes), and the plans launch it with one tile.
+#[test]
+fn gemv_tensor_core_split_follows_k() {
+    use compute_core::DType;
+    use compute_ptx::kernels::gemv::{self, mma_split};
+    for (k, tiles, want) in
+        [(2048, 1, 8), (8192, 1, 8), (2048, 4, 8), (512, 1, 4), (512, 4, 8), (136, 1, 1), (64, 2, 1), (8, 1, 1)]
+    {
+        assert_eq!(mma_split(k, tiles), want, "k {k} tiles {tiles}");
+    }
+    let emu = EmuBackend::new();
+    let mut rng = Rng::new(0x5eed_000e);
+    let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(16, 1024, 20) }.with_dtypes(DType::BF16, DType::BF16);
+    let names = run_logged(&emu, spec, None, &mut rng);
+    assert_eq!(names, [gemv::mma_name(1, DType::BF16, DType::BF16)]);
+    let grid = emu.log.lock().unwrap().last().unwrap().1;
+    assert_eq!(grid.blocks, (3, 1, 1), "8 warps per 8 columns");
 }
 
 /// The plans' k-split: one warp per column group where the blocks fill the
@@ -723,35 +800,55 @@ fn gemv_nt_split_follows_the_shape() {
     }
 }
 
-/// The plans take the GEMV kernels for 1 to 8 rows of `A` stored `m × k`
-/// (on a compute capability 9.0 device too, and for TF32), and not for 9
-/// rows or a transposed `A`; the forced tier refuses what it does not take.
+/// The plans take the GEMV kernels for 1 to 8 rows of `A` stored `m × k`,
+/// and up to 16 with `B` stored `n × k` (on a compute capability 9.0 device
+/// too, and for TF32), and not for 9 rows with `B` stored `k × n`, 17 rows
+/// or a transposed `A`; 9 to 16 rows of halves with more than
+/// `GEMV_WIDE_COLUMNS` columns run the `wgmma` GEMM where there is one; the
+/// forced tier refuses what it does not take.
 #[test]
 fn plans_pick_gemv_for_few_rows_only() {
     use compute_core::{DType, Precision};
-    for emu in [EmuBackend::new(), EmuBackend::with_wgmma()] {
+    for (wgmma, emu) in [(false, EmuBackend::new()), (true, EmuBackend::with_wgmma())] {
         let mut rng = Rng::new(0x5eed_000a);
         for (m, trans_a, input, gemv) in [
             (1, false, DType::BF16, true),
             (8, false, DType::BF16, true),
             (8, false, DType::F32, true),
-            (9, false, DType::BF16, false),
-            (9, false, DType::F32, false),
-            (16, false, DType::F16, false),
+            (9, false, DType::BF16, true),
+            (9, false, DType::F32, true),
+            (16, false, DType::F16, true),
+            (17, false, DType::BF16, false),
             (4, true, DType::BF16, false),
             (4, true, DType::F32, false),
         ] {
-            let spec = MatmulSpec { trans_a, trans_b: true, ..MatmulSpec::new(m, 64, 32) }.with_dtypes(input, input);
-            let names = run_logged(&emu, spec, None, &mut rng);
-            assert_eq!(names.iter().any(|n| n.starts_with("gemv_")), gemv, "{spec:?}: {names:?}");
-            assert_eq!(GemmTier::choose(&spec, false) == GemmTier::Gemv, gemv, "{spec:?}");
+            for trans_b in [true, false] {
+                let gemv = gemv && (trans_b || m <= 8);
+                let spec = MatmulSpec { trans_a, trans_b, ..MatmulSpec::new(m, 64, 32) }.with_dtypes(input, input);
+                let names = run_logged(&emu, spec, None, &mut rng);
+                assert_eq!(names.iter().any(|n| n.starts_with("gemv_")), gemv, "{spec:?}: {names:?}");
+                assert_eq!(GemmTier::choose(&spec, false) == GemmTier::Gemv, gemv, "{spec:?}");
+            }
         }
+        // Wide products of 9 to 16 half rows: the wgmma GEMM where there is one.
+        let wide = MatmulSpec { trans_b: true, ..MatmulSpec::new(12, 64, compute_ptx::plan::GEMV_WIDE_COLUMNS + 8) }
+            .with_dtypes(DType::BF16, DType::BF16);
+        let names = run_logged(&emu, wide, None, &mut rng);
+        assert_eq!(names.iter().any(|n| n.starts_with("gemm_wgmma")), wgmma, "{names:?}");
+        assert_eq!(names.iter().any(|n| n.starts_with("gemv_")), !wgmma, "{names:?}");
+        assert!(matches!(GemmTier::choose(&wide, true), GemmTier::Wgmma(_)));
+        assert_eq!(GemmTier::choose(&wide, false), GemmTier::Gemv);
+        let narrow = MatmulSpec { n: compute_ptx::plan::GEMV_WIDE_COLUMNS, ..wide };
+        assert_eq!(GemmTier::choose(&narrow, true), GemmTier::Gemv);
         let tf32 = MatmulSpec { trans_b: true, ..MatmulSpec::new(2, 64, 32) }.with_precision(Precision::Tf32);
         let names = run_logged(&emu, tf32, None, &mut rng);
         assert_eq!(names, ["gemv_nt_r2_f32_f32"]);
     }
     let emu = EmuBackend::new();
     let spec = MatmulSpec::new(9, 8, 8);
+    let err = compute_ptx::plan::run_matmul(&emu, GemmTier::Gemv, &spec, (0, 0, 0), None).unwrap_err();
+    assert!(matches!(err, compute_core::ComputeError::Shape { .. }), "{err}");
+    let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(17, 8, 8) };
     let err = compute_ptx::plan::run_matmul(&emu, GemmTier::Gemv, &spec, (0, 0, 0), None).unwrap_err();
     assert!(matches!(err, compute_core::ComputeError::Shape { .. }), "{err}");
 }

@@ -218,9 +218,12 @@ fn tf32_wgmma_rounds_to_nearest() {
 
 /// The GEMV kernels on LLM decoding shapes (1×4096·4096×4096 and
 /// 4×4096·4096×14336, `B` stored `n × k` and `k × n`, `f32` and `bf16`, and
-/// the 1.1 B decoder's k/v, down and LM-head shapes), as the plans pick them,
-/// forced, and (`B` stored `n × k`) with every k-split forced, plus ragged and
-/// batched products of every row count, against the f64 reference.
+/// the 1.1 B decoder's k/v, down and LM-head shapes, and its fused shapes
+/// with 9 to 16 rows), as the plans pick them, forced, and (`B` stored `n ×
+/// k`) with every k-split of the CUDA-core kernel forced and, for aligned
+/// half rows, every tile count and k-split of the tensor-core kernel, plus
+/// ragged and batched products of every row count, against the f64
+/// reference.
 #[test]
 fn gemv_matches_the_reference_on_llm_shapes() {
     use compute_core::DType;
@@ -238,9 +241,12 @@ fn gemv_matches_the_reference_on_llm_shapes() {
     for (m, k, n) in [(1, 2048, 512), (1, 8192, 2048), (8, 8192, 2048), (1, 2048, 32000)] {
         cases.push((1, m, k, n, true, DType::BF16, DType::BF16));
     }
-    for m in 1..=8 {
-        cases.push((1, m, 999, 1001, m % 2 == 0, DType::F16, DType::F32));
-        cases.push((3, m, 1030, 72, m % 2 == 1, DType::BF16, DType::BF16));
+    for (m, k, n) in [(16, 2048, 3072), (12, 8192, 2048), (9, 2048, 8192)] {
+        cases.push((1, m, k, n, true, DType::BF16, DType::BF16));
+    }
+    for m in 1..=16 {
+        cases.push((1, m, 999, 1001, m % 2 == 0 || m > 8, DType::F16, DType::F32));
+        cases.push((3, m, 1032, 72, m % 2 == 1 || m > 8, DType::BF16, DType::BF16));
     }
     let mut fails = Vec::new();
     for (batch, m, k, n, trans_b, input, output) in cases {
@@ -251,7 +257,19 @@ fn gemv_matches_the_reference_on_llm_shapes() {
         let views: Vec<_> = inputs.iter().map(|v| v.as_slice()).collect();
         let mut tiers = vec![None, Some(GemmTier::Gemv)];
         if trans_b {
-            tiers.extend(compute_ptx::kernels::gemv::NT_SPLITS.map(|s| Some(GemmTier::GemvSplit(s))));
+            use compute_ptx::kernels::gemv::{MMA_TILES, NT_SPLITS};
+            tiers.extend(NT_SPLITS.map(|s| Some(GemmTier::GemvSplit(s))));
+            if input != DType::F32 && k % 8 == 0 {
+                for t in MMA_TILES {
+                    tiers.extend(NT_SPLITS.map(|s| Some(GemmTier::GemvMma(t, s))));
+                }
+            }
+            if m * k * n > 1 << 26 {
+                // Large products: the plans' shapes and one of each other kind.
+                tiers.retain(|t| {
+                    matches!(t, None | Some(GemmTier::Gemv | GemmTier::GemvSplit(4) | GemmTier::GemvMma(2, 2)))
+                });
+            }
         }
         for forced in tiers {
             let run = || -> Result<compute_core::HostVec, String> {

@@ -75,9 +75,21 @@ pub fn cases(group: Group, scale: Scale) -> Vec<Op> {
                 (257, 129, 191),
                 (1, 513, 300),
                 (300, 513, 1),
+                // 9 to 16 rows (several sequences of a decoder): k a multiple
+                // of 8 or not, n ragged.
+                (9, 37, 19),
+                (12, 136, 40),
+                (16, 264, 33),
             ];
             if large {
-                shapes.extend([(1024, 1024, 1024), (1000, 2000, 999), (2048, 64, 2048), (33, 4096, 65)]);
+                shapes.extend([
+                    (1024, 1024, 1024),
+                    (1000, 2000, 999),
+                    (2048, 64, 2048),
+                    (33, 4096, 65),
+                    (16, 2048, 3072),
+                    (13, 8192, 1000),
+                ]);
             }
             let mut ops = Vec::new();
             for &(m, k, n) in &shapes {
@@ -93,6 +105,7 @@ pub fn cases(group: Group, scale: Scale) -> Vec<Op> {
                 (4, 33, 65, 17, true, false),
                 (2, 64, 32, 128, false, true),
                 (7, 1, 9, 1, true, true),
+                (3, 16, 72, 24, false, true),
             ];
             if large {
                 v.push((16, 256, 512, 256, false, false));

@@ -1,24 +1,27 @@
-//! Matrix products with few rows (`C = A·op(B)`, `A` of `m ≤ 8` rows stored
-//! `m × k`): the GEMV kernels that LLM decoding runs, one pass over `B` at
-//! memory bandwidth instead of a tensor-core tile that would be almost all
-//! padding. Inputs `f32`, `f16` or `bf16` (both operands of one dtype),
+//! Matrix products with few rows (`C = A·op(B)`, `A` of `m ≤ 16` rows
+//! stored `m × k`; `m ≤ 8` with `B` stored `k × n`): the GEMV kernels that
+//! LLM decoding runs, one sequence or several together, one pass over `B`
+//! at memory bandwidth instead of a tensor-core tile that would be almost
+//! all padding. Inputs `f32`, `f16` or `bf16` (both operands of one dtype),
 //! accumulation in `f32`, output `f32`, `f16` or `bf16`.
 //!
-//! Each kernel is built for a row count `R` in [`ROWS`] (1, 2, 4, 8): the
-//! plans pick the smallest `R ≥ m`; rows `m..R` read row `m − 1` again (an L1
-//! hit, always in bounds) and are not stored, so one kernel serves every `m`
-//! up to `R` without branches in the loop.
+//! Each CUDA-core kernel is built for a row count `R` in [`ROWS`] (1, 2, 4,
+//! 8, 16; `B` stored `k × n` up to 8): the plans pick the smallest `R ≥ m`;
+//! rows `m..R` read row `m − 1` again (an L1 hit, always in bounds) and are
+//! not stored, so one kernel serves every `m` up to `R` without branches in
+//! the loop.
 //!
 //! - `B` stored `n × k` ([`nt`], the `nn.Linear` layout): blocks of
 //!   [`NT_WARPS`] warps; `split` warps ([`NT_SPLITS`], a kernel argument)
 //!   share a group of [`nt_warp_cols`] output columns (1 for 1–2 rows, 2 for
-//!   4, 4 for 8, so that each 16 bytes of `A` read serve that many rows of
-//!   `B`). Lane `l` of slice `s` reads the 16-byte units `s·32 + l +
+//!   4, 4 for 8, 2 for 16, so that each 16 bytes of `A` read serve that many
+//!   rows of `B` while a lane keeps at most 32 sums). Lane `l` of slice `s` reads the 16-byte units `s·32 + l +
 //!   i·32·split` of the group's rows of `B` (4 `f32` or 8 halves; together a
 //!   warp reads 512 contiguous bytes per load) beside the same 16 bytes of
 //!   every row of `A` (small, cache resident), into `R × cols` sums per lane.
-//!   The loads go out a round at a time, 8, 4, 4 or 4 loads of `B` per lane
-//!   (for 1, 2, 4, 8 rows), all issued before the round's multiply-adds; the
+//!   The loads go out a round at a time, 8, 4, 4, 4 or 2 loads of `B` per
+//!   lane (for 1, 2, 4, 8, 16 rows), all issued before the round's
+//!   multiply-adds; the
 //!   last round guards each unit instead of walking the tail one load at a
 //!   time. A transposing butterfly (`shfl.sync.bfly`: each step halves the
 //!   sums a lane holds) leaves lane `l` with sum `l >> (5 − log₂(R·cols))`;
@@ -28,6 +31,21 @@
 //!   The plans choose the split per shape ([`nt_split`]): one warp per
 //!   column group when the blocks fill the device, more for few columns and
 //!   many rows of `A`.
+//! - `B` stored `n × k` on tensor cores ([`nt_mma`], `f16`/`bf16` inputs,
+//!   `k` a multiple of 8 and 16-byte aligned rows; the plans take it for 9
+//!   to 16 rows): 16 rows of `A` are one `mma.sync.m16n8k16` fragment, so
+//!   the rows cost next to nothing and the kernel is a pass over `B`. A
+//!   group of `split` warps owns `8·tiles` columns ([`MMA_TILES`]); lane `4g
+//!   + t` loads the 16-byte unit `t` of each 32-value chunk of rows `g` and
+//!   `g + 8` of `A` and of row `g` of each 8-column tile of `B`: the same
+//!   8 values of both operands, which make the fragments of two `mma`
+//!   (their `k` positions a permutation of the chunk's, which a sum over
+//!   `k` does not see). Four chunks (two for 4 tiles) go out per round,
+//!   all loaded before the round's `mma`; a partial last chunk (`k` not a
+//!   multiple of 32) is taken by its slice with the units past `k` loaded
+//!   as zeros (every lane runs the warp-wide `mma`); the slices' accumulators meet in shared memory,
+//!   added in slice order. The plans give each column group 8 warps when
+//!   `k` is long enough ([`mma_split`]).
 //! - `B` stored `k × n` ([`nn`]): a block of 32 × [`NN_SLICES`] threads; each
 //!   thread owns 16 bytes of columns (4 or 8, loaded as one vector when `n`
 //!   allows) and `R` rows, so it keeps `R·V` sums, and the [`NN_SLICES`]
@@ -43,13 +61,25 @@
 
 use super::elem;
 use super::unroll::{maybe_guarded, strided_rounds};
-use crate::builder::{BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Pred, Reg, Target, U32, U64};
+use crate::builder::{B32, BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Pred, Reg, Target, U32, U64};
 use compute_core::DType;
 
-/// The row counts the kernels are built for.
-pub const ROWS: [u32; 4] = [1, 2, 4, 8];
-/// The most rows (`m`) a GEMV kernel takes.
-pub const MAX_ROWS: usize = 8;
+/// The row counts the CUDA-core kernels are built for (`B` stored `k × n`:
+/// up to [`NN_MAX_ROWS`]).
+pub const ROWS: [u32; 5] = [1, 2, 4, 8, 16];
+/// The most rows (`m`) a GEMV kernel takes with `B` stored `n × k`.
+pub const MAX_ROWS: usize = 16;
+/// The most rows (`m`) a GEMV kernel takes with `B` stored `k × n`: a
+/// thread there keeps `rows` × 8 sums for half inputs, 128 at 16 rows.
+pub const NN_MAX_ROWS: usize = 8;
+/// The 8-column tiles per warp group the tensor-core kernel is built for
+/// ([`nt_mma`]: 8, 16 or 32 output columns per group of warps).
+pub const MMA_TILES: [u32; 3] = [1, 2, 4];
+/// The tiles the plans launch ([`nt_mma`]; the others are for tuning): one
+/// tile of 8 columns per warp group, which gives the most blocks (measured
+/// fastest on an H100 with 12 and 16 rows at the 1.1 B decoder's shapes the
+/// plans give the GEMV, up to 8192 columns; `docs/ptx.md`).
+pub const MMA_DEFAULT_TILES: u32 = 1;
 /// Threads per block of the `B` stored `n × k` kernels.
 pub const NT_BLOCK: u32 = 256;
 /// Warps per block of the `B` stored `n × k` kernels.
@@ -79,19 +109,21 @@ pub fn rows_for(m: usize) -> u32 {
 }
 
 /// Output columns each warp of the `B` stored `n × k` kernel for `rows` rows
-/// computes: 1 for 1 or 2 rows, 2 for 4, 4 for 8, so that each 16 bytes of
-/// `A` read from cache (and widened) serve that many rows of `B`. Free.
+/// computes: 1 for 1 or 2 rows, 2 for 4, 4 for 8, 2 for 16, so that each 16
+/// bytes of `A` read from cache (and widened) serve that many rows of `B`
+/// while a lane keeps at most 32 sums. Free.
 pub fn nt_warp_cols(rows: u32) -> u32 {
     match rows {
         0..=2 => 1,
         3..=4 => 2,
-        _ => 4,
+        5..=8 => 4,
+        _ => 2,
     }
 }
 
 /// 16-byte units of each of its rows of `B` a lane of the `B` stored `n × k`
-/// kernel has in flight: 8 for 1 row, 4 for 2, 2 for 4, 1 for 8 (with
-/// [`nt_warp_cols`], 8, 4, 4 and 4 loads of `B` per lane).
+/// kernel has in flight: 8 for 1 row, 4 for 2, 2 for 4, 1 for 8 or 16 (with
+/// [`nt_warp_cols`], 8, 4, 4, 4 and 2 loads of `B` per lane).
 fn nt_unroll(rows: u32) -> u32 {
     match rows {
         0..=1 => 8,
@@ -150,6 +182,37 @@ pub fn nt_name(rows: u32, input: DType, output: DType) -> String {
     format!("gemv_nt_r{rows}_{input}_{output}")
 }
 
+/// Name of the tensor-core kernel with `tiles` 8-column tiles per warp group
+/// (`gemv_nt_mma2_bf16_f32`).
+pub fn mma_name(tiles: u32, input: DType, output: DType) -> String {
+    format!("gemv_nt_mma{tiles}_{input}_{output}")
+}
+
+/// 16-byte units (8 halves) of `B` per lane of the tensor-core kernel with
+/// `tiles` tiles, per round of loads: 4 chunks of 32 values in flight for 1
+/// or 2 tiles, 2 for 4 (4, 8 and 8 loads of `B` per lane).
+fn mma_unroll(tiles: u32) -> u32 {
+    if tiles <= 2 { 4 } else { 2 }
+}
+
+/// Output columns per block of the tensor-core kernel with `tiles` tiles and
+/// k-split `split`: [`NT_WARPS`]` / split` groups of `8·tiles` columns. Free.
+pub fn mma_block_cols(tiles: u32, split: u32) -> u32 {
+    (NT_WARPS / split.clamp(1, NT_WARPS)) * 8 * tiles
+}
+
+/// The k-split the plans give the tensor-core kernel with `tiles` tiles for
+/// `k` values per row: the largest of [`NT_SPLITS`] that leaves each warp
+/// at least one full round of chunks (32 values each, 4 a round, 2 for 4
+/// tiles), else 1. Eight warps per column group at the decoder's shapes
+/// (`k` 2048 or 8192): measured fastest on an H100 with 12 and 16 rows at
+/// every one of them but the 16384-column one, within 3% there. Free.
+pub fn mma_split(k: usize, tiles: u32) -> u32 {
+    let chunks = k.div_ceil(32);
+    let per_round = mma_unroll(tiles) as usize;
+    NT_SPLITS.into_iter().filter(|&s| s as usize * per_round <= chunks).max().unwrap_or(1)
+}
+
 /// Name of the `B` stored `k × n` kernel (`gemv_nn_r1_bf16`; it writes `f32`).
 pub fn nn_name(rows: u32, input: DType) -> String {
     format!("gemv_nn_r{rows}_{input}")
@@ -160,8 +223,8 @@ pub fn combine_name(output: DType) -> String {
     format!("gemv_combine_{output}")
 }
 
-fn check_rows(name: &str, rows: u32) -> Result<(), BuildError> {
-    if ROWS.contains(&rows) {
+fn check_rows(name: &str, rows: u32, most: usize) -> Result<(), BuildError> {
+    if ROWS.contains(&rows) && rows as usize <= most {
         return Ok(());
     }
     Err(BuildError { kernel: name.to_string(), problems: vec![format!("no GEMV kernel for {rows} rows")] })
@@ -193,7 +256,7 @@ fn batch_ptr(b: &mut KernelBuilder, base: Reg<U64>, z: Reg<U64>, stride: Reg<U64
 /// threads, `(ceil(n / nt_block_cols(rows, split)), 1, batch)` blocks.
 pub fn nt(rows: u32, input: DType, output: DType, target: Target) -> Result<Kernel, BuildError> {
     let name = nt_name(rows, input, output);
-    check_rows(&name, rows)?;
+    check_rows(&name, rows, MAX_ROWS)?;
     let v = vector_width(input);
     let cw = nt_warp_cols(rows);
     let unroll = nt_unroll(rows);
@@ -385,6 +448,237 @@ impl NtStep<'_> {
     }
 }
 
+/// Builds the tensor-core kernel for `B` stored `n × k` and up to 16 rows of
+/// `A` (`f16` or `bf16` in, any output): `C[i, j] = Σ_p A[i, p]·B[j, p]` for
+/// `i < m ≤ 16`, `j < n`, with `mma.sync.m16n8k16` (sm_80+). Each warp
+/// group (`split` warps, a kernel argument) owns `8·tiles` columns; lane
+/// `l = 4g + t` of slice `s` reads the 16-byte units `4q + t` (8 values
+/// each) of chunk `q = s + i·split` (32 values) of rows `min(g, m − 1)` and
+/// `min(g + 8, m − 1)` of `A` and of row `j0 + 8c + g` (clamped to `n − 1`)
+/// of `B` for each tile `c`: the same 8 values of both operands, which is all
+/// the fragments ask (the product sums over `k` in any order, so the
+/// fragments' `k` positions are taken as a permutation of the chunk's). Two
+/// `mma` per chunk and tile; a partial last chunk loads the units past `k`
+/// as zeros. The slices' `f32` accumulators meet in shared memory, slice 0 adding them in slice
+/// order: deterministic. Params: `a`, `b`, `c` (pointers, 16-byte aligned
+/// rows: `k` a multiple of 8), `m`, `n`, `k`, `split` (u32, one of
+/// [`NT_SPLITS`]), `sa`, `sb`, `sc` (u64, elements between batch matrices).
+/// Launch: [`NT_BLOCK`] threads, `(ceil(n / mma_block_cols(tiles, split)),
+/// 1, batch)` blocks.
+pub fn nt_mma(tiles: u32, input: DType, output: DType, target: Target) -> Result<Kernel, BuildError> {
+    let name = mma_name(tiles, input, output);
+    let Some(half) = elem::half(input) else {
+        return Err(BuildError {
+            kernel: name,
+            problems: vec![format!("the tensor-core GEMV reads f16 or bf16, not {input}")],
+        });
+    };
+    if !MMA_TILES.contains(&tiles) {
+        return Err(BuildError { kernel: name, problems: vec![format!("no tensor-core GEMV of {tiles} tiles")] });
+    }
+    let unroll = mma_unroll(tiles);
+    let per_lane = tiles * 4;
+    let mut b = KernelBuilder::new(&name, target);
+    b.doc(&format!(
+        "{name}: C[i, j] = sum_p A[i, p] * B[j, p] for i < m <= 16, B stored n x k ({input} in, f32 sums on tensor cores, {output} out)"
+    ));
+    b.doc(&format!(
+        "split warps per group of {} columns ({NT_WARPS} warps per block): lane 4g + t of slice s reads 16-byte units 4q + t of chunks q = s + i*split of rows g and g + 8 of A and row g of each 8-column tile of B ({unroll} chunks in flight), two mma.m16n8k16 per chunk and tile",
+        8 * tiles
+    ));
+    b.doc("the slices' accumulators added in order through shared memory");
+    b.doc("params: a, b, c (pointers), m, n, k, split (u32), sa, sb, sc (u64 batch strides, elements)");
+    b.doc(&format!("launch: {NT_BLOCK} threads, (ceil(n / ({NT_WARPS} / split * {})), 1, batch) blocks", 8 * tiles));
+    b.max_threads(NT_BLOCK);
+    let a = b.param_ptr("a");
+    let bp = b.param_ptr("b");
+    let c = b.param_ptr("c");
+    let m = b.param::<U32>("m");
+    let n = b.param::<U32>("n");
+    let k = b.param::<U32>("k");
+    let split = b.param::<U32>("split");
+    let sa = b.param::<U64>("sa");
+    let sb = b.param::<U64>("sb");
+    let sc = b.param::<U64>("sc");
+    let scratch = b.shared("sums", NT_WARPS * 32 * per_lane * 4, 16);
+
+    let tid = b.tid(Dim::X);
+    let lane = b.and(tid, 31u32);
+    let warp = b.shr(tid, 5u32);
+    let g = b.shr(lane, 2u32);
+    let t = b.and(lane, 3u32);
+    let group = b.div(warp, split);
+    let lead = b.mul(group, split);
+    let slice = b.sub(warp, lead);
+    let groups = b.div(NT_WARPS, split);
+    let cta = b.ctaid(Dim::X);
+    let gi = b.mad(cta, groups, group);
+    let j0 = b.mul(gi, 8 * tiles);
+    let z = b.ctaid(Dim::Z);
+    let z = b.cvt::<U64, U32>(z);
+    let az = batch_ptr(&mut b, a, z, sa, input);
+    let bz = batch_ptr(&mut b, bp, z, sb, input);
+    let cz = batch_ptr(&mut b, c, z, sc, output);
+    let lane_off = b.mul_wide(t, 16u32);
+    // Rows g and g + 8 of A, clamped to row m - 1; columns past n read
+    // column n - 1 (in bounds) and are not stored, so every warp reaches the
+    // barrier and every lane the mma.
+    let last = b.sub(m, 1u32);
+    let arows: Vec<Reg<U64>> = [0u32, 8]
+        .into_iter()
+        .map(|h| {
+            let r = b.add(g, h);
+            let r = b.min(r, last);
+            let off = b.mul_wide(r, k);
+            let off = b.shl(off, elem::shift(input));
+            let p = b.add(az, off);
+            b.add(p, lane_off)
+        })
+        .collect();
+    let nm1 = b.sub(n, 1u32);
+    let brows: Vec<Reg<U64>> = (0..tiles)
+        .map(|tile| {
+            let j = b.add(j0, 8 * tile);
+            let j = b.add(j, g);
+            let j = b.min(j, nm1);
+            let off = b.mul_wide(j, k);
+            let off = b.shl(off, elem::shift(input));
+            let p = b.add(bz, off);
+            b.add(p, lane_off)
+        })
+        .collect();
+    let acc: Vec<[Reg<F32>; 4]> = (0..tiles).map(|_| std::array::from_fn(|_| b.mov(0.0f32))).collect();
+    let kunits = b.shr(k, 3u32);
+    let full = b.shr(kunits, 2u32);
+    let step = MmaStep { half, unit_bytes: 64, arows: &arows, brows: &brows, acc: &acc };
+    b.comment(&format!("whole chunks of 32 values, {unroll} in flight"));
+    strided_rounds(&mut b, (slice, split, full), unroll, "chunks", |b, qs, guards| {
+        step.round(b, qs, guards.map(|g| g.to_vec()))
+    });
+    b.comment("the partial chunk past the whole ones (k not a multiple of 32): its slice, units past k as zeros");
+    let partial = b.label("partial_done");
+    let tail = b.and(kunits, 3u32);
+    let none = b.setp(Cmp::Eq, tail, 0u32);
+    b.bra_if(none, partial);
+    let owner = b.rem(full, split);
+    let mine = b.setp(Cmp::Eq, owner, slice);
+    b.bra_unless(mine, partial);
+    let unit = b.mad(full, 4u32, t);
+    let inside = b.setp(Cmp::Lt, unit, kunits);
+    step.round(&mut b, &[full], Some(vec![inside]));
+    b.place(partial);
+
+    let done = b.label("done");
+    let store = b.label("store");
+    let single = b.setp(Cmp::Eq, split, 1u32);
+    b.bra_if(single, store);
+    b.comment("slices through shared memory ([warp][value][lane]); slice 0 adds them in order");
+    let sbase = b.shared_base(&scratch);
+    let slot = b.mad(warp, 32 * per_lane, lane);
+    let slot = b.shl(slot, 2u32);
+    let mine = b.add(sbase, slot);
+    for (tile, vals) in acc.iter().enumerate() {
+        for (e, &v) in vals.iter().enumerate() {
+            b.st_shared(mine, i64::from((tile as u32 * 4 + e as u32) * 32 * 4), v);
+        }
+    }
+    b.bar_sync();
+    let lead_slice = b.setp(Cmp::Eq, slice, 0u32);
+    b.bra_unless(lead_slice, done);
+    let s = b.mov(1u32);
+    let at = b.mov(mine);
+    let add = b.label("add_slices");
+    b.place(add);
+    let past = b.setp(Cmp::Ge, s, split);
+    b.bra_if(past, store);
+    let next = b.add(at, 32 * per_lane * 4);
+    b.assign(at, next);
+    for (tile, vals) in acc.iter().enumerate() {
+        for (e, &v) in vals.iter().enumerate() {
+            let o = b.ld_shared::<F32>(at, i64::from((tile as u32 * 4 + e as u32) * 32 * 4));
+            let sum = b.add(v, o);
+            b.assign(v, sum);
+        }
+    }
+    let next = b.add(s, 1u32);
+    b.assign(s, next);
+    b.bra(add);
+
+    b.place(store);
+    b.comment("C[g + 8h, j0 + 8c + 2t + e] for rows < m and columns < n");
+    let t2 = b.shl(t, 1u32);
+    let jt = b.add(j0, t2);
+    for (tile, vals) in acc.iter().enumerate() {
+        for h in 0..2u32 {
+            let r = b.add(g, 8 * h);
+            let row_in = b.setp(Cmp::Lt, r, m);
+            for e in 0..2u32 {
+                let j = b.add(jt, 8 * tile as u32 + e);
+                let col_in = b.setp(Cmp::Lt, j, n);
+                let ok = b.and_pred(row_in, col_in);
+                let ci = b.mad(r, n, j);
+                let coff = b.mul_wide(ci, elem::size(output));
+                let ca = b.add(cz, coff);
+                let skip = b.label(&format!("skip_{tile}_{h}_{e}"));
+                b.bra_unless(ok, skip);
+                elem::store(&mut b, output, ca, 0, &[vals[(2 * h + e) as usize]]);
+                b.place(skip);
+            }
+        }
+    }
+    b.place(done);
+    b.ret();
+    b.finish()
+}
+
+/// One round of the tensor-core loop: for each chunk `q` of `chunks`, the
+/// 16-byte unit `4q + t` of both rows of `A` and of each tile's row of `B`,
+/// all loaded before the round's `mma`. With `guards` (one per chunk), a
+/// chunk whose guard is false loads zeros (the `mma` still runs: it is
+/// warp-wide).
+#[derive(Clone, Copy)]
+struct MmaStep<'a> {
+    half: crate::builder::Half,
+    unit_bytes: u32,
+    arows: &'a [Reg<U64>],
+    brows: &'a [Reg<U64>],
+    acc: &'a [[Reg<F32>; 4]],
+}
+
+impl MmaStep<'_> {
+    fn round(&self, b: &mut KernelBuilder, chunks: &[Reg<U32>], guards: Option<Vec<Reg<Pred>>>) {
+        let mut loaded = Vec::with_capacity(chunks.len());
+        for (i, &q) in chunks.iter().enumerate() {
+            let off = b.mul_wide(q, self.unit_bytes);
+            let guard = guards.as_ref().map(|g| g[i]);
+            let load = |b: &mut KernelBuilder, row: Reg<U64>| -> [Reg<U32>; 4] {
+                let p = b.add(row, off);
+                match guard {
+                    None => b.ld_global_nc_v::<U32, 4>(p, 0),
+                    Some(g) => {
+                        let dst: [Reg<U32>; 4] = std::array::from_fn(|_| b.mov(0u32));
+                        b.guarded(g, false, |b| b.ld_global_v_into(dst, p, 0));
+                        dst
+                    }
+                }
+            };
+            let lo = load(b, self.arows[0]);
+            let hi = load(b, self.arows[1]);
+            let ws: Vec<[Reg<U32>; 4]> = self.brows.iter().map(|&r| load(b, r)).collect();
+            loaded.push((lo, hi, ws));
+        }
+        for (lo, hi, ws) in loaded {
+            let lo = lo.map(|r| b.bitcast::<B32, U32>(r));
+            let hi = hi.map(|r| b.bitcast::<B32, U32>(r));
+            for (tile, w) in ws.into_iter().enumerate() {
+                let w = w.map(|r| b.bitcast::<B32, U32>(r));
+                b.mma_m16n8k16_acc(self.half, self.acc[tile], [lo[0], hi[0], lo[1], hi[1]], [w[0], w[1]]);
+                b.mma_m16n8k16_acc(self.half, self.acc[tile], [lo[2], hi[2], lo[3], hi[3]], [w[2], w[3]]);
+            }
+        }
+    }
+}
+
 /// One step of the `B` stored `k × n` loop: row `p` of `B` (`bq` the address
 /// of this thread's first column in it, or the row's start with the column
 /// offsets `cols` when not vectorised) against `A[:, p]` (`aoff` bytes into
@@ -431,7 +725,7 @@ fn nn_step(
 /// `(ceil(n / nn_block_cols), splits, batch)` blocks.
 pub fn nn(rows: u32, input: DType, target: Target) -> Result<Kernel, BuildError> {
     let name = nn_name(rows, input);
-    check_rows(&name, rows)?;
+    check_rows(&name, rows, NN_MAX_ROWS)?;
     let v = vector_width(input);
     let unroll: u32 = if rows * v <= 16 { 4 } else { 2 };
     let mut b = KernelBuilder::new(&name, target);

@@ -72,9 +72,13 @@ pub enum KernelId {
     GemmMma(MmaConfig, DType, DType, bool, bool),
     /// Hopper `wgmma` GEMM (`sm_90a`): shape, input dtype, output dtype, transposes.
     GemmWgmma(WgmmaConfig, DType, DType, bool, bool),
-    /// GEMV for few rows, `B` stored `n × k`: row count (1, 2, 4, 8), input
-    /// dtype, output dtype.
+    /// GEMV for few rows, `B` stored `n × k`, on CUDA cores: row count (1,
+    /// 2, 4, 8, 16), input dtype, output dtype.
     GemvNt(u32, DType, DType),
+    /// GEMV for up to 16 rows, `B` stored `n × k`, on tensor cores
+    /// (`mma.sync`): 8-column tiles per warp group (1, 2, 4), input dtype
+    /// (`f16`/`bf16`), output dtype.
+    GemvNtMma(u32, DType, DType),
     /// GEMV for few rows, `B` stored `k × n`, writing `f32` k-split partials:
     /// row count, input dtype.
     GemvNn(u32, DType),
@@ -133,6 +137,7 @@ impl KernelId {
             KernelId::GemmMma(cfg, i, o, ta, tb) => cfg.kernel_name(*i, *o, *ta, *tb),
             KernelId::GemmWgmma(cfg, i, o, ta, tb) => cfg.kernel_name(*i, *o, *ta, *tb),
             KernelId::GemvNt(r, i, o) => gemv::nt_name(*r, *i, *o),
+            KernelId::GemvNtMma(t, i, o) => gemv::mma_name(*t, *i, *o),
             KernelId::GemvNn(r, i) => gemv::nn_name(*r, *i),
             KernelId::GemvCombine(o) => gemv::combine_name(*o),
             KernelId::Im2col => "im2col".into(),
@@ -178,6 +183,7 @@ impl KernelId {
             KernelId::GemmMma(cfg, i, o, ta, tb) => gemm_mma::mma(&cfg, i, o, ta, tb, target),
             KernelId::GemmWgmma(cfg, i, o, ta, tb) => gemm_wgmma::wgmma(&cfg, i, o, (ta, tb), target),
             KernelId::GemvNt(r, i, o) => gemv::nt(r, i, o, target),
+            KernelId::GemvNtMma(t, i, o) => gemv::nt_mma(t, i, o, target),
             KernelId::GemvNn(r, i) => gemv::nn(r, i, target),
             KernelId::GemvCombine(o) => gemv::combine(o, target),
             KernelId::Im2col => conv::im2col(target),
@@ -247,6 +253,7 @@ impl KernelId {
             | KernelId::GemmMma(_, from, to, ..)
             | KernelId::GemmWgmma(_, from, to, ..)
             | KernelId::GemvNt(_, from, to)
+            | KernelId::GemvNtMma(_, from, to)
             | KernelId::QuantGemvX(_, _, from, to) => {
                 vec![from, to]
             }
@@ -260,7 +267,9 @@ impl KernelId {
 /// the tensor-core GEMMs (`bf16`/`f16` inputs, every output dtype and
 /// transpose; `mma.sync`, and `wgmma` for `sm_90a` only, see
 /// [`KernelId::targets`]), the GEMV kernels for few rows (every row count,
-/// input and output dtype, both layouts of `B`, and their k-split combine),
+/// input and output dtype, both layouts of `B` (`k × n` up to 8 rows), the
+/// tensor-core GEMV of the plans' tiles for half inputs, and the k-split
+/// combine),
 /// im2col, the attention kernels, and the block-quantized weight kernels
 /// (per format the dequantize kernels, the `dp4a` GEMV of every row count
 /// and output dtype and the one that quantizes its activations for 1, 2 and
@@ -311,8 +320,13 @@ pub fn catalog() -> Vec<KernelId> {
     for input in elem::DTYPES {
         for rows in gemv::ROWS {
             v.extend(elem::DTYPES.map(|output| KernelId::GemvNt(rows, input, output)));
-            v.push(KernelId::GemvNn(rows, input));
+            if rows as usize <= gemv::NN_MAX_ROWS {
+                v.push(KernelId::GemvNn(rows, input));
+            }
         }
+    }
+    for input in [DType::BF16, DType::F16] {
+        v.extend(elem::DTYPES.map(|output| KernelId::GemvNtMma(gemv::MMA_DEFAULT_TILES, input, output)));
     }
     v.extend(elem::DTYPES.map(KernelId::GemvCombine));
     v.push(KernelId::Im2col);
