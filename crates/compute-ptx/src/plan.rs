@@ -118,7 +118,8 @@ impl GemmTier {
         }
         let cfg = SimtConfig::default();
         let simt_rows_fit = spec.m.div_ceil(cfg.bm as usize) <= MAX_GRID_YZ;
-        if (gemv::MAX_ROWS + 1..=SimtConfig::THIN_MAX_ROWS).contains(&spec.m) && spec.n >= 64 && spec.k >= 32 {
+        // Rows past the GEMV (9 with `B` stored `k × n`, 17 stored `n × k`).
+        if (gemv::NN_MAX_ROWS + 1..=SimtConfig::THIN_MAX_ROWS).contains(&spec.m) && spec.n >= 64 && spec.k >= 32 {
             GemmTier::Simt(SimtConfig::thin())
         } else if spec.m >= 64 && spec.n >= 64 && simt_rows_fit {
             GemmTier::Simt(cfg)
