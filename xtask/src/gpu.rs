@@ -2,7 +2,7 @@
 //! and writes `.gpu/run.sh`, the one script that runs it there.
 //!
 //! The bundle: the GPU test binaries of compute-ptx (`cuda,nccl`), compute-wgpu
-//! and dispatch (`gpu,cuda`); compute-ptx's `cuda_monitor` (device report),
+//! and dispatch (`gpu,cuda,nccl`); compute-ptx's `cuda_monitor` (device report),
 //! `cuda_bench` (the CUDA benchmark rows standalone, and `--profile-gemm` for
 //! `ncu`), `nccl_bench` (all-reduce across every GPU) and `quant_bench`
 //! (block-quantized weight products and dequantization) examples; the
@@ -36,7 +36,7 @@ use crate::{cargo, run};
 const DEBS: &[&str] = &["libvulkan1", "libegl1", "libglvnd0", "libopengl0", "libgl1", "libglx0", "libgles2"];
 
 /// Packages whose GPU test binaries go into the bundle, with the features they are built with.
-const TESTS: &[(&str, &str)] = &[("compute-ptx", "cuda,nccl"), ("compute-wgpu", ""), ("dispatch", "gpu,cuda")];
+const TESTS: &[(&str, &str)] = &[("compute-ptx", "cuda,nccl"), ("compute-wgpu", ""), ("dispatch", "gpu,cuda,nccl")];
 
 /// Test targets that exercise a GPU (unit tests, golden and emulator tests run everywhere and stay home).
 const GPU_TARGETS: &[&str] = &["conformance", "gpu", "nccl", "async_overlap", "executor", "pool"];
