@@ -799,7 +799,7 @@ mod x86 {
                         unsafe {
                             let x = xs.add(r * 2 * Q4K_VALUES + i * Q4K_VALUES);
                             let dx = _mm256_set1_ps(*panel.xv.as_ptr().add((s * rows + r) * 4 + 2 * i));
-                            for h in 0..2 {
+                            for (h, &dv) in dv.iter().enumerate() {
                                 let mut u = [_mm256_setzero_si256(); 2];
                                 for c in 0..4 {
                                     let v = 2 * c + h;
@@ -811,7 +811,7 @@ mod x86 {
                                 }
                                 // [j₀ j₁ k₀ k₁] per 128-bit lane, reordered to [j₀ k₀ j₁ k₁].
                                 let c = _mm256_shuffle_epi32::<0b11_01_10_00>(_mm256_hadd_epi32(u[0], u[1]));
-                                let f = _mm256_mul_ps(_mm256_cvtepi32_ps(c), dv[h]);
+                                let f = _mm256_mul_ps(_mm256_cvtepi32_ps(c), dv);
                                 accumulate(acc.add(16 * r + 8 * h), f, dx);
                             }
                         }
