@@ -7,6 +7,11 @@
 //! Calls cycle through [`COPIES`] copies of the weight, as decoding cycles
 //! through a model's layers, so that neither side reads it from a cache
 //! that holds one copy whole.
+//!
+//! The products run on the backend's ISA path, whose kernels
+//! (`compute_simd::quantized::kernel_for`: VNNI, AVX2 or scalar) each row's
+//! note names; `COMPUTE_SIMD_ISA=avx2` (or `portable`) runs the AVX2 kernels
+//! (or the scalar loop) on a CPU that has VNNI.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -14,7 +19,7 @@ use std::time::Duration;
 use compute_core::quant::BlockFormat;
 use compute_core::{Backend, DType, HostVec, MatmulSpec, Op};
 use compute_simd::SimdBackend;
-use compute_simd::quantized::{Q4K_VALUES, Weights, matmul};
+use compute_simd::quantized::{Q4K_VALUES, Weights, kernel_for, matmul_with};
 use rayon::prelude::*;
 
 use crate::report::{Record, random, time_pair};
@@ -40,6 +45,9 @@ fn format_rows(
     quick: bool,
 ) -> Result<Vec<Record>, String> {
     let name = format.name();
+    let isa = backend.isa();
+    let kernel = kernel_for(isa).as_str();
+    let matmul = |format, x: &[f32], w: &[u8], shape, y: &mut [f32]| matmul_with(isa, format, x, w, shape, y);
     let blocks = match format {
         Weights::Q4K => BlockFormat::Q4K,
         Weights::Q5K => BlockFormat::Q5K,
@@ -103,7 +111,7 @@ fn format_rows(
             r.peer_median_s = Some(t_read);
             r.ratio = Some(t_read / t_ours);
             r.note = Some(format!(
-                "weight {:.1} MB, read {:.1} GB/s; ratio = weight GB/s / read GB/s",
+                "{kernel} kernels; weight {:.1} MB, read {:.1} GB/s; ratio = weight GB/s / read GB/s",
                 bytes / 1e6,
                 bytes / t_read / 1e9
             ));
@@ -135,7 +143,7 @@ fn format_rows(
         r.peer = Some("simd bf16".into());
         r.peer_median_s = Some(t_bf16);
         r.ratio = Some(t_bf16 / t_ours);
-        r.note = Some(format!("ratio = our bf16 GEMV time / {name} GEMV time"));
+        r.note = Some(format!("{kernel} kernels; ratio = our bf16 GEMV time / {name} GEMV time"));
         rows.push(r);
     }
     Ok(rows)

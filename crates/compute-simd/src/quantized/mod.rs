@@ -15,10 +15,12 @@
 //! `dx/2` per value, `dx = max|x|/127` over each 256 values) and the `f32`
 //! rounding of the per-block terms.
 //!
-//! Two paths compute exactly the same thing, bit for bit: on a CPU with
-//! AVX-512 VNNI, kernels on `vpdpbusd` (module `vnni`); elsewhere a scalar
-//! loop (module `scalar`) that computes the same integers and then the same
-//! `f32` operations in the same order.
+//! Three paths compute exactly the same thing, bit for bit: on a CPU with
+//! AVX-512 VNNI, kernels on `vpdpbusd` (module `vnni`); on one with AVX2
+//! (and F16C) but not VNNI, kernels on `vpmaddubsw` and `vpmaddwd` (module
+//! `avx2`); elsewhere a scalar loop (module `scalar`). All compute the same
+//! integers and then the same `f32` operations in the same order.
+//! [`kernel_for`] names the path a given [`Isa`] takes.
 //!
 //! How the work is shared: the activation rows go in panels of at most
 //! [`PANEL_ROWS`]; weight rows go [`WEIGHT_ROWS`] at a time through each
@@ -35,6 +37,7 @@
 //! [`PAR_GEMM_MIN_MACS`] multiply-adds; the activation rows are quantized in
 //! parallel too.
 
+mod avx2;
 pub mod ops;
 mod scalar;
 mod vnni;
@@ -178,6 +181,51 @@ pub fn has_vnni() -> bool {
     vnni::available()
 }
 
+/// Whether this CPU runs the AVX2 kernels (AVX2 and F16C): the path of
+/// [`Isa::Avx2`], and of [`Isa::Avx512`] on a CPU without VNNI. Costs two
+/// atomic loads after the first call.
+pub fn has_avx2_kernels() -> bool {
+    avx2::available()
+}
+
+/// The kernels [`matmul_with`] runs for `isa` on this CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernel {
+    /// `vpdpbusd` on 512-bit vectors (AVX-512 F, BW, VNNI and F16C).
+    Vnni,
+    /// `vpmaddubsw` and `vpmaddwd` on 256-bit vectors (AVX2 and F16C).
+    Avx2,
+    /// The portable scalar loop (8 to 20 times slower than the VNNI kernels).
+    Scalar,
+}
+
+impl Kernel {
+    /// Lower-case name (`vnni`, `avx2`, `scalar`), as the benchmarks print it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kernel::Vnni => "vnni",
+            Kernel::Avx2 => "avx2",
+            Kernel::Scalar => "scalar",
+        }
+    }
+}
+
+/// The kernels [`matmul_with`] runs for `isa` on this CPU: VNNI where `isa`
+/// is [`Isa::Avx512`] and the CPU has it, else AVX2 where `isa` is
+/// [`Isa::Avx2`] or [`Isa::Avx512`] and the CPU has AVX2 and F16C, else the
+/// scalar loop. `COMPUTE_SIMD_ISA=avx2` (see [`Isa::detect`]) makes
+/// [`matmul`] take the AVX2 kernels on a CPU that also has VNNI. A few
+/// atomic loads.
+pub fn kernel_for(isa: Isa) -> Kernel {
+    if isa == Isa::Avx512 && vnni::available() {
+        Kernel::Vnni
+    } else if matches!(isa, Isa::Avx2 | Isa::Avx512) && avx2::available() {
+        Kernel::Avx2
+    } else {
+        Kernel::Scalar
+    }
+}
+
 /// The block formats whose products this module computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Weights {
@@ -239,7 +287,7 @@ pub(crate) struct Panel<'a> {
     /// and `Q8_0`; padding blocks hold `x = 0`.
     x: Vec<u8>,
     /// The scalar path's copy of the values in their natural order, widened
-    /// (`rows × 256·blocks`); empty on the VNNI path.
+    /// (`rows × 256·blocks`); empty on the vector paths.
     natural: Vec<i16>,
     /// Per step and row, four activation scales: `dx` of blocks
     /// `2s, 2s, 2s+1, 2s+1`; 0 past the last block.
@@ -352,11 +400,13 @@ pub fn matmul(
     matmul_with(Isa::detect(), format, x, w, shape, y)
 }
 
-/// [`matmul`] on the path `isa` allows: the VNNI kernels where `isa` is
-/// [`Isa::Avx512`] and the CPU has AVX-512 VNNI ([`has_vnni`]), the scalar
-/// loop otherwise. Both give the same bits. Same errors and costs as
+/// [`matmul`] on the path `isa` allows ([`kernel_for`]): the VNNI kernels
+/// where `isa` is [`Isa::Avx512`] and the CPU has AVX-512 VNNI
+/// ([`has_vnni`]), else the AVX2 kernels where `isa` is [`Isa::Avx2`] or
+/// [`Isa::Avx512`] and the CPU has AVX2 and F16C ([`has_avx2_kernels`]),
+/// else the scalar loop. All give the same bits. Same errors and costs as
 /// [`matmul`]; the scalar loop runs 8 (GEMV) to 20 (batches) times slower
-/// than the kernels on the development machine.
+/// than the VNNI kernels on the development machine.
 pub fn matmul_with(
     isa: Isa,
     format: Weights,
@@ -396,14 +446,15 @@ pub fn matmul_with(
     if m == 0 || n == 0 {
         return Ok(());
     }
-    let fast = isa == Isa::Avx512 && vnni::available();
+    let kernel = kernel_for(isa);
     let xs: Vec<Q8Row> = if m.saturating_mul(k) >= PAR_QUANTIZE_MIN {
         fork::map(m, |i| Q8Row::quantize(x.get(i * k..(i + 1) * k).unwrap_or_default()))
     } else {
         x.chunks_exact(k).take(m).map(Q8Row::quantize).collect()
     };
     let refs: Vec<&Q8Row> = xs.iter().collect();
-    let panels: Vec<Panel<'_>> = refs.chunks(PANEL_ROWS).map(|rows| Panel::new(format, rows, blocks, !fast)).collect();
+    let panels: Vec<Panel<'_>> =
+        refs.chunks(PANEL_ROWS).map(|rows| Panel::new(format, rows, blocks, kernel == Kernel::Scalar)).collect();
     let threads = if m.saturating_mul(n).saturating_mul(k) < PAR_GEMM_MIN_MACS { 1 } else { par::threads() };
     // Pieces of weight rows; each piece takes its rows `WEIGHT_ROWS` at a
     // time through every panel (those rows' bytes stay in cache while the
@@ -420,7 +471,12 @@ pub fn matmul_with(
             let wj = w.get(first * row_bytes..(first + jn) * row_bytes).unwrap_or_default();
             for (pi, panel) in panels.iter().enumerate() {
                 let rows = panel.rows.len();
-                if !(fast && vnni::run(format, wj, jn, panel, &mut scratch, &mut ys)) {
+                let done = match kernel {
+                    Kernel::Vnni => vnni::run(format, wj, jn, panel, &mut scratch, &mut ys),
+                    Kernel::Avx2 => avx2::run(format, wj, jn, panel, &mut scratch, &mut ys),
+                    Kernel::Scalar => false,
+                };
+                if !done {
                     scalar::run(format, wj, jn, panel, &mut scratch, &mut ys);
                 }
                 for (jj, yj) in ys.chunks_exact(rows).take(jn).enumerate() {

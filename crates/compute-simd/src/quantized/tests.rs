@@ -1,6 +1,7 @@
 //! The quantized products against the f64 product of the dequantized
-//! weights on every path this CPU has (the VNNI kernels and the scalar loop),
-//! the two paths against each other bit for bit, and the refusals.
+//! weights on every path this CPU has (the VNNI kernels, the AVX2 kernels and
+//! the scalar loop), the paths against each other bit for bit, and the
+//! refusals.
 use super::*;
 use compute_core::quant::BlockFormat;
 
@@ -47,6 +48,15 @@ fn check(isa: Isa, format: Weights, (m, k, n): (usize, usize, usize), threads: u
     let x = values(m * k, seed ^ 0x5eed);
     let mut y = vec![f32::NAN; m * n];
     pool(threads).install(|| matmul_with(isa, format, &x, &w, (m, k, n), &mut y)).expect("shapes fit");
+    if let Some(why) = violation(format, &x, &deq, (m, k, n), &y) {
+        panic!("{isa} t={threads}: {why}");
+    }
+}
+
+/// The first output of `y` outside the tolerance of [`check`] against the
+/// product of `x` with the dequantized weights `deq`, described; `None` when
+/// all are inside.
+fn violation(format: Weights, x: &[f32], deq: &[f32], (m, k, n): (usize, usize, usize), y: &[f32]) -> Option<String> {
     for i in 0..m {
         let xi = &x[i * k..(i + 1) * k];
         let q = Q8Row::quantize(xi);
@@ -58,12 +68,22 @@ fn check(isa: Isa, format: Weights, (m, k, n): (usize, usize, usize), threads: u
                 bound += f64::from(b.abs()) * (f64::from(q.scales()[p / Q4K_VALUES]) / 2.0 + 1e-6 * f64::from(a.abs()));
             }
             let got = f64::from(y[i * n + j]);
-            assert!(
-                (got - exact).abs() <= bound,
-                "{format:?} {isa} ({m}, {k}, {n}) t={threads} y[{i}][{j}] = {got}, want {exact} ± {bound}"
-            );
+            if (got - exact).abs() > bound || got.is_nan() {
+                return Some(format!("{format:?} ({m}, {k}, {n}) y[{i}][{j}] = {got}, want {exact} ± {bound}"));
+            }
         }
     }
+    None
+}
+
+/// The vector paths this CPU runs, each with the `Isa` that selects it.
+fn vector_paths() -> Vec<(Isa, Kernel)> {
+    [Isa::Avx512, Isa::Avx2]
+        .into_iter()
+        .filter(|isa| isa.is_supported())
+        .map(|isa| (isa, kernel_for(isa)))
+        .filter(|&(_, kernel)| kernel != Kernel::Scalar)
+        .collect()
 }
 
 #[test]
@@ -89,14 +109,22 @@ fn products_match_the_dequantized_reference_on_every_path() {
     }
 }
 
-/// The two paths on the same inputs: both compute the same integers and the
-/// same `f32` operations in the same order, so every output has the same bits.
+/// The paths on the same inputs: all compute the same integers and the same
+/// `f32` operations in the same order, so every output has the same bits.
 #[test]
-fn the_vnni_kernels_and_the_scalar_loop_give_the_same_bits() {
-    if !has_vnni() {
-        eprintln!("skipped: this CPU has no AVX-512 VNNI");
+fn the_vector_kernels_and_the_scalar_loop_give_the_same_bits() {
+    let paths = vector_paths();
+    if paths.is_empty() {
+        eprintln!("skipped: this CPU has neither AVX-512 VNNI nor AVX2");
         return;
     }
+    for (isa, kernel) in paths {
+        eprintln!("{isa}: {} kernels", kernel.as_str());
+        same_bits_as_scalar(isa);
+    }
+}
+
+fn same_bits_as_scalar(isa: Isa) {
     for format in FORMATS {
         for (s, &(m, k, n)) in
             [(1, 256, 7), (5, 1280, 19), (16, 2048, 24), (33, 768, 5), (66, 512, 3)].iter().enumerate()
@@ -111,10 +139,10 @@ fn the_vnni_kernels_and_the_scalar_loop_give_the_same_bits() {
                 }
             }
             let (mut fast, mut slow) = (vec![f32::NAN; m * n], vec![f32::NAN; m * n]);
-            matmul_with(Isa::Avx512, format, &x, &w, (m, k, n), &mut fast).expect("fits");
+            matmul_with(isa, format, &x, &w, (m, k, n), &mut fast).expect("fits");
             matmul_with(Isa::Portable, format, &x, &w, (m, k, n), &mut slow).expect("fits");
             for (i, (f, s)) in fast.iter().zip(&slow).enumerate() {
-                assert_eq!(f.to_bits(), s.to_bits(), "{format:?} ({m}, {k}, {n}) y[{i}]: {f} vs {s}");
+                assert_eq!(f.to_bits(), s.to_bits(), "{format:?} {isa} ({m}, {k}, {n}) y[{i}]: {f} vs {s}");
             }
         }
     }
@@ -245,21 +273,64 @@ fn value_offsets_are_a_permutation_of_a_block() {
 #[test]
 fn vector_unpacking_of_scales_matches_the_formats_definition() {
     let (mut a, mut b) = ([0u8; 20], [0u8; 20]);
-    for seed in 0..200u64 {
-        for (i, v) in a.iter_mut().chain(b.iter_mut()).enumerate() {
-            *v = (seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(i as u32 * 5) >> 13) as u8;
-        }
-        let Some((sc, mn)) = vnni::scales_pair(&a, &b) else {
-            eprintln!("skipped: this CPU has no AVX-512 VNNI");
-            return;
-        };
-        for (blk, half) in [(&a, 0), (&b, 8)] {
-            let packed: [u8; 12] = blk[4..16].try_into().expect("12 bytes");
-            let (scales, mins) = compute_core::quant::unpack_scales_k4(&packed);
-            assert_eq!(sc[half..half + 8], scales, "{packed:?}");
-            assert_eq!(mn[half..half + 8], mins, "{packed:?}");
+    type Unpack = fn(&[u8; 20], &[u8; 20]) -> Option<([u8; 16], [u8; 16])>;
+    let unpackers: [(&str, Unpack); 2] = [("vnni", vnni::scales_pair), ("avx2", avx2::scales_pair)];
+    for (name, unpack) in unpackers {
+        for seed in 0..200u64 {
+            for (i, v) in a.iter_mut().chain(b.iter_mut()).enumerate() {
+                *v = (seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(i as u32 * 5) >> 13) as u8;
+            }
+            let Some((sc, mn)) = unpack(&a, &b) else {
+                eprintln!("skipped: this CPU lacks the {name} kernels' instructions");
+                break;
+            };
+            for (blk, half) in [(&a, 0), (&b, 8)] {
+                let packed: [u8; 12] = blk[4..16].try_into().expect("12 bytes");
+                let (scales, mins) = compute_core::quant::unpack_scales_k4(&packed);
+                assert_eq!(sc[half..half + 8], scales, "{name} {packed:?}");
+                assert_eq!(mn[half..half + 8], mins, "{name} {packed:?}");
+            }
         }
     }
+}
+
+/// The checks above catch a kernel that pairs the weights of a group of 32
+/// with the wrong activations: the product of each path with every group of
+/// 32 activations reversed (what a kernel reading each group of weights in
+/// reverse order computes) fails the reference check and differs from the
+/// scalar loop's bits.
+#[test]
+fn a_kernel_reading_each_group_of_weights_reversed_is_caught() {
+    let (m, k, n) = (3, 768, 9);
+    let mut paths: Vec<Isa> = vector_paths().into_iter().map(|(isa, _)| isa).collect();
+    paths.push(Isa::Portable);
+    for format in FORMATS {
+        let (w, deq) = weights_of(format, n, k, 41);
+        let x = values(m * k, 42);
+        let mut reversed = x.clone();
+        reversed.chunks_mut(32).for_each(<[f32]>::reverse);
+        let mut right = vec![f32::NAN; m * n];
+        matmul_with(Isa::Portable, format, &x, &w, (m, k, n), &mut right).expect("fits");
+        assert!(violation(format, &x, &deq, (m, k, n), &right).is_none(), "{format:?}");
+        for &isa in &paths {
+            let mut wrong = vec![f32::NAN; m * n];
+            matmul_with(isa, format, &reversed, &w, (m, k, n), &mut wrong).expect("fits");
+            assert!(violation(format, &x, &deq, (m, k, n), &wrong).is_some(), "{format:?} {isa}: not caught");
+            assert!(wrong.iter().zip(&right).any(|(a, b)| a.to_bits() != b.to_bits()), "{format:?} {isa}");
+        }
+    }
+}
+
+/// `Isa::Avx2` selects the AVX2 kernels and `Isa::Avx512` the VNNI ones
+/// where the CPU has them; `Isa::Portable` always the scalar loop.
+#[test]
+fn each_isa_selects_its_kernels() {
+    assert_eq!(kernel_for(Isa::Portable), Kernel::Scalar);
+    assert_eq!(kernel_for(Isa::Neon), Kernel::Scalar);
+    let avx2 = if has_avx2_kernels() { Kernel::Avx2 } else { Kernel::Scalar };
+    assert_eq!(kernel_for(Isa::Avx2), avx2);
+    assert_eq!(kernel_for(Isa::Avx512), if has_vnni() { Kernel::Vnni } else { avx2 });
+    eprintln!("kernels: avx512 → {}, avx2 → {}", kernel_for(Isa::Avx512).as_str(), kernel_for(Isa::Avx2).as_str());
 }
 
 #[test]
@@ -298,4 +369,37 @@ fn bad_shapes_are_refused_and_nothing_is_written() {
         assert!(text.contains(why) && text.contains("q4_k"), "{why}: {text}");
     }
     assert!(y.iter().all(|&v| v == 7.0));
+}
+
+/// Each vector kernel takes the calls `matmul_with` gives it (it does not
+/// decline and leave them to the scalar loop, which would hide it from the
+/// tests above) and writes the scalar loop's bits, for odd weight row counts
+/// and block counts.
+#[test]
+fn the_vector_kernels_take_their_calls_and_match_the_scalar_loop() {
+    type Run = fn(Weights, &[u8], usize, &Panel<'_>, &mut [f32], &mut [f32]) -> bool;
+    let kernels: [(&str, bool, Run); 2] = [("vnni", has_vnni(), vnni::run), ("avx2", has_avx2_kernels(), avx2::run)];
+    for format in FORMATS {
+        for &(m, blocks, jn) in &[(1, 1, 1), (3, 3, 7), (17, 2, 8), (32, 5, 5)] {
+            let k = blocks * Q4K_VALUES;
+            let (w, _) = weights_of(format, jn, k, 5 + m as u64);
+            let x = values(m * k, 6 + jn as u64);
+            let rows: Vec<Q8Row> = x.chunks_exact(k).map(Q8Row::quantize).collect();
+            let refs: Vec<&Q8Row> = rows.iter().collect();
+            let scalar_panel = Panel::new(format, &refs, blocks, true);
+            let mut scratch = vec![0.0f32; scalar_panel.scratch(WEIGHT_ROWS)];
+            let mut want = vec![f32::NAN; jn * m];
+            scalar::run(format, &w, jn, &scalar_panel, &mut scratch, &mut want);
+            let panel = Panel::new(format, &refs, blocks, false);
+            for &(name, present, run) in &kernels {
+                let mut got = vec![f32::NAN; jn * m];
+                assert_eq!(run(format, &w, jn, &panel, &mut scratch, &mut got), present, "{name} {format:?}");
+                if present {
+                    for (i, (g, s)) in got.iter().zip(&want).enumerate() {
+                        assert_eq!(g.to_bits(), s.to_bits(), "{name} {format:?} m={m} blocks={blocks} jn={jn} [{i}]");
+                    }
+                }
+            }
+        }
+    }
 }
