@@ -1,7 +1,8 @@
 //! The quantized products' kernels on AVX2 (with F16C), for CPUs without
-//! AVX-512 VNNI: the only `unsafe` of this path. They compute the same
-//! integer lanes and then the same `f32` operations in the same order as
-//! `scalar::run` (and the VNNI kernels), so all paths give the same bits.
+//! AVX-512 VNNI: with [`super::stream`], the only `unsafe` of this path.
+//! They compute the same integer lanes and then the same `f32` operations in
+//! the same order as `scalar::run` (and the VNNI kernels), so all paths give
+//! the same bits.
 //!
 //! The layout is the panel's ([`super::value_offset`]): in each 64-byte chunk
 //! of a block's activations the 4-byte lanes `2s` and `2s + 1` belong to
@@ -47,7 +48,7 @@
 //! as in the VNNI kernels: into L2 far enough ahead to hide a DRAM access,
 //! into L1 one step ahead.
 
-use super::{PANEL_ROWS, Panel, Q4K_VALUES, STEP_BLOCKS, Weights};
+use super::{Panel, Weights};
 
 /// Whether this CPU has the kernels' instructions (AVX2 and F16C). Costs two
 /// atomic loads after the first call.
@@ -77,19 +78,7 @@ pub(super) fn run(
     scratch: &mut [f32],
     out: &mut [f32],
 ) -> bool {
-    let (rows, blocks) = (panel.rows.len(), panel.blocks);
-    let step_bytes = STEP_BLOCKS * Q4K_VALUES;
-    let ok = (1..=PANEL_ROWS).contains(&rows)
-        && blocks > 0
-        && jn > 0
-        && panel.steps == blocks.div_ceil(STEP_BLOCKS)
-        && w.len() >= jn.saturating_mul(blocks).saturating_mul(format.block_bytes())
-        && panel.x.len() >= panel.steps * rows * step_bytes
-        && panel.xv.len() >= panel.steps * rows * 4
-        && (!format.has_mins() || panel.sums.len() >= panel.steps * rows * 16)
-        && scratch.len() >= panel.scratch(jn)
-        && out.len() >= jn * rows
-        && available();
+    let ok = panel.fits(format, w, jn, scratch, out) && available();
     if !ok {
         return false;
     }
@@ -141,53 +130,8 @@ pub(super) fn scales_pair(a: &[u8; 20], b: &[u8; 20]) -> Option<([u8; 16], [u8; 
 mod x86 {
     use std::arch::x86_64::*;
 
+    use super::super::stream::{ZERO, block, prefetch_next};
     use super::super::{Panel, Q4K_BYTES, Q4K_VALUES, Q5K_BYTES, Q6K_BYTES, Q8_0_BYTES};
-
-    /// Zeros standing in for the blocks past the end of a row in the last
-    /// step (as long as the largest step block, eight `Q8_0` blocks).
-    static ZERO: [u8; 8 * Q8_0_BYTES] = [0; 8 * Q8_0_BYTES];
-
-    /// Block `b` of the row at `row` (`size` bytes a block), or [`ZERO`] past
-    /// `blocks`. Only computes an address.
-    #[inline(always)]
-    fn block(row: *const u8, b: usize, blocks: usize, size: usize) -> *const u8 {
-        if b < blocks { row.wrapping_add(b * size) } else { ZERO.as_ptr() }
-    }
-
-    /// Asks for the `len` bytes at `p` to be brought into L2 (`far`) or L1:
-    /// weight bytes of a later step of the same row, or of the next call's
-    /// rows, which may lie past the caller's slice (a prefetch never faults
-    /// and reads nothing into the program).
-    #[inline(always)]
-    fn prefetch(p: *const u8, len: usize, far: bool) {
-        for line in (0..len).step_by(64) {
-            let at = p.wrapping_add(line).cast();
-            // SAFETY: a prefetch only hints the cache; any address is allowed.
-            unsafe { if far { _mm_prefetch::<_MM_HINT_T2>(at) } else { _mm_prefetch::<_MM_HINT_T0>(at) } }
-        }
-    }
-
-    /// Activation rows times steps between a prefetch and its use.
-    const PREFETCH_WORK: usize = 16;
-
-    /// Prefetches the weight bytes of row `jj` for a later step: into L2 for
-    /// the step `PREFETCH_WORK / rows` (at least 1) after `s`, and into L1
-    /// for step `s + 1`; past the row's last step, those of row `jj` of the
-    /// next call (`jn` rows on).
-    #[inline(always)]
-    fn prefetch_next(
-        w: *const u8,
-        (jj, jn): (usize, usize),
-        (s, steps, rows): (usize, usize, usize),
-        row_bytes: usize,
-        step_bytes: usize,
-    ) {
-        let at = |t: usize| {
-            if t < steps { jj * row_bytes + t * step_bytes } else { (jn + jj) * row_bytes + (t - steps) * step_bytes }
-        };
-        prefetch(w.wrapping_add(at(s + (PREFETCH_WORK / rows.max(1)).max(1))), step_bytes, true);
-        prefetch(w.wrapping_add(at(s + 1)), step_bytes, false);
-    }
 
     /// A decoded block: vector `2c + h` holds half `h` of chunk `c` (values
     /// `8c..8c + 8` of sub-blocks `4h..4h + 4`, 8 bytes each).

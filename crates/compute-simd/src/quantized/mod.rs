@@ -40,6 +40,8 @@
 mod avx2;
 pub mod ops;
 mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod stream;
 mod vnni;
 
 use compute_core::ComputeError;
@@ -299,6 +301,23 @@ pub(crate) struct Panel<'a> {
 }
 
 impl<'a> Panel<'a> {
+    /// Whether a vector kernel may run `jn` weight rows `w` of `format`
+    /// against this panel into `out` with `scratch` accumulators: every
+    /// length the kernels read or write is there. Free.
+    fn fits(&self, format: Weights, w: &[u8], jn: usize, scratch: &[f32], out: &[f32]) -> bool {
+        let (rows, blocks) = (self.rows.len(), self.blocks);
+        (1..=PANEL_ROWS).contains(&rows)
+            && blocks > 0
+            && jn > 0
+            && self.steps == blocks.div_ceil(STEP_BLOCKS)
+            && w.len() >= jn.saturating_mul(blocks).saturating_mul(format.block_bytes())
+            && self.x.len() >= self.steps * rows * STEP_BLOCKS * Q4K_VALUES
+            && self.xv.len() >= self.steps * rows * 4
+            && (!format.has_mins() || self.sums.len() >= self.steps * rows * 16)
+            && scratch.len() >= self.scratch(jn)
+            && out.len() >= jn * rows
+    }
+
     /// Builds the tables for `rows` (all of `blocks` blocks), and for the
     /// scalar path (`scalar`) a natural-order copy of the values. Costs
     /// `O(rows·blocks)` and a copy of the values.
