@@ -1,9 +1,17 @@
 //! Copies of device tensors between GPUs of one machine, outside NCCL:
 //! [`CudaBackend::copy_to`].
 
+use std::collections::HashSet;
+use std::sync::Mutex;
+
 use compute_core::{Backend, ComputeError, Result, Tensor};
 
+use super::device::lock;
 use super::{CudaBackend, CudaBuffer, driver, tensor_bytes};
+
+/// The `(reader, owner)` device pairs whose peer access is set up: the
+/// driver calls run once per pair and process.
+static PEERS: Mutex<Option<HashSet<(u32, u32)>>> = Mutex::new(None);
 
 impl CudaBackend {
     /// A copy of `src` (a tensor on this backend's device) on `to`'s device,
@@ -39,7 +47,11 @@ impl CudaBackend {
             driver::dtod(&self.dev.stream, dst, buffer.device_ptr(), bytes, op)?;
             return Ok(out);
         }
-        driver::enable_peer_access(&to.dev.ctx, &self.dev.ctx, op)?;
+        let pair = (to.dev.ordinal, self.dev.ordinal);
+        if !lock(&PEERS).get_or_insert_with(HashSet::new).contains(&pair) {
+            driver::enable_peer_access(&to.dev.ctx, &self.dev.ctx, op)?;
+            lock(&PEERS).get_or_insert_with(HashSet::new).insert(pair);
+        }
         let event = |s: &cudarc::driver::CudaStream| s.record_event(None).map_err(|e| driver::err(op, e));
         // The copy after everything queued on the source so far ...
         to.dev.stream.wait(&event(&self.dev.stream)?).map_err(|e| driver::err(op, e))?;

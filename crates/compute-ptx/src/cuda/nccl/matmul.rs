@@ -167,7 +167,7 @@ impl Communicator {
                         .map_err(|e| driver::err("matmul_sharded", e))?;
                     rk.side.wait(&done).map_err(|e| driver::err("matmul_sharded", e))?;
                 }
-                self.chunk_collective(split, (row0, rows), (own_rows, n), dt, &pc, &scratch)?;
+                self.chunk_collective(split, (row0, rows), (own_rows, n), (dt, ec), &pc, &scratch)?;
             }
             Ok(())
         })();
@@ -180,21 +180,18 @@ impl Communicator {
         queued.and(joined)
     }
 
-    /// The collective of one chunk `(row0, rows)`, on the side streams.
+    /// The collective of one chunk `(row0, rows)`, on the side streams;
+    /// `C`'s values are NCCL dtype `dt`, `es` bytes each.
     fn chunk_collective(
         &self,
         split: Split,
         (row0, rows): (usize, usize),
         (own_rows, n): (usize, usize),
-        dt: i32,
+        (dt, es): (i32, usize),
         pc: &[u64],
         scratch: &[(DeviceAlloc, DeviceAlloc)],
     ) -> Result<()> {
         let r = self.ranks.len();
-        let es = match dt {
-            sys::FLOAT32 => 4,
-            _ => 2,
-        };
         match split {
             Split::Rows => self.group_on(true, |i, comm, stream| {
                 let at = |rank: usize| pc[i] + bytes((rank * own_rows + row0) * n, es);
