@@ -29,7 +29,8 @@ use compute_core::{Backend, DType, HostVec, MatmulSpec, Precision, Tensor};
 use compute_ptx::CudaBackend;
 use compute_ptx::cuda::GemmTier;
 use compute_ptx::kernels::gemm_mma::{self, MmaConfig};
-use compute_ptx::kernels::gemm_wgmma::{self, WgmmaConfig};
+use compute_ptx::kernels::gemm_tma::{self, TmaConfig};
+use compute_ptx::kernels::gemm_wgmma::{self, Tf32Rounding, WgmmaConfig};
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType_t};
 use cudarc::cublas::{CudaBlas, result};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
@@ -213,6 +214,7 @@ fn kernel_name(tier: GemmTier, dtype: DType, s: Shape) -> String {
     match tier {
         GemmTier::Mma(cfg) => cfg.kernel_name(dtype, dtype, false, s.trans_b),
         GemmTier::Wgmma(cfg) => cfg.kernel_name(dtype, dtype, false, s.trans_b),
+        GemmTier::Tma(cfg) => cfg.kernel_name(dtype, dtype, false, s.trans_b),
         other => format!("{other:?}"),
     }
 }
@@ -260,11 +262,16 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
         let reps = ((1u64 << 36) as f64 / flops).clamp(1.0, 16.0) as usize;
         // The tier the backend picks first; with the sweep, the other shapes
         // of both kernels at 4096³ and 8192³ (bf16).
+        // On compute capability 9.0 the plans pick the TMA kernel; the
+        // `cp.async` one runs beside it in every row.
         let picked = match GemmTier::choose(&spec, wgmma) {
-            GemmTier::Wgmma(_) => GemmTier::Wgmma(WgmmaConfig::for_shape(1, s.m, s.n, sms)),
+            GemmTier::Wgmma(_) => GemmTier::Tma(TmaConfig::for_shape(1, s.m, s.n, sms)),
             other => other,
         };
         let mut tiers = vec![picked];
+        if wgmma {
+            tiers.push(GemmTier::Wgmma(WgmmaConfig::for_shape(1, s.m, s.n, sms)));
+        }
         if sweep && dtype == DType::BF16 && s.m == s.n && s.m >= 4096 {
             if !(wgmma && wgmma_only) {
                 let mma = std::iter::once(MmaConfig::default()).chain(gemm_mma::sweep_configs());
@@ -273,6 +280,7 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
             if wgmma {
                 let w = std::iter::once(WgmmaConfig::default()).chain(gemm_wgmma::sweep_configs());
                 tiers.extend(w.map(GemmTier::Wgmma));
+                tiers.extend(gemm_tma::sweep_configs().into_iter().map(GemmTier::Tma));
             }
             let mut seen = Vec::new();
             tiers.retain(|t| {
@@ -326,7 +334,8 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
 }
 
 /// The TF32 rows (4096³ and 8192³, or with `quick` 2048³): the shape the
-/// plans pick and, with `sweep`, every shape of `gemm_wgmma::tf32_sweep_configs`.
+/// plans pick, the TMA kernel's, and with `sweep` every shape of
+/// `gemm_wgmma::tf32_sweep_configs` and the TMA kernel unrounded.
 fn tf32_rows(
     be: &CudaBackend,
     blas: &Blas,
@@ -338,12 +347,15 @@ fn tf32_rows(
     let sizes: &[usize] = if quick { &[2048] } else { &[4096, 8192] };
     for &n in sizes {
         let s = Shape { m: n, n, k: n, trans_b: true };
-        let picked = WgmmaConfig::tf32();
+        let picked = GemmTier::Wgmma(WgmmaConfig::tf32());
         let (row, first) = tf32_row(be, blas, device, s, (picked, None), budget)?;
         let mut rows = vec![row];
+        rows.push(tf32_row(be, blas, device, s, (GemmTier::Tma(TmaConfig::tf32()), Some(&first)), budget)?.0);
         if sweep {
-            for cfg in gemm_wgmma::tf32_sweep_configs().into_iter().filter(|c| *c != picked) {
-                rows.push(tf32_row(be, blas, device, s, (cfg, Some(&first)), budget)?.0);
+            let cp_async = gemm_wgmma::tf32_sweep_configs().into_iter().map(GemmTier::Wgmma);
+            let unrounded = GemmTier::Tma(TmaConfig { tf32: Tf32Rounding::None, ..TmaConfig::tf32() });
+            for tier in cp_async.chain([unrounded]).filter(|t| *t != picked) {
+                rows.push(tf32_row(be, blas, device, s, (tier, Some(&first)), budget)?.0);
             }
             for r in &rows {
                 let (tf, ratio) = (r.gflops.unwrap_or(0.0) / 1e3, r.ratio.unwrap_or(0.0));
@@ -356,7 +368,7 @@ fn tf32_rows(
 }
 
 /// `f32` with TF32 opted in (`A·Bᵀ`, the layout TF32 tensor cores read) on
-/// the `wgmma` shape `cfg`, against cuBLAS's TF32 GEMM on the same inputs
+/// the `wgmma` or TMA kernel `tier`, against cuBLAS's TF32 GEMM on the same inputs
 /// (and, given `first`, against another shape's output: the count of
 /// elements that differ); returns the row and our output.
 fn tf32_row(
@@ -364,7 +376,7 @@ fn tf32_row(
     blas: &Blas,
     device: &str,
     s: Shape,
-    (cfg, first): (WgmmaConfig, Option<&[f32]>),
+    (tier, first): (GemmTier, Option<&[f32]>),
     budget: Duration,
 ) -> Result<(Record, Vec<f32>), String> {
     let (ha, hb) = (random(s.m * s.k, 91), random(s.k * s.n, 93));
@@ -373,7 +385,6 @@ fn tf32_row(
     let (ca, cb) = (blas.stream.clone_htod(&ha).map_err(err)?, blas.stream.clone_htod(&hb).map_err(err)?);
     let mut cc = blas.stream.alloc_zeros::<f32>(s.m * s.n).map_err(err)?;
     let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(s.m, s.k, s.n) }.with_precision(Precision::Tf32);
-    let tier = GemmTier::Wgmma(cfg);
     let flops = 2.0 * (s.m * s.n * s.k) as f64;
     let reps = ((1u64 << 36) as f64 / flops).clamp(1.0, 16.0) as usize;
     let shape = format!("{}x{}x{} B^T", s.m, s.n, s.k);
@@ -389,7 +400,11 @@ fn tf32_row(
     be.download(&c, &mut mine).map_err(err)?;
     let other: Vec<f32> = blas.stream.clone_dtoh(&cc).map_err(err)?;
     let diff = relative_difference(&mine, &other);
-    let name = cfg.kernel_name(DType::F32, DType::F32, false, true);
+    let name = match tier {
+        GemmTier::Tma(cfg) => cfg.kernel_name(DType::F32, DType::F32, false, true),
+        GemmTier::Wgmma(cfg) => cfg.kernel_name(DType::F32, DType::F32, false, true),
+        other => format!("{other:?}"),
+    };
     let mut r = record("gemm tf32", shape, device, "resident", ours).with_peer("cublas", theirs);
     r.gflops = Some(flops / ours / 1e9);
     let versus = first.map(|f| {

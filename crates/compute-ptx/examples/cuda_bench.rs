@@ -26,19 +26,20 @@ mod cuda_mma;
 #[allow(dead_code)]
 mod report;
 
-/// `--profile-gemm N [simt|mma|wgmma] [nt]`: each register-blocked shape of the
+/// `--profile-gemm N [simt|mma|wgmma|tma] [nt]`: each register-blocked shape of the
 /// sweep (`simt`, the default), or the default shape of a tensor-core GEMM on
-/// bf16 (`mma` or `wgmma`, `A·B`, or with `nt` `A·Bᵀ`), once, at `N³` (for
+/// bf16 (`mma`, `wgmma` or `tma`, `A·B`, or with `nt` `A·Bᵀ`), once, at `N³` (for
 /// `ncu -k regex:gemm_<which>`); no timing.
 fn profile_gemm(n: usize, which: &str, trans_b: bool) -> Result<(), String> {
     use compute_core::{Backend, DType, HostVec, MatmulSpec};
     use compute_ptx::cuda::GemmTier;
     use compute_ptx::kernels::gemm_mma::MmaConfig;
+    use compute_ptx::kernels::gemm_tma::TmaConfig;
     use compute_ptx::kernels::gemm_wgmma::WgmmaConfig;
     let be = compute_ptx::CudaBackend::new().map_err(|e| e.to_string())?;
     let data: Vec<f32> = (0..n * n).map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 500.0).collect();
     let e = |e: compute_core::ComputeError| e.to_string();
-    if which == "mma" || which == "wgmma" {
+    if which == "mma" || which == "wgmma" || which == "tma" {
         let host = HostVec::from_f32(DType::BF16, &data);
         let (a, b) = (be.upload_typed(host.as_slice()).map_err(e)?, be.upload_typed(host.as_slice()).map_err(e)?);
         let c = be.alloc_typed(n * n, DType::BF16).map_err(e)?;
@@ -46,6 +47,9 @@ fn profile_gemm(n: usize, which: &str, trans_b: bool) -> Result<(), String> {
         let (tier, spec, name) = if which == "mma" {
             let cfg = MmaConfig::default();
             (GemmTier::Mma(cfg), spec, cfg.kernel_name(DType::BF16, DType::BF16, false, trans_b))
+        } else if which == "tma" {
+            let cfg = TmaConfig::default();
+            (GemmTier::Tma(cfg), spec, cfg.kernel_name(DType::BF16, DType::BF16, false, trans_b))
         } else {
             let cfg = WgmmaConfig::default();
             (GemmTier::Wgmma(cfg), spec, cfg.kernel_name(DType::BF16, DType::BF16, false, trans_b))

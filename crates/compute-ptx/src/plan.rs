@@ -12,12 +12,15 @@
 //! where a tensor-core GEMM tile would be almost all padding.
 //! Other matmuls of `f16`/`bf16`
 //! operands runs on tensor cores when its shape suits their 16-byte copies
-//! ([`mma_fits`]): the `wgmma` kernel ([`GemmTier::Wgmma`], its tile shape
-//! chosen for the output's size) on a compute capability 9.0 device, the
-//! `mma.sync` kernel ([`GemmTier::Mma`]) otherwise. On compute capability
-//! 9.0 the `wgmma` kernel also takes `f32` matmuls with TF32 opted in whose
-//! layout it reads ([`tf32_fits`]: `A·Bᵀ`), in the shape
-//! [`WgmmaConfig::tf32`] (operands rounded to nearest in registers); other TF32 matmuls run the
+//! ([`mma_fits`]): on a compute capability 9.0 device the `wgmma` kernel fed
+//! by TMA ([`GemmTier::Tma`], warp-specialised and persistent, its tile
+//! shape chosen for the output's size by `TmaConfig::for_shape`) when the
+//! operands are 16-byte aligned ([`tma_fits`]), else the `wgmma` kernel fed
+//! by `cp.async` ([`GemmTier::Wgmma`]); the `mma.sync` kernel
+//! ([`GemmTier::Mma`]) on other devices. On compute capability 9.0 the same
+//! kernels take `f32` matmuls with TF32 opted in whose layout they read
+//! ([`tf32_fits`]: `A·Bᵀ`), operands rounded to nearest
+//! (`TmaConfig::tf32`, or [`WgmmaConfig::tf32`] unaligned); other TF32 matmuls run the
 //! full-precision `f32` GEMM, which meets the TF32 bound. Other half matmuls, and
 //! half conv2d, widen their operands into `f32` temporaries, run the `f32`
 //! GEMM and round the result to the output dtype. [`supported`] says which
@@ -45,6 +48,7 @@ use crate::kernels::elementwise::{self, UnaryKind};
 use crate::kernels::gemm_mma::MmaConfig;
 use crate::kernels::gemm_simple::TILE;
 use crate::kernels::gemm_simt::SimtConfig;
+use crate::kernels::gemm_tma::{self, TmaConfig};
 use crate::kernels::gemm_wgmma::WgmmaConfig;
 use crate::kernels::gemv;
 use crate::kernels::interpolate;
@@ -69,6 +73,11 @@ pub enum GemmTier {
     /// Hopper tensor cores (`wgmma`, compute capability 9.0) for `f16`/`bf16`
     /// inputs, of the given shape.
     Wgmma(WgmmaConfig),
+    /// Hopper tensor cores fed by TMA, warp-specialised and persistent
+    /// (compute capability 9.0), of the given shape: `f16`/`bf16` inputs, or
+    /// `f32` with TF32 opted in (`A·Bᵀ`). The operands must be 16-byte
+    /// aligned; anything else it does not take is a `Shape` error.
+    Tma(TmaConfig),
     /// The GEMV kernels for products of few rows ([`gemv_fits`]), any of the
     /// three dtypes in and out.
     Gemv,
@@ -308,16 +317,75 @@ pub enum Arg {
     U64(u64),
     /// `.f32`.
     F32(f32),
+    /// A tensor map for TMA copies, encoded by the launcher
+    /// (`.param .align 128 .b8 [128]`).
+    TensorMap(TensorMapDesc),
 }
 
 impl Arg {
-    /// The PTX type of the parameter this argument fills.
-    pub fn ty(self) -> crate::builder::Ty {
+    /// The type of the parameter this argument fills.
+    pub fn ty(self) -> crate::builder::ParamTy {
+        use crate::builder::{ParamTy, Ty};
         match self {
-            Arg::Ptr(_) | Arg::U64(_) => crate::builder::Ty::U64,
-            Arg::U32(_) => crate::builder::Ty::U32,
-            Arg::F32(_) => crate::builder::Ty::F32,
+            Arg::Ptr(_) | Arg::U64(_) => ParamTy::Scalar(Ty::U64),
+            Arg::U32(_) => ParamTy::Scalar(Ty::U32),
+            Arg::F32(_) => ParamTy::Scalar(Ty::F32),
+            Arg::TensorMap(_) => ParamTy::TensorMap,
         }
+    }
+}
+
+/// What a TMA tensor map describes, before the driver encodes it
+/// (`cuTensorMapEncodeTiled`): a tensor of `rank` (1 to 3) dimensions of
+/// `dtype` (`f16`, `bf16` or `f32`) at device address `addr` (16-byte
+/// aligned), `dims` innermost first, `strides[i]` the bytes between
+/// consecutive indices of dimension `i + 1` (multiples of 16), copied in boxes
+/// of `boxes` elements (the innermost 128 bytes at most) into shared memory in
+/// the 128-byte swizzle, with zeros where a box hangs over an edge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TensorMapDesc {
+    /// Device address of element 0.
+    pub addr: u64,
+    /// Element type.
+    pub dtype: DType,
+    /// Dimensions used (1 to 3).
+    pub rank: u32,
+    /// Extent of each dimension, innermost first.
+    pub dims: [u64; 3],
+    /// Bytes between consecutive indices of dimensions 1 and 2.
+    pub strides: [u64; 2],
+    /// Box extent per dimension, in elements.
+    pub boxes: [u32; 3],
+}
+
+impl TensorMapDesc {
+    /// Why the driver would refuse this map, if it would: a rank outside
+    /// 1..=3, an address not 16-byte aligned, a stride not a multiple of 16
+    /// or of 2⁴⁰ bytes or more, an empty dimension, a box of 0 or above 256
+    /// elements, an innermost box over 128 bytes or not a multiple of 16 bytes.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let r = self.rank as usize;
+        let esz = self.dtype.size_in_bytes() as u64;
+        if !(1..=3).contains(&r) {
+            return Err(format!("tensor map of rank {r}: need 1 to 3"));
+        }
+        if !self.addr.is_multiple_of(16) {
+            return Err(format!("tensor map at {:#x}: not 16-byte aligned", self.addr));
+        }
+        if let Some(s) = self.strides[..r - 1].iter().find(|s| !s.is_multiple_of(16) || **s >= 1 << 40) {
+            return Err(format!("tensor map stride {s}: need a multiple of 16 below 2^40 bytes"));
+        }
+        if self.dims[..r].iter().any(|&d| d == 0 || d > 1 << 32) {
+            return Err(format!("tensor map dimensions {:?}: need 1 to 2^32 each", &self.dims[..r]));
+        }
+        if self.boxes[..r].iter().any(|&b| b == 0 || b > 256) {
+            return Err(format!("tensor map box {:?}: need 1 to 256 elements each", &self.boxes[..r]));
+        }
+        let inner = u64::from(self.boxes[0]) * esz;
+        if inner > 128 || !inner.is_multiple_of(16) {
+            return Err(format!("tensor map inner box of {inner} bytes: need a multiple of 16 up to 128"));
+        }
+        Ok(())
     }
 }
 
@@ -339,6 +407,12 @@ pub trait Launcher {
     /// Whether the device runs the `sm_90a` kernels (`wgmma`): compute
     /// capability 9.0. False unless a launcher says otherwise.
     fn has_wgmma(&self) -> bool {
+        false
+    }
+    /// Whether the device runs the TMA-fed `wgmma` kernels (compute
+    /// capability 9.0, and a launcher that encodes tensor maps). False unless
+    /// a launcher says otherwise.
+    fn has_tma(&self) -> bool {
         false
     }
     /// Queues kernel `id` with `grid` and `args`, after all earlier launches.
@@ -427,6 +501,7 @@ pub fn run_matmul(
     let tc = match tier {
         GemmTier::Mma(cfg) => Some(GemmTc::Mma(cfg)),
         GemmTier::Wgmma(cfg) => Some(GemmTc::Wgmma(cfg)),
+        GemmTier::Tma(cfg) => Some(GemmTc::Tma(cfg)),
         _ => None,
     };
     if let Some(tc) = tc {
@@ -434,7 +509,17 @@ pub fn run_matmul(
             let reason = "the wgmma tier needs a compute capability 9.0 device";
             return Err(ComputeError::unsupported_dtype(&op, BackendKind::Cuda, spec.dtype, reason));
         }
-        let tf32 = matches!(tc, GemmTc::Wgmma(_)) && tf32_fits(spec);
+        if matches!(tc, GemmTc::Tma(_)) && !l.has_tma() {
+            let reason = "the TMA tier needs a compute capability 9.0 device";
+            return Err(ComputeError::unsupported_dtype(&op, BackendKind::Cuda, spec.dtype, reason));
+        }
+        if let GemmTc::Tma(cfg) = tc
+            && !tma_fits(&cfg, spec, (a, b))
+        {
+            let why = "the TMA tier needs 16-byte aligned operands";
+            return Err(ComputeError::shape("matmul", why, op.shapes()));
+        }
+        let tf32 = matches!(tc, GemmTc::Wgmma(_) | GemmTc::Tma(_)) && tf32_fits(spec);
         if !matches!(spec.dtype, DType::F16 | DType::BF16) && !tf32 {
             let reason = "the tensor-core tiers take f16 or bf16 inputs (and f32 in TF32, A·Bᵀ, on wgmma)";
             return Err(ComputeError::unsupported_dtype(&op, BackendKind::Cuda, spec.dtype, reason));
@@ -458,6 +543,25 @@ pub fn run_matmul(
 enum GemmTc {
     Mma(MmaConfig),
     Wgmma(WgmmaConfig),
+    Tma(TmaConfig),
+}
+
+/// Whether the TMA kernel takes this product at these device addresses:
+/// its tensor maps are valid (16-byte aligned operands and rows, which
+/// [`mma_fits`] or [`tf32_fits`] already require of the rows) and the tile
+/// count fits 32 bits.
+pub fn tma_fits(cfg: &TmaConfig, spec: &MatmulSpec, (a, b): (u64, u64)) -> bool {
+    let tiles = spec.batch.max(1) as u128
+        * spec.m.div_ceil(cfg.bm() as usize) as u128
+        * spec.n.div_ceil(cfg.bn as usize) as u128;
+    let (ma, mb) = gemm_tma::tensor_maps(
+        cfg,
+        spec.dtype,
+        (spec.batch, spec.m, spec.n, spec.k),
+        (spec.trans_a, spec.trans_b),
+        (a, b),
+    );
+    (mma_fits(spec) || tf32_fits(spec)) && tiles <= u32::MAX as u128 && ma.check().is_ok() && mb.check().is_ok()
 }
 
 struct Exec<'a> {
@@ -534,19 +638,29 @@ impl Exec<'_> {
             Op::Matmul(spec) if gemv_chosen(&spec, self.l.has_wgmma()) => {
                 self.gemv(&spec, (input(0)?, input(1)?, out), None, None, op.name())
             }
-            // f32 with TF32 opted in, `A·Bᵀ`: the `wgmma` kernel reads it as TF32.
+            // f32 with TF32 opted in, `A·Bᵀ`: a `wgmma` kernel reads it as TF32
+            // (the TMA one where the operands are aligned for it).
             Op::Matmul(spec) if self.l.has_wgmma() && tf32_fits(&spec) => {
-                self.matmul_tc(GemmTc::Wgmma(WgmmaConfig::tf32()), &spec, (input(0)?, input(1)?, out), op.name())
+                let (a, b) = (input(0)?, input(1)?);
+                let tma = TmaConfig::tf32();
+                let tc = if self.l.has_tma() && tma_fits(&tma, &spec, (a, b)) {
+                    GemmTc::Tma(tma)
+                } else {
+                    GemmTc::Wgmma(WgmmaConfig::tf32())
+                };
+                self.matmul_tc(tc, &spec, (a, b, out), op.name())
             }
             Op::Matmul(spec) if spec.dtype == DType::F32 && spec.out_dtype == DType::F32 => {
                 self.matmul(GemmTier::choose(&spec, false), &spec, input(0)?, input(1)?, out, None, op.name())
             }
             Op::Conv2d(c) if c.dtype == DType::F32 => self.conv2d(&c, input(0)?, input(1)?, out, op.name()),
             Op::Matmul(spec) if mma_fits(&spec) => {
+                let (a, b) = (input(0)?, input(1)?);
+                let sms = self.l.sm_count();
+                let tma = TmaConfig::for_shape(spec.batch, spec.m, spec.n, sms);
                 let tc = match GemmTier::choose(&spec, self.l.has_wgmma()) {
-                    GemmTier::Wgmma(_) => {
-                        GemmTc::Wgmma(WgmmaConfig::for_shape(spec.batch, spec.m, spec.n, self.l.sm_count()))
-                    }
+                    GemmTier::Wgmma(_) if self.l.has_tma() && tma_fits(&tma, &spec, (a, b)) => GemmTc::Tma(tma),
+                    GemmTier::Wgmma(_) => GemmTc::Wgmma(WgmmaConfig::for_shape(spec.batch, spec.m, spec.n, sms)),
                     _ => GemmTc::Mma(MmaConfig::default()),
                 };
                 self.matmul_tc(tc, &spec, (input(0)?, input(1)?, out), op.name())
@@ -1034,7 +1148,7 @@ impl Exec<'_> {
                 GemmTier::GemvMma(tiles, split) => {
                     return self.gemv(s, (a, b, c), batch_strides, Some(GemvForce::Mma(tiles, split)), op);
                 }
-                GemmTier::Mma(_) | GemmTier::Wgmma(_) => {
+                GemmTier::Mma(_) | GemmTier::Wgmma(_) | GemmTier::Tma(_) => {
                     let why = "the tensor-core tiers take f16 or bf16 inputs";
                     return Err(ComputeError::unsupported_dtype(&Op::Matmul(*s), BackendKind::Cuda, s.dtype, why));
                 }
@@ -1258,6 +1372,30 @@ impl Exec<'_> {
         Ok(())
     }
 
+    /// `C = op(A)·op(B)` on the TMA-fed kernel: one launch of at most one
+    /// block per multiprocessor over every batch's tiles; the caller checked
+    /// [`tma_fits`].
+    fn matmul_tma(&self, cfg: &TmaConfig, s: &MatmulSpec, (a, b, c): (u64, u64, u64), op: &'static str) -> Result<()> {
+        let (m, n, k) = (u32_of(op, "m", s.m)?, u32_of(op, "n", s.n)?, u32_of(op, "k", s.k)?);
+        let batch = u32_of(op, "batch", s.batch)?;
+        let tiles = s.batch * s.m.div_ceil(cfg.bm() as usize) * s.n.div_ceil(cfg.bn as usize);
+        let blocks = tiles.min(self.l.sm_count().max(1) as usize) as u32;
+        let (ma, mb) = gemm_tma::tensor_maps(cfg, s.dtype, (s.batch, s.m, s.n, s.k), (s.trans_a, s.trans_b), (a, b));
+        let grid =
+            Grid { blocks: (blocks, 1, 1), threads: (cfg.threads(), 1, 1), dynamic_smem: cfg.dynamic_shared_bytes() };
+        let args = [
+            Arg::TensorMap(ma),
+            Arg::TensorMap(mb),
+            Arg::Ptr(c),
+            Arg::U32(m),
+            Arg::U32(n),
+            Arg::U32(k),
+            Arg::U32(batch),
+            Arg::U64((s.m * s.n) as u64),
+        ];
+        self.launch(KernelId::GemmTma(*cfg, s.dtype, s.out_dtype, s.trans_a, s.trans_b), grid, &args)
+    }
+
     /// `C = op(A)·op(B)` on tensor cores (`f16`/`bf16` inputs, contiguous
     /// batches); the caller checked that `tc` takes `s`. Empty products launch nothing.
     fn matmul_tc(&self, tc: GemmTc, s: &MatmulSpec, (a, b, c): (u64, u64, u64), op: &'static str) -> Result<()> {
@@ -1267,6 +1405,9 @@ impl Exec<'_> {
         let (m, n, k) = (u32_of(op, "m", s.m)?, u32_of(op, "n", s.n)?, u32_of(op, "k", s.k)?);
         let (sa, sb, sc) = (s.m * s.k, s.k * s.n, s.m * s.n);
         let (ea, ec) = (s.dtype.size_in_bytes() as u64, s.out_dtype.size_in_bytes() as u64);
+        if let GemmTc::Tma(cfg) = tc {
+            return self.matmul_tma(&cfg, s, (a, b, c), op);
+        }
         let (bm, bn, threads, smem, id) = match tc {
             GemmTc::Mma(cfg) => (
                 cfg.bm,
@@ -1282,6 +1423,7 @@ impl Exec<'_> {
                 cfg.dynamic_shared_bytes(),
                 KernelId::GemmWgmma(cfg, s.dtype, s.out_dtype, s.trans_a, s.trans_b),
             ),
+            GemmTc::Tma(_) => return Ok(()),
         };
         let gy = s.m.div_ceil(bm as usize);
         limit(op, "GEMM row tiles", gy, MAX_GRID_YZ)?;

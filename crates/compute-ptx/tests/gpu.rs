@@ -90,13 +90,9 @@ fn every_gemm_tier_matches_the_reference() {
 /// fresh inputs each run), against the f64 reference.
 #[test]
 fn tensor_core_gemm_matches_the_reference() {
-    use compute_core::DType;
-    use compute_core::conformance::{compare_typed, poisoned, typed_inputs_for};
     use compute_ptx::kernels::gemm_mma::{self, MmaConfig};
     use compute_ptx::kernels::gemm_wgmma::{self, WgmmaConfig};
     let Some(be) = backend("tensor_core_gemm_matches_the_reference") else { return };
-    let mut rng = Rng::new(compute_core::conformance::rng::fresh_seed());
-    let shapes = [(1, 8, 8, 8), (3, 40, 72, 24), (1, 136, 264, 520), (2, 256, 64, 384), (1, 1000, 1000, 1000)];
     let mut tiers: Vec<GemmTier> =
         std::iter::once(MmaConfig::default()).chain(gemm_mma::sweep_configs()).map(GemmTier::Mma).collect();
     let cc = be.info().expect("device info").compute_capability;
@@ -106,8 +102,41 @@ fn tensor_core_gemm_matches_the_reference() {
         eprintln!("wgmma tiers skipped: compute capability {}.{}", cc.0, cc.1);
     }
     let defaults = [GemmTier::Mma(MmaConfig::default()), GemmTier::Wgmma(WgmmaConfig::default())];
+    tensor_core_tiers_match(&be, &tiers, &defaults);
+}
+
+/// The TMA-fed `wgmma` kernel (every shape of its sweep; compute capability
+/// 9.0 only) against the f64 reference, as [`tensor_core_gemm_matches_the_reference`].
+#[test]
+fn tma_gemm_matches_the_reference() {
+    use compute_ptx::kernels::gemm_tma::{self, TmaConfig};
+    let Some(be) = backend("tma_gemm_matches_the_reference") else { return };
+    let cc = be.info().expect("device info").compute_capability;
+    if !compute_ptx::Target::has_wgmma(cc.0, cc.1) {
+        eprintln!("SKIPPED: tma_gemm_matches_the_reference: compute capability {}.{}", cc.0, cc.1);
+        return;
+    }
+    let tiers: Vec<GemmTier> =
+        std::iter::once(TmaConfig::default()).chain(gemm_tma::sweep_configs()).map(GemmTier::Tma).collect();
+    tensor_core_tiers_match(&be, &tiers, &[GemmTier::Tma(TmaConfig::default())]);
+}
+
+/// Each of `tiers` on every half input and output dtype, transpose and test
+/// shape (the 1000³ one only for `defaults`, output of the input's dtype).
+fn tensor_core_tiers_match(be: &CudaBackend, tiers: &[GemmTier], defaults: &[GemmTier]) {
+    use compute_core::DType;
+    use compute_core::conformance::{compare_typed, poisoned, typed_inputs_for};
+    let mut rng = Rng::new(compute_core::conformance::rng::fresh_seed());
+    let shapes = [
+        (1, 8, 8, 8),
+        (3, 40, 72, 24),
+        (1, 136, 264, 520),
+        (2, 256, 64, 384),
+        (5, 136, 136, 264),
+        (1, 1000, 1000, 1000),
+    ];
     let mut fails = Vec::new();
-    for tier in tiers {
+    for &tier in tiers {
         for input in [DType::BF16, DType::F16] {
             for output in [DType::F32, DType::F16, DType::BF16] {
                 for &(batch, m, k, n) in &shapes {
@@ -153,6 +182,7 @@ fn tensor_core_gemm_matches_the_reference() {
 #[test]
 fn tf32_wgmma_matches_the_reference() {
     use compute_core::Precision;
+    use compute_ptx::kernels::gemm_tma::{self, TmaConfig};
     use compute_ptx::kernels::gemm_wgmma::{self, WgmmaConfig};
     let Some(be) = backend("tf32_wgmma_matches_the_reference") else { return };
     let cc = be.info().expect("device info").compute_capability;
@@ -164,10 +194,18 @@ fn tf32_wgmma_matches_the_reference() {
     let mut fails = Vec::new();
     // Every shape of both sweeps that rounds (the unrounded one is for measurements).
     let rounded = gemm_wgmma::tf32_sweep_configs().into_iter().filter(|c| c.tf32 != gemm_wgmma::Tf32Rounding::None);
-    for cfg in std::iter::once(WgmmaConfig::default()).chain(gemm_wgmma::sweep_configs()).chain(rounded) {
-        for (batch, m, k, n) in [(1, 8, 4, 8), (3, 40, 72, 24), (1, 136, 268, 520), (2, 256, 64, 384)] {
+    let mut tiers: Vec<GemmTier> = std::iter::once(WgmmaConfig::default())
+        .chain(gemm_wgmma::sweep_configs())
+        .chain(rounded)
+        .map(GemmTier::Wgmma)
+        .collect();
+    tiers.extend(std::iter::once(TmaConfig::tf32()).chain(gemm_tma::sweep_configs()).map(GemmTier::Tma));
+    for tier in tiers {
+        for (batch, m, k, n) in
+            [(1, 8, 4, 8), (3, 40, 72, 24), (1, 136, 268, 520), (2, 256, 64, 384), (1, 700, 1000, 900)]
+        {
             let spec = MatmulSpec { batch, trans_b: true, ..MatmulSpec::new(m, k, n) }.with_precision(Precision::Tf32);
-            if let Err(e) = run_tier(&be, GemmTier::Wgmma(cfg), spec, &mut rng) {
+            if let Err(e) = run_tier(&be, tier, spec, &mut rng) {
                 fails.push(e);
             }
         }
@@ -175,7 +213,8 @@ fn tf32_wgmma_matches_the_reference() {
     assert!(fails.is_empty(), "{} failures:\n{}", fails.len(), fails.join("\n"));
 }
 
-/// Every rounding mode of the TF32 `wgmma` kernel rounds to nearest: with `A`
+/// Every rounding mode of the TF32 `wgmma` kernels (fed by `cp.async` or by
+/// TMA) rounds to nearest: with `A`
 /// holding `1 + 0x1800·2⁻²³` (to nearest `1 + 2⁻¹⁰`, truncated `1`) and `B`
 /// ones, every output is `k·(1 + 2⁻¹⁰)` exactly; rows 0–4 start with specials
 /// the rounding keeps (NaNs whose payload fills the mantissa, ±∞, and the
@@ -183,6 +222,7 @@ fn tf32_wgmma_matches_the_reference() {
 #[test]
 fn tf32_wgmma_rounds_to_nearest() {
     use compute_core::Precision;
+    use compute_ptx::kernels::gemm_tma::TmaConfig;
     use compute_ptx::kernels::gemm_wgmma::{self, Tf32Rounding};
     let Some(be) = backend("tf32_wgmma_rounds_to_nearest") else { return };
     let cc = be.info().expect("device info").compute_capability;
@@ -199,9 +239,11 @@ fn tf32_wgmma_rounds_to_nearest() {
     let a = be.upload(&host_a).expect("upload");
     let b = be.upload(&vec![1.0; n * k]).expect("upload");
     let want = k as f32 * (1.0 + 2f32.powi(-10));
-    for cfg in gemm_wgmma::tf32_sweep_configs().into_iter().filter(|c| c.tf32 != Tf32Rounding::None) {
+    let cp_async = gemm_wgmma::tf32_sweep_configs().into_iter().filter(|c| c.tf32 != Tf32Rounding::None);
+    let tiers = cp_async.map(GemmTier::Wgmma).chain([GemmTier::Tma(TmaConfig::tf32())]);
+    for cfg in tiers {
         let c = be.upload(&vec![f32::NAN; m * n]).expect("upload");
-        be.matmul_tier(GemmTier::Wgmma(cfg), spec, &a, &b, &c).expect("matmul");
+        be.matmul_tier(cfg, spec, &a, &b, &c).expect("matmul");
         let mut out = vec![0.0; m * n];
         be.download(&c, &mut out).expect("download");
         for (i, &c) in out.iter().enumerate() {

@@ -36,7 +36,7 @@ fn offset(off: i64) -> String {
 }
 
 impl KernelBuilder {
-    fn declare_param(&mut self, name: &str, ty: super::Ty) -> String {
+    pub(super) fn declare_param(&mut self, name: &str, ty: super::ParamTy) -> String {
         let pname = format!("{}_{}", self.name, name);
         if !is_identifier(name) {
             self.error(format!("parameter `{name}` is not a valid identifier"));
@@ -50,7 +50,7 @@ impl KernelBuilder {
 
     /// Declares a scalar kernel parameter and loads it (`ld.param`).
     pub fn param<T: Data>(&mut self, name: &str) -> Reg<T> {
-        let p = self.declare_param(name, T::TY);
+        let p = self.declare_param(name, T::TY.into());
         let d = self.fresh::<T>();
         let dn = d.name();
         self.emit(format!("ld.param.{} {dn}, [{p}]", T::TY));

@@ -29,6 +29,7 @@
 //! ```
 
 mod arith;
+mod bulk;
 mod control;
 mod halves;
 mod memory;
@@ -39,6 +40,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 pub use arith::{Cmp, Num, Signed};
+pub use bulk::{TENSOR_MAP_BYTES, TensorMapParam};
 pub use control::{Dim, Label};
 pub use halves::Half;
 pub use memory::Shared;
@@ -125,13 +127,39 @@ impl std::fmt::Display for BuildError {
 
 impl std::error::Error for BuildError {}
 
+/// What one kernel parameter holds: a scalar of a PTX type, or a CUDA tensor
+/// map (the 128-byte, 128-byte aligned `CUtensorMap` that TMA copies read,
+/// declared `.param .align 128 .b8 name[128]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ParamTy {
+    /// A scalar (`.param .u64 name`).
+    Scalar(Ty),
+    /// A tensor map passed by value ([`KernelBuilder::param_tensor_map`]).
+    TensorMap,
+}
+
+impl From<Ty> for ParamTy {
+    fn from(t: Ty) -> Self {
+        ParamTy::Scalar(t)
+    }
+}
+
+impl std::fmt::Display for ParamTy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ParamTy::Scalar(t) => write!(f, ".{t}"),
+            ParamTy::TensorMap => write!(f, ".align 128 .b8"),
+        }
+    }
+}
+
 /// A finished kernel: its name and its PTX module text (one `.entry` per module).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Kernel {
     name: String,
     target: Target,
     ptx: String,
-    params: Vec<Ty>,
+    params: Vec<ParamTy>,
 }
 
 impl Kernel {
@@ -152,7 +180,7 @@ impl Kernel {
         self.ptx
     }
     /// The types of the entry point's parameters, in order: what a launch must pass.
-    pub fn params(&self) -> &[Ty] {
+    pub fn params(&self) -> &[ParamTy] {
         &self.params
     }
 }
@@ -190,7 +218,7 @@ pub struct KernelBuilder {
     name: String,
     target: Target,
     doc: Vec<String>,
-    params: Vec<(String, Ty)>,
+    params: Vec<(String, ParamTy)>,
     counts: [u32; 6],
     shared: Vec<SharedDecl>,
     body: Vec<Line>,
@@ -199,6 +227,7 @@ pub struct KernelBuilder {
     errors: Vec<String>,
     max_threads: Option<u32>,
     min_blocks: Option<u32>,
+    max_regs: Option<u32>,
 }
 
 impl KernelBuilder {
@@ -222,6 +251,7 @@ impl KernelBuilder {
             errors,
             max_threads: None,
             min_blocks: None,
+            max_regs: None,
         }
     }
 
@@ -245,6 +275,13 @@ impl KernelBuilder {
     /// Asks `ptxas` to fit at least `blocks` blocks per multiprocessor (`.minnctapersm`).
     pub fn min_blocks_per_sm(&mut self, blocks: u32) {
         self.min_blocks = Some(blocks);
+    }
+
+    /// Caps the registers per thread (`.maxnreg`); kernels that move
+    /// registers between warpgroups ([`KernelBuilder::setmaxnreg`]) need
+    /// this fixed budget at entry.
+    pub fn max_registers(&mut self, regs: u32) {
+        self.max_regs = Some(regs);
     }
 
     /// A comment line in the body (one line of ASCII).
@@ -355,7 +392,15 @@ impl KernelBuilder {
         }
         let _ = write!(s, ".visible .entry {}(", self.name);
         for (i, (name, ty)) in self.params.iter().enumerate() {
-            let _ = write!(s, "{}\n\t.param .{ty} {name}", if i == 0 { "" } else { "," });
+            let sep = if i == 0 { "" } else { "," };
+            match ty {
+                ParamTy::Scalar(t) => {
+                    let _ = write!(s, "{sep}\n\t.param .{t} {name}");
+                }
+                ParamTy::TensorMap => {
+                    let _ = write!(s, "{sep}\n\t.param .align 128 .b8 {name}[{TENSOR_MAP_BYTES}]");
+                }
+            }
         }
         s.push_str(if self.params.is_empty() { ")\n" } else { "\n)\n" });
         if let Some(t) = self.max_threads {
@@ -363,6 +408,9 @@ impl KernelBuilder {
         }
         if let Some(b) = self.min_blocks {
             let _ = writeln!(s, ".minnctapersm {b}");
+        }
+        if let Some(r) = self.max_regs {
+            let _ = writeln!(s, ".maxnreg {r}");
         }
         s.push_str("{\n");
         for class in RegClass::ALL {

@@ -37,7 +37,7 @@ fn header_declares_version_target_and_registers() {
     assert!(lines.contains(&"setp.lt.u32 %p0, %r0, 7;"));
     assert!(lines.contains(&"selp.f32 %f2, %f1, %f0, %p0;"));
     assert!(lines.contains(&"st.global.f32 [%rd1-4], %f2;"));
-    assert_eq!(k.params(), &[Ty::U64, Ty::U32]);
+    assert_eq!(k.params(), &[ParamTy::Scalar(Ty::U64), ParamTy::Scalar(Ty::U32)]);
 }
 
 #[test]

@@ -99,6 +99,7 @@ impl Device {
             KernelId::GemmSimt(cfg, ..) if cfg.dynamic_shared_bytes() > 0 => Some(cfg.dynamic_shared_bytes()),
             KernelId::GemmMma(cfg, ..) if cfg.dynamic_shared_bytes() > 0 => Some(cfg.dynamic_shared_bytes()),
             KernelId::GemmWgmma(cfg, ..) => Some(cfg.dynamic_shared_bytes()),
+            KernelId::GemmTma(cfg, ..) => Some(cfg.dynamic_shared_bytes()),
             KernelId::AttentionFlash(cfg, d) | KernelId::AttentionFlashSplit(cfg, d) => Some(cfg.shared_bytes(d)),
             KernelId::AttentionWgmma(cfg, _) => Some(cfg.shared_bytes()),
             _ => None,
@@ -185,6 +186,10 @@ impl Launcher for Recorder {
         self.wgmma
     }
 
+    fn has_tma(&self) -> bool {
+        self.wgmma
+    }
+
     fn launch(&self, id: KernelId, _grid: Grid, _args: &[Arg]) -> Result<()> {
         lock(&self.ids).push(id);
         Ok(())
@@ -206,6 +211,10 @@ impl Launcher for Device {
 
     fn has_wgmma(&self) -> bool {
         Target::has_wgmma(self.compute_capability.0, self.compute_capability.1)
+    }
+
+    fn has_tma(&self) -> bool {
+        self.has_wgmma()
     }
 
     fn launch(&self, id: KernelId, grid: Grid, args: &[Arg]) -> Result<()> {

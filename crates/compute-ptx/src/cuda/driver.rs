@@ -6,12 +6,12 @@
 use std::ffi::{CString, c_void};
 use std::sync::Arc;
 
-use compute_core::{BackendKind, ComputeError, Result};
+use compute_core::{BackendKind, ComputeError, DType, Result};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DriverError, PinnedHostSlice, result, sys};
 
 use super::error::{driver_err, message};
-use crate::builder::{Kernel, Ty};
-use crate::plan::{Arg, Grid};
+use crate::builder::{Kernel, ParamTy, TENSOR_MAP_BYTES};
+use crate::plan::{Arg, Grid, TensorMapDesc};
 
 /// Whether the CUDA driver library can be loaded on this machine. `cudarc`
 /// panics on first use without it, so this is asked before anything else.
@@ -63,7 +63,7 @@ pub(crate) struct Function {
     module: sys::CUmodule,
     func: sys::CUfunction,
     name: String,
-    params: Vec<Ty>,
+    params: Vec<ParamTy>,
     ctx: Arc<CudaContext>,
 }
 
@@ -142,15 +142,65 @@ pub(crate) fn load(ctx: &Arc<CudaContext>, kernel: &Kernel, max_dynamic_smem: Op
     Ok(f)
 }
 
-/// The argument's bytes, first in memory, in an 8-byte slot.
-fn slot(a: Arg) -> u64 {
-    let mut b = [0u8; 8];
+/// One kernel argument's bytes, first in memory, aligned as a tensor map must be.
+#[repr(C, align(128))]
+struct Slot([u8; TENSOR_MAP_BYTES as usize]);
+
+/// The argument's bytes in a slot; tensor maps are encoded here.
+fn slot(a: Arg) -> Result<Slot> {
+    let mut b = [0u8; TENSOR_MAP_BYTES as usize];
     match a {
-        Arg::Ptr(v) | Arg::U64(v) => b = v.to_ne_bytes(),
+        Arg::Ptr(v) | Arg::U64(v) => b[..8].copy_from_slice(&v.to_ne_bytes()),
         Arg::U32(v) => b[..4].copy_from_slice(&v.to_ne_bytes()),
         Arg::F32(v) => b[..4].copy_from_slice(&v.to_ne_bytes()),
+        Arg::TensorMap(d) => {
+            let map = encode_tensor_map(&d)?;
+            for (chunk, word) in b.chunks_exact_mut(8).zip(map.opaque) {
+                chunk.copy_from_slice(&word.to_ne_bytes());
+            }
+        }
     }
-    u64::from_ne_bytes(b)
+    Ok(Slot(b))
+}
+
+/// Encodes a TMA tensor map (`cuTensorMapEncodeTiled`, host-side, about a
+/// microsecond): 128-byte swizzle, zeros beyond the edges, no interleave.
+pub(crate) fn encode_tensor_map(d: &TensorMapDesc) -> Result<sys::CUtensorMap> {
+    use sys::CUtensorMapDataType as T;
+    let op = "tensor map";
+    let bad = |why: String| ComputeError::driver(op, BackendKind::Cuda, why);
+    d.check().map_err(bad)?;
+    let dtype = match d.dtype {
+        DType::F16 => T::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        DType::BF16 => T::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        DType::F32 => T::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+        other => return Err(bad(format!("no tensor map of {other}"))),
+    };
+    let mut map = sys::CUtensorMap { opaque: [0; 16] };
+    let ones = [1u32; 3];
+    // SAFETY: `map` is a valid out-pointer; `dims`, `strides`, `boxes` and
+    // `ones` hold at least `rank` (checked to be 1..=3) elements; the
+    // function only reads them and writes `map` (the address is not dereferenced).
+    let r = unsafe {
+        sys::cuTensorMapEncodeTiled(
+            &mut map,
+            dtype,
+            d.rank,
+            d.addr as *mut c_void,
+            d.dims.as_ptr(),
+            d.strides.as_ptr(),
+            d.boxes.as_ptr(),
+            ones.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    };
+    r.result().map_err(|e| {
+        ComputeError::driver(op, BackendKind::Cuda, format!("encoding {d:?}: {}", message(e))).with_cause(e)
+    })?;
+    Ok(map)
 }
 
 /// Launches `f` on `stream`. The arguments are checked against the kernel's
@@ -171,13 +221,13 @@ pub(crate) fn launch(stream: &CudaStream, f: &Function, grid: Grid, args: &[Arg]
             cause: None,
         });
     }
-    let mut slots: Vec<u64> = args.iter().map(|a| slot(*a)).collect();
-    let mut ptrs: Vec<*mut c_void> = slots.iter_mut().map(|s| (s as *mut u64).cast::<c_void>()).collect();
+    let mut slots = args.iter().map(|a| slot(*a)).collect::<Result<Vec<Slot>>>()?;
+    let mut ptrs: Vec<*mut c_void> = slots.iter_mut().map(|s| s.0.as_mut_ptr().cast::<c_void>()).collect();
     stream.context().bind_to_thread().map_err(|e| driver_err(op, e))?;
     // SAFETY: the argument count and types match the entry point's declared
-    // parameters (checked above); each pointer addresses an 8-byte slot holding
-    // the value's bytes first, alive until the call returns (the driver copies
-    // them). Device pointers come from live allocations of this context, sized
+    // parameters (checked above); each pointer addresses a 128-byte slot,
+    // 128-byte aligned, holding the value's bytes first, alive until the call
+    // returns (the driver copies them). Device pointers come from live allocations of this context, sized
     // by the caller's plan for the op (validated by `Op::check`).
     let r = unsafe {
         result::launch_kernel(f.func, grid.blocks, grid.threads, grid.dynamic_smem, stream.cu_stream(), &mut ptrs)

@@ -20,6 +20,7 @@ mod gemm_kernel;
 pub mod gemm_mma;
 pub mod gemm_simple;
 pub mod gemm_simt;
+pub mod gemm_tma;
 pub mod gemm_wgmma;
 pub mod gemv;
 pub mod interpolate;
@@ -40,6 +41,7 @@ use compute_core::{BinaryOp, DType, RopeLayout};
 use elementwise::UnaryKind;
 use gemm_mma::MmaConfig;
 use gemm_simt::SimtConfig;
+use gemm_tma::TmaConfig;
 use gemm_wgmma::WgmmaConfig;
 use reduce::ReduceKind;
 use rows::{RowKind, RowShape};
@@ -72,6 +74,9 @@ pub enum KernelId {
     GemmMma(MmaConfig, DType, DType, bool, bool),
     /// Hopper `wgmma` GEMM (`sm_90a`): shape, input dtype, output dtype, transposes.
     GemmWgmma(WgmmaConfig, DType, DType, bool, bool),
+    /// Hopper `wgmma` GEMM fed by TMA, warp-specialised and persistent
+    /// (`sm_90a`): shape, input dtype, output dtype, transposes.
+    GemmTma(TmaConfig, DType, DType, bool, bool),
     /// GEMV for few rows, `B` stored `n × k`, on CUDA cores: row count (1,
     /// 2, 4, 8, 16), input dtype, output dtype.
     GemvNt(u32, DType, DType),
@@ -136,6 +141,7 @@ impl KernelId {
             KernelId::GemmSimt(cfg, ta, tb) => cfg.kernel_name(*ta, *tb),
             KernelId::GemmMma(cfg, i, o, ta, tb) => cfg.kernel_name(*i, *o, *ta, *tb),
             KernelId::GemmWgmma(cfg, i, o, ta, tb) => cfg.kernel_name(*i, *o, *ta, *tb),
+            KernelId::GemmTma(cfg, i, o, ta, tb) => cfg.kernel_name(*i, *o, *ta, *tb),
             KernelId::GemvNt(r, i, o) => gemv::nt_name(*r, *i, *o),
             KernelId::GemvNtMma(t, i, o) => gemv::mma_name(*t, *i, *o),
             KernelId::GemvNn(r, i) => gemv::nn_name(*r, *i),
@@ -182,6 +188,7 @@ impl KernelId {
             KernelId::GemmSimt(cfg, ta, tb) => gemm_simt::simt(&cfg, ta, tb, target),
             KernelId::GemmMma(cfg, i, o, ta, tb) => gemm_mma::mma(&cfg, i, o, ta, tb, target),
             KernelId::GemmWgmma(cfg, i, o, ta, tb) => gemm_wgmma::wgmma(&cfg, i, o, (ta, tb), target),
+            KernelId::GemmTma(cfg, i, o, ta, tb) => gemm_tma::gemm_tma(&cfg, i, o, (ta, tb), target),
             KernelId::GemvNt(r, i, o) => gemv::nt(r, i, o, target),
             KernelId::GemvNtMma(t, i, o) => gemv::nt_mma(t, i, o, target),
             KernelId::GemvNn(r, i) => gemv::nn(r, i, target),
@@ -211,7 +218,7 @@ impl KernelId {
     /// `sm_90a` alone for a `wgmma` kernel.
     pub fn targets(&self) -> Vec<Target> {
         match self {
-            KernelId::GemmWgmma(..) | KernelId::AttentionWgmma(..) => vec![Target::Sm90a],
+            KernelId::GemmWgmma(..) | KernelId::GemmTma(..) | KernelId::AttentionWgmma(..) => vec![Target::Sm90a],
             _ => Target::ALL.to_vec(),
         }
     }
@@ -221,7 +228,7 @@ impl KernelId {
     /// 9.0), `base` otherwise.
     pub fn target_on(&self, base: Target) -> Target {
         match self {
-            KernelId::GemmWgmma(..) | KernelId::AttentionWgmma(..) => Target::Sm90a,
+            KernelId::GemmWgmma(..) | KernelId::GemmTma(..) | KernelId::AttentionWgmma(..) => Target::Sm90a,
             _ => base,
         }
     }
@@ -252,6 +259,7 @@ impl KernelId {
             KernelId::Cast(from, to)
             | KernelId::GemmMma(_, from, to, ..)
             | KernelId::GemmWgmma(_, from, to, ..)
+            | KernelId::GemmTma(_, from, to, ..)
             | KernelId::GemvNt(_, from, to)
             | KernelId::GemvNtMma(_, from, to)
             | KernelId::QuantGemvX(_, _, from, to) => {
@@ -317,6 +325,14 @@ pub fn catalog() -> Vec<KernelId> {
         }
     }
     v.push(KernelId::GemmWgmma(WgmmaConfig::tf32(), DType::F32, DType::F32, false, true));
+    for input in [DType::BF16, DType::F16] {
+        for output in elem::DTYPES {
+            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                v.push(KernelId::GemmTma(TmaConfig::default(), input, output, ta, tb));
+            }
+        }
+    }
+    v.push(KernelId::GemmTma(TmaConfig::tf32(), DType::F32, DType::F32, false, true));
     for input in elem::DTYPES {
         for rows in gemv::ROWS {
             v.extend(elem::DTYPES.map(|output| KernelId::GemvNt(rows, input, output)));

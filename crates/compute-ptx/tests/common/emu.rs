@@ -344,6 +344,7 @@ pub fn run(prog: &Program, mem: &mut Memory, grid: Grid, args: &[Arg], approx: (
             Arg::Ptr(v) | Arg::U64(v) => v,
             Arg::U32(v) => u64::from(v),
             Arg::F32(v) => fb(v),
+            Arg::TensorMap(_) => panic!("{}: TMA copies are not emulated", prog.name),
         })
         .collect();
     let (bx, by, bz) = grid.blocks;
