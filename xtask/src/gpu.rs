@@ -22,7 +22,7 @@
 //! - `bench`: the benchmark report (`cuda_bench`'s CUDA rows when the bundle
 //!   has no `compute-bench`);
 //! - `ncu`: Nsight Compute on each register-blocked GEMM shape at 4096³, or
-//!   on a bf16 tensor-core GEMM with `NCU_GEMM=mma` or `wgmma` (`NCU_N` sets
+//!   on a bf16 tensor-core GEMM with `NCU_GEMM=mma`, `wgmma` or `tma` (`NCU_N` sets
 //!   the size).
 //!
 //! The machine needs the NVIDIA driver only: no Rust, no CUDA toolkit
@@ -221,7 +221,7 @@ if step bench; then
 fi
 if step ncu; then
   # Each register-blocked GEMM shape (NCU_GEMM=simt, the default) or a bf16
-  # tensor-core GEMM (NCU_GEMM=mma or wgmma) once at ${NCU_N:-4096}^3, profiled by Nsight Compute.
+  # tensor-core GEMM (NCU_GEMM=mma, wgmma or tma) once at ${NCU_N:-4096}^3, profiled by Nsight Compute.
   ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   which_gemm="${NCU_GEMM:-simt}"
   timeout "${NCU_SECS:-120}" "$ncu_bin" --clock-control none -k "regex:gemm_$which_gemm" --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis .gpu/bin/cuda_bench --profile-gemm "${NCU_N:-4096}" "$which_gemm" > "$OUT/ncu.log" 2>&1 || rc=1
