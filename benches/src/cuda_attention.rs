@@ -17,7 +17,8 @@
 //! backend's TFLOP/s in its note. `COMPUTE_PTX_ATTENTION_SWEEP=1` adds rows for the
 //! other kernel shapes on the bf16 rows (`FlashConfig`; on compute capability 9.0 also
 //! the `mma.sync` default beside the `wgmma` one, and `HopperConfig`);
-//! `COMPUTE_PTX_ATTENTION_SWEEP=hopper` adds only the `HopperConfig` shapes.
+//! `COMPUTE_PTX_ATTENTION_SWEEP=hopper` adds only the `HopperConfig` shapes (and the
+//! `mma.sync` default where the `wgmma` kernel is the default).
 
 use std::time::Duration;
 
@@ -102,6 +103,9 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
         if sweep && spec.dtype == DType::BF16 {
             let default = FlashConfig::for_shape(spec.head_dim, rows);
             if hopper_only {
+                if hopper_default {
+                    configs.push(Some(AttentionKernel::Flash(FlashConfig::for_shape(spec.head_dim, rows))));
+                }
                 if hopper && rows > 16 && HopperConfig::fits(spec.head_dim) {
                     configs.extend(
                         HopperConfig::sweep(spec.head_dim).into_iter().map(|c| Some(AttentionKernel::Hopper(c))),

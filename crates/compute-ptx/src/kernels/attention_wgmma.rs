@@ -97,10 +97,19 @@ pub struct HopperConfig {
 }
 
 impl HopperConfig {
-    /// The shape the backend launches on compute capability 9.0: two
-    /// warpgroups (128 query rows), key tiles of 128, ping-pong.
+    /// The shape the backend launches on compute capability 9.0: at head
+    /// size 128 two warpgroups (128 query rows), key tiles of 128,
+    /// ping-pong; at 64 one warpgroup with `P` in registers, key tiles of
+    /// 128 (80 KiB of shared memory, so two blocks share a multiprocessor
+    /// and one's softmax runs under the other's products). Measured on the
+    /// H100 (2026-11-26, bf16; docs/benchmarks.md): the fastest of the sweep
+    /// at both sizes.
     pub fn for_head_dim(d: usize) -> HopperConfig {
-        HopperConfig { head_dim: d as u32, warpgroups: 2, bn: 128, schedule: HopperSchedule::PingPong }
+        if d == 64 {
+            HopperConfig { head_dim: 64, warpgroups: 1, bn: 128, schedule: HopperSchedule::RegisterP }
+        } else {
+            HopperConfig { head_dim: d as u32, warpgroups: 2, bn: 128, schedule: HopperSchedule::PingPong }
+        }
     }
 
     /// Whether the kernel takes head size `d`.
@@ -109,12 +118,13 @@ impl HopperConfig {
     }
 
     /// Whether the backend runs it (rather than the `mma.sync` kernel) for
-    /// head size `d` on compute capability 9.0: at 128. On the H200
-    /// (2026-11-25, bf16) the shared-`P` form ran b4 h32 s4096 d128 at 430
-    /// TFLOP/s full and 395 causal against 335 and 309 for the `mma.sync`
-    /// kernel; at b16 h16 s1024 d64 at 261 and 197 against 280 and 211.
+    /// head size `d` on compute capability 9.0: at 64 and 128. On the H100
+    /// (2026-11-26, bf16) the defaults ran b4 h32 s4096 d128 at 438
+    /// TFLOP/s full and 397 causal against 335 and 309 for the `mma.sync`
+    /// kernel (H200, 2026-11-25); b16 h16 s1024 d64 at 315 and 237 against
+    /// 275 and 209.
     pub fn preferred(d: usize) -> bool {
-        d == 128
+        Self::fits(d)
     }
 
     /// Query rows per block.
@@ -173,7 +183,7 @@ impl HopperConfig {
 
     /// Other shapes for the benchmark's sweep: every schedule at two
     /// warpgroups and key tiles of 128 (the shared-`P` one timed as the
-    /// baseline), key tiles of 64 with `P` in registers, and one warpgroup.
+    /// baseline), key tiles of 64, and one warpgroup with `P` in registers.
     pub fn sweep(d: usize) -> Vec<HopperConfig> {
         use HopperSchedule::{PingPong, RegisterP, SharedP, SharedPLate};
         let base = Self::for_head_dim(d);
@@ -185,6 +195,7 @@ impl HopperConfig {
             (2, 64, PingPong),
             (2, 64, RegisterP),
             (1, 128, RegisterP),
+            (1, 64, RegisterP),
         ]
         .into_iter()
         .map(|(warpgroups, bn, schedule)| HopperConfig { warpgroups, bn, schedule, ..base })
