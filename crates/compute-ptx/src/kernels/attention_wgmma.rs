@@ -119,10 +119,9 @@ impl HopperConfig {
 
     /// Whether the backend runs it (rather than the `mma.sync` kernel) for
     /// head size `d` on compute capability 9.0: at 64 and 128. On the H100
-    /// (2026-11-26, bf16) the defaults ran b4 h32 s4096 d128 at 438
-    /// TFLOP/s full and 397 causal against 335 and 309 for the `mma.sync`
-    /// kernel (H200, 2026-11-25); b16 h16 s1024 d64 at 315 and 237 against
-    /// 275 and 209.
+    /// (2026-11-26, bf16) the defaults ran b4 h32 s4096 d128 at 441
+    /// TFLOP/s full and 400 causal against 324 and 295 for the `mma.sync`
+    /// kernel; b16 h16 s1024 d64 at 320 and 245 against 274 and 207.
     pub fn preferred(d: usize) -> bool {
         Self::fits(d)
     }
