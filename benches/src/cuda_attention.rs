@@ -16,7 +16,9 @@
 //! gets the fastest PyTorch backend of the same shape as its peer, and every
 //! backend's TFLOP/s in its note. `COMPUTE_PTX_ATTENTION_SWEEP=1` adds rows for the
 //! other kernel shapes on the bf16 rows (`FlashConfig`; on compute capability 9.0 also
-//! the `mma.sync` default beside the `wgmma` one, and `HopperConfig`).
+//! the `mma.sync` default beside the `wgmma` one, and `HopperConfig`);
+//! `COMPUTE_PTX_ATTENTION_SWEEP=hopper` adds only the `HopperConfig` shapes (and the
+//! `mma.sync` default where the `wgmma` kernel is the default).
 
 use std::time::Duration;
 
@@ -77,7 +79,9 @@ fn torch_times() -> Vec<(String, String, f64)> {
 /// The rows.
 pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Result<Vec<Record>, String> {
     let torch = torch_times();
-    let sweep = std::env::var("COMPUTE_PTX_ATTENTION_SWEEP").is_ok_and(|v| !v.is_empty() && v != "0");
+    let sweep_var = std::env::var("COMPUTE_PTX_ATTENTION_SWEEP").unwrap_or_default();
+    let sweep = !sweep_var.is_empty() && sweep_var != "0";
+    let hopper_only = sweep_var == "hopper";
     let cc = be.info().map_err(err)?.compute_capability;
     let hopper = compute_ptx::Target::has_wgmma(cc.0, cc.1);
     let mut out = Vec::new();
@@ -98,7 +102,16 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
         let mut configs: Vec<Option<AttentionKernel>> = vec![None];
         if sweep && spec.dtype == DType::BF16 {
             let default = FlashConfig::for_shape(spec.head_dim, rows);
-            if rows <= 16 {
+            if hopper_only {
+                if hopper_default {
+                    configs.push(Some(AttentionKernel::Flash(FlashConfig::for_shape(spec.head_dim, rows))));
+                }
+                if hopper && rows > 16 && HopperConfig::fits(spec.head_dim) {
+                    configs.extend(
+                        HopperConfig::sweep(spec.head_dim).into_iter().map(|c| Some(AttentionKernel::Hopper(c))),
+                    );
+                }
+            } else if rows <= 16 {
                 configs.extend(
                     FlashConfig::decode_sweep(spec.head_dim).into_iter().map(|c| Some(AttentionKernel::Flash(c))),
                 );

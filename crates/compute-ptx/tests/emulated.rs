@@ -513,7 +513,7 @@ fn attention_reads_a_kv_cache_on_every_kernel() {
 /// The Hopper attention kernel (`wgmma`) in every shape of its sweep, both
 /// half dtypes, head sizes 64 and 128, on odd lengths, both causal
 /// alignments and grouped heads, against the reference; and the plans pick
-/// it on compute capability 9.0 for a prefill.
+/// it on compute capability 9.0 for a prefill at head sizes 128 and 64.
 #[test]
 fn hopper_attention_shapes_agree() {
     use compute_core::conformance::{compare_typed, typed_inputs_for};
@@ -558,6 +558,17 @@ fn hopper_attention_shapes_agree() {
     emu.run_typed(&op, &views, out.as_mut()).unwrap();
     let names: Vec<String> = emu.log.lock().unwrap()[before..].iter().map(|(k, _)| k.clone()).collect();
     assert_eq!(names, [HopperConfig::for_head_dim(128).kernel_name(DType::BF16)]);
+    assert!(compare_typed(&op, &views, out.as_slice(), 1.0).is_none());
+    // And at d = 64 (one warpgroup, P in registers).
+    let spec = AttentionSpec::new(1, 4, 150, 150, 64).with_kv_heads(2).causal().with_dtype(DType::F16);
+    let op = Op::Attention(spec);
+    let inputs = typed_inputs_for(&op, &mut rng);
+    let views: Vec<_> = inputs.iter().map(|v| v.as_slice()).collect();
+    let mut out = HostVec::zeros(DType::F16, inputs[0].len());
+    let before = emu.log.lock().unwrap().len();
+    emu.run_typed(&op, &views, out.as_mut()).unwrap();
+    let names: Vec<String> = emu.log.lock().unwrap()[before..].iter().map(|(k, _)| k.clone()).collect();
+    assert_eq!(names, [HopperConfig::for_head_dim(64).kernel_name(DType::F16)]);
     assert!(compare_typed(&op, &views, out.as_slice(), 1.0).is_none());
 }
 

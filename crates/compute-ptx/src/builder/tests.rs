@@ -275,3 +275,38 @@ fn targets_map_compute_capabilities() {
     assert_eq!(Target::for_compute_capability(8, 6), Some(Target::Sm80));
     assert_eq!(Target::for_compute_capability(7, 5), None);
 }
+
+#[test]
+fn register_a_wgmma_and_named_barriers() {
+    let build = |target: Target, bad: bool| {
+        let mut b = KernelBuilder::new("k", target);
+        let acc: Vec<Reg<F32>> = (0..4).map(|_| b.mov(0.0f32)).collect();
+        let a = [(); 4].map(|_| b.mov(0u32));
+        let desc = b.mov(0u64);
+        let on = b.setp(Cmp::Eq, a[0], 0u32);
+        b.wgmma_mma_async_reg_a(Half::Bf16, &acc, a, desc, on, true);
+        let id = b.mov(3u32);
+        b.barrier_sync(1u32, 256);
+        b.barrier_arrive(id, 128);
+        if bad {
+            b.barrier_sync(16u32, 256);
+            b.barrier_arrive(2u32, 100);
+        }
+        b.ret();
+        b.finish()
+    };
+    let k = build(Target::Sm90a, false).unwrap();
+    let t = k.ptx();
+    assert!(
+        t.contains("wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%f0, %f1, %f2, %f3}, {%r0, %r1, %r2, %r3}, %rd0, %p0, 1, 1, 1;"),
+        "{t}"
+    );
+    assert!(t.contains("barrier.sync 1, 256;"), "{t}");
+    assert!(t.contains("barrier.arrive %r4, 128;"), "{t}");
+    let e = build(Target::Sm90a, true).unwrap_err();
+    let all = e.problems.join("\n");
+    assert!(all.contains("id 16 is not an integer in 0..16"), "{all}");
+    assert!(all.contains("100 threads"), "{all}");
+    let e = build(Target::Sm90, false).unwrap_err();
+    assert!(e.problems.join("\n").contains("sm_90a"), "{e}");
+}

@@ -1,12 +1,15 @@
 //! Hopper's warpgroup instructions (`sm_90a`): `wgmma.mma_async` reading both
 //! operands from shared memory through 64-bit matrix descriptors, its fence,
 //! commit and wait, and the proxy fence that makes ordinary shared-memory
-//! writes visible to it. A warpgroup is four consecutive warps (128 threads
-//! whose first is a multiple of 128); every one of its threads must execute
-//! each of these instructions.
+//! writes visible to it; the register-`A` form of `wgmma` (a 64×16 operand
+//! held in the warpgroup's registers); and the named barriers (`barrier.sync`
+//! / `barrier.arrive` with an id and a thread count) by which warpgroups order
+//! themselves without stopping the whole block. A warpgroup is four
+//! consecutive warps (128 threads whose first is a multiple of 128); every one
+//! of its threads must execute each `wgmma` instruction.
 
 use super::halves::Half;
-use super::types::{F32, Pred, Reg, U64};
+use super::types::{F32, Pred, Reg, Src, U32, U64};
 use super::{KernelBuilder, Target};
 
 /// A shared-memory matrix descriptor of an operand tile in the 128-byte
@@ -152,5 +155,74 @@ impl KernelBuilder {
             "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{t}.{t} {{{}}}, {a}, {b}, {p}, 1, 1{trans}",
             d.join(", ")
         ));
+    }
+
+    /// `acc += A·B` with `A` from registers:
+    /// `wgmma.mma_async.sync.aligned.m64n{N}k16.f32.<half>.<half>` whose
+    /// 64×16 `A` is four 32-bit registers per thread, each two `half`s (low
+    /// half first): warp `w`'s lane `l` holds row `16w + l/4` (`a[0]`,
+    /// `a[2]`) and row `16w + l/4 + 8` (`a[1]`, `a[3]`) at columns `2(l%4)`
+    /// and the one after (`a[0]`, `a[1]`) and 8 further (`a[2]`, `a[3]`) —
+    /// the layout of the accumulator of a `wgmma` (see
+    /// [`KernelBuilder::wgmma_mma_async`]) over 16 columns, rounded and packed
+    /// in pairs. `B` (16×N) is in shared memory as `desc_b` and `mn_major_b`
+    /// say. Asynchronous like the shared form; `a` must not be written until a
+    /// [`KernelBuilder::wgmma_wait`] retires the group, and a
+    /// [`KernelBuilder::wgmma_fence`] must come between writing `a` and this
+    /// instruction. One instruction.
+    pub fn wgmma_mma_async_reg_a(
+        &mut self,
+        half: Half,
+        acc: &[Reg<F32>],
+        a: [Reg<U32>; 4],
+        desc_b: Reg<U64>,
+        scale_d: Reg<Pred>,
+        mn_major_b: bool,
+    ) {
+        self.need_sm90a("wgmma.mma_async");
+        let n = acc.len() as u32 * 2;
+        if !(8..=256).contains(&n) || !n.is_multiple_of(8) {
+            self.error(format!("wgmma m64n{n}: N must be a multiple of 8 in 8..=256"));
+        }
+        let d: Vec<String> = acc.iter().map(|r| self.reg(*r)).collect();
+        let a: Vec<String> = a.iter().map(|r| self.reg(*r)).collect();
+        let (b, p) = (self.reg(desc_b), self.reg(scale_d));
+        let t = half.name();
+        self.emit(format!(
+            "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{}}}, {{{}}}, {b}, {p}, 1, 1, {}",
+            d.join(", "),
+            a.join(", "),
+            u32::from(mn_major_b)
+        ));
+    }
+
+    fn named_barrier(&mut self, what: &str, id: Src<U32>, threads: u32) {
+        if let Src::Imm(i) = id
+            && !matches!(i, super::types::Imm::Int(0..16))
+        {
+            self.error(format!("barrier.{what}: id {i} is not an integer in 0..16"));
+        }
+        if threads == 0 || !threads.is_multiple_of(32) {
+            self.error(format!("barrier.{what}: {threads} threads is not a positive multiple of 32"));
+        }
+        let id = self.src(id);
+        self.emit(format!("barrier.{what} {id}, {threads}"));
+    }
+
+    /// `barrier.sync id, threads`: waits until `threads` threads (whole warps)
+    /// have arrived at barrier `id` (0..16), this one included. Not
+    /// `.aligned`: the warps may reach it at different places in the code,
+    /// so warpgroups can meet at different points of their schedules. Shared
+    /// memory written before the arrivals is visible after it.
+    pub fn barrier_sync(&mut self, id: impl Into<Src<U32>>, threads: u32) {
+        self.named_barrier("sync", id.into(), threads);
+    }
+
+    /// `barrier.arrive id, threads`: counts this warp's threads towards barrier
+    /// `id`'s next completion without waiting; a warp that later waits on the
+    /// barrier (`barrier.sync`) sees this thread's earlier shared-memory
+    /// writes.
+    pub fn barrier_arrive(&mut self, id: impl Into<Src<U32>>, threads: u32) {
+        self.named_barrier("arrive", id.into(), threads);
     }
 }

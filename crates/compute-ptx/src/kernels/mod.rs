@@ -10,6 +10,7 @@
 //! (`GemmKernel::tiled(m, n, k, 32).emit_ptx()`).
 
 pub mod attention;
+mod attention_pingpong;
 pub mod attention_wgmma;
 pub mod conv;
 pub mod decoder;

@@ -1,7 +1,9 @@
 //! A small PTX interpreter for the subset `compute-ptx` emits, to run every
 //! kernel of the set on the CPU in tests: threads of a block run until they
 //! reach a barrier, a shuffle or their end, then meet there (shuffles per warp,
-//! barriers per block). Global and shared memory are bounds- and
+//! barriers by id: `bar.sync 0` waits for the whole block, `barrier.sync id,
+//! n` and `barrier.arrive id, n` count `n` threads, generation by generation).
+//! Global and shared memory are bounds- and
 //! alignment-checked: an out-of-bounds or misaligned access fails the test, as
 //! `compute-sanitizer --tool memcheck` would on the GPU. Approximate
 //! instructions (`ex2.approx`, `lg2.approx`) are modelled by the exact function
@@ -289,6 +291,8 @@ struct Thread {
     done: bool,
     /// Waiting at a barrier or shuffle (pc points at it).
     waiting: bool,
+    /// Waiting at barrier `id` until its generation passes `generation`: (id, generation).
+    bar_wait: Option<(u32, u64)>,
     tid: (u32, u32, u32),
     lane: u32,
     /// `cp.async` copies issued since the last commit: (shared address, data).
@@ -379,16 +383,18 @@ fn run_block(
             waiting: false,
             tid: (i % nt.0, (i / nt.0) % nt.1, i / (nt.0 * nt.1)),
             lane: i % 32,
+            bar_wait: None,
             open_copies: Vec::new(),
             groups: Default::default(),
         })
         .collect();
     let ctx = Ctx { prog, argv, cta, nt, nct: grid.blocks, approx };
+    let mut bars = Barriers::default();
     loop {
         let mut progressed = false;
         for t in threads.iter_mut() {
             if !t.done && !t.waiting {
-                step_until_sync(&ctx, t, mem, &mut shared);
+                step_until_sync(&ctx, t, mem, &mut shared, &mut bars);
                 progressed = true;
             }
         }
@@ -450,17 +456,28 @@ fn run_block(
             }
             progressed = true;
         }
-        // Barrier: every live thread waits at a bar.sync.
-        let live: Vec<usize> = (0..nthreads).filter(|&i| !threads[i].done).collect();
-        if live.iter().all(|&i| threads[i].waiting && prog.code[threads[i].pc].parts[0] == "bar") {
-            assert_eq!(live.len(), nthreads, "{}: barrier reached after some threads exited", prog.name);
-            for &i in &live {
-                threads[i].pc += 1;
-                threads[i].waiting = false;
+        // Barriers: a waiting thread goes on once its barrier's generation has completed.
+        for t in threads.iter_mut() {
+            if let Some((id, generation)) = t.bar_wait
+                && bars.generation(id) > generation
+            {
+                t.bar_wait = None;
+                t.pc += 1;
+                t.waiting = false;
+                progressed = true;
             }
-            progressed = true;
         }
-        assert!(progressed, "{}: deadlock (threads wait at different barriers/shuffles)", prog.name);
+        if !progressed {
+            let exited = threads.iter().filter(|t| t.done).count();
+            let at: Vec<String> = threads
+                .iter()
+                .filter(|t| t.waiting)
+                .map(|t| prog.code[t.pc].text.clone())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            panic!("{}: deadlock ({exited} threads exited; the others wait at {at:?})", prog.name);
+        }
     }
 }
 
@@ -564,7 +581,11 @@ fn mma(ctx: &Ctx, inst: &Inst, warp: &mut [Thread]) {
 /// `k`-contiguous tile at `start + (r/8)·SBO + (r%8)·128 + 2k`, of an
 /// `m`/`n`-contiguous one at `start + (r/64)·LBO + (k/8)·SBO + (k%8)·128 +
 /// 2(r%64)` (the PTX ISA's "leading" dimension of such a tile is m or n),
-/// address bits 4–6 XORed with bits 7–9. Summed in f64, rounded once.
+/// address bits 4–6 XORed with bits 7–9. With `A` in registers (a vector of
+/// four words in place of its descriptor, and no transpose flag for it),
+/// lane `l` of the warp holds rows `l/4` and `l/4 + 8` at `k = 2(l%4)` and
+/// the one after in words 0 and 1, at `k + 8` in words 2 and 3. Summed in
+/// f64, rounded once.
 fn wgmma(ctx: &Ctx, inst: &Inst, warp: &mut [Thread], quarter: usize, mem: &mut Memory, shared: &mut [u8]) {
     let p = &inst.parts;
     let shape = p[4].as_str();
@@ -581,13 +602,27 @@ fn wgmma(ctx: &Ctx, inst: &Inst, warp: &mut [Thread], quarter: usize, mem: &mut 
         ref o => panic!("{}: wgmma immediate {o:?}", ctx.prog.name),
     };
     assert_eq!((imm(4), imm(5)), (1, 1), "{}: scales", inst.text);
+    // A from registers: four words per thread, no transpose flag for A.
+    let a_regs = match &inst.args[1] {
+        Opnd::Vec(_) => Some(regs_of(&inst.args[1])),
+        _ => None,
+    };
     // TF32 has no transpose flags: both operands k-contiguous.
-    let (mn_major_a, mn_major_b) = if esz == 4 { (false, false) } else { (imm(6) == 1, imm(7) == 1) };
+    let (mn_major_a, mn_major_b) = match (esz, &a_regs) {
+        (4, _) => (false, false),
+        (_, Some(_)) => (false, imm(6) == 1),
+        _ => (imm(6) == 1, imm(7) == 1),
+    };
     let t0 = &warp[0];
-    let (desc_a, desc_b, scale_d) =
-        (val(ctx, t0, &inst.args[1]), val(ctx, t0, &inst.args[2]), val(ctx, t0, &inst.args[3]));
+    let (desc_a, desc_b, scale_d) = (
+        if a_regs.is_some() { 0 } else { val(ctx, t0, &inst.args[1]) },
+        val(ctx, t0, &inst.args[2]),
+        val(ctx, t0, &inst.args[3]),
+    );
     for t in warp.iter() {
-        assert_eq!(val(ctx, t, &inst.args[1]), desc_a, "{}: descriptors differ across the warp", ctx.prog.name);
+        if a_regs.is_none() {
+            assert_eq!(val(ctx, t, &inst.args[1]), desc_a, "{}: descriptors differ across the warp", ctx.prog.name);
+        }
         assert_eq!(val(ctx, t, &inst.args[2]), desc_b, "{}: descriptors differ across the warp", ctx.prog.name);
     }
     // Element (r, k), r along m or n: k-contiguous rows of 128 bytes in groups
@@ -614,8 +649,28 @@ fn wgmma(ctx: &Ctx, inst: &Inst, warp: &mut [Thread], quarter: usize, mem: &mut 
             other => panic!("{}: wgmma on {other}", ctx.prog.name),
         }
     };
-    let a: Vec<Vec<f64>> =
-        (0..16).map(|r| (0..kk).map(|k| element(desc_a, mn_major_a, 16 * quarter + r, k)).collect()).collect();
+    let a: Vec<Vec<f64>> = match &a_regs {
+        // Lane l: word 0 row l/4, word 1 row l/4 + 8, at k = 2(l%4) (+1); words 2, 3 the same at k + 8.
+        Some(ar) => {
+            assert_eq!(ar.len(), 4, "{}: A takes four registers", inst.text);
+            let widen = |h: u64| match half {
+                "bf16" => f64::from(bf16::from_bits(h as u16).to_f32()),
+                "f16" => f64::from(f16::from_bits(h as u16).to_f32()),
+                other => panic!("{}: wgmma with A in registers on {other}", ctx.prog.name),
+            };
+            let mut m = vec![vec![0.0; kk]; 16];
+            for (l, th) in warp.iter().enumerate() {
+                let (g, q) = (l / 4, l % 4);
+                for (w, &reg) in ar.iter().enumerate() {
+                    let (row, col) = (g + 8 * (w % 2), 2 * q + 8 * (w / 2));
+                    m[row][col] = widen(th.regs[reg] & 0xffff);
+                    m[row][col + 1] = widen((th.regs[reg] >> 16) & 0xffff);
+                }
+            }
+            m
+        }
+        None => (0..16).map(|r| (0..kk).map(|k| element(desc_a, mn_major_a, 16 * quarter + r, k)).collect()).collect(),
+    };
     let b: Vec<Vec<f64>> = (0..n).map(|c| (0..kk).map(|k| element(desc_b, mn_major_b, c, k)).collect()).collect();
     for (l, th) in warp.iter_mut().enumerate() {
         let (g, q) = (l / 4, l % 4);
@@ -624,6 +679,33 @@ fn wgmma(ctx: &Ctx, inst: &Inst, warp: &mut [Thread], quarter: usize, mem: &mut 
             let old = if scale_d != 0 { f64::from(f(th.regs[reg])) } else { 0.0 };
             let sum: f64 = old + (0..kk).map(|k| a[row][k] * b[col][k]).sum::<f64>();
             th.regs[reg] = fb(sum as f32);
+        }
+    }
+}
+
+/// Named barriers: per id, threads arrived towards the current generation
+/// and the generations completed.
+#[derive(Default)]
+struct Barriers {
+    state: HashMap<u32, (u32, u64)>,
+}
+
+impl Barriers {
+    fn generation(&self, id: u32) -> u64 {
+        self.state.get(&id).map_or(0, |s| s.1)
+    }
+
+    /// Counts one thread at barrier `id` of `count` threads; returns the
+    /// generation it arrived in and whether its arrival completed it.
+    fn arrive(&mut self, id: u32, count: u32) -> (u64, bool) {
+        let s = self.state.entry(id).or_insert((0, 0));
+        let generation = s.1;
+        s.0 += 1;
+        if s.0 == count {
+            *s = (0, generation + 1);
+            (generation, true)
+        } else {
+            (generation, false)
         }
     }
 }
@@ -818,7 +900,7 @@ fn float_op(op: &str, nan_mode: bool, a: f32, b: f32) -> f32 {
 }
 
 /// Executes `t` until it ends or reaches a barrier or shuffle.
-fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8]) {
+fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8], bars: &mut Barriers) {
     let code = &ctx.prog.code;
     let mut budget = 50_000_000u64;
     loop {
@@ -841,7 +923,25 @@ fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8
         };
         let a = |i: usize| val(ctx, t, &inst.args[i]);
         match op {
-            "bar" | "shfl" | "ldmatrix" | "mma" => {
+            // bar.sync 0 (the whole block), barrier.sync id, n and barrier.arrive id, n.
+            "bar" | "barrier" => {
+                let id = a(0) as u32;
+                let block = ctx.nt.0 * ctx.nt.1 * ctx.nt.2;
+                let count = inst.args.get(1).map_or(block, |_| a(1) as u32);
+                assert!(count <= block && count % 32 == 0, "{}: {}: thread count", ctx.prog.name, inst.text);
+                let (generation, completed) = bars.arrive(id, count);
+                match p[1].as_str() {
+                    "sync" if !completed => {
+                        t.bar_wait = Some((id, generation));
+                        t.waiting = true;
+                        return;
+                    }
+                    "sync" | "arrive" => t.pc += 1,
+                    other => panic!("{}: barrier.{other}", ctx.prog.name),
+                }
+                continue;
+            }
+            "shfl" | "ldmatrix" | "mma" => {
                 t.waiting = true;
                 return;
             }
