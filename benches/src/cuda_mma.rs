@@ -359,6 +359,8 @@ fn tf32_rows(
         let (row, first) = tf32_row(be, blas, device, s, (picked, None), budget)?;
         let mut rows = vec![row];
         rows.push(tf32_row(be, blas, device, s, (GemmTier::Tma(TmaConfig::tf32()), Some(&first)), budget)?.0);
+        let pre = GemmTier::Tma(TmaConfig { tf32: Tf32Rounding::BeforeKernel, ..TmaConfig::tf32() });
+        rows.push(tf32_row(be, blas, device, s, (pre, Some(&first)), budget)?.0);
         if sweep {
             let cp_async = gemm_wgmma::tf32_sweep_configs().into_iter().map(GemmTier::Wgmma);
             let unrounded = GemmTier::Tma(TmaConfig { tf32: Tf32Rounding::None, ..TmaConfig::tf32() });
@@ -409,6 +411,9 @@ fn tf32_row(
     let other: Vec<f32> = blas.stream.clone_dtoh(&cc).map_err(err)?;
     let diff = relative_difference(&mine, &other);
     let name = match tier {
+        GemmTier::Tma(cfg) if cfg.tf32 == Tf32Rounding::BeforeKernel => {
+            format!("round_tf32 x2 + {}", cfg.kernel_name(DType::F32, DType::F32, false, true))
+        }
         GemmTier::Tma(cfg) => cfg.kernel_name(DType::F32, DType::F32, false, true),
         GemmTier::Wgmma(cfg) => cfg.kernel_name(DType::F32, DType::F32, false, true),
         other => format!("{other:?}"),

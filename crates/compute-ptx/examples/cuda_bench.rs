@@ -26,11 +26,12 @@ mod cuda_mma;
 #[allow(dead_code)]
 mod report;
 
-/// `--profile-gemm N [simt|mma|wgmma|tma] [nt]`: each register-blocked shape of the
+/// `--profile-gemm N [simt|mma|wgmma|tma] [nt|nn] [K]`: each register-blocked shape of the
 /// sweep (`simt`, the default), or the default shape of a tensor-core GEMM on
-/// bf16 (`mma`, `wgmma` or `tma`, `A·B`, or with `nt` `A·Bᵀ`), once, at `N³` (for
+/// bf16 (`mma`, `wgmma` or `tma`, `A·B`, or with `nt` `A·Bᵀ`), once, at `N³`
+/// (tensor cores: `N × N × K` when `K` is given) (for
 /// `ncu -k regex:gemm_<which>`); no timing.
-fn profile_gemm(n: usize, which: &str, trans_b: bool) -> Result<(), String> {
+fn profile_gemm(n: usize, which: &str, trans_b: bool, depth: Option<usize>) -> Result<(), String> {
     use compute_core::{Backend, DType, HostVec, MatmulSpec};
     use compute_ptx::cuda::GemmTier;
     use compute_ptx::kernels::gemm_mma::MmaConfig;
@@ -40,10 +41,12 @@ fn profile_gemm(n: usize, which: &str, trans_b: bool) -> Result<(), String> {
     let data: Vec<f32> = (0..n * n).map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 500.0).collect();
     let e = |e: compute_core::ComputeError| e.to_string();
     if which == "mma" || which == "wgmma" || which == "tma" {
-        let host = HostVec::from_f32(DType::BF16, &data);
+        let k = depth.unwrap_or(n);
+        let host = HostVec::from_f32(DType::BF16, &data[..n * k.min(n)]);
+        let host = if k > n { HostVec::from_f32(DType::BF16, &vec![0.5; n * k]) } else { host };
         let (a, b) = (be.upload_typed(host.as_slice()).map_err(e)?, be.upload_typed(host.as_slice()).map_err(e)?);
         let c = be.alloc_typed(n * n, DType::BF16).map_err(e)?;
-        let spec = MatmulSpec { trans_b, ..MatmulSpec::new(n, n, n) }.with_dtypes(DType::BF16, DType::BF16);
+        let spec = MatmulSpec { trans_b, ..MatmulSpec::new(n, k, n) }.with_dtypes(DType::BF16, DType::BF16);
         let (tier, spec, name) = if which == "mma" {
             let cfg = MmaConfig::default();
             (GemmTier::Mma(cfg), spec, cfg.kernel_name(DType::BF16, DType::BF16, false, trans_b))
@@ -112,7 +115,8 @@ fn main() {
         let n = args.get(i + 1).and_then(|v| v.parse().ok()).unwrap_or(4096);
         let which = args.get(i + 2).map(String::as_str).unwrap_or("simt");
         let trans_b = args.get(i + 3).is_some_and(|t| t == "nt");
-        if let Err(e) = profile_gemm(n, which, trans_b) {
+        let depth = args.get(i + 4).and_then(|v| v.parse().ok());
+        if let Err(e) = profile_gemm(n, which, trans_b, depth) {
             eprintln!("{e}");
             std::process::exit(2);
         }

@@ -49,7 +49,7 @@ use crate::kernels::gemm_mma::MmaConfig;
 use crate::kernels::gemm_simple::TILE;
 use crate::kernels::gemm_simt::SimtConfig;
 use crate::kernels::gemm_tma::{self, TmaConfig};
-use crate::kernels::gemm_wgmma::WgmmaConfig;
+use crate::kernels::gemm_wgmma::{Tf32Rounding, WgmmaConfig};
 use crate::kernels::gemv;
 use crate::kernels::interpolate;
 use crate::kernels::reduce::{self, ReduceKind};
@@ -1376,6 +1376,17 @@ impl Exec<'_> {
     /// block per multiprocessor over every batch's tiles; the caller checked
     /// [`tma_fits`].
     fn matmul_tma(&self, cfg: &TmaConfig, s: &MatmulSpec, (a, b, c): (u64, u64, u64), op: &'static str) -> Result<()> {
+        if s.dtype == DType::F32 && cfg.tf32 == Tf32Rounding::BeforeKernel {
+            // TF32 rounded by a separate pass into temporaries; the GEMM reads them as they are.
+            let (la, lb) = (s.batch * s.m * s.k, s.batch * s.k * s.n);
+            let (_ga, ra) = self.l.temp(4 * la, op)?;
+            let (_gb, rb) = self.l.temp(4 * lb, op)?;
+            for (src, dst, len) in [(a, ra, la), (b, rb, lb)] {
+                let grid = self.stream_grid(len, DType::F32);
+                self.launch(KernelId::RoundTf32, grid, &[Arg::Ptr(src), Arg::Ptr(dst), Arg::U64(len as u64)])?;
+            }
+            return self.matmul_tma(&cfg.kernel(), s, (ra, rb, c), op);
+        }
         let (m, n, k) = (u32_of(op, "m", s.m)?, u32_of(op, "n", s.n)?, u32_of(op, "k", s.k)?);
         let batch = u32_of(op, "batch", s.batch)?;
         let tiles = s.batch * s.m.div_ceil(cfg.bm() as usize) * s.n.div_ceil(cfg.bn as usize);

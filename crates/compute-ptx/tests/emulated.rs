@@ -956,3 +956,39 @@ fn argmax_long_and_ragged_rows() {
         }
     }
 }
+
+/// `round_tf32`, the pass before a TF32 GEMM that reads its operands as they
+/// are, rounds every value to nearest TF32 with ties away from zero, keeps
+/// NaN, ±∞ and ±0, and rounds the largest `f32` to +∞, as `cvt.rna.tf32.f32`
+/// does (checked bit for bit against the same rule on the host).
+#[test]
+fn round_tf32_rounds_to_nearest_ties_away() {
+    use compute_ptx::kernels::KernelId;
+    use compute_ptx::plan::{Arg, Grid, Launcher};
+    let emu = EmuBackend::new();
+    let mut rng = Rng::new(0x5eed_0071);
+    let mut xs: Vec<u32> = (0..1000).map(|_| rng.vec(1, -1e6, 1e6)[0].to_bits()).collect();
+    // Ties (low 13 bits exactly 0x1000) both ways, carries into the exponent, specials.
+    xs.extend([0x3f80_1000, 0xbf80_1000, 0x3f80_0fff, 0x3fff_f000, 0x7f7f_ffff, 0x7fc0_0001, 0x7f80_0000]);
+    xs.extend([0xff80_0000, 0x0000_0000, 0x8000_0000, 0x0000_1000, 0x007f_ffff, 0x8000_1000]);
+    let host = |x: u32| -> u32 {
+        let f = f32::from_bits(x);
+        if f.is_nan() || f.is_infinite() {
+            return x;
+        }
+        (x.wrapping_add(0x1000)) & !0x1fff
+    };
+    let bytes: Vec<u8> = xs.iter().flat_map(|x| x.to_ne_bytes()).collect();
+    let out = emu
+        .run_bytes(&[&bytes], bytes.len(), |ins, o| {
+            let grid = Grid { blocks: (2, 1, 1), threads: (256, 1, 1), dynamic_smem: 0 };
+            emu.launch(KernelId::RoundTf32, grid, &[Arg::Ptr(ins[0]), Arg::Ptr(o), Arg::U64(xs.len() as u64)])
+        })
+        .expect("round_tf32");
+    for (i, (x, y)) in xs.iter().zip(out.chunks_exact(4)).enumerate() {
+        let y = u32::from_ne_bytes(y.try_into().expect("4 bytes"));
+        let want = host(*x);
+        let same = y == want || (f32::from_bits(y).is_nan() && f32::from_bits(want).is_nan());
+        assert!(same, "value {i}: {x:#010x} rounded to {y:#010x}, want {want:#010x}");
+    }
+}

@@ -200,6 +200,8 @@ fn tf32_wgmma_matches_the_reference() {
         .map(GemmTier::Wgmma)
         .collect();
     tiers.extend(std::iter::once(TmaConfig::tf32()).chain(gemm_tma::sweep_configs()).map(GemmTier::Tma));
+    let pre = TmaConfig { tf32: gemm_wgmma::Tf32Rounding::BeforeKernel, ..TmaConfig::tf32() };
+    tiers.push(GemmTier::Tma(pre));
     for tier in tiers {
         for (batch, m, k, n) in
             [(1, 8, 4, 8), (3, 40, 72, 24), (1, 136, 268, 520), (2, 256, 64, 384), (1, 700, 1000, 900)]
@@ -240,7 +242,8 @@ fn tf32_wgmma_rounds_to_nearest() {
     let b = be.upload(&vec![1.0; n * k]).expect("upload");
     let want = k as f32 * (1.0 + 2f32.powi(-10));
     let cp_async = gemm_wgmma::tf32_sweep_configs().into_iter().filter(|c| c.tf32 != Tf32Rounding::None);
-    let tiers = cp_async.map(GemmTier::Wgmma).chain([GemmTier::Tma(TmaConfig::tf32())]);
+    let pre = TmaConfig { tf32: Tf32Rounding::BeforeKernel, ..TmaConfig::tf32() };
+    let tiers = cp_async.map(GemmTier::Wgmma).chain([GemmTier::Tma(TmaConfig::tf32()), GemmTier::Tma(pre)]);
     for cfg in tiers {
         let c = be.upload(&vec![f32::NAN; m * n]).expect("upload");
         be.matmul_tier(cfg, spec, &a, &b, &c).expect("matmul");

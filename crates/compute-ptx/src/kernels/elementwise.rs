@@ -426,6 +426,30 @@ pub fn glu(dtype: DType, target: Target) -> Result<Kernel, BuildError> {
     b.finish()
 }
 
+/// Builds `round_tf32`: `f32` values rounded to nearest TF32 (10 mantissa
+/// bits, ties away from zero, `cvt.rna.tf32.f32`), kept as `f32` whose low
+/// 13 bits are zero; NaN and ±∞ stay. What a TF32 GEMM that reads its
+/// operands as they are (`wgmma` truncates) runs first. Params: `x`, `y`,
+/// `n` (elements). Launch: [`BLOCK`] threads per block, any grid (grid-stride).
+pub fn round_tf32(target: Target) -> Result<Kernel, BuildError> {
+    let name = "round_tf32";
+    let mut b = KernelBuilder::new(name, target);
+    b.doc(&format!("{name}: y = x rounded to nearest TF32 (cvt.rna.tf32.f32), as f32"));
+    b.doc("params: x, y (f32 pointers), n (elements)");
+    b.doc(&format!("launch: {BLOCK} threads per block, any grid (grid-stride)"));
+    b.max_threads(BLOCK);
+    let x = b.param_ptr("x");
+    let y = b.param_ptr("y");
+    let n = b.param::<U64>("n");
+    let s = Stream { inputs: vec![(x, DType::F32)], y: (y, DType::F32), n };
+    stream_loop(&mut b, &s, &mut |b, xs| {
+        let bits = b.bitcast::<crate::builder::B32, F32>(xs[0]);
+        let r = b.round_to_tf32(bits);
+        b.bitcast::<F32, crate::builder::B32>(r)
+    });
+    b.finish()
+}
+
 /// Kernel name of a cast (`cast_f32_bf16`).
 pub fn cast_name(from: DType, to: DType) -> String {
     format!("cast_{}_{}", from.as_str(), to.as_str())

@@ -61,8 +61,10 @@ pub struct TmaConfig {
     /// Tile-rows per group in the raster order (0: row-major).
     pub group_m: u32,
     /// How `f32` inputs (TF32) are rounded: in shared memory by the
-    /// producer's spare warps ([`Tf32Rounding::InShared`]), or not at all
-    /// ([`Tf32Rounding::None`], truncation, for measurements).
+    /// producer's spare warps ([`Tf32Rounding::InShared`]), by a separate
+    /// pass into temporaries before the kernel ([`Tf32Rounding::BeforeKernel`],
+    /// whose kernel is the one of [`Tf32Rounding::None`]), or not at all
+    /// (truncation, for measurements).
     pub tf32: Tf32Rounding,
 }
 
@@ -121,7 +123,10 @@ impl TmaConfig {
         if *self == TmaConfig::default() {
             base
         } else {
-            let rounding = if self.tf32 == Tf32Rounding::None { "_nr" } else { "" };
+            let rounding = match self.tf32 {
+                Tf32Rounding::None | Tf32Rounding::BeforeKernel => "_nr",
+                _ => "",
+            };
             format!("{base}_{BM}x{}_s{}_g{}{rounding}", self.bn, self.stages, self.group_m)
         }
     }
@@ -149,6 +154,15 @@ impl TmaConfig {
     /// shared memory by the producer's spare warps.
     pub fn tf32() -> TmaConfig {
         TmaConfig::default()
+    }
+
+    /// The kernel this shape launches: [`Tf32Rounding::BeforeKernel`] runs
+    /// the kernel that does not round (its operands are rounded already).
+    pub fn kernel(&self) -> TmaConfig {
+        match self.tf32 {
+            Tf32Rounding::BeforeKernel => TmaConfig { tf32: Tf32Rounding::None, ..*self },
+            _ => *self,
+        }
     }
 }
 

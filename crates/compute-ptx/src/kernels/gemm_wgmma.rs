@@ -61,6 +61,11 @@ pub enum Tf32Rounding {
     /// Not rounded: `wgmma` reads the `f32` bits as they are (truncation,
     /// errors up to twice the TF32 bound). For measurements only.
     None,
+    /// Rounded into temporaries by a separate element-wise pass
+    /// ([`super::elementwise::round_tf32`]) before the GEMM, which then reads
+    /// them as they are: one more read and write of `A` and `B` in memory,
+    /// none in the GEMM's shared memory. The TMA kernel only.
+    BeforeKernel,
 }
 
 /// Shape of the `wgmma` kernel. [`WgmmaConfig::default`] is the one the CUDA
@@ -117,6 +122,9 @@ impl WgmmaConfig {
         if !(3..=8).contains(&stages) {
             return Err(format!("{stages} stages: need 3..=8"));
         }
+        if self.tf32 == Tf32Rounding::BeforeKernel {
+            return Err("the cp.async kernel rounds TF32 itself (in shared memory or registers)".into());
+        }
         // 16-byte chunks of both tiles split evenly over the threads, whole
         // rows of chunks at a time in either stored layout.
         let t = self.threads();
@@ -146,6 +154,7 @@ impl WgmmaConfig {
                 Tf32Rounding::InShared => "",
                 Tf32Rounding::InRegisters => "_rr",
                 Tf32Rounding::None => "_nr",
+                Tf32Rounding::BeforeKernel => "_pre",
             };
             format!("{base}_{}x{}_s{}_g{}{rounding}", self.bm(), self.bn, self.stages, self.group_m)
         }

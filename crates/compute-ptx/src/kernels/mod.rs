@@ -102,6 +102,8 @@ pub enum KernelId {
     AttentionCombine(u32, DType),
     /// Splits `f32` values into bf16 high and low parts (for attention on `f32`).
     SplitBf16,
+    /// `f32` values rounded to nearest TF32 (before a TF32 GEMM that reads its operands as they are).
+    RoundTf32,
     /// Hopper attention (`wgmma`, `sm_90a`): shape and dtype.
     AttentionWgmma(HopperConfig, DType),
     /// Block-quantized weights to values: format, output dtype.
@@ -153,6 +155,7 @@ impl KernelId {
             KernelId::AttentionFlashSplit(cfg, d) => format!("{}_split", cfg.kernel_name(*d)),
             KernelId::AttentionCombine(hd, d) => format!("attention_combine{}_d{hd}", elem::suffix(*d)),
             KernelId::SplitBf16 => "split_f32_bf16x2".into(),
+            KernelId::RoundTf32 => "round_tf32".into(),
             KernelId::AttentionWgmma(cfg, d) => cfg.kernel_name(*d),
             KernelId::Dequant(f, d) => quant::dequant_name(*f, *d),
             KernelId::QuantizeX(d) => quant::quantize_x_name(*d),
@@ -200,6 +203,7 @@ impl KernelId {
             KernelId::AttentionFlashSplit(cfg, d) => attention::flash_split(&cfg, d, target),
             KernelId::AttentionCombine(hd, d) => attention::combine(hd, d, target),
             KernelId::SplitBf16 => attention::split_bf16(target),
+            KernelId::RoundTf32 => elementwise::round_tf32(target),
             KernelId::AttentionWgmma(cfg, d) => attention_wgmma::hopper(&cfg, d, target),
             KernelId::Dequant(f, d) => quant::dequant(f, d, target),
             KernelId::QuantizeX(d) => quant::quantize_x(d, target),
@@ -333,7 +337,8 @@ pub fn catalog() -> Vec<KernelId> {
             }
         }
     }
-    v.push(KernelId::GemmTma(TmaConfig::tf32(), DType::F32, DType::F32, false, true));
+    v.push(KernelId::GemmTma(TmaConfig::tf32().kernel(), DType::F32, DType::F32, false, true));
+    v.push(KernelId::RoundTf32);
     for input in elem::DTYPES {
         for rows in gemv::ROWS {
             v.extend(elem::DTYPES.map(|output| KernelId::GemvNt(rows, input, output)));
