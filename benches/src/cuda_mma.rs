@@ -341,8 +341,9 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
     Ok(out)
 }
 
-/// The TF32 rows (4096³ and 8192³, or with `quick` 2048³): the shape the
-/// plans pick, the TMA kernel's, and with `sweep` every shape of
+/// The TF32 rows (4096³ and 8192³, or with `quick` 2048³): the `cp.async`
+/// kernel's shape, the TMA kernel's (rounding before the kernel, which the
+/// plans pick for aligned operands, and in it), and with `sweep` every shape of
 /// `gemm_wgmma::tf32_sweep_configs` and the TMA kernel unrounded.
 fn tf32_rows(
     be: &CudaBackend,
@@ -359,8 +360,8 @@ fn tf32_rows(
         let (row, first) = tf32_row(be, blas, device, s, (picked, None), budget)?;
         let mut rows = vec![row];
         rows.push(tf32_row(be, blas, device, s, (GemmTier::Tma(TmaConfig::tf32()), Some(&first)), budget)?.0);
-        let pre = GemmTier::Tma(TmaConfig { tf32: Tf32Rounding::BeforeKernel, ..TmaConfig::tf32() });
-        rows.push(tf32_row(be, blas, device, s, (pre, Some(&first)), budget)?.0);
+        let in_kernel = GemmTier::Tma(TmaConfig { tf32: Tf32Rounding::InShared, ..TmaConfig::tf32() });
+        rows.push(tf32_row(be, blas, device, s, (in_kernel, Some(&first)), budget)?.0);
         if sweep {
             let cp_async = gemm_wgmma::tf32_sweep_configs().into_iter().map(GemmTier::Wgmma);
             let unrounded = GemmTier::Tma(TmaConfig { tf32: Tf32Rounding::None, ..TmaConfig::tf32() });

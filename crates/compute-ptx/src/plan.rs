@@ -546,6 +546,18 @@ enum GemmTc {
     Tma(TmaConfig),
 }
 
+/// The stored rows of `A` (`a`) or `B` of a product, and their length in
+/// elements: `A` is `m` rows of `k` (`k` rows of `m` when transposed), `B`
+/// `k` rows of `n` (`n` rows of `k`).
+fn stored_rows(spec: &MatmulSpec, a: bool) -> (usize, usize) {
+    match (a, spec.trans_a, spec.trans_b) {
+        (true, false, _) => (spec.m, spec.k),
+        (true, true, _) => (spec.k, spec.m),
+        (false, _, false) => (spec.k, spec.n),
+        (false, _, true) => (spec.n, spec.k),
+    }
+}
+
 /// Whether the TMA kernel takes this product at these device addresses:
 /// its tensor maps are valid (16-byte aligned operands and rows, which
 /// [`mma_fits`] or [`tf32_fits`] already require of the rows) and the tile
@@ -554,12 +566,14 @@ pub fn tma_fits(cfg: &TmaConfig, spec: &MatmulSpec, (a, b): (u64, u64)) -> bool 
     let tiles = spec.batch.max(1) as u128
         * spec.m.div_ceil(cfg.bm() as usize) as u128
         * spec.n.div_ceil(cfg.bn as usize) as u128;
+    let lds = (stored_rows(spec, true).1, stored_rows(spec, false).1);
     let (ma, mb) = gemm_tma::tensor_maps(
         cfg,
         spec.dtype,
         (spec.batch, spec.m, spec.n, spec.k),
         (spec.trans_a, spec.trans_b),
         (a, b),
+        lds,
     );
     (mma_fits(spec) || tf32_fits(spec)) && tiles <= u32::MAX as u128 && ma.check().is_ok() && mb.check().is_ok()
 }
@@ -1391,7 +1405,34 @@ impl Exec<'_> {
         let batch = u32_of(op, "batch", s.batch)?;
         let tiles = s.batch * s.m.div_ceil(cfg.bm() as usize) * s.n.div_ceil(cfg.bn as usize);
         let blocks = tiles.min(self.l.sm_count().max(1) as usize) as u32;
-        let (ma, mb) = gemm_tma::tensor_maps(cfg, s.dtype, (s.batch, s.m, s.n, s.k), (s.trans_a, s.trans_b), (a, b));
+        // Operands whose rows are off the 128-byte lines are copied into rows
+        // that are first, on large products (see `REALIGN_MIN_MN`).
+        let e = s.dtype.size_in_bytes();
+        let mut guards = Vec::new();
+        let mut aligned = |addr: u64, is_a: bool| -> Result<(u64, usize)> {
+            let (rows, len) = stored_rows(s, is_a);
+            if (len * e).is_multiple_of(128) || s.m.min(s.n) < gemm_tma::REALIGN_MIN_MN {
+                return Ok((addr, len));
+            }
+            let ld = len.next_multiple_of(128 / e);
+            let (guard, to) = self.l.temp(s.batch * rows * ld * e, op)?;
+            guards.push(guard);
+            let view =
+                |ld: usize| compute_core::Strided { offset: 0, strides: [rows * ld, ld, 1], len: s.batch * rows * ld };
+            let copy = CopySpec {
+                shape: [s.batch, rows, len],
+                src: view(len),
+                dst: view(ld),
+                dtype: s.dtype,
+                positions: None,
+            };
+            self.strided_copy(&copy, addr, None, to, op)?;
+            Ok((to, ld))
+        };
+        let (a, lda) = aligned(a, true)?;
+        let (b, ldb) = aligned(b, false)?;
+        let (ma, mb) =
+            gemm_tma::tensor_maps(cfg, s.dtype, (s.batch, s.m, s.n, s.k), (s.trans_a, s.trans_b), (a, b), (lda, ldb));
         let grid =
             Grid { blocks: (blocks, 1, 1), threads: (cfg.threads(), 1, 1), dynamic_smem: cfg.dynamic_shared_bytes() };
         let args = [

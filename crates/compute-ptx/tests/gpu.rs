@@ -121,6 +121,47 @@ fn tma_gemm_matches_the_reference() {
     tensor_core_tiers_match(&be, &tiers, &[GemmTier::Tma(TmaConfig::default())]);
 }
 
+/// Products whose stored rows are not a multiple of 128 bytes, large enough
+/// for the plans to copy them into aligned rows before the TMA kernel
+/// (`gemm_tma::REALIGN_MIN_MN`), every transpose and a batch of two: equal
+/// bit for bit to the `cp.async` kernel on the same operands (both add the
+/// same `wgmma` products in the same order), whose accuracy the other tests
+/// hold against the f64 reference. Compute capability 9.0 only.
+#[test]
+fn tma_gemm_realigns_rows_off_the_lines() {
+    use compute_core::DType;
+    use compute_core::conformance::{poisoned, typed_inputs_for};
+    use compute_ptx::kernels::gemm_tma::{REALIGN_MIN_MN, TmaConfig};
+    use compute_ptx::kernels::gemm_wgmma::WgmmaConfig;
+    let Some(be) = backend("tma_gemm_realigns_rows_off_the_lines") else { return };
+    let cc = be.info().expect("device info").compute_capability;
+    if !compute_ptx::Target::has_wgmma(cc.0, cc.1) {
+        eprintln!("SKIPPED: tma_gemm_realigns_rows_off_the_lines: compute capability {}.{}", cc.0, cc.1);
+        return;
+    }
+    let mut rng = Rng::new(compute_core::conformance::rng::fresh_seed());
+    let (m, n) = (REALIGN_MIN_MN + 8, REALIGN_MIN_MN + 24);
+    for (batch, k, ta, tb) in
+        [(1, 1000, false, true), (2, 1000, false, false), (1, 1000, true, false), (1, 1000, true, true)]
+    {
+        let spec = MatmulSpec { batch, trans_a: ta, trans_b: tb, ..MatmulSpec::new(m, k, n) }
+            .with_dtypes(DType::BF16, DType::F32);
+        let inputs = typed_inputs_for(&Op::Matmul(spec), &mut rng);
+        let ta = be.upload_typed(inputs[0].as_slice()).expect("upload");
+        let tb = be.upload_typed(inputs[1].as_slice()).expect("upload");
+        let mut outs = Vec::new();
+        for tier in [GemmTier::Tma(TmaConfig::default()), GemmTier::Wgmma(WgmmaConfig::default())] {
+            let mut out = poisoned(DType::F32, batch * m * n);
+            let tc = be.upload_typed(out.as_slice()).expect("upload");
+            be.matmul_tier(tier, spec, &ta, &tb, &tc).expect("matmul");
+            be.download_typed(&tc, out.as_mut()).expect("download");
+            outs.push(out.to_f32());
+        }
+        let differ = outs[0].iter().zip(&outs[1]).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+        assert_eq!(differ, 0, "{spec:?}: {differ} outputs differ between the TMA and cp.async kernels");
+    }
+}
+
 /// Each of `tiers` on every half input and output dtype, transpose and test
 /// shape (the 1000³ one only for `defaults`, output of the input's dtype).
 fn tensor_core_tiers_match(be: &CudaBackend, tiers: &[GemmTier], defaults: &[GemmTier]) {
@@ -200,8 +241,8 @@ fn tf32_wgmma_matches_the_reference() {
         .map(GemmTier::Wgmma)
         .collect();
     tiers.extend(std::iter::once(TmaConfig::tf32()).chain(gemm_tma::sweep_configs()).map(GemmTier::Tma));
-    let pre = TmaConfig { tf32: gemm_wgmma::Tf32Rounding::BeforeKernel, ..TmaConfig::tf32() };
-    tiers.push(GemmTier::Tma(pre));
+    let in_kernel = TmaConfig { tf32: gemm_wgmma::Tf32Rounding::InShared, ..TmaConfig::tf32() };
+    tiers.push(GemmTier::Tma(in_kernel));
     for tier in tiers {
         for (batch, m, k, n) in
             [(1, 8, 4, 8), (3, 40, 72, 24), (1, 136, 268, 520), (2, 256, 64, 384), (1, 700, 1000, 900)]
@@ -242,8 +283,8 @@ fn tf32_wgmma_rounds_to_nearest() {
     let b = be.upload(&vec![1.0; n * k]).expect("upload");
     let want = k as f32 * (1.0 + 2f32.powi(-10));
     let cp_async = gemm_wgmma::tf32_sweep_configs().into_iter().filter(|c| c.tf32 != Tf32Rounding::None);
-    let pre = TmaConfig { tf32: Tf32Rounding::BeforeKernel, ..TmaConfig::tf32() };
-    let tiers = cp_async.map(GemmTier::Wgmma).chain([GemmTier::Tma(TmaConfig::tf32()), GemmTier::Tma(pre)]);
+    let in_kernel = TmaConfig { tf32: Tf32Rounding::InShared, ..TmaConfig::tf32() };
+    let tiers = cp_async.map(GemmTier::Wgmma).chain([GemmTier::Tma(TmaConfig::tf32()), GemmTier::Tma(in_kernel)]);
     for cfg in tiers {
         let c = be.upload(&vec![f32::NAN; m * n]).expect("upload");
         be.matmul_tier(cfg, spec, &a, &b, &c).expect("matmul");

@@ -150,10 +150,13 @@ impl TmaConfig {
         }
     }
 
-    /// The TF32 shape (`f32` inputs, `A·Bᵀ`): the default tile, rounded in
-    /// shared memory by the producer's spare warps.
+    /// The TF32 shape (`f32` inputs, `A·Bᵀ`): the default tile, its operands
+    /// rounded by a separate pass into temporaries
+    /// ([`Tf32Rounding::BeforeKernel`]). On the H100 (2026-11-26) that ran at
+    /// 0.81× and 0.89× cuBLAS's TF32 GEMM at 4096³ and 8192³, rounding in
+    /// shared memory inside the kernel at 0.66× and 0.62×.
     pub fn tf32() -> TmaConfig {
-        TmaConfig::default()
+        TmaConfig { tf32: Tf32Rounding::BeforeKernel, ..TmaConfig::default() }
     }
 
     /// The kernel this shape launches: [`Tf32Rounding::BeforeKernel`] runs
@@ -173,26 +176,38 @@ pub fn sweep_configs() -> Vec<TmaConfig> {
 }
 
 /// The tensor maps of a product's operands for the TMA kernel (element
-/// size of `input`, batches of `m × k` and `k × n` elements): `A` stored
-/// `m × k` (or `k × m` when `trans_a`), `B` stored `k × n` (or `n × k` when
-/// `trans_b`), boxes of one k-tile by the block's rows (`k`-contiguous) or
-/// 64 by one k-tile (`m`/`n`-contiguous, one box per 64 rows of the tile).
+/// size of `input`, `batch` products): `A` stored `m × k` (or `k × m` when
+/// `trans_a`), `B` stored `k × n` (or `n × k` when `trans_b`), each stored
+/// row `lds.0` (`A`) or `lds.1` (`B`) elements after the previous one (at
+/// least the row's length; batches one matrix of such rows apart); boxes of
+/// one k-tile by the block's rows (`k`-contiguous) or 64 by one k-tile
+/// (`m`/`n`-contiguous, one box per 64 rows of the tile).
 pub fn tensor_maps(
     cfg: &TmaConfig,
     input: DType,
     (batch, m, n, k): (usize, usize, usize, usize),
     (trans_a, trans_b): (bool, bool),
     (a, b): (u64, u64),
+    lds: (usize, usize),
 ) -> (TensorMapDesc, TensorMapDesc) {
     let e = input.size_in_bytes() as u64;
     let bk = ROW / e as u32;
     let (m, n, k, batch) = (m as u64, n as u64, k as u64, batch.max(1) as u64);
-    let map = |addr: u64, kmajor: bool, rows: u64, tile: u32| {
+    let map = |addr: u64, kmajor: bool, rows: u64, tile: u32, ld: u64| {
         let (dims, boxes) = if kmajor { ([k, rows, batch], [bk, tile, 1]) } else { ([rows, k, batch], [64, bk, 1]) };
-        TensorMapDesc { addr, dtype: input, rank: 3, dims, strides: [dims[0] * e, rows * k * e], boxes }
+        TensorMapDesc { addr, dtype: input, rank: 3, dims, strides: [ld * e, dims[1] * ld * e], boxes }
     };
-    (map(a, !trans_a, m, BM), map(b, trans_b, n, cfg.bn))
+    (map(a, !trans_a, m, BM, lds.0 as u64), map(b, trans_b, n, cfg.bn, lds.1 as u64))
 }
+
+/// The smallest of `m` and `n` from which the plans copy an operand whose
+/// stored rows are not a multiple of 128 bytes into rows that are, before
+/// the TMA kernel reads it. Rows off the 128-byte lines cost the kernel 2.5×
+/// the L2 requests: 4096×4096×4088 in bf16 ran at 0.63× its aligned
+/// neighbour (H100, 2026-11-26, `ncu`: 37.5 M L2 requests against 14.9 M).
+/// The copy reads and writes the operand once, about a fifth of the
+/// product's time at 4096² outputs and a larger share below.
+pub const REALIGN_MIN_MN: usize = 2048;
 
 /// Builds the TMA-fed `wgmma` kernel (target `sm_90a`) for one input dtype
 /// (`f16`/`bf16`, or `f32` as TF32 with `trans_b` only), output dtype and
@@ -678,15 +693,18 @@ mod tests {
     fn tensor_maps_follow_the_stored_layouts() {
         let cfg = TmaConfig::default();
         // A stored m x k, B stored k x n (bf16): A boxes of 64 x 128, B of 64 x 64.
-        let (a, b) = tensor_maps(&cfg, DType::BF16, (2, 300, 520, 72), (false, false), (4096, 8192));
+        let (a, b) = tensor_maps(&cfg, DType::BF16, (2, 300, 520, 72), (false, false), (4096, 8192), (72, 520));
         assert_eq!((a.dims, a.strides, a.boxes), ([72, 300, 2], [144, 300 * 72 * 2], [64, 128, 1]));
         assert_eq!((b.dims, b.strides, b.boxes), ([520, 72, 2], [1040, 520 * 72 * 2], [64, 64, 1]));
         assert!(a.check().is_ok() && b.check().is_ok());
+        // Rows padded to 128 bytes: the strides follow the padding, the dimensions the data.
+        let (a, _) = tensor_maps(&cfg, DType::BF16, (2, 300, 520, 72), (false, false), (0, 0), (128, 520));
+        assert_eq!((a.dims, a.strides), ([72, 300, 2], [256, 300 * 256]));
         // TF32: 32 values of k per box row.
-        let (a, b) = tensor_maps(&cfg, DType::F32, (1, 64, 64, 64), (false, true), (0, 0));
+        let (a, b) = tensor_maps(&cfg, DType::F32, (1, 64, 64, 64), (false, true), (0, 0), (64, 64));
         assert_eq!((a.boxes, b.boxes), ([32, 128, 1], [32, 256, 1]));
         // A misaligned operand is refused by the map, so the plans keep the cp.async kernel.
-        let (a, _) = tensor_maps(&cfg, DType::BF16, (1, 64, 64, 64), (false, true), (8, 0));
+        let (a, _) = tensor_maps(&cfg, DType::BF16, (1, 64, 64, 64), (false, true), (8, 0), (64, 64));
         assert!(a.check().is_err());
     }
 }
