@@ -1143,7 +1143,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(n, 16 * 4 * 3);
+        assert_eq!(n, 22 * 4 * 3);
         // What the planner may not ask for: other input dtypes.
         let m = Module::CoopMatmul { tiles: CoopTiles::AUTO_LARGE, ta: false, tb: false };
         assert!(m.source_for(Io::new(DType::BF16, DType::F32)).is_err());

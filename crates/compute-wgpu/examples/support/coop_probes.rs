@@ -45,7 +45,8 @@ impl Probe {
     /// The probe's WGSL. Tiles as `matmul_coop`'s 128 × 256 × 16 configuration
     /// lays them out: A 128 rows of 24 halves (16 + 8 padding), B 16 rows of
     /// 264 halves (or, `bcol`, 256 rows of 24), in units of 4 halves; the
-    /// step's offset moves by 16 units every other step.
+    /// step's offset moves by 16 units from one step to the next, back to 0
+    /// every 7 steps.
     pub fn wgsl(&self) -> String {
         let (fm, fn_) = (self.fm, self.fn_);
         // Subgroups 2 × 4; each covers rows wr.., columns wc.. of the tile.
@@ -108,7 +109,7 @@ impl Probe {
         }
         s += &format!("    for (var t = 0u; t < {ITERS}u; t++) {{\n");
         if self.mode != Mode::Regs {
-            s += &loads("(t & 1u) * 16u", "        ");
+            s += &loads("(t % 7u) * 16u", "        ");
         }
         for i in 0..fm {
             for j in 0..fn_ {
@@ -119,7 +120,7 @@ impl Probe {
             s += "        workgroupBarrier();\n";
         }
         s += "    }\n";
-        s += "    if (arrayLength(&out) == 7u) {\n        let z = 0u;\n        let st = 16u;\n";
+        s += "    if (arrayLength(&out) == 7u && arrayLength(&outh) == 7u) {\n        let z = 0u;\n        let st = 16u;\n";
         let target = if self.f16acc { "outh" } else { "out" };
         for i in 0..fm {
             for j in 0..fn_ {

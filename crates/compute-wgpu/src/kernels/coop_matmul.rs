@@ -1,7 +1,8 @@
 //! The `matmul_coop` entry point of `shaders/matmul_coop.wgsl`, written out
 //! per configuration ([`CoopTiles`], transposes, output dtype) with every
 //! 16 × 16 fragment and accumulator a named variable and every loop over
-//! fragments, loads and the two tile buffers unrolled: cooperative matrices
+//! fragments, loads, the two tile buffers and the register sets of the K
+//! steps in flight unrolled: cooperative matrices
 //! cannot live in arrays that the driver is sure to keep in registers, and
 //! naga 30 needs the index and stride of each cooperative load and store as
 //! `let`s of their own (see the shader's header).
@@ -102,9 +103,9 @@ pub(crate) fn source(t: CoopTiles, ta: bool, tb: bool, out: DType) -> String {
             if tb { format!("z, k0 + ({c}) * 4u, col0 + {r}") } else { format!("z, k0 + {r}, col0 + ({c}) * 4u") };
         (args, format!("({r}) * {}u + {c}", l.sb), String::new())
     };
-    // The loads of the K step at `k0` into register set `r` (`ra0`…, `rb0`…) or
-    // `q`: unchecked where the whole tile is inside A and B (uniform in the
-    // workgroup), else each checked.
+    // The loads of the K step at `k0` into register set `set` (`x0a0`…,
+    // `x0b0`…): unchecked where the whole tile is inside A and B (uniform in
+    // the workgroup), else each checked.
     let fetch = |k0: &str, set: &str, indent: &str| -> Vec<String> {
         let mut v = vec![format!("{indent}{{"), format!("{indent}    let k0 = {k0};")];
         v.push(format!("{indent}    if (row0 + {bm}u <= p.m && col0 + {bn}u <= p.n && k0 + {bk}u <= p.k) {{"));
@@ -200,41 +201,46 @@ pub(crate) fn source(t: CoopTiles, ta: bool, tb: bool, out: DType) -> String {
             w(&format!("    var acc{i}_{j} = coop_mat16x16<f32, C>();"));
         }
     }
-    let sets: &[&str] = if t.ahead() { &["r", "q"] } else { &["r"] };
-    for set in sets {
+    // Register sets x0… of the K steps in flight: step s's loads go into set
+    // s mod D, D = t.ahead() steps before its multiply.
+    let depth = t.ahead();
+    let set = |step: u32| format!("x{}", step % depth);
+    for u in 0..depth {
         for q in 0..na {
-            w(&format!("    var {set}a{q}: vec4<f16>;"));
+            w(&format!("    var x{u}a{q}: vec4<f16>;"));
         }
         for q in 0..nb {
-            w(&format!("    var {set}b{q}: vec4<f16>;"));
+            w(&format!("    var x{u}b{q}: vec4<f16>;"));
         }
     }
     w(&format!("    let steps = (p.k + {}u) / {bk}u;", bk - 1));
-    let mut lines = [fetch("0u", "r", "    "), stash(0, "r", "    ")].concat();
-    if t.ahead() {
-        lines.extend(fetch(&format!("{bk}u"), "q", "    "));
-    }
+    // Prologue: the loads of steps 0..D, then step 0 into buffer 0.
+    let mut lines: Vec<String> = (0..depth).flat_map(|u| fetch(&format!("{}u", u * bk), &set(u), "    ")).collect();
+    lines.extend(stash(0, &set(0), "    "));
     lines.iter().for_each(|line| w(line));
     w("    workgroupBarrier();");
-    w("    // Two K steps per pass, one out of each buffer (past k the loads are zeros).");
-    if t.ahead() {
-        w("    // Step t + 1 is in registers q when the pass starts; the loads of step t + 2");
-        w("    // (into r) and t + 3 (into q) go out two steps before their multiplies.");
-    } else {
-        w("    // The loads of the next step go out before each multiply.");
-    }
-    w("    for (var t = 0u; t < steps; t += 2u) {");
-    // (buffer multiplied, step loaded, into set, set stored into the other buffer)
-    let halves: [(usize, &str, &str, &str); 2] = if t.ahead() {
-        [(0, "(t + 2u)", "r", "q"), (1, "(t + 3u)", "q", "r")]
-    } else {
-        [(0, "(t + 1u)", "r", "r"), (1, "(t + 2u)", "r", "r")]
-    };
-    for (buf, next, into, stored) in halves {
+    // The loop, unrolled to lcm(2, D) steps so that buffers and register sets
+    // sit at constant names and offsets. Step t + u: the loads of step t + u + D
+    // go into the set step t + u's data left (stored into workgroup memory a
+    // step ago), step t + u is multiplied out of buffer (t + u) mod 2, and step
+    // t + u + 1 (loaded D − 1 steps ago) goes into the other buffer.
+    let unroll = if depth % 2 == 0 { depth } else { 2 * depth };
+    w(&format!(
+        "    // {unroll} K steps per pass; each step's loads go out {depth} step(s) before its multiply (past k, zeros)."
+    ));
+    w(&format!("    for (var t = 0u; t < steps; t += {unroll}u) {{"));
+    for u in 0..unroll {
+        if u > 0 {
+            w(&format!("        if (t + {u}u >= steps) {{\n            break;\n        }}"));
+        }
+        let buf = (u % 2) as usize;
+        // (Each step's fragments in a block of their own: a buffer's names recur.)
         let lines = [
-            fetch(&format!("{next} * {bk}u"), into, "        "),
-            compute(buf, "        "),
-            stash(1 - buf, stored, "        "),
+            fetch(&format!("(t + {}u) * {bk}u", u + depth), &set(u + depth), "        "),
+            vec!["        {".to_string()],
+            compute(buf, "            "),
+            vec!["        }".to_string()],
+            stash(1 - buf, &set(u + 1), "        "),
         ]
         .concat();
         lines.iter().for_each(|line| w(line));
