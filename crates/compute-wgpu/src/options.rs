@@ -346,9 +346,10 @@ pub struct CoopTiles {
 impl CoopTiles {
     /// `CoopMatmul::Auto`'s choice for shapes of at least 256 tiles of 128 ×
     /// 128: 128 × 256 tiles, K step 16, 2 × 4 subgroups of 64 × 64 outputs
-    /// (16 accumulators each), loads two K steps ahead. The fastest of the
-    /// configurations timed at 4096³ and 8192³ on an H200 (`docs/wgpu.md`).
-    pub const AUTO_LARGE: CoopTiles = CoopTiles { ahead: 2, ..CoopTiles::plain(128, 256, 16, 2, 4) };
+    /// (16 accumulators each), loads four K steps ahead. The fastest of the
+    /// configurations timed at 2048³, 4096³ and 8192³ on an H100
+    /// (`docs/benchmarks.md`).
+    pub const AUTO_LARGE: CoopTiles = CoopTiles { ahead: 4, ..CoopTiles::plain(128, 256, 16, 2, 4) };
     /// `CoopMatmul::Auto`'s choice below: 64 × 64 tiles, K step 32, 2 × 2
     /// subgroups of 32 × 32 outputs (not tuned: more workgroups for shapes
     /// that would leave most of the GPU idle with large tiles).
@@ -686,7 +687,7 @@ mod tests {
             assert_eq!((t.tile_m() * t.k_step() / 4) % t.threads(), 0, "{t}");
         }
         assert!(all.contains(&CoopTiles::AUTO_LARGE) && all.contains(&CoopTiles::AUTO_SMALL));
-        assert_eq!(CoopTiles::AUTO_LARGE.to_string(), "coop-128x256-16-w2x4-ahead");
+        assert_eq!(CoopTiles::AUTO_LARGE.to_string(), "coop-128x256-16-w2x4-ahead4");
         assert_eq!(CoopTiles::AUTO_SMALL.to_string(), "coop-64x64-32-w2x2");
         let s = CoopTiles::parse("COOP-128x256-16-w2x4-ahead").unwrap();
         assert!(s.threads() == 256 && s.tile_n() == 256 && s.k_step() == 16 && s.ahead() == 2);

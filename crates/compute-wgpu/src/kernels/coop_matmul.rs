@@ -57,6 +57,33 @@ pub(crate) fn workgroup_bytes(t: CoopTiles, ta: bool, tb: bool) -> u64 {
     16 * u64::from(l.at + l.bt) + 1024 * u64::from(t.warps())
 }
 
+/// What one K step of the main loop's pass does (the `u`-th step of the
+/// pass starting at step `t`, which multiplies step `t + u`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Step {
+    /// The step whose loads go out, as an offset from `t`: `u + ahead`.
+    pub(crate) load: u32,
+    /// The register set they go into (the one step `t + u` left).
+    pub(crate) load_set: u32,
+    /// The buffer multiplied (holding step `t + u`); the other one receives step `t + u + 1`.
+    pub(crate) buf: usize,
+    /// The register set stored into the other buffer (step `t + u + 1`,
+    /// loaded `ahead − 1` steps before).
+    pub(crate) store_set: u32,
+}
+
+/// The steps of one pass of the main loop for loads `ahead` steps before
+/// their multiply, after a prologue that loads steps `0..ahead` into sets
+/// `0..ahead` and stores set 0 into buffer 0: lcm(2, `ahead`) steps, so that
+/// buffers (step mod 2) and register sets (step mod `ahead`) fall on the same
+/// names in every pass.
+pub(crate) fn schedule(ahead: u32) -> Vec<Step> {
+    let unroll = if ahead % 2 == 0 { ahead } else { 2 * ahead };
+    (0..unroll)
+        .map(|u| Step { load: u + ahead, load_set: u % ahead, buf: (u % 2) as usize, store_set: (u + 1) % ahead })
+        .collect()
+}
+
 /// The WGSL of `matmul_coop` for `t`, transposes `ta`, `tb` and output dtype
 /// `out` (`f32`, `f16` or `bf16`), to append to `matmul_coop.wgsl` (with
 /// `half.wgsl`'s conversions). Allocates the text (tens of KiB).
@@ -204,7 +231,7 @@ pub(crate) fn source(t: CoopTiles, ta: bool, tb: bool, out: DType) -> String {
     // Register sets x0… of the K steps in flight: step s's loads go into set
     // s mod D, D = t.ahead() steps before its multiply.
     let depth = t.ahead();
-    let set = |step: u32| format!("x{}", step % depth);
+    let set = |i: u32| format!("x{i}");
     for u in 0..depth {
         for q in 0..na {
             w(&format!("    var x{u}a{q}: vec4<f16>;"));
@@ -215,32 +242,28 @@ pub(crate) fn source(t: CoopTiles, ta: bool, tb: bool, out: DType) -> String {
     }
     w(&format!("    let steps = (p.k + {}u) / {bk}u;", bk - 1));
     // Prologue: the loads of steps 0..D, then step 0 into buffer 0.
-    let mut lines: Vec<String> = (0..depth).flat_map(|u| fetch(&format!("{}u", u * bk), &set(u), "    ")).collect();
+    let mut lines: Vec<String> =
+        (0..depth).flat_map(|u| fetch(&format!("{}u", u * bk), &set(u % depth), "    ")).collect();
     lines.extend(stash(0, &set(0), "    "));
     lines.iter().for_each(|line| w(line));
     w("    workgroupBarrier();");
-    // The loop, unrolled to lcm(2, D) steps so that buffers and register sets
-    // sit at constant names and offsets. Step t + u: the loads of step t + u + D
-    // go into the set step t + u's data left (stored into workgroup memory a
-    // step ago), step t + u is multiplied out of buffer (t + u) mod 2, and step
-    // t + u + 1 (loaded D − 1 steps ago) goes into the other buffer.
-    let unroll = if depth % 2 == 0 { depth } else { 2 * depth };
+    let pass = schedule(depth);
     w(&format!(
-        "    // {unroll} K steps per pass; each step's loads go out {depth} step(s) before its multiply (past k, zeros)."
+        "    // {} K steps per pass; each step's loads go out {depth} step(s) before its multiply (past k, zeros).",
+        pass.len()
     ));
-    w(&format!("    for (var t = 0u; t < steps; t += {unroll}u) {{"));
-    for u in 0..unroll {
+    w(&format!("    for (var t = 0u; t < steps; t += {}u) {{", pass.len()));
+    for (u, step) in pass.iter().enumerate() {
         if u > 0 {
             w(&format!("        if (t + {u}u >= steps) {{\n            break;\n        }}"));
         }
-        let buf = (u % 2) as usize;
         // (Each step's fragments in a block of their own: a buffer's names recur.)
         let lines = [
-            fetch(&format!("(t + {}u) * {bk}u", u + depth), &set(u + depth), "        "),
+            fetch(&format!("(t + {}u) * {bk}u", step.load), &set(step.load_set), "        "),
             vec!["        {".to_string()],
-            compute(buf, "            "),
+            compute(step.buf, "            "),
             vec!["        }".to_string()],
-            stash(1 - buf, &set(u + 1), "        "),
+            stash(1 - step.buf, &set(step.store_set), "        "),
         ]
         .concat();
         lines.iter().for_each(|line| w(line));
@@ -274,4 +297,55 @@ pub(crate) fn source(t: CoopTiles, ta: bool, tb: bool, out: DType) -> String {
     }
     w("}");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pipeline of [`schedule`] as the kernel runs it, for every `ahead`
+    /// and number of K steps (the loop left where step t + u reaches the
+    /// number of steps): every step is multiplied exactly once, in order, out
+    /// of a buffer holding it; a set is loaded only after the step it held was
+    /// stored; the step stored is the next one.
+    #[test]
+    fn every_k_step_is_multiplied_once_from_the_buffer_that_holds_it() {
+        for ahead in 1..=4u32 {
+            let pass = schedule(ahead);
+            assert_eq!(pass.len() % 2, 0);
+            assert_eq!(pass.len() as u32 % ahead, 0);
+            for steps in 1..=20u32 {
+                // Each set: (step held, stored yet); each buffer: step held.
+                let mut sets: Vec<(u32, bool)> = (0..ahead).map(|s| (s, false)).collect();
+                let mut bufs = [Some(0), None];
+                sets[0].1 = true;
+                let mut multiplied = Vec::new();
+                let mut t = 0;
+                'passes: while t < steps {
+                    for (u, step) in pass.iter().enumerate() {
+                        let now = t + u as u32;
+                        if u > 0 && now >= steps {
+                            break 'passes;
+                        }
+                        let set = &mut sets[step.load_set as usize];
+                        assert!(
+                            set.1,
+                            "ahead {ahead}, steps {steps}: set {} reloaded before it was stored",
+                            step.load_set
+                        );
+                        *set = (t + step.load, false);
+                        assert_eq!(step.load, u as u32 + ahead);
+                        assert_eq!(bufs[step.buf], Some(now), "ahead {ahead}, steps {steps}, step {now}");
+                        multiplied.push(now);
+                        let stored = &mut sets[step.store_set as usize];
+                        assert_eq!(stored.0, now + 1, "ahead {ahead}, steps {steps}");
+                        stored.1 = true;
+                        bufs[1 - step.buf] = Some(now + 1);
+                    }
+                    t += pass.len() as u32;
+                }
+                assert_eq!(multiplied, (0..steps).collect::<Vec<_>>(), "ahead {ahead}, steps {steps}");
+            }
+        }
+    }
 }
