@@ -78,7 +78,7 @@ pub(crate) struct Step {
 /// buffers (step mod 2) and register sets (step mod `ahead`) fall on the same
 /// names in every pass.
 pub(crate) fn schedule(ahead: u32) -> Vec<Step> {
-    let unroll = if ahead % 2 == 0 { ahead } else { 2 * ahead };
+    let unroll = if ahead.is_multiple_of(2) { ahead } else { 2 * ahead };
     (0..unroll)
         .map(|u| Step { load: u + ahead, load_set: u % ahead, buf: (u % 2) as usize, store_set: (u + 1) % ahead })
         .collect()
