@@ -12,14 +12,17 @@ enable wgpu_cooperative_matrix;
 // file, with every fragment and accumulator a named variable: tiles of
 // BM × BN per workgroup of WARPS subgroups of 32 invocations, each subgroup
 // an FM × FN block of 16 × 16 accumulators (`coop_mat16x16<f32, C>`), K steps
-// of BK. Per K step every invocation loads its share of the next A and B tiles
-// from global memory into registers (vec4<f16>s; bounds-checked, zeros
-// outside the matrices, only in tiles that cross an edge of A or B), the
-// subgroups multiply the current tiles out of workgroup memory (`coopLoad` of
-// 16 × 16 f16 fragments, `coopMultiplyAdd`), then the registers go into the
-// other tile buffer: double-buffered, one barrier per step, the K loop
-// unrolled by two so that both buffers sit at constant offsets (an odd number
-// of steps multiplies one tile of zeros more).
+// of BK. Per K step every invocation loads its share of the A and B tiles of
+// the step AHEAD steps later from global memory into registers (vec4<f16>s;
+// bounds-checked, zeros outside the matrices, only in tiles that cross an
+// edge of A or B; one set of registers per step in flight), the subgroups
+// multiply the current tiles out of workgroup memory (`coopLoad` of 16 × 16
+// f16 fragments, `coopMultiplyAdd`), then the registers of the next step
+// (loaded AHEAD − 1 steps ago, so their loads had that many steps of
+// multiplies to arrive) go into the other tile buffer: double-buffered, one
+// barrier per step, the K loop unrolled to lcm(2, AHEAD) steps so that both
+// buffers and the register sets sit at constant names and offsets (the
+// unrolled steps past the last leave the loop).
 //
 // Tiles keep the layout of the stored matrix (no transposing stores): a
 // transposed operand is read as column-major fragments instead. They are
@@ -45,7 +48,8 @@ enable wgpu_cooperative_matrix;
 // (`c`, `cw`) or lies in a tile the host checked to be inside C
 // (`coopStoreT`). Workgroup indices stay below the array's size by
 // construction (each `let` that computes one says why). The K loop runs
-// `ceil(ceil(k / BK) / 2)` times. The host binds exactly the matrices it
+// `ceil(ceil(k / BK) / U)` times (U the steps unrolled) and multiplies
+// `ceil(k / BK)` steps. The host binds exactly the matrices it
 // describes in `p`, which is what lets it compile this module without naga's
 // runtime bounds checks.
 //

@@ -366,6 +366,17 @@ fn coop_source(tiles: CoopTiles, ta: bool, tb: bool, io: Io) -> std::result::Res
     Ok(Cow::Owned(format!("{}{HALF_WGSL}\n{}\n{entry}", &file[..at], &file[at..])))
 }
 
+/// The WGSL module the backend compiles for the cooperative-matrix matmul of
+/// configuration `tiles` (`f16` inputs, transposes `trans_a`, `trans_b`,
+/// output `out`: `f32`, `f16` or `bf16`; entry point `matmul_coop`), for
+/// looking at what a shader compiler makes of it. Generates tens of KiB of
+/// text; a `Compile` error for other output dtypes.
+pub fn coop_matmul_wgsl(tiles: CoopTiles, trans_a: bool, trans_b: bool, out: DType) -> Result<String> {
+    coop_source(tiles, trans_a, trans_b, Io::new(DType::F16, out))
+        .map(Cow::into_owned)
+        .map_err(|e| compile_error("matmul_coop", e))
+}
+
 /// The matmul entry points of `matmul.wgsl`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum MatmulKernel {
@@ -1132,7 +1143,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(n, 16 * 4 * 3);
+        assert_eq!(n, 22 * 4 * 3);
         // What the planner may not ask for: other input dtypes.
         let m = Module::CoopMatmul { tiles: CoopTiles::AUTO_LARGE, ta: false, tb: false };
         assert!(m.source_for(Io::new(DType::BF16, DType::F32)).is_err());

@@ -67,6 +67,7 @@ pub use completion::WorkDone;
 pub use compute_core::{AsyncOps, Ops};
 pub use context::{AdapterListing, AdapterReport, adapters};
 pub use errors::{WgpuError, WgpuErrorKind};
+pub use kernels::coop_matmul_wgsl;
 pub use options::{CoopMatmul, CoopTiles, DeviceOptions, GpuApi, MatmulTiles, TiledMatmul};
 /// For the crate's device tests: a test without an adapter is skipped (and
 /// says so), unless one is required here (`COMPUTE_REQUIRE` names wgpu, or

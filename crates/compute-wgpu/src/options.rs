@@ -329,8 +329,10 @@ impl std::fmt::Display for TiledMatmul {
 /// `tile_n` per workgroup of `warps_m` × `warps_n` subgroups of 32
 /// invocations, each subgroup a block of (`tile_m`/`warps_m`) ×
 /// (`tile_n`/`warps_n`) outputs as 16 × 16 accumulators (1, 2 or 4 along each
-/// side), K steps of 16, 32 or 64. `ahead` issues each K step's global loads
-/// two steps before its multiply (two sets of registers) instead of one.
+/// side), K steps of 16, 32 or 64. `ahead` (1 to 4) is how many K steps
+/// before its multiply each step's global loads go out, each step in flight a
+/// set of registers: the loads have `ahead` − 1 steps of multiplies to arrive
+/// before they are stored into workgroup memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CoopTiles {
     tile_m: u32,
@@ -338,22 +340,23 @@ pub struct CoopTiles {
     k_step: u32,
     warps_m: u32,
     warps_n: u32,
-    ahead: bool,
+    ahead: u32,
 }
 
 impl CoopTiles {
     /// `CoopMatmul::Auto`'s choice for shapes of at least 256 tiles of 128 ×
     /// 128: 128 × 256 tiles, K step 16, 2 × 4 subgroups of 64 × 64 outputs
-    /// (16 accumulators each), loads two K steps ahead. The fastest of the
-    /// configurations timed at 4096³ and 8192³ on an H200 (`docs/wgpu.md`).
-    pub const AUTO_LARGE: CoopTiles = CoopTiles { ahead: true, ..CoopTiles::plain(128, 256, 16, 2, 4) };
+    /// (16 accumulators each), loads four K steps ahead. The fastest of the
+    /// configurations timed at 2048³, 4096³ and 8192³ on an H100
+    /// (`docs/benchmarks.md`).
+    pub const AUTO_LARGE: CoopTiles = CoopTiles { ahead: 4, ..CoopTiles::plain(128, 256, 16, 2, 4) };
     /// `CoopMatmul::Auto`'s choice below: 64 × 64 tiles, K step 32, 2 × 2
     /// subgroups of 32 × 32 outputs (not tuned: more workgroups for shapes
     /// that would leave most of the GPU idle with large tiles).
     pub const AUTO_SMALL: CoopTiles = CoopTiles::plain(64, 64, 32, 2, 2);
 
     const fn plain(tile_m: u32, tile_n: u32, k_step: u32, warps_m: u32, warps_n: u32) -> CoopTiles {
-        CoopTiles { tile_m, tile_n, k_step, warps_m, warps_n, ahead: false }
+        CoopTiles { tile_m, tile_n, k_step, warps_m, warps_n, ahead: 1 }
     }
 
     /// The configuration, or `None` where the kernel has none: tiles of 32 to
@@ -379,7 +382,8 @@ impl CoopTiles {
     /// The configurations a tuning sweep tries: [`CoopTiles::AUTO_LARGE`],
     /// [`CoopTiles::AUTO_SMALL`], and other tile shapes of 4 or 8 subgroups
     /// whose tiles fit 48 KiB of workgroup memory with either operand
-    /// transposed, each also `ahead`.
+    /// transposed, each with its loads one and two steps ahead, and the
+    /// shapes of one workgroup per multiprocessor also three and four ahead.
     pub fn all() -> Vec<CoopTiles> {
         let names = [
             "coop-128x128-32-w2x4",
@@ -391,18 +395,25 @@ impl CoopTiles {
             "coop-128x64-32-w4x2",
             "coop-64x64-64-w2x2",
         ];
-        let plain = names.iter().filter_map(|n| CoopTiles::parse(n));
-        plain.flat_map(|t| [t, t.with_ahead(true)]).collect()
+        let deep = ["coop-128x128-32-w2x4", "coop-128x128-16-w2x4", "coop-128x256-16-w2x4"];
+        let ahead = |n: &&str, steps: &'static [u32]| {
+            let t = CoopTiles::parse(n);
+            steps.iter().filter_map(move |&s| t.and_then(|t| t.with_ahead(s)))
+        };
+        let mut v: Vec<CoopTiles> = names.iter().flat_map(|n| ahead(n, &[1, 2])).collect();
+        v.extend(deep.iter().flat_map(|n| ahead(n, &[3, 4])));
+        v
     }
 
-    /// The same with the loads two K steps ahead (or one).
-    pub fn with_ahead(mut self, on: bool) -> CoopTiles {
-        self.ahead = on;
-        self
+    /// The same with each K step's loads `steps` K steps ahead of its
+    /// multiply (1 to 4; `None` otherwise).
+    pub fn with_ahead(mut self, steps: u32) -> Option<CoopTiles> {
+        self.ahead = steps;
+        (1..=4).contains(&steps).then_some(self)
     }
 
-    /// Whether the loads go out two K steps ahead.
-    pub fn ahead(self) -> bool {
+    /// How many K steps ahead of its multiply each step's loads go out (1 to 4).
+    pub fn ahead(self) -> u32 {
         self.ahead
     }
 
@@ -442,7 +453,8 @@ impl CoopTiles {
     }
 
     /// Parses the [`Display`](std::fmt::Display) form,
-    /// `coop-<m>x<n>-<k step>-w<warps m>x<warps n>[-ahead]`.
+    /// `coop-<m>x<n>-<k step>-w<warps m>x<warps n>[-ahead[N]]` (`-ahead`:
+    /// two steps ahead; `-ahead3`, `-ahead4`; none: one).
     pub fn parse(name: &str) -> Option<CoopTiles> {
         let name = name.trim().to_ascii_lowercase();
         let mut parts = name.strip_prefix("coop-")?.split('-');
@@ -452,7 +464,11 @@ impl CoopTiles {
         let t = CoopTiles::new(m.parse().ok()?, n.parse().ok()?, k, wm.parse().ok()?, wn.parse().ok()?)?;
         match parts.next() {
             None => Some(t),
-            Some("ahead") if parts.next().is_none() => Some(t.with_ahead(true)),
+            Some(a) if parts.next().is_none() => match a.strip_prefix("ahead")? {
+                "" => t.with_ahead(2),
+                n @ ("3" | "4") => t.with_ahead(n.parse().ok()?),
+                _ => None,
+            },
             Some(_) => None,
         }
     }
@@ -461,8 +477,10 @@ impl CoopTiles {
 impl std::fmt::Display for CoopTiles {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "coop-{}x{}-{}-w{}x{}", self.tile_m, self.tile_n, self.k_step, self.warps_m, self.warps_n)?;
-        if self.ahead {
-            f.write_str("-ahead")?;
+        match self.ahead {
+            1 => {}
+            2 => f.write_str("-ahead")?,
+            n => write!(f, "-ahead{n}")?,
         }
         Ok(())
     }
@@ -659,7 +677,7 @@ mod tests {
     #[test]
     fn coop_tilings_parse_from_their_names_and_refuse_what_the_kernel_lacks() {
         let all = CoopTiles::all();
-        assert_eq!(all.len(), 16);
+        assert_eq!(all.len(), 22);
         for t in &all {
             assert_eq!(CoopTiles::parse(&t.to_string()), Some(*t));
             assert_eq!(CoopMatmul::parse(&t.to_string()), Some(CoopMatmul::Tiles(*t)));
@@ -669,10 +687,16 @@ mod tests {
             assert_eq!((t.tile_m() * t.k_step() / 4) % t.threads(), 0, "{t}");
         }
         assert!(all.contains(&CoopTiles::AUTO_LARGE) && all.contains(&CoopTiles::AUTO_SMALL));
-        assert_eq!(CoopTiles::AUTO_LARGE.to_string(), "coop-128x256-16-w2x4-ahead");
+        assert_eq!(CoopTiles::AUTO_LARGE.to_string(), "coop-128x256-16-w2x4-ahead4");
         assert_eq!(CoopTiles::AUTO_SMALL.to_string(), "coop-64x64-32-w2x2");
         let s = CoopTiles::parse("COOP-128x256-16-w2x4-ahead").unwrap();
-        assert!(s.threads() == 256 && s.tile_n() == 256 && s.k_step() == 16 && s.ahead());
+        assert!(s.threads() == 256 && s.tile_n() == 256 && s.k_step() == 16 && s.ahead() == 2);
+        let deep = CoopTiles::parse("coop-128x128-32-w2x4-ahead4").unwrap();
+        assert_eq!((deep.ahead(), deep.to_string().as_str()), (4, "coop-128x128-32-w2x4-ahead4"));
+        assert_eq!(CoopTiles::parse("coop-128x128-32-w2x4-ahead3").map(CoopTiles::ahead), Some(3));
+        assert_eq!(deep.with_ahead(1).map(|t| t.to_string()).as_deref(), Some("coop-128x128-32-w2x4"));
+        assert_eq!(deep.with_ahead(0), None);
+        assert_eq!(deep.with_ahead(5), None);
         for m in [CoopMatmul::Auto, CoopMatmul::Off] {
             assert_eq!(CoopMatmul::parse(&m.to_string()), Some(m));
         }
@@ -687,6 +711,9 @@ mod tests {
             "coop-128x128-32-w2x2-fast",
             "coop-128x128-128-w2x2",
             "coop-128x128-32-w2x2-ahead-ahead",
+            "coop-128x128-32-w2x2-ahead1",
+            "coop-128x128-32-w2x2-ahead2",
+            "coop-128x128-32-w2x2-ahead5",
             "coop-32x64-16-w2x4",
             "tiled-128x128-8",
         ] {

@@ -1,7 +1,8 @@
 //! The `matmul_coop` entry point of `shaders/matmul_coop.wgsl`, written out
 //! per configuration ([`CoopTiles`], transposes, output dtype) with every
 //! 16 × 16 fragment and accumulator a named variable and every loop over
-//! fragments, loads and the two tile buffers unrolled: cooperative matrices
+//! fragments, loads, the two tile buffers and the register sets of the K
+//! steps in flight unrolled: cooperative matrices
 //! cannot live in arrays that the driver is sure to keep in registers, and
 //! naga 30 needs the index and stride of each cooperative load and store as
 //! `let`s of their own (see the shader's header).
@@ -56,6 +57,33 @@ pub(crate) fn workgroup_bytes(t: CoopTiles, ta: bool, tb: bool) -> u64 {
     16 * u64::from(l.at + l.bt) + 1024 * u64::from(t.warps())
 }
 
+/// What one K step of the main loop's pass does (the `u`-th step of the
+/// pass starting at step `t`, which multiplies step `t + u`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Step {
+    /// The step whose loads go out, as an offset from `t`: `u + ahead`.
+    pub(crate) load: u32,
+    /// The register set they go into (the one step `t + u` left).
+    pub(crate) load_set: u32,
+    /// The buffer multiplied (holding step `t + u`); the other one receives step `t + u + 1`.
+    pub(crate) buf: usize,
+    /// The register set stored into the other buffer (step `t + u + 1`,
+    /// loaded `ahead − 1` steps before).
+    pub(crate) store_set: u32,
+}
+
+/// The steps of one pass of the main loop for loads `ahead` steps before
+/// their multiply, after a prologue that loads steps `0..ahead` into sets
+/// `0..ahead` and stores set 0 into buffer 0: lcm(2, `ahead`) steps, so that
+/// buffers (step mod 2) and register sets (step mod `ahead`) fall on the same
+/// names in every pass.
+pub(crate) fn schedule(ahead: u32) -> Vec<Step> {
+    let unroll = if ahead.is_multiple_of(2) { ahead } else { 2 * ahead };
+    (0..unroll)
+        .map(|u| Step { load: u + ahead, load_set: u % ahead, buf: (u % 2) as usize, store_set: (u + 1) % ahead })
+        .collect()
+}
+
 /// The WGSL of `matmul_coop` for `t`, transposes `ta`, `tb` and output dtype
 /// `out` (`f32`, `f16` or `bf16`), to append to `matmul_coop.wgsl` (with
 /// `half.wgsl`'s conversions). Allocates the text (tens of KiB).
@@ -102,9 +130,9 @@ pub(crate) fn source(t: CoopTiles, ta: bool, tb: bool, out: DType) -> String {
             if tb { format!("z, k0 + ({c}) * 4u, col0 + {r}") } else { format!("z, k0 + {r}, col0 + ({c}) * 4u") };
         (args, format!("({r}) * {}u + {c}", l.sb), String::new())
     };
-    // The loads of the K step at `k0` into register set `r` (`ra0`…, `rb0`…) or
-    // `q`: unchecked where the whole tile is inside A and B (uniform in the
-    // workgroup), else each checked.
+    // The loads of the K step at `k0` into register set `set` (`x0a0`…,
+    // `x0b0`…): unchecked where the whole tile is inside A and B (uniform in
+    // the workgroup), else each checked.
     let fetch = |k0: &str, set: &str, indent: &str| -> Vec<String> {
         let mut v = vec![format!("{indent}{{"), format!("{indent}    let k0 = {k0};")];
         v.push(format!("{indent}    if (row0 + {bm}u <= p.m && col0 + {bn}u <= p.n && k0 + {bk}u <= p.k) {{"));
@@ -200,41 +228,42 @@ pub(crate) fn source(t: CoopTiles, ta: bool, tb: bool, out: DType) -> String {
             w(&format!("    var acc{i}_{j} = coop_mat16x16<f32, C>();"));
         }
     }
-    let sets: &[&str] = if t.ahead() { &["r", "q"] } else { &["r"] };
-    for set in sets {
+    // Register sets x0… of the K steps in flight: step s's loads go into set
+    // s mod D, D = t.ahead() steps before its multiply.
+    let depth = t.ahead();
+    let set = |i: u32| format!("x{i}");
+    for u in 0..depth {
         for q in 0..na {
-            w(&format!("    var {set}a{q}: vec4<f16>;"));
+            w(&format!("    var x{u}a{q}: vec4<f16>;"));
         }
         for q in 0..nb {
-            w(&format!("    var {set}b{q}: vec4<f16>;"));
+            w(&format!("    var x{u}b{q}: vec4<f16>;"));
         }
     }
     w(&format!("    let steps = (p.k + {}u) / {bk}u;", bk - 1));
-    let mut lines = [fetch("0u", "r", "    "), stash(0, "r", "    ")].concat();
-    if t.ahead() {
-        lines.extend(fetch(&format!("{bk}u"), "q", "    "));
-    }
+    // Prologue: the loads of steps 0..D, then step 0 into buffer 0.
+    let mut lines: Vec<String> =
+        (0..depth).flat_map(|u| fetch(&format!("{}u", u * bk), &set(u % depth), "    ")).collect();
+    lines.extend(stash(0, &set(0), "    "));
     lines.iter().for_each(|line| w(line));
     w("    workgroupBarrier();");
-    w("    // Two K steps per pass, one out of each buffer (past k the loads are zeros).");
-    if t.ahead() {
-        w("    // Step t + 1 is in registers q when the pass starts; the loads of step t + 2");
-        w("    // (into r) and t + 3 (into q) go out two steps before their multiplies.");
-    } else {
-        w("    // The loads of the next step go out before each multiply.");
-    }
-    w("    for (var t = 0u; t < steps; t += 2u) {");
-    // (buffer multiplied, step loaded, into set, set stored into the other buffer)
-    let halves: [(usize, &str, &str, &str); 2] = if t.ahead() {
-        [(0, "(t + 2u)", "r", "q"), (1, "(t + 3u)", "q", "r")]
-    } else {
-        [(0, "(t + 1u)", "r", "r"), (1, "(t + 2u)", "r", "r")]
-    };
-    for (buf, next, into, stored) in halves {
+    let pass = schedule(depth);
+    w(&format!(
+        "    // {} K steps per pass; each step's loads go out {depth} step(s) before its multiply (past k, zeros).",
+        pass.len()
+    ));
+    w(&format!("    for (var t = 0u; t < steps; t += {}u) {{", pass.len()));
+    for (u, step) in pass.iter().enumerate() {
+        if u > 0 {
+            w(&format!("        if (t + {u}u >= steps) {{\n            break;\n        }}"));
+        }
+        // (Each step's fragments in a block of their own: a buffer's names recur.)
         let lines = [
-            fetch(&format!("{next} * {bk}u"), into, "        "),
-            compute(buf, "        "),
-            stash(1 - buf, stored, "        "),
+            fetch(&format!("(t + {}u) * {bk}u", step.load), &set(step.load_set), "        "),
+            vec!["        {".to_string()],
+            compute(step.buf, "            "),
+            vec!["        }".to_string()],
+            stash(1 - step.buf, &set(step.store_set), "        "),
         ]
         .concat();
         lines.iter().for_each(|line| w(line));
@@ -268,4 +297,55 @@ pub(crate) fn source(t: CoopTiles, ta: bool, tb: bool, out: DType) -> String {
     }
     w("}");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pipeline of [`schedule`] as the kernel runs it, for every `ahead`
+    /// and number of K steps (the loop left where step t + u reaches the
+    /// number of steps): every step is multiplied exactly once, in order, out
+    /// of a buffer holding it; a set is loaded only after the step it held was
+    /// stored; the step stored is the next one.
+    #[test]
+    fn every_k_step_is_multiplied_once_from_the_buffer_that_holds_it() {
+        for ahead in 1..=4u32 {
+            let pass = schedule(ahead);
+            assert_eq!(pass.len() % 2, 0);
+            assert_eq!(pass.len() as u32 % ahead, 0);
+            for steps in 1..=20u32 {
+                // Each set: (step held, stored yet); each buffer: step held.
+                let mut sets: Vec<(u32, bool)> = (0..ahead).map(|s| (s, false)).collect();
+                let mut bufs = [Some(0), None];
+                sets[0].1 = true;
+                let mut multiplied = Vec::new();
+                let mut t = 0;
+                'passes: while t < steps {
+                    for (u, step) in pass.iter().enumerate() {
+                        let now = t + u as u32;
+                        if u > 0 && now >= steps {
+                            break 'passes;
+                        }
+                        let set = &mut sets[step.load_set as usize];
+                        assert!(
+                            set.1,
+                            "ahead {ahead}, steps {steps}: set {} reloaded before it was stored",
+                            step.load_set
+                        );
+                        *set = (t + step.load, false);
+                        assert_eq!(step.load, u as u32 + ahead);
+                        assert_eq!(bufs[step.buf], Some(now), "ahead {ahead}, steps {steps}, step {now}");
+                        multiplied.push(now);
+                        let stored = &mut sets[step.store_set as usize];
+                        assert_eq!(stored.0, now + 1, "ahead {ahead}, steps {steps}");
+                        stored.1 = true;
+                        bufs[1 - step.buf] = Some(now + 1);
+                    }
+                    t += pass.len() as u32;
+                }
+                assert_eq!(multiplied, (0..steps).collect::<Vec<_>>(), "ahead {ahead}, steps {steps}");
+            }
+        }
+    }
 }
