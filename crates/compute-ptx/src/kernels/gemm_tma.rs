@@ -7,7 +7,7 @@
 //! A block of 384 threads lives on each multiprocessor (the grid is at most
 //! one block per multiprocessor) and takes output tiles `ctaid.x`,
 //! `ctaid.x + nctaid.x`, …, each `128 × BN`, in the raster order of
-//! [`super::gemm_simt::tile_origin`] (groups of `group_m` tile-rows), batch
+//! the `cp.async` kernels (groups of `group_m` tile-rows), batch
 //! by batch. Its warpgroups:
 //!
 //! - **Producer** (warpgroup 0, 40 registers a thread): one thread walks the
