@@ -545,6 +545,8 @@ fn flash_attention_shapes_match_the_reference() {
         AttentionSpec::new(3, 8, 1, 1000, 128).with_kv_heads(2).causal(),
         AttentionSpec::new(1, 2, 200, 200, 64),
         AttentionSpec::new(1, 1, 64, 96, 96).causal(),
+        // A KV cache of larger capacity: the TMA maps step heads by it and stop at seq_k.
+        AttentionSpec::new(1, 2, 33, 70, 128).causal().with_kv_capacity(96),
     ];
     let mut fails = Vec::new();
     for spec in specs {

@@ -11,6 +11,7 @@
 
 pub mod attention;
 mod attention_pingpong;
+pub mod attention_tma;
 pub mod attention_wgmma;
 pub mod conv;
 pub mod decoder;
