@@ -42,7 +42,7 @@ use compute_core::{
 
 use crate::kernels::attention::{self, FlashConfig};
 use crate::kernels::attention_tma;
-use crate::kernels::attention_wgmma::{HopperConfig, HopperSchedule};
+use crate::kernels::attention_wgmma::HopperConfig;
 use crate::kernels::decoder;
 use crate::kernels::elem;
 use crate::kernels::elementwise::{self, UnaryKind};
@@ -447,7 +447,7 @@ pub fn key_splits(blocks: usize, key_tiles: usize, sms: u32) -> usize {
 }
 
 /// The Hopper attention shape to launch and, for a TMA schedule, its key and
-/// value tensor maps. A TMA schedule runs as [`HopperSchedule::PingPong`]
+/// value tensor maps. A TMA schedule runs as [`HopperConfig::without_tma`]
 /// (same tiles, `cp.async` copies) where the launcher encodes no tensor maps,
 /// where the key count comes from positions on the device (the maps' key
 /// extent is fixed at launch, and rows of a KV cache past the count must not
@@ -462,7 +462,7 @@ fn hopper_tma_maps(
     if !h.schedule.uses_tma() {
         return (h, None);
     }
-    let fallback = HopperConfig { schedule: HopperSchedule::PingPong, ..h };
+    let fallback = h.without_tma();
     if !l.has_tma() || a.positions {
         return (fallback, None);
     }

@@ -27,6 +27,11 @@
 //! ring; tile `t` waits on parity `(t / 3) mod 2`, and the producer on the
 //! opposite parity of `empty` (a fresh barrier's "previous" phase counts as
 //! complete, so the first round does not wait).
+//!
+//! [`HopperSchedule::PingPongTmaOverlap`] commits `S = q·k_tᵀ` and
+//! `O += P_{t−1}·v_{t−1}` as two groups and waits for the first only before
+//! the softmax, so a warpgroup's softmax also runs under its own `P·v`; the
+//! output is rescaled and the new weights packed after the second.
 
 use compute_core::DType;
 
@@ -83,7 +88,8 @@ pub fn kv_tensor_maps(
 /// Builds the TMA-fed ping-pong kernel ([`super::attention_wgmma::hopper`]
 /// with [`HopperSchedule::PingPongTma`]).
 pub(super) fn build(cfg: &HopperConfig, dtype: DType, target: Target) -> Result<Kernel, BuildError> {
-    debug_assert_eq!(cfg.schedule, HopperSchedule::PingPongTma);
+    debug_assert!(cfg.schedule.uses_tma());
+    let overlap = cfg.schedule == HopperSchedule::PingPongTmaOverlap;
     let (mut b, f) = frame(cfg, dtype, target)?;
     b.doc("tensor-map params after the others: kmap, vmap (d x seq_k x heads, boxes of 64 x key tile)");
     let kmap = b.param_tensor_map("kmap");
@@ -224,20 +230,38 @@ pub(super) fn build(cfg: &HopperConfig, dtype: DType, target: Target) -> Result<
         let dk = b.add(desc_k, sd);
         b.wgmma_fence();
         issue_scores(b, &f, bm, desc_q, dk);
+        if overlap && prev.is_some() {
+            b.wgmma_commit();
+        }
         if let Some((vs, _)) = prev {
             values(b, vs);
         }
         b.wgmma_commit();
         turn(b, false, true);
-        b.wgmma_wait(0);
-        b.comment("k_t and v_{t-1} are read: release their stages");
-        b.guarded(is_lane0, false, |b| {
-            b.mbarrier_arrive(kbar, EMPTY_K);
-            if let Some((_, vbar)) = prev {
-                b.mbarrier_arrive(vbar, EMPTY_V);
+        let release = |b: &mut KernelBuilder, off: i64, bar: Reg<U32>| {
+            b.guarded(is_lane0, false, |b| b.mbarrier_arrive(bar, off));
+        };
+        let alphas = match prev {
+            Some((_, vbar)) if overlap => {
+                b.comment("S is done (P v may still run): release k_t, softmax, then wait for P v and release v_{t-1}");
+                b.wgmma_wait(1);
+                release(b, EMPTY_K, kbar);
+                let (probs, alphas) = online_softmax(b, &f, masked);
+                b.wgmma_wait(0);
+                release(b, EMPTY_V, vbar);
+                (probs, alphas)
             }
-        });
-        let (probs, alphas) = online_softmax(b, &f, masked);
+            _ => {
+                b.wgmma_wait(0);
+                b.comment("k_t and v_{t-1} are read: release their stages");
+                release(b, EMPTY_K, kbar);
+                if let Some((_, vbar)) = prev {
+                    release(b, EMPTY_V, vbar);
+                }
+                online_softmax(b, &f, masked)
+            }
+        };
+        let (probs, alphas) = alphas;
         rescale_acc(b, &f, alphas);
         let packed = pack_weights(b, &f, &probs);
         for (dst, src) in pw.iter().zip(&packed) {
@@ -288,9 +312,16 @@ mod tests {
 
     #[test]
     fn builds_for_sm90a_with_a_producer_warpgroup() {
-        for d in [64u32, 128] {
-            for bn in [64, 128] {
-                let cfg = HopperConfig { head_dim: d, warpgroups: 2, bn, schedule: HopperSchedule::PingPongTma };
+        for (d, bn, schedule) in [64u32, 128].into_iter().flat_map(|d| {
+            [
+                (64, HopperSchedule::PingPongTma),
+                (128, HopperSchedule::PingPongTma),
+                (128, HopperSchedule::PingPongTmaOverlap),
+            ]
+            .map(|(bn, s)| (d, bn, s))
+        }) {
+            {
+                let cfg = HopperConfig { head_dim: d, warpgroups: 2, bn, schedule };
                 assert!(cfg.check().is_ok(), "{cfg:?}");
                 assert_eq!(cfg.threads(), 384);
                 for dtype in [DType::BF16, DType::F16] {
@@ -303,6 +334,8 @@ mod tests {
                     assert_eq!(t.matches("cp.async.bulk.tensor.3d").count() as u32, 2 * d / 64);
                     // The consumers' only copies are q's, in one group.
                     assert_eq!(t.matches("cp.async.commit_group").count(), 1);
+                    let overlapped = schedule == HopperSchedule::PingPongTmaOverlap;
+                    assert_eq!(t.contains("wgmma.wait_group.sync.aligned 1;"), overlapped);
                     assert!(super::super::attention_wgmma::hopper(&cfg, dtype, Target::Sm90).is_err());
                 }
             }

@@ -69,23 +69,40 @@ pub enum HopperSchedule {
     /// or where the key count comes from positions on the device. Two
     /// consumer warpgroups only.
     PingPongTma,
+    /// [`HopperSchedule::PingPongTma`] with each warpgroup's softmax also
+    /// overlapping its own `P·v`: `S = q·kᵀ` and the previous tile's `P·v`
+    /// are committed as two groups, the softmax waits for the first only,
+    /// and the output is rescaled once the second is done
+    /// (FlashAttention-3's intra-warpgroup overlap).
+    PingPongTmaOverlap,
 }
 
 impl HopperSchedule {
     /// Whether `P` stays in registers (no shared `P` tile).
     pub fn p_in_registers(self) -> bool {
-        matches!(self, HopperSchedule::RegisterP | HopperSchedule::PingPong | HopperSchedule::PingPongTma)
+        matches!(
+            self,
+            HopperSchedule::RegisterP
+                | HopperSchedule::PingPong
+                | HopperSchedule::PingPongTma
+                | HopperSchedule::PingPongTmaOverlap
+        )
     }
 
     /// Whether the key and value tiles arrive by TMA (tensor-map parameters,
     /// a producer warpgroup).
     pub fn uses_tma(self) -> bool {
-        self == HopperSchedule::PingPongTma
+        matches!(self, HopperSchedule::PingPongTma | HopperSchedule::PingPongTmaOverlap)
+    }
+
+    /// Whether two computing warpgroups take turns on named barriers.
+    fn ping_pong(self) -> bool {
+        matches!(self, HopperSchedule::PingPong) || self.uses_tma()
     }
 
     /// Stages of key and value tiles in shared memory.
     pub fn stages(self) -> u32 {
-        if matches!(self, HopperSchedule::PingPong | HopperSchedule::PingPongTma) { 3 } else { 2 }
+        if self.ping_pong() { 3 } else { 2 }
     }
 
     /// The kernel name's suffix for a shape other than the default.
@@ -96,6 +113,7 @@ impl HopperSchedule {
             HopperSchedule::RegisterP => "_regp",
             HopperSchedule::PingPong => "_pp",
             HopperSchedule::PingPongTma => "_pptma",
+            HopperSchedule::PingPongTmaOverlap => "_pptma_ov",
         }
     }
 }
@@ -116,17 +134,25 @@ pub struct HopperConfig {
 impl HopperConfig {
     /// The shape the backend launches on compute capability 9.0: at head
     /// size 128 two warpgroups (128 query rows), key tiles of 128,
-    /// ping-pong; at 64 one warpgroup with `P` in registers, key tiles of
-    /// 128 (80 KiB of shared memory, so two blocks share a multiprocessor
-    /// and one's softmax runs under the other's products). Measured on the
-    /// H100 (2026-11-26, bf16; docs/benchmarks.md): the fastest of the sweep
-    /// at both sizes.
+    /// ping-pong fed by TMA (the plans run the `cp.async` ping-pong of the
+    /// same tiles where TMA cannot be used); at 64 one warpgroup with `P` in
+    /// registers, key tiles of 128 (80 KiB of shared memory, so two blocks
+    /// share a multiprocessor and one's softmax runs under the other's
+    /// products). Measured on the H100 (2026-11-26, bf16;
+    /// docs/benchmarks.md): the fastest of the sweep at both sizes.
     pub fn for_head_dim(d: usize) -> HopperConfig {
         if d == 64 {
             HopperConfig { head_dim: 64, warpgroups: 1, bn: 128, schedule: HopperSchedule::RegisterP }
         } else {
-            HopperConfig { head_dim: d as u32, warpgroups: 2, bn: 128, schedule: HopperSchedule::PingPong }
+            HopperConfig { head_dim: d as u32, warpgroups: 2, bn: 128, schedule: HopperSchedule::PingPongTma }
         }
+    }
+
+    /// The shape the plans launch instead of this one where TMA cannot be
+    /// used: the `cp.async` ping-pong of the same tiles for a TMA schedule,
+    /// else this shape.
+    pub fn without_tma(&self) -> HopperConfig {
+        if self.schedule.uses_tma() { HopperConfig { schedule: HopperSchedule::PingPong, ..*self } } else { *self }
     }
 
     /// Whether the kernel takes head size `d`.
@@ -178,7 +204,7 @@ impl HopperConfig {
         if !(1..=3).contains(&self.warpgroups) {
             return Err(format!("{} warpgroups: need 1..=3", self.warpgroups));
         }
-        if matches!(self.schedule, HopperSchedule::PingPong | HopperSchedule::PingPongTma) && self.warpgroups != 2 {
+        if self.schedule.ping_pong() && self.warpgroups != 2 {
             return Err(format!("ping-pong takes two warpgroups, not {}", self.warpgroups));
         }
         if !matches!(self.bn, 64 | 128) {
@@ -209,7 +235,7 @@ impl HopperConfig {
     /// warpgroups and key tiles of 128 (the shared-`P` one timed as the
     /// baseline), key tiles of 64, and one warpgroup with `P` in registers.
     pub fn sweep(d: usize) -> Vec<HopperConfig> {
-        use HopperSchedule::{PingPong, PingPongTma, RegisterP, SharedP, SharedPLate};
+        use HopperSchedule::{PingPong, PingPongTma, PingPongTmaOverlap, RegisterP, SharedP, SharedPLate};
         let base = Self::for_head_dim(d);
         [
             (2, 128, SharedP),
@@ -217,6 +243,7 @@ impl HopperConfig {
             (2, 128, RegisterP),
             (2, 128, PingPong),
             (2, 128, PingPongTma),
+            (2, 128, PingPongTmaOverlap),
             (2, 64, PingPong),
             (2, 64, PingPongTma),
             (2, 64, RegisterP),
@@ -553,7 +580,9 @@ pub(super) fn write_out(b: &mut KernelBuilder, f: &Frame) {
 pub fn hopper(cfg: &HopperConfig, dtype: DType, target: Target) -> Result<Kernel, BuildError> {
     match cfg.schedule {
         HopperSchedule::PingPong => return super::attention_pingpong::build(cfg, dtype, target),
-        HopperSchedule::PingPongTma => return super::attention_tma::build(cfg, dtype, target),
+        HopperSchedule::PingPongTma | HopperSchedule::PingPongTmaOverlap => {
+            return super::attention_tma::build(cfg, dtype, target);
+        }
         _ => {}
     }
     let (mut b, f) = frame(cfg, dtype, target)?;
