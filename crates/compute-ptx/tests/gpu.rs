@@ -597,8 +597,8 @@ fn flash_attention_shapes_match_the_reference() {
 
 /// The TMA-fed Hopper attention schedules alone (producer warpgroup,
 /// `mbarrier` rings), both half dtypes, on odd lengths, both causal
-/// alignments, grouped heads, a KV cache of larger capacity and a block
-/// whose keys end inside a tile (poisoned outputs), against the f64
+/// alignments, grouped heads, a KV cache of larger capacity, one query row
+/// per sequence and blocks whose keys end inside a tile (poisoned outputs), against the f64
 /// reference: small enough to run under `compute-sanitizer --tool racecheck`
 /// and `--tool synccheck`, which check the rings' waits and releases.
 /// Skipped below compute capability 9.0.
@@ -620,6 +620,7 @@ fn hopper_tma_attention_matches_the_reference() {
         AttentionSpec::new(1, 2, 257, 129, 128).with_mask(Mask::CausalTopLeft),
         AttentionSpec::new(1, 2, 33, 70, 128).causal().with_kv_capacity(96),
         AttentionSpec::new(2, 2, 300, 520, 128),
+        AttentionSpec::new(3, 8, 1, 1000, 128).with_kv_heads(2).causal(),
     ];
     let mut fails = Vec::new();
     let mut runs = 0;
