@@ -41,6 +41,7 @@ use compute_core::{
 };
 
 use crate::kernels::attention::{self, FlashConfig};
+use crate::kernels::attention_tma;
 use crate::kernels::attention_wgmma::HopperConfig;
 use crate::kernels::decoder;
 use crate::kernels::elem;
@@ -443,6 +444,33 @@ pub fn key_splits(blocks: usize, key_tiles: usize, sms: u32) -> usize {
         return 1;
     }
     want.div_ceil(blocks.max(1)).min(key_tiles / 4).clamp(1, 64)
+}
+
+/// The Hopper attention shape to launch and, for a TMA schedule, its key and
+/// value tensor maps. A TMA schedule runs as [`HopperConfig::without_tma`]
+/// (same tiles, `cp.async` copies) where the launcher encodes no tensor maps,
+/// where the key count comes from positions on the device (the maps' key
+/// extent is fixed at launch, and rows of a KV cache past the count must not
+/// reach `P·v`), or where the driver would refuse the maps (a misaligned
+/// tensor). Free.
+fn hopper_tma_maps(
+    l: &dyn Launcher,
+    h: HopperConfig,
+    a: &AttentionSpec,
+    (k, v): (u64, u64),
+) -> (HopperConfig, Option<(TensorMapDesc, TensorMapDesc)>) {
+    if !h.schedule.uses_tma() {
+        return (h, None);
+    }
+    let fallback = h.without_tma();
+    if !l.has_tma() || a.positions {
+        return (fallback, None);
+    }
+    let (mk, mv) = attention_tma::kv_tensor_maps(&h, a.dtype, (a.batch * a.heads_kv, a.seq_k, a.kv_rows()), (k, v));
+    if mk.check().is_err() || mv.check().is_err() {
+        return (fallback, None);
+    }
+    (h, Some((mk, mv)))
 }
 
 /// A chosen attention kernel and its shape (for tuning and tests).
@@ -954,11 +982,16 @@ impl Exec<'_> {
                             "the wgmma attention kernel reads f16 or bf16",
                         ));
                     }
+                    let (h, maps) = hopper_tma_maps(self.l, h, a, (input(1)?, input(2)?));
                     let grid = Grid {
                         blocks: (rows.div_ceil(h.rows() as usize) as u32, hkv, batch),
                         threads: (h.threads(), 1, 1),
                         dynamic_smem: h.shared_bytes(),
                     };
+                    let mut args = args.to_vec();
+                    if let Some((mk, mv)) = maps {
+                        args.extend([Arg::TensorMap(mk), Arg::TensorMap(mv)]);
+                    }
                     return self.launch(KernelId::AttentionWgmma(h, a.dtype), grid, &args);
                 }
                 let grid = |z: usize| Grid {

@@ -518,7 +518,7 @@ fn attention_reads_a_kv_cache_on_every_kernel() {
 fn hopper_attention_shapes_agree() {
     use compute_core::conformance::{compare_typed, typed_inputs_for};
     use compute_core::{AttentionSpec, Backend, DType, HostVec, Mask};
-    use compute_ptx::kernels::attention_wgmma::HopperConfig;
+    use compute_ptx::kernels::attention_wgmma::{HopperConfig, HopperSchedule};
     use compute_ptx::plan::AttentionKernel;
     let emu = EmuBackend::with_wgmma();
     let mut rng = Rng::new(0x5eed_a77f);
@@ -530,8 +530,10 @@ fn hopper_attention_shapes_agree() {
     ];
     for spec in specs {
         let d = spec.head_dim;
+        // The emulator encodes no tensor maps: the TMA schedules are checked on the GPU.
         let mut cfgs = vec![HopperConfig::for_head_dim(d)];
         cfgs.extend(HopperConfig::sweep(d));
+        cfgs.retain(|c| !c.schedule.uses_tma());
         for cfg in cfgs {
             for dtype in [DType::BF16, DType::F16] {
                 let spec = spec.with_dtype(dtype);
@@ -548,6 +550,18 @@ fn hopper_attention_shapes_agree() {
             }
         }
     }
+    // A TMA schedule asked of a launcher without tensor maps runs the cp.async ping-pong of the same tiles.
+    let spec = AttentionSpec::new(1, 2, 130, 70, 128).causal().with_dtype(DType::BF16);
+    let tma = HopperConfig { head_dim: 128, warpgroups: 2, bn: 128, schedule: HopperSchedule::PingPongTma };
+    let op = Op::Attention(spec);
+    let inputs = typed_inputs_for(&op, &mut rng);
+    let before = emu.log.lock().unwrap().len();
+    let out = emu.attention_typed(spec, Some(AttentionKernel::Hopper(tma)), &inputs);
+    let names: Vec<String> = emu.log.lock().unwrap()[before..].iter().map(|(k, _)| k.clone()).collect();
+    assert_eq!(tma.without_tma().schedule, HopperSchedule::PingPong);
+    assert_eq!(names, [tma.without_tma().kernel_name(DType::BF16)]);
+    let views: Vec<_> = inputs.iter().map(|v| v.as_slice()).collect();
+    assert!(compare_typed(&op, &views, out.as_slice(), 1.0).is_none());
     // Picked by the plans at d = 128: a prefill whose row tiles fill the (two-multiprocessor) device.
     let spec = AttentionSpec::new(1, 8, 200, 200, 128).with_kv_heads(2).causal().with_dtype(DType::BF16);
     let op = Op::Attention(spec);
@@ -557,7 +571,8 @@ fn hopper_attention_shapes_agree() {
     let before = emu.log.lock().unwrap().len();
     emu.run_typed(&op, &views, out.as_mut()).unwrap();
     let names: Vec<String> = emu.log.lock().unwrap()[before..].iter().map(|(k, _)| k.clone()).collect();
-    assert_eq!(names, [HopperConfig::for_head_dim(128).kernel_name(DType::BF16)]);
+    // (the default's TMA schedule becomes the cp.async ping-pong: the emulator encodes no tensor maps)
+    assert_eq!(names, [HopperConfig::for_head_dim(128).without_tma().kernel_name(DType::BF16)]);
     assert!(compare_typed(&op, &views, out.as_slice(), 1.0).is_none());
     // And at d = 64 (one warpgroup, P in registers).
     let spec = AttentionSpec::new(1, 4, 150, 150, 64).with_kv_heads(2).causal().with_dtype(DType::F16);

@@ -589,6 +589,8 @@ fn flash_attention_shapes_match_the_reference() {
         AttentionSpec::new(3, 8, 1, 1000, 128).with_kv_heads(2).causal(),
         AttentionSpec::new(1, 2, 200, 200, 64),
         AttentionSpec::new(1, 1, 64, 96, 96).causal(),
+        // A KV cache of larger capacity: the TMA maps step heads by it and stop at seq_k.
+        AttentionSpec::new(1, 2, 33, 70, 128).causal().with_kv_capacity(96),
     ];
     let mut fails = Vec::new();
     for spec in specs {
@@ -634,5 +636,72 @@ fn flash_attention_shapes_match_the_reference() {
             }
         }
     }
+    assert!(fails.is_empty(), "{} failures:\n{}", fails.len(), fails.join("\n"));
+}
+
+/// The TMA-fed Hopper attention schedules alone (producer warpgroup,
+/// `mbarrier` rings), both half dtypes, on odd lengths, both causal
+/// alignments, grouped heads, a KV cache of larger capacity, one query row
+/// per sequence and blocks whose keys end inside a tile (poisoned outputs), against the f64
+/// reference: small enough to run under `compute-sanitizer --tool racecheck`
+/// and `--tool synccheck`, which check the rings' waits and releases.
+/// Skipped below compute capability 9.0.
+#[test]
+fn hopper_tma_attention_matches_the_reference() {
+    use compute_core::conformance::{compare_typed, poisoned, typed_inputs_for};
+    use compute_core::{AttentionSpec, DType, Mask};
+    use compute_ptx::kernels::attention_wgmma::HopperConfig;
+    use compute_ptx::plan::AttentionKernel;
+    let Some(be) = backend("hopper_tma_attention_matches_the_reference") else { return };
+    let cc = be.info().expect("device info").compute_capability;
+    if !compute_ptx::Target::has_wgmma(cc.0, cc.1) {
+        eprintln!("SKIPPED: hopper_tma_attention_matches_the_reference: compute capability {cc:?}");
+        return;
+    }
+    let mut rng = Rng::new(compute_core::conformance::rng::fresh_seed());
+    let specs = [
+        AttentionSpec::new(2, 4, 100, 300, 64).with_kv_heads(2).causal(),
+        AttentionSpec::new(1, 2, 257, 129, 128).with_mask(Mask::CausalTopLeft),
+        AttentionSpec::new(1, 2, 33, 70, 128).causal().with_kv_capacity(96),
+        AttentionSpec::new(2, 2, 300, 520, 128),
+        AttentionSpec::new(3, 8, 1, 1000, 128).with_kv_heads(2).causal(),
+    ];
+    let mut fails = Vec::new();
+    let mut runs = 0;
+    for spec in specs {
+        let d = spec.head_dim;
+        let mut cfgs = vec![HopperConfig::for_head_dim(d)];
+        cfgs.extend(HopperConfig::sweep(d));
+        cfgs.retain(|c| c.schedule.uses_tma());
+        for cfg in cfgs {
+            for dtype in [DType::BF16, DType::F16] {
+                let spec = spec.with_dtype(dtype);
+                let op = Op::Attention(spec);
+                let inputs = typed_inputs_for(&op, &mut rng);
+                let run = || -> Result<compute_core::HostVec, String> {
+                    let e = |e: ComputeError| e.to_string();
+                    let t: Vec<_> =
+                        inputs.iter().map(|x| be.upload_typed(x.as_slice())).collect::<Result<_, _>>().map_err(e)?;
+                    let mut out = poisoned(dtype, inputs[0].len());
+                    let o = be.upload_typed(out.as_slice()).map_err(e)?;
+                    be.attention_with(spec, Some(AttentionKernel::Hopper(cfg)), (&t[0], &t[1], &t[2]), &o)
+                        .map_err(e)?;
+                    be.download_typed(&o, out.as_mut()).map_err(e)?;
+                    Ok(out)
+                };
+                let views: Vec<_> = inputs.iter().map(|v| v.as_slice()).collect();
+                runs += 1;
+                match run() {
+                    Err(e) => fails.push(format!("{cfg:?} {}: {e}", op.shapes())),
+                    Ok(out) => {
+                        if let Some(msg) = compare_typed(&op, &views, out.as_slice(), 1.0) {
+                            fails.push(format!("{cfg:?} {}: {msg}", op.shapes()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(runs >= 16, "{runs} runs: the sweep lost its TMA shapes");
     assert!(fails.is_empty(), "{} failures:\n{}", fails.len(), fails.join("\n"));
 }

@@ -59,17 +59,50 @@ pub enum HopperSchedule {
     /// schedules), with three stages of key and value tiles so that the
     /// copies issued after a meeting land before the next. Two warpgroups only.
     PingPong,
+    /// [`HopperSchedule::PingPong`] fed by the tensor memory accelerator: a
+    /// third (producer) warpgroup copies the key and value tiles with TMA
+    /// into rings of three stages tracked by `mbarrier`s, so the two
+    /// consumer warpgroups issue no copies and never meet on a block-wide
+    /// barrier; `setmaxnreg` moves the producer's registers to them. Needs a
+    /// launcher that encodes tensor maps ([`crate::plan::Launcher::has_tma`]);
+    /// the plans run [`HopperSchedule::PingPong`] instead where it has none,
+    /// or where the key count comes from positions on the device. Two
+    /// consumer warpgroups only.
+    PingPongTma,
+    /// [`HopperSchedule::PingPongTma`] with each warpgroup's softmax also
+    /// overlapping its own `P·v`: `S = q·kᵀ` and the previous tile's `P·v`
+    /// are committed as two groups, the softmax waits for the first only,
+    /// and the output is rescaled once the second is done
+    /// (FlashAttention-3's intra-warpgroup overlap).
+    PingPongTmaOverlap,
 }
 
 impl HopperSchedule {
     /// Whether `P` stays in registers (no shared `P` tile).
     pub fn p_in_registers(self) -> bool {
-        matches!(self, HopperSchedule::RegisterP | HopperSchedule::PingPong)
+        matches!(
+            self,
+            HopperSchedule::RegisterP
+                | HopperSchedule::PingPong
+                | HopperSchedule::PingPongTma
+                | HopperSchedule::PingPongTmaOverlap
+        )
+    }
+
+    /// Whether the key and value tiles arrive by TMA (tensor-map parameters,
+    /// a producer warpgroup).
+    pub fn uses_tma(self) -> bool {
+        matches!(self, HopperSchedule::PingPongTma | HopperSchedule::PingPongTmaOverlap)
+    }
+
+    /// Whether two computing warpgroups take turns on named barriers.
+    fn ping_pong(self) -> bool {
+        matches!(self, HopperSchedule::PingPong) || self.uses_tma()
     }
 
     /// Stages of key and value tiles in shared memory.
     pub fn stages(self) -> u32 {
-        if self == HopperSchedule::PingPong { 3 } else { 2 }
+        if self.ping_pong() { 3 } else { 2 }
     }
 
     /// The kernel name's suffix for a shape other than the default.
@@ -79,6 +112,8 @@ impl HopperSchedule {
             HopperSchedule::SharedPLate => "_smem_late",
             HopperSchedule::RegisterP => "_regp",
             HopperSchedule::PingPong => "_pp",
+            HopperSchedule::PingPongTma => "_pptma",
+            HopperSchedule::PingPongTmaOverlap => "_pptma_ov",
         }
     }
 }
@@ -99,17 +134,25 @@ pub struct HopperConfig {
 impl HopperConfig {
     /// The shape the backend launches on compute capability 9.0: at head
     /// size 128 two warpgroups (128 query rows), key tiles of 128,
-    /// ping-pong; at 64 one warpgroup with `P` in registers, key tiles of
-    /// 128 (80 KiB of shared memory, so two blocks share a multiprocessor
-    /// and one's softmax runs under the other's products). Measured on the
-    /// H100 (2026-11-26, bf16; docs/benchmarks.md): the fastest of the sweep
-    /// at both sizes.
+    /// ping-pong fed by TMA (the plans run the `cp.async` ping-pong of the
+    /// same tiles where TMA cannot be used); at 64 one warpgroup with `P` in
+    /// registers, key tiles of 128 (80 KiB of shared memory, so two blocks
+    /// share a multiprocessor and one's softmax runs under the other's
+    /// products). Measured on the H100 (2026-11-26, bf16;
+    /// docs/benchmarks.md): the fastest of the sweep at both sizes.
     pub fn for_head_dim(d: usize) -> HopperConfig {
         if d == 64 {
             HopperConfig { head_dim: 64, warpgroups: 1, bn: 128, schedule: HopperSchedule::RegisterP }
         } else {
-            HopperConfig { head_dim: d as u32, warpgroups: 2, bn: 128, schedule: HopperSchedule::PingPong }
+            HopperConfig { head_dim: d as u32, warpgroups: 2, bn: 128, schedule: HopperSchedule::PingPongTma }
         }
+    }
+
+    /// The shape the plans launch instead of this one where TMA cannot be
+    /// used: the `cp.async` ping-pong of the same tiles for a TMA schedule,
+    /// else this shape.
+    pub fn without_tma(&self) -> HopperConfig {
+        if self.schedule.uses_tma() { HopperConfig { schedule: HopperSchedule::PingPong, ..*self } } else { *self }
     }
 
     /// Whether the kernel takes head size `d`.
@@ -131,18 +174,26 @@ impl HopperConfig {
         64 * self.warpgroups
     }
 
-    /// Threads per block.
+    /// Threads per block: the computing warpgroups, and the producer
+    /// warpgroup of a TMA schedule.
     pub fn threads(&self) -> u32 {
+        self.consumer_threads() + if self.schedule.uses_tma() { 128 } else { 0 }
+    }
+
+    /// Threads of the warpgroups that compute (64 query rows each).
+    pub fn consumer_threads(&self) -> u32 {
         128 * self.warpgroups
     }
 
     /// Dynamic shared memory: `q`, the stages of key and value tiles, a `P`
-    /// tile per warpgroup when `P` goes through shared memory, and 1 KiB to
-    /// align the tiles to 1024 bytes.
+    /// tile per warpgroup when `P` goes through shared memory, the stages'
+    /// `mbarrier`s of a TMA schedule (four of 8 bytes per stage), and 1 KiB
+    /// to align the tiles to 1024 bytes.
     pub fn shared_bytes(&self) -> u32 {
         let d2 = self.head_dim * 2;
         let p = if self.schedule.p_in_registers() { 0 } else { self.warpgroups * 64 * self.bn * 2 };
-        self.rows() * d2 + 2 * self.schedule.stages() * self.bn * d2 + p + 1024
+        let bars = if self.schedule.uses_tma() { 32 * self.schedule.stages() } else { 0 };
+        self.rows() * d2 + 2 * self.schedule.stages() * self.bn * d2 + p + bars + 1024
     }
 
     /// Why this shape cannot be built, if it cannot.
@@ -153,13 +204,13 @@ impl HopperConfig {
         if !(1..=3).contains(&self.warpgroups) {
             return Err(format!("{} warpgroups: need 1..=3", self.warpgroups));
         }
-        if self.schedule == HopperSchedule::PingPong && self.warpgroups != 2 {
+        if self.schedule.ping_pong() && self.warpgroups != 2 {
             return Err(format!("ping-pong takes two warpgroups, not {}", self.warpgroups));
         }
         if !matches!(self.bn, 64 | 128) {
             return Err(format!("key tile {}: need 64 or 128", self.bn));
         }
-        let (t, cpr) = (self.threads(), self.head_dim / 8);
+        let (t, cpr) = (self.consumer_threads(), self.head_dim / 8);
         if !t.is_multiple_of(cpr) || !(self.bn * cpr).is_multiple_of(t) || !(self.rows() * cpr).is_multiple_of(t) {
             return Err(format!("{t} threads do not split {}-row and {}-row tiles into copies", self.rows(), self.bn));
         }
@@ -184,14 +235,17 @@ impl HopperConfig {
     /// warpgroups and key tiles of 128 (the shared-`P` one timed as the
     /// baseline), key tiles of 64, and one warpgroup with `P` in registers.
     pub fn sweep(d: usize) -> Vec<HopperConfig> {
-        use HopperSchedule::{PingPong, RegisterP, SharedP, SharedPLate};
+        use HopperSchedule::{PingPong, PingPongTma, PingPongTmaOverlap, RegisterP, SharedP, SharedPLate};
         let base = Self::for_head_dim(d);
         [
             (2, 128, SharedP),
             (2, 128, SharedPLate),
             (2, 128, RegisterP),
             (2, 128, PingPong),
+            (2, 128, PingPongTma),
+            (2, 128, PingPongTmaOverlap),
             (2, 64, PingPong),
+            (2, 64, PingPongTma),
             (2, 64, RegisterP),
             (1, 128, RegisterP),
             (1, 64, RegisterP),
@@ -296,9 +350,10 @@ pub(super) fn frame(cfg: &HopperConfig, dtype: DType, target: Target) -> Result<
     let mut b = KernelBuilder::new(&name, target);
     b.doc(&format!("{name}: fused attention, {dtype} q/k/v/o, f32 softmax and accumulation, wgmma.mma_async"));
     b.doc(&format!(
-        "{bm} query rows per block ({} warpgroups of 64), key tiles of {bn}, {} cp.async stages, 128-byte swizzle, schedule {schedule:?}",
+        "{bm} query rows per block ({} warpgroups of 64), key tiles of {bn}, {} {} stages, 128-byte swizzle, schedule {schedule:?}",
         cfg.warpgroups,
-        schedule.stages()
+        schedule.stages(),
+        if schedule.uses_tma() { "TMA" } else { "cp.async" }
     ));
     b.doc(PARAM_DOC);
     b.doc(&format!(
@@ -517,12 +572,18 @@ pub(super) fn write_out(b: &mut KernelBuilder, f: &Frame) {
 }
 
 /// Builds the Hopper attention kernel for `f16` or `bf16` data. Params: those
-/// of [`super::attention::flash`]. Launch: [`HopperConfig::threads`] threads,
+/// of [`super::attention::flash`], and for a TMA schedule two tensor maps
+/// after them, `kmap` and `vmap`
+/// ([`super::attention_tma::kv_tensor_maps`]). Launch: [`HopperConfig::threads`] threads,
 /// grid `(ceil(rows / cfg.rows()), heads_kv, batch)`,
 /// [`HopperConfig::shared_bytes`] of dynamic shared memory; `sm_90a` only.
 pub fn hopper(cfg: &HopperConfig, dtype: DType, target: Target) -> Result<Kernel, BuildError> {
-    if cfg.schedule == HopperSchedule::PingPong {
-        return super::attention_pingpong::build(cfg, dtype, target);
+    match cfg.schedule {
+        HopperSchedule::PingPong => return super::attention_pingpong::build(cfg, dtype, target),
+        HopperSchedule::PingPongTma | HopperSchedule::PingPongTmaOverlap => {
+            return super::attention_tma::build(cfg, dtype, target);
+        }
+        _ => {}
     }
     let (mut b, f) = frame(cfg, dtype, target)?;
     let mma_in = WgmmaInput::Half(f.half);

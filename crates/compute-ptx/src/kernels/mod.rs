@@ -11,6 +11,7 @@
 
 pub mod attention;
 mod attention_pingpong;
+pub mod attention_tma;
 pub mod attention_wgmma;
 pub mod conv;
 pub mod decoder;
@@ -360,7 +361,11 @@ pub fn catalog() -> Vec<KernelId> {
         }
         v.push(KernelId::AttentionFlash(FlashConfig::for_f32(d), DType::F32));
         for dtype in [DType::BF16, DType::F16] {
-            v.push(KernelId::AttentionWgmma(HopperConfig::for_head_dim(d), dtype));
+            let h = HopperConfig::for_head_dim(d);
+            v.push(KernelId::AttentionWgmma(h, dtype));
+            if h.without_tma() != h {
+                v.push(KernelId::AttentionWgmma(h.without_tma(), dtype));
+            }
         }
         v.push(KernelId::AttentionSimt(d as u32));
     }
