@@ -6,7 +6,7 @@
 
 use compute_core::DType;
 
-use crate::builder::{B32, Cmp, F32, Half, KernelBuilder, Pred, Reg, Src, U32, U64};
+use crate::builder::{B32, Cmp, F32, Half, KernelBuilder, Pred, Reg, Src, U32, U64, WgmmaInput};
 
 /// The parameters every GEMM kernel declares, in order: `a`, `b`, `c`
 /// (global addresses), `m`, `n`, `k`, and the batch strides `sa`, `sb`, `sc`
@@ -44,6 +44,62 @@ pub(crate) fn gemm_params(b: &mut KernelBuilder) -> GemmParams {
 pub(crate) fn kernel_base(family: &str, input: &str, output: DType, trans_a: bool, trans_b: bool) -> String {
     let t = |x: bool| if x { 't' } else { 'n' };
     format!("{family}_{input}_{output}_{}{}", t(trans_a), t(trans_b))
+}
+
+/// What a `wgmma` kernel multiplies for `input` and how it rounds the
+/// output (`None`: `f32`): halves as they are, or `f32` read as TF32, which
+/// takes `A` stored `m × k` and `B` stored `n × k` and an `f32` output only;
+/// or why the combination is not taken.
+pub(crate) fn wgmma_dtypes(
+    input: DType,
+    output: DType,
+    (trans_a, trans_b): (bool, bool),
+) -> Result<(WgmmaInput, Option<Half>), String> {
+    if input == DType::F32 {
+        if output != DType::F32 || trans_a || !trans_b {
+            return Err("TF32 takes A stored m x k and B stored n x k, with an f32 output".into());
+        }
+        return Ok((WgmmaInput::Tf32, None));
+    }
+    half_dtypes(input, output).map(|(h, o)| (WgmmaInput::Half(h), o))
+}
+
+/// Stores a warpgroup's `64 × bn` `f32` accumulator (`wgmma`'s layout: warp
+/// `w` of the warpgroup holds rows `16w + g` and `16w + g + 8`, columns
+/// `8j + 2t` and `8j + 2t + 1`, for lane `4g + t`) into `C` of `m × n`
+/// elements at `c_base`, rounded to `out` (or `f32`), rows from `row0` (this
+/// lane's first row, `16w + g` included) and columns from `n0`; elements
+/// outside `C` are skipped.
+pub(crate) fn store_wgmma_tile(
+    b: &mut KernelBuilder,
+    acc: &[Reg<F32>],
+    out: Option<Half>,
+    (c_base, row0, n0): (Reg<U64>, Reg<U32>, Reg<U32>),
+    (m, n, lane): (Reg<U32>, Reg<U32>, Reg<U32>),
+) {
+    let bn = acc.len() as u32 * 2;
+    let esz = if out.is_some() { 2u32 } else { 4 };
+    let t = b.and(lane, 3u32);
+    let t2 = b.shl(t, 1u32);
+    let col = b.add(n0, t2);
+    let col_ok: Vec<_> = (0..bn / 8)
+        .map(|j| {
+            let c = b.add(col, j * 8);
+            b.setp(Cmp::Lt, c, n)
+        })
+        .collect();
+    for h in 0..2u32 {
+        let row = b.add(row0, h * 8);
+        let row_ok = b.setp(Cmp::Lt, row, m);
+        let elem = b.mad(row, n, col);
+        let off = b.mul_wide(elem, esz);
+        let row_ptr = b.add(c_base, off);
+        for j in 0..bn / 8 {
+            let (lo, hi) = (acc[(4 * j + 2 * h) as usize], acc[(4 * j + 2 * h + 1) as usize]);
+            let ok = b.and_pred(row_ok, col_ok[j as usize]);
+            store_pair(b, out, (row_ptr, i64::from(j * 8 * esz)), (lo, hi), ok);
+        }
+    }
 }
 
 /// The tensor cores' input format for `input` and the rounding of the output

@@ -34,7 +34,7 @@
 
 use compute_core::DType;
 
-use super::gemm_common::{ATOM_K_STRIDE, atom_mn_stride, half_dtypes, kernel_base, store_pair};
+use super::gemm_common::{ATOM_K_STRIDE, atom_mn_stride, kernel_base, store_wgmma_tile, wgmma_dtypes};
 use super::gemm_wgmma::Tf32Rounding;
 use crate::builder::{B32, BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Reg, Target, U32, U64, WgmmaInput};
 use crate::plan::TensorMapDesc;
@@ -233,16 +233,9 @@ pub fn gemm_tma(
     if target != Target::Sm90a {
         return fail(format!("TMA wgmma kernels are built for sm_90a, not {target}"));
     }
-    let (mma_in, out_half) = if input == DType::F32 {
-        if output != DType::F32 || trans_a || !trans_b {
-            return fail("TF32 takes A stored m x k and B stored n x k, with an f32 output".into());
-        }
-        (WgmmaInput::Tf32, None)
-    } else {
-        match half_dtypes(input, output) {
-            Ok((h, o)) => (WgmmaInput::Half(h), o),
-            Err(e) => return fail(e),
-        }
+    let (mma_in, out_half) = match wgmma_dtypes(input, output, (trans_a, trans_b)) {
+        Ok(d) => d,
+        Err(e) => return fail(e),
     };
     let rounding = mma_in == WgmmaInput::Tf32 && cfg.tf32 == Tf32Rounding::InShared;
     let elem = if mma_in == WgmmaInput::Tf32 { 4 } else { 2 };
@@ -328,20 +321,17 @@ pub fn gemm_tma(
     b.comment("producer warpgroup: hands its registers to the consumers");
     b.setmaxnreg(false, producer_regs);
     let ring = Ring::new(&mut b);
-    if rounding {
-        let rounder = b.label("rounder");
+    // TF32 rounded in the kernel: warps 1-3 round the landed stages.
+    let rounder = rounding.then(|| b.label("rounder"));
+    if let Some(r) = rounder {
         let is_rounder = b.setp(Cmp::Ne, warp, 0u32);
-        b.bra_if(is_rounder, rounder);
-        producer(
-            &mut b,
-            &ring,
-            (tid, done),
-            (&map_a, &map_b),
-            (first_tile, tile_step, total, k_tiles),
-            &|b, t| tile_coords(b, t, (per_batch, tiles_m, tiles_n), cfg.group_m, bn),
-            &Producer { a_kmajor, b_kmajor, bk, bn, stages, stage_bytes, sbase, bars, full_at, empty_at },
-        );
-        b.place(rounder);
+        b.bra_if(is_rounder, r);
+    }
+    let coords = |b: &mut KernelBuilder, t: Reg<U32>| tile_coords(b, t, (per_batch, tiles_m, tiles_n), cfg.group_m, bn);
+    let loads = Producer { a_kmajor, b_kmajor, bk, bn, stages, stage_bytes, sbase, bars, full_at, empty_at };
+    producer(&mut b, &ring, (tid, done), (&map_a, &map_b), (first_tile, tile_step, total, k_tiles), &coords, &loads);
+    if let Some(r) = rounder {
+        b.place(r);
         b.comment("warps 1-3: round each landed stage to TF32 in place, then mark it ready");
         let rt = b.sub(tid, 32u32);
         let mine = b.mul(rt, 16u32);
@@ -382,17 +372,6 @@ pub fn gemm_tma(
         let next = b.add(i, 1u32);
         b.assign(i, next);
         b.bra(top);
-    } else {
-        producer(
-            &mut b,
-            &ring,
-            (tid, done),
-            (&map_a, &map_b),
-            (first_tile, tile_step, total, k_tiles),
-            &|b, t| tile_coords(b, t, (per_batch, tiles_m, tiles_n), cfg.group_m, bn),
-            &Producer { a_kmajor, b_kmajor, bk, bn, stages, stage_bytes, sbase, bars, full_at, empty_at },
-        );
-        b.bra(done);
     }
 
     // ---------------------------------------------------------------- consumers
@@ -422,8 +401,6 @@ pub fn gemm_tma(
     let is_lane0 = b.setp(Cmp::Eq, lane, 0u32);
 
     let lane_g = b.shr(lane, 2u32);
-    let lane_t = b.and(lane, 3u32);
-    let t2 = b.shl(lane_t, 1u32);
     let cwarp = b.and(warp, 3u32);
     let row_in_tile = b.mul(cw, 64u32);
     let row_in_tile = b.mad(cwarp, 16u32, row_in_tile);
@@ -479,30 +456,12 @@ pub fn gemm_tma(
 
     b.blank();
     b.comment("epilogue: warp w of the warpgroup holds rows 16w+g and 16w+g+8, columns 8j+2t and 8j+2t+1");
-    let col = b.add(n0, t2);
     let zw = b.cvt::<U64, U32>(z);
     let zc = b.mul(zw, sc);
     let zc = b.mul(zc, u64::from(esz));
     let c_base = b.add(c, zc);
     let row0 = b.add(m0, row_in_tile);
-    let col_ok: Vec<_> = (0..bn / 8)
-        .map(|j| {
-            let cj = b.add(col, j * 8);
-            b.setp(Cmp::Lt, cj, n)
-        })
-        .collect();
-    for h in 0..2u32 {
-        let row = b.add(row0, h * 8);
-        let row_ok = b.setp(Cmp::Lt, row, m);
-        let e = b.mad(row, n, col);
-        let off = b.mul_wide(e, esz);
-        let row_ptr = b.add(c_base, off);
-        for j in 0..bn / 8 {
-            let (lo, hi) = (acc[(4 * j + 2 * h) as usize], acc[(4 * j + 2 * h + 1) as usize]);
-            let ok = b.and_pred(row_ok, col_ok[j as usize]);
-            store_pair(&mut b, out_half, (row_ptr, i64::from(j * 8 * esz)), (lo, hi), ok);
-        }
-    }
+    store_wgmma_tile(&mut b, &acc, out_half, (c_base, row0, n0), (m, n, lane));
     let next = b.add(t, tile_step);
     b.assign(t, next);
     b.bra(tile_top);

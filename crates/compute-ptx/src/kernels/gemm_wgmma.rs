@@ -35,8 +35,8 @@
 use compute_core::DType;
 
 use super::gemm_common::{
-    ATOM_K_STRIDE, Side, atom_mn_stride, batch_operands, copies, gemm_params, half_dtypes, issue_ahead, kernel_base,
-    load_regs, refill, reg_tile, stage_loop, store_pair, store_rounded,
+    ATOM_K_STRIDE, Side, atom_mn_stride, batch_operands, copies, gemm_params, issue_ahead, kernel_base, load_regs,
+    refill, reg_tile, stage_loop, store_rounded, store_wgmma_tile, wgmma_dtypes,
 };
 use super::gemm_simt::tile_origin;
 use crate::builder::{B32, BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Reg, Src, Target, U32, U64, WgmmaInput};
@@ -244,16 +244,9 @@ pub fn wgmma(
         return fail(format!("wgmma kernels are built for sm_90a, not {target}"));
     }
     // f32 inputs are multiplied as TF32 (the caller opted in), k-contiguous only.
-    let (mma_in, out_half) = if input == DType::F32 {
-        if output != DType::F32 || trans_a || !trans_b {
-            return fail("TF32 takes A stored m x k and B stored n x k, with an f32 output".into());
-        }
-        (WgmmaInput::Tf32, None)
-    } else {
-        match half_dtypes(input, output) {
-            Ok((h, o)) => (WgmmaInput::Half(h), o),
-            Err(e) => return fail(e),
-        }
+    let (mma_in, out_half) = match wgmma_dtypes(input, output, (trans_a, trans_b)) {
+        Ok(d) => d,
+        Err(e) => return fail(e),
     };
     let elem = if mma_in == WgmmaInput::Tf32 { 4 } else { 2 };
     let bk = ROW / elem;
@@ -410,33 +403,13 @@ pub fn wgmma(
     let lane = b.and(tid, 31u32);
     let warp = b.shr(tid, 5u32);
     let g = b.shr(lane, 2u32);
-    let t = b.and(lane, 3u32);
-    let t2 = b.shl(t, 1u32);
-    let col = b.add(n0, t2);
     let zc = b.mul(za, p.sc);
     let zc = b.mul(zc, u64::from(esz));
     let c_base = b.add(p.c, zc);
     // Warp w of the block is warp w % 4 of warpgroup w / 4: rows 64·(w/4) + 16·(w%4) = 16w.
     let row0 = b.mad(warp, 16u32, g);
     let row0 = b.add(m0, row0);
-    let col_ok: Vec<_> = (0..bn / 8)
-        .map(|j| {
-            let c = b.add(col, j * 8);
-            b.setp(Cmp::Lt, c, n)
-        })
-        .collect();
-    for h in 0..2u32 {
-        let row = b.add(row0, h * 8);
-        let row_ok = b.setp(Cmp::Lt, row, m);
-        let elem = b.mad(row, n, col);
-        let off = b.mul_wide(elem, esz);
-        let row_ptr = b.add(c_base, off);
-        for j in 0..bn / 8 {
-            let (lo, hi) = (acc[(4 * j + 2 * h) as usize], acc[(4 * j + 2 * h + 1) as usize]);
-            let ok = b.and_pred(row_ok, col_ok[j as usize]);
-            store_pair(&mut b, out_half, (row_ptr, i64::from(j * 8 * esz)), (lo, hi), ok);
-        }
-    }
+    store_wgmma_tile(&mut b, &acc, out_half, (c_base, row0, n0), (m, n, lane));
     b.ret();
     b.finish()
 }
