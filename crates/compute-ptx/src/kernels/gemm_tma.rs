@@ -10,17 +10,20 @@
 //! the `cp.async` kernels (groups of `group_m` tile-rows), batch
 //! by batch. Its warpgroups:
 //!
-//! - **Producer** (warpgroup 0, 40 registers a thread): one thread walks the
+//! - **Producer** (warpgroup 0, 40 registers a thread, 56 when it rounds
+//!   TF32): one thread walks the
 //!   same tiles and, per k-tile, waits until the consumers have released the
 //!   stage (`empty`), arms the stage's `full` barrier with the tile's bytes
 //!   and issues the TMA copies of `A` and `B` (one box per operand for a
 //!   `k`-contiguous one, one per 64 columns of `m` or `n` for an
 //!   `m`/`n`-contiguous one). The copies write the 128-byte swizzle that
 //!   `wgmma` reads and zeros where a box hangs over an edge, so ragged
-//!   shapes need no checks. For TF32 the other three warps round each
-//!   landed stage to nearest in place and arm a third barrier (`ready`).
+//!   shapes need no checks. When the kernel rounds TF32 itself
+//!   ([`Tf32Rounding::InShared`]; the plans round in a pass before it
+//!   instead, [`Tf32Rounding::BeforeKernel`]) the other three warps round
+//!   each landed stage to nearest in place and arm a third barrier (`ready`).
 //! - **Consumers** (warpgroups 1 and 2, rows 0–63 and 64–127 of the tile,
-//!   232 registers a thread): per k-tile wait for the stage, issue its
+//!   232 registers a thread, 224 beside rounding warps): per k-tile wait for the stage, issue its
 //!   `wgmma` as one group, wait until only that group is in flight and
 //!   release the stage before, then store the tile from the accumulators
 //!   while the producer is already filling stages for the next tile.
