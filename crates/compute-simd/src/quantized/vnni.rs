@@ -96,33 +96,11 @@ pub(super) fn run(
     }
 }
 
-/// The scales and minimums of two `Q4_K`/`Q5_K` blocks as the kernels
-/// unpack them (`[scales a | scales b]`, `[mins a | mins b]`), for the tests;
-/// `None` where the CPU lacks the instructions.
-#[cfg(test)]
-pub(super) fn scales_pair(a: &[u8; 20], b: &[u8; 20]) -> Option<([u8; 16], [u8; 16])> {
-    if !available() {
-        return None;
-    }
-    #[cfg(target_arch = "x86_64")]
-    {
-        let (mut sc, mut mn) = ([0u8; 16], [0u8; 16]);
-        // SAFETY: the CPU has the features; both blocks hold 20 readable
-        // bytes and both outputs 16 writable ones.
-        unsafe { x86::scales_pair_into(a.as_ptr(), b.as_ptr(), &mut sc, &mut mn) };
-        Some((sc, mn))
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        None
-    }
-}
-
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::super::stream::{ZERO, block, prefetch_next};
+    use super::super::stream::{block, prefetch_next, scales_pair, second};
     use super::super::{Panel, Q4K_BYTES, Q4K_VALUES, Q5K_BYTES, Q6K_BYTES, Q8_0_BYTES};
 
     /// A decoded `Q4_K` or `Q5_K` block: the four chunk vectors.
@@ -135,49 +113,6 @@ mod x86 {
     struct SBlock {
         w: [__m512i; 4],
         start: [__m512i; 2],
-    }
-
-    /// The 8-byte scales and minimums of two `Q4_K`/`Q5_K` blocks (their
-    /// 12 packed bytes at `pa + 4` and `pb + 4` in ggml's packing, see
-    /// `compute_core::quant::unpack_scales_k4`: bytes 0–3 hold scales 0–3
-    /// and bytes 4–7 mins 0–3 in their low 6 bits, bytes 8–11 the low 4
-    /// bits of scales and mins 4–7, the top 2 bits of bytes 0–7 their high
-    /// bits): `[scales a | scales b]`, `[mins a | mins b]`.
-    ///
-    /// # Safety
-    /// `pa` and `pb` are readable for 20 bytes.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
-    unsafe fn scales_pair(pa: *const u8, pb: *const u8) -> (__m128i, __m128i) {
-        // SAFETY: bytes 4..20 of each block (contract).
-        let (la, lb) = unsafe { (_mm_loadu_si128(pa.add(4).cast()), _mm_loadu_si128(pb.add(4).cast())) };
-        // Words a, b, c of each block: x = [a₀ b₀ a₁ b₁], c = [c₀ c₀ c₁ c₁].
-        let x = _mm_unpacklo_epi64(la, lb);
-        let c = _mm_castps_si128(_mm_shuffle_ps::<0b10_10_10_10>(_mm_castsi128_ps(la), _mm_castsi128_ps(lb)));
-        let lo = _mm_and_si128(x, _mm_set1_epi32(0x3f3f_3f3f));
-        let top = _mm_slli_epi32::<4>(_mm_and_si128(_mm_srli_epi32::<6>(x), _mm_set1_epi32(0x0303_0303)));
-        let hi = _mm_or_si128(
-            _mm_and_si128(_mm_srlv_epi32(c, _mm_setr_epi32(0, 4, 0, 4)), _mm_set1_epi32(0x0f0f_0f0f)),
-            top,
-        );
-        // [sc lo₀, sc hi₀, mn lo₀, mn hi₀], then the same of block b.
-        let (u0, u1) = (_mm_unpacklo_epi32(lo, hi), _mm_unpackhi_epi32(lo, hi));
-        (_mm_unpacklo_epi64(u0, u1), _mm_unpackhi_epi64(u0, u1))
-    }
-
-    /// [`scales_pair`] stored into `sc` and `mn`, for the tests.
-    ///
-    /// # Safety
-    /// As [`scales_pair`].
-    #[cfg(test)]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
-    pub(super) unsafe fn scales_pair_into(pa: *const u8, pb: *const u8, sc: &mut [u8; 16], mn: &mut [u8; 16]) {
-        // SAFETY: forwarded contract; 16 writable bytes each.
-        unsafe {
-            let (a, b) = scales_pair(pa, pb);
-            _mm_storeu_si128(sc.as_mut_ptr().cast(), a);
-            _mm_storeu_si128(mn.as_mut_ptr().cast(), b);
-        }
     }
 
     /// `d` and `dmin` of the blocks at `p[0..4]`: `[d of p[0..4]]`,
@@ -406,15 +341,6 @@ mod x86 {
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
     fn minus_mins(c: __m512i, dv: __m512, m: __m512i, dmin: __m512) -> __m512 {
         _mm512_sub_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(c), dv), _mm512_mul_ps(_mm512_cvtepi32_ps(m), dmin))
-    }
-
-    /// The first row of a pair at `w`, the second `row_bytes` on or
-    /// [`ZERO`] blocks where `jn` is odd (`blocks` 0).
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
-    fn second(w: *const u8, p: usize, jn: usize, blocks: usize, row_bytes: usize) -> (*const u8, *const u8, usize) {
-        let first = w.wrapping_add(2 * p * row_bytes);
-        if 2 * p + 1 < jn { (first, first.wrapping_add(row_bytes), blocks) } else { (first, ZERO.as_ptr(), 0) }
     }
 
     /// `Q4_K`: steps of two blocks of a pair of weight rows, each decoded
