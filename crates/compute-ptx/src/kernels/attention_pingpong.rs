@@ -27,10 +27,10 @@
 
 use compute_core::DType;
 
-use super::attention::{issue_tile, key_tile_loops};
+use super::attention::issue_tile;
 use super::attention_wgmma::{
-    HopperConfig, HopperSchedule, ROW, frame, issue_scores, issue_values_reg, online_softmax, pack_weights,
-    q_descriptor, rescale_acc, stage_delta, sw128_copies, write_out,
+    HopperConfig, HopperSchedule, ROW, frame, issue_scores, issue_values_reg, keep_weights, online_softmax,
+    ping_pong_tiles, q_descriptor, stage_delta, sw128_copies, write_out,
 };
 use crate::builder::{BuildError, Cmp, Kernel, KernelBuilder, Reg, Target, U32};
 
@@ -148,32 +148,13 @@ pub(super) fn build(cfg: &HopperConfig, dtype: DType, target: Target) -> Result<
 
         b.wgmma_wait(0);
         let (probs, alphas) = online_softmax(b, &f, masked);
-        rescale_acc(b, &f, alphas);
-        let packed = pack_weights(b, &f, &probs);
-        for (dst, src) in pw.iter().zip(&packed) {
-            for (&dr, &sr) in dst.iter().zip(src) {
-                b.assign(dr, sr);
-            }
-        }
+        keep_weights(b, &f, (probs, alphas), &pw);
         b.cp_async_wait(0);
         b.fence_proxy_async_shared();
         let nk = b.add(kb, 1u32);
         b.assign(kb, nk);
     };
-    b.comment("the first tile (no previous P v), masked unless every row sees all its keys");
-    let skip = b.label("no_tiles");
-    b.bra_unless(any, skip);
-    let some_full = b.setp(Cmp::Gt, f.n_full, 0u32);
-    let masked_first = b.label("masked_first_tile");
-    let first_done = b.label("first_tile_done");
-    b.bra_unless(some_full, masked_first);
-    body(&mut b, true, false);
-    b.bra(first_done);
-    b.place(masked_first);
-    body(&mut b, true, true);
-    b.place(first_done);
-    b.place(skip);
-    key_tile_loops(&mut b, kb, (f.n_full, f.n_blocks), |b, masked| body(b, false, masked));
+    ping_pong_tiles(&mut b, &f, (any, kb), body);
 
     b.comment("the last tile's P v, in turn");
     let skip = b.label("no_last_tile");

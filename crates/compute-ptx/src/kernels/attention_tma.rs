@@ -35,10 +35,10 @@
 
 use compute_core::DType;
 
-use super::attention::{issue_tile, key_tile_loops};
+use super::attention::issue_tile;
 use super::attention_wgmma::{
-    HopperConfig, HopperSchedule, ROW, frame, issue_scores, issue_values_reg, online_softmax, pack_weights,
-    q_descriptor, rescale_acc, stage_delta, sw128_copies, write_out,
+    HopperConfig, HopperSchedule, ROW, frame, issue_scores, issue_values_reg, keep_weights, online_softmax,
+    ping_pong_tiles, q_descriptor, stage_delta, sw128_copies, write_out,
 };
 use crate::builder::{BuildError, Cmp, Dim, Kernel, KernelBuilder, Reg, Target, U32};
 use crate::plan::TensorMapDesc;
@@ -241,7 +241,7 @@ pub(super) fn build(cfg: &HopperConfig, dtype: DType, target: Target) -> Result<
         let release = |b: &mut KernelBuilder, off: i64, bar: Reg<U32>| {
             b.guarded(is_lane0, false, |b| b.mbarrier_arrive(bar, off));
         };
-        let alphas = match prev {
+        let softmax = match prev {
             Some((_, vbar)) if overlap => {
                 b.comment("S is done (P v may still run): release k_t, softmax, then wait for P v and release v_{t-1}");
                 b.wgmma_wait(1);
@@ -261,31 +261,11 @@ pub(super) fn build(cfg: &HopperConfig, dtype: DType, target: Target) -> Result<
                 online_softmax(b, &f, masked)
             }
         };
-        let (probs, alphas) = alphas;
-        rescale_acc(b, &f, alphas);
-        let packed = pack_weights(b, &f, &probs);
-        for (dst, src) in pw.iter().zip(&packed) {
-            for (&dr, &sr) in dst.iter().zip(src) {
-                b.assign(dr, sr);
-            }
-        }
+        keep_weights(b, &f, softmax, &pw);
         let nk = b.add(kb, 1u32);
         b.assign(kb, nk);
     };
-    b.comment("the first tile (no previous P v), masked unless every row sees all its keys");
-    let skip = b.label("no_tiles");
-    b.bra_unless(any, skip);
-    let some_full = b.setp(Cmp::Gt, f.n_full, 0u32);
-    let masked_first = b.label("masked_first_tile");
-    let first_done = b.label("first_tile_done");
-    b.bra_unless(some_full, masked_first);
-    body(&mut b, true, false);
-    b.bra(first_done);
-    b.place(masked_first);
-    body(&mut b, true, true);
-    b.place(first_done);
-    b.place(skip);
-    key_tile_loops(&mut b, kb, (f.n_full, f.n_blocks), |b, masked| body(b, false, masked));
+    ping_pong_tiles(&mut b, &f, (any, kb), body);
 
     b.comment("the last tile's P v, in turn");
     let skip = b.label("no_last_tile");

@@ -545,6 +545,50 @@ pub(super) fn pack_weights(b: &mut KernelBuilder, f: &Frame, probs: &[Reg<F32>])
     probs.chunks(8).map(|c| [0, 1, 2, 3].map(|w| b.f32_pair_to_half(c[2 * w], c[2 * w + 1], f.half))).collect()
 }
 
+/// After a tile's online softmax (`probs`, `alphas`): rescales the output
+/// accumulators and keeps the tile's weights, rounded and packed as the
+/// register-`A` operand of its `P·v` ([`pack_weights`]), in `pw`.
+pub(super) fn keep_weights(
+    b: &mut KernelBuilder,
+    f: &Frame,
+    (probs, alphas): (Vec<Reg<F32>>, [Reg<F32>; 2]),
+    pw: &[[Reg<U32>; 4]],
+) {
+    rescale_acc(b, f, alphas);
+    let packed = pack_weights(b, f, &probs);
+    for (dst, src) in pw.iter().zip(&packed) {
+        for (&dr, &sr) in dst.iter().zip(src) {
+            b.assign(dr, sr);
+        }
+    }
+}
+
+/// The key-tile walk of the ping-pong schedules: when the block has any key
+/// tile (`any`), the first one (`body(b, true, masked)`, masked unless some
+/// tile is full), then the rest through [`key_tile_loops`] over the tile
+/// counter `kb` (`body(b, false, masked)`).
+pub(super) fn ping_pong_tiles(
+    b: &mut KernelBuilder,
+    f: &Frame,
+    (any, kb): (Reg<Pred>, Reg<U32>),
+    body: impl Fn(&mut KernelBuilder, bool, bool),
+) {
+    b.comment("the first tile (no previous P v), masked unless every row sees all its keys");
+    let skip = b.label("no_tiles");
+    b.bra_unless(any, skip);
+    let some_full = b.setp(Cmp::Gt, f.n_full, 0u32);
+    let masked_first = b.label("masked_first_tile");
+    let first_done = b.label("first_tile_done");
+    b.bra_unless(some_full, masked_first);
+    body(b, true, false);
+    b.bra(first_done);
+    b.place(masked_first);
+    body(b, true, true);
+    b.place(first_done);
+    b.place(skip);
+    key_tile_loops(b, kb, (f.n_full, f.n_blocks), |b, masked| body(b, false, masked));
+}
+
 /// The epilogue: `out = O / l`, rounded pairs, rows past the end skipped;
 /// rows that saw no key write zeros.
 pub(super) fn write_out(b: &mut KernelBuilder, f: &Frame) {
