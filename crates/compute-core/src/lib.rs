@@ -49,8 +49,8 @@ pub use dtype::{DType, Element, bf16, f16};
 pub use error::{BackendKind, Cause, ComputeError, Result};
 pub use host::{Blocks, BlocksMut, HostSlice, HostSliceMut, HostVec};
 pub use op::{
-    BinaryOp, Conv2dSpec, Cost, GeluForm, Layout, MatmulSpec, Op, OpClass, Operand, Precision, QuantMatmulSpec,
-    ReduceOp, RowOp, UnaryOp,
+    Activation, BinaryOp, Conv2dSpec, Cost, Epilogue, GeluForm, Layout, MatmulSpec, Op, OpClass, Operand, Precision,
+    QuantMatmulSpec, ReduceOp, RowOp, UnaryOp,
 };
 pub use rope::{HeadSlice, RopeLayout, RopeScaling, RopeSpec};
 pub use strided::{CopySpec, Strided};

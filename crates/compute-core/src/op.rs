@@ -220,12 +220,164 @@ pub enum Precision {
     Tf32,
 }
 
+/// An element-wise function a matrix product applies to its values before
+/// storing them ([`Epilogue::activation`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum Activation {
+    /// `max(x, 0)`.
+    Relu,
+    /// Gaussian error linear unit in the given form.
+    Gelu(GeluForm),
+    /// `x·sigmoid(x)` (also called swish).
+    Silu,
+}
+
+impl Activation {
+    /// The same function as an element-wise op (its reference and tolerance).
+    pub fn unary(self) -> UnaryOp {
+        match self {
+            Activation::Relu => UnaryOp::Relu,
+            Activation::Gelu(form) => UnaryOp::Gelu(form),
+            Activation::Silu => UnaryOp::Swish,
+        }
+    }
+
+    /// The function's name, e.g. `"silu"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Activation::Silu => "silu",
+            other => other.unary().name(),
+        }
+    }
+}
+
+/// What a matrix product does with each value `p` of `op(A)·op(B)` on its
+/// way to `C`, as cuBLASLt's epilogues do:
+///
+/// `C = act(alpha·p + beta·C₀ + bias)`
+///
+/// `C₀` is an input of the output's shape and dtype, read when `beta ≠ 0`
+/// (it may be the output tensor itself: each element is read before it is
+/// written); `bias` is an input of `n` values of the output's dtype, one per
+/// column, shared by every row and batch; `act` is applied last. Everything
+/// is computed in `f32` from the `f32` accumulators and rounded once to the
+/// output's dtype. The default (`alpha = 1`, `beta = 0`, no bias, no
+/// activation) is the plain product. Backends apply it as the product's
+/// values are stored where their kernels can (the tensor-core GEMMs on CUDA)
+/// and in one more pass over `C` elsewhere; see each backend's documentation.
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Epilogue {
+    /// Scale of the product.
+    pub alpha: f32,
+    /// Scale of `C₀`; `0` reads no `C₀`.
+    pub beta: f32,
+    /// Add a bias of `n` values, one per column.
+    pub bias: bool,
+    /// The function applied last, if any.
+    pub activation: Option<Activation>,
+}
+
+impl Default for Epilogue {
+    fn default() -> Self {
+        Epilogue { alpha: 1.0, beta: 0.0, bias: false, activation: None }
+    }
+}
+
+impl PartialEq for Epilogue {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for Epilogue {}
+
+impl std::hash::Hash for Epilogue {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.key().hash(state);
+    }
+}
+
+impl Epilogue {
+    fn key(&self) -> (u32, u32, bool, Option<Activation>) {
+        (self.alpha.to_bits(), self.beta.to_bits(), self.bias, self.activation)
+    }
+
+    /// Whether it stores the product as it is.
+    pub fn is_identity(&self) -> bool {
+        *self == Epilogue::default()
+    }
+
+    /// Whether it reads `C₀` (`beta ≠ 0`).
+    pub fn reads_c(&self) -> bool {
+        self.beta != 0.0
+    }
+
+    /// `act(alpha·p + beta·c + bias)` in float64 (the reference).
+    pub fn apply(&self, p: f64, c: f64, bias: f64) -> f64 {
+        let mut v = f64::from(self.alpha) * p + bias;
+        if self.reads_c() {
+            v += f64::from(self.beta) * c;
+        }
+        match self.activation {
+            Some(a) => crate::reference::unary(a.unary(), v),
+            None => v,
+        }
+    }
+
+    /// The same in `f32`, in the order every backend computes it: `alpha·p`,
+    /// then `+ beta·c` (a fused multiply-add), then `+ bias`, then the
+    /// activation (given as `act`, the backend's own `f32` function).
+    pub fn apply_f32(&self, p: f32, c: f32, bias: f32, act: impl Fn(Activation, f32) -> f32) -> f32 {
+        let mut v = self.alpha * p;
+        if self.reads_c() {
+            v = self.beta.mul_add(c, v);
+        }
+        v += bias;
+        match self.activation {
+            Some(a) => act(a, v),
+            None => v,
+        }
+    }
+
+    /// A short description (`""` for the identity), e.g. `" alpha=0.5 +bias silu"`.
+    pub fn describe(&self) -> String {
+        let mut s = String::new();
+        if self.alpha != 1.0 {
+            s += &format!(" alpha={}", self.alpha);
+        }
+        if self.reads_c() {
+            s += &format!(" beta={}", self.beta);
+        }
+        if self.bias {
+            s += " +bias";
+        }
+        if let Some(a) = self.activation {
+            s += " ";
+            s += a.name();
+        }
+        s
+    }
+
+    /// FLOPs per output element (an activation counts as its element-wise op does).
+    pub fn flops_per_element(&self) -> u64 {
+        let scale = u64::from(self.alpha != 1.0);
+        let c = 2 * u64::from(self.reads_c());
+        let bias = u64::from(self.bias);
+        scale + c + bias + self.activation.map_or(0, |a| a.unary().flops_per_element())
+    }
+}
+
 /// `C = op(A) · op(B)`, optionally over a batch of independent products.
 ///
 /// `op(A)` is `m × k`: `A` is stored `m × k`, or `k × m` when `trans_a`.
 /// `op(B)` is `k × n`: `B` is stored `k × n`, or `n × k` when `trans_b`.
 /// `C` is `m × n`. With `batch > 1` the matrices follow each other contiguously.
 /// `A` and `B` hold `dtype`; `C` holds `out_dtype`; products accumulate in `f32`.
+/// The [`Epilogue`] (scales, bias, activation) is applied to each value as
+/// it is stored; its inputs follow `A` and `B`: the bias (when
+/// [`Epilogue::bias`]), then `C₀` (when [`Epilogue::reads_c`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct MatmulSpec {
@@ -247,6 +399,8 @@ pub struct MatmulSpec {
     pub out_dtype: DType,
     /// May `f32` inputs use TF32 ([`Precision`]).
     pub precision: Precision,
+    /// What is done to each value on its way to `C` ([`Epilogue`]).
+    pub epilogue: Epilogue,
 }
 
 impl MatmulSpec {
@@ -262,6 +416,7 @@ impl MatmulSpec {
             dtype: DType::F32,
             out_dtype: DType::F32,
             precision: Precision::Full,
+            epilogue: Epilogue::default(),
         }
     }
 
@@ -274,6 +429,27 @@ impl MatmulSpec {
     /// The same product with `precision`.
     pub fn with_precision(self, precision: Precision) -> Self {
         MatmulSpec { precision, ..self }
+    }
+
+    /// The same product with `epilogue`.
+    pub fn with_epilogue(self, epilogue: Epilogue) -> Self {
+        MatmulSpec { epilogue, ..self }
+    }
+
+    /// The same product adding a bias of `n` values (an input after `B`).
+    pub fn with_bias(self) -> Self {
+        MatmulSpec { epilogue: Epilogue { bias: true, ..self.epilogue }, ..self }
+    }
+
+    /// The same product with `activation` applied last.
+    pub fn with_activation(self, activation: Activation) -> Self {
+        MatmulSpec { epilogue: Epilogue { activation: Some(activation), ..self.epilogue }, ..self }
+    }
+
+    /// The same product as `C = alpha·op(A)·op(B) + beta·C₀` (`C₀` an input
+    /// after `B` and the bias when `beta ≠ 0`).
+    pub fn with_scales(self, alpha: f32, beta: f32) -> Self {
+        MatmulSpec { epilogue: Epilogue { alpha, beta, ..self.epilogue }, ..self }
     }
 }
 
@@ -971,9 +1147,10 @@ impl Op {
                 let (br, bc) = if s.trans_b { (s.n, s.k) } else { (s.k, s.n) };
                 let b = if s.batch > 1 { format!("{}x", s.batch) } else { String::new() };
                 format!(
-                    "a=[{b}{ar}x{ac}]{} b=[{b}{br}x{bc}]{}",
+                    "a=[{b}{ar}x{ac}]{} b=[{b}{br}x{bc}]{}{}",
                     if s.trans_a { "ᵀ" } else { "" },
-                    if s.trans_b { "ᵀ" } else { "" }
+                    if s.trans_b { "ᵀ" } else { "" },
+                    s.epilogue.describe()
                 )
             }
             Op::QuantMatmul(s) => format!("x=[{}x{}] w=[{}x{}]ᵀ {}", s.m, s.k, s.n, s.k, s.weight),
@@ -1099,7 +1276,18 @@ impl Op {
                 let a = mul(name, &shapes, &[s.batch, s.m, s.k])?;
                 let b = mul(name, &shapes, &[s.batch, s.k, s.n])?;
                 let c = mul(name, &shapes, &[s.batch, s.m, s.n])?;
-                Ok(Layout::new(&[i(a), i(b)], &o(c)))
+                let e = s.epilogue;
+                if !(e.alpha.is_finite() && e.beta.is_finite()) {
+                    return Err(ComputeError::shape(name, "the epilogue's alpha and beta must be finite", shapes()));
+                }
+                let mut inputs = vec![i(a), i(b)];
+                if e.bias {
+                    inputs.push(Operand::new(s.n, s.out_dtype));
+                }
+                if e.reads_c() {
+                    inputs.push(Operand::new(c, s.out_dtype));
+                }
+                Ok(Layout::new(&inputs, &o(c)))
             }
             Op::Rope(r) => {
                 let n = mul(name, &shapes, &[r.seq, r.heads, r.head_dim])?;
@@ -1385,10 +1573,19 @@ impl Op {
             }
             Op::Matmul(s) => {
                 let (b, m, k, n) = (u(s.batch), u(s.m), u(s.k), u(s.n));
+                let e = s.epilogue;
+                let mn = b.saturating_mul(m * n);
+                let extra = bytes(s.out_dtype, if e.bias { n } else { 0 })
+                    .saturating_add(bytes(s.out_dtype, if e.reads_c() { mn } else { 0 }));
                 Cost {
-                    flops: 2u64.saturating_mul(b).saturating_mul(m).saturating_mul(k).saturating_mul(n),
-                    bytes_read: read(&[b.saturating_mul(m * k), b.saturating_mul(k * n)]),
-                    bytes_written: write(b.saturating_mul(m * n)),
+                    flops: 2u64
+                        .saturating_mul(b)
+                        .saturating_mul(m)
+                        .saturating_mul(k)
+                        .saturating_mul(n)
+                        .saturating_add(mn.saturating_mul(e.flops_per_element())),
+                    bytes_read: read(&[b.saturating_mul(m * k), b.saturating_mul(k * n)]).saturating_add(extra),
+                    bytes_written: write(mn),
                 }
             }
             Op::QuantMatmul(s) => {

@@ -293,6 +293,9 @@ pub fn run_f64(op: &Op, inputs: &[&[f64]]) -> Result<Reference> {
         }
         Op::Matmul(s) => {
             let (a, b) = (inputs[0], inputs[1]);
+            let e = s.epilogue;
+            let bias = e.bias.then(|| inputs[2]);
+            let c0 = e.reads_c().then(|| inputs[2 + usize::from(e.bias)]);
             for bi in 0..s.batch {
                 let a = &a[bi * s.m * s.k..(bi + 1) * s.m * s.k];
                 let b = &b[bi * s.k * s.n..(bi + 1) * s.k * s.n];
@@ -305,8 +308,21 @@ pub fn run_f64(op: &Op, inputs: &[&[f64]]) -> Result<Reference> {
                             acc += av * bv;
                             mag += (av * bv).abs();
                         }
-                        values.push(acc);
-                        scale.push(mag);
+                        if e.is_identity() {
+                            values.push(acc);
+                            scale.push(mag);
+                            continue;
+                        }
+                        // The epilogue's terms join the scale; an activation
+                        // carries it through its slope (at most 1.13 for gelu).
+                        let bv = bias.map_or(0.0, |x| x[j]);
+                        let cv = c0.map_or(0.0, |x| x[(bi * s.m + i) * s.n + j]);
+                        let pre_scale = f64::from(e.alpha).abs() * mag
+                            + bv.abs()
+                            + if e.reads_c() { (f64::from(e.beta) * cv).abs() } else { 0.0 };
+                        let slope = if e.activation.is_some() { 1.13 } else { 1.0 };
+                        values.push(e.apply(acc, cv, bv));
+                        scale.push(slope * pre_scale);
                     }
                 }
             }
@@ -629,5 +645,21 @@ mod tests {
             let op = Op::Matmul(crate::MatmulSpec { trans_a: ta, trans_b: tb, ..spec });
             assert_eq!(run(&op, &[a, b]).unwrap().values, want);
         }
+    }
+
+    #[test]
+    fn matmul_reference_applies_the_epilogue() {
+        // AB = [[19,22],[43,50]]; relu(0.5·AB − 2·C₀ + bias) with bias [−30, 1], C₀ = [[1,0],[0,10]].
+        let (a, b) = ([1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]);
+        let (bias, c0) = ([-30.0, 1.0], [1.0, 0.0, 0.0, 10.0]);
+        let spec = crate::MatmulSpec::new(2, 2, 2).with_scales(0.5, -2.0).with_bias();
+        let op = Op::Matmul(spec.with_activation(crate::Activation::Relu));
+        assert_eq!(op.layout().unwrap().inputs().len(), 4);
+        let r = run(&op, &[&a, &b, &bias, &c0]).unwrap();
+        assert_eq!(r.values, [0.0, 12.0, 0.0, 6.0]);
+        // Without the activation the first value is 9.5 − 2 − 30.
+        let r = run(&Op::Matmul(spec), &[&a, &b, &bias, &c0]).unwrap();
+        assert_eq!(r.values, [-22.5, 12.0, -8.5, 6.0]);
+        assert_eq!(r.scale[0], 0.5 * 19.0 + 30.0 + 2.0);
     }
 }

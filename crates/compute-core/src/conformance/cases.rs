@@ -5,7 +5,25 @@
 use super::{Group, Scale};
 use crate::attention::{AttentionSpec, Mask};
 use crate::dtype::DType;
-use crate::op::{BinaryOp, Conv2dSpec, GeluForm, MatmulSpec, Op, Precision, QuantMatmulSpec, ReduceOp, RowOp, UnaryOp};
+use crate::op::{
+    Activation, BinaryOp, Conv2dSpec, Epilogue, GeluForm, MatmulSpec, Op, Precision, QuantMatmulSpec, ReduceOp, RowOp,
+    UnaryOp,
+};
+
+/// The epilogues the suite checks: each option alone and the combinations a
+/// transformer uses (bias then activation, a residual through `beta = 1`).
+fn epilogues() -> Vec<Epilogue> {
+    let e = Epilogue::default();
+    vec![
+        Epilogue { bias: true, ..e },
+        Epilogue { bias: true, activation: Some(Activation::Relu), ..e },
+        Epilogue { activation: Some(Activation::Gelu(GeluForm::Tanh)), ..e },
+        Epilogue { alpha: 0.5, bias: true, activation: Some(Activation::Gelu(GeluForm::Erf)), ..e },
+        Epilogue { beta: 1.0, bias: true, activation: Some(Activation::Silu), ..e },
+        Epilogue { alpha: -2.0, beta: 0.5, ..e },
+        Epilogue { beta: 1.0, ..e },
+    ]
+}
 
 /// Every unary op, with representative parameters.
 pub(crate) fn unary_ops() -> Vec<UnaryOp> {
@@ -115,6 +133,31 @@ pub fn cases(group: Group, scale: Scale) -> Vec<Op> {
                     Op::Matmul(MatmulSpec { batch, trans_a, trans_b, ..MatmulSpec::new(m, k, n) })
                 })
                 .collect()
+        }
+        Group::MatmulEpilogue => {
+            let mut shapes = vec![
+                (1, 1, 7, 3),
+                (1, 17, 33, 9),
+                (1, 65, 31, 127),
+                (1, 128, 256, 96),
+                (1, 257, 129, 191),
+                (1, 12, 136, 40),
+                (3, 16, 72, 24),
+                (2, 64, 64, 64),
+            ];
+            if large {
+                shapes.extend([(1, 1000, 2000, 999), (4, 256, 512, 256)]);
+            }
+            let transposes = [(false, false), (true, false), (false, true), (true, true)];
+            let mut ops = Vec::new();
+            for (i, &(batch, m, k, n)) in shapes.iter().enumerate() {
+                for (j, e) in epilogues().into_iter().enumerate() {
+                    let (trans_a, trans_b) = transposes[(i + j) % 4];
+                    let spec = MatmulSpec { batch, trans_a, trans_b, ..MatmulSpec::new(m, k, n) };
+                    ops.push(Op::Matmul(spec.with_epilogue(e)));
+                }
+            }
+            ops
         }
         Group::Conv2d => {
             let c = |n, c_in, h, w, c_out, kh, kw, stride, padding| {

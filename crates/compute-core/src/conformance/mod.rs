@@ -129,6 +129,9 @@ pub enum Group {
     Matmul,
     /// Batched matmul.
     BatchedMatmul,
+    /// Matmuls with epilogues: bias, `alpha`/`beta` with `C₀`, relu, gelu
+    /// and silu, alone and together, on every transpose and batches.
+    MatmulEpilogue,
     /// conv2d with strides and padding.
     Conv2d,
     /// Fused attention: causal masks both ways, grouped-query heads, decode
@@ -167,13 +170,14 @@ pub enum Group {
 
 impl Group {
     /// Every group, in the order the test macro lists them.
-    pub const ALL: [Group; 15] = [
+    pub const ALL: [Group; 16] = [
         Group::Unary,
         Group::Binary,
         Group::Reductions,
         Group::Rows,
         Group::Matmul,
         Group::BatchedMatmul,
+        Group::MatmulEpilogue,
         Group::Conv2d,
         Group::Attention,
         Group::Casts,
@@ -213,6 +217,7 @@ const TINY: f64 = f32::MIN_POSITIVE as f64;
 /// | layer_norm, rms_norm | `rel = 1e-5`, `cond = ε·(16 + 2√cols)` |
 /// | matmul, conv2d | `cond = ε·(8 + 2√k)` of `Σₖ|aᵢₖ·bₖⱼ|` |
 /// | matmul in TF32 | adds `cond = 2⁻¹⁰` (both operands rounded to 10 mantissa bits) |
+/// | matmul with an epilogue | the same of `|alpha|·Σₖ|aᵢₖ·bₖⱼ| + |beta·c₀| + |bias|` (times 1.13 under an activation, its largest slope); a gelu or silu adds `abs = 1e-6`, `rel = 1e-5` |
 /// | cast | exact: the reference rounded to the target dtype, bit for bit |
 /// | lerp | `rel = 2⁻²³`, `cond = 2⁻²²` of `min(|t|, |1−t|)·|b − a|`; exact at `t = 0` and `t = 1` |
 /// | slerp | `cond = ε·(16 + 2√cols)` of `|p·aⱼ| + |q·bⱼ| + 2(|∂p/∂c|·|aⱼ| + |∂q/∂c|·|bⱼ|)` (`p`, `q` the coefficients, `c` the cosine; see [`reference`](mod@crate::reference)); rows that fall back to lerp: the same of the lerp's scale; exact at `t = 0` and `t = 1` |
@@ -246,7 +251,11 @@ pub fn tolerance(op: &Op) -> Tolerance {
         Op::Rows { cols, .. } => Tolerance { abs: TINY, rel: 1e-5, cond: EPS * (16.0 + 2.0 * sqrt(cols)) },
         Op::Matmul(s) => {
             let tf32 = if s.precision == Precision::Tf32 && s.dtype == DType::F32 { 2f64.powi(-10) } else { 0.0 };
-            Tolerance { abs: TINY, rel: 0.0, cond: EPS * (8.0 + 2.0 * sqrt(s.k)) + tf32 }
+            let cond = EPS * (8.0 + 2.0 * sqrt(s.k)) + tf32;
+            match s.epilogue.activation {
+                Some(a) if a.unary().is_transcendental() => Tolerance { abs: 1e-6, rel: 1e-5, cond },
+                _ => Tolerance { abs: TINY, rel: 0.0, cond },
+            }
         }
         Op::QuantMatmul(_) => Tolerance { abs: TINY, rel: 0.0, cond: 1.0 },
         Op::Cast { .. } => Tolerance { abs: 0.0, rel: 0.0, cond: 0.0 },
@@ -1154,7 +1163,8 @@ macro_rules! conformance_tests {
     ($make:expr, $kind:expr, $cfg:expr) => {
         $crate::conformance_tests!(@tests $make, $kind, $cfg;
             unary_ops => Unary, binary_ops => Binary, reductions => Reductions, row_ops => Rows,
-            matmul => Matmul, batched_matmul => BatchedMatmul, conv2d => Conv2d, attention => Attention,
+            matmul => Matmul, batched_matmul => BatchedMatmul, matmul_epilogue => MatmulEpilogue,
+            conv2d => Conv2d, attention => Attention,
             casts => Casts, interpolation => Interpolation, quantized => Quantized, decoder_ops => Decoder,
             edge_values => EdgeValues, special_values => SpecialValues, bad_shapes_are_typed_errors => Errors,
             device_tensors => Tensors);

@@ -56,8 +56,12 @@ pub(crate) fn key(op: &Op, inputs: &[Vec<f32>], seq: u64) -> Key {
             let params = fnv(inputs.iter().skip(1).flat_map(|v| v.iter().map(|x| x.to_bits())));
             Key::Rows { name: r.name(), eps, cols, params }
         }
-        Op::Matmul(s) => Key::Matmul { m: s.m, k: s.k, n: s.n, ta: s.trans_a, tb: s.trans_b },
-        Op::Reduce { .. }
+        // A bias or C₀ belongs to one request: such products run alone.
+        Op::Matmul(s) if s.epilogue.is_identity() => {
+            Key::Matmul { m: s.m, k: s.k, n: s.n, ta: s.trans_a, tb: s.trans_b }
+        }
+        Op::Matmul(_)
+        | Op::Reduce { .. }
         | Op::Dot { .. }
         | Op::Conv2d(_)
         | Op::Cast { .. }
