@@ -258,8 +258,8 @@ impl Activation {
 /// `C = act(alpha·p + beta·C₀ + bias)`
 ///
 /// `C₀` is an input of the output's shape and dtype, read when `beta ≠ 0`
-/// (it may be the output tensor itself: each element is read before it is
-/// written); `bias` is an input of `n` values of the output's dtype, one per
+/// (a separate buffer: as for every op, the output aliases no input);
+/// `bias` is an input of `n` values of the output's dtype, one per
 /// column, shared by every row and batch; `act` is applied last. Everything
 /// is computed in `f32` from the `f32` accumulators and rounded once to the
 /// output's dtype. The default (`alpha = 1`, `beta = 0`, no bias, no
