@@ -36,7 +36,7 @@
 //! distance between key/value heads.
 
 use compute_core::{
-    AttentionSpec, BackendKind, ComputeError, Conv2dSpec, CopySpec, DType, HostSlice, HostSliceMut, MatmulSpec, Op,
+    AttentionSpec, BackendKind, ComputeError, Conv2dSpec, CopySpec, DType, Epilogue, HostSlice, HostSliceMut, MatmulSpec, Op,
     ReduceOp, Result, RopeSpec,
 };
 
@@ -46,6 +46,7 @@ use crate::kernels::attention_wgmma::HopperConfig;
 use crate::kernels::decoder;
 use crate::kernels::elem;
 use crate::kernels::elementwise::{self, UnaryKind};
+use crate::kernels::gemm_epilogue::EpilogueKind;
 use crate::kernels::gemm_mma::MmaConfig;
 use crate::kernels::gemm_simple::TILE;
 use crate::kernels::gemm_simt::SimtConfig;
@@ -515,6 +516,10 @@ pub fn run_matmul(
     batch_strides: Option<(usize, usize, usize)>,
 ) -> Result<()> {
     let op = Op::Matmul(*spec);
+    if !spec.epilogue.is_identity() {
+        let why = "a chosen tier runs the plain product; products with an epilogue go through run_op";
+        return Err(ComputeError::shape("matmul", why, op.shapes()));
+    }
     if let GemmTier::Gemv | GemmTier::GemvSplit(_) | GemmTier::GemvMma(..) = tier {
         if !elem::supported(spec.dtype) || !elem::supported(spec.out_dtype) {
             return Err(unsupported_dtype(&op));
@@ -556,7 +561,7 @@ pub fn run_matmul(
             let why = "the tensor-core tiers need contiguous batches, each operand's contiguous dimension a multiple of 8 and n even";
             return Err(ComputeError::shape("matmul", why, op.shapes()));
         }
-        return Exec { l }.matmul_tc(tc, spec, (a, b, c), "matmul");
+        return Exec { l }.matmul_tc(tc, spec, (a, b, c), EpilogueInputs { bias: 0, c0: 0 }, "matmul");
     }
     if spec.dtype != DType::F32 || spec.out_dtype != DType::F32 {
         let dtype = if spec.dtype != DType::F32 { spec.dtype } else { spec.out_dtype };
@@ -604,6 +609,33 @@ pub fn tma_fits(cfg: &TmaConfig, spec: &MatmulSpec, (a, b): (u64, u64)) -> bool 
         lds,
     );
     (mma_fits(spec) || tf32_fits(spec)) && tiles <= u32::MAX as u128 && ma.check().is_ok() && mb.check().is_ok()
+}
+
+/// The device addresses of a matmul's epilogue inputs (0 where it has none).
+#[derive(Clone, Copy)]
+struct EpilogueInputs {
+    bias: u64,
+    c0: u64,
+}
+
+/// The epilogue inputs of `s` among `ins` (after `A` and `B`: the bias, then `C₀`).
+fn epilogue_inputs(s: &MatmulSpec, ins: &[u64]) -> EpilogueInputs {
+    let e = s.epilogue;
+    let bias = if e.bias { ins.get(2).copied().unwrap_or(0) } else { 0 };
+    let c0 = if e.reads_c() { ins.get(2 + usize::from(e.bias)).copied().unwrap_or(0) } else { 0 };
+    EpilogueInputs { bias, c0 }
+}
+
+impl EpilogueInputs {
+    /// The kernel arguments of the epilogue `e` (none for the plain product):
+    /// `alpha`, `beta`, the bias, and `C₀` moved on by `c0_bytes`.
+    fn args(&self, e: &Epilogue, c0_bytes: u64) -> Vec<Arg> {
+        if e.is_identity() {
+            return Vec::new();
+        }
+        let c0 = if self.c0 == 0 { 0 } else { self.c0 + c0_bytes };
+        vec![Arg::F32(e.alpha), Arg::F32(e.beta), Arg::Ptr(self.bias), Arg::Ptr(c0)]
+    }
 }
 
 struct Exec<'a> {
@@ -676,6 +708,11 @@ impl Exec<'_> {
                     [Arg::Ptr(input(0)?), Arg::Ptr(input(1)?), Arg::Ptr(out), Arg::U32(r), Arg::U32(c), Arg::F32(t)];
                 self.launch(KernelId::Slerp(dt), grid, &args)
             }
+            // An epilogue the chosen kernel cannot apply in its stores: the
+            // plain product into an f32 temporary, then the epilogue's own pass.
+            Op::Matmul(spec) if !spec.epilogue.is_identity() && !self.fuses_epilogue(&spec) => {
+                self.matmul_then_epilogue(&spec, ins, out, op.name())
+            }
             // Few rows, any dtypes: one pass over B.
             Op::Matmul(spec) if gemv_chosen(&spec, self.l.has_wgmma()) => {
                 self.gemv(&spec, (input(0)?, input(1)?, out), None, None, op.name())
@@ -690,7 +727,7 @@ impl Exec<'_> {
                 } else {
                     GemmTc::Wgmma(WgmmaConfig::tf32())
                 };
-                self.matmul_tc(tc, &spec, (a, b, out), op.name())
+                self.matmul_tc(tc, &spec, (a, b, out), epilogue_inputs(&spec, ins), op.name())
             }
             Op::Matmul(spec) if spec.dtype == DType::F32 && spec.out_dtype == DType::F32 => {
                 self.matmul(GemmTier::choose(&spec, false), &spec, input(0)?, input(1)?, out, None, op.name())
@@ -705,7 +742,7 @@ impl Exec<'_> {
                     GemmTier::Wgmma(_) => GemmTc::Wgmma(WgmmaConfig::for_shape(spec.batch, spec.m, spec.n, sms)),
                     _ => GemmTc::Mma(MmaConfig::default()),
                 };
-                self.matmul_tc(tc, &spec, (input(0)?, input(1)?, out), op.name())
+                self.matmul_tc(tc, &spec, (input(0)?, input(1)?, out), epilogue_inputs(&spec, ins), op.name())
             }
             Op::Matmul(spec) => {
                 let wide = Op::Matmul(spec.with_dtypes(DType::F32, DType::F32));
@@ -1061,6 +1098,36 @@ impl Exec<'_> {
     /// temporary, and the result, when its dtype is not `f32`, lands in one
     /// and is rounded into `out`. Extra traffic: one read and a 4-byte write
     /// per half input value, one write and read per output value.
+    /// Whether the kernel the plans pick for `s` applies the epilogue in its
+    /// stores: the tensor-core tiers (`mma.sync`, `wgmma`, TMA), the arms of
+    /// [`Exec::run`] that call [`Exec::matmul_tc`].
+    fn fuses_epilogue(&self, s: &MatmulSpec) -> bool {
+        let wgmma = self.l.has_wgmma();
+        let all_f32 = s.dtype == DType::F32 && s.out_dtype == DType::F32;
+        !gemv_chosen(s, wgmma) && ((wgmma && tf32_fits(s)) || (!all_f32 && mma_fits(s)))
+    }
+
+    /// `s` as the plain product into an `f32` temporary, then
+    /// the standalone epilogue kernel from it into `out` (one more pass over
+    /// `C`). Empty products launch nothing.
+    fn matmul_then_epilogue(&self, s: &MatmulSpec, ins: &[u64], out: u64, op: &'static str) -> Result<()> {
+        let Some(kind) = EpilogueKind::of(&s.epilogue) else {
+            return self.run(&Op::Matmul(*s), ins, out);
+        };
+        let total = s.batch.saturating_mul(s.m).saturating_mul(s.n);
+        if total == 0 {
+            return Ok(());
+        }
+        let elements = u32_of(op, "matmul epilogue elements", total)?;
+        let n = u32_of(op, "n", s.n)?;
+        let plain = MatmulSpec { epilogue: Epilogue::default(), out_dtype: DType::F32, ..*s };
+        let (_guard, p) = self.temp(total, op)?;
+        self.run(&Op::Matmul(plain), ins.get(..2).unwrap_or(ins), p)?;
+        let mut args = vec![Arg::Ptr(p), Arg::Ptr(out), Arg::U32(elements), Arg::U32(n)];
+        args.extend(epilogue_inputs(s, ins).args(&s.epilogue, 0));
+        self.launch(KernelId::GemmEpilogue(kind, s.out_dtype), self.item_grid(total), &args)
+    }
+
     fn through_f32(&self, op: &Op, wide: &Op, ins: &[u64], out: u64) -> Result<()> {
         let layout = op.layout()?;
         let mut keep = Vec::new();
@@ -1422,7 +1489,14 @@ impl Exec<'_> {
     /// `C = op(A)·op(B)` on the TMA-fed kernel: one launch of at most one
     /// block per multiprocessor over every batch's tiles; the caller checked
     /// [`tma_fits`].
-    fn matmul_tma(&self, cfg: &TmaConfig, s: &MatmulSpec, (a, b, c): (u64, u64, u64), op: &'static str) -> Result<()> {
+    fn matmul_tma(
+        &self,
+        cfg: &TmaConfig,
+        s: &MatmulSpec,
+        (a, b, c): (u64, u64, u64),
+        epi: EpilogueInputs,
+        op: &'static str,
+    ) -> Result<()> {
         if s.dtype == DType::F32 && cfg.tf32 == Tf32Rounding::BeforeKernel {
             // TF32 rounded by a separate pass into temporaries; the GEMM reads them as they are.
             let (la, lb) = (s.batch * s.m * s.k, s.batch * s.k * s.n);
@@ -1432,7 +1506,7 @@ impl Exec<'_> {
                 let grid = self.stream_grid(len, DType::F32);
                 self.launch(KernelId::RoundTf32, grid, &[Arg::Ptr(src), Arg::Ptr(dst), Arg::U64(len as u64)])?;
             }
-            return self.matmul_tma(&cfg.kernel(), s, (ra, rb, c), op);
+            return self.matmul_tma(&cfg.kernel(), s, (ra, rb, c), epi, op);
         }
         let (m, n, k) = (u32_of(op, "m", s.m)?, u32_of(op, "n", s.n)?, u32_of(op, "k", s.k)?);
         let batch = u32_of(op, "batch", s.batch)?;
@@ -1468,7 +1542,7 @@ impl Exec<'_> {
             gemm_tma::tensor_maps(cfg, s.dtype, (s.batch, s.m, s.n, s.k), (s.trans_a, s.trans_b), (a, b), (lda, ldb));
         let grid =
             Grid { blocks: (blocks, 1, 1), threads: (cfg.threads(), 1, 1), dynamic_smem: cfg.dynamic_shared_bytes() };
-        let args = [
+        let mut args = vec![
             Arg::TensorMap(ma),
             Arg::TensorMap(mb),
             Arg::Ptr(c),
@@ -1478,12 +1552,21 @@ impl Exec<'_> {
             Arg::U32(batch),
             Arg::U64((s.m * s.n) as u64),
         ];
-        self.launch(KernelId::GemmTma(*cfg, s.dtype, s.out_dtype, s.trans_a, s.trans_b), grid, &args)
+        args.extend(epi.args(&s.epilogue, 0));
+        let kind = EpilogueKind::of(&s.epilogue);
+        self.launch(KernelId::GemmTma(*cfg, s.dtype, s.out_dtype, s.trans_a, s.trans_b, kind), grid, &args)
     }
 
     /// `C = op(A)·op(B)` on tensor cores (`f16`/`bf16` inputs, contiguous
     /// batches); the caller checked that `tc` takes `s`. Empty products launch nothing.
-    fn matmul_tc(&self, tc: GemmTc, s: &MatmulSpec, (a, b, c): (u64, u64, u64), op: &'static str) -> Result<()> {
+    fn matmul_tc(
+        &self,
+        tc: GemmTc,
+        s: &MatmulSpec,
+        (a, b, c): (u64, u64, u64),
+        epi: EpilogueInputs,
+        op: &'static str,
+    ) -> Result<()> {
         if s.batch == 0 || s.m == 0 || s.n == 0 {
             return Ok(());
         }
@@ -1491,22 +1574,23 @@ impl Exec<'_> {
         let (sa, sb, sc) = (s.m * s.k, s.k * s.n, s.m * s.n);
         let (ea, ec) = (s.dtype.size_in_bytes() as u64, s.out_dtype.size_in_bytes() as u64);
         if let GemmTc::Tma(cfg) = tc {
-            return self.matmul_tma(&cfg, s, (a, b, c), op);
+            return self.matmul_tma(&cfg, s, (a, b, c), epi, op);
         }
+        let kind = EpilogueKind::of(&s.epilogue);
         let (bm, bn, threads, smem, id) = match tc {
             GemmTc::Mma(cfg) => (
                 cfg.bm,
                 cfg.bn,
                 cfg.threads(),
                 cfg.dynamic_shared_bytes(),
-                KernelId::GemmMma(cfg, s.dtype, s.out_dtype, s.trans_a, s.trans_b),
+                KernelId::GemmMma(cfg, s.dtype, s.out_dtype, s.trans_a, s.trans_b, kind),
             ),
             GemmTc::Wgmma(cfg) => (
                 cfg.bm(),
                 cfg.bn,
                 cfg.threads(),
                 cfg.dynamic_shared_bytes(),
-                KernelId::GemmWgmma(cfg, s.dtype, s.out_dtype, s.trans_a, s.trans_b),
+                KernelId::GemmWgmma(cfg, s.dtype, s.out_dtype, s.trans_a, s.trans_b, kind),
             ),
             GemmTc::Tma(_) => return Ok(()),
         };
@@ -1521,7 +1605,7 @@ impl Exec<'_> {
             let z = z0 as u64;
             let (ao, bo, co) = (a + ea * z * sa as u64, b + ea * z * sb as u64, c + ec * z * sc as u64);
             let grid = Grid { blocks: (gx as u32, gy as u32, zc as u32), threads: (threads, 1, 1), dynamic_smem: smem };
-            let args = [
+            let mut args = vec![
                 Arg::Ptr(ao),
                 Arg::Ptr(bo),
                 Arg::Ptr(co),
@@ -1532,6 +1616,7 @@ impl Exec<'_> {
                 Arg::U64(sb as u64),
                 Arg::U64(sc as u64),
             ];
+            args.extend(epi.args(&s.epilogue, ec * z * sc as u64));
             self.launch(id, grid, &args)?;
             z0 += zc;
         }

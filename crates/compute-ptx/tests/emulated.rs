@@ -228,7 +228,7 @@ fn wgmma_tier_on_edges_batches_and_sweep_shapes() {
 #[test]
 fn matmul_groups_with_wgmma() {
     use compute_core::conformance::{Group, run_group};
-    for g in [Group::Matmul, Group::BatchedMatmul] {
+    for g in [Group::Matmul, Group::BatchedMatmul, Group::MatmulEpilogue] {
         run_group(
             || Ok(EmuBackend::with_wgmma()),
             BackendKind::Cuda,

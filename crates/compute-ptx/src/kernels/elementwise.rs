@@ -111,6 +111,12 @@ impl UnaryKind {
     }
 }
 
+/// Emits `f(x)` of a kind without parameters (relu, sigmoid, tanh, swish,
+/// the gelus) for one element: what fused epilogues reuse.
+pub(crate) fn apply_unary(b: &mut KernelBuilder, kind: UnaryKind, x: Reg<F32>) -> Reg<F32> {
+    apply(b, kind, x, x, x)
+}
+
 /// Emits `f(x)` for one element.
 fn apply(b: &mut KernelBuilder, kind: UnaryKind, x: Reg<F32>, p0: Reg<F32>, p1: Reg<F32>) -> Reg<F32> {
     let minus_zero = -0.0f32;

@@ -6,6 +6,8 @@
 
 use compute_core::DType;
 
+use super::gemm_epilogue::EpilogueRegs;
+
 use crate::builder::{B32, Cmp, F32, Half, KernelBuilder, Pred, Reg, Src, U32, U64, WgmmaInput};
 
 /// The parameters every GEMM kernel declares, in order: `a`, `b`, `c`
@@ -69,11 +71,12 @@ pub(crate) fn wgmma_dtypes(
 /// `8j + 2t` and `8j + 2t + 1`, for lane `4g + t`) into `C` of `m × n`
 /// elements at `c_base`, rounded to `out` (or `f32`), rows from `row0` (this
 /// lane's first row, `16w + g` included) and columns from `n0`; elements
-/// outside `C` are skipped.
+/// outside `C` are skipped. With `epi`, each pair goes through the matmul
+/// epilogue first ([`EpilogueRegs::pair`]; its `C₀` at this batch).
 pub(crate) fn store_wgmma_tile(
     b: &mut KernelBuilder,
     acc: &[Reg<F32>],
-    out: Option<Half>,
+    (out, epi): (Option<Half>, Option<EpilogueRegs>),
     (c_base, row0, n0): (Reg<U64>, Reg<U32>, Reg<U32>),
     (m, n, lane): (Reg<U32>, Reg<U32>, Reg<U32>),
 ) {
@@ -82,6 +85,7 @@ pub(crate) fn store_wgmma_tile(
     let t = b.and(lane, 3u32);
     let t2 = b.shl(t, 1u32);
     let col = b.add(n0, t2);
+    let col_off = if epi.is_some() { Some(b.mul_wide(col, esz)) } else { None };
     let col_ok: Vec<_> = (0..bn / 8)
         .map(|j| {
             let c = b.add(col, j * 8);
@@ -97,7 +101,12 @@ pub(crate) fn store_wgmma_tile(
         for j in 0..bn / 8 {
             let (lo, hi) = (acc[(4 * j + 2 * h) as usize], acc[(4 * j + 2 * h + 1) as usize]);
             let ok = b.and_pred(row_ok, col_ok[j as usize]);
-            store_pair(b, out, (row_ptr, i64::from(j * 8 * esz)), (lo, hi), ok);
+            let at = i64::from(j * 8 * esz);
+            let (lo, hi) = match (&epi, col_off) {
+                (Some(e), Some(col_off)) => e.pair(b, out, (off, col_off, at), (lo, hi), ok),
+                _ => (lo, hi),
+            };
+            store_pair(b, out, (row_ptr, at), (lo, hi), ok);
         }
     }
 }

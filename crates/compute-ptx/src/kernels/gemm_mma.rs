@@ -34,6 +34,7 @@ use std::collections::HashMap;
 use compute_core::DType;
 
 pub use super::gemm_common::swizzle;
+use super::gemm_epilogue::{self, EpilogueKind};
 use super::gemm_common::{
     Side, batch_operands, copies, gemm_params, half_dtypes, issue_ahead, kernel_base, refill, stage_loop, store_pair,
     swizzle_reg,
@@ -252,11 +253,11 @@ pub fn mma(
     cfg: &MmaConfig,
     input: DType,
     output: DType,
-    trans_a: bool,
-    trans_b: bool,
+    (trans_a, trans_b): (bool, bool),
+    epilogue: Option<EpilogueKind>,
     target: Target,
 ) -> Result<Kernel, BuildError> {
-    let name = cfg.kernel_name(input, output, trans_a, trans_b);
+    let name = cfg.kernel_name(input, output, trans_a, trans_b) + &EpilogueKind::suffix(epilogue);
     let fail = |p: String| Err(BuildError { kernel: name.clone(), problems: vec![p] });
     if let Err(e) = cfg.check(target) {
         return fail(e);
@@ -289,7 +290,9 @@ pub fn mma(
     if min_blocks > 0 {
         b.min_blocks_per_sm(min_blocks);
     }
+    gemm_epilogue::doc(&mut b, epilogue);
     let p = gemm_params(&mut b);
+    let epi = gemm_epilogue::params(&mut b, epilogue);
     let (m, n, k) = (p.m, p.n, p.k);
 
     let a_side = Side { kmajor: !trans_a, tile: bm, bk, at: 0, atoms: false, elem: 2 };
@@ -399,6 +402,8 @@ pub fn mma(
     let zc = b.mul(za, p.sc);
     let zc = b.mul(zc, u64::from(esz));
     let c_base = b.add(p.c, zc);
+    let epi = epi.map(|e| e.at_batch(&mut b, zc));
+    let col_off = b.mul_wide(col, esz);
     let wm0 = b.mul(wm, wm_rows);
     let row0 = b.add(m0, wm0);
     let row0 = b.add(row0, g);
@@ -419,7 +424,12 @@ pub fn mma(
                 let v = acc[(mi * ni_n + ni) as usize];
                 let (lo, hi) = (v[(2 * h) as usize], v[(2 * h + 1) as usize]);
                 let ok = b.and_pred(row_ok, col_ok[ni as usize]);
-                store_pair(&mut b, out_half, (row_ptr, i64::from(ni * 8 * esz)), (lo, hi), ok);
+                let at = i64::from(ni * 8 * esz);
+                let (lo, hi) = match &epi {
+                    Some(e) => e.pair(&mut b, out_half, (off, col_off, at), (lo, hi), ok),
+                    None => (lo, hi),
+                };
+                store_pair(&mut b, out_half, (row_ptr, at), (lo, hi), ok);
             }
         }
     }
@@ -458,7 +468,7 @@ mod tests {
         for cfg in std::iter::once(MmaConfig::default()).chain(sweep_configs()) {
             for target in Target::ALL {
                 for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
-                    let k = mma(&cfg, DType::BF16, DType::F32, ta, tb, target);
+                    let k = mma(&cfg, DType::BF16, DType::F32, (ta, tb), None, target);
                     assert!(k.is_ok(), "{cfg:?} {target}: {:?}", k.err());
                 }
             }
@@ -468,10 +478,10 @@ mod tests {
     #[test]
     fn bad_shapes_and_dtypes_are_refused() {
         let bad = MmaConfig { bk: 24, ..MmaConfig::default() };
-        assert!(mma(&bad, DType::BF16, DType::F32, false, false, Target::Sm90).is_err());
+        assert!(mma(&bad, DType::BF16, DType::F32, (false, false), None, Target::Sm90).is_err());
         let huge = MmaConfig { bm: 256, bn: 256, bk: 64, stages: 6, ..MmaConfig::default() };
         assert!(huge.check(Target::Sm90).is_err());
-        assert!(mma(&MmaConfig::default(), DType::F32, DType::F32, false, false, Target::Sm90).is_err());
+        assert!(mma(&MmaConfig::default(), DType::F32, DType::F32, (false, false), None, Target::Sm90).is_err());
         assert!(MmaConfig::fits(64, 64, 64, false, false));
         assert!(!MmaConfig::fits(64, 64, 60, false, false));
         assert!(MmaConfig::fits(60, 64, 64, false, true));

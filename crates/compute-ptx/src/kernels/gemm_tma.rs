@@ -37,6 +37,7 @@
 
 use compute_core::DType;
 
+use super::gemm_epilogue::{self, EpilogueKind};
 use super::gemm_common::{ATOM_K_STRIDE, atom_mn_stride, kernel_base, store_wgmma_tile, wgmma_dtypes};
 use super::gemm_wgmma::Tf32Rounding;
 use crate::builder::{B32, BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Reg, Target, U32, U64, WgmmaInput};
@@ -226,9 +227,10 @@ pub fn gemm_tma(
     input: DType,
     output: DType,
     (trans_a, trans_b): (bool, bool),
+    epilogue: Option<EpilogueKind>,
     target: Target,
 ) -> Result<Kernel, BuildError> {
-    let name = cfg.kernel_name(input, output, trans_a, trans_b);
+    let name = cfg.kernel_name(input, output, trans_a, trans_b) + &EpilogueKind::suffix(epilogue);
     let fail = |p: String| Err(BuildError { kernel: name.clone(), problems: vec![p] });
     if let Err(e) = cfg.check() {
         return fail(e);
@@ -274,6 +276,8 @@ pub fn gemm_tma(
     let k = b.param::<U32>("k");
     let batch = b.param::<U32>("batch");
     let sc = b.param::<U64>("sc");
+    gemm_epilogue::doc(&mut b, epilogue);
+    let epi = gemm_epilogue::params(&mut b, epilogue);
 
     let smem = b.dynamic_shared("tiles", 1024);
     let raw = b.shared_base(&smem);
@@ -463,8 +467,9 @@ pub fn gemm_tma(
     let zc = b.mul(zw, sc);
     let zc = b.mul(zc, u64::from(esz));
     let c_base = b.add(c, zc);
+    let tile_epi = epi.map(|e| e.at_batch(&mut b, zc));
     let row0 = b.add(m0, row_in_tile);
-    store_wgmma_tile(&mut b, &acc, out_half, (c_base, row0, n0), (m, n, lane));
+    store_wgmma_tile(&mut b, &acc, (out_half, tile_epi), (c_base, row0, n0), (m, n, lane));
     let next = b.add(t, tile_step);
     b.assign(t, next);
     b.bra(tile_top);
@@ -630,14 +635,14 @@ mod tests {
             assert!(cfg.check().is_ok(), "{cfg:?}");
             for (i, o) in [(DType::BF16, DType::F32), (DType::F16, DType::F16), (DType::BF16, DType::BF16)] {
                 for t in [(false, false), (false, true), (true, false), (true, true)] {
-                    let k = gemm_tma(&cfg, i, o, t, Target::Sm90a);
+                    let k = gemm_tma(&cfg, i, o, t, None, Target::Sm90a);
                     assert!(k.is_ok(), "{cfg:?}: {:?}", k.err());
-                    assert!(gemm_tma(&cfg, i, o, t, Target::Sm90).is_err());
+                    assert!(gemm_tma(&cfg, i, o, t, None, Target::Sm90).is_err());
                 }
             }
-            let tf32 = gemm_tma(&cfg, DType::F32, DType::F32, (false, true), Target::Sm90a).expect("tf32");
+            let tf32 = gemm_tma(&cfg, DType::F32, DType::F32, (false, true), None, Target::Sm90a).expect("tf32");
             assert!(tf32.ptx().contains("cvt.rna.tf32.f32"));
-            assert!(gemm_tma(&cfg, DType::F32, DType::F32, (false, false), Target::Sm90a).is_err());
+            assert!(gemm_tma(&cfg, DType::F32, DType::F32, (false, false), None, Target::Sm90a).is_err());
         }
         assert!(TmaConfig { bn: 192, ..TmaConfig::default() }.check().is_err());
         assert!(TmaConfig { stages: 5, ..TmaConfig::default() }.check().is_err(), "5 stages of 48 KiB");

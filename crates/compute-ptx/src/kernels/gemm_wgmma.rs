@@ -34,6 +34,7 @@
 
 use compute_core::DType;
 
+use super::gemm_epilogue::{self, EpilogueKind};
 use super::gemm_common::{
     ATOM_K_STRIDE, Side, atom_mn_stride, batch_operands, copies, gemm_params, issue_ahead, kernel_base, load_regs,
     refill, reg_tile, stage_loop, store_rounded, store_wgmma_tile, wgmma_dtypes,
@@ -233,9 +234,10 @@ pub fn wgmma(
     input: DType,
     output: DType,
     (trans_a, trans_b): (bool, bool),
+    epilogue: Option<EpilogueKind>,
     target: Target,
 ) -> Result<Kernel, BuildError> {
-    let name = cfg.kernel_name(input, output, trans_a, trans_b);
+    let name = cfg.kernel_name(input, output, trans_a, trans_b) + &EpilogueKind::suffix(epilogue);
     let fail = |p: String| Err(BuildError { kernel: name.clone(), problems: vec![p] });
     if let Err(e) = cfg.check() {
         return fail(e);
@@ -271,7 +273,9 @@ pub fn wgmma(
     ));
     b.max_threads(threads);
     b.min_blocks_per_sm(1);
+    gemm_epilogue::doc(&mut b, epilogue);
     let p = gemm_params(&mut b);
+    let epi = gemm_epilogue::params(&mut b, epilogue);
     let (m, n, k) = (p.m, p.n, p.k);
 
     let smem = b.dynamic_shared("tiles", 1024);
@@ -406,10 +410,11 @@ pub fn wgmma(
     let zc = b.mul(za, p.sc);
     let zc = b.mul(zc, u64::from(esz));
     let c_base = b.add(p.c, zc);
+    let epi = epi.map(|e| e.at_batch(&mut b, zc));
     // Warp w of the block is warp w % 4 of warpgroup w / 4: rows 64·(w/4) + 16·(w%4) = 16w.
     let row0 = b.mad(warp, 16u32, g);
     let row0 = b.add(m0, row0);
-    store_wgmma_tile(&mut b, &acc, out_half, (c_base, row0, n0), (m, n, lane));
+    store_wgmma_tile(&mut b, &acc, (out_half, epi), (c_base, row0, n0), (m, n, lane));
     b.ret();
     b.finish()
 }
@@ -435,9 +440,9 @@ mod tests {
         for cfg in std::iter::once(WgmmaConfig::default()).chain(sweep_configs()) {
             for (i, o) in [(DType::BF16, DType::F32), (DType::F16, DType::F16), (DType::BF16, DType::BF16)] {
                 for t in [(false, false), (false, true), (true, false), (true, true)] {
-                    let k = wgmma(&cfg, i, o, t, Target::Sm90a);
+                    let k = wgmma(&cfg, i, o, t, None, Target::Sm90a);
                     assert!(k.is_ok(), "{cfg:?}: {:?}", k.err());
-                    assert!(wgmma(&cfg, i, o, t, Target::Sm90).is_err());
+                    assert!(wgmma(&cfg, i, o, t, None, Target::Sm90).is_err());
                 }
             }
         }

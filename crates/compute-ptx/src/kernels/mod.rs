@@ -18,6 +18,7 @@ pub mod decoder;
 pub mod elem;
 pub mod elementwise;
 mod gemm_common;
+pub mod gemm_epilogue;
 mod gemm_kernel;
 pub mod gemm_mma;
 pub mod gemm_simple;
@@ -41,6 +42,7 @@ use attention_wgmma::HopperConfig;
 use compute_core::quant::BlockFormat;
 use compute_core::{BinaryOp, DType, RopeLayout};
 use elementwise::UnaryKind;
+use gemm_epilogue::EpilogueKind;
 use gemm_mma::MmaConfig;
 use gemm_simt::SimtConfig;
 use gemm_tma::TmaConfig;
@@ -72,13 +74,17 @@ pub enum KernelId {
     GemmTiled,
     /// Register-blocked GEMM: shape and transposes.
     GemmSimt(SimtConfig, bool, bool),
-    /// Tensor-core GEMM: shape, input dtype (`f16`/`bf16`), output dtype, transposes.
-    GemmMma(MmaConfig, DType, DType, bool, bool),
-    /// Hopper `wgmma` GEMM (`sm_90a`): shape, input dtype, output dtype, transposes.
-    GemmWgmma(WgmmaConfig, DType, DType, bool, bool),
+    /// Tensor-core GEMM: shape, input dtype (`f16`/`bf16`), output dtype,
+    /// transposes, epilogue (`None`: the plain product).
+    GemmMma(MmaConfig, DType, DType, bool, bool, Option<EpilogueKind>),
+    /// Hopper `wgmma` GEMM (`sm_90a`): shape, input dtype, output dtype,
+    /// transposes, epilogue.
+    GemmWgmma(WgmmaConfig, DType, DType, bool, bool, Option<EpilogueKind>),
     /// Hopper `wgmma` GEMM fed by TMA, warp-specialised and persistent
-    /// (`sm_90a`): shape, input dtype, output dtype, transposes.
-    GemmTma(TmaConfig, DType, DType, bool, bool),
+    /// (`sm_90a`): shape, input dtype, output dtype, transposes, epilogue.
+    GemmTma(TmaConfig, DType, DType, bool, bool, Option<EpilogueKind>),
+    /// A matmul epilogue as its own pass over an `f32` product: kind, output dtype.
+    GemmEpilogue(EpilogueKind, DType),
     /// GEMV for few rows, `B` stored `n × k`, on CUDA cores: row count (1,
     /// 2, 4, 8, 16), input dtype, output dtype.
     GemvNt(u32, DType, DType),
@@ -143,9 +149,10 @@ impl KernelId {
             KernelId::GemmNaive => "gemm_naive".into(),
             KernelId::GemmTiled => "gemm_tiled".into(),
             KernelId::GemmSimt(cfg, ta, tb) => cfg.kernel_name(*ta, *tb),
-            KernelId::GemmMma(cfg, i, o, ta, tb) => cfg.kernel_name(*i, *o, *ta, *tb),
-            KernelId::GemmWgmma(cfg, i, o, ta, tb) => cfg.kernel_name(*i, *o, *ta, *tb),
-            KernelId::GemmTma(cfg, i, o, ta, tb) => cfg.kernel_name(*i, *o, *ta, *tb),
+            KernelId::GemmMma(cfg, i, o, ta, tb, e) => cfg.kernel_name(*i, *o, *ta, *tb) + &EpilogueKind::suffix(*e),
+            KernelId::GemmWgmma(cfg, i, o, ta, tb, e) => cfg.kernel_name(*i, *o, *ta, *tb) + &EpilogueKind::suffix(*e),
+            KernelId::GemmTma(cfg, i, o, ta, tb, e) => cfg.kernel_name(*i, *o, *ta, *tb) + &EpilogueKind::suffix(*e),
+            KernelId::GemmEpilogue(e, o) => gemm_epilogue::standalone_name(*e, *o),
             KernelId::GemvNt(r, i, o) => gemv::nt_name(*r, *i, *o),
             KernelId::GemvNtMma(t, i, o) => gemv::mma_name(*t, *i, *o),
             KernelId::GemvNn(r, i) => gemv::nn_name(*r, *i),
@@ -191,9 +198,10 @@ impl KernelId {
             KernelId::GemmNaive => gemm_simple::naive(target),
             KernelId::GemmTiled => gemm_simple::tiled(target),
             KernelId::GemmSimt(cfg, ta, tb) => gemm_simt::simt(&cfg, ta, tb, target),
-            KernelId::GemmMma(cfg, i, o, ta, tb) => gemm_mma::mma(&cfg, i, o, ta, tb, target),
-            KernelId::GemmWgmma(cfg, i, o, ta, tb) => gemm_wgmma::wgmma(&cfg, i, o, (ta, tb), target),
-            KernelId::GemmTma(cfg, i, o, ta, tb) => gemm_tma::gemm_tma(&cfg, i, o, (ta, tb), target),
+            KernelId::GemmMma(cfg, i, o, ta, tb, e) => gemm_mma::mma(&cfg, i, o, (ta, tb), e, target),
+            KernelId::GemmWgmma(cfg, i, o, ta, tb, e) => gemm_wgmma::wgmma(&cfg, i, o, (ta, tb), e, target),
+            KernelId::GemmTma(cfg, i, o, ta, tb, e) => gemm_tma::gemm_tma(&cfg, i, o, (ta, tb), e, target),
+            KernelId::GemmEpilogue(e, o) => gemm_epilogue::standalone(e, o, target),
             KernelId::GemvNt(r, i, o) => gemv::nt(r, i, o, target),
             KernelId::GemvNtMma(t, i, o) => gemv::nt_mma(t, i, o, target),
             KernelId::GemvNn(r, i) => gemv::nn(r, i, target),
@@ -259,6 +267,7 @@ impl KernelId {
             | KernelId::QuantGemv(_, _, d)
             | KernelId::Rope(_, d)
             | KernelId::Glu(d)
+            | KernelId::GemmEpilogue(_, d)
             | KernelId::ArgMax(d) => {
                 vec![d]
             }
@@ -319,26 +328,26 @@ pub fn catalog() -> Vec<KernelId> {
     for input in [DType::BF16, DType::F16] {
         for output in elem::DTYPES {
             for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
-                v.push(KernelId::GemmMma(MmaConfig::default(), input, output, ta, tb));
+                v.push(KernelId::GemmMma(MmaConfig::default(), input, output, ta, tb, None));
             }
         }
     }
     for input in [DType::BF16, DType::F16] {
         for output in elem::DTYPES {
             for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
-                v.push(KernelId::GemmWgmma(WgmmaConfig::default(), input, output, ta, tb));
+                v.push(KernelId::GemmWgmma(WgmmaConfig::default(), input, output, ta, tb, None));
             }
         }
     }
-    v.push(KernelId::GemmWgmma(WgmmaConfig::tf32(), DType::F32, DType::F32, false, true));
+    v.push(KernelId::GemmWgmma(WgmmaConfig::tf32(), DType::F32, DType::F32, false, true, None));
     for input in [DType::BF16, DType::F16] {
         for output in elem::DTYPES {
             for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
-                v.push(KernelId::GemmTma(TmaConfig::default(), input, output, ta, tb));
+                v.push(KernelId::GemmTma(TmaConfig::default(), input, output, ta, tb, None));
             }
         }
     }
-    v.push(KernelId::GemmTma(TmaConfig::tf32().kernel(), DType::F32, DType::F32, false, true));
+    v.push(KernelId::GemmTma(TmaConfig::tf32().kernel(), DType::F32, DType::F32, false, true, None));
     v.push(KernelId::RoundTf32);
     for input in elem::DTYPES {
         for rows in gemv::ROWS {

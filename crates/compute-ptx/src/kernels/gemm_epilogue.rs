@@ -1,0 +1,235 @@
+//! Matmul epilogues ([`compute_core::Epilogue`]): `C = act(alpha·p + beta·C₀ + bias)`
+//! applied to each `f32` product value `p` before it is rounded and stored.
+//!
+//! The tensor-core GEMMs ([`super::gemm_mma`], [`super::gemm_wgmma`],
+//! [`super::gemm_tma`]) apply it in their stores ([`EpilogueRegs::pair`]):
+//! the accumulators never leave registers, `C₀` and the bias are read beside
+//! the store, and the cost is that of reading them. The other tiers (SIMT,
+//! GEMV, products widened to `f32`) write the plain product to an `f32`
+//! temporary and run [`standalone`] over it: one more pass over `C`.
+//!
+//! What changes the code ([`EpilogueKind`]: bias or not, `C₀` or not, the
+//! activation) is part of the kernel's identity and name; `alpha` and `beta`
+//! are parameters. Kernels with an epilogue are built on first use, like
+//! every kernel; the checked-in set holds a few of them (see
+//! [`super::catalog`]).
+
+use compute_core::{Activation, DType, Epilogue, GeluForm};
+
+use super::elem;
+use super::elementwise::{UnaryKind, apply_unary};
+use crate::builder::{BuildError, F32, Half, Kernel, KernelBuilder, Pred, Reg, Target, U32, U64};
+
+/// The part of an [`Epilogue`] a kernel is built for; `alpha` and `beta`
+/// are its parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EpilogueKind {
+    /// Adds a bias of `n` values (one per column).
+    pub bias: bool,
+    /// Reads `C₀` (`beta ≠ 0`).
+    pub c: bool,
+    /// The activation applied last.
+    pub activation: Option<Activation>,
+}
+
+impl EpilogueKind {
+    /// The kind of `e`, or `None` for the plain product (which kernels
+    /// without an epilogue store as it is).
+    pub fn of(e: &Epilogue) -> Option<Self> {
+        (!e.is_identity()).then_some(EpilogueKind { bias: e.bias, c: e.reads_c(), activation: e.activation })
+    }
+
+    /// The suffix of a kernel name built with `kind` (`""` without one),
+    /// e.g. `_ep_bias_c_silu`.
+    pub fn suffix(kind: Option<Self>) -> String {
+        let Some(k) = kind else { return String::new() };
+        let mut s = String::from("_ep");
+        if k.bias {
+            s += "_bias";
+        }
+        if k.c {
+            s += "_c";
+        }
+        if let Some(a) = k.activation {
+            s += "_";
+            s += a.name();
+        }
+        s
+    }
+
+    /// A human-readable formula for kernel docs.
+    fn formula(self) -> String {
+        let mut v = String::from("alpha*p");
+        if self.c {
+            v += " + beta*c0";
+        }
+        if self.bias {
+            v += " + bias[col]";
+        }
+        match self.activation {
+            Some(a) => format!("{}({v})", a.name()),
+            None => v,
+        }
+    }
+}
+
+/// The epilogue's parameters inside a kernel: `alpha`, `beta`, and the
+/// addresses of the bias and of `C₀` (this batch's, after [`EpilogueRegs::at_batch`]).
+#[derive(Clone, Copy)]
+pub(crate) struct EpilogueRegs {
+    kind: EpilogueKind,
+    alpha: Reg<F32>,
+    beta: Reg<F32>,
+    bias: Reg<U64>,
+    c0: Reg<U64>,
+}
+
+/// Declares the epilogue's parameters (`alpha`, `beta`, `bias`, `c0`, in
+/// that order, after the kernel's own) when the kernel has one.
+pub(crate) fn params(b: &mut KernelBuilder, kind: Option<EpilogueKind>) -> Option<EpilogueRegs> {
+    let kind = kind?;
+    Some(EpilogueRegs {
+        kind,
+        alpha: b.param::<F32>("alpha"),
+        beta: b.param::<F32>("beta"),
+        bias: b.param_ptr("bias"),
+        c0: b.param_ptr("c0"),
+    })
+}
+
+/// The doc line of a GEMM kernel's epilogue parameters (none without one).
+pub(crate) fn doc(b: &mut KernelBuilder, kind: Option<EpilogueKind>) {
+    if let Some(k) = kind {
+        b.doc(&format!(
+            "epilogue: C = {} (f32, rounded once); params after the others: alpha, beta (f32), bias, c0 (addresses)",
+            k.formula()
+        ));
+    }
+}
+
+impl EpilogueRegs {
+    /// The same with `C₀` moved on by `bytes` (the batch's offset in `C`).
+    pub(crate) fn at_batch(self, b: &mut KernelBuilder, bytes: Reg<U64>) -> Self {
+        EpilogueRegs { c0: b.add(self.c0, bytes), ..self }
+    }
+
+    /// The values to store for the accumulator pair `(lo, hi)` of columns
+    /// `col`, `col + 1`: `C₀`'s pair is at byte `off + at` of this batch's
+    /// `C₀` (the pair's place in `C`), the bias pair at byte `col_off + at`
+    /// of the bias. Both are read only when `ok` (zeros otherwise).
+    pub(crate) fn pair(
+        &self,
+        b: &mut KernelBuilder,
+        out: Option<Half>,
+        (off, col_off, at): (Reg<U64>, Reg<U64>, i64),
+        (lo, hi): (Reg<F32>, Reg<F32>),
+        ok: Reg<Pred>,
+    ) -> (Reg<F32>, Reg<F32>) {
+        let c = self.kind.c.then(|| {
+            let p = b.add(self.c0, off);
+            load_pair(b, out, (p, at), ok)
+        });
+        let bias = self.kind.bias.then(|| {
+            let p = b.add(self.bias, col_off);
+            load_pair(b, out, (p, at), ok)
+        });
+        let lo = self.value(b, lo, c.map(|v| v[0]), bias.map(|v| v[0]));
+        let hi = self.value(b, hi, c.map(|v| v[1]), bias.map(|v| v[1]));
+        (lo, hi)
+    }
+
+    /// `act(alpha·p + beta·c + bias)`, in the order of [`Epilogue::apply_f32`].
+    fn value(&self, b: &mut KernelBuilder, p: Reg<F32>, c: Option<Reg<F32>>, bias: Option<Reg<F32>>) -> Reg<F32> {
+        let mut v = b.mul(self.alpha, p);
+        if let Some(c) = c {
+            v = b.fma(self.beta, c, v);
+        }
+        if let Some(bias) = bias {
+            v = b.add(v, bias);
+        }
+        match self.kind.activation {
+            Some(a) => activation(b, a, v),
+            None => v,
+        }
+    }
+}
+
+/// Two consecutive values of `out` (`f32` when `None`) at `p + at`, widened
+/// to `f32`, read when `ok` (zeros otherwise).
+fn load_pair(b: &mut KernelBuilder, out: Option<Half>, (p, at): (Reg<U64>, i64), ok: Reg<Pred>) -> [Reg<F32>; 2] {
+    match out {
+        None => {
+            let v = [b.mov(0.0f32), b.mov(0.0f32)];
+            b.guarded(ok, false, |b| b.ld_global_v_into::<F32, 2>(v, p, at));
+            v
+        }
+        Some(h) => {
+            let w = b.mov(0u32);
+            b.guarded(ok, false, |b| b.ld_global_v_into::<U32, 1>([w], p, at));
+            b.half_pair_to_f32(w, h)
+        }
+    }
+}
+
+/// `act(x)` with the element-wise kernels' `f32` functions (their accuracy).
+pub(crate) fn activation(b: &mut KernelBuilder, a: Activation, x: Reg<F32>) -> Reg<F32> {
+    let kind = match a {
+        Activation::Relu => UnaryKind::Relu,
+        Activation::Gelu(GeluForm::Tanh) => UnaryKind::GeluTanh,
+        Activation::Gelu(GeluForm::Erf) => UnaryKind::GeluErf,
+        Activation::Silu => UnaryKind::Swish,
+    };
+    apply_unary(b, kind, x)
+}
+
+/// Threads per block of [`standalone`].
+pub const BLOCK: u32 = super::decoder::BLOCK;
+
+/// Name of the standalone epilogue kernel (`gemm_epilogue_bf16_ep_bias_gelu_tanh`).
+pub fn standalone_name(kind: EpilogueKind, output: DType) -> String {
+    format!("gemm_epilogue{}{}", elem::suffix(output), EpilogueKind::suffix(Some(kind)))
+}
+
+/// Builds the epilogue as its own pass over a product already in `f32`:
+/// `c[i] = act(alpha·p[i] + beta·c0[i] + bias[i mod n])`, `c`, `c0` and the
+/// bias of `output`'s dtype. Params: `p` (`f32` products), `c`, `total`
+/// (u32 elements, every batch), `n` (u32 columns), then `alpha`, `beta`,
+/// `bias`, `c0`. Launch: [`BLOCK`] threads per block, any grid (grid-stride).
+pub fn standalone(kind: EpilogueKind, output: DType, target: Target) -> Result<Kernel, BuildError> {
+    let name = standalone_name(kind, output);
+    let mut b = KernelBuilder::new(&name, target);
+    b.doc(&format!("{name}: c[i] = {} over f32 products p, {output} c, c0 and bias", kind.formula()));
+    b.doc("params: p, c, total (elements), n (columns), alpha, beta, bias, c0");
+    b.doc(&format!("launch: {BLOCK} threads per block, any grid (grid-stride)"));
+    b.max_threads(BLOCK);
+    let p = b.param_ptr("p");
+    let c = b.param_ptr("c");
+    let total = b.param::<U32>("total");
+    let n = b.param::<U32>("n");
+    let Some(regs) = params(&mut b, Some(kind)) else {
+        return Err(BuildError { kernel: name, problems: vec!["no epilogue".into()] });
+    };
+    let shift = elem::shift(output);
+    super::decoder::grid_stride(&mut b, total, |b, g| {
+        let g64 = b.cvt::<U64, U32>(g);
+        let poff = b.shl(g64, 2u32);
+        let pa = b.add(p, poff);
+        let v = elem::load(b, DType::F32, pa, 0, 1)[0];
+        let off = b.shl(g64, shift);
+        let cv = kind.c.then(|| {
+            let a = b.add(regs.c0, off);
+            elem::load(b, output, a, 0, 1)[0]
+        });
+        let bv = kind.bias.then(|| {
+            let col = b.rem(g, n);
+            let col = b.cvt::<U64, U32>(col);
+            let coff = b.shl(col, shift);
+            let a = b.add(regs.bias, coff);
+            elem::load(b, output, a, 0, 1)[0]
+        });
+        let y = regs.value(b, v, cv, bv);
+        let ca = b.add(c, off);
+        elem::store(b, output, ca, 0, &[y]);
+    });
+    b.finish()
+}
