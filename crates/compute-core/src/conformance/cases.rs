@@ -145,7 +145,7 @@ pub fn cases(group: Group, scale: Scale) -> Vec<Op> {
                 (2, 64, 64, 64),
             ];
             if large {
-                shapes.extend([(1, 257, 129, 191), (4, 256, 512, 256), (1, 512, 256, 1024)]);
+                shapes.extend([(1, 257, 129, 191), (4, 256, 448, 256), (1, 512, 224, 1024)]);
             }
             let transposes = [(false, false), (true, false), (false, true), (true, true)];
             let mut ops = Vec::new();
