@@ -43,6 +43,7 @@ pub fn rows(quick: bool) -> Result<Vec<Record>, String> {
     out.extend(stream_rows(&be, &device, quick, budget)?);
     out.extend(crate::cuda_half::rows(&be, &device, quick, budget)?);
     out.extend(crate::cuda_mma::rows(&be, &device, quick, budget)?);
+    out.extend(crate::cuda_epilogue::rows(&be, &device, quick, budget)?);
     out.extend(crate::cuda_attention::rows(&be, &device, quick, budget)?);
     out.push(round_trip_row(&be, &device, budget)?);
     Ok(out)

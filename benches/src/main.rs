@@ -11,6 +11,8 @@ mod cuda;
 #[cfg(feature = "cuda")]
 mod cuda_attention;
 #[cfg(feature = "cuda")]
+mod cuda_epilogue;
+#[cfg(feature = "cuda")]
 mod cuda_gemv;
 #[cfg(feature = "cuda")]
 mod cuda_half;

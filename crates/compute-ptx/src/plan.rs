@@ -36,8 +36,8 @@
 //! distance between key/value heads.
 
 use compute_core::{
-    AttentionSpec, BackendKind, ComputeError, Conv2dSpec, CopySpec, DType, Epilogue, HostSlice, HostSliceMut, MatmulSpec, Op,
-    ReduceOp, Result, RopeSpec,
+    AttentionSpec, BackendKind, ComputeError, Conv2dSpec, CopySpec, DType, Epilogue, HostSlice, HostSliceMut,
+    MatmulSpec, Op, ReduceOp, Result, RopeSpec,
 };
 
 use crate::kernels::attention::{self, FlashConfig};

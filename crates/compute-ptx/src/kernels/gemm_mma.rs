@@ -34,11 +34,11 @@ use std::collections::HashMap;
 use compute_core::DType;
 
 pub use super::gemm_common::swizzle;
-use super::gemm_epilogue::{self, EpilogueKind};
 use super::gemm_common::{
     Side, batch_operands, copies, gemm_params, half_dtypes, issue_ahead, kernel_base, refill, stage_loop, store_pair,
     swizzle_reg,
 };
+use super::gemm_epilogue::{self, EpilogueKind};
 use super::gemm_simt::tile_origin;
 use crate::builder::{B32, BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Reg, Target, U32, U64};
 
@@ -403,7 +403,7 @@ pub fn mma(
     let zc = b.mul(zc, u64::from(esz));
     let c_base = b.add(p.c, zc);
     let epi = epi.map(|e| e.at_batch(&mut b, zc));
-    let col_off = b.mul_wide(col, esz);
+    let col_off = if epi.is_some() { Some(b.mul_wide(col, esz)) } else { None };
     let wm0 = b.mul(wm, wm_rows);
     let row0 = b.add(m0, wm0);
     let row0 = b.add(row0, g);
@@ -425,9 +425,9 @@ pub fn mma(
                 let (lo, hi) = (v[(2 * h) as usize], v[(2 * h + 1) as usize]);
                 let ok = b.and_pred(row_ok, col_ok[ni as usize]);
                 let at = i64::from(ni * 8 * esz);
-                let (lo, hi) = match &epi {
-                    Some(e) => e.pair(&mut b, out_half, (off, col_off, at), (lo, hi), ok),
-                    None => (lo, hi),
+                let (lo, hi) = match (&epi, col_off) {
+                    (Some(e), Some(col_off)) => e.pair(&mut b, out_half, (off, col_off, at), (lo, hi), ok),
+                    _ => (lo, hi),
                 };
                 store_pair(&mut b, out_half, (row_ptr, at), (lo, hi), ok);
             }

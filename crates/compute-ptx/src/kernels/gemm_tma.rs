@@ -37,8 +37,8 @@
 
 use compute_core::DType;
 
-use super::gemm_epilogue::{self, EpilogueKind};
 use super::gemm_common::{ATOM_K_STRIDE, atom_mn_stride, kernel_base, store_wgmma_tile, wgmma_dtypes};
+use super::gemm_epilogue::{self, EpilogueKind};
 use super::gemm_wgmma::Tf32Rounding;
 use crate::builder::{B32, BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Reg, Target, U32, U64, WgmmaInput};
 use crate::plan::TensorMapDesc;

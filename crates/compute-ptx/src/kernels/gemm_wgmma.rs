@@ -34,11 +34,11 @@
 
 use compute_core::DType;
 
-use super::gemm_epilogue::{self, EpilogueKind};
 use super::gemm_common::{
     ATOM_K_STRIDE, Side, atom_mn_stride, batch_operands, copies, gemm_params, issue_ahead, kernel_base, load_regs,
     refill, reg_tile, stage_loop, store_rounded, store_wgmma_tile, wgmma_dtypes,
 };
+use super::gemm_epilogue::{self, EpilogueKind};
 use super::gemm_simt::tile_origin;
 use crate::builder::{B32, BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Reg, Src, Target, U32, U64, WgmmaInput};
 

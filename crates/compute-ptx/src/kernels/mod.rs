@@ -40,7 +40,7 @@ use crate::builder::{BuildError, Kernel, Target};
 use attention::FlashConfig;
 use attention_wgmma::HopperConfig;
 use compute_core::quant::BlockFormat;
-use compute_core::{BinaryOp, DType, RopeLayout};
+use compute_core::{Activation, BinaryOp, DType, GeluForm, RopeLayout};
 use elementwise::UnaryKind;
 use gemm_epilogue::EpilogueKind;
 use gemm_mma::MmaConfig;
@@ -289,7 +289,8 @@ impl KernelId {
 /// element-wise, reduction, row and interpolation kernels, then the casts, the `f32` GEMMs,
 /// the tensor-core GEMMs (`bf16`/`f16` inputs, every output dtype and
 /// transpose; `mma.sync`, and `wgmma` for `sm_90a` only, see
-/// [`KernelId::targets`]), the GEMV kernels for few rows (every row count,
+/// [`KernelId::targets`]; one of each with a matmul epilogue, and the
+/// standalone epilogue pass per output dtype), the GEMV kernels for few rows (every row count,
 /// input and output dtype, both layouts of `B` (`k × n` up to 8 rows), the
 /// tensor-core GEMV of the plans' tiles for half inputs, and the k-split
 /// combine),
@@ -348,6 +349,14 @@ pub fn catalog() -> Vec<KernelId> {
         }
     }
     v.push(KernelId::GemmTma(TmaConfig::tf32().kernel(), DType::F32, DType::F32, false, true, None));
+    // Epilogues: each tensor-core kernel with one (the others are built on
+    // first use), and the standalone pass with all three parts on every dtype.
+    let full = |activation| EpilogueKind { bias: true, c: true, activation: Some(activation) };
+    let silu = full(Activation::Silu);
+    v.push(KernelId::GemmMma(MmaConfig::default(), DType::F16, DType::F16, false, true, Some(silu)));
+    v.push(KernelId::GemmWgmma(WgmmaConfig::default(), DType::BF16, DType::F32, false, false, Some(silu)));
+    v.push(KernelId::GemmTma(TmaConfig::default(), DType::BF16, DType::BF16, false, true, Some(silu)));
+    v.extend(elem::DTYPES.map(|d| KernelId::GemmEpilogue(full(Activation::Gelu(GeluForm::Erf)), d)));
     v.push(KernelId::RoundTf32);
     for input in elem::DTYPES {
         for rows in gemv::ROWS {
