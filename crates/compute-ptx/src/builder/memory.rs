@@ -127,12 +127,24 @@ impl KernelBuilder {
     /// fresh ones, so that a guarded load ([`KernelBuilder::guarded`]) leaves
     /// them as they were when its predicate is false.
     pub fn ld_global_v_into<T: Data, const N: usize>(&mut self, dst: [Reg<T>; N], base: Reg<U64>, off: i64) {
+        self.load_into("ld.global", dst, base, off);
+    }
+
+    /// [`KernelBuilder::ld_global_nc_v`] into the registers `dst`, as
+    /// [`KernelBuilder::ld_global_v_into`] does: for guarded loads of inputs
+    /// the kernel never writes, which may then move ahead of its stores.
+    pub fn ld_global_nc_v_into<T: Data, const N: usize>(&mut self, dst: [Reg<T>; N], base: Reg<U64>, off: i64) {
+        self.load_into("ld.global.nc", dst, base, off);
+    }
+
+    /// `{op}[.vN].type dst, [base + off]` into existing registers.
+    fn load_into<T: Data, const N: usize>(&mut self, op: &str, dst: [Reg<T>; N], base: Reg<U64>, off: i64) {
         self.check_vec::<T>(N);
         let a = self.gaddr(base, off);
         let names: Vec<String> = dst.iter().map(|r| self.reg(*r)).collect();
         let d = if N == 1 { names.join("") } else { format!("{{{}}}", names.join(", ")) };
         let v = if N == 1 { String::new() } else { format!(".v{N}") };
-        self.emit(format!("ld.global{v}.{} {d}, [{a}]", T::TY));
+        self.emit(format!("{op}{v}.{} {d}, [{a}]", T::TY));
     }
 
     /// Vector load through the read-only data cache (`ld.global.nc.v4`).

@@ -85,13 +85,15 @@ pub(crate) fn store_wgmma_tile(
     let t = b.and(lane, 3u32);
     let t2 = b.shl(t, 1u32);
     let col = b.add(n0, t2);
-    let col_off = if epi.is_some() { Some(b.mul_wide(col, esz)) } else { None };
     let col_ok: Vec<_> = (0..bn / 8)
         .map(|j| {
             let c = b.add(col, j * 8);
             b.setp(Cmp::Lt, c, n)
         })
         .collect();
+    if let Some(e) = epi {
+        return store_wgmma_tile_epilogue(b, acc, (out, e), (c_base, row0, col, &col_ok), m, n);
+    }
     for h in 0..2u32 {
         let row = b.add(row0, h * 8);
         let row_ok = b.setp(Cmp::Lt, row, m);
@@ -101,11 +103,53 @@ pub(crate) fn store_wgmma_tile(
         for j in 0..bn / 8 {
             let (lo, hi) = (acc[(4 * j + 2 * h) as usize], acc[(4 * j + 2 * h + 1) as usize]);
             let ok = b.and_pred(row_ok, col_ok[j as usize]);
-            let at = i64::from(j * 8 * esz);
-            let (lo, hi) = match (&epi, col_off) {
-                (Some(e), Some(col_off)) => e.pair(b, out, (off, col_off, at), (lo, hi), ok),
-                _ => (lo, hi),
-            };
+            store_pair(b, out, (row_ptr, i64::from(j * 8 * esz)), (lo, hi), ok);
+        }
+    }
+}
+
+/// Column groups of 8 whose epilogue reads [`store_wgmma_tile_epilogue`]
+/// issues together before their stores.
+const EPILOGUE_CHUNK: usize = 8;
+
+/// [`store_wgmma_tile`] through the epilogue `e`: per chunk of
+/// [`EPILOGUE_CHUNK`] column groups, every read of the bias and of `C₀` is
+/// issued first (read-only loads that the stores do not wait behind), then
+/// the values are finished and stored.
+fn store_wgmma_tile_epilogue(
+    b: &mut KernelBuilder,
+    acc: &[Reg<F32>],
+    (out, e): (Option<Half>, EpilogueRegs),
+    (c_base, row0, col, col_ok): (Reg<U64>, Reg<U32>, Reg<U32>, &[Reg<Pred>]),
+    m: Reg<U32>,
+    n: Reg<U32>,
+) {
+    let groups = acc.len() / 4;
+    let esz = if out.is_some() { 2u32 } else { 4 };
+    let col_off = b.mul_wide(col, esz);
+    let rows: Vec<(Reg<Pred>, Reg<U64>, Reg<U64>)> = (0..2u32)
+        .map(|h| {
+            let row = b.add(row0, h * 8);
+            let row_ok = b.setp(Cmp::Lt, row, m);
+            let elem = b.mad(row, n, col);
+            let off = b.mul_wide(elem, esz);
+            (row_ok, off, b.add(c_base, off))
+        })
+        .collect();
+    let all: Vec<usize> = (0..groups).collect();
+    for chunk in all.chunks(EPILOGUE_CHUNK) {
+        let mut pending = Vec::new();
+        for &j in chunk {
+            let at = (j as u32 * 8 * esz) as i64;
+            let bias = e.load_bias(b, out, (col_off, at), col_ok[j]);
+            for (h, &(row_ok, off, row_ptr)) in rows.iter().enumerate() {
+                let ok = b.and_pred(row_ok, col_ok[j]);
+                let c = e.load_c(b, out, (off, at), ok);
+                pending.push((4 * j + 2 * h, row_ptr, at, ok, c, bias));
+            }
+        }
+        for (i, row_ptr, at, ok, c, bias) in pending {
+            let (lo, hi) = e.finish(b, (acc[i], acc[i + 1]), c, bias);
             store_pair(b, out, (row_ptr, at), (lo, hi), ok);
         }
     }

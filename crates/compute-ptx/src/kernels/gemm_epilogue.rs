@@ -125,14 +125,52 @@ impl EpilogueRegs {
         (lo, hi): (Reg<F32>, Reg<F32>),
         ok: Reg<Pred>,
     ) -> (Reg<F32>, Reg<F32>) {
-        let c = self.kind.c.then(|| {
+        let c = self.load_c(b, out, (off, at), ok);
+        let bias = self.load_bias(b, out, (col_off, at), ok);
+        self.finish(b, (lo, hi), c, bias)
+    }
+
+    /// Issues the read of `C₀`'s pair at byte `off + at` (when the kind
+    /// reads `C₀`), for [`EpilogueRegs::finish`]: issuing a tile's reads
+    /// before its stores keeps them in flight together.
+    pub(crate) fn load_c(
+        &self,
+        b: &mut KernelBuilder,
+        out: Option<Half>,
+        (off, at): (Reg<U64>, i64),
+        ok: Reg<Pred>,
+    ) -> Option<Loaded> {
+        self.kind.c.then(|| {
             let p = b.add(self.c0, off);
             load_pair(b, out, (p, at), ok)
-        });
-        let bias = self.kind.bias.then(|| {
+        })
+    }
+
+    /// Issues the read of the bias pair at byte `col_off + at` (when the kind adds one).
+    pub(crate) fn load_bias(
+        &self,
+        b: &mut KernelBuilder,
+        out: Option<Half>,
+        (col_off, at): (Reg<U64>, i64),
+        ok: Reg<Pred>,
+    ) -> Option<Loaded> {
+        self.kind.bias.then(|| {
             let p = b.add(self.bias, col_off);
             load_pair(b, out, (p, at), ok)
-        });
+        })
+    }
+
+    /// The values to store for `(lo, hi)` from the reads of
+    /// [`EpilogueRegs::load_c`] and [`EpilogueRegs::load_bias`].
+    pub(crate) fn finish(
+        &self,
+        b: &mut KernelBuilder,
+        (lo, hi): (Reg<F32>, Reg<F32>),
+        c: Option<Loaded>,
+        bias: Option<Loaded>,
+    ) -> (Reg<F32>, Reg<F32>) {
+        let c = c.map(|l| l.widen(b));
+        let bias = bias.map(|l| l.widen(b));
         let lo = self.value(b, lo, c.map(|v| v[0]), bias.map(|v| v[0]));
         let hi = self.value(b, hi, c.map(|v| v[1]), bias.map(|v| v[1]));
         (lo, hi)
@@ -154,19 +192,36 @@ impl EpilogueRegs {
     }
 }
 
-/// Two consecutive values of `out` (`f32` when `None`) at `p + at`, widened
-/// to `f32`, read when `ok` (zeros otherwise).
-fn load_pair(b: &mut KernelBuilder, out: Option<Half>, (p, at): (Reg<U64>, i64), ok: Reg<Pred>) -> [Reg<F32>; 2] {
+/// A pair of values read for the epilogue, still in their storage format.
+#[derive(Clone, Copy)]
+pub(crate) enum Loaded {
+    F32([Reg<F32>; 2]),
+    Half(Reg<U32>, Half),
+}
+
+impl Loaded {
+    fn widen(self, b: &mut KernelBuilder) -> [Reg<F32>; 2] {
+        match self {
+            Loaded::F32(v) => v,
+            Loaded::Half(w, h) => b.half_pair_to_f32(w, h),
+        }
+    }
+}
+
+/// Reads two consecutive values of `out` (`f32` when `None`) at `p + at`
+/// through the read-only cache (the epilogue's inputs are never written by
+/// the kernel) when `ok`; zeros otherwise.
+fn load_pair(b: &mut KernelBuilder, out: Option<Half>, (p, at): (Reg<U64>, i64), ok: Reg<Pred>) -> Loaded {
     match out {
         None => {
             let v = [b.mov(0.0f32), b.mov(0.0f32)];
-            b.guarded(ok, false, |b| b.ld_global_v_into::<F32, 2>(v, p, at));
-            v
+            b.guarded(ok, false, |b| b.ld_global_nc_v_into::<F32, 2>(v, p, at));
+            Loaded::F32(v)
         }
         Some(h) => {
             let w = b.mov(0u32);
-            b.guarded(ok, false, |b| b.ld_global_v_into::<U32, 1>([w], p, at));
-            b.half_pair_to_f32(w, h)
+            b.guarded(ok, false, |b| b.ld_global_nc_v_into::<U32, 1>([w], p, at));
+            Loaded::Half(w, h)
         }
     }
 }
