@@ -505,10 +505,24 @@ fn llama3_rotary_scaling_matches_the_reference() {
     }
 }
 
+/// A metadata value of a test GGUF file.
+#[derive(Clone, Copy, Debug)]
+enum Meta<'a> {
+    U32(u32),
+    F32(f32),
+    Str(&'a str),
+}
+
 /// A GGUF file of a small llama model, written the way llama.cpp's converter
 /// lays one out (version 3, 32-byte alignment, ne0 first), with the given
-/// ggml type per tensor.
-fn gguf_file(weights: &HostWeights, types: &dyn Fn(&str) -> DType, extra: Option<(&str, &[f32])>) -> Vec<u8> {
+/// ggml type per tensor, an `extra` one-dimensional tensor and `meta` keys
+/// after the model's own.
+fn gguf_file(
+    weights: &HostWeights,
+    types: &dyn Fn(&str) -> DType,
+    extra: Option<(&str, &[f32])>,
+    meta: &[(&str, Meta)],
+) -> Vec<u8> {
     use compute_core::HostVec;
     let c = weights.cfg;
     let mut tensors: Vec<(String, Vec<u64>, &[f32])> = vec![
@@ -550,26 +564,34 @@ fn gguf_file(weights: &HostWeights, types: &dyn Fn(&str) -> DType, extra: Option
     let mut out = b"GGUF".to_vec();
     out.extend(3u32.to_le_bytes());
     out.extend((tensors.len() as u64).to_le_bytes());
-    let kv_u32 = [
-        ("llama.embedding_length", c.hidden),
-        ("llama.block_count", c.layers),
-        ("llama.attention.head_count", c.heads),
-        ("llama.attention.head_count_kv", c.kv_heads),
-        ("llama.feed_forward_length", c.intermediate),
+    let mut kv = vec![
+        ("general.architecture", Meta::Str("llama")),
+        ("llama.embedding_length", Meta::U32(c.hidden as u32)),
+        ("llama.block_count", Meta::U32(c.layers as u32)),
+        ("llama.attention.head_count", Meta::U32(c.heads as u32)),
+        ("llama.attention.head_count_kv", Meta::U32(c.kv_heads as u32)),
+        ("llama.feed_forward_length", Meta::U32(c.intermediate as u32)),
+        ("llama.rope.freq_base", Meta::F32(c.rope_theta)),
+        ("llama.attention.layer_norm_rms_epsilon", Meta::F32(c.rms_eps)),
     ];
-    out.extend((kv_u32.len() as u64 + 3).to_le_bytes());
-    string(&mut out, "general.architecture");
-    out.extend(8u32.to_le_bytes());
-    string(&mut out, "llama");
-    for (k, v) in kv_u32 {
+    kv.extend_from_slice(meta);
+    out.extend((kv.len() as u64).to_le_bytes());
+    for (k, v) in kv {
         string(&mut out, k);
-        out.extend(4u32.to_le_bytes());
-        out.extend((v as u32).to_le_bytes());
-    }
-    for (k, v) in [("llama.rope.freq_base", c.rope_theta), ("llama.attention.layer_norm_rms_epsilon", c.rms_eps)] {
-        string(&mut out, k);
-        out.extend(6u32.to_le_bytes());
-        out.extend(v.to_le_bytes());
+        match v {
+            Meta::U32(x) => {
+                out.extend(4u32.to_le_bytes());
+                out.extend(x.to_le_bytes());
+            }
+            Meta::F32(x) => {
+                out.extend(6u32.to_le_bytes());
+                out.extend(x.to_le_bytes());
+            }
+            Meta::Str(x) => {
+                out.extend(8u32.to_le_bytes());
+                string(&mut out, x);
+            }
+        }
     }
     let mut data = Vec::new();
     for (name, dims, values) in &tensors {
@@ -615,7 +637,7 @@ fn a_gguf_model_with_mixed_block_types_matches_the_reference() {
             DType::Q4K
         }
     };
-    let bytes = gguf_file(&weights, &types, None);
+    let bytes = gguf_file(&weights, &types, None, &[]);
     let gguf = Gguf::parse(&bytes).unwrap();
     let mut model = Llama::from_gguf(Arc::new(SimdBackend::new()), &gguf, DType::F32, 64).unwrap();
     // The same file on disk, memory-mapped, gives the same model.
@@ -662,13 +684,175 @@ fn a_gguf_model_with_mixed_block_types_matches_the_reference() {
     unnamed[at] = b'L';
     let err = Llama::from_gguf(Arc::new(SimdBackend::new()), &Gguf::parse(&unnamed).unwrap(), DType::F32, 64).err();
     assert!(matches!(&err, Some(LoadError::Metadata { key }) if key == "llama.feed_forward_length"), "{err:?}");
-    // llama.cpp's form of Llama 3's rotary scaling, per-pair frequency
-    // factors, is refused rather than ignored.
-    let factors = vec![1.0f32; cfg.head_dim() / 2];
-    let f32_factors = |name: &str| if name == "rope_freqs.weight" { DType::F32 } else { types(name) };
-    let scaled = gguf_file(&weights, &f32_factors, Some(("rope_freqs.weight", &factors)));
-    let err = Llama::from_gguf(Arc::new(SimdBackend::new()), &Gguf::parse(&scaled).unwrap(), DType::F32, 64).err();
-    assert!(matches!(&err, Some(LoadError::UnsupportedTensor { name, .. }) if name == "rope_freqs.weight"), "{err:?}");
+}
+
+/// Llama 3's per-pair frequency factors as llama.cpp's converter computes
+/// them for `rope_freqs.weight`: by wavelength, in `f32` (as its torch
+/// code does), written apart from the library's formula.
+fn llama_cpp_rope_freqs(head_dim: usize, theta: f32, s: compute_core::RopeScaling) -> Vec<f32> {
+    let context = s.original_max_position as f32;
+    let (low_wavelen, high_wavelen) = (context / s.low_freq_factor, context / s.high_freq_factor);
+    (0..head_dim / 2)
+        .map(|i| {
+            let freq = 1.0 / theta.powf((2 * i) as f32 / head_dim as f32);
+            let wavelen = std::f32::consts::TAU / freq;
+            if wavelen < high_wavelen {
+                1.0
+            } else if wavelen > low_wavelen {
+                s.factor
+            } else {
+                let smooth = (context / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+                1.0 / ((1.0 - smooth) / s.factor + smooth)
+            }
+        })
+        .collect()
+}
+
+/// Largest relative difference between `factors` and those `scaling` gives
+/// (each pair's unscaled frequency over its scaled one, in `f64`).
+fn factor_error(factors: &[f32], head_dim: usize, theta: f32, scaling: Option<compute_core::RopeScaling>) -> f64 {
+    let mut worst = 0.0f64;
+    for (i, &want) in factors.iter().enumerate() {
+        let f = f64::from(theta).powf(-((2 * i) as f64) / head_dim as f64);
+        let got = scaling.map_or(1.0, |s| f / s.apply_f64(f));
+        worst = worst.max((got - f64::from(want)).abs() / f64::from(want));
+    }
+    worst
+}
+
+/// GGUF files of Llama 3.1/3.2 models carry the rotary scaling as
+/// `rope_freqs.weight`: the loader recovers a `RopeScaling` that gives the
+/// file's factors back, and the model then computes what the same weights
+/// with that scaling stated explicitly compute, and what the reference
+/// does; factors that are all 1 mean no scaling.
+#[test]
+fn llama3_gguf_files_load_their_rotary_scaling() {
+    use compute_core::RopeScaling;
+    use compute_core::gguf::Gguf;
+    let cpu: Arc<dyn Backend> = Arc::new(SimdBackend::new());
+    let f32_types = |_: &str| DType::F32;
+    // Llama 3.1 (head size 128, factor 8) and 3.2 (64, factor 32): the factors
+    // llama.cpp writes load without any scaling key, to the same frequencies.
+    for (heads, kv_heads, factor) in [(2, 2, 8.0), (4, 2, 32.0), (4, 2, 8.0)] {
+        let cfg = LlamaConfig { hidden: 256, heads, kv_heads, rope_theta: 500_000.0, ..LlamaConfig::tiny() };
+        let d = cfg.head_dim();
+        let factors = llama_cpp_rope_freqs(d, cfg.rope_theta, RopeScaling::llama3(factor));
+        let bytes = gguf_file(&HostWeights::random(cfg, 3), &f32_types, Some(("rope_freqs.weight", &factors)), &[]);
+        let got = LlamaConfig::from_gguf(&Gguf::parse(&bytes).unwrap(), 64).unwrap().rope_scaling.unwrap();
+        let e = factor_error(&factors, d, cfg.rope_theta, Some(got));
+        eprintln!("head size {d}, factor {factor}: {got:?}, factors within {e:.2e}");
+        assert!(e <= 1e-5, "{got:?} gives the factors back within only {e:.2e}");
+        assert_eq!((got.factor, got.original_max_position), (factor, 8192));
+        assert!((got.low_freq_factor - 1.0).abs() < 1e-3 && (got.high_freq_factor - 4.0).abs() < 1e-3, "{got:?}");
+    }
+    // A context of 256 tokens, so that the tiny model's positions feel the
+    // scaling: stated as llama.cpp states it (only the original context),
+    // or with the type and factor too.
+    let scaling = RopeScaling { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position: 256 };
+    let cfg = LlamaConfig {
+        hidden: 256,
+        rope_theta: 500_000.0,
+        rope_layout: RopeLayout::Interleaved,
+        rope_scaling: Some(scaling),
+        ..LlamaConfig::tiny()
+    };
+    let d = cfg.head_dim();
+    let weights = HostWeights::random(cfg, 7);
+    let factors = llama_cpp_rope_freqs(d, cfg.rope_theta, scaling);
+    let prompt: Vec<u32> = (0..40).map(|i| (i * 7 + 3) % 97).collect();
+    let want = reference_logits(&weights, &prompt);
+    let mut explicit = Llama::load(cpu.clone(), &weights, WeightFormat::dense(DType::F32)).unwrap();
+    let explicit = explicit.logits(&prompt).unwrap();
+    let context = ("llama.rope.scaling.original_context_length", Meta::U32(256));
+    let stated =
+        [("llama.rope.scaling.type", Meta::Str("llama3")), ("llama.rope.scaling.factor", Meta::F32(8.0)), context];
+    for meta in [&[context][..], &stated] {
+        let bytes = gguf_file(&weights, &f32_types, Some(("rope_freqs.weight", &factors)), meta);
+        let mut model = Llama::from_gguf(cpu.clone(), &Gguf::parse(&bytes).unwrap(), DType::F32, 64).unwrap();
+        let got = model.config().rope_scaling.unwrap();
+        assert_eq!((got.factor, got.original_max_position), (8.0, 256), "{got:?}");
+        assert!(factor_error(&factors, d, cfg.rope_theta, Some(got)) <= 1e-5, "{got:?}");
+        let logits = model.logits(&prompt).unwrap();
+        let (e, apart) = (error(&logits, &want), relative(&logits, &explicit));
+        eprintln!(
+            "{} metadata keys: {got:?}, logits within {e:.2e} of the reference, {apart:.2e} of explicit",
+            meta.len()
+        );
+        assert!(e <= 1e-5 && apart <= 1e-5, "{e:.2e} of the reference, {apart:.2e} of the explicit scaling");
+    }
+    // The scaling matters at these positions: unscaled, the logits move.
+    let plain = HostWeights { cfg: LlamaConfig { rope_scaling: None, ..cfg }, ..weights.clone() };
+    let unscaled = reference_logits(&plain, &prompt);
+    assert!(
+        error(&explicit, &unscaled) > 1e-3,
+        "the scaling moves the logits by only {:.2e}",
+        error(&explicit, &unscaled)
+    );
+    // Factors that are all 1 are plain frequencies.
+    let ones = vec![1.0f32; d / 2];
+    let bytes = gguf_file(&weights, &f32_types, Some(("rope_freqs.weight", &ones)), &[]);
+    let mut model = Llama::from_gguf(cpu.clone(), &Gguf::parse(&bytes).unwrap(), DType::F32, 64).unwrap();
+    assert_eq!(model.config().rope_scaling, None);
+    let e = error(&model.logits(&prompt).unwrap(), &unscaled);
+    assert!(e <= 1e-5, "all-1 factors: {e:.2e} from the unscaled reference");
+}
+
+/// What a GGUF file's rotary scaling cannot be: factors that are not Llama
+/// 3's (arbitrary ones, Llama 3's for another θ, or a stated factor the
+/// tensor contradicts) are refused as `UnsupportedTensor`, a tensor of the
+/// wrong length as `TensorShape`, and scalings the model does not compute
+/// (linear, YaRN) as `UnsupportedMetadata`, never run with other
+/// frequencies.
+#[test]
+fn gguf_rotary_scalings_the_model_does_not_compute_are_refused() {
+    use compute_core::RopeScaling;
+    use compute_core::gguf::Gguf;
+    let cfg = LlamaConfig { hidden: 256, rope_theta: 500_000.0, ..LlamaConfig::tiny() };
+    let weights = HostWeights::random(cfg, 3);
+    let d = cfg.head_dim();
+    let load = |factors: Option<&[f32]>, meta: &[(&str, Meta)]| {
+        let bytes = gguf_file(&weights, &|_: &str| DType::F32, factors.map(|f| ("rope_freqs.weight", f)), meta);
+        LlamaConfig::from_gguf(&Gguf::parse(&bytes).unwrap(), 64)
+    };
+    let arbitrary: Vec<f32> = (0..d / 2).map(|i| 1.0 + (i % 3) as f32).collect();
+    let other_theta = llama_cpp_rope_freqs(d, 10_000.0, RopeScaling::llama3(8.0));
+    let llama3 = llama_cpp_rope_freqs(d, cfg.rope_theta, RopeScaling::llama3(8.0));
+    let below_one: Vec<f32> = llama3.iter().map(|x| 1.0 / x).collect();
+    let sixteen = [("llama.rope.scaling.type", Meta::Str("llama3")), ("llama.rope.scaling.factor", Meta::F32(16.0))];
+    for (what, factors, meta) in [
+        ("arbitrary", &arbitrary, &[][..]),
+        ("another θ", &other_theta, &[]),
+        ("below 1", &below_one, &[]),
+        ("factor 16 stated", &llama3, &sixteen),
+    ] {
+        let err = load(Some(factors), meta);
+        eprintln!("{what}: {err:?}");
+        assert!(
+            matches!(&err, Err(LoadError::UnsupportedTensor { name, .. }) if name == "rope_freqs.weight"),
+            "{what}: {err:?}"
+        );
+    }
+    let err = load(Some(&llama3[1..]), &[]);
+    assert!(matches!(&err, Err(LoadError::TensorShape { name, .. }) if name == "rope_freqs.weight"), "{err:?}");
+    for (meta, named) in [
+        (&[("llama.rope.scaling.factor", Meta::F32(4.0))][..], "llama.rope.scaling.factor"),
+        (
+            &[("llama.rope.scaling.type", Meta::Str("yarn")), ("llama.rope.scaling.factor", Meta::F32(4.0))],
+            "llama.rope.scaling.type",
+        ),
+        (&sixteen[..1], "llama.rope.scaling.factor"),
+        (&sixteen, "llama.rope.scaling.type"),
+    ] {
+        let err = load(None, meta);
+        assert!(matches!(&err, Err(LoadError::UnsupportedMetadata { key, .. }) if key == named), "{meta:?}: {err:?}");
+    }
+    // Scaling keys that change nothing load as plain frequencies.
+    for meta in [
+        &[("llama.rope.scaling.type", Meta::Str("none")), ("llama.rope.scaling.factor", Meta::F32(4.0))][..],
+        &[("llama.rope.scaling.type", Meta::Str("linear")), ("llama.rope.scaling.factor", Meta::F32(1.0))],
+    ] {
+        assert_eq!(load(None, meta).unwrap().rope_scaling, None, "{meta:?}");
+    }
 }
 
 /// `weights` as a transformers checkpoint: `config.json` text and the

@@ -54,14 +54,22 @@ pub enum LoadError {
         dtype: String,
     },
     /// A GGUF file holds a tensor that changes what the model computes in a
-    /// way the model code does not follow (`rope_freqs.weight`: per-pair
-    /// rotary frequency factors, how llama.cpp's files carry Llama 3's
-    /// scaling).
+    /// way the model code does not follow (`rope_freqs.weight`, per-pair
+    /// rotary frequency factors, that are not Llama 3's scaling).
     #[error("GGUF tensor `{name}` is not supported: {why}")]
     UnsupportedTensor {
         /// The tensor's name.
         name: String,
         /// What it would change.
+        why: String,
+    },
+    /// A GGUF metadata value states something the model code does not
+    /// compute (a rotary scaling other than Llama 3's).
+    #[error("GGUF metadata `{key}` is not supported: {why}")]
+    UnsupportedMetadata {
+        /// The key.
+        key: String,
+        /// What is wrong with it.
         why: String,
     },
     /// A `.safetensors` file is malformed.

@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use compute_core::gguf::{Gguf, GgufError, GgufHeader};
+use compute_core::gguf::{Gguf, GgufError};
 use compute_core::{Backend, ComputeError, DType, HostVec, RopeLayout};
 
-use super::{Llama, LlamaConfig, LoadError, WeightFormat};
+use super::{Llama, LlamaConfig, LoadError, WeightFormat, rope_freqs};
 
 impl LlamaConfig {
     /// The configuration a GGUF file of architecture `llama` states
@@ -15,16 +15,20 @@ impl LlamaConfig {
     /// `llama.rope.freq_base`, `llama.attention.layer_norm_rms_epsilon`; the
     /// vocabulary from `token_embd.weight`), interleaved rotary pairs (ggml's
     /// convention, which llama.cpp's converter permutes the weights for), and
-    /// a KV cache of `max_seq` tokens.
-    pub fn from_gguf(header: &GgufHeader, max_seq: usize) -> Result<LlamaConfig, LoadError> {
+    /// a KV cache of `max_seq` tokens. Llama 3's rotary scaling is recovered
+    /// from the per-pair frequency factors of `rope_freqs.weight` (how
+    /// llama.cpp's converter writes it) and kept only if it gives them back
+    /// within a relative `1e-5`; factors that are not Llama 3's, and rotary
+    /// scalings stated in `llama.rope.scaling.*` that the model does not
+    /// compute (linear, YaRN), are typed errors. Costs a read of the
+    /// metadata and of `head_dim / 2` factors.
+    pub fn from_gguf(gguf: &Gguf<'_>, max_seq: usize) -> Result<LlamaConfig, LoadError> {
+        let header = gguf.header();
         let arch = header.get_str("general.architecture").unwrap_or("llama").to_string();
         let num = |key: &str| -> Result<usize, LoadError> {
             let key = format!("{arch}.{key}");
-            let v = header.get(&key);
-            let n = v.and_then(|v| {
-                v.as_u32().map(u64::from).or(v.as_u64()).or(v.as_i32().and_then(|x| u64::try_from(x).ok()))
-            });
-            n.map(|n| n as usize).ok_or(LoadError::Metadata { key })
+            let n = header.get_uint(&key).and_then(|n| usize::try_from(n).ok());
+            n.ok_or(LoadError::Metadata { key })
         };
         let hidden = num("embedding_length")?;
         let heads = num("attention.head_count")?;
@@ -32,6 +36,8 @@ impl LlamaConfig {
             .tensor("token_embd.weight")
             .and_then(|t| t.dims().get(1).copied())
             .ok_or_else(|| GgufError::NoSuchTensor { name: "token_embd.weight".into() })? as usize;
+        let rope_theta = header.get_f32(&format!("{arch}.rope.freq_base")).unwrap_or(10_000.0);
+        let head_dim = hidden / heads.max(1);
         Ok(LlamaConfig {
             hidden,
             layers: num("block_count")?,
@@ -39,9 +45,9 @@ impl LlamaConfig {
             kv_heads: num("attention.head_count_kv").unwrap_or(heads),
             intermediate: num("feed_forward_length")?,
             vocab,
-            rope_theta: header.get_f32(&format!("{arch}.rope.freq_base")).unwrap_or(10_000.0),
+            rope_theta,
             rope_layout: RopeLayout::Interleaved,
-            rope_scaling: None,
+            rope_scaling: rope_freqs::rope_scaling(gguf, &arch, head_dim, rope_theta)?,
             rms_eps: header.get_f32(&format!("{arch}.attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
             max_seq,
         })
@@ -55,23 +61,16 @@ impl Llama {
     /// quantizes them); linear layers keep their block dtype (`Q4_K`, `Q5_K`,
     /// `Q6_K`, `Q8_0`; files mix them), or are converted to `dtype` when
     /// stored as floats. An absent `output.weight` means tied embeddings: the
-    /// LM head is the embedding table. Every tensor's dims are checked against
-    /// the metadata before anything is uploaded.
+    /// LM head is the embedding table. The configuration, Llama 3's rotary
+    /// scaling included, is [`LlamaConfig::from_gguf`]'s. Every tensor's dims
+    /// are checked against the metadata before anything is uploaded.
     pub fn from_gguf(
         backend: Arc<dyn Backend>,
         gguf: &Gguf<'_>,
         dtype: DType,
         max_seq: usize,
     ) -> Result<Llama, LoadError> {
-        let cfg = LlamaConfig::from_gguf(gguf.header(), max_seq)?;
-        if gguf.tensor("rope_freqs.weight").is_some() {
-            return Err(LoadError::UnsupportedTensor {
-                name: "rope_freqs.weight".into(),
-                why: "per-pair rotary frequency factors (Llama 3 scaling); load the transformers checkpoint, whose \
-                      config.json states the scaling"
-                    .into(),
-            });
-        }
+        let cfg = LlamaConfig::from_gguf(gguf, max_seq)?;
         let d = cfg.head_dim() as u64;
         let (h, kv, ff) = (cfg.hidden as u64, cfg.kv_heads as u64 * d, cfg.intermediate as u64);
         let (q, vocab) = (cfg.heads as u64 * d, cfg.vocab as u64);

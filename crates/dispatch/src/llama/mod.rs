@@ -54,6 +54,7 @@ mod hf;
 mod mapped;
 mod prefill;
 mod reference;
+mod rope_freqs;
 mod sequences;
 mod weights;
 
