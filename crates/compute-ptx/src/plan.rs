@@ -529,7 +529,7 @@ pub fn run_matmul(
             GemmTier::GemvMma(t, s) => Some(GemvForce::Mma(t, s)),
             _ => None,
         };
-        return Exec { l }.gemv(spec, (a, b, c), batch_strides, force, "matmul");
+        return Exec { l }.gemv(spec, (a, b, c), batch_strides, force, EpilogueInputs::NONE, "matmul");
     }
     let tc = match tier {
         GemmTier::Mma(cfg) => Some(GemmTc::Mma(cfg)),
@@ -561,7 +561,7 @@ pub fn run_matmul(
             let why = "the tensor-core tiers need contiguous batches, each operand's contiguous dimension a multiple of 8 and n even";
             return Err(ComputeError::shape("matmul", why, op.shapes()));
         }
-        return Exec { l }.matmul_tc(tc, spec, (a, b, c), EpilogueInputs { bias: 0, c0: 0 }, "matmul");
+        return Exec { l }.matmul_tc(tc, spec, (a, b, c), EpilogueInputs::NONE, "matmul");
     }
     if spec.dtype != DType::F32 || spec.out_dtype != DType::F32 {
         let dtype = if spec.dtype != DType::F32 { spec.dtype } else { spec.out_dtype };
@@ -627,6 +627,9 @@ fn epilogue_inputs(s: &MatmulSpec, ins: &[u64]) -> EpilogueInputs {
 }
 
 impl EpilogueInputs {
+    /// No epilogue inputs (the plain product).
+    const NONE: EpilogueInputs = EpilogueInputs { bias: 0, c0: 0 };
+
     /// The kernel arguments of the epilogue `e` (none for the plain product):
     /// `alpha`, `beta`, the bias, and `C₀` moved on by `c0_bytes`.
     fn args(&self, e: &Epilogue, c0_bytes: u64) -> Vec<Arg> {
@@ -715,7 +718,7 @@ impl Exec<'_> {
             }
             // Few rows, any dtypes: one pass over B.
             Op::Matmul(spec) if gemv_chosen(&spec, self.l.has_wgmma()) => {
-                self.gemv(&spec, (input(0)?, input(1)?, out), None, None, op.name())
+                self.gemv(&spec, (input(0)?, input(1)?, out), None, None, epilogue_inputs(&spec, ins), op.name())
             }
             // f32 with TF32 opted in, `A·Bᵀ`: a `wgmma` kernel reads it as TF32
             // (the TMA one where the operands are aligned for it).
@@ -1099,12 +1102,16 @@ impl Exec<'_> {
     /// and is rounded into `out`. Extra traffic: one read and a 4-byte write
     /// per half input value, one write and read per output value.
     /// Whether the kernel the plans pick for `s` applies the epilogue in its
-    /// stores: the tensor-core tiers (`mma.sync`, `wgmma`, TMA), the arms of
-    /// [`Exec::run`] that call [`Exec::matmul_tc`].
+    /// stores: the tensor-core tiers (`mma.sync`, `wgmma`, TMA; the arms of
+    /// [`Exec::run`] that call [`Exec::matmul_tc`]) and the GEMV kernels of
+    /// `B` stored `n × k`.
     fn fuses_epilogue(&self, s: &MatmulSpec) -> bool {
         let wgmma = self.l.has_wgmma();
+        if gemv_chosen(s, wgmma) {
+            return s.trans_b;
+        }
         let all_f32 = s.dtype == DType::F32 && s.out_dtype == DType::F32;
-        !gemv_chosen(s, wgmma) && ((wgmma && tf32_fits(s)) || (!all_f32 && mma_fits(s)))
+        (wgmma && tf32_fits(s)) || (!all_f32 && mma_fits(s))
     }
 
     /// `s` as the plain product into an `f32` temporary, then
@@ -1255,12 +1262,14 @@ impl Exec<'_> {
                     self.launch(KernelId::GemmSimt(cfg, s.trans_a, s.trans_b), grid, &args)?;
                 }
                 // The GEMV plan runs every batch itself.
-                GemmTier::Gemv => return self.gemv(s, (a, b, c), batch_strides, None, op),
+                GemmTier::Gemv => return self.gemv(s, (a, b, c), batch_strides, None, EpilogueInputs::NONE, op),
                 GemmTier::GemvSplit(split) => {
-                    return self.gemv(s, (a, b, c), batch_strides, Some(GemvForce::Split(split)), op);
+                    let force = Some(GemvForce::Split(split));
+                    return self.gemv(s, (a, b, c), batch_strides, force, EpilogueInputs::NONE, op);
                 }
                 GemmTier::GemvMma(tiles, split) => {
-                    return self.gemv(s, (a, b, c), batch_strides, Some(GemvForce::Mma(tiles, split)), op);
+                    let force = Some(GemvForce::Mma(tiles, split));
+                    return self.gemv(s, (a, b, c), batch_strides, force, EpilogueInputs::NONE, op);
                 }
                 GemmTier::Mma(_) | GemmTier::Wgmma(_) | GemmTier::Tma(_) => {
                     let why = "the tensor-core tiers take f16 or bf16 inputs";
@@ -1319,12 +1328,14 @@ impl Exec<'_> {
     /// product that [`gemv_fits`] declines, a forced split not in
     /// [`gemv::NT_SPLITS`], or a forced tensor-core shape the product does
     /// not suit, is a `Shape` error. Empty products launch nothing.
+    #[allow(clippy::too_many_arguments)]
     fn gemv(
         &self,
         s: &MatmulSpec,
         (a, b, c): (u64, u64, u64),
         batch_strides: Option<(usize, usize, usize)>,
         force: Option<GemvForce>,
+        epi: EpilogueInputs,
         op: &'static str,
     ) -> Result<()> {
         if !gemv_fits(s) {
@@ -1352,6 +1363,8 @@ impl Exec<'_> {
         }
         let (m, n, k) = (u32_of(op, "m", s.m)?, u32_of(op, "n", s.n)?, u32_of(op, "k", s.k)?);
         let mn = u32_of(op, "m * n", s.m * s.n)?;
+        // Only B stored n x k applies an epilogue in its stores (the caller checked).
+        let kind = if s.trans_b { EpilogueKind::of(&s.epilogue) } else { None };
         let (sa, sb, sc) = batch_strides.unwrap_or((s.m * s.k, s.k * s.n, s.m * s.n));
         let (ea, ec) = (s.dtype.size_in_bytes() as u64, s.out_dtype.size_in_bytes() as u64);
         let rows = gemv::rows_for(s.m);
@@ -1407,7 +1420,7 @@ impl Exec<'_> {
                     limit(op, "GEMV column blocks", gx, MAX_GRID_X)?;
                     let grid =
                         Grid { blocks: (gx as u32, 1, zc as u32), threads: (gemv::NT_BLOCK, 1, 1), dynamic_smem: 0 };
-                    let args = [
+                    let mut args = vec![
                         Arg::Ptr(ao),
                         Arg::Ptr(bo),
                         Arg::Ptr(co),
@@ -1419,7 +1432,8 @@ impl Exec<'_> {
                         Arg::U64(sb as u64),
                         Arg::U64(sc as u64),
                     ];
-                    self.launch(KernelId::GemvNtMma(tiles, s.dtype, s.out_dtype), grid, &args)?;
+                    args.extend(epi.args(&s.epilogue, ec * z * sc as u64));
+                    self.launch(KernelId::GemvNtMma(tiles, s.dtype, s.out_dtype, kind), grid, &args)?;
                     z0 += zc;
                     continue;
                 }
@@ -1427,7 +1441,7 @@ impl Exec<'_> {
                 let gx = s.n.div_ceil(gemv::nt_block_cols(rows, split) as usize);
                 limit(op, "GEMV column blocks", gx, MAX_GRID_X)?;
                 let grid = Grid { blocks: (gx as u32, 1, zc as u32), threads: (gemv::NT_BLOCK, 1, 1), dynamic_smem: 0 };
-                let args = [
+                let mut args = vec![
                     Arg::Ptr(ao),
                     Arg::Ptr(bo),
                     Arg::Ptr(co),
@@ -1440,7 +1454,8 @@ impl Exec<'_> {
                     Arg::U64(sb as u64),
                     Arg::U64(sc as u64),
                 ];
-                self.launch(KernelId::GemvNt(rows, s.dtype, s.out_dtype), grid, &args)?;
+                args.extend(epi.args(&s.epilogue, ec * z * sc as u64));
+                self.launch(KernelId::GemvNt(rows, s.dtype, s.out_dtype, kind), grid, &args)?;
             } else {
                 let (dest, sp) = if direct { (co, sc) } else { (part, per_batch) };
                 let vec = s.n.is_multiple_of(v)

@@ -2,11 +2,13 @@
 //! applied to each `f32` product value `p` before it is rounded and stored.
 //!
 //! The tensor-core GEMMs ([`super::gemm_mma`], [`super::gemm_wgmma`],
-//! [`super::gemm_tma`]) apply it in their stores ([`EpilogueRegs::pair`]):
-//! the accumulators never leave registers, `C₀` and the bias are read beside
-//! the store, and the cost is that of reading them. The other tiers (SIMT,
-//! GEMV, products widened to `f32`) write the plain product to an `f32`
-//! temporary and run [`standalone`] over it: one more pass over `C`.
+//! [`super::gemm_tma`]) and the GEMV kernels of `B` stored `n × k`
+//! ([`super::gemv`]) apply it in their stores (`EpilogueRegs::pair`,
+//! `EpilogueRegs::element`): the results never leave registers, `C₀` and the
+//! bias are read beside the store, and the cost is that of reading them. The
+//! other tiers (SIMT, the GEMV of `B` stored `k × n`, products widened to
+//! `f32`) write the plain product to an `f32` temporary and run
+//! [`standalone`] over it: one more pass over `C`.
 //!
 //! What changes the code ([`EpilogueKind`]: bias or not, `C₀` or not, the
 //! activation) is part of the kernel's identity and name; `alpha` and `beta`
@@ -176,6 +178,30 @@ impl EpilogueRegs {
         (lo, hi)
     }
 
+    /// The value to store for one product `v` of column `col` whose place in
+    /// `C` (and `C₀`, of the same layout) is byte `coff` of this batch's
+    /// matrix, `C₀` and the bias of dtype `out`: both read unconditionally
+    /// (the caller branches around elements outside `C`).
+    pub(crate) fn element(
+        &self,
+        b: &mut KernelBuilder,
+        out: DType,
+        (coff, col): (Reg<U64>, Reg<U32>),
+        v: Reg<F32>,
+    ) -> Reg<F32> {
+        let c = self.kind.c.then(|| {
+            let a = b.add(self.c0, coff);
+            elem::load(b, out, a, 0, 1)[0]
+        });
+        let bias = self.kind.bias.then(|| {
+            let col = b.cvt::<U64, U32>(col);
+            let off = b.shl(col, elem::shift(out));
+            let a = b.add(self.bias, off);
+            elem::load(b, out, a, 0, 1)[0]
+        });
+        self.value(b, v, c, bias)
+    }
+
     /// `act(alpha·p + beta·c + bias)`, in the order of [`Epilogue::apply_f32`].
     fn value(&self, b: &mut KernelBuilder, p: Reg<F32>, c: Option<Reg<F32>>, bias: Option<Reg<F32>>) -> Reg<F32> {
         let mut v = b.mul(self.alpha, p);
@@ -271,18 +297,8 @@ pub fn standalone(kind: EpilogueKind, output: DType, target: Target) -> Result<K
         let pa = b.add(p, poff);
         let v = elem::load(b, DType::F32, pa, 0, 1)[0];
         let off = b.shl(g64, shift);
-        let cv = kind.c.then(|| {
-            let a = b.add(regs.c0, off);
-            elem::load(b, output, a, 0, 1)[0]
-        });
-        let bv = kind.bias.then(|| {
-            let col = b.rem(g, n);
-            let col = b.cvt::<U64, U32>(col);
-            let coff = b.shl(col, shift);
-            let a = b.add(regs.bias, coff);
-            elem::load(b, output, a, 0, 1)[0]
-        });
-        let y = regs.value(b, v, cv, bv);
+        let col = b.rem(g, n);
+        let y = regs.element(b, output, (off, col), v);
         let ca = b.add(c, off);
         elem::store(b, output, ca, 0, &[y]);
     });

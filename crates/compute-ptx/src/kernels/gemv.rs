@@ -60,6 +60,7 @@
 //! the split: results are deterministic (no atomics).
 
 use super::elem;
+use super::gemm_epilogue::{self, EpilogueKind};
 use super::unroll::{maybe_guarded, strided_rounds};
 use crate::builder::{B32, BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Pred, Reg, Target, U32, U64};
 use compute_core::DType;
@@ -254,8 +255,14 @@ fn batch_ptr(b: &mut KernelBuilder, base: Reg<U64>, z: Reg<U64>, stride: Reg<U64
 /// `split` (u32, one of [`NT_SPLITS`]: warps per group of columns), `sa`,
 /// `sb`, `sc` (u64, elements between batch matrices). Launch: [`NT_BLOCK`]
 /// threads, `(ceil(n / nt_block_cols(rows, split)), 1, batch)` blocks.
-pub fn nt(rows: u32, input: DType, output: DType, target: Target) -> Result<Kernel, BuildError> {
-    let name = nt_name(rows, input, output);
+pub fn nt(
+    rows: u32,
+    input: DType,
+    output: DType,
+    epilogue: Option<EpilogueKind>,
+    target: Target,
+) -> Result<Kernel, BuildError> {
+    let name = nt_name(rows, input, output) + &EpilogueKind::suffix(epilogue);
     check_rows(&name, rows, MAX_ROWS)?;
     let v = vector_width(input);
     let cw = nt_warp_cols(rows);
@@ -281,6 +288,8 @@ pub fn nt(rows: u32, input: DType, output: DType, target: Target) -> Result<Kern
     let sa = b.param::<U64>("sa");
     let sb = b.param::<U64>("sb");
     let sc = b.param::<U64>("sc");
+    gemm_epilogue::doc(&mut b, epilogue);
+    let epi = gemm_epilogue::params(&mut b, epilogue);
     let scratch = b.shared("sums", NT_WARPS * 32 * 4, 16);
 
     let tid = b.tid(Dim::X);
@@ -298,6 +307,10 @@ pub fn nt(rows: u32, input: DType, output: DType, target: Target) -> Result<Kern
     let az = batch_ptr(&mut b, a, z, sa, input);
     let bz = batch_ptr(&mut b, bp, z, sb, input);
     let cz = batch_ptr(&mut b, c, z, sc, output);
+    let epi = epi.map(|e| {
+        let zc = b.sub(cz, c);
+        e.at_batch(&mut b, zc)
+    });
     // Columns past n read column n - 1 (in bounds) and are not stored, so
     // every warp reaches the barrier below.
     let nm1 = b.sub(n, 1u32);
@@ -398,6 +411,10 @@ pub fn nt(rows: u32, input: DType, output: DType, target: Target) -> Result<Kern
     let ci = b.mad(r, n, j);
     let coff = b.mul_wide(ci, elem::size(output));
     let ca = b.add(cz, coff);
+    let val = match epi {
+        Some(e) => e.element(&mut b, output, (coff, j), val),
+        None => val,
+    };
     elem::store(&mut b, output, ca, 0, &[val]);
     b.place(done);
     b.ret();
@@ -465,8 +482,14 @@ impl NtStep<'_> {
 /// [`NT_SPLITS`]), `sa`, `sb`, `sc` (u64, elements between batch matrices).
 /// Launch: [`NT_BLOCK`] threads, `(ceil(n / mma_block_cols(tiles, split)),
 /// 1, batch)` blocks.
-pub fn nt_mma(tiles: u32, input: DType, output: DType, target: Target) -> Result<Kernel, BuildError> {
-    let name = mma_name(tiles, input, output);
+pub fn nt_mma(
+    tiles: u32,
+    input: DType,
+    output: DType,
+    epilogue: Option<EpilogueKind>,
+    target: Target,
+) -> Result<Kernel, BuildError> {
+    let name = mma_name(tiles, input, output) + &EpilogueKind::suffix(epilogue);
     let Some(half) = elem::half(input) else {
         return Err(BuildError {
             kernel: name,
@@ -500,6 +523,8 @@ pub fn nt_mma(tiles: u32, input: DType, output: DType, target: Target) -> Result
     let sa = b.param::<U64>("sa");
     let sb = b.param::<U64>("sb");
     let sc = b.param::<U64>("sc");
+    gemm_epilogue::doc(&mut b, epilogue);
+    let epi = gemm_epilogue::params(&mut b, epilogue);
     let scratch = b.shared("sums", NT_WARPS * 32 * per_lane * 4, 16);
 
     let tid = b.tid(Dim::X);
@@ -519,6 +544,10 @@ pub fn nt_mma(tiles: u32, input: DType, output: DType, target: Target) -> Result
     let az = batch_ptr(&mut b, a, z, sa, input);
     let bz = batch_ptr(&mut b, bp, z, sb, input);
     let cz = batch_ptr(&mut b, c, z, sc, output);
+    let epi = epi.map(|e| {
+        let zc = b.sub(cz, c);
+        e.at_batch(&mut b, zc)
+    });
     let lane_off = b.mul_wide(t, 16u32);
     // Rows g and g + 8 of A, clamped to row m - 1; columns past n read
     // column n - 1 (in bounds) and are not stored, so every warp reaches the
@@ -621,7 +650,12 @@ pub fn nt_mma(tiles: u32, input: DType, output: DType, target: Target) -> Result
                 let ca = b.add(cz, coff);
                 let skip = b.label(&format!("skip_{tile}_{h}_{e}"));
                 b.bra_unless(ok, skip);
-                elem::store(&mut b, output, ca, 0, &[vals[(2 * h + e) as usize]]);
+                let v = vals[(2 * h + e) as usize];
+                let v = match epi {
+                    Some(ep) => ep.element(&mut b, output, (coff, j), v),
+                    None => v,
+                };
+                elem::store(&mut b, output, ca, 0, &[v]);
                 b.place(skip);
             }
         }

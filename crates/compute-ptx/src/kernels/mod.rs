@@ -87,11 +87,11 @@ pub enum KernelId {
     GemmEpilogue(EpilogueKind, DType),
     /// GEMV for few rows, `B` stored `n × k`, on CUDA cores: row count (1,
     /// 2, 4, 8, 16), input dtype, output dtype.
-    GemvNt(u32, DType, DType),
+    GemvNt(u32, DType, DType, Option<EpilogueKind>),
     /// GEMV for up to 16 rows, `B` stored `n × k`, on tensor cores
     /// (`mma.sync`): 8-column tiles per warp group (1, 2, 4), input dtype
-    /// (`f16`/`bf16`), output dtype.
-    GemvNtMma(u32, DType, DType),
+    /// (`f16`/`bf16`), output dtype, epilogue.
+    GemvNtMma(u32, DType, DType, Option<EpilogueKind>),
     /// GEMV for few rows, `B` stored `k × n`, writing `f32` k-split partials:
     /// row count, input dtype.
     GemvNn(u32, DType),
@@ -153,8 +153,8 @@ impl KernelId {
             KernelId::GemmWgmma(cfg, i, o, ta, tb, e) => cfg.kernel_name(*i, *o, *ta, *tb) + &EpilogueKind::suffix(*e),
             KernelId::GemmTma(cfg, i, o, ta, tb, e) => cfg.kernel_name(*i, *o, *ta, *tb) + &EpilogueKind::suffix(*e),
             KernelId::GemmEpilogue(e, o) => gemm_epilogue::standalone_name(*e, *o),
-            KernelId::GemvNt(r, i, o) => gemv::nt_name(*r, *i, *o),
-            KernelId::GemvNtMma(t, i, o) => gemv::mma_name(*t, *i, *o),
+            KernelId::GemvNt(r, i, o, e) => gemv::nt_name(*r, *i, *o) + &EpilogueKind::suffix(*e),
+            KernelId::GemvNtMma(t, i, o, e) => gemv::mma_name(*t, *i, *o) + &EpilogueKind::suffix(*e),
             KernelId::GemvNn(r, i) => gemv::nn_name(*r, *i),
             KernelId::GemvCombine(o) => gemv::combine_name(*o),
             KernelId::Im2col => "im2col".into(),
@@ -202,8 +202,8 @@ impl KernelId {
             KernelId::GemmWgmma(cfg, i, o, ta, tb, e) => gemm_wgmma::wgmma(&cfg, i, o, (ta, tb), e, target),
             KernelId::GemmTma(cfg, i, o, ta, tb, e) => gemm_tma::gemm_tma(&cfg, i, o, (ta, tb), e, target),
             KernelId::GemmEpilogue(e, o) => gemm_epilogue::standalone(e, o, target),
-            KernelId::GemvNt(r, i, o) => gemv::nt(r, i, o, target),
-            KernelId::GemvNtMma(t, i, o) => gemv::nt_mma(t, i, o, target),
+            KernelId::GemvNt(r, i, o, e) => gemv::nt(r, i, o, e, target),
+            KernelId::GemvNtMma(t, i, o, e) => gemv::nt_mma(t, i, o, e, target),
             KernelId::GemvNn(r, i) => gemv::nn(r, i, target),
             KernelId::GemvCombine(o) => gemv::combine(o, target),
             KernelId::Im2col => conv::im2col(target),
@@ -275,8 +275,8 @@ impl KernelId {
             | KernelId::GemmMma(_, from, to, ..)
             | KernelId::GemmWgmma(_, from, to, ..)
             | KernelId::GemmTma(_, from, to, ..)
-            | KernelId::GemvNt(_, from, to)
-            | KernelId::GemvNtMma(_, from, to)
+            | KernelId::GemvNt(_, from, to, _)
+            | KernelId::GemvNtMma(_, from, to, _)
             | KernelId::QuantGemvX(_, _, from, to) => {
                 vec![from, to]
             }
@@ -357,17 +357,24 @@ pub fn catalog() -> Vec<KernelId> {
     v.push(KernelId::GemmWgmma(WgmmaConfig::default(), DType::BF16, DType::F32, false, false, Some(silu)));
     v.push(KernelId::GemmTma(TmaConfig::default(), DType::BF16, DType::BF16, false, true, Some(silu)));
     v.extend(elem::DTYPES.map(|d| KernelId::GemmEpilogue(full(Activation::Gelu(GeluForm::Erf)), d)));
+    v.push(KernelId::GemvNt(
+        1,
+        DType::BF16,
+        DType::BF16,
+        Some(EpilogueKind { bias: false, c: true, activation: None }),
+    ));
+    v.push(KernelId::GemvNtMma(gemv::MMA_DEFAULT_TILES, DType::F16, DType::F32, Some(silu)));
     v.push(KernelId::RoundTf32);
     for input in elem::DTYPES {
         for rows in gemv::ROWS {
-            v.extend(elem::DTYPES.map(|output| KernelId::GemvNt(rows, input, output)));
+            v.extend(elem::DTYPES.map(|output| KernelId::GemvNt(rows, input, output, None)));
             if rows as usize <= gemv::NN_MAX_ROWS {
                 v.push(KernelId::GemvNn(rows, input));
             }
         }
     }
     for input in [DType::BF16, DType::F16] {
-        v.extend(elem::DTYPES.map(|output| KernelId::GemvNtMma(gemv::MMA_DEFAULT_TILES, input, output)));
+        v.extend(elem::DTYPES.map(|output| KernelId::GemvNtMma(gemv::MMA_DEFAULT_TILES, input, output, None)));
     }
     v.extend(elem::DTYPES.map(KernelId::GemvCombine));
     v.push(KernelId::Im2col);
