@@ -22,7 +22,10 @@
 //! (a GGUF block-quantized one), [`Op::Rope`], [`Op::Copy`] (cache appends,
 //! the query and output transposes of a multi-token step, the last row of a
 //! prompt), [`Op::Attention`] against a cache of fixed capacity,
-//! [`Op::Binary`] (residual adds, [`BinaryOp::SwiGlu`]) and [`Op::ArgMax`].
+//! [`Op::Binary`] ([`BinaryOp::SwiGlu`], and residual adds where a product
+//! cannot add them itself) and [`Op::ArgMax`]. The output and down
+//! projections of a float layer add the residual in the product's epilogue
+//! (`C = x·Wᵀ + 1·residual`, [`compute_core::Epilogue`]), one op instead of two.
 //!
 //! Layout choices: weights are stored as `[out, in]` (no transposed copies);
 //! q, k and v are one product over their stacked weights where they share a
@@ -254,6 +257,29 @@ impl Linear {
             let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(m, self.inp, self.out) };
             Op::Matmul(spec.with_dtypes(dtype, dtype))
         }
+    }
+
+    /// `into = residual + x·Wᵀ` for `m` rows of `x`: one product whose
+    /// epilogue adds the residual (`beta = 1`, computed in `f32` and rounded
+    /// once) where the weight is a float matrix and the backend takes it,
+    /// else the product into `scratch` and an add.
+    fn add_into(
+        &self,
+        b: &dyn Backend,
+        (m, dtype): (usize, DType),
+        (x, residual): (&Tensor, &Tensor),
+        (scratch, into): (&Tensor, &Tensor),
+    ) -> Result<()> {
+        let op = self.op(m, dtype);
+        if let Op::Matmul(spec) = op {
+            let fused = Op::Matmul(spec.with_scales(1.0, 1.0));
+            if b.supports(&fused) {
+                return b.run_tensors(&fused, &[x, &self.w, residual], into);
+            }
+        }
+        b.run_tensors(&op, &[x, &self.w], scratch)?;
+        let add = Op::binary(BinaryOp::Add, m * self.out).with_dtype(dtype);
+        b.run_tensors(&add, &[residual, scratch], into)
     }
 }
 
@@ -930,7 +956,6 @@ impl Llama {
             let with: Vec<&Tensor> = inputs.iter().copied().chain([&s.positions]).collect();
             b.run_tensors(op, &with, out)
         };
-        let add = Op::binary(BinaryOp::Add, seq * c.hidden).with_dtype(dt);
         let swiglu = Op::binary(BinaryOp::SwiGlu, seq * c.intermediate).with_dtype(dt);
         let glu = Op::Glu { rows: seq, cols: c.intermediate, dtype: dt };
         // The residual stream alternates between x and x2.
@@ -990,8 +1015,7 @@ impl Llama {
                     &s.attn_tokens
                 }
             };
-            b.run_tensors(&l.wo.op(seq, dt), &[out, &l.wo.w], &s.o)?;
-            b.run_tensors(&add, &[x, &s.o], x2)?;
+            l.wo.add_into(b, (seq, dt), (out, x), (&s.o, x2))?;
             std::mem::swap(&mut x, &mut x2);
             b.run_tensors(&norm, &[x, &l.ffn_norm], &s.h)?;
             match &l.gate_up {
@@ -1005,8 +1029,7 @@ impl Llama {
                     b.run_tensors(&glu, &[&s.gate_up], &s.act)?;
                 }
             }
-            b.run_tensors(&l.down.op(seq, dt), &[&s.act, &l.down.w], &s.o)?;
-            b.run_tensors(&add, &[x, &s.o], x2)?;
+            l.down.add_into(b, (seq, dt), (&s.act, x), (&s.o, x2))?;
             std::mem::swap(&mut x, &mut x2);
         }
         // The logits of each sequence's last token: x's rows when each has
