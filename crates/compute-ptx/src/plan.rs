@@ -1096,11 +1096,6 @@ impl Exec<'_> {
         self.launch(KernelId::Cast(from, to), self.stream_grid(len, to), &args)
     }
 
-    /// Runs `op` (a matmul or conv2d with half operands) as `wide`, its `f32`
-    /// twin: every input that is not `f32` is widened into an `f32`
-    /// temporary, and the result, when its dtype is not `f32`, lands in one
-    /// and is rounded into `out`. Extra traffic: one read and a 4-byte write
-    /// per half input value, one write and read per output value.
     /// Whether the kernel the plans pick for `s` applies the epilogue in its
     /// stores: the tensor-core tiers (`mma.sync`, `wgmma`, TMA; the arms of
     /// [`Exec::run`] that call [`Exec::matmul_tc`]) and the GEMV kernels of
@@ -1135,6 +1130,11 @@ impl Exec<'_> {
         self.launch(KernelId::GemmEpilogue(kind, s.out_dtype), self.item_grid(total), &args)
     }
 
+    /// Runs `op` (a matmul or conv2d with half operands) as `wide`, its `f32`
+    /// twin: every input that is not `f32` is widened into an `f32`
+    /// temporary, and the result, when its dtype is not `f32`, lands in one
+    /// and is rounded into `out`. Extra traffic: one read and a 4-byte write
+    /// per half input value, one write and read per output value.
     fn through_f32(&self, op: &Op, wide: &Op, ins: &[u64], out: u64) -> Result<()> {
         let layout = op.layout()?;
         let mut keep = Vec::new();
