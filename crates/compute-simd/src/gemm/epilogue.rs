@@ -1,14 +1,16 @@
 //! A matmul's [`Epilogue`] on the CPU: `C = act(alpha·P + beta·C₀ + bias)`
 //! applied to the `f32` product `P` as the GEMM finishes each block of `C`.
 //!
-//! The GEMMs ([`super::sgemm`], [`super::bf16::gemm`]) apply it to each
-//! block of `C` right after its last depth block is computed, on the thread
-//! that computed it: a block of at most [`GEMM_MC`] × [`GEMM_NC`]
-//! values (bf16: × [`super::bf16::NC`]), or the few rows of a product of dot
-//! products. So the epilogue adds no fork–join, and its read and write of
-//! each value of `C` find values the block has just written (in L2, or L3
-//! for the largest blocks); it reads `C₀` where `beta ≠ 0`, and computes in
-//! 16-lane vectors on the ISA's path. A half `C₀` is widened row piece by row piece into a
+//! The GEMMs apply it on the thread that computed each part of `C`, right
+//! after its last depth block: [`super::sgemm`] to strips of
+//! [`GEMM_EPILOGUE_ROWS`] rows of a block of packed `B` panels (at most
+//! [`GEMM_NC`] columns: 96 KiB, in L2), and to whole blocks where `B` is
+//! read in place (at most [`GEMM_INPLACE_B_MAX_M`] rows);
+//! [`super::bf16::gemm`] to whole blocks of at most [`GEMM_MC`] ×
+//! [`super::bf16::NC`] values; both to the few rows of a product of dot
+//! products. So the epilogue adds no fork–join and no pass over `C` in
+//! memory: it reads and writes values just written, reads `C₀` where
+//! `beta ≠ 0`, and computes in 16-lane vectors on the ISA's path. A half `C₀` is widened row piece by row piece into a
 //! stack buffer; a half bias is widened once per call (`n` values).
 //!
 //! The values are computed in the order [`Epilogue::apply_f32`] documents:
@@ -18,6 +20,8 @@
 //!
 //! [`GEMM_MC`]: crate::tuning::GEMM_MC
 //! [`GEMM_NC`]: crate::tuning::GEMM_NC
+//! [`GEMM_EPILOGUE_ROWS`]: crate::tuning::GEMM_EPILOGUE_ROWS
+//! [`GEMM_INPLACE_B_MAX_M`]: crate::tuning::GEMM_INPLACE_B_MAX_M
 
 use std::borrow::Cow;
 

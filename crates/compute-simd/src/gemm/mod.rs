@@ -23,8 +23,9 @@
 //! loops on depth-pair panels and a `vdpbf16ps` micro-kernel.
 //!
 //! A matmul's epilogue (scales, `C₀`, bias, activation) is applied by both
-//! GEMMs to each block of `C` right after its last depth block, on the
-//! thread that computed it ([`epilogue`]).
+//! GEMMs to the values of `C` right after their last depth block, on the
+//! thread that computed them, in strips of [`GEMM_EPILOGUE_ROWS`] rows where
+//! that keeps them in cache ([`epilogue`]).
 //!
 //! Fused kernels (attention) run their small products block by block on
 //! the same micro-kernels, on their own thread: `pack_transposed` and
@@ -48,7 +49,9 @@ use compute_core::MatmulSpec;
 
 use crate::isa::Isa;
 use crate::kernels::fork;
-use crate::tuning::{GEMM_DOTS_MAX_M, GEMM_INPLACE_B_MAX_M, GEMM_KC, GEMM_MC, GEMM_NC, PAR_GEMM_MIN_MACS};
+use crate::tuning::{
+    GEMM_DOTS_MAX_M, GEMM_EPILOGUE_ROWS, GEMM_INPLACE_B_MAX_M, GEMM_KC, GEMM_MC, GEMM_NC, PAR_GEMM_MIN_MACS,
+};
 use epilogue::{EpilogueArgs, Finish};
 use kernel::{Block, MatMut, PanelsA, PanelsB, Tile};
 use pack::Operands;
@@ -219,8 +222,8 @@ fn normalized<'a>(op: &Operands<'a>) -> Operands<'a> {
 }
 
 /// The block of `C = op(A)·op(B)` at `origin` (row, column) into the view
-/// `c`, on one thread; `finish` is applied to each `GEMM_MC × GEMM_NC` block
-/// right after its last depth block.
+/// `c`, on one thread; `finish` is applied to the values right after their
+/// last depth block, strip by strip ([`GEMM_EPILOGUE_ROWS`]).
 fn compute(isa: Isa, op: &Operands<'_>, (i0, j0): (usize, usize), finish: Option<&Finish<'_>>, mut c: MatMut<'_>) {
     let t = kernel::tile(isa);
     let Tile { mr, nr } = t;
@@ -249,21 +252,34 @@ fn compute(isa: Isa, op: &Operands<'_>, (i0, j0): (usize, usize), finish: Option
                     pack::pack_a(isa, op, t, (i0 + ib, mcur), (p, kcur), abuf);
                     PanelsA::Packed(abuf)
                 };
+                // The epilogue finishes the last depth block in strips of
+                // rows, each while it is in cache: the tiles run in the same
+                // order (rows of tiles outermost) but for a B read in place,
+                // whose tiles go down the rows, so that it is read once.
+                let finish = finish.filter(|_| last);
+                let strip =
+                    if finish.is_some() && !b_in_place { GEMM_EPILOGUE_ROWS.next_multiple_of(mr) } else { mcur };
                 for jb in (0..nc).step_by(ncb) {
                     let ncur = ncb.min(nc - jb);
                     let full = if b_in_place { ncur / nr * nr } else { 0 };
-                    if full > 0 {
-                        let s = p * op.n + j0 + jb;
-                        let b = PanelsB::Rows { b: op.b.get(s..).unwrap_or_default(), ldb: op.n };
-                        kernel::block(isa, &Block { kc: kcur, a, b, accumulate }, &mut c.block(ib, jb, mcur, full));
-                    }
                     if full < ncur {
                         pack::pack_b(isa, op, t, (p, kcur), (j0 + jb + full, ncur - full), bbuf);
-                        let blk = Block { kc: kcur, a, b: PanelsB::Packed(bbuf), accumulate };
-                        kernel::block(isa, &blk, &mut c.block(ib, jb + full, mcur, ncur - full));
                     }
-                    if let Some(f) = finish.filter(|_| last) {
-                        f.apply(isa, (i0 + ib, j0 + jb), &mut c.block(ib, jb, mcur, ncur));
+                    for s0 in (0..mcur).step_by(strip.max(1)) {
+                        let (rows, a) = (strip.min(mcur - s0), a.from_row(s0, kcur));
+                        if full > 0 {
+                            let s = p * op.n + j0 + jb;
+                            let b = PanelsB::Rows { b: op.b.get(s..).unwrap_or_default(), ldb: op.n };
+                            let blk = Block { kc: kcur, a, b, accumulate };
+                            kernel::block(isa, &blk, &mut c.block(ib + s0, jb, rows, full));
+                        }
+                        if full < ncur {
+                            let blk = Block { kc: kcur, a, b: PanelsB::Packed(bbuf), accumulate };
+                            kernel::block(isa, &blk, &mut c.block(ib + s0, jb + full, rows, ncur - full));
+                        }
+                        if let Some(f) = finish {
+                            f.apply(isa, (i0 + ib + s0, j0 + jb), &mut c.block(ib + s0, jb, rows, ncur));
+                        }
                     }
                 }
             }
