@@ -163,9 +163,9 @@ pub(crate) enum PanelsA<'a> {
 }
 
 impl<'a> PanelsA<'a> {
-    /// The same `A` from row `i` of the block on, for a block of depth `kc`
+    /// The same `A` without its first `i` rows, for a block of depth `kc`
     /// (for packed panels `i` must be a multiple of the tile's rows). Free.
-    pub(crate) fn from_row(self, i: usize, kc: usize) -> PanelsA<'a> {
+    pub(crate) fn skip_rows(self, i: usize, kc: usize) -> PanelsA<'a> {
         match self {
             PanelsA::Packed(a) => PanelsA::Packed(a.get(i * kc..).unwrap_or_default()),
             PanelsA::Rows { a, lda } => PanelsA::Rows { a: a.get(i * lda..).unwrap_or_default(), lda },

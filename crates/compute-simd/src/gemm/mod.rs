@@ -266,7 +266,7 @@ fn compute(isa: Isa, op: &Operands<'_>, (i0, j0): (usize, usize), finish: Option
                         pack::pack_b(isa, op, t, (p, kcur), (j0 + jb + full, ncur - full), bbuf);
                     }
                     for s0 in (0..mcur).step_by(strip.max(1)) {
-                        let (rows, a) = (strip.min(mcur - s0), a.from_row(s0, kcur));
+                        let (rows, a) = (strip.min(mcur - s0), a.skip_rows(s0, kcur));
                         if full > 0 {
                             let s = p * op.n + j0 + jb;
                             let b = PanelsB::Rows { b: op.b.get(s..).unwrap_or_default(), ldb: op.n };
