@@ -55,9 +55,10 @@ impl<'a> EpilogueArgs<'a> {
 
     /// The epilogue of `spec` with its inputs: `extra` holds the op's inputs
     /// after `A` and `B` (the bias when [`Epilogue::bias`], then `C₀` when
-    /// [`Epilogue::reads_c`]), each `f32`, `f16` or `bf16`. A typed shape
-    /// error naming the op when one is missing or shorter than the op needs
-    /// (`n` values of bias, `batch·m·n` of `C₀`), or of another dtype.
+    /// [`Epilogue::reads_c`]), each `f32`, `f16` or `bf16`. A typed error
+    /// naming the op when one is missing (`Shape`), or shorter than the op
+    /// needs (`n` values of bias, `batch·m·n` of `C₀`) or of another dtype
+    /// (`UnsupportedDType`).
     pub fn new(isa: Isa, spec: &MatmulSpec, extra: &[HostSlice<'a>]) -> Result<Self> {
         let e = spec.epilogue;
         let op = Op::Matmul(*spec);
@@ -90,7 +91,11 @@ impl<'a> EpilogueArgs<'a> {
         } else {
             None
         };
-        let c0 = if e.reads_c() { Some(take("C₀", spec.batch * spec.m * spec.n)?) } else { None };
+        let c0 = if e.reads_c() {
+            Some(take("C₀", spec.batch.saturating_mul(spec.m).saturating_mul(spec.n))?)
+        } else {
+            None
+        };
         Ok(EpilogueArgs { epilogue: e, bias, c0 })
     }
 
@@ -105,11 +110,11 @@ impl<'a> EpilogueArgs<'a> {
         if self.is_identity() {
             return None;
         }
-        let len = m * n;
+        let len = m.saturating_mul(n);
         Some(Finish {
             epilogue: self.epilogue,
             bias: self.bias.as_deref().map(Cow::Borrowed),
-            c0: self.c0.map(|c| range(c, i * len, len)),
+            c0: self.c0.map(|c| range(c, i.saturating_mul(len), len)),
             ld: n,
         })
     }
