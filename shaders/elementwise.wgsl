@@ -1,5 +1,7 @@
 // Element-wise ops: one input (`unary`) or two inputs of equal length
-// (`binary`), and `convert` (casts), from the dtype of x to that of y.
+// (`binary`), `convert` (casts), from the dtype of x to that of y, and a
+// matmul's epilogue (`epilogue`): y = act(alpha·x + beta·c0 + bias) for the
+// f32 product x, with C₀ and the bias (one value per column) of y's dtype.
 //
 // Buffers are read and written four elements at a time (a vec4<f32>, or for
 // f16/bf16 data a vec2<u32>): the backend allocates every buffer rounded up to
@@ -15,15 +17,22 @@
 // Unary op codes: 0 relu, 1 leaky_relu(a), 2 elu(a), 3 sigmoid, 4 tanh, 5 swish,
 // 6 gelu (tanh form), 7 gelu (erf form), 8 clip(a, b), 9 scale(a).
 // Binary op codes: 0 add, 1 sub, 2 mul, 3 lerp(a = t), 4 swiglu (swish(x)·b).
+// The epilogue's activation is the unary op OP, applied only with ACT.
 override OP: u32 = 0u;
+override ACT: bool = false;
 
 struct Params {
     // Elements in this piece.
     len: u32,
     _pad: u32,
-    // Op parameters (alpha, min/max, scale; lerp's t).
+    // Op parameters (alpha, min/max, scale; lerp's t; the epilogue's alpha and beta).
     a: f32,
     b: f32,
+    // The epilogue's: columns of C, the column of the piece's first element,
+    // and flags (EPI_BIAS, EPI_C0).
+    cols: u32,
+    col0: u32,
+    flags: u32,
 }
 
 const WG: u32 = 256u;
@@ -44,6 +53,10 @@ fn load_x(j: u32) -> vec4<f32> { return x[j]; }
 fn store_y(j: u32, v: vec4<f32>) { y[j] = v; }
 @group(0) @binding(3) var<storage, read> b: array<vec4<f32>>;
 fn load_b(j: u32) -> vec4<f32> { return b[j]; }
+@group(0) @binding(4) var<storage, read> c0: array<vec4<f32>>;
+fn load_c0(j: u32) -> vec4<f32> { return c0[j]; }
+@group(0) @binding(5) var<storage, read> bias: array<f32>;
+fn load_bias(i: u32) -> f32 { return bias[i]; }
 // @io-end
 
 // 1 / (1 + e^-t), exact 0 below -87 (where e^t underflows f32) and no overflow above.
@@ -311,6 +324,71 @@ fn convert(
         let j = base + i * WG;
         if (j < n4) {
             store_y(j, load_x(j));
+        }
+    }
+}
+
+// The epilogue's flags: a bias is added; C₀ is read (beta ≠ 0).
+const EPI_BIAS: u32 = 1u;
+const EPI_C0: u32 = 2u;
+
+// The column of element i of the piece: (col0 + i) mod cols, without overflow.
+fn column(i: u32) -> u32 {
+    let r = i % p.cols;
+    let d = p.cols - p.col0;
+    return select(p.col0 + r, r - d, r >= d);
+}
+
+// The column after column c.
+fn next_column(c: u32) -> u32 {
+    return select(c + 1u, 0u, c + 1u == p.cols);
+}
+
+// y = act(alpha·x + beta·c0 + bias), in the order of the CPU's epilogue:
+// alpha·x, then beta·c0 by a fused multiply-add, then the bias, then the
+// activation (the unary kernel's, special values included). The padding
+// lanes of the last vec4 compute on padding and are never read back.
+@compute @workgroup_size(256)
+fn epilogue(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let n4 = (p.len + 3u) / 4u;
+    let base = (wid.x + wid.y * nwg.x) * (WG * PER) + lid;
+    var v: array<vec4<f32>, PER>;
+    var c: array<vec4<f32>, PER>;
+    for (var i = 0u; i < PER; i++) {
+        let j = base + i * WG;
+        if (j < n4) {
+            v[i] = load_x(j);
+            if ((p.flags & EPI_C0) != 0u) {
+                c[i] = load_c0(j);
+            }
+        }
+    }
+    for (var i = 0u; i < PER; i++) {
+        let j = base + i * WG;
+        if (j < n4) {
+            var u = p.a * v[i];
+            if ((p.flags & EPI_C0) != 0u) {
+                u = fma(vec4<f32>(p.b), c[i], u);
+            }
+            if ((p.flags & EPI_BIAS) != 0u) {
+                let k0 = column(4u * j);
+                let k1 = next_column(k0);
+                let k2 = next_column(k1);
+                let k3 = next_column(k2);
+                u = u + vec4<f32>(load_bias(k0), load_bias(k1), load_bias(k2), load_bias(k3));
+            }
+            if (ACT) {
+                var r = vec4<f32>(unary_op(u.x), unary_op(u.y), unary_op(u.z), unary_op(u.w));
+                if (OP == 5u || OP == 6u || OP == 7u) {
+                    r = limit_at_neg_inf(u, r);
+                }
+                u = keep_nan(u, r);
+            }
+            store_y(j, u);
         }
     }
 }

@@ -9,6 +9,7 @@ use compute_core::{
     check_upload, f16,
 };
 
+use crate::gemm::epilogue::EpilogueArgs;
 use crate::isa::Isa;
 use crate::{gemm, halves, kernels, quantized};
 
@@ -129,6 +130,11 @@ impl SimdBackend {
         if !all_f32 {
             return self.install(op, || halves::run(isa, op, inputs, out));
         }
+        // A matmul's epilogue reads its bias and C₀ (inputs 2 and 3) as given.
+        let epilogue = match *op {
+            Op::Matmul(spec) => EpilogueArgs::new(isa, &spec, inputs.get(2..).unwrap_or_default())?,
+            _ => EpilogueArgs::none(),
+        };
         let mut f32s: [&[f32]; 3] = [&[]; 3];
         for (slot, x) in f32s.iter_mut().zip(inputs) {
             *slot = x.get::<f32>().unwrap_or_default();
@@ -151,7 +157,7 @@ impl SimdBackend {
                 kernels::interpolate::slerp(isa, t, rows, cols, inputs[0], inputs[1], out)
             }
             // TF32 is an allowance, not a demand: the CPU computes in full precision.
-            Op::Matmul(spec) => gemm::sgemm(isa, &spec, inputs[0], inputs[1], out),
+            Op::Matmul(spec) => gemm::sgemm(isa, &spec, inputs[0], inputs[1], &epilogue, out),
             Op::Conv2d(spec) => kernels::conv::conv2d(isa, &spec, inputs[0], inputs[1], out),
             Op::Cast { .. }
             | Op::Attention(_)

@@ -111,6 +111,19 @@ pub const GEMM_MC: usize = 1024;
 /// GEMM column block: columns of `B` packed at once (`kc × nc`, L2-resident).
 pub const GEMM_NC: usize = 512;
 
+/// GEMM with an epilogue: rows of `C` (rounded up to whole tiles) the last
+/// depth block computes before the epilogue finishes them, while they are
+/// in cache (`48 × GEMM_NC` values: 96 KiB, in L2). Measured on 2026-11-26
+/// on the 2-core Zen 4 VM (AVX2 path, one thread), a 1024³ matmul with bias
+/// and gelu took the same time within the machine's noise with strips of 12,
+/// 48 and 192 rows and with whole `GEMM_MC × GEMM_NC` blocks: fastest of
+/// three runs of 30 calls 26.46, 26.10, 26.43 and 26.52 ms (each built with
+/// that choice; `cargo run --release -p compute-simd --example
+/// matmul_epilogue -- --rounds 30 --threads 1`). The activation's arithmetic
+/// dominates, and that VM's 32 MiB L3 holds every block anyway. The strips
+/// keep the values in L2 whatever the L3 (not measured on a smaller one).
+pub const GEMM_EPILOGUE_ROWS: usize = 48;
+
 /// GEMM with a transposed `B` (`n × k`, rows contiguous along the depth) and
 /// at most this many rows of `C` runs as dot products of rows, without packing.
 pub const GEMM_DOTS_MAX_M: usize = 16;

@@ -491,7 +491,9 @@ impl WgpuBackend {
     /// Checks `op` against the device's limits without running it: the error
     /// [`Backend::run`] would return for sizes the device cannot take (each
     /// operand at its dtype's size; the `f32` temporaries of half row ops,
-    /// convolutions, matmuls and attention at 4 bytes an element; for
+    /// convolutions, matmuls and attention at 4 bytes an element, and the
+    /// `f32` product of a matmul with an epilogue, the size of an `f32` C,
+    /// whose bias is no larger; for
     /// attention, one key/value head's `f32` keys, and the queries of the heads
     /// that read it, each within one storage binding; a strided copy's two
     /// views, a gather's output and ids, the positions an op reads, and one
@@ -634,7 +636,8 @@ impl Backend for WgpuBackend {
     }
 
     /// Every op of the vocabulary on `f32`, `f16` and `bf16` (see
-    /// [`WgpuBackend`]); a TF32 matmul or attention runs in full precision. Free.
+    /// [`WgpuBackend`]), matmul epilogues included; a TF32 matmul or
+    /// attention runs in full precision. Free.
     fn supports(&self, op: &Op) -> bool {
         plan::supported(op)
     }

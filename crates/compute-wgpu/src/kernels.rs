@@ -266,8 +266,14 @@ impl Module {
 
     /// The operands of the file's `@io` block, in its order.
     fn operands(self) -> &'static [IoOperand] {
-        const ELEMENTWISE: [IoOperand; 3] =
-            [io("x", 1, Unit::Vec4, false), io("y", 2, Unit::Vec4, true), io("b", 3, Unit::Vec4, false)];
+        // The epilogue's C₀ and bias hold the output's dtype.
+        const ELEMENTWISE: [IoOperand; 5] = [
+            io("x", 1, Unit::Vec4, false),
+            io("y", 2, Unit::Vec4, true),
+            io("b", 3, Unit::Vec4, false),
+            IoOperand { name: "c0", binding: 4, unit: Unit::Vec4, store: false, output: true },
+            IoOperand { name: "bias", binding: 5, unit: Unit::Scalar, store: false, output: true },
+        ];
         const REDUCE: [IoOperand; 2] = [io("x", 1, Unit::Vec4, false), io("b", 2, Unit::Vec4, false)];
         const ROWS: [IoOperand; 4] = [
             io("x", 1, Unit::Scalar, false),
@@ -433,6 +439,10 @@ pub(crate) enum Kernel {
     Binary(u32, DType),
     /// `elementwise.wgsl` `convert` from `x`'s dtype to `y`'s (two different dtypes).
     Cast { from: DType, to: DType },
+    /// `elementwise.wgsl` `epilogue`: a matmul's epilogue on its `f32`
+    /// product, with the unary op code of its activation (if any), writing
+    /// (and reading C₀ and the bias in) dtype `out`.
+    Epilogue { act: Option<u32>, out: DType },
     /// `reduce.wgsl` `partials`, op code, on inputs of `dtype`.
     ReducePartials(u32, DType),
     /// `reduce.wgsl` `finish`, op code (`f32` partials).
@@ -505,7 +515,9 @@ pub(crate) fn quant_code(format: BlockFormat) -> Option<u32> {
 impl Kernel {
     fn module(self) -> Module {
         match self {
-            Kernel::Unary(..) | Kernel::Binary(..) | Kernel::Cast { .. } => Module::Elementwise,
+            Kernel::Unary(..) | Kernel::Binary(..) | Kernel::Cast { .. } | Kernel::Epilogue { .. } => {
+                Module::Elementwise
+            }
             Kernel::ReducePartials(..) | Kernel::ReduceFinish(_) => Module::Reduce,
             Kernel::Softmax(..) | Kernel::LayerNorm(_) | Kernel::RmsNorm(_) => Module::Rows,
             Kernel::RowsRegister { vpt, subgroup, .. } => Module::RowsRegister { vpt, subgroup },
@@ -529,6 +541,7 @@ impl Kernel {
             | Kernel::Copy { dtype: d, .. }
             | Kernel::Gather { dtype: d, .. } => Io::new(d, d),
             Kernel::Cast { from, to } => Io::new(from, to),
+            Kernel::Epilogue { out, .. } => Io::new(DType::F32, out),
             Kernel::ReducePartials(_, d)
             | Kernel::Softmax(_, d)
             | Kernel::LayerNorm(d)
@@ -553,6 +566,7 @@ impl Kernel {
             Kernel::Unary(..) => "unary",
             Kernel::Binary(..) => "binary",
             Kernel::Cast { .. } => "convert",
+            Kernel::Epilogue { .. } => "epilogue",
             Kernel::ReducePartials(..) => "partials",
             Kernel::ReduceFinish(_) => "finish",
             Kernel::Softmax(..) => "softmax",
@@ -604,6 +618,8 @@ impl Kernel {
                 c
             }
             Kernel::MatmulReduce { sk, .. } => vec![("SK", f64::from(sk))],
+            Kernel::Epilogue { act: Some(op), .. } => vec![("OP", f64::from(op)), ("ACT", 1.0)],
+            Kernel::Epilogue { act: None, .. } => Vec::new(),
             Kernel::Rope { mode, .. } | Kernel::Copy { mode, .. } | Kernel::Gather { mode, .. } => {
                 vec![("MODE", f64::from(mode))]
             }

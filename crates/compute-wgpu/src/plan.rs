@@ -26,7 +26,10 @@
 //! - a matmul casts half A and B into `f32` temporaries, runs the `f32` GEMM
 //!   (into an `f32` temporary for a half C) and casts C, except an `f16`
 //!   matmul on cooperative matrices ([`coop_kernel`]), which reads the halves
-//!   and writes C directly (whole words: n even); attention likewise
+//!   and writes C directly (whole words: n even); a matmul with an epilogue
+//!   writes its product (either way) into an `f32` temporary, and the
+//!   [`epilogue`] pass reads it with C₀ and the bias as stored and writes C
+//!   in its dtype, four values to an invocation; attention likewise
 //!   casts half q, k and v into `f32` temporaries and its `f32` result into
 //!   the half output;
 //! - the decoder ops (rotary embedding, strided copy, gather, argmax) read and
@@ -36,7 +39,8 @@
 //! - a cast between equal dtypes is a buffer copy.
 
 use compute_core::{
-    AttentionSpec, BinaryOp, ComputeError, DType, GeluForm, Mask, MatmulSpec, Op, ReduceOp, Result, Strided, UnaryOp,
+    AttentionSpec, BinaryOp, ComputeError, DType, Epilogue, GeluForm, Mask, MatmulSpec, Op, ReduceOp, Result, Strided,
+    UnaryOp,
 };
 
 use crate::buffers::{Use, padded_bytes, padded_bytes_of, whole_words};
@@ -297,14 +301,25 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
             narrow(ctx, name, &y, output, steps)?;
         }
         Op::Matmul(s) => {
-            if let Some(kernel) = coop_kernel(ctx, &s) {
-                return coop_gemm(ctx, name, s, kernel, [input(0)?, input(1)?], output, steps);
+            // With an epilogue the product goes to an f32 temporary, which one
+            // more element-wise pass reads into the output.
+            let e = s.epilogue;
+            let product = if e.is_identity() { output.clone() } else { temp_f32(ctx, name, output.len, steps)? };
+            let ps = MatmulSpec { out_dtype: product.dtype, ..s };
+            if let Some(kernel) = coop_kernel(ctx, &ps) {
+                coop_gemm(ctx, name, ps, kernel, [input(0)?, input(1)?], &product, steps)?;
+            } else {
+                let a = widen(ctx, name, input(0)?, steps)?;
+                let b = widen(ctx, name, input(1)?, steps)?;
+                let c = f32_output(ctx, name, &product, steps)?;
+                gemm(ctx, name, s, &a, &b, &c, steps)?;
+                narrow(ctx, name, &c, &product, steps)?;
             }
-            let a = widen(ctx, name, input(0)?, steps)?;
-            let b = widen(ctx, name, input(1)?, steps)?;
-            let c = f32_output(ctx, name, output, steps)?;
-            gemm(ctx, name, s, &a, &b, &c, steps)?;
-            narrow(ctx, name, &c, output, steps)?;
+            if !e.is_identity() {
+                let bias = if e.bias { Some(input(2)?) } else { None };
+                let c0 = if e.reads_c() { Some(input(2 + usize::from(e.bias))?) } else { None };
+                epilogue(ctx, name, (e, s.n), &product, [bias, c0], output, steps)?;
+            }
         }
         Op::Conv2d(c) => {
             let (x, w) = (input(0)?, input(1)?);
@@ -419,6 +434,22 @@ fn elementwise(
     extra: &[u32],
     steps: &mut Vec<Step>,
 ) -> Result<()> {
+    elementwise_with(ctx, name, kernel, len, (inputs, &[]), output, |_| Ok(extra.to_vec()), steps)
+}
+
+/// [`elementwise`] with bindings that every piece binds `whole`, and the
+/// parameters after the length given by `extra` of the piece's first element.
+#[allow(clippy::too_many_arguments)]
+fn elementwise_with(
+    ctx: &Context,
+    name: &'static str,
+    kernel: Kernel,
+    len: usize,
+    (inputs, whole): (&[(u32, &View)], &[Binding]),
+    output: &View,
+    extra: impl Fn(u64) -> Result<Vec<u32>>,
+    steps: &mut Vec<Step>,
+) -> Result<()> {
     let mut dtypes = [output.dtype; 3];
     for (d, (_, v)) in dtypes.iter_mut().zip(inputs) {
         *d = v.dtype;
@@ -427,10 +458,11 @@ fn elementwise(
         let at = |slot: u32, v: &View| bind(slot, &v.buffer, start * v.size(), padded_bytes_of(n as usize, v.dtype));
         let mut bindings: Vec<Binding> = inputs.iter().map(|&(slot, v)| at(slot, v)).collect();
         bindings.push(at(2, output));
+        bindings.extend_from_slice(whole);
         let mut p = [0u32; 16];
         p[0] = to_u32(name, "elements", n)?;
-        for (d, s) in p[1..].iter_mut().zip(extra) {
-            *d = *s;
+        for (d, s) in p[1..].iter_mut().zip(extra(start)?) {
+            *d = s;
         }
         steps.push(Step::Dispatch(Dispatch {
             kernel,
@@ -440,6 +472,41 @@ fn elementwise(
         }));
     }
     Ok(())
+}
+
+/// A matmul's epilogue `e` (on products of `cols` columns) from the `f32`
+/// product `p` into `output`: `act(alpha·p + beta·c0 + bias)`, one
+/// element-wise pass (`elementwise.wgsl` `epilogue`) in pieces of one
+/// binding, reading the product, `C₀` and the bias (both of the output's
+/// dtype), the bias bound whole; inputs the epilogue does not read are bound
+/// to the product, never read. Costs one read of the product and `C₀` and
+/// one write of the output.
+fn epilogue(
+    ctx: &Context,
+    name: &'static str,
+    (e, cols): (Epilogue, usize),
+    p: &View,
+    [bias, c0]: [Option<&View>; 2],
+    output: &View,
+    steps: &mut Vec<Step>,
+) -> Result<()> {
+    if output.len == 0 {
+        return Ok(());
+    }
+    let kernel = Kernel::Epilogue { act: e.activation.map(|a| unary_code(a.unary()).0), out: output.dtype };
+    let bias = match bias {
+        Some(b) => bind(5, &b.buffer, 0, padded_bytes_of(b.len, b.dtype)),
+        None => bind(5, &p.buffer, 0, padded_bytes(1)),
+    };
+    let cols64 = cols as u64;
+    let flags = u32::from(e.bias) | (u32::from(e.reads_c()) << 1);
+    let extra = |start: u64| -> Result<Vec<u32>> {
+        let cols = to_u32(name, "columns", cols64)?;
+        let col0 = to_u32(name, "columns", start % cols64.max(1))?;
+        Ok(vec![0, e.alpha.to_bits(), e.beta.to_bits(), cols, col0, flags])
+    };
+    let inputs = [(1, p), (4, c0.unwrap_or(p))];
+    elementwise_with(ctx, name, kernel, output.len, (&inputs, &[bias]), output, extra, steps)
 }
 
 /// `x` converted into `out` (same length, another buffer): a buffer copy of

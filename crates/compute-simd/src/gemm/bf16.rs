@@ -26,8 +26,9 @@ use compute_core::MatmulSpec;
 use half::bf16;
 
 use super::dpbf16::{self, MR, NR};
+use super::epilogue::{EpilogueArgs, Finish};
 use super::kernel::MatMut;
-use super::{balanced, pack, split_parts, with_thread_buffers};
+use super::{balanced, empty_depth, pack, split_parts, with_thread_buffers};
 use crate::isa::Isa;
 use crate::kernels::{fork, par};
 use crate::tuning::{GEMM_DOTS_MAX_M, GEMM_MC, PAR_GEMM_MIN_MACS};
@@ -46,17 +47,17 @@ pub fn available(isa: Isa) -> bool {
     isa == Isa::Avx512 && dpbf16::available()
 }
 
-/// Computes the product described by `spec` (its dtypes are not read: `a`
-/// and `b` are bf16, `c` is `f32`) into `c`, overwriting it, and returns
-/// true; returns false, having written nothing, where [`available`] is
-/// false. Shapes are validated by the caller; a short slice only shortens
-/// the work.
+/// Computes the product described by `spec` (its dtypes and epilogue are
+/// not read: `a` and `b` are bf16, `c` is `f32`) into `c`, overwriting it,
+/// with `epilogue` applied as [`super::sgemm`] does, and returns true;
+/// returns false, having written nothing, where [`available`] is false.
+/// Shapes are validated by the caller; a short slice only shortens the work.
 ///
 /// Costs `2·batch·m·k·n` FLOPs at up to twice the `f32` GEMM's rate, plus
 /// packing (one copy of `B` per row block and thread, one of `A` per
 /// thread), in reusable per-thread buffers (about `(GEMM_MC + NC)·KC` bf16
 /// values).
-pub fn gemm(isa: Isa, spec: &MatmulSpec, a: &[bf16], b: &[bf16], c: &mut [f32]) -> bool {
+pub fn gemm(isa: Isa, spec: &MatmulSpec, a: &[bf16], b: &[bf16], epilogue: &EpilogueArgs<'_>, c: &mut [f32]) -> bool {
     if !available(isa) {
         return false;
     }
@@ -66,7 +67,7 @@ pub fn gemm(isa: Isa, spec: &MatmulSpec, a: &[bf16], b: &[bf16], c: &mut [f32]) 
         return true;
     }
     if k == 0 {
-        c.iter_mut().take(batch.saturating_mul(sc)).for_each(|x| *x = 0.0);
+        empty_depth(isa, (batch, m, n), epilogue, c);
         return true;
     }
     let operands = |a, b| Operands { a, b, m, k, n, trans_a, trans_b };
@@ -78,12 +79,13 @@ pub fn gemm(isa: Isa, spec: &MatmulSpec, a: &[bf16], b: &[bf16], c: &mut [f32]) 
         let c = c.get_mut(..whole).unwrap_or_default();
         fork::chunks_mut(c, sc, |i, c| {
             if let (Some(a), Some(b)) = (a.get(i * sa..(i + 1) * sa), b.get(i * sb..(i + 1) * sb)) {
-                product(&operands(a, b), c, 1);
+                product(&operands(a, b), epilogue.product(i, m, n).as_ref(), c, 1);
             }
         });
     } else {
-        for ((a, b), c) in a.chunks_exact(sa).zip(b.chunks_exact(sb)).zip(c.chunks_exact_mut(sc)).take(batch) {
-            product(&operands(a, b), c, threads);
+        let products = a.chunks_exact(sa).zip(b.chunks_exact(sb)).zip(c.chunks_exact_mut(sc)).take(batch);
+        for (i, ((a, b), c)) in products.enumerate() {
+            product(&operands(a, b), epilogue.product(i, m, n).as_ref(), c, threads);
         }
     }
     true
@@ -106,10 +108,10 @@ struct Operands<'a> {
 /// columns when there are at least two panels per thread (each thread then
 /// packs only its own part of `B`), else by rows. Few rows times a
 /// transposed `B` run as dot products read in place ([`dpbf16::dots`]),
-/// split by columns.
-fn product(op: &Operands<'_>, c: &mut [f32], threads: usize) {
+/// split by columns. `finish` is applied to each block as it is completed.
+fn product(op: &Operands<'_>, finish: Option<&Finish<'_>>, c: &mut [f32], threads: usize) {
     let (m, n, k) = (op.m, op.n, op.k);
-    let Some(mut view) = MatMut::new(c, m, n, n) else {
+    let Some(view) = MatMut::new(c, m, n, n) else {
         return;
     };
     let threads = if m.saturating_mul(k).saturating_mul(n) < PAR_GEMM_MIN_MACS { 1 } else { threads };
@@ -117,28 +119,34 @@ fn product(op: &Operands<'_>, c: &mut [f32], threads: usize) {
         let a_rows: Vec<bf16> = if op.trans_a { transposed(op.a, k, m) } else { Vec::new() };
         let x: &[u16] = bytemuck::cast_slice(if op.trans_a { &a_rows } else { op.a });
         let y: &[u16] = bytemuck::cast_slice(op.b);
+        let run = |j0: usize, mut part: MatMut<'_>| {
+            dpbf16::dots(k, (x, k), (y.get(j0 * k..).unwrap_or_default(), k), &mut part);
+            if let Some(f) = finish {
+                f.apply(Isa::Avx512, (0, j0), &mut part);
+            }
+        };
         if threads <= 1 {
-            dpbf16::dots(k, (x, k), (y, k), &mut view);
+            run(0, view);
             return;
         }
         // Columns split evenly (multiples of 8), one part per thread.
         let parts = split_parts(view, (1, 8), threads, true);
-        fork::each(parts, |((_, j0), mut part)| {
-            dpbf16::dots(k, (x, k), (y.get(j0 * k..).unwrap_or_default(), k), &mut part)
-        });
+        fork::each(parts, |((_, j0), part)| run(j0, part));
         return;
     }
     if threads <= 1 {
-        compute(op, (0, 0), view);
+        compute(op, (0, 0), finish, view);
         return;
     }
     let (row_units, col_units) = (m.div_ceil(MR), n.div_ceil(NR));
     let parts = split_parts(view, (MR, NR), threads, col_units >= 2 * threads || col_units >= row_units);
-    fork::each(parts, |(origin, part)| compute(op, origin, part));
+    fork::each(parts, |(origin, part)| compute(op, origin, finish, part));
 }
 
-/// The block of `C` at `origin` (row, column) into the view `c`, on one thread.
-fn compute(op: &Operands<'_>, (i0, j0): (usize, usize), mut c: MatMut<'_>) {
+/// The block of `C` at `origin` (row, column) into the view `c`, on one
+/// thread; `finish` is applied to each `GEMM_MC × NC` block right after its
+/// last depth block.
+fn compute(op: &Operands<'_>, (i0, j0): (usize, usize), finish: Option<&Finish<'_>>, mut c: MatMut<'_>) {
     let (mc, nc, k) = (c.rows(), c.cols(), op.k);
     let kc = balanced(k, KC, 2);
     let mcb = balanced(mc, GEMM_MC, MR);
@@ -155,6 +163,9 @@ fn compute(op: &Operands<'_>, (i0, j0): (usize, usize), mut c: MatMut<'_>) {
                     let ncur = ncb.min(nc - jb);
                     pack_b(op, (p, kcur), (j0 + jb, ncur), bbuf);
                     dpbf16::block(pairs, abuf, bbuf, &mut c.block(ib, jb, mcur, ncur), pi > 0);
+                    if let Some(f) = finish.filter(|_| p + kcur == k) {
+                        f.apply(Isa::Avx512, (i0 + ib, j0 + jb), &mut c.block(ib, jb, mcur, ncur));
+                    }
                 }
             }
         }

@@ -125,6 +125,19 @@ impl<'a> MatMut<'a> {
         (MatMut { rows: i, ..self }, lower)
     }
 
+    /// Row `i` of the view as a slice of its `cols` values (empty past the
+    /// last row). Free.
+    pub(crate) fn row_mut(&mut self, i: usize) -> &mut [f32] {
+        if i >= self.rows || self.cols == 0 {
+            return &mut [];
+        }
+        // SAFETY: by the invariant, `(rows−1)·ld + cols` values from `ptr` are
+        // borrowed by this view alone; row `i < rows` is the `cols` values from
+        // `ptr + i·ld`, inside that range, and the returned slice borrows `self`
+        // mutably, so no other access through this view overlaps it.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(i * self.ld), self.cols) }
+    }
+
     /// Reborrows the block at `(i, j)` of at most `rows × cols` (clamped to the view).
     pub(crate) fn block(&mut self, i: usize, j: usize, rows: usize, cols: usize) -> MatMut<'_> {
         let (i, j) = (i.min(self.rows), j.min(self.cols));
@@ -147,6 +160,17 @@ pub(crate) enum PanelsA<'a> {
         /// Row stride of `A`.
         lda: usize,
     },
+}
+
+impl<'a> PanelsA<'a> {
+    /// The same `A` without its first `i` rows, for a block of depth `kc`
+    /// (for packed panels `i` must be a multiple of the tile's rows). Free.
+    pub(crate) fn skip_rows(self, i: usize, kc: usize) -> PanelsA<'a> {
+        match self {
+            PanelsA::Packed(a) => PanelsA::Packed(a.get(i * kc..).unwrap_or_default()),
+            PanelsA::Rows { a, lda } => PanelsA::Rows { a: a.get(i * lda..).unwrap_or_default(), lda },
+        }
+    }
 }
 
 /// Where the macro-kernel reads `B` from.

@@ -22,6 +22,11 @@
 //! bf16 operands on a CPU with AVX512_BF16 take [`bf16::gemm`]: the same
 //! loops on depth-pair panels and a `vdpbf16ps` micro-kernel.
 //!
+//! A matmul's epilogue (scales, `C₀`, bias, activation) is applied by both
+//! GEMMs to the values of `C` right after their last depth block, on the
+//! thread that computed them, in strips of [`GEMM_EPILOGUE_ROWS`] rows where
+//! that keeps them in cache ([`epilogue`]).
+//!
 //! Fused kernels (attention) run their small products block by block on
 //! the same micro-kernels, on their own thread: `pack_transposed` and
 //! `packed_product` (a `B` packed once for several products),
@@ -32,6 +37,7 @@
 
 pub mod bf16;
 pub(crate) mod dpbf16;
+pub mod epilogue;
 mod kernel;
 mod pack;
 #[cfg(test)]
@@ -43,21 +49,29 @@ use compute_core::MatmulSpec;
 
 use crate::isa::Isa;
 use crate::kernels::fork;
-use crate::tuning::{GEMM_DOTS_MAX_M, GEMM_INPLACE_B_MAX_M, GEMM_KC, GEMM_MC, GEMM_NC, PAR_GEMM_MIN_MACS};
+use crate::tuning::{
+    GEMM_DOTS_MAX_M, GEMM_EPILOGUE_ROWS, GEMM_INPLACE_B_MAX_M, GEMM_KC, GEMM_MC, GEMM_NC, PAR_GEMM_MIN_MACS,
+};
+use epilogue::{EpilogueArgs, Finish};
 use kernel::{Block, MatMut, PanelsA, PanelsB, Tile};
 use pack::Operands;
 
 /// Computes the product described by `spec` into `c` (overwriting it), on the
-/// kernel of `isa` (the portable one if this CPU lacks `isa`). Shapes are
-/// validated by the caller; a short slice only shortens the work.
+/// kernel of `isa` (the portable one if this CPU lacks `isa`), applying
+/// `epilogue` (not `spec.epilogue`: [`EpilogueArgs::new`] makes one from it
+/// and the op's inputs; [`EpilogueArgs::none`] for the plain product) to each
+/// block of `C` as it is completed ([`epilogue`]). Shapes are validated by
+/// the caller; a short slice only shortens the work.
 ///
 /// Costs `2·batch·m·k·n` FLOPs, at close to the FMA peak of the ISA for large
 /// products, plus packing (one copy of `B`, and of a transposed `A`, per
 /// thread); uses every thread of the pool in scope above
 /// [`PAR_GEMM_MIN_MACS`] multiply-adds. Allocates nothing per call beyond
 /// each thread's first packing buffers (kept for reuse, about
-/// `(GEMM_MC + GEMM_NC)·GEMM_KC` values) and a small list of parts.
-pub fn sgemm(isa: Isa, spec: &MatmulSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
+/// `(GEMM_MC + GEMM_NC)·GEMM_KC` values) and a small list of parts. An
+/// epilogue adds one read and write of each value of `C` while it is still
+/// in cache, and one read of `C₀`.
+pub fn sgemm(isa: Isa, spec: &MatmulSpec, a: &[f32], b: &[f32], epilogue: &EpilogueArgs<'_>, c: &mut [f32]) {
     let isa = if isa.is_supported() { isa } else { Isa::Portable };
     let MatmulSpec { batch, m, k, n, trans_a, trans_b, .. } = *spec;
     let (sa, sb, sc) = (m.saturating_mul(k), k.saturating_mul(n), m.saturating_mul(n));
@@ -65,7 +79,7 @@ pub fn sgemm(isa: Isa, spec: &MatmulSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
         return;
     }
     if k == 0 {
-        c.iter_mut().take(batch.saturating_mul(sc)).for_each(|x| *x = 0.0);
+        empty_depth(isa, (batch, m, n), epilogue, c);
         return;
     }
     let operands = |a, b| Operands { a, b, m, k, n, trans_a, trans_b };
@@ -81,19 +95,37 @@ pub fn sgemm(isa: Isa, spec: &MatmulSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
         let c = c.get_mut(..whole).unwrap_or_default();
         fork::chunks_mut(c, sc, |i, c| {
             if let (Some(a), Some(b)) = (a.get(i * sa..(i + 1) * sa), b.get(i * sb..(i + 1) * sb)) {
-                product(isa, &operands(a, b), c, 1);
+                product(isa, &operands(a, b), epilogue.product(i, m, n).as_ref(), c, 1);
             }
         });
     } else {
-        for ((a, b), c) in a.chunks_exact(sa).zip(b.chunks_exact(sb)).zip(c.chunks_exact_mut(sc)).take(batch) {
-            product(isa, &operands(a, b), c, threads);
+        let products = a.chunks_exact(sa).zip(b.chunks_exact(sb)).zip(c.chunks_exact_mut(sc)).take(batch);
+        for (i, ((a, b), c)) in products.enumerate() {
+            product(isa, &operands(a, b), epilogue.product(i, m, n).as_ref(), c, threads);
         }
     }
 }
 
-/// One product into `c` (`m×n`), split across up to `threads` threads.
-fn product(isa: Isa, op: &Operands<'_>, c: &mut [f32], threads: usize) {
+/// A product of depth 0 (every value of `op(A)·op(B)` is 0) into the
+/// `batch` products of `m × n` in `c`, with `epilogue` applied. One pass
+/// over `c` on the calling thread.
+pub(crate) fn empty_depth(isa: Isa, (batch, m, n): (usize, usize, usize), epilogue: &EpilogueArgs<'_>, c: &mut [f32]) {
+    let sc = m.saturating_mul(n);
+    for (i, c) in c.chunks_exact_mut(sc.max(1)).take(batch).enumerate() {
+        c.fill(0.0);
+        if let (Some(finish), Some(mut view)) = (epilogue.product(i, m, n), MatMut::new(c, m, n, n)) {
+            finish.apply(isa, (0, 0), &mut view);
+        }
+    }
+}
+
+/// One product into `c` (`m×n`), split across up to `threads` threads, with
+/// `finish` applied to each block as it is completed.
+fn product(isa: Isa, op: &Operands<'_>, finish: Option<&Finish<'_>>, c: &mut [f32], threads: usize) {
+    let swapped = op.n == 1 && op.m > 1;
     let op = &normalized(op);
+    let turned = finish.filter(|_| swapped).map(|f| f.transposed(op.n));
+    let finish = if swapped { turned.as_ref() } else { finish };
     let (m, n, k) = (op.m, op.n, op.k);
     let macs = m.saturating_mul(k).saturating_mul(n);
     let threads = if macs < PAR_GEMM_MIN_MACS { 1 } else { threads };
@@ -109,8 +141,11 @@ fn product(isa: Isa, op: &Operands<'_>, c: &mut [f32], threads: usize) {
         if dots {
             let x = x.get(i0 * k..).unwrap_or_default();
             kernel::dots(isa, k, (x, k), (op.b.get(j0 * k..).unwrap_or_default(), k), &mut part);
+            if let Some(f) = finish {
+                f.apply(isa, (i0, j0), &mut part);
+            }
         } else {
-            compute(isa, op, (i0, j0), part);
+            compute(isa, op, (i0, j0), finish, part);
         }
     };
     if threads <= 1 {
@@ -186,8 +221,10 @@ fn normalized<'a>(op: &Operands<'a>) -> Operands<'a> {
     op
 }
 
-/// The block of `C = op(A)·op(B)` at `origin` (row, column) into the view `c`, on one thread.
-fn compute(isa: Isa, op: &Operands<'_>, (i0, j0): (usize, usize), mut c: MatMut<'_>) {
+/// The block of `C = op(A)·op(B)` at `origin` (row, column) into the view
+/// `c`, on one thread; `finish` is applied to the values right after their
+/// last depth block, strip by strip ([`GEMM_EPILOGUE_ROWS`]).
+fn compute(isa: Isa, op: &Operands<'_>, (i0, j0): (usize, usize), finish: Option<&Finish<'_>>, mut c: MatMut<'_>) {
     let t = kernel::tile(isa);
     let Tile { mr, nr } = t;
     let (mc, nc, k) = (c.rows(), c.cols(), op.k);
@@ -207,6 +244,7 @@ fn compute(isa: Isa, op: &Operands<'_>, (i0, j0): (usize, usize), mut c: MatMut<
             for (pi, p) in (0..k).step_by(kc).enumerate() {
                 let kcur = kc.min(k - p);
                 let accumulate = pi > 0;
+                let last = p + kcur == k;
                 let a = if a_in_place {
                     let s = (i0 + ib) * k + p;
                     PanelsA::Rows { a: op.a.get(s..).unwrap_or_default(), lda: k }
@@ -214,18 +252,34 @@ fn compute(isa: Isa, op: &Operands<'_>, (i0, j0): (usize, usize), mut c: MatMut<
                     pack::pack_a(isa, op, t, (i0 + ib, mcur), (p, kcur), abuf);
                     PanelsA::Packed(abuf)
                 };
+                // The epilogue finishes the last depth block in strips of
+                // rows, each while it is in cache: the tiles run in the same
+                // order (rows of tiles outermost) but for a B read in place,
+                // whose tiles go down the rows, so that it is read once.
+                let finish = finish.filter(|_| last);
+                let strip =
+                    if finish.is_some() && !b_in_place { GEMM_EPILOGUE_ROWS.next_multiple_of(mr) } else { mcur };
                 for jb in (0..nc).step_by(ncb) {
                     let ncur = ncb.min(nc - jb);
                     let full = if b_in_place { ncur / nr * nr } else { 0 };
-                    if full > 0 {
-                        let s = p * op.n + j0 + jb;
-                        let b = PanelsB::Rows { b: op.b.get(s..).unwrap_or_default(), ldb: op.n };
-                        kernel::block(isa, &Block { kc: kcur, a, b, accumulate }, &mut c.block(ib, jb, mcur, full));
-                    }
                     if full < ncur {
                         pack::pack_b(isa, op, t, (p, kcur), (j0 + jb + full, ncur - full), bbuf);
-                        let blk = Block { kc: kcur, a, b: PanelsB::Packed(bbuf), accumulate };
-                        kernel::block(isa, &blk, &mut c.block(ib, jb + full, mcur, ncur - full));
+                    }
+                    for s0 in (0..mcur).step_by(strip.max(1)) {
+                        let (rows, a) = (strip.min(mcur - s0), a.skip_rows(s0, kcur));
+                        if full > 0 {
+                            let s = p * op.n + j0 + jb;
+                            let b = PanelsB::Rows { b: op.b.get(s..).unwrap_or_default(), ldb: op.n };
+                            let blk = Block { kc: kcur, a, b, accumulate };
+                            kernel::block(isa, &blk, &mut c.block(ib + s0, jb, rows, full));
+                        }
+                        if full < ncur {
+                            let blk = Block { kc: kcur, a, b: PanelsB::Packed(bbuf), accumulate };
+                            kernel::block(isa, &blk, &mut c.block(ib + s0, jb + full, rows, ncur - full));
+                        }
+                        if let Some(f) = finish {
+                            f.apply(isa, (i0 + ib + s0, j0 + jb), &mut c.block(ib + s0, jb, rows, ncur));
+                        }
                     }
                 }
             }

@@ -1,5 +1,6 @@
 //! Edge shapes of every ISA path against a plain triple loop in f64.
 use super::*;
+use compute_core::{Activation, DType, Epilogue, GeluForm, HostSlice};
 
 /// Deterministic values in [-1, 1), never all zero.
 fn values(len: usize, seed: u64) -> Vec<f32> {
@@ -36,7 +37,7 @@ fn check(isa: Isa, spec: MatmulSpec, threads: usize) {
     let b = values(batch * k * n, (n * 17 + k * 3 + m + 1) as u64);
     let mut c = vec![f32::NAN; batch * m * n];
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
-    pool.install(|| sgemm(isa, &spec, &a, &b, &mut c));
+    pool.install(|| sgemm(isa, &spec, &a, &b, &EpilogueArgs::none(), &mut c));
     let (want, scale) = reference(&spec, &a, &b);
     let tol = f32::EPSILON as f64 * (8.0 + 2.0 * (k as f64).sqrt());
     for (idx, ((&got, &w), &s)) in c.iter().zip(&want).zip(&scale).enumerate() {
@@ -104,8 +105,89 @@ fn parallel_above_threshold() {
 #[test]
 fn zero_depth_writes_zeros() {
     let mut c = vec![f32::NAN; 6];
-    sgemm(Isa::detect(), &MatmulSpec::new(2, 0, 3), &[], &[], &mut c);
+    sgemm(Isa::detect(), &MatmulSpec::new(2, 0, 3), &[], &[], &EpilogueArgs::none(), &mut c);
     assert_eq!(c, [0.0; 6]);
+}
+
+/// Runs `spec` with `epilogue` on `isa` in a pool of `threads`, its bias and
+/// `C₀` given as `dtype` values, and checks every element against the f64
+/// reference ([`Epilogue::apply`]) to the conformance suite's bound.
+fn check_epilogue(isa: Isa, spec: MatmulSpec, epilogue: Epilogue, dtype: DType, threads: usize) {
+    use compute_core::HostVec;
+    let spec = spec.with_epilogue(epilogue);
+    let MatmulSpec { batch, m, k, n, .. } = spec;
+    let a = values(batch * m * k, (m * 5 + k + n * 3) as u64);
+    let b = values(batch * k * n, (n * 7 + k * 2 + m) as u64);
+    // Rounded to `dtype` once, so the reference sees what the GEMM reads.
+    let bias = HostVec::from_f32(dtype, &values(n, 11));
+    let c0 = HostVec::from_f32(dtype, &values(batch * m * n, 12));
+    let mut extra = Vec::new();
+    if epilogue.bias {
+        extra.push(bias.as_slice());
+    }
+    if epilogue.reads_c() {
+        extra.push(c0.as_slice());
+    }
+    let args = EpilogueArgs::new(isa, &spec, &extra).expect("inputs");
+    let mut c = vec![f32::NAN; batch * m * n];
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
+    pool.install(|| sgemm(isa, &spec, &a, &b, &args, &mut c));
+    let (want, scale) = reference(&spec, &a, &b);
+    let (bias, c0) = (bias.as_slice().to_f64(), c0.as_slice().to_f64());
+    let tol = f32::EPSILON as f64 * (8.0 + 2.0 * (k as f64).sqrt());
+    for (idx, &got) in c.iter().enumerate() {
+        let (bv, cv) = (if epilogue.bias { bias[idx % n] } else { 0.0 }, c0[idx]);
+        let w = epilogue.apply(want[idx], cv, bv);
+        let s = f64::from(epilogue.alpha).abs() * scale[idx] + bv.abs() + (f64::from(epilogue.beta) * cv).abs();
+        let slack = 1.13 * tol * s + 1e-6 + 1e-5 * w.abs();
+        assert!(
+            (f64::from(got) - w).abs() <= slack,
+            "{isa} {spec:?} {dtype} threads={threads}: element {idx} is {got}, want {w}"
+        );
+    }
+}
+
+#[test]
+fn epilogues_on_every_path() {
+    let e = Epilogue::default();
+    let epilogues = [
+        Epilogue { alpha: 0.5, beta: -1.5, bias: true, activation: Some(Activation::Gelu(GeluForm::Tanh)) },
+        Epilogue { bias: true, activation: Some(Activation::Relu), ..e },
+        Epilogue { beta: 1.0, activation: Some(Activation::Silu), ..e },
+    ];
+    // Blocks, ragged tiles, a one-column product (computed transposed), dot
+    // products (few rows, transposed B), depth 0, batches, and products split
+    // over two threads by rows and by columns.
+    let shapes = [
+        (1, 17, 5, 1, false, false),
+        (1, 1, 3, 9, false, true),
+        (2, 5, 0, 7, false, false),
+        (3, 13, 33, 70, true, false),
+        (1, 9, 300, 200, false, true),
+        (1, 301, 129, 257, false, false),
+        (1, 600, 64, 20, true, true),
+    ];
+    for isa in Isa::available() {
+        for (i, &(batch, m, k, n, trans_a, trans_b)) in shapes.iter().enumerate() {
+            let spec = MatmulSpec { batch, trans_a, trans_b, ..MatmulSpec::new(m, k, n) };
+            let e = epilogues[i % epilogues.len()];
+            for dtype in [DType::F32, DType::F16] {
+                for threads in [1, 2] {
+                    check_epilogue(isa, spec, e, dtype, threads);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn an_epilogue_missing_an_input_is_a_typed_error() {
+    let spec = MatmulSpec::new(2, 3, 4).with_bias().with_scales(1.0, 2.0);
+    let bias = [0.0f32; 4];
+    let short = [0.0f32; 7];
+    for extra in [&[][..], &[HostSlice::F32(&bias)][..], &[HostSlice::F32(&bias), HostSlice::F32(&short)][..]] {
+        assert!(EpilogueArgs::new(Isa::Portable, &spec, extra).is_err());
+    }
 }
 
 #[test]
@@ -117,7 +199,7 @@ fn nan_and_infinity_propagate() {
     a[7 * k] = f32::INFINITY;
     for isa in Isa::available() {
         let mut c = vec![0.0; m * n];
-        sgemm(isa, &MatmulSpec::new(m, k, n), &a, &b, &mut c);
+        sgemm(isa, &MatmulSpec::new(m, k, n), &a, &b, &EpilogueArgs::none(), &mut c);
         for j in 0..n {
             assert!(c[3 * n + j].is_nan(), "{isa}: row with a NaN");
             assert!(c[7 * n + j].is_infinite() || c[7 * n + j].is_nan(), "{isa}: row with an infinity");
@@ -175,7 +257,7 @@ fn check_bf16(spec: MatmulSpec, threads: usize) -> bool {
     let b = round(values(batch * k * n, (n * 13 + k * 11 + m + 3) as u64));
     let mut c = vec![f32::NAN; batch * m * n];
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
-    assert!(pool.install(|| bf16::gemm(Isa::Avx512, &spec, &a, &b, &mut c)));
+    assert!(pool.install(|| bf16::gemm(Isa::Avx512, &spec, &a, &b, &EpilogueArgs::none(), &mut c)));
     let wide = |v: &[half::bf16]| -> Vec<f32> { v.iter().map(|x| x.to_f32()).collect() };
     let (want, scale) = reference(&spec, &wide(&a), &wide(&b));
     let tol = f32::EPSILON as f64 * (8.0 + 2.0 * (k as f64).sqrt());
@@ -248,14 +330,14 @@ fn bf16_kernel_propagates_nan_and_infinity() {
     a[3 * k + 2] = half::bf16::NAN;
     a[7 * k] = half::bf16::INFINITY;
     let mut c = vec![0.0; m * n];
-    assert!(bf16::gemm(Isa::Avx512, &MatmulSpec::new(m, k, n), &a, &b, &mut c));
+    assert!(bf16::gemm(Isa::Avx512, &MatmulSpec::new(m, k, n), &a, &b, &EpilogueArgs::none(), &mut c));
     for j in 0..n {
         assert!(c[3 * n + j].is_nan(), "row with a NaN");
         assert!(c[7 * n + j].is_infinite() || c[7 * n + j].is_nan(), "row with an infinity");
         assert!(c[n + j].is_finite(), "clean row");
     }
     // Not the AVX-512 path: refused, nothing written.
-    assert!(!bf16::gemm(Isa::Avx2, &MatmulSpec::new(m, k, n), &a, &b, &mut c[..0]));
+    assert!(!bf16::gemm(Isa::Avx2, &MatmulSpec::new(m, k, n), &a, &b, &EpilogueArgs::none(), &mut c[..0]));
 }
 
 #[test]
@@ -274,7 +356,7 @@ fn bf16_kernel_packs_misaligned_operands_the_same() {
     let b_aligned = b_shifted.to_vec();
     let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(m, k, n) };
     let (mut c1, mut c2) = (vec![0.0f32; m * n], vec![1.0f32; m * n]);
-    assert!(bf16::gemm(Isa::Avx512, &spec, &a, b_shifted, &mut c1));
-    assert!(bf16::gemm(Isa::Avx512, &spec, &a, &b_aligned, &mut c2));
+    assert!(bf16::gemm(Isa::Avx512, &spec, &a, b_shifted, &EpilogueArgs::none(), &mut c1));
+    assert!(bf16::gemm(Isa::Avx512, &spec, &a, &b_aligned, &EpilogueArgs::none(), &mut c2));
     assert!(c1.iter().zip(&c2).all(|(x, y)| x.to_bits() == y.to_bits()));
 }

@@ -30,6 +30,10 @@
 //!   result: `f32` speed, plus one pass over each operand and temporary
 //!   memory of twice the half inputs' size (whose first touch costs a page
 //!   fault per 4 KiB).
+//! - A matmul's epilogue is applied by the GEMM to its `f32` values before
+//!   they are narrowed, so the result is rounded once; a half bias is
+//!   widened once, a half `C₀` piece by piece as the GEMM reaches it
+//!   ([`gemm::epilogue`]).
 //!
 //! Conversions are [`convert`]'s vectorised ones.
 
@@ -43,7 +47,7 @@ use std::borrow::Cow;
 
 use compute_core::{BackendKind, ComputeError, DType, Element, HostSlice, HostSliceMut, Op, ReduceOp, Result};
 
-use crate::gemm;
+use crate::gemm::{self, epilogue::EpilogueArgs};
 use crate::isa::Isa;
 use crate::kernels::{self, fork, par};
 use crate::tuning::{PAR_CHUNK, PAR_ELEMENTWISE_MIN, PAR_REDUCE_MIN, PAR_TRANSCENDENTAL_MIN, STREAM_MIN};
@@ -103,15 +107,18 @@ fn run_into<T: Element>(isa: Isa, op: &Op, inputs: &[HostSlice<'_>], out: &mut [
         }),
         Op::Slerp { cols, t, .. } => kernels::interpolate::slerp_typed(isa, t, cols, inputs, out),
         Op::Matmul(spec) => {
-            if let [HostSlice::BF16(a), HostSlice::BF16(b)] = *inputs
+            // The epilogue's bias and C₀ (of the output's dtype) are read as
+            // given, widened as the GEMM reaches them.
+            let epilogue = EpilogueArgs::new(isa, &spec, inputs.get(2..).unwrap_or_default())?;
+            if let [HostSlice::BF16(a), HostSlice::BF16(b), ..] = *inputs
                 && gemm::bf16::available(isa)
             {
                 return into_output(isa, op, out, |o| {
-                    gemm::bf16::gemm(isa, &spec, a, b, o);
+                    gemm::bf16::gemm(isa, &spec, a, b, &epilogue, o);
                 });
             }
-            let wide = widen_all(isa, op, inputs)?;
-            into_output(isa, op, out, |o| gemm::sgemm(isa, &spec, &wide[0], &wide[1], o))?;
+            let wide = widen_all(isa, op, inputs.get(..2).unwrap_or_default())?;
+            into_output(isa, op, out, |o| gemm::sgemm(isa, &spec, &wide[0], &wide[1], &epilogue, o))?;
         }
         Op::Conv2d(spec) => {
             let wide = widen_all(isa, op, inputs)?;
@@ -201,7 +208,7 @@ fn staged<T: Element>(
 }
 
 /// `x[at..at + len]` (empty if `x` is shorter).
-fn range(x: HostSlice<'_>, at: usize, len: usize) -> HostSlice<'_> {
+pub(crate) fn range(x: HostSlice<'_>, at: usize, len: usize) -> HostSlice<'_> {
     let r = at..at.saturating_add(len);
     match x {
         HostSlice::F32(s) => HostSlice::F32(s.get(r).unwrap_or_default()),

@@ -18,7 +18,7 @@ use std::cell::RefCell;
 use compute_core::{Conv2dSpec, MatmulSpec};
 
 use super::{fork, par};
-use crate::gemm;
+use crate::gemm::{self, epilogue::EpilogueArgs};
 use crate::isa::Isa;
 use crate::tuning::{CONV_BLOCK, CONV_WHOLE_MAX, PAR_ELEMENTWISE_MIN};
 
@@ -59,12 +59,12 @@ pub fn conv2d(isa: Isa, spec: &Conv2dSpec, x: &[f32], w: &[f32], out: &mut [f32]
     let mut col = if direct || whole > CONV_WHOLE_MAX { Vec::new() } else { vec![0.0f32; whole] };
     for (img, o) in x.chunks_exact(chw).zip(out.chunks_exact_mut(per_image)).take(c.n) {
         if direct {
-            gemm::sgemm(isa, &MatmulSpec::new(c.c_out, k, ohw), w, img, o);
+            gemm::sgemm(isa, &MatmulSpec::new(c.c_out, k, ohw), w, img, &EpilogueArgs::none(), o);
         } else if whole <= CONV_WHOLE_MAX {
             // Small enough to stay in cache whole: one unfolding (in parallel
             // across input channels when large) and one SGEMM on every thread.
             im2col(c, oh, ow, img, &mut col);
-            gemm::sgemm(isa, &MatmulSpec::new(c.c_out, k, ohw), w, &col, o);
+            gemm::sgemm(isa, &MatmulSpec::new(c.c_out, k, ohw), w, &col, &EpilogueArgs::none(), o);
         } else {
             // Per block: its pixel range and its part of every output channel's row.
             let mut parts: Vec<Block<'_>> =
@@ -122,7 +122,7 @@ fn block(
         col.resize(k * width, 0.0);
         res.resize(c.c_out * width, 0.0);
         unfold(c, ow, img, (p0, p1), col);
-        gemm::sgemm(isa, &MatmulSpec::new(c.c_out, k, width), w, col, res);
+        gemm::sgemm(isa, &MatmulSpec::new(c.c_out, k, width), w, col, &EpilogueArgs::none(), res);
         for (dst, src) in rows.iter_mut().zip(res.chunks_exact(width)) {
             dst.copy_from_slice(src);
         }

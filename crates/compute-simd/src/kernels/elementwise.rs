@@ -4,7 +4,7 @@
 //! streaming stores for outputs of [`STREAM_MIN`] elements or more.
 //! Accuracy of the transcendentals: see [`crate::simd::math`].
 
-use compute_core::{BinaryOp, GeluForm, UnaryOp};
+use compute_core::{Activation, BinaryOp, GeluForm, UnaryOp};
 
 use super::par;
 use crate::isa::Isa;
@@ -76,6 +76,19 @@ pub(crate) fn with_unary<S: SimdF32, L: LaneLoop<S, 1>>(s: S, op: UnaryOp, l: L)
         UnaryOp::Gelu(GeluForm::Erf) => l.run(s, &UnaryFn::<GELU_ERF>(0.0, 0.0)),
         UnaryOp::Clip { min, max } => l.run(s, &UnaryFn::<CLIP>(min, max)),
         UnaryOp::Scale { s: k } => l.run(s, &UnaryFn::<SCALE>(k, 0.0)),
+    }
+}
+
+/// [`with_unary`] for the activations of a matmul epilogue (relu, gelu in
+/// both forms, silu as swish): the same lane functions, compiled for these
+/// four only ([`crate::gemm::epilogue`]).
+#[inline(always)]
+pub(crate) fn with_activation<S: SimdF32, L: LaneLoop<S, 1>>(s: S, a: Activation, l: L) -> L::Output {
+    match a {
+        Activation::Relu => l.run(s, &UnaryFn::<RELU>(0.0, 0.0)),
+        Activation::Gelu(GeluForm::Tanh) => l.run(s, &UnaryFn::<GELU_TANH>(0.0, 0.0)),
+        Activation::Gelu(GeluForm::Erf) => l.run(s, &UnaryFn::<GELU_ERF>(0.0, 0.0)),
+        Activation::Silu => l.run(s, &UnaryFn::<SWISH>(0.0, 0.0)),
     }
 }
 

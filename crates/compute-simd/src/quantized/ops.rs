@@ -118,6 +118,6 @@ fn quant_matmul(isa: Isa, op: &Op, s: &QuantMatmulSpec, x: &[f32], w: &[u8], y: 
     let mut dense = vec![0f32; s.n * s.k];
     block.dequantize(w, &mut dense)?;
     let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(s.m, s.k, s.n) };
-    gemm::sgemm(isa, &spec, x, &dense, y);
+    gemm::sgemm(isa, &spec, x, &dense, &gemm::epilogue::EpilogueArgs::none(), y);
     Ok(())
 }
