@@ -92,7 +92,7 @@ pub(crate) fn store_wgmma_tile(
         })
         .collect();
     if let Some(e) = epi {
-        return store_wgmma_tile_epilogue(b, acc, (out, e), (c_base, row0, col, &col_ok), m, n);
+        return store_wgmma_tile_epilogue(b, acc, (out, e), (c_base, row0, col), &col_ok, (m, n));
     }
     for h in 0..2u32 {
         let row = b.add(row0, h * 8);
@@ -120,9 +120,9 @@ fn store_wgmma_tile_epilogue(
     b: &mut KernelBuilder,
     acc: &[Reg<F32>],
     (out, e): (Option<Half>, EpilogueRegs),
-    (c_base, row0, col, col_ok): (Reg<U64>, Reg<U32>, Reg<U32>, &[Reg<Pred>]),
-    m: Reg<U32>,
-    n: Reg<U32>,
+    (c_base, row0, col): (Reg<U64>, Reg<U32>, Reg<U32>),
+    col_ok: &[Reg<Pred>],
+    (m, n): (Reg<U32>, Reg<U32>),
 ) {
     let groups = acc.len() / 4;
     let esz = if out.is_some() { 2u32 } else { 4 };
