@@ -2,6 +2,7 @@
 
 use std::any::Any;
 use std::fmt;
+use std::ops::Range;
 use std::sync::Arc;
 
 use crate::attention::AttentionSpec;
@@ -9,6 +10,7 @@ use crate::dtype::{DType, Element};
 use crate::error::{BackendKind, ComputeError, Result};
 use crate::host::{Blocks, BlocksMut, HostSlice, HostSliceMut};
 use crate::op::{BinaryOp, GeluForm, MatmulSpec, Op, Operand, QuantMatmulSpec, ReduceOp, RowOp, UnaryOp};
+use crate::pinned::{PinnedF32, PinnedWords, download_pinned_via_host, upload_pinned_via_host};
 
 /// Where a [`Tensor`] lives: the backend family and the device index within it
 /// (0 for the first GPU; always 0 for the CPU).
@@ -170,6 +172,48 @@ pub trait Backend: Send + Sync {
         let owned: Vec<crate::HostVec> = parts.iter().map(HostSlice::to_vec).collect();
         let all = crate::HostVec::concat(&owned).unwrap_or_else(|| crate::HostVec::zeros(tensor.dtype(), 0));
         self.upload_into(all.as_slice(), tensor)
+    }
+
+    /// `len` words of host memory that this backend's device copies from
+    /// directly, for [`Backend::upload_pinned_parts`] (page-locked on CUDA:
+    /// allocating it costs a driver call, about a millisecond for a few
+    /// MiB; keep and reuse it). `Ok(None)` (the default): this backend has
+    /// no such memory, and a transfer from host memory costs the same from
+    /// any buffer.
+    fn alloc_pinned_words(&self, len: usize) -> Result<Option<PinnedWords>> {
+        let _ = len;
+        Ok(None)
+    }
+
+    /// `len` `f32` values of host memory that this backend's device copies
+    /// into directly, for [`Backend::download_pinned`]; as
+    /// [`Backend::alloc_pinned_words`], `Ok(None)` by default.
+    fn alloc_pinned_f32(&self, len: usize) -> Result<Option<PinnedF32>> {
+        let _ = len;
+        Ok(None)
+    }
+
+    /// Copies the words of `parts` (each a buffer and a range of its words),
+    /// one after the other, into `tensor`, whose bytes they must fill
+    /// exactly ([`ComputeError::Shape`] otherwise): how rows that many
+    /// threads wrote into shared host memory reach the device in one transfer
+    /// per contiguous part. In order with the tensor calls queued before and
+    /// after it, and it may return before the copy is done: the words must
+    /// keep their values until the next [`Backend::synchronize`] or download.
+    /// The default gathers the words into host memory and calls
+    /// [`Backend::upload_into`]; the CUDA backend copies from its page-locked
+    /// memory with one asynchronous transfer per part.
+    fn upload_pinned_parts(&self, parts: &[(&PinnedWords, Range<usize>)], tensor: &Tensor) -> Result<()> {
+        upload_pinned_via_host(self, parts, tensor)
+    }
+
+    /// Copies the `f32` tensors, one after the other, into `dst` from value
+    /// `at` on ([`ComputeError::DType`] or [`ComputeError::Shape`] when they
+    /// are not `f32` or do not fit), and waits for the copies and the work
+    /// queued before them. The default downloads each tensor; the CUDA
+    /// backend copies straight into its page-locked memory and waits once.
+    fn download_pinned(&self, tensors: &[&Tensor], dst: &mut PinnedF32, at: usize) -> Result<()> {
+        download_pinned_via_host(self, tensors, dst, at)
     }
 
     /// Allocates a tensor of `len` elements of `dtype` on the device (zeroed

@@ -33,6 +33,7 @@ pub mod error;
 pub mod gguf;
 pub mod host;
 pub mod op;
+pub mod pinned;
 pub mod quant;
 pub mod reference;
 pub mod rng;
@@ -51,6 +52,10 @@ pub use host::{Blocks, BlocksMut, HostSlice, HostSliceMut, HostVec};
 pub use op::{
     Activation, BinaryOp, Conv2dSpec, Cost, Epilogue, GeluForm, Layout, MatmulSpec, Op, OpClass, Operand, Precision,
     QuantMatmulSpec, ReduceOp, RowOp, UnaryOp,
+};
+pub use pinned::{
+    F32Memory, PinnedF32, PinnedWords, WordsMemory, check_pinned_download, check_pinned_parts,
+    download_pinned_via_host, upload_pinned_via_host,
 };
 pub use rope::{HeadSlice, RopeLayout, RopeScaling, RopeSpec};
 pub use strided::{CopySpec, Strided};

@@ -47,8 +47,45 @@ struct Shared<T> {
     done: AtomicBool,
     /// How long [`AsyncGpuResult::wait`] spins before blocking.
     spin: Duration,
+    /// Where [`AsyncGpuResult::wait`] blocks, if not on `cv`.
+    bell: Option<Arc<Bell>>,
     op: &'static str,
     backend: BackendKind,
+}
+
+/// One wake-up for many results: [`AsyncGpuResult::wait`] on results made
+/// with the same bell blocks on it, and a producer that finishes many of
+/// them at once fills them quietly ([`Completer::complete_quiet`]) and
+/// rings once, waking every sleeper with one system call instead of one per
+/// result. A sleeper whose result is not finished yet goes back to sleep.
+#[derive(Debug, Default)]
+pub(crate) struct Bell {
+    /// Threads asleep on `cv`.
+    sleepers: Mutex<usize>,
+    cv: Condvar,
+}
+
+impl Bell {
+    /// Wakes every thread asleep on the bell; free when none is.
+    pub(crate) fn ring(&self) {
+        // A sleeper counts itself and checks its result under the lock, and
+        // results are filled before the ring: one not counted here will see
+        // its result filled, so the wake-up may follow the unlock.
+        let asleep = *lock(&self.sleepers) > 0;
+        if asleep {
+            self.cv.notify_all();
+        }
+    }
+
+    /// Blocks until `done` is set (checked under the lock, after every wake-up).
+    fn sleep_until(&self, done: &AtomicBool) {
+        let mut sleepers = lock(&self.sleepers);
+        while !done.load(Ordering::Acquire) {
+            *sleepers += 1;
+            sleepers = wait_timeout(&self.cv, sleepers, Duration::from_secs(3600));
+            *sleepers -= 1;
+        }
+    }
 }
 
 impl<T> Shared<T> {
@@ -114,11 +151,32 @@ impl<T> AsyncGpuResult<T> {
         backend: BackendKind,
         spin: Duration,
     ) -> (AsyncGpuResult<T>, Completer<T>) {
+        Self::make(op, backend, spin, None)
+    }
+
+    /// [`AsyncGpuResult::channel_spinning`] whose [`AsyncGpuResult::wait`]
+    /// blocks on `bell` once it has spun, for results finished many at a time.
+    pub(crate) fn channel_belled(
+        op: &'static str,
+        backend: BackendKind,
+        spin: Duration,
+        bell: Arc<Bell>,
+    ) -> (AsyncGpuResult<T>, Completer<T>) {
+        Self::make(op, backend, spin, Some(bell))
+    }
+
+    fn make(
+        op: &'static str,
+        backend: BackendKind,
+        spin: Duration,
+        bell: Option<Arc<Bell>>,
+    ) -> (AsyncGpuResult<T>, Completer<T>) {
         let shared = Arc::new(Shared {
             inner: Mutex::new(Inner { slot: Slot::Pending, waker: None, done_at: None, waiters: 0 }),
             cv: Condvar::new(),
             done: AtomicBool::new(false),
             spin,
+            bell,
             op,
             backend,
         });
@@ -165,6 +223,9 @@ impl<T> AsyncGpuResult<T> {
                     std::hint::spin_loop();
                 }
             }
+        }
+        if let Some(bell) = &self.shared.bell {
+            bell.sleep_until(&self.shared.done);
         }
         let mut inner = lock(&self.shared.inner);
         loop {
@@ -222,7 +283,15 @@ impl<T> Future for AsyncGpuResult<T> {
 impl<T> Completer<T> {
     /// Finishes the result with `result`, waking every waiter.
     pub fn complete(mut self, result: Result<T>) {
-        self.finish(result);
+        self.finish(result, true);
+    }
+
+    /// Finishes the result with `result` without ringing its bell: the
+    /// caller rings it once after finishing the others ([`Bell::ring`]).
+    /// Waiters that do not sleep on the bell are woken as by
+    /// [`Completer::complete`].
+    pub(crate) fn complete_quiet(mut self, result: Result<T>) {
+        self.finish(result, false);
     }
 
     /// Whether the [`AsyncGpuResult`] was dropped, so nobody will read the value.
@@ -230,7 +299,7 @@ impl<T> Completer<T> {
         self.shared.as_ref().is_none_or(|s| Arc::strong_count(s) < 2)
     }
 
-    fn finish(&mut self, result: Result<T>) {
+    fn finish(&mut self, result: Result<T>, ring: bool) {
         let Some(shared) = self.shared.take() else { return };
         let (waker, blocked) = {
             let mut inner = lock(&shared.inner);
@@ -251,6 +320,9 @@ impl<T> Completer<T> {
         if let Some(w) = waker {
             w.wake();
         }
+        if let Some(bell) = shared.bell.as_ref().filter(|_| ring) {
+            bell.ring();
+        }
     }
 }
 
@@ -263,7 +335,7 @@ impl<T> Drop for Completer<T> {
                 message: "the computation ended without producing a result (worker stopped or panicked)".into(),
                 cause: None,
             };
-            self.finish(Err(err));
+            self.finish(Err(err), true);
         }
     }
 }
@@ -347,6 +419,49 @@ mod tests {
         });
         assert!(r.wait().is_err());
         t.join().unwrap();
+    }
+
+    /// Eight threads asleep on one bell: results finished quietly wake no
+    /// one until the ring, which wakes them all; a thread whose result is
+    /// not finished goes back to sleep, and a completer dropped unfinished
+    /// rings by itself.
+    #[test]
+    fn one_ring_wakes_every_sleeper_whose_result_is_finished() {
+        let bell = Arc::new(Bell::default());
+        let pairs: Vec<_> = (0..9u32)
+            .map(|_| AsyncGpuResult::<u32>::channel_belled("matmul", BackendKind::Cuda, Duration::ZERO, bell.clone()))
+            .collect();
+        let (results, mut completers): (Vec<_>, Vec<_>) = pairs.into_iter().unzip();
+        let last = completers.pop().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let threads: Vec<_> = results
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let tx = tx.clone();
+                std::thread::spawn(move || tx.send((i, r.wait())).unwrap())
+            })
+            .collect();
+        while *lock(&bell.sleepers) < 9 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for (i, c) in completers.into_iter().enumerate() {
+            c.complete_quiet(Ok(i as u32 * 10));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(rx.try_recv().is_err(), "a quiet completion woke a sleeper");
+        bell.ring();
+        let mut got: Vec<(usize, u32)> = (0..8).map(|_| rx.recv().unwrap()).map(|(i, r)| (i, r.unwrap())).collect();
+        got.sort();
+        assert_eq!(got, (0..8).map(|i| (i, i as u32 * 10)).collect::<Vec<_>>());
+        assert!(rx.recv_timeout(Duration::from_millis(50)).is_err(), "the unfinished result's thread woke up");
+        drop(last);
+        let (i, r) = rx.recv_timeout(Duration::from_secs(10)).expect("the dropped completer rang");
+        assert_eq!(i, 8);
+        assert!(r.is_err());
+        for t in threads {
+            t.join().unwrap();
+        }
     }
 
     #[test]

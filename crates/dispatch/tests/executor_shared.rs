@@ -12,6 +12,7 @@
 //! (`|y − r| ≤ ε·(8 + 2√k)·Σ|a·b|`, see `compute_core::conformance::tolerance`).
 mod common;
 
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::channel;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -477,4 +478,124 @@ fn bf16_weights_take_f32_rows_and_answer_f32_results() {
     assert_eq!(m.phases.batches, m.batches, "{m:?}");
     assert_eq!(m.phases.requests, 160, "{m:?}");
     assert!(m.phases.product_s > 0.0, "{m:?}");
+}
+
+/// `threads` callers in a loop against a `f32` and a `bf16` weight (`k × n`,
+/// row-major) of `exec`, each with its own rows (1 to 3 per request, `per`
+/// requests each): every result is checked against the reference of its own
+/// rows (for `bf16`, the product of the rounded rows).
+fn callers_get_their_own_rows(exec: &BatchedExecutor, (k, n): (usize, usize), threads: u64, per: u64) {
+    use compute_core::{DType, HostSlice, HostVec, MatmulSpec};
+    let h = exec.handle();
+    for dtype in [DType::F32, DType::BF16] {
+        let wh = HostVec::from_f32(dtype, &data(41, k * n));
+        let w = h.register_weight_typed(wh.clone(), k, n, WeightLayout::RowMajor).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let (h, w, wh) = (h.clone(), &w, &wh);
+                s.spawn(move || {
+                    for i in 0..per {
+                        let rows = 1 + ((t + i) % 3) as usize;
+                        let x = data(1000 * t + i, rows * k);
+                        let y = h.matmul_shared(w, x.clone(), rows).unwrap().wait().unwrap();
+                        let op = Op::Matmul(MatmulSpec::new(rows, k, n).with_dtypes(dtype, DType::F32));
+                        let xh = HostVec::from_f32(dtype, &x);
+                        let ins = [xh.as_slice(), wh.as_slice()];
+                        if let Some(msg) = compute_core::conformance::compare_typed(&op, &ins, HostSlice::F32(&y), 1.0)
+                        {
+                            panic!("{dtype} thread {t} request {i} ({rows} rows): {msg}");
+                        }
+                    }
+                });
+            }
+        });
+    }
+}
+
+/// A GPU engine with page-locked memory (the CPU under CUDA's name, heap
+/// memory standing for page-locked memory): once a batch has run there, the
+/// callers write their rows into that memory themselves, and batches upload
+/// them from there and answer from a page-locked result buffer. 24 callers
+/// in a loop, each with its own rows, each get their own results.
+#[test]
+fn callers_that_write_their_rows_into_page_locked_memory_get_their_own_results() {
+    let fake = Arc::new(common::FakeGpu::new(compute_core::BackendKind::Cuda, false, true));
+    let c = Compute::builder().cpu().engine(Engine::Cuda, fake.clone()).profile(gpu_always_wins(Engine::Cuda));
+    let exec = BatchedExecutor::new(c.build().unwrap(), BatchConfig::latency()).unwrap();
+    callers_get_their_own_rows(&exec, (64, 40), 24, 20);
+    let m = exec.shutdown();
+    assert_eq!((m.submitted, m.completed, m.failed), (960, 960, 0), "{m:?}");
+    assert!(m.engines.iter().all(|(e, _)| *e == Engine::Cuda), "{m:?}");
+    let (up, down) = (fake.pinned_uploads.load(Ordering::Relaxed), fake.pinned_downloads.load(Ordering::Relaxed));
+    // The first batch of each weight gathers its rows; later ones read the callers' own writes.
+    assert!(up + 4 >= m.batches as usize && up > 0, "{up} page-locked uploads in {} batches", m.batches);
+    // Results come back into page-locked buffers while one of the kept ones
+    // is free; callers still reading earlier results can hold them all.
+    assert!(down > 0 && down <= m.batches as usize, "{down} page-locked downloads in {} batches", m.batches);
+}
+
+/// Shutdown while callers wait on such an engine: 16 callers submit in a
+/// loop until refused; every accepted request is answered with its own
+/// rows, and none is left hanging.
+#[test]
+fn shutdown_answers_callers_waiting_on_page_locked_batches() {
+    let fake = common::FakeGpu::new(compute_core::BackendKind::Cuda, false, true);
+    let c = Compute::builder().cpu().engine(Engine::Cuda, Arc::new(fake)).profile(gpu_always_wins(Engine::Cuda));
+    let exec = BatchedExecutor::new(c.build().unwrap(), BatchConfig::latency()).unwrap();
+    let (k, n) = (48, 32);
+    let wv = data(51, k * n);
+    let w = exec.handle().register_weight(wv.clone(), k, n, WeightLayout::RowMajor).unwrap();
+    let callers: Vec<_> = (0..16u64)
+        .map(|t| {
+            let (h, w, wv) = (exec.handle(), w.clone(), wv.clone());
+            std::thread::spawn(move || {
+                let mut answered = 0u64;
+                for i in 0.. {
+                    let x = data(7000 + 100 * t + i, k);
+                    let Ok(r) = h.matmul_shared(&w, x.clone(), 1) else { break };
+                    let y = r.wait().expect("an accepted request is answered with a value");
+                    let spec = compute_core::MatmulSpec::new(1, k, n);
+                    assert_matches_reference(&Op::Matmul(spec), &[&x, &wv], &y);
+                    answered += 1;
+                }
+                answered
+            })
+        })
+        .collect();
+    while exec.metrics().completed < 200 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let h = exec.handle();
+    drop(exec.shutdown());
+    let answered: u64 = callers.into_iter().map(|c| c.join().unwrap()).sum();
+    let m = h.metrics();
+    assert_eq!((m.submitted, m.completed, m.failed), (answered, answered, 0), "{m:?}");
+    assert_eq!(m.rejected, 16, "each caller's last request was refused: {m:?}");
+}
+
+/// Many callers on each GPU engine here: after the first batch their rows go
+/// through the engine's page-locked memory, where it has some (CUDA).
+#[test]
+fn many_callers_on_each_gpu_engine_get_their_own_rows() {
+    let mut ran = 0;
+    for f in dispatch::discover::probe().into_iter().filter(|f| f.engine.is_gpu()) {
+        let backend = match f.backend {
+            Ok(b) => b,
+            Err(e) => {
+                assert!(!required(f.engine.kind()), "{} is required here but unavailable: {e}", f.engine);
+                eprintln!("SKIPPED: {} many-caller test: {e}", f.engine);
+                continue;
+            }
+        };
+        let c = Compute::builder().cpu().engine(f.engine, backend).profile(gpu_always_wins(f.engine));
+        let exec = BatchedExecutor::new(c.build().unwrap(), BatchConfig::latency()).unwrap();
+        callers_get_their_own_rows(&exec, (256, 96), 16, 25);
+        let m = exec.shutdown();
+        assert_eq!((m.completed, m.failed), (800, 0), "{m:?}");
+        assert!(m.engines.iter().all(|(e, _)| *e == f.engine), "{m:?}");
+        ran += 1;
+    }
+    if ran == 0 {
+        eprintln!("SKIPPED: no GPU engine for the many-caller GPU test");
+    }
 }

@@ -1,10 +1,11 @@
 //! Every call into the CUDA driver that `cudarc`'s safe API does not cover, and
 //! so every `unsafe` block of the crate: module loading with the JIT's error
 //! log, kernel launches, raw copies to and from device pointers, pinned host
-//! staging, and driver queries.
+//! staging and pinned buffers, and driver queries.
 
 use std::ffi::{CString, c_void};
 use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
 
 use compute_core::{BackendKind, ComputeError, DType, Result};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DriverError, PinnedHostSlice, result, sys};
@@ -475,6 +476,145 @@ impl Staging {
         out.copy_from_slice(region);
         Ok(())
     }
+}
+
+/// Zeroed page-locked host memory of `len` (at least one) elements of `T`,
+/// cached (not write-combined: the host reads it too), and its address.
+fn pinned_zeroed<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    ctx: &Arc<CudaContext>,
+    len: usize,
+    op: &'static str,
+) -> Result<(PinnedHostSlice<T>, usize)> {
+    let n = len.max(1);
+    // SAFETY: the memory is uninitialised; it is zeroed below before anything
+    // reads it or hands out a view of it.
+    let mut mem = unsafe { ctx.alloc_pinned_with_flags::<T>(n, 0) }.map_err(|e| match e.0 {
+        sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => ComputeError::OutOfMemory {
+            op,
+            backend: BackendKind::Cuda,
+            requested_bytes: (n * std::mem::size_of::<T>()) as u64,
+        },
+        _ => driver_err(op, e),
+    })?;
+    // No copy has used this memory's event yet: this returns at once.
+    let ptr = mem.as_mut_ptr().map_err(|e| driver_err(op, e))?;
+    // SAFETY: `ptr` is the start of the `n` elements just allocated, which no
+    // one else can reach yet; all-zero bytes are a valid `T`.
+    unsafe { std::ptr::write_bytes(ptr, 0, n) };
+    Ok((mem, ptr as usize))
+}
+
+/// Page-locked words of one device's context, shared by the threads that
+/// write them (`compute_core::PinnedWords` on CUDA). Dropping them waits
+/// for the device's stream, so that no copy queued from them is still
+/// reading when they are freed.
+pub(crate) struct PinnedWordsMem {
+    mem: PinnedHostSlice<u32>,
+    addr: usize,
+    len: usize,
+    stream: Arc<CudaStream>,
+}
+
+impl PinnedWordsMem {
+    /// `len` zero words for copies on `stream`.
+    pub(crate) fn new(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, len: usize) -> Result<PinnedWordsMem> {
+        let (mem, addr) = pinned_zeroed::<u32>(ctx, len, "alloc_pinned_words")?;
+        Ok(PinnedWordsMem { mem, addr, len, stream: stream.clone() })
+    }
+
+    /// Whether copies from these words go on `stream` (the one that
+    /// dropping them waits for).
+    pub(crate) fn is_for(&self, stream: &Arc<CudaStream>) -> bool {
+        Arc::ptr_eq(&self.stream, stream)
+    }
+}
+
+impl std::fmt::Debug for PinnedWordsMem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PinnedWordsMem({} words, {} bytes pinned)", self.len, self.mem.num_bytes())
+    }
+}
+
+impl compute_core::WordsMemory for PinnedWordsMem {
+    fn words(&self) -> &[AtomicU32] {
+        // SAFETY: `addr` starts `len` zeroed (so initialised) `u32`s that live
+        // as long as `self.mem`; `AtomicU32` has the size and alignment of
+        // `u32`, and this type hands out no other view of the memory, so every
+        // access from the host is through these atomics.
+        unsafe { std::slice::from_raw_parts(self.addr as *const AtomicU32, self.len) }
+    }
+}
+
+impl Drop for PinnedWordsMem {
+    fn drop(&mut self) {
+        // Copies queued from these words must finish before the memory goes.
+        let _ = self.stream.synchronize();
+    }
+}
+
+/// Page-locked `f32` values with one owner (`compute_core::PinnedF32` on
+/// CUDA). Copies into them wait before returning, so none is in flight when
+/// they are read or freed.
+pub(crate) struct PinnedF32Mem {
+    mem: PinnedHostSlice<f32>,
+    addr: usize,
+    len: usize,
+}
+
+impl PinnedF32Mem {
+    /// `len` zeros.
+    pub(crate) fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<PinnedF32Mem> {
+        let (mem, addr) = pinned_zeroed::<f32>(ctx, len, "alloc_pinned_f32")?;
+        Ok(PinnedF32Mem { mem, addr, len })
+    }
+}
+
+impl std::fmt::Debug for PinnedF32Mem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PinnedF32Mem({} values, {} bytes pinned)", self.len, self.mem.num_bytes())
+    }
+}
+
+impl compute_core::F32Memory for PinnedF32Mem {
+    fn values(&self) -> &[f32] {
+        // SAFETY: `addr` starts `len` zeroed (so initialised) `f32`s that live
+        // as long as `self.mem`; shared access only reads them, and writes
+        // need `&mut self` (`values_mut`, or a copy that waits for itself).
+        unsafe { std::slice::from_raw_parts(self.addr as *const f32, self.len) }
+    }
+
+    fn values_mut(&mut self) -> &mut [f32] {
+        // SAFETY: as in `values`; `&mut self` makes this the only view.
+        unsafe { std::slice::from_raw_parts_mut(self.addr as *mut f32, self.len) }
+    }
+}
+
+/// Queues a copy of host words `src` to device address `dst` on `stream`.
+/// The words must stay allocated until the stream has run the copy (the
+/// caller passes only [`PinnedWordsMem`] of this stream, whose drop waits for
+/// it); other threads may keep storing into them meanwhile, and the copy
+/// takes whatever they hold when the device reads them.
+pub(crate) fn htod_words(stream: &CudaStream, dst: u64, src: &[AtomicU32], op: &'static str) -> Result<()> {
+    stream.context().bind_to_thread().map_err(|e| driver_err(op, e))?;
+    // SAFETY: `dst` addresses a live allocation of at least `size_of_val(src)`
+    // bytes (the caller checked the parts against the tensor); `src` is valid
+    // for reads of that many bytes until the copy has run (see above). The
+    // device reads the memory outside Rust's view, as a DMA engine does.
+    unsafe {
+        sys::cuMemcpyHtoDAsync_v2(dst, src.as_ptr().cast::<c_void>(), std::mem::size_of_val(src), stream.cu_stream())
+    }
+    .result()
+    .map_err(|e| driver_err(op, e))
+}
+
+/// Queues a copy of `size_of_val(dst)` bytes from device address `src` into
+/// `dst`; the caller waits for the stream before `dst`'s borrow ends.
+pub(crate) fn dtoh_async<T: Copy>(stream: &CudaStream, dst: &mut [T], src: u64, op: &'static str) -> Result<()> {
+    // SAFETY: `src` addresses a live allocation of at least `size_of_val(dst)`
+    // bytes; `dst` is valid for writes and `T` is plain data (`f32`: any bit
+    // pattern is a value); the caller synchronises the stream while it still
+    // holds `dst` exclusively, so nothing reads it before the copy is done.
+    unsafe { result::memcpy_dtoh_async(dst, src, stream.cu_stream()) }.map_err(|e| driver_err(op, e))
 }
 
 /// The error for data larger than the staging buffer (its callers check the

@@ -22,11 +22,13 @@ pub mod nccl;
 mod nccl_sys;
 mod peer;
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use compute_core::{
-    Backend, BackendKind, ComputeError, DType, HostSlice, HostSliceMut, Location, MatmulSpec, Op, Recording, Result,
-    Tensor, check_download, check_host_call, check_tensor_call, check_upload,
+    Backend, BackendKind, ComputeError, DType, HostSlice, HostSliceMut, Location, MatmulSpec, Op, PinnedF32,
+    PinnedWords, Recording, Result, Tensor, check_download, check_host_call, check_pinned_download, check_pinned_parts,
+    check_tensor_call, check_upload,
 };
 
 pub use crate::plan::GemmTier;
@@ -424,6 +426,65 @@ impl Backend for CudaBackend {
         }
         let all: Vec<u8> = bytes.concat();
         driver::htod(&self.dev.stream, dst, &all, "upload_parts_into")
+    }
+
+    /// Zeroed page-locked words of this device's context (one driver
+    /// allocation, about a millisecond for a few MiB), which
+    /// [`Backend::upload_pinned_parts`] copies from without waiting.
+    fn alloc_pinned_words(&self, len: usize) -> Result<Option<PinnedWords>> {
+        let mem = driver::PinnedWordsMem::new(&self.dev.ctx, &self.dev.stream, len)?;
+        Ok(Some(PinnedWords::from_memory(Box::new(mem))))
+    }
+
+    /// Zeroed page-locked `f32` values (one driver allocation), which
+    /// [`Backend::download_pinned`] copies into without a host copy.
+    fn alloc_pinned_f32(&self, len: usize) -> Result<Option<PinnedF32>> {
+        Ok(Some(PinnedF32::from_memory(Box::new(driver::PinnedF32Mem::new(&self.dev.ctx, len)?))))
+    }
+
+    /// Queues one asynchronous copy per part when every part is page-locked
+    /// memory of this device ([`Backend::alloc_pinned_words`]); otherwise
+    /// gathers the words on the host and copies them as
+    /// [`Backend::upload_into`] does (consumed when this returns).
+    fn upload_pinned_parts(&self, parts: &[(&PinnedWords, Range<usize>)], tensor: &Tensor) -> Result<()> {
+        check_pinned_parts(parts, tensor)?;
+        let op = Op::unary(compute_core::UnaryOp::Relu, tensor.len().max(1));
+        let dst = self.ptr(tensor, &op)?;
+        let stream = &self.dev.stream;
+        let ours = |b: &PinnedWords| b.memory::<driver::PinnedWordsMem>().is_some_and(|m| m.is_for(stream));
+        if !parts.iter().all(|(b, _)| ours(b)) {
+            return compute_core::upload_pinned_via_host(self, parts, tensor);
+        }
+        let mut at = dst;
+        for (b, r) in parts {
+            let words = b.words().get(r.clone()).unwrap_or_default();
+            driver::htod_words(stream, at, words, "upload_pinned_parts")?;
+            at += 4 * words.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Queues a copy of each tensor straight into `dst` (page-locked memory
+    /// from [`Backend::alloc_pinned_f32`] takes it without a host copy; other
+    /// memory through the driver's), then waits once for everything queued.
+    fn download_pinned(&self, tensors: &[&Tensor], dst: &mut PinnedF32, at: usize) -> Result<()> {
+        check_pinned_download(tensors, dst, at)?;
+        let op = Op::unary(compute_core::UnaryOp::Relu, dst.len().max(1));
+        let srcs = tensors.iter().map(|t| self.ptr(t, &op)).collect::<Result<Vec<u64>>>()?;
+        let out = dst.as_mut_slice();
+        let mut start = at;
+        let mut queued = Ok(());
+        for (t, src) in tensors.iter().zip(srcs) {
+            let part = out.get_mut(start..start + t.len()).unwrap_or_default();
+            queued = driver::dtoh_async(&self.dev.stream, part, src, "download_pinned");
+            if queued.is_err() {
+                break;
+            }
+            start += t.len();
+        }
+        // Waits even after a failure, so that no copy into `dst` is left in flight.
+        let waited = self.dev.synchronize("download_pinned");
+        queued.and(waited)
     }
 
     /// Captures the calls `body` queues as a CUDA graph (one launch per

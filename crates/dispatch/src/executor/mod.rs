@@ -21,6 +21,11 @@
 //! (the worker lets them in before it dispatches, so `channel_size` does not
 //! cap a batch).
 //!
+//! Requests against a shared weight on a GPU with page-locked host memory
+//! have their rows written there by their callers (see `stage`), and the
+//! callers of one batch sleep on one bell that the worker rings once when
+//! the batch is answered.
+//!
 //! Shutdown stops accepting, then dispatches everything already accepted:
 //! every accepted request is answered (value or error), none is dropped.
 
@@ -29,6 +34,7 @@ mod interpolate;
 mod metrics;
 mod shared;
 mod stack;
+mod stage;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -404,7 +410,11 @@ impl BatchedGpuHandle {
     /// The weight stays in host memory; the first batch that runs on a GPU
     /// uploads it and the copy is kept for later batches (device memory of
     /// `4·k·n` bytes per GPU used, freed with the last clone of the returned
-    /// [`SharedWeight`]). Fails with [`ComputeError::Shape`] when
+    /// [`SharedWeight`]). On a GPU whose backend has page-locked host memory
+    /// (CUDA), the executor also takes some for the callers' rows (4 MiB,
+    /// growing to at most 16 MiB while more rows are in flight) and for up
+    /// to four result buffers, kept while the executor or a weight that
+    /// used them lives. Fails with [`ComputeError::Shape`] when
     /// `w.len() != k·n`.
     pub fn register_weight(&self, w: Vec<f32>, k: usize, n: usize, layout: WeightLayout) -> Result<SharedWeight> {
         SharedWeight::host(self.shared.id, HostVec::F32(w), k, n, layout)
@@ -458,8 +468,18 @@ impl BatchedGpuHandle {
             }
             return Ok(AsyncGpuResult::finished("matmul", self.shared.backend, Ok(shared::empty(weight.n()))));
         }
-        let (result, completer) = AsyncGpuResult::channel_spinning("matmul", self.shared.backend, self.spin());
-        let req = SharedRequest { weight: weight.clone(), x, rows, completer, enqueued: Instant::now() };
+        // Once the weight's batches run on a GPU with page-locked memory, the
+        // caller writes its rows there itself (in parallel with the other
+        // callers); the worker then only queues their transfer. `x` still
+        // goes with the request, for a batch run elsewhere.
+        let staged = weight
+            .stage()
+            .zip(weight.stage_words(rows))
+            .and_then(|(pool, words)| pool.claim(words))
+            .filter(|claim| claim.write(&x, weight.dtype()).is_ok());
+        let bell = weight.bell().clone();
+        let (result, completer) = AsyncGpuResult::channel_belled("matmul", self.shared.backend, self.spin(), bell);
+        let req = SharedRequest { weight: weight.clone(), x, staged, rows, completer, enqueued: Instant::now() };
         self.send(&op, Request::Shared(req), block)?;
         Ok(result)
     }
@@ -473,14 +493,22 @@ impl BatchedGpuHandle {
     /// for a request alone), and the result is this request's `rows × n`
     /// rows of its output, as a view ([`MatmulRows`], no copy).
     ///
+    /// Once a batch of this weight has run on a GPU whose backend has
+    /// page-locked host memory (CUDA), the caller writes its rows there
+    /// itself before handing the request off (one atomic store per value,
+    /// for a `bf16` weight per two values, rounded here), so that the batch
+    /// goes to the device in one transfer with nothing gathered on the
+    /// worker's thread; its result is then a view of the page-locked buffer
+    /// the device wrote.
+    ///
     /// Shapes are checked here: `x.len()` must be `rows·k`
     /// ([`ComputeError::Shape`]), and the weight must come from this
     /// executor ([`ComputeError::WrongDevice`]). `rows = 0` is answered at
     /// once with an empty result. Costs, besides the product, a queue slot and
     /// the hand-off to the worker thread and back (two thread wake-ups, or
-    /// none after short batches, when both sides spin: 7.2 µs measured on an
-    /// H100 machine, 46–57 µs on a 2-core VM before the spinning; see
-    /// `docs/benchmarks.md`).
+    /// none after short batches, when both sides spin; the callers of one
+    /// batch are woken together, by one system call: see
+    /// `docs/benchmarks.md` for measured figures).
     pub fn matmul_shared(&self, weight: &SharedWeight, x: Vec<f32>, rows: usize) -> Result<AsyncGpuResult<MatmulRows>> {
         self.enqueue_shared(weight, x, rows, true)
     }
@@ -691,7 +719,7 @@ fn worker(rx: Receiver<Msg>, compute: Compute, shared: Arc<Shared>) {
     loop {
         let msg = match p.next_due() {
             None => recv_spinning(&rx, p.last_done),
-            Some(d) => rx.recv_timeout(d.saturating_duration_since(Instant::now())),
+            Some(d) => recv_until(&rx, d, p.last_done),
         };
         let first = match msg {
             Ok(m) => Some(m),
@@ -713,21 +741,47 @@ fn worker(rx: Receiver<Msg>, compute: Compute, shared: Arc<Shared>) {
 fn recv_spinning(rx: &Receiver<Msg>, last: Option<(Instant, Duration)>) -> std::result::Result<Msg, RecvTimeoutError> {
     if let Some((end, took)) = last
         && took <= MAX_SPIN
+        && let Some(r) = poll_until(rx, end + WORKER_SPIN)
     {
-        let until = end + WORKER_SPIN;
-        while Instant::now() < until {
-            match rx.try_recv() {
-                Ok(m) => return Ok(m),
-                Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
-                Err(TryRecvError::Empty) => {
-                    for _ in 0..32 {
-                        std::hint::spin_loop();
-                    }
+        return r;
+    }
+    rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
+}
+
+/// Longest batch after which the worker spins through the end of a hold
+/// instead of sleeping: its callers come back within microseconds, and each
+/// of them would otherwise have to wake the worker.
+const SPIN_HOLD_AFTER: Duration = Duration::from_millis(1);
+
+/// The next message, waiting at most until `due` (a held group's time). When
+/// that is at most [`MAX_SPIN`] away and the last batch took at most
+/// [`SPIN_HOLD_AFTER`], spins instead of sleeping.
+fn recv_until(
+    rx: &Receiver<Msg>,
+    due: Instant,
+    last: Option<(Instant, Duration)>,
+) -> std::result::Result<Msg, RecvTimeoutError> {
+    let left = due.saturating_duration_since(Instant::now());
+    if left <= MAX_SPIN && last.is_some_and(|(_, took)| took <= SPIN_HOLD_AFTER) {
+        return poll_until(rx, due).unwrap_or(Err(RecvTimeoutError::Timeout));
+    }
+    rx.recv_timeout(left)
+}
+
+/// Polls for a message until `until`; `None` if none came.
+fn poll_until(rx: &Receiver<Msg>, until: Instant) -> Option<std::result::Result<Msg, RecvTimeoutError>> {
+    while Instant::now() < until {
+        match rx.try_recv() {
+            Ok(m) => return Some(Ok(m)),
+            Err(TryRecvError::Disconnected) => return Some(Err(RecvTimeoutError::Disconnected)),
+            Err(TryRecvError::Empty) => {
+                for _ in 0..32 {
+                    std::hint::spin_loop();
                 }
             }
         }
     }
-    rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
+    None
 }
 
 /// Longest the worker waits for a submitter it woke (one that was blocked on
@@ -880,12 +934,13 @@ fn flush_ops(compute: &Compute, shared: &Shared, reqs: Vec<OpRequest>, reason: F
 }
 
 /// Stacks requests against one weight into one product, runs it, and answers
-/// each with a view of its rows.
+/// each with a view of its rows; their callers are woken together, by one
+/// ring of the weight's bell.
 fn flush_shared(
     compute: &Compute,
     shared: &Shared,
     scratch: &mut stack::Scratch,
-    reqs: Vec<SharedRequest>,
+    mut reqs: Vec<SharedRequest>,
     reason: FlushReason,
 ) {
     let start = Instant::now();
@@ -894,8 +949,12 @@ fn flush_shared(
     let op = weight.op(total.unwrap_or(usize::MAX));
     let engine = shared::choose(compute, &weight, &op);
     lock(&shared.metrics).batch(reason, engine, reqs.iter().map(|r| start.duration_since(r.enqueued).as_secs_f64()));
+    // Rows in page-locked memory in the order they lie there, so that
+    // requests that claimed one after the other go in one transfer (rows
+    // without a claim first, in arrival order).
+    reqs.sort_by_key(|r| r.staged.as_ref().map(stage::Rows::key));
     let mut phases = BatchPhases { batches: 1, requests: reqs.len() as u64, ..BatchPhases::default() };
-    let run = || -> Result<std::sync::Arc<Vec<f32>>> {
+    let run = || -> Result<std::sync::Arc<shared::Values>> {
         let rows = total.ok_or_else(|| ComputeError::shape("matmul", "stacked rows overflow", op.shapes()))?;
         stack::run(compute, engine, (&weight, &op), &reqs, rows, scratch, &mut phases, shared.sync_phases)
     };
@@ -910,8 +969,9 @@ fn flush_shared(
     };
     count(shared, outcomes.iter().map(|(_, r)| r.is_ok()));
     for (c, r) in outcomes {
-        c.complete(r);
+        c.complete_quiet(r);
     }
+    weight.bell().ring();
     phases.answer_s = t.elapsed().as_secs_f64();
     lock(&shared.metrics).phases.add(&phases);
 }

@@ -17,10 +17,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use compute_core::{
-    Backend, BackendKind, ComputeError, Cost, DType, HostSlice, HostVec, MatmulSpec, Op, Result, Tensor,
+    Backend, BackendKind, ComputeError, Cost, DType, HostSlice, HostVec, MatmulSpec, Op, PinnedF32, Result, Tensor,
 };
 
-use crate::async_result::Completer;
+use super::stage::{Pool, Rows};
+use crate::async_result::{Bell, Completer};
 use crate::compute::{Compute, Policy};
 use crate::engine::{Engine, Placement};
 use crate::lock::lock;
@@ -72,6 +73,11 @@ struct WeightInner {
     /// Copies in device memory (at most one per memory): the registered
     /// tensor, and uploads made for batches chosen to run on a GPU.
     resident: Mutex<Vec<Tensor>>,
+    /// Where the callers of requests against it sleep, woken once per batch.
+    bell: Arc<Bell>,
+    /// The page-locked memory its callers write their rows into, once a
+    /// batch has run on a GPU that has it.
+    stage: OnceLock<Arc<Pool>>,
 }
 
 impl std::fmt::Debug for SharedWeight {
@@ -117,6 +123,8 @@ impl SharedWeight {
             dtype,
             host: OnceLock::new(),
             resident: Mutex::new(Vec::new()),
+            bell: Arc::new(Bell::default()),
+            stage: OnceLock::new(),
         })
     }
 
@@ -191,6 +199,40 @@ impl SharedWeight {
 
     pub(crate) fn owner(&self) -> u64 {
         self.inner.owner
+    }
+
+    /// Where the callers of its requests sleep.
+    pub(crate) fn bell(&self) -> &Arc<Bell> {
+        &self.inner.bell
+    }
+
+    /// Words of page-locked memory that `rows` of its requests' rows take
+    /// ([`PinnedWords::store_f32`], [`PinnedWords::store_bf16`]); `None`
+    /// when they cannot go there: a `bf16` row of odd length would not end
+    /// on a word.
+    ///
+    /// [`PinnedWords::store_f32`]: compute_core::PinnedWords::store_f32
+    /// [`PinnedWords::store_bf16`]: compute_core::PinnedWords::store_bf16
+    pub(crate) fn stage_words(&self, rows: usize) -> Option<usize> {
+        let values = rows.checked_mul(self.inner.k)?;
+        match self.inner.dtype {
+            DType::BF16 if self.inner.k.is_multiple_of(2) => Some(values / 2),
+            DType::F32 => Some(values),
+            _ => None,
+        }
+    }
+
+    /// The page-locked memory its callers write their rows into, if set.
+    pub(crate) fn stage(&self) -> Option<&Arc<Pool>> {
+        self.inner.stage.get()
+    }
+
+    /// Has its callers write their rows into `pool` from now on (the first
+    /// pool set stays), when its rows fit in words.
+    pub(crate) fn use_stage(&self, pool: &Arc<Pool>) {
+        if self.stage_words(1).is_some() {
+            let _ = self.inner.stage.set(pool.clone());
+        }
     }
 
     /// The product of `rows` stacked rows by this weight.
@@ -283,7 +325,7 @@ pub(crate) fn backend_of(compute: &Compute, engine: Engine) -> Result<std::sync:
 /// gives an owned vector instead.
 #[derive(Clone)]
 pub struct MatmulRows {
-    buf: Arc<Vec<f32>>,
+    buf: Arc<Values>,
     start: usize,
     rows: usize,
     cols: usize,
@@ -303,27 +345,29 @@ impl MatmulRows {
     /// The values, `rows × cols` row-major. Free (a view).
     pub fn as_slice(&self) -> &[f32] {
         let len = self.rows.saturating_mul(self.cols);
-        self.buf.get(self.start..self.start.saturating_add(len)).unwrap_or_default()
+        self.buf.as_slice().get(self.start..self.start.saturating_add(len)).unwrap_or_default()
     }
 
-    /// Whether this view covers its whole buffer (the request ran alone), so
-    /// [`MatmulRows::into_vec`] copies nothing once the other clones are gone.
-    /// Free.
+    /// Whether this view covers the whole of a buffer in ordinary memory (a
+    /// request that ran alone on the CPU), so [`MatmulRows::into_vec`] copies
+    /// nothing once the other clones are gone. Free.
     pub fn is_whole(&self) -> bool {
-        self.start == 0 && self.rows.saturating_mul(self.cols) == self.buf.len()
+        matches!(*self.buf, Values::Heap(_))
+            && self.start == 0
+            && self.rows.saturating_mul(self.cols) == self.buf.as_slice().len()
     }
 
     /// The values as an owned vector: the buffer itself when this is its only
-    /// view and covers it whole (a request that ran alone), else a copy of
+    /// view and covers it whole ([`MatmulRows::is_whole`]), else a copy of
     /// `rows × cols` values.
     pub fn into_vec(self) -> Vec<f32> {
-        if self.is_whole() {
-            match Arc::try_unwrap(self.buf) {
-                Ok(v) => v,
-                Err(buf) => buf.as_ref().clone(),
-            }
-        } else {
-            self.as_slice().to_vec()
+        if !self.is_whole() {
+            return self.as_slice().to_vec();
+        }
+        match Arc::try_unwrap(self.buf) {
+            Ok(Values::Heap(v)) => v,
+            Ok(other) => other.as_slice().to_vec(),
+            Err(buf) => buf.as_slice().to_vec(),
         }
     }
 }
@@ -353,10 +397,38 @@ impl PartialEq for MatmulRows {
     }
 }
 
+/// The values of a batch's result, which its requests' [`MatmulRows`] share:
+/// ordinary memory, or page-locked memory that the device copied the result
+/// into directly (its first `len` values).
+pub(crate) enum Values {
+    Heap(Vec<f32>),
+    Pinned { mem: PinnedF32, len: usize },
+}
+
+impl Values {
+    /// The values. Free.
+    pub(crate) fn as_slice(&self) -> &[f32] {
+        match self {
+            Values::Heap(v) => v,
+            Values::Pinned { mem, len } => mem.as_slice().get(..*len).unwrap_or_default(),
+        }
+    }
+
+    /// The values, to write. Free.
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [f32] {
+        match self {
+            Values::Heap(v) => v,
+            Values::Pinned { mem, len } => mem.as_mut_slice().get_mut(..*len).unwrap_or_default(),
+        }
+    }
+}
+
 /// A queued request against a shared weight.
 pub(crate) struct SharedRequest {
     pub(crate) weight: SharedWeight,
     pub(crate) x: Vec<f32>,
+    /// `x` in page-locked memory too, when its caller wrote it there.
+    pub(crate) staged: Option<Rows>,
     pub(crate) rows: usize,
     pub(crate) completer: Completer<MatmulRows>,
     pub(crate) enqueued: Instant,
@@ -402,11 +474,11 @@ pub(crate) fn choose(compute: &Compute, w: &SharedWeight, op: &Op) -> Engine {
 
 /// The result of a request of no rows.
 pub(crate) fn empty(n: usize) -> MatmulRows {
-    MatmulRows { buf: Arc::new(Vec::new()), start: 0, rows: 0, cols: n }
+    MatmulRows { buf: Arc::new(Values::Heap(Vec::new())), start: 0, rows: 0, cols: n }
 }
 
 /// Splits a stacked output (`Σrows × n`) into one view per request.
-pub(crate) fn split(buf: Arc<Vec<f32>>, rows: impl Iterator<Item = usize>, n: usize) -> Vec<MatmulRows> {
+pub(crate) fn split(buf: Arc<Values>, rows: impl Iterator<Item = usize>, n: usize) -> Vec<MatmulRows> {
     let mut start = 0usize;
     rows.map(|r| {
         let v = MatmulRows { buf: buf.clone(), start, rows: r, cols: n };

@@ -1,13 +1,17 @@
 //! Running a batch of requests against one shared weight as stacked products,
 //! with the buffers kept between batches.
 //!
-//! On a GPU the requests' rows go to the device in one gathered transfer
-//! ([`Backend::upload_parts_into`]: the CUDA backend copies them into its
-//! pinned staging buffer, so they are never first stacked into a host
-//! vector), into a device tensor kept from earlier batches of the same
-//! height, as is the result's; the result comes back into a host buffer that
-//! is reused once every view of it has been dropped. A steady stream of
-//! batches then allocates nothing.
+//! On a GPU whose backend has page-locked memory, the callers have written
+//! their rows into it already (see `stage`): the batch's rows go to the
+//! device as one asynchronous transfer per contiguous run
+//! ([`Backend::upload_pinned_parts`]), and the result comes back straight
+//! into a page-locked result buffer ([`Backend::download_pinned`]) that the
+//! requests' views read in place, so the worker copies no values on the
+//! host. Otherwise the rows go in one gathered transfer
+//! ([`Backend::upload_parts_into`]) and the result comes back into a host
+//! buffer. Either way the device tensors are kept from earlier batches of
+//! the same height, and a result buffer is reused once every view of it has
+//! been dropped: a steady stream of batches allocates nothing.
 //!
 //! A stack of more than [`CHUNK_ROWS`] rows can run as one product or as
 //! products of at most [`CHUNK_ROWS`] rows each (the GEMV kernels' height:
@@ -22,7 +26,8 @@ use std::time::Instant;
 use compute_core::{Backend, ComputeError, DType, HostSlice, HostSliceMut, Op, Result, Tensor, bf16};
 
 use super::metrics::BatchPhases;
-use super::shared::{SharedRequest, SharedWeight, backend_of, zeros};
+use super::shared::{SharedRequest, SharedWeight, Values, backend_of, zeros};
+use super::stage::{self, Pool};
 use crate::compute::{Compute, worth_falling_back};
 use crate::engine::Engine;
 
@@ -34,6 +39,10 @@ const DEVICE_SETS: usize = 8;
 
 /// Result buffers kept for reuse.
 const OUTPUT_BUFFERS: usize = 4;
+
+/// Largest page-locked result buffer, in values (64 MiB); larger results
+/// come back into ordinary memory.
+const MAX_PINNED_OUTPUT: usize = 1 << 24;
 
 /// Batches of one height between two tries of the strategy not in use.
 const RETRY_EVERY: u64 = 128;
@@ -91,7 +100,10 @@ impl Tuning {
 #[derive(Default)]
 pub(crate) struct Scratch {
     sets: Vec<DeviceSet>,
-    outputs: Vec<Arc<Vec<f32>>>,
+    outputs: Vec<Arc<Values>>,
+    /// Page-locked memory for callers' rows, per GPU engine (`None`: the
+    /// engine has none).
+    pools: HashMap<Engine, Option<Arc<Pool>>>,
     tuning: HashMap<(Engine, usize, usize, usize, DType), Tuning>,
     host_x: Vec<f32>,
     /// The stacked rows rounded to `bf16`, for `bf16` weights.
@@ -102,28 +114,65 @@ pub(crate) struct Scratch {
 impl Scratch {
     /// A result buffer of `len` values, not shared: a kept one that no view
     /// uses any more (taken out of the kept ones until [`Scratch::keep`]),
-    /// or a new one.
-    fn output(&mut self, compute: &Compute, len: usize) -> Result<Arc<Vec<f32>>> {
-        if let Some(i) = self.outputs.iter().position(|b| Arc::strong_count(b) == 1 && Arc::weak_count(b) == 0) {
+    /// or a new one. With `pinned`, a page-locked one from that backend when
+    /// it has them and one can be kept (capacity rounded up to a power of
+    /// two, so that batches of nearby sizes share it), else one in ordinary
+    /// memory.
+    fn output(&mut self, compute: &Compute, len: usize, pinned: Option<&dyn Backend>) -> Result<Arc<Values>> {
+        let pinned = pinned.filter(|_| len <= MAX_PINNED_OUTPUT);
+        let fits = |v: &Values| match v {
+            Values::Pinned { mem, .. } => mem.len() >= len,
+            Values::Heap(_) => pinned.is_none(),
+        };
+        let free = |b: &Arc<Values>| Arc::strong_count(b) == 1 && Arc::weak_count(b) == 0;
+        if let Some(i) = self.outputs.iter().position(|b| free(b) && fits(b)) {
             let mut buf = self.outputs.swap_remove(i);
             if let Some(v) = Arc::get_mut(&mut buf) {
-                if v.len() != len {
-                    v.clear();
-                    v.try_reserve_exact(len).map_err(|_| oom(compute, len))?;
-                    v.resize(len, 0.0);
+                match v {
+                    Values::Pinned { len: used, .. } => *used = len,
+                    Values::Heap(v) if v.len() != len => {
+                        v.clear();
+                        v.try_reserve_exact(len).map_err(|_| oom(compute, len))?;
+                        v.resize(len, 0.0);
+                    }
+                    Values::Heap(_) => {}
                 }
                 return Ok(buf);
             }
         }
-        Ok(Arc::new(zeros("matmul", compute.kind(), len)?))
+        if let Some(b) = pinned {
+            // A kept buffer that no view uses but that does not fit (too
+            // small, or in ordinary memory) makes room for a new one.
+            if self.outputs.len() >= OUTPUT_BUFFERS
+                && let Some(i) = self.outputs.iter().position(free)
+            {
+                self.outputs.swap_remove(i);
+            }
+            if self.outputs.len() < OUTPUT_BUFFERS
+                && let Ok(Some(mem)) = b.alloc_pinned_f32(len.next_power_of_two())
+            {
+                return Ok(Arc::new(Values::Pinned { mem, len }));
+            }
+        }
+        Ok(Arc::new(Values::Heap(zeros("matmul", compute.kind(), len)?)))
     }
 
     /// Keeps `buf` for a later batch once its views are gone, if there is
     /// room.
-    fn keep(&mut self, buf: &Arc<Vec<f32>>) {
+    fn keep(&mut self, buf: &Arc<Values>) {
         if self.outputs.len() < OUTPUT_BUFFERS {
             self.outputs.push(buf.clone());
         }
+    }
+
+    /// The page-locked memory for callers' rows on GPU `engine`: the pool
+    /// made for it, or a new one (`None` when `backend` has no such memory
+    /// or it cannot be had; not tried again).
+    pub(crate) fn pool(&mut self, engine: Engine, backend: &Arc<dyn Backend>) -> Option<Arc<Pool>> {
+        self.pools
+            .entry(engine)
+            .or_insert_with(|| Pool::new(engine, backend.clone()).ok().flatten().map(Arc::new))
+            .clone()
     }
 
     /// The device tensors for `rows` stacked rows against `w` on `backend`,
@@ -215,12 +264,13 @@ pub(crate) fn run(
     scratch: &mut Scratch,
     phases: &mut BatchPhases,
     sync: bool,
-) -> Result<Arc<Vec<f32>>> {
+) -> Result<Arc<Values>> {
     let len = rows
         .checked_mul(w.n())
         .ok_or_else(|| ComputeError::shape("matmul", "stacked output overflows", op.shapes()))?;
     let t = Instant::now();
-    let mut out = scratch.output(compute, len)?;
+    let gpu = if engine.is_gpu() { compute.backend(engine) } else { None };
+    let mut out = scratch.output(compute, len, gpu.as_deref())?;
     phases.stack_s += t.elapsed().as_secs_f64();
     match run_on(compute, engine, (w, op), reqs, rows, scratch, &mut out, phases, sync) {
         Err(e) if engine.is_gpu() && worth_falling_back(&e) => {
@@ -229,19 +279,24 @@ pub(crate) fn run(
         }
         r => r?,
     }
-    // A request alone gets the buffer for itself, which
-    // `MatmulRows::into_vec` then hands over without a copy.
-    if reqs.len() > 1 {
+    // A request alone gets a buffer in ordinary memory for itself, which
+    // `MatmulRows::into_vec` then hands over without a copy; page-locked
+    // ones are always kept (they are costly to allocate).
+    if reqs.len() > 1 || matches!(*out, Values::Pinned { .. }) {
         scratch.keep(&out);
     }
     Ok(out)
 }
 
-/// The result buffer as a slice to write: `out` is unique here
-/// ([`Scratch::output`] hands out only buffers no view uses), so this copies
-/// nothing.
-fn writable(out: &mut Arc<Vec<f32>>) -> &mut [f32] {
-    Arc::make_mut(out).as_mut_slice()
+/// The result buffer, to write: `out` is unique here ([`Scratch::output`]
+/// hands out only buffers no view uses).
+fn writable<'a>(out: &'a mut Arc<Values>, op: &Op) -> Result<&'a mut Values> {
+    Arc::get_mut(out).ok_or_else(|| ComputeError::Driver {
+        op: "matmul",
+        backend: compute_core::BackendKind::Simd,
+        message: format!("the result buffer of {} is shared before it is written", op.shapes()),
+        cause: None,
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -252,7 +307,7 @@ fn run_on(
     reqs: &[SharedRequest],
     rows: usize,
     scratch: &mut Scratch,
-    out: &mut Arc<Vec<f32>>,
+    out: &mut Arc<Values>,
     phases: &mut BatchPhases,
     sync: bool,
 ) -> Result<()> {
@@ -278,13 +333,19 @@ fn run_on(
             }
         };
         let t1 = Instant::now();
-        let r = compute.run_on_typed(engine, op, &[x, values], HostSliceMut::F32(writable(out)));
+        let y = writable(out, op)?.as_mut_slice();
+        let r = compute.run_on_typed(engine, op, &[x, values], HostSliceMut::F32(y));
         phases.stack_s += (t1 - t0).as_secs_f64();
         phases.product_s += t1.elapsed().as_secs_f64();
         return r;
     }
     let backend = backend_of(compute, engine)?;
     let wt = w.tensor_on(compute, engine, backend.as_ref())?;
+    // From now on the weight's callers write their rows into page-locked
+    // memory of this engine, if it has some.
+    if let Some(pool) = scratch.pool(engine, &backend) {
+        w.use_stage(&pool);
+    }
     let tune_key = (engine, k, w.n(), rows, w.dtype());
     let split = if rows > CHUNK_ROWS && engine == Engine::Cuda {
         scratch.tuning.entry(tune_key).or_default().pick()
@@ -292,7 +353,11 @@ fn run_on(
         Split::Whole
     };
     let t0 = Instant::now();
-    if half {
+    // Rows the callers wrote into page-locked memory of this engine are
+    // copied from there; otherwise they are gathered (rounded to bf16 first
+    // for a bf16 weight).
+    let staged = stage::all_on(reqs, engine).then(|| w.stage_words(1)).flatten();
+    if half && staged.is_none() {
         round_rows(reqs, &mut scratch.half_x);
     }
     let pairs = scratch.device_set(backend.as_ref(), engine, w, rows, split)?.to_vec();
@@ -300,13 +365,14 @@ fn run_on(
     let t1 = Instant::now();
     let mut r0 = 0;
     for ((xt, _), h) in pairs.iter().zip(&heights) {
-        let parts = if half {
-            let rounded = scratch.half_x.get(r0 * k..(r0 + h) * k).unwrap_or_default();
-            vec![HostSlice::BF16(rounded)]
-        } else {
-            rows_of(reqs, k, (r0, r0 + h))
-        };
-        backend.upload_parts_into(&parts, xt)?;
+        match staged {
+            Some(row_words) => backend.upload_pinned_parts(&stage::parts(reqs, row_words, (r0, r0 + h)), xt)?,
+            None if half => {
+                let rounded = scratch.half_x.get(r0 * k..(r0 + h) * k).unwrap_or_default();
+                backend.upload_parts_into(&[HostSlice::BF16(rounded)], xt)?;
+            }
+            None => backend.upload_parts_into(&rows_of(reqs, k, (r0, r0 + h)), xt)?,
+        }
         r0 += h;
     }
     if sync {
@@ -321,14 +387,21 @@ fn run_on(
         backend.synchronize()?;
     }
     let t3 = Instant::now();
-    let y = writable(out);
-    let mut at = 0;
-    for (_, yt) in &pairs {
-        let part = y
-            .get_mut(at..at + yt.len())
-            .ok_or_else(|| ComputeError::shape("matmul", "stacked output too short", op.shapes()))?;
-        backend.download(yt, part)?;
-        at += yt.len();
+    match writable(out, op)? {
+        Values::Pinned { mem, .. } => {
+            let ys: Vec<&Tensor> = pairs.iter().map(|(_, yt)| yt).collect();
+            backend.download_pinned(&ys, mem, 0)?;
+        }
+        Values::Heap(y) => {
+            let mut at = 0;
+            for (_, yt) in &pairs {
+                let part = y
+                    .get_mut(at..at + yt.len())
+                    .ok_or_else(|| ComputeError::shape("matmul", "stacked output too short", op.shapes()))?;
+                backend.download(yt, part)?;
+                at += yt.len();
+            }
+        }
     }
     let t4 = Instant::now();
     phases.stack_s += (t1 - t0).as_secs_f64();
@@ -378,16 +451,42 @@ mod tests {
     fn a_result_buffer_is_reused_only_once_no_view_holds_it() {
         let compute = Compute::builder().cpu().nominal_profile().build().unwrap();
         let mut s = Scratch::default();
-        let a = s.output(&compute, 6).unwrap();
+        let a = s.output(&compute, 6, None).unwrap();
         s.keep(&a);
         let view = a.clone();
         drop(a);
-        let b = s.output(&compute, 6).unwrap();
+        let b = s.output(&compute, 6, None).unwrap();
         assert!(!Arc::ptr_eq(&view, &b), "a buffer a view still reads was handed out again");
         drop(view);
-        let c = s.output(&compute, 9).unwrap();
-        assert_eq!(c.len(), 9);
+        let c = s.output(&compute, 9, None).unwrap();
+        assert_eq!(c.as_slice().len(), 9);
         assert_eq!(Arc::strong_count(&c), 1, "handed out unshared, so it is written without a copy");
+    }
+
+    /// Page-locked result buffers: sized up to a power of two and reused for
+    /// nearby sizes; a kept buffer that does not fit makes room for one when
+    /// all slots are taken; a backend without them gets ordinary memory.
+    #[test]
+    fn page_locked_result_buffers_are_kept_and_reused_for_nearby_sizes() {
+        let compute = Compute::builder().cpu().nominal_profile().build().unwrap();
+        let pinned = super::super::stage::PinnedOnHeap(compute_simd::SimdBackend::new());
+        let mut s = Scratch::default();
+        let heap: Vec<Arc<Values>> = (0..OUTPUT_BUFFERS).map(|_| s.output(&compute, 5, None).unwrap()).collect();
+        for h in &heap {
+            s.keep(h);
+        }
+        drop(heap);
+        let a = s.output(&compute, 6, Some(&pinned)).unwrap();
+        assert!(matches!(*a, Values::Pinned { ref mem, len: 6 } if mem.len() == 8), "room made for a pinned one");
+        s.keep(&a);
+        assert_eq!(s.outputs.len(), OUTPUT_BUFFERS);
+        let first = Arc::as_ptr(&a);
+        drop(a);
+        let b = s.output(&compute, 7, Some(&pinned)).unwrap();
+        assert_eq!(Arc::as_ptr(&b), first, "7 values fit the buffer of 8");
+        assert_eq!(b.as_slice().len(), 7);
+        let c = s.output(&compute, 3, Some(&compute_simd::SimdBackend::new())).unwrap();
+        assert!(matches!(*c, Values::Heap(ref v) if v.len() == 3), "no page-locked memory there");
     }
 
     /// Requests of 1 to 8 rows (straddling the chunks' edges) stacked to 20
@@ -443,7 +542,15 @@ mod tests {
                     .zip(heights)
                     .map(|(x, h)| {
                         let (_r, completer) = AsyncGpuResult::channel("matmul", BackendKind::Simd);
-                        SharedRequest { weight: w.clone(), x: x.clone(), rows: h, completer, enqueued: Instant::now() }
+                        let x = x.clone();
+                        SharedRequest {
+                            weight: w.clone(),
+                            x,
+                            staged: None,
+                            rows: h,
+                            completer,
+                            enqueued: Instant::now(),
+                        }
                     })
                     .collect();
                 let mut scratch = Scratch::default();
@@ -458,10 +565,97 @@ mod tests {
                     let out =
                         run(&compute, engine, (&w, &op), &reqs, rows, &mut scratch, &mut phases, round == 1).unwrap();
                     let ins = [xh.as_slice(), wh.as_slice()];
-                    if let Some(msg) = compare_typed(&op, &ins, HostSlice::F32(&out), 1.0) {
+                    if let Some(msg) = compare_typed(&op, &ins, HostSlice::F32(out.as_slice()), 1.0) {
                         panic!("{engine} {dtype} {split:?} round {round}: {msg}");
                     }
                 }
+            }
+        }
+    }
+
+    /// Requests whose callers wrote their rows into page-locked memory (one
+    /// claim skipped between them, so the upload takes two parts), run whole
+    /// and in chunks, `f32` and `bf16`, on every GPU engine here and on the
+    /// CPU posing as one with heap memory for page-locked memory: each batch
+    /// matches the reference, and the result lands in a page-locked buffer.
+    #[test]
+    fn rows_from_page_locked_memory_match_the_reference_on_every_engine() {
+        let (k, n) = (40, 72);
+        let mut rng = Rng::new(0x9a9e);
+        let wv = rng.vec(k * n, -1.0, 1.0);
+        let heights = [1usize, 3, 2, 8, 5, 1];
+        let rows: usize = heights.iter().sum();
+        let xs: Vec<Vec<f32>> = heights.iter().map(|&h| rng.vec(h * k, -1.0, 1.0)).collect();
+        let stacked: Vec<f32> = xs.concat();
+        let mut engines: Vec<(Engine, Arc<dyn Backend>)> =
+            vec![(Engine::Cuda, Arc::new(super::super::stage::PinnedOnHeap(compute_simd::SimdBackend::new())))];
+        for f in crate::discover::probe().into_iter().filter(|f| f.engine.is_gpu()) {
+            match f.backend {
+                Ok(b) => engines.push((f.engine, b)),
+                Err(e) => {
+                    let required = compute_core::conformance::required(f.engine.kind());
+                    assert!(!required, "{} is required here but unavailable: {e}", f.engine);
+                    eprintln!("SKIPPED: {} page-locked stacks: {e}", f.engine);
+                }
+            }
+        }
+        for (engine, backend) in engines {
+            let compute = Compute::builder().cpu().nominal_profile().engine(engine, backend.clone()).build().unwrap();
+            let Some(pool) = Pool::new(engine, backend.clone()).unwrap() else {
+                eprintln!("SKIPPED: {engine} has no page-locked memory");
+                continue;
+            };
+            for (dtype, split) in [
+                (DType::F32, Split::Whole),
+                (DType::F32, Split::Chunks),
+                (DType::BF16, Split::Whole),
+                (DType::BF16, Split::Chunks),
+            ] {
+                let wh = HostVec::from_f32(dtype, &wv);
+                let w = SharedWeight::host(1, wh.clone(), k, n, WeightLayout::RowMajor).unwrap();
+                let op = w.op(rows);
+                let row_words = w.stage_words(1).unwrap();
+                let reqs: Vec<SharedRequest> = xs
+                    .iter()
+                    .zip(heights)
+                    .enumerate()
+                    .map(|(i, (x, h))| {
+                        if i == 3 {
+                            // Given back at once, with the others live: a gap the batch skips.
+                            drop(pool.claim(row_words));
+                        }
+                        let staged = pool.claim(h * row_words).unwrap();
+                        staged.write(x, dtype).unwrap();
+                        let (_r, completer) = AsyncGpuResult::channel("matmul", BackendKind::Cuda);
+                        let staged = Some(staged);
+                        SharedRequest {
+                            weight: w.clone(),
+                            x: vec![f32::NAN; x.len()],
+                            staged,
+                            rows: h,
+                            completer,
+                            enqueued: Instant::now(),
+                        }
+                    })
+                    .collect();
+                assert!(stage::all_on(&reqs, engine));
+                assert_eq!(stage::parts(&reqs, row_words, (0, rows)).len(), 2, "{engine}: two runs of claims");
+                let mut scratch = Scratch::default();
+                let (whole_s, chunks_s) = if split == Split::Whole { (1e-6, 1.0) } else { (1.0, 1e-6) };
+                let tuning = Tuning { whole_s: Some(whole_s), chunks_s: Some(chunks_s), batches: 0 };
+                scratch.tuning.insert((engine, k, n, rows, dtype), tuning);
+                let mut phases = BatchPhases::default();
+                let xh = HostVec::from_f32(dtype, &stacked);
+                for round in 0..2 {
+                    let out =
+                        run(&compute, engine, (&w, &op), &reqs, rows, &mut scratch, &mut phases, round == 1).unwrap();
+                    assert!(matches!(*out, Values::Pinned { .. }), "{engine}: a page-locked result buffer");
+                    let ins = [xh.as_slice(), wh.as_slice()];
+                    if let Some(msg) = compare_typed(&op, &ins, HostSlice::F32(out.as_slice()), 1.0) {
+                        panic!("{engine} {dtype} {split:?} round {round}: {msg}");
+                    }
+                }
+                assert!(w.stage().is_some(), "{engine}: the weight's callers now write their rows there");
             }
         }
     }

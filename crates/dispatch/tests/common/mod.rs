@@ -2,26 +2,40 @@
 //! one that holds each call until the test opens a gate.
 #![allow(dead_code)]
 
+use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use compute_core::{Backend, BackendKind, ComputeError, DType, HostSlice, HostSliceMut, Op, Result, Tensor};
+use compute_core::{
+    Backend, BackendKind, ComputeError, DType, HostSlice, HostSliceMut, Op, PinnedF32, PinnedWords, Result, Tensor,
+};
 use compute_simd::SimdBackend;
 use dispatch::profile::{ClassCurve, EngineProfile, Link, Point};
 use dispatch::{Engine, Profile};
 
 /// The CPU backend reporting itself as a GPU family; `fail` makes every host
-/// `run` return `DeviceLost` (tensors still work, on host memory).
+/// `run` return `DeviceLost` (tensors still work, on host memory). With
+/// `pinned`, it has page-locked memory (heap memory, which the trait's
+/// default transfers take), and counts the transfers from and to it.
 pub struct FakeGpu {
     pub inner: SimdBackend,
     pub kind: BackendKind,
     pub fail: bool,
+    pub pinned: bool,
+    pub pinned_uploads: AtomicUsize,
+    pub pinned_downloads: AtomicUsize,
 }
 
 impl FakeGpu {
     pub fn arc(kind: BackendKind, fail: bool) -> Arc<dyn Backend> {
-        Arc::new(FakeGpu { inner: SimdBackend::new(), kind, fail })
+        Arc::new(FakeGpu::new(kind, fail, false))
+    }
+
+    pub fn new(kind: BackendKind, fail: bool, pinned: bool) -> FakeGpu {
+        let (pinned_uploads, pinned_downloads) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        FakeGpu { inner: SimdBackend::new(), kind, fail, pinned, pinned_uploads, pinned_downloads }
     }
 }
 
@@ -53,6 +67,20 @@ impl Backend for FakeGpu {
     }
     fn run_tensors(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> Result<()> {
         self.inner.run_tensors(op, inputs, output)
+    }
+    fn alloc_pinned_words(&self, len: usize) -> Result<Option<PinnedWords>> {
+        if self.pinned { PinnedWords::host(len).map(Some) } else { Ok(None) }
+    }
+    fn alloc_pinned_f32(&self, len: usize) -> Result<Option<PinnedF32>> {
+        if self.pinned { PinnedF32::host(len).map(Some) } else { Ok(None) }
+    }
+    fn upload_pinned_parts(&self, parts: &[(&PinnedWords, Range<usize>)], tensor: &Tensor) -> Result<()> {
+        self.pinned_uploads.fetch_add(1, Ordering::Relaxed);
+        compute_core::upload_pinned_via_host(self, parts, tensor)
+    }
+    fn download_pinned(&self, tensors: &[&Tensor], dst: &mut PinnedF32, at: usize) -> Result<()> {
+        self.pinned_downloads.fetch_add(1, Ordering::Relaxed);
+        compute_core::download_pinned_via_host(self, tensors, dst, at)
     }
 }
 
