@@ -1827,4 +1827,25 @@ mod tests {
         let op = Op::Matmul(MatmulSpec { trans_a: true, ..MatmulSpec::new(2, 3, 4) });
         assert_eq!(op.shapes(), "a=[3x2]ᵀ b=[3x4]");
     }
+
+    #[test]
+    fn epilogues_compute_in_f32_what_the_reference_computes_in_f64() {
+        let act = |a: Activation, x: f32| crate::reference::unary(a.unary(), f64::from(x)) as f32;
+        let e = Epilogue { alpha: 0.5, beta: -2.0, bias: true, activation: Some(Activation::Silu) };
+        for (p, c, bias) in [(3.0f32, 1.0f32, 0.25f32), (-7.5, 0.125, 2.0), (0.0, 0.0, 0.0)] {
+            let want = e.apply(f64::from(p), f64::from(c), f64::from(bias));
+            let got = e.apply_f32(p, c, bias, act);
+            assert!((f64::from(got) - want).abs() <= 1e-6 * (1.0 + want.abs()), "{got} vs {want}");
+        }
+        // Without beta, C₀ is not read: a NaN there changes nothing.
+        let plain = Epilogue { bias: true, ..Epilogue::default() };
+        assert_eq!(plain.apply_f32(1.5, f32::NAN, 0.5, act), 2.0);
+        assert!(Epilogue::default().is_identity() && !plain.is_identity());
+        assert_eq!(e.describe(), " alpha=0.5 beta=-2 +bias silu");
+        let spec = MatmulSpec::new(2, 3, 4).with_bias().with_scales(1.0, 1.0);
+        let layout = Op::Matmul(spec).layout().unwrap();
+        assert_eq!(layout.inputs().iter().map(|o| o.len).collect::<Vec<_>>(), [6, 12, 4, 8]);
+        let bad = Op::Matmul(MatmulSpec::new(2, 3, 4).with_scales(f32::NAN, 0.0));
+        assert!(matches!(bad.layout(), Err(ComputeError::Shape { .. })));
+    }
 }

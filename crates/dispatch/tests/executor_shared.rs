@@ -390,19 +390,27 @@ fn weights_in_device_memory_and_bad_requests() {
     assert_eq!((m.submitted, m.completed), (2, 2), "{m:?}");
 }
 
+/// The GPU engines here (a required one that is missing fails; others are
+/// skipped with a note naming `what`).
+fn gpu_engines(what: &str) -> Vec<(Engine, Arc<dyn compute_core::Backend>)> {
+    let mut engines = Vec::new();
+    for f in dispatch::discover::probe().into_iter().filter(|f| f.engine.is_gpu()) {
+        match f.backend {
+            Ok(b) => engines.push((f.engine, b)),
+            Err(e) => {
+                assert!(!required(f.engine.kind()), "{} is required here but unavailable: {e}", f.engine);
+                eprintln!("SKIPPED: {} {what}: {e}", f.engine);
+            }
+        }
+    }
+    engines
+}
+
 #[test]
 fn shared_weights_on_each_gpu_engine() {
     let mut ran = 0;
-    for f in dispatch::discover::probe().into_iter().filter(|f| f.engine.is_gpu()) {
-        let backend = match f.backend {
-            Ok(b) => b,
-            Err(e) => {
-                assert!(!required(f.engine.kind()), "{} is required here but unavailable: {e}", f.engine);
-                eprintln!("SKIPPED: {} shared-weight test: {e}", f.engine);
-                continue;
-            }
-        };
-        let c = Compute::builder().cpu().engine(f.engine, backend.clone()).profile(gpu_always_wins(f.engine));
+    for (engine, backend) in gpu_engines("shared-weight test") {
+        let c = Compute::builder().cpu().engine(engine, backend.clone()).profile(gpu_always_wins(engine));
         let c = c.build().unwrap();
         let exec = BatchedExecutor::new(c.clone(), BatchConfig::latency()).unwrap();
         let h = exec.handle();
@@ -423,11 +431,11 @@ fn shared_weights_on_each_gpu_engine() {
                     };
                     assert_matches_reference(&Op::Matmul(spec), &[&x, &wv], &y);
                 }
-                assert!(w.resident().iter().any(|l| l.backend == f.engine.kind()), "{:?}", w.resident());
+                assert!(w.resident().iter().any(|l| l.backend == engine.kind()), "{:?}", w.resident());
             }
         }
         let m = exec.shutdown();
-        assert!(m.engines.iter().all(|(e, _)| *e == f.engine), "{m:?}");
+        assert!(m.engines.iter().all(|(e, _)| *e == engine), "{m:?}");
         ran += 1;
     }
     if ran == 0 {
@@ -578,21 +586,13 @@ fn shutdown_answers_callers_waiting_on_page_locked_batches() {
 #[test]
 fn many_callers_on_each_gpu_engine_get_their_own_rows() {
     let mut ran = 0;
-    for f in dispatch::discover::probe().into_iter().filter(|f| f.engine.is_gpu()) {
-        let backend = match f.backend {
-            Ok(b) => b,
-            Err(e) => {
-                assert!(!required(f.engine.kind()), "{} is required here but unavailable: {e}", f.engine);
-                eprintln!("SKIPPED: {} many-caller test: {e}", f.engine);
-                continue;
-            }
-        };
-        let c = Compute::builder().cpu().engine(f.engine, backend).profile(gpu_always_wins(f.engine));
+    for (engine, backend) in gpu_engines("many-caller test") {
+        let c = Compute::builder().cpu().engine(engine, backend).profile(gpu_always_wins(engine));
         let exec = BatchedExecutor::new(c.build().unwrap(), BatchConfig::latency()).unwrap();
         callers_get_their_own_rows(&exec, (256, 96), 16, 25);
         let m = exec.shutdown();
         assert_eq!((m.completed, m.failed), (800, 0), "{m:?}");
-        assert!(m.engines.iter().all(|(e, _)| *e == f.engine), "{m:?}");
+        assert!(m.engines.iter().all(|(e, _)| *e == engine), "{m:?}");
         ran += 1;
     }
     if ran == 0 {

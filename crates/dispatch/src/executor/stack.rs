@@ -489,29 +489,57 @@ mod tests {
         assert!(matches!(*c, Values::Heap(ref v) if v.len() == 3), "no page-locked memory there");
     }
 
+    /// Requests of 1 to 8 rows (straddling the chunks' edges) against one
+    /// `k × n` weight: the weight's values, each request's rows, and all of
+    /// them stacked.
+    struct Stacks {
+        k: usize,
+        n: usize,
+        wv: Vec<f32>,
+        heights: [usize; 6],
+        rows: usize,
+        xs: Vec<Vec<f32>>,
+        stacked: Vec<f32>,
+    }
+
+    impl Stacks {
+        fn new(seed: u64) -> Stacks {
+            let (k, n) = (40, 72);
+            let mut rng = Rng::new(seed);
+            let wv = rng.vec(k * n, -1.0, 1.0);
+            let heights = [1usize, 3, 2, 8, 5, 1];
+            let rows: usize = heights.iter().sum();
+            let xs: Vec<Vec<f32>> = heights.iter().map(|&h| rng.vec(h * k, -1.0, 1.0)).collect();
+            let stacked = xs.concat();
+            Stacks { k, n, wv, heights, rows, xs, stacked }
+        }
+    }
+
+    /// The GPU engines here (a required one that is missing fails; others
+    /// are skipped with a note naming `what`).
+    fn gpu_engines(what: &str) -> Vec<(Engine, Arc<dyn Backend>)> {
+        let mut engines = Vec::new();
+        for f in crate::discover::probe().into_iter().filter(|f| f.engine.is_gpu()) {
+            match f.backend {
+                Ok(b) => engines.push((f.engine, b)),
+                Err(e) => {
+                    let required = compute_core::conformance::required(f.engine.kind());
+                    assert!(!required, "{} is required here but unavailable: {e}", f.engine);
+                    eprintln!("SKIPPED: {} {what}: {e}", f.engine);
+                }
+            }
+        }
+        engines
+    }
+
     /// Requests of 1 to 8 rows (straddling the chunks' edges) stacked to 20
     /// rows, run whole and in chunks on every engine here: each equals the
     /// reference; and the gathered upload puts the parts in order.
     #[test]
     fn stacks_run_whole_or_in_chunks_match_the_reference_on_every_engine() {
-        let (k, n) = (40, 72);
-        let mut rng = Rng::new(0x57ac);
-        let wv = rng.vec(k * n, -1.0, 1.0);
-        let heights = [1usize, 3, 2, 8, 5, 1];
-        let rows: usize = heights.iter().sum();
-        let xs: Vec<Vec<f32>> = heights.iter().map(|&h| rng.vec(h * k, -1.0, 1.0)).collect();
-        let stacked: Vec<f32> = xs.concat();
+        let Stacks { k, n, wv, heights, rows, xs, stacked } = Stacks::new(0x57ac);
         let mut engines = vec![(Engine::Simd, None)];
-        for f in crate::discover::probe().into_iter().filter(|f| f.engine.is_gpu()) {
-            match f.backend {
-                Ok(b) => engines.push((f.engine, Some(b))),
-                Err(e) => {
-                    let required = compute_core::conformance::required(f.engine.kind());
-                    assert!(!required, "{} is required here but unavailable: {e}", f.engine);
-                    eprintln!("SKIPPED: {} stacked products: {e}", f.engine);
-                }
-            }
-        }
+        engines.extend(gpu_engines("stacked products").into_iter().map(|(e, b)| (e, Some(b))));
         for (engine, backend) in engines {
             let mut b = Compute::builder().cpu().nominal_profile();
             if let Some(be) = backend.clone() {
@@ -580,25 +608,10 @@ mod tests {
     /// matches the reference, and the result lands in a page-locked buffer.
     #[test]
     fn rows_from_page_locked_memory_match_the_reference_on_every_engine() {
-        let (k, n) = (40, 72);
-        let mut rng = Rng::new(0x9a9e);
-        let wv = rng.vec(k * n, -1.0, 1.0);
-        let heights = [1usize, 3, 2, 8, 5, 1];
-        let rows: usize = heights.iter().sum();
-        let xs: Vec<Vec<f32>> = heights.iter().map(|&h| rng.vec(h * k, -1.0, 1.0)).collect();
-        let stacked: Vec<f32> = xs.concat();
+        let Stacks { k, n, wv, heights, rows, xs, stacked } = Stacks::new(0x9a9e);
         let mut engines: Vec<(Engine, Arc<dyn Backend>)> =
             vec![(Engine::Cuda, Arc::new(super::super::stage::PinnedOnHeap(compute_simd::SimdBackend::new())))];
-        for f in crate::discover::probe().into_iter().filter(|f| f.engine.is_gpu()) {
-            match f.backend {
-                Ok(b) => engines.push((f.engine, b)),
-                Err(e) => {
-                    let required = compute_core::conformance::required(f.engine.kind());
-                    assert!(!required, "{} is required here but unavailable: {e}", f.engine);
-                    eprintln!("SKIPPED: {} page-locked stacks: {e}", f.engine);
-                }
-            }
-        }
+        engines.extend(gpu_engines("page-locked stacks"));
         for (engine, backend) in engines {
             let compute = Compute::builder().cpu().nominal_profile().engine(engine, backend.clone()).build().unwrap();
             let Some(pool) = Pool::new(engine, backend.clone()).unwrap() else {
