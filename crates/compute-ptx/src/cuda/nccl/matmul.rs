@@ -74,8 +74,8 @@ impl Communicator {
     /// collectives run beside the products, in [`default_chunks`] pieces.
     /// Queued, not waited for. Costs `1/ranks` of the product's FLOPs per GPU
     /// plus the collective (see [`Split`]). `Shape` errors for a split that
-    /// does not divide, shards of the wrong size or a batched or
-    /// `A`-transposed spec; nothing runs then.
+    /// does not divide, shards of the wrong size or a batched,
+    /// `A`-transposed or epilogue spec; nothing runs then.
     pub fn matmul(&self, spec: &MatmulSpec, split: Split, a: &[&Tensor], b: &[&Tensor], c: &[&Tensor]) -> Result<()> {
         let rows = if split == Split::Rows { spec.m / self.ranks().max(1) } else { spec.m };
         self.matmul_in_chunks(spec, split, default_chunks(split, rows), a, b, c)
@@ -97,8 +97,8 @@ impl Communicator {
         let (m, n) = (spec.m, spec.n);
         let shapes = || format!("{} over {r} ranks, {split:?}", Op::Matmul(*spec).shapes());
         let bad = |why: String| ComputeError::shape("matmul_sharded", why, shapes());
-        if spec.batch != 1 || spec.trans_a {
-            return Err(bad("one product, A stored m × k".into()));
+        if spec.batch != 1 || spec.trans_a || !spec.epilogue.is_identity() {
+            return Err(bad("one product, A stored m × k, without an epilogue".into()));
         }
         let (parts, local) = match split {
             Split::Rows => (m, MatmulSpec { m: m / r, ..*spec }),
@@ -280,8 +280,8 @@ impl Communicator {
         let (m, k, n) = (spec.m, spec.k, spec.n);
         let shapes = || format!("{} from rank 0 over {r} ranks", Op::Matmul(*spec).shapes());
         let bad = |why: String| ComputeError::shape("matmul_from_root", why, shapes());
-        if spec.batch != 1 || spec.trans_a || !m.is_multiple_of(r) {
-            return Err(bad(format!("one product, A stored m × k, m divisible by {r}")));
+        if spec.batch != 1 || spec.trans_a || !spec.epilogue.is_identity() || !m.is_multiple_of(r) {
+            return Err(bad(format!("one product, A stored m × k, without an epilogue, m divisible by {r}")));
         }
         let op = Op::Matmul(*spec);
         compute_core::check_tensor_call(&op, self.ranks[0].backend.location(), &[a, b], c)?;
