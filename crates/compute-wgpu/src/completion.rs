@@ -96,14 +96,15 @@ impl<T> Signal<T> {
 const CALLBACK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Serialises opening a device with waiting on one, process-wide: opening takes
-/// it exclusively, each bounded wait shares it.
+/// it exclusively, each wait shares it.
 ///
 /// Observed on an H200 (NVIDIA 580.159, Vulkan): tests that open a second device
 /// while other threads wait on theirs hung when run in parallel in one process,
 /// and passed one at a time (the conformance suite, which opens all its devices
 /// before any wait, passed in parallel). Cause not established; this guard keeps
 /// device creation from overlapping a wait inside the driver. Costs nothing
-/// measurable: waits are bounded slices and devices are opened rarely.
+/// measurable: a wait lasts as long as the work it waits for, and devices are
+/// opened rarely.
 static DRIVER: Mutex<Driver> = Mutex::new(Driver { opening: false, queued: 0, waiting: 0 });
 static DRIVER_CHANGED: Condvar = Condvar::new();
 
@@ -131,9 +132,8 @@ impl Drop for Opening {
 }
 
 /// Longest an opener or a waiter holds back for the other side. The counts are
-/// advisory: every wait inside the driver is a bounded slice, so a side that has
-/// not drained by then never will (a count left behind), and going ahead beats
-/// a process that hangs.
+/// advisory: a side that has not drained by then is running long work or left
+/// a count behind, and going ahead beats a process that hangs.
 const DRIVER_TURN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Waits on [`DRIVER_CHANGED`] while `busy` holds, for at most [`DRIVER_TURN`];
@@ -179,43 +179,45 @@ impl Drop for InDriver {
     }
 }
 
-/// Waits on the device for at most `slice` (for `index`, or the latest
-/// submission), sharing [`DRIVER`] meanwhile. Native only.
+/// Waits on the device until submission `index` (or the latest submission)
+/// has finished, sharing [`DRIVER`] meanwhile. Native only.
+///
+/// Every wait is unbounded on purpose. wgpu-core 30 asserts, inside
+/// `Device::poll`, that a wait which finds the queue empty has seen its
+/// submission finish; when the wait timed out and another thread's poll (or
+/// the one inside every `Queue::submit`) retired the work between this
+/// thread's fence read and its look at the queue, that assertion panics (seen
+/// on lavapipe with tests sharing one device; fixed upstream after 30.0.2). A
+/// wait without a timeout returns only once the fence has passed `index`, so
+/// the assertion holds. A lost device ends the wait with an error.
 #[cfg(not(target_arch = "wasm32"))]
-pub(crate) fn wait_slice(
+pub(crate) fn wait_inside_driver(
     device: &wgpu::Device,
     index: Option<wgpu::SubmissionIndex>,
-    slice: std::time::Duration,
 ) -> Result<wgpu::PollStatus, wgpu::PollError> {
-    // Poisoned: skip the bookkeeping; the wait below is bounded anyway.
+    // Poisoned: skip the bookkeeping.
     let counted = DRIVER.lock().ok().and_then(|d| hold_back(d, |d| d.opening || d.queued > 0)).map(|mut d| {
         d.waiting += 1;
         InDriver
     });
-    let r = device.poll(wgpu::PollType::Wait { submission_index: index, timeout: Some(slice) });
+    let r = device.poll(wgpu::PollType::Wait { submission_index: index, timeout: None });
     drop(counted);
     r
 }
 
-/// Blocks until submission `index` (or the latest one) has finished, in slices
-/// of at most 100 ms (checking for a lost device between them). Native only.
+/// Blocks until submission `index` (or the latest one) has finished, then
+/// checks for a lost device. Native only.
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) fn wait_for(
     ctx: &crate::context::Context,
     index: Option<wgpu::SubmissionIndex>,
     op: &'static str,
 ) -> compute_core::Result<()> {
-    loop {
-        match wait_slice(&ctx.device, index.clone(), std::time::Duration::from_millis(100)) {
-            Ok(_) => return Ok(()),
-            Err(wgpu::PollError::Timeout) => ctx.check_alive()?,
-            Err(e) => return Err(crate::errors::from_poll(op, e)),
-        }
+    match wait_inside_driver(&ctx.device, index) {
+        Ok(_) => ctx.check_alive(),
+        Err(e) => Err(crate::errors::from_poll(op, e)),
     }
 }
-
-/// Longest single wait of the poller thread inside the driver.
-const POLL_SLICE: std::time::Duration = std::time::Duration::from_millis(5);
 
 #[derive(Debug, Default)]
 struct PollerState {
@@ -279,9 +281,9 @@ impl Poller {
                     }
                     continue;
                 }
-                // Waits (at most a few ms at a time, so the thread never sits in the
-                // driver indefinitely) for the latest submission; fires map and done callbacks.
-                let _ = wait_slice(&device, None, POLL_SLICE);
+                // Waits for everything submitted so far (the work of every future
+                // registered before this point); fires map and done callbacks.
+                let _ = wait_inside_driver(&device, None);
                 // The futures just completed drop their `Waiting` once polled; give them a moment.
                 if let Ok(g) = state.lock.lock() {
                     let _unused = state.cv.wait_timeout(g, std::time::Duration::from_micros(200));
