@@ -8,7 +8,7 @@
 //! ```text
 //! cargo run --release -p dispatch --no-default-features --example executor_shared_weight -- \
 //!     [--secs 2] [--reps 3] [--callers 1,4,16] [--n 4096,14336] [--k 4096] [--transposed] \
-//!     [--engine simd|cuda|wgpu] [--bf16]
+//!     [--engine simd|cuda|wgpu] [--bf16] [--attention]
 //! ```
 //!
 //! Engine: the CPU on all its threads (`simd`) by default, or a GPU (built
@@ -23,6 +23,15 @@
 //! batches spent their time (per batch: stacking, upload, product, download,
 //! answering; with `DISPATCH_EXECUTOR_PHASES=1` the device is waited for
 //! after each step so that each is timed apart).
+//!
+//! `--attention` times decoding steps instead: caller `t` decodes one token of
+//! its own sequence, `softmax(q·kᵀ)·v` with 32 query heads, 4 key/value heads
+//! of 64 values, causal, reading the first `64 + 97·t mod 448` rows of a KV
+//! cache of 512 (`f32`, on the host, 1 MiB of keys and values per request).
+//! The executor merges the steps of different lengths into one attention call
+//! (keys counted per sequence); the direct calls run each step on its own.
+//! Both sides pass the host data: the executor takes its inputs by value (one
+//! copy per request), the direct calls borrow them.
 
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
@@ -39,6 +48,7 @@ struct Args {
     layout: WeightLayout,
     engine: Engine,
     dtype: DType,
+    attention: bool,
 }
 
 fn list(v: &str) -> Vec<usize> {
@@ -55,6 +65,7 @@ fn args() -> Args {
         layout: WeightLayout::RowMajor,
         engine: Engine::Simd,
         dtype: DType::F32,
+        attention: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -66,6 +77,7 @@ fn args() -> Args {
             "--k" => a.k = it.next().and_then(|v| v.parse().ok()).unwrap_or(a.k),
             "--transposed" => a.layout = WeightLayout::Transposed,
             "--bf16" => a.dtype = DType::BF16,
+            "--attention" => a.attention = true,
             "--engine" => match it.next().as_deref() {
                 Some("cuda") => a.engine = Engine::Cuda,
                 Some("wgpu") => a.engine = Engine::Wgpu,
@@ -183,6 +195,42 @@ fn batched(exec: &BatchedExecutor, w: &SharedWeight, k: usize, callers: usize, s
     })
 }
 
+/// Caller `t`'s decoding step (see the module docs) and its inputs.
+fn attention_step(t: usize) -> (compute_core::Op, Vec<Vec<f32>>) {
+    let seq_k = 64 + (97 * t) % 448;
+    let spec = compute_core::AttentionSpec::new(1, 32, 1, seq_k, 64).with_kv_heads(4).causal().with_kv_capacity(512);
+    let op = compute_core::Op::Attention(spec);
+    let lens: Vec<usize> = op.layout().map(|l| l.input_lens().collect()).unwrap_or_default();
+    let inputs = lens.iter().enumerate().map(|(i, &n)| data(300 + 3 * t as u64 + i as u64, n)).collect();
+    (op, inputs)
+}
+
+/// Decoding steps as direct calls on host data from `callers` threads.
+fn direct_attention(compute: &Compute, engine: Engine, callers: usize, secs: f64) -> Run {
+    drive(callers, secs, |t| {
+        let (op, inputs) = attention_step(t);
+        let mut y = vec![0.0f32; op.layout().map_or(0, |l| l.output_len())];
+        move || {
+            let refs: Vec<HostSlice<'_>> = inputs.iter().map(|v| HostSlice::F32(v)).collect();
+            if let Err(e) = compute.run_on_typed(engine, &op, &refs, HostSliceMut::F32(&mut y)) {
+                eprintln!("direct call failed: {e}");
+            }
+        }
+    })
+}
+
+/// Decoding steps through the executor from `callers` threads.
+fn batched_attention(exec: &BatchedExecutor, callers: usize, secs: f64) -> Run {
+    drive(callers, secs, |t| {
+        let (op, inputs) = attention_step(t);
+        let h = exec.handle();
+        move || match h.submit(op, inputs.clone()).and_then(|r| r.wait()) {
+            Ok(y) => drop(y),
+            Err(e) => eprintln!("batched call failed: {e}"),
+        }
+    })
+}
+
 /// The repetitions of one mode: requests/s of each, latencies of all.
 #[derive(Default)]
 struct Reps {
@@ -285,6 +333,31 @@ fn main() -> compute_core::Result<()> {
         "\n{:<14} {:>7}  {:<20} {:>9} {:>11} {:>9} {:>9} {:>7}",
         "shape", "callers", "mode", "req/s", "range", "p50 ms", "p99 ms", "vs dir"
     );
+    if a.attention {
+        for &callers in &a.callers {
+            let mut d = Reps::default();
+            let mut b: Vec<Reps> = configs.iter().map(|_| Reps::default()).collect();
+            for rep in 0..a.reps {
+                if rep % 2 == 0 {
+                    d.add(direct_attention(&compute, a.engine, callers, a.secs), None);
+                }
+                for ((_, cfg), b) in configs.iter().zip(b.iter_mut()) {
+                    let exec = BatchedExecutor::new(compute.clone(), *cfg)?;
+                    let r = batched_attention(&exec, callers, a.secs);
+                    b.add(r, Some(exec.shutdown()));
+                }
+                if rep % 2 == 1 {
+                    d.add(direct_attention(&compute, a.engine, callers, a.secs), None);
+                }
+            }
+            row("attn 32/4x64", callers, "direct", &d, None);
+            for ((name, _), b) in configs.iter().zip(&b) {
+                row("attn 32/4x64", callers, name, b, Some(d.rate()));
+            }
+        }
+        println!("\nload average at end: {}", load());
+        return Ok(());
+    }
     let k = a.k;
     for &n in &a.ns {
         let wv = HostVec::from_f32(a.dtype, &data(7, k * n));

@@ -291,3 +291,52 @@ fn bad_interpolation_requests_are_refused_not_queued() {
     let m = exec.shutdown();
     assert_eq!((m.submitted, m.completed), (0, 0), "{m:?}");
 }
+
+#[test]
+fn attention_decode_steps_of_different_lengths_share_one_dispatch() {
+    use compute_core::{AttentionSpec, Backend};
+    let (gated, gate, events) = Gated::open();
+    let c = Compute::builder().engine(Engine::Simd, gated).nominal_profile().build().unwrap();
+    let cfg = BatchConfig::balanced().with_max_wait(Duration::from_secs(30));
+    let exec = BatchedExecutor::new(c, cfg).unwrap();
+    let h = exec.handle();
+    let held = h.unary(UnaryOp::Relu, vec![1.0]).unwrap();
+    while events.lock().unwrap().is_empty() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // One decoding step each of five sequences with their own KV caches
+    // (grouped-query heads, causal), and one of another head length.
+    let step = |seq_k: usize, capacity: usize, d: usize| {
+        AttentionSpec::new(1, 8, 1, seq_k, d).with_kv_heads(2).causal().with_kv_capacity(capacity)
+    };
+    let specs = [step(5, 5, 16), step(33, 64, 16), step(1, 8, 16), step(64, 64, 16), step(12, 12, 8), step(20, 32, 16)];
+    let reqs: Vec<(Op, Vec<Vec<f32>>)> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| {
+            let op = Op::Attention(s);
+            let layout = op.layout().unwrap();
+            let ins = layout.input_lens().enumerate().map(|(j, n)| data(40 + 3 * i as u64 + j as u64, n)).collect();
+            (op, ins)
+        })
+        .collect();
+    let rs: Vec<_> = reqs.iter().map(|(op, ins)| h.submit(*op, ins.clone()).unwrap()).collect();
+    h.shutdown();
+    for _ in 0..3 {
+        gate.send(()).unwrap();
+    }
+    let m = exec.shutdown();
+    assert_eq!(held.wait().unwrap(), vec![1.0]);
+    let cpu = compute_simd::SimdBackend::new();
+    for ((op, ins), r) in reqs.iter().zip(rs) {
+        let got = r.wait().unwrap();
+        let refs: Vec<&[f32]> = ins.iter().map(Vec::as_slice).collect();
+        let mut want = vec![f32::NAN; got.len()];
+        cpu.run(op, &refs, &mut want).unwrap();
+        let worst = got.iter().zip(&want).map(|(g, w)| (g - w).abs()).fold(0.0f32, f32::max);
+        assert!(worst <= 1e-6, "{op:?}: {worst} from the request alone");
+        assert_matches_reference(op, &refs, &got);
+    }
+    // The held relu, the five steps of head length 16 as one call, the other alone.
+    assert_eq!((m.batches, m.completed), (3, 7), "{m:?}");
+}

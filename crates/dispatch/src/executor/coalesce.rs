@@ -4,14 +4,15 @@
 //! element-wise ops of any lengths (concatenated; lerps of equal `t`), row
 //! ops of equal row length and equal parameter vectors (rows stacked; slerps
 //! of equal `t`, both operands stacked), matmuls of equal `(m, k, n)` and
-//! transposes (one batched matmul). Reductions, dots, convolutions, attention,
-//! quantized matmuls and the decoder ops (rotary embeddings, strided copies,
-//! gathers, argmax: their parameters and partial writes do not concatenate)
-//! run alone.
+//! transposes (one batched matmul), attention of equal heads, queries, head
+//! length, scale and mask, whatever their keys (see `super::attention`).
+//! Reductions, dots, convolutions, quantized matmuls and the decoder ops
+//! (rotary embeddings, strided copies, gathers, argmax: their parameters and
+//! partial writes do not concatenate) run alone.
 //! Requests against one shared weight share the key of that weight; they are
 //! stacked by `super::shared`, not here.
 
-use compute_core::{BinaryOp, DType, MatmulSpec, Op, RowOp, UnaryOp};
+use compute_core::{BinaryOp, DType, Mask, MatmulSpec, Op, Precision, RowOp, UnaryOp};
 
 /// Grouping key: equal keys may be merged. `Shared` holds a shared weight's id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -22,6 +23,7 @@ pub(crate) enum Key {
     Slerp { t: u32, cols: usize },
     Rows { name: &'static str, eps: u32, cols: usize, params: u64 },
     Matmul { m: usize, k: usize, n: usize, ta: bool, tb: bool },
+    Attention { heads_q: usize, heads_kv: usize, seq_q: usize, head_dim: usize, scale: u32, mask: Mask, precision: Precision },
     Shared(u64),
     Alone(u64),
 }
@@ -60,12 +62,20 @@ pub(crate) fn key(op: &Op, inputs: &[Vec<f32>], seq: u64) -> Key {
         Op::Matmul(s) if s.epilogue.is_identity() => {
             Key::Matmul { m: s.m, k: s.k, n: s.n, ta: s.trans_a, tb: s.trans_b }
         }
+        Op::Attention(a) => Key::Attention {
+            heads_q: a.heads_q,
+            heads_kv: a.heads_kv,
+            seq_q: a.seq_q,
+            head_dim: a.head_dim,
+            scale: a.scale.to_bits(),
+            mask: a.mask,
+            precision: a.precision,
+        },
         Op::Matmul(_)
         | Op::Reduce { .. }
         | Op::Dot { .. }
         | Op::Conv2d(_)
         | Op::Cast { .. }
-        | Op::Attention(_)
         | Op::QuantMatmul(_)
         | Op::Rope(_)
         | Op::Copy(_)
@@ -113,11 +123,14 @@ pub(crate) fn merge(reqs: &[(&Op, &[Vec<f32>])]) -> Option<Merged> {
             let batch = reqs.iter().map(|(o, _)| if let Op::Matmul(x) = o { x.batch } else { 0 }).sum();
             Op::Matmul(MatmulSpec { batch, ..s })
         }
+        Op::Attention(_) => {
+            let (op, inputs) = super::attention::merge(reqs)?;
+            return Some(Merged { op, inputs });
+        }
         Op::Reduce { .. }
         | Op::Dot { .. }
         | Op::Conv2d(_)
         | Op::Cast { .. }
-        | Op::Attention(_)
         | Op::QuantMatmul(_)
         | Op::Rope(_)
         | Op::Copy(_)

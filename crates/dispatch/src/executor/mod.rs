@@ -4,8 +4,10 @@
 //! Requests go through a bounded channel (`channel_size`; a full channel
 //! blocks [`BatchedGpuHandle::submit`] and fails [`BatchedGpuHandle::try_submit`]).
 //! The worker groups compatible requests: products against one registered
-//! [`SharedWeight`] (stacked into one `[Σrows, k]·W`, see `shared`), and
-//! element-wise, row-wise and equal-shape matmul requests (see `coalesce`).
+//! [`SharedWeight`] (stacked into one `[Σrows, k]·W`, see `shared`),
+//! element-wise, row-wise and equal-shape matmul requests (see `coalesce`),
+//! and attention requests such as decoding steps of different sequences,
+//! whatever their KV caches' lengths (see `attention`).
 //! The merged call runs on the engine predicted fastest for its merged size,
 //! and the output is split back to each request.
 //!
@@ -29,6 +31,7 @@
 //! Shutdown stops accepting, then dispatches everything already accepted:
 //! every accepted request is answered (value or error), none is dropped.
 
+mod attention;
 mod coalesce;
 mod interpolate;
 mod metrics;

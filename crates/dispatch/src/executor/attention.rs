@@ -1,0 +1,169 @@
+//! Attention requests of many callers as one call: decoding steps of
+//! different sequences, each with its own KV cache length.
+//!
+//! Requests merge when they agree on everything but the batch, the number of
+//! keys and the KV caches' capacity (heads, queries, head length, scale,
+//! mask, precision; `f32`, as every merged request). Their queries are
+//! concatenated along the batch. When every request reads the same number of
+//! keys from caches of the same capacity, keys and values are concatenated
+//! too. Otherwise the merged call counts its keys on the device
+//! ([`AttentionSpec::with_positions`]): each batch element's position says
+//! how many keys it reads, and its keys and values are padded with zero rows
+//! to the largest capacity (rows it never reads). Either way each batch
+//! element computes exactly what its request alone computes, and the output
+//! (batch-major) splits back request by request.
+//!
+//! Cost: one pass over every request's queries, keys and values (the copy
+//! into the merged inputs), which a merged call makes anyway.
+
+use compute_core::{AttentionSpec, Op};
+
+/// The merged attention call of `reqs` (all `Op::Attention` with equal
+/// heads, queries, head length, scale, mask and precision), with its inputs;
+/// `None` when a request is not one or its inputs do not match its spec.
+pub(crate) fn merge(reqs: &[(&Op, &[Vec<f32>])]) -> Option<(Op, Vec<Vec<f32>>)> {
+    let specs: Vec<AttentionSpec> = reqs
+        .iter()
+        .map(|(op, ins)| {
+            let Op::Attention(a) = op else { return None };
+            let lens: Vec<usize> = ins.iter().map(Vec::len).collect();
+            op.check(&lens, op.layout().ok()?.output_len()).ok()?;
+            Some(*a)
+        })
+        .collect::<Option<_>>()?;
+    let first = *specs.first()?;
+    let batch = specs.iter().map(|a| a.batch).sum();
+    let same_keys = specs
+        .iter()
+        .all(|a| a.seq_k == first.seq_k && a.kv_rows() == first.kv_rows() && a.positions == first.positions);
+    let concat = |idx: usize| -> Vec<f32> { reqs.iter().flat_map(|(_, ins)| ins.get(idx).into_iter().flatten().copied()).collect() };
+    if same_keys {
+        let spec = AttentionSpec { batch, ..first };
+        let inputs = (0..reqs.first()?.1.len()).map(concat).collect();
+        return checked(Op::Attention(spec), inputs);
+    }
+    let seq_k = specs.iter().map(|a| a.seq_k).max()?;
+    let rows = specs.iter().map(AttentionSpec::kv_rows).max()?;
+    let spec = AttentionSpec { batch, seq_k, kv_capacity: Some(rows), positions: true, ..first };
+    let q = concat(0);
+    let (k, v) = (padded(reqs, &specs, 1, rows)?, padded(reqs, &specs, 2, rows)?);
+    let mut positions = Vec::with_capacity(batch * first.seq_q);
+    for ((_, ins), a) in reqs.iter().zip(&specs) {
+        for b in 0..a.batch {
+            let keys = if a.positions {
+                // Only the last query's position counts; the merged call's
+                // larger `seq_k` must not let it read more than its own.
+                ins[3].get((b + 1) * a.seq_q - 1).map_or(0, |&p| a.keys_at(p))
+            } else {
+                a.seq_k
+            };
+            // The queries sit at consecutive positions ending at keys − 1
+            // (−1: no key at all).
+            positions.extend((0..a.seq_q).map(|t| keys as f32 - a.seq_q as f32 + t as f32));
+        }
+    }
+    checked(Op::Attention(spec), vec![q, k, v, positions])
+}
+
+/// `op` with `inputs` if they match (sizes of many requests may overflow).
+fn checked(op: Op, inputs: Vec<Vec<f32>>) -> Option<(Op, Vec<Vec<f32>>)> {
+    let lens: Vec<usize> = inputs.iter().map(Vec::len).collect();
+    op.check(&lens, op.layout().ok()?.output_len()).ok()?;
+    Some((op, inputs))
+}
+
+/// Input `idx` (keys or values) of every request, each head's rows padded
+/// with zeros to `rows` (`None` if a request's input is not whole heads).
+fn padded(reqs: &[(&Op, &[Vec<f32>])], specs: &[AttentionSpec], idx: usize, rows: usize) -> Option<Vec<f32>> {
+    let d = specs.first().map_or(0, |a| a.head_dim);
+    let heads: usize = specs.iter().map(|a| a.batch * a.heads_kv).sum();
+    let mut out = vec![0.0f32; heads * rows * d];
+    if out.is_empty() {
+        return Some(out);
+    }
+    let mut slots = out.chunks_exact_mut(rows * d);
+    for ((_, ins), a) in reqs.iter().zip(specs) {
+        let own = a.kv_rows() * d;
+        let input = ins.get(idx)?;
+        for h in 0..a.batch * a.heads_kv {
+            let head = input.get(h * own..(h + 1) * own)?;
+            slots.next()?.get_mut(..own)?.copy_from_slice(head);
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use compute_core::conformance::rng::Rng;
+    use compute_core::{Backend, Mask};
+    use compute_simd::SimdBackend;
+
+    fn run(op: &Op, ins: &[Vec<f32>]) -> Vec<f32> {
+        let refs: Vec<&[f32]> = ins.iter().map(Vec::as_slice).collect();
+        let mut out = vec![f32::NAN; op.layout().unwrap().output_len()];
+        SimdBackend::new().run(op, &refs, &mut out).unwrap();
+        out
+    }
+
+    fn request(rng: &mut Rng, spec: AttentionSpec, last: Option<f32>) -> (Op, Vec<Vec<f32>>) {
+        let spec = if last.is_some() { spec.with_positions() } else { spec };
+        let op = Op::Attention(spec);
+        let layout = op.layout().unwrap();
+        let mut ins: Vec<Vec<f32>> = layout.input_lens().take(3).map(|n| rng.vec(n, -1.0, 1.0)).collect();
+        if let Some(p) = last {
+            ins.push((0..spec.batch * spec.seq_q).map(|t| p - (spec.seq_q - 1 - t % spec.seq_q) as f32).collect());
+        }
+        (op, ins)
+    }
+
+    #[test]
+    fn merged_attention_splits_back_into_each_requests_result() {
+        let mut rng = Rng::new(11);
+        let base = AttentionSpec::new(1, 4, 1, 9, 8).with_kv_heads(2).causal();
+        let groups: Vec<Vec<(Op, Vec<Vec<f32>>)>> = vec![
+            // The same keys everywhere: plain concatenation.
+            (0..3).map(|_| request(&mut rng, base, None)).collect(),
+            // Decoding steps of different lengths, caches of different capacities,
+            // a request of two sequences, and positions past a request's own keys.
+            vec![
+                request(&mut rng, AttentionSpec { seq_k: 3, ..base }, None),
+                request(&mut rng, AttentionSpec { seq_k: 17, ..base }.with_kv_capacity(20), None),
+                request(&mut rng, AttentionSpec { batch: 2, seq_k: 5, ..base }.with_kv_capacity(8), None),
+                request(&mut rng, AttentionSpec { seq_k: 6, ..base }, Some(3.0)),
+                request(&mut rng, AttentionSpec { seq_k: 4, ..base }, Some(40.0)),
+            ],
+            // Several queries, the causal mask aligned to the start.
+            vec![
+                request(&mut rng, AttentionSpec { seq_q: 2, seq_k: 2, ..base }.with_mask(Mask::CausalTopLeft), None),
+                request(&mut rng, AttentionSpec { seq_q: 2, seq_k: 7, ..base }.with_mask(Mask::CausalTopLeft), None),
+            ],
+        ];
+        for reqs in groups {
+            let views: Vec<(&Op, &[Vec<f32>])> = reqs.iter().map(|(o, ins)| (o, ins.as_slice())).collect();
+            let (op, inputs) = merge(&views).expect("mergeable");
+            let all = run(&op, &inputs);
+            let mut offset = 0;
+            for (op, ins) in &reqs {
+                let want = run(op, ins);
+                let got = &all[offset..offset + want.len()];
+                let worst = got.iter().zip(&want).map(|(g, w)| (g - w).abs()).fold(0.0f32, f32::max);
+                assert!(worst <= 1e-6, "{op:?}: off by {worst}");
+                offset += want.len();
+            }
+            assert_eq!(offset, all.len());
+        }
+    }
+
+    #[test]
+    fn requests_whose_inputs_do_not_match_their_spec_are_not_merged() {
+        let mut rng = Rng::new(3);
+        let spec = AttentionSpec::new(1, 2, 1, 4, 8);
+        let good = request(&mut rng, spec, None);
+        let mut bad = request(&mut rng, AttentionSpec { seq_k: 5, ..spec }, None);
+        bad.1[1].pop();
+        let views = [(&good.0, good.1.as_slice()), (&bad.0, bad.1.as_slice())];
+        assert!(merge(&views).is_none());
+    }
+}
