@@ -292,25 +292,16 @@ fn bad_interpolation_requests_are_refused_not_queued() {
     assert_eq!((m.submitted, m.completed), (0, 0), "{m:?}");
 }
 
-#[test]
-fn attention_decode_steps_of_different_lengths_share_one_dispatch() {
-    use compute_core::{AttentionSpec, Backend};
-    let (gated, gate, events) = Gated::open();
-    let c = Compute::builder().engine(Engine::Simd, gated).nominal_profile().build().unwrap();
-    let cfg = BatchConfig::balanced().with_max_wait(Duration::from_secs(30));
-    let exec = BatchedExecutor::new(c, cfg).unwrap();
-    let h = exec.handle();
-    let held = h.unary(UnaryOp::Relu, vec![1.0]).unwrap();
-    while events.lock().unwrap().is_empty() {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    // One decoding step each of five sequences with their own KV caches
-    // (grouped-query heads, causal), and one of another head length.
+/// Five decoding steps of sequences with their own KV caches (grouped-query
+/// heads, causal, different lengths and capacities) and one of another head
+/// length, as requests with their inputs.
+fn decoding_steps() -> Vec<(Op, Vec<Vec<f32>>)> {
+    use compute_core::AttentionSpec;
     let step = |seq_k: usize, capacity: usize, d: usize| {
         AttentionSpec::new(1, 8, 1, seq_k, d).with_kv_heads(2).causal().with_kv_capacity(capacity)
     };
     let specs = [step(5, 5, 16), step(33, 64, 16), step(1, 8, 16), step(64, 64, 16), step(12, 12, 8), step(20, 32, 16)];
-    let reqs: Vec<(Op, Vec<Vec<f32>>)> = specs
+    specs
         .iter()
         .enumerate()
         .map(|(i, &s)| {
@@ -319,10 +310,32 @@ fn attention_decode_steps_of_different_lengths_share_one_dispatch() {
             let ins = layout.input_lens().enumerate().map(|(j, n)| data(40 + 3 * i as u64 + j as u64, n)).collect();
             (op, ins)
         })
-        .collect();
+        .collect()
+}
+
+/// Submits [`decoding_steps`] behind a request held at the gate of `engine`
+/// (the engine every call goes to), then opens the gate `opens` times;
+/// checks every answer against the request run alone and returns the
+/// executor's metrics and how many attention calls the engine ran.
+fn run_decoding_steps(engine: Engine, opens: usize) -> (dispatch::ExecutorMetrics, usize) {
+    use compute_core::{Backend, BackendKind};
+    let kind = if engine == Engine::Simd { BackendKind::Simd } else { engine.kind() };
+    let (gated, gate, events) = common::Gated::open_as(kind);
+    let c = match engine {
+        Engine::Simd => Compute::builder().engine(Engine::Simd, gated).nominal_profile().build().unwrap(),
+        gpu => Compute::builder().cpu().engine(gpu, gated).profile(common::gpu_always_wins(gpu)).build().unwrap(),
+    };
+    let cfg = BatchConfig::balanced().with_max_wait(Duration::from_secs(30));
+    let exec = BatchedExecutor::new(c, cfg).unwrap();
+    let h = exec.handle();
+    let held = h.unary(UnaryOp::Relu, vec![1.0]).unwrap();
+    while events.lock().unwrap().is_empty() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let reqs = decoding_steps();
     let rs: Vec<_> = reqs.iter().map(|(op, ins)| h.submit(*op, ins.clone()).unwrap()).collect();
     h.shutdown();
-    for _ in 0..3 {
+    for _ in 0..opens {
         gate.send(()).unwrap();
     }
     let m = exec.shutdown();
@@ -337,6 +350,20 @@ fn attention_decode_steps_of_different_lengths_share_one_dispatch() {
         assert!(worst <= 1e-6, "{op:?}: {worst} from the request alone");
         assert_matches_reference(op, &refs, &got);
     }
+    let calls = events.lock().unwrap().iter().filter(|e| e.as_str() == "attention done").count();
+    (m, calls)
+}
+
+#[test]
+fn attention_decode_steps_of_different_lengths_share_one_gpu_call() {
     // The held relu, the five steps of head length 16 as one call, the other alone.
-    assert_eq!((m.batches, m.completed), (3, 7), "{m:?}");
+    let (m, calls) = run_decoding_steps(Engine::Cuda, 3);
+    assert_eq!((m.batches, m.completed, calls), (3, 7, 2), "{m:?}");
+}
+
+#[test]
+fn attention_decode_steps_on_the_cpu_run_each_alone() {
+    // Merging would copy every cache; on the CPU each step reads its own in place.
+    let (m, calls) = run_decoding_steps(Engine::Simd, 7);
+    assert_eq!((m.batches, m.completed, calls), (3, 7, 6), "{m:?}");
 }

@@ -13,8 +13,9 @@
 //! element computes exactly what its request alone computes, and the output
 //! (batch-major) splits back request by request.
 //!
-//! Cost: one pass over every request's queries, keys and values (the copy
-//! into the merged inputs), which a merged call makes anyway.
+//! Cost: one copy of every request's queries, keys and values into the
+//! merged inputs. The executor merges only when the merged call goes to a
+//! GPU (where every call copies its inputs to the device anyway).
 
 use compute_core::{AttentionSpec, Op};
 
@@ -22,32 +23,20 @@ use compute_core::{AttentionSpec, Op};
 /// heads, queries, head length, scale, mask and precision), with its inputs;
 /// `None` when a request is not one or its inputs do not match its spec.
 pub(crate) fn merge(reqs: &[(&Op, &[Vec<f32>])]) -> Option<(Op, Vec<Vec<f32>>)> {
-    let specs: Vec<AttentionSpec> = reqs
-        .iter()
-        .map(|(op, ins)| {
-            let Op::Attention(a) = op else { return None };
-            let lens: Vec<usize> = ins.iter().map(Vec::len).collect();
-            op.check(&lens, op.layout().ok()?.output_len()).ok()?;
-            Some(*a)
-        })
-        .collect::<Option<_>>()?;
+    let specs = specs(reqs)?;
+    let (merged, same_keys) = merged_spec(&specs)?;
     let first = *specs.first()?;
-    let batch = specs.iter().map(|a| a.batch).sum();
-    let same_keys = specs
-        .iter()
-        .all(|a| a.seq_k == first.seq_k && a.kv_rows() == first.kv_rows() && a.positions == first.positions);
-    let concat = |idx: usize| -> Vec<f32> { reqs.iter().flat_map(|(_, ins)| ins.get(idx).into_iter().flatten().copied()).collect() };
+    let concat = |idx: usize| -> Vec<f32> {
+        reqs.iter().flat_map(|(_, ins)| ins.get(idx).into_iter().flatten().copied()).collect()
+    };
     if same_keys {
-        let spec = AttentionSpec { batch, ..first };
         let inputs = (0..reqs.first()?.1.len()).map(concat).collect();
-        return checked(Op::Attention(spec), inputs);
+        return checked(Op::Attention(merged), inputs);
     }
-    let seq_k = specs.iter().map(|a| a.seq_k).max()?;
-    let rows = specs.iter().map(AttentionSpec::kv_rows).max()?;
-    let spec = AttentionSpec { batch, seq_k, kv_capacity: Some(rows), positions: true, ..first };
+    let rows = merged.kv_rows();
     let q = concat(0);
     let (k, v) = (padded(reqs, &specs, 1, rows)?, padded(reqs, &specs, 2, rows)?);
-    let mut positions = Vec::with_capacity(batch * first.seq_q);
+    let mut positions = Vec::with_capacity(merged.batch * first.seq_q);
     for ((_, ins), a) in reqs.iter().zip(&specs) {
         for b in 0..a.batch {
             let keys = if a.positions {
@@ -62,7 +51,42 @@ pub(crate) fn merge(reqs: &[(&Op, &[Vec<f32>])]) -> Option<(Op, Vec<Vec<f32>>)> 
             positions.extend((0..a.seq_q).map(|t| keys as f32 - a.seq_q as f32 + t as f32));
         }
     }
-    checked(Op::Attention(spec), vec![q, k, v, positions])
+    checked(Op::Attention(merged), vec![q, k, v, positions])
+}
+
+/// The op [`merge`] would make of `reqs`, without touching their data (for
+/// deciding where it would run). Free.
+pub(crate) fn merged_op(reqs: &[(&Op, &[Vec<f32>])]) -> Option<Op> {
+    merged_spec(&specs(reqs)?).map(|(spec, _)| Op::Attention(spec))
+}
+
+/// Each request's spec, `None` if one is not attention or its inputs do not
+/// match it.
+fn specs(reqs: &[(&Op, &[Vec<f32>])]) -> Option<Vec<AttentionSpec>> {
+    reqs.iter()
+        .map(|(op, ins)| {
+            let Op::Attention(a) = op else { return None };
+            let lens: Vec<usize> = ins.iter().map(Vec::len).collect();
+            op.check(&lens, op.layout().ok()?.output_len()).ok()?;
+            Some(*a)
+        })
+        .collect()
+}
+
+/// The merged spec, and whether every request reads the same keys from
+/// caches of the same capacity (then no positions are needed).
+fn merged_spec(specs: &[AttentionSpec]) -> Option<(AttentionSpec, bool)> {
+    let first = *specs.first()?;
+    let batch = specs.iter().map(|a| a.batch).sum();
+    let same_keys = specs
+        .iter()
+        .all(|a| a.seq_k == first.seq_k && a.kv_rows() == first.kv_rows() && a.positions == first.positions);
+    if same_keys {
+        return Some((AttentionSpec { batch, ..first }, true));
+    }
+    let seq_k = specs.iter().map(|a| a.seq_k).max()?;
+    let rows = specs.iter().map(AttentionSpec::kv_rows).max()?;
+    Some((AttentionSpec { batch, seq_k, kv_capacity: Some(rows), positions: true, ..first }, false))
 }
 
 /// `op` with `inputs` if they match (sizes of many requests may overflow).

@@ -17,13 +17,41 @@ use compute_core::{BinaryOp, DType, Mask, MatmulSpec, Op, Precision, RowOp, Unar
 /// Grouping key: equal keys may be merged. `Shared` holds a shared weight's id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Key {
-    Unary { name: &'static str, p0: u32, p1: u32 },
+    Unary {
+        name: &'static str,
+        p0: u32,
+        p1: u32,
+    },
     Binary(BinaryOp),
-    Lerp { t: u32 },
-    Slerp { t: u32, cols: usize },
-    Rows { name: &'static str, eps: u32, cols: usize, params: u64 },
-    Matmul { m: usize, k: usize, n: usize, ta: bool, tb: bool },
-    Attention { heads_q: usize, heads_kv: usize, seq_q: usize, head_dim: usize, scale: u32, mask: Mask, precision: Precision },
+    Lerp {
+        t: u32,
+    },
+    Slerp {
+        t: u32,
+        cols: usize,
+    },
+    Rows {
+        name: &'static str,
+        eps: u32,
+        cols: usize,
+        params: u64,
+    },
+    Matmul {
+        m: usize,
+        k: usize,
+        n: usize,
+        ta: bool,
+        tb: bool,
+    },
+    Attention {
+        heads_q: usize,
+        heads_kv: usize,
+        seq_q: usize,
+        head_dim: usize,
+        scale: u32,
+        mask: Mask,
+        precision: Precision,
+    },
     Shared(u64),
     Alone(u64),
 }

@@ -7,7 +7,8 @@
 //! [`SharedWeight`] (stacked into one `[Σrows, k]·W`, see `shared`),
 //! element-wise, row-wise and equal-shape matmul requests (see `coalesce`),
 //! and attention requests such as decoding steps of different sequences,
-//! whatever their KV caches' lengths (see `attention`).
+//! whatever their KV caches' lengths, when the merged call goes to a GPU
+//! (see `attention`).
 //! The merged call runs on the engine predicted fastest for its merged size,
 //! and the output is split back to each request.
 //!
@@ -889,11 +890,26 @@ fn count(shared: &Shared, results: impl Iterator<Item = bool>) {
     m.failed += failed;
 }
 
+/// Whether merging `reqs` can pay. Attention requests copy all their keys
+/// and values into the merged inputs; on the CPU each alone reads them in
+/// place, from caches still warm from the caller (on the 2-core VM a merged
+/// batch of decoding steps ran at a tenth of the direct calls' rate), so
+/// they merge only when the merged call goes to a GPU, where every call
+/// copies its inputs anyway. Everything else merges.
+fn worth_merging(compute: &Compute, reqs: &[(&Op, &[Vec<f32>])]) -> bool {
+    match reqs.first() {
+        Some((Op::Attention(_), _)) => {
+            attention::merged_op(reqs).is_some_and(|op| compute.choose(&op, Placement::Host).is_gpu())
+        }
+        _ => true,
+    }
+}
+
 fn flush_ops(compute: &Compute, shared: &Shared, reqs: Vec<OpRequest>, reason: FlushReason) {
     let start = Instant::now();
     let merged = if reqs.len() > 1 {
         let views: Vec<(&Op, &[Vec<f32>])> = reqs.iter().map(|r| (&r.op, r.inputs.as_slice())).collect();
-        coalesce::merge(&views)
+        worth_merging(compute, &views).then(|| coalesce::merge(&views)).flatten()
     } else {
         None
     };

@@ -89,21 +89,29 @@ impl Backend for FakeGpu {
 /// an error, so a test that never opens the gate fails instead of hanging.
 pub struct Gated {
     pub inner: SimdBackend,
+    /// The family it reports (the CPU's unless made with [`Gated::open_as`]).
+    pub kind: BackendKind,
     pub gate: Mutex<Receiver<()>>,
     pub events: Arc<Mutex<Vec<String>>>,
 }
 
 impl Gated {
     pub fn open() -> (Arc<Gated>, Sender<()>, Arc<Mutex<Vec<String>>>) {
+        Gated::open_as(BackendKind::Simd)
+    }
+
+    /// The same reporting itself as `kind` (to stand in for a GPU).
+    pub fn open_as(kind: BackendKind) -> (Arc<Gated>, Sender<()>, Arc<Mutex<Vec<String>>>) {
         let (tx, rx) = channel();
         let events = Arc::new(Mutex::new(Vec::new()));
-        (Arc::new(Gated { inner: SimdBackend::new(), gate: Mutex::new(rx), events: events.clone() }), tx, events)
+        let gated = Gated { inner: SimdBackend::new(), kind, gate: Mutex::new(rx), events: events.clone() };
+        (Arc::new(gated), tx, events)
     }
 }
 
 impl Backend for Gated {
     fn kind(&self) -> BackendKind {
-        BackendKind::Simd
+        self.kind
     }
     fn device_name(&self) -> String {
         "gated cpu".into()
