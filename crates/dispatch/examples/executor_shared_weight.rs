@@ -8,7 +8,7 @@
 //! ```text
 //! cargo run --release -p dispatch --no-default-features --example executor_shared_weight -- \
 //!     [--secs 2] [--reps 3] [--callers 1,4,16] [--n 4096,14336] [--k 4096] [--transposed] \
-//!     [--engine simd|cuda|wgpu] [--bf16] [--attention]
+//!     [--engine simd|cuda|wgpu] [--bf16] [--attention [--kv 512]]
 //! ```
 //!
 //! Engine: the CPU on all its threads (`simd`) by default, or a GPU (built
@@ -26,8 +26,9 @@
 //!
 //! `--attention` times decoding steps instead: caller `t` decodes one token of
 //! its own sequence, `softmax(q·kᵀ)·v` with 32 query heads, 4 key/value heads
-//! of 64 values, causal, reading the first `64 + 97·t mod 448` rows of a KV
-//! cache of 512 (`f32`, on the host, 1 MiB of keys and values per request).
+//! of 64 values, causal, reading the first `c/8 + 97·t mod 7c/8` rows of a KV
+//! cache of `c = --kv` rows (512 by default: `f32` on the host, 1 MiB of keys
+//! and values per request).
 //! The executor merges the steps of different lengths into one attention call
 //! (keys counted per sequence); the direct calls run each step on its own.
 //! Both sides pass the host data: the executor takes its inputs by value (one
@@ -49,6 +50,7 @@ struct Args {
     engine: Engine,
     dtype: DType,
     attention: bool,
+    kv: usize,
 }
 
 fn list(v: &str) -> Vec<usize> {
@@ -66,6 +68,7 @@ fn args() -> Args {
         engine: Engine::Simd,
         dtype: DType::F32,
         attention: false,
+        kv: 512,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -78,6 +81,7 @@ fn args() -> Args {
             "--transposed" => a.layout = WeightLayout::Transposed,
             "--bf16" => a.dtype = DType::BF16,
             "--attention" => a.attention = true,
+            "--kv" => a.kv = it.next().and_then(|v| v.parse().ok()).unwrap_or(a.kv).max(8),
             "--engine" => match it.next().as_deref() {
                 Some("cuda") => a.engine = Engine::Cuda,
                 Some("wgpu") => a.engine = Engine::Wgpu,
@@ -195,10 +199,11 @@ fn batched(exec: &BatchedExecutor, w: &SharedWeight, k: usize, callers: usize, s
     })
 }
 
-/// Caller `t`'s decoding step (see the module docs) and its inputs.
-fn attention_step(t: usize) -> (compute_core::Op, Vec<Vec<f32>>) {
-    let seq_k = 64 + (97 * t) % 448;
-    let spec = compute_core::AttentionSpec::new(1, 32, 1, seq_k, 64).with_kv_heads(4).causal().with_kv_capacity(512);
+/// Caller `t`'s decoding step against a KV cache of `kv` rows (see the
+/// module docs) and its inputs.
+fn attention_step(t: usize, kv: usize) -> (compute_core::Op, Vec<Vec<f32>>) {
+    let seq_k = kv / 8 + (97 * t) % (kv - kv / 8);
+    let spec = compute_core::AttentionSpec::new(1, 32, 1, seq_k, 64).with_kv_heads(4).causal().with_kv_capacity(kv);
     let op = compute_core::Op::Attention(spec);
     let lens: Vec<usize> = op.layout().map(|l| l.input_lens().collect()).unwrap_or_default();
     let inputs = lens.iter().enumerate().map(|(i, &n)| data(300 + 3 * t as u64 + i as u64, n)).collect();
@@ -206,9 +211,9 @@ fn attention_step(t: usize) -> (compute_core::Op, Vec<Vec<f32>>) {
 }
 
 /// Decoding steps as direct calls on host data from `callers` threads.
-fn direct_attention(compute: &Compute, engine: Engine, callers: usize, secs: f64) -> Run {
+fn direct_attention(compute: &Compute, engine: Engine, kv: usize, callers: usize, secs: f64) -> Run {
     drive(callers, secs, |t| {
-        let (op, inputs) = attention_step(t);
+        let (op, inputs) = attention_step(t, kv);
         let mut y = vec![0.0f32; op.layout().map_or(0, |l| l.output_len())];
         move || {
             let refs: Vec<HostSlice<'_>> = inputs.iter().map(|v| HostSlice::F32(v)).collect();
@@ -220,9 +225,9 @@ fn direct_attention(compute: &Compute, engine: Engine, callers: usize, secs: f64
 }
 
 /// Decoding steps through the executor from `callers` threads.
-fn batched_attention(exec: &BatchedExecutor, callers: usize, secs: f64) -> Run {
+fn batched_attention(exec: &BatchedExecutor, kv: usize, callers: usize, secs: f64) -> Run {
     drive(callers, secs, |t| {
-        let (op, inputs) = attention_step(t);
+        let (op, inputs) = attention_step(t, kv);
         let h = exec.handle();
         move || match h.submit(op, inputs.clone()).and_then(|r| r.wait()) {
             Ok(y) => drop(y),
@@ -266,7 +271,7 @@ fn row(shape: &str, callers: usize, mode: &str, r: &Reps, base: Option<f64>) {
         String::new()
     } else {
         let sum = |f: fn(&ExecutorMetrics) -> u64| r.metrics.iter().map(f).sum::<u64>();
-        let (batches, done) = (sum(|m| m.batches), sum(|m| m.completed));
+        let (batches, done, alone) = (sum(|m| m.batches), sum(|m| m.completed), sum(|m| m.unmerged));
         let q50 = r.metrics.iter().map(|m| m.queue_p50_s).fold(0.0, f64::max);
         let mut phases = dispatch::BatchPhases::default();
         for m in &r.metrics {
@@ -274,7 +279,7 @@ fn row(shape: &str, callers: usize, mode: &str, r: &Reps, base: Option<f64>) {
         }
         let [st, up, pr, dn, an] = phases.per_batch_us();
         format!(
-            "batches {batches:>6}  mean {:>6.1}  flush size/wait/idle {}/{}/{}  queue p50 <= {:.2} ms  \
+            "batches {batches:>6}  mean {:>6.1}  unmerged {alone}  flush size/wait/idle {}/{}/{}  queue p50 <= {:.2} ms  \
              per batch µs stack {st:.1} up {up:.1} product {pr:.1} down {dn:.1} answer {an:.1}",
             done as f64 / batches.max(1) as f64,
             sum(|m| m.flush_size),
@@ -339,20 +344,21 @@ fn main() -> compute_core::Result<()> {
             let mut b: Vec<Reps> = configs.iter().map(|_| Reps::default()).collect();
             for rep in 0..a.reps {
                 if rep % 2 == 0 {
-                    d.add(direct_attention(&compute, a.engine, callers, a.secs), None);
+                    d.add(direct_attention(&compute, a.engine, a.kv, callers, a.secs), None);
                 }
                 for ((_, cfg), b) in configs.iter().zip(b.iter_mut()) {
                     let exec = BatchedExecutor::new(compute.clone(), *cfg)?;
-                    let r = batched_attention(&exec, callers, a.secs);
+                    let r = batched_attention(&exec, a.kv, callers, a.secs);
                     b.add(r, Some(exec.shutdown()));
                 }
                 if rep % 2 == 1 {
-                    d.add(direct_attention(&compute, a.engine, callers, a.secs), None);
+                    d.add(direct_attention(&compute, a.engine, a.kv, callers, a.secs), None);
                 }
             }
-            row("attn 32/4x64", callers, "direct", &d, None);
+            let shape = format!("attn kv {}", a.kv);
+            row(&shape, callers, "direct", &d, None);
             for ((name, _), b) in configs.iter().zip(&b) {
-                row("attn 32/4x64", callers, name, b, Some(d.rate()));
+                row(&shape, callers, name, b, Some(d.rate()));
             }
         }
         println!("\nload average at end: {}", load());

@@ -313,22 +313,25 @@ fn decoding_steps() -> Vec<(Op, Vec<Vec<f32>>)> {
         .collect()
 }
 
-/// Submits [`decoding_steps`] behind a request held at the gate of `engine`
+/// Submits [`decoding_steps`] behind a row op held at the gate of `engine`
 /// (the engine every call goes to), then opens the gate `opens` times;
 /// checks every answer against the request run alone and returns the
 /// executor's metrics and how many attention calls the engine ran.
-fn run_decoding_steps(engine: Engine, opens: usize) -> (dispatch::ExecutorMetrics, usize) {
+fn run_decoding_steps(engine: Engine, gpu_launch_s: f64, opens: usize) -> (dispatch::ExecutorMetrics, usize) {
     use compute_core::{Backend, BackendKind};
     let kind = if engine == Engine::Simd { BackendKind::Simd } else { engine.kind() };
     let (gated, gate, events) = common::Gated::open_as(kind);
     let c = match engine {
         Engine::Simd => Compute::builder().engine(Engine::Simd, gated).nominal_profile().build().unwrap(),
-        gpu => Compute::builder().cpu().engine(gpu, gated).profile(common::gpu_always_wins(gpu)).build().unwrap(),
+        gpu => {
+            Compute::builder().cpu().engine(gpu, gated).profile(gpu_launching_in(gpu, gpu_launch_s)).build().unwrap()
+        }
     };
     let cfg = BatchConfig::balanced().with_max_wait(Duration::from_secs(30));
     let exec = BatchedExecutor::new(c, cfg).unwrap();
     let h = exec.handle();
-    let held = h.unary(UnaryOp::Relu, vec![1.0]).unwrap();
+    // A row op: the class the profile below keeps off the CPU.
+    let held = h.submit(Op::rows(RowOp::Softmax, 1, 2), vec![vec![1.0, 1.0]]).unwrap();
     while events.lock().unwrap().is_empty() {
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -339,7 +342,7 @@ fn run_decoding_steps(engine: Engine, opens: usize) -> (dispatch::ExecutorMetric
         gate.send(()).unwrap();
     }
     let m = exec.shutdown();
-    assert_eq!(held.wait().unwrap(), vec![1.0]);
+    assert_eq!(held.wait().unwrap(), vec![0.5, 0.5]);
     let cpu = compute_simd::SimdBackend::new();
     for ((op, ins), r) in reqs.iter().zip(rs) {
         let got = r.wait().unwrap();
@@ -354,16 +357,41 @@ fn run_decoding_steps(engine: Engine, opens: usize) -> (dispatch::ExecutorMetric
     (m, calls)
 }
 
-#[test]
-fn attention_decode_steps_of_different_lengths_share_one_gpu_call() {
-    // The held relu, the five steps of head length 16 as one call, the other alone.
-    let (m, calls) = run_decoding_steps(Engine::Cuda, 3);
-    assert_eq!((m.batches, m.completed, calls), (3, 7, 2), "{m:?}");
+/// A profile where `gpu` wins every op but element-wise ones and pays
+/// `launch_s` a call, and the CPU's element-wise passes (what the merge's
+/// copy is timed as) are cheap.
+fn gpu_launching_in(gpu: Engine, launch_s: f64) -> dispatch::Profile {
+    let mut p = common::gpu_always_wins(gpu);
+    for e in &mut p.engines {
+        for curve in &mut e.classes {
+            for point in &mut curve.points {
+                if e.engine == gpu {
+                    point.seconds += launch_s;
+                } else if curve.class == compute_core::OpClass::Elementwise {
+                    point.seconds *= 1e-3;
+                } else {
+                    point.seconds *= 1e6;
+                }
+            }
+        }
+    }
+    p
 }
 
 #[test]
-fn attention_decode_steps_on_the_cpu_run_each_alone() {
-    // Merging would copy every cache; on the CPU each step reads its own in place.
-    let (m, calls) = run_decoding_steps(Engine::Simd, 7);
-    assert_eq!((m.batches, m.completed, calls), (3, 7, 6), "{m:?}");
+fn attention_decode_steps_of_different_lengths_share_one_gpu_call() {
+    // Calls of 100 µs: the held relu, the five steps of head length 16 as one
+    // call, the other alone.
+    let (m, calls) = run_decoding_steps(Engine::Cuda, 1e-4, 3);
+    assert_eq!((m.batches, m.unmerged, m.completed, calls), (3, 0, 7, 2), "{m:?}");
+}
+
+#[test]
+fn attention_decode_steps_run_alone_where_merging_does_not_pay() {
+    // Calls of 1 ns on the GPU: the copy into merged inputs costs more.
+    let (m, calls) = run_decoding_steps(Engine::Cuda, 1e-9, 7);
+    assert_eq!((m.batches, m.unmerged, m.completed, calls), (3, 5, 7, 6), "{m:?}");
+    // On the CPU each step reads its own inputs in place.
+    let (m, calls) = run_decoding_steps(Engine::Simd, 0.0, 7);
+    assert_eq!((m.batches, m.unmerged, m.completed, calls), (3, 5, 7, 6), "{m:?}");
 }

@@ -15,7 +15,7 @@
 //!
 //! Cost: one copy of every request's queries, keys and values into the
 //! merged inputs. The executor merges only when the merged call goes to a
-//! GPU (where every call copies its inputs to the device anyway).
+//! GPU and the cost model predicts that the saved calls outweigh that copy.
 
 use compute_core::{AttentionSpec, Op};
 

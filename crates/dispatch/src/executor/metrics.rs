@@ -30,8 +30,12 @@ pub struct ExecutorMetrics {
     pub completed: u64,
     /// Requests answered with an error.
     pub failed: u64,
-    /// Dispatches made (a merged group counts once).
+    /// Groups dispatched (a merged group is one call; a group that could
+    /// not be merged, or whose merge would not pay, runs one call per
+    /// request and counts in [`ExecutorMetrics::unmerged`] too).
     pub batches: u64,
+    /// Requests of groups of several that ran one call each.
+    pub unmerged: u64,
     /// Requests per batch, on average.
     pub mean_batch_size: f64,
     /// `mean_batch_size / max_batch_size`.
@@ -123,6 +127,7 @@ pub(crate) struct State {
     pub(crate) completed: u64,
     pub(crate) failed: u64,
     pub(crate) batches: u64,
+    pub(crate) unmerged: u64,
     pub(crate) batched_requests: u64,
     pub(crate) flush_size: u64,
     pub(crate) flush_timeout: u64,
@@ -180,6 +185,7 @@ impl State {
             completed: self.completed,
             failed: self.failed,
             batches: self.batches,
+            unmerged: self.unmerged,
             mean_batch_size: mean,
             fill_rate: mean / max_batch_size.max(1) as f64,
             flush_size: self.flush_size,

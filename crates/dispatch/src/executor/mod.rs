@@ -8,7 +8,7 @@
 //! element-wise, row-wise and equal-shape matmul requests (see `coalesce`),
 //! and attention requests such as decoding steps of different sequences,
 //! whatever their KV caches' lengths, when the merged call goes to a GPU
-//! (see `attention`).
+//! and is predicted to pay for copying their inputs (see `attention`).
 //! The merged call runs on the engine predicted fastest for its merged size,
 //! and the output is split back to each request.
 //!
@@ -890,18 +890,36 @@ fn count(shared: &Shared, results: impl Iterator<Item = bool>) {
     m.failed += failed;
 }
 
-/// Whether merging `reqs` can pay. Attention requests copy all their keys
-/// and values into the merged inputs; on the CPU each alone reads them in
-/// place, from caches still warm from the caller (on the 2-core VM a merged
-/// batch of decoding steps ran at a tenth of the direct calls' rate), so
-/// they merge only when the merged call goes to a GPU, where every call
-/// copies its inputs anyway. Everything else merges.
+/// Whether merging `reqs` can pay. Everything merges but attention, whose
+/// requests the worker copies into the merged inputs (keys and values too):
+/// they merge only when the merged call goes to a GPU and the cost model
+/// predicts it, plus that copy (timed as a one-thread element-wise pass over
+/// the merged inputs), under the requests' calls one by one. On the CPU each
+/// request alone reads its inputs in place, from caches still warm from its
+/// caller: on the 2-core VM merged decoding steps ran at a tenth of the
+/// direct calls' rate.
 fn worth_merging(compute: &Compute, reqs: &[(&Op, &[Vec<f32>])]) -> bool {
     match reqs.first() {
-        Some((Op::Attention(_), _)) => {
-            attention::merged_op(reqs).is_some_and(|op| compute.choose(&op, Placement::Host).is_gpu())
-        }
+        Some((Op::Attention(_), _)) => attention_merge_pays(compute, reqs),
         _ => true,
+    }
+}
+
+fn attention_merge_pays(compute: &Compute, reqs: &[(&Op, &[Vec<f32>])]) -> bool {
+    let Some(merged) = attention::merged_op(reqs) else { return false };
+    let engine = compute.choose(&merged, Placement::Host);
+    if !engine.is_gpu() {
+        return false;
+    }
+    let model = compute.model();
+    let alone: Option<f64> =
+        reqs.iter().map(|(op, _)| model.predict(compute.choose(op, Placement::Host), op, Placement::Host)).sum();
+    let values: usize = merged.layout().map_or(0, |l| l.input_lens().sum());
+    let copier = if compute.engines().contains(&Engine::SimdSingle) { Engine::SimdSingle } else { Engine::Simd };
+    let copy = model.predict(copier, &Op::unary(UnaryOp::Relu, values), Placement::Host);
+    match (model.predict(engine, &merged, Placement::Host), copy, alone) {
+        (Some(m), Some(c), Some(a)) => m + c < a,
+        _ => false,
     }
 }
 
@@ -920,7 +938,13 @@ fn flush_ops(compute: &Compute, shared: &Shared, reqs: Vec<OpRequest>, reason: F
         None => reqs.iter().map(|r| compute.choose(&r.op, Placement::Host)).collect(),
     };
     let engine = engines.first().copied().unwrap_or_else(|| compute.primary());
-    lock(&shared.metrics).batch(reason, engine, reqs.iter().map(|r| start.duration_since(r.enqueued).as_secs_f64()));
+    {
+        let mut m = lock(&shared.metrics);
+        m.batch(reason, engine, reqs.iter().map(|r| start.duration_since(r.enqueued).as_secs_f64()));
+        if merged.is_none() && reqs.len() > 1 {
+            m.unmerged += reqs.len() as u64;
+        }
+    }
     let outcomes: Vec<Outcome> = match merged {
         Some(m) => {
             let result = run_caught(compute, engine, &m.op, &m.inputs);
