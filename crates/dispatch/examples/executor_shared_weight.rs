@@ -32,7 +32,9 @@
 //! The executor merges the steps of different lengths into one attention call
 //! (keys counted per sequence); the direct calls run each step on its own.
 //! Both sides pass the host data: the executor takes its inputs by value (one
-//! copy per request), the direct calls borrow them.
+//! copy per request), the direct calls borrow them. The executor merges them
+//! only where the cost model predicts that it pays, so this mode calibrates
+//! the engines first (quick options).
 
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
@@ -299,7 +301,14 @@ fn row(shape: &str, callers: usize, mode: &str, r: &Reps, base: Option<f64>) {
 fn main() -> compute_core::Result<()> {
     let a = args();
     let builder = if a.engine == Engine::Simd { Compute::builder().cpu() } else { Compute::builder().discover() };
-    let compute = builder.nominal_profile().policy(Policy::Fixed(a.engine)).build()?;
+    // Attention requests merge only where the cost model predicts it pays:
+    // give it this machine's figures.
+    let builder = if a.attention {
+        builder.calibration_options(dispatch::calibrate::Options::quick()).calibrate()
+    } else {
+        builder.nominal_profile()
+    };
+    let compute = builder.policy(Policy::Fixed(a.engine)).build()?;
     let Some(backend) = compute.backend(a.engine) else {
         eprintln!("engine {} is not available here", a.engine);
         return Ok(());
