@@ -119,17 +119,10 @@ fn padded(reqs: &[(&Op, &[Vec<f32>])], specs: &[AttentionSpec], idx: usize, rows
 
 #[cfg(test)]
 mod tests {
+    use super::super::coalesce::tests::run;
     use super::*;
+    use compute_core::Mask;
     use compute_core::conformance::rng::Rng;
-    use compute_core::{Backend, Mask};
-    use compute_simd::SimdBackend;
-
-    fn run(op: &Op, ins: &[Vec<f32>]) -> Vec<f32> {
-        let refs: Vec<&[f32]> = ins.iter().map(Vec::as_slice).collect();
-        let mut out = vec![f32::NAN; op.layout().unwrap().output_len()];
-        SimdBackend::new().run(op, &refs, &mut out).unwrap();
-        out
-    }
 
     fn request(rng: &mut Rng, spec: AttentionSpec, last: Option<f32>) -> (Op, Vec<Vec<f32>>) {
         let spec = if last.is_some() { spec.with_positions() } else { spec };

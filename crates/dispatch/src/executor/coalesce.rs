@@ -181,12 +181,13 @@ pub(crate) fn merge(reqs: &[(&Op, &[Vec<f32>])]) -> Option<Merged> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use compute_core::{Backend, conformance::rng::Rng};
     use compute_simd::SimdBackend;
 
-    fn run(op: &Op, ins: &[Vec<f32>]) -> Vec<f32> {
+    /// `op` of `ins` on the CPU backend.
+    pub(crate) fn run(op: &Op, ins: &[Vec<f32>]) -> Vec<f32> {
         let refs: Vec<&[f32]> = ins.iter().map(Vec::as_slice).collect();
         let mut out = vec![f32::NAN; op.layout().unwrap().output_len()];
         SimdBackend::new().run(op, &refs, &mut out).unwrap();
