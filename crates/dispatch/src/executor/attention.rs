@@ -42,7 +42,8 @@ pub(crate) fn merge(reqs: &[(&Op, &[Vec<f32>])]) -> Option<(Op, Vec<Vec<f32>>)> 
             let keys = if a.positions {
                 // Only the last query's position counts; the merged call's
                 // larger `seq_k` must not let it read more than its own.
-                ins[3].get((b + 1) * a.seq_q - 1).map_or(0, |&p| a.keys_at(p))
+                let last = ((b + 1) * a.seq_q).checked_sub(1);
+                last.and_then(|i| ins.get(3)?.get(i)).map_or(0, |&p| a.keys_at(p))
             } else {
                 a.seq_k
             };
@@ -97,11 +98,15 @@ fn checked(op: Op, inputs: Vec<Vec<f32>>) -> Option<(Op, Vec<Vec<f32>>)> {
 }
 
 /// Input `idx` (keys or values) of every request, each head's rows padded
-/// with zeros to `rows` (`None` if a request's input is not whole heads).
+/// with zeros to `rows` (`None` if a request's input is not whole heads, or
+/// if the padding would more than double the values copied).
 fn padded(reqs: &[(&Op, &[Vec<f32>])], specs: &[AttentionSpec], idx: usize, rows: usize) -> Option<Vec<f32>> {
     let d = specs.first().map_or(0, |a| a.head_dim);
     let heads: usize = specs.iter().map(|a| a.batch * a.heads_kv).sum();
-    let mut out = vec![0.0f32; heads * rows * d];
+    // Padding that would more than double the copy is not worth it.
+    let own: usize = specs.iter().map(|a| a.batch * a.heads_kv * a.kv_rows() * d).sum();
+    let len = heads.checked_mul(rows)?.checked_mul(d).filter(|&n| n <= own.saturating_mul(2))?;
+    let mut out = vec![0.0f32; len];
     if out.is_empty() {
         return Some(out);
     }
@@ -145,11 +150,11 @@ mod tests {
             // Decoding steps of different lengths, caches of different capacities,
             // a request of two sequences, and positions past a request's own keys.
             vec![
-                request(&mut rng, AttentionSpec { seq_k: 3, ..base }, None),
+                request(&mut rng, AttentionSpec { seq_k: 3, ..base }.with_kv_capacity(12), None),
                 request(&mut rng, AttentionSpec { seq_k: 17, ..base }.with_kv_capacity(20), None),
-                request(&mut rng, AttentionSpec { batch: 2, seq_k: 5, ..base }.with_kv_capacity(8), None),
-                request(&mut rng, AttentionSpec { seq_k: 6, ..base }, Some(3.0)),
-                request(&mut rng, AttentionSpec { seq_k: 4, ..base }, Some(40.0)),
+                request(&mut rng, AttentionSpec { batch: 2, seq_k: 5, ..base }.with_kv_capacity(16), None),
+                request(&mut rng, AttentionSpec { seq_k: 6, ..base }.with_kv_capacity(16), Some(3.0)),
+                request(&mut rng, AttentionSpec { seq_k: 14, ..base }, Some(40.0)),
             ],
             // Several queries, the causal mask aligned to the start.
             vec![
@@ -182,5 +187,16 @@ mod tests {
         bad.1[1].pop();
         let views = [(&good.0, good.1.as_slice()), (&bad.0, bad.1.as_slice())];
         assert!(merge(&views).is_none());
+    }
+
+    #[test]
+    fn caches_that_padding_would_more_than_double_are_not_merged() {
+        let mut rng = Rng::new(5);
+        let spec = AttentionSpec::new(1, 2, 1, 2, 8);
+        let reqs: Vec<_> =
+            [64, 2, 2, 2].iter().map(|&k| request(&mut rng, AttentionSpec { seq_k: k, ..spec }, None)).collect();
+        let views: Vec<(&Op, &[Vec<f32>])> = reqs.iter().map(|(o, ins)| (o, ins.as_slice())).collect();
+        assert!(merge(&views).is_none());
+        assert!(merge(&views[1..]).is_some());
     }
 }
