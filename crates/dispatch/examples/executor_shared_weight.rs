@@ -8,7 +8,7 @@
 //! ```text
 //! cargo run --release -p dispatch --no-default-features --example executor_shared_weight -- \
 //!     [--secs 2] [--reps 3] [--callers 1,4,16] [--n 4096,14336] [--k 4096] [--transposed] \
-//!     [--engine simd|cuda|wgpu] [--bf16] [--attention [--kv 512]]
+//!     [--engine simd|cuda|wgpu] [--bf16] [--attention [--kv 512]] [--alone]
 //! ```
 //!
 //! Engine: the CPU on all its threads (`simd`) by default, or a GPU (built
@@ -23,6 +23,11 @@
 //! batches spent their time (per batch: stacking, upload, product, download,
 //! answering; with `DISPATCH_EXECUTOR_PHASES=1` the device is waited for
 //! after each step so that each is timed apart).
+//!
+//! `--alone` times a lone caller only, alternating one direct call and one
+//! request through the executor (balanced preset) for `secs`, `reps` times:
+//! both sides then see the same machine state, which separate runs of a
+//! busy or throttled machine do not.
 //!
 //! `--attention` times decoding steps instead: caller `t` decodes one token of
 //! its own sequence, `softmax(q·kᵀ)·v` with 32 query heads, 4 key/value heads
@@ -53,6 +58,7 @@ struct Args {
     dtype: DType,
     attention: bool,
     kv: usize,
+    alone: bool,
 }
 
 fn list(v: &str) -> Vec<usize> {
@@ -71,6 +77,7 @@ fn args() -> Args {
         dtype: DType::F32,
         attention: false,
         kv: 512,
+        alone: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -83,6 +90,7 @@ fn args() -> Args {
             "--transposed" => a.layout = WeightLayout::Transposed,
             "--bf16" => a.dtype = DType::BF16,
             "--attention" => a.attention = true,
+            "--alone" => a.alone = true,
             "--kv" => a.kv = it.next().and_then(|v| v.parse().ok()).unwrap_or(a.kv).max(8),
             "--engine" => match it.next().as_deref() {
                 Some("cuda") => a.engine = Engine::Cuda,
@@ -155,50 +163,83 @@ fn data(seed: u64, len: usize) -> Vec<f32> {
     compute_core::conformance::rng::Rng::new(seed).vec(len, -1.0, 1.0)
 }
 
-/// Direct calls from `callers` threads: on the CPU on host slices; on a GPU
-/// against the weight uploaded once (`w_gpu`), uploading `x` and downloading
-/// `y` per call. With a `bf16` weight each call first rounds its `x` to
-/// `bf16`, as the executor does.
+/// One caller's direct call (caller `t`'s row): on the CPU on host slices;
+/// on a GPU against the weight uploaded once (`w_gpu`), uploading `x` and
+/// downloading `y` per call. With a `bf16` weight each call first rounds its
+/// `x` to `bf16`, as the executor does.
+fn direct_call<'a>(
+    compute: &'a Compute,
+    engine: Engine,
+    (w, w_gpu): (HostSlice<'a>, Option<&'a Tensor>),
+    op: compute_core::Op,
+    (k, n): (usize, usize),
+    t: usize,
+) -> impl FnMut() + 'a {
+    let backend = compute.backend(engine);
+    let x = data(100 + t as u64, k);
+    let mut y = vec![0.0f32; n];
+    move || {
+        let xh = HostVec::from_f32(w.dtype(), &x);
+        let done = match (&backend, w_gpu) {
+            (Some(b), Some(tw)) => b.upload_typed(xh.as_slice()).and_then(|tx| {
+                let ty = b.alloc(n)?;
+                b.run_tensors(&op, &[&tx, tw], &ty)?;
+                b.download(&ty, &mut y)
+            }),
+            _ => compute.run_on_typed(engine, &op, &[xh.as_slice(), w], HostSliceMut::F32(&mut y)),
+        };
+        if let Err(e) = done {
+            eprintln!("direct call failed: {e}");
+        }
+    }
+}
+
+/// Direct calls from `callers` threads ([`direct_call`]).
 fn direct(
     compute: &Compute,
     engine: Engine,
-    (w, w_gpu): (HostSlice<'_>, Option<&Tensor>),
+    w: (HostSlice<'_>, Option<&Tensor>),
     op: compute_core::Op,
     (k, n): (usize, usize),
     callers: usize,
     secs: f64,
 ) -> Run {
-    let backend = compute.backend(engine);
-    drive(callers, secs, |t| {
-        let x = data(100 + t as u64, k);
-        let mut y = vec![0.0f32; n];
-        let backend = backend.clone();
-        move || {
-            let xh = HostVec::from_f32(w.dtype(), &x);
-            let done = match (&backend, w_gpu) {
-                (Some(b), Some(tw)) => b.upload_typed(xh.as_slice()).and_then(|tx| {
-                    let ty = b.alloc(n)?;
-                    b.run_tensors(&op, &[&tx, tw], &ty)?;
-                    b.download(&ty, &mut y)
-                }),
-                _ => compute.run_on_typed(engine, &op, &[xh.as_slice(), w], HostSliceMut::F32(&mut y)),
-            };
-            if let Err(e) = done {
-                eprintln!("direct call failed: {e}");
-            }
-        }
-    })
+    drive(callers, secs, |t| direct_call(compute, engine, w, op, (k, n), t))
+}
+
+/// One caller's request through the executor, waited for.
+fn batched_call<'a>(exec: &BatchedExecutor, w: &'a SharedWeight, k: usize, t: usize) -> impl FnMut() + 'a {
+    let x = data(100 + t as u64, k);
+    let h = exec.handle();
+    move || match h.matmul_shared(w, x.clone(), 1).and_then(|r| r.wait()) {
+        Ok(y) => drop(y),
+        Err(e) => eprintln!("batched call failed: {e}"),
+    }
+}
+
+/// A lone caller alternating a direct call and a request through the
+/// executor for `secs`, so that both see the same machine state: the p50 of
+/// each and their ratio.
+fn alone_interleaved(direct: &mut dyn FnMut(), batched: &mut dyn FnMut(), secs: f64) -> (f64, f64) {
+    direct();
+    batched();
+    let (mut d, mut b) = (Vec::new(), Vec::new());
+    let t0 = Instant::now();
+    while d.is_empty() || t0.elapsed().as_secs_f64() < secs {
+        let t = Instant::now();
+        direct();
+        d.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        batched();
+        b.push(t.elapsed().as_secs_f64());
+    }
+    let mut d = Run { lat: d, wall: 1.0 };
+    let mut b = Run { lat: b, wall: 1.0 };
+    (d.pct(0.5), b.pct(0.5))
 }
 
 fn batched(exec: &BatchedExecutor, w: &SharedWeight, k: usize, callers: usize, secs: f64) -> Run {
-    drive(callers, secs, |t| {
-        let x = data(100 + t as u64, k);
-        let h = exec.handle();
-        move || match h.matmul_shared(w, x.clone(), 1).and_then(|r| r.wait()) {
-            Ok(y) => drop(y),
-            Err(e) => eprintln!("batched call failed: {e}"),
-        }
-    })
+    drive(callers, secs, |t| batched_call(exec, w, k, t))
 }
 
 /// Caller `t`'s decoding step against a KV cache of `kv` rows (see the
@@ -388,6 +429,23 @@ fn main() -> compute_core::Result<()> {
         );
         let tw = if gpu { Some(backend.upload_typed(wv.as_slice())?) } else { None };
         let w = (wv.as_slice(), tw.as_ref());
+        if a.alone {
+            let exec = BatchedExecutor::new(compute.clone(), BatchConfig::balanced())?;
+            let sw = exec.handle().register_weight_typed(wv.clone(), k, n, a.layout)?;
+            let mut one_direct = direct_call(&compute, a.engine, w, op, (k, n), 0);
+            let mut one_batched = batched_call(&exec, &sw, k, 0);
+            for rep in 0..a.reps {
+                let (d, b) = alone_interleaved(&mut one_direct, &mut one_batched, a.secs);
+                println!(
+                    "{shape:<14} alone, interleaved, rep {rep}: direct p50 {:.3} ms, executor p50 {:.3} ms: {:.3}x",
+                    d * 1e3,
+                    b * 1e3,
+                    b / d
+                );
+            }
+            drop(exec.shutdown());
+            continue;
+        }
         for &callers in &a.callers {
             let mut d = Reps::default();
             let mut b: Vec<Reps> = configs.iter().map(|_| Reps::default()).collect();
