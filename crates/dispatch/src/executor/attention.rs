@@ -17,7 +17,35 @@
 //! merged inputs. The executor merges only when the merged call goes to a
 //! GPU and the cost model predicts that the saved calls outweigh that copy.
 
-use compute_core::{AttentionSpec, Op};
+use compute_core::{AttentionSpec, Mask, Op, Precision};
+
+/// What attention requests must share to merge: everything but the batch,
+/// the number of keys and the KV caches' capacity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct MergeKey {
+    heads_q: usize,
+    heads_kv: usize,
+    seq_q: usize,
+    head_dim: usize,
+    scale: u32,
+    mask: Mask,
+    precision: Precision,
+}
+
+impl MergeKey {
+    /// The key of `a`. Free.
+    pub(crate) fn of(a: &AttentionSpec) -> MergeKey {
+        MergeKey {
+            heads_q: a.heads_q,
+            heads_kv: a.heads_kv,
+            seq_q: a.seq_q,
+            head_dim: a.head_dim,
+            scale: a.scale.to_bits(),
+            mask: a.mask,
+            precision: a.precision,
+        }
+    }
+}
 
 /// The merged attention call of `reqs` (all `Op::Attention` with equal
 /// heads, queries, head length, scale, mask and precision), with its inputs;

@@ -12,46 +12,20 @@
 //! Requests against one shared weight share the key of that weight; they are
 //! stacked by `super::shared`, not here.
 
-use compute_core::{BinaryOp, DType, Mask, MatmulSpec, Op, Precision, RowOp, UnaryOp};
+use compute_core::{BinaryOp, DType, MatmulSpec, Op, RowOp, UnaryOp};
+
+use super::attention::MergeKey;
 
 /// Grouping key: equal keys may be merged. `Shared` holds a shared weight's id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Key {
-    Unary {
-        name: &'static str,
-        p0: u32,
-        p1: u32,
-    },
+    Unary { name: &'static str, p0: u32, p1: u32 },
     Binary(BinaryOp),
-    Lerp {
-        t: u32,
-    },
-    Slerp {
-        t: u32,
-        cols: usize,
-    },
-    Rows {
-        name: &'static str,
-        eps: u32,
-        cols: usize,
-        params: u64,
-    },
-    Matmul {
-        m: usize,
-        k: usize,
-        n: usize,
-        ta: bool,
-        tb: bool,
-    },
-    Attention {
-        heads_q: usize,
-        heads_kv: usize,
-        seq_q: usize,
-        head_dim: usize,
-        scale: u32,
-        mask: Mask,
-        precision: Precision,
-    },
+    Lerp { t: u32 },
+    Slerp { t: u32, cols: usize },
+    Rows { name: &'static str, eps: u32, cols: usize, params: u64 },
+    Matmul { m: usize, k: usize, n: usize, ta: bool, tb: bool },
+    Attention(MergeKey),
     Shared(u64),
     Alone(u64),
 }
@@ -90,15 +64,7 @@ pub(crate) fn key(op: &Op, inputs: &[Vec<f32>], seq: u64) -> Key {
         Op::Matmul(s) if s.epilogue.is_identity() => {
             Key::Matmul { m: s.m, k: s.k, n: s.n, ta: s.trans_a, tb: s.trans_b }
         }
-        Op::Attention(a) => Key::Attention {
-            heads_q: a.heads_q,
-            heads_kv: a.heads_kv,
-            seq_q: a.seq_q,
-            head_dim: a.head_dim,
-            scale: a.scale.to_bits(),
-            mask: a.mask,
-            precision: a.precision,
-        },
+        Op::Attention(a) => Key::Attention(MergeKey::of(&a)),
         Op::Matmul(_)
         | Op::Reduce { .. }
         | Op::Dot { .. }
