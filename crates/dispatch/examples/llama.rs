@@ -10,7 +10,8 @@
 //! cargo run --release -p dispatch --features cuda --example llama -- \
 //!     [--config tiny|1b] [--dtype f32|f16|bf16] [--linear q4_K|q5_K|q6_K|q8_0] \
 //!     [--engine simd|wgpu|cuda] [--prompt N] [--new N] [--gguf model.gguf | --hf DIR] \
-//!     [--logits FILE] [--compare-direct] [--sequences N [--stagger]] [--llama3-scaling FACTOR]
+//!     [--logits FILE] [--compare-direct] [--sequences N [--stagger]] [--clients N [--rounds R]]
+//!     [--llama3-scaling FACTOR]
 //! ```
 //!
 //! With `--gguf`, the model is a llama GGUF file (memory-mapped; its linear
@@ -28,6 +29,11 @@
 //! (`Llama::step_active`), printing the prefill's and the total decode's
 //! tokens/s; `--stagger` adds a run of 2N requests through the N slots,
 //! joining one after another and leaving when done, their slots refilled.
+//! `--clients N` then hands the model to a `BatchedDecoder` of N slots and
+//! runs N caller threads, each generating `--new` tokens after its own
+//! prompt, `--rounds` times one after another (default 1): prints the total
+//! tokens/s over the wall time (prefills included), each caller's decode
+//! tokens/s and time to first token, and the decoder's mean batch.
 //! `--llama3-scaling FACTOR` gives the random model Llama 3's rotary
 //! frequency scaling (low 1, high 4, an original context of 8192; Llama
 //! 3.2 uses factor 32); a checkpoint's `config.json` states its own.
@@ -42,7 +48,9 @@
 use std::time::Instant;
 
 use compute_core::{ComputeError, DType, Op};
-use dispatch::llama::{HostWeights, Llama, LlamaConfig, WeightFormat, reference_logits};
+use dispatch::llama::{
+    BatchedDecoder, DecoderConfig, Generated, HostWeights, Llama, LlamaConfig, WeightFormat, reference_logits,
+};
 use dispatch::{Compute, Engine};
 
 /// Resets `model`, then times a prefill of `prompt` and greedy decoding up
@@ -105,6 +113,74 @@ fn staggered(model: &mut Llama, prompts: &[Vec<u32>], new_tokens: usize) -> Resu
     Ok(())
 }
 
+/// Callers on `clients` threads generating through one [`BatchedDecoder`]
+/// of `clients` slots, `rounds` requests each: prints the total and
+/// per-caller rates against `one` (the one-sequence decode tokens/s).
+fn served(
+    model: Llama,
+    clients: usize,
+    rounds: usize,
+    prompt_len: usize,
+    new_tokens: usize,
+    one: f64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let vocab = model.config().vocab;
+    let decoder = BatchedDecoder::new(model, DecoderConfig::new(clients))?;
+    let prompt = |c: usize, r: usize| -> Vec<u32> {
+        (0..prompt_len.max(1)).map(|i| ((c * 104_729 + r * 1_299_709 + i * 7919 + 13) % vocab) as u32).collect()
+    };
+    let run = |rounds: usize, new_tokens: usize| -> Result<Vec<Generated>, ComputeError> {
+        std::thread::scope(|s| {
+            let threads: Vec<_> = (0..clients)
+                .map(|c| {
+                    let handle = decoder.handle();
+                    s.spawn(move || {
+                        (0..rounds)
+                            .map(|r| handle.generate(prompt(c, r), new_tokens)?.wait())
+                            .collect::<Result<Vec<_>, _>>()
+                    })
+                })
+                .collect();
+            let mut all = Vec::new();
+            for t in threads {
+                all.extend(t.join().map_err(|_| ComputeError::shape("llama example", "a caller panicked", ""))??);
+            }
+            Ok(all)
+        })
+    };
+    // Warm-up: the prefill's and the step's kernels and recording.
+    run(1, 4)?;
+    let before = decoder.metrics();
+    let t = Instant::now();
+    let done = run(rounds, new_tokens)?;
+    let wall = t.elapsed().as_secs_f64();
+    let m = decoder.metrics();
+    let tokens: usize = done.iter().map(|g| g.tokens.len()).sum();
+    let rates: Vec<f64> = done.iter().map(Generated::decode_tokens_per_s).collect();
+    let firsts: Vec<f64> = done.iter().map(|g| g.first_token.as_secs_f64() * 1e3).collect();
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let lo = rates.iter().copied().fold(f64::MAX, f64::min);
+    let hi = rates.iter().copied().fold(0.0, f64::max);
+    let total = tokens as f64 / wall;
+    let steps = m.steps - before.steps;
+    let rows = m.step_rows - before.step_rows;
+    println!(
+        "{clients} callers x {rounds} requests of {new_tokens} tokens through a BatchedDecoder of {clients} slots: \
+         {:.1} ms, {total:.1} tokens/s in all (prefills included) = {:.2}x the one-sequence decode; per caller \
+         decode {:.1} tokens/s (min {lo:.1}, max {hi:.1}), first token after {:.1} ms (max {:.1}); {steps} steps of \
+         {:.2} sequences on average, {} prefills",
+        wall * 1e3,
+        total / one,
+        mean(&rates),
+        mean(&firsts),
+        firsts.iter().copied().fold(0.0, f64::max),
+        rows as f64 / steps.max(1) as f64,
+        m.prefills - before.prefills
+    );
+    decoder.shutdown()?;
+    Ok(())
+}
+
 fn dtype(name: &str) -> Result<DType, String> {
     Ok(match name {
         "f32" => DType::F32,
@@ -127,6 +203,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut compare_direct = false;
     let mut sequences = 1usize;
     let mut stagger = false;
+    let (mut clients, mut rounds) = (0usize, 1usize);
     let mut scaling = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -157,6 +234,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--compare-direct" => compare_direct = true,
             "--sequences" => sequences = value()?.parse()?,
             "--stagger" => stagger = true,
+            "--clients" => clients = value()?.parse()?,
+            "--rounds" => rounds = value()?.parse()?,
             "--llama3-scaling" => scaling = Some(compute_core::RopeScaling::llama3(value()?.parse()?)),
             other => return Err(format!("unknown argument {other}").into()),
         }
@@ -165,7 +244,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if scaling.is_some() {
         cfg.rope_scaling = scaling;
     }
-    cfg.max_seq = cfg.max_seq.max(prompt_len + new_tokens);
+    cfg.max_seq = cfg.max_seq.max(prompt_len.max(1) + new_tokens);
     let compute = Compute::auto()?;
     let engines = compute.engines();
     let engine = engine
@@ -323,6 +402,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             all.push(t);
         }
         println!("greedy tokens equal to the float64 reference's: {agree} of {}", tokens.len());
+    }
+    if clients > 0 {
+        served(model, clients, rounds.max(1), prompt_len, new_tokens.max(1), decode_tps)?;
     }
     Ok(())
 }

@@ -1002,3 +1002,194 @@ fn a_transformers_checkpoint_matches_the_reference() {
     let err = load(&config, &[&files[0][..files[0].len() / 2]]);
     assert!(matches!(&err, Some(LoadError::SafeTensors(_))), "{err:?}");
 }
+
+/// Callers on several threads generating through one [`BatchedDecoder`] of
+/// three slots (five requests, so two wait for a free slot) each get the
+/// tokens their prompt gives decoded alone; the steps are shared.
+#[test]
+fn concurrent_callers_through_the_batched_decoder_get_their_tokens_alone() {
+    use dispatch::llama::{BatchedDecoder, DecoderConfig};
+    let cfg = LlamaConfig::tiny();
+    let weights = HostWeights::random(cfg, 17);
+    let format = WeightFormat::dense(DType::F32);
+    let cpu = Arc::new(SimdBackend::new());
+    let requests: Vec<(Vec<u32>, usize)> = (0..5u32)
+        .map(|r| ((0..3 + 2 * r).map(|i| (i * 31 + r * 7 + 1) % cfg.vocab as u32).collect(), 4 + 3 * r as usize))
+        .collect();
+    let mut alone = Llama::load(cpu.clone(), &weights, format).unwrap();
+    let want: Vec<Vec<u32>> = requests
+        .iter()
+        .map(|(p, n)| {
+            alone.reset();
+            alone.generate(p, *n).unwrap()
+        })
+        .collect();
+    let model = Llama::load(cpu.clone(), &weights, format).unwrap();
+    let decoder = BatchedDecoder::new(model, DecoderConfig::new(3)).unwrap();
+    let got: Vec<Vec<u32>> = std::thread::scope(|s| {
+        let threads: Vec<_> = requests
+            .iter()
+            .map(|(p, n)| {
+                let handle = decoder.handle();
+                s.spawn(move || {
+                    // Streamed one by one: the same tokens `wait` would give.
+                    let mut tokens = Vec::new();
+                    for t in handle.generate(p.clone(), *n).unwrap() {
+                        tokens.push(t.unwrap());
+                    }
+                    tokens
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    assert_eq!(got, want);
+    let m = decoder.metrics();
+    let generated: usize = requests.iter().map(|r| r.1).sum();
+    assert_eq!((m.requests, m.completed, m.cancelled, m.failed), (5, 5, 0, 0));
+    assert_eq!(m.tokens, generated as u64);
+    assert_eq!(m.prefilled, 5);
+    // A sequence decodes its tokens after the first in steps of its own
+    // count at most, shared with the others held beside it.
+    assert_eq!(m.step_rows, (generated - 5) as u64);
+    assert!(m.steps < m.step_rows, "steps shared: {m:?}");
+    assert!(m.mean_batch() > 1.0 && m.mean_batch() <= 3.0, "{m:?}");
+    // One request's stream, its timings in order.
+    let one = decoder.handle().generate(requests[1].0.clone(), 6).unwrap().wait().unwrap();
+    assert_eq!(one.tokens, want[1][..6]);
+    assert!(one.queued <= one.first_token && one.first_token <= one.total, "{one:?}");
+    assert!(!one.stopped);
+    let (model, m) = decoder.shutdown().unwrap();
+    assert_eq!(m.completed, 6);
+    assert!(model.active_sequences().is_empty(), "every slot freed");
+}
+
+/// The CPU backend, whose downloads (one a prefill or decoding step of the
+/// model) wait for the test's leave: [`Metered::allow`].
+struct Metered {
+    cpu: Arc<SimdBackend>,
+    budget: Mutex<usize>,
+    more: std::sync::Condvar,
+}
+
+impl Metered {
+    fn new(cpu: Arc<SimdBackend>) -> Self {
+        Metered { cpu, budget: Mutex::new(usize::MAX), more: std::sync::Condvar::new() }
+    }
+
+    /// Lets `n` more downloads through (`usize::MAX`: all).
+    fn allow(&self, n: usize) {
+        *self.budget.lock().unwrap() = n;
+        self.more.notify_all();
+    }
+}
+
+impl Backend for Metered {
+    fn kind(&self) -> BackendKind {
+        self.cpu.kind()
+    }
+    fn device_name(&self) -> String {
+        self.cpu.device_name()
+    }
+    fn run_typed(&self, op: &Op, inputs: &[HostSlice<'_>], output: HostSliceMut<'_>) -> compute_core::Result<()> {
+        self.cpu.run_typed(op, inputs, output)
+    }
+    fn upload_typed(&self, data: HostSlice<'_>) -> compute_core::Result<Tensor> {
+        self.cpu.upload_typed(data)
+    }
+    fn upload_into(&self, data: HostSlice<'_>, tensor: &Tensor) -> compute_core::Result<()> {
+        self.cpu.upload_into(data, tensor)
+    }
+    fn alloc_typed(&self, len: usize, dtype: DType) -> compute_core::Result<Tensor> {
+        self.cpu.alloc_typed(len, dtype)
+    }
+    fn download_typed(&self, tensor: &Tensor, out: HostSliceMut<'_>) -> compute_core::Result<()> {
+        let mut budget = self.budget.lock().unwrap();
+        // Bounded, so that a miscounted test fails instead of hanging.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while *budget == 0 && std::time::Instant::now() < deadline {
+            budget = self.more.wait_timeout(budget, std::time::Duration::from_millis(50)).unwrap().0;
+        }
+        *budget = budget.saturating_sub(1);
+        drop(budget);
+        self.cpu.download_typed(tensor, out)
+    }
+    fn run_tensors(&self, op: &Op, inputs: &[&Tensor], output: &Tensor) -> compute_core::Result<()> {
+        self.cpu.run_tensors(op, inputs, output)
+    }
+}
+
+/// A stop token ends a generation early; a dropped generation frees its slot;
+/// bad requests are refused when submitted; a shut-down decoder accepts
+/// nothing and gives its model back.
+#[test]
+fn the_batched_decoder_stops_cancels_and_refuses_as_asked() {
+    use dispatch::llama::{BatchedDecoder, DecoderConfig, GenerateRequest};
+    let cfg = LlamaConfig::tiny();
+    let weights = HostWeights::random(cfg, 19);
+    let format = WeightFormat::dense(DType::F32);
+    let cpu = Arc::new(SimdBackend::new());
+    let prompt = vec![2u32, 7, 1, 8, 2, 8];
+    let mut alone = Llama::load(cpu.clone(), &weights, format).unwrap();
+    let want = alone.generate(&prompt, 12).unwrap();
+    let model = Llama::load(cpu.clone(), &weights, format).unwrap();
+    let decoder = BatchedDecoder::new(model, DecoderConfig::new(2).with_max_wait(std::time::Duration::ZERO)).unwrap();
+    let handle = decoder.handle();
+
+    // The stop token is the 4th generated (the first time it appears).
+    let stop = want[3];
+    let first = want.iter().position(|&t| t == stop).unwrap();
+    let req = GenerateRequest::new(prompt.clone(), 12).with_stop_tokens(vec![stop]);
+    let got = handle.submit(req).unwrap().wait().unwrap();
+    assert_eq!(got.tokens, want[..=first]);
+    assert!(got.stopped || first == 11);
+
+    // A caller that leaves after two tokens; another generates beside it.
+    // The two share steps on a backend that lets the test hold the third
+    // step, so the first caller is gone before that step's token comes.
+    let gate = Arc::new(Metered::new(cpu.clone()));
+    let gated = Llama::load(gate.clone(), &weights, format).unwrap();
+    let config = DecoderConfig::new(2).with_max_wait(std::time::Duration::from_secs(5));
+    let two = BatchedDecoder::new(gated, config).unwrap();
+    gate.allow(2); // the prefill of both and one step
+    let mut leaving = two.handle().generate(prompt.clone(), 12).unwrap();
+    let staying = two.handle().generate(prompt.clone(), 12).unwrap();
+    assert_eq!(leaving.next().unwrap().unwrap(), want[0]);
+    assert_eq!(leaving.next().unwrap().unwrap(), want[1]);
+    assert_eq!(leaving.tokens(), &want[..2]);
+    drop(leaving);
+    gate.allow(usize::MAX);
+    assert_eq!(staying.wait().unwrap().tokens, want);
+    // Its slot is free again: two more run together.
+    let a = two.handle().generate(prompt.clone(), 5).unwrap();
+    let b = two.handle().generate(vec![3, 3], 5).unwrap();
+    assert_eq!(a.wait().unwrap().tokens, want[..5]);
+    b.wait().unwrap();
+    let (_, m) = two.shutdown().unwrap();
+    assert_eq!((m.requests, m.completed, m.cancelled, m.failed), (4, 3, 1, 0), "{m:?}");
+
+    let refused = |r: compute_core::Result<dispatch::llama::Generation>, what: &str| match r {
+        Err(compute_core::ComputeError::Shape { op: "llama generate", .. }) => {}
+        Err(e) => panic!("{what}: wrong error {e}"),
+        Ok(_) => panic!("{what}: accepted"),
+    };
+    refused(handle.generate(Vec::new(), 3), "an empty prompt");
+    refused(handle.generate(vec![1], 0), "no token asked for");
+    refused(handle.generate(vec![cfg.vocab as u32], 3), "a token past the vocabulary");
+    refused(handle.generate(vec![1; cfg.max_seq], 2), "past the cache");
+    // Exactly filling the cache is fine: the last token is not stored.
+    let full = handle.generate(vec![1; cfg.max_seq - 2], 3).unwrap().wait().unwrap();
+    assert_eq!(full.tokens.len(), 3);
+    assert_eq!(decoder.metrics().requests, 2, "refused requests are not counted");
+
+    let (mut model, _) = decoder.shutdown().unwrap();
+    match handle.generate(prompt.clone(), 2) {
+        Err(compute_core::ComputeError::Driver { op: "llama generate", .. }) => {}
+        Err(e) => panic!("after shutdown: wrong error {e}"),
+        Ok(_) => panic!("accepted after shutdown"),
+    }
+    // The model comes back usable.
+    model.set_slots(1).unwrap();
+    let (_, next) = model.add_sequence(&prompt).unwrap();
+    assert_eq!(next, want[0]);
+}

@@ -41,6 +41,8 @@
 //! they join with their prompts prefilled ([`Llama::add_sequences`], several
 //! in one pass), decode together ([`Llama::step_active`]: one row per slot,
 //! idle slots skipped) and leave ([`Llama::remove_sequence`]) independently.
+//! [`BatchedDecoder`] does that for callers on many threads: each submits a
+//! prompt and reads its tokens, and one worker batches them continuously.
 //!
 //! Where the backend takes positions from a tensor (the `with_positions`
 //! forms of rope, copy and attention), a step's positions and token ids live
@@ -59,6 +61,7 @@ mod prefill;
 mod reference;
 mod rope_freqs;
 mod sequences;
+mod serve;
 mod weights;
 
 use std::collections::HashMap;
@@ -72,6 +75,7 @@ use compute_core::{
 pub use error::LoadError;
 pub use hf::hf_name;
 pub use reference::reference_logits;
+pub use serve::{BatchedDecoder, DecoderConfig, DecoderHandle, DecoderMetrics, GenerateRequest, Generated, Generation};
 
 /// The order in which [`Llama`] takes a model's tensors, by their llama.cpp
 /// (GGUF) names: the embedding table, the final norm, the LM head, then per
