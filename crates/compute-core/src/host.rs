@@ -277,6 +277,17 @@ impl<'a> HostSlice<'a> {
         }
     }
 
+    /// The values in `range`, or `None` past the end (or for quantized
+    /// blocks, which are not cut). Free.
+    pub fn slice(&self, range: std::ops::Range<usize>) -> Option<HostSlice<'a>> {
+        match *self {
+            HostSlice::F32(s) => s.get(range).map(HostSlice::F32),
+            HostSlice::F16(s) => s.get(range).map(HostSlice::F16),
+            HostSlice::BF16(s) => s.get(range).map(HostSlice::BF16),
+            HostSlice::Blocks(_) => None,
+        }
+    }
+
     /// The blocks, if the values are quantized. Free.
     pub fn blocks(&self) -> Option<Blocks<'a>> {
         match *self {
@@ -346,6 +357,17 @@ impl<'a> HostSliceMut<'a> {
             HostSliceMut::F16(s) => HostSliceMut::F16(s),
             HostSliceMut::BF16(s) => HostSliceMut::BF16(s),
             HostSliceMut::Blocks(b) => HostSliceMut::Blocks(b.reborrow()),
+        }
+    }
+
+    /// The values in `range`, mutably, or `None` past the end (or for
+    /// quantized blocks). Free.
+    pub fn slice_mut(&mut self, range: std::ops::Range<usize>) -> Option<HostSliceMut<'_>> {
+        match self {
+            HostSliceMut::F32(s) => s.get_mut(range).map(HostSliceMut::F32),
+            HostSliceMut::F16(s) => s.get_mut(range).map(HostSliceMut::F16),
+            HostSliceMut::BF16(s) => s.get_mut(range).map(HostSliceMut::BF16),
+            HostSliceMut::Blocks(_) => None,
         }
     }
 

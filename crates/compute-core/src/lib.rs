@@ -50,8 +50,8 @@ pub use dtype::{DType, Element, bf16, f16};
 pub use error::{BackendKind, Cause, ComputeError, Result};
 pub use host::{Blocks, BlocksMut, HostSlice, HostSliceMut, HostVec};
 pub use op::{
-    Activation, BinaryOp, Conv2dSpec, Cost, Epilogue, GeluForm, Layout, MatmulSpec, Op, OpClass, Operand, Precision,
-    QuantMatmulSpec, ReduceOp, RowOp, UnaryOp,
+    Activation, BatchStrides, BinaryOp, Conv2dSpec, Cost, Epilogue, GeluForm, Layout, MatmulSpec, Op, OpClass, Operand,
+    Precision, QuantMatmulSpec, ReduceOp, RowOp, UnaryOp,
 };
 pub use pinned::{
     F32Memory, PinnedF32, PinnedWords, WordsMemory, check_pinned_download, check_pinned_parts,

@@ -373,8 +373,10 @@ impl Epilogue {
 ///
 /// `op(A)` is `m × k`: `A` is stored `m × k`, or `k × m` when `trans_a`.
 /// `op(B)` is `k × n`: `B` is stored `k × n`, or `n × k` when `trans_b`.
-/// `C` is `m × n`. With `batch > 1` the matrices follow each other contiguously.
-/// `A` and `B` hold `dtype`; `C` holds `out_dtype`; products accumulate in `f32`.
+/// `C` is `m × n`. With `batch > 1` the matrices follow each other
+/// contiguously, unless [`MatmulSpec::with_batch_strides`] spaces those of
+/// `A` and `B` otherwise (a stride of 0 shares one matrix among all
+/// products); `C`'s always follow each other. `A` and `B` hold `dtype`; `C` holds `out_dtype`; products accumulate in `f32`.
 /// The [`Epilogue`] (scales, bias, activation) is applied to each value as
 /// it is stored; its inputs follow `A` and `B`: the bias (when
 /// [`Epilogue::bias`]), then `C₀` (when [`Epilogue::reads_c`]).
@@ -401,6 +403,25 @@ pub struct MatmulSpec {
     pub precision: Precision,
     /// What is done to each value on its way to `C` ([`Epilogue`]).
     pub epilogue: Epilogue,
+    /// Elements between consecutive matrices of `A` and of `B` when
+    /// `batch > 1`; `None`: contiguous (`m·k` and `k·n`).
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub batch_strides: Option<BatchStrides>,
+}
+
+/// Where the matrices of a batched product's inputs start: matrix `z` of `A`
+/// at element `z·a`, of `B` at `z·b` ([`MatmulSpec::with_batch_strides`]).
+/// Any stride is allowed, 0 included (every product reads the same matrix,
+/// e.g. one weight for a batch of inputs) and strides shorter than a matrix
+/// (overlapping views). `C` stays contiguous, so that a product never leaves
+/// elements of its output unwritten between matrices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct BatchStrides {
+    /// Elements between consecutive matrices of `A`.
+    pub a: usize,
+    /// Elements between consecutive matrices of `B`.
+    pub b: usize,
 }
 
 impl MatmulSpec {
@@ -417,6 +438,7 @@ impl MatmulSpec {
             out_dtype: DType::F32,
             precision: Precision::Full,
             epilogue: Epilogue::default(),
+            batch_strides: None,
         }
     }
 
@@ -450,6 +472,46 @@ impl MatmulSpec {
     /// after `B` and the bias when `beta ≠ 0`).
     pub fn with_scales(self, alpha: f32, beta: f32) -> Self {
         MatmulSpec { epilogue: Epilogue { alpha, beta, ..self.epilogue }, ..self }
+    }
+
+    /// The same batched product with matrix `z` of `A` starting at element
+    /// `z·a` and of `B` at `z·b` ([`BatchStrides`]; 0 shares one matrix).
+    /// `A` then holds `(batch − 1)·a + m·k` elements, `B` `(batch − 1)·b +
+    /// k·n`. The contiguous strides are the same as none.
+    pub fn with_batch_strides(self, a: usize, b: usize) -> Self {
+        let contiguous = a == self.m * self.k && b == self.k * self.n;
+        MatmulSpec { batch_strides: (!contiguous).then_some(BatchStrides { a, b }), ..self }
+    }
+
+    /// Elements between consecutive matrices of `A` (`m·k` unless set).
+    pub fn stride_a(&self) -> usize {
+        self.batch_strides.map_or(self.m * self.k, |s| s.a)
+    }
+
+    /// Elements between consecutive matrices of `B` (`k·n` unless set).
+    pub fn stride_b(&self) -> usize {
+        self.batch_strides.map_or(self.k * self.n, |s| s.b)
+    }
+
+    /// Whether the batch's input matrices are spaced other than one after the
+    /// other (only a product of more than one matrix can be).
+    pub fn has_batch_strides(&self) -> bool {
+        self.batch > 1 && (self.stride_a() != self.m * self.k || self.stride_b() != self.k * self.n)
+    }
+
+    /// A product whose `B` is one matrix shared by the whole batch and whose
+    /// `A` matrices follow each other untransposed is one product of
+    /// `batch·m` rows: that product (`C` is laid out the same), else `None`.
+    pub fn shared_b_as_rows(&self) -> Option<MatmulSpec> {
+        let shared = self.batch > 1 && self.stride_b() == 0 && !self.trans_a && self.stride_a() == self.m * self.k;
+        shared.then(|| MatmulSpec { batch: 1, m: self.batch * self.m, batch_strides: None, ..*self })
+    }
+
+    /// The spec of matrix `z` alone (batch 1, no strides), with the offsets
+    /// in elements of its `A`, `B` and `C` (and `C₀`) matrices.
+    pub fn one_of_batch(&self, z: usize) -> (MatmulSpec, [usize; 3]) {
+        let one = MatmulSpec { batch: 1, batch_strides: None, ..*self };
+        (one, [z * self.stride_a(), z * self.stride_b(), z * self.m * self.n])
     }
 }
 
@@ -1146,8 +1208,13 @@ impl Op {
                 let (ar, ac) = if s.trans_a { (s.k, s.m) } else { (s.m, s.k) };
                 let (br, bc) = if s.trans_b { (s.n, s.k) } else { (s.k, s.n) };
                 let b = if s.batch > 1 { format!("{}x", s.batch) } else { String::new() };
+                let strides = if s.has_batch_strides() {
+                    format!(" batch strides a={} b={}", s.stride_a(), s.stride_b())
+                } else {
+                    String::new()
+                };
                 format!(
-                    "a=[{b}{ar}x{ac}]{} b=[{b}{br}x{bc}]{}{}",
+                    "a=[{b}{ar}x{ac}]{} b=[{b}{br}x{bc}]{}{strides}{}",
                     if s.trans_a { "ᵀ" } else { "" },
                     if s.trans_b { "ᵀ" } else { "" },
                     s.epilogue.describe()
@@ -1273,9 +1340,19 @@ impl Op {
                 }
             }
             Op::Matmul(s) => {
-                let a = mul(name, &shapes, &[s.batch, s.m, s.k])?;
-                let b = mul(name, &shapes, &[s.batch, s.k, s.n])?;
+                // Matrix z of A starts at z·stride: the last ends (batch − 1)·stride + its size in.
+                let span = |stride: usize, size: usize| -> Result<usize> {
+                    let before = s.batch.saturating_sub(1).checked_mul(stride);
+                    before
+                        .and_then(|x| x.checked_add(size))
+                        .ok_or_else(|| ComputeError::shape(name, "size overflows usize", shapes()))
+                };
+                // Every dimension non-zero, the contiguous sizes within usize.
+                mul(name, &shapes, &[s.batch, s.m, s.k])?;
+                mul(name, &shapes, &[s.batch, s.k, s.n])?;
                 let c = mul(name, &shapes, &[s.batch, s.m, s.n])?;
+                let a = span(s.stride_a(), s.m * s.k)?;
+                let b = span(s.stride_b(), s.k * s.n)?;
                 let e = s.epilogue;
                 if !(e.alpha.is_finite() && e.beta.is_finite()) {
                     return Err(ComputeError::shape(name, "the epilogue's alpha and beta must be finite", shapes()));
@@ -1573,6 +1650,8 @@ impl Op {
             }
             Op::Matmul(s) => {
                 let (b, m, k, n) = (u(s.batch), u(s.m), u(s.k), u(s.n));
+                let span =
+                    |stride: usize, size: u64| b.saturating_sub(1).saturating_mul(u(stride)).saturating_add(size);
                 let e = s.epilogue;
                 let mn = b.saturating_mul(m * n);
                 let extra = bytes(s.out_dtype, if e.bias { n } else { 0 })
@@ -1584,7 +1663,12 @@ impl Op {
                         .saturating_mul(k)
                         .saturating_mul(n)
                         .saturating_add(mn.saturating_mul(e.flops_per_element())),
-                    bytes_read: read(&[b.saturating_mul(m * k), b.saturating_mul(k * n)]).saturating_add(extra),
+                    // Distinct elements: a matrix shared or overlapping is read once.
+                    bytes_read: read(&[
+                        b.saturating_mul(m * k).min(span(s.stride_a(), m * k)),
+                        b.saturating_mul(k * n).min(span(s.stride_b(), k * n)),
+                    ])
+                    .saturating_add(extra),
                     bytes_written: write(mn),
                 }
             }

@@ -297,8 +297,9 @@ pub fn run_f64(op: &Op, inputs: &[&[f64]]) -> Result<Reference> {
             let bias = e.bias.then(|| inputs[2]);
             let c0 = e.reads_c().then(|| inputs[2 + usize::from(e.bias)]);
             for bi in 0..s.batch {
-                let a = &a[bi * s.m * s.k..(bi + 1) * s.m * s.k];
-                let b = &b[bi * s.k * s.n..(bi + 1) * s.k * s.n];
+                let (a0, b0) = (bi * s.stride_a(), bi * s.stride_b());
+                let a = &a[a0..a0 + s.m * s.k];
+                let b = &b[b0..b0 + s.k * s.n];
                 for i in 0..s.m {
                     for j in 0..s.n {
                         let (mut acc, mut mag) = (0.0f64, 0.0f64);

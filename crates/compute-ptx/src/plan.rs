@@ -37,7 +37,7 @@
 
 use compute_core::{
     AttentionSpec, BackendKind, ComputeError, Conv2dSpec, CopySpec, DType, Epilogue, HostSlice, HostSliceMut,
-    MatmulSpec, Op, ReduceOp, Result, RopeSpec,
+    MatmulSpec, Op, Precision, ReduceOp, Result, RopeSpec,
 };
 
 use crate::kernels::attention::{self, FlashConfig};
@@ -711,6 +711,7 @@ impl Exec<'_> {
                     [Arg::Ptr(input(0)?), Arg::Ptr(input(1)?), Arg::Ptr(out), Arg::U32(r), Arg::U32(c), Arg::F32(t)];
                 self.launch(KernelId::Slerp(dt), grid, &args)
             }
+            Op::Matmul(spec) if spec.has_batch_strides() => self.strided_matmul(&spec, ins, out, op.name()),
             // An epilogue the chosen kernel cannot apply in its stores: the
             // plain product into an f32 temporary, then the epilogue's own pass.
             Op::Matmul(spec) if !spec.epilogue.is_identity() && !self.fuses_epilogue(&spec) => {
@@ -1107,6 +1108,50 @@ impl Exec<'_> {
         }
         let all_f32 = s.dtype == DType::F32 && s.out_dtype == DType::F32;
         (wgmma && tf32_fits(s)) || (!all_f32 && mma_fits(s))
+    }
+
+    /// A batched product whose input matrices are spaced otherwise than one
+    /// after the other: one product of `batch·m` rows where they share `B`
+    /// ([`MatmulSpec::shared_b_as_rows`]); one launch of the `f32` kernels,
+    /// which take batch strides, for a plain `f32` product; else each
+    /// strided operand gathered into a contiguous temporary (one strided copy:
+    /// a read and a write of its matrices) and the contiguous batched
+    /// product run on it, on the kernel its shape picks (the tensor cores
+    /// for half data, whose loads need every matrix aligned).
+    fn strided_matmul(&self, s: &MatmulSpec, ins: &[u64], out: u64, op: &'static str) -> Result<()> {
+        if let Some(rows) = s.shared_b_as_rows() {
+            return self.run(&Op::Matmul(rows), ins, out);
+        }
+        let input =
+            |i: usize| ins.get(i).copied().ok_or_else(|| ComputeError::shape(op, "missing input", String::new()));
+        let plain_f32 = s.dtype == DType::F32
+            && s.out_dtype == DType::F32
+            && s.epilogue.is_identity()
+            && s.precision == Precision::Full;
+        if plain_f32 {
+            let strides = Some((s.stride_a(), s.stride_b(), s.m * s.n));
+            return self.matmul(GemmTier::choose(s, false), s, input(0)?, input(1)?, out, strides, op);
+        }
+        let layout = Op::Matmul(*s).layout()?;
+        let mut args = ins.to_vec();
+        let mut keep = Vec::new();
+        for (i, (stride, size)) in [(s.stride_a(), s.m * s.k), (s.stride_b(), s.k * s.n)].into_iter().enumerate() {
+            if stride == size {
+                continue;
+            }
+            let len = layout.inputs().get(i).map_or(0, |o| o.len);
+            let from = compute_core::Strided { offset: 0, strides: [stride, size, 1], len };
+            let copy = CopySpec::new([s.batch, 1, size], from, compute_core::Strided::contiguous([s.batch, 1, size]));
+            let bytes = s.batch * size * s.dtype.size_in_bytes();
+            let (guard, to) = self.l.temp(bytes, op)?;
+            self.strided_copy(&copy.with_dtype(s.dtype), input(i)?, None, to, op)?;
+            keep.push(guard);
+            if let Some(arg) = args.get_mut(i) {
+                *arg = to;
+            }
+        }
+        let contiguous = MatmulSpec { batch_strides: None, ..*s };
+        self.run(&Op::Matmul(contiguous), &args, out)
     }
 
     /// `s` as the plain product into an `f32` temporary, then

@@ -5,8 +5,8 @@ use std::sync::{Arc, RwLock};
 
 use compute_core::{
     AttentionSpec, Backend, BackendKind, Blocks, BlocksMut, ComputeError, DType, Element, HostSlice, HostSliceMut,
-    Location, Op, ReduceOp, Result, Tensor, TensorStorage, bf16, check_download, check_host_call, check_tensor_call,
-    check_upload, f16,
+    Location, MatmulSpec, Op, ReduceOp, Result, Tensor, TensorStorage, bf16, check_download, check_host_call,
+    check_tensor_call, check_upload, f16,
 };
 
 use crate::gemm::epilogue::EpilogueArgs;
@@ -108,6 +108,11 @@ impl SimdBackend {
         if kernels::decoder::handles(op) {
             return kernels::decoder::run(op, inputs, out);
         }
+        if let Op::Matmul(spec) = *op
+            && spec.has_batch_strides()
+        {
+            return self.strided_matmul(&spec, inputs, out);
+        }
         if let Op::Glu { .. } = *op {
             return match out {
                 HostSliceMut::F32(o) => self.glu(op, inputs, o),
@@ -186,6 +191,42 @@ impl SimdBackend {
         for (row, y) in x.chunks_exact(2 * cols).zip(out.chunks_exact_mut(cols)) {
             let (gate, up) = row.split_at(cols);
             self.compute(&half, &[HostSlice::from(gate), HostSlice::from(up)], HostSliceMut::from(y))?;
+        }
+        Ok(())
+    }
+
+    /// A batched product whose input matrices are spaced otherwise than one
+    /// after the other: one product of `batch·m` rows where they share `B`
+    /// ([`MatmulSpec::shared_b_as_rows`]), else each matrix's product on
+    /// views of its own operands (the threads split each product in turn).
+    fn strided_matmul(&self, spec: &MatmulSpec, inputs: &[HostSlice<'_>], mut out: HostSliceMut<'_>) -> Result<()> {
+        let op = Op::Matmul(*spec);
+        fn cut<'a>(op: &Op, x: Option<&HostSlice<'a>>, at: usize, len: usize) -> Result<HostSlice<'a>> {
+            x.and_then(|x| x.slice(at..at + len))
+                .ok_or_else(|| ComputeError::shape(op.name(), "an operand shorter than its strides reach", op.shapes()))
+        }
+        let (mk, kn, mn) = (spec.m * spec.k, spec.k * spec.n, spec.m * spec.n);
+        if let Some(rows) = spec.shared_b_as_rows() {
+            let mut views = inputs.to_vec();
+            if let Some(b) = views.get_mut(1) {
+                *b = cut(&op, inputs.get(1), 0, kn)?;
+            }
+            return self.compute(&Op::Matmul(rows), &views, out);
+        }
+        let e = spec.epilogue;
+        for z in 0..spec.batch {
+            let (one, [a0, b0, c0]) = spec.one_of_batch(z);
+            let mut views = vec![cut(&op, inputs.first(), a0, mk)?, cut(&op, inputs.get(1), b0, kn)?];
+            if e.bias {
+                views.push(cut(&op, inputs.get(2), 0, spec.n)?);
+            }
+            if e.reads_c() {
+                views.push(cut(&op, inputs.get(2 + usize::from(e.bias)), c0, mn)?);
+            }
+            let o = out
+                .slice_mut(c0..c0 + mn)
+                .ok_or_else(|| ComputeError::shape(op.name(), "output too short", op.shapes()))?;
+            self.compute(&Op::Matmul(one), &views, o)?;
         }
         Ok(())
     }

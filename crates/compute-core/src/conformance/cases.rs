@@ -128,11 +128,31 @@ pub fn cases(group: Group, scale: Scale) -> Vec<Op> {
             if large {
                 v.push((16, 256, 512, 256, false, false));
             }
-            v.into_iter()
+            let mut ops: Vec<Op> = v
+                .into_iter()
                 .map(|(batch, m, k, n, trans_a, trans_b)| {
                     Op::Matmul(MatmulSpec { batch, trans_a, trans_b, ..MatmulSpec::new(m, k, n) })
                 })
-                .collect()
+                .collect();
+            // Strided batches: one B shared by every product (as rows, and
+            // not), A shared, matrices spaced past their size or overlapping.
+            let strided = |batch, m, k, n, ta, tb, sa: &dyn Fn(usize) -> usize, sb: &dyn Fn(usize) -> usize| {
+                let spec = MatmulSpec { batch, trans_a: ta, trans_b: tb, ..MatmulSpec::new(m, k, n) };
+                Op::Matmul(spec.with_batch_strides(sa(m * k), sb(k * n)))
+            };
+            ops.extend([
+                strided(3, 5, 7, 9, false, false, &|mk| mk, &|_| 0),
+                strided(4, 16, 72, 24, false, true, &|mk| mk, &|_| 0),
+                strided(3, 33, 65, 17, true, false, &|mk| mk, &|_| 0),
+                strided(2, 64, 32, 128, false, true, &|_| 0, &|kn| kn),
+                strided(3, 17, 24, 40, false, false, &|mk| mk + 8, &|kn| kn + 3),
+                strided(5, 9, 16, 8, true, true, &|_| 40, &|kn| kn / 2),
+            ]);
+            if large {
+                ops.push(strided(8, 256, 512, 256, false, true, &|mk| mk, &|_| 0));
+                ops.push(strided(4, 256, 512, 256, false, false, &|mk| mk + 512, &|kn| kn + 256));
+            }
+            ops
         }
         Group::MatmulEpilogue => {
             let mut shapes = vec![
@@ -155,6 +175,13 @@ pub fn cases(group: Group, scale: Scale) -> Vec<Op> {
                     let spec = MatmulSpec { batch, trans_a, trans_b, ..MatmulSpec::new(m, k, n) };
                     ops.push(Op::Matmul(spec.with_epilogue(e)));
                 }
+            }
+            // The epilogues over strided batches: B shared (as rows), then spaced.
+            for (i, e) in epilogues().into_iter().enumerate() {
+                let spec = MatmulSpec { batch: 3, trans_b: i % 2 == 1, ..MatmulSpec::new(16, 72, 24) };
+                ops.push(Op::Matmul(spec.with_batch_strides(16 * 72, 0).with_epilogue(e)));
+                let spaced = spec.with_batch_strides(16 * 72 + 4, 72 * 24 + 8);
+                ops.push(Op::Matmul(spaced.with_epilogue(e)));
             }
             ops
         }
