@@ -18,7 +18,9 @@
 //! 8192³ bf16 (`COMPUTE_PTX_GEMM_SWEEP=wgmma`: only the `wgmma` ones on a
 //! device that has them), and those of `gemm_wgmma::tf32_sweep_configs` in
 //! TF32, each compared element by element with the first TF32 shape's output.
-//! Then, without the sweep, the GEMV rows of [`crate::cuda_gemv`] (the kernels for few rows).
+//! Then, without the sweep, strided batches (8 products of 2048³, `B` shared
+//! or `A` spaced, against `cublasGemmStridedBatchedEx`; not with `--quick`)
+//! and the GEMV rows of [`crate::cuda_gemv`] (the kernels for few rows).
 //! Each row's note gives the largest difference from cuBLAS relative to the
 //! largest |C|.
 
@@ -81,6 +83,59 @@ impl Blas {
         let (pc, _rc) = c.device_ptr_mut(&self.stream);
         // SAFETY: a, b and c hold m·k, k·n and m·n values of `dtype` on this stream.
         unsafe { self.gemm_raw((ty, cublasComputeType_t::CUBLAS_COMPUTE_32F), s, (pa, pb, pc)) }
+    }
+
+    /// Row-major `C = A·op(B)` over a batch, matrix `z` of `A` at element
+    /// `z·sa` and of `B` at `z·sb`, `C` contiguous (`cublasGemmStridedBatchedEx`).
+    fn gemm_strided(
+        &self,
+        dtype: DType,
+        s: Shape,
+        (batch, sa, sb): (usize, usize, usize),
+        a: &CudaSlice<u16>,
+        b: &CudaSlice<u16>,
+        c: &mut CudaSlice<u16>,
+    ) -> Result<(), String> {
+        let ty = if dtype == DType::BF16 { cudaDataType_t::CUDA_R_16BF } else { cudaDataType_t::CUDA_R_16F };
+        let (pa, _ra) = a.device_ptr(&self.stream);
+        let (pb, _rb) = b.device_ptr(&self.stream);
+        let (pc, _rc) = c.device_ptr_mut(&self.stream);
+        let (opb, ldb) =
+            if s.trans_b { (cublasOperation_t::CUBLAS_OP_T, s.k) } else { (cublasOperation_t::CUBLAS_OP_N, s.n) };
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let int = |v: usize| i32::try_from(v).map_err(err);
+        let long = |v: usize| i64::try_from(v).map_err(err);
+        // SAFETY: `a` holds (batch − 1)·sa + m·k values, `b` (batch − 1)·sb +
+        // k·n and `c` batch·m·n, all of `dtype` on this stream; the leading
+        // dimensions are the row-major ones; alpha and beta are f32.
+        unsafe {
+            result::gemm_strided_batched_ex(
+                *self.blas.handle(),
+                opb,
+                cublasOperation_t::CUBLAS_OP_N,
+                int(s.n)?,
+                int(s.m)?,
+                int(s.k)?,
+                (&alpha) as *const f32 as *const c_void,
+                pb as *const c_void,
+                ty,
+                int(ldb)?,
+                long(sb)?,
+                pa as *const c_void,
+                ty,
+                int(s.k)?,
+                long(sa)?,
+                (&beta) as *const f32 as *const c_void,
+                pc as *mut c_void,
+                ty,
+                int(s.n)?,
+                long(s.m * s.n)?,
+                int(batch)?,
+                cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(err)
     }
 
     /// The same in `f32` with TF32 tensor cores (`CUBLAS_COMPUTE_32F_FAST_TF32`).
@@ -332,11 +387,60 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
             out.push(r);
         }
     }
+    if !quick && !sweep {
+        out.extend(strided_rows(be, &blas, device, budget)?);
+    }
     if !sweep {
         out.extend(crate::cuda_gemv::rows(be, &blas, device, quick, budget)?);
     }
     if wgmma && !sweep {
         out.extend(tf32_rows(be, &blas, device, (quick, sweep), budget)?);
+    }
+    Ok(out)
+}
+
+/// Strided batches, bf16 `A·Bᵀ`, 8 products of 2048³ against
+/// `cublasGemmStridedBatchedEx` with the same strides: `B` shared by the
+/// batch (stride 0: the plans run one product of 8·2048 rows), `A`'s
+/// matrices spaced by 64 values more than their size (the plans gather them
+/// into a contiguous temporary, then run the batch), and the contiguous batch
+/// for reference.
+fn strided_rows(be: &CudaBackend, blas: &Blas, device: &str, budget: Duration) -> Result<Vec<Record>, String> {
+    let (batch, dtype) = (8usize, DType::BF16);
+    let s = Shape { m: 2048, n: 2048, k: 2048, trans_b: true };
+    let (mk, kn) = (s.m * s.k, s.k * s.n);
+    let flops = 2.0 * (batch * s.m * s.n * s.k) as f64;
+    let mut out = Vec::new();
+    for (what, sa, sb) in [("contiguous", mk, kn), ("B shared", mk, 0), ("A spaced", mk + 64, kn)] {
+        let len = |stride: usize, size: usize| (batch - 1) * stride + size;
+        let (a, ca) = operand(be, blas, len(sa, mk), dtype, 91)?;
+        let (b, cb) = operand(be, blas, len(sb, kn), dtype, 93)?;
+        let c = be.alloc_typed(batch * s.m * s.n, dtype).map_err(err)?;
+        let mut cc = blas.stream.alloc_zeros::<u16>(batch * s.m * s.n).map_err(err)?;
+        let spec = MatmulSpec { batch, trans_b: true, ..MatmulSpec::new(s.m, s.k, s.n) }
+            .with_dtypes(dtype, dtype)
+            .with_batch_strides(sa, sb);
+        let op = compute_core::Op::Matmul(spec);
+        let (ours, theirs) = against_cublas(
+            be,
+            blas,
+            (2, budget),
+            || be.run_tensors(&op, &[&a, &b], &c).map_err(err),
+            || blas.gemm_strided(dtype, s, (batch, sa, sb), &ca, &cb, &mut cc),
+        )
+        .map_err(|e| format!("strided {what}: {e}"))?;
+        let mut mine = HostVec::zeros(dtype, batch * s.m * s.n);
+        be.download_typed(&c, mine.as_mut()).map_err(err)?;
+        let other: Vec<u16> = blas.stream.clone_dtoh(&cc).map_err(err)?;
+        let diff = relative_difference(&mine.to_f32(), &widen(dtype, &other));
+        let shape = format!("8x2048^3 B^T {what}");
+        let mut r = record("gemm bf16 strided batch", shape, device, "resident", ours).with_peer("cublas", theirs);
+        r.gflops = Some(flops / ours / 1e9);
+        r.note = Some(format!(
+            "strides a={sa} b={sb}; cuBLAS strided batched {:.1} TFLOP/s; max |ours-cublas|/max|C| = {diff:.1e}",
+            flops / theirs / 1e12
+        ));
+        out.push(r);
     }
     Ok(out)
 }

@@ -1810,6 +1810,33 @@ mod tests {
     }
 
     #[test]
+    fn batch_strides_size_the_inputs_and_count_distinct_bytes() {
+        let spec = MatmulSpec { batch: 3, ..MatmulSpec::new(2, 3, 4) };
+        assert_eq!(spec.with_batch_strides(6, 12), spec, "the contiguous strides are no strides");
+        assert!(!MatmulSpec::new(2, 3, 4).with_batch_strides(0, 0).has_batch_strides(), "one matrix");
+        let spaced = spec.with_batch_strides(8, 0);
+        assert!(spaced.has_batch_strides());
+        let op = Op::Matmul(spaced);
+        let layout = op.layout().unwrap();
+        let lens: Vec<usize> = layout.inputs().iter().map(|o| o.len).collect();
+        assert_eq!(lens, [2 * 8 + 6, 12]);
+        assert_eq!(layout.output_len(), 24);
+        // A's 18 values are read once each, B's 12 once for all three products.
+        assert_eq!(op.cost().bytes_read, 4 * (18 + 12));
+        assert!(op.shapes().contains("batch strides a=8 b=0"), "{}", op.shapes());
+        // Overlapping views: the span, not the sum.
+        let overlap = Op::Matmul(spec.with_batch_strides(3, 6));
+        assert_eq!(overlap.cost().bytes_read, 4 * ((2 * 3 + 6) + (2 * 6 + 12)));
+        // B shared, A contiguous: one product of 6 rows.
+        let rows = spec.with_batch_strides(6, 0).shared_b_as_rows().unwrap();
+        assert_eq!((rows.batch, rows.m, rows.batch_strides), (1, 6, None));
+        assert!(MatmulSpec { trans_a: true, ..spec }.with_batch_strides(6, 0).shared_b_as_rows().is_none());
+        assert_eq!(spaced.one_of_batch(2).1, [16, 0, 16]);
+        let huge = Op::Matmul(spec.with_batch_strides(usize::MAX / 2, 0));
+        assert!(matches!(huge.layout(), Err(ComputeError::Shape { .. })));
+    }
+
+    #[test]
     fn zero_and_overflow_are_shape_errors() {
         assert!(matches!(Op::unary(UnaryOp::Relu, 0).layout(), Err(ComputeError::Shape { .. })));
         let big = Op::matmul(usize::MAX / 2, 3, 1);

@@ -599,16 +599,24 @@ pub fn tma_fits(cfg: &TmaConfig, spec: &MatmulSpec, (a, b): (u64, u64)) -> bool 
     let tiles = spec.batch.max(1) as u128
         * spec.m.div_ceil(cfg.bm() as usize) as u128
         * spec.n.div_ceil(cfg.bn as usize) as u128;
-    let lds = (stored_rows(spec, true).1, stored_rows(spec, false).1);
-    let (ma, mb) = gemm_tma::tensor_maps(
+    let ((ra, lda), (rb, ldb)) = (stored_rows(spec, true), stored_rows(spec, false));
+    let (ma, mb) = gemm_tma::tensor_maps_strided(
         cfg,
         spec.dtype,
         (spec.batch, spec.m, spec.n, spec.k),
         (spec.trans_a, spec.trans_b),
         (a, b),
-        lds,
+        (lda, ldb),
+        (Some(spec.stride_a()), Some(spec.stride_b())),
     );
-    (mma_fits(spec) || tf32_fits(spec)) && tiles <= u32::MAX as u128 && ma.check().is_ok() && mb.check().is_ok()
+    // Matrices at least a matrix apart (a shared or overlapping one is read
+    // by the `cp.async` kernels instead).
+    let apart = spec.batch <= 1 || (spec.stride_a() >= ra * lda && spec.stride_b() >= rb * ldb);
+    (mma_fits(spec) || tf32_fits(spec))
+        && apart
+        && tiles <= u32::MAX as u128
+        && ma.check().is_ok()
+        && mb.check().is_ok()
 }
 
 /// The device addresses of a matmul's epilogue inputs (0 where it has none).
@@ -1113,17 +1121,18 @@ impl Exec<'_> {
     /// A batched product whose input matrices are spaced otherwise than one
     /// after the other: one product of `batch·m` rows where they share `B`
     /// ([`MatmulSpec::shared_b_as_rows`]); one launch of the `f32` kernels,
-    /// which take batch strides, for a plain `f32` product; else each
-    /// strided operand gathered into a contiguous temporary (one strided copy:
-    /// a read and a write of its matrices) and the contiguous batched
-    /// product run on it, on the kernel its shape picks (the tensor cores
-    /// for half data, whose loads need every matrix aligned).
+    /// which take batch strides, for a plain `f32` product; one launch of
+    /// the tensor-core kernels for half data whose matrices all start 16-byte
+    /// aligned; else each strided operand gathered into a contiguous
+    /// temporary (one strided copy: a read and a write of its matrices) and
+    /// the contiguous batched product run on it.
     fn strided_matmul(&self, s: &MatmulSpec, ins: &[u64], out: u64, op: &'static str) -> Result<()> {
         if let Some(rows) = s.shared_b_as_rows() {
             return self.run(&Op::Matmul(rows), ins, out);
         }
-        let input =
-            |i: usize| ins.get(i).copied().ok_or_else(|| ComputeError::shape(op, "missing input", String::new()));
+        let input = |i: usize| {
+            ins.get(i).copied().ok_or_else(|| ComputeError::shape(op, "missing input", Op::Matmul(*s).shapes()))
+        };
         let plain_f32 = s.dtype == DType::F32
             && s.out_dtype == DType::F32
             && s.epilogue.is_identity()
@@ -1131,6 +1140,22 @@ impl Exec<'_> {
         if plain_f32 {
             let strides = Some((s.stride_a(), s.stride_b(), s.m * s.n));
             return self.matmul(GemmTier::choose(s, false), s, input(0)?, input(1)?, out, strides, op);
+        }
+        // Half data whose every matrix starts 16-byte aligned: the
+        // tensor-core kernels read each at its stride (TMA's maps where the
+        // matrices are apart, the `cp.async` kernels otherwise).
+        let e = s.dtype.size_in_bytes();
+        let aligned = [s.stride_a(), s.stride_b()].iter().all(|x| (x * e).is_multiple_of(16));
+        if matches!(s.dtype, DType::F16 | DType::BF16) && mma_fits(s) && aligned {
+            let (a, b) = (input(0)?, input(1)?);
+            let sms = self.l.sm_count();
+            let tma = TmaConfig::for_shape(s.batch, s.m, s.n, sms);
+            let tc = match GemmTier::choose(s, self.l.has_wgmma()) {
+                GemmTier::Wgmma(_) if self.l.has_tma() && tma_fits(&tma, s, (a, b)) => GemmTc::Tma(tma),
+                GemmTier::Wgmma(_) => GemmTc::Wgmma(WgmmaConfig::for_shape(s.batch, s.m, s.n, sms)),
+                _ => GemmTc::Mma(MmaConfig::default()),
+            };
+            return self.matmul_tc(tc, s, (a, b, out), epilogue_inputs(s, ins), op);
         }
         let layout = Op::Matmul(*s).layout()?;
         let mut args = ins.to_vec();
@@ -1576,30 +1601,38 @@ impl Exec<'_> {
         // that are first, on large products (see `REALIGN_MIN_MN`).
         let e = s.dtype.size_in_bytes();
         let mut guards = Vec::new();
-        let mut aligned = |addr: u64, is_a: bool| -> Result<(u64, usize)> {
+        // Each operand's address, row length in memory and batch stride.
+        let mut aligned = |addr: u64, is_a: bool| -> Result<(u64, usize, usize)> {
             let (rows, len) = stored_rows(s, is_a);
+            let stride = if is_a { s.stride_a() } else { s.stride_b() };
             if (len * e).is_multiple_of(128) || s.m.min(s.n) < gemm_tma::REALIGN_MIN_MN {
-                return Ok((addr, len));
+                return Ok((addr, len, stride));
             }
             let ld = len.next_multiple_of(128 / e);
             let (guard, to) = self.l.temp(s.batch * rows * ld * e, op)?;
             guards.push(guard);
-            let view =
-                |ld: usize| compute_core::Strided { offset: 0, strides: [rows * ld, ld, 1], len: s.batch * rows * ld };
+            let from_len = (s.batch - 1) * stride + rows * len;
             let copy = CopySpec {
                 shape: [s.batch, rows, len],
-                src: view(len),
-                dst: view(ld),
+                src: compute_core::Strided { offset: 0, strides: [stride, len, 1], len: from_len },
+                dst: compute_core::Strided { offset: 0, strides: [rows * ld, ld, 1], len: s.batch * rows * ld },
                 dtype: s.dtype,
                 positions: None,
             };
             self.strided_copy(&copy, addr, None, to, op)?;
-            Ok((to, ld))
+            Ok((to, ld, rows * ld))
         };
-        let (a, lda) = aligned(a, true)?;
-        let (b, ldb) = aligned(b, false)?;
-        let (ma, mb) =
-            gemm_tma::tensor_maps(cfg, s.dtype, (s.batch, s.m, s.n, s.k), (s.trans_a, s.trans_b), (a, b), (lda, ldb));
+        let (a, lda, sa) = aligned(a, true)?;
+        let (b, ldb, sb) = aligned(b, false)?;
+        let (ma, mb) = gemm_tma::tensor_maps_strided(
+            cfg,
+            s.dtype,
+            (s.batch, s.m, s.n, s.k),
+            (s.trans_a, s.trans_b),
+            (a, b),
+            (lda, ldb),
+            (Some(sa), Some(sb)),
+        );
         let grid =
             Grid { blocks: (blocks, 1, 1), threads: (cfg.threads(), 1, 1), dynamic_smem: cfg.dynamic_shared_bytes() };
         let mut args = vec![
@@ -1617,8 +1650,9 @@ impl Exec<'_> {
         self.launch(KernelId::GemmTma(*cfg, s.dtype, s.out_dtype, s.trans_a, s.trans_b, kind), grid, &args)
     }
 
-    /// `C = op(A)·op(B)` on tensor cores (`f16`/`bf16` inputs, contiguous
-    /// batches); the caller checked that `tc` takes `s`. Empty products launch nothing.
+    /// `C = op(A)·op(B)` on tensor cores (`f16`/`bf16` inputs; batches at
+    /// the spec's strides, which the caller checked keep every matrix 16-byte
+    /// aligned); the caller checked that `tc` takes `s`. Empty products launch nothing.
     fn matmul_tc(
         &self,
         tc: GemmTc,
@@ -1631,7 +1665,7 @@ impl Exec<'_> {
             return Ok(());
         }
         let (m, n, k) = (u32_of(op, "m", s.m)?, u32_of(op, "n", s.n)?, u32_of(op, "k", s.k)?);
-        let (sa, sb, sc) = (s.m * s.k, s.k * s.n, s.m * s.n);
+        let (sa, sb, sc) = (s.stride_a(), s.stride_b(), s.m * s.n);
         let (ea, ec) = (s.dtype.size_in_bytes() as u64, s.out_dtype.size_in_bytes() as u64);
         if let GemmTc::Tma(cfg) = tc {
             return self.matmul_tma(&cfg, s, (a, b, c), epi, op);

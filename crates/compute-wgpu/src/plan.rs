@@ -301,6 +301,9 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
             narrow(ctx, name, &y, output, steps)?;
         }
         Op::Matmul(s) => {
+            // A B shared by the whole batch, A's matrices one after the
+            // other: one product of batch·m rows over the same buffers.
+            let s = s.shared_b_as_rows().unwrap_or(s);
             // With an epilogue the product goes to an f32 temporary, which one
             // more element-wise pass reads into the output.
             let e = s.epilogue;
@@ -653,7 +656,10 @@ fn gemm(
     }
     // Operands whose layout allows it move as vec4s, the others element by
     // element; the tiling depends on the shape alone (`matmul.wgsl`).
-    let vec = Vec4s::for_shape(s.m, s.k, s.n, s.trans_a, s.trans_b);
+    let mut vec = Vec4s::for_shape(s.m, s.k, s.n, s.trans_a, s.trans_b);
+    // A vec4 load of matrix z starts at z·stride: strides in whole vec4s.
+    vec.a &= s.stride_a().is_multiple_of(4);
+    vec.b &= s.stride_b().is_multiple_of(4);
     let (m, k, n) = (s.m as u64, s.k as u64, s.n as u64);
     let batch = s.batch as u64;
     let choice = ctx.kernels.matmul();
@@ -705,8 +711,11 @@ fn gemm(
     ];
     bindings[unused_c] = bind(unused_slot, &spare, 0, 16);
     let dims = [to_u32(name, "rows", m)?, to_u32(name, "columns", n)?, to_u32(name, "inner dimension", k)?];
-    let strides =
-        [to_u32(name, "elements", m * k)?, to_u32(name, "elements", k * n)?, to_u32(name, "elements", m * n)?];
+    let strides = [
+        to_u32(name, "elements", s.stride_a() as u64)?,
+        to_u32(name, "elements", s.stride_b() as u64)?,
+        to_u32(name, "elements", m * n)?,
+    ];
     let scratch = if sk > 1 {
         let b = ctx.cache.take(ctx, Use::Storage, sk * per_dispatch.min(batch) * m * n * 4, name)?;
         steps.push(Step::Scratch(b.clone()));
@@ -782,7 +791,9 @@ pub(crate) fn coop_tiles(
     let inputs = s.dtype == DType::F16 && matches!(s.out_dtype, DType::F32 | DType::F16 | DType::BF16);
     let a = if s.trans_a { s.m } else { s.k };
     let b = if s.trans_b { s.k } else { s.n };
-    if !inputs || !a.is_multiple_of(4) || !b.is_multiple_of(4) {
+    // Batch strides in whole units of 4 too (a stride of 0 is one).
+    let units = [a, b, s.stride_a(), s.stride_b()].iter().all(|x| x.is_multiple_of(4));
+    if !inputs || !units {
         return None;
     }
     let tiles = match choice {
@@ -869,8 +880,8 @@ fn coop_gemm(
                 u(n, "columns")?,
                 u(k, "inner dimension")?,
                 u(z0, "batch")?,
-                u(m * k, "elements")?,
-                u(k * n, "elements")?,
+                u(s.stride_a() as u64, "elements")?,
+                u(s.stride_b() as u64, "elements")?,
                 u(m * n, "elements")?,
                 direct,
             ]),

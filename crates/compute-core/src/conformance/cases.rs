@@ -147,6 +147,7 @@ pub fn cases(group: Group, scale: Scale) -> Vec<Op> {
                 strided(2, 64, 32, 128, false, true, &|_| 0, &|kn| kn),
                 strided(3, 17, 24, 40, false, false, &|mk| mk + 8, &|kn| kn + 3),
                 strided(5, 9, 16, 8, true, true, &|_| 40, &|kn| kn / 2),
+                strided(3, 16, 32, 16, false, true, &|mk| mk / 2, &|kn| kn + 16),
             ]);
             if large {
                 ops.push(strided(8, 256, 512, 256, false, true, &|mk| mk, &|_| 0));
@@ -180,8 +181,10 @@ pub fn cases(group: Group, scale: Scale) -> Vec<Op> {
             for (i, e) in epilogues().into_iter().enumerate() {
                 let spec = MatmulSpec { batch: 3, trans_b: i % 2 == 1, ..MatmulSpec::new(16, 72, 24) };
                 ops.push(Op::Matmul(spec.with_batch_strides(16 * 72, 0).with_epilogue(e)));
-                let spaced = spec.with_batch_strides(16 * 72 + 4, 72 * 24 + 8);
-                ops.push(Op::Matmul(spaced.with_epilogue(e)));
+                for pad in [4, 8] {
+                    let spaced = spec.with_batch_strides(16 * 72 + pad, 72 * 24 + 8);
+                    ops.push(Op::Matmul(spaced.with_epilogue(e)));
+                }
             }
             ops
         }

@@ -189,19 +189,36 @@ pub fn sweep_configs() -> Vec<TmaConfig> {
 pub fn tensor_maps(
     cfg: &TmaConfig,
     input: DType,
+    shape: (usize, usize, usize, usize),
+    trans: (bool, bool),
+    addrs: (u64, u64),
+    lds: (usize, usize),
+) -> (TensorMapDesc, TensorMapDesc) {
+    tensor_maps_strided(cfg, input, shape, trans, addrs, lds, (None, None))
+}
+
+/// [`tensor_maps`] with the matrices of `A` and of `B` `batch_strides`
+/// elements apart where given (at least one matrix of stored rows; the
+/// map's stride must be a multiple of 16 bytes, which
+/// [`TensorMapDesc::check`] verifies).
+pub fn tensor_maps_strided(
+    cfg: &TmaConfig,
+    input: DType,
     (batch, m, n, k): (usize, usize, usize, usize),
     (trans_a, trans_b): (bool, bool),
     (a, b): (u64, u64),
     lds: (usize, usize),
+    batch_strides: (Option<usize>, Option<usize>),
 ) -> (TensorMapDesc, TensorMapDesc) {
     let e = input.size_in_bytes() as u64;
     let bk = ROW / e as u32;
     let (m, n, k, batch) = (m as u64, n as u64, k as u64, batch.max(1) as u64);
-    let map = |addr: u64, kmajor: bool, rows: u64, tile: u32, ld: u64| {
+    let map = |addr: u64, kmajor: bool, rows: u64, tile: u32, ld: u64, stride: Option<usize>| {
         let (dims, boxes) = if kmajor { ([k, rows, batch], [bk, tile, 1]) } else { ([rows, k, batch], [64, bk, 1]) };
-        TensorMapDesc { addr, dtype: input, rank: 3, dims, strides: [ld * e, dims[1] * ld * e], boxes }
+        let between = stride.map_or(dims[1] * ld, |s| s as u64) * e;
+        TensorMapDesc { addr, dtype: input, rank: 3, dims, strides: [ld * e, between], boxes }
     };
-    (map(a, !trans_a, m, BM, lds.0 as u64), map(b, trans_b, n, cfg.bn, lds.1 as u64))
+    (map(a, !trans_a, m, BM, lds.0 as u64, batch_strides.0), map(b, trans_b, n, cfg.bn, lds.1 as u64, batch_strides.1))
 }
 
 /// The smallest of `m` and `n` from which the plans copy an operand whose
@@ -673,5 +690,12 @@ mod tests {
         // A misaligned operand is refused by the map, so the plans keep the cp.async kernel.
         let (a, _) = tensor_maps(&cfg, DType::BF16, (1, 64, 64, 64), (false, true), (8, 0), (64, 64));
         assert!(a.check().is_err());
+        // Batch strides: matrices 64 values past their size apart, B's as given.
+        let shape = (2, 300, 520, 72);
+        let strides = (Some(300 * 72 + 64), Some(520 * 72));
+        let (a, b) = tensor_maps_strided(&cfg, DType::BF16, shape, (false, false), (0, 0), (72, 520), strides);
+        assert_eq!((a.strides, b.strides), ([144, (300 * 72 + 64) * 2], [1040, 520 * 72 * 2]));
+        let odd = tensor_maps_strided(&cfg, DType::BF16, shape, (false, false), (0, 0), (72, 520), (Some(21603), None));
+        assert!(odd.0.check().is_err(), "a stride off 16 bytes");
     }
 }

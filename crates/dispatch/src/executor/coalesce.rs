@@ -60,8 +60,9 @@ pub(crate) fn key(op: &Op, inputs: &[Vec<f32>], seq: u64) -> Key {
             let params = fnv(inputs.iter().skip(1).flat_map(|v| v.iter().map(|x| x.to_bits())));
             Key::Rows { name: r.name(), eps, cols, params }
         }
-        // A bias or C₀ belongs to one request: such products run alone.
-        Op::Matmul(s) if s.epilogue.is_identity() => {
+        // A bias or C₀ belongs to one request, and so does a batch spaced
+        // by strides (its inputs do not concatenate): such products run alone.
+        Op::Matmul(s) if s.epilogue.is_identity() && !s.has_batch_strides() => {
             Key::Matmul { m: s.m, k: s.k, n: s.n, ta: s.trans_a, tb: s.trans_b }
         }
         Op::Attention(a) => Key::Attention(MergeKey::of(&a)),
@@ -216,6 +217,8 @@ pub(crate) mod tests {
             key(&Op::unary(UnaryOp::Scale { s: 3.0 }, 8), &x, 1)
         );
         assert_ne!(key(&Op::matmul(2, 3, 4), &[], 0), key(&Op::matmul(2, 3, 5), &[], 1));
+        let shared_b = Op::Matmul(MatmulSpec { batch: 2, ..MatmulSpec::new(2, 3, 4) }.with_batch_strides(6, 0));
+        assert_ne!(key(&shared_b, &[], 0), key(&shared_b, &[], 1), "a strided batch runs alone");
         let g1 = vec![vec![1.0f32; 8], vec![1.0; 4]];
         let g2 = vec![vec![1.0f32; 8], vec![2.0; 4]];
         let ln = Op::rows(RowOp::RmsNorm { eps: 1e-5 }, 2, 4);
