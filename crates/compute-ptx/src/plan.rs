@@ -209,7 +209,7 @@ pub fn gemv_fits(spec: &MatmulSpec) -> bool {
 }
 
 /// Whether [`GemmTier::Wgmma`] takes `spec` in TF32 ([`run_matmul`]):
-/// `f32` in and out with [`Precision::Tf32`](compute_core::Precision::Tf32)
+/// `f32` in and out with [`Precision::Tf32`]
 /// opted in, `A` stored `m × k` and `B` stored `n × k` (TF32 reads only
 /// `k`-contiguous operands), `k` a multiple of 4 and `n` even, every matrix
 /// under 2³² elements. Free.

@@ -343,14 +343,19 @@ impl DecoderHandle {
             ));
         }
         let closed = || {
-            ComputeError::driver("llama generate", self.shared.backend, "the batched decoder is shut down; not accepted")
+            ComputeError::driver(
+                "llama generate",
+                self.shared.backend,
+                "the batched decoder is shut down; not accepted",
+            )
         };
         if !self.shared.open.load(Ordering::SeqCst) {
             return Err(closed());
         }
         let reply = Arc::new(Reply::default());
         let submitted = Instant::now();
-        let pending = Pending { request, submitted, reply: Replier { reply: reply.clone(), backend: self.shared.backend } };
+        let pending =
+            Pending { request, submitted, reply: Replier { reply: reply.clone(), backend: self.shared.backend } };
         lock(&self.shared.tx).send(Msg::Generate(pending)).map_err(|_| closed())?;
         lock(&self.shared.metrics).requests += 1;
         Ok(Generation { reply, tokens: Vec::new(), ended: false })
