@@ -102,10 +102,11 @@ pub(super) const LOG2E: f32 = std::f32::consts::LOG2_E;
 /// `g = ½` in `f32` Horner evaluation (so `e⁰` in softmax is 1):
 /// near-minimax of relative error (Lawson-reweighted least squares), 2.9e-6
 /// in `f32` arithmetic.
-const EXP2_HALF: [f32; 5] = [0.707_108_8, 0.490_021_6, 0.170_755_65, 0.036_740_735, 0.009_582_818_5];
+pub(super) const EXP2_HALF: [f32; 5] = [0.707_108_8, 0.490_021_6, 0.170_755_65, 0.036_740_735, 0.009_582_818_5];
 /// `2ᶠ − 1 ≈ f·Σ EXPM1[k]·fᵏ` on `|f| ≤ ½`, relative error 5.8e-7 in `f32`
 /// (the leading coefficient is `ln 2`, as it is in the series).
-const EXPM1: [f32; 5] = [std::f32::consts::LN_2, 0.240_223_51, 0.055_505_004, 0.009_666_243, 0.001_333_352_6];
+pub(super) const EXPM1: [f32; 5] =
+    [std::f32::consts::LN_2, 0.240_223_51, 0.055_505_004, 0.009_666_243, 0.001_333_352_6];
 /// The exponentials take `t` from here (below it `2ᵗ` is 0 in `f32`).
 pub(super) const EXP2_T_MIN: f32 = -150.0;
 /// [`expm1_2`] takes `t` from here (below it `2ᵗ − 1` is −1 in `f32`).

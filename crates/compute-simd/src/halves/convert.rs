@@ -83,6 +83,33 @@ pub fn fused<T: Element>(isa: Isa, f: Lanes, inputs: &[HostSlice<'_>], out: &mut
     false
 }
 
+/// `out[i] = f(x[i])` in one pass, `f` a lane function of the caller's,
+/// from `f16` to `f16` or `bf16` to `bf16`, on a CPU with AVX2, FMA and
+/// F16C: [`fused`]'s loop (the same widening, rounding and streaming) with
+/// `f` in place of an op's `f32` kernel. `f` is inlined into the loop,
+/// compiled for those features. False (nothing written) on other CPUs or
+/// dtypes.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn fused_with<T: Element>(
+    x: HostSlice<'_>,
+    out: &mut [T],
+    stream: bool,
+    f: &impl crate::simd::LaneFn<crate::simd::Avx2, 1>,
+) -> bool {
+    let Some(t) = x86::Tok::detect() else { return false };
+    if let (HostSlice::F16(x), Some(o)) = (x, cast_mut::<T, f16>(out)) {
+        // SAFETY: the token proves avx2, fma and f16c, the features the entry enables.
+        unsafe { x86::map_entry(t, f, x, o, stream) };
+        return true;
+    }
+    if let (HostSlice::BF16(x), Some(o)) = (x, cast_mut::<T, bf16>(out)) {
+        // SAFETY: as above.
+        unsafe { x86::map_entry(t, f, x, o, stream) };
+        return true;
+    }
+    false
+}
+
 /// `s` as a slice of `U` when `T` is `U` (free; the dtype decides).
 fn cast<T: Element, U: Element>(s: &[T]) -> Option<&[U]> {
     (T::DTYPE == U::DTYPE).then(|| U::from_host(T::host(s))).flatten()
@@ -434,6 +461,12 @@ mod x86 {
                 true
             }
         }
+    }
+
+    /// The fused loop of the lane function `f`, from `I` to `O`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn map_entry<I: Io, O: Io>(t: Tok, f: &impl LaneFn<Avx2, 1>, x: &[I], out: &mut [O], stream: bool) {
+        Fuse { t, ins: [x], out, stream }.run(t.s, f)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]

@@ -7,8 +7,9 @@
 //!   loop where the CPU has one (AVX2 + F16C): 16 values at a time widened in
 //!   registers, computed, narrowed and stored, streamed past the cache when
 //!   the output is large. The transcendentals on half data in and out take
-//!   [`transcendental::fused`]'s loop on AVX-512 (F, DQ), with kernels accurate to
-//!   what the half result keeps rather than to `f32`. Otherwise the piece goes
+//!   [`transcendental::fused`]'s loop on AVX-512 (F, DQ), or on AVX2 with
+//!   FMA and F16C (all but gelu's erf form), with kernels accurate to what
+//!   the half result keeps rather than to `f32`. Otherwise the piece goes
 //!   in blocks of [`BLOCK`] values, widened into `f32` buffers that stay in
 //!   L1, computed by the `f32` kernels, and narrowed into the output. Memory
 //!   traffic is the dtype's bytes, once.

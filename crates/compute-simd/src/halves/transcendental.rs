@@ -38,7 +38,8 @@ use compute_core::{Element, HostSlice, UnaryOp};
 
 use crate::isa::Isa;
 
-/// `out[i] = op(x[i])` in one pass when this CPU has AVX-512F and DQ, `op` is a
+/// `out[i] = op(x[i])` in one pass when this CPU has AVX-512F and DQ (or
+/// AVX2, FMA and F16C, `op` not gelu's erf form), `op` is a
 /// transcendental and `x` and `out` are both `f16` or both `bf16`; with
 /// `stream`, large outputs are written with non-temporal stores (the loop
 /// ends with `sfence`). Returns false, having written nothing, otherwise.
@@ -47,9 +48,14 @@ pub fn fused<T: Element>(isa: Isa, op: UnaryOp, x: HostSlice<'_>, out: &mut [T],
     if isa == Isa::Avx512
         && op.is_transcendental()
         && let Some(tok) = x86::Tok::detect()
+        && tok.dq
     {
         let Some((x, out, f16)) = super::avx512::half_bits(x, out) else { return false };
         return x86::run(tok, op, x, out, f16, stream);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if matches!(isa, Isa::Avx2 | Isa::Avx512) && op.is_transcendental() {
+        return x86_avx2::run(op, x, out, stream);
     }
     let _ = (isa, op, x, out, stream);
     false
@@ -67,23 +73,23 @@ mod x86 {
     };
 
     /// `−2·√(2/π)·log₂ e` and `0.044715` times it: gelu's `−2u·log₂ e = x·(A + B·x²)`.
-    const GELU_A: f32 = -2.0 * 0.797_884_6 * LOG2E;
-    const GELU_B: f32 = GELU_A * 0.044_715;
+    pub(super) const GELU_A: f32 = -2.0 * 0.797_884_6 * LOG2E;
+    pub(super) const GELU_B: f32 = GELU_A * 0.044_715;
     /// The sigmoid's `|z|` is clamped here: `|z|·log₂ e` stays below 125,
     /// where `1 + 2ᵗ` keeps within `vrcp14ps`'s normal range, and `σ(±86)` is
     /// 0 or 1 within 2⁻¹²⁴.
-    const Z_MAX: f32 = 86.0;
+    pub(super) const Z_MAX: f32 = 86.0;
     /// gelu's (tanh form) `|x|` is clamped here: `|x·(A + B·x²)| ≤ 110`.
-    const GELU_X_MAX: f32 = 9.5;
+    pub(super) const GELU_X_MAX: f32 = 9.5;
     /// The factor of the sigmoid's tail: `x·σ` with `x = −∞` would be `−∞·0`.
-    const FACTOR_MIN: f32 = -200.0;
+    pub(super) const FACTOR_MIN: f32 = -200.0;
     /// `tanh x ≈ x·P(x²)/Q(x²)` on `|x| ≤ 7` (beyond, `tanh x` is `±1` within
     /// 1.7e-6): near-minimax of relative error (Lawson-reweighted linearised
     /// least squares), 1.3e-6 in `f32` arithmetic.
-    const TANH_P: [f32; 4] = [0.999_999, 0.123_220_47, 0.002_293_078_5, 3.995_817e-6];
-    const TANH_Q: [f32; 4] = [1.0, 0.456_546_1, 0.021_151_574, 0.000_143_983_23];
+    pub(super) const TANH_P: [f32; 4] = [0.999_999, 0.123_220_47, 0.002_293_078_5, 3.995_817e-6];
+    pub(super) const TANH_Q: [f32; 4] = [1.0, 0.456_546_1, 0.021_151_574, 0.000_143_983_23];
     /// Where [`TANH_P`]/[`TANH_Q`] stop.
-    const TANH_X_MAX: f32 = 7.0;
+    pub(super) const TANH_X_MAX: f32 = 7.0;
     /// Pieces per unit of `a` in [`GELU_PIECES`]: piece `j` covers
     /// `6a ∈ [j − ½, j + ½]`.
     const GELU_K: f32 = 6.0;
@@ -234,11 +240,11 @@ mod x86 {
         ],
     ];
 
-    const SIGMOID: u8 = 0;
-    const SWISH: u8 = 1;
-    const GELU_TANH: u8 = 2;
-    const TANH: u8 = 3;
-    const ELU: u8 = 4;
+    pub(super) const SIGMOID: u8 = 0;
+    pub(super) const SWISH: u8 = 1;
+    pub(super) const GELU_TANH: u8 = 2;
+    pub(super) const TANH: u8 = 3;
+    pub(super) const ELU: u8 = 4;
     const GELU_ERF: u8 = 5;
 
     #[inline(always)]
@@ -425,6 +431,158 @@ mod x86 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod x86_avx2 {
+    //! The AVX2 lane functions of [`super::fused`]: the AVX-512 loop's
+    //! arithmetic on two `__m256` of 8 values, in `convert`'s fused loop.
+
+    use std::arch::x86_64::*;
+
+    use compute_core::{Element, GeluForm, HostSlice, UnaryOp};
+
+    use super::super::avx512::{EXP2_HALF, EXPM1, EXPM1_T_MIN, LOG2E};
+    use super::x86::{
+        ELU, FACTOR_MIN, GELU_A, GELU_B, GELU_TANH, GELU_X_MAX, SIGMOID, SWISH, TANH, TANH_P, TANH_Q, TANH_X_MAX, Z_MAX,
+    };
+    use crate::simd::{Avx2, LaneFn};
+
+    /// Calls AVX2/FMA intrinsics on registers only.
+    macro_rules! ymm {
+        ($e:expr) => {
+            // SAFETY: these helpers run only inlined into `convert`'s fused
+            // loop, compiled for avx2, fma and f16c, which `Tok::detect` (an
+            // `Avx2` token and an F16C check) proved this CPU has; they touch
+            // no memory.
+            unsafe { $e }
+        };
+    }
+
+    #[inline(always)]
+    fn splat(x: f32) -> __m256 {
+        ymm!(_mm256_set1_ps(x))
+    }
+
+    #[inline(always)]
+    fn horner<const N: usize>(x: __m256, c: &[f32; N]) -> __m256 {
+        let mut acc = splat(c[N - 1]);
+        for &k in c[..N - 1].iter().rev() {
+            acc = ymm!(_mm256_fmadd_ps(acc, x, splat(k)));
+        }
+        acc
+    }
+
+    /// `2ⁿ` for whole `n` in `[−126, 127]` (a NaN or other `n` gives a
+    /// finite value the callers do not use or multiply into a NaN).
+    #[inline(always)]
+    fn pow2(n: __m256) -> __m256 {
+        ymm!(_mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+            _mm256_cvtps_epi32(n),
+            _mm256_set1_epi32(127)
+        ))))
+    }
+
+    /// `2^(s − ½)` for `⌊s⌋` in `[−126, 127]`: the polynomial of `s − ⌊s⌋`
+    /// times `2^⌊s⌋` (NaN stays NaN).
+    #[inline(always)]
+    fn exp2_above_half(s: __m256) -> __m256 {
+        let fl = ymm!(_mm256_floor_ps(s));
+        let g = ymm!(_mm256_sub_ps(s, fl));
+        ymm!(_mm256_mul_ps(horner(g, &EXP2_HALF), pow2(fl)))
+    }
+
+    /// `2ᵗ − 1` for `t` in `[EXPM1_T_MIN, 0]`, as the AVX-512 `expm1_2`.
+    #[inline(always)]
+    fn expm1_2(t: __m256) -> __m256 {
+        let n = ymm!(_mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(t));
+        let f = ymm!(_mm256_sub_ps(t, n));
+        let q = ymm!(_mm256_mul_ps(f, horner(f, &EXPM1)));
+        let p = pow2(n);
+        ymm!(_mm256_fmadd_ps(p, q, _mm256_sub_ps(p, splat(1.0))))
+    }
+
+    /// `n/d` for `d` in `[1, 2¹²⁶]` (or the quotient's range): `vrcpps`
+    /// (2⁻¹²) and one correction of the quotient.
+    #[inline(always)]
+    fn divide(n: __m256, d: __m256) -> __m256 {
+        ymm!({
+            let r = _mm256_rcp_ps(d);
+            let y = _mm256_mul_ps(n, r);
+            _mm256_fmadd_ps(_mm256_fnmadd_ps(y, d, n), r, y)
+        })
+    }
+
+    /// `1/(1 + 2^(s − ½))`, `|s − ½|` at most 125.
+    #[inline(always)]
+    fn sigmoid_of(s: __m256) -> __m256 {
+        let one = splat(1.0);
+        divide(one, ymm!(_mm256_add_ps(one, exp2_above_half(s))))
+    }
+
+    /// `x` clamped to `[−m, m]`, NaN kept.
+    #[inline(always)]
+    fn clamp(x: __m256, m: f32) -> __m256 {
+        ymm!(_mm256_min_ps(splat(m), _mm256_max_ps(splat(-m), x)))
+    }
+
+    /// `f·σ`, `f` kept above [`FACTOR_MIN`].
+    #[inline(always)]
+    fn times(f: __m256, sigma: __m256) -> __m256 {
+        ymm!(_mm256_mul_ps(_mm256_max_ps(splat(FACTOR_MIN), f), sigma))
+    }
+
+    /// Op number `OP` on 8 values.
+    #[inline(always)]
+    fn lane<const OP: u8>(x: __m256, alpha: f32) -> __m256 {
+        let half = splat(0.5);
+        match OP {
+            SIGMOID => sigmoid_of(ymm!(_mm256_fmadd_ps(clamp(x, Z_MAX), splat(-LOG2E), half))),
+            SWISH => times(x, sigmoid_of(ymm!(_mm256_fmadd_ps(clamp(x, Z_MAX), splat(-LOG2E), half)))),
+            GELU_TANH => {
+                let c = clamp(x, GELU_X_MAX);
+                let inner = ymm!(_mm256_fmadd_ps(splat(GELU_B), _mm256_mul_ps(c, c), splat(GELU_A)));
+                times(x, sigmoid_of(ymm!(_mm256_fmadd_ps(c, inner, half))))
+            }
+            TANH => {
+                let c = clamp(x, TANH_X_MAX);
+                let s = ymm!(_mm256_mul_ps(c, c));
+                divide(ymm!(_mm256_mul_ps(c, horner(s, &TANH_P))), horner(s, &TANH_Q))
+            }
+            _ => {
+                // elu: `x` where `x > 0` (a NaN compares false and stays).
+                let t = ymm!(_mm256_max_ps(splat(EXPM1_T_MIN), _mm256_mul_ps(x, splat(LOG2E))));
+                let below = ymm!(_mm256_cmp_ps::<_CMP_LE_OQ>(x, splat(0.0)));
+                ymm!(_mm256_blendv_ps(x, _mm256_mul_ps(splat(alpha), expm1_2(t)), below))
+            }
+        }
+    }
+
+    /// Op number `OP` as a lane function of 16 values.
+    struct Op<const OP: u8> {
+        alpha: f32,
+    }
+
+    impl<const OP: u8> LaneFn<Avx2, 1> for Op<OP> {
+        #[inline(always)]
+        fn apply(&self, _: Avx2, [v]: [[__m256; 2]; 1]) -> [__m256; 2] {
+            [lane::<OP>(v[0], self.alpha), lane::<OP>(v[1], self.alpha)]
+        }
+    }
+
+    /// See [`super::fused`]: false for gelu's erf form, other ops and dtypes,
+    /// or a CPU without AVX2, FMA and F16C.
+    pub(super) fn run<T: Element>(op: UnaryOp, x: HostSlice<'_>, out: &mut [T], stream: bool) -> bool {
+        use super::super::convert::fused_with;
+        match op {
+            UnaryOp::Sigmoid => fused_with(x, out, stream, &Op::<SIGMOID> { alpha: 0.0 }),
+            UnaryOp::Swish => fused_with(x, out, stream, &Op::<SWISH> { alpha: 0.0 }),
+            UnaryOp::Gelu(GeluForm::Tanh) => fused_with(x, out, stream, &Op::<GELU_TANH> { alpha: 0.0 }),
+            UnaryOp::Tanh => fused_with(x, out, stream, &Op::<TANH> { alpha: 0.0 }),
+            UnaryOp::Elu { alpha } => fused_with(x, out, stream, &Op::<ELU> { alpha }),
+            _ => false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use compute_core::conformance::compare_typed;
@@ -448,10 +606,26 @@ mod tests {
     /// written, are left out.)
     #[test]
     fn every_half_value_is_within_the_tolerance() {
-        if !(Isa::Avx512.is_supported() && std::arch::is_x86_feature_detected!("avx512dq")) {
-            eprintln!("SKIPPED: no AVX-512 DQ on this CPU");
-            return;
+        let mut isas = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            if Isa::Avx512.is_supported() && std::arch::is_x86_feature_detected!("avx512dq") {
+                isas.push(Isa::Avx512);
+            } else {
+                eprintln!("SKIPPED on AVX-512: no AVX-512 DQ on this CPU");
+            }
+            if Isa::Avx2.is_supported() && std::arch::is_x86_feature_detected!("f16c") {
+                isas.push(Isa::Avx2);
+            } else {
+                eprintln!("SKIPPED on AVX2: no AVX2, FMA and F16C on this CPU");
+            }
         }
+        for isa in isas {
+            every_half_value_on(isa);
+        }
+    }
+
+    fn every_half_value_on(isa: Isa) {
         for dtype in [DType::F16, DType::BF16] {
             let (quiet, poison) = if dtype == DType::F16 { (0x0200, 0x7ead) } else { (0x0040, 0x7fed) };
             assert_eq!(u32::from(poison), compute_core::conformance::poison_bits(dtype));
@@ -465,13 +639,17 @@ mod tests {
                 let mut out = HostVec::zeros(dtype, bits.len());
                 for stream in [false, true] {
                     let done = match &mut out {
-                        HostVec::F16(o) => fused(Isa::Avx512, op, x.as_slice(), o, stream),
-                        HostVec::BF16(o) => fused(Isa::Avx512, op, x.as_slice(), o, stream),
+                        HostVec::F16(o) => fused(isa, op, x.as_slice(), o, stream),
+                        HostVec::BF16(o) => fused(isa, op, x.as_slice(), o, stream),
                         _ => false,
                     };
-                    assert!(done, "{op:?} {dtype}: no fused loop");
+                    if isa == Isa::Avx2 && op == UnaryOp::Gelu(GeluForm::Erf) {
+                        assert!(!done, "gelu's erf form is not fused on AVX2");
+                        continue;
+                    }
+                    assert!(done, "{op:?} {dtype} on {isa}: no fused loop");
                     if let Some(msg) = compare_typed(&spec, &[x.as_slice()], out.as_slice(), 1.0) {
-                        panic!("{op:?} {dtype} (stream {stream}): {msg}");
+                        panic!("{op:?} {dtype} on {isa} (stream {stream}): {msg}");
                     }
                 }
             }
@@ -485,7 +663,8 @@ mod tests {
         assert!(!fused(Isa::Avx512, UnaryOp::Sigmoid, HostSlice::F16(&x), &mut out, false));
         let mut out = vec![f16::ZERO; 20];
         assert!(!fused(Isa::Avx512, UnaryOp::Relu, HostSlice::F16(&x), &mut out, false));
-        assert!(!fused(Isa::Avx2, UnaryOp::Sigmoid, HostSlice::F16(&x), &mut out, false));
+        assert!(!fused(Isa::Portable, UnaryOp::Sigmoid, HostSlice::F16(&x), &mut out, false));
+        assert!(!fused(Isa::Avx2, UnaryOp::Gelu(GeluForm::Erf), HostSlice::F16(&x), &mut out, false));
         assert!(out.iter().all(|v| *v == f16::ZERO), "nothing written");
     }
 }
