@@ -219,7 +219,7 @@ enum Msg {
 
 /// The state shared by the decoder and its handles.
 struct Shared {
-    tx: Mutex<Sender<Msg>>,
+    tx: Sender<Msg>,
     open: AtomicBool,
     cfg: LlamaConfig,
     backend: BackendKind,
@@ -253,7 +253,7 @@ impl BatchedDecoder {
         model.set_slots(config.slots)?;
         let (tx, rx) = channel();
         let shared = Arc::new(Shared {
-            tx: Mutex::new(tx),
+            tx,
             open: AtomicBool::new(true),
             cfg: *model.config(),
             backend: model.backend.kind(),
@@ -298,7 +298,7 @@ impl BatchedDecoder {
         let shared = &self.handle.shared;
         shared.open.store(false, Ordering::SeqCst);
         // A send fails only if the worker has already ended.
-        let _ = lock(&shared.tx).send(Msg::Shutdown);
+        let _ = shared.tx.send(Msg::Shutdown);
         self.worker.take().and_then(|w| w.join().ok())
     }
 }
@@ -356,7 +356,7 @@ impl DecoderHandle {
         let submitted = Instant::now();
         let pending =
             Pending { request, submitted, reply: Replier { reply: reply.clone(), backend: self.shared.backend } };
-        lock(&self.shared.tx).send(Msg::Generate(pending)).map_err(|_| closed())?;
+        self.shared.tx.send(Msg::Generate(pending)).map_err(|_| closed())?;
         lock(&self.shared.metrics).requests += 1;
         Ok(Generation { reply, tokens: Vec::new(), ended: false })
     }
