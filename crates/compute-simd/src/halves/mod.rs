@@ -8,7 +8,7 @@
 //!   registers, computed, narrowed and stored, streamed past the cache when
 //!   the output is large. The transcendentals on half data in and out take
 //!   [`transcendental::fused`]'s loop on AVX-512 (F, DQ), or on AVX2 with
-//!   FMA and F16C (all but gelu's erf form), with kernels accurate to what
+//!   FMA and F16C, with kernels accurate to what
 //!   the half result keeps rather than to `f32`. Otherwise the piece goes
 //!   in blocks of [`BLOCK`] values, widened into `f32` buffers that stay in
 //!   L1, computed by the `f32` kernels, and narrowed into the output. Memory
