@@ -50,6 +50,14 @@ pub(crate) struct Shape {
     pub(crate) trans_b: bool,
 }
 
+impl Shape {
+    /// cuBLAS's operation on `B` and its leading dimension, for the
+    /// row-major product computed as the column-major `Cᵀ = op(B)ᵀ·Aᵀ`.
+    fn b_op(self) -> (cublasOperation_t, usize) {
+        if self.trans_b { (cublasOperation_t::CUBLAS_OP_T, self.k) } else { (cublasOperation_t::CUBLAS_OP_N, self.n) }
+    }
+}
+
 /// cuBLAS on its own stream of the same device.
 pub(crate) struct Blas {
     pub(crate) stream: Arc<CudaStream>,
@@ -100,8 +108,7 @@ impl Blas {
         let (pa, _ra) = a.device_ptr(&self.stream);
         let (pb, _rb) = b.device_ptr(&self.stream);
         let (pc, _rc) = c.device_ptr_mut(&self.stream);
-        let (opb, ldb) =
-            if s.trans_b { (cublasOperation_t::CUBLAS_OP_T, s.k) } else { (cublasOperation_t::CUBLAS_OP_N, s.n) };
+        let (opb, ldb) = s.b_op();
         let (alpha, beta) = (1.0f32, 0.0f32);
         let int = |v: usize| i32::try_from(v).map_err(err);
         let long = |v: usize| i64::try_from(v).map_err(err);
@@ -165,8 +172,7 @@ impl Blas {
         s: Shape,
         (pa, pb, pc): (u64, u64, u64),
     ) -> Result<(), String> {
-        let (opb, ldb) =
-            if s.trans_b { (cublasOperation_t::CUBLAS_OP_T, s.k) } else { (cublasOperation_t::CUBLAS_OP_N, s.n) };
+        let (opb, ldb) = s.b_op();
         let (alpha, beta) = (1.0f32, 0.0f32);
         let int = |v: usize| i32::try_from(v).map_err(err);
         // SAFETY: the caller vouches for the buffers; the sizes and leading

@@ -286,7 +286,9 @@ pub(crate) fn dtoh_sync<T: Copy>(stream: &CudaStream, dst: &mut [T], src: u64, o
 
 /// A pitched device-to-device copy on `stream`: `height` rows of
 /// `width_bytes` bytes, row `i` read at `src + i·src_pitch` and written at
-/// `dst + i·dst_pitch` (one `cuMemcpy2DAsync`).
+/// `dst + i·dst_pitch` (one `cuMemcpy2DAsync`). Used by the multi-GPU
+/// products (feature `nccl`).
+#[cfg(feature = "nccl")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn dtod_2d(
     stream: &CudaStream,
