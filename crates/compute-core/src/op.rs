@@ -376,7 +376,8 @@ impl Epilogue {
 /// `C` is `m × n`. With `batch > 1` the matrices follow each other
 /// contiguously, unless [`MatmulSpec::with_batch_strides`] spaces those of
 /// `A` and `B` otherwise (a stride of 0 shares one matrix among all
-/// products); `C`'s always follow each other. `A` and `B` hold `dtype`; `C` holds `out_dtype`; products accumulate in `f32`.
+/// products); `C`'s always follow each other. `A` and `B` hold `dtype`; `C`
+/// holds `out_dtype`; products accumulate in `f32`.
 /// The [`Epilogue`] (scales, bias, activation) is applied to each value as
 /// it is stored; its inputs follow `A` and `B`: the bias (when
 /// [`Epilogue::bias`]), then `C₀` (when [`Epilogue::reads_c`]).
