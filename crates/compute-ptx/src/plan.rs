@@ -747,14 +747,8 @@ impl Exec<'_> {
             Op::Conv2d(c) if c.dtype == DType::F32 => self.conv2d(&c, input(0)?, input(1)?, out, op.name()),
             Op::Matmul(spec) if mma_fits(&spec) => {
                 let (a, b) = (input(0)?, input(1)?);
-                let sms = self.l.sm_count();
-                let tma = TmaConfig::for_shape(spec.batch, spec.m, spec.n, sms);
-                let tc = match GemmTier::choose(&spec, self.l.has_wgmma()) {
-                    GemmTier::Wgmma(_) if self.l.has_tma() && tma_fits(&tma, &spec, (a, b)) => GemmTc::Tma(tma),
-                    GemmTier::Wgmma(_) => GemmTc::Wgmma(WgmmaConfig::for_shape(spec.batch, spec.m, spec.n, sms)),
-                    _ => GemmTc::Mma(MmaConfig::default()),
-                };
-                self.matmul_tc(tc, &spec, (input(0)?, input(1)?, out), epilogue_inputs(&spec, ins), op.name())
+                let tc = self.half_tc(&spec, (a, b));
+                self.matmul_tc(tc, &spec, (a, b, out), epilogue_inputs(&spec, ins), op.name())
             }
             Op::Matmul(spec) => {
                 let wide = Op::Matmul(spec.with_dtypes(DType::F32, DType::F32));
@@ -1118,6 +1112,20 @@ impl Exec<'_> {
         (wgmma && tf32_fits(s)) || (!all_f32 && mma_fits(s))
     }
 
+    /// The tensor-core kernel for half product `s` (which [`mma_fits`]) at
+    /// device addresses `a`, `b`: TMA-fed `wgmma` where the device has it and
+    /// the operands fit its maps ([`tma_fits`]), the `cp.async` `wgmma`
+    /// kernel on other compute capability 9.0 cases, `mma.sync` before.
+    fn half_tc(&self, s: &MatmulSpec, (a, b): (u64, u64)) -> GemmTc {
+        let sms = self.l.sm_count();
+        let tma = TmaConfig::for_shape(s.batch, s.m, s.n, sms);
+        match GemmTier::choose(s, self.l.has_wgmma()) {
+            GemmTier::Wgmma(_) if self.l.has_tma() && tma_fits(&tma, s, (a, b)) => GemmTc::Tma(tma),
+            GemmTier::Wgmma(_) => GemmTc::Wgmma(WgmmaConfig::for_shape(s.batch, s.m, s.n, sms)),
+            _ => GemmTc::Mma(MmaConfig::default()),
+        }
+    }
+
     /// A batched product whose input matrices are spaced otherwise than one
     /// after the other: one product of `batch·m` rows where they share `B`
     /// ([`MatmulSpec::shared_b_as_rows`]); one launch of the `f32` kernels,
@@ -1148,14 +1156,7 @@ impl Exec<'_> {
         let aligned = [s.stride_a(), s.stride_b()].iter().all(|x| (x * e).is_multiple_of(16));
         if matches!(s.dtype, DType::F16 | DType::BF16) && mma_fits(s) && aligned {
             let (a, b) = (input(0)?, input(1)?);
-            let sms = self.l.sm_count();
-            let tma = TmaConfig::for_shape(s.batch, s.m, s.n, sms);
-            let tc = match GemmTier::choose(s, self.l.has_wgmma()) {
-                GemmTier::Wgmma(_) if self.l.has_tma() && tma_fits(&tma, s, (a, b)) => GemmTc::Tma(tma),
-                GemmTier::Wgmma(_) => GemmTc::Wgmma(WgmmaConfig::for_shape(s.batch, s.m, s.n, sms)),
-                _ => GemmTc::Mma(MmaConfig::default()),
-            };
-            return self.matmul_tc(tc, s, (a, b, out), epilogue_inputs(s, ins), op);
+            return self.matmul_tc(self.half_tc(s, (a, b)), s, (a, b, out), epilogue_inputs(s, ins), op);
         }
         let layout = Op::Matmul(*s).layout()?;
         let mut args = ins.to_vec();
