@@ -112,6 +112,28 @@ impl KernelBuilder {
         self.emit("ret".into());
     }
 
+    /// Waits here for the kernel before this one in its stream to complete
+    /// (`griddepcontrol.wait`, on targets from `sm_90`; nothing before):
+    /// without this call, kernels for those targets wait at their first
+    /// instruction ([`Kernel::waits_for_prerequisites`]). Only work that
+    /// reads nothing another kernel may write may come before it: address
+    /// arithmetic, parameters, special registers and
+    /// [`KernelBuilder::prefetch_l2`] hints. Every thread must pass here
+    /// (or exit) before its first global load or store; at most once, outside
+    /// guards and loops.
+    ///
+    /// [`Kernel::waits_for_prerequisites`]: super::Kernel::waits_for_prerequisites
+    pub fn wait_for_prerequisites(&mut self) {
+        self.no_guard("wait_for_prerequisites");
+        if self.waits_in_body {
+            self.error("wait_for_prerequisites placed twice".into());
+        }
+        self.waits_in_body = true;
+        if self.target.has_grid_dependency_control() {
+            self.emit("griddepcontrol.wait".into());
+        }
+    }
+
     /// Block-wide barrier (`bar.sync 0`): every thread of the block waits here,
     /// and shared-memory writes before it are visible after it.
     pub fn bar_sync(&mut self) {

@@ -101,6 +101,16 @@ impl KernelBuilder {
         format!("{}{}", self.reg(base), offset(off))
     }
 
+    /// `prefetch.global.L2 [addr+off]`: asks for the 128-byte line at that
+    /// global address to be brought into L2. A hint with no effect on what
+    /// any load returns, so it may run before
+    /// [`KernelBuilder::wait_for_prerequisites`]; the address must lie in an
+    /// allocation.
+    pub fn prefetch_l2(&mut self, addr: Reg<U64>, off: i64) {
+        let a = self.reg(addr);
+        self.emit(format!("prefetch.global.L2 [{a}{}]", offset(off)));
+    }
+
     /// Loads one value from global memory at `base + off` bytes (`ld.global`).
     pub fn ld_global<T: Data>(&mut self, base: Reg<U64>, off: i64) -> Reg<T> {
         let a = self.gaddr(base, off);

@@ -97,6 +97,13 @@ impl Target {
         }
     }
 
+    /// Whether kernels for this target open with the grid-dependency controls
+    /// of programmatic dependent launch (`sm_90` on): see
+    /// [`Kernel::waits_for_prerequisites`].
+    pub fn has_grid_dependency_control(self) -> bool {
+        self >= Target::Sm90
+    }
+
     /// Whether a device of compute capability `major.minor` runs `sm_90a`
     /// PTX (`wgmma`): exactly 9.0 (H100, H200).
     pub fn has_wgmma(major: i32, minor: i32) -> bool {
@@ -183,6 +190,18 @@ impl Kernel {
     pub fn params(&self) -> &[ParamTy] {
         &self.params
     }
+    /// Whether the kernel may be launched before the kernel ahead of it in its
+    /// stream has finished (programmatic dependent launch, `sm_90` on). Such
+    /// a kernel's first instructions are `griddepcontrol.launch_dependents`
+    /// (the kernel after it may start launching once every block of this one
+    /// has started) and `griddepcontrol.wait` (nothing of it runs on until the
+    /// kernel before has completed and its writes are visible), so it reads
+    /// and writes memory exactly as a serially launched kernel does; what it
+    /// gains is the launch of its blocks during the previous kernel's last
+    /// wave. Launched without the attribute, both instructions do nothing.
+    pub fn waits_for_prerequisites(&self) -> bool {
+        self.target.has_grid_dependency_control()
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -228,6 +247,9 @@ pub struct KernelBuilder {
     max_threads: Option<u32>,
     min_blocks: Option<u32>,
     max_regs: Option<u32>,
+    /// Where `griddepcontrol.wait` went, when the kernel placed it itself
+    /// ([`KernelBuilder::wait_for_prerequisites`]); else it opens the body.
+    waits_in_body: bool,
 }
 
 impl KernelBuilder {
@@ -252,6 +274,7 @@ impl KernelBuilder {
             max_threads: None,
             min_blocks: None,
             max_regs: None,
+            waits_in_body: false,
         }
     }
 
@@ -420,6 +443,17 @@ impl KernelBuilder {
             }
         }
         s.push('\n');
+        if self.target.has_grid_dependency_control() {
+            // Programmatic dependent launch ([`Kernel::waits_for_prerequisites`]):
+            // the next kernel may launch once every block here has started; this
+            // one waits for the previous kernel's completion before anything
+            // else, unless the body placed the wait itself.
+            s.push_str("\tgriddepcontrol.launch_dependents;\n");
+            if !self.waits_in_body {
+                s.push_str("\tgriddepcontrol.wait;\n");
+            }
+            s.push('\n');
+        }
         for line in &self.body {
             match line {
                 Line::Inst(t) => {

@@ -41,6 +41,58 @@ fn header_declares_version_target_and_registers() {
 }
 
 #[test]
+fn hopper_kernels_wait_for_the_kernel_before_them_first() {
+    for target in [Target::Sm80, Target::Sm90, Target::Sm90a] {
+        let mut b = KernelBuilder::new("k", target);
+        let x = b.param_ptr("x");
+        let v = b.ld_global::<F32>(x, 0);
+        b.st_global(x, 4, v);
+        b.ret();
+        let k = b.finish().unwrap();
+        let lines: Vec<&str> = body(&k).into_iter().filter(|l| !l.is_empty() && !l.starts_with('.')).collect();
+        let first_inst = lines.iter().position(|l| l.ends_with(';') && !l.starts_with("//")).unwrap();
+        let waits = target >= Target::Sm90;
+        assert_eq!(k.waits_for_prerequisites(), waits, "{target}");
+        if waits {
+            // Before any load: the kernel ahead may still be writing `x`.
+            assert_eq!(
+                &lines[first_inst..first_inst + 2],
+                &["griddepcontrol.launch_dependents;", "griddepcontrol.wait;"],
+                "{target}"
+            );
+        } else {
+            assert!(!k.ptx().contains("griddepcontrol"), "{target}");
+        }
+    }
+}
+
+#[test]
+fn a_kernel_may_prefetch_before_it_waits() {
+    let k = kernel(|b| {
+        let x = b.param_ptr("x");
+        b.prefetch_l2(x, 256);
+        b.wait_for_prerequisites();
+        let v = b.ld_global::<F32>(x, 0);
+        b.st_global(x, 4, v);
+        b.ret();
+    })
+    .unwrap();
+    let t = k.ptx();
+    assert_eq!(t.matches("griddepcontrol.wait;").count(), 1, "{t}");
+    let at = |s: &str| t.find(s).unwrap();
+    assert!(at("griddepcontrol.launch_dependents;") < at("prefetch.global.L2 [%rd1+256];"), "{t}");
+    assert!(at("prefetch.global.L2") < at("griddepcontrol.wait;"), "{t}");
+    assert!(at("griddepcontrol.wait;") < at("ld.global.f32"), "{t}");
+
+    let twice = kernel(|b| {
+        b.wait_for_prerequisites();
+        b.wait_for_prerequisites();
+        b.ret();
+    });
+    assert!(twice.unwrap_err().problems.iter().any(|p| p.contains("twice")));
+}
+
+#[test]
 fn float_immediates_are_exact_hex() {
     let k = kernel(|b| {
         let a = b.mov(0.1f32);

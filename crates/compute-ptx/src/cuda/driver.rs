@@ -65,6 +65,8 @@ pub(crate) struct Function {
     func: sys::CUfunction,
     name: String,
     params: Vec<ParamTy>,
+    /// Launched with programmatic stream serialization ([`dependent_launch`]).
+    dependent: bool,
     ctx: Arc<CudaContext>,
 }
 
@@ -125,8 +127,14 @@ pub(crate) fn load(ctx: &Arc<CudaContext>, kernel: &Kernel, max_dynamic_smem: Op
     let mut func: sys::CUfunction = std::ptr::null_mut();
     // SAFETY: `module` was just loaded; `entry` is NUL-terminated; `func` is a valid out-pointer.
     let got = unsafe { sys::cuModuleGetFunction(&mut func, module, entry.as_ptr()) };
-    let f =
-        Function { module, func, name: kernel.name().to_string(), params: kernel.params().to_vec(), ctx: ctx.clone() };
+    let f = Function {
+        module,
+        func,
+        name: kernel.name().to_string(),
+        params: kernel.params().to_vec(),
+        dependent: kernel.waits_for_prerequisites() && dependent_launch(),
+        ctx: ctx.clone(),
+    };
     got.result().map_err(|e| compile_err(format!("entry point not found: {}", message(e))))?;
     if let Some(bytes) = max_dynamic_smem {
         // SAFETY: `func` is a live function handle of the bound context.
@@ -141,6 +149,17 @@ pub(crate) fn load(ctx: &Arc<CudaContext>, kernel: &Kernel, max_dynamic_smem: Op
         .map_err(|e| compile_err(format!("setting the dynamic shared memory limit to {bytes}: {}", message(e))))?;
     }
     Ok(f)
+}
+
+/// Whether kernels that wait for their prerequisites
+/// ([`Kernel::waits_for_prerequisites`]) are launched as programmatic
+/// dependents of the kernel before them in the stream, so that their blocks
+/// launch during that kernel's last wave instead of after it. On unless the
+/// environment sets `COMPUTE_PTX_DEPENDENT_LAUNCH=0` (read once per process),
+/// which launches every kernel serially, for comparison.
+pub(crate) fn dependent_launch() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("COMPUTE_PTX_DEPENDENT_LAUNCH").map_or(true, |v| v.trim() != "0"))
 }
 
 /// One kernel argument's bytes, first in memory, aligned as a tensor map must be.
@@ -225,13 +244,43 @@ pub(crate) fn launch(stream: &CudaStream, f: &Function, grid: Grid, args: &[Arg]
     let mut slots = args.iter().map(|a| slot(*a)).collect::<Result<Vec<Slot>>>()?;
     let mut ptrs: Vec<*mut c_void> = slots.iter_mut().map(|s| s.0.as_mut_ptr().cast::<c_void>()).collect();
     stream.context().bind_to_thread().map_err(|e| driver_err(op, e))?;
-    // SAFETY: the argument count and types match the entry point's declared
-    // parameters (checked above); each pointer addresses a 128-byte slot,
-    // 128-byte aligned, holding the value's bytes first, alive until the call
-    // returns (the driver copies them). Device pointers come from live allocations of this context, sized
-    // by the caller's plan for the op (validated by `Op::check`).
-    let r = unsafe {
-        result::launch_kernel(f.func, grid.blocks, grid.threads, grid.dynamic_smem, stream.cu_stream(), &mut ptrs)
+    let r = if f.dependent {
+        // Programmatic stream serialization: the kernel may launch once every
+        // block of the kernel before it has started; it waits for that
+        // kernel's completion in its own first instructions.
+        let mut attr = sys::CUlaunchAttribute {
+            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value: sys::CUlaunchAttributeValue { programmaticStreamSerializationAllowed: 1 },
+        };
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid.blocks.0,
+            gridDimY: grid.blocks.1,
+            gridDimZ: grid.blocks.2,
+            blockDimX: grid.threads.0,
+            blockDimY: grid.threads.1,
+            blockDimZ: grid.threads.2,
+            sharedMemBytes: grid.dynamic_smem,
+            hStream: stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        // SAFETY: the argument count and types match the entry point's
+        // declared parameters (checked above); each pointer addresses a live
+        // 128-byte slot holding the value's bytes first; device pointers come
+        // from live allocations of this context sized by the op's plan.
+        // `config` and the one attribute it points at live until the call
+        // returns (the driver copies them, as it does the arguments).
+        unsafe { sys::cuLaunchKernelEx(&config, f.func, ptrs.as_mut_ptr(), std::ptr::null_mut()) }.result()
+    } else {
+        // SAFETY: the argument count and types match the entry point's declared
+        // parameters (checked above); each pointer addresses a 128-byte slot,
+        // 128-byte aligned, holding the value's bytes first, alive until the call
+        // returns (the driver copies them). Device pointers come from live allocations of this context, sized
+        // by the caller's plan for the op (validated by `Op::check`).
+        unsafe {
+            result::launch_kernel(f.func, grid.blocks, grid.threads, grid.dynamic_smem, stream.cu_stream(), &mut ptrs)
+        }
     };
     r.map_err(|e| {
         let what =

@@ -955,6 +955,12 @@ fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8
                 t.pc += 1;
                 continue;
             }
+            // One grid at a time here: there is no kernel before to wait for
+            // and none after to launch; no cache to prefetch into.
+            "griddepcontrol" | "prefetch" => {
+                t.pc += 1;
+                continue;
+            }
             "ret" => {
                 assert!(
                     t.open_copies.is_empty() && t.groups.iter().all(Vec::is_empty),
