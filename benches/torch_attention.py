@@ -7,7 +7,9 @@ Median of CUDA-event timings over repeated calls; prints one JSON line per
 tflops (4*d FLOPs per visible query-key pair). Decode rows are not causal
 here: PyTorch's is_causal aligns the mask to the start, so one query would
 see one key; our end-aligned mask lets it see all of them, which is what
-no mask gives PyTorch. `--quick`: the first two shapes at s = 1024.
+no mask gives PyTorch. `--quick`: the first two shapes at s = 1024;
+`--only TEXT`: the shapes whose name contains TEXT (as `COMPUTE_ATTENTION_ONLY`
+does for ours).
 """
 import json
 import sys
@@ -48,7 +50,10 @@ def main():
     print(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__}), flush=True)
     backends = [("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION),
                 ("efficient", SDPBackend.EFFICIENT_ATTENTION)]
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else ""
     for name, b, hq, hkv, sq, sk, d, causal, dtype in shapes(quick):
+        if only not in name:
+            continue
         shape = f"{name} b{b} h{hq}:{hkv} sq{sq} sk{sk} d{d}"
         q = torch.randn(b, hq, sq, d, device="cuda", dtype=dtype)
         k = torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype)

@@ -10,7 +10,9 @@
 //! and with TF32 opted in (the tensor-core kernel on bf16 high and low parts of
 //! q, k, v: three products per pair, about 2⁻¹⁶ relative). TFLOP/s count
 //! `4·d` FLOPs per visible (query, key) pair (`Op::cost`), as FlashAttention
-//! and PyTorch's figures do. `--quick` keeps the first two rows at s = 1024.
+//! and PyTorch's figures do. `--quick` keeps the first two rows at s = 1024;
+//! `COMPUTE_ATTENTION_ONLY=<text>` the rows whose name contains it
+//! (`decode`: the decoding rows).
 //!
 //! With `COMPUTE_TORCH_ATTENTION=<file>` (the script's JSON lines), each row
 //! gets the fastest PyTorch backend of the same shape as its peer, and every
@@ -31,8 +33,15 @@ use compute_ptx::plan::AttentionKernel;
 use crate::cuda::{err, random, record};
 use crate::report::{Record, time};
 
-/// One shape of the table: name, spec.
+/// The shapes of the table whose name contains `COMPUTE_ATTENTION_ONLY`
+/// (all without it, e.g. `decode` for the decoding rows alone).
 fn shapes(quick: bool) -> Vec<(&'static str, AttentionSpec)> {
+    let only = std::env::var("COMPUTE_ATTENTION_ONLY").unwrap_or_default();
+    all_shapes(quick).into_iter().filter(|(name, _)| name.contains(only.as_str())).collect()
+}
+
+/// One shape of the table: name, spec.
+fn all_shapes(quick: bool) -> Vec<(&'static str, AttentionSpec)> {
     let bf = |b, h, s, d| AttentionSpec::new(b, h, s, s, d).with_dtype(DType::BF16);
     if quick {
         return vec![("full", bf(4, 32, 1024, 128)), ("causal", bf(4, 32, 1024, 128).causal())];
