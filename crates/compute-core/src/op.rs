@@ -527,6 +527,10 @@ impl MatmulSpec {
 /// kernels do, to multiply in integer units): the stated error bound is
 /// `(max_l |x_il| / 254)·Σ_l |W_jl| + 2⁻¹⁸·Σ_l |x_il·W_jl|` per output,
 /// before the output's own rounding. `k` must be a whole number of blocks.
+///
+/// An [`Epilogue`] applies to each value of the product as for
+/// [`MatmulSpec`] (`y = act(alpha·x·Wᵀ + beta·C₀ + bias)`, the bias and then
+/// `C₀` inputs after `W`), e.g. a residual add (`with_scales(1.0, 1.0)`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct QuantMatmulSpec {
@@ -542,18 +546,33 @@ pub struct QuantMatmulSpec {
     pub dtype: DType,
     /// Dtype of `y`.
     pub out_dtype: DType,
+    /// What is applied to each value on its way to `y` (none by default).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub epilogue: Epilogue,
 }
 
 impl QuantMatmulSpec {
     /// `f32` activations `x` (`m × k`) times the `n × k` weight in `weight`,
     /// writing `f32`.
     pub fn new(m: usize, k: usize, n: usize, weight: DType) -> Self {
-        QuantMatmulSpec { m, k, n, weight, dtype: DType::F32, out_dtype: DType::F32 }
+        QuantMatmulSpec { m, k, n, weight, dtype: DType::F32, out_dtype: DType::F32, epilogue: Epilogue::default() }
     }
 
     /// The same product on activations of `input` writing `output`.
     pub fn with_dtypes(self, input: DType, output: DType) -> Self {
         QuantMatmulSpec { dtype: input, out_dtype: output, ..self }
+    }
+
+    /// The same product with `epilogue`.
+    pub fn with_epilogue(self, epilogue: Epilogue) -> Self {
+        QuantMatmulSpec { epilogue, ..self }
+    }
+
+    /// The same product as `y = alpha·x·Wᵀ + beta·C₀` (`C₀`, of `y`'s shape
+    /// and dtype, an input after `W` and the bias when `beta ≠ 0`):
+    /// `with_scales(1.0, 1.0)` adds a residual.
+    pub fn with_scales(self, alpha: f32, beta: f32) -> Self {
+        QuantMatmulSpec { epilogue: Epilogue { alpha, beta, ..self.epilogue }, ..self }
     }
 }
 
@@ -1221,7 +1240,9 @@ impl Op {
                     s.epilogue.describe()
                 )
             }
-            Op::QuantMatmul(s) => format!("x=[{}x{}] w=[{}x{}]ᵀ {}", s.m, s.k, s.n, s.k, s.weight),
+            Op::QuantMatmul(s) => {
+                format!("x=[{}x{}] w=[{}x{}]ᵀ {}{}", s.m, s.k, s.n, s.k, s.weight, s.epilogue.describe())
+            }
             Op::Conv2d(c) => format!(
                 "x=[{}x{}x{}x{}] w=[{}x{}x{}x{}] stride={:?} pad={:?}",
                 c.n, c.c_in, c.h, c.w, c.c_out, c.c_in, c.kh, c.kw, c.stride, c.padding
@@ -1466,7 +1487,18 @@ impl Op {
                     });
                 }
                 whole_blocks(name, &shapes, s.weight, s.k)?;
-                Ok(Layout::new(&[i(x), Operand::new(w, s.weight)], &o(y)))
+                let e = s.epilogue;
+                if !(e.alpha.is_finite() && e.beta.is_finite()) {
+                    return Err(ComputeError::shape(name, "the epilogue's alpha and beta must be finite", shapes()));
+                }
+                let mut inputs = vec![i(x), Operand::new(w, s.weight)];
+                if e.bias {
+                    inputs.push(Operand::new(s.n, s.out_dtype));
+                }
+                if e.reads_c() {
+                    inputs.push(Operand::new(y, s.out_dtype));
+                }
+                Ok(Layout::new(&inputs, &o(y)))
             }
             Op::Conv2d(c) => {
                 let x = mul(name, &shapes, &[c.n, c.c_in, c.h, c.w])?;
@@ -1675,10 +1707,20 @@ impl Op {
             }
             Op::QuantMatmul(s) => {
                 let (m, k, n) = (u(s.m), u(s.k), u(s.n));
+                let e = s.epilogue;
+                let mn = m.saturating_mul(n);
+                let extra = bytes(s.out_dtype, if e.bias { n } else { 0 })
+                    .saturating_add(bytes(s.out_dtype, if e.reads_c() { mn } else { 0 }));
                 Cost {
-                    flops: 2u64.saturating_mul(m).saturating_mul(k).saturating_mul(n),
-                    bytes_read: read(&[m.saturating_mul(k)]).saturating_add(bytes(s.weight, n.saturating_mul(k))),
-                    bytes_written: write(m.saturating_mul(n)),
+                    flops: 2u64
+                        .saturating_mul(m)
+                        .saturating_mul(k)
+                        .saturating_mul(n)
+                        .saturating_add(mn.saturating_mul(e.flops_per_element())),
+                    bytes_read: read(&[m.saturating_mul(k)])
+                        .saturating_add(bytes(s.weight, n.saturating_mul(k)))
+                        .saturating_add(extra),
+                    bytes_written: write(mn),
                 }
             }
             Op::Conv2d(c) => {

@@ -418,6 +418,9 @@ pub fn run_f64(op: &Op, inputs: &[&[f64]]) -> Result<Reference> {
         }
         Op::QuantMatmul(s) => {
             let (x, w) = (inputs[0], inputs[1]);
+            let e = s.epilogue;
+            let bias = e.bias.then(|| inputs[2]);
+            let c0 = e.reads_c().then(|| inputs[2 + usize::from(e.bias)]);
             for i in 0..s.m {
                 let xi = &x[i * s.k..(i + 1) * s.k];
                 let xmax = xi.iter().fold(0.0f64, |m, v| m.max(v.abs()));
@@ -429,10 +432,25 @@ pub fn run_f64(op: &Op, inputs: &[&[f64]]) -> Result<Reference> {
                         mag += (a * b).abs();
                         wsum += b.abs();
                     }
-                    values.push(acc);
                     // The bound itself: activations rounded to 8-bit integers
                     // (half a step of max|x|/127 each), then f32 sums.
-                    scale.push(xmax / 254.0 * wsum + mag * 2f64.powi(-18));
+                    let bound = xmax / 254.0 * wsum + mag * 2f64.powi(-18);
+                    if e.is_identity() {
+                        values.push(acc);
+                        scale.push(bound);
+                        continue;
+                    }
+                    // Through the epilogue: the bound scaled by alpha, plus
+                    // the f32 rounding of its terms (a few ulps of each),
+                    // carried by an activation's largest slope (1.13, gelu).
+                    let bv = bias.map_or(0.0, |b| b[j]);
+                    let cv = c0.map_or(0.0, |c| c[i * s.n + j]);
+                    let terms = f64::from(e.alpha).abs() * acc.abs()
+                        + bv.abs()
+                        + if e.reads_c() { (f64::from(e.beta) * cv).abs() } else { 0.0 };
+                    let slope = if e.activation.is_some() { 1.13 } else { 1.0 };
+                    values.push(e.apply(acc, cv, bv));
+                    scale.push(slope * (f64::from(e.alpha).abs() * bound + terms * 2f64.powi(-21)));
                 }
             }
         }

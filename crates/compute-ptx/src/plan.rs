@@ -37,7 +37,7 @@
 
 use compute_core::{
     AttentionSpec, BackendKind, ComputeError, Conv2dSpec, CopySpec, DType, Epilogue, HostSlice, HostSliceMut,
-    MatmulSpec, Op, Precision, ReduceOp, Result, RopeSpec,
+    MatmulSpec, Op, Precision, QuantMatmulSpec, ReduceOp, Result, RopeSpec,
 };
 
 use crate::kernels::attention::{self, FlashConfig};
@@ -59,7 +59,7 @@ use crate::kernels::rows::{self, RowKind, RowShape};
 use crate::kernels::{KernelId, conv};
 
 mod quant;
-pub use quant::{run_dequantize, run_quant_matmul};
+pub use quant::{fuses_epilogue, run_dequantize, run_quant_matmul, run_quant_matmul_fused};
 
 /// Which GEMM kernel runs a matrix product.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -676,10 +676,7 @@ impl Exec<'_> {
         }
         let dt = op.dtype();
         match *op {
-            Op::QuantMatmul(s) => {
-                let format = s.weight.block_format().ok_or_else(|| unsupported_dtype(op))?;
-                run_quant_matmul(self.l, format, s.m, s.k, s.n, s.dtype, s.out_dtype, (input(0)?, input(1)?, out))
-            }
+            Op::QuantMatmul(s) => self.quant_matmul(&s, ins, out, op),
             Op::Unary { op: u, len, .. } => {
                 let (kind, p0, p1) = UnaryKind::of(u);
                 let args = [Arg::Ptr(input(0)?), Arg::Ptr(out), Arg::U64(len as u64), Arg::F32(p0), Arg::F32(p1)];
@@ -1178,6 +1175,46 @@ impl Exec<'_> {
         }
         let contiguous = MatmulSpec { batch_strides: None, ..*s };
         self.run(&Op::Matmul(contiguous), &args, out)
+    }
+
+    /// A product with block-quantized weights: the plain product, the one-row
+    /// kernel applying the epilogue in its stores where it runs
+    /// ([`quant::fuses_epilogue`]), else the plain product into an
+    /// `f32` temporary and the standalone epilogue kernel from it into `out`.
+    fn quant_matmul(&self, s: &QuantMatmulSpec, ins: &[u64], out: u64, op: &Op) -> Result<()> {
+        let format = s.weight.block_format().ok_or_else(|| unsupported_dtype(op))?;
+        let input =
+            |i: usize| ins.get(i).copied().ok_or_else(|| ComputeError::shape(op.name(), "missing input", op.shapes()));
+        let (x, w) = (input(0)?, input(1)?);
+        let Some(kind) = EpilogueKind::of(&s.epilogue) else {
+            return run_quant_matmul(self.l, format, s.m, s.k, s.n, s.dtype, s.out_dtype, (x, w, out));
+        };
+        let e = s.epilogue;
+        let bias = if e.bias { input(2)? } else { 0 };
+        let c0 = if e.reads_c() { input(2 + usize::from(e.bias))? } else { 0 };
+        let args = [Arg::F32(e.alpha), Arg::F32(e.beta), Arg::Ptr(bias), Arg::Ptr(c0)];
+        if quant::fuses_epilogue(s.m, s.k) {
+            let dims = (s.m, s.k, s.n);
+            return quant::run_quant_matmul_fused(
+                self.l,
+                format,
+                dims,
+                (s.dtype, s.out_dtype),
+                (kind, args),
+                (x, w, out),
+            );
+        }
+        let total = s.m.saturating_mul(s.n);
+        let (_guard, p) = self.temp(total.max(1), op.name())?;
+        run_quant_matmul(self.l, format, s.m, s.k, s.n, s.dtype, DType::F32, (x, w, p))?;
+        if total == 0 {
+            return Ok(());
+        }
+        let elements = u32_of(op.name(), "quantized matmul epilogue elements", total)?;
+        let n = u32_of(op.name(), "n", s.n)?;
+        let mut all = vec![Arg::Ptr(p), Arg::Ptr(out), Arg::U32(elements), Arg::U32(n)];
+        all.extend(args);
+        self.launch(KernelId::GemmEpilogue(kind, s.out_dtype), self.item_grid(total), &all)
     }
 
     /// `s` as the plain product into an `f32` temporary, then

@@ -193,6 +193,58 @@ fn prefill_dequantizes_then_multiplies() {
     assert!(log.iter().any(|(name, _)| name.starts_with("dequant_")), "the prefill path dequantizes");
 }
 
+/// The one-launch kernel with an epilogue in its stores: `y = alpha·x·Wᵀ +
+/// beta·C₀` (a residual add at `alpha = beta = 1`), against the exact
+/// product and `C₀` within the int8 bound.
+#[test]
+fn the_one_row_kernel_adds_a_residual_in_its_stores() {
+    use compute_ptx::kernels::gemm_epilogue::EpilogueKind;
+    let emu = EmuBackend::new();
+    let mut rng = Rng::new(0xe911);
+    let kind = EpilogueKind { bias: false, c: true, activation: None };
+    for (m, k, n, dtype, (alpha, beta)) in [
+        (1, 512, 37, DType::BF16, (1.0, 1.0)),
+        (2, 256, 9, DType::F32, (0.5, -2.0)),
+        (3, 768, 5, DType::F16, (1.0, 1.0)),
+    ] {
+        let format = BlockFormat::Q4K;
+        assert!(plan::fuses_epilogue(m, k));
+        let (blocks, w) = weights(format, n, k, &mut rng);
+        let x = HostVec::from_f32(dtype, &rng.vec(m * k, -1.0, 1.0));
+        let c0 = HostVec::from_f32(dtype, &rng.vec(m * n, -4.0, 4.0));
+        let (xs, cs) = (x.to_f32(), c0.to_f32());
+        let y = emu
+            .run_bytes(
+                &[x.as_slice().as_bytes(), &blocks, c0.as_slice().as_bytes()],
+                m * n * dtype.size_in_bytes(),
+                |p, o| {
+                    let args = [plan::Arg::F32(alpha), plan::Arg::F32(beta), plan::Arg::Ptr(0), plan::Arg::Ptr(p[2])];
+                    plan::run_quant_matmul_fused(&emu, format, (m, k, n), (dtype, dtype), (kind, args), (p[0], p[1], o))
+                },
+            )
+            .unwrap();
+        let y = decode(&y, dtype);
+        for i in 0..m {
+            let xr = &xs[i * k..(i + 1) * k];
+            let xmax = xr.iter().fold(0f64, |a, &v| a.max(f64::from(v).abs()));
+            for j in 0..n {
+                let wr = &w[j * k..(j + 1) * k];
+                let p: f64 = xr.iter().zip(wr).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum();
+                let sum_w: f64 = wr.iter().map(|&b| f64::from(b).abs()).sum();
+                let c = f64::from(cs[i * n + j]);
+                let exact = f64::from(alpha) * p + f64::from(beta) * c;
+                let mut bound = f64::from(alpha).abs() * 1.01 * (xmax / 254.0) * sum_w + 1e-5 * (p.abs() + c.abs());
+                bound += half_ulp(dtype, exact.abs() + bound);
+                let got = f64::from(y[i * n + j]);
+                assert!(
+                    (got - exact).abs() <= bound,
+                    "m={m} {dtype}: y[{i}, {j}] = {got}, reference {exact}, bound {bound}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn empty_inner_dimension_writes_zeros() {
     let emu = EmuBackend::new();

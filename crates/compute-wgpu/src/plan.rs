@@ -264,7 +264,16 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
         Op::QuantMatmul(s) => {
             let format = s.weight.block_format().ok_or_else(|| unsupported_dtype(op))?;
             let w = input(1)?;
-            quant::quant_matmul(ctx, name, format, (s.m, s.k, s.n), input(0)?, &w.buffer, output, steps)?;
+            // With an epilogue the product goes to an f32 temporary, which the
+            // matmuls' epilogue pass reads into the output.
+            let e = s.epilogue;
+            let product = if e.is_identity() { output.clone() } else { temp_f32(ctx, name, output.len, steps)? };
+            quant::quant_matmul(ctx, name, format, (s.m, s.k, s.n), input(0)?, &w.buffer, &product, steps)?;
+            if !e.is_identity() {
+                let bias = if e.bias { Some(input(2)?) } else { None };
+                let c0 = if e.reads_c() { Some(input(2 + usize::from(e.bias))?) } else { None };
+                epilogue(ctx, name, (e, s.n), &product, [bias, c0], output, steps)?;
+            }
         }
         Op::Unary { op: u, len, dtype } => {
             let (code, a, b) = unary_code(u);

@@ -262,6 +262,16 @@ fn quantized_cases(large: bool) -> Vec<Op> {
     for (m, k, n) in [(1, 96, 3), (2, 96, 5), (17, 160, 9)] {
         v.push(Op::QuantMatmul(QuantMatmulSpec::new(m, k, n, DType::Q8_0)));
     }
+    // Epilogues (a residual add, and everything at once) on the one-row, the
+    // few-row and the many-row paths.
+    let all = Epilogue { alpha: 0.75, beta: -0.5, bias: true, activation: Some(Activation::Silu) };
+    for &(m, blocks, n) in &[(1, 2, 37), (3, 1, 17), (8, 1, 40), (17, 1, 33)] {
+        for weight in [DType::Q4K, DType::Q6K] {
+            let s = QuantMatmulSpec::new(m, blocks * 256, n, weight);
+            v.push(Op::QuantMatmul(s.with_scales(1.0, 1.0)));
+            v.push(Op::QuantMatmul(s.with_epilogue(all)));
+        }
+    }
     v
 }
 

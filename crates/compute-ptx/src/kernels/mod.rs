@@ -121,8 +121,9 @@ pub enum KernelId {
     /// format, row count (1, 2, 4, 8, 16), output dtype.
     QuantGemv(BlockFormat, u32, DType),
     /// [`KernelId::QuantGemv`] for 1, 2 or 4 rows quantizing the activations
-    /// itself: format, row count, input dtype, output dtype.
-    QuantGemvX(BlockFormat, u32, DType, DType),
+    /// itself: format, row count, input dtype, output dtype, the epilogue
+    /// applied in its stores.
+    QuantGemvX(BlockFormat, u32, DType, DType, Option<EpilogueKind>),
     /// Rotary position embedding: pair layout, dtype.
     Rope(RopeLayout, DType),
     /// 3-D strided copy of units of this many bytes (2, 4, 8 or 16).
@@ -168,7 +169,7 @@ impl KernelId {
             KernelId::Dequant(f, d) => quant::dequant_name(*f, *d),
             KernelId::QuantizeX(d) => quant::quantize_x_name(*d),
             KernelId::QuantGemv(f, r, d) => quant_gemv::name(*f, *r, *d),
-            KernelId::QuantGemvX(f, r, i, o) => quant_gemv::x_name(*f, *r, *i, *o),
+            KernelId::QuantGemvX(f, r, i, o, e) => quant_gemv::x_name(*f, *r, *i, *o) + &EpilogueKind::suffix(*e),
             KernelId::Rope(l, d) => decoder::rope_name(*l, *d),
             KernelId::Copy(bytes) => decoder::copy_name(*bytes),
             KernelId::Gather(bytes) => decoder::gather_name(*bytes),
@@ -217,7 +218,7 @@ impl KernelId {
             KernelId::Dequant(f, d) => quant::dequant(f, d, target),
             KernelId::QuantizeX(d) => quant::quantize_x(d, target),
             KernelId::QuantGemv(f, r, d) => quant_gemv::qgemv(f, r, d, target),
-            KernelId::QuantGemvX(f, r, i, o) => quant_gemv::qgemv_x(f, r, i, o, target),
+            KernelId::QuantGemvX(f, r, i, o, e) => quant_gemv::qgemv_x(f, r, i, o, e, target),
             KernelId::Rope(l, d) => decoder::rope(l, d, target),
             KernelId::Copy(bytes) => decoder::copy(bytes, target),
             KernelId::Gather(bytes) => decoder::gather(bytes, target),
@@ -277,7 +278,7 @@ impl KernelId {
             | KernelId::GemmTma(_, from, to, ..)
             | KernelId::GemvNt(_, from, to, _)
             | KernelId::GemvNtMma(_, from, to, _)
-            | KernelId::QuantGemvX(_, _, from, to) => {
+            | KernelId::QuantGemvX(_, _, from, to, _) => {
                 vec![from, to]
             }
             _ => vec![DType::F32],
@@ -402,10 +403,13 @@ pub fn catalog() -> Vec<KernelId> {
         }
         for rows in quant_gemv::X_ROWS {
             for input in elem::DTYPES {
-                v.extend(elem::DTYPES.map(|d| KernelId::QuantGemvX(format, rows, input, d)));
+                v.extend(elem::DTYPES.map(|d| KernelId::QuantGemvX(format, rows, input, d, None)));
             }
         }
     }
+    // A residual add in the stores of the decoder's one-row product.
+    let residual = EpilogueKind { bias: false, c: true, activation: None };
+    v.push(KernelId::QuantGemvX(BlockFormat::Q4K, 1, DType::BF16, DType::BF16, Some(residual)));
     v.extend(elem::DTYPES.map(KernelId::QuantizeX));
     for d in elem::DTYPES {
         v.push(KernelId::Rope(RopeLayout::HalfSplit, d));

@@ -40,6 +40,7 @@
 //! and lane `i < m` writes `y[i, j]`. Deterministic: no atomics.
 
 use super::elem;
+use super::gemm_epilogue::{self, EpilogueKind, EpilogueRegs};
 use super::quant::{self, f16_lo, scale_min_k4};
 use crate::builder::{BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Pred, Reg, S32, Target, U32, U64};
 use compute_core::DType;
@@ -202,7 +203,7 @@ pub fn qgemv(format: BlockFormat, rows: u32, out: DType, target: Target) -> Resu
     row_sums(&mut b, format, &ln, (&wrows, nb, slot, u), (xs, &acc), format == BlockFormat::Q8_0, reduce);
     b.place(reduce);
     let done = b.label("done");
-    reduce_store(&mut b, &acc, rows, (lane, m, n, j), (y, out), done);
+    reduce_store(&mut b, &acc, rows, (lane, m, n, j), (y, out, None), done);
     b.place(done);
     b.ret();
     b.finish()
@@ -277,11 +278,20 @@ pub fn x_name(format: BlockFormat, rows: u32, input: DType, out: DType) -> Strin
 /// the grid is about [`X_BLOCKS_PER_SM`] blocks per multiprocessor: every
 /// block stays resident and `x` is quantized once per block. Params: `w` (as
 /// [`qgemv`]), `x`, `y` (pointers; `x` 16-byte aligned), `m`, `n`, `k`,
-/// `rpc` (u32). Launch: [`X_THREADS`] threads, `ceil(n / rpc)` blocks,
+/// `rpc` (u32), then with an `epilogue` its `alpha`, `beta` (f32), bias and
+/// `C₀` (pointers; [`gemm_epilogue`]), applied to each value as it is
+/// stored. Launch: [`X_THREADS`] threads, `ceil(n / rpc)` blocks,
 /// [`x_smem`]`(m, k)` bytes of dynamic shared memory (at most
 /// [`X_MAX_SMEM`]); `k > 0`.
-pub fn qgemv_x(format: BlockFormat, rows: u32, input: DType, out: DType, target: Target) -> Result<Kernel, BuildError> {
-    let kname = x_name(format, rows, input, out);
+pub fn qgemv_x(
+    format: BlockFormat,
+    rows: u32,
+    input: DType,
+    out: DType,
+    epilogue: Option<EpilogueKind>,
+    target: Target,
+) -> Result<Kernel, BuildError> {
+    let kname = x_name(format, rows, input, out) + &EpilogueKind::suffix(epilogue);
     if !quant::supported(format) || !X_ROWS.contains(&rows) {
         let why = format!("no quantizing GEMV for {format} with {rows} rows");
         return Err(BuildError { kernel: kname, problems: vec![why] });
@@ -299,6 +309,7 @@ pub fn qgemv_x(format: BlockFormat, rows: u32, input: DType, out: DType, target:
         "warp w of block c takes rows c*rpc + w*rpc/{X_WARPS}.., {rw} at a time; {lpb} lanes per weight block, {u} blocks per lane per iteration; dp4a on int8, f32 scales per group; butterfly sum, lane i writes y[i, j]"
     ));
     b.doc("params: w, x, y (pointers), m, n, k, rpc (u32)");
+    gemm_epilogue::doc(&mut b, epilogue);
     b.doc(&format!(
         "launch: {X_THREADS} threads, ceil(n / rpc) blocks, round16(m*k) + m*k/4 bytes of dynamic shared memory"
     ));
@@ -311,6 +322,7 @@ pub fn qgemv_x(format: BlockFormat, rows: u32, input: DType, out: DType, target:
     let n = b.param::<U32>("n");
     let k = b.param::<U32>("k");
     let rpc = b.param::<U32>("rpc");
+    let epi = gemm_epilogue::params(&mut b, epilogue);
     let smem = b.dynamic_shared("xq", 16);
     let sq = b.shared_base(&smem);
     let tid = b.tid(Dim::X);
@@ -416,7 +428,7 @@ pub fn qgemv_x(format: BlockFormat, rows: u32, input: DType, out: DType, target:
     row_sums(&mut b, format, &ln, (&wrows, nb, slot, u), (xs, &acc), false, reduce);
     b.place(reduce);
     let stored = b.label("stored");
-    reduce_store(&mut b, &acc, rows, (lane, m, n, j), (y, out), stored);
+    reduce_store(&mut b, &acc, rows, (lane, m, n, j), (y, out, epi), stored);
     b.place(stored);
     let nj = b.add(j, rw);
     b.assign(j, nj);
@@ -427,14 +439,14 @@ pub fn qgemv_x(format: BlockFormat, rows: u32, input: DType, out: DType, target:
 }
 
 /// Adds the lanes' sums (butterfly) and has lane `i < m` write
-/// `y[i, j + c]` (`acc[c·rows + i]`) for the weight rows `j + c < n`; ends
-/// at `done` (placed right after by the caller).
+/// `y[i, j + c]` (`acc[c·rows + i]`) for the weight rows `j + c < n`, through
+/// `epi` where there is one; ends at `done` (placed right after by the caller).
 fn reduce_store(
     b: &mut KernelBuilder,
     acc: &[Reg<F32>],
     rows: u32,
     (lane, m, n, j): (Reg<U32>, Reg<U32>, Reg<U32>, Reg<U32>),
-    (y, out): (Reg<U64>, DType),
+    (y, out, epi): (Reg<U64>, DType, Option<EpilogueRegs>),
     done: crate::builder::Label,
 ) {
     b.comment("butterfly over the lanes; lane i < m writes row i");
@@ -459,6 +471,10 @@ fn reduce_store(
         let yi = b.mad(lane, n, jc);
         let yoff = b.mul_wide(yi, elem::size(out));
         let ya = b.add(y, yoff);
+        let val = match epi {
+            Some(e) => e.element(b, out, (yoff, jc), val),
+            None => val,
+        };
         elem::store(b, out, ya, 0, &[val]);
     }
 }

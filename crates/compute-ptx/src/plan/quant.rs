@@ -23,6 +23,7 @@ use compute_core::quant::BlockFormat;
 use compute_core::{BackendKind, ComputeError, DType, MatmulSpec, Op, Result};
 
 use super::{Arg, Exec, Grid, Launcher, MAX_GRID_X, limit, u32_of};
+use crate::kernels::gemm_epilogue::EpilogueKind;
 use crate::kernels::quant_gemv;
 use crate::kernels::{KernelId, elem, quant};
 
@@ -90,7 +91,51 @@ pub fn run_quant_matmul(
     out_dtype: DType,
     (x, w, y): (u64, u64, u64),
 ) -> Result<()> {
+    quant_matmul(l, format, (m, k, n), (x_dtype, out_dtype), (x, w, y), None)
+}
+
+/// Whether the product of `m` rows of `k` values runs the one-launch kernel
+/// that quantizes its activations itself ([`quant_gemv::qgemv_x`]), the one
+/// that applies an epilogue in its stores. Free.
+pub fn fuses_epilogue(m: usize, k: usize) -> bool {
+    m > 0
+        && k > 0
+        && m <= quant_gemv::MAX_ROWS
+        && quant_gemv::X_ROWS.contains(&quant_gemv::rows_for(m))
+        && quant_gemv::x_smem(m, k) <= quant_gemv::X_MAX_SMEM
+}
+
+/// [`run_quant_matmul`] with the epilogue `kind` applied in the kernel's
+/// stores (`args`: `alpha`, `beta`, the bias and `C₀` addresses), where
+/// [`fuses_epilogue`] holds; the same preconditions and errors, and a shape
+/// error where it does not hold.
+#[allow(clippy::too_many_arguments)]
+pub fn run_quant_matmul_fused(
+    l: &dyn Launcher,
+    format: BlockFormat,
+    (m, k, n): (usize, usize, usize),
+    (x_dtype, out_dtype): (DType, DType),
+    (kind, args): (EpilogueKind, [Arg; 4]),
+    (x, w, y): (u64, u64, u64),
+) -> Result<()> {
+    quant_matmul(l, format, (m, k, n), (x_dtype, out_dtype), (x, w, y), Some((kind, args)))
+}
+
+fn quant_matmul(
+    l: &dyn Launcher,
+    format: BlockFormat,
+    (m, k, n): (usize, usize, usize),
+    (x_dtype, out_dtype): (DType, DType),
+    (x, w, y): (u64, u64, u64),
+    epilogue: Option<(EpilogueKind, [Arg; 4])>,
+) -> Result<()> {
     let shapes = format!("x=[{m}x{k}] {x_dtype}, w=[{n}x{k}] {format}, y=[{m}x{n}] {out_dtype}");
+    if epilogue.is_some() && !fuses_epilogue(m, k) {
+        let why = format!(
+            "only products of up to 4 rows whose activations fit shared memory apply an epilogue in their stores; got m = {m}, k = {k}"
+        );
+        return Err(ComputeError::shape(MATMUL, why, shapes));
+    }
     check_format(MATMUL, format, &shapes)?;
     check_dtype(MATMUL, x_dtype, &shapes)?;
     check_dtype(MATMUL, out_dtype, &shapes)?;
@@ -146,7 +191,7 @@ pub fn run_quant_matmul(
             threads: (quant_gemv::X_THREADS, 1, 1),
             dynamic_smem: smem as u32,
         };
-        let args = [
+        let mut args = vec![
             Arg::Ptr(w),
             Arg::Ptr(x),
             Arg::Ptr(y),
@@ -155,7 +200,11 @@ pub fn run_quant_matmul(
             Arg::U32(k32),
             Arg::U32(u32_of(MATMUL, "weight rows per block", rpc)?),
         ];
-        return l.launch(KernelId::QuantGemvX(format, rows, x_dtype, out_dtype), grid, &args);
+        let kind = epilogue.map(|(kind, e)| {
+            args.extend(e);
+            kind
+        });
+        return l.launch(KernelId::QuantGemvX(format, rows, x_dtype, out_dtype, kind), grid, &args);
     }
     // Quantized activations: m·k int8 (padded to 16 bytes), then m·k/32 (d, s) pairs.
     let q_bytes = (m * k).next_multiple_of(16);

@@ -119,6 +119,14 @@ pub(crate) fn empty_depth(isa: Isa, (batch, m, n): (usize, usize, usize), epilog
     }
 }
 
+/// Applies `epilogue` to the one `m × n` product already in `c` (row-major),
+/// on the calling thread: one pass over `c`.
+pub(crate) fn finish_product(isa: Isa, (m, n): (usize, usize), epilogue: &EpilogueArgs<'_>, c: &mut [f32]) {
+    if let (Some(finish), Some(mut view)) = (epilogue.product(0, m, n), MatMut::new(c, m, n, n)) {
+        finish.apply(isa, (0, 0), &mut view);
+    }
+}
+
 /// One product into `c` (`m×n`), split across up to `threads` threads, with
 /// `finish` applied to each block as it is completed.
 fn product(isa: Isa, op: &Operands<'_>, finish: Option<&Finish<'_>>, c: &mut [f32], threads: usize) {

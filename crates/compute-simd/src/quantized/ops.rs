@@ -16,7 +16,9 @@
 //!   on the calling thread, block by block: dequantizing costs a pass at
 //!   about 1 GB/s, quantizing the reference searches (58–3500 MB/s by format).
 //!
-//! `f16`/`bf16` outputs are computed into an `f32` buffer and rounded once.
+//! `f16`/`bf16` outputs are computed into an `f32` buffer and rounded once. A
+//! quantized matmul's epilogue is applied to the `f32` product in one more
+//! pass over it, as the GEMM's ([`EpilogueArgs`]).
 
 use compute_core::{
     BackendKind, ComputeError, DType, HostSlice, HostSliceMut, MatmulSpec, Op, QuantMatmulSpec, Result,
@@ -24,7 +26,7 @@ use compute_core::{
 };
 
 use super::{Weights, matmul_with};
-use crate::gemm;
+use crate::gemm::{self, epilogue::EpilogueArgs};
 use crate::halves::convert;
 use crate::isa::Isa;
 
@@ -59,7 +61,16 @@ pub fn run(isa: Isa, op: &Op, inputs: &[HostSlice<'_>], out: HostSliceMut<'_>) -
                 return Err(unsupported(spec.weight));
             };
             let x = widened(x);
-            into_f32(isa, out, |y| quant_matmul(isa, op, &spec, &x, w.bytes(), y))
+            // The epilogue, as a matmul's: its bias and C₀ after W.
+            let as_matmul = MatmulSpec { trans_b: true, ..MatmulSpec::new(spec.m, spec.k, spec.n) }
+                .with_dtypes(spec.dtype, spec.out_dtype)
+                .with_epilogue(spec.epilogue);
+            let epilogue = EpilogueArgs::new(isa, &as_matmul, inputs.get(2..).unwrap_or_default())?;
+            into_f32(isa, out, |y| {
+                quant_matmul(isa, op, &spec, &x, w.bytes(), y)?;
+                gemm::finish_product(isa, (spec.m, spec.n), &epilogue, y);
+                Ok(())
+            })
         }
         Op::Cast { from, .. } if from.is_quantized() => {
             let Some(w) = inputs.first().and_then(HostSlice::blocks) else { return Err(unsupported(from)) };

@@ -24,8 +24,9 @@
 //! prompt), [`Op::Attention`] against a cache of fixed capacity,
 //! [`Op::Binary`] ([`BinaryOp::SwiGlu`], and residual adds where a product
 //! cannot add them itself) and [`Op::ArgMax`]. The output and down
-//! projections of a float layer add the residual in the product's epilogue
-//! (`C = x·Wᵀ + 1·residual`, [`compute_core::Epilogue`]), one op instead of two.
+//! projections add the residual in the product's epilogue (`C = x·Wᵀ +
+//! 1·residual`, [`compute_core::Epilogue`]), float and quantized weights
+//! alike, one op instead of two.
 //!
 //! Layout choices: weights are stored as `[out, in]` (no transposed copies);
 //! q, k and v are one product over their stacked weights where they share a
@@ -265,7 +266,7 @@ impl Linear {
 
     /// `into = residual + x·Wᵀ` for `m` rows of `x`: one product whose
     /// epilogue adds the residual (`beta = 1`, computed in `f32` and rounded
-    /// once) where the weight is a float matrix and the backend takes it,
+    /// once) where the backend takes it, float or quantized weights alike,
     /// else the product into `scratch` and an add.
     fn add_into(
         &self,
@@ -275,11 +276,13 @@ impl Linear {
         (scratch, into): (&Tensor, &Tensor),
     ) -> Result<()> {
         let op = self.op(m, dtype);
-        if let Op::Matmul(spec) = op {
-            let fused = Op::Matmul(spec.with_scales(1.0, 1.0));
-            if b.supports(&fused) {
-                return b.run_tensors(&fused, &[x, &self.w, residual], into);
-            }
+        let fused = match op {
+            Op::Matmul(spec) => Some(Op::Matmul(spec.with_scales(1.0, 1.0))),
+            Op::QuantMatmul(spec) => Some(Op::QuantMatmul(spec.with_scales(1.0, 1.0))),
+            _ => None,
+        };
+        if let Some(fused) = fused.filter(|f| b.supports(f)) {
+            return b.run_tensors(&fused, &[x, &self.w, residual], into);
         }
         b.run_tensors(&op, &[x, &self.w], scratch)?;
         let add = Op::binary(BinaryOp::Add, m * self.out).with_dtype(dtype);
