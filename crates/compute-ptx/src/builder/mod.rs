@@ -192,13 +192,15 @@ impl Kernel {
     }
     /// Whether the kernel may be launched before the kernel ahead of it in its
     /// stream has finished (programmatic dependent launch, `sm_90` on). Such
-    /// a kernel's first instructions are `griddepcontrol.launch_dependents`
-    /// (the kernel after it may start launching once every block of this one
-    /// has started) and `griddepcontrol.wait` (nothing of it runs on until the
-    /// kernel before has completed and its writes are visible), so it reads
-    /// and writes memory exactly as a serially launched kernel does; what it
-    /// gains is the launch of its blocks during the previous kernel's last
-    /// wave. Launched without the attribute, both instructions do nothing.
+    /// a kernel's first instruction is `griddepcontrol.launch_dependents` (the
+    /// kernel after it may start launching once every block of this one has
+    /// started), and `griddepcontrol.wait` (nothing of it runs on until the
+    /// kernel before has completed and its writes are visible) comes next, or
+    /// where the kernel placed it before its first memory access
+    /// ([`KernelBuilder::wait_for_prerequisites`]). So it reads and writes
+    /// memory exactly as a serially launched kernel does; what it gains is
+    /// the launch of its blocks during the previous kernel's last wave.
+    /// Launched without the attribute, both instructions do nothing.
     pub fn waits_for_prerequisites(&self) -> bool {
         self.target.has_grid_dependency_control()
     }

@@ -109,7 +109,6 @@ pub fn fuses_epilogue(m: usize, k: usize) -> bool {
 /// stores (`args`: `alpha`, `beta`, the bias and `C₀` addresses), where
 /// [`fuses_epilogue`] holds; the same preconditions and errors, and a shape
 /// error where it does not hold.
-#[allow(clippy::too_many_arguments)]
 pub fn run_quant_matmul_fused(
     l: &dyn Launcher,
     format: BlockFormat,
