@@ -626,9 +626,9 @@ struct EpilogueInputs {
     c0: u64,
 }
 
-/// The epilogue inputs of `s` among `ins` (after `A` and `B`: the bias, then `C₀`).
-fn epilogue_inputs(s: &MatmulSpec, ins: &[u64]) -> EpilogueInputs {
-    let e = s.epilogue;
+/// The inputs of the epilogue `e` among a product's `ins` (after its two
+/// operands: the bias, then `C₀`).
+fn epilogue_inputs(e: &Epilogue, ins: &[u64]) -> EpilogueInputs {
     let bias = if e.bias { ins.get(2).copied().unwrap_or(0) } else { 0 };
     let c0 = if e.reads_c() { ins.get(2 + usize::from(e.bias)).copied().unwrap_or(0) } else { 0 };
     EpilogueInputs { bias, c0 }
@@ -723,9 +723,14 @@ impl Exec<'_> {
                 self.matmul_then_epilogue(&spec, ins, out, op.name())
             }
             // Few rows, any dtypes: one pass over B.
-            Op::Matmul(spec) if gemv_chosen(&spec, self.l.has_wgmma()) => {
-                self.gemv(&spec, (input(0)?, input(1)?, out), None, None, epilogue_inputs(&spec, ins), op.name())
-            }
+            Op::Matmul(spec) if gemv_chosen(&spec, self.l.has_wgmma()) => self.gemv(
+                &spec,
+                (input(0)?, input(1)?, out),
+                None,
+                None,
+                epilogue_inputs(&spec.epilogue, ins),
+                op.name(),
+            ),
             // f32 with TF32 opted in, `A·Bᵀ`: a `wgmma` kernel reads it as TF32
             // (the TMA one where the operands are aligned for it).
             Op::Matmul(spec) if self.l.has_wgmma() && tf32_fits(&spec) => {
@@ -736,7 +741,7 @@ impl Exec<'_> {
                 } else {
                     GemmTc::Wgmma(WgmmaConfig::tf32())
                 };
-                self.matmul_tc(tc, &spec, (a, b, out), epilogue_inputs(&spec, ins), op.name())
+                self.matmul_tc(tc, &spec, (a, b, out), epilogue_inputs(&spec.epilogue, ins), op.name())
             }
             Op::Matmul(spec) if spec.dtype == DType::F32 && spec.out_dtype == DType::F32 => {
                 self.matmul(GemmTier::choose(&spec, false), &spec, input(0)?, input(1)?, out, None, op.name())
@@ -745,7 +750,7 @@ impl Exec<'_> {
             Op::Matmul(spec) if mma_fits(&spec) => {
                 let (a, b) = (input(0)?, input(1)?);
                 let tc = self.half_tc(&spec, (a, b));
-                self.matmul_tc(tc, &spec, (a, b, out), epilogue_inputs(&spec, ins), op.name())
+                self.matmul_tc(tc, &spec, (a, b, out), epilogue_inputs(&spec.epilogue, ins), op.name())
             }
             Op::Matmul(spec) => {
                 let wide = Op::Matmul(spec.with_dtypes(DType::F32, DType::F32));
@@ -1153,7 +1158,7 @@ impl Exec<'_> {
         let aligned = [s.stride_a(), s.stride_b()].iter().all(|x| (x * e).is_multiple_of(16));
         if matches!(s.dtype, DType::F16 | DType::BF16) && mma_fits(s) && aligned {
             let (a, b) = (input(0)?, input(1)?);
-            return self.matmul_tc(self.half_tc(s, (a, b)), s, (a, b, out), epilogue_inputs(s, ins), op);
+            return self.matmul_tc(self.half_tc(s, (a, b)), s, (a, b, out), epilogue_inputs(&s.epilogue, ins), op);
         }
         let layout = Op::Matmul(*s).layout()?;
         let mut args = ins.to_vec();
@@ -1189,32 +1194,38 @@ impl Exec<'_> {
         let Some(kind) = EpilogueKind::of(&s.epilogue) else {
             return run_quant_matmul(self.l, format, s.m, s.k, s.n, s.dtype, s.out_dtype, (x, w, out));
         };
-        let e = s.epilogue;
-        let bias = if e.bias { input(2)? } else { 0 };
-        let c0 = if e.reads_c() { input(2 + usize::from(e.bias))? } else { 0 };
-        let args = [Arg::F32(e.alpha), Arg::F32(e.beta), Arg::Ptr(bias), Arg::Ptr(c0)];
+        let e = epilogue_inputs(&s.epilogue, ins);
         if quant::fuses_epilogue(s.m, s.k) {
-            let dims = (s.m, s.k, s.n);
-            return quant::run_quant_matmul_fused(
-                self.l,
-                format,
-                dims,
-                (s.dtype, s.out_dtype),
-                (kind, args),
-                (x, w, out),
-            );
+            let args = e.args(&s.epilogue, 0);
+            let dtypes = (s.dtype, s.out_dtype);
+            return quant::run_quant_matmul_fused(self.l, format, (s.m, s.k, s.n), dtypes, (kind, &args), (x, w, out));
         }
         let total = s.m.saturating_mul(s.n);
         let (_guard, p) = self.temp(total.max(1), op.name())?;
         run_quant_matmul(self.l, format, s.m, s.k, s.n, s.dtype, DType::F32, (x, w, p))?;
+        self.epilogue_pass(&s.epilogue, kind, e, (p, out, s.out_dtype), (total, s.n), op.name())
+    }
+
+    /// The standalone epilogue kernel: `out` (`out_dtype`) from the `total`
+    /// values of the `f32` product `p` of `n` columns and the epilogue's
+    /// inputs `e`. One pass over `C`; nothing for an empty product.
+    fn epilogue_pass(
+        &self,
+        epilogue: &Epilogue,
+        kind: EpilogueKind,
+        e: EpilogueInputs,
+        (p, out, out_dtype): (u64, u64, DType),
+        (total, n): (usize, usize),
+        op: &'static str,
+    ) -> Result<()> {
         if total == 0 {
             return Ok(());
         }
-        let elements = u32_of(op.name(), "quantized matmul epilogue elements", total)?;
-        let n = u32_of(op.name(), "n", s.n)?;
-        let mut all = vec![Arg::Ptr(p), Arg::Ptr(out), Arg::U32(elements), Arg::U32(n)];
-        all.extend(args);
-        self.launch(KernelId::GemmEpilogue(kind, s.out_dtype), self.item_grid(total), &all)
+        let elements = u32_of(op, "matmul epilogue elements", total)?;
+        let n = u32_of(op, "n", n)?;
+        let mut args = vec![Arg::Ptr(p), Arg::Ptr(out), Arg::U32(elements), Arg::U32(n)];
+        args.extend(e.args(epilogue, 0));
+        self.launch(KernelId::GemmEpilogue(kind, out_dtype), self.item_grid(total), &args)
     }
 
     /// `s` as the plain product into an `f32` temporary, then
@@ -1228,14 +1239,11 @@ impl Exec<'_> {
         if total == 0 {
             return Ok(());
         }
-        let elements = u32_of(op, "matmul epilogue elements", total)?;
-        let n = u32_of(op, "n", s.n)?;
         let plain = MatmulSpec { epilogue: Epilogue::default(), out_dtype: DType::F32, ..*s };
         let (_guard, p) = self.temp(total, op)?;
         self.run(&Op::Matmul(plain), ins.get(..2).unwrap_or(ins), p)?;
-        let mut args = vec![Arg::Ptr(p), Arg::Ptr(out), Arg::U32(elements), Arg::U32(n)];
-        args.extend(epilogue_inputs(s, ins).args(&s.epilogue, 0));
-        self.launch(KernelId::GemmEpilogue(kind, s.out_dtype), self.item_grid(total), &args)
+        let e = epilogue_inputs(&s.epilogue, ins);
+        self.epilogue_pass(&s.epilogue, kind, e, (p, out, s.out_dtype), (total, s.n), op)
     }
 
     /// Runs `op` (a matmul or conv2d with half operands) as `wide`, its `f32`

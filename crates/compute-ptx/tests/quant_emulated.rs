@@ -219,7 +219,14 @@ fn the_one_row_kernel_adds_a_residual_in_its_stores() {
                 m * n * dtype.size_in_bytes(),
                 |p, o| {
                     let args = [plan::Arg::F32(alpha), plan::Arg::F32(beta), plan::Arg::Ptr(0), plan::Arg::Ptr(p[2])];
-                    plan::run_quant_matmul_fused(&emu, format, (m, k, n), (dtype, dtype), (kind, args), (p[0], p[1], o))
+                    plan::run_quant_matmul_fused(
+                        &emu,
+                        format,
+                        (m, k, n),
+                        (dtype, dtype),
+                        (kind, &args),
+                        (p[0], p[1], o),
+                    )
                 },
             )
             .unwrap();

@@ -257,6 +257,12 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
             ComputeError::shape(name, format!("expected at least {} inputs, got {}", i + 1, inputs.len()), op.shapes())
         })
     };
+    // A product's epilogue inputs, after its two operands: the bias, then C₀.
+    let epilogue_inputs = |e: Epilogue| -> Result<[Option<&View>; 2]> {
+        let bias = if e.bias { Some(input(2)?) } else { None };
+        let c0 = if e.reads_c() { Some(input(2 + usize::from(e.bias))?) } else { None };
+        Ok([bias, c0])
+    };
     if !supported(op) {
         return Err(unsupported_dtype(op));
     }
@@ -270,9 +276,7 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
             let product = if e.is_identity() { output.clone() } else { temp_f32(ctx, name, output.len, steps)? };
             quant::quant_matmul(ctx, name, format, (s.m, s.k, s.n), input(0)?, &w.buffer, &product, steps)?;
             if !e.is_identity() {
-                let bias = if e.bias { Some(input(2)?) } else { None };
-                let c0 = if e.reads_c() { Some(input(2 + usize::from(e.bias))?) } else { None };
-                epilogue(ctx, name, (e, s.n), &product, [bias, c0], output, steps)?;
+                epilogue(ctx, name, (e, s.n), &product, epilogue_inputs(e)?, output, steps)?;
             }
         }
         Op::Unary { op: u, len, dtype } => {
@@ -328,9 +332,7 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
                 narrow(ctx, name, &c, &product, steps)?;
             }
             if !e.is_identity() {
-                let bias = if e.bias { Some(input(2)?) } else { None };
-                let c0 = if e.reads_c() { Some(input(2 + usize::from(e.bias))?) } else { None };
-                epilogue(ctx, name, (e, s.n), &product, [bias, c0], output, steps)?;
+                epilogue(ctx, name, (e, s.n), &product, epilogue_inputs(e)?, output, steps)?;
             }
         }
         Op::Conv2d(c) => {

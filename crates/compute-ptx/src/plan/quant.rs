@@ -114,7 +114,7 @@ pub fn run_quant_matmul_fused(
     format: BlockFormat,
     (m, k, n): (usize, usize, usize),
     (x_dtype, out_dtype): (DType, DType),
-    (kind, args): (EpilogueKind, [Arg; 4]),
+    (kind, args): (EpilogueKind, &[Arg]),
     (x, w, y): (u64, u64, u64),
 ) -> Result<()> {
     quant_matmul(l, format, (m, k, n), (x_dtype, out_dtype), (x, w, y), Some((kind, args)))
@@ -126,7 +126,7 @@ fn quant_matmul(
     (m, k, n): (usize, usize, usize),
     (x_dtype, out_dtype): (DType, DType),
     (x, w, y): (u64, u64, u64),
-    epilogue: Option<(EpilogueKind, [Arg; 4])>,
+    epilogue: Option<(EpilogueKind, &[Arg])>,
 ) -> Result<()> {
     let shapes = format!("x=[{m}x{k}] {x_dtype}, w=[{n}x{k}] {format}, y=[{m}x{n}] {out_dtype}");
     if epilogue.is_some() && !fuses_epilogue(m, k) {
@@ -178,7 +178,7 @@ fn quant_matmul(
     }
     let rows = quant_gemv::rows_for(m);
     let smem = quant_gemv::x_smem(m, k);
-    if quant_gemv::X_ROWS.contains(&rows) && smem <= quant_gemv::X_MAX_SMEM {
+    if fuses_epilogue(m, k) {
         // One launch: each block quantizes x into shared memory, then its
         // warps take rpc / 8 weight rows each; rpc makes the grid about as
         // many blocks as stay resident, so x is quantized once per block.
@@ -200,7 +200,7 @@ fn quant_matmul(
             Arg::U32(u32_of(MATMUL, "weight rows per block", rpc)?),
         ];
         let kind = epilogue.map(|(kind, e)| {
-            args.extend(e);
+            args.extend_from_slice(e);
             kind
         });
         return l.launch(KernelId::QuantGemvX(format, rows, x_dtype, out_dtype, kind), grid, &args);
