@@ -531,6 +531,18 @@ impl MatmulSpec {
 /// An [`Epilogue`] applies to each value of the product as for
 /// [`MatmulSpec`] (`y = act(alpha·x·Wᵀ + beta·C₀ + bias)`, the bias and then
 /// `C₀` inputs after `W`), e.g. a residual add (`with_scales(1.0, 1.0)`).
+///
+/// Two steps of a transformer layer may be fused around the product, so that
+/// a decoder's layer launches fewer kernels:
+///
+/// - [`with_rms_norm`](Self::with_rms_norm): each row of `x` is first
+///   normalized, `x_i / √(mean(x_i²) + eps) · g` ([`RowOp::RmsNorm`], in
+///   `f32`, not rounded to `x`'s dtype), `g` (`k` values of `x`'s dtype) an
+///   input right after `W`.
+/// - [`with_glu`](Self::with_glu): `W`'s `n` rows are a gate half then an up
+///   half, and `y` (`m × n/2`) is `silu(p[i, j])·p[i, n/2 + j]` of the
+///   product `p` ([`Op::Glu`]), computed in `f32` and rounded once. It takes
+///   no other epilogue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct QuantMatmulSpec {
@@ -549,13 +561,74 @@ pub struct QuantMatmulSpec {
     /// What is applied to each value on its way to `y` (none by default).
     #[cfg_attr(feature = "serde", serde(default))]
     pub epilogue: Epilogue,
+    /// The RMS normalization of `x`'s rows before the product, if any.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub rms_norm: Option<NormEps>,
+    /// Whether `y` is the gated product of `W`'s two halves (see the type's docs).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub glu: bool,
+}
+
+/// The `eps` of a fused RMS normalization ([`QuantMatmulSpec::with_rms_norm`]),
+/// compared and hashed by its bits.
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct NormEps(pub f32);
+
+impl PartialEq for NormEps {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
+impl Eq for NormEps {}
+
+impl std::hash::Hash for NormEps {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.to_bits().hash(state);
+    }
 }
 
 impl QuantMatmulSpec {
     /// `f32` activations `x` (`m × k`) times the `n × k` weight in `weight`,
     /// writing `f32`.
     pub fn new(m: usize, k: usize, n: usize, weight: DType) -> Self {
-        QuantMatmulSpec { m, k, n, weight, dtype: DType::F32, out_dtype: DType::F32, epilogue: Epilogue::default() }
+        QuantMatmulSpec {
+            m,
+            k,
+            n,
+            weight,
+            dtype: DType::F32,
+            out_dtype: DType::F32,
+            epilogue: Epilogue::default(),
+            rms_norm: None,
+            glu: false,
+        }
+    }
+
+    /// The same product of `x`'s rows normalized first:
+    /// `x_i / √(mean(x_i²) + eps) · g`, `g` (`k` values of `x`'s dtype) an
+    /// input right after `W`. Costs one more read of `x` and `g`.
+    pub fn with_rms_norm(self, eps: f32) -> Self {
+        QuantMatmulSpec { rms_norm: Some(NormEps(eps)), ..self }
+    }
+
+    /// The same product with `W`'s rows taken as a gate half and an up half:
+    /// `y[i, j] = silu(p[i, j])·p[i, n/2 + j]`, `y` of `m × n/2` (`n` even;
+    /// no other epilogue).
+    pub fn with_glu(self) -> Self {
+        QuantMatmulSpec { glu: true, ..self }
+    }
+
+    /// Columns of `y`: `n`, or `n / 2` with [`with_glu`](Self::with_glu).
+    pub fn out_cols(&self) -> usize {
+        if self.glu { self.n / 2 } else { self.n }
+    }
+
+    /// Where the epilogue's inputs (bias, then `C₀`) start among the op's
+    /// inputs: after `x`, `W` and the norm's `g`.
+    pub fn epilogue_at(&self) -> usize {
+        2 + usize::from(self.rms_norm.is_some())
     }
 
     /// The same product on activations of `input` writing `output`.
@@ -1241,7 +1314,9 @@ impl Op {
                 )
             }
             Op::QuantMatmul(s) => {
-                format!("x=[{}x{}] w=[{}x{}]ᵀ {}{}", s.m, s.k, s.n, s.k, s.weight, s.epilogue.describe())
+                let norm = s.rms_norm.map_or(String::new(), |e| format!(" rms_norm(eps={})", e.0));
+                let glu = if s.glu { " glu" } else { "" };
+                format!("x=[{}x{}]{norm} w=[{}x{}]ᵀ {}{glu}{}", s.m, s.k, s.n, s.k, s.weight, s.epilogue.describe())
             }
             Op::Conv2d(c) => format!(
                 "x=[{}x{}x{}x{}] w=[{}x{}x{}x{}] stride={:?} pad={:?}",
@@ -1491,7 +1566,18 @@ impl Op {
                 if !(e.alpha.is_finite() && e.beta.is_finite()) {
                     return Err(ComputeError::shape(name, "the epilogue's alpha and beta must be finite", shapes()));
                 }
+                if s.rms_norm.is_some_and(|eps| !(eps.0 >= 0.0 && eps.0.is_finite())) {
+                    return Err(ComputeError::shape(name, "the norm's eps must be finite and not negative", shapes()));
+                }
+                if s.glu && (!s.n.is_multiple_of(2) || !e.is_identity()) {
+                    let why = "a gated product takes an even number of weight rows and no other epilogue";
+                    return Err(ComputeError::shape(name, why, shapes()));
+                }
+                let y = if s.glu { y / 2 } else { y };
                 let mut inputs = vec![i(x), Operand::new(w, s.weight)];
+                if s.rms_norm.is_some() {
+                    inputs.push(i(s.k));
+                }
                 if e.bias {
                     inputs.push(Operand::new(s.n, s.out_dtype));
                 }
@@ -1711,16 +1797,26 @@ impl Op {
                 let mn = m.saturating_mul(n);
                 let extra = bytes(s.out_dtype, if e.bias { n } else { 0 })
                     .saturating_add(bytes(s.out_dtype, if e.reads_c() { mn } else { 0 }));
+                let (norm_flops, g) = match s.rms_norm {
+                    Some(_) => (m.saturating_mul(k).saturating_mul(4), k),
+                    None => (0, 0),
+                };
+                let (glu_flops, out) = if s.glu {
+                    (BinaryOp::SwiGlu.flops_per_element().saturating_mul(mn / 2), mn / 2)
+                } else {
+                    (mn.saturating_mul(e.flops_per_element()), mn)
+                };
                 Cost {
                     flops: 2u64
                         .saturating_mul(m)
                         .saturating_mul(k)
                         .saturating_mul(n)
-                        .saturating_add(mn.saturating_mul(e.flops_per_element())),
-                    bytes_read: read(&[m.saturating_mul(k)])
+                        .saturating_add(glu_flops)
+                        .saturating_add(norm_flops),
+                    bytes_read: read(&[m.saturating_mul(k), g])
                         .saturating_add(bytes(s.weight, n.saturating_mul(k)))
                         .saturating_add(extra),
-                    bytes_written: write(mn),
+                    bytes_written: write(out),
                 }
             }
             Op::Conv2d(c) => {

@@ -419,10 +419,25 @@ pub fn run_f64(op: &Op, inputs: &[&[f64]]) -> Result<Reference> {
         Op::QuantMatmul(s) => {
             let (x, w) = (inputs[0], inputs[1]);
             let e = s.epilogue;
-            let bias = e.bias.then(|| inputs[2]);
-            let c0 = e.reads_c().then(|| inputs[2 + usize::from(e.bias)]);
+            let at = s.epilogue_at();
+            let bias = e.bias.then(|| inputs[at]);
+            let c0 = e.reads_c().then(|| inputs[at + usize::from(e.bias)]);
+            // A fused norm's result may be rounded to x's dtype before the
+            // product: half an ulp of each term more.
+            let h_round = if s.rms_norm.is_some() { s.dtype.unit_roundoff() } else { 0.0 };
+            let mut row = vec![0.0f64; s.k];
+            // The gated product's halves, (value, bound) per column.
+            let mut prod = vec![(0.0f64, 0.0f64); if s.glu { s.n } else { 0 }];
             for i in 0..s.m {
-                let xi = &x[i * s.k..(i + 1) * s.k];
+                row.copy_from_slice(&x[i * s.k..(i + 1) * s.k]);
+                if let Some(eps) = s.rms_norm {
+                    let ms = row.iter().map(|v| v * v).sum::<f64>() / s.k as f64;
+                    let inv = 1.0 / (ms + f64::from(eps.0)).sqrt();
+                    for (h, &g) in row.iter_mut().zip(inputs[2]) {
+                        *h *= inv * g;
+                    }
+                }
+                let xi = &row[..];
                 let xmax = xi.iter().fold(0.0f64, |m, v| m.max(v.abs()));
                 for j in 0..s.n {
                     let wj = &w[j * s.k..(j + 1) * s.k];
@@ -434,7 +449,11 @@ pub fn run_f64(op: &Op, inputs: &[&[f64]]) -> Result<Reference> {
                     }
                     // The bound itself: activations rounded to 8-bit integers
                     // (half a step of max|x|/127 each), then f32 sums.
-                    let bound = xmax / 254.0 * wsum + mag * 2f64.powi(-18);
+                    let bound = xmax / 254.0 * wsum + mag * (2f64.powi(-18) + h_round);
+                    if s.glu {
+                        prod[j] = (acc, bound);
+                        continue;
+                    }
                     if e.is_identity() {
                         values.push(acc);
                         scale.push(bound);
@@ -451,6 +470,15 @@ pub fn run_f64(op: &Op, inputs: &[&[f64]]) -> Result<Reference> {
                     let slope = if e.activation.is_some() { 1.13 } else { 1.0 };
                     values.push(e.apply(acc, cv, bv));
                     scale.push(slope * (f64::from(e.alpha).abs() * bound + terms * 2f64.powi(-21)));
+                }
+                // silu(a)·b: a's error carried by silu's slope (at most 1.1)
+                // times |b|, b's by |silu(a)|, and the f32 rounding of both.
+                let (gate, up) = prod.split_at(prod.len() / 2);
+                for (&(a, ea), &(b, eb)) in gate.iter().zip(up) {
+                    let v = binary(BinaryOp::SwiGlu, a, b);
+                    values.push(v);
+                    let silu = binary(BinaryOp::SwiGlu, a, 1.0);
+                    scale.push(1.1 * ea * b.abs() + silu.abs() * eb + (1.1 * a.abs() * b.abs()) * 2f64.powi(-20));
                 }
             }
         }

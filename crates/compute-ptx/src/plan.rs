@@ -37,7 +37,7 @@
 
 use compute_core::{
     AttentionSpec, BackendKind, ComputeError, Conv2dSpec, CopySpec, DType, Epilogue, HostSlice, HostSliceMut,
-    MatmulSpec, Op, Precision, QuantMatmulSpec, ReduceOp, Result, RopeSpec,
+    MatmulSpec, Op, Precision, QuantMatmulSpec, ReduceOp, Result, RopeSpec, RowOp,
 };
 
 use crate::kernels::attention::{self, FlashConfig};
@@ -54,6 +54,7 @@ use crate::kernels::gemm_tma::{self, TmaConfig};
 use crate::kernels::gemm_wgmma::{Tf32Rounding, WgmmaConfig};
 use crate::kernels::gemv;
 use crate::kernels::interpolate;
+use crate::kernels::quant_gemv::XFusion;
 use crate::kernels::reduce::{self, ReduceKind};
 use crate::kernels::rows::{self, RowKind, RowShape};
 use crate::kernels::{KernelId, conv};
@@ -1182,24 +1183,67 @@ impl Exec<'_> {
         self.run(&Op::Matmul(contiguous), &args, out)
     }
 
-    /// A product with block-quantized weights: the plain product, the one-row
-    /// kernel applying the epilogue in its stores where it runs
-    /// ([`quant::fuses_epilogue`]), else the plain product into an
-    /// `f32` temporary and the standalone epilogue kernel from it into `out`.
+    /// A product with block-quantized weights: the plain product, or the
+    /// one-row kernel with the norm, the gated halves and the epilogue fused
+    /// where it runs ([`quant::fuses`]). Elsewhere they are passes of their
+    /// own: the norm into an `x`-dtype temporary (`m·k` values) before the
+    /// product, the gated halves from an `f32` product (`m·n` values), the
+    /// epilogue from an `f32` product by the standalone epilogue kernel.
     fn quant_matmul(&self, s: &QuantMatmulSpec, ins: &[u64], out: u64, op: &Op) -> Result<()> {
         let format = s.weight.block_format().ok_or_else(|| unsupported_dtype(op))?;
         let input =
             |i: usize| ins.get(i).copied().ok_or_else(|| ComputeError::shape(op.name(), "missing input", op.shapes()));
         let (x, w) = (input(0)?, input(1)?);
-        let Some(kind) = EpilogueKind::of(&s.epilogue) else {
+        let kind = EpilogueKind::of(&s.epilogue);
+        let fusion = XFusion { norm: s.rms_norm.is_some(), glu: s.glu, epilogue: kind };
+        if fusion == XFusion::default() {
             return run_quant_matmul(self.l, format, s.m, s.k, s.n, s.dtype, s.out_dtype, (x, w, out));
-        };
-        let e = epilogue_inputs(&s.epilogue, ins);
-        if quant::fuses_epilogue(s.m, s.k) {
-            let args = e.args(&s.epilogue, 0);
-            let dtypes = (s.dtype, s.out_dtype);
-            return quant::run_quant_matmul_fused(self.l, format, (s.m, s.k, s.n), dtypes, (kind, &args), (x, w, out));
         }
+        // The epilogue's inputs follow x, W and the norm's g.
+        let e = epilogue_inputs(&s.epilogue, &ins[s.epilogue_at() - 2..]);
+        if quant::fuses(s.m, s.k, fusion.norm) {
+            let mut args = match s.rms_norm {
+                Some(eps) => vec![Arg::Ptr(input(2)?), Arg::F32(eps.0)],
+                None => Vec::new(),
+            };
+            args.extend(e.args(&s.epilogue, 0));
+            let dtypes = (s.dtype, s.out_dtype);
+            return quant::run_quant_matmul_fused(
+                self.l,
+                format,
+                (s.m, s.k, s.n),
+                dtypes,
+                (fusion, &args),
+                (x, w, out),
+            );
+        }
+        let mut _norm_guard = None;
+        let x = match s.rms_norm {
+            Some(eps) => {
+                let len = s.m.saturating_mul(s.k);
+                let (g, h) = self.l.temp(len.saturating_mul(s.dtype.size_in_bytes()).max(16), op.name())?;
+                _norm_guard = Some(g);
+                let norm = Op::rows(RowOp::RmsNorm { eps: eps.0 }, s.m, s.k).with_dtype(s.dtype);
+                self.run(&norm, &[x, input(2)?], h)?;
+                h
+            }
+            None => x,
+        };
+        let Some(kind) = kind.filter(|_| !s.glu) else {
+            if !s.glu {
+                return run_quant_matmul(self.l, format, s.m, s.k, s.n, s.dtype, s.out_dtype, (x, w, out));
+            }
+            let total = s.m.saturating_mul(s.n);
+            let (_guard, p) = self.temp(total.max(1), op.name())?;
+            run_quant_matmul(self.l, format, s.m, s.k, s.n, s.dtype, DType::F32, (x, w, p))?;
+            let glu = Op::Glu { rows: s.m, cols: s.n / 2, dtype: DType::F32 };
+            if s.out_dtype == DType::F32 {
+                return self.run(&glu, &[p], out);
+            }
+            let (_g, q) = self.temp((total / 2).max(1), op.name())?;
+            self.run(&glu, &[p], q)?;
+            return self.cast(q, DType::F32, out, s.out_dtype, total / 2);
+        };
         let total = s.m.saturating_mul(s.n);
         let (_guard, p) = self.temp(total.max(1), op.name())?;
         run_quant_matmul(self.l, format, s.m, s.k, s.n, s.dtype, DType::F32, (x, w, p))?;

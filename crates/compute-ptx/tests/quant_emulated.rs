@@ -199,6 +199,7 @@ fn prefill_dequantizes_then_multiplies() {
 #[test]
 fn the_one_row_kernel_adds_a_residual_in_its_stores() {
     use compute_ptx::kernels::gemm_epilogue::EpilogueKind;
+    use compute_ptx::kernels::quant_gemv::XFusion;
     let emu = EmuBackend::new();
     let mut rng = Rng::new(0xe911);
     let kind = EpilogueKind { bias: false, c: true, activation: None };
@@ -224,7 +225,7 @@ fn the_one_row_kernel_adds_a_residual_in_its_stores() {
                         format,
                         (m, k, n),
                         (dtype, dtype),
-                        (kind, &args),
+                        (XFusion::epilogue(Some(kind)), &args),
                         (p[0], p[1], o),
                     )
                 },
@@ -248,6 +249,30 @@ fn the_one_row_kernel_adds_a_residual_in_its_stores() {
                     "m={m} {dtype}: y[{i}, {j}] = {got}, reference {exact}, bound {bound}"
                 );
             }
+        }
+    }
+}
+
+/// The conformance suite's products with a fused RMS norm and gated
+/// halves (every format, 1 to 17 rows: the one-launch kernel and the passes
+/// the other paths run instead), every dtype pair, against the float64
+/// reference within the op's stated tolerance.
+#[test]
+fn fused_norm_and_gated_halves_agree() {
+    use compute_core::Op;
+    use compute_core::conformance::{Group, Scale, cases, check_op_typed, dtype_variants, typed_inputs_for};
+    let emu = EmuBackend::new();
+    let mut rng = Rng::new(0xf05e);
+    let fused: Vec<Op> = cases(Group::Quantized, Scale::Small)
+        .into_iter()
+        .filter(|op| matches!(op, Op::QuantMatmul(s) if s.rms_norm.is_some() || s.glu))
+        .flat_map(|op| dtype_variants(&op))
+        .collect();
+    assert!(fused.len() >= 60, "{} fused cases", fused.len());
+    for op in &fused {
+        let inputs = typed_inputs_for(op, &mut rng);
+        if let Err(msg) = check_op_typed(&emu, op, &inputs, 1.0) {
+            panic!("{}: {msg}", op.shapes());
         }
     }
 }

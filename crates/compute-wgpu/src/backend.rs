@@ -513,7 +513,16 @@ impl WgpuBackend {
             _ => [None, None, None, None],
         };
         let temps = temps.map(|o| o.filter(|o| o.dtype != DType::F32).map(|o| Operand::new(o.len, DType::F32)));
-        for o in layout.inputs().iter().chain(layout.outputs()).copied().chain(temps.into_iter().flatten()) {
+        // A fused norm's f32 rows, a gated product's f32 halves.
+        let fused = match *op {
+            Op::QuantMatmul(s) => [
+                s.rms_norm.map(|_| Operand::new(s.m.saturating_mul(s.k), DType::F32)),
+                s.glu.then(|| Operand::new(s.m.saturating_mul(s.n), DType::F32)),
+            ],
+            _ => [None, None],
+        };
+        let temps = temps.into_iter().chain(fused).flatten();
+        for o in layout.inputs().iter().chain(layout.outputs()).copied().chain(temps) {
             if bytes(o) > max_buffer {
                 return Err(errors::limit(op.name(), "buffer bytes", bytes(o), max_buffer));
             }

@@ -39,8 +39,8 @@
 //! - a cast between equal dtypes is a buffer copy.
 
 use compute_core::{
-    AttentionSpec, BinaryOp, ComputeError, DType, Epilogue, GeluForm, Mask, MatmulSpec, Op, ReduceOp, Result, Strided,
-    UnaryOp,
+    AttentionSpec, BinaryOp, ComputeError, DType, Epilogue, GeluForm, Mask, MatmulSpec, Op, ReduceOp, Result, RowOp,
+    Strided, UnaryOp,
 };
 
 use crate::buffers::{Use, padded_bytes, padded_bytes_of, whole_words};
@@ -257,10 +257,10 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
             ComputeError::shape(name, format!("expected at least {} inputs, got {}", i + 1, inputs.len()), op.shapes())
         })
     };
-    // A product's epilogue inputs, after its two operands: the bias, then C₀.
-    let epilogue_inputs = |e: Epilogue| -> Result<[Option<&View>; 2]> {
-        let bias = if e.bias { Some(input(2)?) } else { None };
-        let c0 = if e.reads_c() { Some(input(2 + usize::from(e.bias))?) } else { None };
+    // A product's epilogue inputs from input `at` on: the bias, then C₀.
+    let epilogue_inputs = |e: Epilogue, at: usize| -> Result<[Option<&View>; 2]> {
+        let bias = if e.bias { Some(input(at)?) } else { None };
+        let c0 = if e.reads_c() { Some(input(at + usize::from(e.bias))?) } else { None };
         Ok([bias, c0])
     };
     if !supported(op) {
@@ -270,13 +270,28 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
         Op::QuantMatmul(s) => {
             let format = s.weight.block_format().ok_or_else(|| unsupported_dtype(op))?;
             let w = input(1)?;
-            // With an epilogue the product goes to an f32 temporary, which the
-            // matmuls' epilogue pass reads into the output.
+            // A fused norm: x's rows normalized into an f32 temporary first.
+            let x = match s.rms_norm {
+                Some(eps) => {
+                    let (x, h) = (input(0)?, temp_f32(ctx, name, s.m * s.k, steps)?);
+                    let norm = RowOp::RmsNorm { eps: eps.0 };
+                    rows::row_op(ctx, name, norm, s.m, s.k, [x, input(2)?, x], &h, ctx.subgroups(), steps)?;
+                    h
+                }
+                None => input(0)?.clone(),
+            };
+            // With an epilogue or gated halves the product goes to an f32
+            // temporary, which one more pass reads into the output.
             let e = s.epilogue;
-            let product = if e.is_identity() { output.clone() } else { temp_f32(ctx, name, output.len, steps)? };
-            quant::quant_matmul(ctx, name, format, (s.m, s.k, s.n), input(0)?, &w.buffer, &product, steps)?;
-            if !e.is_identity() {
-                epilogue(ctx, name, (e, s.n), &product, epilogue_inputs(e)?, output, steps)?;
+            let direct = e.is_identity() && !s.glu;
+            let product = if direct { output.clone() } else { temp_f32(ctx, name, s.m * s.n, steps)? };
+            quant::quant_matmul(ctx, name, format, (s.m, s.k, s.n), &x, &w.buffer, &product, steps)?;
+            if s.glu {
+                let y = f32_output(ctx, name, output, steps)?;
+                glu(ctx, name, (s.m, s.n / 2, DType::F32), &product, &y, steps)?;
+                narrow(ctx, name, &y, output, steps)?;
+            } else if !e.is_identity() {
+                epilogue(ctx, name, (e, s.n), &product, epilogue_inputs(e, s.epilogue_at())?, output, steps)?;
             }
         }
         Op::Unary { op: u, len, dtype } => {
@@ -332,7 +347,7 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
                 narrow(ctx, name, &c, &product, steps)?;
             }
             if !e.is_identity() {
-                epilogue(ctx, name, (e, s.n), &product, epilogue_inputs(e)?, output, steps)?;
+                epilogue(ctx, name, (e, s.n), &product, epilogue_inputs(e, 2)?, output, steps)?;
             }
         }
         Op::Conv2d(c) => {
@@ -412,15 +427,7 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
                 None => decoder::rope(ctx, name, &r, input(0)?, positions, output, steps)?,
             }
         }
-        Op::Glu { rows, cols, dtype } => {
-            // The two halves of each row copied apart, then the swiglu kernel.
-            let x = input(0)?;
-            let half = |offset| Strided { offset, strides: [0, 2 * cols, 1], len: 2 * rows * cols };
-            let gate = copied(ctx, name, x, half(0), [1, rows, cols], steps)?;
-            let up = copied(ctx, name, x, half(cols), [1, rows, cols], steps)?;
-            let kernel = Kernel::Binary(binary_code(BinaryOp::SwiGlu), dtype);
-            elementwise(ctx, name, kernel, rows * cols, &[(1, &gate), (3, &up)], output, &[], steps)?;
-        }
+        Op::Glu { rows, cols, dtype } => glu(ctx, name, (rows, cols, dtype), input(0)?, output, steps)?,
         Op::Copy(c) => {
             let positions = if c.positions.is_some() { Some(input(1)?) } else { None };
             decoder::copy(ctx, name, &c, input(0)?, positions, output, steps)?;
@@ -605,6 +612,23 @@ fn rows_per_piece(ctx: &Context, name: &'static str, row_in: u64, row_out: u64) 
         return Err(errors::limit(name, "storage buffer binding bytes (aligned rows)", widest * step_rows, max));
     }
     Ok(per)
+}
+
+/// [`Op::Glu`] of the `rows × 2·cols` view `x` (of `dtype`, as `y`): the two
+/// halves of each row copied apart, then the swiglu kernel.
+fn glu(
+    ctx: &Context,
+    name: &'static str,
+    (rows, cols, dtype): (usize, usize, DType),
+    x: &View,
+    y: &View,
+    steps: &mut Vec<Step>,
+) -> Result<()> {
+    let half = |offset| Strided { offset, strides: [0, 2 * cols, 1], len: 2 * rows * cols };
+    let gate = copied(ctx, name, x, half(0), [1, rows, cols], steps)?;
+    let up = copied(ctx, name, x, half(cols), [1, rows, cols], steps)?;
+    let kernel = Kernel::Binary(binary_code(BinaryOp::SwiGlu), dtype);
+    elementwise(ctx, name, kernel, rows * cols, &[(1, &gate), (3, &up)], y, &[], steps)
 }
 
 /// Slerp of `rows × cols` rows of `a` and `b` (any dtype, the same) with

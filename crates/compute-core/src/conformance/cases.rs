@@ -272,6 +272,23 @@ fn quantized_cases(large: bool) -> Vec<Op> {
             v.push(Op::QuantMatmul(s.with_epilogue(all)));
         }
     }
+    // The fused norm and gated product of a decoder's layer, alone and
+    // together (with a residual after the norm), on the three paths; a long
+    // row (the one-row kernels' several passes over x) when large.
+    let mut fused = vec![(1, 2, 38), (2, 1, 18), (4, 1, 10), (8, 1, 40), (17, 1, 34)];
+    if large {
+        fused.extend([(1, 56, 512), (16, 8, 512)]);
+    }
+    for &(m, blocks, n) in &fused {
+        for weight in [DType::Q4K, DType::Q5K, DType::Q6K, DType::Q8_0] {
+            let s = QuantMatmulSpec::new(m, blocks * 256, n, weight);
+            v.push(Op::QuantMatmul(s.with_rms_norm(1e-5)));
+            v.push(Op::QuantMatmul(s.with_glu()));
+            v.push(Op::QuantMatmul(s.with_rms_norm(1e-6).with_glu()));
+        }
+        let s = QuantMatmulSpec::new(m, blocks * 256, n, DType::Q4K).with_rms_norm(1e-5);
+        v.push(Op::QuantMatmul(s.with_scales(1.0, 1.0)));
+    }
     v
 }
 

@@ -259,6 +259,7 @@ pub fn tolerance(op: &Op) -> Tolerance {
         }
         Op::QuantMatmul(s) => match s.epilogue.activation {
             Some(a) if a.unary().is_transcendental() => Tolerance { abs: 1e-6, rel: 1e-5, cond: 1.0 },
+            _ if s.glu => Tolerance { abs: 1e-6, rel: 1e-5, cond: 1.0 },
             _ => Tolerance { abs: TINY, rel: 0.0, cond: 1.0 },
         },
         Op::Cast { .. } => Tolerance { abs: 0.0, rel: 0.0, cond: 0.0 },
@@ -464,7 +465,10 @@ pub fn inputs_for(op: &Op, rng: &mut Rng) -> Vec<Vec<f32>> {
         Op::Matmul(_) | Op::Conv2d(_) | Op::Attention(_) => lens.iter().map(|&n| rng.vec(n, -1.0, 1.0)).collect(),
         Op::QuantMatmul(s) => {
             let mut v = vec![rng.vec(lens[0], -1.0, 1.0), weight_rows(s.n, s.k, rng)];
-            v.extend(lens[2..].iter().map(|&n| rng.vec(n, -1.0, 1.0)));
+            if s.rms_norm.is_some() {
+                v.push(rng.vec(lens[2], 0.5, 1.5));
+            }
+            v.extend(lens[v.len()..].iter().map(|&n| rng.vec(n, -1.0, 1.0)));
             v
         }
         Op::Rope(r) if r.positions => {

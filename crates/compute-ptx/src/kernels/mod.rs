@@ -47,6 +47,7 @@ use gemm_mma::MmaConfig;
 use gemm_simt::SimtConfig;
 use gemm_tma::TmaConfig;
 use gemm_wgmma::WgmmaConfig;
+use quant_gemv::XFusion;
 use reduce::ReduceKind;
 use rows::{RowKind, RowShape};
 
@@ -121,9 +122,9 @@ pub enum KernelId {
     /// format, row count (1, 2, 4, 8, 16), output dtype.
     QuantGemv(BlockFormat, u32, DType),
     /// [`KernelId::QuantGemv`] for 1, 2 or 4 rows quantizing the activations
-    /// itself: format, row count, input dtype, output dtype, the epilogue
-    /// applied in its stores.
-    QuantGemvX(BlockFormat, u32, DType, DType, Option<EpilogueKind>),
+    /// itself: format, row count, input dtype, output dtype, and what it
+    /// fuses (a norm before, gated halves or an epilogue in its stores).
+    QuantGemvX(BlockFormat, u32, DType, DType, quant_gemv::XFusion),
     /// Rotary position embedding: pair layout, dtype.
     Rope(RopeLayout, DType),
     /// 3-D strided copy of units of this many bytes (2, 4, 8 or 16).
@@ -169,7 +170,7 @@ impl KernelId {
             KernelId::Dequant(f, d) => quant::dequant_name(*f, *d),
             KernelId::QuantizeX(d) => quant::quantize_x_name(*d),
             KernelId::QuantGemv(f, r, d) => quant_gemv::name(*f, *r, *d),
-            KernelId::QuantGemvX(f, r, i, o, e) => quant_gemv::x_name(*f, *r, *i, *o) + &EpilogueKind::suffix(*e),
+            KernelId::QuantGemvX(f, r, i, o, x) => quant_gemv::x_name(*f, *r, *i, *o) + &x.suffix(),
             KernelId::Rope(l, d) => decoder::rope_name(*l, *d),
             KernelId::Copy(bytes) => decoder::copy_name(*bytes),
             KernelId::Gather(bytes) => decoder::gather_name(*bytes),
@@ -403,13 +404,19 @@ pub fn catalog() -> Vec<KernelId> {
         }
         for rows in quant_gemv::X_ROWS {
             for input in elem::DTYPES {
-                v.extend(elem::DTYPES.map(|d| KernelId::QuantGemvX(format, rows, input, d, None)));
+                v.extend(elem::DTYPES.map(|d| KernelId::QuantGemvX(format, rows, input, d, XFusion::default())));
             }
         }
     }
-    // A residual add in the stores of the decoder's one-row product.
+    // The decoder's one-row products: a residual add in the stores, the
+    // norm before the q/k/v and gate/up products, the gated halves.
     let residual = EpilogueKind { bias: false, c: true, activation: None };
-    v.push(KernelId::QuantGemvX(BlockFormat::Q4K, 1, DType::BF16, DType::BF16, Some(residual)));
+    let fused = [
+        XFusion::epilogue(Some(residual)),
+        XFusion { norm: true, ..XFusion::default() },
+        XFusion { norm: true, glu: true, epilogue: None },
+    ];
+    v.extend(fused.map(|x| KernelId::QuantGemvX(BlockFormat::Q4K, 1, DType::BF16, DType::BF16, x)));
     v.extend(elem::DTYPES.map(KernelId::QuantizeX));
     for d in elem::DTYPES {
         v.push(KernelId::Rope(RopeLayout::HalfSplit, d));

@@ -203,7 +203,7 @@ pub fn qgemv(format: BlockFormat, rows: u32, out: DType, target: Target) -> Resu
     row_sums(&mut b, format, &ln, (&wrows, nb, slot, u), (xs, &acc), format == BlockFormat::Q8_0, reduce);
     b.place(reduce);
     let done = b.label("done");
-    reduce_store(&mut b, &acc, rows, (lane, m, n, j), (y, out, None), done);
+    reduce_store(&mut b, &acc, rows, (lane, m, n, j), (y, out, None), Fused { scale: None, glu: false }, done);
     b.place(done);
     b.ret();
     b.finish()
@@ -236,9 +236,47 @@ const X_QUADS: u32 = 4;
 
 /// Shared bytes of [`qgemv_x`] for `m` activation rows of `k` values: the
 /// int8 quants (`m·k`, padded to 16 bytes) then the `(d, s)` pairs
-/// (`m·k/32` of 8 bytes). Free.
-pub fn x_smem(m: usize, k: usize) -> usize {
-    (m * k).next_multiple_of(16) + m * k / 4
+/// (`m·k/32` of 8 bytes), then with a fused `norm` each 32 values' sum of
+/// squares (`m·k/32` of 4 bytes). Free.
+pub fn x_smem(m: usize, k: usize, norm: bool) -> usize {
+    (m * k).next_multiple_of(16) + m * k / 4 + if norm { m * k / 8 } else { 0 }
+}
+
+/// What [`qgemv_x`] fuses around its product: the steps of a transformer
+/// layer next to its linear layers ([`compute_core::QuantMatmulSpec`]'s
+/// `rms_norm` and `glu`, and its epilogue).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct XFusion {
+    /// `x`'s rows normalized by their RMS and scaled by `g` first: the block
+    /// quantizes `x·g` and keeps each 32 values' `Σx²`; every warp then
+    /// takes its rows' `r = 1/√(mean(x²) + eps)` and scales its sums by it
+    /// (the int8 scales are linear in `r`, so this is exact).
+    pub norm: bool,
+    /// The weight rows are a gate half and an up half, `y` their
+    /// `silu(gate)·up` (`n/2` columns): each warp takes as many gate rows
+    /// as up rows, the same columns.
+    pub glu: bool,
+    /// The epilogue applied in the stores (none with `glu`).
+    pub epilogue: Option<EpilogueKind>,
+}
+
+impl XFusion {
+    /// Only an epilogue (or nothing).
+    pub fn epilogue(epilogue: Option<EpilogueKind>) -> Self {
+        XFusion { epilogue, ..XFusion::default() }
+    }
+
+    /// The kernel name's suffix: `_norm`, `_glu`, then the epilogue's.
+    pub fn suffix(&self) -> String {
+        let mut s = String::new();
+        if self.norm {
+            s += "_norm";
+        }
+        if self.glu {
+            s += "_glu";
+        }
+        s + &EpilogueKind::suffix(self.epilogue)
+    }
 }
 
 /// Weight blocks each lane takes per loop iteration in [`qgemv_x`]: 1 (2
@@ -264,7 +302,8 @@ pub fn x_name(format: BlockFormat, rows: u32, input: DType, out: DType) -> Strin
 }
 
 /// Builds the GEMV of `format` for `rows` (1, 2 or 4) activation rows that
-/// quantizes the activations itself, in one launch with no temporary: each
+/// quantizes the activations itself, in one launch with no temporary, with
+/// the steps of `fusion` around the product: each
 /// block first quantizes all of `x` (`m × k` values of `input`) into shared
 /// memory as [`quant::quantize_x`] does, save that `q = round(x·(127 / max|x|))`
 /// with an approximate reciprocal (one division per 4 values instead of 4;
@@ -278,27 +317,36 @@ pub fn x_name(format: BlockFormat, rows: u32, input: DType, out: DType) -> Strin
 /// the grid is about [`X_BLOCKS_PER_SM`] blocks per multiprocessor: every
 /// block stays resident and `x` is quantized once per block. Params: `w` (as
 /// [`qgemv`]), `x`, `y` (pointers; `x` 16-byte aligned), `m`, `n`, `k`,
-/// `rpc` (u32), then with an `epilogue` its `alpha`, `beta` (f32), bias and
+/// `rpc` (u32), then with a norm `g` (pointer, `k` values of `input`) and
+/// `eps` (f32), then with an `epilogue` its `alpha`, `beta` (f32), bias and
 /// `C₀` (pointers; [`gemm_epilogue`]), applied to each value as it is
-/// stored. Launch: [`X_THREADS`] threads, `ceil(n / rpc)` blocks,
-/// [`x_smem`]`(m, k)` bytes of dynamic shared memory (at most
-/// [`X_MAX_SMEM`]); `k > 0`.
+/// stored. With `glu`, `n` counts the weight rows (even) and `rpc` the
+/// output columns (`n / 2`). Launch: [`X_THREADS`] threads, `ceil(n / rpc)`
+/// blocks (`ceil(n / 2 / rpc)` with `glu`), [`x_smem`]`(m, k, norm)` bytes
+/// of dynamic shared memory (at most [`X_MAX_SMEM`]); `k > 0`.
 pub fn qgemv_x(
     format: BlockFormat,
     rows: u32,
     input: DType,
     out: DType,
-    epilogue: Option<EpilogueKind>,
+    fusion: XFusion,
     target: Target,
 ) -> Result<Kernel, BuildError> {
-    let kname = x_name(format, rows, input, out) + &EpilogueKind::suffix(epilogue);
+    let kname = x_name(format, rows, input, out) + &fusion.suffix();
     if !quant::supported(format) || !X_ROWS.contains(&rows) {
         let why = format!("no quantizing GEMV for {format} with {rows} rows");
         return Err(BuildError { kernel: kname, problems: vec![why] });
     }
+    if fusion.glu && fusion.epilogue.is_some() {
+        let why = "a gated product takes no other epilogue".to_string();
+        return Err(BuildError { kernel: kname, problems: vec![why] });
+    }
+    let epilogue = fusion.epilogue;
     let lpb = lanes_of(format, true);
     let u = x_units(format);
     let rw = x_weight_rows(format, rows);
+    // Output columns each warp takes at a time (gate and up rows for each with glu).
+    let cw = if fusion.glu { rw / 2 } else { rw };
     let bytes = format.bytes_per_block() as u32;
     let vpb = format.values_per_block() as u32;
     let mut b = KernelBuilder::new(&kname, target);
@@ -309,9 +357,17 @@ pub fn qgemv_x(
         "warp w of block c takes rows c*rpc + w*rpc/{X_WARPS}.., {rw} at a time; {lpb} lanes per weight block, {u} blocks per lane per iteration; dp4a on int8, f32 scales per group; butterfly sum, lane i writes y[i, j]"
     ));
     b.doc("params: w, x, y (pointers), m, n, k, rpc (u32)");
+    if fusion.norm {
+        b.doc("then g (pointer), eps (f32): x's rows as x / sqrt(mean(x^2) + eps) * g, the sums scaled by each row's 1 / sqrt(..)");
+    }
+    if fusion.glu {
+        b.doc("weight rows [gate; up]: y[i, j] = silu(gate_j . x_i) * (up_j . x_i), n / 2 columns; rpc counts columns");
+    }
     gemm_epilogue::doc(&mut b, epilogue);
+    let ss_doc = if fusion.norm { " + m*k/8" } else { "" };
+    let cols_doc = if fusion.glu { "n/2" } else { "n" };
     b.doc(&format!(
-        "launch: {X_THREADS} threads, ceil(n / rpc) blocks, round16(m*k) + m*k/4 bytes of dynamic shared memory"
+        "launch: {X_THREADS} threads, ceil({cols_doc} / rpc) blocks, round16(m*k) + m*k/4{ss_doc} bytes of dynamic shared memory"
     ));
     b.max_threads(X_THREADS);
     b.min_blocks_per_sm(X_BLOCKS_PER_SM);
@@ -322,6 +378,7 @@ pub fn qgemv_x(
     let n = b.param::<U32>("n");
     let k = b.param::<U32>("k");
     let rpc = b.param::<U32>("rpc");
+    let norm = fusion.norm.then(|| (b.param_ptr("g"), b.param::<F32>("eps")));
     let epi = gemm_epilogue::params(&mut b, epilogue);
     let smem = b.dynamic_shared("xq", 16);
     let sq = b.shared_base(&smem);
@@ -330,15 +387,21 @@ pub fn qgemv_x(
     let warp = b.shr(tid, 5u32);
     let cta = b.ctaid(Dim::X);
 
-    b.comment("this warp's weight rows, rw at a time");
+    b.comment(if fusion.glu {
+        "this warp's output columns, a gate and an up row each"
+    } else {
+        "this warp's weight rows, rw at a time"
+    });
     let nb = b.shr(k, vpb.trailing_zeros());
     let row_bytes = b.mul(nb, bytes);
+    // Columns of y: the weight rows, or half of them with glu.
+    let cols = if fusion.glu { b.shr(n, 1u32) } else { n };
     let row0 = b.mul(cta, rpc);
     let per_warp = b.shr(rpc, X_WARPS.trailing_zeros());
     let j = b.mad(warp, per_warp, row0);
     let jend = b.add(j, per_warp);
-    let jend = b.min(jend, n);
-    let nm1 = b.sub(n, 1u32);
+    let jend = b.min(jend, cols);
+    let nm1 = b.sub(cols, 1u32);
     let last = b.sub(m, 1u32);
     let xrows: Vec<Reg<U32>> = (0..rows)
         .map(|r| {
@@ -368,6 +431,14 @@ pub fn qgemv_x(
     let qbytes = b.add(mk, 15u32);
     let qbytes = b.and(qbytes, !15u32);
     let sds = b.add(sq, qbytes);
+    // With the norm: each 32 values' sum of squares after the (d, s) pairs,
+    // and the quads of a row (to find g's columns).
+    let (sss, kq) = if fusion.norm {
+        let pair_bytes = b.shr(mk, 2u32);
+        (b.add(sds, pair_bytes), b.shr(k, 2u32))
+    } else {
+        (sds, k)
+    };
     let es = elem::size(input);
     let it = b.mov(0u32);
     let qloop = b.label("quantize");
@@ -385,9 +456,38 @@ pub fn qgemv_x(
         let qc = b.min(q, qlast);
         let off = b.mul_wide(qc, 4 * es);
         let xa = b.add(x, off);
-        loaded.push((valid, qc, elem::load(&mut b, input, xa, 0, 4)));
+        let xs = elem::load(&mut b, input, xa, 0, 4);
+        // With the norm, g's values of these columns.
+        let gs = norm.map(|(g, _)| {
+            let col = b.rem(qc, kq);
+            let off = b.mul_wide(col, 4 * es);
+            let ga = b.add(g, off);
+            elem::load(&mut b, input, ga, 0, 4)
+        });
+        loaded.push((valid, qc, xs, gs));
     }
-    for (valid, qc, xs) in loaded {
+    for (valid, qc, xs, gs) in loaded {
+        // With the norm, x·g is quantized and Σx² of the 32 values kept.
+        let xs = match gs {
+            Some(gs) => {
+                let mut sq2 = b.mul(xs[0], xs[0]);
+                for &v in &xs[1..] {
+                    sq2 = b.fma(v, v, sq2);
+                }
+                for mask in [1, 2, 4] {
+                    let o = b.shfl_bfly(sq2, mask);
+                    sq2 = b.add(sq2, o);
+                }
+                let lead = b.and(tid, 7u32);
+                let lead = b.setp(Cmp::Eq, lead, 0u32);
+                let lead = b.and_pred(lead, valid);
+                let grp = b.shr(qc, 3u32);
+                let sa = b.mad(grp, 4u32, sss);
+                b.guarded(lead, false, |b| b.st_shared(sa, 0, sq2));
+                xs.iter().zip(&gs).map(|(&v, &g)| b.mul(v, g)).collect()
+            }
+            None => xs,
+        };
         let (d, word, sum) = quant::quantize_quad(&mut b, &xs, quant::Reciprocal::Approx);
         let qa = b.mad(qc, 4u32, sq);
         b.guarded(valid, false, |b| b.st_shared(qa, 0, word));
@@ -405,17 +505,56 @@ pub fn qgemv_x(
     b.bra(qloop);
     b.place(qdone);
     b.bar_sync();
+    // With the norm, each activation row's 1 / sqrt(mean(x²) + eps), from
+    // its groups' sums of squares (every warp the same, in the same order).
+    let scale: Option<Vec<Reg<F32>>> = norm.map(|(_, eps)| {
+        let kg = b.shr(k, 5u32);
+        let kf = b.cvt::<F32, U32>(k);
+        (0..rows)
+            .map(|r| {
+                let ri = b.min(last, r);
+                let first = b.mul(ri, kg);
+                let acc = b.mov(0.0f32);
+                let t = b.mov(lane);
+                let lp = b.label("rms");
+                let ld = b.label("rms_done");
+                b.place(lp);
+                let out = b.setp(Cmp::Ge, t, kg);
+                b.bra_if(out, ld);
+                let gi = b.add(first, t);
+                let sa = b.mad(gi, 4u32, sss);
+                let v = b.ld_shared::<F32>(sa, 0);
+                let a2 = b.add(acc, v);
+                b.assign(acc, a2);
+                let t2 = b.add(t, 32u32);
+                b.assign(t, t2);
+                b.bra(lp);
+                b.place(ld);
+                for mask in [16, 8, 4, 2, 1] {
+                    let o = b.shfl_bfly(acc, mask);
+                    let a2 = b.add(acc, o);
+                    b.assign(acc, a2);
+                }
+                let ms = b.div(acc, kf);
+                let ms = b.add(ms, eps);
+                let rms = b.sqrt(ms);
+                b.div(1.0f32, rms)
+            })
+            .collect()
+    });
 
     let rloop = b.label("rows");
     let finished = b.label("finished");
     b.place(rloop);
     let gone = b.setp(Cmp::Ge, j, jend);
     b.bra_if(gone, finished);
-    // Weight rows j..j + rw, the ones past n reading row n - 1 (not stored).
+    // Weight rows j..j + cw, the ones past the columns reading the last
+    // (not stored); with glu the up rows j + n/2.. after them.
     let wrows: Vec<Reg<U64>> = (0..rw)
         .map(|c| {
-            let jc = b.add(j, c);
+            let jc = b.add(j, c % cw);
             let jc = b.min(jc, nm1);
+            let jc = if c >= cw { b.add(jc, cols) } else { jc };
             let roff = b.mul_wide(jc, row_bytes);
             b.add(w, roff)
         })
@@ -428,9 +567,10 @@ pub fn qgemv_x(
     row_sums(&mut b, format, &ln, (&wrows, nb, slot, u), (xs, &acc), false, reduce);
     b.place(reduce);
     let stored = b.label("stored");
-    reduce_store(&mut b, &acc, rows, (lane, m, n, j), (y, out, epi), stored);
+    let fused = Fused { scale: scale.as_deref(), glu: fusion.glu };
+    reduce_store(&mut b, &acc, rows, (lane, m, cols, j), (y, out, epi), fused, stored);
     b.place(stored);
-    let nj = b.add(j, rw);
+    let nj = b.add(j, cw);
     b.assign(j, nj);
     b.bra(rloop);
     b.place(finished);
@@ -438,15 +578,26 @@ pub fn qgemv_x(
     b.finish()
 }
 
+/// What [`reduce_store`] does to the sums on their way out: scaled by each
+/// activation row's norm factor, and gate and up sums combined.
+#[derive(Clone, Copy)]
+struct Fused<'a> {
+    scale: Option<&'a [Reg<F32>]>,
+    glu: bool,
+}
+
 /// Adds the lanes' sums (butterfly) and has lane `i < m` write
-/// `y[i, j + c]` (`acc[c·rows + i]`) for the weight rows `j + c < n`, through
-/// `epi` where there is one; ends at `done` (placed right after by the caller).
+/// `y[i, j + c]` (`acc[c·rows + i]`) for the columns `j + c < n`, through
+/// `epi` where there is one (with `fused.glu`, `silu(acc[c·rows + i])·
+/// acc[(c + half)·rows + i]` for the first half of the `c`); ends at `done`
+/// (placed right after by the caller).
 fn reduce_store(
     b: &mut KernelBuilder,
     acc: &[Reg<F32>],
     rows: u32,
     (lane, m, n, j): (Reg<U32>, Reg<U32>, Reg<U32>, Reg<U32>),
     (y, out, epi): (Reg<U64>, DType, Option<EpilogueRegs>),
+    fused: Fused,
     done: crate::builder::Label,
 ) {
     b.comment("butterfly over the lanes; lane i < m writes row i");
@@ -459,11 +610,30 @@ fn reduce_store(
     }
     let outside = b.setp(Cmp::Ge, lane, m);
     b.bra_if(outside, done);
-    for (c, sums) in acc.chunks(rows as usize).enumerate() {
-        let mut val = sums[0];
-        for (r, &s) in sums.iter().enumerate().skip(1) {
+    // This lane's row's value among the `rows` of a column.
+    let pick = |b: &mut KernelBuilder, vals: &[Reg<F32>]| {
+        let mut val = vals[0];
+        for (r, &s) in vals.iter().enumerate().skip(1) {
             let is = b.setp(Cmp::Eq, lane, r as u32);
             val = b.selp(s, val, is);
+        }
+        val
+    };
+    let factor = fused.scale.map(|s| pick(b, s));
+    let columns: Vec<&[Reg<F32>]> = acc.chunks(rows as usize).collect();
+    let half = if fused.glu { columns.len() / 2 } else { columns.len() };
+    for (c, sums) in columns[..half].iter().enumerate() {
+        let mut val = pick(b, sums);
+        if let Some(f) = factor {
+            val = b.mul(val, f);
+        }
+        if fused.glu {
+            let mut up = pick(b, columns[c + half]);
+            if let Some(f) = factor {
+                up = b.mul(up, f);
+            }
+            let sw = super::elementwise::apply_unary(b, super::elementwise::UnaryKind::Swish, val);
+            val = b.mul(sw, up);
         }
         let jc = b.add(j, c as u32);
         let past = b.setp(Cmp::Ge, jc, n);

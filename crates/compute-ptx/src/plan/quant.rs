@@ -23,8 +23,7 @@ use compute_core::quant::BlockFormat;
 use compute_core::{BackendKind, ComputeError, DType, MatmulSpec, Op, Result};
 
 use super::{Arg, Exec, Grid, Launcher, MAX_GRID_X, limit, u32_of};
-use crate::kernels::gemm_epilogue::EpilogueKind;
-use crate::kernels::quant_gemv;
+use crate::kernels::quant_gemv::{self, XFusion};
 use crate::kernels::{KernelId, elem, quant};
 
 const MATMUL: &str = "quant_matmul";
@@ -98,26 +97,34 @@ pub fn run_quant_matmul(
 /// that quantizes its activations itself ([`quant_gemv::qgemv_x`]), the one
 /// that applies an epilogue in its stores. Free.
 pub fn fuses_epilogue(m: usize, k: usize) -> bool {
+    fuses(m, k, false)
+}
+
+/// Whether the one-launch kernel takes `m` rows of `k` values, with the
+/// sums of squares of a fused `norm` in its shared memory too. Free.
+pub fn fuses(m: usize, k: usize, norm: bool) -> bool {
     m > 0
         && k > 0
         && m <= quant_gemv::MAX_ROWS
         && quant_gemv::X_ROWS.contains(&quant_gemv::rows_for(m))
-        && quant_gemv::x_smem(m, k) <= quant_gemv::X_MAX_SMEM
+        && quant_gemv::x_smem(m, k, norm) <= quant_gemv::X_MAX_SMEM
 }
 
-/// [`run_quant_matmul`] with the epilogue `kind` applied in the kernel's
-/// stores (`args`: `alpha`, `beta`, the bias and `C₀` addresses), where
-/// [`fuses_epilogue`] holds; the same preconditions and errors, and a shape
-/// error where it does not hold.
+/// [`run_quant_matmul`] with the steps of `fusion` in the one-launch kernel
+/// (`args`: with a norm `g`'s address and `eps`, then with an epilogue
+/// `alpha`, `beta`, the bias and `C₀` addresses; with `glu` `y` has `n / 2`
+/// columns), where [`fuses`] holds; the same preconditions and errors, and
+/// a shape error where it does not hold or `glu` comes with an epilogue or
+/// an odd `n`.
 pub fn run_quant_matmul_fused(
     l: &dyn Launcher,
     format: BlockFormat,
     (m, k, n): (usize, usize, usize),
     (x_dtype, out_dtype): (DType, DType),
-    (kind, args): (EpilogueKind, &[Arg]),
+    (fusion, args): (XFusion, &[Arg]),
     (x, w, y): (u64, u64, u64),
 ) -> Result<()> {
-    quant_matmul(l, format, (m, k, n), (x_dtype, out_dtype), (x, w, y), Some((kind, args)))
+    quant_matmul(l, format, (m, k, n), (x_dtype, out_dtype), (x, w, y), Some((fusion, args)))
 }
 
 fn quant_matmul(
@@ -126,13 +133,18 @@ fn quant_matmul(
     (m, k, n): (usize, usize, usize),
     (x_dtype, out_dtype): (DType, DType),
     (x, w, y): (u64, u64, u64),
-    epilogue: Option<(EpilogueKind, &[Arg])>,
+    fused: Option<(XFusion, &[Arg])>,
 ) -> Result<()> {
     let shapes = format!("x=[{m}x{k}] {x_dtype}, w=[{n}x{k}] {format}, y=[{m}x{n}] {out_dtype}");
-    if epilogue.is_some() && !fuses_epilogue(m, k) {
+    let fusion = fused.map(|(f, _)| f).unwrap_or_default();
+    if fused.is_some() && !fuses(m, k, fusion.norm) {
         let why = format!(
-            "only products of up to 4 rows whose activations fit shared memory apply an epilogue in their stores; got m = {m}, k = {k}"
+            "only products of up to 4 rows whose activations fit shared memory fuse a norm, gated halves or an epilogue; got m = {m}, k = {k}"
         );
+        return Err(ComputeError::shape(MATMUL, why, shapes));
+    }
+    if fusion.glu && (fusion.epilogue.is_some() || !n.is_multiple_of(2)) {
+        let why = format!("a gated product takes an even number of weight rows and no other epilogue; got n = {n}");
         return Err(ComputeError::shape(MATMUL, why, shapes));
     }
     check_format(MATMUL, format, &shapes)?;
@@ -177,16 +189,18 @@ fn quant_matmul(
         return prefill(l, format, (m, k, n), x_dtype, out_dtype, (x, w, y));
     }
     let rows = quant_gemv::rows_for(m);
-    let smem = quant_gemv::x_smem(m, k);
-    if fuses_epilogue(m, k) {
+    let smem = quant_gemv::x_smem(m, k, fusion.norm);
+    if fuses(m, k, fusion.norm) {
         // One launch: each block quantizes x into shared memory, then its
-        // warps take rpc / 8 weight rows each; rpc makes the grid about as
-        // many blocks as stay resident, so x is quantized once per block.
-        let step = (quant_gemv::X_WARPS * quant_gemv::x_weight_rows(format, rows)) as usize;
+        // warps take rpc / 8 output columns each; rpc makes the grid about
+        // as many blocks as stay resident, so x is quantized once per block.
+        let per_warp = quant_gemv::x_weight_rows(format, rows) / if fusion.glu { 2 } else { 1 };
+        let step = (quant_gemv::X_WARPS * per_warp) as usize;
+        let cols = if fusion.glu { n / 2 } else { n };
         let slots = step * quant_gemv::X_BLOCKS_PER_SM as usize * l.sm_count().max(1) as usize;
-        let rpc = step * n.div_ceil(slots);
+        let rpc = step * cols.div_ceil(slots);
         let grid = Grid {
-            blocks: (n.div_ceil(rpc) as u32, 1, 1),
+            blocks: (cols.div_ceil(rpc) as u32, 1, 1),
             threads: (quant_gemv::X_THREADS, 1, 1),
             dynamic_smem: smem as u32,
         };
@@ -199,11 +213,10 @@ fn quant_matmul(
             Arg::U32(k32),
             Arg::U32(u32_of(MATMUL, "weight rows per block", rpc)?),
         ];
-        let kind = epilogue.map(|(kind, e)| {
-            args.extend_from_slice(e);
-            kind
-        });
-        return l.launch(KernelId::QuantGemvX(format, rows, x_dtype, out_dtype, kind), grid, &args);
+        if let Some((_, extra)) = fused {
+            args.extend_from_slice(extra);
+        }
+        return l.launch(KernelId::QuantGemvX(format, rows, x_dtype, out_dtype, fusion), grid, &args);
     }
     // Quantized activations: m·k int8 (padded to 16 bytes), then m·k/32 (d, s) pairs.
     let q_bytes = (m * k).next_multiple_of(16);

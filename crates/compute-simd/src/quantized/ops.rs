@@ -18,7 +18,9 @@
 //!
 //! `f16`/`bf16` outputs are computed into an `f32` buffer and rounded once. A
 //! quantized matmul's epilogue is applied to the `f32` product in one more
-//! pass over it, as the GEMM's ([`EpilogueArgs`]).
+//! pass over it, as the GEMM's ([`EpilogueArgs`]). A fused norm is a pass
+//! over `x` into an `f32` copy before the product; a gated product computes
+//! all `n` columns into an `f32` buffer and combines its halves after.
 
 use compute_core::{
     BackendKind, ComputeError, DType, HostSlice, HostSliceMut, MatmulSpec, Op, QuantMatmulSpec, Result,
@@ -60,13 +62,23 @@ pub fn run(isa: Isa, op: &Op, inputs: &[HostSlice<'_>], out: HostSliceMut<'_>) -
             let (Some(x), Some(w)) = (inputs.first(), inputs.get(1).and_then(HostSlice::blocks)) else {
                 return Err(unsupported(spec.weight));
             };
-            let x = widened(x);
-            // The epilogue, as a matmul's: its bias and C₀ after W.
+            let mut x = widened(x);
+            if spec.rms_norm.is_some() {
+                let g = inputs.get(2).map(HostSlice::to_f32).ok_or_else(|| unsupported(spec.dtype))?;
+                x = std::borrow::Cow::Owned(rms_normed(&spec, &x, &g));
+            }
+            // The epilogue, as a matmul's: its bias and C₀ after W (and g).
             let as_matmul = MatmulSpec { trans_b: true, ..MatmulSpec::new(spec.m, spec.k, spec.n) }
                 .with_dtypes(spec.dtype, spec.out_dtype)
                 .with_epilogue(spec.epilogue);
-            let epilogue = EpilogueArgs::new(isa, &as_matmul, inputs.get(2..).unwrap_or_default())?;
+            let epilogue = EpilogueArgs::new(isa, &as_matmul, inputs.get(spec.epilogue_at()..).unwrap_or_default())?;
             into_f32(isa, out, |y| {
+                if spec.glu {
+                    let mut p = vec![0f32; spec.m * spec.n];
+                    quant_matmul(isa, op, &spec, &x, w.bytes(), &mut p)?;
+                    gated(isa, spec.n / 2, &p, y);
+                    return Ok(());
+                }
                 quant_matmul(isa, op, &spec, &x, w.bytes(), y)?;
                 gemm::finish_product(isa, (spec.m, spec.n), &epilogue, y);
                 Ok(())
@@ -89,6 +101,31 @@ pub fn run(isa: Isa, op: &Op, inputs: &[HostSlice<'_>], out: HostSliceMut<'_>) -
             format.quantize(&widened(x), o.bytes_mut())
         }
         _ => Err(unsupported(op.dtype())),
+    }
+}
+
+/// The rows of `x` normalized as the spec's fused norm asks:
+/// `x_i / √(mean(x_i²) + eps) · g`, in `f32` (the mean square summed in
+/// `f64`). One pass over `x`.
+fn rms_normed(s: &QuantMatmulSpec, x: &[f32], g: &[f32]) -> Vec<f32> {
+    let eps = s.rms_norm.map_or(0.0, |e| f64::from(e.0));
+    let mut h = x.to_vec();
+    for row in h.chunks_exact_mut(s.k) {
+        let ms = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / s.k as f64;
+        let inv = (1.0 / (ms + eps).sqrt()) as f32;
+        for (v, &gj) in row.iter_mut().zip(g) {
+            *v = *v * inv * gj;
+        }
+    }
+    h
+}
+
+/// `y[i, j] = silu(p[i, j])·p[i, cols + j]` for the rows of `p` (`2·cols`
+/// each): the swiglu kernel on each row's halves.
+fn gated(isa: Isa, cols: usize, p: &[f32], y: &mut [f32]) {
+    for (row, out) in p.chunks_exact(2 * cols).zip(y.chunks_exact_mut(cols)) {
+        let (gate, up) = row.split_at(cols);
+        crate::kernels::elementwise::binary(isa, compute_core::BinaryOp::SwiGlu, gate, up, out);
     }
 }
 

@@ -32,7 +32,7 @@
 //! blocks; bit-exact with `BlockFormat::dequantize` (see `quant.wgsl`).
 
 use compute_core::quant::BlockFormat;
-use compute_core::{ComputeError, MatmulSpec, QuantMatmulSpec, Result};
+use compute_core::{ComputeError, DType, MatmulSpec, QuantMatmulSpec, Result};
 
 use super::{
     Dispatch, Step, View, bind, f32_output, gemm, grid, narrow, params, rows_per_piece, temp_f32, to_u32, widen,
@@ -135,7 +135,9 @@ pub(crate) fn check_limits(ctx: &Context, name: &'static str, s: &QuantMatmulSpe
     let format = s.weight.block_format().ok_or(ComputeError::Unsupported { op: name, backend: errors::KIND })?;
     let (values, bytes) = block(name, format)?;
     let max = ctx.max_binding();
-    let x_bytes = padded_bytes_of(s.m.saturating_mul(s.k), s.dtype);
+    // A fused norm's rows reach the product in f32.
+    let x_dtype = if s.rms_norm.is_some() { DType::F32 } else { s.dtype };
+    let x_bytes = padded_bytes_of(s.m.saturating_mul(s.k), x_dtype);
     if x_bytes > max {
         return Err(errors::limit(name, "storage buffer binding bytes (quantized product x)", x_bytes, max));
     }

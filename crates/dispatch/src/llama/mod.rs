@@ -264,6 +264,18 @@ impl Linear {
         }
     }
 
+    /// `rms_norm(x)·g·Wᵀ` as one quantized product with the norm fused
+    /// (and with `glu` the gated halves: `silu(gate)·up`, `out / 2`
+    /// columns), where the weight is block-quantized and `b` takes it;
+    /// `None` otherwise (the caller runs the norm, the product and the
+    /// `Glu` apart). Inputs `x`, `W`, `g`.
+    fn normed(&self, b: &dyn Backend, (m, dtype): (usize, DType), eps: f32, glu: bool) -> Option<Op> {
+        let Op::QuantMatmul(spec) = self.op(m, dtype) else { return None };
+        let spec = spec.with_rms_norm(eps);
+        let op = Op::QuantMatmul(if glu { spec.with_glu() } else { spec });
+        b.supports(&op).then_some(op)
+    }
+
     /// `into = residual + x·Wᵀ` for `m` rows of `x`: one product whose
     /// epilogue adds the residual (`beta = 1`, computed in `f32` and rounded
     /// once) where the backend takes it, float or quantized weights alike,
@@ -968,7 +980,14 @@ impl Llama {
         // The residual stream alternates between x and x2.
         let (mut x, mut x2) = (&s.x, &s.x2);
         for l in &self.layers {
-            b.run_tensors(&norm, &[x, &l.attn_norm], &s.h)?;
+            // Quantized fused q/k/v weights take the norm into their product.
+            let normed_qkv = match &l.qkv {
+                Qkv::Fused(w) => w.normed(b, (seq, dt), c.rms_eps, false),
+                Qkv::Separate { .. } => None,
+            };
+            if normed_qkv.is_none() {
+                b.run_tensors(&norm, &[x, &l.attn_norm], &s.h)?;
+            }
             // The values, contiguous `[seq, kv_heads, d]`: `s.v`, or the fused rows.
             let values = match &l.qkv {
                 Qkv::Separate { wq, wk, wv } => {
@@ -980,7 +999,10 @@ impl Llama {
                     None
                 }
                 Qkv::Fused(w) => {
-                    b.run_tensors(&w.op(seq, dt), &[&s.h, &w.w], &s.qkv)?;
+                    match &normed_qkv {
+                        Some(op) => b.run_tensors(op, &[x, &w.w, &l.attn_norm], &s.qkv)?,
+                        None => b.run_tensors(&w.op(seq, dt), &[&s.h, &w.w], &s.qkv)?,
+                    }
                     run(&rope(c.heads, Some(0)), &[&s.qkv], &s.q_rot)?;
                     run(&rope(c.kv_heads, Some(c.heads)), &[&s.qkv], &s.k_rot)?;
                     Some(&s.qkv)
@@ -1024,14 +1046,22 @@ impl Llama {
             };
             l.wo.add_into(b, (seq, dt), (out, x), (&s.o, x2))?;
             std::mem::swap(&mut x, &mut x2);
-            b.run_tensors(&norm, &[x, &l.ffn_norm], &s.h)?;
-            match &l.gate_up {
-                GateUp::Separate { gate, up } => {
+            // Quantized fused gate/up weights take the norm and the gated
+            // halves into their product.
+            let normed_gate_up = match &l.gate_up {
+                GateUp::Fused(w) => w.normed(b, (seq, dt), c.rms_eps, true),
+                GateUp::Separate { .. } => None,
+            };
+            match (&l.gate_up, normed_gate_up) {
+                (GateUp::Fused(w), Some(op)) => b.run_tensors(&op, &[x, &w.w, &l.ffn_norm], &s.act)?,
+                (GateUp::Separate { gate, up }, _) => {
+                    b.run_tensors(&norm, &[x, &l.ffn_norm], &s.h)?;
                     b.run_tensors(&gate.op(seq, dt), &[&s.h, &gate.w], &s.gate)?;
                     b.run_tensors(&up.op(seq, dt), &[&s.h, &up.w], &s.up)?;
                     b.run_tensors(&swiglu, &[&s.gate, &s.up], &s.act)?;
                 }
-                GateUp::Fused(w) => {
+                (GateUp::Fused(w), None) => {
+                    b.run_tensors(&norm, &[x, &l.ffn_norm], &s.h)?;
                     b.run_tensors(&w.op(seq, dt), &[&s.h, &w.w], &s.gate_up)?;
                     b.run_tensors(&glu, &[&s.gate_up], &s.act)?;
                 }
