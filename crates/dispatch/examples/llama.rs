@@ -10,7 +10,7 @@
 //! cargo run --release -p dispatch --features cuda --example llama -- \
 //!     [--config tiny|1b] [--dtype f32|f16|bf16] [--linear q4_K|q5_K|q6_K|q8_0] \
 //!     [--engine simd|wgpu|cuda] [--prompt N] [--new N] [--gguf model.gguf | --hf DIR] \
-//!     [--logits FILE] [--compare-direct] [--sequences N [--stagger]] [--clients N [--rounds R]]
+//!     [--logits FILE] [--compare-direct] [--compare-unfused] [--sequences N [--stagger]] [--clients N [--rounds R]]
 //!     [--llama3-scaling FACTOR]
 //! ```
 //!
@@ -23,7 +23,9 @@
 //! greedy tokens (a last line `tokens: …`) to FILE, to compare with another
 //! implementation. Decoding steps are recorded once and replayed where the
 //! engine records (CUDA graphs); `--compare-direct` also times the same
-//! decoding with every step queued op by op, in the same process.
+//! decoding with every step queued op by op, in the same process;
+//! `--compare-unfused` the decoding with the norms and gated halves of
+//! block-quantized products as ops of their own, then fused again.
 //! `--sequences N` then decodes N sequences together: N different prompts
 //! prefilled together in one pass, then `--new` steps of all N timed
 //! (`Llama::step_active`), printing the prefill's and the total decode's
@@ -201,6 +203,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mut gguf_path, mut hf_dir, mut logits_path): (Option<String>, Option<String>, Option<String>) =
         (None, None, None);
     let mut compare_direct = false;
+    let mut compare_unfused = false;
     let mut sequences = 1usize;
     let mut stagger = false;
     let (mut clients, mut rounds) = (0usize, 1usize);
@@ -232,6 +235,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--hf" => hf_dir = Some(value()?),
             "--logits" => logits_path = Some(value()?),
             "--compare-direct" => compare_direct = true,
+            "--compare-unfused" => compare_unfused = true,
             "--sequences" => sequences = value()?.parse()?,
             "--stagger" => stagger = true,
             "--clients" => clients = value()?.parse()?,
@@ -322,6 +326,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
         }
         model.set_recording(true);
+    }
+    if compare_unfused {
+        // The same sequence with the norms and gated halves of quantized
+        // products run as ops of their own, then fused again: the fusion's
+        // gain, measured in this process.
+        for on in [false, true, false, true] {
+            model.set_fused_norms(on);
+            model.reset();
+            model.generate(&prompt, 3)?;
+            model.reset();
+            let (_, d, again) = timed(&mut model, &prompt, new_tokens)?;
+            let n = again.len().saturating_sub(1).max(1);
+            println!(
+                "decode with fused norms {}: {:.3} ms/token, {:.1} tokens/s; same tokens: {}",
+                if on { "on" } else { "off" },
+                d / n as f64 * 1e3,
+                n as f64 / d,
+                again == tokens
+            );
+        }
     }
     if let Some(path) = &logits_path {
         model.reset();

@@ -166,13 +166,20 @@ fn async_forms_run_on_the_gpu_like_the_blocking_ones() {
 /// bit for bit equal to the same steps queued op by op.
 #[test]
 fn the_decoder_matches_its_reference_and_replays_its_steps() {
+    use compute_core::DType;
     use dispatch::llama::{HostWeights, Llama, LlamaConfig, WeightFormat, reference_logits};
-    let cfg = LlamaConfig::tiny();
-    let weights = HostWeights::random(cfg, 3);
+    // Dense weights, and Q4_K linear layers (rows of 256 values: their norms
+    // and gated halves fused into the products).
+    let wide = LlamaConfig { hidden: 256, heads: 4, kv_heads: 2, intermediate: 512, ..LlamaConfig::tiny() };
+    let cases = [
+        (LlamaConfig::tiny(), WeightFormat::dense(DType::F32), 1e-4),
+        (LlamaConfig::tiny(), WeightFormat::dense(DType::BF16), 3e-2),
+        (wide, WeightFormat { dtype: DType::BF16, linear: DType::Q4K }, 3e-2),
+    ];
     for (engine, c) in gpus() {
         let backend = c.backend(engine).unwrap();
-        for (dtype, tol) in [(compute_core::DType::F32, 1e-4), (compute_core::DType::BF16, 3e-2)] {
-            let format = WeightFormat::dense(dtype);
+        for (cfg, format, tol) in cases {
+            let (weights, dtype) = (HostWeights::random(cfg, 3), format.dtype);
             let stored = weights.as_stored(format);
             let mut recorded = Llama::load(backend.clone(), &weights, format).unwrap();
             let mut direct = Llama::load(backend.clone(), &weights, format).unwrap();

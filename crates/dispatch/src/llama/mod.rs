@@ -481,6 +481,9 @@ pub struct Llama {
     device_positions: bool,
     /// Whether one-token steps are recorded and replayed ([`Llama::set_recording`]).
     record_steps: bool,
+    /// Whether quantized products take the norm before them and the gated
+    /// halves after them ([`Llama::set_fused_norms`]).
+    fuse_norms: bool,
     /// Per step shape: `Ready` once recorded, `Warm` after one direct run,
     /// `Never` where the backend does not record.
     recordings: HashMap<Step, StepRecording>,
@@ -596,6 +599,7 @@ impl Llama {
             last: None,
             device_positions,
             record_steps: true,
+            fuse_norms: true,
             recordings: HashMap::new(),
         })
     }
@@ -646,6 +650,17 @@ impl Llama {
         if !on {
             self.recordings.clear();
         }
+    }
+
+    /// Whether block-quantized q/k/v and gate/up products take the RMS norm
+    /// before them and the gated halves after them into the product
+    /// ([`QuantMatmulSpec::with_rms_norm`], [`QuantMatmulSpec::with_glu`]; on
+    /// by default): three ops fewer a layer, and the normalized rows are
+    /// not rounded to the activations' dtype. Off, they run as ops of their
+    /// own (to compare); turning it either way drops the recorded steps.
+    pub fn set_fused_norms(&mut self, on: bool) {
+        self.fuse_norms = on;
+        self.recordings.clear();
     }
 
     /// Whether the steps read their positions from a tensor on the device
@@ -982,8 +997,8 @@ impl Llama {
         for l in &self.layers {
             // Quantized fused q/k/v weights take the norm into their product.
             let normed_qkv = match &l.qkv {
-                Qkv::Fused(w) => w.normed(b, (seq, dt), c.rms_eps, false),
-                Qkv::Separate { .. } => None,
+                Qkv::Fused(w) if self.fuse_norms => w.normed(b, (seq, dt), c.rms_eps, false),
+                _ => None,
             };
             if normed_qkv.is_none() {
                 b.run_tensors(&norm, &[x, &l.attn_norm], &s.h)?;
@@ -1049,8 +1064,8 @@ impl Llama {
             // Quantized fused gate/up weights take the norm and the gated
             // halves into their product.
             let normed_gate_up = match &l.gate_up {
-                GateUp::Fused(w) => w.normed(b, (seq, dt), c.rms_eps, true),
-                GateUp::Separate { .. } => None,
+                GateUp::Fused(w) if self.fuse_norms => w.normed(b, (seq, dt), c.rms_eps, true),
+                _ => None,
             };
             match (&l.gate_up, normed_gate_up) {
                 (GateUp::Fused(w), Some(op)) => b.run_tensors(&op, &[x, &w.w, &l.ffn_norm], &s.act)?,

@@ -1,7 +1,7 @@
 //! SGEMM throughput of this crate next to faer 0.24, square sizes, 1 and 2 threads.
 //!
 //! ```text
-//! cargo run --release -p compute-simd --example gemm_vs_faer [-- SIZE|MxKxN... [--threads 1,2] [--ta] [--tb]]
+//! cargo run --release -p compute-benches --example gemm_vs_faer [-- SIZE|MxKxN... [--threads 1,2] [--ta] [--tb]]
 //! ```
 //!
 //! Each size runs ours and faer alternately (one call each per round) and
