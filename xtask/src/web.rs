@@ -52,28 +52,27 @@ fn target_dir() -> PathBuf {
 
 /// Builds the demo page into a folder ready to serve: the module with
 /// WebGPU (SIMD128, from `.cargo/config.toml`) in `pkg/`, the scalar CPU
-/// build of the same crate (`-C target-feature=-simd128`, in a target
-/// directory of its own) in `pkg-scalar/`, and the page's files.
+/// build of the same crate (`RUSTFLAGS=-C target-feature=-simd128`, which
+/// with `--target` reaches only the wasm crates: the build scripts and
+/// proc-macros of the first build serve it, and cargo keeps both builds'
+/// crates side by side) in `pkg-scalar/`, and the page's files.
 pub fn build_site(release: bool) -> Result<PathBuf, String> {
     let site = site_dir(release);
     let profile = if release { "release" } else { "debug" };
-    let builds: [(&str, &[&str], Option<PathBuf>); 2] =
-        [("pkg", &[], None), ("pkg-scalar", &["--no-default-features"], Some(target_dir().join("wasm-scalar")))];
-    for (dir, flags, own_target) in builds {
+    let builds: [(&str, &[&str], Option<&str>); 2] =
+        [("pkg", &[], None), ("pkg-scalar", &["--no-default-features"], Some("-C target-feature=-simd128"))];
+    for (dir, flags, rustflags) in builds {
         let mut cmd = cargo();
         cmd.args(["build", "-p", "web-demo", "--lib", "--target", WASM_TARGET]).args(flags);
         if release {
             cmd.arg("--release");
         }
-        let target = match own_target {
-            Some(t) => {
-                cmd.env("CARGO_TARGET_DIR", &t).env("RUSTFLAGS", "-C target-feature=-simd128");
-                t
-            }
-            None => target_dir(),
-        };
+        if let Some(f) = rustflags {
+            cmd.env("RUSTFLAGS", f);
+        }
+        // Each build's module is copied out before the next one replaces it.
         run(&mut cmd)?;
-        let wasm = target.join(WASM_TARGET).join(profile).join("web_demo.wasm");
+        let wasm = target_dir().join(WASM_TARGET).join(profile).join("web_demo.wasm");
         let out = site.join(dir);
         run(Command::new("wasm-bindgen")
             .args(["--target", "web", "--no-typescript", "--out-dir"])

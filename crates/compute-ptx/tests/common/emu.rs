@@ -251,7 +251,7 @@ impl Memory {
     pub fn free(&mut self, a: u64) {
         self.bufs.remove(&a);
     }
-    fn slot(&mut self, addr: u64, n: usize, what: &str) -> &mut [u8] {
+    fn slot(&mut self, addr: u64, n: usize, what: std::fmt::Arguments) -> &mut [u8] {
         let (start, buf) = self
             .bufs
             .range_mut(..=addr)
@@ -267,20 +267,20 @@ impl Memory {
         &mut buf[off..off + n]
     }
     pub fn write_f32(&mut self, addr: u64, data: &[f32]) {
-        let s = self.slot(addr, data.len() * 4, "upload");
+        let s = self.slot(addr, data.len() * 4, format_args!("upload"));
         for (c, v) in s.chunks_mut(4).zip(data) {
             c.copy_from_slice(&v.to_ne_bytes());
         }
     }
     pub fn read_f32(&mut self, addr: u64, n: usize) -> Vec<f32> {
-        let s = self.slot(addr, n * 4, "download");
+        let s = self.slot(addr, n * 4, format_args!("download"));
         s.chunks(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect()
     }
     pub fn write_bytes(&mut self, addr: u64, data: &[u8]) {
-        self.slot(addr, data.len(), "upload").copy_from_slice(data);
+        self.slot(addr, data.len(), format_args!("upload")).copy_from_slice(data);
     }
     pub fn read_bytes(&mut self, addr: u64, n: usize) -> Vec<u8> {
-        self.slot(addr, n, "download").to_vec()
+        self.slot(addr, n, format_args!("download")).to_vec()
     }
 }
 
@@ -773,7 +773,7 @@ fn access<'m>(
         );
         &mut shared[a..a + n]
     } else {
-        mem.slot(a, n, &format!("{}: {text}", ctx.prog.name))
+        mem.slot(a, n, format_args!("{}: {text}", ctx.prog.name))
     }
 }
 
@@ -994,13 +994,10 @@ fn step_until_sync(ctx: &Ctx, t: &mut Thread, mem: &mut Memory, shared: &mut [u8
                 }
                 let (ai, vi) = if op == "ld" { (1, 0) } else { (0, 1) };
                 let ad = addr(ctx, t, &inst.args[ai]);
-                let regs_of = |o: &Opnd| -> Vec<Opnd> {
-                    match o {
-                        Opnd::Vec(v) => v.clone(),
-                        x => vec![x.clone()],
-                    }
+                let vals = match &inst.args[vi] {
+                    Opnd::Vec(v) => v.as_slice(),
+                    x => std::slice::from_ref(x),
                 };
-                let vals = regs_of(&inst.args[vi]);
                 assert_eq!(vals.len(), width, "vector width");
                 let bytes = access(ctx, mem, shared, space, ad, esz * width, &inst.text);
                 if op == "ld" {
