@@ -60,7 +60,7 @@ use crate::kernels::rows::{self, RowKind, RowShape};
 use crate::kernels::{KernelId, conv};
 
 mod quant;
-pub use quant::{fuses_epilogue, run_dequantize, run_quant_matmul, run_quant_matmul_fused};
+pub use quant::{fuses, fuses_epilogue, run_dequantize, run_quant_matmul, run_quant_matmul_fused};
 
 /// Which GEMM kernel runs a matrix product.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
