@@ -122,9 +122,10 @@ pub enum KernelId {
     /// format, row count (1, 2, 4, 8, 16), output dtype.
     QuantGemv(BlockFormat, u32, DType),
     /// [`KernelId::QuantGemv`] for 1, 2 or 4 rows quantizing the activations
-    /// itself: format, row count, input dtype, output dtype, and what it
-    /// fuses (a norm before, gated halves or an epilogue in its stores).
-    QuantGemvX(BlockFormat, u32, DType, DType, quant_gemv::XFusion),
+    /// itself: format, row count and weight rows a warp takes at a time,
+    /// input dtype, output dtype, and what it fuses (a norm before, gated
+    /// halves or an epilogue in its stores).
+    QuantGemvX(BlockFormat, (u32, u32), DType, DType, quant_gemv::XFusion),
     /// Rotary position embedding: pair layout, dtype.
     Rope(RopeLayout, DType),
     /// 3-D strided copy of units of this many bytes (2, 4, 8 or 16).
@@ -170,7 +171,10 @@ impl KernelId {
             KernelId::Dequant(f, d) => quant::dequant_name(*f, *d),
             KernelId::QuantizeX(d) => quant::quantize_x_name(*d),
             KernelId::QuantGemv(f, r, d) => quant_gemv::name(*f, *r, *d),
-            KernelId::QuantGemvX(f, r, i, o, x) => quant_gemv::x_name(*f, *r, *i, *o) + &x.suffix(),
+            KernelId::QuantGemvX(f, (r, w), i, o, x) => {
+                let narrow = if *w == quant_gemv::x_weight_rows(*f, *r) { String::new() } else { format!("_w{w}") };
+                quant_gemv::x_name(*f, *r, *i, *o) + &narrow + &x.suffix()
+            }
             KernelId::Rope(l, d) => decoder::rope_name(*l, *d),
             KernelId::Copy(bytes) => decoder::copy_name(*bytes),
             KernelId::Gather(bytes) => decoder::gather_name(*bytes),
@@ -404,19 +408,27 @@ pub fn catalog() -> Vec<KernelId> {
         }
         for rows in quant_gemv::X_ROWS {
             for input in elem::DTYPES {
-                v.extend(elem::DTYPES.map(|d| KernelId::QuantGemvX(format, rows, input, d, XFusion::default())));
+                let shape = (rows, quant_gemv::x_weight_rows(format, rows));
+                v.extend(elem::DTYPES.map(|d| KernelId::QuantGemvX(format, shape, input, d, XFusion::default())));
             }
         }
     }
     // The decoder's one-row products: a residual add in the stores, the
     // norm before the q/k/v and gate/up products, the gated halves.
     let residual = EpilogueKind { bias: false, c: true, activation: None };
+    // With 2 weight rows a warp as well: the products of fewer rows than
+    // multiprocessors times 32.
     let fused = [
+        XFusion::default(),
         XFusion::epilogue(Some(residual)),
         XFusion { norm: true, ..XFusion::default() },
         XFusion { norm: true, glu: true, epilogue: None },
     ];
-    v.extend(fused.map(|x| KernelId::QuantGemvX(BlockFormat::Q4K, 1, DType::BF16, DType::BF16, x)));
+    for w in [4, 2] {
+        for x in fused.into_iter().filter(|x| w == 2 || *x != XFusion::default()) {
+            v.push(KernelId::QuantGemvX(BlockFormat::Q4K, (1, w), DType::BF16, DType::BF16, x));
+        }
+    }
     v.extend(elem::DTYPES.map(KernelId::QuantizeX));
     for d in elem::DTYPES {
         v.push(KernelId::Rope(RopeLayout::HalfSplit, d));

@@ -296,7 +296,22 @@ pub fn x_weight_rows(format: BlockFormat, rows: u32) -> u32 {
     }
 }
 
-/// Name of the kernel that quantizes its activations (`qgemvx_q4k_r1_f32_bf16`).
+/// The weight rows a warp of [`qgemv_x`] takes at a time in a product of
+/// `cols` output columns (gated: each a gate and an up row) on `sms`
+/// multiprocessors: [`x_weight_rows`], or half of it when that would give
+/// fewer blocks than multiprocessors (a decoder's 2048-row products on an
+/// H100: 64 blocks for 132 multiprocessors, each streaming twice the bytes
+/// it would with half the rows a warp). Free.
+pub fn x_weight_rows_for(format: BlockFormat, rows: u32, cols: usize, glu: bool, sms: u32) -> u32 {
+    let full = x_weight_rows(format, rows);
+    let per_col = if glu { 2 } else { 1 };
+    let blocks = cols.div_ceil((X_WARPS * full / per_col) as usize);
+    if full / 2 >= per_col && blocks < sms as usize { full / 2 } else { full }
+}
+
+/// Name of the kernel that quantizes its activations
+/// (`qgemvx_q4k_r1_f32_bf16`; `_w2` when its warps take another number of
+/// weight rows at a time than [`x_weight_rows`]).
 pub fn x_name(format: BlockFormat, rows: u32, input: DType, out: DType) -> String {
     format!("qgemvx_{}_r{rows}_{}_{}", quant::tag(format), input.as_str(), out.as_str())
 }
@@ -309,13 +324,14 @@ pub fn x_name(format: BlockFormat, rows: u32, input: DType, out: DType) -> Strin
 /// with an approximate reciprocal (one division per 4 values instead of 4;
 /// `|x − q·d| ≤ d/2` up to `f32` rounding, so the error bound holds). Then
 /// warp `w` of block `c` takes the `rpc / 8` consecutive weight rows from
-/// `c·rpc + w·rpc/8`, [`x_weight_rows`] at a time (each activation load,
-/// from shared memory, serving them all). `Q4_K`/`Q5_K` blocks get 4 lanes,
+/// `c·rpc + w·rpc/8`, `rw` at a time (at most [`x_weight_rows`]; each
+/// activation load, from shared memory, serving them all). `Q4_K`/`Q5_K` blocks get 4 lanes,
 /// each a whole run of 32 quant bytes (two groups, 64 values: two 16-byte
 /// loads of quants, one of the header); `Q6_K`/`Q8_0` blocks as in
 /// [`qgemv`]. The plan sizes `rpc` (a multiple of 8 times that) so that
 /// the grid is about [`X_BLOCKS_PER_SM`] blocks per multiprocessor: every
-/// block stays resident and `x` is quantized once per block. Params: `w` (as
+/// block stays resident and `x` is quantized once per block; it picks `rw`
+/// with [`x_weight_rows_for`]. Params: `w` (as
 /// [`qgemv`]), `x`, `y` (pointers; `x` 16-byte aligned), `m`, `n`, `k`,
 /// `rpc` (u32), then with a norm `g` (pointer, `k` values of `input`) and
 /// `eps` (f32), then with an `epilogue` its `alpha`, `beta` (f32), bias and
@@ -326,13 +342,15 @@ pub fn x_name(format: BlockFormat, rows: u32, input: DType, out: DType) -> Strin
 /// of dynamic shared memory (at most [`X_MAX_SMEM`]); `k > 0`.
 pub fn qgemv_x(
     format: BlockFormat,
-    rows: u32,
+    (rows, rw): (u32, u32),
     input: DType,
     out: DType,
     fusion: XFusion,
     target: Target,
 ) -> Result<Kernel, BuildError> {
-    let kname = x_name(format, rows, input, out) + &fusion.suffix();
+    let narrow =
+        if X_ROWS.contains(&rows) && rw != x_weight_rows(format, rows) { format!("_w{rw}") } else { String::new() };
+    let kname = x_name(format, rows, input, out) + &narrow + &fusion.suffix();
     if !quant::supported(format) || !X_ROWS.contains(&rows) {
         let why = format!("no quantizing GEMV for {format} with {rows} rows");
         return Err(BuildError { kernel: kname, problems: vec![why] });
@@ -341,10 +359,14 @@ pub fn qgemv_x(
         let why = "a gated product takes no other epilogue".to_string();
         return Err(BuildError { kernel: kname, problems: vec![why] });
     }
+    if !(1..=x_weight_rows(format, rows)).contains(&rw) || !rw.is_power_of_two() || (fusion.glu && rw % 2 != 0) {
+        let why =
+            format!("{rw} weight rows a warp: a power of two up to {}, even when gated", x_weight_rows(format, rows));
+        return Err(BuildError { kernel: kname, problems: vec![why] });
+    }
     let epilogue = fusion.epilogue;
     let lpb = lanes_of(format, true);
     let u = x_units(format);
-    let rw = x_weight_rows(format, rows);
     // Output columns each warp takes at a time (gate and up rows for each with glu).
     let cw = if fusion.glu { rw / 2 } else { rw };
     let bytes = format.bytes_per_block() as u32;

@@ -193,10 +193,13 @@ fn quant_matmul(
     if fuses(m, k, fusion.norm) {
         // One launch: each block quantizes x into shared memory, then its
         // warps take rpc / 8 output columns each; rpc makes the grid about
-        // as many blocks as stay resident, so x is quantized once per block.
-        let per_warp = quant_gemv::x_weight_rows(format, rows) / if fusion.glu { 2 } else { 1 };
-        let step = (quant_gemv::X_WARPS * per_warp) as usize;
+        // as many blocks as stay resident, so x is quantized once per block,
+        // and a warp takes fewer rows at a time where a short product would
+        // leave multiprocessors without a block.
         let cols = if fusion.glu { n / 2 } else { n };
+        let rw = quant_gemv::x_weight_rows_for(format, rows, cols, fusion.glu, l.sm_count().max(1));
+        let per_warp = rw / if fusion.glu { 2 } else { 1 };
+        let step = (quant_gemv::X_WARPS * per_warp) as usize;
         let slots = step * quant_gemv::X_BLOCKS_PER_SM as usize * l.sm_count().max(1) as usize;
         let rpc = step * cols.div_ceil(slots);
         let grid = Grid {
@@ -216,7 +219,7 @@ fn quant_matmul(
         if let Some((_, extra)) = fused {
             args.extend_from_slice(extra);
         }
-        return l.launch(KernelId::QuantGemvX(format, rows, x_dtype, out_dtype, fusion), grid, &args);
+        return l.launch(KernelId::QuantGemvX(format, (rows, rw), x_dtype, out_dtype, fusion), grid, &args);
     }
     // Quantized activations: m·k int8 (padded to 16 bytes), then m·k/32 (d, s) pairs.
     let q_bytes = (m * k).next_multiple_of(16);
