@@ -197,7 +197,11 @@ fn quant_matmul(
         // and a warp takes fewer rows at a time where a short product would
         // leave multiprocessors without a block.
         let cols = if fusion.glu { n / 2 } else { n };
-        let rw = quant_gemv::x_weight_rows_for(format, rows, cols, fusion.glu, l.sm_count().max(1));
+        let rw = if spread_allowed() {
+            quant_gemv::x_weight_rows_for(format, rows, cols, fusion.glu, l.sm_count().max(1))
+        } else {
+            quant_gemv::x_weight_rows(format, rows)
+        };
         let per_warp = rw / if fusion.glu { 2 } else { 1 };
         let step = (quant_gemv::X_WARPS * per_warp) as usize;
         let slots = step * quant_gemv::X_BLOCKS_PER_SM as usize * l.sm_count().max(1) as usize;
@@ -235,6 +239,15 @@ fn quant_matmul(
     l.launch(KernelId::QuantizeX(x_dtype), qgrid, &[Arg::Ptr(x), Arg::Ptr(qx), Arg::Ptr(ds), Arg::U32(quads as u32)])?;
     let args = [Arg::Ptr(w), Arg::Ptr(qx), Arg::Ptr(ds), Arg::Ptr(y), Arg::U32(m32), Arg::U32(n32), Arg::U32(k32)];
     l.launch(KernelId::QuantGemv(format, rows, out_dtype), grid(rows), &args)
+}
+
+/// Whether short products may take fewer weight rows a warp at a time
+/// ([`quant_gemv::x_weight_rows_for`]); `COMPUTE_PTX_QGEMV_SPREAD=0` in the
+/// environment keeps the widest everywhere (read once per process; to
+/// compare the two in one build).
+fn spread_allowed() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("COMPUTE_PTX_QGEMV_SPREAD").map_or(true, |v| v.trim() != "0"))
 }
 
 /// More than 16 rows: `W` to `bf16`, `x` to `bf16`, then the plan's matmul.
