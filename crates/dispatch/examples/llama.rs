@@ -55,6 +55,19 @@ use dispatch::llama::{
 };
 use dispatch::{Compute, Engine};
 
+/// Prints one of the in-process comparisons: `d` seconds for the decoded
+/// `again` (the first token is the prefill's), and whether they are the
+/// main run's `tokens`.
+fn report_decode(what: &str, d: f64, again: &[u32], tokens: &[u32]) {
+    let n = again.len().saturating_sub(1).max(1);
+    let same = again == tokens;
+    println!(
+        "decode with {what}: {:.3} ms/token, {:.1} tokens/s; same tokens: {same}",
+        d / n as f64 * 1e3,
+        n as f64 / d
+    );
+}
+
 /// Resets `model`, then times a prefill of `prompt` and greedy decoding up
 /// to `new_tokens` tokens: `(prefill s, decode s, tokens)`.
 fn timed(model: &mut Llama, prompt: &[u32], new_tokens: usize) -> Result<(f64, f64, Vec<u32>), ComputeError> {
@@ -316,14 +329,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 model.generate(&prompt, 3)?;
             }
             let (_, d, again) = timed(&mut model, &prompt, new_tokens)?;
-            let n = again.len().saturating_sub(1).max(1);
-            println!(
-                "decode with recording {}: {:.2} ms/token, {:.1} tokens/s; same tokens: {}",
-                if on { "on" } else { "off" },
-                d / n as f64 * 1e3,
-                n as f64 / d,
-                again == tokens
-            );
+            report_decode(&format!("recording {}", if on { "on" } else { "off" }), d, &again, &tokens);
         }
         model.set_recording(true);
     }
@@ -337,14 +343,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             model.generate(&prompt, 3)?;
             model.reset();
             let (_, d, again) = timed(&mut model, &prompt, new_tokens)?;
-            let n = again.len().saturating_sub(1).max(1);
-            println!(
-                "decode with fused norms {}: {:.3} ms/token, {:.1} tokens/s; same tokens: {}",
-                if on { "on" } else { "off" },
-                d / n as f64 * 1e3,
-                n as f64 / d,
-                again == tokens
-            );
+            report_decode(&format!("fused norms {}", if on { "on" } else { "off" }), d, &again, &tokens);
         }
     }
     if let Some(path) = &logits_path {
