@@ -25,6 +25,7 @@ const CAPABILITIES: &str = include_str!("../../crates/dispatch/webdriver.json");
 /// take minutes to compile on SwiftShader (docs/browser.md); `--all` runs it.
 pub fn browser_tests(tools: &BrowserTools, all: bool) -> Result<(), String> {
     let mut cmd = cargo();
+    linted(&mut cmd);
     cmd.args(["test", "-p", "dispatch", "--no-default-features", "--features", "gpu-wasm", "--target", WASM_TARGET]);
     cmd.args(["--test", "browser"]);
     // --nocapture: the adapter and each group's calls and time reach the log.
@@ -39,6 +40,17 @@ pub fn browser_tests(tools: &BrowserTools, all: bool) -> Result<(), String> {
     run(&mut cmd)?;
     eprintln!("xtask: browser tests passed in {:.0} s", started.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// Has `cmd`'s compiler run clippy's lints on the workspace's crates as it
+/// compiles them, every warning an error: `clippy-driver` (rustup's clippy
+/// component) as the workspace's rustc wrapper, given `-D warnings` the way
+/// `cargo clippy` passes it. The wasm builds are then checked once, by the
+/// builds that the browser runs, instead of by a `cargo clippy` that would
+/// compile every dependency a second time.
+pub fn linted(cmd: &mut Command) {
+    cmd.env("RUSTC_WORKSPACE_WRAPPER", "clippy-driver")
+        .env("CLIPPY_ARGS", "-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__");
 }
 
 /// Where the demo's site is assembled.
@@ -63,6 +75,7 @@ pub fn build_site(release: bool) -> Result<PathBuf, String> {
         [("pkg", &[], None), ("pkg-scalar", &["--no-default-features"], Some("-C target-feature=-simd128"))];
     for (dir, flags, rustflags) in builds {
         let mut cmd = cargo();
+        linted(&mut cmd);
         cmd.args(["build", "-p", "web-demo", "--lib", "--target", WASM_TARGET]).args(flags);
         if release {
             cmd.arg("--release");
