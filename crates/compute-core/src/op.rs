@@ -537,8 +537,9 @@ impl MatmulSpec {
 ///
 /// - [`with_rms_norm`](Self::with_rms_norm): each row of `x` is first
 ///   normalized, `x_i / √(mean(x_i²) + eps) · g` ([`RowOp::RmsNorm`], in
-///   `f32`, not rounded to `x`'s dtype), `g` (`k` values of `x`'s dtype) an
-///   input right after `W`.
+///   `f32`; a backend may round it to `x`'s dtype before the product, which
+///   the stated bound allows for), `g` (`k` values of `x`'s dtype) an input
+///   right after `W`.
 /// - [`with_glu`](Self::with_glu): `W`'s `n` rows are a gate half then an up
 ///   half, and `y` (`m × n/2`) is `silu(p[i, j])·p[i, n/2 + j]` of the
 ///   product `p` ([`Op::Glu`]), computed in `f32` and rounded once. It takes
@@ -1573,7 +1574,8 @@ impl Op {
                     let why = "a gated product takes an even number of weight rows and no other epilogue";
                     return Err(ComputeError::shape(name, why, shapes()));
                 }
-                let y = if s.glu { y / 2 } else { y };
+                // m·n did not overflow, so neither does m·n/2.
+                let y = if s.glu { s.m * s.out_cols() } else { y };
                 let mut inputs = vec![i(x), Operand::new(w, s.weight)];
                 if s.rms_norm.is_some() {
                     inputs.push(i(s.k));
