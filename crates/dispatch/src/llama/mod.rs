@@ -655,9 +655,9 @@ impl Llama {
     /// Whether block-quantized q/k/v and gate/up products take the RMS norm
     /// before them and the gated halves after them into the product
     /// ([`QuantMatmulSpec::with_rms_norm`], [`QuantMatmulSpec::with_glu`]; on
-    /// by default): three ops fewer a layer, and the normalized rows are
-    /// not rounded to the activations' dtype. Off, they run as ops of their
-    /// own (to compare); turning it either way drops the recorded steps.
+    /// by default): three ops fewer a layer (a decoding step's normalized
+    /// rows then stay in `f32` on every backend). Off, they run as ops of
+    /// their own (to compare); turning it either way drops the recorded steps.
     pub fn set_fused_norms(&mut self, on: bool) {
         self.fuse_norms = on;
         self.recordings.clear();
