@@ -655,8 +655,8 @@ impl Llama {
     /// Whether block-quantized q/k/v and gate/up products take the RMS norm
     /// before them and the gated halves after them into the product
     /// ([`QuantMatmulSpec::with_rms_norm`], [`QuantMatmulSpec::with_glu`]; on
-    /// by default): three ops fewer a layer (a decoding step's normalized
-    /// rows then stay in `f32` on every backend). Off, they run as ops of
+    /// by default): three ops fewer a layer (one sequence's decoding step keeps its normalized
+    /// rows in `f32` on every backend). Off, they run as ops of
     /// their own (to compare); turning it either way drops the recorded steps.
     pub fn set_fused_norms(&mut self, on: bool) {
         self.fuse_norms = on;
