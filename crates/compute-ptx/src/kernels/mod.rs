@@ -171,10 +171,7 @@ impl KernelId {
             KernelId::Dequant(f, d) => quant::dequant_name(*f, *d),
             KernelId::QuantizeX(d) => quant::quantize_x_name(*d),
             KernelId::QuantGemv(f, r, d) => quant_gemv::name(*f, *r, *d),
-            KernelId::QuantGemvX(f, (r, w), i, o, x) => {
-                let narrow = if *w == quant_gemv::x_weight_rows(*f, *r) { String::new() } else { format!("_w{w}") };
-                quant_gemv::x_name(*f, *r, *i, *o) + &narrow + &x.suffix()
-            }
+            KernelId::QuantGemvX(f, r, i, o, x) => quant_gemv::x_name(*f, *r, *i, *o, *x),
             KernelId::Rope(l, d) => decoder::rope_name(*l, *d),
             KernelId::Copy(bytes) => decoder::copy_name(*bytes),
             KernelId::Gather(bytes) => decoder::gather_name(*bytes),

@@ -310,10 +310,12 @@ pub fn x_weight_rows_for(format: BlockFormat, rows: u32, cols: usize, glu: bool,
 }
 
 /// Name of the kernel that quantizes its activations
-/// (`qgemvx_q4k_r1_f32_bf16`; `_w2` when its warps take another number of
-/// weight rows at a time than [`x_weight_rows`]).
-pub fn x_name(format: BlockFormat, rows: u32, input: DType, out: DType) -> String {
-    format!("qgemvx_{}_r{rows}_{}_{}", quant::tag(format), input.as_str(), out.as_str())
+/// (`qgemvx_q4k_r1_f32_bf16`; `_w2` when its warps take `rw` weight rows at
+/// a time instead of [`x_weight_rows`], then [`XFusion::suffix`]).
+pub fn x_name(format: BlockFormat, (rows, rw): (u32, u32), input: DType, out: DType, fusion: XFusion) -> String {
+    let narrow = if rw == x_weight_rows(format, rows) { String::new() } else { format!("_w{rw}") };
+    let suffix = fusion.suffix();
+    format!("qgemvx_{}_r{rows}_{}_{}{narrow}{suffix}", quant::tag(format), input.as_str(), out.as_str())
 }
 
 /// Builds the GEMV of `format` for `rows` (1, 2 or 4) activation rows that
@@ -348,9 +350,7 @@ pub fn qgemv_x(
     fusion: XFusion,
     target: Target,
 ) -> Result<Kernel, BuildError> {
-    let narrow =
-        if X_ROWS.contains(&rows) && rw != x_weight_rows(format, rows) { format!("_w{rw}") } else { String::new() };
-    let kname = x_name(format, rows, input, out) + &narrow + &fusion.suffix();
+    let kname = x_name(format, (rows, rw), input, out, fusion);
     if !quant::supported(format) || !X_ROWS.contains(&rows) {
         let why = format!("no quantizing GEMV for {format} with {rows} rows");
         return Err(BuildError { kernel: kname, problems: vec![why] });

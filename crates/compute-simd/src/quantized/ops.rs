@@ -23,7 +23,7 @@
 //! all `n` columns into an `f32` buffer and combines its halves after.
 
 use compute_core::{
-    BackendKind, ComputeError, DType, HostSlice, HostSliceMut, MatmulSpec, Op, QuantMatmulSpec, Result,
+    BackendKind, ComputeError, DType, HostSlice, HostSliceMut, MatmulSpec, Op, QuantMatmulSpec, Result, RowOp,
     quant::BlockFormat,
 };
 
@@ -63,9 +63,13 @@ pub fn run(isa: Isa, op: &Op, inputs: &[HostSlice<'_>], out: HostSliceMut<'_>) -
                 return Err(unsupported(spec.weight));
             };
             let mut x = widened(x);
-            if spec.rms_norm.is_some() {
+            if let Some(eps) = spec.rms_norm {
+                // The row kernel of Op::Rows, into an f32 copy.
                 let g = inputs.get(2).map(HostSlice::to_f32).ok_or_else(|| unsupported(spec.dtype))?;
-                x = std::borrow::Cow::Owned(rms_normed(&spec, &x, &g));
+                let mut h = vec![0f32; spec.m * spec.k];
+                let norm = RowOp::RmsNorm { eps: eps.0 };
+                crate::kernels::rows::run(isa, norm, spec.m, spec.k, &[&x, &g], &mut h);
+                x = std::borrow::Cow::Owned(h);
             }
             // The epilogue, as a matmul's: its bias and C₀ after W (and g).
             let as_matmul = MatmulSpec { trans_b: true, ..MatmulSpec::new(spec.m, spec.k, spec.n) }
@@ -102,22 +106,6 @@ pub fn run(isa: Isa, op: &Op, inputs: &[HostSlice<'_>], out: HostSliceMut<'_>) -
         }
         _ => Err(unsupported(op.dtype())),
     }
-}
-
-/// The rows of `x` normalized as the spec's fused norm asks:
-/// `x_i / √(mean(x_i²) + eps) · g`, in `f32` (the mean square summed in
-/// `f64`). One pass over `x`.
-fn rms_normed(s: &QuantMatmulSpec, x: &[f32], g: &[f32]) -> Vec<f32> {
-    let eps = s.rms_norm.map_or(0.0, |e| f64::from(e.0));
-    let mut h = x.to_vec();
-    for row in h.chunks_exact_mut(s.k) {
-        let ms = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / s.k as f64;
-        let inv = (1.0 / (ms + eps).sqrt()) as f32;
-        for (v, &gj) in row.iter_mut().zip(g) {
-            *v = *v * inv * gj;
-        }
-    }
-    h
 }
 
 /// `y[i, j] = silu(p[i, j])·p[i, cols + j]` for the rows of `p` (`2·cols`
