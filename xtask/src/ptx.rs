@@ -211,6 +211,29 @@ fn assemble(ptxas: &Path, target: &str, file: &Path) -> Result<String, String> {
     ))
 }
 
+/// The one-launch quantized GEMV for long rows (`qgemvx_*_long*`) sizes its
+/// grid for `X_BLOCKS_PER_SM` blocks per multiprocessor and relies on its
+/// registers to keep another block off (see
+/// `compute_ptx::kernels::quant_gemv::X_BLOCKS_PER_SM`): a problem when the
+/// file's registers (from `summary`, `Used N registers`, allocated 8 at a
+/// time) would let one more block share a multiprocessor's 64 Ki registers.
+fn one_launch_gemv_occupancy(rel: &Path, summary: &str) -> Option<String> {
+    use compute_ptx::kernels::quant_gemv::{X_BLOCKS_PER_SM, X_THREADS};
+    let name = rel.file_name()?.to_str()?;
+    if !name.starts_with("qgemvx_") || !name.contains("_long") {
+        return None;
+    }
+    let regs: u32 = summary.split("Used ").nth(1)?.split(' ').next()?.parse().ok()?;
+    let per_block = regs.next_multiple_of(8) * X_THREADS;
+    (per_block * (X_BLOCKS_PER_SM + 1) <= 65536).then(|| {
+        format!(
+            "{}: {regs} registers let {} blocks of {X_THREADS} threads share a multiprocessor; the grid is sized for {X_BLOCKS_PER_SM}, and more would stack on some multiprocessors",
+            rel.display(),
+            65536 / per_block
+        )
+    })
+}
+
 fn assemble_all(root: &Path) -> Result<(), String> {
     let Some(ptxas) = ptxas(root)? else { return Ok(()) };
     let version = Command::new(&ptxas).arg("--version").output().map_err(|e| format!("{}: {e}", ptxas.display()))?;
@@ -240,7 +263,10 @@ fn assemble_all(root: &Path) -> Result<(), String> {
     let mut failures = Vec::new();
     for (rel, r) in &results {
         match r {
-            Ok(summary) => println!("  {:<44} {summary}", rel.display()),
+            Ok(summary) => {
+                println!("  {:<44} {summary}", rel.display());
+                failures.extend(one_launch_gemv_occupancy(rel, summary));
+            }
             Err(e) => failures.push(e.clone()),
         }
     }
@@ -252,4 +278,22 @@ fn assemble_all(root: &Path) -> Result<(), String> {
     }
     println!("ptx: ptxas accepted all {} files", files.len());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_one_launch_gemv_light_on_registers_is_a_problem() {
+        let gemv = Path::new("ptx/sm_90/qgemvx_q6k_r1_f32_f32_long.ptx");
+        let light = one_launch_gemv_occupancy(gemv, "Used 64 registers, used 1 barriers | 0 spill stores");
+        assert!(light.is_some_and(|p| p.contains("64 registers let 4 blocks")));
+        assert_eq!(one_launch_gemv_occupancy(gemv, "Used 105 registers, used 1 barriers | 0 spill stores"), None);
+        // 85 registers are allocated as 88: three blocks do not fit.
+        assert_eq!(one_launch_gemv_occupancy(gemv, "Used 85 registers, used 1 barriers"), None);
+        for other in ["ptx/sm_90/qgemv_q6k_r1_f32.ptx", "ptx/sm_90/qgemvx_q6k_r1_f32_f32.ptx"] {
+            assert_eq!(one_launch_gemv_occupancy(Path::new(other), "Used 40 registers, used 0 barriers"), None);
+        }
+    }
 }

@@ -146,16 +146,20 @@ fn q8_0_products_within_the_int8_bound() {
 }
 
 /// The kernels that quantize the activations in shared memory (up to 4
-/// rows): rows of 18 blocks (the main loop of 16 blocks per warp, then the
-/// tail; two passes of the quantizing loop), warps taking several rows; and
-/// 4 rows of 12288 values, whose quantized activations exceed the shared
-/// memory the kernel may take, so the separate quantizer and the GEMV run.
+/// rows): a row of 18 blocks (the main loop of 16 blocks per warp, then the
+/// tail; two passes of the quantizing loop), warps taking several rows; the
+/// kernels for long rows on a row of 33 blocks (one pass, most warps past
+/// the end) and 4 rows of 18 (two passes); and 4 rows of 12288 values, whose
+/// quantized activations exceed the shared memory the kernel may take, so
+/// the separate quantizer and the GEMV run.
 #[test]
 fn quantizing_gemv_long_rows_and_the_fallback() {
     let emu = EmuBackend::new();
     let mut rng = Rng::new(0x51de);
     for (f, format) in FORMATS.into_iter().enumerate() {
-        for (s, &(m, k, n)) in [(1, 4608, 70), (4, 4608, 9), (4, 12288, 3)].iter().enumerate() {
+        for (s, &(m, k, n)) in
+            [(1, 4608, 70), (1, 8448, 11), (2, 4352, 5), (4, 4608, 9), (4, 12288, 3)].iter().enumerate()
+        {
             let x_dtype = DTYPES[(f + s) % 3];
             let out_dtype = DTYPES[(f + 2 * s + 2) % 3];
             check_product(&emu, format, (m, k, n), x_dtype, out_dtype, &mut rng);
@@ -255,17 +259,22 @@ fn the_one_row_kernel_adds_a_residual_in_its_stores() {
 
 /// The conformance suite's products with a fused RMS norm and gated
 /// halves (every format, 1 to 17 rows: the one-launch kernel and the passes
-/// the other paths run instead), every dtype pair, against the float64
-/// reference within the op's stated tolerance.
+/// the other paths run instead) and a long `Q4_K` row (the kernels for long
+/// rows), every dtype pair, against the float64 reference within the op's
+/// stated tolerance.
 #[test]
 fn fused_norm_and_gated_halves_agree() {
-    use compute_core::Op;
     use compute_core::conformance::{Group, Scale, cases, check_op_typed, dtype_variants, typed_inputs_for};
+    use compute_core::{Op, QuantMatmulSpec};
     let emu = EmuBackend::new();
     let mut rng = Rng::new(0xf05e);
+    // A long row too (8448 values: the kernels for long rows).
+    let long = QuantMatmulSpec::new(1, 8448, 6, DType::Q4K);
+    let long = [long.with_rms_norm(1e-5), long.with_glu(), long.with_rms_norm(1e-6).with_glu()].map(Op::QuantMatmul);
     let fused: Vec<Op> = cases(Group::Quantized, Scale::Small)
         .into_iter()
         .filter(|op| matches!(op, Op::QuantMatmul(s) if s.rms_norm.is_some() || s.glu))
+        .chain(long)
         .flat_map(|op| dtype_variants(&op))
         .collect();
     assert!(fused.len() >= 60, "{} fused cases", fused.len());

@@ -243,7 +243,7 @@ fn quantized_cases(large: bool) -> Vec<Op> {
     let mut shapes =
         vec![(1, 1, 1), (1, 2, 37), (2, 1, 5), (3, 3, 17), (8, 1, 64), (16, 2, 9), (17, 1, 33), (40, 2, 7)];
     if large {
-        shapes.extend([(1, 16, 4096), (1, 56, 1024), (16, 16, 1024), (64, 16, 512), (300, 4, 256)]);
+        shapes.extend([(1, 16, 4096), (1, 56, 1024), (2, 17, 5), (16, 16, 1024), (64, 16, 512), (300, 4, 256)]);
     }
     let mut v = Vec::new();
     for weight in DType::QUANTIZED {
@@ -273,11 +273,12 @@ fn quantized_cases(large: bool) -> Vec<Op> {
         }
     }
     // The fused norm and gated product of a decoder's layer, alone and
-    // together (with a residual after the norm), on the three paths; a long
-    // row (the one-row kernels' several passes over x) when large.
+    // together (with a residual after the norm), on the three paths; long
+    // rows when large (8448 values, one pass of the kernels for long rows;
+    // 14336, several).
     let mut fused = vec![(1, 2, 38), (2, 1, 18), (4, 1, 10), (8, 1, 40), (17, 1, 34)];
     if large {
-        fused.extend([(1, 56, 512), (16, 8, 512)]);
+        fused.extend([(1, 33, 6), (1, 56, 512), (16, 8, 512)]);
     }
     for &(m, blocks, n) in &fused {
         for weight in [DType::Q4K, DType::Q5K, DType::Q6K, DType::Q8_0] {

@@ -125,7 +125,7 @@ pub enum KernelId {
     /// itself: format, row count and weight rows a warp takes at a time,
     /// input dtype, output dtype, and what it fuses (a norm before, gated
     /// halves or an epilogue in its stores).
-    QuantGemvX(BlockFormat, (u32, u32), DType, DType, quant_gemv::XFusion),
+    QuantGemvX(BlockFormat, (u32, u32, bool), DType, DType, quant_gemv::XFusion),
     /// Rotary position embedding: pair layout, dtype.
     Rope(RopeLayout, DType),
     /// 3-D strided copy of units of this many bytes (2, 4, 8 or 16).
@@ -403,11 +403,19 @@ pub fn catalog() -> Vec<KernelId> {
         for rows in quant_gemv::ROWS {
             v.extend(elem::DTYPES.map(|d| KernelId::QuantGemv(format, rows, d)));
         }
+        // The one-launch products for each input dtype with the same output,
+        // and f32 out of bf16: every load and store path, without the other
+        // pairs (the same code); for long rows, one row in f32 and bf16 with
+        // both of the plan's weight rows a warp.
         for rows in quant_gemv::X_ROWS {
-            for input in elem::DTYPES {
-                let shape = (rows, quant_gemv::x_weight_rows(format, rows));
-                v.extend(elem::DTYPES.map(|d| KernelId::QuantGemvX(format, shape, input, d, XFusion::default())));
+            let shape = (rows, quant_gemv::x_weight_rows(format, rows), false);
+            for (input, out) in elem::DTYPES.map(|d| (d, d)).into_iter().chain([(DType::BF16, DType::F32)]) {
+                v.push(KernelId::QuantGemvX(format, shape, input, out, XFusion::default()));
             }
+        }
+        let full = quant_gemv::x_weight_rows(format, 1);
+        for (rw, d) in [full, full / 2].into_iter().flat_map(|rw| [(rw, DType::F32), (rw, DType::BF16)]) {
+            v.push(KernelId::QuantGemvX(format, (1, rw, true), d, d, XFusion::default()));
         }
     }
     // The decoder's one-row products: a residual add in the stores, the
@@ -423,7 +431,7 @@ pub fn catalog() -> Vec<KernelId> {
     ];
     for w in [4, 2] {
         for x in fused.into_iter().filter(|x| w == 2 || *x != XFusion::default()) {
-            v.push(KernelId::QuantGemvX(BlockFormat::Q4K, (1, w), DType::BF16, DType::BF16, x));
+            v.push(KernelId::QuantGemvX(BlockFormat::Q4K, (1, w, false), DType::BF16, DType::BF16, x));
         }
     }
     v.extend(elem::DTYPES.map(KernelId::QuantizeX));

@@ -217,7 +217,17 @@ pub const X_THREADS: u32 = 256;
 /// Warps per block of [`qgemv_x`].
 pub const X_WARPS: u32 = X_THREADS / 32;
 /// Blocks of [`qgemv_x`] resident per multiprocessor that the plan sizes the
-/// grid for.
+/// grid for. How many more fit is left to the registers, which cuts both
+/// ways on an H100: back-to-back products of one shape run faster when no
+/// third block fits (the block scheduler otherwise stacks a grid launched
+/// early on the multiprocessors that finished first: the `Q6_K` and `Q8_0`
+/// kernels, at 64 and 50 registers, took 36.2 and 42.8 µs at 14336 × 4096,
+/// 25.9 and 31.0 held to two blocks), while a decoder's chain of different
+/// kernels runs faster when there is room (its `Q4_K` products held to two
+/// decoded 1390–1397 tokens/s, against 1496–1508 at 70–102 registers).
+/// The kernels for long rows ([`x_long`]) take 105 registers or more, which
+/// `cargo xtask ptx --check` holds them to; the others are as light as
+/// their work allows.
 pub const X_BLOCKS_PER_SM: u32 = 2;
 /// The most shared memory [`qgemv_x`] takes (the quantized activations): the
 /// default limit of a block.
@@ -230,9 +240,30 @@ pub const X_MAX_SMEM: usize = 48 << 10;
 /// × 14336 14 % slower on an H100 (the asked lines evict the ones the
 /// product before is reading).
 const X_PREFETCH_BYTES: u32 = 32 * 128;
-/// Quads (4 activation values) each thread quantizes per iteration of
-/// [`qgemv_x`]'s first phase, their loads issued together.
+/// Quads (4 activation values) each thread quantizes per pass of
+/// [`qgemv_x`]'s first phase, their loads issued together: one pass takes
+/// 4096 values.
 const X_QUADS: u32 = 4;
+/// [`X_QUADS`] in the kernels for long rows ([`x_long`]): one pass up to
+/// 16 Ki values. `x` of 14336 values took four passes of 4 quads, each
+/// waiting for its loads (`Q4_K` at 4096 × 14336: 19.5 µs on an H100 that
+/// way, 18.7 µs in one); warps whose quads all lie past the end skip theirs.
+const X_QUADS_LONG: u32 = 16;
+/// [`X_QUADS_LONG`] with a fused norm, which loads `g`'s values beside
+/// `x`'s (16 would pass the registers of two blocks per multiprocessor).
+const X_QUADS_LONG_NORM: u32 = 8;
+/// The most activation values (`m·k`) that [`qgemv_x`] quantizes in the
+/// passes of [`X_QUADS`]: two of them.
+pub const X_SHORT_VALUES: usize = 2 * 4 * (X_QUADS * X_THREADS) as usize;
+
+/// Whether a product of `m` activation rows of `k` values takes the kernel
+/// for long rows (wider passes of its first phase, [`X_QUADS_LONG`]): more
+/// than [`X_SHORT_VALUES`] values. The short rows' kernels keep fewer
+/// registers, and with them room on a multiprocessor for the blocks of the
+/// kernel after them (see [`X_BLOCKS_PER_SM`]). Free.
+pub fn x_long(m: usize, k: usize) -> bool {
+    m * k > X_SHORT_VALUES
+}
 
 /// Shared bytes of [`qgemv_x`] for `m` activation rows of `k` values: the
 /// int8 quants (`m·k`, padded to 16 bytes) then the `(d, s)` pairs
@@ -311,11 +342,19 @@ pub fn x_weight_rows_for(format: BlockFormat, rows: u32, cols: usize, glu: bool,
 
 /// Name of the kernel that quantizes its activations
 /// (`qgemvx_q4k_r1_f32_bf16`; `_w2` when its warps take `rw` weight rows at
-/// a time instead of [`x_weight_rows`], then [`XFusion::suffix`]).
-pub fn x_name(format: BlockFormat, (rows, rw): (u32, u32), input: DType, out: DType, fusion: XFusion) -> String {
+/// a time instead of [`x_weight_rows`], `_long` for long rows ([`x_long`]),
+/// then [`XFusion::suffix`]).
+pub fn x_name(
+    format: BlockFormat,
+    (rows, rw, long): (u32, u32, bool),
+    input: DType,
+    out: DType,
+    fusion: XFusion,
+) -> String {
     let narrow = if rw == x_weight_rows(format, rows) { String::new() } else { format!("_w{rw}") };
+    let long = if long { "_long" } else { "" };
     let suffix = fusion.suffix();
-    format!("qgemvx_{}_r{rows}_{}_{}{narrow}{suffix}", quant::tag(format), input.as_str(), out.as_str())
+    format!("qgemvx_{}_r{rows}_{}_{}{narrow}{long}{suffix}", quant::tag(format), input.as_str(), out.as_str())
 }
 
 /// Builds the GEMV of `format` for `rows` (1, 2 or 4) activation rows that
@@ -341,16 +380,17 @@ pub fn x_name(format: BlockFormat, (rows, rw): (u32, u32), input: DType, out: DT
 /// stored. With `glu`, `n` counts the weight rows (even) and `rpc` the
 /// output columns (`n / 2`). Launch: [`X_THREADS`] threads, `ceil(n / rpc)`
 /// blocks (`ceil(n / 2 / rpc)` with `glu`), [`x_smem`]`(m, k, norm)` bytes
-/// of dynamic shared memory (at most [`X_MAX_SMEM`]); `k > 0`.
+/// of dynamic shared memory (at most [`X_MAX_SMEM`]); `k > 0`. With `long`
+/// the first phase quantizes [`X_QUADS_LONG`] quads a thread per pass.
 pub fn qgemv_x(
     format: BlockFormat,
-    (rows, rw): (u32, u32),
+    (rows, rw, long): (u32, u32, bool),
     input: DType,
     out: DType,
     fusion: XFusion,
     target: Target,
 ) -> Result<Kernel, BuildError> {
-    let kname = x_name(format, (rows, rw), input, out, fusion);
+    let kname = x_name(format, (rows, rw, long), input, out, fusion);
     if !quant::supported(format) || !X_ROWS.contains(&rows) {
         let why = format!("no quantizing GEMV for {format} with {rows} rows");
         return Err(BuildError { kernel: kname, problems: vec![why] });
@@ -446,6 +486,11 @@ pub fn qgemv_x(
     let inside = b.setp(Cmp::Lt, at, end);
     b.guarded(inside, false, |b| b.prefetch_l2(at, 0));
     b.wait_for_prerequisites();
+    let slots = match (long, fusion.norm) {
+        (false, _) => X_QUADS,
+        (true, false) => X_QUADS_LONG,
+        (true, true) => X_QUADS_LONG_NORM,
+    };
     b.comment("quantize x into shared memory: 8 threads per 32 values, 4 values each");
     let mk = b.mul(m, k);
     let quads = b.shr(mk, 2u32);
@@ -468,62 +513,80 @@ pub fn qgemv_x(
     b.place(qloop);
     let over = b.setp(Cmp::Ge, it, quads);
     b.bra_if(over, qdone);
-    let base = b.add(it, tid);
-    let mut loaded = Vec::new();
-    for t in 0..X_QUADS {
-        let q = b.add(base, t * X_THREADS);
-        let valid = b.setp(Cmp::Lt, q, quads);
-        // Threads past the end quantize the last quad again (the shuffles
-        // need whole warps) and store nothing.
-        let qc = b.min(q, qlast);
-        let off = b.mul_wide(qc, 4 * es);
-        let xa = b.add(x, off);
-        let xs = elem::load(&mut b, input, xa, 0, 4);
-        // With the norm, g's values of these columns.
-        let gs = norm.map(|(g, _)| {
-            let col = b.rem(qc, kq);
-            let off = b.mul_wide(col, 4 * es);
-            let ga = b.add(g, off);
-            elem::load(&mut b, input, ga, 0, 4)
-        });
-        loaded.push((valid, qc, xs, gs));
-    }
-    for (valid, qc, xs, gs) in loaded {
-        // With the norm, x·g is quantized and Σx² of the 32 values kept.
-        let xs = match gs {
-            Some(gs) => {
-                let mut sq2 = b.mul(xs[0], xs[0]);
-                for &v in &xs[1..] {
-                    sq2 = b.fma(v, v, sq2);
+    // One pass quantizes `slots` quads per thread, then moves `it` on.
+    {
+        let base = b.add(it, tid);
+        let mut loaded = Vec::new();
+        for t in 0..slots {
+            let q = b.add(base, t * X_THREADS);
+            let valid = b.setp(Cmp::Lt, q, quads);
+            // With long rows, warps wholly past the end skip the slot (a
+            // uniform branch; their loads, of the last quad, hit the cache).
+            // Threads past the end in a warp that is not quantize the last
+            // quad again (the shuffles need whole warps) and store nothing.
+            let wpast = long.then(|| {
+                let wq = b.mad(warp, 32u32, it);
+                let wq = b.add(wq, t * X_THREADS);
+                b.setp(Cmp::Ge, wq, quads)
+            });
+            let qc = b.min(q, qlast);
+            let off = b.mul_wide(qc, 4 * es);
+            let xa = b.add(x, off);
+            let xs = elem::load(&mut b, input, xa, 0, 4);
+            // With the norm, g's values of these columns.
+            let gs = norm.map(|(g, _)| {
+                let col = b.rem(qc, kq);
+                let off = b.mul_wide(col, 4 * es);
+                let ga = b.add(g, off);
+                elem::load(&mut b, input, ga, 0, 4)
+            });
+            loaded.push((valid, qc, xs, gs, wpast));
+        }
+        for (valid, qc, xs, gs, wpast) in loaded {
+            let skip = wpast.map(|wpast| {
+                let skip = b.label("quad_skip");
+                b.bra_if(wpast, skip);
+                skip
+            });
+            // With the norm, x·g is quantized and Σx² of the 32 values kept.
+            let xs = match gs {
+                Some(gs) => {
+                    let mut sq2 = b.mul(xs[0], xs[0]);
+                    for &v in &xs[1..] {
+                        sq2 = b.fma(v, v, sq2);
+                    }
+                    for mask in [1, 2, 4] {
+                        let o = b.shfl_bfly(sq2, mask);
+                        sq2 = b.add(sq2, o);
+                    }
+                    let lead = b.and(tid, 7u32);
+                    let lead = b.setp(Cmp::Eq, lead, 0u32);
+                    let lead = b.and_pred(lead, valid);
+                    let grp = b.shr(qc, 3u32);
+                    let sa = b.mad(grp, 4u32, sss);
+                    b.guarded(lead, false, |b| b.st_shared(sa, 0, sq2));
+                    xs.iter().zip(&gs).map(|(&v, &g)| b.mul(v, g)).collect()
                 }
-                for mask in [1, 2, 4] {
-                    let o = b.shfl_bfly(sq2, mask);
-                    sq2 = b.add(sq2, o);
-                }
-                let lead = b.and(tid, 7u32);
-                let lead = b.setp(Cmp::Eq, lead, 0u32);
-                let lead = b.and_pred(lead, valid);
-                let grp = b.shr(qc, 3u32);
-                let sa = b.mad(grp, 4u32, sss);
-                b.guarded(lead, false, |b| b.st_shared(sa, 0, sq2));
-                xs.iter().zip(&gs).map(|(&v, &g)| b.mul(v, g)).collect()
+                None => xs,
+            };
+            let (d, word, sum) = quant::quantize_quad(&mut b, &xs, quant::Reciprocal::Approx);
+            let qa = b.mad(qc, 4u32, sq);
+            b.guarded(valid, false, |b| b.st_shared(qa, 0, word));
+            let sub = b.and(tid, 7u32);
+            let lead = b.setp(Cmp::Eq, sub, 0u32);
+            let lead = b.and_pred(lead, valid);
+            let sf = b.cvt::<F32, S32>(sum);
+            let sv = b.mul(d, sf);
+            let g = b.shr(qc, 3u32);
+            let da = b.mad(g, 8u32, sds);
+            b.guarded(lead, false, |b| b.st_shared_v::<F32, 2>(da, 0, [d.into(), sv.into()]));
+            if let Some(skip) = skip {
+                b.place(skip);
             }
-            None => xs,
-        };
-        let (d, word, sum) = quant::quantize_quad(&mut b, &xs, quant::Reciprocal::Approx);
-        let qa = b.mad(qc, 4u32, sq);
-        b.guarded(valid, false, |b| b.st_shared(qa, 0, word));
-        let sub = b.and(tid, 7u32);
-        let lead = b.setp(Cmp::Eq, sub, 0u32);
-        let lead = b.and_pred(lead, valid);
-        let sf = b.cvt::<F32, S32>(sum);
-        let sv = b.mul(d, sf);
-        let g = b.shr(qc, 3u32);
-        let da = b.mad(g, 8u32, sds);
-        b.guarded(lead, false, |b| b.st_shared_v::<F32, 2>(da, 0, [d.into(), sv.into()]));
+        }
+        let next = b.add(it, slots * X_THREADS);
+        b.assign(it, next);
     }
-    let next = b.add(it, X_QUADS * X_THREADS);
-    b.assign(it, next);
     b.bra(qloop);
     b.place(qdone);
     b.bar_sync();

@@ -223,7 +223,8 @@ fn quant_matmul(
         if let Some((_, extra)) = fused {
             args.extend_from_slice(extra);
         }
-        return l.launch(KernelId::QuantGemvX(format, (rows, rw), x_dtype, out_dtype, fusion), grid, &args);
+        let long = quant_gemv::x_long(m, k);
+        return l.launch(KernelId::QuantGemvX(format, (rows, rw, long), x_dtype, out_dtype, fusion), grid, &args);
     }
     // Quantized activations: m·k int8 (padded to 16 bytes), then m·k/32 (d, s) pairs.
     let q_bytes = (m * k).next_multiple_of(16);
