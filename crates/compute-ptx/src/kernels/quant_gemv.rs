@@ -19,7 +19,9 @@
 //!   [`x_weight_rows`] weight rows at a time so each activation load serves
 //!   several rows (the cache reads of the activations, not the weight
 //!   bytes, otherwise limit these kernels), with a grid of about
-//!   [`X_BLOCKS_PER_SM`] resident blocks per multiprocessor.
+//!   [`X_BLOCKS_PER_SM`] resident blocks per multiprocessor; past
+//!   [`X_SHORT_VALUES`] activation values its kernels for long rows
+//!   ([`x_long`]) quantize `x` in wider passes.
 //! - [`qgemv`] (8 or 16 rows, or activations too large for shared memory):
 //!   reads the activations that [`quant::quantize_x`] wrote to a temporary.
 //!   Each warp takes [`weight_rows_per_warp`] weight rows (1 up to 4
@@ -224,7 +226,7 @@ pub const X_WARPS: u32 = X_THREADS / 32;
 /// kernels, at 64 and 50 registers, took 36.2 and 42.8 µs at 14336 × 4096,
 /// 25.9 and 31.0 held to two blocks), while a decoder's chain of different
 /// kernels runs faster when there is room (its `Q4_K` products held to two
-/// decoded 1390–1397 tokens/s, against 1496–1508 at 70–102 registers).
+/// decoded 1390–1397 tokens/s, against 1496–1508 at 70–103 registers).
 /// The kernels for long rows ([`x_long`]) take 105 registers or more, which
 /// `cargo xtask ptx --check` holds them to; the others are as light as
 /// their work allows.
@@ -252,8 +254,8 @@ const X_QUADS_LONG: u32 = 16;
 /// [`X_QUADS_LONG`] with a fused norm, which loads `g`'s values beside
 /// `x`'s (16 would pass the registers of two blocks per multiprocessor).
 const X_QUADS_LONG_NORM: u32 = 8;
-/// The most activation values (`m·k`) that [`qgemv_x`] quantizes in the
-/// passes of [`X_QUADS`]: two of them.
+/// The most activation values (`m·k`) that [`qgemv_x`] quantizes in passes
+/// of [`X_QUADS`] (two passes).
 pub const X_SHORT_VALUES: usize = 2 * 4 * (X_QUADS * X_THREADS) as usize;
 
 /// Whether a product of `m` activation rows of `k` values takes the kernel
@@ -513,80 +515,78 @@ pub fn qgemv_x(
     b.place(qloop);
     let over = b.setp(Cmp::Ge, it, quads);
     b.bra_if(over, qdone);
-    // One pass quantizes `slots` quads per thread, then moves `it` on.
-    {
-        let base = b.add(it, tid);
-        let mut loaded = Vec::new();
-        for t in 0..slots {
-            let q = b.add(base, t * X_THREADS);
-            let valid = b.setp(Cmp::Lt, q, quads);
-            // With long rows, warps wholly past the end skip the slot (a
-            // uniform branch; their loads, of the last quad, hit the cache).
-            // Threads past the end in a warp that is not quantize the last
-            // quad again (the shuffles need whole warps) and store nothing.
-            let wpast = long.then(|| {
-                let wq = b.mad(warp, 32u32, it);
-                let wq = b.add(wq, t * X_THREADS);
-                b.setp(Cmp::Ge, wq, quads)
-            });
-            let qc = b.min(q, qlast);
-            let off = b.mul_wide(qc, 4 * es);
-            let xa = b.add(x, off);
-            let xs = elem::load(&mut b, input, xa, 0, 4);
-            // With the norm, g's values of these columns.
-            let gs = norm.map(|(g, _)| {
-                let col = b.rem(qc, kq);
-                let off = b.mul_wide(col, 4 * es);
-                let ga = b.add(g, off);
-                elem::load(&mut b, input, ga, 0, 4)
-            });
-            loaded.push((valid, qc, xs, gs, wpast));
-        }
-        for (valid, qc, xs, gs, wpast) in loaded {
-            let skip = wpast.map(|wpast| {
-                let skip = b.label("quad_skip");
-                b.bra_if(wpast, skip);
-                skip
-            });
-            // With the norm, x·g is quantized and Σx² of the 32 values kept.
-            let xs = match gs {
-                Some(gs) => {
-                    let mut sq2 = b.mul(xs[0], xs[0]);
-                    for &v in &xs[1..] {
-                        sq2 = b.fma(v, v, sq2);
-                    }
-                    for mask in [1, 2, 4] {
-                        let o = b.shfl_bfly(sq2, mask);
-                        sq2 = b.add(sq2, o);
-                    }
-                    let lead = b.and(tid, 7u32);
-                    let lead = b.setp(Cmp::Eq, lead, 0u32);
-                    let lead = b.and_pred(lead, valid);
-                    let grp = b.shr(qc, 3u32);
-                    let sa = b.mad(grp, 4u32, sss);
-                    b.guarded(lead, false, |b| b.st_shared(sa, 0, sq2));
-                    xs.iter().zip(&gs).map(|(&v, &g)| b.mul(v, g)).collect()
-                }
-                None => xs,
-            };
-            let (d, word, sum) = quant::quantize_quad(&mut b, &xs, quant::Reciprocal::Approx);
-            let qa = b.mad(qc, 4u32, sq);
-            b.guarded(valid, false, |b| b.st_shared(qa, 0, word));
-            let sub = b.and(tid, 7u32);
-            let lead = b.setp(Cmp::Eq, sub, 0u32);
-            let lead = b.and_pred(lead, valid);
-            let sf = b.cvt::<F32, S32>(sum);
-            let sv = b.mul(d, sf);
-            let g = b.shr(qc, 3u32);
-            let da = b.mad(g, 8u32, sds);
-            b.guarded(lead, false, |b| b.st_shared_v::<F32, 2>(da, 0, [d.into(), sv.into()]));
-            if let Some(skip) = skip {
-                b.place(skip);
-            }
-        }
-        let next = b.add(it, slots * X_THREADS);
-        b.assign(it, next);
+    // One pass: `slots` quads per thread, then `it` moves on.
+    let base = b.add(it, tid);
+    let mut loaded = Vec::new();
+    for t in 0..slots {
+        let q = b.add(base, t * X_THREADS);
+        let valid = b.setp(Cmp::Lt, q, quads);
+        // With long rows, warps wholly past the end skip the slot (a
+        // uniform branch; their loads, of the last quad, hit the cache).
+        // Threads past the end in a warp that is not quantize the last
+        // quad again (the shuffles need whole warps) and store nothing.
+        let wpast = long.then(|| {
+            let wq = b.mad(warp, 32u32, it);
+            let wq = b.add(wq, t * X_THREADS);
+            b.setp(Cmp::Ge, wq, quads)
+        });
+        let qc = b.min(q, qlast);
+        let off = b.mul_wide(qc, 4 * es);
+        let xa = b.add(x, off);
+        let xs = elem::load(&mut b, input, xa, 0, 4);
+        // With the norm, g's values of these columns.
+        let gs = norm.map(|(g, _)| {
+            let col = b.rem(qc, kq);
+            let off = b.mul_wide(col, 4 * es);
+            let ga = b.add(g, off);
+            elem::load(&mut b, input, ga, 0, 4)
+        });
+        loaded.push((valid, qc, xs, gs, wpast));
     }
+    for (valid, qc, xs, gs, wpast) in loaded {
+        let skip = wpast.map(|wpast| {
+            let skip = b.label("quad_skip");
+            b.bra_if(wpast, skip);
+            skip
+        });
+        // With the norm, x·g is quantized and Σx² of the 32 values kept.
+        let xs = match gs {
+            Some(gs) => {
+                let mut sq2 = b.mul(xs[0], xs[0]);
+                for &v in &xs[1..] {
+                    sq2 = b.fma(v, v, sq2);
+                }
+                for mask in [1, 2, 4] {
+                    let o = b.shfl_bfly(sq2, mask);
+                    sq2 = b.add(sq2, o);
+                }
+                let lead = b.and(tid, 7u32);
+                let lead = b.setp(Cmp::Eq, lead, 0u32);
+                let lead = b.and_pred(lead, valid);
+                let grp = b.shr(qc, 3u32);
+                let sa = b.mad(grp, 4u32, sss);
+                b.guarded(lead, false, |b| b.st_shared(sa, 0, sq2));
+                xs.iter().zip(&gs).map(|(&v, &g)| b.mul(v, g)).collect()
+            }
+            None => xs,
+        };
+        let (d, word, sum) = quant::quantize_quad(&mut b, &xs, quant::Reciprocal::Approx);
+        let qa = b.mad(qc, 4u32, sq);
+        b.guarded(valid, false, |b| b.st_shared(qa, 0, word));
+        let sub = b.and(tid, 7u32);
+        let lead = b.setp(Cmp::Eq, sub, 0u32);
+        let lead = b.and_pred(lead, valid);
+        let sf = b.cvt::<F32, S32>(sum);
+        let sv = b.mul(d, sf);
+        let g = b.shr(qc, 3u32);
+        let da = b.mad(g, 8u32, sds);
+        b.guarded(lead, false, |b| b.st_shared_v::<F32, 2>(da, 0, [d.into(), sv.into()]));
+        if let Some(skip) = skip {
+            b.place(skip);
+        }
+    }
+    let next = b.add(it, slots * X_THREADS);
+    b.assign(it, next);
     b.bra(qloop);
     b.place(qdone);
     b.bar_sync();
