@@ -245,15 +245,15 @@ const X_PREFETCH_BYTES: u32 = 32 * 128;
 /// Quads (4 activation values) each thread quantizes per pass of
 /// [`qgemv_x`]'s first phase, their loads issued together: one pass takes
 /// 4096 values.
-const X_QUADS: u32 = 4;
+pub const X_QUADS: u32 = 4;
 /// [`X_QUADS`] in the kernels for long rows ([`x_long`]): one pass up to
 /// 16 Ki values. `x` of 14336 values took four passes of 4 quads, each
 /// waiting for its loads (`Q4_K` at 4096 × 14336: 19.5 µs on an H100 that
 /// way, 18.7 µs in one); warps whose quads all lie past the end skip theirs.
-const X_QUADS_LONG: u32 = 16;
+pub const X_QUADS_LONG: u32 = 16;
 /// [`X_QUADS_LONG`] with a fused norm, which loads `g`'s values beside
 /// `x`'s (16 would pass the registers of two blocks per multiprocessor).
-const X_QUADS_LONG_NORM: u32 = 8;
+pub const X_QUADS_LONG_NORM: u32 = 8;
 /// The most activation values (`m·k`) that [`qgemv_x`] quantizes in passes
 /// of [`X_QUADS`] (two passes).
 pub const X_SHORT_VALUES: usize = 2 * 4 * (X_QUADS * X_THREADS) as usize;
