@@ -122,9 +122,10 @@ pub enum KernelId {
     /// format, row count (1, 2, 4, 8, 16), output dtype.
     QuantGemv(BlockFormat, u32, DType),
     /// [`KernelId::QuantGemv`] for 1, 2 or 4 rows quantizing the activations
-    /// itself: format, row count and weight rows a warp takes at a time,
-    /// input dtype, output dtype, and what it fuses (a norm before, gated
-    /// halves or an epilogue in its stores).
+    /// itself: format, row count, weight rows a warp takes at a time and
+    /// whether the rows are long ([`quant_gemv::x_long`]), input dtype,
+    /// output dtype, and what it fuses (a norm before, gated halves or an
+    /// epilogue in its stores).
     QuantGemvX(BlockFormat, (u32, u32, bool), DType, DType, quant_gemv::XFusion),
     /// Rotary position embedding: pair layout, dtype.
     Rope(RopeLayout, DType),
