@@ -226,7 +226,7 @@ pub const X_WARPS: u32 = X_THREADS / 32;
 /// kernels, at 64 and 50 registers, took 36.2 and 42.8 µs at 14336 × 4096,
 /// 25.9 and 31.0 held to two blocks), while a decoder's chain of different
 /// kernels runs faster when there is room (its `Q4_K` products held to two
-/// decoded 1390–1397 tokens/s, against 1496–1508 at 70–103 registers).
+/// decoded 1389–1397 tokens/s, against 1496–1508 at 70–103 registers).
 /// The kernels for long rows ([`x_long`]) take 105 registers or more, which
 /// `cargo xtask ptx --check` holds them to; the others are as light as
 /// their work allows.
