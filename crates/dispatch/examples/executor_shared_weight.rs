@@ -27,7 +27,8 @@
 //! `--alone` times a lone caller only, alternating one direct call and one
 //! request through the executor (balanced preset) for `secs`, `reps` times:
 //! both sides then see the same machine state, which separate runs of a
-//! busy or throttled machine do not.
+//! busy or throttled machine do not. On the CPU both sides read the same
+//! buffer of `W` (the executor's copy, [`SharedWeight::host_copy`]).
 //!
 //! `--attention` times decoding steps instead: caller `t` decodes one token of
 //! its own sequence, `softmax(q·kᵀ)·v` with 32 query heads, 4 key/value heads
@@ -207,11 +208,12 @@ fn direct(
     drive(callers, secs, |t| direct_call(compute, engine, w, op, (k, n), t))
 }
 
-/// One caller's request through the executor, waited for.
+/// One caller's request through the executor, waited for
+/// (`matmul_shared_call`: a caller alone runs it on its own thread).
 fn batched_call<'a>(exec: &BatchedExecutor, w: &'a SharedWeight, k: usize, t: usize) -> impl FnMut() + 'a {
     let x = data(100 + t as u64, k);
     let h = exec.handle();
-    move || match h.matmul_shared(w, x.clone(), 1).and_then(|r| r.wait()) {
+    move || match h.matmul_shared_call(w, x.clone(), 1) {
         Ok(y) => drop(y),
         Err(e) => eprintln!("batched call failed: {e}"),
     }
@@ -272,7 +274,7 @@ fn batched_attention(exec: &BatchedExecutor, kv: usize, callers: usize, secs: f6
     drive(callers, secs, |t| {
         let (op, inputs) = attention_step(t, kv);
         let h = exec.handle();
-        move || match h.submit(op, inputs.clone()).and_then(|r| r.wait()) {
+        move || match h.call(op, inputs.clone()) {
             Ok(y) => drop(y),
             Err(e) => eprintln!("batched call failed: {e}"),
         }
@@ -322,12 +324,13 @@ fn row(shape: &str, callers: usize, mode: &str, r: &Reps, base: Option<f64>) {
         }
         let [st, up, pr, dn, an] = phases.per_batch_us();
         format!(
-            "batches {batches:>6}  mean {:>6.1}  unmerged {alone}  flush size/wait/idle {}/{}/{}  queue p50 <= {:.2} ms  \
+            "batches {batches:>6}  mean {:>6.1}  unmerged {alone}  flush size/wait/idle/alone {}/{}/{}/{}  queue p50 <= {:.2} ms  \
              per batch µs stack {st:.1} up {up:.1} product {pr:.1} down {dn:.1} answer {an:.1}",
             done as f64 / batches.max(1) as f64,
             sum(|m| m.flush_size),
             sum(|m| m.flush_timeout),
             sum(|m| m.flush_idle),
+            sum(|m| m.flush_alone),
             q50 * 1e3
         )
     };
@@ -432,6 +435,12 @@ fn main() -> compute_core::Result<()> {
         if a.alone {
             let exec = BatchedExecutor::new(compute.clone(), BatchConfig::balanced())?;
             let sw = exec.handle().register_weight_typed(wv.clone(), k, n, a.layout)?;
+            // On the CPU both read the executor's own copy of W: the same
+            // pages, so neither gains from where its copy landed.
+            let w = match sw.host_copy() {
+                Some(h) if !gpu => (h, None),
+                _ => w,
+            };
             let mut one_direct = direct_call(&compute, a.engine, w, op, (k, n), 0);
             let mut one_batched = batched_call(&exec, &sw, k, 0);
             for rep in 0..a.reps {

@@ -1,7 +1,8 @@
 //! Requests against a shared weight: stacked results equal direct calls bit for
 //! bit, many threads at once, shutdown with requests pending, a lone caller
-//! not held for `max_wait`, a submitter blocked on a full queue released by
-//! shutdown, and weights registered on a device.
+//! not held for `max_wait` and running its blocking calls on its own thread,
+//! a submitter blocked on a full queue released by shutdown, and weights
+//! registered on a device.
 //!
 //! Bit-for-bit: the CPU GEMM accumulates each output value along the depth in
 //! an order that depends on `k` only, not on the number of rows (row-major
@@ -220,6 +221,88 @@ fn a_lone_caller_is_not_held_for_max_wait() {
     assert!(worst < Duration::from_secs(2), "a lone request took {worst:?}");
     let m = exec.shutdown();
     assert_eq!((m.batches, m.flush_idle, m.flush_timeout, m.flush_size), (20, 20, 0, 0), "{m:?}");
+}
+
+/// The threads the gated engine's calls ran on, in order.
+fn ran_on(events: &std::sync::Mutex<Vec<String>>) -> Vec<String> {
+    events.lock().unwrap().iter().filter_map(|e| e.split_once(" ran on ").map(|(_, t)| t.to_string())).collect()
+}
+
+#[test]
+fn a_caller_alone_runs_its_blocking_calls_on_its_own_thread() {
+    let (exec, gate, events) = gated(BatchConfig::balanced());
+    let h = exec.handle();
+    let (k, n) = (16, 8);
+    let wv = data(5, k * n);
+    let w = h.register_weight(wv.clone(), k, n, WeightLayout::RowMajor).unwrap();
+    for _ in 0..5 {
+        gate.send(()).unwrap();
+    }
+    for i in 0..4 {
+        let x = data(10 + i, k);
+        let y = h.matmul_shared_call(&w, x.clone(), 1).unwrap();
+        assert!(y.into_vec() == direct(&w, &wv, &x, 1));
+    }
+    let y = h.call(Op::unary(UnaryOp::Relu, 4), vec![vec![1.0, -1.0, 2.0, -2.0]]).unwrap();
+    assert_eq!(y, [1.0, 0.0, 2.0, 0.0]);
+    // The first call finds no batch answered yet and goes to the worker;
+    // from then on the last batch answered this thread only.
+    let me = std::thread::current().name().unwrap_or("?").to_string();
+    assert_eq!(ran_on(&events), ["dispatch-batcher", &me, &me, &me, &me]);
+    let m = exec.shutdown();
+    assert_eq!((m.batches, m.flush_idle, m.flush_alone, m.completed, m.submitted), (5, 1, 4, 5, 5), "{m:?}");
+    assert!(h.matmul_shared_call(&w, data(9, k), 1).is_err(), "refused after shutdown");
+    assert!(h.call(Op::unary(UnaryOp::Relu, 4), vec![vec![0.0; 4]]).is_err(), "refused after shutdown");
+}
+
+#[test]
+fn requests_submitted_without_waiting_always_go_to_the_worker() {
+    let (exec, gate, events) = gated(BatchConfig::balanced());
+    let h = exec.handle();
+    let (k, n) = (16, 8);
+    let wv = data(5, k * n);
+    let w = h.register_weight(wv.clone(), k, n, WeightLayout::RowMajor).unwrap();
+    gate.send(()).unwrap();
+    h.matmul_shared_call(&w, data(1, k), 1).unwrap();
+    // This thread alone, the executor idle: submitted without waiting, its
+    // eight requests still queue for the worker and share batches.
+    let xs: Vec<Vec<f32>> = (0..8).map(|i| data(20 + i, k)).collect();
+    let pending: Vec<_> = xs.iter().map(|x| h.matmul_shared(&w, x.clone(), 1).unwrap()).collect();
+    for _ in 0..8 {
+        gate.send(()).unwrap();
+    }
+    for (x, r) in xs.iter().zip(pending) {
+        assert!(r.wait().unwrap().as_slice() == direct(&w, &wv, x, 1).as_slice());
+    }
+    assert!(ran_on(&events).iter().all(|t| t == "dispatch-batcher"), "{:?}", ran_on(&events));
+    let m = exec.shutdown();
+    assert_eq!((m.flush_alone, m.completed), (0, 9), "{m:?}");
+    assert!(m.batches <= 3, "the queued requests share batches: {m:?}");
+}
+
+#[test]
+fn callers_taking_turns_are_not_alone() {
+    let exec = BatchedExecutor::new(cpu(), BatchConfig::balanced()).unwrap();
+    let h = exec.handle();
+    let (k, n) = (32, 16);
+    let wv = data(5, k * n);
+    let w = h.register_weight(wv.clone(), k, n, WeightLayout::RowMajor).unwrap();
+    for i in 0..3 {
+        let x = data(30 + i, k);
+        let y = h.matmul_shared_call(&w, x.clone(), 1).unwrap();
+        assert!(y.into_vec() == direct(&w, &wv, &x, 1));
+        let (h2, w2, wv2) = (h.clone(), w.clone(), wv.clone());
+        std::thread::spawn(move || {
+            let x = data(40 + i, k);
+            let y = h2.matmul_shared_call(&w2, x.clone(), 1).unwrap();
+            assert!(y.into_vec() == direct(&w2, &wv2, &x, 1));
+        })
+        .join()
+        .unwrap();
+    }
+    // Each call's thread differs from the one the last batch answered.
+    let m = exec.shutdown();
+    assert_eq!((m.batches, m.flush_idle, m.flush_alone), (6, 6, 0), "{m:?}");
 }
 
 #[test]

@@ -17,6 +17,9 @@ pub enum FlushReason {
     Idle,
     /// The executor was shutting down.
     Shutdown,
+    /// A caller alone ran its own request on its own thread, the engine
+    /// being free and nothing queued (the blocking calls).
+    Alone,
 }
 
 /// A snapshot of an executor's counters.
@@ -49,6 +52,8 @@ pub struct ExecutorMetrics {
     pub flush_idle: u64,
     /// Batches flushed by shutdown.
     pub flush_shutdown: u64,
+    /// Requests of a caller alone, run on its own thread.
+    pub flush_alone: u64,
     /// Median seconds from submission to dispatch (last 65 536 requests).
     pub queue_p50_s: f64,
     /// 99th percentile of the same.
@@ -133,6 +138,7 @@ pub(crate) struct State {
     pub(crate) flush_timeout: u64,
     pub(crate) flush_idle: u64,
     pub(crate) flush_shutdown: u64,
+    pub(crate) flush_alone: u64,
     pub(crate) engines: Vec<(Engine, u64)>,
     pub(crate) phases: BatchPhases,
     queue: Vec<f64>,
@@ -152,6 +158,7 @@ impl State {
             FlushReason::Timeout => self.flush_timeout += 1,
             FlushReason::Idle => self.flush_idle += 1,
             FlushReason::Shutdown => self.flush_shutdown += 1,
+            FlushReason::Alone => self.flush_alone += 1,
         }
         for q in queue_s {
             self.batched_requests += 1;
@@ -192,6 +199,7 @@ impl State {
             flush_timeout: self.flush_timeout,
             flush_idle: self.flush_idle,
             flush_shutdown: self.flush_shutdown,
+            flush_alone: self.flush_alone,
             queue_p50_s: pct(0.5),
             queue_p99_s: pct(0.99),
             engines,

@@ -29,6 +29,14 @@
 //! callers of one batch sleep on one bell that the worker rings once when
 //! the batch is answered.
 //!
+//! A caller alone skips the hand-off: when the blocking calls
+//! ([`BatchedGpuHandle::call`], [`BatchedGpuHandle::matmul_shared_call`])
+//! find nothing queued, the engine free, and the last batch answered only
+//! this thread, the request runs on the caller's own thread as a batch of
+//! one, exactly as the worker would run it. Requests submitted without
+//! waiting ([`BatchedGpuHandle::submit`], [`BatchedGpuHandle::matmul_shared`])
+//! always go to the worker, so that a thread's queued requests batch together.
+//!
 //! Shutdown stops accepting, then dispatches everything already accepted:
 //! every accepted request is answered (value or error), none is dropped.
 
@@ -43,7 +51,7 @@ mod stage;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError, sync_channel};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock, TryLockError};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
@@ -161,6 +169,15 @@ static NEXT_EXECUTOR: AtomicU64 = AtomicU64::new(1);
 struct Shared {
     id: u64,
     tx: SyncSender<Msg>,
+    compute: Compute,
+    /// The right to run a batch, and the buffers batches reuse: held by the
+    /// worker while it takes requests and runs a group, or by a caller alone
+    /// running its own request.
+    engine: Mutex<stack::Scratch>,
+    /// The one thread the last batch answered (`None` after a batch of
+    /// several threads' requests, or before any): only it may run its next
+    /// request on its own thread.
+    solo: Mutex<Option<ThreadId>>,
     open: RwLock<bool>,
     metrics: Mutex<metrics::State>,
     config: BatchConfig,
@@ -241,6 +258,9 @@ impl BatchedExecutor {
         let shared = Arc::new(Shared {
             id: NEXT_EXECUTOR.fetch_add(1, Ordering::Relaxed),
             tx,
+            compute: compute.clone(),
+            engine: Mutex::new(stack::Scratch::default()),
+            solo: Mutex::new(None),
             open: RwLock::new(true),
             metrics: Mutex::new(metrics::State::default()),
             config,
@@ -257,7 +277,7 @@ impl BatchedExecutor {
         let worker_shared = shared.clone();
         let worker = std::thread::Builder::new()
             .name("dispatch-batcher".into())
-            .spawn(move || worker(rx, compute, worker_shared))
+            .spawn(move || worker(rx, worker_shared))
             .map_err(|e| ComputeError::DeviceUnavailable {
                 backend: BackendKind::Simd,
                 reason: format!("could not start the batching thread: {e}"),
@@ -371,11 +391,49 @@ impl BatchedGpuHandle {
         (last * 3 / 2 + Duration::from_micros(20)).min(MAX_SPIN)
     }
 
-    fn enqueue(&self, op: Op, inputs: Vec<Vec<f32>>, block: bool) -> Result<AsyncGpuResult<Vec<f32>>> {
+    /// Runs `req` on the calling thread, as a batch of one, when this caller
+    /// is alone: the executor is open, nothing is queued or running, and the
+    /// last batch answered this thread only. Otherwise gives `req` back, to
+    /// be queued. Costs a few locks and atomic loads.
+    fn run_alone(&self, req: Request) -> std::result::Result<(), Request> {
+        let s = &*self.shared;
+        let me = std::thread::current().id();
+        let open = read(&s.open);
+        if !*open || s.outstanding.load(Ordering::SeqCst) != 0 || *lock(&s.solo) != Some(me) {
+            return Err(req);
+        }
+        let mut engine = match s.engine.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return Err(req),
+        };
+        // Accepted: counted before `open` is released, as a queued request
+        // would be before the shutdown marker.
+        s.outstanding.fetch_add(1, Ordering::SeqCst);
+        lock(&s.metrics).submitted += 1;
+        drop(open);
+        let mut group = Group { oldest: req.enqueued(), ops: Vec::new(), shared: Vec::new(), threads: vec![me] };
+        match req {
+            Request::Op(o) => group.ops.push(o),
+            Request::Shared(r) => group.shared.push(r),
+        }
+        flush(&s.compute, s, &mut engine, group, FlushReason::Alone);
+        Ok(())
+    }
+
+    fn enqueue(&self, op: Op, inputs: Vec<Vec<f32>>, block: bool, here: bool) -> Result<AsyncGpuResult<Vec<f32>>> {
         let lens: Vec<usize> = inputs.iter().map(Vec::len).collect();
         op.check(&lens, op.layout()?.output_len())?;
         let (result, completer) = AsyncGpuResult::channel_spinning(op.name(), self.shared.backend, self.spin());
         let req = Request::Op(OpRequest { op, inputs, completer, enqueued: Instant::now() });
+        let req = if here {
+            match self.run_alone(req) {
+                Ok(()) => return Ok(result),
+                Err(req) => req,
+            }
+        } else {
+            req
+        };
         self.send(&op, req, block)?;
         Ok(result)
     }
@@ -383,18 +441,21 @@ impl BatchedGpuHandle {
     /// Queues `op` on `inputs`; blocks while the queue is full (backpressure).
     /// Shapes are checked here: a bad request is refused, never queued.
     pub fn submit(&self, op: Op, inputs: Vec<Vec<f32>>) -> Result<AsyncGpuResult<Vec<f32>>> {
-        self.enqueue(op, inputs, true)
+        self.enqueue(op, inputs, true, false)
     }
 
     /// Like [`BatchedGpuHandle::submit`] but fails at once with
     /// [`ComputeError::LimitExceeded`] when the queue is full.
     pub fn try_submit(&self, op: Op, inputs: Vec<Vec<f32>>) -> Result<AsyncGpuResult<Vec<f32>>> {
-        self.enqueue(op, inputs, false)
+        self.enqueue(op, inputs, false, false)
     }
 
-    /// Submits and waits for the result.
+    /// Submits and waits for the result. A caller alone (nothing queued or
+    /// running, and the last batch answered this thread only) runs its
+    /// request on its own thread, with no hand-off to the worker and back;
+    /// the metrics count it as a batch flushed [`FlushReason::Alone`].
     pub fn call(&self, op: Op, inputs: Vec<Vec<f32>>) -> Result<Vec<f32>> {
-        self.submit(op, inputs)?.wait()
+        self.enqueue(op, inputs, true, true)?.wait()
     }
 
     /// Submits a unary element-wise op on `x`.
@@ -449,6 +510,7 @@ impl BatchedGpuHandle {
         x: Vec<f32>,
         rows: usize,
         block: bool,
+        here: bool,
     ) -> Result<AsyncGpuResult<MatmulRows>> {
         let op = weight.op(rows);
         if weight.owner() != self.shared.id {
@@ -483,8 +545,23 @@ impl BatchedGpuHandle {
             .filter(|claim| claim.write(&x, weight.dtype()).is_ok());
         let bell = weight.bell().clone();
         let (result, completer) = AsyncGpuResult::channel_belled("matmul", self.shared.backend, self.spin(), bell);
-        let req = SharedRequest { weight: weight.clone(), x, staged, rows, completer, enqueued: Instant::now() };
-        self.send(&op, Request::Shared(req), block)?;
+        let req = Request::Shared(SharedRequest {
+            weight: weight.clone(),
+            x,
+            staged,
+            rows,
+            completer,
+            enqueued: Instant::now(),
+        });
+        let req = if here {
+            match self.run_alone(req) {
+                Ok(()) => return Ok(result),
+                Err(req) => req,
+            }
+        } else {
+            req
+        };
+        self.send(&op, req, block)?;
         Ok(result)
     }
 
@@ -514,7 +591,19 @@ impl BatchedGpuHandle {
     /// batch are woken together, by one system call: see
     /// `docs/benchmarks.md` for measured figures).
     pub fn matmul_shared(&self, weight: &SharedWeight, x: Vec<f32>, rows: usize) -> Result<AsyncGpuResult<MatmulRows>> {
-        self.enqueue_shared(weight, x, rows, true)
+        self.enqueue_shared(weight, x, rows, true, false)
+    }
+
+    /// [`BatchedGpuHandle::matmul_shared`], waiting for the result. A caller
+    /// alone (nothing queued or running, and the last batch answered this
+    /// thread only: one thread making one call after another) runs its
+    /// product on its own thread, exactly as the worker would run a batch of
+    /// one, with no hand-off to the worker and back; the metrics count it as
+    /// a batch flushed [`FlushReason::Alone`]. A thread that wants its
+    /// requests batched with each other submits them all with
+    /// `matmul_shared` first and waits after.
+    pub fn matmul_shared_call(&self, weight: &SharedWeight, x: Vec<f32>, rows: usize) -> Result<MatmulRows> {
+        self.enqueue_shared(weight, x, rows, true, true)?.wait()
     }
 
     /// Like [`BatchedGpuHandle::matmul_shared`] but fails at once with
@@ -525,7 +614,7 @@ impl BatchedGpuHandle {
         x: Vec<f32>,
         rows: usize,
     ) -> Result<AsyncGpuResult<MatmulRows>> {
-        self.enqueue_shared(weight, x, rows, false)
+        self.enqueue_shared(weight, x, rows, false, false)
     }
 
     /// Stops accepting requests; those already accepted are still answered,
@@ -605,14 +694,13 @@ struct Pending<'a> {
     seq: u64,
     compute: &'a Compute,
     shared: &'a Shared,
-    scratch: stack::Scratch,
     /// When the last batch ended, and how long it took.
     last_done: Option<(Instant, Duration)>,
 }
 
 impl Pending<'_> {
     /// Adds a request to its group; dispatches the group if it is full.
-    fn add(&mut self, r: Request, from: ThreadId) {
+    fn add(&mut self, scratch: &mut stack::Scratch, r: Request, from: ThreadId) {
         self.seq += 1;
         let key = match &r {
             Request::Op(o) => coalesce::key(&o.op, &o.inputs, self.seq),
@@ -639,7 +727,7 @@ impl Pending<'_> {
         if g.len() >= self.shared.config.max_batch_size
             && let Some(g) = self.groups.remove(&key)
         {
-            self.dispatch(key, g, FlushReason::Size);
+            self.dispatch(scratch, key, g, FlushReason::Size);
         }
     }
 
@@ -663,7 +751,7 @@ impl Pending<'_> {
     }
 
     /// Dispatches the group due first, if one is due now. Returns whether one was.
-    fn dispatch_due(&mut self) -> bool {
+    fn dispatch_due(&mut self, scratch: &mut stack::Scratch) -> bool {
         let now = Instant::now();
         let first = self
             .groups
@@ -673,7 +761,7 @@ impl Pending<'_> {
             .min_by_key(|(_, (at, _))| *at);
         match first.and_then(|(k, (_, reason))| Some((k, self.groups.remove(&k)?, reason))) {
             Some((k, g, reason)) => {
-                self.dispatch(k, g, reason);
+                self.dispatch(scratch, k, g, reason);
                 true
             }
             None => false,
@@ -681,19 +769,23 @@ impl Pending<'_> {
     }
 
     /// Dispatches everything (shutdown).
-    fn dispatch_all(&mut self) {
+    fn dispatch_all(&mut self, scratch: &mut stack::Scratch) {
         let mut groups: Vec<(coalesce::Key, Group)> = self.groups.drain().collect();
         groups.sort_by_key(|(_, g)| g.oldest);
         for (_, g) in groups {
-            flush(self.compute, self.shared, &mut self.scratch, g, FlushReason::Shutdown);
+            flush(self.compute, self.shared, scratch, g, FlushReason::Shutdown);
         }
     }
 
     /// Runs `g` and remembers which threads it answered.
-    fn dispatch(&mut self, key: coalesce::Key, g: Group, reason: FlushReason) {
+    fn dispatch(&mut self, scratch: &mut stack::Scratch, key: coalesce::Key, g: Group, reason: FlushReason) {
         let threads = g.threads.clone();
         let start = Instant::now();
-        flush(self.compute, self.shared, &mut self.scratch, g, reason);
+        flush(self.compute, self.shared, scratch, g, reason);
+        *lock(&self.shared.solo) = match threads.as_slice() {
+            [one] => Some(*one),
+            _ => None,
+        };
         let now = Instant::now();
         let took = now.saturating_duration_since(start);
         self.shared.last_batch_ns.store(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
@@ -710,14 +802,13 @@ impl Pending<'_> {
     }
 }
 
-fn worker(rx: Receiver<Msg>, compute: Compute, shared: Arc<Shared>) {
+fn worker(rx: Receiver<Msg>, shared: Arc<Shared>) {
     let mut p = Pending {
         groups: HashMap::new(),
         recent: HashMap::new(),
         seq: 0,
-        compute: &compute,
+        compute: &shared.compute,
         shared: &shared,
-        scratch: stack::Scratch::default(),
         last_done: None,
     };
     loop {
@@ -730,12 +821,18 @@ fn worker(rx: Receiver<Msg>, compute: Compute, shared: Arc<Shared>) {
             Err(RecvTimeoutError::Timeout) => None,
             Err(RecvTimeoutError::Disconnected) => Some(Msg::Shutdown),
         };
-        if !take(&mut p, &rx, &shared, first) {
+        // The engine is held while requests are taken and a group runs (a
+        // caller alone may hold it meanwhile, running its own request).
+        let mut engine = lock(&shared.engine);
+        if !take(&mut p, &mut engine, &rx, &shared, first) {
+            // Shut down: the reused device and page-locked buffers go now,
+            // not with the last handle.
+            *engine = stack::Scratch::default();
             return;
         }
         // One group at a time: requests that arrive while it runs can still
         // join the next ones.
-        p.dispatch_due();
+        p.dispatch_due(&mut engine);
     }
 }
 
@@ -808,16 +905,22 @@ fn make_room(shared: &Shared) {
 /// `max(max_batch_size, channel_size) + 1` requests are taken, so that a
 /// steady stream never starves due groups. Returns `false` at shutdown
 /// (after dispatching everything).
-fn take(p: &mut Pending<'_>, rx: &Receiver<Msg>, shared: &Shared, first: Option<Msg>) -> bool {
+fn take(
+    p: &mut Pending<'_>,
+    scratch: &mut stack::Scratch,
+    rx: &Receiver<Msg>,
+    shared: &Shared,
+    first: Option<Msg>,
+) -> bool {
     let cap = shared.config.max_batch_size.max(shared.config.channel_size) + 1;
     let mut next = first;
     let mut taken = 0usize;
     loop {
         while let Some(m) = next {
             match m {
-                Msg::Request(r, from) => p.add(r, from),
+                Msg::Request(r, from) => p.add(scratch, r, from),
                 Msg::Shutdown => {
-                    p.dispatch_all();
+                    p.dispatch_all(scratch);
                     return false;
                 }
             }

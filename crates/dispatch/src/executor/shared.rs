@@ -191,6 +191,14 @@ impl SharedWeight {
         self.inner.host.get().is_some()
     }
 
+    /// The host copy of the values, when there is one (always, for a weight
+    /// registered from host values; for a device weight, once a batch has
+    /// run on the CPU): the very buffer the CPU's batches read, so a caller
+    /// can make its own calls against it without a second copy. Free.
+    pub fn host_copy(&self) -> Option<HostSlice<'_>> {
+        self.inner.host.get().map(HostVec::as_slice)
+    }
+
     /// Where device copies are (the registered tensor's location, and those
     /// made for batches run on a GPU). One lock.
     pub fn resident(&self) -> Vec<compute_core::Location> {

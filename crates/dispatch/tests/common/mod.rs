@@ -128,7 +128,9 @@ impl Backend for Gated {
             });
         }
         self.inner.run_typed(op, inputs, output)?;
-        self.events.lock().unwrap().push(format!("{} done", op.name()));
+        let mut events = self.events.lock().unwrap();
+        events.push(format!("{} done", op.name()));
+        events.push(format!("{} ran on {}", op.name(), std::thread::current().name().unwrap_or("?")));
         Ok(())
     }
     fn upload_typed(&self, data: HostSlice<'_>) -> Result<Tensor> {
