@@ -22,6 +22,8 @@ mod cuda_mma;
 mod decoder;
 #[cfg(feature = "dispatch")]
 mod dispatch;
+#[cfg(feature = "dispatch")]
+mod executor;
 mod report;
 mod svg;
 #[cfg(feature = "gpu")]
@@ -32,10 +34,15 @@ mod wgpu_transfer;
 use report::Record;
 use std::path::PathBuf;
 
-const USAGE: &str = "compute-bench [--backend simd|wgpu|cuda|all]... [--dispatch] [--quick] [--threads 1,2]
+const USAGE: &str =
+    "compute-bench [--backend simd|wgpu|cuda|all]... [--dispatch] [--executor] [--quick] [--threads 1,2]
               [--json FILE] [--svg FILE] [--filter TEXT]
   --backend   which backend's rows to run (repeatable; default simd)
-  --dispatch  the dispatcher's regret grid and executor benchmark
+  --dispatch  the dispatcher's regret grid and executor benchmark on tiny requests
+  --executor  only the batching executor on requests against a shared weight, on the first
+              --backend's engine (simd, cuda or wgpu), with its own options:
+              [--callers 1,4,16,64,256] [--n 4096,14336] [--k 4096] [--secs 1] [--reps 2]
+              [--transposed] [--bf16 | --dtype q4_K|q5_K|q6_K|q8_0] [--attention] [--kv 512] [--alone]
   --quick     smaller sizes and time budgets (a smoke run)
   --threads   CPU thread counts (default 1,2)
   --json/--svg  where to write results (default bench-out/latest.json, bench-out/latest.svg)
@@ -44,6 +51,10 @@ const USAGE: &str = "compute-bench [--backend simd|wgpu|cuda|all]... [--dispatch
 struct Args {
     backends: Vec<String>,
     dispatch: bool,
+    /// `--executor` and its options (parsed whether or not the feature is built).
+    executor: bool,
+    #[cfg(feature = "dispatch")]
+    executor_args: executor::ExecutorArgs,
     quick: bool,
     threads: Vec<usize>,
     json: PathBuf,
@@ -55,6 +66,9 @@ fn parse() -> Result<Args, String> {
     let mut a = Args {
         backends: Vec::new(),
         dispatch: false,
+        executor: false,
+        #[cfg(feature = "dispatch")]
+        executor_args: executor::ExecutorArgs::new(std::env::args().any(|a| a == "--quick")),
         quick: false,
         threads: vec![1, 2],
         json: PathBuf::from("bench-out/latest.json"),
@@ -67,6 +81,7 @@ fn parse() -> Result<Args, String> {
         match arg.as_str() {
             "--backend" => a.backends.push(val("--backend")?),
             "--dispatch" => a.dispatch = true,
+            "--executor" => a.executor = true,
             "--quick" => a.quick = true,
             "--threads" => {
                 a.threads = val("--threads")?
@@ -78,10 +93,12 @@ fn parse() -> Result<Args, String> {
             "--svg" => a.svg = val("--svg")?.into(),
             "--filter" => a.filter = Some(val("--filter")?),
             "-h" | "--help" => return Err(USAGE.into()),
+            #[cfg(feature = "dispatch")]
+            other if a.executor_args.parse(other, &mut || it.next())? => {}
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
     }
-    if a.backends.is_empty() && !a.dispatch {
+    if a.backends.is_empty() && (a.executor || !a.dispatch) {
         a.backends.push("simd".into());
     }
     if a.backends.iter().any(|b| b == "all") {
@@ -101,6 +118,8 @@ fn section(name: &str, args: &Args) -> Result<Vec<Record>, String> {
         "cuda" => cuda::rows(args.quick),
         #[cfg(feature = "dispatch")]
         "dispatch" => dispatch::rows(args.quick),
+        #[cfg(feature = "dispatch")]
+        _ if args.executor => executor::rows(&args.executor_args, args.backends.first().map_or("simd", String::as_str)),
         other => {
             Err(format!("the {other} rows are not built in: run through `cargo xtask bench` (it enables the feature)"))
         }
@@ -213,7 +232,9 @@ fn main() {
     let mut rows = Vec::new();
     let mut failed = false;
     let mut names = args.backends.clone();
-    if args.dispatch {
+    if args.executor {
+        names = vec![format!("executor on {}", args.backends.first().map_or("simd", String::as_str))];
+    } else if args.dispatch {
         names.push("dispatch".into());
     }
     for name in &names {

@@ -167,7 +167,7 @@ fn bench(args: &[String]) -> Result<(), String> {
                 Some("all") => features.extend(["gpu", "cuda"]),
                 _ => {}
             },
-            "--dispatch" => features.push("dispatch"),
+            "--dispatch" | "--executor" => features.push("dispatch"),
             _ => {}
         }
     }

@@ -514,11 +514,38 @@ fn shared_weights_on_each_gpu_engine() {
                     };
                     assert_matches_reference(&Op::Matmul(spec), &[&x, &wv], &y);
                 }
+                // This thread alone: its blocking calls run on its own thread,
+                // on the GPU all the same.
+                for i in 0..2u64 {
+                    let x = data(60 + i, k);
+                    let y = h.matmul_shared_call(w, x.clone(), 1).unwrap();
+                    let spec = compute_core::MatmulSpec {
+                        trans_b: layout == WeightLayout::Transposed,
+                        ..compute_core::MatmulSpec::new(1, k, n)
+                    };
+                    assert_matches_reference(&Op::Matmul(spec), &[&x, &wv], &y);
+                }
                 assert!(w.resident().iter().any(|l| l.backend == engine.kind()), "{:?}", w.resident());
             }
         }
+        // A weight in ggml blocks (n × k): a quantized product on the GPU.
+        let (qk, qn) = (512, 40);
+        let qh = compute_core::HostVec::from_f32(compute_core::DType::Q4K, &data(23, qk * qn));
+        let q = h.register_weight_typed(qh.clone(), qk, qn, WeightLayout::Transposed).unwrap();
+        for rows in [1usize, 3] {
+            let x = data(24 + rows as u64, rows * qk);
+            let y = h.matmul_shared(&q, x.clone(), rows).unwrap().wait().unwrap();
+            let op = Op::QuantMatmul(compute_core::QuantMatmulSpec::new(rows, qk, qn, compute_core::DType::Q4K));
+            let ins = [compute_core::HostSlice::F32(&x), qh.as_slice()];
+            let y = compute_core::HostSlice::F32(&y);
+            if let Some(msg) = compute_core::conformance::compare_typed(&op, &ins, y, 1.0) {
+                panic!("{engine} q4_K, {rows} rows: {msg}");
+            }
+        }
+        assert!(q.resident().iter().any(|l| l.backend == engine.kind()), "{:?}", q.resident());
         let m = exec.shutdown();
         assert!(m.engines.iter().all(|(e, _)| *e == engine), "{m:?}");
+        assert_eq!(m.flush_alone, 8, "{m:?}");
         ran += 1;
     }
     if ran == 0 {
@@ -571,10 +598,62 @@ fn bf16_weights_take_f32_rows_and_answer_f32_results() {
     assert!(m.phases.product_s > 0.0, "{m:?}");
 }
 
+/// Weights in ggml blocks (`n × k`, as a GGUF file stores a linear layer):
+/// stacks of many threads' rows, and a caller alone, match the reference of
+/// the quantized product of their own rows; a row-major weight in blocks, and
+/// rows that are not whole blocks, are refused.
+#[test]
+fn quantized_weights_stack_into_one_quantized_product() {
+    use compute_core::{DType, HostSlice, HostVec, QuantMatmulSpec};
+    let exec = BatchedExecutor::new(cpu(), BatchConfig::latency()).unwrap();
+    let h = exec.handle();
+    let (k, n) = (512, 24);
+    for dtype in DType::QUANTIZED {
+        let wh = HostVec::from_f32(dtype, &data(51, k * n));
+        let w = h.register_weight_typed(wh.clone(), k, n, WeightLayout::Transposed).unwrap();
+        assert_eq!(w.dtype(), dtype);
+        let check = |x: &[f32], rows: usize, y: &[f32], what: &str| {
+            let op = Op::QuantMatmul(QuantMatmulSpec::new(rows, k, n, dtype));
+            let ins = [HostSlice::F32(x), wh.as_slice()];
+            if let Some(msg) = compute_core::conformance::compare_typed(&op, &ins, HostSlice::F32(y), 1.0) {
+                panic!("{dtype} {what}: {msg}");
+            }
+        };
+        std::thread::scope(|s| {
+            for t in 0..6u64 {
+                let (h, w, check) = (h.clone(), &w, &check);
+                s.spawn(move || {
+                    for i in 0..8u64 {
+                        let rows = 1 + ((t + i) % 3) as usize;
+                        let x = data(500 + 10 * t + i, rows * k);
+                        let y = h.matmul_shared(w, x.clone(), rows).unwrap().wait().unwrap();
+                        check(&x, rows, &y, &format!("thread {t} request {i} ({rows} rows)"));
+                    }
+                });
+            }
+        });
+        for i in 0..3u64 {
+            let x = data(600 + i, k);
+            let y = h.matmul_shared_call(&w, x.clone(), 1).unwrap();
+            check(&x, 1, &y, &format!("alone, request {i}"));
+        }
+    }
+    let q = HostVec::from_f32(DType::Q4K, &data(5, k * n));
+    let refused = h.register_weight_typed(q, k, n, WeightLayout::RowMajor);
+    assert!(matches!(refused, Err(ComputeError::DType { .. })), "{refused:?}");
+    let q = HostVec::from_f32(DType::Q4K, &data(5, 256));
+    let refused = h.register_weight_typed(q, 128, 2, WeightLayout::Transposed);
+    assert!(matches!(refused, Err(ComputeError::Shape { .. })), "{refused:?}");
+    let m = exec.shutdown();
+    assert_eq!((m.submitted, m.completed, m.failed), (4 * 51, 4 * 51, 0), "{m:?}");
+}
+
 /// `threads` callers in a loop against a `f32` and a `bf16` weight (`k × n`,
 /// row-major) of `exec`, each with its own rows (1 to 3 per request, `per`
-/// requests each): every result is checked against the reference of its own
-/// rows (for `bf16`, the product of the rounded rows).
+/// requests each; odd threads wait in `matmul_shared_call`, even ones submit
+/// and then wait), then one caller alone making 4 blocking calls per weight
+/// (which run on its own thread): every result is checked against the
+/// reference of its own rows (for `bf16`, the product of the rounded rows).
 fn callers_get_their_own_rows(exec: &BatchedExecutor, (k, n): (usize, usize), threads: u64, per: u64) {
     use compute_core::{DType, HostSlice, HostVec, MatmulSpec};
     let h = exec.handle();
@@ -588,7 +667,11 @@ fn callers_get_their_own_rows(exec: &BatchedExecutor, (k, n): (usize, usize), th
                     for i in 0..per {
                         let rows = 1 + ((t + i) % 3) as usize;
                         let x = data(1000 * t + i, rows * k);
-                        let y = h.matmul_shared(w, x.clone(), rows).unwrap().wait().unwrap();
+                        let y = if t % 2 == 1 {
+                            h.matmul_shared_call(w, x.clone(), rows).unwrap()
+                        } else {
+                            h.matmul_shared(w, x.clone(), rows).unwrap().wait().unwrap()
+                        };
                         let op = Op::Matmul(MatmulSpec::new(rows, k, n).with_dtypes(dtype, DType::F32));
                         let xh = HostVec::from_f32(dtype, &x);
                         let ins = [xh.as_slice(), wh.as_slice()];
@@ -600,6 +683,17 @@ fn callers_get_their_own_rows(exec: &BatchedExecutor, (k, n): (usize, usize), th
                 });
             }
         });
+        for i in 0..4u64 {
+            let x = data(7000 + i, 2 * k);
+            let y = h.matmul_shared_call(&w, x.clone(), 2).unwrap();
+            let op = Op::Matmul(MatmulSpec::new(2, k, n).with_dtypes(dtype, DType::F32));
+            let xh = HostVec::from_f32(dtype, &x);
+            if let Some(msg) =
+                compute_core::conformance::compare_typed(&op, &[xh.as_slice(), wh.as_slice()], HostSlice::F32(&y), 1.0)
+            {
+                panic!("{dtype} alone, request {i}: {msg}");
+            }
+        }
     }
 }
 
@@ -615,7 +709,8 @@ fn callers_that_write_their_rows_into_page_locked_memory_get_their_own_results()
     let exec = BatchedExecutor::new(c.build().unwrap(), BatchConfig::latency()).unwrap();
     callers_get_their_own_rows(&exec, (64, 40), 24, 20);
     let m = exec.shutdown();
-    assert_eq!((m.submitted, m.completed, m.failed), (960, 960, 0), "{m:?}");
+    assert_eq!((m.submitted, m.completed, m.failed), (968, 968, 0), "{m:?}");
+    assert!(m.flush_alone >= 6, "the lone caller's calls after the first of each weight: {m:?}");
     assert!(m.engines.iter().all(|(e, _)| *e == Engine::Cuda), "{m:?}");
     let (up, down) = (fake.pinned_uploads.load(Ordering::Relaxed), fake.pinned_downloads.load(Ordering::Relaxed));
     // The first batch of each weight gathers its rows; later ones read the callers' own writes.
@@ -674,7 +769,7 @@ fn many_callers_on_each_gpu_engine_get_their_own_rows() {
         let exec = BatchedExecutor::new(c.build().unwrap(), BatchConfig::latency()).unwrap();
         callers_get_their_own_rows(&exec, (256, 96), 16, 25);
         let m = exec.shutdown();
-        assert_eq!((m.completed, m.failed), (800, 0), "{m:?}");
+        assert_eq!((m.completed, m.failed), (808, 0), "{m:?}");
         assert!(m.engines.iter().all(|(e, _)| *e == engine), "{m:?}");
         ran += 1;
     }

@@ -51,7 +51,7 @@ mod stage;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError, sync_channel};
-use std::sync::{Arc, Condvar, Mutex, RwLock, TryLockError};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
@@ -394,19 +394,22 @@ impl BatchedGpuHandle {
     /// Runs `req` on the calling thread, as a batch of one, when this caller
     /// is alone: the executor is open, nothing is queued or running, and the
     /// last batch answered this thread only. Otherwise gives `req` back, to
-    /// be queued. Costs a few locks and atomic loads.
+    /// be queued. Costs a few locks and atomic loads, and may wait for the
+    /// worker to finish its bookkeeping after the batch that answered us
+    /// (with nothing queued, it holds the engine for nothing else).
     fn run_alone(&self, req: Request) -> std::result::Result<(), Request> {
         let s = &*self.shared;
         let me = std::thread::current().id();
         let open = read(&s.open);
-        if !*open || s.outstanding.load(Ordering::SeqCst) != 0 || *lock(&s.solo) != Some(me) {
+        let alone = || s.outstanding.load(Ordering::SeqCst) == 0 && *lock(&s.solo) == Some(me);
+        if !*open || !alone() {
             return Err(req);
         }
-        let mut engine = match s.engine.try_lock() {
-            Ok(g) => g,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => return Err(req),
-        };
+        let mut engine = lock(&s.engine);
+        if !alone() {
+            // Another thread's request came meanwhile: batch with it instead.
+            return Err(req);
+        }
         // Accepted: counted before `open` is released, as a queued request
         // would be before the shutdown marker.
         s.outstanding.fetch_add(1, Ordering::SeqCst);
@@ -486,16 +489,22 @@ impl BatchedGpuHandle {
     }
 
     /// [`BatchedGpuHandle::register_weight`] for a weight of `f32` or `bf16`
-    /// values (another dtype is a [`ComputeError::DType`]), taken without a
-    /// copy. Requests against a `bf16` weight stay `f32` for their callers:
-    /// their rows are rounded to `bf16` when stacked (a `bf16` product's
-    /// operands), and their results are `f32`. A GPU copy costs `2·k·n` bytes.
+    /// values, or in ggml blocks (`q4_K`, `q5_K`, `q6_K`, `q8_0`, stored
+    /// `n × k` as a GGUF file holds a linear layer: `layout` must be
+    /// [`WeightLayout::Transposed`], and `k` a whole number of blocks), taken
+    /// without a copy; another dtype or layout is a [`ComputeError::DType`].
+    /// Requests stay `f32` for their callers: against a `bf16` weight their
+    /// rows are rounded to `bf16` when stacked (a `bf16` product's operands);
+    /// against blocks the stack is a quantized product ([`Op::QuantMatmul`]).
+    /// Results are `f32`. A GPU copy costs the weight's bytes (`2·k·n` in
+    /// `bf16`, 4.5 bits a value in `q4_K`).
     pub fn register_weight_typed(&self, w: HostVec, k: usize, n: usize, layout: WeightLayout) -> Result<SharedWeight> {
         SharedWeight::host(self.shared.id, w, k, n, layout)
     }
 
-    /// Registers a weight already in device memory: an `f32` or `bf16`
-    /// tensor of `k·n` values ([`ComputeError::DType`] for another dtype), laid out as `layout` says, on the memory of one of this
+    /// Registers a weight already in device memory: a tensor of `k·n` values
+    /// of a dtype [`BatchedGpuHandle::register_weight_typed`] takes
+    /// ([`ComputeError::DType`] for another), laid out as `layout` says, on the memory of one of this
     /// executor's engines ([`ComputeError::WrongDevice`] otherwise). Nothing
     /// is copied now. Batches run where the cost model predicts fastest,
     /// counting the move of the weight to engines whose memory lacks it; the
@@ -542,7 +551,7 @@ impl BatchedGpuHandle {
             .stage()
             .zip(weight.stage_words(rows))
             .and_then(|(pool, words)| pool.claim(words))
-            .filter(|claim| claim.write(&x, weight.dtype()).is_ok());
+            .filter(|claim| claim.write(&x, weight.row_dtype()).is_ok());
         let bell = weight.bell().clone();
         let (result, completer) = AsyncGpuResult::channel_belled("matmul", self.shared.backend, self.spin(), bell);
         let req = Request::Shared(SharedRequest {
@@ -780,12 +789,14 @@ impl Pending<'_> {
     /// Runs `g` and remembers which threads it answered.
     fn dispatch(&mut self, scratch: &mut stack::Scratch, key: coalesce::Key, g: Group, reason: FlushReason) {
         let threads = g.threads.clone();
-        let start = Instant::now();
-        flush(self.compute, self.shared, scratch, g, reason);
+        // Set before the batch answers anyone, so that a caller it answers
+        // alone finds itself alone when it calls again.
         *lock(&self.shared.solo) = match threads.as_slice() {
             [one] => Some(*one),
             _ => None,
         };
+        let start = Instant::now();
+        flush(self.compute, self.shared, scratch, g, reason);
         let now = Instant::now();
         let took = now.saturating_duration_since(start);
         self.shared.last_batch_ns.store(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);

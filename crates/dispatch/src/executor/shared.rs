@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use compute_core::{
-    Backend, BackendKind, ComputeError, Cost, DType, HostSlice, HostVec, MatmulSpec, Op, PinnedF32, Result, Tensor,
+    Backend, BackendKind, ComputeError, Cost, DType, HostSlice, HostVec, MatmulSpec, Op, PinnedF32, QuantMatmulSpec,
+    Result, Tensor,
 };
 
 use super::stage::{Pool, Rows};
@@ -103,12 +104,22 @@ impl SharedWeight {
         n: usize,
         layout: WeightLayout,
     ) -> Result<WeightInner> {
-        if !matches!(dtype, DType::F32 | DType::BF16) {
+        let float = matches!(dtype, DType::F32 | DType::BF16);
+        if !float && !(dtype.is_quantized() && layout == WeightLayout::Transposed) {
+            let why = if dtype.is_quantized() {
+                format!("a {dtype} weight is stored n × k, in whole blocks of its rows (WeightLayout::Transposed)")
+            } else {
+                format!("shared weights are f32, bf16 or ggml blocks (q4_K, q5_K, q6_K, q8_0); this one is {dtype}")
+            };
             return Err(ComputeError::DType {
                 op: "matmul_shared",
-                detail: format!("shared weights are f32 or bf16; this one is {dtype}"),
-                shapes: format!("w=[{len}] {dtype} k={k} n={n}"),
+                detail: why,
+                shapes: format!("w=[{len}] {dtype} k={k} n={n} {layout:?}"),
             });
+        }
+        if !k.is_multiple_of(dtype.block_values()) {
+            let why = format!("each of a {dtype} weight's rows holds whole blocks of {} values", dtype.block_values());
+            return Err(shape_error(why, k, n, len));
         }
         let want = k.checked_mul(n).ok_or_else(|| shape_error(format!("k·n overflows ({k}·{n})"), k, n, len))?;
         if len != want {
@@ -178,11 +189,17 @@ impl SharedWeight {
         self.inner.layout
     }
 
-    /// The values' dtype: `f32` or `bf16`. Requests' rows against a `bf16`
-    /// weight are rounded to `bf16` when stacked, as a `bf16` product takes
-    /// them; results are `f32`. Free.
+    /// The values' dtype: `f32`, `bf16` or a ggml block format. Requests'
+    /// rows against a `bf16` weight are rounded to `bf16` when stacked, as a
+    /// `bf16` product takes them; against the others they stay `f32`.
+    /// Results are `f32`. Free.
     pub fn dtype(&self) -> DType {
         self.inner.dtype
+    }
+
+    /// The dtype of the stacked rows: `bf16` for a `bf16` weight, else `f32`.
+    pub(crate) fn row_dtype(&self) -> DType {
+        if self.inner.dtype == DType::BF16 { DType::BF16 } else { DType::F32 }
     }
 
     /// Whether a copy of the values is in host memory (always, for a weight
@@ -223,7 +240,7 @@ impl SharedWeight {
     /// [`PinnedWords::store_bf16`]: compute_core::PinnedWords::store_bf16
     pub(crate) fn stage_words(&self, rows: usize) -> Option<usize> {
         let values = rows.checked_mul(self.inner.k)?;
-        match self.inner.dtype {
+        match self.row_dtype() {
             DType::BF16 if self.inner.k.is_multiple_of(2) => Some(values / 2),
             DType::F32 => Some(values),
             _ => None,
@@ -243,16 +260,19 @@ impl SharedWeight {
         }
     }
 
-    /// The product of `rows` stacked rows by this weight.
+    /// The product of `rows` stacked rows by this weight: a quantized
+    /// product ([`Op::QuantMatmul`]) for a weight in blocks.
     pub(crate) fn op(&self, rows: usize) -> Op {
-        let spec = MatmulSpec::new(rows, self.inner.k, self.inner.n).with_dtypes(self.inner.dtype, DType::F32);
+        let (k, n, dtype) = (self.inner.k, self.inner.n, self.inner.dtype);
+        if dtype.is_quantized() {
+            return Op::QuantMatmul(QuantMatmulSpec::new(rows, k, n, dtype));
+        }
+        let spec = MatmulSpec::new(rows, k, n).with_dtypes(dtype, DType::F32);
         Op::Matmul(MatmulSpec { trans_b: self.inner.layout == WeightLayout::Transposed, ..spec })
     }
 
     fn bytes(&self) -> u64 {
-        (self.inner.k as u64)
-            .saturating_mul(self.inner.n as u64)
-            .saturating_mul(self.inner.dtype.size_in_bytes() as u64)
+        self.inner.k.checked_mul(self.inner.n).and_then(|v| self.inner.dtype.bytes_for(v)).unwrap_or(u64::MAX)
     }
 
     /// The device copy in `engine`'s memory, if any.

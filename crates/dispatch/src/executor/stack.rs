@@ -197,7 +197,7 @@ impl Scratch {
                 };
                 let pairs = heights
                     .into_iter()
-                    .map(|h| Ok((backend.alloc_typed(h * w.k(), w.dtype())?, backend.alloc(h * w.n())?)))
+                    .map(|h| Ok((backend.alloc_typed(h * w.k(), w.row_dtype())?, backend.alloc(h * w.n())?)))
                     .collect::<Result<Vec<_>>>()?;
                 if self.sets.len() >= DEVICE_SETS
                     && let Some(old) = self.sets.iter().enumerate().min_by_key(|(_, s)| s.used).map(|(i, _)| i)
