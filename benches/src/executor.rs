@@ -15,9 +15,8 @@
 //! Engine: the first `--backend` (the CPU on all its threads by default), for
 //! both sides. On a GPU the direct calls keep the weight resident, as the
 //! executor does: each uploads its `x`, runs the product and downloads its
-//! `y`; on the CPU they read the executor's own copy of `W`
-//! (`SharedWeight::host_copy`), so that neither side gains from where its
-//! copy's pages landed. Each cell (shape × callers) runs direct calls and the
+//! `y`; on the CPU they read the benchmark's copy of `W`, and each executor
+//! its own (the lone caller's rows below share one). Each cell (shape × callers) runs direct calls and the
 //! three configurations `reps` times, in alternating order (direct first,
 //! then last), each for `secs`; a row gives the median requests/s over the
 //! repetitions, and the latency percentiles of all their requests together
@@ -32,7 +31,9 @@
 //! through the executor (`matmul_shared_call`, which a caller alone runs on
 //! its own thread) and a second direct call, so that all three see the same
 //! machine state: the second direct call's ratio to the first is the noise
-//! of that comparison. `--alone` runs only that.
+//! of that comparison. On the CPU all three read the executor's own copy of
+//! `W` (`SharedWeight::host_copy`), so that none gains from where its pages
+//! landed. `--alone` runs only that.
 //!
 //! `--attention` times decoding steps instead: caller `t` decodes one token of
 //! its own sequence, `softmax(q·kᵀ)·v` with 32 query heads, 4 key/value heads

@@ -393,22 +393,22 @@ impl BatchedGpuHandle {
 
     /// Runs `req` on the calling thread, as a batch of one, when this caller
     /// is alone: the executor is open, nothing is queued or running, and the
-    /// last batch answered this thread only. Otherwise gives `req` back, to
-    /// be queued. Costs a few locks and atomic loads, and may wait for the
+    /// last batch answered this thread only (`None`). Otherwise gives `req`
+    /// back, to be queued. Costs a few locks and atomic loads, and may wait for the
     /// worker to finish its bookkeeping after the batch that answered us
     /// (with nothing queued, it holds the engine for nothing else).
-    fn run_alone(&self, req: Request) -> std::result::Result<(), Request> {
+    fn run_alone(&self, req: Request) -> Option<Request> {
         let s = &*self.shared;
         let me = std::thread::current().id();
         let open = read(&s.open);
         let alone = || s.outstanding.load(Ordering::SeqCst) == 0 && *lock(&s.solo) == Some(me);
         if !*open || !alone() {
-            return Err(req);
+            return Some(req);
         }
         let mut engine = lock(&s.engine);
         if !alone() {
             // Another thread's request came meanwhile: batch with it instead.
-            return Err(req);
+            return Some(req);
         }
         // Accepted: counted before `open` is released, as a queued request
         // would be before the shutdown marker.
@@ -421,7 +421,7 @@ impl BatchedGpuHandle {
             Request::Shared(r) => group.shared.push(r),
         }
         flush(&s.compute, s, &mut engine, group, FlushReason::Alone);
-        Ok(())
+        None
     }
 
     fn enqueue(&self, op: Op, inputs: Vec<Vec<f32>>, block: bool, here: bool) -> Result<AsyncGpuResult<Vec<f32>>> {
@@ -431,8 +431,8 @@ impl BatchedGpuHandle {
         let req = Request::Op(OpRequest { op, inputs, completer, enqueued: Instant::now() });
         let req = if here {
             match self.run_alone(req) {
-                Ok(()) => return Ok(result),
-                Err(req) => req,
+                None => return Ok(result),
+                Some(req) => req,
             }
         } else {
             req
@@ -564,8 +564,8 @@ impl BatchedGpuHandle {
         });
         let req = if here {
             match self.run_alone(req) {
-                Ok(()) => return Ok(result),
-                Err(req) => req,
+                None => return Ok(result),
+                Some(req) => req,
             }
         } else {
             req

@@ -105,7 +105,8 @@ impl SharedWeight {
         layout: WeightLayout,
     ) -> Result<WeightInner> {
         let float = matches!(dtype, DType::F32 | DType::BF16);
-        if !float && !(dtype.is_quantized() && layout == WeightLayout::Transposed) {
+        let blocks = dtype.is_quantized() && layout == WeightLayout::Transposed;
+        if !(float || blocks) {
             let why = if dtype.is_quantized() {
                 format!("a {dtype} weight is stored n × k, in whole blocks of its rows (WeightLayout::Transposed)")
             } else {
