@@ -424,20 +424,21 @@ impl BatchedGpuHandle {
         None
     }
 
+    /// Runs `req` on this thread when `here` and the caller is alone
+    /// ([`BatchedGpuHandle::run_alone`]), else sends it to the worker.
+    fn hand_off(&self, op: &Op, req: Request, block: bool, here: bool) -> Result<()> {
+        match if here { self.run_alone(req) } else { Some(req) } {
+            None => Ok(()),
+            Some(req) => self.send(op, req, block),
+        }
+    }
+
     fn enqueue(&self, op: Op, inputs: Vec<Vec<f32>>, block: bool, here: bool) -> Result<AsyncGpuResult<Vec<f32>>> {
         let lens: Vec<usize> = inputs.iter().map(Vec::len).collect();
         op.check(&lens, op.layout()?.output_len())?;
         let (result, completer) = AsyncGpuResult::channel_spinning(op.name(), self.shared.backend, self.spin());
         let req = Request::Op(OpRequest { op, inputs, completer, enqueued: Instant::now() });
-        let req = if here {
-            match self.run_alone(req) {
-                None => return Ok(result),
-                Some(req) => req,
-            }
-        } else {
-            req
-        };
-        self.send(&op, req, block)?;
+        self.hand_off(&op, req, block, here)?;
         Ok(result)
     }
 
@@ -562,15 +563,7 @@ impl BatchedGpuHandle {
             completer,
             enqueued: Instant::now(),
         });
-        let req = if here {
-            match self.run_alone(req) {
-                None => return Ok(result),
-                Some(req) => req,
-            }
-        } else {
-            req
-        };
-        self.send(&op, req, block)?;
+        self.hand_off(&op, req, block, here)?;
         Ok(result)
     }
 
