@@ -26,6 +26,9 @@
 //!   or, for bf16 decoding on a CPU with AVX512_BF16, runs both products on
 //!   `vdpbf16ps` from the bf16 data (the weights rounded to bf16, as
 //!   FlashAttention does). No memory proportional to the tensors.
+//! - Matmul of a few rows (up to `GEMM_DOTS_MAX_M`, decoding) by a half
+//!   weight, where the previous path does not apply, runs [`gemv`]: the
+//!   weight read in place, widened a piece at a time into an L1 buffer.
 //! - Other matmuls and conv widen their inputs to `f32` arrays, run the
 //!   `f32` kernel (matmul straight into an `f32` output), and narrow the
 //!   result: `f32` speed, plus one pass over each operand and temporary
@@ -41,6 +44,7 @@
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 pub mod convert;
+pub mod gemv;
 pub mod rows;
 pub mod transcendental;
 
@@ -117,6 +121,15 @@ fn run_into<T: Element>(isa: Isa, op: &Op, inputs: &[HostSlice<'_>], out: &mut [
                 return into_output(isa, op, out, |o| {
                     gemm::bf16::gemm(isa, &spec, a, b, &epilogue, o);
                 });
+            }
+            // A few rows by a half weight (decoding): the weight read in
+            // place, not widened into an array first.
+            if let [a, b] = *inputs
+                && spec.epilogue.is_identity()
+                && gemv::takes(&spec, a, b)
+            {
+                let x = widen_all(isa, op, &[a])?;
+                return into_output(isa, op, out, |o| gemv::gemv(isa, &spec, &x[0], b, o));
             }
             let wide = widen_all(isa, op, inputs.get(..2).unwrap_or_default())?;
             into_output(isa, op, out, |o| gemm::sgemm(isa, &spec, &wide[0], &wide[1], &epilogue, o))?;
