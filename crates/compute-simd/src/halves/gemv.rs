@@ -23,7 +23,7 @@ use super::widen_range;
 use crate::isa::Isa;
 use crate::kernels::fork;
 use crate::simd::{Block, LANES, LaneFn, SimdF32, WithSimd, blocks, dispatch};
-use crate::tuning::GEMM_DOTS_MAX_M;
+use crate::tuning::{GEMM_DOTS_MAX_M, PAR_GEMM_MIN_MACS};
 
 /// Weight rows (`n × k` layout) per task.
 pub const ROWS: usize = 32;
@@ -51,14 +51,15 @@ pub fn takes(spec: &MatmulSpec, a: HostSlice<'_>, b: HostSlice<'_>) -> bool {
 
 /// `c = x·op(b)` (`m × n`, row-major, overwritten) for `x` the `m × k`
 /// rows already widened to `f32`, where [`takes`] holds. Costs `2·m·k·n`
-/// FLOPs and one read of `b`, in parallel over [`ROWS`] / [`COLS`] pieces,
-/// with a buffer of `k` (or `m·COLS`) floats per task.
+/// FLOPs and one read of `b`, in [`ROWS`] / [`COLS`] pieces (in parallel
+/// from [`PAR_GEMM_MIN_MACS`] multiply-adds), with a buffer of `k` (or
+/// `(m + 1)·COLS`) floats per piece.
 pub fn gemv(isa: Isa, spec: &MatmulSpec, x: &[f32], b: HostSlice<'_>, c: &mut [f32]) {
     let MatmulSpec { m, k, n, trans_b, .. } = *spec;
     let c = &mut c[..m * n];
     if trans_b {
         // Each piece: y[.., j0..j1] as rows of j, for all i.
-        let parts = fork::map(n.div_ceil(ROWS), |t| {
+        let parts = pieces(m * k * n, n.div_ceil(ROWS), |t| {
             let (j0, j1) = (t * ROWS, ((t + 1) * ROWS).min(n));
             let mut w = vec![0.0f32; k];
             let mut y = vec![0.0f32; (j1 - j0) * m];
@@ -76,7 +77,7 @@ pub fn gemv(isa: Isa, spec: &MatmulSpec, x: &[f32], b: HostSlice<'_>, c: &mut [f
             }
         }
     } else {
-        let parts = fork::map(n.div_ceil(COLS), |t| {
+        let parts = pieces(m * k * n, n.div_ceil(COLS), |t| {
             let (j0, j1) = (t * COLS, ((t + 1) * COLS).min(n));
             dispatch(isa, Columns { isa, x, m, k, n, b, cols: (j0, j1) })
         });
@@ -87,6 +88,12 @@ pub fn gemv(isa: Isa, spec: &MatmulSpec, x: &[f32], b: HostSlice<'_>, c: &mut [f
             }
         }
     }
+}
+
+/// `f(t)` for `t` in `0..count`, in order: on the pool's threads when the
+/// product has at least [`PAR_GEMM_MIN_MACS`] multiply-adds, else on this one.
+fn pieces<R: Send>(macs: usize, count: usize, f: impl Fn(usize) -> R + Sync) -> Vec<R> {
+    if macs < PAR_GEMM_MIN_MACS { (0..count).map(f).collect() } else { fork::map(count, f) }
 }
 
 /// `acc + a·b`, fused.
