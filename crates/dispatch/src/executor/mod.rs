@@ -420,7 +420,7 @@ impl BatchedGpuHandle {
             Request::Op(o) => group.ops.push(o),
             Request::Shared(r) => group.shared.push(r),
         }
-        flush(&s.compute, s, &mut engine, group, FlushReason::Alone);
+        flush(s, &mut engine, group, FlushReason::Alone);
         None
     }
 
@@ -694,7 +694,6 @@ struct Pending<'a> {
     groups: HashMap<coalesce::Key, Group>,
     recent: HashMap<coalesce::Key, Recent>,
     seq: u64,
-    compute: &'a Compute,
     shared: &'a Shared,
     /// When the last batch ended, and how long it took.
     last_done: Option<(Instant, Duration)>,
@@ -775,7 +774,7 @@ impl Pending<'_> {
         let mut groups: Vec<(coalesce::Key, Group)> = self.groups.drain().collect();
         groups.sort_by_key(|(_, g)| g.oldest);
         for (_, g) in groups {
-            flush(self.compute, self.shared, scratch, g, FlushReason::Shutdown);
+            flush(self.shared, scratch, g, FlushReason::Shutdown);
         }
     }
 
@@ -789,7 +788,7 @@ impl Pending<'_> {
             _ => None,
         };
         let start = Instant::now();
-        flush(self.compute, self.shared, scratch, g, reason);
+        flush(self.shared, scratch, g, reason);
         let now = Instant::now();
         let took = now.saturating_duration_since(start);
         self.shared.last_batch_ns.store(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
@@ -807,14 +806,7 @@ impl Pending<'_> {
 }
 
 fn worker(rx: Receiver<Msg>, shared: Arc<Shared>) {
-    let mut p = Pending {
-        groups: HashMap::new(),
-        recent: HashMap::new(),
-        seq: 0,
-        compute: &shared.compute,
-        shared: &shared,
-        last_done: None,
-    };
+    let mut p = Pending { groups: HashMap::new(), recent: HashMap::new(), seq: 0, shared: &shared, last_done: None };
     loop {
         let msg = match p.next_due() {
             None => recv_spinning(&rx, p.last_done),
@@ -974,7 +966,10 @@ fn catch_panic<T>(compute: &Compute, op: &Op, f: impl FnOnce() -> Result<T>) -> 
     })
 }
 
-fn flush(compute: &Compute, shared: &Shared, scratch: &mut stack::Scratch, group: Group, reason: FlushReason) {
+/// Runs `group` on `shared`'s engines with `scratch` (whoever holds the
+/// engine: the worker, or a caller alone).
+fn flush(shared: &Shared, scratch: &mut stack::Scratch, group: Group, reason: FlushReason) {
+    let compute = &shared.compute;
     let Group { ops, shared: stacked, .. } = group;
     if !ops.is_empty() {
         flush_ops(compute, shared, ops, reason);
