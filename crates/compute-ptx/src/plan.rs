@@ -113,7 +113,9 @@ impl GemmTier {
     /// half inputs whose shape [`mma_fits`] (`wgmma` when `wgmma` says the device has it; the plans
     /// then pick its tile shape per output with `WgmmaConfig::for_shape`); for
     /// `f32`, register-blocked in the [`SimtConfig::thin`] shape for 9 to
-    /// [`SimtConfig::THIN_MAX_ROWS`] rows (with `n ≥ 64`, `k ≥ 32`), whose
+    /// [`SimtConfig::THIN_MAX_ROWS`] rows (with `n ≥ 64`, `k ≥ 32`; 33 to 64
+    /// rows against [`SimtConfig::WIDE_COLUMNS`] columns or more in the
+    /// [`SimtConfig::thin_wide`] shape), whose
     /// default 128×128 tiles would leave most multiprocessors idle, in the
     /// default shape when both `m` and `n` fill at least half a block tile,
     /// tiled when they fill a 16×16 tile, naive for thin products (vectors,
@@ -132,7 +134,11 @@ impl GemmTier {
         let simt_rows_fit = spec.m.div_ceil(cfg.bm as usize) <= MAX_GRID_YZ;
         // Rows past the GEMV (9 with `B` stored `k × n`, 17 stored `n × k`).
         if (gemv::NN_MAX_ROWS + 1..=SimtConfig::THIN_MAX_ROWS).contains(&spec.m) && spec.n >= 64 && spec.k >= 32 {
-            GemmTier::Simt(SimtConfig::thin())
+            if (33..=64).contains(&spec.m) && spec.n >= SimtConfig::WIDE_COLUMNS {
+                GemmTier::Simt(SimtConfig::thin_wide())
+            } else {
+                GemmTier::Simt(SimtConfig::thin())
+            }
         } else if spec.m >= 64 && spec.n >= 64 && simt_rows_fit {
             GemmTier::Simt(cfg)
         } else if spec.m >= 16 && spec.n >= 16 {

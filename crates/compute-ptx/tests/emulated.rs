@@ -67,10 +67,10 @@ fn simt_tier_on_edges_and_multiples() {
     check_tier(GemmTier::Simt(SimtConfig::default()), &shapes);
 }
 
-/// The shape the plans give products of 9 to 128 rows: on edges, on
-/// multiples of its 32×64×32 tile, and with `k` shorter and longer than its
-/// three-stage pipeline; and the plans pick it for stacked rows against a
-/// wide weight.
+/// The shapes the plans give products of 9 to 128 rows (`thin`, and
+/// `thin_wide` for 33 to 64 rows against a wide weight): on edges, on
+/// multiples of their tiles, and with `k` shorter and longer than their
+/// pipelines; and the plans pick each where it belongs.
 #[test]
 fn simt_thin_shape_agrees_and_is_picked_for_thin_products() {
     let thin = SimtConfig::thin();
@@ -78,6 +78,13 @@ fn simt_thin_shape_agrees_and_is_picked_for_thin_products() {
     check_tier(GemmTier::Simt(thin), &[(1, 9, 33, 65), (1, 64, 96, 128), (2, 40, 20, 70), (1, 128, 130, 64)]);
     for (m, want) in [(8, GemmTier::Gemv), (9, GemmTier::Simt(thin)), (64, GemmTier::Simt(thin))] {
         assert_eq!(GemmTier::choose(&MatmulSpec::new(m, 4096, 4096), false), want, "m = {m}");
+    }
+    // Against a wide weight, 33 to 64 rows take the wide shape.
+    let wide = SimtConfig::thin_wide();
+    assert!(wide.check().is_ok(), "{:?}", wide.check());
+    check_tier(GemmTier::Simt(wide), &[(1, 33, 33, 129), (1, 64, 160, 256), (2, 40, 20, 70)]);
+    for (m, want) in [(32, thin), (33, wide), (64, wide), (65, thin)] {
+        assert_eq!(GemmTier::choose(&MatmulSpec::new(m, 4096, 14336), false), GemmTier::Simt(want), "m = {m}");
     }
     assert_eq!(GemmTier::choose(&MatmulSpec::new(512, 4096, 4096), false), GemmTier::Simt(SimtConfig::default()));
 }

@@ -59,6 +59,7 @@ fn every_gemm_tier_matches_the_reference() {
         GemmTier::Tiled,
         GemmTier::Simt(SimtConfig::default()),
         GemmTier::Simt(SimtConfig::thin()),
+        GemmTier::Simt(SimtConfig::thin_wide()),
     ];
     tiers.extend(tuned.into_iter().filter(|c| *c != SimtConfig::default()).map(GemmTier::Simt));
     let shapes =
@@ -69,7 +70,8 @@ fn every_gemm_tier_matches_the_reference() {
             // The big shape (a slow f64 reference) only for the tiers the backend picks.
             let picked = matches!(tier, GemmTier::Tiled)
                 || tier == GemmTier::Simt(SimtConfig::default())
-                || tier == GemmTier::Simt(SimtConfig::thin());
+                || tier == GemmTier::Simt(SimtConfig::thin())
+                || tier == GemmTier::Simt(SimtConfig::thin_wide());
             if m * n * k > 1 << 24 && !picked {
                 continue;
             }

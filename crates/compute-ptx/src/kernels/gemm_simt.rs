@@ -150,6 +150,23 @@ impl SimtConfig {
     /// Most rows of a product that [`SimtConfig::thin`] takes.
     pub const THIN_MAX_ROWS: usize = 128;
 
+    /// The shape for 33 to 64 rows against a weight of at least
+    /// [`SimtConfig::WIDE_COLUMNS`] columns: 32×128 block tiles of 128
+    /// threads (4×8 each) in four `cp.async` stages, half the `A`-tile reads
+    /// per column of [`SimtConfig::thin`]. On an H200 (2026-11-27,
+    /// `thin_gemm`, two runs; `docs/ptx.md`) 64 rows by 14336 columns took
+    /// 270 µs against `thin`'s 342–346 µs (48 rows: 268 against 342); at 8192
+    /// columns the two tie (229–232 against 230–238 µs), and at 4096 its 64
+    /// blocks leave half the device idle (169 against 96 µs).
+    pub fn thin_wide() -> SimtConfig {
+        SimtConfig { bn: 128, tn: 8, stages: 4, ..SimtConfig::thin() }
+    }
+
+    /// Fewest columns for which products of 33 to 64 rows take
+    /// [`SimtConfig::thin_wide`]: between the widths measured (8192, a tie;
+    /// 14336, a fifth faster).
+    pub const WIDE_COLUMNS: usize = 12288;
+
     /// Threads per block: `(BM/TM)·(BN/TN)`.
     pub fn threads(&self) -> u32 {
         (self.bm / self.tm.max(1)) * (self.bn / self.tn.max(1))
