@@ -153,11 +153,11 @@ impl SimtConfig {
     /// The shape for 33 to 64 rows against a weight of at least
     /// [`SimtConfig::WIDE_COLUMNS`] columns: 32×128 block tiles of 128
     /// threads (4×8 each) in four `cp.async` stages, half the `A`-tile reads
-    /// per column of [`SimtConfig::thin`]. On an H200 (2026-11-27,
-    /// `thin_gemm`, two runs; `docs/ptx.md`) 64 rows by 14336 columns took
-    /// 270 µs against `thin`'s 342–346 µs (48 rows: 268 against 342); at 8192
-    /// columns the two tie (229–232 against 230–238 µs), and at 4096 its 64
-    /// blocks leave half the device idle (169 against 96 µs).
+    /// per column of [`SimtConfig::thin`]. On an H200 and an H100
+    /// (2026-11-27, `thin_gemm`; `docs/ptx.md`) 48 and 64 rows by 14336
+    /// columns took 267–273 µs against `thin`'s 342–348 µs; at 8192 columns
+    /// the two tie (227–239 µs), and at 4096 its 64 blocks leave half the
+    /// device idle (169 against 96 µs on the H200).
     pub fn thin_wide() -> SimtConfig {
         SimtConfig { bn: 128, tn: 8, stages: 4, ..SimtConfig::thin() }
     }
