@@ -44,6 +44,42 @@ pub fn narrow<T: Element>(isa: Isa, src: &[f32], dst: &mut [T]) {
     }
 }
 
+/// `out[i] = Σ_p x[i·k + p]·w[at + p]` for each of the `out.len()` rows of
+/// `x` (`k` values each), with the half weight row widened in registers 16
+/// values at a time as it is read: on the AVX2 path of a CPU with F16C, for
+/// an `f16` or `bf16` `w`. Each row's sum is the same whatever the thread
+/// count (one fixed order). Returns false, having written nothing,
+/// elsewhere, or when a slice is too short. Costs `2·rows·k` FLOPs and one
+/// read of the weight row per four rows of `x`.
+pub fn dot_rows(isa: Isa, x: &[f32], k: usize, w: HostSlice<'_>, at: usize, out: &mut [f32]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2
+        && x.len() >= out.len().saturating_mul(k)
+        && let Some(t) = x86::Tok::detect()
+    {
+        let end = at.saturating_add(k);
+        match w {
+            HostSlice::F16(w) => {
+                if let Some(w) = w.get(at..end) {
+                    // SAFETY: the token proves avx2, fma and f16c, the features the entry enables.
+                    unsafe { x86::dots_entry(t, x, k, w, out) };
+                    return true;
+                }
+            }
+            HostSlice::BF16(w) => {
+                if let Some(w) = w.get(at..end) {
+                    // SAFETY: as above.
+                    unsafe { x86::dots_entry(t, x, k, w, out) };
+                    return true;
+                }
+            }
+            _ => {}
+        }
+    }
+    let _ = (isa, x, k, w, at, out);
+    false
+}
+
 /// What a [`fused`] loop computes from each value (or pair of values).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Lanes {
@@ -499,6 +535,65 @@ mod x86 {
                 _ => false,
             },
             _ => false,
+        }
+    }
+
+    /// Rows `R` of `x` (`k` values each, `R·k` of them) dotted with the
+    /// weight row whose whole blocks are `wb` and whose last `k mod 16`
+    /// values, zero-padded, are `tail`: `out[j] = reduce(acc_j)`. One or two
+    /// rows keep two chains of accumulators (blocks alternating), more rows
+    /// one, so that the fused multiply-adds overlap without spilling.
+    #[inline(always)]
+    fn dots_group<W: Io, const R: usize>(t: Tok, x: &[f32], k: usize, wb: &[[W; 16]], tail: V2, out: &mut [f32]) {
+        let s = t.s;
+        let body = wb.len() * 16;
+        let rows: [&[f32]; R] = std::array::from_fn(|j| &x[j * k..(j + 1) * k]);
+        let xb: [&[[f32; 16]]; R] = rows.map(|r| r[..body].as_chunks::<16>().0);
+        let mut acc = [s.splat(0.0); R];
+        let mut rest = 0..wb.len();
+        if R <= 2 {
+            let mut odd = [s.splat(0.0); R];
+            for i in 0..wb.len() / 2 {
+                let (w0, w1) = (W::load(t, &wb[2 * i]), W::load(t, &wb[2 * i + 1]));
+                for j in 0..R {
+                    acc[j] = s.fma(w0, s.load(&xb[j][2 * i]), acc[j]);
+                    odd[j] = s.fma(w1, s.load(&xb[j][2 * i + 1]), odd[j]);
+                }
+            }
+            for j in 0..R {
+                acc[j] = s.add(acc[j], odd[j]);
+            }
+            rest = wb.len() / 2 * 2..wb.len();
+        }
+        for i in rest {
+            let w0 = W::load(t, &wb[i]);
+            for j in 0..R {
+                acc[j] = s.fma(w0, s.load(&xb[j][i]), acc[j]);
+            }
+        }
+        for j in 0..R {
+            let mut xt = [0.0f32; 16];
+            xt[..k - body].copy_from_slice(&rows[j][body..]);
+            out[j] = s.reduce_add(s.fma(tail, s.load(&xt), acc[j]));
+        }
+    }
+
+    /// See [`super::dot_rows`]: `w` holds `k` values and `x` at least
+    /// `out.len()·k`; rows go four at a time.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn dots_entry<W: Io>(t: Tok, x: &[f32], k: usize, w: &[W], out: &mut [f32]) {
+        let (wb, wt) = w[..k].as_chunks::<16>();
+        let mut padded = [W::default(); 16];
+        padded[..wt.len()].copy_from_slice(wt);
+        let tail = W::load(t, &padded);
+        for (g, out) in out.chunks_mut(4).enumerate() {
+            let x = &x[4 * g * k..];
+            match out.len() {
+                1 => dots_group::<W, 1>(t, x, k, wb, tail, out),
+                2 => dots_group::<W, 2>(t, x, k, wb, tail, out),
+                3 => dots_group::<W, 3>(t, x, k, wb, tail, out),
+                _ => dots_group::<W, 4>(t, x, k, wb, tail, out),
+            }
         }
     }
 

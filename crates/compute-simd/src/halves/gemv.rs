@@ -9,6 +9,9 @@
 //! and the `f32` lane code runs on it:
 //! - `Wᵀ` stored `n × k` (a linear layer's weight): each weight row is widened
 //!   once and dotted with every row of `x`; tasks take [`ROWS`] weight rows.
+//!   On the AVX2 path the row is widened in registers as the dot products
+//!   read it (`convert::dot_rows`), four rows of `x` per pass, and never
+//!   stored as `f32`.
 //! - `W` stored `k × n`: each task takes [`COLS`] columns and walks the depth,
 //!   widening `W[p, cols]` and adding `x[i, p]·W[p, cols]` into `m` rows of
 //!   accumulators.
@@ -19,7 +22,7 @@
 
 use compute_core::{HostSlice, MatmulSpec};
 
-use super::widen_range;
+use super::{convert, widen_range};
 use crate::isa::Isa;
 use crate::kernels::fork;
 use crate::simd::{Block, LANES, LaneFn, SimdF32, WithSimd, blocks, dispatch};
@@ -61,11 +64,16 @@ pub fn gemv(isa: Isa, spec: &MatmulSpec, x: &[f32], b: HostSlice<'_>, c: &mut [f
         // Each piece: y[.., j0..j1] as rows of j, for all i.
         let parts = pieces(m * k * n, n.div_ceil(ROWS), |t| {
             let (j0, j1) = (t * ROWS, ((t + 1) * ROWS).min(n));
-            let mut w = vec![0.0f32; k];
+            let mut w = Vec::new();
             let mut y = vec![0.0f32; (j1 - j0) * m];
             for (j, y) in (j0..j1).zip(y.chunks_exact_mut(m)) {
-                widen_range(isa, b, j * k, &mut w);
-                dispatch(isa, Dots { x, k, w: &w, out: y });
+                // On AVX2 the row is widened in registers as it is read;
+                // elsewhere into `w` (in L1), then the `f32` lane code runs.
+                if !convert::dot_rows(isa, x, k, b, j * k, y) {
+                    w.resize(k, 0.0);
+                    widen_range(isa, b, j * k, &mut w);
+                    dispatch(isa, Dots { x, k, w: &w, out: y });
+                }
             }
             y
         });
