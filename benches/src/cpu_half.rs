@@ -178,18 +178,20 @@ fn gemm_rows(backend: &SimdBackend, pool: &rayon::ThreadPool, t: usize, quick: b
             }
         }
     }
-    rows.push(gemv_row(backend, t, quick)?);
+    rows.push(gemv_row(backend, t, quick, true)?);
+    rows.push(gemv_row(backend, t, quick, false)?);
     Ok(rows)
 }
 
 /// A decoding step's product: one row of bf16 activations times a bf16
-/// weight stored `n × k` (`x·Wᵀ`), f32 output, against our f32 GEMM on the
-/// same shape. Memory-bound: the row reports the weight's GB/s as well.
-fn gemv_row(backend: &SimdBackend, t: usize, quick: bool) -> Result<Record, String> {
+/// weight stored `n × k` (`x·Wᵀ`, `trans_b`) or `k × n` (`x·W`), f32
+/// output, against our f32 GEMM on the same shape. Memory-bound: the row
+/// reports the weight's GB/s as well.
+fn gemv_row(backend: &SimdBackend, t: usize, quick: bool, trans_b: bool) -> Result<Record, String> {
     let (k, n) = if quick { (1024, 4096) } else { (4096, 14336) };
     let budget = Duration::from_millis(if quick { 300 } else { 1500 });
     let (af, bf) = (random(k, 7), random(k * n, 8));
-    let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(1, k, n) };
+    let spec = MatmulSpec { trans_b, ..MatmulSpec::new(1, k, n) };
     let f32_op = Op::Matmul(spec);
     let op = Op::Matmul(spec.with_dtypes(DType::BF16, DType::F32));
     let (a, b) = (HostVec::from_f32(DType::BF16, &af), HostVec::from_f32(DType::BF16, &bf));
@@ -205,7 +207,8 @@ fn gemv_row(backend: &SimdBackend, t: usize, quick: bool) -> Result<Record, Stri
     if worst.is_nan() || worst > 0.05 * (k as f32).sqrt() {
         return Err(format!("bf16 gemv 1x{k}x{n}: differs from the f32 result by {worst}"));
     }
-    let mut r = base(&op, format!("1x{k}x{n} bf16, Bᵀ"), backend, t, m).with_peer("simd f32", m_f32);
+    let layout = if trans_b { ", Bᵀ" } else { "" };
+    let mut r = base(&op, format!("1x{k}x{n} bf16{layout}"), backend, t, m).with_peer("simd f32", m_f32);
     r.gflops = Some(f32_op.cost().flops as f64 / m / 1e9);
     r.gbps = Some(op.cost().bytes() as f64 / m / 1e9);
     r.note = Some(format!("our f32 GEMV {:.3} ms; ratio = f32 time / bf16 time", m_f32 * 1e3));

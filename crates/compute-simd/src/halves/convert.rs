@@ -80,6 +80,44 @@ pub fn dot_rows(isa: Isa, x: &[f32], k: usize, w: HostSlice<'_>, at: usize, out:
     false
 }
 
+/// Columns `j0..j1` of `x·W` for the `m × k` rows `x` and `W` stored
+/// `k × n` in `f16` or `bf16`, added into `acc` (`m` rows of `j1 − j0`
+/// values), with each piece of `W` widened in registers as it is read, four
+/// depth steps per load of the accumulators: on the AVX2 path of a CPU with
+/// F16C. Each output adds its depth steps in order, one fused multiply-add
+/// each, as the `f32` lane code over a widened piece does. Returns false,
+/// having written nothing, elsewhere, or when a slice is too short. Costs
+/// `2·m·k·(j1 − j0)` FLOPs and one read of those columns of `W`.
+pub fn columns(
+    isa: Isa,
+    x: &[f32],
+    (m, k, n): (usize, usize, usize),
+    w: HostSlice<'_>,
+    (j0, j1): (usize, usize),
+    acc: &mut [f32],
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2
+        && j0 <= j1
+        && j1 <= n
+        && x.len() >= m.saturating_mul(k)
+        && w.len() >= k.saturating_mul(n)
+        && acc.len() >= m.saturating_mul(j1 - j0)
+        && let Some(t) = x86::Tok::detect()
+    {
+        match w {
+            // SAFETY: the token proves avx2, fma and f16c, the features the entry enables.
+            HostSlice::F16(w) => unsafe { x86::columns_entry(t, x, (m, k, n), w, (j0, j1), acc) },
+            // SAFETY: as above.
+            HostSlice::BF16(w) => unsafe { x86::columns_entry(t, x, (m, k, n), w, (j0, j1), acc) },
+            _ => return false,
+        }
+        return true;
+    }
+    let _ = (isa, x, m, k, n, w, j0, j1, acc);
+    false
+}
+
 /// What a [`fused`] loop computes from each value (or pair of values).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Lanes {
@@ -594,6 +632,58 @@ mod x86 {
                 3 => dots_group::<W, 3>(t, x, k, wb, tail, out),
                 _ => dots_group::<W, 4>(t, x, k, wb, tail, out),
             }
+        }
+    }
+
+    /// See [`super::columns`]: the slices hold what it checked.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn columns_entry<W: Io>(
+        t: Tok,
+        x: &[f32],
+        (m, k, n): (usize, usize, usize),
+        w: &[W],
+        (j0, j1): (usize, usize),
+        acc: &mut [f32],
+    ) {
+        let s = t.s;
+        let width = j1 - j0;
+        let whole = width / 16 * 16;
+        let mut p = 0;
+        while p < k {
+            let steps = (k - p).min(4);
+            for c in (0..whole).step_by(16) {
+                let mut wv = [s.splat(0.0); 4];
+                for (d, v) in wv.iter_mut().enumerate().take(steps) {
+                    if let Some(b) = w[(p + d) * n + j0 + c..].first_chunk::<16>() {
+                        *v = W::load(t, b);
+                    }
+                }
+                for i in 0..m {
+                    let Some(blk) = acc[i * width + c..].first_chunk_mut::<16>() else { continue };
+                    let mut a = s.load(blk);
+                    for (d, v) in wv.iter().enumerate().take(steps) {
+                        a = s.fma(s.splat(x[i * k + p + d]), *v, a);
+                    }
+                    s.store(blk, a);
+                }
+            }
+            if whole < width {
+                // The last columns (fewer than 16): widened through a padded block.
+                for d in 0..steps {
+                    let at = (p + d) * n + j0 + whole;
+                    let mut buf = [W::default(); 16];
+                    buf[..width - whole].copy_from_slice(&w[at..at + width - whole]);
+                    let mut wf = [0.0f32; 16];
+                    s.store(&mut wf, W::load(t, &buf));
+                    for i in 0..m {
+                        let xp = x[i * k + p + d];
+                        for (a, v) in acc[i * width + whole..(i + 1) * width].iter_mut().zip(&wf) {
+                            *a = xp.mul_add(*v, *a);
+                        }
+                    }
+                }
+            }
+            p += steps;
         }
     }
 

@@ -14,7 +14,9 @@
 //!   stored as `f32`.
 //! - `W` stored `k × n`: each task takes [`COLS`] columns and walks the depth,
 //!   widening `W[p, cols]` and adding `x[i, p]·W[p, cols]` into `m` rows of
-//!   accumulators.
+//!   accumulators. On the AVX2 path the pieces are widened in registers
+//!   (`convert::columns`), four depth steps per pass over the accumulators,
+//!   with the same sums in the same order.
 //!
 //! Each task writes its own part of `y`, so the values are those of one
 //! thread whatever the thread count. Where AVX512_BF16 exists, `bf16`
@@ -87,6 +89,11 @@ pub fn gemv(isa: Isa, spec: &MatmulSpec, x: &[f32], b: HostSlice<'_>, c: &mut [f
     } else {
         let parts = pieces(m * k * n, n.div_ceil(COLS), |t| {
             let (j0, j1) = (t * COLS, ((t + 1) * COLS).min(n));
+            // On AVX2 the pieces of `W` are widened in registers as they are read.
+            let mut acc = vec![0.0f32; m * (j1 - j0)];
+            if convert::columns(isa, x, (m, k, n), b, (j0, j1), &mut acc) {
+                return acc;
+            }
             dispatch(isa, Columns { isa, x, m, k, n, b, cols: (j0, j1) })
         });
         for (t, acc) in parts.iter().enumerate() {
