@@ -57,8 +57,9 @@ pub fn takes(spec: &MatmulSpec, a: HostSlice<'_>, b: HostSlice<'_>) -> bool {
 /// `c = x·op(b)` (`m × n`, row-major, overwritten) for `x` the `m × k`
 /// rows already widened to `f32`, where [`takes`] holds. Costs `2·m·k·n`
 /// FLOPs and one read of `b`, in [`ROWS`] / [`COLS`] pieces (in parallel
-/// from [`PAR_GEMM_MIN_MACS`] multiply-adds), with a buffer of `k` (or
-/// `(m + 1)·COLS`) floats per piece.
+/// from [`PAR_GEMM_MIN_MACS`] multiply-adds), with `m·COLS` floats of
+/// accumulators per piece of `W` stored `k × n`, and off the AVX2 path a
+/// buffer of `k` (or `COLS`) floats for the widened pieces.
 pub fn gemv(isa: Isa, spec: &MatmulSpec, x: &[f32], b: HostSlice<'_>, c: &mut [f32]) {
     let MatmulSpec { m, k, n, trans_b, .. } = *spec;
     let c = &mut c[..m * n];
@@ -89,12 +90,13 @@ pub fn gemv(isa: Isa, spec: &MatmulSpec, x: &[f32], b: HostSlice<'_>, c: &mut [f
     } else {
         let parts = pieces(m * k * n, n.div_ceil(COLS), |t| {
             let (j0, j1) = (t * COLS, ((t + 1) * COLS).min(n));
-            // On AVX2 the pieces of `W` are widened in registers as they are read.
             let mut acc = vec![0.0f32; m * (j1 - j0)];
-            if convert::columns(isa, x, (m, k, n), b, (j0, j1), &mut acc) {
-                return acc;
+            // On AVX2 the pieces of `W` are widened in registers as they are
+            // read; elsewhere into a buffer in L1, then the `f32` lane code runs.
+            if !convert::columns(isa, x, (m, k, n), b, (j0, j1), &mut acc) {
+                dispatch(isa, Columns { isa, x, m, k, n, b, cols: (j0, j1), acc: &mut acc });
             }
-            dispatch(isa, Columns { isa, x, m, k, n, b, cols: (j0, j1) })
+            acc
         });
         for (t, acc) in parts.iter().enumerate() {
             let (j0, width) = (t * COLS, acc.len() / m);
@@ -139,8 +141,8 @@ impl WithSimd for Dots<'_> {
     }
 }
 
-/// Columns `cols` of `x·W` for `W` stored `k × n`: `m` rows of accumulators
-/// (`m · width` floats, row by row), the depth walked once.
+/// Columns `cols` of `x·W` for `W` stored `k × n`, added into `acc` (`m`
+/// rows of `width` floats, row by row), the depth walked once.
 struct Columns<'a> {
     isa: Isa,
     x: &'a [f32],
@@ -149,15 +151,16 @@ struct Columns<'a> {
     n: usize,
     b: HostSlice<'a>,
     cols: (usize, usize),
+    acc: &'a mut [f32],
 }
 
 impl WithSimd for Columns<'_> {
-    type Output = Vec<f32>;
+    type Output = ();
     #[inline(always)]
-    fn run<S: SimdF32>(self, s: S) -> Vec<f32> {
-        let Columns { isa, x, m, k, n, b, cols: (j0, j1) } = self;
+    fn run<S: SimdF32>(self, s: S) {
+        let Columns { isa, x, m, k, n, b, cols: (j0, j1), acc } = self;
         let width = j1 - j0;
-        let mut acc = vec![0.0f32; m * width];
+        let acc = &mut acc[..m * width];
         let mut w = vec![0.0f32; width];
         let whole = width / LANES * LANES;
         for p in 0..k {
@@ -180,7 +183,6 @@ impl WithSimd for Columns<'_> {
                 }
             }
         }
-        acc
     }
 }
 

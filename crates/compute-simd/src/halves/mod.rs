@@ -28,7 +28,8 @@
 //!   FlashAttention does). No memory proportional to the tensors.
 //! - Matmul of a few rows (up to `GEMM_DOTS_MAX_M`, decoding) by a half
 //!   weight, where the previous path does not apply, runs [`gemv`]: the
-//!   weight read in place, widened a piece at a time into an L1 buffer.
+//!   weight read in place, widened in registers on AVX2 and a piece at a
+//!   time into an L1 buffer elsewhere.
 //! - Other matmuls and conv widen their inputs to `f32` arrays, run the
 //!   `f32` kernel (matmul straight into an `f32` output), and narrow the
 //!   result: `f32` speed, plus one pass over each operand and temporary
