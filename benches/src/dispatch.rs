@@ -29,8 +29,12 @@ use dispatch::{BackendSelector, BatchConfig, BatchedExecutor, Compute, Engine, F
 
 use crate::report::{Record, random, time};
 
-/// Runs every dispatch row; `quick` shrinks the grid and the budgets (< 2 min on 2 cores).
-pub fn rows(quick: bool) -> Result<Vec<Record>, String> {
+/// Runs the dispatch rows; `quick` shrinks the grid and the budgets (< 2 min
+/// on 2 cores). With a `filter` (`--filter`), the grid, the executor rows and
+/// the decoder rows run only where their ops' names (`regret…`,
+/// `executor/…`, `llama …`) could contain it; the calibration always runs.
+pub fn rows(quick: bool, filter: Option<&str>) -> Result<Vec<Record>, String> {
+    let wanted = |names: &str| filter.is_none_or(|f| names.contains(f) || f.starts_with(names));
     let e = |e: compute_core::ComputeError| e.to_string();
     let t0 = Instant::now();
     let opts = Options::default();
@@ -64,10 +68,15 @@ pub fn rows(quick: bool) -> Result<Vec<Record>, String> {
         ..Record::default()
     }];
     out.extend(decision_rows(&compute, &device));
-    let grid = Grid::new(quick);
-    out.extend(regret_rows(&compute, &device, &grid)?);
-    out.extend(executor_rows(&compute, &device, quick)?);
-    out.extend(crate::decoder::rows(&compute, quick));
+    if wanted("regret/") {
+        out.extend(regret_rows(&compute, &device, &Grid::new(quick))?);
+    }
+    if wanted("executor/") {
+        out.extend(executor_rows(&compute, &device, quick)?);
+    }
+    if wanted("llama ") {
+        out.extend(crate::decoder::rows(&compute, quick));
+    }
     Ok(out)
 }
 
@@ -253,7 +262,7 @@ fn time_engines(
         let b = find(e).ok_or_else(|| format!("no engine {e}"))?;
         calls.push(Some(prepare(b, op, &inputs, &out, resident)?));
     }
-    let medians = dispatch::timing::median_round_robin(&mut calls, budget, min_rounds, 5000)
+    let medians = dispatch::timing::median_round_robin(&mut calls, budget, min_rounds, 5000, dispatch::timing::BURST)
         .map_err(|e| e.to_string())?
         .into_iter()
         .map(|m| m.unwrap_or(f64::NAN))

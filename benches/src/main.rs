@@ -117,7 +117,7 @@ fn section(name: &str, args: &Args) -> Result<Vec<Record>, String> {
         #[cfg(feature = "cuda")]
         "cuda" => cuda::rows(args.quick),
         #[cfg(feature = "dispatch")]
-        "dispatch" => dispatch::rows(args.quick),
+        "dispatch" => dispatch::rows(args.quick, args.filter.as_deref()),
         #[cfg(feature = "dispatch")]
         _ if args.executor => executor::rows(&args.executor_args, args.backends.first().map_or("simd", String::as_str)),
         other => {

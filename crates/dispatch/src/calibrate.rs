@@ -60,9 +60,10 @@ pub const PASSES: usize = 2;
 pub const HALF_POINT_SHARE: f64 = 0.25;
 
 /// The half-precision ladders' least rounds per size and pass (at most
-/// [`Options::min_reps`]). With four engines a round takes about 5 ms, so
-/// the rounds, not [`HALF_POINT_SHARE`], set those ladders' time: 0.68–0.71 s
-/// of a 3.0–3.1 s calibration on the H200 machine with three rounds.
+/// [`Options::min_reps`]). With four engines the rounds, not
+/// [`HALF_POINT_SHARE`], set those ladders' time: with three rounds (and
+/// bursts of 1 ms) they took 0.68–0.71 s of a 3.0–3.1 s calibration on the
+/// H200 machine.
 pub const HALF_MIN_ROUNDS: usize = 2;
 
 /// How long calibration may take.
@@ -79,28 +80,39 @@ pub struct Options {
     /// Time per engine (the total is this times the number of engines, shared
     /// equally by the op classes); a class's ladders are cut short past its share.
     pub max_per_engine: Duration,
+    /// Time each burst of one engine's calls takes samples for, after its
+    /// settling calls ([`crate::timing::median_round_robin`]).
+    pub burst: Duration,
 }
 
 impl Default for Options {
-    /// 16 ms per size, ≥ 3 rounds per pass, calls up to 10 ms, 2.5 s per engine.
+    /// 10 ms per size, ≥ 3 rounds per pass, bursts of 0.25 ms, calls up to
+    /// 10 ms, 2.5 s per engine. With four engines (two GPUs, two CPU engines)
+    /// the rounds rather than the 10 ms set the time of most sizes; on the H200
+    /// machine these options took 2.18–2.31 s where 16 ms per size and bursts
+    /// of 1 ms took 2.92–3.49 s, with the same regret over the dispatch
+    /// benchmark's grid (2026-11-27).
     fn default() -> Self {
         Options {
-            budget_per_point: Duration::from_millis(16),
+            budget_per_point: Duration::from_millis(10),
             min_reps: 3,
             max_call: Duration::from_millis(10),
             max_per_engine: Duration::from_millis(2500),
+            burst: Duration::from_micros(250),
         }
     }
 }
 
 impl Options {
-    /// A fast, coarse calibration (tests, CI): 3 ms per size, calls up to 10 ms.
+    /// A fast, coarse calibration (tests, CI): 3 ms per size, bursts of
+    /// 0.25 ms, calls up to 10 ms.
     pub fn quick() -> Self {
         Options {
             budget_per_point: Duration::from_millis(3),
             min_reps: 2,
             max_call: Duration::from_millis(10),
             max_per_engine: Duration::from_millis(600),
+            burst: Duration::from_micros(250),
         }
     }
 }
@@ -484,7 +496,7 @@ fn time_all(
             Err(e) => return Err(e),
         }
     }
-    median_round_robin(&mut calls, opts.budget_per_point, opts.min_reps, 2000)
+    median_round_robin(&mut calls, opts.budget_per_point, opts.min_reps, 2000, opts.burst)
 }
 
 /// Whether `e` says the engine does not take the op (unsupported, a dtype it
@@ -783,7 +795,7 @@ fn fit_links_to_host_calls(
             Err(e) => return Err(e),
         }
     }
-    let medians = median_round_robin(&mut calls, opts.budget_per_point, opts.min_reps, 2000)?;
+    let medians = median_round_robin(&mut calls, opts.budget_per_point, opts.min_reps, 2000, opts.burst)?;
     for (profile, slot) in profiles.iter_mut().zip(slots) {
         let (Some(link), Some((host_at, resident_at))) = (profile.link.as_mut(), slot) else { continue };
         if let (Some(Some(host)), Some(Some(resident))) = (medians.get(host_at), medians.get(resident_at)) {

@@ -22,7 +22,9 @@ use compute_core::rng::Rng;
 /// One engine's call, ready to time.
 pub type Call<'a> = Box<dyn FnMut() -> Result<()> + 'a>;
 
-/// Time spent on one engine's burst before moving to the next engine.
+/// Time spent on one engine's burst before moving to the next engine, as
+/// the dispatch benchmark times (calibration takes its own,
+/// [`Options::burst`](crate::calibrate::Options::burst)).
 pub const BURST: Duration = Duration::from_millis(1);
 
 /// Most timed calls in one burst.
@@ -52,15 +54,17 @@ pub fn calls_per_sample(seconds: f64) -> usize {
 
 /// Median seconds per call of each `Some` call (`None` stays `None`), timed in
 /// rotating bursts for at least `min_rounds` rounds and then until `budget`
-/// has passed (at most `max_rounds`). A call whose untimed first call of a
+/// has passed (at most `max_rounds`), each burst taking samples for about
+/// `burst` (at most [`BURST_CALLS`]). A call whose untimed first call of a
 /// burst takes over 50 ms gets one timed call per burst. Costs about
-/// `max(budget, min_rounds × calls × (2 calls or SETTLE + BURST))`; the first
+/// `max(budget, min_rounds × calls × (2 calls or SETTLE + burst))`; the first
 /// error of any call is returned.
 pub fn median_round_robin(
     calls: &mut [Option<Call<'_>>],
     budget: Duration,
     min_rounds: usize,
     max_rounds: usize,
+    burst: Duration,
 ) -> Result<Vec<Option<f64>>> {
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); calls.len()];
     let start = Instant::now();
@@ -82,14 +86,14 @@ pub fn median_round_robin(
                     settled += 1;
                 }
                 let group = calls_per_sample(t.elapsed().as_secs_f64() / f64::from(settled));
-                let burst = Instant::now();
+                let started = Instant::now();
                 for _ in 0..BURST_CALLS {
                     let t = Instant::now();
                     for _ in 0..group {
                         c()?;
                     }
                     s.push(t.elapsed().as_secs_f64() / group as f64);
-                    if slow || burst.elapsed() >= BURST {
+                    if slow || started.elapsed() >= burst {
                         break;
                     }
                 }
@@ -125,7 +129,7 @@ mod tests {
                 Ok(())
             })),
         ];
-        let t = median_round_robin(&mut calls, Duration::ZERO, 3, 3).expect("no errors");
+        let t = median_round_robin(&mut calls, Duration::ZERO, 3, 3, BURST).expect("no errors");
         drop(calls);
         assert!(t[0].is_some_and(|s| s >= 200e-6), "{t:?}");
         assert!(t[1].is_none());
@@ -139,7 +143,7 @@ mod tests {
         let mut calls: Vec<Option<Call<'_>>> = vec![Some(Box::new(|| {
             Err(compute_core::ComputeError::Unsupported { op: "relu", backend: compute_core::BackendKind::Simd })
         }))];
-        assert!(median_round_robin(&mut calls, Duration::ZERO, 1, 1).is_err());
+        assert!(median_round_robin(&mut calls, Duration::ZERO, 1, 1, BURST).is_err());
     }
 
     #[test]
@@ -178,7 +182,7 @@ mod tests {
         // many calls a group gets depends on how fast settling went, so it is
         // not asserted: a loaded machine may settle slowly.)
         let mut calls: Vec<Option<Call<'_>>> = vec![Some(Box::new(|| Ok(())))];
-        let t = median_round_robin(&mut calls, Duration::ZERO, 1, 1).expect("no errors");
+        let t = median_round_robin(&mut calls, Duration::ZERO, 1, 1, BURST).expect("no errors");
         assert!(t[0].is_some_and(|s| s < 1e-6), "{t:?}");
     }
 
