@@ -20,13 +20,11 @@
 //! measured, each is fitted to one real host call (`fit_links_to_host_calls`).
 //!
 //! [`LADDERS`] holds every op class on `f32` data, and add, softmax and matmul
-//! on `bf16` data. Default options took 2.1–2.2 s for three engines on the
-//! 2-core development machine (two CPU engines and lavapipe; engines already
-//! open), 0.35 s of it the bf16 ladders. Without the bf16 ladders, four
-//! engines took 2.3–2.5 s on the H200 machine, 3.1 s in a fresh machine's
-//! first process (when the drivers compile the kernels); with the devices'
-//! opening, 2.7–4.8 s. [`Profile::timings`] holds each step's time; see
-//! `docs/dispatch.md`.
+//! on `bf16` data. Default options took 1.2 s for the two CPU engines of the
+//! 2-core development machine (engines already open), and 2.24–2.37 s for
+//! four engines on the H200 machine, 3.65 s in a freshly started machine's
+//! first process, where CUDA's driver compiles the kernels (2026-11-27).
+//! [`Profile::timings`] holds each step's time; see `docs/dispatch.md`.
 //!
 //! The profile is saved as JSON in `$COMPUTE_PROFILE` if set, else
 //! `$XDG_CACHE_HOME/compute/profile-<hash>.json`, else
