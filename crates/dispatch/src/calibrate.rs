@@ -584,7 +584,10 @@ pub const LADDERS: [CurveKey; 9] = [
 /// at those sizes a GPU beats the CPU by about 10× on resident data and loses
 /// by more on host data, and both CPU engines are extrapolated alike. Their
 /// matmul ladder has the `f32` one's sizes: the engines' crossovers lie
-/// between 64³ and 1024³.
+/// between 64³ and 1024³. The matmul ladders start at 16³: below it a
+/// prediction runs linearly from the engine's launch to that sample, and on a
+/// GPU an 8³ call (a GEMV kernel) was fixed cost alone, whose two kernels took
+/// CUDA's driver 0.2 s to compile in a machine's first calibration.
 fn ladder(key: CurveKey) -> (Vec<Op>, usize) {
     let powers: Vec<u32> = if key.dtype == DType::F32 {
         [6].into_iter().chain(10..=20).chain([22, 24]).collect()
@@ -598,7 +601,7 @@ fn ladder(key: CurveKey) -> (Vec<Op>, usize) {
         OpClass::Transcendental => by_len(|n| Op::unary(UnaryOp::Gelu(GeluForm::Tanh), n)),
         OpClass::Reduction => by_len(Op::dot),
         OpClass::RowWise => by_len(|n| Op::rows(RowOp::Softmax, (n / 256).max(1), 256)),
-        OpClass::Matmul => [8usize, 16, 32, 64, 128, 256, 512, 1024, 2048].map(|n| Op::matmul(n, n, n)).to_vec(),
+        OpClass::Matmul => [16usize, 32, 64, 128, 256, 512, 1024, 2048].map(|n| Op::matmul(n, n, n)).to_vec(),
         OpClass::Conv => {
             [4usize, 8, 16, 32, 64, 128, 256].map(|hw| Op::Conv2d(Conv2dSpec::same(16, hw, 16, 3))).to_vec()
         }
