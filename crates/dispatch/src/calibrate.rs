@@ -21,8 +21,8 @@
 //!
 //! [`LADDERS`] holds every op class on `f32` data, and add, softmax and matmul
 //! on `bf16` data. Default options took 1.2 s for the two CPU engines of the
-//! 2-core development machine (engines already open), and 2.24–2.37 s for
-//! four engines on the H200 machine, 3.65 s in a freshly started machine's
+//! 2-core development machine (engines already open), and 2.00–2.01 s for
+//! four engines on the H200 machine, 3.34 s in a freshly started machine's
 //! first process, where CUDA's driver compiles the kernels (2026-11-27).
 //! [`Profile::timings`] holds each step's time; see `docs/dispatch.md`.
 //!
