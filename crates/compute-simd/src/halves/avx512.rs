@@ -161,16 +161,6 @@ pub(super) fn expm1_2(z: Zmm, t: __m512) -> __m512 {
     })
 }
 
-/// `1/d` for `d` in `[1, 2¹²⁶]`: `vrcp14ps` (2⁻¹⁴) and one Newton step.
-#[inline(always)]
-pub(super) fn recip(z: Zmm, d: __m512) -> __m512 {
-    let one = splat(z, 1.0);
-    zmm!({
-        let r = _mm512_rcp14_ps(d);
-        _mm512_fmadd_ps(r, _mm512_fnmadd_ps(d, r, one), r)
-    })
-}
-
 /// 16 halves in a `__m256i` widened to `f32` (exact).
 #[inline(always)]
 fn widen(z: Zmm, h: __m256i, f16: bool) -> __m512 {

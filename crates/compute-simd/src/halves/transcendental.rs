@@ -6,10 +6,12 @@
 //! significant bits, so these kernels compute to about 2⁻¹⁸ relative instead
 //! of the `f32` kernels' few ulps ([`crate::simd::math`]):
 //! - `2ᵗ` is a degree-4 polynomial of `t − ⌊t⌋` (`vreduceps`) scaled by
-//!   `2^⌊t⌋` (`vscalefps`), relative error 2.9e-6; the division is
-//!   `vrcp14ps` with one Newton step (sigmoid, swish, gelu's tanh form).
+//!   `2^⌊t⌋` (`vscalefps`), relative error 2.9e-6; sigmoid, swish and
+//!   gelu's tanh form are then one correctly rounded division, `f / (1 +
+//!   2ᵗ)` (`vdivps`).
 //! - `tanh x` is one rational function `x·P(x²)/Q(x²)` of degrees 7/6 on
-//!   `|x| ≤ 7` (1.3e-6, relative also near 0), `±1` beyond.
+//!   `|x| ≤ 7` (1.3e-6, relative also near 0), `±1` beyond, its quotient one
+//!   `vdivps`.
 //! - elu's `eˣ − 1` is `2ⁿ·(2ᶠ − 1) + (2ⁿ − 1)` with `2ᶠ − 1 = f·Q(f)`,
 //!   `Q` of degree 4 (5.8e-7, relative near 0).
 //! - gelu's erf form is `max(x, 0) − |x|·Φ(−|x|)` with `Φ(−a)` a cubic in
@@ -37,9 +39,13 @@
 //! `vcvtneps2bf16`, which rounds to nearest even as every other path does but
 //! flushes subnormal results to zero.
 //!
-//! **Cost.** About 13 (sigmoid) to 16 (gelu's tanh form) vector instructions
-//! per 16 values, plus the widening and rounding, against 25–45 for the
-//! `f32` kernels plus their conversions through L1 buffers. Needs AVX512DQ
+//! **Cost.** About 11 (sigmoid) to 13 (gelu's tanh form) vector instructions
+//! per 16 values, one of them a `vdivps`, plus the widening and rounding,
+//! against 25–45 for the `f32` kernels plus their conversions through L1
+//! buffers. On Zen 4 the divider works beside the FMA pipes, which bind these
+//! loops: one `vdivps` in place of `vrcp14ps`, a Newton step and a product
+//! took 13–20 % off sigmoid, swish and gelu's tanh form (tanh 8 %) on the
+//! 2-core development VM. Needs AVX512DQ
 //! (`vreduceps`, `vrangeps`) besides AVX-512F. NaN gives NaN, ±∞ give the
 //! limits.
 
@@ -77,9 +83,7 @@ mod x86 {
     use compute_core::{GeluForm, UnaryOp};
 
     pub(super) use super::super::avx512::Tok;
-    use super::super::avx512::{
-        EXPM1_T_MIN, LOG2E, Narrow, Zmm, exp2_above_half, expm1_2, load, recip, splat, store, zmm,
-    };
+    use super::super::avx512::{EXPM1_T_MIN, LOG2E, Narrow, Zmm, exp2_above_half, expm1_2, load, splat, store, zmm};
 
     /// `−2·√(2/π)·log₂ e` and `0.044715` times it: gelu's `−2u·log₂ e = x·(A + B·x²)`.
     pub(super) const GELU_A: f32 = -2.0 * 0.797_884_6 * LOG2E;
@@ -265,13 +269,6 @@ mod x86 {
         acc
     }
 
-    /// `σ(z)` from `s = −z·log₂ e + ½`: `1/(1 + 2^(s − ½))`, with `|s − ½|`
-    /// at most 125 (the callers clamp).
-    #[inline(always)]
-    fn sigmoid_of(z: Zmm, s: __m512) -> __m512 {
-        recip(z, zmm!(_mm512_add_ps(splat(z, 1.0), exp2_above_half(z, s))))
-    }
-
     /// `x` with its magnitude clamped to `m`, sign kept, in one `vrangeps`
     /// (absolute minimum, sign of `x`); a NaN does not stay NaN, so the
     /// callers carry `x` itself into the result as well. Needs AVX512DQ.
@@ -288,25 +285,31 @@ mod x86 {
         zmm!(_mm512_min_ps(splat(z, m), _mm512_max_ps(splat(z, -m), x)))
     }
 
-    /// `f·σ`, with `f` kept above [`FACTOR_MIN`] (so `−∞·σ` is not `−∞`).
+    /// `f·σ(z) = f / (1 + 2^(s − ½))` from `s = −z·log₂ e + ½`, with
+    /// `|s − ½|` at most 125 (the callers clamp), in one `vdivps`: on Zen 4
+    /// the divider runs beside the FMA pipes, where `vrcp14ps`, a Newton step
+    /// and the product by `f` took four of their slots (see the module's
+    /// cost).
     #[inline(always)]
-    fn times(z: Zmm, f: __m512, sigma: __m512) -> __m512 {
-        zmm!(_mm512_mul_ps(_mm512_max_ps(splat(z, FACTOR_MIN), f), sigma))
+    fn over(z: Zmm, f: __m512, s: __m512) -> __m512 {
+        zmm!(_mm512_div_ps(f, _mm512_add_ps(splat(z, 1.0), exp2_above_half(z, s))))
     }
 
-    /// `tanh x = x·P(x²)/Q(x²)` with `x` clamped to `±`[`TANH_X_MAX`]; the
-    /// division is `vrcp14ps` and one correction of the quotient.
+    /// `f` kept above [`FACTOR_MIN`] (so `−∞·σ` is not `−∞`); a NaN stays
+    /// (`max` returns its second operand when either is NaN).
+    #[inline(always)]
+    fn factor(z: Zmm, f: __m512) -> __m512 {
+        zmm!(_mm512_max_ps(splat(z, FACTOR_MIN), f))
+    }
+
+    /// `tanh x = x·P(x²)/Q(x²)` with `x` clamped to `±`[`TANH_X_MAX`], the
+    /// quotient in one `vdivps`.
     #[inline(always)]
     fn tanh(z: Zmm, x: __m512) -> __m512 {
         let c = clamp(z, x, TANH_X_MAX);
         let s = zmm!(_mm512_mul_ps(c, c));
         let n = zmm!(_mm512_mul_ps(c, horner(z, s, &TANH_P)));
-        let d = horner(z, s, &TANH_Q);
-        zmm!({
-            let r = _mm512_rcp14_ps(d);
-            let y = _mm512_mul_ps(n, r);
-            _mm512_fmadd_ps(_mm512_fnmadd_ps(y, d, n), r, y)
-        })
+        zmm!(_mm512_div_ps(n, horner(z, s, &TANH_Q)))
     }
 
     /// `x` where `x > 0`, else `alpha·(eˣ − 1)` (a NaN compares false and
@@ -351,13 +354,13 @@ mod x86 {
     fn lane<const OP: u8>(z: Zmm, x: __m512, alpha: f32) -> __m512 {
         let half = splat(z, 0.5);
         match OP {
-            SIGMOID => sigmoid_of(z, zmm!(_mm512_fmadd_ps(clamp(z, x, Z_MAX), splat(z, -LOG2E), half))),
+            SIGMOID => over(z, splat(z, 1.0), zmm!(_mm512_fmadd_ps(clamp(z, x, Z_MAX), splat(z, -LOG2E), half))),
             // The factor `x` keeps a NaN.
-            SWISH => times(z, x, sigmoid_of(z, zmm!(_mm512_fmadd_ps(clamp_abs(z, x, Z_MAX), splat(z, -LOG2E), half)))),
+            SWISH => over(z, factor(z, x), zmm!(_mm512_fmadd_ps(clamp_abs(z, x, Z_MAX), splat(z, -LOG2E), half))),
             GELU_TANH => {
                 let c = clamp_abs(z, x, GELU_X_MAX);
                 let inner = zmm!(_mm512_fmadd_ps(splat(z, GELU_B), _mm512_mul_ps(c, c), splat(z, GELU_A)));
-                times(z, x, sigmoid_of(z, zmm!(_mm512_fmadd_ps(c, inner, half))))
+                over(z, factor(z, x), zmm!(_mm512_fmadd_ps(c, inner, half)))
             }
             TANH => tanh(z, x),
             ELU => elu(z, x, alpha),
