@@ -149,7 +149,7 @@ fn q8_0_products_within_the_int8_bound() {
 /// rows): a row of 18 blocks (the main loop of 16 blocks per warp, then the
 /// tail; two passes of the quantizing loop), warps taking several rows; the
 /// kernels for long rows on a row of 33 blocks (one pass, most warps past
-/// the end) and 4 rows of 18 (two passes); and 4 rows of 12288 values, whose
+/// the end; `Q4_K` takes the split kernel there) and 4 rows of 18 (two passes); and 4 rows of 12288 values, whose
 /// quantized activations exceed the shared memory the kernel may take, so
 /// the separate quantizer and the GEMV run.
 #[test]
@@ -163,6 +163,27 @@ fn quantizing_gemv_long_rows_and_the_fallback() {
             let x_dtype = DTYPES[(f + s) % 3];
             let out_dtype = DTYPES[(f + 2 * s + 2) % 3];
             check_product(&emu, format, (m, k, n), x_dtype, out_dtype, &mut rng);
+        }
+    }
+}
+
+/// The split one-row `Q4_K` kernel for rows of 8192 values or more: whole
+/// slices (8192 values: 4 slices; 37 rows, so a chunk has rows past the
+/// end), a last slice of one block (8448), and six slices, the last of one
+/// block, with rows enough for several batches per chunk (10496 × 300);
+/// every dtype of `x` and `y`. Each product launches the split kernel alone.
+#[test]
+fn split_gemv_for_long_rows() {
+    let emu = EmuBackend::new();
+    let mut rng = Rng::new(0x5b11);
+    for (s, &(k, n)) in [(8192, 37), (8448, 70), (10496, 300)].iter().enumerate() {
+        for (t, x_dtype) in DTYPES.into_iter().enumerate() {
+            let out_dtype = DTYPES[(s + t) % 3];
+            let before = emu.log.lock().unwrap().len();
+            check_product(&emu, BlockFormat::Q4K, (1, k, n), x_dtype, out_dtype, &mut rng);
+            let names: Vec<String> = emu.log.lock().unwrap()[before..].iter().map(|(k, _)| k.clone()).collect();
+            let want = format!("qgemvs_q4k_{}_{}", x_dtype.as_str(), out_dtype.as_str());
+            assert_eq!(names, [want], "k = {k}, n = {n}");
         }
     }
 }

@@ -240,8 +240,9 @@ pub fn cases(group: Group, scale: Scale) -> Vec<Op> {
 /// few and many. Activations and outputs of other dtypes come from
 /// [`dtype_variants`].
 fn quantized_cases(large: bool) -> Vec<Op> {
+    // (1, 33, 5): one row of 8448 values, the one-row kernels for long rows.
     let mut shapes =
-        vec![(1, 1, 1), (1, 2, 37), (2, 1, 5), (3, 3, 17), (8, 1, 64), (16, 2, 9), (17, 1, 33), (40, 2, 7)];
+        vec![(1, 1, 1), (1, 2, 37), (1, 33, 5), (2, 1, 5), (3, 3, 17), (8, 1, 64), (16, 2, 9), (17, 1, 33), (40, 2, 7)];
     if large {
         shapes.extend([(1, 16, 4096), (1, 56, 1024), (2, 17, 5), (16, 16, 1024), (64, 16, 512), (300, 4, 256)]);
     }

@@ -127,6 +127,10 @@ pub enum KernelId {
     /// output dtype, and what it fuses (a norm before, gated halves or an
     /// epilogue in its stores).
     QuantGemvX(BlockFormat, (u32, u32, bool), DType, DType, quant_gemv::XFusion),
+    /// One-row product with `Q4_K`/`Q5_K` weights whose warps each keep a
+    /// slice of the activations in registers, quantized there
+    /// ([`quant_gemv::split`]): format, input dtype, output dtype.
+    QuantGemvSplit(BlockFormat, DType, DType),
     /// Rotary position embedding: pair layout, dtype.
     Rope(RopeLayout, DType),
     /// 3-D strided copy of units of this many bytes (2, 4, 8 or 16).
@@ -173,6 +177,7 @@ impl KernelId {
             KernelId::QuantizeX(d) => quant::quantize_x_name(*d),
             KernelId::QuantGemv(f, r, d) => quant_gemv::name(*f, *r, *d),
             KernelId::QuantGemvX(f, r, i, o, x) => quant_gemv::x_name(*f, *r, *i, *o, *x),
+            KernelId::QuantGemvSplit(f, i, o) => quant_gemv::split::name(*f, *i, *o),
             KernelId::Rope(l, d) => decoder::rope_name(*l, *d),
             KernelId::Copy(bytes) => decoder::copy_name(*bytes),
             KernelId::Gather(bytes) => decoder::gather_name(*bytes),
@@ -222,6 +227,7 @@ impl KernelId {
             KernelId::QuantizeX(d) => quant::quantize_x(d, target),
             KernelId::QuantGemv(f, r, d) => quant_gemv::qgemv(f, r, d, target),
             KernelId::QuantGemvX(f, r, i, o, e) => quant_gemv::qgemv_x(f, r, i, o, e, target),
+            KernelId::QuantGemvSplit(f, i, o) => quant_gemv::split::qgemv_split(f, i, o, target),
             KernelId::Rope(l, d) => decoder::rope(l, d, target),
             KernelId::Copy(bytes) => decoder::copy(bytes, target),
             KernelId::Gather(bytes) => decoder::gather(bytes, target),
@@ -281,7 +287,8 @@ impl KernelId {
             | KernelId::GemmTma(_, from, to, ..)
             | KernelId::GemvNt(_, from, to, _)
             | KernelId::GemvNtMma(_, from, to, _)
-            | KernelId::QuantGemvX(_, _, from, to, _) => {
+            | KernelId::QuantGemvX(_, _, from, to, _)
+            | KernelId::QuantGemvSplit(_, from, to) => {
                 vec![from, to]
             }
             _ => vec![DType::F32],
@@ -412,6 +419,11 @@ pub fn catalog() -> Vec<KernelId> {
             let shape = (rows, quant_gemv::x_weight_rows(format, rows), false);
             for (input, out) in elem::DTYPES.map(|d| (d, d)).into_iter().chain([(DType::BF16, DType::F32)]) {
                 v.push(KernelId::QuantGemvX(format, shape, input, out, XFusion::default()));
+            }
+        }
+        if quant_gemv::split::supported(format) {
+            for (input, out) in elem::DTYPES.map(|d| (d, d)).into_iter().chain([(DType::BF16, DType::F32)]) {
+                v.push(KernelId::QuantGemvSplit(format, input, out));
             }
         }
         let full = quant_gemv::x_weight_rows(format, 1);

@@ -41,6 +41,8 @@
 //! stored) per weight row; a butterfly (`shfl.sync.bfly`) adds the lanes
 //! and lane `i < m` writes `y[i, j]`. Deterministic: no atomics.
 
+pub mod split;
+
 use super::elem;
 use super::gemm_epilogue::{self, EpilogueKind, EpilogueRegs};
 use super::quant::{self, f16_lo, scale_min_k4};

@@ -188,6 +188,9 @@ fn quant_matmul(
     if m > quant_gemv::MAX_ROWS {
         return prefill(l, format, (m, k, n), x_dtype, out_dtype, (x, w, y));
     }
+    if fused.is_none() && m == 1 && split_allowed() && quant_gemv::split::takes(format, k) {
+        return split(l, format, (k, n), (x_dtype, out_dtype), (x, w, y));
+    }
     let rows = quant_gemv::rows_for(m);
     let smem = quant_gemv::x_smem(m, k, fusion.norm);
     if fuses(m, k, fusion.norm) {
@@ -240,6 +243,47 @@ fn quant_matmul(
     l.launch(KernelId::QuantizeX(x_dtype), qgrid, &[Arg::Ptr(x), Arg::Ptr(qx), Arg::Ptr(ds), Arg::U32(quads as u32)])?;
     let args = [Arg::Ptr(w), Arg::Ptr(qx), Arg::Ptr(ds), Arg::Ptr(y), Arg::U32(m32), Arg::U32(n32), Arg::U32(k32)];
     l.launch(KernelId::QuantGemv(format, rows, out_dtype), grid(rows), &args)
+}
+
+/// Warps per multiprocessor the split GEMV's grid aims for (on an H100 at
+/// 4096 × 14336, 16 ran faster than 8, 12, 24 or 32).
+const SPLIT_WARPS_PER_SM: usize = 16;
+
+/// One activation row through the split GEMV ([`quant_gemv::split`]): rows
+/// per chunk so that the grid has about [`SPLIT_WARPS_PER_SM`] warps per
+/// multiprocessor (a multiple of the kernel's batch), and up to
+/// [`quant_gemv::split::BLOCK_WARPS`] warps a block while that leaves a
+/// block for every multiprocessor.
+fn split(
+    l: &dyn Launcher,
+    format: BlockFormat,
+    (k, n): (usize, usize),
+    (x_dtype, out_dtype): (DType, DType),
+    (x, w, y): (u64, u64, u64),
+) -> Result<()> {
+    let slices = quant_gemv::split::slices(k);
+    let sms = l.sm_count().max(1) as usize;
+    let bt = quant_gemv::split::BATCH as usize;
+    let chunks_wanted = (sms * SPLIT_WARPS_PER_SM / slices).max(1);
+    let rpc = n.div_ceil(chunks_wanted).next_multiple_of(bt);
+    let chunks = n.div_ceil(rpc);
+    let cpb = (quant_gemv::split::BLOCK_WARPS as usize / slices).clamp(1, (chunks / sms).max(1));
+    let grid = Grid {
+        blocks: (chunks.div_ceil(cpb) as u32, 1, 1),
+        threads: ((32 * slices * cpb) as u32, 1, 1),
+        dynamic_smem: (4 * rpc * slices * cpb) as u32,
+    };
+    let args = [Arg::Ptr(w), Arg::Ptr(x), Arg::Ptr(y), Arg::U32(n as u32), Arg::U32(k as u32), Arg::U32(rpc as u32)];
+    l.launch(KernelId::QuantGemvSplit(format, x_dtype, out_dtype), grid, &args)
+}
+
+/// Whether one-row `Q4_K` products of long rows take the split GEMV
+/// ([`quant_gemv::split::takes`]); `COMPUTE_PTX_QGEMV_SPLIT=0` in the
+/// environment keeps them on the one-launch kernels (read once per process;
+/// to compare the two in one build).
+fn split_allowed() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("COMPUTE_PTX_QGEMV_SPLIT").map_or(true, |v| v.trim() != "0"))
 }
 
 /// Whether short products may take fewer weight rows a warp at a time
