@@ -127,8 +127,8 @@ pub enum KernelId {
     /// output dtype, and what it fuses (a norm before, gated halves or an
     /// epilogue in its stores).
     QuantGemvX(BlockFormat, (u32, u32, bool), DType, DType, quant_gemv::XFusion),
-    /// One-row product with `Q4_K`/`Q5_K` weights whose warps each keep a
-    /// slice of the activations in registers, quantized there
+    /// One-row product with `Q4_K` weights whose warps each keep a slice of
+    /// the activations in registers, quantized there
     /// ([`quant_gemv::split`]): format, input dtype, output dtype.
     QuantGemvSplit(BlockFormat, DType, DType),
     /// Rotary position embedding: pair layout, dtype.

@@ -245,13 +245,15 @@ fn quant_matmul(
     l.launch(KernelId::QuantGemv(format, rows, out_dtype), grid(rows), &args)
 }
 
-/// Warps per multiprocessor the split GEMV's grid aims for (on an H100 at
-/// 4096 × 14336, 16 ran faster than 8, 12, 24 or 32).
+/// Warps per multiprocessor the split GEMV's grid aims for (experiment
+/// builds of it on an H100 at 4096 × 14336 ran fastest with 16 of 8, 12,
+/// 16, 24 and 32).
 const SPLIT_WARPS_PER_SM: usize = 16;
 
 /// One activation row through the split GEMV ([`quant_gemv::split`]): rows
 /// per chunk so that the grid has about [`SPLIT_WARPS_PER_SM`] warps per
-/// multiprocessor (a multiple of the kernel's batch), and up to
+/// multiprocessor (a multiple of the kernel's batch, at most
+/// [`quant_gemv::split::MAX_CHUNK_ROWS`]), and up to
 /// [`quant_gemv::split::BLOCK_WARPS`] warps a block while that leaves a
 /// block for every multiprocessor.
 fn split(
@@ -265,7 +267,7 @@ fn split(
     let sms = l.sm_count().max(1) as usize;
     let bt = quant_gemv::split::BATCH as usize;
     let chunks_wanted = (sms * SPLIT_WARPS_PER_SM / slices).max(1);
-    let rpc = n.div_ceil(chunks_wanted).next_multiple_of(bt);
+    let rpc = n.div_ceil(chunks_wanted).next_multiple_of(bt).min(quant_gemv::split::MAX_CHUNK_ROWS as usize);
     let chunks = n.div_ceil(rpc);
     let cpb = (quant_gemv::split::BLOCK_WARPS as usize / slices).clamp(1, (chunks / sms).max(1));
     let grid = Grid {

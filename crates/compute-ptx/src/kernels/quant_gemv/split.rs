@@ -42,6 +42,10 @@ pub const SLICE_BLOCKS: u32 = 8;
 pub const MAX_SLICES: u32 = 16;
 /// Warps a block of the grid aims for (whole chunks of `slices` warps).
 pub const BLOCK_WARPS: u32 = 8;
+/// The most weight rows a chunk takes (a multiple of [`BATCH`]): a block's
+/// slice sums (`4·rpc·slices·cpb` bytes, `slices·cpb ≤ 16`) then stay within
+/// 48 KiB of shared memory.
+pub const MAX_CHUNK_ROWS: u32 = 768;
 
 /// The shortest rows (`k`) that take the split kernel: at 4096 × 14336 it
 /// took 16.5 µs on an H100 where the one-launch kernel took 18.2–18.5, at
