@@ -6,7 +6,12 @@
 //!   emits (or is missing, or stale), then assembles every file with the real
 //!   `ptxas --gpu-name <target>` (CUDA 13.0, installed from PyPI into `.tools/`
 //!   when missing; with `CI=true` a missing `ptxas` is a failure) and prints
-//!   each kernel's registers and spills.
+//!   each kernel's registers and spills. Every kernel that waits for the
+//!   kernel before it (`griddepcontrol.wait`, programmatic dependent launch)
+//!   is also disassembled with `nvdisasm` (installed the same way): no global
+//!   memory access may come before the wait (`ACQBULK`) in its machine code,
+//!   since `ptxas` moves `ld.global.nc` loads, which it takes for constants,
+//!   above the wait where it can.
 //!
 //! Running the kernels on a GPU is `cargo xtask gpu-bundle` (`gpu.rs`).
 //!
@@ -22,6 +27,9 @@ use compute_ptx::kernels::catalog;
 /// The `nvidia-cuda-nvcc` wheel whose `ptxas` matches the GPU machine's driver (CUDA 13.0).
 const NVCC_WHEEL: &str = "nvidia-cuda-nvcc==13.0.88";
 const TOOLS_DIR: &str = ".tools/cuda-nvcc";
+/// The wheel of `nvdisasm`, which reads the machine code `ptxas` writes.
+const NVDISASM_WHEEL: &str = "nvidia-cuda-nvdisasm==13.5.37";
+const NVDISASM_DIR: &str = ".tools/cuda-nvdisasm";
 
 /// Entry point: `cargo xtask ptx [--check | --help]`.
 pub fn run(args: &[String]) -> Result<(), String> {
@@ -155,51 +163,96 @@ fn find_in(dir: &Path, name: &str, depth: usize) -> Option<PathBuf> {
 /// `ptxas`: `$PTXAS`, the copy under `.tools/`, or one on `PATH`; installs the
 /// pinned wheel into `.tools/` when none is found.
 fn ptxas(root: &Path) -> Result<Option<PathBuf>, String> {
-    if let Ok(p) = std::env::var("PTXAS") {
+    tool(root, ("ptxas", "PTXAS"), NVCC_WHEEL, TOOLS_DIR)
+}
+
+/// `nvdisasm`, found or installed as [`ptxas`] is.
+fn nvdisasm(root: &Path) -> Result<Option<PathBuf>, String> {
+    tool(root, ("nvdisasm", "NVDISASM"), NVDISASM_WHEEL, NVDISASM_DIR)
+}
+
+/// A CUDA tool `name`: the path in `$var`, the copy under `dir`, or one on
+/// `PATH`; installs `wheel` into `dir` when none is found (with `CI=true` a
+/// failed install is an error, else a warning and `None`).
+fn tool(root: &Path, (name, var): (&str, &str), wheel: &str, dir: &str) -> Result<Option<PathBuf>, String> {
+    if let Ok(p) = std::env::var(var) {
         return Ok(Some(PathBuf::from(p)));
     }
-    let tools = root.join(TOOLS_DIR);
-    if let Some(p) = find_in(&tools, "ptxas", 5) {
+    let tools = root.join(dir);
+    if let Some(p) = find_in(&tools, name, 5) {
         return Ok(Some(p));
     }
-    if Command::new("ptxas").arg("--version").output().is_ok_and(|o| o.status.success()) {
-        return Ok(Some(PathBuf::from("ptxas")));
+    if Command::new(name).arg("--version").output().is_ok_and(|o| o.status.success()) {
+        return Ok(Some(PathBuf::from(name)));
     }
-    println!("ptx: installing ptxas ({NVCC_WHEEL}) into {TOOLS_DIR}");
+    println!("ptx: installing {name} ({wheel}) into {dir}");
     let mut installed = false;
     for py in ["python3", "python"] {
         let status = Command::new(py)
             .args(["-m", "pip", "install", "--quiet", "--no-deps", "--target"])
             .arg(&tools)
-            .arg(NVCC_WHEEL)
+            .arg(wheel)
             .status();
         if status.is_ok_and(|s| s.success()) {
             installed = true;
             break;
         }
     }
-    let found = if installed { find_in(&tools, "ptxas", 5) } else { None };
+    let found = if installed { find_in(&tools, name, 5) } else { None };
     match found {
-        Some(p) => Ok(Some(p)),
-        None if in_ci() => Err(format!("ptxas not found and `pip install {NVCC_WHEEL}` failed (CI=true)")),
+        Some(p) => {
+            make_executable(&p);
+            Ok(Some(p))
+        }
+        None if in_ci() => Err(format!("{name} not found and `pip install {wheel}` failed (CI=true)")),
         None => {
-            println!("ptx: WARNING: no ptxas (pip install of {NVCC_WHEEL} failed); skipping assembly");
+            println!("ptx: WARNING: no {name} (pip install of {wheel} failed); skipping what needs it");
             Ok(None)
         }
     }
 }
 
-/// One file's `ptxas -v` summary, or its error output.
-fn assemble(ptxas: &Path, target: &str, file: &Path) -> Result<String, String> {
+/// Wheels unpacked by pip keep the executable bit, but be sure.
+fn make_executable(p: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(meta) = std::fs::metadata(p) {
+            let mut perm = meta.permissions();
+            perm.set_mode(perm.mode() | 0o755);
+            let _ = std::fs::set_permissions(p, perm);
+        }
+    }
+}
+
+/// One file's `ptxas -v` summary, or its error output. With `disasm` (and a
+/// kernel that waits for the one before it), the machine code is written to
+/// `cubin` and checked by [`memory_after_wait`].
+fn assemble(ptxas: &Path, target: &str, file: &Path, disasm: Option<(&Path, &Path)>) -> Result<String, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let disasm = disasm.filter(|_| text.contains("griddepcontrol.wait"));
+    let null = PathBuf::from(if cfg!(windows) { "NUL" } else { "/dev/null" });
+    let out_file = disasm.map_or(null.as_path(), |(_, cubin)| cubin);
     let out = Command::new(ptxas)
         .args(["--gpu-name", target, "-v", "-o"])
-        .arg(if cfg!(windows) { "NUL" } else { "/dev/null" })
+        .arg(out_file)
         .arg(file)
         .output()
         .map_err(|e| format!("running {}: {e}", ptxas.display()))?;
     let text = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         return Err(format!("{}: ptxas failed:\n{text}", file.display()));
+    }
+    if let Some((nvdisasm, cubin)) = disasm {
+        let sass = Command::new(nvdisasm)
+            .arg("-c")
+            .arg(cubin)
+            .output()
+            .map_err(|e| format!("running {}: {e}", nvdisasm.display()))?;
+        if !sass.status.success() {
+            return Err(format!("{}: nvdisasm failed: {}", file.display(), String::from_utf8_lossy(&sass.stderr)));
+        }
+        memory_after_wait(&String::from_utf8_lossy(&sass.stdout)).map_err(|e| format!("{}: {e}", file.display()))?;
     }
     let pick = |key: &str| {
         text.lines().find(|l| l.contains(key)).map(|l| l.split("info    :").last().unwrap_or(l).trim().to_string())
@@ -209,6 +262,32 @@ fn assemble(ptxas: &Path, target: &str, file: &Path) -> Result<String, String> {
         pick("registers").unwrap_or_default(),
         pick("spill").map(|s| s.replace("bytes ", "")).unwrap_or_default()
     ))
+}
+
+/// Checks the machine code (`nvdisasm -c` output) of a kernel that waits for
+/// the kernel before it: no instruction that reads or writes global memory
+/// (`LDG`, `STG`, `LDGSTS`, atomics and reductions, generic `LD`/`ST`, bulk
+/// and tensor copies) comes before the first `ACQBULK` (`griddepcontrol.wait`).
+/// Prefetches (`CCTL`), constant loads (`LDC`) and shared memory may.
+fn memory_after_wait(sass: &str) -> Result<(), String> {
+    const GLOBAL: [&str; 10] = ["LDG", "STG", "LDGSTS", "ATOMG", "ATOM", "RED", "LD", "ST", "UBLKCP", "UTMALDG"];
+    let mnemonic = |line: &str| -> Option<String> {
+        // "        /*0270*/                   LDG.E.128.CONSTANT R72, desc[UR6][R4.64] ;"
+        let rest = line.trim_start().strip_prefix("/*")?.split_once("*/")?.1.trim_start();
+        let rest = rest.strip_prefix('@').map_or(rest, |r| r.split_once(' ').map_or("", |(_, i)| i.trim_start()));
+        let op = rest.split([' ', ';']).next()?;
+        Some(op.split('.').next()?.to_string())
+    };
+    for line in sass.lines() {
+        let Some(op) = mnemonic(line) else { continue };
+        if op == "ACQBULK" {
+            return Ok(());
+        }
+        if GLOBAL.contains(&op.as_str()) {
+            return Err(format!("a global memory access before griddepcontrol.wait: {}", line.trim()));
+        }
+    }
+    Err("waits for the kernel before it (griddepcontrol.wait) but its machine code has no ACQBULK".into())
 }
 
 /// The one-launch quantized GEMV for long rows (`qgemvx_*_long*`) sizes its
@@ -236,6 +315,9 @@ fn one_launch_gemv_occupancy(rel: &Path, summary: &str) -> Option<String> {
 
 fn assemble_all(root: &Path) -> Result<(), String> {
     let Some(ptxas) = ptxas(root)? else { return Ok(()) };
+    let nvdisasm = nvdisasm(root)?;
+    let scratch = root.join("target").join("xtask-ptx");
+    std::fs::create_dir_all(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
     let version = Command::new(&ptxas).arg("--version").output().map_err(|e| format!("{}: {e}", ptxas.display()))?;
     let version = String::from_utf8_lossy(&version.stdout);
     let release = version.lines().find(|l| l.contains("release")).unwrap_or("unknown release").trim();
@@ -245,14 +327,17 @@ fn assemble_all(root: &Path) -> Result<(), String> {
         let chunks: Vec<&[PathBuf]> = files.chunks(files.len().div_ceil(4).max(1)).collect();
         let handles: Vec<_> = chunks
             .into_iter()
-            .map(|chunk| {
-                let ptxas = &ptxas;
+            .enumerate()
+            .map(|(i, chunk)| {
+                let (ptxas, nvdisasm) = (&ptxas, nvdisasm.as_deref());
+                let cubin = scratch.join(format!("worker{i}.cubin"));
                 s.spawn(move || {
                     chunk
                         .iter()
                         .map(|rel| {
                             let target = rel.iter().nth(1).and_then(|t| t.to_str()).unwrap_or("sm_90").to_string();
-                            (rel.clone(), assemble(ptxas, &target, &root.join(rel)))
+                            let disasm = nvdisasm.map(|n| (n, cubin.as_path()));
+                            (rel.clone(), assemble(ptxas, &target, &root.join(rel), disasm))
                         })
                         .collect::<Vec<_>>()
                 })
@@ -277,12 +362,36 @@ fn assemble_all(root: &Path) -> Result<(), String> {
         return Err(failures.join("\n"));
     }
     println!("ptx: ptxas accepted all {} files", files.len());
+    if nvdisasm.is_some() {
+        println!("ptx: no kernel touches global memory before it waits for the kernel before it");
+    }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_global_load_above_the_wait_is_a_problem() {
+        let sass = "
+        /*0070*/                   PREEXIT ;
+        /*0080*/                   LDC R1, c[0x0][0x28] ;
+        /*0090*/                   CCTL.E.PF2 [R34] ;
+        /*0270*/                   LDG.E.128.CONSTANT R72, desc[UR6][R4.64] ;
+        /*09b0*/                   ACQBULK ;
+        /*0a00*/                   STG.E.U16 desc[UR6][R2.64], R5 ;
+";
+        let err = memory_after_wait(sass).unwrap_err();
+        assert!(err.contains("LDG.E.128.CONSTANT"), "{err}");
+        let ok = sass.replace("/*0270*/                   LDG", "/*0270*/                   LDS");
+        assert_eq!(memory_after_wait(&ok), Ok(()));
+        let guarded = sass.replace("LDG.E.128", "@P0 LDG.E.128");
+        assert!(memory_after_wait(&guarded).is_err());
+        let generic = sass.replace("LDG.E.128.CONSTANT R72,", "ST.E [R2.64],");
+        assert!(memory_after_wait(&generic).is_err());
+        assert!(memory_after_wait("        /*0000*/  EXIT ;").unwrap_err().contains("no ACQBULK"));
+    }
 
     #[test]
     fn a_one_launch_gemv_light_on_registers_is_a_problem() {

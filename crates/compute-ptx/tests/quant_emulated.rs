@@ -220,7 +220,8 @@ fn prefill_dequantizes_then_multiplies() {
 
 /// The one-launch kernel with an epilogue in its stores: `y = alpha·x·Wᵀ +
 /// beta·C₀` (a residual add at `alpha = beta = 1`), against the exact
-/// product and `C₀` within the int8 bound.
+/// product and `C₀` within the int8 bound; one row of 8448 values takes the
+/// split kernel with the same epilogue.
 #[test]
 fn the_one_row_kernel_adds_a_residual_in_its_stores() {
     use compute_ptx::kernels::gemm_epilogue::EpilogueKind;
@@ -232,6 +233,7 @@ fn the_one_row_kernel_adds_a_residual_in_its_stores() {
         (1, 512, 37, DType::BF16, (1.0, 1.0)),
         (2, 256, 9, DType::F32, (0.5, -2.0)),
         (3, 768, 5, DType::F16, (1.0, 1.0)),
+        (1, 8448, 21, DType::BF16, (0.75, 1.0)),
     ] {
         let format = BlockFormat::Q4K;
         assert!(plan::fuses_epilogue(m, k));
@@ -276,6 +278,8 @@ fn the_one_row_kernel_adds_a_residual_in_its_stores() {
             }
         }
     }
+    let log = emu.log.lock().unwrap();
+    assert!(log.iter().any(|(name, _)| name == "qgemvs_q4k_bf16_bf16_ep_c"), "the long row takes the split kernel");
 }
 
 /// The conformance suite's products with a fused RMS norm and gated

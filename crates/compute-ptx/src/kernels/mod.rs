@@ -129,8 +129,9 @@ pub enum KernelId {
     QuantGemvX(BlockFormat, (u32, u32, bool), DType, DType, quant_gemv::XFusion),
     /// One-row product with `Q4_K` weights whose warps each keep a slice of
     /// the activations in registers, quantized there
-    /// ([`quant_gemv::split`]): format, input dtype, output dtype.
-    QuantGemvSplit(BlockFormat, DType, DType),
+    /// ([`quant_gemv::split`]): format, input dtype, output dtype, the
+    /// epilogue in its stores.
+    QuantGemvSplit(BlockFormat, DType, DType, Option<EpilogueKind>),
     /// Rotary position embedding: pair layout, dtype.
     Rope(RopeLayout, DType),
     /// 3-D strided copy of units of this many bytes (2, 4, 8 or 16).
@@ -177,7 +178,7 @@ impl KernelId {
             KernelId::QuantizeX(d) => quant::quantize_x_name(*d),
             KernelId::QuantGemv(f, r, d) => quant_gemv::name(*f, *r, *d),
             KernelId::QuantGemvX(f, r, i, o, x) => quant_gemv::x_name(*f, *r, *i, *o, *x),
-            KernelId::QuantGemvSplit(f, i, o) => quant_gemv::split::name(*f, *i, *o),
+            KernelId::QuantGemvSplit(f, i, o, e) => quant_gemv::split::name(*f, *i, *o, *e),
             KernelId::Rope(l, d) => decoder::rope_name(*l, *d),
             KernelId::Copy(bytes) => decoder::copy_name(*bytes),
             KernelId::Gather(bytes) => decoder::gather_name(*bytes),
@@ -227,7 +228,7 @@ impl KernelId {
             KernelId::QuantizeX(d) => quant::quantize_x(d, target),
             KernelId::QuantGemv(f, r, d) => quant_gemv::qgemv(f, r, d, target),
             KernelId::QuantGemvX(f, r, i, o, e) => quant_gemv::qgemv_x(f, r, i, o, e, target),
-            KernelId::QuantGemvSplit(f, i, o) => quant_gemv::split::qgemv_split(f, i, o, target),
+            KernelId::QuantGemvSplit(f, i, o, e) => quant_gemv::split::qgemv_split(f, i, o, e, target),
             KernelId::Rope(l, d) => decoder::rope(l, d, target),
             KernelId::Copy(bytes) => decoder::copy(bytes, target),
             KernelId::Gather(bytes) => decoder::gather(bytes, target),
@@ -288,7 +289,7 @@ impl KernelId {
             | KernelId::GemvNt(_, from, to, _)
             | KernelId::GemvNtMma(_, from, to, _)
             | KernelId::QuantGemvX(_, _, from, to, _)
-            | KernelId::QuantGemvSplit(_, from, to) => {
+            | KernelId::QuantGemvSplit(_, from, to, _) => {
                 vec![from, to]
             }
             _ => vec![DType::F32],
@@ -423,7 +424,7 @@ pub fn catalog() -> Vec<KernelId> {
         }
         if quant_gemv::split::supported(format) {
             for (input, out) in elem::DTYPES.map(|d| (d, d)).into_iter().chain([(DType::BF16, DType::F32)]) {
-                v.push(KernelId::QuantGemvSplit(format, input, out));
+                v.push(KernelId::QuantGemvSplit(format, input, out, None));
             }
         }
         let full = quant_gemv::x_weight_rows(format, 1);
@@ -447,6 +448,8 @@ pub fn catalog() -> Vec<KernelId> {
             v.push(KernelId::QuantGemvX(BlockFormat::Q4K, (1, w, false), DType::BF16, DType::BF16, x));
         }
     }
+    // The down projection's residual add on the split kernel (long rows).
+    v.push(KernelId::QuantGemvSplit(BlockFormat::Q4K, DType::BF16, DType::BF16, Some(residual)));
     v.extend(elem::DTYPES.map(KernelId::QuantizeX));
     for d in elem::DTYPES {
         v.push(KernelId::Rope(RopeLayout::HalfSplit, d));

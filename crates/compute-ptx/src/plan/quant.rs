@@ -23,6 +23,7 @@ use compute_core::quant::BlockFormat;
 use compute_core::{BackendKind, ComputeError, DType, MatmulSpec, Op, Result};
 
 use super::{Arg, Exec, Grid, Launcher, MAX_GRID_X, limit, u32_of};
+use crate::kernels::gemm_epilogue::EpilogueKind;
 use crate::kernels::quant_gemv::{self, XFusion};
 use crate::kernels::{KernelId, elem, quant};
 
@@ -188,8 +189,10 @@ fn quant_matmul(
     if m > quant_gemv::MAX_ROWS {
         return prefill(l, format, (m, k, n), x_dtype, out_dtype, (x, w, y));
     }
-    if fused.is_none() && m == 1 && split_allowed() && quant_gemv::split::takes(format, k) {
-        return split(l, format, (k, n), (x_dtype, out_dtype), (x, w, y));
+    let epilogue_only = !fusion.norm && !fusion.glu;
+    if epilogue_only && m == 1 && split_allowed() && quant_gemv::split::takes(format, k) {
+        let extra = fused.map_or(&[][..], |(_, a)| a);
+        return split(l, format, (k, n), (x_dtype, out_dtype), (x, w, y), (fusion.epilogue, extra));
     }
     let rows = quant_gemv::rows_for(m);
     let smem = quant_gemv::x_smem(m, k, fusion.norm);
@@ -250,7 +253,8 @@ fn quant_matmul(
 /// 16, 24 and 32).
 const SPLIT_WARPS_PER_SM: usize = 16;
 
-/// One activation row through the split GEMV ([`quant_gemv::split`]): rows
+/// One activation row through the split GEMV ([`quant_gemv::split`]), with
+/// `epilogue` (its arguments `extra`) in the stores: rows
 /// per chunk so that the grid has about [`SPLIT_WARPS_PER_SM`] warps per
 /// multiprocessor (a multiple of the kernel's batch, at most
 /// [`quant_gemv::split::MAX_CHUNK_ROWS`]), and up to
@@ -262,6 +266,7 @@ fn split(
     (k, n): (usize, usize),
     (x_dtype, out_dtype): (DType, DType),
     (x, w, y): (u64, u64, u64),
+    (epilogue, extra): (Option<EpilogueKind>, &[Arg]),
 ) -> Result<()> {
     let slices = quant_gemv::split::slices(k);
     let sms = l.sm_count().max(1) as usize;
@@ -275,8 +280,10 @@ fn split(
         threads: ((32 * slices * cpb) as u32, 1, 1),
         dynamic_smem: (4 * rpc * slices * cpb) as u32,
     };
-    let args = [Arg::Ptr(w), Arg::Ptr(x), Arg::Ptr(y), Arg::U32(n as u32), Arg::U32(k as u32), Arg::U32(rpc as u32)];
-    l.launch(KernelId::QuantGemvSplit(format, x_dtype, out_dtype), grid, &args)
+    let mut args =
+        vec![Arg::Ptr(w), Arg::Ptr(x), Arg::Ptr(y), Arg::U32(n as u32), Arg::U32(k as u32), Arg::U32(rpc as u32)];
+    args.extend_from_slice(extra);
+    l.launch(KernelId::QuantGemvSplit(format, x_dtype, out_dtype, epilogue), grid, &args)
 }
 
 /// Whether one-row `Q4_K` products of long rows take the split GEMV

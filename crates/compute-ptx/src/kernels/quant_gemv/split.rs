@@ -27,9 +27,18 @@
 //! memory, and after one barrier the block's threads add the slices in
 //! order and store `y`. Deterministic: no atomics.
 //!
+//! The kernel waits for the kernel before it (programmatic dependent launch)
+//! at its top, before anything else. A build that asked its first rows into
+//! L2 first and waited after them, as the parent's kernels do, read stale
+//! activations in a decoder: `ptxas` took the activations' `ld.global.nc`
+//! loads, which follow the wait in straight-line code, for constants and
+//! moved them above `griddepcontrol.wait` (`cargo xtask ptx --check` now
+//! rejects machine code with a global access before that wait).
+//!
 //! Error: that of the parent's kernels (int8 activations per 32 values,
 //! `q = round(x·127/max|x|)` with an approximate reciprocal, `f32` sums).
 
+use super::gemm_epilogue::{self, EpilogueKind};
 use super::{Decoded, dot, fetch, lane_consts, unpack};
 use crate::builder::{BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Reg, S32, Target, U32};
 use crate::kernels::elem;
@@ -72,21 +81,32 @@ pub fn slices(k: usize) -> usize {
 /// together.
 pub const BATCH: u32 = 4;
 
-/// Name of the kernel (`qgemvs_q4k_f32_bf16`).
-pub fn name(format: BlockFormat, input: DType, out: DType) -> String {
-    format!("qgemvs_{}_{}_{}", super::quant::tag(format), input.as_str(), out.as_str())
+/// Name of the kernel (`qgemvs_q4k_f32_bf16`, then the epilogue's suffix:
+/// `qgemvs_q4k_bf16_bf16_ep_c`).
+pub fn name(format: BlockFormat, input: DType, out: DType, epilogue: Option<EpilogueKind>) -> String {
+    let ep = EpilogueKind::suffix(epilogue);
+    format!("qgemvs_{}_{}_{}{ep}", super::quant::tag(format), input.as_str(), out.as_str())
 }
 
 /// Builds the split one-row GEMV of `format` (`Q4_K`) from
-/// activations of `input` into `out`: `y[j] = Σ_p x[p]·W[j, p]` for `j < n`.
+/// activations of `input` into `out`: `y[j] = Σ_p x[p]·W[j, p]` for `j < n`,
+/// through `epilogue` in the stores where there is one.
 /// Params: `w` (the blocks, `n` rows of `k / 256`; 16-byte aligned), `x`
 /// (`k` values, 16-byte aligned), `y` (pointers), `n`, `k` (u32, `256 ≤ k ≤
-/// 32768`), `rpc` (u32, weight rows per chunk, a multiple of [`BATCH`]).
+/// 32768`), `rpc` (u32, weight rows per chunk, a multiple of [`BATCH`]),
+/// then with an `epilogue` its `alpha`, `beta` (f32), bias and `C₀`
+/// (pointers; [`gemm_epilogue`]).
 /// Launch: `32·slices·cpb` threads (`cpb` chunks a block), `ceil(n / (cpb·rpc))`
 /// blocks, `4·rpc·slices·cpb` bytes of dynamic shared memory (the slices' sums).
 /// Reads each weight byte once and `x` once per chunk.
-pub fn qgemv_split(format: BlockFormat, input: DType, out: DType, target: Target) -> Result<Kernel, BuildError> {
-    let kname = name(format, input, out);
+pub fn qgemv_split(
+    format: BlockFormat,
+    input: DType,
+    out: DType,
+    epilogue: Option<EpilogueKind>,
+    target: Target,
+) -> Result<Kernel, BuildError> {
+    let kname = name(format, input, out, epilogue);
     if !supported(format) {
         let why = format!("no split GEMV for {format}");
         return Err(BuildError { kernel: kname, problems: vec![why] });
@@ -101,6 +121,7 @@ pub fn qgemv_split(format: BlockFormat, input: DType, out: DType, target: Target
         "warp w: slice w % slices ({SLICE_BLOCKS} blocks, 4 lanes each; x quantized to int8 per 32 values in registers) of chunk w / slices (rpc rows, {bt} at a time); slice sums through shared memory"
     ));
     b.doc("params: w, x, y (pointers), n, k, rpc (u32)");
+    gemm_epilogue::doc(&mut b, epilogue);
     b.doc("launch: 32 * slices * cpb threads, ceil(n / (cpb * rpc)) blocks, 4 * rpc * slices * cpb bytes of dynamic shared memory");
     b.max_threads(32 * MAX_SLICES);
     let w = b.param_ptr("w");
@@ -109,6 +130,7 @@ pub fn qgemv_split(format: BlockFormat, input: DType, out: DType, target: Target
     let n = b.param::<U32>("n");
     let k = b.param::<U32>("k");
     let rpc = b.param::<U32>("rpc");
+    let epi = gemm_epilogue::params(&mut b, epilogue);
     let smem = b.dynamic_shared("sums", 16);
     let sbase = b.shared_base(&smem);
     let tid = b.tid(Dim::X);
@@ -139,16 +161,6 @@ pub fn qgemv_split(format: BlockFormat, input: DType, out: DType, target: Target
     let boff = b.mul_wide(bi, bytes);
     let wcol = b.add(w, boff);
     let ln = lane_consts(&mut b, format, true, sub);
-
-    b.comment("the first batch's blocks into L2 while the kernel before ends (it may write x)");
-    for t in 0..bt {
-        let r = b.add(row0, t);
-        let r = b.min(r, nm1);
-        let roff = b.mul_wide(r, row_bytes);
-        let a = b.add(wcol, roff);
-        b.prefetch_l2(a, 0);
-    }
-    b.wait_for_prerequisites();
 
     b.comment("this lane's 64 activation values (groups 2r and 2r + 1 of its block), quantized");
     let xo = b.mad(bi, 256u32, ln.xo);
@@ -239,7 +251,11 @@ pub fn qgemv_split(format: BlockFormat, input: DType, out: DType, target: Target
     b.place(ad);
     let yoff = b.mul_wide(j, elem::size(out));
     let ya = b.add(y, yoff);
-    elem::store(&mut b, out, ya, 0, &[acc]);
+    let val = match epi {
+        Some(e) => e.element(&mut b, out, (yoff, j), acc),
+        None => acc,
+    };
+    elem::store(&mut b, out, ya, 0, &[val]);
     let i2 = b.add(i, threads);
     b.assign(i, i2);
     b.bra(sl);
