@@ -330,11 +330,14 @@ mod x86 {
 
     /// The last pass: `out = last(x)` rounded and stored, `x` the half row
     /// or (softmax) `wide`, the row's `f32` scratch, when it is not empty.
+    /// Meanwhile the lines of `next` (the next row, or empty) are asked into
+    /// L1, one per 32 values stored, so that its first pass reads from cache
+    /// while this row is written, as a copy reads and writes at once.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn finish(
         z: Zmm,
-        x: &[u16],
+        (x, next): (&[u16], &[u16]),
         wide: &[f32],
         f16: bool,
         l: Last,
@@ -347,6 +350,13 @@ mod x86 {
         let (ob, ot) = out.as_chunks_mut::<16>();
         for (j, (o, b)) in ob.iter_mut().zip(xb).enumerate() {
             let i = 16 * j;
+            if j % 2 == 0
+                && let Some(p) = next.get(i..)
+                && !p.is_empty()
+            {
+                // SAFETY: a prefetch reads nothing and cannot fault; `p` points into `next`.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(p.as_ptr().cast()) }
+            }
             store(z, o, last(z, l, source(z, b, wide, i, f16), gamma, beta, i, 0xffff), narrow, stream);
         }
         if !ot.is_empty() {
@@ -382,19 +392,22 @@ mod x86 {
         let gamma = params.first().copied().unwrap_or(&[]);
         let beta = params.get(1).copied().unwrap_or(&[]);
         let gb = (gamma, beta);
-        for (x, out) in x.chunks_exact(cols).zip(out.chunks_exact_mut(cols)) {
+        let mut rows = x.chunks_exact(cols).peekable();
+        for out in out.chunks_exact_mut(cols) {
+            let Some(x) = rows.next() else { break };
+            let next = rows.peek().copied().unwrap_or(&[]);
             match op {
                 RowOp::Softmax => {
                     let m = max_ignoring_nan(z, x, f16);
                     let (sum, _) = exp_sum(z, x, f16, m, scratch);
                     let wide = scratch.get(..cols).unwrap_or(&[]);
-                    finish(z, x, wide, f16, Last::Times((1.0 / sum) as f32), gb, out, narrow, stream);
+                    finish(z, (x, next), wide, f16, Last::Times((1.0 / sum) as f32), gb, out, narrow, stream);
                 }
                 RowOp::LogSoftmax => {
                     let m = max_ignoring_nan(z, x, f16);
                     let (sum, delta) = exp_sum(z, x, f16, m, &mut []);
                     let log_sum = sum.ln() - delta * std::f64::consts::LN_2;
-                    finish(z, x, &[], f16, Last::MinusMinus(m, log_sum as f32), gb, out, narrow, stream);
+                    finish(z, (x, next), &[], f16, Last::MinusMinus(m, log_sum as f32), gb, out, narrow, stream);
                 }
                 RowOp::LayerNorm { eps } => {
                     let p = pivot(z, x, f16);
@@ -407,12 +420,12 @@ mod x86 {
                     let var =
                         if d * d <= WELL_CENTRED * var { var } else { moment(z, x, f16, Moment::Squares(mean)) / n };
                     let inv = (1.0 / (var + f64::from(eps)).sqrt()) as f32;
-                    finish(z, x, &[], f16, Last::Normalize(mean, inv), gb, out, narrow, stream);
+                    finish(z, (x, next), &[], f16, Last::Normalize(mean, inv), gb, out, narrow, stream);
                 }
                 RowOp::RmsNorm { eps } => {
                     let ms = moment(z, x, f16, Moment::SumSq) / n;
                     let inv = (1.0 / (ms + f64::from(eps)).sqrt()) as f32;
-                    finish(z, x, &[], f16, Last::ScaleBy(inv), gb, out, narrow, stream);
+                    finish(z, (x, next), &[], f16, Last::ScaleBy(inv), gb, out, narrow, stream);
                 }
             }
         }
