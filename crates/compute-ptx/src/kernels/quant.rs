@@ -22,7 +22,7 @@
 //!   `f32` rounding.
 
 use super::elem;
-use crate::builder::{BuildError, Cmp, F32, Half, Kernel, KernelBuilder, Reg, S32, Target, U32, U64};
+use crate::builder::{BuildError, Cmp, F32, Half, Kernel, KernelBuilder, Pred, Reg, S32, Target, U32, U64};
 use compute_core::DType;
 use compute_core::quant::BlockFormat;
 
@@ -315,12 +315,35 @@ pub(crate) fn quantize_quad(b: &mut KernelBuilder, xs: &[Reg<F32>], how: Recipro
         }
     };
     let nonzero = b.setp(Cmp::Gt, amax, 0.0f32);
-    let mut word = b.mov(0u32);
-    let mut sum = b.mov(0i32);
+    let word = b.mov(0u32);
+    let sum = b.mov(0i32);
+    let scale = match inv {
+        Some(inv) => (Reciprocal::Approx, inv),
+        None => (Reciprocal::Divide, d),
+    };
+    let (word, mut sum) = pack_quad(b, xs, scale, nonzero, (word, sum));
+    for mask in [1, 2, 4] {
+        let o = b.shfl_bfly(sum, mask);
+        sum = b.add(sum, o);
+    }
+    (d, word, sum)
+}
+
+/// The (up to) four values `xs` as int8 quants, `rint(x·inv)` with
+/// `(Reciprocal::Approx, inv)` or `rint(x / d)` with `(Reciprocal::Divide,
+/// d)`, 0 where `nonzero` is false, or-ed into `word` (first value in the low
+/// byte); returns it and `sum` plus their `Σ q`.
+pub(crate) fn pack_quad(
+    b: &mut KernelBuilder,
+    xs: &[Reg<F32>],
+    (how, scale): (Reciprocal, Reg<F32>),
+    nonzero: Reg<Pred>,
+    (mut word, mut sum): (Reg<U32>, Reg<S32>),
+) -> (Reg<U32>, Reg<S32>) {
     for (e, &v) in xs.iter().enumerate() {
-        let r = match inv {
-            Some(inv) => b.mul(v, inv),
-            None => b.div(v, d),
+        let r = match how {
+            Reciprocal::Approx => b.mul(v, scale),
+            Reciprocal::Divide => b.div(v, scale),
         };
         let r = b.round_even(r);
         let q = b.cvt::<S32, F32>(r);
@@ -331,11 +354,7 @@ pub(crate) fn quantize_quad(b: &mut KernelBuilder, xs: &[Reg<F32>], how: Recipro
         let qu = b.shl(qu, 8 * e as u32);
         word = b.or(word, qu);
     }
-    for mask in [1, 2, 4] {
-        let o = b.shfl_bfly(sum, mask);
-        sum = b.add(sum, o);
-    }
-    (d, word, sum)
+    (word, sum)
 }
 
 /// Builds the activation quantizer for `input`: for each 32 consecutive

@@ -39,6 +39,7 @@
 //! `q = round(x·127/max|x|)` with an approximate reciprocal, `f32` sums).
 
 use super::gemm_epilogue::{self, EpilogueKind};
+use super::quant::{Reciprocal, pack_quad};
 use super::{Decoded, dot, fetch, lane_consts, unpack};
 use crate::builder::{BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Reg, S32, Target, U32};
 use crate::kernels::elem;
@@ -282,18 +283,9 @@ fn quantize_group(b: &mut KernelBuilder, xs: &[Reg<F32>]) -> (Reg<F32>, Reg<F32>
     let words = xs
         .chunks(4)
         .map(|quad| {
-            let mut word = b.mov(0u32);
-            for (e, &v) in quad.iter().enumerate() {
-                let r = b.mul(v, inv);
-                let r = b.round_even(r);
-                let q = b.cvt::<S32, F32>(r);
-                let q = b.selp(q, 0i32, nonzero);
-                sum = b.add(sum, q);
-                let qu = b.bitcast::<U32, S32>(q);
-                let qu = b.and(qu, 0xffu32);
-                let qu = b.shl(qu, 8 * e as u32);
-                word = b.or(word, qu);
-            }
+            let word = b.mov(0u32);
+            let (word, s) = pack_quad(b, quad, (Reciprocal::Approx, inv), nonzero, (word, sum));
+            sum = s;
             word
         })
         .collect();
