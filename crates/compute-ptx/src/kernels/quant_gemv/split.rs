@@ -57,9 +57,11 @@ pub const BLOCK_WARPS: u32 = 8;
 /// 48 KiB of shared memory.
 pub const MAX_CHUNK_ROWS: u32 = 768;
 
-/// The shortest rows (`k`) that take the split kernel: at 4096 × 14336 it
-/// took 16.5 µs on an H100 where the one-launch kernel took 18.2–18.5, at
-/// 2048 × 8192 8.3 against 8.5, at 14336 × 4096 15.7–15.9 against 15.1.
+/// The shortest rows (`k`) that take the split kernel: at 4096 × 14336 a
+/// build of it took 16.5 µs on an H100 where the one-launch kernel took
+/// 18.2–18.5, at 2048 × 8192 8.3 against 8.5, at 14336 × 4096 15.7–15.9
+/// against 15.1 (that build's activation loads ran ahead of its wait; see
+/// the module's note).
 pub const MIN_K: usize = 8192;
 
 /// Whether `format` has a split kernel (`Q4_K`). Free.
@@ -79,8 +81,9 @@ pub fn slices(k: usize) -> usize {
 }
 
 /// Weight rows of one batch, whose loads (12 words a lane each) are issued
-/// together.
+/// together (1, 2, 4 or 8: [`transpose_sum`] takes that many).
 pub const BATCH: u32 = 4;
+const _: () = assert!(BATCH.is_power_of_two() && BATCH <= 8);
 
 /// Name of the kernel (`qgemvs_q4k_f32_bf16`, then the epilogue's suffix:
 /// `qgemvs_q4k_bf16_bf16_ep_c`).
@@ -191,23 +194,22 @@ pub fn qgemv_split(
             fetch(&mut b, format, &ln, base)
         })
         .collect();
-    let sums: Vec<Reg<F32>> = raws
-        .iter()
-        .map(|raw| {
-            let Decoded::K4 { lo, hi, dl, nml } = unpack(&mut b, format, &ln, raw) else {
-                unreachable!("Q4_K unpacks to K4")
-            };
-            let i0 = dot(&mut b, &lo, &q0);
-            let i1 = dot(&mut b, &hi, &q1);
-            let c0 = b.mul(dl[0], d0);
-            let c1 = b.mul(dl[1], d1);
-            let v = b.mul(nml[0], s0);
-            let v = b.fma(c0, i0, v);
-            let v = b.fma(nml[1], s1, v);
-            let v = b.fma(c1, i1, v);
-            b.selp(v, 0.0f32, valid)
-        })
-        .collect();
+    let mut sums: Vec<Reg<F32>> = Vec::new();
+    for raw in &raws {
+        let Decoded::K4 { lo, hi, dl, nml } = unpack(&mut b, format, &ln, raw) else {
+            let why = format!("{format} blocks did not unpack as 4-bit groups");
+            return Err(BuildError { kernel: kname, problems: vec![why] });
+        };
+        let i0 = dot(&mut b, &lo, &q0);
+        let i1 = dot(&mut b, &hi, &q1);
+        let c0 = b.mul(dl[0], d0);
+        let c1 = b.mul(dl[1], d1);
+        let v = b.mul(nml[0], s0);
+        let v = b.fma(c0, i0, v);
+        let v = b.fma(nml[1], s1, v);
+        let v = b.fma(c1, i1, v);
+        sums.push(b.selp(v, 0.0f32, valid));
+    }
     let (total, pick) = transpose_sum(&mut b, &sums, lane);
     // Lanes 32/bt·i hold row i's sum: part[(chunk·rpc + r + i)·slices + slice].
     let lead = b.and(lane, 32 / bt - 1);
@@ -298,10 +300,10 @@ fn quantize_group(b: &mut KernelBuilder, xs: &[Reg<F32>]) -> (Reg<F32>, Reg<F32>
 /// lanes with `log2(len)` halving exchanges (each lane keeps half of its
 /// rows and sends the other half to its partner) and then a butterfly on
 /// the one value left: `len − 1 + 5 − log2(len)` shuffles in all. Returns
-/// the sum each lane holds and its row: `lane / (32 / len)`.
+/// the sum each lane holds and its row: `lane / (32 / len)` (`len` a power
+/// of two up to 8, as [`BATCH`] is checked to be).
 fn transpose_sum(b: &mut KernelBuilder, vals: &[Reg<F32>], lane: Reg<U32>) -> (Reg<F32>, Reg<U32>) {
     let len = vals.len() as u32;
-    assert!(len.is_power_of_two() && len <= 8, "1, 2, 4 or 8 rows");
     let mut cur = vals.to_vec();
     let mut mask = 16u32;
     while cur.len() > 1 {
