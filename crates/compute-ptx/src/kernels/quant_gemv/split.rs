@@ -81,7 +81,7 @@ pub fn slices(k: usize) -> usize {
 }
 
 /// Weight rows of one batch, whose loads (12 words a lane each) are issued
-/// together (1, 2, 4 or 8: [`transpose_sum`] takes that many).
+/// together (1, 2, 4 or 8: the transposing butterfly takes that many).
 pub const BATCH: u32 = 4;
 const _: () = assert!(BATCH.is_power_of_two() && BATCH <= 8);
 
