@@ -200,27 +200,11 @@ fn tool(root: &Path, (name, var): (&str, &str), wheel: &str, dir: &str) -> Resul
     }
     let found = if installed { find_in(&tools, name, 5) } else { None };
     match found {
-        Some(p) => {
-            make_executable(&p);
-            Ok(Some(p))
-        }
+        Some(p) => Ok(Some(p)),
         None if in_ci() => Err(format!("{name} not found and `pip install {wheel}` failed (CI=true)")),
         None => {
             println!("ptx: WARNING: no {name} (pip install of {wheel} failed); skipping what needs it");
             Ok(None)
-        }
-    }
-}
-
-/// Wheels unpacked by pip keep the executable bit, but be sure.
-fn make_executable(p: &Path) {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        if let Ok(meta) = std::fs::metadata(p) {
-            let mut perm = meta.permissions();
-            perm.set_mode(perm.mode() | 0o755);
-            let _ = std::fs::set_permissions(p, perm);
         }
     }
 }
