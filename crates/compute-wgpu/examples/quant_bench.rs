@@ -23,7 +23,7 @@
 //! With GPU timestamps (`WgpuBackend::gpu_timing`) each run is timed on the
 //! GPU alone; otherwise on the host, from submission to a `synchronize`.
 //!
-//! Usage: `cargo run -p compute-wgpu --release --example quant_bench [RUNS]`
+//! Usage: `cargo run -p compute-wgpu --release --example quant_bench [RUNS [scaling]]`
 //! (on a machine with a GPU; adapter selection goes through
 //! `DeviceOptions::from_env`).
 
@@ -158,6 +158,9 @@ fn main() -> Result<(), ComputeError> {
         "pass GB/s"
     );
     let mut rng = Rng::new(1);
+    if std::env::args().nth(2).as_deref() == Some("scaling") {
+        return scaling(&gpu, runs, timestamps, &mut rng);
+    }
     for weight in DType::QUANTIZED {
         let Some(format) = weight.block_format() else { continue };
         for (n, k) in [(14336, 4096), (4096, 14336)] {
@@ -193,6 +196,49 @@ fn main() -> Result<(), ComputeError> {
                 );
             }
         }
+    }
+    Ok(())
+}
+
+/// `quant_bench RUNS scaling`: the one-row `q4_K` product of `k` = 4096 at
+/// growing `n`, one weight rerun (from L2 while it fits), beside the `f32`
+/// pass over the same bytes: the time that does not grow with `n` (the
+/// dispatch and its timing) and the rate at which the rest grows (the last
+/// two sizes, beyond the L2).
+fn scaling(gpu: &WgpuBackend, runs: usize, timestamps: bool, rng: &mut Rng) -> Result<(), ComputeError> {
+    let k = 4096;
+    let weight = DType::Q4K;
+    let Some(format) = weight.block_format() else { return Ok(()) };
+    println!("{:<6} {:>12} {:>10} {:>12} {:>12}", "format", "n x k", "us", "pass us", "bytes MB");
+    let x = gpu.upload(&rng.vec(k, -1.0, 1.0))?;
+    let mut points = Vec::new();
+    for n in [512usize, 2048, 8192, 32768, 65536] {
+        let blocks = weight_bytes(format, n, k, rng)?;
+        let bytes = blocks.len();
+        let w = gpu.upload_typed(HostSlice::Blocks(compute_core::Blocks::new(weight, &blocks)?))?;
+        let y = gpu.alloc(n)?;
+        let op = Op::QuantMatmul(QuantMatmulSpec::new(1, k, n, weight));
+        let t = median_seconds(gpu, &op, &x, std::slice::from_ref(&w), &y, runs, timestamps)?;
+        // The pass reads and writes bytes / 2 each: the same bytes moved.
+        let pass = 8.0 * (bytes / 8) as f64 / pass_gbs(gpu, bytes / 8, runs, timestamps)? / 1e9;
+        println!(
+            "{:<6} {:>12} {:>10.1} {:>12.1} {:>12.1}",
+            weight.as_str(),
+            format!("{n}x{k}"),
+            t * 1e6,
+            pass * 1e6,
+            bytes as f64 / 1e6
+        );
+        points.push((bytes as f64, t, pass));
+    }
+    if let [.., (b0, t0, p0), (b1, t1, p1)] = points[..] {
+        println!(
+            "marginal (last two sizes): product {:.1} GB/s of blocks, pass {:.1} GB/s moved; fixed part at the first size: product {:.1} us, pass {:.1} us",
+            (b1 - b0) / (t1 - t0) / 1e9,
+            (b1 - b0) / (p1 - p0) / 1e9,
+            (points[0].1 - points[0].0 * (t1 - t0) / (b1 - b0)) * 1e6,
+            (points[0].2 - points[0].0 * (p1 - p0) / (b1 - b0)) * 1e6,
+        );
     }
     Ok(())
 }

@@ -45,11 +45,13 @@ pub(crate) enum Module {
     /// `quant.wgsl` with the `gemv` entry point for `mr` rows of `x` and `nr`
     /// weight rows per workgroup appended ([`quant_gemv::source`]), reduced by
     /// subgroup operations (`subgroup`: devices with `wgpu::Features::SUBGROUP`)
-    /// or in workgroup memory.
+    /// or in workgroup memory; with `dot`, the `gemv_dot` entry point instead
+    /// (`q4_K`, one row of `x`, integer dot products: [`quant_gemv::source_dot`]).
     QuantGemv {
         mr: u32,
         nr: u32,
         subgroup: bool,
+        dot: bool,
     },
     /// `rows_register.wgsl` with its entry points for `vpt` vec4s of the row
     /// per invocation appended ([`rows_register::source`]), reduced by
@@ -316,7 +318,10 @@ impl Module {
             return coop_source(tiles, ta, tb, io);
         }
         let body = self.source_io(io)?;
-        if let Module::QuantGemv { mr, nr, subgroup } = self {
+        if let Module::QuantGemv { mr, nr, subgroup, dot } = self {
+            if dot {
+                return Ok(Cow::Owned(format!("{body}\n{}", quant_gemv::source_dot(nr))));
+            }
             // naga (wgpu 30) takes the subgroup builtins without WGSL's
             // `enable subgroups;`, which it rejects as not implemented; the
             // device must have `wgpu::Features::SUBGROUP`.
@@ -481,8 +486,8 @@ pub(crate) enum Kernel {
     Attention { dv: u32, ck: u32, cv: u32, checked: bool, positions: bool },
     /// `quant.wgsl` `gemv` (or `gemv_subgroup`: `subgroup`) for weights of
     /// `format`: `mr` rows of x of dtype `x` per pass, `nr` weight rows per
-    /// workgroup, writing `f32`.
-    QuantGemv { format: BlockFormat, mr: u32, nr: u32, x: DType, subgroup: bool },
+    /// workgroup, writing `f32`; with `dot`, `gemv_dot` (`q4_K`, `mr` 1).
+    QuantGemv { format: BlockFormat, mr: u32, nr: u32, x: DType, subgroup: bool, dot: bool },
     /// `quant.wgsl` `dequant`: blocks of `format` into values of dtype `to`.
     Dequant { format: BlockFormat, to: DType },
     /// `decoder.wgsl` `rope` in `mode` (its `MODE`: 0 a pair, 1 two half-split
@@ -525,7 +530,7 @@ impl Kernel {
             Kernel::Conv2d(_) => Module::Conv,
             Kernel::Attention { .. } => Module::Attention,
             Kernel::Slerp(_) => Module::Interpolate,
-            Kernel::QuantGemv { mr, nr, subgroup, .. } => Module::QuantGemv { mr, nr, subgroup },
+            Kernel::QuantGemv { mr, nr, subgroup, dot, .. } => Module::QuantGemv { mr, nr, subgroup, dot },
             Kernel::CoopMatmul { tiles, ta, tb, .. } => Module::CoopMatmul { tiles, ta, tb },
             Kernel::Dequant { .. } => Module::Quant,
             Kernel::Rope { .. } | Kernel::Copy { .. } | Kernel::Gather { .. } | Kernel::ArgMax(_) => Module::Decoder,
@@ -583,6 +588,7 @@ impl Kernel {
             Kernel::Attention { positions: false, .. } => "attention",
             Kernel::Attention { positions: true, .. } => "attention_at",
             Kernel::Slerp(_) => "slerp",
+            Kernel::QuantGemv { dot: true, .. } => "gemv_dot",
             Kernel::QuantGemv { subgroup: false, .. } => "gemv",
             Kernel::QuantGemv { subgroup: true, .. } => "gemv_subgroup",
             Kernel::Dequant { .. } => "dequant",
@@ -648,6 +654,7 @@ impl Kernel {
                 | Kernel::MatmulReduce { checked: false, .. }
                 | Kernel::CoopMatmul { checked: false, .. }
                 | Kernel::Attention { checked: false, .. }
+                | Kernel::QuantGemv { dot: true, .. }
         )
     }
 
@@ -803,7 +810,15 @@ impl Kernels {
             wgpu::ShaderModuleDescriptor { label: Some(module.name()), source: wgpu::ShaderSource::Wgsl(source) };
         let scope = ctx.scope();
         let compiled = if unchecked {
-            // SAFETY: only `matmul.wgsl` and `attention.wgsl` are compiled unchecked.
+            // SAFETY: only `matmul.wgsl`, `attention.wgsl` and the `gemv_dot` entry point of
+            // `quant.wgsl` are compiled unchecked. `gemv_dot` (`kernels/quant_gemv.rs`,
+            // `source_dot`): the host binds x and the f32 y whole (m × k and m × n values) and
+            // each piece's weight rows whole (`plan/quant.rs`, `gemv`), with k a multiple of
+            // 256, m0 < m, j0 + n ≤ the row of y; the kernel clamps weight rows to n − 1 and
+            // pairs to k/64 − 1, reads x only at 16-value groups that start below k, writes y
+            // only for rows below n, indexes its workgroup arrays with the invocation index
+            // (below 128) and groups clamped to 124..127, and `red` at most at 128 · NR / 4 ≤
+            // its 2048 entries (NR ≤ 64); its loops run k / 2048 and 32 steps.
             // `attention.wgsl`: see its header ("Bounds"); the host binds each piece's q,
             // k, v and output whole for the heads it dispatches (`plan.rs`, `attention`),
             // tells the kernel that many workgroups, and picks only the constants that
@@ -857,7 +872,7 @@ fn on_threads<T: Sync>(items: &[T], f: impl Fn(&T) -> Result<()> + Sync) -> Resu
 mod tests {
     use super::*;
 
-    const MODULES: [Module; 20] = [
+    const MODULES: [Module; 22] = [
         Module::Elementwise,
         Module::Decoder,
         Module::Reduce,
@@ -867,8 +882,10 @@ mod tests {
         Module::Attention,
         Module::Interpolate,
         Module::Quant,
-        Module::QuantGemv { mr: 1, nr: 4, subgroup: false },
-        Module::QuantGemv { mr: 16, nr: 4, subgroup: true },
+        Module::QuantGemv { mr: 1, nr: 4, subgroup: false, dot: false },
+        Module::QuantGemv { mr: 16, nr: 4, subgroup: true, dot: false },
+        Module::QuantGemv { mr: 1, nr: 4, subgroup: false, dot: true },
+        Module::QuantGemv { mr: 1, nr: 16, subgroup: false, dot: true },
         Module::RowsRegister { vpt: 1, subgroup: false },
         Module::RowsRegister { vpt: 1, subgroup: true },
         Module::RowsRegister { vpt: 2, subgroup: false },
@@ -930,7 +947,8 @@ mod tests {
     fn every_module_variant_parses_and_validates_with_naga() {
         // Every GPU test compiles the shaders too; this catches WGSL errors on machines without a GPU.
         let variants = variants();
-        assert_eq!(variants.len(), 9 + 4 * 3 + 1 + 1 + 5 + 3 + 3 + 5 + 8 * 3 + 3);
+        // The last term: the two `gemv_dot` modules, x of each dtype.
+        assert_eq!(variants.len(), 9 + 4 * 3 + 1 + 1 + 5 + 3 + 3 + 5 + 8 * 3 + 3 + 2 * 3);
         for (m, io) in variants {
             let source = m.source_for(io).unwrap_or_else(|e| panic!("{} for {io:?}: {e}", m.name()));
             let what = format!("{} for {} → {}", m.name(), io.input, io.output);
@@ -1092,10 +1110,15 @@ mod tests {
         for format in [BlockFormat::Q4K, BlockFormat::Q5K, BlockFormat::Q6K, BlockFormat::Q8_0] {
             for (mr, nr) in crate::plan::quant::GEMV_SHAPES {
                 for subgroup in [false, true] {
-                    kernels.push(Kernel::QuantGemv { format, mr, nr, x: DType::BF16, subgroup });
+                    kernels.push(Kernel::QuantGemv { format, mr, nr, x: DType::BF16, subgroup, dot: false });
                 }
             }
             kernels.push(Kernel::Dequant { format, to: DType::F16 });
+        }
+        for nr in crate::plan::quant::DOT_ROWS {
+            for x in DType::ALL {
+                kernels.push(Kernel::QuantGemv { format: BlockFormat::Q4K, mr: 1, nr, x, subgroup: false, dot: true });
+            }
         }
         assert_eq!(quant_code(BlockFormat::Q8K), None);
         kernels.into_iter().for_each(validates_with_constants);

@@ -116,3 +116,177 @@ pub(crate) fn source(mr: u32, nr: u32, subgroup: bool) -> String {
     w("}".into());
     s
 }
+
+/// Weight rows per team of [`source_dot`]'s workgroup, for `nr` rows per
+/// workgroup (a multiple of the four teams).
+fn dot_rows(nr: u32) -> u32 {
+    (nr / DOT_TEAMS).max(1)
+}
+
+/// Teams of 32 invocations in a workgroup of `quant.wgsl`'s 128.
+const DOT_TEAMS: u32 = 4;
+
+/// The WGSL of the `gemv_dot` entry point, appended to `quant.wgsl`: `y = x ·
+/// Wᵀ` for one row of `x` and `q4_K` weights, `nr` weight rows per workgroup
+/// (a multiple of 4, at most 64).
+///
+/// `x` is rounded to 8-bit integers, 16 values to a scale (`amax / 127`),
+/// and each 16-value half of a chunk's quants meets them in four packed dot
+/// products (`dot4I8Packed`: one instruction where the device has integer
+/// dot products, e.g. NVIDIA's `dp4a`); the minimum terms take the exact
+/// `f32` sum of the 16 values. So a chunk of one row costs eight dot
+/// products and its block header's decoding, where the `gemv` entry point
+/// spends three to four operations a value. The rounding of `x` stays
+/// within the product's tolerance (`(max |x| / 254)·Σ|W|`, the bound of
+/// ggml's own 8-bit activations).
+///
+/// The workgroup is four teams of 32 invocations, each team `nr / 4`
+/// consecutive weight rows. The row is taken in phases of 2048 values: the
+/// workgroup's 128 invocations round one 16-value group of `x` each into
+/// workgroup memory, then each invocation of a team takes two chunks of the
+/// phase (team-strided, so that eight neighbours read one block's 128 bytes
+/// of quants) and adds both to each of its team's rows. The 32 sums of each
+/// row meet in workgroup memory at the end.
+pub(crate) fn source_dot(nr: u32) -> String {
+    let rows = dot_rows(nr);
+    let mut s = String::new();
+    let mut w = |line: &str| {
+        s.push_str(line);
+        s.push('\n');
+    };
+    w(&format!("const NR: u32 = {nr}u;\nconst DOT_R: u32 = {rows}u;\nconst DOT_TEAM: u32 = 32u;"));
+    w(DOT_HELPERS);
+    w("@compute @workgroup_size(WG)");
+    w("fn gemv_dot(");
+    w("    @builtin(local_invocation_index) lid: u32,");
+    w("    @builtin(workgroup_id) wid: vec3<u32>,");
+    w("    @builtin(num_workgroups) nwg: vec3<u32>,");
+    w(") {");
+    w("    let group = wid.x + wid.y * nwg.x;\n    if (group >= p.groups) {\n        return;\n    }");
+    w("    let lane = lid % DOT_TEAM;\n    let team = lid / DOT_TEAM;");
+    w("    let first = group * NR + team * DOT_R;");
+    w("    let xb = (p.m0 * p.k) >> 2u;");
+    for r in 0..rows {
+        // Rows past the piece read its last row again; their sums are not written.
+        w(&format!("    let row{r} = min(first + {r}u, p.n - 1u);\n    var s{r} = 0.0;"));
+    }
+    w("    let pairs = p.k / 64u;");
+    w("    for (var phase = 0u; phase < p.k; phase += 2048u) {");
+    w("        // This invocation's pair of chunks (one 32-byte run of quants, 64 values):");
+    w("        // its rows' words first, whose loads do not wait for x.");
+    w("        let pu = (phase >> 6u) + lane;\n        let ok = pu < pairs;\n        let pc = min(pu, pairs - 1u);");
+    w("        let jp = pc & 3u;");
+    for r in 0..rows {
+        w(&format!("        let b{r} = (row{r} * (p.k / 256u) + (pc >> 2u)) * 9u;"));
+        w(&format!(
+            "        let h{r} = wv[b{r}];\n        let qa{r} = wv[b{r} + 1u + 2u * jp];\n        let qb{r} = wv[b{r} + 2u + 2u * jp];"
+        ));
+    }
+    w("        // This invocation's 16 values of the phase's x, rounded (zeros past the row).");
+    w("        let at = phase + 16u * lid;");
+    w("        var mine = Xq(vec4<u32>(0u), 0.0, 0.0);");
+    w("        if (at < p.k) {\n            mine = quantize16(xb + (at >> 2u));\n        }");
+    w("        xs_q[lid] = mine.q;\n        xs_ds[lid] = vec2<f32>(mine.d, mine.s);");
+    w("        workgroupBarrier();");
+    w("        let g = min((pc * 64u - phase) >> 4u, 124u);");
+    w(
+        "        let x0 = shared_xq(g);\n        let x1 = shared_xq(g + 1u);\n        let x2 = shared_xq(g + 2u);\n        let x3 = shared_xq(g + 3u);",
+    );
+    for r in 0..rows {
+        w(&format!("        s{r} += select(0.0, dot_pair(h{r}, qa{r}, qb{r}, jp, x0, x1, x2, x3), ok);"));
+    }
+    w("        workgroupBarrier();");
+    w("    }");
+    for r in 0..rows {
+        w(&format!("    red[lid * DOT_R + {r}u] = s{r};"));
+    }
+    w("    workgroupBarrier();");
+    w("    if (lid < NR) {");
+    w("        let t = lid / DOT_R;\n        let r = lid % DOT_R;\n        var total = 0.0;");
+    w(
+        "        for (var l = 0u; l < DOT_TEAM; l++) {\n            total += red[(t * DOT_TEAM + l) * DOT_R + r];\n        }",
+    );
+    w("        let row = group * NR + lid;");
+    w("        if (row < p.n) {\n            out[p.m0 * p.ldy + p.j0 + row] = total;\n        }\n    }");
+    w("}");
+    s
+}
+
+/// The helpers of [`source_dot`]'s entry point.
+const DOT_HELPERS: &str = "
+// 16 values of x as 8-bit integers (four words), their scale and their sum.
+struct Xq {
+    q: vec4<u32>,
+    d: f32,
+    s: f32,
+}
+
+// One phase's x (2048 values), 16 values a group, as quantize16 rounds them.
+var<workgroup> xs_q: array<vec4<u32>, 128>;
+var<workgroup> xs_ds: array<vec2<f32>, 128>;
+
+fn shared_xq(g: u32) -> Xq {
+    let ds = xs_ds[g];
+    return Xq(xs_q[g], ds.x, ds.y);
+}
+
+// The 16 values of x from the vec4 at index j, rounded to integers of at most
+// 127 in magnitude (to nearest, ties to even) on the scale amax / 127.
+fn quantize16(j: u32) -> Xq {
+    let a = load_x(j);
+    let b = load_x(j + 1u);
+    let c = load_x(j + 2u);
+    let e = load_x(j + 3u);
+    let m4 = max(max(abs(a), abs(b)), max(abs(c), abs(e)));
+    let amax = max(max(m4.x, m4.y), max(m4.z, m4.w));
+    let inv = select(0.0, 127.0 / amax, amax > 0.0);
+    let q = vec4<u32>(
+        pack4xI8(vec4<i32>(round(a * inv))),
+        pack4xI8(vec4<i32>(round(b * inv))),
+        pack4xI8(vec4<i32>(round(c * inv))),
+        pack4xI8(vec4<i32>(round(e * inv))),
+    );
+    return Xq(q, amax / 127.0, dot((a + b) + (c + e), vec4<f32>(1.0)));
+}
+
+// The block's f16 d and dmin (low and high half of h) as f32: both normal,
+// the exponent rebiased in a few integer operations; else f16_to_f32.
+fn d_dmin(h: u32) -> vec2<f32> {
+    let v = vec2<u32>(h & 0xffffu, h >> 16u);
+    let e = (v >> vec2<u32>(10u)) & vec2<u32>(0x1fu);
+    if (any(e == vec2<u32>(0u)) || any(e == vec2<u32>(0x1fu))) {
+        return vec2<f32>(f16_to_f32(v.x), f16_to_f32(v.y));
+    }
+    let sign = (v & vec2<u32>(0x8000u)) << vec2<u32>(16u);
+    return bitcast<vec2<f32>>(sign | (((v & vec2<u32>(0x7fffu)) << vec2<u32>(13u)) + vec2<u32>(0x38000000u)));
+}
+
+// Pair jp of a q4_K block (its two 16-byte runs of quants qa, qb; the
+// block's header hdr) times x: the low nibbles of qa and qb against the
+// groups x0 and x1 (the 32 values of sub-block 2jp), the high nibbles against
+// x2 and x3 (sub-block 2jp + 1).
+fn dot_pair(hdr: vec4<u32>, qa: vec4<u32>, qb: vec4<u32>, jp: u32, x0: Xq, x1: Xq, x2: Xq, x3: Xq) -> f32 {
+    let m = vec4<u32>(0x0f0f0f0fu);
+    let la = qa & m;
+    let lb = qb & m;
+    let ha = (qa >> vec4<u32>(4u)) & m;
+    let hb = (qb >> vec4<u32>(4u)) & m;
+    let i0 = (dot4I8Packed(la.x, x0.q.x) + dot4I8Packed(la.y, x0.q.y)) + (dot4I8Packed(la.z, x0.q.z) + dot4I8Packed(la.w, x0.q.w));
+    let i1 = (dot4I8Packed(lb.x, x1.q.x) + dot4I8Packed(lb.y, x1.q.y)) + (dot4I8Packed(lb.z, x1.q.z) + dot4I8Packed(lb.w, x1.q.w));
+    let i2 = (dot4I8Packed(ha.x, x2.q.x) + dot4I8Packed(ha.y, x2.q.y)) + (dot4I8Packed(ha.z, x2.q.z) + dot4I8Packed(ha.w, x2.q.w));
+    let i3 = (dot4I8Packed(hb.x, x3.q.x) + dot4I8Packed(hb.y, x3.q.y)) + (dot4I8Packed(hb.z, x3.q.z) + dot4I8Packed(hb.w, x3.q.w));
+    // The two sub-blocks' six-bit scales and mins (as load_chunk).
+    let sc_lo = hdr.y & 0x3f3f3f3fu;
+    let mn_lo = hdr.z & 0x3f3f3f3fu;
+    let sc_hi = (hdr.w & 0x0f0f0f0fu) | ((hdr.y >> 2u) & 0x30303030u);
+    let mn_hi = ((hdr.w >> 4u) & 0x0f0f0f0fu) | ((hdr.z >> 2u) & 0x30303030u);
+    let sh = 16u * (jp & 1u);
+    let scw = select(sc_lo, sc_hi, jp >= 2u) >> sh;
+    let mnw = select(mn_lo, mn_hi, jp >= 2u) >> sh;
+    let sm = bytes_f32((scw & 0xffffu) | ((mnw & 0xffffu) << 16u));
+    let dm = d_dmin(hdr.x);
+    let lo = x0.d * f32(i0) + x1.d * f32(i1);
+    let hi = x2.d * f32(i2) + x3.d * f32(i3);
+    return dm.x * (sm.x * lo + sm.y * hi) - dm.y * (sm.z * (x0.s + x1.s) + sm.w * (x2.s + x3.s));
+}
+";

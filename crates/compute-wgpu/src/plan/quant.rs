@@ -23,6 +23,13 @@
 //! at most one storage binding (whole rows, offsets aligned); `x` and `y` are
 //! bound whole.
 //!
+//! **Product, one row of `x`, `q4_K`** (decoding): the `gemv_dot` kernel
+//! ([`DOT_ROWS`] weight rows per workgroup), which rounds `x` to 8-bit
+//! integers once per workgroup and multiplies with packed integer dot
+//! products, within the product's tolerance for rounded activations
+//! (`kernels/quant_gemv.rs`, `source_dot`); `COMPUTE_WGPU_QGEMV_DOT=0`
+//! keeps it on `gemv`. Its weight words are bound once, as `vec4<u32>`.
+//!
 //! **Product, `m > 16`** (prefill): `W` is dequantized once into an `f32`
 //! temporary (`n × k`) and the `f32` GEMM runs on it (`Bᵀ` layout), when that
 //! temporary fits one storage binding; otherwise the `gemv` passes.
@@ -46,6 +53,30 @@ use crate::kernels::{Kernel, quant_code};
 /// rows per workgroup (`mr · nr ≤ 64` sums per invocation). A pass of `m`
 /// rows takes the first pair with `mr ≥ m`; more than 16 rows go in passes of 16.
 pub(crate) const GEMV_SHAPES: [(u32, u32); 5] = [(1, 4), (2, 4), (4, 4), (8, 4), (16, 4)];
+
+/// Weight rows per workgroup of the `gemv_dot` kernel (`q4_K`, one row of
+/// `x`), by the weight's rows: [`dot_rows`] takes the most that still make
+/// [`DOT_MIN_GROUPS`] workgroups (4 when none does). More rows share each
+/// rounding of `x` but leave fewer workgroups: on the H200 (Vulkan,
+/// 2026-11-28) 14336 rows ran fastest with 32 (448 workgroups), 4096 rows
+/// with 8 (512; 16 rows took 1.17× as long from device memory).
+pub(crate) const DOT_ROWS: [u32; 4] = [32, 16, 8, 4];
+
+/// Workgroups [`dot_rows`] aims for at least.
+const DOT_MIN_GROUPS: u64 = 448;
+
+/// [`DOT_ROWS`]' choice for `n` weight rows.
+fn dot_rows(n: u64) -> u32 {
+    DOT_ROWS.into_iter().find(|&nr| n.div_ceil(u64::from(nr)) >= DOT_MIN_GROUPS).unwrap_or(4)
+}
+
+/// Whether one-row `q4_K` products take the `gemv_dot` kernel: yes unless
+/// `COMPUTE_WGPU_QGEMV_DOT=0` (read once), which keeps them on `gemv`, for
+/// comparing the two.
+fn dot_allowed() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("COMPUTE_WGPU_QGEMV_DOT").map_or(true, |v| v.trim() != "0"))
+}
 
 /// Most rows of `x` one `gemv` pass takes.
 const GEMV_PASS_ROWS: u64 = GEMV_SHAPES[GEMV_SHAPES.len() - 1].0 as u64;
@@ -184,7 +215,9 @@ pub(crate) fn gemv(
             .into_iter()
             .find(|&(mr, _)| u64::from(mr) >= rows)
             .unwrap_or(GEMV_SHAPES[GEMV_SHAPES.len() - 1]);
-        let kernel = Kernel::QuantGemv { format, mr, nr, x: x.dtype, subgroup };
+        let dot = format == BlockFormat::Q4K && rows == 1 && dot_allowed();
+        let (nr, subgroup) = if dot { (dot_rows(n), false) } else { (nr, subgroup) };
+        let kernel = Kernel::QuantGemv { format, mr, nr, x: x.dtype, subgroup, dot };
         let mut j0 = 0;
         while j0 < n {
             let cnt = per.min(n - j0);
@@ -200,12 +233,16 @@ pub(crate) fn gemv(
                     to_u32(name, "columns", j0)?,
                     to_u32(name, "workgroups", groups)?,
                 ]),
-                bindings: vec![
-                    bind(1, &x.buffer, 0, x_bytes),
-                    bind(3, &y.buffer, 0, y_bytes),
-                    bind(4, w, j0 * row_bytes, whole_words(cnt * row_bytes)),
-                    bind(5, w, j0 * row_bytes, whole_words(cnt * row_bytes)),
-                ],
+                // `gemv_dot` reads the blocks as `vec4<u32>` only.
+                bindings: [
+                    Some(bind(1, &x.buffer, 0, x_bytes)),
+                    Some(bind(3, &y.buffer, 0, y_bytes)),
+                    (!dot).then(|| bind(4, w, j0 * row_bytes, whole_words(cnt * row_bytes))),
+                    Some(bind(5, w, j0 * row_bytes, whole_words(cnt * row_bytes))),
+                ]
+                .into_iter()
+                .flatten()
+                .collect(),
                 groups: grid(ctx, name, groups)?,
             }));
             j0 += cnt;

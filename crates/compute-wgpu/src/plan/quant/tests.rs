@@ -96,7 +96,9 @@ enum Path {
 
 /// Runs one product on the device and checks every output against the `f64`
 /// product of the dequantized weights: `|y − ref| ≤ 2⁻¹⁸·Σ|x·w|`, plus half
-/// an ulp of a half output.
+/// an ulp of a half output, plus `(max |x| / 254)·Σ|w|` for a row that
+/// `gemv_dot` computes (a `q4_K` pass of one row: its `x` is rounded to 8-bit
+/// integers, as the conformance tolerance allows).
 #[allow(clippy::too_many_arguments)]
 fn check_product(
     ctx: &Arc<Context>,
@@ -124,14 +126,17 @@ fn check_product(
     .unwrap_or_else(|e| panic!("{what}: {e}"));
     let got = decode(&run(ctx, steps, &y_buf, m * n * y_dtype.size_in_bytes()), y_dtype);
     for i in 0..m {
+        let rounded = format == BlockFormat::Q4K && m % 16 == 1 && i == m - 1;
+        let x_max = xv[i * k..(i + 1) * k].iter().fold(0f64, |a, v| a.max(v.abs()));
         for j in 0..n {
-            let (mut want, mut size) = (0f64, 0f64);
+            let (mut want, mut size, mut w_sum) = (0f64, 0f64, 0f64);
             for l in 0..k {
                 let t = xv[i * k + l] * f64::from(deq[j * k + l]);
                 want += t;
                 size += t.abs();
+                w_sum += f64::from(deq[j * k + l]).abs();
             }
-            let e = size * 2f64.powi(-18);
+            let e = size * 2f64.powi(-18) + if rounded { x_max / 254.0 * w_sum } else { 0.0 };
             let bound = e + if y_dtype == DType::F32 { 0.0 } else { y_dtype.unit_roundoff() * (want.abs() + e) };
             let g = f64::from(got[i * n + j]);
             assert!((g - want).abs() <= bound, "{what}: y[{i}, {j}] = {g}, want {want} ± {bound}");
@@ -152,6 +157,29 @@ fn products_match_the_dequantized_f64_product() {
                     }
                 }
             }
+        }
+    }
+}
+
+#[test]
+fn dot_kernels_take_the_most_rows_that_still_fill_the_device() {
+    assert_eq!(super::dot_rows(65536), 32);
+    assert_eq!(super::dot_rows(14336), 32);
+    assert_eq!(super::dot_rows(4096), 8);
+    assert_eq!(super::dot_rows(2048), 4);
+    assert_eq!(super::dot_rows(1), 4);
+}
+
+/// One-row `q4_K` products on `gemv_dot`: rows of several phases (2048
+/// values each) and a partial last one, and weights of 4, 8 and 32 rows per
+/// workgroup with a partial last workgroup.
+#[test]
+fn one_row_q4k_products_on_integer_dot_products() {
+    let Some(ctx) = device() else { return };
+    let mut rng = Rng::new(13);
+    for (k, n) in [(8448, 37), (2048, 5), (512, 4100), (256, 14339)] {
+        for x_dtype in DType::ALL {
+            check_product(&ctx, BlockFormat::Q4K, (1, k, n), x_dtype, DType::F32, Path::Planned, &mut rng);
         }
     }
 }
