@@ -816,9 +816,9 @@ impl Kernels {
             // each piece's weight rows whole (`plan/quant.rs`, `gemv`), with k a multiple of
             // 256, m0 < m, j0 + n ≤ the row of y; the kernel clamps weight rows to n − 1 and
             // pairs to k/64 − 1, reads x only at 16-value groups that start below k, writes y
-            // only for rows below n, indexes its workgroup arrays with the invocation index
-            // (below 128) and groups clamped to 124..127, and `red` at most at 128 · NR / 4 ≤
-            // its 2048 entries (NR ≤ 64); its loops run k / 2048 and 32 steps.
+            // only for rows below n, indexes its 128-entry workgroup arrays with the
+            // invocation index and with groups g..g + 3, g clamped to 124, and `red` below
+            // 128 · NR / 4 ≤ its 2048 entries (NR ≤ 64); its loops run k / 2048 and 32 steps.
             // `attention.wgsl`: see its header ("Bounds"); the host binds each piece's q,
             // k, v and output whole for the heads it dispatches (`plan.rs`, `attention`),
             // tells the kernel that many workgroups, and picks only the constants that
