@@ -23,7 +23,8 @@
 //! With GPU timestamps (`WgpuBackend::gpu_timing`) each run is timed on the
 //! GPU alone; otherwise on the host, from submission to a `synchronize`.
 //!
-//! Usage: `cargo run -p compute-wgpu --release --example quant_bench [RUNS [scaling]]`
+//! Usage: `cargo run -p compute-wgpu --release --example quant_bench [RUNS [scaling|decoder]]`
+//! (`decoder`: only the one-row `q4_K` products of the 1.1 B decoder's shapes)
 //! (on a machine with a GPU; adapter selection goes through
 //! `DeviceOptions::from_env`).
 
@@ -158,12 +159,24 @@ fn main() -> Result<(), ComputeError> {
         "pass GB/s"
     );
     let mut rng = Rng::new(1);
-    if std::env::args().nth(2).as_deref() == Some("scaling") {
+    let mode = std::env::args().nth(2);
+    if mode.as_deref() == Some("scaling") {
         return scaling(&gpu, runs, timestamps, &mut rng);
     }
+    // `decoder`: the one-row q4_K products of the 1.1 B decoder (`dispatch::llama`, config `1b`).
+    let decoder = mode.as_deref() == Some("decoder");
+    let shapes: &[(usize, usize)] = if decoder {
+        &[(3072, 2048), (2048, 2048), (16384, 2048), (2048, 8192)]
+    } else {
+        &[(14336, 4096), (4096, 14336)]
+    };
+    let rows: &[usize] = if decoder { &[1] } else { &[1, 16] };
     for weight in DType::QUANTIZED {
         let Some(format) = weight.block_format() else { continue };
-        for (n, k) in [(14336, 4096), (4096, 14336)] {
+        if decoder && weight != DType::Q4K {
+            continue;
+        }
+        for &(n, k) in shapes {
             let blocks = weight_bytes(format, n, k, &mut rng)?;
             let bytes = blocks.len();
             let copies = ROTATION_BYTES.div_ceil(bytes).max(2);
@@ -171,7 +184,7 @@ fn main() -> Result<(), ComputeError> {
                 .map(|_| gpu.upload_typed(HostSlice::Blocks(compute_core::Blocks::new(weight, &blocks)?)))
                 .collect::<Result<Vec<_>, _>>()?;
             let pass = pass_gbs(&gpu, bytes.div_ceil(4), runs, timestamps)?;
-            for m in [1, 16] {
+            for &m in rows {
                 let x = gpu.upload(&rng.vec(m * k, -1.0, 1.0))?;
                 let y = gpu.alloc(m * n)?;
                 let op = Op::QuantMatmul(QuantMatmulSpec::new(m, k, n, weight));
