@@ -300,6 +300,21 @@ fn words2(o: u32) -> vec2<u32> {
     return vec2<u32>((a >> 16u) | (b << 16u), (b >> 16u) | (c << 16u));
 }
 
+// The six-bit scales and mins of sub-blocks 2jp and 2jp + 1 of a q4_K/q5_K
+// block whose first 16 bytes are hdr (ggml's get_scale_min_k4; the 8 scales
+// and 8 mins four to a word), as f32: (scale 2jp, scale 2jp + 1, min 2jp,
+// min 2jp + 1).
+fn scales_mins_k4(hdr: vec4<u32>, jp: u32) -> vec4<f32> {
+    let sc_lo = hdr.y & 0x3f3f3f3fu;
+    let mn_lo = hdr.z & 0x3f3f3f3fu;
+    let sc_hi = (hdr.w & 0x0f0f0f0fu) | ((hdr.y >> 2u) & 0x30303030u);
+    let mn_hi = ((hdr.w >> 4u) & 0x0f0f0f0fu) | ((hdr.z >> 2u) & 0x30303030u);
+    let sh = 16u * (jp & 1u);
+    let scw = select(sc_lo, sc_hi, jp >= 2u) >> sh;
+    let mnw = select(mn_lo, mn_hi, jp >= 2u) >> sh;
+    return bytes_f32((scw & 0xffffu) | ((mnw & 0xffffu) << 16u));
+}
+
 // Chunk c of block blk of weight row `row` (of p.k values).
 fn load_chunk(row: u32, blk: u32, c: u32) -> Chunk {
     let nb = p.k / block_values();
@@ -318,17 +333,9 @@ fn load_chunk(row: u32, blk: u32, c: u32) -> Chunk {
                 lo |= ((qh >> vec4<u32>(2u * jp)) & vec4<u32>(0x01010101u)) << vec4<u32>(4u);
                 hi |= ((qh >> vec4<u32>(2u * jp + 1u)) & vec4<u32>(0x01010101u)) << vec4<u32>(4u);
             }
-            // The 8 six-bit scales and mins (ggml's get_scale_min_k4), four to a word.
-            let sc_lo = hdr.y & 0x3f3f3f3fu;
-            let mn_lo = hdr.z & 0x3f3f3f3fu;
-            let sc_hi = (hdr.w & 0x0f0f0f0fu) | ((hdr.y >> 2u) & 0x30303030u);
-            let mn_hi = ((hdr.w >> 4u) & 0x0f0f0f0fu) | ((hdr.z >> 2u) & 0x30303030u);
-            let sh = 16u * (jp & 1u);
-            let scw = select(sc_lo, sc_hi, jp >= 2u) >> sh;
-            let mnw = select(mn_lo, mn_hi, jp >= 2u) >> sh;
             let d = f16_to_f32(hdr.x & 0xffffu);
             let dmin = f16_to_f32(hdr.x >> 16u);
-            let s = bytes_f32((scw & 0xffffu) | ((mnw & 0xffffu) << 16u));
+            let s = scales_mins_k4(hdr, jp);
             let sc = vec4<f32>(d * s.x, d * s.y, 0.0, 0.0);
             let mn = vec4<f32>(dmin * s.z, dmin * s.w, 0.0, 0.0);
             return Chunk(lo, hi, sc, mn, blk * 256u + 64u * jp + 16u * (c & 1u));

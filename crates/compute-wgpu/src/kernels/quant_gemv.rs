@@ -275,15 +275,7 @@ fn dot_pair(hdr: vec4<u32>, qa: vec4<u32>, qb: vec4<u32>, jp: u32, x0: Xq, x1: X
     let i1 = (dot4I8Packed(lb.x, x1.q.x) + dot4I8Packed(lb.y, x1.q.y)) + (dot4I8Packed(lb.z, x1.q.z) + dot4I8Packed(lb.w, x1.q.w));
     let i2 = (dot4I8Packed(ha.x, x2.q.x) + dot4I8Packed(ha.y, x2.q.y)) + (dot4I8Packed(ha.z, x2.q.z) + dot4I8Packed(ha.w, x2.q.w));
     let i3 = (dot4I8Packed(hb.x, x3.q.x) + dot4I8Packed(hb.y, x3.q.y)) + (dot4I8Packed(hb.z, x3.q.z) + dot4I8Packed(hb.w, x3.q.w));
-    // The two sub-blocks' six-bit scales and mins (as load_chunk).
-    let sc_lo = hdr.y & 0x3f3f3f3fu;
-    let mn_lo = hdr.z & 0x3f3f3f3fu;
-    let sc_hi = (hdr.w & 0x0f0f0f0fu) | ((hdr.y >> 2u) & 0x30303030u);
-    let mn_hi = ((hdr.w >> 4u) & 0x0f0f0f0fu) | ((hdr.z >> 2u) & 0x30303030u);
-    let sh = 16u * (jp & 1u);
-    let scw = select(sc_lo, sc_hi, jp >= 2u) >> sh;
-    let mnw = select(mn_lo, mn_hi, jp >= 2u) >> sh;
-    let sm = bytes_f32((scw & 0xffffu) | ((mnw & 0xffffu) << 16u));
+    let sm = scales_mins_k4(hdr, jp);
     let dm = d_dmin(hdr.x);
     let lo = x0.d * f32(i0) + x1.d * f32(i1);
     let hi = x2.d * f32(i2) + x3.d * f32(i3);
