@@ -131,22 +131,23 @@ const DOT_TEAMS: u32 = 4;
 /// (a multiple of 4, at most 64).
 ///
 /// `x` is rounded to 8-bit integers, 16 values to a scale (`amax / 127`),
-/// and each 16-value half of a chunk's quants meets them in four packed dot
-/// products (`dot4I8Packed`: one instruction where the device has integer
-/// dot products, e.g. NVIDIA's `dp4a`); the minimum terms take the exact
-/// `f32` sum of the 16 values. So a chunk of one row costs eight dot
-/// products and its block header's decoding, where the `gemv` entry point
-/// spends three to four operations a value. The rounding of `x` stays
-/// within the product's tolerance (`(max |x| / 254)·Σ|W|`, the bound of
-/// ggml's own 8-bit activations).
+/// and each 16 quants meet them in four packed dot products
+/// (`dot4I8Packed`: one instruction where the device has integer dot
+/// products, e.g. NVIDIA's `dp4a`); the minimum terms take the exact `f32`
+/// sum of the 16 values. So 64 values of one row (a *pair* of chunks: one
+/// 32-byte run of quants, two sub-blocks) cost sixteen dot products and one
+/// decoding of the block header, where the `gemv` entry point spends three
+/// to four operations a value. The rounding of `x` stays within the
+/// product's tolerance (`(max |x| / 254)·Σ|W|`, the bound of ggml's own
+/// 8-bit activations).
 ///
 /// The workgroup is four teams of 32 invocations, each team `nr / 4`
-/// consecutive weight rows. The row is taken in phases of 2048 values: the
+/// consecutive weight rows. The row is taken in phases of 2048 values (32
+/// pairs): each invocation first loads its pair of each of its team's rows
+/// (four neighbours read one block's 128 bytes of quants), then the
 /// workgroup's 128 invocations round one 16-value group of `x` each into
-/// workgroup memory, then each invocation of a team takes two chunks of the
-/// phase (team-strided, so that eight neighbours read one block's 128 bytes
-/// of quants) and adds both to each of its team's rows. The 32 sums of each
-/// row meet in workgroup memory at the end.
+/// workgroup memory, and after a barrier each invocation adds its pair of
+/// each row. The 32 sums of each row meet in workgroup memory at the end.
 pub(crate) fn source_dot(nr: u32) -> String {
     let rows = dot_rows(nr);
     let mut s = String::new();
