@@ -119,7 +119,7 @@ pub(crate) fn source(mr: u32, nr: u32, subgroup: bool) -> String {
 
 /// Weight rows per team of [`source_dot`]'s workgroup, for `nr` rows per
 /// workgroup (a multiple of the four teams).
-fn dot_rows(nr: u32) -> u32 {
+fn team_rows(nr: u32) -> u32 {
     (nr / DOT_TEAMS).max(1)
 }
 
@@ -149,7 +149,7 @@ const DOT_TEAMS: u32 = 4;
 /// workgroup memory, and after a barrier each invocation adds its pair of
 /// each row. The 32 sums of each row meet in workgroup memory at the end.
 pub(crate) fn source_dot(nr: u32) -> String {
-    let rows = dot_rows(nr);
+    let rows = team_rows(nr);
     let mut s = String::new();
     let mut w = |line: &str| {
         s.push_str(line);

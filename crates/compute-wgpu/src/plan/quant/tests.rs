@@ -9,7 +9,7 @@ use compute_core::quant::BlockFormat;
 use compute_core::rng::Rng;
 use compute_core::{DType, bf16, f16};
 
-use super::{GEMV_MAX_ROWS, dequantize, gemv, quant_matmul};
+use super::{GEMV_MAX_ROWS, GEMV_PASS_ROWS, dequantize, gemv, quant_matmul};
 use crate::buffers::{Use, padded_bytes_of};
 use crate::context::{Context, block_on};
 use crate::encode::submit_and_read;
@@ -126,7 +126,8 @@ fn check_product(
     .unwrap_or_else(|e| panic!("{what}: {e}"));
     let got = decode(&run(ctx, steps, &y_buf, m * n * y_dtype.size_in_bytes()), y_dtype);
     for i in 0..m {
-        let rounded = format == BlockFormat::Q4K && m % 16 == 1 && i == m - 1;
+        // The last pass holds only this row (`gemv_dot`).
+        let rounded = format == BlockFormat::Q4K && m as u64 % GEMV_PASS_ROWS == 1 && i == m - 1;
         let x_max = xv[i * k..(i + 1) * k].iter().fold(0f64, |a, v| a.max(v.abs()));
         for j in 0..n {
             let (mut want, mut size, mut w_sum) = (0f64, 0f64, 0f64);
