@@ -7,9 +7,12 @@
 //! around the mean for a row whose mean lies more than two standard
 //! deviations from `p`, where the one-pass variance would cancel; softmax
 //! three (max; `e^(x − max)` summed and staged in an `f32` row scratch; scale)
-//! and log_softmax three (max, sum, subtract). The passes after the first
-//! read the row from cache. Sums use four vector accumulators, added in `f64`
-//! at the end of the row.
+//! and log_softmax three (max, sum, subtract). The passes over consecutive
+//! rows overlap: one loop writes a row while it takes the next row's first
+//! pass (and, for softmax and log_softmax, the maximum of the row after), so
+//! memory is read and written at once, as in a copy, and the passes after
+//! the first read their row from cache. Sums use four vector accumulators,
+//! added in `f64` at the end of the row.
 //!
 //! **Accuracy.** As the `f32` kernels' except the exponential of softmax and
 //! log_softmax, which is the transcendentals' `2ᵗ` (relative error 2.9e-6,
@@ -23,10 +26,13 @@
 //!
 //! **Cost.** One pass over the half row from memory, the others from L1 (a
 //! row of 4096 halves is 8 KiB), plus the output; about 1 (rms_norm) to 10
-//! (softmax) vector instructions per 16 values and pass. The last pass asks
-//! the next row's lines into L1 as it writes, so the next row's first pass
-//! reads from cache (layer_norm 13–19 % faster on a Zen 4 VM; see the
-//! benchmarks page).
+//! (softmax) vector instructions per 16 values and pass. Each loop that
+//! writes a row asks the lines of the next row it will read from memory
+//! into L1 as it goes. With non-temporal stores, each row's stores start at
+//! the output's first 32-byte boundary in that row (a masked head before
+//! it). On a Zen 4 core, rms_norm and layer_norm are then bound by memory,
+//! softmax and log_softmax by their exponentials (about 6.5 cycles per 16
+//! values); see the benchmarks page.
 
 use compute_core::{Element, HostSlice, RowOp};
 
@@ -35,7 +41,7 @@ use crate::isa::Isa;
 /// `op` over the whole rows of `x` (`cols` each) into `out`, with the
 /// parameter vectors already widened (`params[0]` = γ, `params[1]` = β),
 /// when this CPU has AVX-512F, BW, VL and DQ and `x` and `out` are both `f16` or
-/// both `bf16`; `scratch` is softmax's row buffer (grown to `cols`). With
+/// both `bf16`; `scratch` is softmax's buffer of two rows (grown to `2·cols`). With
 /// `stream`, outputs are written with non-temporal stores where 32-byte
 /// aligned (ending with `sfence`). Returns false, having written nothing,
 /// otherwise.
@@ -66,8 +72,8 @@ pub fn fused<T: Element>(
         if params.len() < needed || params.iter().take(needed).any(|p| p.len() < cols) {
             return false;
         }
-        if op == RowOp::Softmax && scratch.len() < cols {
-            scratch.resize(cols, 0.0);
+        if op == RowOp::Softmax && scratch.len() < 2 * cols {
+            scratch.resize(2 * cols, 0.0);
         }
         let narrow = super::avx512::Narrow::new(tok, f16);
         let rows = x.len().min(out.len()) / cols;
@@ -229,15 +235,21 @@ mod x86 {
     /// empty.
     #[inline(always)]
     fn exp_sum(z: Zmm, x: &[u16], f16: bool, m: f32, keep: &mut [f32]) -> (f64, f64) {
+        match folded(m) {
+            Some((c, delta)) => (exp_sum_with::<true>(z, x, f16, m, c, keep), delta),
+            None => (exp_sum_with::<false>(z, x, f16, m, 0.5, keep), 0.0),
+        }
+    }
+
+    /// [`exp_minus`]'s folded constant `c = ½ − m·log₂ e` rounded to `f32`
+    /// and its rounding error `δ`, or `None` where `m` lies beyond
+    /// `f32::MAX / log₂ e` (`c` would overflow).
+    #[inline(always)]
+    fn folded(m: f32) -> Option<(f32, f64)> {
         let exact = 0.5 - f64::from(m) * f64::from(LOG2E);
         let c = exact as f32;
-        if c.is_finite() {
-            // `m·log₂ e` is exact in `f64`: `δ` is `c`'s rounding error.
-            (exp_sum_with::<true>(z, x, f16, m, c, keep), f64::from(c) - exact)
-        } else {
-            // `m` beyond `f32::MAX / log₂ e`: `c` would overflow.
-            (exp_sum_with::<false>(z, x, f16, m, 0.5, keep), 0.0)
-        }
+        // `m·log₂ e` is exact in `f64`: `δ` is `c`'s rounding error.
+        c.is_finite().then(|| (c, f64::from(c) - exact))
     }
 
     /// [`exp_sum`]'s loop, each term from [`exp_minus`].
@@ -297,6 +309,13 @@ mod x86 {
     /// `p[i..i + 16]` (lanes past `p`'s end and outside `k` are 0).
     #[inline(always)]
     fn param(z: Zmm, p: &[f32], i: usize, k: __mmask16) -> __m512 {
+        // Whole blocks (`k` a constant in their loops) load without a mask.
+        if k == 0xffff
+            && let Some(b) = p.get(i..i + 16)
+        {
+            // SAFETY: 16 readable floats; the load takes any alignment.
+            return unsafe { _mm512_loadu_ps(b.as_ptr()) };
+        }
         match p.get(i..) {
             // SAFETY: the mask covers the values that exist from `i` on;
             // masked-off lanes are not read.
@@ -331,8 +350,44 @@ mod x86 {
         }
     }
 
+    /// The values before `out`'s first 32-byte boundary when `stream` (where
+    /// the non-temporal stores can start), else 0.
+    #[inline(always)]
+    fn head(out: &[u16], stream: bool) -> usize {
+        if stream { out.as_ptr().align_offset(32).min(out.len()) } else { 0 }
+    }
+
+    /// The last pass over fewer than 16 values: `out = last(x)` (or of
+    /// `wide[at..]` when `wide` is not empty), `at` their place in the row,
+    /// stored through a mask.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn finish_part(
+        z: Zmm,
+        x: &[u16],
+        (wide, at): (&[f32], usize),
+        f16: bool,
+        l: Last,
+        (gamma, beta): (&[f32], &[f32]),
+        out: &mut [u16],
+        narrow: Narrow,
+    ) {
+        if out.is_empty() {
+            return;
+        }
+        let k = lanes(out.len());
+        let v = match wide.get(at..) {
+            // SAFETY: the mask covers the floats that exist from `at`;
+            // masked-off lanes are not read.
+            Some(w) if !w.is_empty() => unsafe { _mm512_maskz_loadu_ps(k & lanes(w.len()), w.as_ptr()) },
+            _ => load_part(z, x, f16),
+        };
+        store_part(z, out, last(z, l, v, gamma, beta, at, k), narrow);
+    }
+
     /// The last pass: `out = last(x)` rounded and stored, `x` the half row
-    /// or (softmax) `wide`, the row's `f32` scratch, when it is not empty.
+    /// or (softmax) `wide`, the row's `f32` scratch, when it is not empty;
+    /// with `stream`, non-temporal from `out`'s first 32-byte boundary on.
     /// Meanwhile the lines of `next` (the next row, or empty) are asked into
     /// L1, one per 32 values stored, so that its first pass reads from cache
     /// while this row is written, as a copy reads and writes at once.
@@ -344,15 +399,19 @@ mod x86 {
         wide: &[f32],
         f16: bool,
         l: Last,
-        (gamma, beta): (&[f32], &[f32]),
+        gb: (&[f32], &[f32]),
         out: &mut [u16],
         narrow: Narrow,
         stream: bool,
     ) {
+        let h = head(out, stream);
+        let (oh, out) = out.split_at_mut(h);
+        let (xh, x) = x.split_at(h.min(x.len()));
+        finish_part(z, xh, (wide, 0), f16, l, gb, oh, narrow);
         let (xb, xt) = x.as_chunks::<16>();
         let (ob, ot) = out.as_chunks_mut::<16>();
         for (j, (o, b)) in ob.iter_mut().zip(xb).enumerate() {
-            let i = 16 * j;
+            let i = h + 16 * j;
             if j % 2 == 0
                 && let Some(p) = next.get(i..)
                 && !p.is_empty()
@@ -360,18 +419,355 @@ mod x86 {
                 // SAFETY: a prefetch reads nothing and cannot fault; `p` points into `next`.
                 unsafe { _mm_prefetch::<_MM_HINT_T0>(p.as_ptr().cast()) }
             }
-            store(z, o, last(z, l, source(z, b, wide, i, f16), gamma, beta, i, 0xffff), narrow, stream);
+            store(z, o, last(z, l, source(z, b, wide, i, f16), gb.0, gb.1, i, 0xffff), narrow, stream);
         }
-        if !ot.is_empty() {
-            let at = 16 * ob.len();
-            let k = lanes(ot.len());
-            let v = match wide.get(at..) {
-                // SAFETY: the mask covers the floats that exist from `at`;
-                // masked-off lanes are not read.
-                Some(w) if !w.is_empty() => unsafe { _mm512_maskz_loadu_ps(k & lanes(w.len()), w.as_ptr()) },
-                _ => load_part(z, xt, f16),
+        finish_part(z, xt, (wide, h + 16 * ob.len()), f16, l, gb, ot, narrow);
+    }
+
+    /// What the first pass over the next row gathers while [`finish_gathering`]
+    /// writes this one: [`Shifted`], [`SumSq`] or [`Max`], one type each so
+    /// that the loop is compiled for each without a branch per step.
+    trait Gather: Copy {
+        /// The accumulators' starting lanes.
+        fn start(z: Zmm) -> (__m512, __m512);
+        /// `acc` with the 16 values `v` (`k`: the valid lanes; the others hold 0) added.
+        fn step(self, z: Zmm, acc: (__m512, __m512), v: __m512, k: __mmask16) -> (__m512, __m512);
+        /// The row's totals from the four pairs of accumulators.
+        fn totals(z: Zmm, acc: [(__m512, __m512); 4]) -> (f64, f64);
+    }
+
+    /// `Σ (x − p)` and `Σ (x − p)²` around the pivot `p` (layer_norm).
+    #[derive(Clone, Copy)]
+    struct Shifted(__m512);
+
+    /// `Σ x²` (rms_norm), and 0.
+    #[derive(Clone, Copy)]
+    struct SumSq;
+
+    /// The largest value that is not NaN (softmax, log_softmax), and 0.
+    #[derive(Clone, Copy)]
+    struct Max;
+
+    impl Gather for Shifted {
+        #[inline(always)]
+        fn start(z: Zmm) -> (__m512, __m512) {
+            (splat(z, 0.0), splat(z, 0.0))
+        }
+        #[inline(always)]
+        fn step(self, z: Zmm, acc: (__m512, __m512), v: __m512, k: __mmask16) -> (__m512, __m512) {
+            let _ = z;
+            zmm!({
+                let d = _mm512_maskz_sub_ps(k, v, self.0);
+                (_mm512_add_ps(acc.0, d), _mm512_fmadd_ps(d, d, acc.1))
+            })
+        }
+        #[inline(always)]
+        fn totals(z: Zmm, acc: [(__m512, __m512); 4]) -> (f64, f64) {
+            (total(z, acc.map(|a| a.0)), total(z, acc.map(|a| a.1)))
+        }
+    }
+
+    impl Gather for SumSq {
+        #[inline(always)]
+        fn start(z: Zmm) -> (__m512, __m512) {
+            (splat(z, 0.0), splat(z, 0.0))
+        }
+        #[inline(always)]
+        fn step(self, z: Zmm, acc: (__m512, __m512), v: __m512, _k: __mmask16) -> (__m512, __m512) {
+            let _ = z;
+            (zmm!(_mm512_fmadd_ps(v, v, acc.0)), acc.1)
+        }
+        #[inline(always)]
+        fn totals(z: Zmm, acc: [(__m512, __m512); 4]) -> (f64, f64) {
+            (total(z, acc.map(|a| a.0)), 0.0)
+        }
+    }
+
+    impl Gather for Max {
+        #[inline(always)]
+        fn start(z: Zmm) -> (__m512, __m512) {
+            (splat(z, f32::NEG_INFINITY), splat(z, 0.0))
+        }
+        #[inline(always)]
+        fn step(self, z: Zmm, acc: (__m512, __m512), v: __m512, k: __mmask16) -> (__m512, __m512) {
+            let _ = z;
+            (zmm!(_mm512_mask_max_ps(acc.0, k, v, acc.0)), acc.1)
+        }
+        #[inline(always)]
+        fn totals(z: Zmm, acc: [(__m512, __m512); 4]) -> (f64, f64) {
+            let _ = z;
+            let m = zmm!(_mm512_max_ps(_mm512_max_ps(acc[0].0, acc[1].0), _mm512_max_ps(acc[2].0, acc[3].0)));
+            (f64::from(zmm!(_mm512_reduce_max_ps(m))), 0.0)
+        }
+    }
+
+    /// [`finish`] of this row (`x`, `wide`, `out`) in one loop with the first
+    /// pass over the next row (`next`, as long as `x`): each step gathers 16
+    /// values of `next` and writes 16 results of this row, and every other
+    /// step asks a line of the row after (`after`, or empty) into L1, so
+    /// memory is read and written at once, as in a copy, and the gathering
+    /// reads from cache. Returns what `g` gathered over `next`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn finish_gathering<G: Gather>(
+        z: Zmm,
+        (x, next, after): (&[u16], &[u16], &[u16]),
+        wide: &[f32],
+        f16: bool,
+        l: Last,
+        gb: (&[f32], &[f32]),
+        out: &mut [u16],
+        narrow: Narrow,
+        stream: bool,
+        g: G,
+    ) -> (f64, f64) {
+        let (mut a0, mut a1, mut a2, mut a3) = (G::start(z), G::start(z), G::start(z), G::start(z));
+        let h = head(out, stream).min(x.len()).min(next.len());
+        let (oh, out) = out.split_at_mut(h);
+        let (xh, x) = x.split_at(h);
+        let (nh, next) = next.split_at(h);
+        if h > 0 {
+            a1 = g.step(z, a1, load_part(z, nh, f16), lanes(h));
+        }
+        finish_part(z, xh, (wide, 0), f16, l, gb, oh, narrow);
+        let (xb, xt) = x.as_chunks::<16>();
+        let (nb, nt) = next.as_chunks::<16>();
+        let (ob, ot) = out.as_chunks_mut::<16>();
+        let (xq, xr) = xb.as_chunks::<4>();
+        let (nq, nr) = nb.as_chunks::<4>();
+        let (oq, or) = ob.as_chunks_mut::<4>();
+        for (q, ((xs, ns), os)) in xq.iter().zip(nq).zip(oq.iter_mut()).enumerate() {
+            let i = h + 64 * q;
+            for ahead in [i, i + 32] {
+                if let Some(p) = after.get(ahead..)
+                    && !p.is_empty()
+                {
+                    // SAFETY: a prefetch reads nothing and cannot fault; `p` points into `after`.
+                    unsafe { _mm_prefetch::<_MM_HINT_T0>(p.as_ptr().cast()) }
+                }
+            }
+            a0 = g.step(z, a0, load(z, &ns[0], f16), 0xffff);
+            a1 = g.step(z, a1, load(z, &ns[1], f16), 0xffff);
+            a2 = g.step(z, a2, load(z, &ns[2], f16), 0xffff);
+            a3 = g.step(z, a3, load(z, &ns[3], f16), 0xffff);
+            for (k, (xv, o)) in xs.iter().zip(os.iter_mut()).enumerate() {
+                let i = i + 16 * k;
+                store(z, o, last(z, l, source(z, xv, wide, i, f16), gb.0, gb.1, i, 0xffff), narrow, stream);
+            }
+        }
+        for (k, ((xv, nv), o)) in xr.iter().zip(nr).zip(or.iter_mut()).enumerate() {
+            let i = h + 64 * xq.len() + 16 * k;
+            a0 = g.step(z, a0, load(z, nv, f16), 0xffff);
+            store(z, o, last(z, l, source(z, xv, wide, i, f16), gb.0, gb.1, i, 0xffff), narrow, stream);
+        }
+        if !nt.is_empty() {
+            a2 = g.step(z, a2, load_part(z, nt, f16), lanes(nt.len()));
+        }
+        finish_part(z, xt, (wide, h + 16 * ob.len()), f16, l, gb, ot, narrow);
+        G::totals(z, [a0, a1, a2, a3])
+    }
+
+    /// What every step of [`three_rows`] shares.
+    #[derive(Clone, Copy)]
+    struct Soft<'a> {
+        /// The row whose lines are asked into L1.
+        after: &'a [u16],
+        /// The values before the first whole block.
+        h: usize,
+        f16: bool,
+        /// `mid`'s maximum and folded constant, in every lane.
+        mc: (__m512, __m512),
+        /// The written row's exponentials, or empty.
+        wide: &'a [f32],
+        l: Last,
+        narrow: Narrow,
+        stream: bool,
+    }
+
+    /// One step of [`three_rows`]: block `j` of each row (`x`, `mid`,
+    /// `next`), `mid`'s exponentials into `keep` (if any), `s` and `a` the
+    /// step's sum and maximum. A function, not a closure: a closure would be
+    /// compiled without AVX-512.
+    #[inline(always)]
+    fn soft_step<const FOLD: bool>(
+        z: Zmm,
+        c: Soft<'_>,
+        j: usize,
+        (xv, mv, nv): (&[u16; 16], &[u16; 16], &[u16; 16]),
+        o: &mut [u16; 16],
+        keep: Option<&mut [f32; 16]>,
+        (s, a): (&mut __m512, &mut (__m512, __m512)),
+    ) {
+        let i = c.h + 16 * j;
+        if j.is_multiple_of(2)
+            && let Some(p) = c.after.get(i..)
+            && !p.is_empty()
+        {
+            // SAFETY: a prefetch reads nothing and cannot fault; `p` points into `after`.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.as_ptr().cast()) }
+        }
+        *a = Max.step(z, *a, load(z, nv, c.f16), 0xffff);
+        let e = exp_minus::<FOLD>(z, load(z, mv, c.f16), c.mc.0, c.mc.1);
+        *s = zmm!(_mm512_add_ps(*s, e));
+        if let Some(k) = keep {
+            // SAFETY: `k` is 16 writable floats; the store takes any alignment.
+            unsafe { _mm512_storeu_ps(k.as_mut_ptr(), e) }
+        }
+        let v = source(z, xv, c.wide, i, c.f16);
+        store(z, o, last(z, c.l, v, &[], &[], i, 0xffff), c.narrow, c.stream);
+    }
+
+    /// The exponentials of fewer than 16 values `v` (0 in the other lanes),
+    /// also stored to `k` through a mask when it is as long as `v`.
+    #[inline(always)]
+    fn exp_part<const FOLD: bool>(z: Zmm, v: &[u16], k: &mut [f32], f16: bool, (m, c): (__m512, __m512)) -> __m512 {
+        let mask = lanes(v.len());
+        let e = zmm!(_mm512_maskz_mov_ps(mask, exp_minus::<FOLD>(z, load_part(z, v, f16), m, c)));
+        if k.len() == v.len() && !k.is_empty() {
+            // SAFETY: the mask covers `k.len()` floats, all writable;
+            // masked-off lanes are not accessed.
+            unsafe { _mm512_mask_storeu_ps(k.as_mut_ptr(), mask, e) }
+        }
+        e
+    }
+
+    /// softmax's and log_softmax's three passes over three rows in one loop:
+    /// each step writes 16 results of `x` (from `wide`, its exponentials,
+    /// when not empty), adds 16 exponentials `e^(v − m)` of `mid` (kept in
+    /// `keep` when it is not empty) and takes the maximum over 16 values of
+    /// `next`, and every other step asks a line of `after` (or empty) into
+    /// L1. The exponentials bind the loop; memory is read and written
+    /// meanwhile. `c` is `m`'s [`folded`] constant with `FOLD`. Returns
+    /// `mid`'s `Σ e^(v − m)·2^δ` and `next`'s maximum ignoring NaN.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn three_rows<const FOLD: bool>(
+        z: Zmm,
+        (x, mid, next, after): (&[u16], &[u16], &[u16], &[u16]),
+        (wide, keep): (&[f32], &mut [f32]),
+        (m, c): (f32, f32),
+        f16: bool,
+        l: Last,
+        out: &mut [u16],
+        narrow: Narrow,
+        stream: bool,
+    ) -> (f64, f64) {
+        let gb: (&[f32], &[f32]) = (&[], &[]);
+        let (mv, cv) = (splat(z, m), splat(z, c));
+        let zero = splat(z, 0.0);
+        let (mut s0, mut s1, mut s2, mut s3) = (zero, zero, zero, zero);
+        let (mut a0, mut a1, mut a2, mut a3) = (Max::start(z), Max::start(z), Max::start(z), Max::start(z));
+        let len = x.len().min(mid.len()).min(next.len()).min(out.len());
+        let keep = if keep.len() >= len { &mut keep[..len] } else { &mut [][..] };
+        let h = head(out, stream).min(len);
+        let (xh, x) = x[..len].split_at(h);
+        let (mh, mid) = mid[..len].split_at(h);
+        let (nh, next) = next[..len].split_at(h);
+        let (oh, out) = out[..len].split_at_mut(h);
+        let (kh, keep) = keep.split_at_mut(h.min(keep.len()));
+        if h > 0 {
+            a1 = Max.step(z, a1, load_part(z, nh, f16), lanes(h));
+            s1 = zmm!(_mm512_add_ps(s1, exp_part::<FOLD>(z, mh, kh, f16, (mv, cv))));
+        }
+        finish_part(z, xh, (wide, 0), f16, l, gb, oh, narrow);
+        let (xb, xt) = x.as_chunks::<16>();
+        let (mb, mt) = mid.as_chunks::<16>();
+        let (nb, nt) = next.as_chunks::<16>();
+        let (ob, ot) = out.as_chunks_mut::<16>();
+        let (kb, kt) = keep.as_chunks_mut::<16>();
+        let mut kb = kb.iter_mut();
+        let c = Soft { after, h, f16, mc: (mv, cv), wide, l, narrow, stream };
+        let blocks = xb.len().min(mb.len()).min(nb.len()).min(ob.len());
+        let (ob, _) = ob.split_at_mut(blocks);
+        let (oq, or) = ob.as_chunks_mut::<4>();
+        for (q, os) in oq.iter_mut().enumerate() {
+            let [o0, o1, o2, o3] = os;
+            let j = 4 * q;
+            soft_step::<FOLD>(z, c, j, (&xb[j], &mb[j], &nb[j]), o0, kb.next(), (&mut s0, &mut a0));
+            soft_step::<FOLD>(z, c, j + 1, (&xb[j + 1], &mb[j + 1], &nb[j + 1]), o1, kb.next(), (&mut s1, &mut a1));
+            soft_step::<FOLD>(z, c, j + 2, (&xb[j + 2], &mb[j + 2], &nb[j + 2]), o2, kb.next(), (&mut s2, &mut a2));
+            soft_step::<FOLD>(z, c, j + 3, (&xb[j + 3], &mb[j + 3], &nb[j + 3]), o3, kb.next(), (&mut s3, &mut a3));
+        }
+        for (r, o) in or.iter_mut().enumerate() {
+            let j = 4 * oq.len() + r;
+            soft_step::<FOLD>(z, c, j, (&xb[j], &mb[j], &nb[j]), o, kb.next(), (&mut s0, &mut a0));
+        }
+        if !nt.is_empty() {
+            a2 = Max.step(z, a2, load_part(z, nt, f16), lanes(nt.len()));
+        }
+        if !mt.is_empty() {
+            s2 = zmm!(_mm512_add_ps(s2, exp_part::<FOLD>(z, mt, kt, f16, (mv, cv))));
+        }
+        finish_part(z, xt, (wide, h + 16 * blocks), f16, l, gb, ot, narrow);
+        let sum = total(z, [s0, s1, s2, s3]);
+        (sum, Max::totals(z, [a0, a1, a2, a3]).0)
+    }
+
+    /// Row `r` of `x` (rows of `cols`), or empty past the last.
+    #[inline(always)]
+    fn nth_row(x: &[u16], cols: usize, r: usize) -> &[u16] {
+        x.get(r * cols..(r + 1) * cols).unwrap_or(&[])
+    }
+
+    /// softmax (`soft`) or log_softmax over the whole rows of `x` into
+    /// `out`: the first row's maximum and exponentials and the second row's
+    /// maximum in passes of their own, then each row written by
+    /// [`three_rows`] while the next row's exponentials are summed and the
+    /// maximum of the row after is taken (the last two rows in passes of
+    /// their own). softmax keeps each row's exponentials in one half of
+    /// `scratch` (`2·cols` values) until the row is written.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn exp_rows(
+        z: Zmm,
+        soft: bool,
+        cols: usize,
+        x: &[u16],
+        out: &mut [u16],
+        scratch: &mut [f32],
+        narrow: Narrow,
+        stream: bool,
+    ) {
+        let f16 = narrow.f16();
+        let rows = (x.len() / cols).min(out.len() / cols);
+        let no_params: (&[f32], &[f32]) = (&[], &[]);
+        let (mut ka, mut kb): (&mut [f32], &mut [f32]) = match scratch.get_mut(..2 * cols) {
+            Some(s) if soft => s.split_at_mut(cols),
+            _ => (&mut [], &mut []),
+        };
+        let first = nth_row(x, cols, 0);
+        // This row's maximum and (Σ e^(x − m)·2^δ, δ); the next row's maximum.
+        let mut m = max_ignoring_nan(z, first, f16);
+        let mut sum = exp_sum(z, first, f16, m, ka);
+        let mut m_next = if rows > 1 { max_ignoring_nan(z, nth_row(x, cols, 1), f16) } else { 0.0 };
+        for (r, o) in out.chunks_exact_mut(cols).take(rows).enumerate() {
+            let row = nth_row(x, cols, r);
+            let l = if soft {
+                Last::Times((1.0 / sum.0) as f32)
+            } else {
+                Last::MinusMinus(m, (sum.0.ln() - sum.1 * std::f64::consts::LN_2) as f32)
             };
-            store_part(z, ot, last(z, l, v, gamma, beta, at, k), narrow);
+            if r + 2 < rows {
+                let rows4 = (row, nth_row(x, cols, r + 1), nth_row(x, cols, r + 2), nth_row(x, cols, r + 3));
+                let ((s, m2), delta) = match folded(m_next) {
+                    Some((c, delta)) => {
+                        let mc = (m_next, c);
+                        (three_rows::<true>(z, rows4, (ka, kb), mc, f16, l, o, narrow, stream), delta)
+                    }
+                    None => {
+                        let mc = (m_next, 0.5);
+                        (three_rows::<false>(z, rows4, (ka, kb), mc, f16, l, o, narrow, stream), 0.0)
+                    }
+                };
+                (m, sum, m_next) = (m_next, (s, delta), m2 as f32);
+            } else if r + 1 < rows {
+                let next_sum = exp_sum(z, nth_row(x, cols, r + 1), f16, m_next, kb);
+                finish(z, (row, &[]), ka, f16, l, no_params, o, narrow, stream);
+                (m, sum) = (m_next, next_sum);
+            } else {
+                finish(z, (row, &[]), ka, f16, l, no_params, o, narrow, stream);
+            }
+            std::mem::swap(&mut ka, &mut kb);
         }
     }
 
@@ -390,31 +786,58 @@ mod x86 {
     #[inline(always)]
     fn rows(z: Zmm, job: Job<'_>) {
         let Job { op, cols, x, params, out, scratch, narrow, stream } = job;
+        if matches!(op, RowOp::Softmax | RowOp::LogSoftmax) {
+            exp_rows(z, op == RowOp::Softmax, cols, x, out, scratch, narrow, stream);
+        } else {
+            norm_rows(z, op, cols, x, params, out, narrow, stream);
+        }
+        if stream {
+            // SAFETY: sfence is part of SSE, which every x86-64 CPU has.
+            unsafe { _mm_sfence() }
+        }
+    }
+
+    /// layer_norm or rms_norm over the whole rows of `x` into `out`: the
+    /// first row's sums in a pass of their own, then each row written by
+    /// [`finish_gathering`] while the next row's sums are taken (the last row
+    /// by [`finish`]).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn norm_rows(
+        z: Zmm,
+        op: RowOp,
+        cols: usize,
+        x: &[u16],
+        params: &[&[f32]],
+        out: &mut [u16],
+        narrow: Narrow,
+        stream: bool,
+    ) {
         let f16 = narrow.f16();
         let n = cols as f64;
         let gamma = params.first().copied().unwrap_or(&[]);
         let beta = params.get(1).copied().unwrap_or(&[]);
         let gb = (gamma, beta);
         let mut rows = x.chunks_exact(cols).peekable();
+        // What the last row's final pass gathered over this one, and the pivot it used.
+        let mut gathered: Option<(f64, f64)> = None;
+        let mut pivot_next: Option<f32> = None;
         for out in out.chunks_exact_mut(cols) {
             let Some(x) = rows.next() else { break };
             let next = rows.peek().copied().unwrap_or(&[]);
+            let after = rows.clone().nth(1).unwrap_or(&[]);
             match op {
-                RowOp::Softmax => {
-                    let m = max_ignoring_nan(z, x, f16);
-                    let (sum, _) = exp_sum(z, x, f16, m, scratch);
-                    let wide = scratch.get(..cols).unwrap_or(&[]);
-                    finish(z, (x, next), wide, f16, Last::Times((1.0 / sum) as f32), gb, out, narrow, stream);
-                }
-                RowOp::LogSoftmax => {
-                    let m = max_ignoring_nan(z, x, f16);
-                    let (sum, delta) = exp_sum(z, x, f16, m, &mut []);
-                    let log_sum = sum.ln() - delta * std::f64::consts::LN_2;
-                    finish(z, (x, next), &[], f16, Last::MinusMinus(m, log_sum as f32), gb, out, narrow, stream);
-                }
+                // Not here: see `exp_rows`.
+                RowOp::Softmax | RowOp::LogSoftmax => {}
                 RowOp::LayerNorm { eps } => {
-                    let p = pivot(z, x, f16);
-                    let (s1, s2) = shifted_sums(z, x, f16, p);
+                    // (No closures here: they would be compiled without AVX-512.)
+                    let (p, (s1, s2)) = match (pivot_next, gathered.take()) {
+                        (Some(p), Some(sums)) => (p, sums),
+                        _ => {
+                            let p = pivot(z, x, f16);
+                            (p, shifted_sums(z, x, f16, p))
+                        }
+                    };
                     let d = s1 / n;
                     let var = s2 / n - d * d;
                     let mean = (f64::from(p) + d) as f32;
@@ -423,24 +846,42 @@ mod x86 {
                     let var =
                         if d * d <= WELL_CENTRED * var { var } else { moment(z, x, f16, Moment::Squares(mean)) / n };
                     let inv = (1.0 / (var + f64::from(eps)).sqrt()) as f32;
-                    finish(z, (x, next), &[], f16, Last::Normalize(mean, inv), gb, out, narrow, stream);
+                    let l = Last::Normalize(mean, inv);
+                    if next.is_empty() {
+                        finish(z, (x, next), &[], f16, l, gb, out, narrow, stream);
+                    } else {
+                        let pn = pivot(z, next, f16);
+                        pivot_next = Some(pn);
+                        let g = Shifted(splat(z, pn));
+                        gathered = Some(finish_gathering(z, (x, next, after), &[], f16, l, gb, out, narrow, stream, g));
+                    }
                 }
                 RowOp::RmsNorm { eps } => {
-                    let ms = moment(z, x, f16, Moment::SumSq) / n;
+                    let ms = match gathered.take() {
+                        Some((sum_sq, _)) => sum_sq,
+                        None => moment(z, x, f16, Moment::SumSq),
+                    } / n;
                     let inv = (1.0 / (ms + f64::from(eps)).sqrt()) as f32;
-                    finish(z, (x, next), &[], f16, Last::ScaleBy(inv), gb, out, narrow, stream);
+                    let l = Last::ScaleBy(inv);
+                    if next.is_empty() {
+                        finish(z, (x, next), &[], f16, l, gb, out, narrow, stream);
+                    } else {
+                        let g = SumSq;
+                        gathered = Some(finish_gathering(z, (x, next, after), &[], f16, l, gb, out, narrow, stream, g));
+                    }
                 }
             }
-        }
-        if stream {
-            // SAFETY: sfence is part of SSE, which every x86-64 CPU has.
-            unsafe { _mm_sfence() }
         }
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq")]
     fn entry(z: Zmm, job: Job<'_>) {
-        rows(z, job)
+        // One copy of the loops per rounding, each without the other's
+        // branches and constants.
+        match job.narrow {
+            Narrow::F16 => rows(z, Job { narrow: Narrow::F16, ..job }),
+            _ => rows(z, Job { narrow: Narrow::Bf16, ..job }),
+        }
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")]
@@ -470,7 +911,10 @@ mod tests {
 
     /// Every row op on both half dtypes, at lengths around the 16- and
     /// 64-value steps, with infinities and NaNs in some rows, within the
-    /// conformance tolerance.
+    /// conformance tolerance; with plain and with non-temporal stores, into
+    /// outputs that start on and off a 32-byte boundary (the loops that write
+    /// one row while they read the next start their aligned stores after a
+    /// masked head).
     #[test]
     fn fused_rows_match_the_reference() {
         if !(Isa::Avx512.is_supported()
@@ -484,8 +928,11 @@ mod tests {
         let mut rng = Rng::new(0x5eed_0021);
         let ops = [RowOp::Softmax, RowOp::LogSoftmax, RowOp::LayerNorm { eps: 1e-5 }, RowOp::RmsNorm { eps: 1e-6 }];
         for dtype in [DType::F16, DType::BF16] {
-            for cols in [1usize, 5, 16, 17, 63, 64, 65, 100, 1000, 4096] {
-                let rows = 3;
+            for (cols, stream, off) in [1usize, 5, 16, 17, 63, 64, 65, 100, 1000, 4096]
+                .into_iter()
+                .flat_map(|c| [(c, false, 0), (c, true, 0), (c, true, 5)])
+            {
+                let rows = 5;
                 let mut xv = rng.vec(rows * cols, -8.0, 8.0);
                 if cols > 20 {
                     xv[cols + 3] = f32::INFINITY;
@@ -509,22 +956,29 @@ mod tests {
                         continue;
                     }
                     let spec = Op::rows(op, rows, cols).with_dtype(dtype);
-                    let mut out = HostVec::zeros(dtype, rows * cols);
+                    let mut out = HostVec::zeros(dtype, rows * cols + off);
                     let params: Vec<&[f32]> = vec![&g32, &b32];
                     let mut scratch = Vec::new();
-                    let done = match &mut out {
-                        HostVec::F16(o) => fused(Isa::Avx512, op, cols, x.as_slice(), &params, o, &mut scratch, false),
-                        HostVec::BF16(o) => fused(Isa::Avx512, op, cols, x.as_slice(), &params, o, &mut scratch, false),
-                        _ => false,
+                    let x = x.as_slice();
+                    let (done, out) = match &mut out {
+                        HostVec::F16(o) => (
+                            fused(Isa::Avx512, op, cols, x, &params, &mut o[off..], &mut scratch, stream),
+                            HostVec::F16(o[off..].to_vec()),
+                        ),
+                        HostVec::BF16(o) => (
+                            fused(Isa::Avx512, op, cols, x, &params, &mut o[off..], &mut scratch, stream),
+                            HostVec::BF16(o[off..].to_vec()),
+                        ),
+                        _ => (false, HostVec::zeros(dtype, 0)),
                     };
                     assert!(done, "{op:?} {dtype}: no fused loop");
                     let inputs = match op {
-                        RowOp::LayerNorm { .. } => vec![x.as_slice(), gamma.as_slice(), beta.as_slice()],
-                        RowOp::RmsNorm { .. } => vec![x.as_slice(), gamma.as_slice()],
-                        _ => vec![x.as_slice()],
+                        RowOp::LayerNorm { .. } => vec![x, gamma.as_slice(), beta.as_slice()],
+                        RowOp::RmsNorm { .. } => vec![x, gamma.as_slice()],
+                        _ => vec![x],
                     };
                     if let Some(msg) = compare_typed(&spec, &inputs, out.as_slice(), 1.0) {
-                        panic!("{op:?} {dtype} cols {cols}: {msg}");
+                        panic!("{op:?} {dtype} cols {cols} stream {stream} offset {off}: {msg}");
                     }
                 }
             }
