@@ -31,8 +31,8 @@
 //! into L1 as it goes. With non-temporal stores, each row's stores start at
 //! the output's first 32-byte boundary in that row (a masked head before
 //! it). softmax and log_softmax stay bound by their exponentials, not by
-//! memory: on a 2-core Zen 4 VM they take about 1.4 times layer_norm's time
-//! for the same bytes (see the benchmarks page).
+//! memory: on a 2-core Zen 4 VM softmax takes 1.2–1.45 times layer_norm's
+//! time for the same bytes (see the benchmarks page).
 
 use compute_core::{Element, HostSlice, RowOp};
 
