@@ -2,9 +2,10 @@
 //! (`x[m, k]·W[k, n]`, what a batch of stacked requests runs), per GEMM
 //! kernel: the tier the plans pick, the GEMV kernels over chunks of at most
 //! 8 rows, and every buildable register-blocked (SIMT) tile shape of up to
-//! 64×128 with 2 to 4 stages. For choosing the kernel of such products.
+//! 64×128 with 2 to 4 stages, each also with `k` split into each count of
+//! `--splits` (1: not split). For choosing the kernel of such products.
 //!
-//! `cargo run --release -p compute-ptx --features cuda --example thin_gemm [-- --n 4096,14336 --m 8,16,32,64,128]`
+//! `cargo run --release -p compute-ptx --features cuda --example thin_gemm [-- --n 4096,14336 --m 8,16,32,64,128 --splits 1,2,4]`
 
 use compute_core::{Backend, MatmulSpec, Op, Tensor};
 use compute_ptx::CudaBackend;
@@ -55,12 +56,14 @@ fn simt_configs() -> Vec<SimtConfig> {
 fn main() -> compute_core::Result<()> {
     let mut ns = vec![4096usize, 14336];
     let mut ms = vec![8usize, 16, 32, 64, 128];
+    let mut splits = vec![1usize];
     let k = 4096usize;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
             "--n" => ns = it.next().map(|v| list(&v)).unwrap_or(ns),
             "--m" => ms = it.next().map(|v| list(&v)).unwrap_or(ms),
+            "--splits" => splits = it.next().map(|v| list(&v)).unwrap_or(splits),
             _ => {}
         }
     }
@@ -103,17 +106,23 @@ fn main() -> compute_core::Result<()> {
             if m < 16 {
                 continue;
             }
-            let mut best: Option<(f64, SimtConfig)> = None;
-            for c in &configs {
-                let Ok(t) = time(&be, 5, &mut || be.matmul_tier(GemmTier::Simt(*c), spec, &xt, &wt, &yt)) else {
+            let mut best: Option<(f64, GemmTier)> = None;
+            for (c, &sp) in configs.iter().flat_map(|c| splits.iter().map(move |s| (c, s))) {
+                let tier = if sp > 1 { GemmTier::SimtSplit(*c, sp as u32) } else { GemmTier::Simt(*c) };
+                let Ok(t) = time(&be, 5, &mut || be.matmul_tier(tier, spec, &xt, &wt, &yt)) else {
                     continue;
                 };
                 let mut got = vec![0.0f32; m * n];
                 be.download(&yt, &mut got)?;
                 let scale = want.iter().fold(0.0f32, |a, v| a.max(v.abs())).max(1e-6);
                 let diff = want.iter().zip(&got).fold(0.0f32, |a, (p, q)| a.max((p - q).abs())) / scale;
+                let name = match *c {
+                    c if c == SimtConfig::thin() => " [thin]",
+                    c if c == SimtConfig::thin_wide() => " [thin_wide]",
+                    _ => "",
+                };
                 println!(
-                    "  simt {}x{}x{} thr {}x{} stages {} ({} threads){}: {:.1} µs, diff {diff:.1e}",
+                    "  simt {}x{}x{} thr {}x{} stages {} ({} threads){name} k-split {sp}: {:.1} µs, diff {diff:.1e}",
                     c.bm,
                     c.bn,
                     c.bk,
@@ -121,15 +130,14 @@ fn main() -> compute_core::Result<()> {
                     c.tn,
                     c.stages,
                     c.threads(),
-                    if *c == SimtConfig::thin() { " [thin]" } else { "" },
                     t * 1e6
                 );
                 if diff < 1e-3 && best.is_none_or(|(b, _)| t < b) {
-                    best = Some((t, *c));
+                    best = Some((t, tier));
                 }
             }
-            if let Some((t, c)) = best {
-                println!("m {m:>4} n {n:>6}: best simt {c:?}: {:.1} µs", t * 1e6);
+            if let Some((t, tier)) = best {
+                println!("m {m:>4} n {n:>6}: best {tier:?}: {:.1} µs", t * 1e6);
             }
         }
     }

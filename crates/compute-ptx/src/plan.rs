@@ -95,7 +95,25 @@ pub enum GemmTier {
     /// [`gemv::MMA_TILES`]) and k-split (one of [`gemv::NT_SPLITS`]). For
     /// tuning and tests; anything else it does not take is a `Shape` error.
     GemvMma(u32, u32),
+    /// [`GemmTier::Simt`] with `k` split into this many slices, each
+    /// multiplied by its own blocks ([`SimtConfig::split_k`]) into an `f32`
+    /// partial that one more launch adds in slice order ([`gemv::combine`]):
+    /// for thin products whose column tiles alone leave most multiprocessors
+    /// idle. 0 splits: as many as give about three blocks per multiprocessor
+    /// (at most 8, each slice at least [`SimtConfig::SPLIT_MIN_K`] of `k`);
+    /// where that is one, the product runs as [`GemmTier::choose`] would
+    /// without splitting. Batches run one after another.
+    SimtSplit(SimtConfig, u32),
 }
+
+/// Blocks per multiprocessor that [`GemmTier::SimtSplit`]'s automatic split
+/// count aims for: on an H200 (132 multiprocessors) the fastest counts for
+/// 33 to 64 rows by 4096, 8192 and 14336 columns (`thin_gemm --splits`) gave
+/// 1.9–2.9 blocks of 128 threads per multiprocessor.
+const SPLIT_BLOCKS_PER_SM: usize = 3;
+
+/// Most k-slices [`GemmTier::SimtSplit`] picks by itself.
+const MAX_AUTO_SPLITS: usize = 8;
 
 /// A shape of the GEMV kernels forced through [`run_matmul`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,7 +132,9 @@ impl GemmTier {
     /// then pick its tile shape per output with `WgmmaConfig::for_shape`); for
     /// `f32`, register-blocked in the [`SimtConfig::thin`] shape for 9 to
     /// [`SimtConfig::THIN_MAX_ROWS`] rows (with `n ≥ 64`, `k ≥ 32`; 33 to 64
-    /// rows against [`SimtConfig::WIDE_COLUMNS`] columns or more in the
+    /// rows with `k` split over the grid in the [`SimtConfig::thin_split`]
+    /// shape when `k` is at least twice [`SimtConfig::SPLIT_MIN_K`], else
+    /// against [`SimtConfig::WIDE_COLUMNS`] columns or more in the
     /// [`SimtConfig::thin_wide`] shape), whose
     /// default 128×128 tiles would leave most multiprocessors idle, in the
     /// default shape when both `m` and `n` fill at least half a block tile,
@@ -134,7 +154,9 @@ impl GemmTier {
         let simt_rows_fit = spec.m.div_ceil(cfg.bm as usize) <= MAX_GRID_YZ;
         // Rows past the GEMV (9 with `B` stored `k × n`, 17 stored `n × k`).
         if (gemv::NN_MAX_ROWS + 1..=SimtConfig::THIN_MAX_ROWS).contains(&spec.m) && spec.n >= 64 && spec.k >= 32 {
-            if (33..=64).contains(&spec.m) && spec.n >= SimtConfig::WIDE_COLUMNS {
+            if (33..=64).contains(&spec.m) && spec.k >= 2 * SimtConfig::SPLIT_MIN_K {
+                GemmTier::SimtSplit(SimtConfig::thin_split(), 0)
+            } else if (33..=64).contains(&spec.m) && spec.n >= SimtConfig::WIDE_COLUMNS {
                 GemmTier::Simt(SimtConfig::thin_wide())
             } else {
                 GemmTier::Simt(SimtConfig::thin())
@@ -1413,6 +1435,8 @@ impl Exec<'_> {
             let strides = [Arg::U64(sa as u64), Arg::U64(sb as u64), Arg::U64(sc as u64)];
             match tier {
                 GemmTier::Simt(cfg) => {
+                    // (A split kernel takes one more parameter: `SimtSplit` launches it.)
+                    let cfg = SimtConfig { split_k: false, ..cfg };
                     let gy = s.m.div_ceil(cfg.bm as usize);
                     limit(op, "GEMM row tiles", gy, MAX_GRID_YZ)?;
                     let gx = s.n.div_ceil(cfg.bn as usize);
@@ -1436,6 +1460,13 @@ impl Exec<'_> {
                 GemmTier::GemvMma(tiles, split) => {
                     let force = Some(GemvForce::Mma(tiles, split));
                     return self.gemv(s, (a, b, c), batch_strides, force, EpilogueInputs::NONE, op);
+                }
+                GemmTier::SimtSplit(cfg, splits) => {
+                    for zi in 0..zc {
+                        let z = (z0 + zi) as u64;
+                        let abc = (a + 4 * z * sa as u64, b + 4 * z * sb as u64, c + 4 * z * sc as u64);
+                        self.matmul_split(cfg, splits, s, abc, op)?;
+                    }
                 }
                 GemmTier::Mma(_) | GemmTier::Wgmma(_) | GemmTier::Tma(_) => {
                     let why = "the tensor-core tiers take f16 or bf16 inputs";
@@ -1480,6 +1511,82 @@ impl Exec<'_> {
             z0 += zc;
         }
         Ok(())
+    }
+
+    /// One `f32` matrix `C = op(A)·op(B)` on the register-blocked kernel in
+    /// shape `cfg` with `k` split into `splits` slices (rounded to whole
+    /// k-tiles; one slice runs [`GemmTier::Simt`] on `C` directly): the
+    /// slices' partials into a temporary, then [`gemv::combine`] adds them in
+    /// slice order into `C`, the same sum on every run.
+    fn matmul_split(
+        &self,
+        cfg: SimtConfig,
+        splits: u32,
+        s: &MatmulSpec,
+        (a, b, c): (u64, u64, u64),
+        op: &'static str,
+    ) -> Result<()> {
+        let one = MatmulSpec { batch: 1, ..*s };
+        let splits = match splits {
+            0 => {
+                let tiles = s.m.div_ceil(cfg.bm as usize) * s.n.div_ceil(cfg.bn as usize);
+                let fill = (SPLIT_BLOCKS_PER_SM * self.l.sm_count() as usize) / tiles.max(1);
+                let auto = fill.min(MAX_AUTO_SPLITS).min(s.k / SimtConfig::SPLIT_MIN_K);
+                if auto <= 1 {
+                    let unsplit = if s.n >= SimtConfig::WIDE_COLUMNS && (33..=64).contains(&s.m) {
+                        SimtConfig::thin_wide()
+                    } else {
+                        SimtConfig::thin()
+                    };
+                    return self.matmul(GemmTier::Simt(unsplit), &one, a, b, c, None, op);
+                }
+                auto as u32
+            }
+            n => n,
+        };
+        let kc = s.k.div_ceil(splits.max(1) as usize).next_multiple_of(cfg.bk as usize).max(cfg.bk as usize);
+        let slices = s.k.div_ceil(kc);
+        let cfg = SimtConfig { split_k: slices > 1, ..cfg };
+        if slices <= 1 || s.m == 0 || s.n == 0 {
+            return self.matmul(GemmTier::Simt(cfg), &one, a, b, c, None, op);
+        }
+        let (m, n, k) = (u32_of(op, "m", s.m)?, u32_of(op, "n", s.n)?, u32_of(op, "k", s.k)?);
+        let mn = u32_of(op, "m * n", s.m * s.n)?;
+        let gy = s.m.div_ceil(cfg.bm as usize);
+        limit(op, "GEMM row tiles", gy, MAX_GRID_YZ)?;
+        let gx = s.n.div_ceil(cfg.bn as usize);
+        limit(op, "GEMM column tiles", gx, MAX_GRID_X)?;
+        limit(op, "GEMM k-slices", slices, MAX_GRID_YZ)?;
+        let (_partials, part) = self.temp(slices * s.m * s.n, op)?;
+        // Where slice z starts in each operand: along the stored rows when
+        // k runs along them, else k rows further.
+        let sa = if s.trans_a { kc * s.m } else { kc };
+        let sb = if s.trans_b { kc } else { kc * s.n };
+        let grid = Grid {
+            blocks: (gx as u32, gy as u32, slices as u32),
+            threads: (cfg.threads(), 1, 1),
+            dynamic_smem: cfg.dynamic_shared_bytes(),
+        };
+        let args = [
+            Arg::Ptr(a),
+            Arg::Ptr(b),
+            Arg::Ptr(part),
+            Arg::U32(m),
+            Arg::U32(n),
+            Arg::U32(k),
+            Arg::U64(sa as u64),
+            Arg::U64(sb as u64),
+            Arg::U64(u64::from(mn)),
+            Arg::U32(kc as u32),
+        ];
+        self.launch(KernelId::GemmSimt(cfg, s.trans_a, s.trans_b), grid, &args)?;
+        let grid = Grid {
+            blocks: ((mn as usize).div_ceil(gemv::COMBINE_BLOCK as usize) as u32, 1, 1),
+            threads: (gemv::COMBINE_BLOCK, 1, 1),
+            dynamic_smem: 0,
+        };
+        let args = [Arg::Ptr(part), Arg::Ptr(c), Arg::U32(mn), Arg::U32(slices as u32), Arg::U64(u64::from(mn))];
+        self.launch(KernelId::GemvCombine(DType::F32), grid, &args)
     }
 
     /// `C = A·op(B)` on the GEMV kernels (any of the three dtypes in and out;

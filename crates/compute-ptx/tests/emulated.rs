@@ -67,26 +67,46 @@ fn simt_tier_on_edges_and_multiples() {
     check_tier(GemmTier::Simt(SimtConfig::default()), &shapes);
 }
 
-/// The shapes the plans give products of 9 to 128 rows (`thin`, and
-/// `thin_wide` for 33 to 64 rows against a wide weight): on edges, on
-/// multiples of their tiles, and with `k` shorter and longer than their
-/// pipelines; and the plans pick each where it belongs.
+/// The shapes the plans give products of 9 to 128 rows (`thin`; for 33 to
+/// 64 rows `thin_split` with `k` split, or with less `k` `thin_wide` against
+/// a wide weight): on edges, on multiples of their tiles, and with `k`
+/// shorter and longer than their pipelines; and the plans pick each where it
+/// belongs.
 #[test]
 fn simt_thin_shape_agrees_and_is_picked_for_thin_products() {
     let thin = SimtConfig::thin();
     assert!(thin.check().is_ok(), "{:?}", thin.check());
     check_tier(GemmTier::Simt(thin), &[(1, 9, 33, 65), (1, 64, 96, 128), (2, 40, 20, 70), (1, 128, 130, 64)]);
-    for (m, want) in [(8, GemmTier::Gemv), (9, GemmTier::Simt(thin)), (64, GemmTier::Simt(thin))] {
+    // 33 to 64 rows with k of 512 or more split k over the grid.
+    let split = GemmTier::SimtSplit(SimtConfig::thin_split(), 0);
+    for (m, want) in
+        [(8, GemmTier::Gemv), (9, GemmTier::Simt(thin)), (33, split), (64, split), (65, GemmTier::Simt(thin))]
+    {
         assert_eq!(GemmTier::choose(&MatmulSpec::new(m, 4096, 4096), false), want, "m = {m}");
     }
-    // Against a wide weight, 33 to 64 rows take the wide shape.
+    // (1000 columns fill the emulator's two multiprocessors: not split.)
+    check_tier(split, &[(1, 33, 512, 129), (1, 64, 600, 256), (2, 40, 1000, 70), (1, 40, 512, 1000)]);
+    // With less k, against a wide weight, 33 to 64 rows take the wide shape.
     let wide = SimtConfig::thin_wide();
     assert!(wide.check().is_ok(), "{:?}", wide.check());
     check_tier(GemmTier::Simt(wide), &[(1, 33, 33, 129), (1, 64, 160, 256), (2, 40, 20, 70)]);
     for (m, want) in [(32, thin), (33, wide), (64, wide), (65, thin)] {
-        assert_eq!(GemmTier::choose(&MatmulSpec::new(m, 4096, 14336), false), GemmTier::Simt(want), "m = {m}");
+        assert_eq!(GemmTier::choose(&MatmulSpec::new(m, 511, 14336), false), GemmTier::Simt(want), "m = {m}");
     }
     assert_eq!(GemmTier::choose(&MatmulSpec::new(512, 4096, 4096), false), GemmTier::Simt(SimtConfig::default()));
+}
+
+/// `k` split over the grid (`GemmTier::SimtSplit`): slices that end inside
+/// a k-tile, a last slice shorter than the others, more slices asked for
+/// than `k` has k-tiles, one slice (no split), and batches (one after
+/// another), every transpose.
+#[test]
+fn simt_split_k_agrees_on_ragged_slices() {
+    let wide = SimtConfig::thin_wide();
+    let tile64 = SimtConfig { bm: 64, bn: 128, bk: 16, tm: 8, tn: 8, stages: 3, ..SimtConfig::thin() };
+    for (cfg, splits) in [(wide, 2), (wide, 3), (tile64, 4), (tile64, 1), (wide, 64)] {
+        check_tier(GemmTier::SimtSplit(cfg, splits), &[(1, 40, 100, 70), (1, 64, 257, 130), (2, 33, 96, 129)]);
+    }
 }
 
 #[test]

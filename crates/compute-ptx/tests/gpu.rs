@@ -60,6 +60,8 @@ fn every_gemm_tier_matches_the_reference() {
         GemmTier::Simt(SimtConfig::default()),
         GemmTier::Simt(SimtConfig::thin()),
         GemmTier::Simt(SimtConfig::thin_wide()),
+        GemmTier::SimtSplit(SimtConfig::thin_split(), 0),
+        GemmTier::SimtSplit(SimtConfig::thin_wide(), 3),
     ];
     tiers.extend(tuned.into_iter().filter(|c| *c != SimtConfig::default()).map(GemmTier::Simt));
     let shapes =
@@ -71,7 +73,8 @@ fn every_gemm_tier_matches_the_reference() {
             let picked = matches!(tier, GemmTier::Tiled)
                 || tier == GemmTier::Simt(SimtConfig::default())
                 || tier == GemmTier::Simt(SimtConfig::thin())
-                || tier == GemmTier::Simt(SimtConfig::thin_wide());
+                || tier == GemmTier::Simt(SimtConfig::thin_wide())
+                || tier == GemmTier::SimtSplit(SimtConfig::thin_split(), 0);
             if m * n * k > 1 << 24 && !picked {
                 continue;
             }

@@ -200,7 +200,7 @@ impl CudaBackend {
     pub fn matmul_tier(&self, tier: GemmTier, spec: MatmulSpec, a: &Tensor, b: &Tensor, c: &Tensor) -> Result<()> {
         let op = Op::Matmul(spec);
         check_tensor_call(&op, self.location(), &[a, b], c)?;
-        if let GemmTier::Simt(cfg) = tier {
+        if let GemmTier::Simt(cfg) | GemmTier::SimtSplit(cfg, _) = tier {
             cfg.check().map_err(|e| ComputeError::Compile {
                 backend: BackendKind::Cuda,
                 kernel: cfg.kernel_name(spec.trans_a, spec.trans_b),

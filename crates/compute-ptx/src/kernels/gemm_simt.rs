@@ -82,6 +82,12 @@ pub struct SimtConfig {
     /// k-step's fmas (CUTLASS's multistage order). With 2 stages the next tile
     /// then has `BK-1` k-steps to land instead of `BK`.
     pub early_barrier: bool,
+    /// Split `k` over the grid's `z` dimension (one matrix, no batch): block
+    /// `z` multiplies the `k`-slice `[z·kc, min(k, (z+1)·kc))` (`kc` an extra
+    /// parameter, a multiple of 4) and writes its partial product to matrix
+    /// `z` of `C` (`sc` apart), which a combine kernel then adds. For thin
+    /// products whose column tiles alone leave most multiprocessors idle.
+    pub split_k: bool,
 }
 
 impl Default for SimtConfig {
@@ -99,6 +105,7 @@ impl Default for SimtConfig {
             stages: 2,
             async_transpose: true,
             early_barrier: true,
+            split_k: false,
         }
     }
 }
@@ -121,6 +128,7 @@ impl SimtConfig {
             stages: 2,
             async_transpose: false,
             early_barrier: false,
+            split_k: false,
         }
     }
 
@@ -144,6 +152,7 @@ impl SimtConfig {
             stages: 3,
             async_transpose: true,
             early_barrier: true,
+            split_k: false,
         }
     }
 
@@ -161,6 +170,23 @@ impl SimtConfig {
     pub fn thin_wide() -> SimtConfig {
         SimtConfig { bn: 128, tn: 8, stages: 4, ..SimtConfig::thin() }
     }
+
+    /// The shape for 33 to 64 rows with `k` split over the grid
+    /// ([`SimtConfig::split_k`], the plans' `GemmTier::SimtSplit`): 64×128
+    /// block tiles of 128 threads (8×8 each), k-tiles of 16 in three stages.
+    /// A block computes every row once, and the splits fill the device where
+    /// the column tiles alone do not. On an H200 (2026-11-28, `thin_gemm
+    /// --splits`; `docs/ptx.md`) 64 rows by 4096 took 76 µs (8 splits)
+    /// against `thin`'s 131, by 8192 108 µs (6) against 297, by 14336 206 µs
+    /// (3) against `thin_wide`'s 270.
+    pub fn thin_split() -> SimtConfig {
+        SimtConfig { bm: 64, bn: 128, bk: 16, tm: 8, tn: 8, ..SimtConfig::thin() }
+    }
+
+    /// Fewest values of `k` a slice of a split product gets (16 k-tiles of
+    /// [`SimtConfig::thin_split`]): products with less than twice this `k`
+    /// are not split.
+    pub const SPLIT_MIN_K: usize = 256;
 
     /// Fewest columns for which products of 33 to 64 rows take
     /// [`SimtConfig::thin_wide`]: between the widths measured (8192, a tie;
@@ -277,8 +303,8 @@ impl SimtConfig {
                 if self.warp_tiled { "_wt" } else { "" },
                 if self.async_transpose { "_at" } else { "" },
                 if self.stages != 2 { format!("_s{}", self.stages) } else { String::new() },
-                if self.early_barrier { "_eb" } else { "" }
-            )
+                if self.early_barrier { "_eb" } else { "" },
+            ) + if self.split_k { "_sk" } else { "" }
         }
     }
 }
@@ -972,16 +998,35 @@ pub fn simt(cfg: &SimtConfig, trans_a: bool, trans_b: bool, target: Target) -> R
         cfg.stages,
         if cfg.all_async() { ", every operand copied by cp.async" } else { "" }
     ));
-    b.doc("params: a, b, c, m, n, k, sa, sb, sc (batch strides in elements)");
-    b.doc(&format!(
-        "launch: {threads} threads, grid (ceil(n/{bn}), ceil(m/{bm}), batch), {} bytes of dynamic shared memory",
-        cfg.dynamic_shared_bytes()
-    ));
+    if cfg.split_k {
+        b.doc("params: a, b, c, m, n, k, sa, sb, sc, kc: block z multiplies the k-slice [z*kc, min(k, (z+1)*kc))");
+        b.doc("of A + z*sa and B + z*sb (sa, sb: the slice's offsets in elements) into C + z*sc");
+        b.doc(&format!(
+            "launch: {threads} threads, grid (ceil(n/{bn}), ceil(m/{bm}), ceil(k/kc)), {} bytes of dynamic shared memory",
+            cfg.dynamic_shared_bytes()
+        ));
+    } else {
+        b.doc("params: a, b, c, m, n, k, sa, sb, sc (batch strides in elements)");
+        b.doc(&format!(
+            "launch: {threads} threads, grid (ceil(n/{bn}), ceil(m/{bm}), batch), {} bytes of dynamic shared memory",
+            cfg.dynamic_shared_bytes()
+        ));
+    }
     b.max_threads(threads);
     if min_blocks > 0 {
         b.min_blocks_per_sm(min_blocks);
     }
     let GemmParams { a: pa, b: pb, c: pc, m, n, k, sa, sb, sc } = gemm_params(&mut b);
+    // The k-slice this block multiplies: all of k, or (split) its share of it.
+    let k_len = if cfg.split_k {
+        let kc = b.param::<U32>("kc");
+        let zs = b.ctaid(Dim::Z);
+        let k0 = b.mul(zs, kc);
+        let left = b.sub(k, k0);
+        b.min(left, kc)
+    } else {
+        k
+    };
     let a_bytes = bk * (bm + 4) * 4;
     let b_bytes = bk * (bn + 4) * 4;
     let stage_bytes = a_bytes + b_bytes;
@@ -1035,9 +1080,9 @@ pub fn simt(cfg: &SimtConfig, trans_a: bool, trans_b: bool, target: Target) -> R
     let acc: Vec<Vec<Reg<F32>>> = (0..tm).map(|_| (0..tn).map(|_| b.mov(0.0f32)).collect()).collect();
 
     if cfg.all_async() {
-        pipelined(&mut b, cfg, &ops, (a_rd, b_rd), &acc, k);
+        pipelined(&mut b, cfg, &ops, (a_rd, b_rd), &acc, k_len);
     } else {
-        register_staged(&mut b, cfg, &ops, (a_rd, b_rd), &acc, k);
+        register_staged(&mut b, cfg, &ops, (a_rd, b_rd), &acc, k_len);
     }
 
     b.blank();
