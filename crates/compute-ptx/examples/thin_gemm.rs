@@ -2,15 +2,17 @@
 //! (`x[m, k]·W[k, n]`, what a batch of stacked requests runs), per GEMM
 //! kernel: the tier the plans pick, the GEMV kernels over chunks of at most
 //! 8 rows, and every buildable register-blocked (SIMT) tile shape of up to
-//! 64×128 with 2 to 4 stages, each also with `k` split into each count of
-//! `--splits` (1: not split). For choosing the kernel of such products.
+//! 64×128 with 2 to 4 stages (with `--named`, only the named shapes `thin`
+//! and `thin_wide`), each also with `k` split into each count of `--splits`
+//! (1: not split). For choosing the kernel of such products.
 //!
-//! `cargo run --release -p compute-ptx --features cuda --example thin_gemm [-- --n 4096,14336 --m 8,16,32,64,128 --splits 1,2,4]`
+//! `cargo run --release -p compute-ptx --features cuda --example thin_gemm [-- --n 4096,14336 --m 8,16,32,64,128 --splits 1,2,4 --named]`
 
 use compute_core::{Backend, MatmulSpec, Op, Tensor};
 use compute_ptx::CudaBackend;
 use compute_ptx::cuda::GemmTier;
 use compute_ptx::kernels::gemm_simt::SimtConfig;
+use compute_ptx::plan::Splits;
 
 fn list(v: &str) -> Vec<usize> {
     v.split(',').filter_map(|s| s.trim().parse().ok()).collect()
@@ -57,6 +59,7 @@ fn main() -> compute_core::Result<()> {
     let mut ns = vec![4096usize, 14336];
     let mut ms = vec![8usize, 16, 32, 64, 128];
     let mut splits = vec![1usize];
+    let mut named = false;
     let k = 4096usize;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -64,12 +67,13 @@ fn main() -> compute_core::Result<()> {
             "--n" => ns = it.next().map(|v| list(&v)).unwrap_or(ns),
             "--m" => ms = it.next().map(|v| list(&v)).unwrap_or(ms),
             "--splits" => splits = it.next().map(|v| list(&v)).unwrap_or(splits),
+            "--named" => named = true,
             _ => {}
         }
     }
     let be = CudaBackend::new()?;
     println!("device: {}", be.device_name());
-    let configs = simt_configs();
+    let configs = if named { vec![SimtConfig::thin(), SimtConfig::thin_wide()] } else { simt_configs() };
     println!("{} SIMT shapes", configs.len());
     for &n in &ns {
         let w: Vec<f32> = (0..k * n).map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 5000.0).collect();
@@ -108,7 +112,7 @@ fn main() -> compute_core::Result<()> {
             }
             let mut best: Option<(f64, GemmTier)> = None;
             for (c, &sp) in configs.iter().flat_map(|c| splits.iter().map(move |s| (c, s))) {
-                let tier = if sp > 1 { GemmTier::SimtSplit(*c, sp as u32) } else { GemmTier::Simt(*c) };
+                let tier = if sp > 1 { GemmTier::SimtSplit(*c, Splits::Fixed(sp as u32)) } else { GemmTier::Simt(*c) };
                 let Ok(t) = time(&be, 5, &mut || be.matmul_tier(tier, spec, &xt, &wt, &yt)) else {
                     continue;
                 };

@@ -95,25 +95,29 @@ pub enum GemmTier {
     /// [`gemv::MMA_TILES`]) and k-split (one of [`gemv::NT_SPLITS`]). For
     /// tuning and tests; anything else it does not take is a `Shape` error.
     GemvMma(u32, u32),
-    /// [`GemmTier::Simt`] with `k` split into this many slices, each
-    /// multiplied by its own blocks ([`SimtConfig::split_k`]) into an `f32`
-    /// partial that one more launch adds in slice order ([`gemv::combine`]):
-    /// for thin products whose column tiles alone leave most multiprocessors
-    /// idle. 0 splits: as many as give about three blocks per multiprocessor
-    /// (at most 8, each slice at least [`SimtConfig::SPLIT_MIN_K`] of `k`);
-    /// where that is one, the product runs as [`GemmTier::choose`] would
-    /// without splitting. Batches run one after another.
-    SimtSplit(SimtConfig, u32),
+    /// [`GemmTier::Simt`] with `k` split into slices, each multiplied by
+    /// its own blocks ([`SimtConfig::split_k`]) into an `f32` partial that
+    /// one more launch adds in slice order ([`gemv::combine`]): for thin
+    /// products whose column tiles alone leave most multiprocessors idle.
+    /// Batches run one after another.
+    SimtSplit(SimtConfig, Splits),
 }
 
-/// Blocks per multiprocessor that [`GemmTier::SimtSplit`]'s automatic split
-/// count aims for: on an H200 (132 multiprocessors) the fastest counts for
-/// 33 to 64 rows by 4096, 8192 and 14336 columns (`thin_gemm --splits`) gave
-/// 1.9–2.9 blocks of 128 threads per multiprocessor.
-const SPLIT_BLOCKS_PER_SM: usize = 3;
+/// How many k-slices a [`GemmTier::SimtSplit`] product takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Splits {
+    /// This many (rounded to whole k-tiles; 1 or 0: not split).
+    Fixed(u32),
+    /// As many as give about this many blocks per multiprocessor, at most
+    /// [`MAX_AUTO_SPLITS`], each slice at least [`SimtConfig::SPLIT_MIN_K`]
+    /// of `k`; where that is one, the product runs unsplit in the shape
+    /// [`GemmTier::choose`] gives products of too little `k` to split
+    /// ([`SimtConfig::split_shape`] gives the counts the plans use).
+    Fill(u32),
+}
 
-/// Most k-slices [`GemmTier::SimtSplit`] picks by itself.
-const MAX_AUTO_SPLITS: usize = 8;
+/// Most k-slices [`Splits::Fill`] picks.
+pub const MAX_AUTO_SPLITS: usize = 8;
 
 /// A shape of the GEMV kernels forced through [`run_matmul`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,10 +136,10 @@ impl GemmTier {
     /// then pick its tile shape per output with `WgmmaConfig::for_shape`); for
     /// `f32`, register-blocked in the [`SimtConfig::thin`] shape for 9 to
     /// [`SimtConfig::THIN_MAX_ROWS`] rows (with `n ≥ 64`, `k ≥ 32`; 33 to 64
-    /// rows with `k` split over the grid in the [`SimtConfig::thin_split`]
-    /// shape when `k` is at least twice [`SimtConfig::SPLIT_MIN_K`], else
-    /// against [`SimtConfig::WIDE_COLUMNS`] columns or more in the
-    /// [`SimtConfig::thin_wide`] shape), whose
+    /// rows against [`SimtConfig::WIDE_COLUMNS`] columns or more in the
+    /// [`SimtConfig::thin_wide`] shape; with `k` split over the grid in the
+    /// shape of [`SimtConfig::split_shape`] when `k` is at least twice
+    /// [`SimtConfig::SPLIT_MIN_K`]), whose
     /// default 128×128 tiles would leave most multiprocessors idle, in the
     /// default shape when both `m` and `n` fill at least half a block tile,
     /// tiled when they fill a 16×16 tile, naive for thin products (vectors,
@@ -154,8 +158,9 @@ impl GemmTier {
         let simt_rows_fit = spec.m.div_ceil(cfg.bm as usize) <= MAX_GRID_YZ;
         // Rows past the GEMV (9 with `B` stored `k × n`, 17 stored `n × k`).
         if (gemv::NN_MAX_ROWS + 1..=SimtConfig::THIN_MAX_ROWS).contains(&spec.m) && spec.n >= 64 && spec.k >= 32 {
-            if (33..=64).contains(&spec.m) && spec.k >= 2 * SimtConfig::SPLIT_MIN_K {
-                GemmTier::SimtSplit(SimtConfig::thin_split(), 0)
+            if spec.k >= 2 * SimtConfig::SPLIT_MIN_K {
+                let (cfg, fill) = SimtConfig::split_shape(spec.m);
+                GemmTier::SimtSplit(cfg, Splits::Fill(fill))
             } else if (33..=64).contains(&spec.m) && spec.n >= SimtConfig::WIDE_COLUMNS {
                 GemmTier::Simt(SimtConfig::thin_wide())
             } else {
@@ -1521,16 +1526,17 @@ impl Exec<'_> {
     fn matmul_split(
         &self,
         cfg: SimtConfig,
-        splits: u32,
+        splits: Splits,
         s: &MatmulSpec,
         (a, b, c): (u64, u64, u64),
         op: &'static str,
     ) -> Result<()> {
         let one = MatmulSpec { batch: 1, ..*s };
         let splits = match splits {
-            0 => {
+            Splits::Fixed(n) => n,
+            Splits::Fill(per_sm) => {
                 let tiles = s.m.div_ceil(cfg.bm as usize) * s.n.div_ceil(cfg.bn as usize);
-                let fill = (SPLIT_BLOCKS_PER_SM * self.l.sm_count() as usize) / tiles.max(1);
+                let fill = (per_sm as usize * self.l.sm_count() as usize) / tiles.max(1);
                 let auto = fill.min(MAX_AUTO_SPLITS).min(s.k / SimtConfig::SPLIT_MIN_K);
                 if auto <= 1 {
                     let unsplit = if s.n >= SimtConfig::WIDE_COLUMNS && (33..=64).contains(&s.m) {
@@ -1542,7 +1548,6 @@ impl Exec<'_> {
                 }
                 auto as u32
             }
-            n => n,
         };
         let kc = s.k.div_ceil(splits.max(1) as usize).next_multiple_of(cfg.bk as usize).max(cfg.bk as usize);
         let slices = s.k.div_ceil(kc);

@@ -9,7 +9,7 @@ use common::EmuBackend;
 use compute_core::conformance::{Config, compare, rng::Rng};
 use compute_core::{BackendKind, MatmulSpec, Op};
 use compute_ptx::kernels::gemm_simt::{SimtConfig, sweep_configs};
-use compute_ptx::plan::GemmTier;
+use compute_ptx::plan::{GemmTier, Splits};
 
 mod suite {
     use super::*;
@@ -77,20 +77,25 @@ fn simt_thin_shape_agrees_and_is_picked_for_thin_products() {
     let thin = SimtConfig::thin();
     assert!(thin.check().is_ok(), "{:?}", thin.check());
     check_tier(GemmTier::Simt(thin), &[(1, 9, 33, 65), (1, 64, 96, 128), (2, 40, 20, 70), (1, 128, 130, 64)]);
-    // 33 to 64 rows with k of 512 or more split k over the grid.
-    let split = GemmTier::SimtSplit(SimtConfig::thin_split(), 0);
-    for (m, want) in
-        [(8, GemmTier::Gemv), (9, GemmTier::Simt(thin)), (33, split), (64, split), (65, GemmTier::Simt(thin))]
-    {
-        assert_eq!(GemmTier::choose(&MatmulSpec::new(m, 4096, 4096), false), want, "m = {m}");
+    // With k of 512 or more, 9 to 128 rows split k over the grid, in the
+    // shape for their rows (each checked on edges; 1000 columns fill the
+    // emulator's two multiprocessors: not split).
+    assert_eq!(GemmTier::choose(&MatmulSpec::new(8, 4096, 4096), false), GemmTier::Gemv);
+    for (rows, m) in [(9..=16, 9), (17..=32, 32), (33..=64, 33), (65..=128, 100)] {
+        let (cfg, fill) = SimtConfig::split_shape(m);
+        assert!(cfg.check().is_ok(), "{:?}", cfg.check());
+        let split = GemmTier::SimtSplit(cfg, Splits::Fill(fill));
+        for r in [*rows.start(), *rows.end()] {
+            assert_eq!(GemmTier::choose(&MatmulSpec::new(r, 4096, 4096), false), split, "m = {r}");
+        }
+        check_tier(split, &[(1, m, 512, 129), (1, m, 600, 256), (2, m, 1000, 70), (1, m, 512, 1000)]);
     }
-    // (1000 columns fill the emulator's two multiprocessors: not split.)
-    check_tier(split, &[(1, 33, 512, 129), (1, 64, 600, 256), (2, 40, 1000, 70), (1, 40, 512, 1000)]);
+    assert_eq!(SimtConfig::split_shape(64).0, SimtConfig::thin_split());
     // With less k, against a wide weight, 33 to 64 rows take the wide shape.
     let wide = SimtConfig::thin_wide();
     assert!(wide.check().is_ok(), "{:?}", wide.check());
     check_tier(GemmTier::Simt(wide), &[(1, 33, 33, 129), (1, 64, 160, 256), (2, 40, 20, 70)]);
-    for (m, want) in [(32, thin), (33, wide), (64, wide), (65, thin)] {
+    for (m, want) in [(9, thin), (32, thin), (33, wide), (64, wide), (65, thin), (128, thin)] {
         assert_eq!(GemmTier::choose(&MatmulSpec::new(m, 511, 14336), false), GemmTier::Simt(want), "m = {m}");
     }
     assert_eq!(GemmTier::choose(&MatmulSpec::new(512, 4096, 4096), false), GemmTier::Simt(SimtConfig::default()));
@@ -105,7 +110,8 @@ fn simt_split_k_agrees_on_ragged_slices() {
     let wide = SimtConfig::thin_wide();
     let tile64 = SimtConfig { bm: 64, bn: 128, bk: 16, tm: 8, tn: 8, stages: 3, ..SimtConfig::thin() };
     for (cfg, splits) in [(wide, 2), (wide, 3), (tile64, 4), (tile64, 1), (wide, 64)] {
-        check_tier(GemmTier::SimtSplit(cfg, splits), &[(1, 40, 100, 70), (1, 64, 257, 130), (2, 33, 96, 129)]);
+        let tier = GemmTier::SimtSplit(cfg, Splits::Fixed(splits));
+        check_tier(tier, &[(1, 40, 100, 70), (1, 64, 257, 130), (2, 33, 96, 129)]);
     }
 }
 

@@ -11,6 +11,7 @@ use compute_core::{Backend, BackendKind, ComputeError, MatmulSpec, Op, RowOp, Un
 use compute_ptx::CudaBackend;
 use compute_ptx::cuda::GemmTier;
 use compute_ptx::kernels::gemm_simt::SimtConfig;
+use compute_ptx::plan::Splits;
 
 fn backend(test: &str) -> Option<CudaBackend> {
     match CudaBackend::new() {
@@ -60,8 +61,11 @@ fn every_gemm_tier_matches_the_reference() {
         GemmTier::Simt(SimtConfig::default()),
         GemmTier::Simt(SimtConfig::thin()),
         GemmTier::Simt(SimtConfig::thin_wide()),
-        GemmTier::SimtSplit(SimtConfig::thin_split(), 0),
-        GemmTier::SimtSplit(SimtConfig::thin_wide(), 3),
+        GemmTier::SimtSplit(SimtConfig::split_shape(16).0, Splits::Fill(8)),
+        GemmTier::SimtSplit(SimtConfig::split_shape(32).0, Splits::Fill(8)),
+        GemmTier::SimtSplit(SimtConfig::thin_split(), Splits::Fill(3)),
+        GemmTier::SimtSplit(SimtConfig::split_shape(128).0, Splits::Fill(8)),
+        GemmTier::SimtSplit(SimtConfig::thin_wide(), Splits::Fixed(3)),
     ];
     tiers.extend(tuned.into_iter().filter(|c| *c != SimtConfig::default()).map(GemmTier::Simt));
     let shapes =
@@ -74,7 +78,7 @@ fn every_gemm_tier_matches_the_reference() {
                 || tier == GemmTier::Simt(SimtConfig::default())
                 || tier == GemmTier::Simt(SimtConfig::thin())
                 || tier == GemmTier::Simt(SimtConfig::thin_wide())
-                || tier == GemmTier::SimtSplit(SimtConfig::thin_split(), 0);
+                || matches!(tier, GemmTier::SimtSplit(_, Splits::Fill(_)));
             if m * n * k > 1 << 24 && !picked {
                 continue;
             }

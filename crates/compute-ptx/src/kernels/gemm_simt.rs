@@ -183,6 +183,28 @@ impl SimtConfig {
         SimtConfig { bm: 64, bn: 128, bk: 16, tm: 8, tn: 8, ..SimtConfig::thin() }
     }
 
+    /// The shape in which a product of `m` rows (9 to
+    /// [`SimtConfig::THIN_MAX_ROWS`]) splits `k` over the grid, and the
+    /// blocks per multiprocessor its automatic split count aims for: up to
+    /// 16 rows 16×64 tiles (4×4 a thread, k-tiles of 16, four stages), up to
+    /// 32 rows 32×64 (4×8, k-tiles of 32, three stages), up to 64 rows
+    /// [`SimtConfig::thin_split`] (three blocks), beyond 32×128 (4×8, k-tiles
+    /// of 32, two stages); eight blocks but for [`SimtConfig::thin_split`].
+    /// Picked from a sweep of every shape and split count on an H200
+    /// (2026-11-28, `thin_gemm --splits`, `k` = 4096, 4096 and 14336
+    /// columns); there the plans' split then took 1.1–2.5× less time than
+    /// the unsplit `thin` for 16 to 128 rows by 4096 to 14336 columns
+    /// (`docs/ptx.md`).
+    pub fn split_shape(m: usize) -> (SimtConfig, u32) {
+        let thin = SimtConfig::thin();
+        match m {
+            ..=16 => (SimtConfig { bm: 16, bn: 64, bk: 16, tm: 4, tn: 4, stages: 4, ..thin }, 8),
+            17..=32 => (SimtConfig { bm: 32, bn: 64, bk: 32, tm: 4, tn: 8, stages: 3, ..thin }, 8),
+            33..=64 => (SimtConfig::thin_split(), 3),
+            _ => (SimtConfig { bm: 32, bn: 128, bk: 32, tm: 4, tn: 8, stages: 2, ..thin }, 8),
+        }
+    }
+
     /// Fewest values of `k` a slice of a split product gets (16 k-tiles of
     /// [`SimtConfig::thin_split`]): products with less than twice this `k`
     /// are not split.
