@@ -249,7 +249,7 @@ mod x86 {
         let exact = 0.5 - f64::from(m) * f64::from(LOG2E);
         let c = exact as f32;
         // `m·log₂ e` is exact in `f64`: `δ` is `c`'s rounding error.
-        c.is_finite().then(|| (c, f64::from(c) - exact))
+        if c.is_finite() { Some((c, f64::from(c) - exact)) } else { None }
     }
 
     /// [`exp_sum`]'s loop, each term from [`exp_minus`].
@@ -463,7 +463,7 @@ mod x86 {
         }
         #[inline(always)]
         fn totals(z: Zmm, acc: [(__m512, __m512); 4]) -> (f64, f64) {
-            (total(z, acc.map(|a| a.0)), total(z, acc.map(|a| a.1)))
+            (total(z, [acc[0].0, acc[1].0, acc[2].0, acc[3].0]), total(z, [acc[0].1, acc[1].1, acc[2].1, acc[3].1]))
         }
     }
 
@@ -479,7 +479,7 @@ mod x86 {
         }
         #[inline(always)]
         fn totals(z: Zmm, acc: [(__m512, __m512); 4]) -> (f64, f64) {
-            (total(z, acc.map(|a| a.0)), 0.0)
+            (total(z, [acc[0].0, acc[1].0, acc[2].0, acc[3].0]), 0.0)
         }
     }
 
