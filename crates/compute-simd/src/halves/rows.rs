@@ -388,14 +388,13 @@ mod x86 {
     /// The last pass: `out = last(x)` rounded and stored, `x` the half row
     /// or (softmax) `wide`, the row's `f32` scratch, when it is not empty;
     /// with `stream`, non-temporal from `out`'s first 32-byte boundary on.
-    /// Meanwhile the lines of `next` (the next row, or empty) are asked into
-    /// L1, one per 32 values stored, so that its first pass reads from cache
-    /// while this row is written, as a copy reads and writes at once.
+    /// For a group's last rows, whose successors are already in cache (the
+    /// others go through [`finish_gathering`] or [`three_rows`]).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn finish(
         z: Zmm,
-        (x, next): (&[u16], &[u16]),
+        x: &[u16],
         wide: &[f32],
         f16: bool,
         l: Last,
@@ -412,13 +411,6 @@ mod x86 {
         let (ob, ot) = out.as_chunks_mut::<16>();
         for (j, (o, b)) in ob.iter_mut().zip(xb).enumerate() {
             let i = h + 16 * j;
-            if j % 2 == 0
-                && let Some(p) = next.get(i..)
-                && !p.is_empty()
-            {
-                // SAFETY: a prefetch reads nothing and cannot fault; `p` points into `next`.
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(p.as_ptr().cast()) }
-            }
             store(z, o, last(z, l, source(z, b, wide, i, f16), gb.0, gb.1, i, 0xffff), narrow, stream);
         }
         finish_part(z, xt, (wide, h + 16 * ob.len()), f16, l, gb, ot, narrow);
@@ -428,8 +420,11 @@ mod x86 {
     /// writes this one: [`Shifted`], [`SumSq`] or [`Max`], one type each so
     /// that the loop is compiled for each without a branch per step.
     trait Gather: Copy {
-        /// The accumulators' starting lanes.
-        fn start(z: Zmm) -> (__m512, __m512);
+        /// The accumulators' starting lanes (zeros unless said otherwise).
+        #[inline(always)]
+        fn start(z: Zmm) -> (__m512, __m512) {
+            (splat(z, 0.0), splat(z, 0.0))
+        }
         /// `acc` with the 16 values `v` (`k`: the valid lanes; the others hold 0) added.
         fn step(self, z: Zmm, acc: (__m512, __m512), v: __m512, k: __mmask16) -> (__m512, __m512);
         /// The row's totals from the four pairs of accumulators.
@@ -450,10 +445,6 @@ mod x86 {
 
     impl Gather for Shifted {
         #[inline(always)]
-        fn start(z: Zmm) -> (__m512, __m512) {
-            (splat(z, 0.0), splat(z, 0.0))
-        }
-        #[inline(always)]
         fn step(self, z: Zmm, acc: (__m512, __m512), v: __m512, k: __mmask16) -> (__m512, __m512) {
             let _ = z;
             zmm!({
@@ -468,10 +459,6 @@ mod x86 {
     }
 
     impl Gather for SumSq {
-        #[inline(always)]
-        fn start(z: Zmm) -> (__m512, __m512) {
-            (splat(z, 0.0), splat(z, 0.0))
-        }
         #[inline(always)]
         fn step(self, z: Zmm, acc: (__m512, __m512), v: __m512, _k: __mmask16) -> (__m512, __m512) {
             let _ = z;
@@ -762,10 +749,10 @@ mod x86 {
                 (m, sum, m_next) = (m_next, (s, delta), m2 as f32);
             } else if r + 1 < rows {
                 let next_sum = exp_sum(z, nth_row(x, cols, r + 1), f16, m_next, kb);
-                finish(z, (row, &[]), ka, f16, l, no_params, o, narrow, stream);
+                finish(z, row, ka, f16, l, no_params, o, narrow, stream);
                 (m, sum) = (m_next, next_sum);
             } else {
-                finish(z, (row, &[]), ka, f16, l, no_params, o, narrow, stream);
+                finish(z, row, ka, f16, l, no_params, o, narrow, stream);
             }
             std::mem::swap(&mut ka, &mut kb);
         }
@@ -848,7 +835,7 @@ mod x86 {
                     let inv = (1.0 / (var + f64::from(eps)).sqrt()) as f32;
                     let l = Last::Normalize(mean, inv);
                     if next.is_empty() {
-                        finish(z, (x, next), &[], f16, l, gb, out, narrow, stream);
+                        finish(z, x, &[], f16, l, gb, out, narrow, stream);
                     } else {
                         let pn = pivot(z, next, f16);
                         pivot_next = Some(pn);
@@ -864,7 +851,7 @@ mod x86 {
                     let inv = (1.0 / (ms + f64::from(eps)).sqrt()) as f32;
                     let l = Last::ScaleBy(inv);
                     if next.is_empty() {
-                        finish(z, (x, next), &[], f16, l, gb, out, narrow, stream);
+                        finish(z, x, &[], f16, l, gb, out, narrow, stream);
                     } else {
                         let g = SumSq;
                         gathered = Some(finish_gathering(z, (x, next, after), &[], f16, l, gb, out, narrow, stream, g));
