@@ -68,8 +68,16 @@ fn every_gemm_tier_matches_the_reference() {
         GemmTier::SimtSplit(SimtConfig::thin_wide(), Splits::Fixed(3)),
     ];
     tiers.extend(tuned.into_iter().filter(|c| *c != SimtConfig::default()).map(GemmTier::Simt));
-    let shapes =
-        [(1, 1, 1, 1), (1, 7, 13, 5), (3, 33, 65, 17), (1, 129, 257, 130), (1, 1000, 999, 1001), (2, 256, 64, 384)];
+    // (1, 40, 1030, 200): enough k for the split tiers to split.
+    let shapes = [
+        (1, 1, 1, 1),
+        (1, 7, 13, 5),
+        (3, 33, 65, 17),
+        (1, 129, 257, 130),
+        (1, 40, 1030, 200),
+        (1, 1000, 999, 1001),
+        (2, 256, 64, 384),
+    ];
     let mut fails = Vec::new();
     for tier in tiers {
         for &(batch, m, k, n) in &shapes {
@@ -78,7 +86,7 @@ fn every_gemm_tier_matches_the_reference() {
                 || tier == GemmTier::Simt(SimtConfig::default())
                 || tier == GemmTier::Simt(SimtConfig::thin())
                 || tier == GemmTier::Simt(SimtConfig::thin_wide())
-                || matches!(tier, GemmTier::SimtSplit(_, Splits::Fill(_)));
+                || tier == GemmTier::SimtSplit(SimtConfig::thin_split(), Splits::Fill(3));
             if m * n * k > 1 << 24 && !picked {
                 continue;
             }
