@@ -924,6 +924,10 @@ mod tests {
                 if cols > 20 {
                     xv[cols + 3] = f32::INFINITY;
                     xv[2 * cols + 7] = f32::NAN;
+                    // Masked-out positions, and values whose exponential is 0 in `f32`.
+                    xv[3 * cols + 1] = f32::NEG_INFINITY;
+                    xv[3 * cols + 2] = -1.0e30;
+                    xv[4 * cols + 5] = -300.0;
                     // A large row: softmax's folded `−max·log₂ e` rounds.
                     xv[..cols].iter_mut().for_each(|v| *v += 5000.0);
                 }
