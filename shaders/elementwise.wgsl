@@ -177,7 +177,8 @@ fn scale(v: vec4<f32>, s: f32) -> vec4<f32> {
 }
 
 // u + t·(v − u), exact at t = 0 and t = 1: t < 0.5 ? fma(t, v − u, u) : fma(t − 1, v − u, v).
-// (Subnormal operands flushed by the GPU stay within the op's absolute slack.)
+// (Subnormal operands flushed by the GPU stay within the op's absolute slack,
+// 2^-126·max(1, |t| + |1 − t|).)
 fn lerp(u: vec4<f32>, v: vec4<f32>) -> vec4<f32> {
     let t = p.a;
     let d = v - u;
