@@ -67,11 +67,11 @@ fn simt_tier_on_edges_and_multiples() {
     check_tier(GemmTier::Simt(SimtConfig::default()), &shapes);
 }
 
-/// The shapes the plans give products of 9 to 128 rows (`thin`; for 33 to
-/// 64 rows `thin_split` with `k` split, or with less `k` `thin_wide` against
-/// a wide weight): on edges, on multiples of their tiles, and with `k`
-/// shorter and longer than their pipelines; and the plans pick each where it
-/// belongs.
+/// The shapes the plans give products of 9 to 128 rows (with `k` of 512 or
+/// more the split shape for their rows; with less `thin`, or `thin_wide` for
+/// 33 to 64 rows against a wide weight): on edges, on multiples of their
+/// tiles, and with `k` shorter and longer than their pipelines; and the plans
+/// pick each where it belongs.
 #[test]
 fn simt_thin_shape_agrees_and_is_picked_for_thin_products() {
     let thin = SimtConfig::thin();
