@@ -151,7 +151,8 @@ fn limit_at_neg_inf(u: vec4<f32>, r: vec4<f32>) -> vec4<f32> {
 // 1e-38 · 1.7 or 1e-38 + 1e-38. Loads and bit casts keep them, so add, sub, mul
 // and scale rebuild subnormal operands from their bits, scaled by 2^64 into the
 // normal range, and scale the result back: exact (one rounding) wherever the
-// result is normal. Costs a few ALU operations per element of a memory-bound op.
+// result is normal; so does lerp. Costs a few ALU operations per element of a
+// memory-bound op.
 const UP: f32 = 18446744073709551616.0; // 2^64
 const DOWN: f32 = 5.42101086242752217e-20; // 2^-64
 
@@ -177,15 +178,28 @@ fn scale(v: vec4<f32>, s: f32) -> vec4<f32> {
 }
 
 // u + t·(v − u), exact at t = 0 and t = 1: t < 0.5 ? fma(t, v − u, u) : fma(t − 1, v − u, v).
-// (Subnormal operands flushed by the GPU stay within the op's absolute slack,
-// 2^-126·max(1, |t| + |1 − t|).)
-fn lerp(u: vec4<f32>, v: vec4<f32>) -> vec4<f32> {
+fn lerp_fma(u: vec4<f32>, v: vec4<f32>) -> vec4<f32> {
     let t = p.a;
     let d = v - u;
     if (t < 0.5) {
         return fma(vec4<f32>(t), d, u);
     }
     return fma(vec4<f32>(t - 1.0), d, v);
+}
+
+// lerp_fma, also for subnormal operands: where a lane has one and neither
+// operand is large (|x| < 2^32), both are rebuilt scaled by 2^64 (see `up`)
+// and the result scaled back, exact wherever it is normal (lerp is linear, so
+// scaling commutes with it). Elsewhere a flushed subnormal moves the result
+// by less than its relative slack.
+fn lerp(u: vec4<f32>, v: vec4<f32>) -> vec4<f32> {
+    let plain = lerp_fma(u, v);
+    let small = vec4<f32>(4294967296.0); // 2^32
+    let scaled = (tiny(u) | tiny(v)) & (abs(u) < small) & (abs(v) < small);
+    if (!any(scaled)) {
+        return plain;
+    }
+    return select(plain, lerp_fma(up(u), up(v)) * DOWN, scaled);
 }
 
 // swish(u)·v = u·σ(u)·v, the gated product of a SwiGLU block (σ as `sigmoid`:

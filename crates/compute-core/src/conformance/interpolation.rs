@@ -133,6 +133,15 @@ fn lerp_specials(
                 b[j] = s;
             }
         }
+        // Subnormals that meet: their difference is normal, and so is the
+        // result for |t| > 1 (lerp(−1e-38, 1e-38, 1.5) = 2e-38); with a small
+        // normal value.
+        for (k, (x, y)) in
+            [(-1e-38f32, 1e-38f32), (1e-38, -1e-38), (1e-38, 1e-45), (-1e-38, 3e-38)].into_iter().enumerate()
+        {
+            a[96 + k] = x;
+            b[96 + k] = y;
+        }
         // Never opposite huge values: their difference would overflow f32.
         for (x, y) in a.iter_mut().zip(&mut b) {
             if x.abs() >= 1e38 && y.abs() >= 1e38 && x.signum() != y.signum() {
