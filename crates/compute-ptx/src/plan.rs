@@ -111,7 +111,7 @@ pub enum Splits {
     /// As many as give about this many blocks per multiprocessor, at most
     /// [`MAX_AUTO_SPLITS`], each slice at least [`SimtConfig::SPLIT_MIN_K`]
     /// of `k`; where that is one, the product runs unsplit in the shape
-    /// [`GemmTier::choose`] gives products of too little `k` to split
+    /// [`SimtConfig::thin_for`] gives
     /// ([`SimtConfig::split_shape`] gives the counts the plans use).
     Fill(u32),
 }
@@ -161,10 +161,8 @@ impl GemmTier {
             if spec.k >= 2 * SimtConfig::SPLIT_MIN_K {
                 let (cfg, fill) = SimtConfig::split_shape(spec.m);
                 GemmTier::SimtSplit(cfg, Splits::Fill(fill))
-            } else if (33..=64).contains(&spec.m) && spec.n >= SimtConfig::WIDE_COLUMNS {
-                GemmTier::Simt(SimtConfig::thin_wide())
             } else {
-                GemmTier::Simt(SimtConfig::thin())
+                GemmTier::Simt(SimtConfig::thin_for(spec.m, spec.n))
             }
         } else if spec.m >= 64 && spec.n >= 64 && simt_rows_fit {
             GemmTier::Simt(cfg)
@@ -1539,12 +1537,8 @@ impl Exec<'_> {
                 let fill = (per_sm as usize * self.l.sm_count() as usize) / tiles.max(1);
                 let auto = fill.min(MAX_AUTO_SPLITS).min(s.k / SimtConfig::SPLIT_MIN_K);
                 if auto <= 1 {
-                    let unsplit = if s.n >= SimtConfig::WIDE_COLUMNS && (33..=64).contains(&s.m) {
-                        SimtConfig::thin_wide()
-                    } else {
-                        SimtConfig::thin()
-                    };
-                    return self.matmul(GemmTier::Simt(unsplit), &one, a, b, c, None, op);
+                    let unsplit = GemmTier::Simt(SimtConfig::thin_for(s.m, s.n));
+                    return self.matmul(unsplit, &one, a, b, c, None, op);
                 }
                 auto as u32
             }

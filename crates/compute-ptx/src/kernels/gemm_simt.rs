@@ -210,6 +210,18 @@ impl SimtConfig {
     /// are not split.
     pub const SPLIT_MIN_K: usize = 256;
 
+    /// The shape for `m` rows (9 to [`SimtConfig::THIN_MAX_ROWS`]) by `n`
+    /// columns not split: [`SimtConfig::thin_wide`] for 33 to 64 rows
+    /// against [`SimtConfig::WIDE_COLUMNS`] columns or more, else
+    /// [`SimtConfig::thin`].
+    pub fn thin_for(m: usize, n: usize) -> SimtConfig {
+        if (33..=64).contains(&m) && n >= SimtConfig::WIDE_COLUMNS {
+            SimtConfig::thin_wide()
+        } else {
+            SimtConfig::thin()
+        }
+    }
+
     /// Fewest columns for which products of 33 to 64 rows take
     /// [`SimtConfig::thin_wide`]: between the widths measured (8192, a tie;
     /// 14336, a fifth faster).

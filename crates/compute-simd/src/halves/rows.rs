@@ -806,9 +806,9 @@ mod x86 {
         let beta = params.get(1).copied().unwrap_or(&[]);
         let gb = (gamma, beta);
         let mut rows = x.chunks_exact(cols).peekable();
-        // What the last row's final pass gathered over this one, and the pivot it used.
-        let mut gathered: Option<(f64, f64)> = None;
-        let mut pivot_next: Option<f32> = None;
+        // What the last row's final pass gathered over this one, and the
+        // pivot it gathered around (layer_norm; 0 for rms_norm).
+        let mut gathered: Option<(f32, (f64, f64))> = None;
         for out in out.chunks_exact_mut(cols) {
             let Some(x) = rows.next() else { break };
             let next = rows.peek().copied().unwrap_or(&[]);
@@ -818,9 +818,9 @@ mod x86 {
                 RowOp::Softmax | RowOp::LogSoftmax => {}
                 RowOp::LayerNorm { eps } => {
                     // (No closures here: they would be compiled without AVX-512.)
-                    let (p, (s1, s2)) = match (pivot_next, gathered.take()) {
-                        (Some(p), Some(sums)) => (p, sums),
-                        _ => {
+                    let (p, (s1, s2)) = match gathered.take() {
+                        Some(pivot_sums) => pivot_sums,
+                        None => {
                             let p = pivot(z, x, f16);
                             (p, shifted_sums(z, x, f16, p))
                         }
@@ -838,14 +838,14 @@ mod x86 {
                         finish(z, x, &[], f16, l, gb, out, narrow, stream);
                     } else {
                         let pn = pivot(z, next, f16);
-                        pivot_next = Some(pn);
                         let g = Shifted(splat(z, pn));
-                        gathered = Some(finish_gathering(z, (x, next, after), &[], f16, l, gb, out, narrow, stream, g));
+                        let sums = finish_gathering(z, (x, next, after), &[], f16, l, gb, out, narrow, stream, g);
+                        gathered = Some((pn, sums));
                     }
                 }
                 RowOp::RmsNorm { eps } => {
                     let ms = match gathered.take() {
-                        Some((sum_sq, _)) => sum_sq,
+                        Some((_, (sum_sq, _))) => sum_sq,
                         None => moment(z, x, f16, Moment::SumSq),
                     } / n;
                     let inv = (1.0 / (ms + f64::from(eps)).sqrt()) as f32;
@@ -854,7 +854,8 @@ mod x86 {
                         finish(z, x, &[], f16, l, gb, out, narrow, stream);
                     } else {
                         let g = SumSq;
-                        gathered = Some(finish_gathering(z, (x, next, after), &[], f16, l, gb, out, narrow, stream, g));
+                        gathered =
+                            Some((0.0, finish_gathering(z, (x, next, after), &[], f16, l, gb, out, narrow, stream, g)));
                     }
                 }
             }
