@@ -405,6 +405,19 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
     Ok(out)
 }
 
+/// The TF32 rows alone ([`tf32_rows`]), with the sweep's shapes when
+/// `COMPUTE_PTX_GEMM_SWEEP` is set; none on a device without `wgmma`.
+#[allow(dead_code)]
+pub fn tf32_only(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Result<Vec<Record>, String> {
+    let info = be.info().map_err(err)?;
+    if !compute_ptx::Target::has_wgmma(info.compute_capability.0, info.compute_capability.1) {
+        return Ok(Vec::new());
+    }
+    let sweep = std::env::var("COMPUTE_PTX_GEMM_SWEEP").is_ok_and(|v| !v.is_empty() && v != "0");
+    let budget = if sweep { budget.min(Duration::from_millis(700)) } else { budget };
+    tf32_rows(be, &Blas::new()?, device, (quick, sweep), budget)
+}
+
 /// Strided batches, bf16 `A·Bᵀ`, 8 products of 2048³ against
 /// `cublasGemmStridedBatchedEx` with the same strides: `B` shared by the
 /// batch (stride 0: the plans run one product of 8·2048 rows), `A`'s
@@ -452,8 +465,9 @@ fn strided_rows(be: &CudaBackend, blas: &Blas, device: &str, budget: Duration) -
 }
 
 /// The TF32 rows (4096³ and 8192³, or with `quick` 2048³): the `cp.async`
-/// kernel's shape, the TMA kernel's (rounding before the kernel, which the
-/// plans pick for aligned operands, and in it), and with `sweep` every shape of
+/// kernel's shape, the TMA kernel's (`A` rounded in registers and `B` by a
+/// pass before it, which the plans pick for aligned operands; both by the
+/// pass; both in the kernel), and with `sweep` every shape of
 /// `gemm_wgmma::tf32_sweep_configs` and the TMA kernel unrounded.
 fn tf32_rows(
     be: &CudaBackend,
@@ -470,6 +484,8 @@ fn tf32_rows(
         let (row, first) = tf32_row(be, blas, device, s, (picked, None), budget)?;
         let mut rows = vec![row];
         rows.push(tf32_row(be, blas, device, s, (GemmTier::Tma(TmaConfig::tf32()), Some(&first)), budget)?.0);
+        let both_before = GemmTier::Tma(TmaConfig { tf32: Tf32Rounding::BeforeKernel, ..TmaConfig::tf32() });
+        rows.push(tf32_row(be, blas, device, s, (both_before, Some(&first)), budget)?.0);
         let in_kernel = GemmTier::Tma(TmaConfig { tf32: Tf32Rounding::InShared, ..TmaConfig::tf32() });
         rows.push(tf32_row(be, blas, device, s, (in_kernel, Some(&first)), budget)?.0);
         if sweep {
@@ -524,6 +540,12 @@ fn tf32_row(
     let name = match tier {
         GemmTier::Tma(cfg) if cfg.tf32 == Tf32Rounding::BeforeKernel => {
             format!("round_tf32 x2 + {}", cfg.kernel_name(DType::F32, DType::F32, false, true))
+        }
+        GemmTier::Tma(cfg) if cfg.tf32 == Tf32Rounding::ARegistersBBefore => {
+            format!("round_tf32 (B) + {}", cfg.kernel_name(DType::F32, DType::F32, false, true))
+        }
+        GemmTier::Wgmma(cfg) if cfg.tf32 == Tf32Rounding::ARegistersBBefore => {
+            format!("round_tf32 (B) + {}", cfg.kernel_name(DType::F32, DType::F32, false, true))
         }
         GemmTier::Tma(cfg) => cfg.kernel_name(DType::F32, DType::F32, false, true),
         GemmTier::Wgmma(cfg) => cfg.kernel_name(DType::F32, DType::F32, false, true),

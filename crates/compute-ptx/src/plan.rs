@@ -434,6 +434,10 @@ pub struct Grid {
     pub dynamic_smem: u32,
 }
 
+/// What keeps a temporary of [`Launcher::temp`] alive: dropping it frees
+/// the buffer after the work queued on it.
+type TempGuard = Box<dyn std::any::Any>;
+
 /// What runs a plan: launches kernels in order and provides temporaries.
 pub trait Launcher {
     /// Streaming multiprocessors (sizes the grids of streaming kernels).
@@ -1773,6 +1777,34 @@ impl Exec<'_> {
         Ok(())
     }
 
+    /// The operands of a TF32 product that `rounding` has a separate pass
+    /// round before the kernel ([`Tf32Rounding::rounded_before`]), rounded to
+    /// nearest into temporaries laid out as the operands are (from the first
+    /// matrix to the end of the last, at the spec's batch strides): the
+    /// addresses the kernel reads, and the temporaries' guards, to hold until
+    /// it is queued. One launch per operand rounded.
+    fn round_tf32_before(
+        &self,
+        rounding: Tf32Rounding,
+        s: &MatmulSpec,
+        (a, b): (u64, u64),
+        op: &'static str,
+    ) -> Result<(Vec<TempGuard>, u64, u64)> {
+        let (round_a, round_b) = rounding.rounded_before();
+        let mut guards = Vec::new();
+        let mut round = |src: u64, len: usize| -> Result<u64> {
+            let (guard, dst) = self.l.temp(4 * len, op)?;
+            guards.push(guard);
+            let grid = self.stream_grid(len, DType::F32);
+            self.launch(KernelId::RoundTf32, grid, &[Arg::Ptr(src), Arg::Ptr(dst), Arg::U64(len as u64)])?;
+            Ok(dst)
+        };
+        let span = |stride: usize, matrix: usize| s.batch.saturating_sub(1) * stride + matrix;
+        let a = if round_a { round(a, span(s.stride_a(), s.m * s.k))? } else { a };
+        let b = if round_b { round(b, span(s.stride_b(), s.k * s.n))? } else { b };
+        Ok((guards, a, b))
+    }
+
     /// `C = op(A)·op(B)` on the TMA-fed kernel: one launch of at most one
     /// block per multiprocessor over every batch's tiles; the caller checked
     /// [`tma_fits`].
@@ -1784,17 +1816,12 @@ impl Exec<'_> {
         epi: EpilogueInputs,
         op: &'static str,
     ) -> Result<()> {
-        if s.dtype == DType::F32 && cfg.tf32 == Tf32Rounding::BeforeKernel {
-            // TF32 rounded by a separate pass into temporaries; the GEMM reads them as they are.
-            let (la, lb) = (s.batch * s.m * s.k, s.batch * s.k * s.n);
-            let (_ga, ra) = self.l.temp(4 * la, op)?;
-            let (_gb, rb) = self.l.temp(4 * lb, op)?;
-            for (src, dst, len) in [(a, ra, la), (b, rb, lb)] {
-                let grid = self.stream_grid(len, DType::F32);
-                self.launch(KernelId::RoundTf32, grid, &[Arg::Ptr(src), Arg::Ptr(dst), Arg::U64(len as u64)])?;
-            }
-            return self.matmul_tma(&cfg.kernel(), s, (ra, rb, c), epi, op);
-        }
+        // TF32 operands that the kernel reads rounded already, and the kernel that reads them.
+        let (_rounded, a, b) = match s.dtype {
+            DType::F32 => self.round_tf32_before(cfg.tf32, s, (a, b), op)?,
+            _ => (Vec::new(), a, b),
+        };
+        let cfg = &cfg.kernel();
         let (m, n, k) = (u32_of(op, "m", s.m)?, u32_of(op, "n", s.n)?, u32_of(op, "k", s.k)?);
         let batch = u32_of(op, "batch", s.batch)?;
         let tiles = s.batch * s.m.div_ceil(cfg.bm() as usize) * s.n.div_ceil(cfg.bn as usize);
@@ -1872,6 +1899,11 @@ impl Exec<'_> {
         if let GemmTc::Tma(cfg) = tc {
             return self.matmul_tma(&cfg, s, (a, b, c), epi, op);
         }
+        // TF32 operands that the cp.async kernel reads rounded already.
+        let (_rounded, a, b) = match tc {
+            GemmTc::Wgmma(cfg) if s.dtype == DType::F32 => self.round_tf32_before(cfg.tf32, s, (a, b), op)?,
+            _ => (Vec::new(), a, b),
+        };
         let kind = EpilogueKind::of(&s.epilogue);
         let (bm, bn, threads, smem, id) = match tc {
             GemmTc::Mma(cfg) => (

@@ -357,19 +357,76 @@ fn wgmma_tf32_rounds_to_nearest() {
     }
 }
 
+/// On a device with TMA, the plans round a TF32 product's `B` in a pass and
+/// launch the TMA kernel that rounds `A` in registers, reading the rounded
+/// copy of `B` and the caller's `A` (recorded, not run: TMA is not emulated).
+#[test]
+fn plans_round_only_b_before_the_tma_tf32_kernel() {
+    use compute_core::{DType, Precision, Result};
+    use compute_ptx::kernels::KernelId;
+    use compute_ptx::kernels::gemm_tma::TmaConfig;
+    use compute_ptx::plan::{Arg, Grid, Launcher, run_op};
+    use std::sync::Mutex;
+    /// Notes each launch's kernel and addresses (pointers and tensor maps);
+    /// temporaries at 1 MiB steps.
+    struct Recorder(Mutex<Vec<(KernelId, Vec<u64>)>>, Mutex<u64>);
+    impl Launcher for Recorder {
+        fn sm_count(&self) -> u32 {
+            132
+        }
+        fn has_wgmma(&self) -> bool {
+            true
+        }
+        fn has_tma(&self) -> bool {
+            true
+        }
+        fn launch(&self, id: KernelId, _grid: Grid, args: &[Arg]) -> Result<()> {
+            let ptrs = args
+                .iter()
+                .filter_map(|a| match a {
+                    Arg::Ptr(p) => Some(*p),
+                    Arg::TensorMap(m) => Some(m.addr),
+                    _ => None,
+                })
+                .collect();
+            self.0.lock().unwrap().push((id, ptrs));
+            Ok(())
+        }
+        fn temp(&self, _bytes: usize, _op: &'static str) -> Result<(Box<dyn std::any::Any>, u64)> {
+            let mut next = self.1.lock().unwrap();
+            *next += 1 << 20;
+            Ok((Box::new(()), *next))
+        }
+        fn copy(&self, _dst: u64, _src: u64, _bytes: usize, _op: &'static str) -> Result<()> {
+            Ok(())
+        }
+    }
+    let rec = Recorder(Mutex::new(Vec::new()), Mutex::new(1 << 30));
+    let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(256, 512, 384) }.with_precision(Precision::Tf32);
+    let (a, b, c) = (1u64 << 20, 2u64 << 20, 3u64 << 20);
+    run_op(&rec, &Op::Matmul(spec), &[a, b], c).expect("plan");
+    let launches = rec.0.into_inner().unwrap();
+    let rounded_b = (1u64 << 30) + (1 << 20);
+    let want = vec![
+        (KernelId::RoundTf32, vec![b, rounded_b]),
+        (KernelId::GemmTma(TmaConfig::tf32(), DType::F32, DType::F32, false, true, None), vec![a, rounded_b, c]),
+    ];
+    assert_eq!(launches, want);
+}
+
 /// On a compute capability 9.0 device the plans run a TF32 `A·Bᵀ` matmul on
-/// the `wgmma` kernel; TF32 in other layouts, and full precision, run the
-/// `f32` GEMM. Each within its tolerance.
+/// the `wgmma` kernel (after the pass that rounds `B`); TF32 in other
+/// layouts, and full precision, run the `f32` GEMM. Each within its tolerance.
 #[test]
 fn plans_pick_wgmma_for_tf32_products_it_reads() {
     use compute_core::Precision;
     use compute_core::conformance::{check_op_typed, typed_inputs_for};
     let emu = EmuBackend::with_wgmma();
     let mut rng = Rng::new(0x5eed_0007);
-    for (trans_b, precision, kernel) in [
-        (true, Precision::Tf32, "gemm_wgmma_tf32_f32_nt"),
-        (false, Precision::Tf32, "gemm_simt"),
-        (true, Precision::Full, "gemm_simt"),
+    for (trans_b, precision, kernels) in [
+        (true, Precision::Tf32, &["round_tf32", "gemm_wgmma_tf32_f32_nt"][..]),
+        (false, Precision::Tf32, &["gemm_simt"][..]),
+        (true, Precision::Full, &["gemm_simt"][..]),
     ] {
         let spec = MatmulSpec { trans_b, ..MatmulSpec::new(72, 36, 80) }.with_precision(precision);
         let op = Op::Matmul(spec);
@@ -379,7 +436,8 @@ fn plans_pick_wgmma_for_tf32_products_it_reads() {
             panic!("{spec:?}: {e}");
         }
         let names: Vec<String> = emu.log.lock().unwrap()[before..].iter().map(|(k, _)| k.clone()).collect();
-        assert!(names.len() == 1 && names[0].starts_with(kernel), "{spec:?}: {names:?}");
+        let picked = names.len() == kernels.len() && names.iter().zip(kernels).all(|(n, k)| n.starts_with(k));
+        assert!(picked, "{spec:?}: {names:?}");
     }
 }
 

@@ -258,15 +258,47 @@ fn tf32_wgmma_matches_the_reference() {
         .map(GemmTier::Wgmma)
         .collect();
     tiers.extend(std::iter::once(TmaConfig::tf32()).chain(gemm_tma::sweep_configs()).map(GemmTier::Tma));
-    let in_kernel = TmaConfig { tf32: gemm_wgmma::Tf32Rounding::InShared, ..TmaConfig::tf32() };
-    tiers.push(GemmTier::Tma(in_kernel));
-    for tier in tiers {
+    for rounding in [gemm_wgmma::Tf32Rounding::InShared, gemm_wgmma::Tf32Rounding::BeforeKernel] {
+        tiers.push(GemmTier::Tma(TmaConfig { tf32: rounding, ..TmaConfig::tf32() }));
+    }
+    for &tier in &tiers {
         for (batch, m, k, n) in
             [(1, 8, 4, 8), (3, 40, 72, 24), (1, 136, 268, 520), (2, 256, 64, 384), (1, 700, 1000, 900)]
         {
             let spec = MatmulSpec { batch, trans_b: true, ..MatmulSpec::new(m, k, n) }.with_precision(Precision::Tf32);
             if let Err(e) = run_tier(&be, tier, spec, &mut rng) {
                 fails.push(e);
+            }
+        }
+    }
+    // Batches spaced wider than their matrices, which the rounding passes
+    // must copy at the same strides.
+    for tier in tiers.into_iter().filter(|t| matches!(t, GemmTier::Tma(_))) {
+        use compute_core::DType;
+        use compute_core::conformance::{compare_typed, poisoned, typed_inputs_for};
+        let (batch, m, k, n) = (3, 136, 72, 264);
+        let spec = MatmulSpec { batch, trans_b: true, ..MatmulSpec::new(m, k, n) }
+            .with_precision(Precision::Tf32)
+            .with_batch_strides(m * k + 64, n * k + 128);
+        let op = Op::Matmul(spec);
+        let inputs = typed_inputs_for(&op, &mut rng);
+        let e = |e: ComputeError| e.to_string();
+        let run = || -> Result<compute_core::HostVec, String> {
+            let ta = be.upload_typed(inputs[0].as_slice()).map_err(e)?;
+            let tb = be.upload_typed(inputs[1].as_slice()).map_err(e)?;
+            let mut out = poisoned(DType::F32, batch * m * n);
+            let tc = be.upload_typed(out.as_slice()).map_err(e)?;
+            be.matmul_tier(tier, spec, &ta, &tb, &tc).map_err(e)?;
+            be.download_typed(&tc, out.as_mut()).map_err(e)?;
+            Ok(out)
+        };
+        let views: Vec<_> = inputs.iter().map(|v| v.as_slice()).collect();
+        match run() {
+            Err(e) => fails.push(format!("{tier:?} {spec:?}: {e}")),
+            Ok(out) => {
+                if let Some(msg) = compare_typed(&op, &views, out.as_slice(), 1.0) {
+                    fails.push(format!("{tier:?} {spec:?}: {msg}"));
+                }
             }
         }
     }
@@ -300,8 +332,8 @@ fn tf32_wgmma_rounds_to_nearest() {
     let b = be.upload(&vec![1.0; n * k]).expect("upload");
     let want = k as f32 * (1.0 + 2f32.powi(-10));
     let cp_async = gemm_wgmma::tf32_sweep_configs().into_iter().filter(|c| c.tf32 != Tf32Rounding::None);
-    let in_kernel = TmaConfig { tf32: Tf32Rounding::InShared, ..TmaConfig::tf32() };
-    let tiers = cp_async.map(GemmTier::Wgmma).chain([GemmTier::Tma(TmaConfig::tf32()), GemmTier::Tma(in_kernel)]);
+    let tma = [Tf32Rounding::InShared, Tf32Rounding::BeforeKernel].map(|tf32| TmaConfig { tf32, ..TmaConfig::tf32() });
+    let tiers = cp_async.map(GemmTier::Wgmma).chain([TmaConfig::tf32()].into_iter().chain(tma).map(GemmTier::Tma));
     for cfg in tiers {
         let c = be.upload(&vec![f32::NAN; m * n]).expect("upload");
         be.matmul_tier(cfg, spec, &a, &b, &c).expect("matmul");

@@ -336,7 +336,7 @@ fn register_a_wgmma_and_named_barriers() {
         let a = [(); 4].map(|_| b.mov(0u32));
         let desc = b.mov(0u64);
         let on = b.setp(Cmp::Eq, a[0], 0u32);
-        b.wgmma_mma_async_reg_a(Half::Bf16, &acc, a, desc, on, true);
+        b.wgmma_mma_async_reg_a(WgmmaInput::Half(Half::Bf16), &acc, a, desc, on, true);
         let id = b.mov(3u32);
         b.barrier_sync(1u32, 256);
         b.barrier_arrive(id, 128);

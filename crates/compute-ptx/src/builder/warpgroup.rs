@@ -1,8 +1,8 @@
 //! Hopper's warpgroup instructions (`sm_90a`): `wgmma.mma_async` reading both
 //! operands from shared memory through 64-bit matrix descriptors, its fence,
 //! commit and wait, and the proxy fence that makes ordinary shared-memory
-//! writes visible to it; the register-`A` form of `wgmma` (a 64×16 operand
-//! held in the warpgroup's registers); and the named barriers (`barrier.sync`
+//! writes visible to it; the register-`A` form of `wgmma` (a 64×16 half or
+//! 64×8 TF32 operand held in the warpgroup's registers); and the named barriers (`barrier.sync`
 //! / `barrier.arrive` with an id and a thread count) by which warpgroups order
 //! themselves without stopping the whole block. A warpgroup is four
 //! consecutive warps (128 threads whose first is a multiple of 128); every one
@@ -158,21 +158,25 @@ impl KernelBuilder {
     }
 
     /// `acc += A·B` with `A` from registers:
-    /// `wgmma.mma_async.sync.aligned.m64n{N}k16.f32.<half>.<half>` whose
-    /// 64×16 `A` is four 32-bit registers per thread, each two `half`s (low
-    /// half first): warp `w`'s lane `l` holds row `16w + l/4` (`a[0]`,
-    /// `a[2]`) and row `16w + l/4 + 8` (`a[1]`, `a[3]`) at columns `2(l%4)`
-    /// and the one after (`a[0]`, `a[1]`) and 8 further (`a[2]`, `a[3]`) —
-    /// the layout of the accumulator of a `wgmma` (see
+    /// `wgmma.mma_async.sync.aligned.m64n{N}k{K}.f32.<in>.<in>` whose 64×K
+    /// `A` is four 32-bit registers per thread. Halves (`K` = 16): each
+    /// register two values (low half first); warp `w`'s lane `l` holds row
+    /// `16w + l/4` (`a[0]`, `a[2]`) and row `16w + l/4 + 8` (`a[1]`, `a[3]`)
+    /// at columns `2(l%4)` and the one after (`a[0]`, `a[1]`) and 8 further
+    /// (`a[2]`, `a[3]`) — the layout of the accumulator of a `wgmma` (see
     /// [`KernelBuilder::wgmma_mma_async`]) over 16 columns, rounded and packed
-    /// in pairs. `B` (16×N) is in shared memory as `desc_b` and `mn_major_b`
-    /// say. Asynchronous like the shared form; `a` must not be written until a
+    /// in pairs. TF32 (`K` = 8): each register one `f32` whose top 19 bits
+    /// are read, at the same rows and columns `l%4` (`a[0]`, `a[1]`) and
+    /// `l%4 + 4` (`a[2]`, `a[3]`) — what `ldmatrix` delivers from four 8×4
+    /// blocks of `f32`. `B` (K×N) is in shared memory as `desc_b` and
+    /// `mn_major_b` say (TF32: `k`-contiguous only). Asynchronous like the
+    /// shared form; `a` must not be written until a
     /// [`KernelBuilder::wgmma_wait`] retires the group, and a
     /// [`KernelBuilder::wgmma_fence`] must come between writing `a` and this
     /// instruction. One instruction.
     pub fn wgmma_mma_async_reg_a(
         &mut self,
-        half: Half,
+        input: WgmmaInput,
         acc: &[Reg<F32>],
         a: [Reg<U32>; 4],
         desc_b: Reg<U64>,
@@ -187,12 +191,20 @@ impl KernelBuilder {
         let d: Vec<String> = acc.iter().map(|r| self.reg(*r)).collect();
         let a: Vec<String> = a.iter().map(|r| self.reg(*r)).collect();
         let (b, p) = (self.reg(desc_b), self.reg(scale_d));
-        let t = half.name();
+        let (t, k) = (input.name(), input.k());
+        let trans = match input {
+            WgmmaInput::Half(_) => format!(", {}", u32::from(mn_major_b)),
+            WgmmaInput::Tf32 => {
+                if mn_major_b {
+                    self.error("wgmma on tf32 reads a k-contiguous B only".into());
+                }
+                String::new()
+            }
+        };
         self.emit(format!(
-            "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{}}}, {{{}}}, {b}, {p}, 1, 1, {}",
+            "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{t}.{t} {{{}}}, {{{}}}, {b}, {p}, 1, 1{trans}",
             d.join(", "),
-            a.join(", "),
-            u32::from(mn_major_b)
+            a.join(", ")
         ));
     }
 

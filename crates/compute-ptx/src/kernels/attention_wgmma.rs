@@ -470,7 +470,7 @@ pub(super) fn issue_scores(b: &mut KernelBuilder, f: &Frame, bm: u32, desc_q: Re
 pub(super) fn issue_values_reg(b: &mut KernelBuilder, f: &Frame, pw: &[[Reg<U32>; 4]], desc_v: Reg<U64>) {
     for (kk, &a) in pw.iter().enumerate() {
         let dv = b.add(desc_v, ((kk as u64) * 2 * 1024) >> 4);
-        b.wgmma_mma_async_reg_a(f.half, &f.o_acc, a, dv, f.always, true);
+        b.wgmma_mma_async_reg_a(WgmmaInput::Half(f.half), &f.o_acc, a, dv, f.always, true);
     }
 }
 

@@ -155,6 +155,64 @@ fn store_wgmma_tile_epilogue(
     }
 }
 
+/// A `wgmma` warpgroup's TF32 fragments of `A` read from a `k`-contiguous
+/// stage in the 128-byte swizzle (rows of 128 bytes, 32 `f32` of `k` each;
+/// chunk `c` of row `r` at `c ⊕ (r mod 8)`, tiles aligned to 1024 bytes) and
+/// rounded to nearest on their way to `wgmma` with `A` from registers
+/// ([`KernelBuilder::wgmma_mma_async_reg_a`]). Per `k` step of 8, one
+/// `ldmatrix.x4` reads four 8×4 blocks of `f32` as 8×8 blocks of halves:
+/// lane `l` of warp `w` receives rows `16w + l/4` and `16w + l/4 + 8` at
+/// `k` = `l mod 4` and `l mod 4 + 4`, the layout the instruction takes; lanes
+/// `8i..8i+8` name the rows of block `i` (row `16w + 8((l/8) mod 2) + l mod 8`,
+/// chunk `2s + l/16` of step `s`). The eight rows a phase reads sit in eight
+/// different bank groups, so the reads are conflict-free. Then four
+/// `cvt.rna.tf32.f32`: the rounding of [`super::elementwise::round_tf32`].
+pub(crate) struct Tf32Fragments {
+    /// This lane's row of `A` in stage 0 (shared address).
+    row: Reg<U32>,
+    /// Per `k` step, the byte offset of this lane's swizzled chunk in its row.
+    chunks: Vec<Reg<U32>>,
+}
+
+impl Tf32Fragments {
+    /// For lane `lane` of warp `warp` (0..4 within its warpgroup), whose
+    /// warpgroup's 64 rows of `A` start at shared address `rows` in stage 0,
+    /// over `steps` `k` steps (4 for a 128-byte row). About ten instructions.
+    pub(crate) fn new(b: &mut KernelBuilder, rows: Reg<U32>, warp: Reg<U32>, lane: Reg<U32>, steps: u32) -> Self {
+        let lo = b.and(lane, 7u32);
+        let block = b.shr(lane, 3u32);
+        let second8 = b.and(block, 1u32);
+        let hi = b.shr(lane, 4u32);
+        let r = b.mad(second8, 8u32, lo);
+        let r = b.mad(warp, 16u32, r);
+        let row = b.mad(r, 128u32, rows);
+        let chunks = (0..steps)
+            .map(|s| {
+                let c = b.add(hi, 2 * s);
+                let c = b.xor(c, lo);
+                b.shl(c, 4u32)
+            })
+            .collect();
+        Tf32Fragments { row, chunks }
+    }
+
+    /// This lane's row in the stage `offset` bytes after stage 0 (one add).
+    pub(crate) fn row_in(&self, b: &mut KernelBuilder, offset: impl Into<Src<U32>>) -> Reg<U32> {
+        b.add(self.row, offset)
+    }
+
+    /// Step `s`'s four registers from the stage whose row [`Tf32Fragments::row_in`]
+    /// gave, rounded to TF32: one `ldmatrix.x4` and four `cvt`.
+    pub(crate) fn load_rounded(&self, b: &mut KernelBuilder, row: Reg<U32>, s: usize) -> [Reg<U32>; 4] {
+        let at = b.add(row, self.chunks[s]);
+        let v = b.ldmatrix_x4(at, 0, false);
+        v.map(|x| {
+            let r = b.round_to_tf32(x);
+            b.bitcast::<U32, B32>(r)
+        })
+    }
+}
+
 /// The tensor cores' input format for `input` and the rounding of the output
 /// (`None`: `f32`), or why the pair is not taken.
 pub(crate) fn half_dtypes(input: DType, output: DType) -> Result<(Half, Option<Half>), String> {

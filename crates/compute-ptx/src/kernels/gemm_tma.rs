@@ -18,15 +18,20 @@
 //!   `k`-contiguous one, one per 64 columns of `m` or `n` for an
 //!   `m`/`n`-contiguous one). The copies write the 128-byte swizzle that
 //!   `wgmma` reads and zeros where a box hangs over an edge, so ragged
-//!   shapes need no checks. When the kernel rounds TF32 itself
-//!   ([`Tf32Rounding::InShared`]; the plans round in a pass before it
-//!   instead, [`Tf32Rounding::BeforeKernel`]) the other three warps round
-//!   each landed stage to nearest in place and arm a third barrier (`ready`).
+//!   shapes need no checks. When the kernel rounds both TF32 operands in
+//!   shared memory ([`Tf32Rounding::InShared`], for measurements) the other
+//!   three warps round each landed stage to nearest in place and arm a
+//!   third barrier (`ready`).
 //! - **Consumers** (warpgroups 1 and 2, rows 0–63 and 64–127 of the tile,
 //!   232 registers a thread, 224 beside rounding warps): per k-tile wait for the stage, issue its
 //!   `wgmma` as one group, wait until only that group is in flight and
 //!   release the stage before, then store the tile from the accumulators
-//!   while the producer is already filling stages for the next tile.
+//!   while the producer is already filling stages for the next tile. The
+//!   plans' TF32 kernel ([`Tf32Rounding::ARegistersBBefore`]) reads its rows
+//!   of `A` from the stage into registers (`ldmatrix`), rounds them to
+//!   nearest there and gives them to `wgmma` as its register operand, two
+//!   k-tiles per pass of the loop so that the group in flight keeps its
+//!   registers; `B` comes rounded by a pass before the kernel.
 //!
 //! Stage `s` of k-tile `i` is `i mod stages` of a counter that runs on
 //! across tiles; its barriers complete once per round, and waits name the
@@ -37,7 +42,7 @@
 
 use compute_core::DType;
 
-use super::gemm_common::{ATOM_K_STRIDE, atom_mn_stride, kernel_base, store_wgmma_tile, wgmma_dtypes};
+use super::gemm_common::{ATOM_K_STRIDE, Tf32Fragments, atom_mn_stride, kernel_base, store_wgmma_tile, wgmma_dtypes};
 use super::gemm_epilogue::{self, EpilogueKind};
 use super::gemm_wgmma::Tf32Rounding;
 use crate::builder::{B32, BuildError, Cmp, Dim, F32, Kernel, KernelBuilder, Reg, Target, U32, U64, WgmmaInput};
@@ -64,11 +69,12 @@ pub struct TmaConfig {
     pub stages: u32,
     /// Tile-rows per group in the raster order (0: row-major).
     pub group_m: u32,
-    /// How `f32` inputs (TF32) are rounded: in shared memory by the
-    /// producer's spare warps ([`Tf32Rounding::InShared`]), by a separate
-    /// pass into temporaries before the kernel ([`Tf32Rounding::BeforeKernel`],
-    /// whose kernel is the one of [`Tf32Rounding::None`]), or not at all
-    /// (truncation, for measurements).
+    /// How `f32` inputs (TF32) are rounded: `A` in the consumers' registers
+    /// and `B` by a pass before the kernel ([`Tf32Rounding::ARegistersBBefore`]),
+    /// both in shared memory by the producer's spare warps
+    /// ([`Tf32Rounding::InShared`]), both by the pass
+    /// ([`Tf32Rounding::BeforeKernel`], whose kernel is the one of
+    /// [`Tf32Rounding::None`]), or not at all (truncation, for measurements).
     pub tf32: Tf32Rounding,
 }
 
@@ -127,10 +133,7 @@ impl TmaConfig {
         if *self == TmaConfig::default() {
             base
         } else {
-            let rounding = match self.tf32 {
-                Tf32Rounding::None | Tf32Rounding::BeforeKernel => "_nr",
-                _ => "",
-            };
+            let rounding = self.tf32.suffix();
             format!("{base}_{BM}x{}_s{}_g{}{rounding}", self.bn, self.stages, self.group_m)
         }
     }
@@ -154,17 +157,20 @@ impl TmaConfig {
         }
     }
 
-    /// The TF32 shape (`f32` inputs, `A·Bᵀ`): the default tile, its operands
-    /// rounded by a separate pass into temporaries
-    /// ([`Tf32Rounding::BeforeKernel`]). On the H100 (2026-11-26) that ran at
-    /// 0.81× and 0.89× cuBLAS's TF32 GEMM at 4096³ and 8192³, rounding in
-    /// shared memory inside the kernel at 0.66× and 0.62×.
+    /// The TF32 shape (`f32` inputs, `A·Bᵀ`): the default tile, `A` rounded
+    /// in the consumers' registers and `B` by a separate pass into a
+    /// temporary ([`Tf32Rounding::ARegistersBBefore`]). Rounding both
+    /// operands by the pass ([`Tf32Rounding::BeforeKernel`]) ran at 0.81×
+    /// and 0.89× cuBLAS's TF32 GEMM at 4096³ and 8192³ on the H100
+    /// (2026-11-26), rounding in shared memory inside the kernel at 0.66×
+    /// and 0.62×.
     pub fn tf32() -> TmaConfig {
-        TmaConfig { tf32: Tf32Rounding::BeforeKernel, ..TmaConfig::default() }
+        TmaConfig { tf32: Tf32Rounding::ARegistersBBefore, ..TmaConfig::default() }
     }
 
     /// The kernel this shape launches: [`Tf32Rounding::BeforeKernel`] runs
-    /// the kernel that does not round (its operands are rounded already).
+    /// the kernel that does not round (its operands are rounded already);
+    /// [`Tf32Rounding::ARegistersBBefore`] the one that rounds `A`.
     pub fn kernel(&self) -> TmaConfig {
         match self.tf32 {
             Tf32Rounding::BeforeKernel => TmaConfig { tf32: Tf32Rounding::None, ..*self },
@@ -260,6 +266,7 @@ pub fn gemm_tma(
         Err(e) => return fail(e),
     };
     let rounding = mma_in == WgmmaInput::Tf32 && cfg.tf32 == Tf32Rounding::InShared;
+    let a_in_registers = mma_in == WgmmaInput::Tf32 && cfg.tf32 == Tf32Rounding::ARegistersBBefore;
     let elem = if mma_in == WgmmaInput::Tf32 { 4 } else { 2 };
     let bk = ROW / elem;
     let (bn, stages) = (cfg.bn, cfg.stages);
@@ -426,6 +433,7 @@ pub fn gemm_tma(
 
     let lane_g = b.shr(lane, 2u32);
     let cwarp = b.and(warp, 3u32);
+    let frags = a_in_registers.then(|| Tf32Fragments::new(&mut b, a_addr, cwarp, lane, bk / mma_in.k()));
     let row_in_tile = b.mul(cw, 64u32);
     let row_in_tile = b.mad(cwarp, 16u32, row_in_tile);
     let row_in_tile = b.add(row_in_tile, lane_g);
@@ -445,31 +453,53 @@ pub fn gemm_tma(
     let k_top = b.label("k_loop");
     let k_done = b.label("k_done");
     b.place(k_top);
-    let k_end = b.setp(Cmp::Ge, kt, k_tiles);
-    b.bra_if(k_end, k_done);
-    let f = ring.barrier(&mut b, bars);
-    b.mbarrier_wait(f, if rounding { ready_at } else { full_at }, ring.phase);
-    let soff = b.mul(ring.stage, stage_bytes >> 4);
-    let soff = b.cvt::<U64, U32>(soff);
-    let da0 = b.add(desc_a, soff);
-    let db0 = b.add(desc_b, soff);
-    b.wgmma_fence();
-    for ks in 0..bk / mma_in.k() {
-        let da = b.add(da0, u64::from((ks * a_step) >> 4));
-        let db = b.add(db0, u64::from((ks * b_step) >> 4));
-        b.wgmma_mma_async(mma_in, &acc, (da, db), always, (!a_kmajor, !b_kmajor));
+    // One k-tile: wait for its stage, issue its wgmma as one group, release
+    // the stage of the k-tile before once that one's group is done.
+    let k_tile = |b: &mut KernelBuilder| {
+        let k_end = b.setp(Cmp::Ge, kt, k_tiles);
+        b.bra_if(k_end, k_done);
+        let f = ring.barrier(b, bars);
+        b.mbarrier_wait(f, if rounding { ready_at } else { full_at }, ring.phase);
+        let steps = bk / mma_in.k();
+        // TF32 with A rounded in registers: the tile's fragments, before the fence.
+        let a_regs: Vec<[Reg<U32>; 4]> = frags.as_ref().map_or_else(Vec::new, |fr| {
+            let off = b.mul(ring.stage, stage_bytes);
+            let row = fr.row_in(b, off);
+            (0..steps as usize).map(|ks| fr.load_rounded(b, row, ks)).collect()
+        });
+        let soff = b.mul(ring.stage, stage_bytes >> 4);
+        let soff = b.cvt::<U64, U32>(soff);
+        let da0 = b.add(desc_a, soff);
+        let db0 = b.add(desc_b, soff);
+        b.wgmma_fence();
+        for ks in 0..steps {
+            if let Some(&a) = a_regs.get(ks as usize) {
+                let db = b.add(db0, u64::from((ks * b_step) >> 4));
+                b.wgmma_mma_async_reg_a(mma_in, &acc, a, db, always, false);
+            } else {
+                let da = b.add(da0, u64::from((ks * a_step) >> 4));
+                let db = b.add(db0, u64::from((ks * b_step) >> 4));
+                b.wgmma_mma_async(mma_in, &acc, (da, db), always, (!a_kmajor, !b_kmajor));
+            }
+        }
+        b.wgmma_commit();
+        b.comment("the previous k-tile's wgmma are done: release its stage");
+        b.wgmma_wait(1);
+        let not_first = b.setp(Cmp::Ne, kt, 0u32);
+        let release = b.and_pred(not_first, is_lane0);
+        let pbar = b.mad(prev, 8u32, bars);
+        b.guarded(release, false, |b| b.mbarrier_arrive(pbar, empty_at));
+        b.assign(prev, ring.stage);
+        ring.advance(b, stages);
+        let next = b.add(kt, 1u32);
+        b.assign(kt, next);
+    };
+    k_tile(&mut b);
+    if frags.is_some() {
+        // The group in flight reads the registers of A it was issued with:
+        // two k-tiles per pass give consecutive tiles their own registers.
+        k_tile(&mut b);
     }
-    b.wgmma_commit();
-    b.comment("the previous k-tile's wgmma are done: release its stage");
-    b.wgmma_wait(1);
-    let not_first = b.setp(Cmp::Ne, kt, 0u32);
-    let release = b.and_pred(not_first, is_lane0);
-    let pbar = b.mad(prev, 8u32, bars);
-    b.guarded(release, false, |b| b.mbarrier_arrive(pbar, empty_at));
-    b.assign(prev, ring.stage);
-    ring.advance(&mut b, stages);
-    let next = b.add(kt, 1u32);
-    b.assign(kt, next);
     b.bra(k_top);
     b.place(k_done);
     b.wgmma_wait(0);

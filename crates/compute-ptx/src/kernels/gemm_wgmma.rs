@@ -20,7 +20,10 @@
 //! values it copied in shared memory once they land, or (the plans' shape,
 //! [`WgmmaConfig::tf32`]) each thread loads its chunks of the next k-tile
 //! into registers while the current one is multiplied, rounds them there
-//! and stores them, so shared memory is written once.
+//! and stores them, so shared memory is written once; or `A` is rounded on
+//! its way from shared memory to `wgmma`, which takes it from registers, and
+//! `B` comes rounded by a pass before the kernel
+//! ([`Tf32Rounding::ARegistersBBefore`], the TMA kernel's way).
 //!
 //! The loop per k-tile: wait for the tile's copies, fence them to the async
 //! proxy, one barrier, issue the tile's four `wgmma` as one group, wait until
@@ -35,8 +38,8 @@
 use compute_core::DType;
 
 use super::gemm_common::{
-    ATOM_K_STRIDE, Side, atom_mn_stride, batch_operands, copies, gemm_params, issue_ahead, kernel_base, load_regs,
-    refill, reg_tile, stage_loop, store_rounded, store_wgmma_tile, wgmma_dtypes,
+    ATOM_K_STRIDE, Side, Tf32Fragments, atom_mn_stride, batch_operands, copies, gemm_params, issue_ahead, kernel_base,
+    load_regs, refill, reg_tile, stage_loop, store_rounded, store_wgmma_tile, wgmma_dtypes,
 };
 use super::gemm_epilogue::{self, EpilogueKind};
 use super::gemm_simt::tile_origin;
@@ -65,8 +68,40 @@ pub enum Tf32Rounding {
     /// Rounded into temporaries by a separate element-wise pass
     /// ([`super::elementwise::round_tf32`]) before the GEMM, which then reads
     /// them as they are: one more read and write of `A` and `B` in memory,
-    /// none in the GEMM's shared memory. The TMA kernel only.
+    /// none in the GEMM's shared memory. The TMA kernel only (whose
+    /// kernel is then the one of [`Tf32Rounding::None`]).
     BeforeKernel,
+    /// `A` rounded in the registers of the warpgroups that multiply it, on
+    /// its way to `wgmma` (`ldmatrix` from the stage, `cvt.rna`, `wgmma`
+    /// with `A` from registers: [`super::gemm_common::Tf32Fragments`]); `B`
+    /// rounded into a temporary by the pass of [`Tf32Rounding::BeforeKernel`].
+    /// Shared memory is written once, and only `B` makes the extra trip
+    /// through memory.
+    ARegistersBBefore,
+}
+
+impl Tf32Rounding {
+    /// Which operands (`A`, `B`) a separate pass rounds into temporaries
+    /// before the kernel runs.
+    pub fn rounded_before(self) -> (bool, bool) {
+        match self {
+            Tf32Rounding::BeforeKernel => (true, true),
+            Tf32Rounding::ARegistersBBefore => (false, true),
+            _ => (false, false),
+        }
+    }
+
+    /// The kernel's suffix for this rounding: `""` in shared memory, `_rr`
+    /// through registers, `_ra` `A` in registers, `_nr` none (also the
+    /// kernel of [`Tf32Rounding::BeforeKernel`], whose operands come rounded).
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Tf32Rounding::InShared => "",
+            Tf32Rounding::InRegisters => "_rr",
+            Tf32Rounding::None | Tf32Rounding::BeforeKernel => "_nr",
+            Tf32Rounding::ARegistersBBefore => "_ra",
+        }
+    }
 }
 
 /// Shape of the `wgmma` kernel. [`WgmmaConfig::default`] is the one the CUDA
@@ -124,7 +159,7 @@ impl WgmmaConfig {
             return Err(format!("{stages} stages: need 3..=8"));
         }
         if self.tf32 == Tf32Rounding::BeforeKernel {
-            return Err("the cp.async kernel rounds TF32 itself (in shared memory or registers)".into());
+            return Err("the cp.async kernel rounds A itself (in shared memory or registers)".into());
         }
         // 16-byte chunks of both tiles split evenly over the threads, whole
         // rows of chunks at a time in either stored layout.
@@ -151,12 +186,7 @@ impl WgmmaConfig {
         if *self == WgmmaConfig::default() {
             base
         } else {
-            let rounding = match self.tf32 {
-                Tf32Rounding::InShared => "",
-                Tf32Rounding::InRegisters => "_rr",
-                Tf32Rounding::None => "_nr",
-                Tf32Rounding::BeforeKernel => "_pre",
-            };
+            let rounding = self.tf32.suffix();
             format!("{base}_{}x{}_s{}_g{}{rounding}", self.bm(), self.bn, self.stages, self.group_m)
         }
     }
@@ -192,9 +222,14 @@ impl WgmmaConfig {
 
 impl WgmmaConfig {
     /// The shape the CUDA backend launches for `f32` products with TF32 opted
-    /// in: the default tile, rounding through registers (three stages).
+    /// in whose operands the TMA kernel cannot read: the default tile, `A`
+    /// rounded in registers and `B` by a pass before the kernel
+    /// ([`Tf32Rounding::ARegistersBBefore`]). On the H200 (2026-11-28) that
+    /// ran at 0.84–0.88× cuBLAS's TF32 GEMM at 4096³ and 8192³, rounding
+    /// both through registers ([`Tf32Rounding::InRegisters`], three stages)
+    /// at 0.60–0.66×.
     pub fn tf32() -> WgmmaConfig {
-        WgmmaConfig { tf32: Tf32Rounding::InRegisters, stages: 3, ..WgmmaConfig::default() }
+        WgmmaConfig { tf32: Tf32Rounding::ARegistersBBefore, ..WgmmaConfig::default() }
     }
 }
 
@@ -216,6 +251,7 @@ pub fn tf32_sweep_configs() -> Vec<WgmmaConfig> {
     let d = WgmmaConfig::default();
     vec![
         WgmmaConfig::tf32(),
+        WgmmaConfig { tf32: Tf32Rounding::InRegisters, stages: 3, ..d },
         WgmmaConfig { tf32: Tf32Rounding::InShared, ..d },
         WgmmaConfig { tf32: Tf32Rounding::None, ..d },
     ]
@@ -327,16 +363,35 @@ pub fn wgmma(
 
     let acc: Vec<Reg<F32>> = (0..bn / 2).map(|_| b.mov(0.0f32)).collect();
 
+    let tf32 = if mma_in == WgmmaInput::Tf32 { Some(cfg.tf32) } else { None };
+    // TF32 with A rounded in registers: this thread's fragments of A.
+    let frags = (tf32 == Some(Tf32Rounding::ARegistersBBefore)).then(|| {
+        let lane = b.and(tid, 31u32);
+        let warp = b.shr(tid, 5u32);
+        let warp = b.and(warp, 3u32);
+        Tf32Fragments::new(&mut b, a_addr, warp, lane, bk / mma_in.k())
+    });
     let issue_tile = |b: &mut KernelBuilder, s: u32| {
+        let steps = bk / mma_in.k();
+        // A's fragments of the whole tile, rounded, before the fence.
+        let a_regs: Vec<[Reg<U32>; 4]> = frags.as_ref().map_or_else(Vec::new, |f| {
+            let row = f.row_in(b, s * stage_bytes);
+            (0..steps as usize).map(|ks| f.load_rounded(b, row, ks)).collect()
+        });
         b.wgmma_fence();
-        for ks in 0..bk / mma_in.k() {
-            let da = b.add(desc_a, u64::from((s * stage_bytes + ks * a_step) >> 4));
-            let db = b.add(desc_b, u64::from((s * stage_bytes + ks * b_step) >> 4));
-            b.wgmma_mma_async(mma_in, &acc, (da, db), always, (!a_side.kmajor, !b_side.kmajor));
+        for ks in 0..steps {
+            let b_at = u64::from((s * stage_bytes + ks * b_step) >> 4);
+            if let Some(&a) = a_regs.get(ks as usize) {
+                let db = b.add(desc_b, b_at);
+                b.wgmma_mma_async_reg_a(mma_in, &acc, a, db, always, false);
+            } else {
+                let da = b.add(desc_a, u64::from((s * stage_bytes + ks * a_step) >> 4));
+                let db = b.add(desc_b, b_at);
+                b.wgmma_mma_async(mma_in, &acc, (da, db), always, (!a_side.kmajor, !b_side.kmajor));
+            }
         }
         b.wgmma_commit();
     };
-    let tf32 = if mma_in == WgmmaInput::Tf32 { Some(cfg.tf32) } else { None };
     b.blank();
     if tf32 == Some(Tf32Rounding::InRegisters) {
         // Each k-tile is loaded into registers one tile ahead, rounded to TF32

@@ -650,7 +650,21 @@ fn wgmma(ctx: &Ctx, inst: &Inst, warp: &mut [Thread], quarter: usize, mem: &mut 
         }
     };
     let a: Vec<Vec<f64>> = match &a_regs {
-        // Lane l: word 0 row l/4, word 1 row l/4 + 8, at k = 2(l%4) (+1); words 2, 3 the same at k + 8.
+        // TF32: lane l: word 0 row l/4, word 1 row l/4 + 8, at k = l%4; words 2, 3 the
+        // same at k + 4; each word's top 19 bits read.
+        Some(ar) if half == "tf32" => {
+            assert_eq!(ar.len(), 4, "{}: A takes four registers", inst.text);
+            let mut m = vec![vec![0.0; kk]; 16];
+            for (l, th) in warp.iter().enumerate() {
+                let (g, q) = (l / 4, l % 4);
+                for (w, &reg) in ar.iter().enumerate() {
+                    let bits = (th.regs[reg] as u32) & !0x1fff;
+                    m[g + 8 * (w % 2)][q + 4 * (w / 2)] = f64::from(f32::from_bits(bits));
+                }
+            }
+            m
+        }
+        // Halves: lane l: word 0 row l/4, word 1 row l/4 + 8, at k = 2(l%4) (+1); words 2, 3 the same at k + 8.
         Some(ar) => {
             assert_eq!(ar.len(), 4, "{}: A takes four registers", inst.text);
             let widen = |h: u64| match half {
