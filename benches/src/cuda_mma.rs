@@ -290,8 +290,7 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
     // `COMPUTE_PTX_GEMM_SWEEP=wgmma`: only the `wgmma` shapes where the device has them.
     let wgmma_only = sweep_var == "wgmma";
     let budget = if sweep { budget.min(Duration::from_millis(700)) } else { budget };
-    let info = be.info().map_err(err)?;
-    let (cc, sms) = (info.compute_capability, info.multiprocessors);
+    let cc = be.info().map_err(err)?.compute_capability;
     let wgmma = compute_ptx::Target::has_wgmma(cc.0, cc.1);
     let shape = |m: usize, n: usize, k: usize, trans_b: bool| Shape { m, n, k, trans_b };
     let mut plan: Vec<(DType, Shape)> = Vec::new();
@@ -321,9 +320,38 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
         // The TF32 sweep first: it is the shorter one.
         out.extend(tf32_rows(be, &blas, device, (quick, sweep), budget)?);
     }
-    for (dtype, s) in plan {
-        let (a, ca) = operand(be, &blas, s.m * s.k, dtype, 81 + s.k as u64)?;
-        let (b, cb) = operand(be, &blas, s.k * s.n, dtype, 83 + s.n as u64)?;
+    out.extend(half_rows(be, &blas, device, &plan, (sweep, wgmma_only), budget)?);
+    if !quick && !sweep {
+        out.extend(strided_rows(be, &blas, device, budget)?);
+    }
+    if !sweep {
+        out.extend(crate::cuda_gemv::rows(be, &blas, device, quick, budget)?);
+    }
+    if wgmma && !sweep {
+        out.extend(tf32_rows(be, &blas, device, (quick, sweep), budget)?);
+    }
+    Ok(out)
+}
+
+/// The half-precision rows of `plan`, each beside cuBLAS: the tier the plans
+/// pick and, on compute capability 9.0, the `cp.async` kernel; with `sweep`
+/// (4096³ and larger, bf16) every shape of the sweeps (`wgmma_only`: only
+/// the `wgmma` ones where the device has them).
+fn half_rows(
+    be: &CudaBackend,
+    blas: &Blas,
+    device: &str,
+    plan: &[(DType, Shape)],
+    (sweep, wgmma_only): (bool, bool),
+    budget: Duration,
+) -> Result<Vec<Record>, String> {
+    let info = be.info().map_err(err)?;
+    let (cc, sms) = (info.compute_capability, info.multiprocessors);
+    let wgmma = compute_ptx::Target::has_wgmma(cc.0, cc.1);
+    let mut out = Vec::new();
+    for &(dtype, s) in plan {
+        let (a, ca) = operand(be, blas, s.m * s.k, dtype, 81 + s.k as u64)?;
+        let (b, cb) = operand(be, blas, s.k * s.n, dtype, 83 + s.n as u64)?;
         let c = be.alloc_typed(s.m * s.n, dtype).map_err(err)?;
         let mut cc = blas.stream.alloc_zeros::<u16>(s.m * s.n).map_err(err)?;
         let spec = MatmulSpec { trans_b: s.trans_b, ..MatmulSpec::new(s.m, s.k, s.n) }.with_dtypes(dtype, dtype);
@@ -362,7 +390,7 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
             let shape = format!("{}x{}x{}{}", s.m, s.n, s.k, if s.trans_b { " B^T" } else { "" });
             let (ours, theirs) = against_cublas(
                 be,
-                &blas,
+                blas,
                 (reps, budget),
                 || be.matmul_tier(tier, spec, &a, &b, &c).map_err(err),
                 || blas.gemm(dtype, s, &ca, &cb, &mut cc),
@@ -393,16 +421,24 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
             out.push(r);
         }
     }
-    if !quick && !sweep {
-        out.extend(strided_rows(be, &blas, device, budget)?);
-    }
-    if !sweep {
-        out.extend(crate::cuda_gemv::rows(be, &blas, device, quick, budget)?);
-    }
-    if wgmma && !sweep {
-        out.extend(tf32_rows(be, &blas, device, (quick, sweep), budget)?);
-    }
     Ok(out)
+}
+
+/// The ragged rows alone (bf16; `k` not a multiple of 64 with `B` stored
+/// either way, ragged `m` and `n`, all three) beside their aligned
+/// neighbour, 4096³ `A·Bᵀ`.
+#[allow(dead_code)]
+pub fn ragged_only(be: &CudaBackend, device: &str, budget: Duration) -> Result<Vec<Record>, String> {
+    let shape = |m: usize, n: usize, k: usize, trans_b: bool| Shape { m, n, k, trans_b };
+    let plan = [
+        (4096, 4096, 4096, true),
+        (4096, 4096, 4088, true),
+        (4096, 4096, 4088, false),
+        (4095, 4094, 4096, true),
+        (4095, 4094, 4088, true),
+    ]
+    .map(|(m, n, k, t)| (DType::BF16, shape(m, n, k, t)));
+    half_rows(be, &Blas::new()?, device, &plan, (false, false), budget)
 }
 
 /// The TF32 rows alone ([`tf32_rows`]), with the sweep's shapes when

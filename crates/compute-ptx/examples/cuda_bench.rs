@@ -2,12 +2,13 @@
 //! `cargo xtask bench` runs), as a standalone program for the GPU machine:
 //! prints one line per row and the rows as JSON.
 //!
-//! `cargo run --release -p compute-ptx --features cuda --example cuda_bench [--quick] [--tensor-cores | --tf32 | --epilogue | --attention | --gemv | --gemv16]`
+//! `cargo run --release -p compute-ptx --features cuda --example cuda_bench [--quick] [--tensor-cores | --tf32 | --ragged | --epilogue | --attention | --gemv | --gemv16]`
 //! (`COMPUTE_PTX_GEMM_SWEEP=1` adds the other GEMM shapes of
 //! `gemm_simt::sweep_configs` at 2048³, 4096³ and 8192³, also with `--quick`,
 //! and those of `gemm_mma::sweep_configs` at 4096³ and 8192³; `--tensor-cores`
 //! runs only the tensor-core GEMM and GEMV rows, `--tf32` only their TF32
-//! rows (with the TF32 sweep under `COMPUTE_PTX_GEMM_SWEEP`), `--epilogue` only the matmul
+//! rows (with the TF32 sweep under `COMPUTE_PTX_GEMM_SWEEP`), `--ragged` only the
+//! ragged rows and their aligned neighbour, `--epilogue` only the matmul
 //! epilogue rows beside cuBLASLt's, `--gemv` only the GEMV and
 //! argmax rows (device-timed, `benches/src/cuda_gemv.rs`), `--gemv16` only
 //! the products of 8 to 16 rows beside the tensor-core GEMM, `--attention` only
@@ -113,6 +114,15 @@ fn tensor_core_rows(quick: bool) -> Result<Vec<report::Record>, String> {
     cuda_mma::rows(&be, &device, quick, budget)
 }
 
+/// `--ragged`: only the ragged tensor-core GEMM rows and their aligned
+/// neighbour ([`cuda_mma`]).
+fn ragged_rows(quick: bool) -> Result<Vec<report::Record>, String> {
+    let be = compute_ptx::CudaBackend::new().map_err(|e| e.to_string())?;
+    let device = be.info().map_err(|e| e.to_string())?.name;
+    let budget = std::time::Duration::from_millis(if quick { 300 } else { 1500 });
+    cuda_mma::ragged_only(&be, &device, budget)
+}
+
 /// `--tf32`: only the TF32 rows of the tensor-core GEMM ([`cuda_mma`]).
 fn tf32_rows(quick: bool) -> Result<Vec<report::Record>, String> {
     let be = compute_ptx::CudaBackend::new().map_err(|e| e.to_string())?;
@@ -147,6 +157,8 @@ fn main() {
         tensor_core_rows(quick)
     } else if args.iter().any(|a| a == "--tf32") {
         tf32_rows(quick)
+    } else if args.iter().any(|a| a == "--ragged") {
+        ragged_rows(quick)
     } else if args.iter().any(|a| a == "--epilogue") {
         epilogue_rows(quick)
     } else if args.iter().any(|a| a == "--gemv16") {

@@ -73,7 +73,7 @@ pub enum Tf32Rounding {
     BeforeKernel,
     /// `A` rounded in the registers of the warpgroups that multiply it, on
     /// its way to `wgmma` (`ldmatrix` from the stage, `cvt.rna`, `wgmma`
-    /// with `A` from registers: [`super::gemm_common::Tf32Fragments`]); `B`
+    /// with `A` from registers: `gemm_common::Tf32Fragments`); `B`
     /// rounded into a temporary by the pass of [`Tf32Rounding::BeforeKernel`].
     /// Shared memory is written once, and only `B` makes the extra trip
     /// through memory.
