@@ -1826,15 +1826,15 @@ impl Exec<'_> {
         let batch = u32_of(op, "batch", s.batch)?;
         let tiles = s.batch * s.m.div_ceil(cfg.bm() as usize) * s.n.div_ceil(cfg.bn as usize);
         let blocks = tiles.min(self.l.sm_count().max(1) as usize) as u32;
-        // Operands whose rows are off the 128-byte lines are copied into rows
-        // that are first, on large products (see `REALIGN_MIN_MN`).
+        // `B` with rows off the 128-byte lines is copied into rows that are
+        // first, on large products (see `REALIGN_MIN_MN`); `A` never.
         let e = s.dtype.size_in_bytes();
         let mut guards = Vec::new();
         // Each operand's address, row length in memory and batch stride.
         let mut aligned = |addr: u64, is_a: bool| -> Result<(u64, usize, usize)> {
             let (rows, len) = stored_rows(s, is_a);
             let stride = if is_a { s.stride_a() } else { s.stride_b() };
-            if (len * e).is_multiple_of(128) || s.m.min(s.n) < gemm_tma::REALIGN_MIN_MN {
+            if is_a || (len * e).is_multiple_of(128) || s.m.min(s.n) < gemm_tma::REALIGN_MIN_MN {
                 return Ok((addr, len, stride));
             }
             let ld = len.next_multiple_of(128 / e);

@@ -357,61 +357,105 @@ fn wgmma_tf32_rounds_to_nearest() {
     }
 }
 
+/// A launcher that claims a compute capability 9.0 device with TMA and
+/// notes each launch's kernel and addresses (pointers and tensor maps)
+/// instead of running it (TMA is not emulated); temporaries at 1 MiB steps
+/// from 1 GiB.
+struct TmaRecorder {
+    launches: std::sync::Mutex<Vec<(compute_ptx::kernels::KernelId, Vec<u64>)>>,
+    next: std::sync::Mutex<u64>,
+}
+
+impl TmaRecorder {
+    fn new() -> TmaRecorder {
+        TmaRecorder { launches: Default::default(), next: std::sync::Mutex::new(1 << 30) }
+    }
+}
+
+impl compute_ptx::plan::Launcher for TmaRecorder {
+    fn sm_count(&self) -> u32 {
+        132
+    }
+    fn has_wgmma(&self) -> bool {
+        true
+    }
+    fn has_tma(&self) -> bool {
+        true
+    }
+    fn launch(
+        &self,
+        id: compute_ptx::kernels::KernelId,
+        _grid: compute_ptx::plan::Grid,
+        args: &[compute_ptx::plan::Arg],
+    ) -> compute_core::Result<()> {
+        use compute_ptx::plan::Arg;
+        let addrs = args
+            .iter()
+            .filter_map(|a| match a {
+                Arg::Ptr(p) => Some(*p),
+                Arg::TensorMap(m) => Some(m.addr),
+                _ => None,
+            })
+            .collect();
+        self.launches.lock().unwrap().push((id, addrs));
+        Ok(())
+    }
+    fn temp(&self, _bytes: usize, _op: &'static str) -> compute_core::Result<(Box<dyn std::any::Any>, u64)> {
+        let mut next = self.next.lock().unwrap();
+        *next += 1 << 20;
+        Ok((Box::new(()), *next))
+    }
+    fn copy(&self, _dst: u64, _src: u64, _bytes: usize, _op: &'static str) -> compute_core::Result<()> {
+        Ok(())
+    }
+}
+
 /// On a device with TMA, the plans round a TF32 product's `B` in a pass and
 /// launch the TMA kernel that rounds `A` in registers, reading the rounded
-/// copy of `B` and the caller's `A` (recorded, not run: TMA is not emulated).
+/// copy of `B` and the caller's `A`.
 #[test]
 fn plans_round_only_b_before_the_tma_tf32_kernel() {
-    use compute_core::{DType, Precision, Result};
+    use compute_core::{DType, Precision};
     use compute_ptx::kernels::KernelId;
     use compute_ptx::kernels::gemm_tma::TmaConfig;
-    use compute_ptx::plan::{Arg, Grid, Launcher, run_op};
-    use std::sync::Mutex;
-    /// Notes each launch's kernel and addresses (pointers and tensor maps);
-    /// temporaries at 1 MiB steps.
-    struct Recorder(Mutex<Vec<(KernelId, Vec<u64>)>>, Mutex<u64>);
-    impl Launcher for Recorder {
-        fn sm_count(&self) -> u32 {
-            132
-        }
-        fn has_wgmma(&self) -> bool {
-            true
-        }
-        fn has_tma(&self) -> bool {
-            true
-        }
-        fn launch(&self, id: KernelId, _grid: Grid, args: &[Arg]) -> Result<()> {
-            let ptrs = args
-                .iter()
-                .filter_map(|a| match a {
-                    Arg::Ptr(p) => Some(*p),
-                    Arg::TensorMap(m) => Some(m.addr),
-                    _ => None,
-                })
-                .collect();
-            self.0.lock().unwrap().push((id, ptrs));
-            Ok(())
-        }
-        fn temp(&self, _bytes: usize, _op: &'static str) -> Result<(Box<dyn std::any::Any>, u64)> {
-            let mut next = self.1.lock().unwrap();
-            *next += 1 << 20;
-            Ok((Box::new(()), *next))
-        }
-        fn copy(&self, _dst: u64, _src: u64, _bytes: usize, _op: &'static str) -> Result<()> {
-            Ok(())
-        }
-    }
-    let rec = Recorder(Mutex::new(Vec::new()), Mutex::new(1 << 30));
+    let rec = TmaRecorder::new();
     let spec = MatmulSpec { trans_b: true, ..MatmulSpec::new(256, 512, 384) }.with_precision(Precision::Tf32);
     let (a, b, c) = (1u64 << 20, 2u64 << 20, 3u64 << 20);
-    run_op(&rec, &Op::Matmul(spec), &[a, b], c).expect("plan");
-    let launches = rec.0.into_inner().unwrap();
+    compute_ptx::plan::run_op(&rec, &Op::Matmul(spec), &[a, b], c).expect("plan");
     let rounded_b = (1u64 << 30) + (1 << 20);
     let want = vec![
         (KernelId::RoundTf32, vec![b, rounded_b]),
         (KernelId::GemmTma(TmaConfig::tf32(), DType::F32, DType::F32, false, true, None), vec![a, rounded_b, c]),
     ];
-    assert_eq!(launches, want);
+    assert_eq!(rec.launches.into_inner().unwrap(), want);
+}
+
+/// A large half product whose `k` puts the stored rows off the 128-byte
+/// lines: the plans copy `B` into aligned rows (16-byte units) and leave `A`
+/// where it is, with `B` stored either way; below `REALIGN_MIN_MN` neither.
+#[test]
+fn plans_realign_only_b_for_the_tma_kernel() {
+    use compute_core::DType;
+    use compute_ptx::kernels::KernelId;
+    use compute_ptx::kernels::gemm_tma::{REALIGN_MIN_MN, TmaConfig};
+    let (a, b, c) = (1u64 << 20, 2u64 << 20, 3u64 << 20);
+    let copied = (1u64 << 30) + (1 << 20);
+    for (m, k, trans_b, b_copied) in [
+        (REALIGN_MIN_MN, 4088, true, true),
+        (REALIGN_MIN_MN, 4088, false, false),
+        (REALIGN_MIN_MN - 8, 4088, true, false),
+    ] {
+        let rec = TmaRecorder::new();
+        let spec = MatmulSpec { trans_b, ..MatmulSpec::new(m, k, 4096) }.with_dtypes(DType::BF16, DType::BF16);
+        compute_ptx::plan::run_op(&rec, &Op::Matmul(spec), &[a, b], c).expect("plan");
+        let gemm = KernelId::GemmTma(TmaConfig::default(), DType::BF16, DType::BF16, false, trans_b, None);
+        let want = if b_copied {
+            vec![(KernelId::Copy(16), vec![b, copied, 0]), (gemm, vec![a, copied, c])]
+        } else {
+            vec![(gemm, vec![a, b, c])]
+        };
+        assert_eq!(rec.launches.into_inner().unwrap(), want, "{spec:?}");
+    }
 }
 
 /// On a compute capability 9.0 device the plans run a TF32 `A·Bᵀ` matmul on

@@ -139,7 +139,7 @@ fn tma_gemm_matches_the_reference() {
 }
 
 /// Products whose stored rows are not a multiple of 128 bytes, large enough
-/// for the plans to copy them into aligned rows before the TMA kernel
+/// for the plans to copy `B` into aligned rows before the TMA kernel
 /// (`gemm_tma::REALIGN_MIN_MN`), every transpose and a batch of two: equal
 /// bit for bit to the `cp.async` kernel on the same operands (both add the
 /// same `wgmma` products in the same order), whose accuracy the other tests

@@ -227,13 +227,17 @@ pub fn tensor_maps_strided(
     (map(a, !trans_a, m, BM, lds.0 as u64, batch_strides.0), map(b, trans_b, n, cfg.bn, lds.1 as u64, batch_strides.1))
 }
 
-/// The smallest of `m` and `n` from which the plans copy an operand whose
-/// stored rows are not a multiple of 128 bytes into rows that are, before
-/// the TMA kernel reads it. Rows off the 128-byte lines cost the kernel 2.5×
-/// the L2 requests: 4096×4096×4088 in bf16 ran at 0.63× its aligned
+/// The smallest of `m` and `n` from which the plans copy `B`, when its
+/// stored rows are not a multiple of 128 bytes, into rows that are, before
+/// the TMA kernel reads it. Rows off the 128-byte lines make every box row
+/// straddle two lines: 4096×4096×4088 in bf16 ran at 0.63× its aligned
 /// neighbour (H100, 2026-11-26, `ncu`: 37.5 M L2 requests against 14.9 M).
-/// The copy reads and writes the operand once, about a fifth of the
-/// product's time at 4096² outputs and a larger share below.
+/// `B`'s boxes of 256 rows cost the most: on the H200 (2026-11-28) copying
+/// `B` alone gave 0.85× the aligned neighbour, both operands 0.83–0.84×, neither
+/// 0.72×; `A` off the lines alone (`B` stored `k × n`) cost 4 % uncopied
+/// and 11 % copied, so `A` is never copied. The copy reads and writes `B`
+/// once, about 12 % of the product's time at 4096² outputs and more
+/// share below.
 pub const REALIGN_MIN_MN: usize = 2048;
 
 /// Builds the TMA-fed `wgmma` kernel (target `sm_90a`) for one input dtype
