@@ -320,7 +320,7 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
         // The TF32 sweep first: it is the shorter one.
         out.extend(tf32_rows(be, &blas, device, (quick, sweep), budget)?);
     }
-    out.extend(half_rows(be, &blas, device, (&plan, &[]), (sweep, wgmma_only), budget)?);
+    out.extend(half_rows(be, &blas, device, &plan, (sweep, wgmma_only), budget)?);
     if !quick && !sweep {
         out.extend(strided_rows(be, &blas, device, budget)?);
     }
@@ -334,15 +334,14 @@ pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Re
 }
 
 /// The half-precision rows of `plan`, each beside cuBLAS: the tier the plans
-/// pick and, on compute capability 9.0, the `cp.async` kernel and the tiers
-/// of `extra`; with `sweep`
+/// pick and, on compute capability 9.0, the `cp.async` kernel; with `sweep`
 /// (4096³ and larger, bf16) every shape of the sweeps (`wgmma_only`: only
 /// the `wgmma` ones where the device has them).
 fn half_rows(
     be: &CudaBackend,
     blas: &Blas,
     device: &str,
-    (plan, extra): (&[(DType, Shape)], &[GemmTier]),
+    plan: &[(DType, Shape)],
     (sweep, wgmma_only): (bool, bool),
     budget: Duration,
 ) -> Result<Vec<Record>, String> {
@@ -369,7 +368,6 @@ fn half_rows(
         let mut tiers = vec![picked];
         if wgmma {
             tiers.push(GemmTier::Wgmma(WgmmaConfig::for_shape(1, s.m, s.n, sms)));
-            tiers.extend(extra);
         }
         if sweep && dtype == DType::BF16 && s.m == s.n && s.m >= 4096 {
             if !(wgmma && wgmma_only) {
@@ -428,13 +426,11 @@ fn half_rows(
 
 /// The ragged rows alone (bf16; `k` not a multiple of 64 with `B` stored
 /// either way, ragged `m` and `n`, all three) beside their aligned
-/// neighbour, 4096³ `A·Bᵀ`, and 2048³; each also on the TMA kernel whose
-/// blocks share `B` in pairs.
+/// neighbour, 4096³ `A·Bᵀ`.
 #[allow(dead_code)]
 pub fn ragged_only(be: &CudaBackend, device: &str, budget: Duration) -> Result<Vec<Record>, String> {
     let shape = |m: usize, n: usize, k: usize, trans_b: bool| Shape { m, n, k, trans_b };
     let plan = [
-        (2048, 2048, 2048, true),
         (4096, 4096, 4096, true),
         (4096, 4096, 4088, true),
         (4096, 4096, 4088, false),
@@ -442,8 +438,7 @@ pub fn ragged_only(be: &CudaBackend, device: &str, budget: Duration) -> Result<V
         (4095, 4094, 4088, true),
     ]
     .map(|(m, n, k, t)| (DType::BF16, shape(m, n, k, t)));
-    let multicast = [GemmTier::Tma(TmaConfig { multicast: true, ..TmaConfig::default() })];
-    half_rows(be, &Blas::new()?, device, (&plan, &multicast), (false, false), budget)
+    half_rows(be, &Blas::new()?, device, &plan, (false, false), budget)
 }
 
 /// The TF32 rows alone ([`tf32_rows`]), with the sweep's shapes when

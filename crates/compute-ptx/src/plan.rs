@@ -1824,7 +1824,8 @@ impl Exec<'_> {
         let cfg = &cfg.kernel();
         let (m, n, k) = (u32_of(op, "m", s.m)?, u32_of(op, "n", s.n)?, u32_of(op, "k", s.k)?);
         let batch = u32_of(op, "batch", s.batch)?;
-        let blocks = cfg.blocks(s.batch, s.m, s.n, self.l.sm_count());
+        let tiles = s.batch * s.m.div_ceil(cfg.bm() as usize) * s.n.div_ceil(cfg.bn as usize);
+        let blocks = tiles.min(self.l.sm_count().max(1) as usize) as u32;
         // `B` with rows off the 128-byte lines is copied into rows that are
         // first, on large products (see `REALIGN_MIN_MN`); `A` never.
         let e = s.dtype.size_in_bytes();

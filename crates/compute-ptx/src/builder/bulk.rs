@@ -11,7 +11,7 @@
 //! transaction bytes have landed; waiting names the phase by its parity
 //! (0, 1, 0, …), so a ring of stages waits on `(round & 1)`.
 
-use super::types::{B16, Pred, Reg, U32, U64};
+use super::types::{Pred, Reg, U32, U64};
 use super::{KernelBuilder, ParamTy, Target, is_identifier};
 
 /// Bytes of a CUDA tensor map (`CUtensorMap`), passed to a kernel by value
@@ -141,100 +141,6 @@ impl KernelBuilder {
             at(off),
             c.join(", "),
             at(bar_off)
-        ));
-    }
-
-    /// Launches the kernel in clusters of `ctas` consecutive blocks along x
-    /// (`.reqnctapercluster ctas, 1, 1`, `sm_90`): the blocks of a cluster
-    /// run at once on neighbouring multiprocessors and can reach each
-    /// other's shared memory. The grid's x size must be a multiple of `ctas`.
-    pub fn cluster_dims(&mut self, ctas: u32) {
-        self.need_sm90(".reqnctapercluster");
-        if !(1..=8).contains(&ctas) {
-            self.error(format!("clusters of {ctas} blocks: need 1..=8"));
-        }
-        self.cluster = Some(ctas);
-    }
-
-    /// This block's rank in its cluster (`%cluster_ctarank`).
-    pub fn cluster_ctarank(&mut self) -> Reg<U32> {
-        self.need_sm90("%cluster_ctarank");
-        self.special("cluster_ctarank")
-    }
-
-    /// This cluster's index along x in the grid (`%clusterid.x`).
-    pub fn cluster_id_x(&mut self) -> Reg<U32> {
-        self.need_sm90("%clusterid");
-        self.special("clusterid.x")
-    }
-
-    /// Clusters along x in the grid (`%nclusterid.x`).
-    pub fn cluster_count_x(&mut self) -> Reg<U32> {
-        self.need_sm90("%nclusterid");
-        self.special("nclusterid.x")
-    }
-
-    /// Every thread of every block of the cluster meets here
-    /// (`barrier.cluster.arrive.release` then `barrier.cluster.wait.acquire`;
-    /// not `.aligned`, so the threads of a warp may reach it apart): shared
-    /// memory written before it, barrier initialisations included, is
-    /// visible to the cluster after it, and no block leaves while another
-    /// may still write into its shared memory.
-    pub fn cluster_sync(&mut self) {
-        self.need_sm90("barrier.cluster");
-        self.emit("barrier.cluster.arrive.release".into());
-        self.emit("barrier.cluster.wait.acquire".into());
-    }
-
-    /// The address, in the cluster's shared window, of the variable at
-    /// `addr` in this block's shared memory as it lies in the block of rank
-    /// `rank` (`mapa.shared::cluster.u32`).
-    pub fn mapa_shared(&mut self, addr: Reg<U32>, rank: Reg<U32>) -> Reg<U32> {
-        self.need_sm90("mapa");
-        let (a, r) = (self.reg(addr), self.reg(rank));
-        let d = self.fresh::<U32>();
-        self.emit(format!("mapa.shared::cluster.u32 {}, {a}, {r}", d.name()));
-        d
-    }
-
-    /// One arrival on a barrier of another block of the cluster, at `bar+off`
-    /// in the cluster's shared window ([`KernelBuilder::mapa_shared`]):
-    /// `mbarrier.arrive.release.cluster.shared::cluster.b64 _, [bar+off]`
-    /// (this thread's earlier memory accesses happen before the phase
-    /// completes for that block's waiters).
-    pub fn mbarrier_arrive_remote(&mut self, bar: Reg<U32>, off: i64) {
-        self.need_sm90("mbarrier.arrive.shared::cluster");
-        let b = self.reg(bar);
-        self.emit(format!("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [{b}{}]", at(off)));
-    }
-
-    /// [`KernelBuilder::tma_load`] into the shared memory of every block of
-    /// the cluster whose rank's bit is set in `mask`
-    /// (`.multicast::cluster`): the box lands at the same offset in each,
-    /// and its bytes count towards the barrier at the same offset in each.
-    pub fn tma_load_multicast(
-        &mut self,
-        (dst, off): (Reg<U32>, i64),
-        map: Reg<U64>,
-        coords: &[Reg<U32>],
-        (bar, bar_off): (Reg<U32>, i64),
-        mask: u16,
-    ) {
-        self.need_sm90("cp.async.bulk.tensor .multicast::cluster");
-        if !(1..=5).contains(&coords.len()) {
-            self.error(format!("cp.async.bulk.tensor takes 1 to 5 coordinates, not {}", coords.len()));
-        }
-        let (d, m, b) = (self.reg(dst), self.reg(map), self.reg(bar));
-        let c: Vec<String> = coords.iter().map(|r| self.reg(*r)).collect();
-        let k = self.fresh::<B16>();
-        self.emit(format!("mov.b16 {}, {mask}", k.name()));
-        self.emit(format!(
-            "cp.async.bulk.tensor.{}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [{d}{}], [{m}, {{{}}}], [{b}{}], {}",
-            coords.len(),
-            at(off),
-            c.join(", "),
-            at(bar_off),
-            k.name()
         ));
     }
 

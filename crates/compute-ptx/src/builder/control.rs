@@ -140,7 +140,7 @@ impl KernelBuilder {
         self.emit("bar.sync 0".into());
     }
 
-    pub(super) fn special(&mut self, name: &str) -> Reg<U32> {
+    fn special(&mut self, name: &str) -> Reg<U32> {
         let d = self.fresh::<U32>();
         let dn = d.name();
         self.emit(format!("mov.u32 {dn}, %{name}"));

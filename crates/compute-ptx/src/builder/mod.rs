@@ -249,7 +249,6 @@ pub struct KernelBuilder {
     max_threads: Option<u32>,
     min_blocks: Option<u32>,
     max_regs: Option<u32>,
-    cluster: Option<u32>,
     /// Where `griddepcontrol.wait` went, when the kernel placed it itself
     /// ([`KernelBuilder::wait_for_prerequisites`]); else it opens the body.
     waits_in_body: bool,
@@ -277,7 +276,6 @@ impl KernelBuilder {
             max_threads: None,
             min_blocks: None,
             max_regs: None,
-            cluster: None,
             waits_in_body: false,
         }
     }
@@ -438,9 +436,6 @@ impl KernelBuilder {
         }
         if let Some(r) = self.max_regs {
             let _ = writeln!(s, ".maxnreg {r}");
-        }
-        if let Some(c) = self.cluster {
-            let _ = writeln!(s, ".reqnctapercluster {c}, 1, 1");
         }
         s.push_str("{\n");
         for class in RegClass::ALL {

@@ -76,15 +76,11 @@ pub struct TmaConfig {
     /// ([`Tf32Rounding::BeforeKernel`], whose kernel is the one of
     /// [`Tf32Rounding::None`]), or not at all (truncation, for measurements).
     pub tf32: Tf32Rounding,
-    /// Blocks in clusters of two that take vertically adjacent tiles, each
-    /// loading half of their shared `B` tile and multicasting it to both
-    /// (half the `B` traffic from L2); the grid is then pairs of blocks.
-    pub multicast: bool,
 }
 
 impl Default for TmaConfig {
     fn default() -> Self {
-        TmaConfig { bn: 256, stages: 4, group_m: 8, tf32: Tf32Rounding::InShared, multicast: false }
+        TmaConfig { bn: 256, stages: 4, group_m: 8, tf32: Tf32Rounding::InShared }
     }
 }
 
@@ -97,21 +93,6 @@ impl TmaConfig {
     /// Threads per block (384).
     pub fn threads(&self) -> u32 {
         THREADS
-    }
-
-    /// Blocks to launch for `batch` products of `m × n` outputs on `sms`
-    /// multiprocessors: one per tile up to one per multiprocessor, or with
-    /// [`TmaConfig::multicast`] two per pair of vertically adjacent tiles up
-    /// to a pair per two multiprocessors. Free.
-    pub fn blocks(&self, batch: usize, m: usize, n: usize, sms: u32) -> u32 {
-        let sms = sms.max(2) as usize;
-        let tiles_n = n.div_ceil(self.bn as usize);
-        if self.multicast {
-            let pairs = batch * m.div_ceil(2 * BM as usize) * tiles_n;
-            (2 * pairs.min(sms / 2)) as u32
-        } else {
-            (batch * m.div_ceil(BM as usize) * tiles_n).min(sms) as u32
-        }
     }
 
     /// Bytes of one stage: both operand tiles.
@@ -145,17 +126,15 @@ impl TmaConfig {
 
     /// Kernel name: `gemm_tma_bf16_f32_nt` for the default shape (`f32`
     /// inputs read as TF32: `gemm_tma_tf32_f32_nt`), the shape spelled out for
-    /// others (`gemm_tma_bf16_f32_nt_128x128_s6_g8`; for TF32 the rounding's
-    /// suffix, `_nr` unrounded; `_mc` blocks in pairs sharing `B`).
+    /// others (`gemm_tma_bf16_f32_nt_128x128_s6_g8`, `_nr` unrounded TF32).
     pub fn kernel_name(&self, input: DType, output: DType, trans_a: bool, trans_b: bool) -> String {
         let read_as = if input == DType::F32 { "tf32" } else { input.as_str() };
         let base = kernel_base("gemm_tma", read_as, output, trans_a, trans_b);
         if *self == TmaConfig::default() {
             base
         } else {
-            let rounding = if input == DType::F32 { self.tf32.suffix() } else { "" };
-            let mc = if self.multicast { "_mc" } else { "" };
-            format!("{base}_{BM}x{}_s{}_g{}{rounding}{mc}", self.bn, self.stages, self.group_m)
+            let rounding = self.tf32.suffix();
+            format!("{base}_{BM}x{}_s{}_g{}{rounding}", self.bn, self.stages, self.group_m)
         }
     }
 
@@ -200,16 +179,10 @@ impl TmaConfig {
     }
 }
 
-/// Other shapes the benchmark's sweep times next to the default (the
-/// multicast one rounding TF32 as [`TmaConfig::tf32`] does).
+/// Other shapes the benchmark's sweep times next to the default.
 pub fn sweep_configs() -> Vec<TmaConfig> {
     let d = TmaConfig::default();
-    vec![
-        TmaConfig { bn: 128, stages: 6, ..d },
-        TmaConfig { stages: 3, ..d },
-        TmaConfig { group_m: 16, ..d },
-        TmaConfig { multicast: true, ..TmaConfig::tf32() },
-    ]
+    vec![TmaConfig { bn: 128, stages: 6, ..d }, TmaConfig { stages: 3, ..d }, TmaConfig { group_m: 16, ..d }]
 }
 
 /// The tensor maps of a product's operands for the TMA kernel (element
@@ -251,9 +224,7 @@ pub fn tensor_maps_strided(
         let between = stride.map_or(dims[1] * ld, |s| s as u64) * e;
         TensorMapDesc { addr, dtype: input, rank: 3, dims, strides: [ld * e, between], boxes }
     };
-    // With multicast each block of a pair loads half of `B`'s rows.
-    let b_rows = if cfg.multicast { cfg.bn / 2 } else { cfg.bn };
-    (map(a, !trans_a, m, BM, lds.0 as u64, batch_strides.0), map(b, trans_b, n, b_rows, lds.1 as u64, batch_strides.1))
+    (map(a, !trans_a, m, BM, lds.0 as u64, batch_strides.0), map(b, trans_b, n, cfg.bn, lds.1 as u64, batch_strides.1))
 }
 
 /// The smallest of `m` and `n` from which the plans copy `B`, when its
@@ -300,9 +271,6 @@ pub fn gemm_tma(
     };
     let rounding = mma_in == WgmmaInput::Tf32 && cfg.tf32 == Tf32Rounding::InShared;
     let a_in_registers = mma_in == WgmmaInput::Tf32 && cfg.tf32 == Tf32Rounding::ARegistersBBefore;
-    if rounding && cfg.multicast {
-        return fail("blocks in clusters do not round TF32 in shared memory".into());
-    }
     let elem = if mma_in == WgmmaInput::Tf32 { 4 } else { 2 };
     let bk = ROW / elem;
     let (bn, stages) = (cfg.bn, cfg.stages);
@@ -354,23 +322,14 @@ pub fn gemm_tma(
     let lane = b.and(tid, 31u32);
     let tiles_n = b.add(n, bn - 1);
     let tiles_n = b.div(tiles_n, bn);
-    // Units of the walk: tiles, or with multicast pairs of vertically adjacent tiles.
-    let mc = cfg.multicast;
-    let unit_m = if mc { 2 * BM } else { BM };
-    let tiles_m = b.add(m, unit_m - 1);
-    let tiles_m = b.div(tiles_m, unit_m);
+    let tiles_m = b.add(m, BM - 1);
+    let tiles_m = b.div(tiles_m, BM);
     let per_batch = b.mul(tiles_m, tiles_n);
     let total = b.mul(per_batch, batch);
     let k_tiles = b.add(k, bk - 1);
     let k_tiles = b.div(k_tiles, bk);
-    let (first_tile, tile_step, rank) = if mc {
-        b.cluster_dims(2);
-        (b.cluster_id_x(), b.cluster_count_x(), Some(b.cluster_ctarank()))
-    } else {
-        (b.ctaid(Dim::X), b.nctaid(Dim::X), None)
-    };
-    // This block's tile within a pair: rows `128 * rank` further down.
-    let row_in_pair = rank.map(|r| b.mul(r, BM));
+    let first_tile = b.ctaid(Dim::X);
+    let tile_step = b.nctaid(Dim::X);
 
     b.comment("thread 0 initialises the barriers: full (the producer's arrival and the bytes), empty (one arrival per consumer warp)");
     let t0 = b.setp(Cmp::Eq, tid, 0u32);
@@ -378,25 +337,14 @@ pub fn gemm_tma(
         for s in 0..stages {
             let s8 = i64::from(8 * s);
             b.mbarrier_init(bars, full_at + s8, 1);
-            // With multicast the stage is released by both blocks' consumers.
-            b.mbarrier_init(bars, empty_at + s8, CONSUMER_WARPS * if mc { 2 } else { 1 });
+            b.mbarrier_init(bars, empty_at + s8, CONSUMER_WARPS);
             if rounding {
                 b.mbarrier_init(bars, ready_at + s8, ROUNDERS);
             }
         }
         b.fence_mbarrier_init();
     });
-    if mc {
-        b.comment("both blocks' barriers are initialised before either copies into or arrives on the other's");
-        b.cluster_sync();
-    } else {
-        b.bar_sync();
-    }
-    // With multicast: the other block's barriers, in the cluster's window.
-    let peer_bars = rank.map(|r| {
-        let peer = b.xor(r, 1u32);
-        b.mapa_shared(bars, peer)
-    });
+    b.bar_sync();
 
     let consumer = b.label("consumer");
     let done = b.label("done");
@@ -414,9 +362,8 @@ pub fn gemm_tma(
         let is_rounder = b.setp(Cmp::Ne, warp, 0u32);
         b.bra_if(is_rounder, r);
     }
-    let unit = TileUnit { rows: unit_m, group: if mc { cfg.group_m / 2 } else { cfg.group_m }, bn, row_in_pair };
-    let coords = |b: &mut KernelBuilder, t: Reg<U32>| tile_coords(b, t, (per_batch, tiles_m, tiles_n), &unit);
-    let loads = Producer { a_kmajor, b_kmajor, bk, bn, stages, stage_bytes, sbase, bars, full_at, empty_at, rank };
+    let coords = |b: &mut KernelBuilder, t: Reg<U32>| tile_coords(b, t, (per_batch, tiles_m, tiles_n), cfg.group_m, bn);
+    let loads = Producer { a_kmajor, b_kmajor, bk, bn, stages, stage_bytes, sbase, bars, full_at, empty_at };
     producer(&mut b, &ring, (tid, done), (&map_a, &map_b), (first_tile, tile_step, total, k_tiles), &coords, &loads);
     if let Some(r) = rounder {
         b.place(r);
@@ -501,7 +448,7 @@ pub fn gemm_tma(
     b.place(tile_top);
     let finished = b.setp(Cmp::Ge, t, total);
     b.bra_if(finished, done);
-    let (z, m0, n0) = tile_coords(&mut b, t, (per_batch, tiles_m, tiles_n), &unit);
+    let (z, m0, n0) = tile_coords(&mut b, t, (per_batch, tiles_m, tiles_n), cfg.group_m, bn);
     for a in &acc {
         b.assign(*a, 0.0f32);
     }
@@ -544,7 +491,8 @@ pub fn gemm_tma(
         b.wgmma_wait(1);
         let not_first = b.setp(Cmp::Ne, kt, 0u32);
         let release = b.and_pred(not_first, is_lane0);
-        release_stage(b, (release, prev), (bars, peer_bars), empty_at);
+        let pbar = b.mad(prev, 8u32, bars);
+        b.guarded(release, false, |b| b.mbarrier_arrive(pbar, empty_at));
         b.assign(prev, ring.stage);
         ring.advance(b, stages);
         let next = b.add(kt, 1u32);
@@ -561,7 +509,8 @@ pub fn gemm_tma(
     b.wgmma_wait(0);
     let any = b.setp(Cmp::Ne, k_tiles, 0u32);
     let release = b.and_pred(any, is_lane0);
-    release_stage(&mut b, (release, prev), (bars, peer_bars), empty_at);
+    let pbar = b.mad(prev, 8u32, bars);
+    b.guarded(release, false, |b| b.mbarrier_arrive(pbar, empty_at));
 
     b.blank();
     b.comment("epilogue: warp w of the warpgroup holds rows 16w+g and 16w+g+8, columns 8j+2t and 8j+2t+1");
@@ -577,30 +526,8 @@ pub fn gemm_tma(
     b.bra(tile_top);
 
     b.place(done);
-    if mc {
-        b.comment("no block leaves while the other may still copy into it or arrive on its barriers");
-        b.cluster_sync();
-    }
     b.ret();
     b.finish()
-}
-
-/// One arrival per releasing lane on the `empty` barrier of stage `stage`,
-/// and with multicast on the other block's too (its copies of `B` land here).
-fn release_stage(
-    b: &mut KernelBuilder,
-    (release, stage): (Reg<crate::builder::Pred>, Reg<U32>),
-    (bars, peer_bars): (Reg<U32>, Option<Reg<U32>>),
-    empty_at: i64,
-) {
-    let pbar = b.mad(stage, 8u32, bars);
-    let remote = peer_bars.map(|p| b.mad(stage, 8u32, p));
-    b.guarded(release, false, |b| {
-        b.mbarrier_arrive(pbar, empty_at);
-        if let Some(r) = remote {
-            b.mbarrier_arrive_remote(r, empty_at);
-        }
-    });
 }
 
 /// Depth of an `m`/`n`-contiguous tile's atoms (64 halves; TF32 tiles are
@@ -645,48 +572,30 @@ fn tiles_of(b: &mut KernelBuilder, (first, step, total): (Reg<U32>, Reg<U32>, Re
     b.selp(count, 0u32, have)
 }
 
-/// The unit the blocks walk: a tile, or with multicast a pair of vertically
-/// adjacent tiles (`rows` 256, this block's tile `row_in_pair` rows down).
-struct TileUnit {
-    /// Rows of the unit.
-    rows: u32,
-    /// Units along m per group of the raster order (0: row-major).
-    group: u32,
-    /// Columns of the unit.
-    bn: u32,
-    /// With multicast: this block's first row within the pair.
-    row_in_pair: Option<Reg<U32>>,
-}
-
-/// Batch, first row and first column of this block's tile in unit `t`:
-/// units of a batch in groups of `unit.group` unit-rows, column by column
-/// within a group.
+/// Batch, first row and first column of tile `t`: tiles of a batch in
+/// groups of `group_m` tile-rows, column by column within a group.
 fn tile_coords(
     b: &mut KernelBuilder,
     t: Reg<U32>,
     (per_batch, tiles_m, tiles_n): (Reg<U32>, Reg<U32>, Reg<U32>),
-    unit: &TileUnit,
+    group_m: u32,
+    bn: u32,
 ) -> (Reg<U32>, Reg<U32>, Reg<U32>) {
     let z = b.div(t, per_batch);
     let pid = b.rem(t, per_batch);
-    let (pm, pn) = if unit.group > 0 {
-        let width = b.mul(tiles_n, unit.group);
+    let (pm, pn) = if group_m > 0 {
+        let width = b.mul(tiles_n, group_m);
         let gid = b.div(pid, width);
-        let first = b.mul(gid, unit.group);
+        let first = b.mul(gid, group_m);
         let left = b.sub(tiles_m, first);
-        let gsz = b.min(left, unit.group);
+        let gsz = b.min(left, group_m);
         let inner = b.rem(pid, width);
         let r = b.rem(inner, gsz);
         (b.add(first, r), b.div(inner, gsz))
     } else {
         (b.div(pid, tiles_n), b.rem(pid, tiles_n))
     };
-    let m0 = b.mul(pm, unit.rows);
-    let m0 = match unit.row_in_pair {
-        Some(r) => b.add(m0, r),
-        None => m0,
-    };
-    (z, m0, b.mul(pn, unit.bn))
+    (z, b.mul(pm, BM), b.mul(pn, bn))
 }
 
 /// What the producer thread needs to fill a stage.
@@ -701,9 +610,6 @@ struct Producer {
     bars: Reg<U32>,
     full_at: i64,
     empty_at: i64,
-    /// With multicast: this block's rank in its pair, which picks the half
-    /// of `B` it loads for both.
-    rank: Option<Reg<U32>>,
 }
 
 type TileCoords<'a> = &'a dyn Fn(&mut KernelBuilder, Reg<U32>) -> (Reg<U32>, Reg<U32>, Reg<U32>);
@@ -746,34 +652,15 @@ fn producer(
     b.mbarrier_arrive_expect_tx(bar, p.full_at, p.stage_bytes);
     let dst = b.mad(ring.stage, p.stage_bytes, p.sbase);
     // A: rows m0.. of its k-tile; B: rows n0.. (k-contiguous: one box of all
-    // rows; m/n-contiguous: one 64-wide box per 8 KiB column of atoms). With
-    // multicast, B's rows are loaded half by each block of the pair, into both.
-    let a_load = (ma, p.a_kmajor, BM, m0, dst);
-    let b_load = match p.rank {
-        None => (mb, p.b_kmajor, p.bn, n0, dst),
-        Some(r) => {
-            let half = p.bn / 2;
-            let origin = b.mad(r, half, n0);
-            let skip = if p.b_kmajor { half * ROW } else { (half / 64) * atom_mn_stride(p.bk) };
-            (mb, p.b_kmajor, half, origin, b.mad(r, skip, dst))
-        }
-    };
-    for (i, (map, kmajor, rows, origin, to)) in [a_load, b_load].into_iter().enumerate() {
-        let at = if i == 0 { 0 } else { BM * ROW };
-        let multicast = i == 1 && p.rank.is_some();
-        let load = |b: &mut KernelBuilder, off: u32, coords: &[Reg<U32>]| {
-            if multicast {
-                b.tma_load_multicast((to, i64::from(off)), map, coords, (bar, p.full_at), 0b11);
-            } else {
-                b.tma_load((to, i64::from(off)), map, coords, (bar, p.full_at));
-            }
-        };
+    // rows; m/n-contiguous: one 64-wide box per 8 KiB column of atoms).
+    for (map, kmajor, rows, origin, at) in [(ma, p.a_kmajor, BM, m0, 0u32), (mb, p.b_kmajor, p.bn, n0, BM * ROW)] {
         if kmajor {
-            load(b, at, &[kc, origin, z]);
+            b.tma_load((dst, i64::from(at)), map, &[kc, origin, z], (bar, p.full_at));
         } else {
             for j in 0..rows / 64 {
                 let o = b.add(origin, j * 64);
-                load(b, at + j * atom_mn_stride(p.bk), &[o, kc, z]);
+                let off = i64::from(at + j * atom_mn_stride(p.bk));
+                b.tma_load((dst, off), map, &[o, kc, z], (bar, p.full_at));
             }
         }
     }
@@ -811,24 +698,6 @@ mod tests {
         assert!(TmaConfig { bn: 192, ..TmaConfig::default() }.check().is_err());
         assert!(TmaConfig { stages: 5, ..TmaConfig::default() }.check().is_err(), "5 stages of 48 KiB");
         assert!(TmaConfig { tf32: Tf32Rounding::InRegisters, ..TmaConfig::default() }.check().is_err());
-    }
-
-    #[test]
-    fn pairs_of_blocks_share_b() {
-        let mc = TmaConfig { multicast: true, ..TmaConfig::default() };
-        // 4096²: 32 x 16 tiles, 16 x 16 pairs; at most a pair per two multiprocessors.
-        assert_eq!((TmaConfig::default().blocks(1, 4096, 4096, 132), mc.blocks(1, 4096, 4096, 132)), (132, 132));
-        assert_eq!((TmaConfig::default().blocks(1, 300, 520, 132), mc.blocks(1, 300, 520, 132)), (9, 12));
-        assert_eq!(mc.blocks(1, 4096, 4096, 133), 132);
-        // Each block of a pair loads half of B's rows.
-        let (_, b) = tensor_maps(&mc, DType::BF16, (1, 300, 520, 72), (false, true), (0, 0), (72, 72));
-        assert_eq!(b.boxes, [64, 128, 1]);
-        let (_, b) = tensor_maps(&mc, DType::BF16, (1, 300, 520, 72), (false, false), (0, 0), (72, 520));
-        assert_eq!(b.boxes, [64, 64, 1]);
-        let k = gemm_tma(&mc, DType::BF16, DType::BF16, (false, true), None, Target::Sm90a).expect("multicast");
-        assert!(k.ptx().contains(".reqnctapercluster 2, 1, 1") && k.ptx().contains(".multicast::cluster"));
-        let in_shared = TmaConfig { tf32: Tf32Rounding::InShared, ..mc };
-        assert!(gemm_tma(&in_shared, DType::F32, DType::F32, (false, true), None, Target::Sm90a).is_err());
     }
 
     #[test]
