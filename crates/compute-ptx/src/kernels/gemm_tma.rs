@@ -236,7 +236,7 @@ pub fn tensor_maps_strided(
 /// `B` alone gave 0.85× the aligned neighbour, both operands 0.83–0.84×, neither
 /// 0.72×; `A` off the lines alone (`B` stored `k × n`) cost 4 % uncopied
 /// and 11 % copied, so `A` is never copied. The copy reads and writes `B`
-/// once, about 12 % of the product's time at 4096² outputs and more
+/// once, about 12 % of the product's time at 4096² outputs and a larger
 /// share below.
 pub const REALIGN_MIN_MN: usize = 2048;
 
