@@ -179,11 +179,33 @@ fn tma_gemm_realigns_rows_off_the_lines() {
     }
 }
 
+/// `spec` on `tier` with fresh inputs drawn in its dtypes (laid out as its
+/// batch strides say) against the f64 reference: why it failed, if it did.
+fn typed_tier_failure(be: &CudaBackend, tier: GemmTier, spec: MatmulSpec, rng: &mut Rng) -> Option<String> {
+    use compute_core::conformance::{compare_typed, poisoned, typed_inputs_for};
+    let op = Op::Matmul(spec);
+    let inputs = typed_inputs_for(&op, rng);
+    let run = || -> Result<compute_core::HostVec, String> {
+        let e = |e: ComputeError| e.to_string();
+        let ta = be.upload_typed(inputs[0].as_slice()).map_err(e)?;
+        let tb = be.upload_typed(inputs[1].as_slice()).map_err(e)?;
+        let mut out = poisoned(spec.out_dtype, spec.batch * spec.m * spec.n);
+        let tc = be.upload_typed(out.as_slice()).map_err(e)?;
+        be.matmul_tier(tier, spec, &ta, &tb, &tc).map_err(e)?;
+        be.download_typed(&tc, out.as_mut()).map_err(e)?;
+        Ok(out)
+    };
+    let views: Vec<_> = inputs.iter().map(|v| v.as_slice()).collect();
+    match run() {
+        Err(e) => Some(format!("{tier:?} {spec:?}: {e}")),
+        Ok(out) => compare_typed(&op, &views, out.as_slice(), 1.0).map(|msg| format!("{tier:?} {spec:?}: {msg}")),
+    }
+}
+
 /// Each of `tiers` on every half input and output dtype, transpose and test
 /// shape (the 1000³ one only for `defaults`, output of the input's dtype).
 fn tensor_core_tiers_match(be: &CudaBackend, tiers: &[GemmTier], defaults: &[GemmTier]) {
     use compute_core::DType;
-    use compute_core::conformance::{compare_typed, poisoned, typed_inputs_for};
     let mut rng = Rng::new(compute_core::conformance::rng::fresh_seed());
     let shapes = [
         (1, 8, 8, 8),
@@ -205,27 +227,7 @@ fn tensor_core_tiers_match(be: &CudaBackend, tiers: &[GemmTier], defaults: &[Gem
                     for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
                         let spec = MatmulSpec { batch, trans_a: ta, trans_b: tb, ..MatmulSpec::new(m, k, n) }
                             .with_dtypes(input, output);
-                        let op = Op::Matmul(spec);
-                        let inputs = typed_inputs_for(&op, &mut rng);
-                        let run = || -> Result<compute_core::HostVec, String> {
-                            let e = |e: ComputeError| e.to_string();
-                            let ta = be.upload_typed(inputs[0].as_slice()).map_err(e)?;
-                            let tb = be.upload_typed(inputs[1].as_slice()).map_err(e)?;
-                            let mut out = poisoned(output, batch * m * n);
-                            let tc = be.upload_typed(out.as_slice()).map_err(e)?;
-                            be.matmul_tier(tier, spec, &ta, &tb, &tc).map_err(e)?;
-                            be.download_typed(&tc, out.as_mut()).map_err(e)?;
-                            Ok(out)
-                        };
-                        let views: Vec<_> = inputs.iter().map(|v| v.as_slice()).collect();
-                        match run() {
-                            Err(e) => fails.push(format!("{tier:?} {spec:?}: {e}")),
-                            Ok(out) => {
-                                if let Some(msg) = compare_typed(&op, &views, out.as_slice(), 1.0) {
-                                    fails.push(format!("{tier:?} {spec:?}: {msg}"));
-                                }
-                            }
-                        }
+                        fails.extend(typed_tier_failure(be, tier, spec, &mut rng));
                     }
                 }
             }
@@ -274,33 +276,11 @@ fn tf32_wgmma_matches_the_reference() {
     // Batches spaced wider than their matrices, which the rounding passes
     // must copy at the same strides.
     for tier in tiers.into_iter().filter(|t| matches!(t, GemmTier::Tma(_))) {
-        use compute_core::DType;
-        use compute_core::conformance::{compare_typed, poisoned, typed_inputs_for};
         let (batch, m, k, n) = (3, 136, 72, 264);
         let spec = MatmulSpec { batch, trans_b: true, ..MatmulSpec::new(m, k, n) }
             .with_precision(Precision::Tf32)
             .with_batch_strides(m * k + 64, n * k + 128);
-        let op = Op::Matmul(spec);
-        let inputs = typed_inputs_for(&op, &mut rng);
-        let e = |e: ComputeError| e.to_string();
-        let run = || -> Result<compute_core::HostVec, String> {
-            let ta = be.upload_typed(inputs[0].as_slice()).map_err(e)?;
-            let tb = be.upload_typed(inputs[1].as_slice()).map_err(e)?;
-            let mut out = poisoned(DType::F32, batch * m * n);
-            let tc = be.upload_typed(out.as_slice()).map_err(e)?;
-            be.matmul_tier(tier, spec, &ta, &tb, &tc).map_err(e)?;
-            be.download_typed(&tc, out.as_mut()).map_err(e)?;
-            Ok(out)
-        };
-        let views: Vec<_> = inputs.iter().map(|v| v.as_slice()).collect();
-        match run() {
-            Err(e) => fails.push(format!("{tier:?} {spec:?}: {e}")),
-            Ok(out) => {
-                if let Some(msg) = compare_typed(&op, &views, out.as_slice(), 1.0) {
-                    fails.push(format!("{tier:?} {spec:?}: {msg}"));
-                }
-            }
-        }
+        fails.extend(typed_tier_failure(&be, tier, spec, &mut rng));
     }
     assert!(fails.is_empty(), "{} failures:\n{}", fails.len(), fails.join("\n"));
 }
