@@ -16,14 +16,14 @@
 //!
 //! `f32` inputs are multiplied as TF32 (`A·Bᵀ` only), rounded to nearest
 //! first, since `wgmma` itself would drop their low 13 bits
-//! ([`Tf32Rounding`], `cvt.rna.tf32.f32`): either each thread rounds the
-//! values it copied in shared memory once they land, or (the plans' shape,
-//! [`WgmmaConfig::tf32`]) each thread loads its chunks of the next k-tile
-//! into registers while the current one is multiplied, rounds them there
-//! and stores them, so shared memory is written once; or `A` is rounded on
-//! its way from shared memory to `wgmma`, which takes it from registers, and
-//! `B` comes rounded by a pass before the kernel
-//! ([`Tf32Rounding::ARegistersBBefore`], the TMA kernel's way).
+//! ([`Tf32Rounding`], `cvt.rna.tf32.f32`). The plans' shape
+//! ([`WgmmaConfig::tf32`], as the TMA kernel does) rounds `A` on its way
+//! from shared memory to `wgmma`, which takes it from registers, and `B`
+//! comes rounded by a pass before the kernel
+//! ([`Tf32Rounding::ARegistersBBefore`]). The other ways, kept for
+//! measurements: each thread rounds the values it copied in shared memory
+//! once they land, or loads its chunks of the next k-tile into registers
+//! while the current one is multiplied, rounds them there and stores them.
 //!
 //! The loop per k-tile: wait for the tile's copies, fence them to the async
 //! proxy, one barrier, issue the tile's four `wgmma` as one group, wait until
@@ -159,7 +159,9 @@ impl WgmmaConfig {
             return Err(format!("{stages} stages: need 3..=8"));
         }
         if self.tf32 == Tf32Rounding::BeforeKernel {
-            return Err("the cp.async kernel rounds A itself (in shared memory or registers)".into());
+            return Err(
+                "the cp.async kernel rounds A itself: both operands rounded before it is the TMA kernel's way".into()
+            );
         }
         // 16-byte chunks of both tiles split evenly over the threads, whole
         // rows of chunks at a time in either stored layout.
