@@ -361,4 +361,22 @@ fn register_a_wgmma_and_named_barriers() {
     assert!(all.contains("100 threads"), "{all}");
     let e = build(Target::Sm90, false).unwrap_err();
     assert!(e.problems.join("\n").contains("sm_90a"), "{e}");
+    // TF32 from registers: k 8, no transpose flag; a transposed B is refused.
+    let tf32 = |mn_major_b: bool| {
+        let mut b = KernelBuilder::new("k", Target::Sm90a);
+        let acc: Vec<Reg<F32>> = (0..4).map(|_| b.mov(0.0f32)).collect();
+        let a = [(); 4].map(|_| b.mov(0u32));
+        let desc = b.mov(0u64);
+        let on = b.setp(Cmp::Eq, a[0], 0u32);
+        b.wgmma_mma_async_reg_a(WgmmaInput::Tf32, &acc, a, desc, on, mn_major_b);
+        b.ret();
+        b.finish()
+    };
+    let kernel = tf32(false).unwrap();
+    let t = kernel.ptx();
+    assert!(
+        t.contains("wgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32 {%f0, %f1, %f2, %f3}, {%r0, %r1, %r2, %r3}, %rd0, %p0, 1, 1;"),
+        "{t}"
+    );
+    assert!(tf32(true).unwrap_err().problems.join("\n").contains("k-contiguous B only"));
 }
