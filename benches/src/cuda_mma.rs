@@ -285,11 +285,7 @@ fn kernel_name(tier: GemmTier, dtype: DType, s: Shape) -> String {
 /// at most 0.7 s.
 pub fn rows(be: &CudaBackend, device: &str, quick: bool, budget: Duration) -> Result<Vec<Record>, String> {
     let blas = Blas::new()?;
-    let sweep_var = std::env::var("COMPUTE_PTX_GEMM_SWEEP").unwrap_or_default();
-    let sweep = !sweep_var.is_empty() && sweep_var != "0";
-    // `COMPUTE_PTX_GEMM_SWEEP=wgmma`: only the `wgmma` shapes where the device has them.
-    let wgmma_only = sweep_var == "wgmma";
-    let budget = if sweep { budget.min(Duration::from_millis(700)) } else { budget };
+    let (sweep, wgmma_only, budget) = sweep_setting(budget);
     let cc = be.info().map_err(err)?.compute_capability;
     let wgmma = compute_ptx::Target::has_wgmma(cc.0, cc.1);
     let shape = |m: usize, n: usize, k: usize, trans_b: bool| Shape { m, n, k, trans_b };
@@ -449,9 +445,18 @@ pub fn tf32_only(be: &CudaBackend, device: &str, quick: bool, budget: Duration) 
     if !compute_ptx::Target::has_wgmma(info.compute_capability.0, info.compute_capability.1) {
         return Ok(Vec::new());
     }
-    let sweep = std::env::var("COMPUTE_PTX_GEMM_SWEEP").is_ok_and(|v| !v.is_empty() && v != "0");
-    let budget = if sweep { budget.min(Duration::from_millis(700)) } else { budget };
+    let (sweep, _, budget) = sweep_setting(budget);
     tf32_rows(be, &Blas::new()?, device, (quick, sweep), budget)
+}
+
+/// `COMPUTE_PTX_GEMM_SWEEP`: whether to sweep (set, not `0`), whether only
+/// the `wgmma` shapes (`wgmma`: on a device that has them), and the time per
+/// row (at most 0.7 s when sweeping).
+fn sweep_setting(budget: Duration) -> (bool, bool, Duration) {
+    let var = std::env::var("COMPUTE_PTX_GEMM_SWEEP").unwrap_or_default();
+    let sweep = !var.is_empty() && var != "0";
+    let budget = if sweep { budget.min(Duration::from_millis(700)) } else { budget };
+    (sweep, var == "wgmma", budget)
 }
 
 /// Strided batches, bf16 `A·Bᵀ`, 8 products of 2048³ against
