@@ -878,7 +878,8 @@ pub enum Op {
         dtype: DType,
     },
     /// Rotary position embedding of `x` (`[seq, heads, head_dim]`); output
-    /// of the same shape ([`RopeSpec`]).
+    /// of the same shape, or the rows of a KV cache ([`RopeSpec`],
+    /// [`RopeSpec::into_cache`]).
     Rope(RopeSpec),
     /// Strided copy of `src` into `dst` ([`CopySpec`]): input `src`, output
     /// `dst`, of which only the view's elements are written.
@@ -1188,11 +1189,12 @@ impl Op {
     }
 
     /// Whether the op leaves part of its output as it was ([`Op::Copy`]
-    /// writes only its destination view), so that a backend running it on
-    /// host data must start the device output from the caller's values.
-    /// Every other op writes each output element. Free.
+    /// writes only its destination view, a rope [into a
+    /// cache](RopeSpec::into_cache) only its tokens' rows), so that a
+    /// backend running it on host data must start the device output from
+    /// the caller's values. Every other op writes each output element. Free.
     pub fn writes_part_of_output(&self) -> bool {
-        matches!(self, Op::Copy(_))
+        matches!(self, Op::Copy(_)) || matches!(self, Op::Rope(r) if r.cache.is_some())
     }
 
     /// Whether the op reads positions from an input on the device
@@ -1325,7 +1327,7 @@ impl Op {
             ),
             Op::Attention(a) => a.shapes(),
             Op::Rope(r) => format!(
-                "x=[{}x{}x{}]{} pos={} theta={}{}{}",
+                "x=[{}x{}x{}]{} pos={} theta={}{}{}{}",
                 r.seq,
                 r.heads,
                 r.head_dim,
@@ -1341,6 +1343,10 @@ impl Op {
                         " llama3(factor={} low={} high={} ctx={})",
                         s.factor, s.low_freq_factor, s.high_freq_factor, s.original_max_position
                     ),
+                    None => String::new(),
+                },
+                match r.cache {
+                    Some(c) => format!(" into cache=[{}x{}x{}]", r.heads, c, r.head_dim),
                     None => String::new(),
                 }
             ),
@@ -1488,6 +1494,20 @@ impl Op {
                     .checked_add(r.seq)
                     .ok_or_else(|| ComputeError::shape(name, "positions overflow", shapes()))?;
                 float_only(name, &shapes, d)?;
+                // Into a cache: the output is the whole [heads, capacity, head_dim] cache.
+                let n = match r.cache {
+                    None => n,
+                    Some(capacity) => {
+                        if !r.positions && r.position.saturating_add(r.seq) > capacity {
+                            return Err(ComputeError::shape(
+                                name,
+                                "the tokens' rows reach past the cache's capacity",
+                                shapes(),
+                            ));
+                        }
+                        mul(name, &shapes, &[r.heads, capacity, r.head_dim])?
+                    }
+                };
                 if r.positions {
                     Ok(Layout::new(&[i(x), Operand::new(r.seq, DType::F32)], &o(n)))
                 } else {

@@ -328,6 +328,28 @@ pub fn run_f64(op: &Op, inputs: &[&[f64]]) -> Result<Reference> {
                 }
             }
         }
+        // Into a cache: the plain rope's rows, placed as its append would place them.
+        Op::Rope(r) if r.cache.is_some() => {
+            let plain = run_f64(&Op::Rope(r.plain()), inputs)?;
+            if let Some(c) = r.cache_copy() {
+                values.resize(c.dst.len, f64::NAN);
+                scale.resize(c.dst.len, UNTOUCHED);
+                let [n0, n1, n2] = c.shape;
+                for j in 0..n1 {
+                    let to = match c.positions {
+                        None => Some(j),
+                        Some(slots) => inputs.get(1).and_then(|p| CopySpec::slot(p[j] as f32, slots)),
+                    };
+                    let Some(to) = to else { continue };
+                    for i in 0..n0 {
+                        for l in 0..n2 {
+                            values[c.dst.index(i, to, l)] = plain.values[c.src.index(i, j, l)];
+                            scale[c.dst.index(i, to, l)] = plain.scale[c.src.index(i, j, l)];
+                        }
+                    }
+                }
+            }
+        }
         Op::Rope(r) => {
             let x = inputs[0];
             let d = r.head_dim;

@@ -94,6 +94,11 @@ pub struct RopeSpec {
     /// the plain frequencies.
     #[cfg_attr(feature = "serde", serde(default))]
     pub scaling: Option<RopeScaling>,
+    /// Where the output goes ([`RopeSpec::into_cache`]): `Some(capacity)`,
+    /// a head-major KV cache `[heads, capacity, head_dim]`; `None`,
+    /// `[seq, heads, head_dim]`.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub cache: Option<usize>,
 }
 
 /// Llama 3's rotary frequency scaling (Hugging Face `rope_scaling` /
@@ -195,6 +200,7 @@ impl RopeSpec {
             positions: false,
             source: None,
             scaling: None,
+            cache: None,
         }
     }
 
@@ -209,6 +215,37 @@ impl RopeSpec {
     /// product, without a copy first).
     pub fn from_heads(self, row_heads: usize, first: usize) -> Self {
         RopeSpec { source: Some(HeadSlice { row_heads, first }), ..self }
+    }
+
+    /// The same writing each token's turned heads into a head-major KV cache
+    /// `[heads, capacity, head_dim]` (the output), at row `position + t` of
+    /// each head, or with [`RopeSpec::with_positions`] at the row the
+    /// token's position gives (a whole number below `capacity`; any other
+    /// value writes nothing), leaving every other row as it was: a decoding
+    /// step's keys turned and appended to the cache in one op, where a rope
+    /// and a [`CopySpec`](crate::CopySpec) append take two ([`RopeSpec::cache_copy`]).
+    pub fn into_cache(self, capacity: usize) -> Self {
+        RopeSpec { cache: Some(capacity), ..self }
+    }
+
+    /// With [`RopeSpec::into_cache`]: the append that the op folds in, i.e.
+    /// the [`CopySpec`](crate::CopySpec) that moves the plain output
+    /// `[seq, heads, head_dim]` into the cache (at the positions of the
+    /// op's second input with [`RopeSpec::with_positions`]). `None` without
+    /// a cache. Free.
+    pub fn cache_copy(&self) -> Option<crate::CopySpec> {
+        let capacity = self.cache?;
+        let (h, d, seq) = (self.heads, self.head_dim, self.seq);
+        let src = crate::Strided { offset: 0, strides: [d, h * d, 1], len: seq * h * d };
+        let at = if self.positions { 0 } else { self.position * d };
+        let dst = crate::Strided { offset: at, strides: [capacity * d, d, 1], len: h * capacity * d };
+        let copy = crate::CopySpec::new([h, seq, d], src, dst).with_dtype(self.dtype);
+        Some(if self.positions { copy.at_positions(capacity) } else { copy })
+    }
+
+    /// The same writing `[seq, heads, head_dim]` (no cache).
+    pub fn plain(self) -> Self {
+        RopeSpec { cache: None, ..self }
     }
 
     /// Heads per token in `x` and the first one turned: `(row_heads, first)`.
@@ -271,6 +308,28 @@ impl RopeSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Op, reference};
+
+    /// Into a cache, the op writes the plain output's rows at the tokens'
+    /// positions and nothing else; a host position past the capacity is a
+    /// shape error.
+    #[test]
+    fn into_cache_writes_only_the_tokens_rows() {
+        // Two tokens of one head of 4 values into a cache of 3 rows, from row 1.
+        let r = RopeSpec::new(2, 1, 4, 10_000.0).at_position(1);
+        let x = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
+        let plain = reference::run(&Op::Rope(r), &[&x]).expect("valid");
+        let cached = reference::run(&Op::Rope(r.into_cache(3)), &[&x]).expect("valid");
+        assert_eq!(cached.values.len(), 12);
+        assert_eq!(&cached.values[4..], &plain.values[..]);
+        assert!(cached.scale[..4].iter().all(|&s| s == reference::UNTOUCHED));
+        assert!(Op::Rope(r.into_cache(3)).writes_part_of_output() && !Op::Rope(r).writes_part_of_output());
+        assert!(Op::Rope(r.at_position(2).into_cache(3)).layout().is_err());
+        assert!(Op::Rope(r.at_position(2).into_cache(3).with_positions()).layout().is_ok());
+        let copy = r.into_cache(3).cache_copy().expect("a cache");
+        assert_eq!((copy.dst.offset, copy.dst.strides, copy.positions), (4, [12, 4, 1], None));
+        assert_eq!(r.cache_copy(), None);
+    }
 
     /// The backends' `f32` form of the scaling stays within a few ulp of the
     /// exact one over every pair of Llama 3's head sizes, in all three

@@ -885,7 +885,8 @@ impl Exec<'_> {
         Grid { blocks: (want.min(cap) as u32, 1, 1), threads: (decoder::BLOCK, 1, 1), dynamic_smem: 0 }
     }
 
-    /// Rotary embedding: one launch, one thread per pair.
+    /// Rotary embedding: one launch, one thread per pair (into a KV cache:
+    /// each pair stored at its token's row of the cache).
     fn rope(&self, r: &RopeSpec, x: u64, positions: Option<u64>, y: u64, op: &'static str) -> Result<()> {
         let half = r.head_dim / 2;
         let pairs = r.seq.saturating_mul(r.heads).saturating_mul(half);
@@ -896,6 +897,7 @@ impl Exec<'_> {
         let heads = u32_of(op, "heads", r.heads)?;
         let h = u32_of(op, "head_dim", half)?;
         u32_of(op, "positions", r.position.saturating_add(r.seq))?;
+        u32_of(op, "cache rows", r.heads.saturating_mul(r.cache.unwrap_or(0)))?;
         let (hi, lo) = decoder::rope_freq(r.theta, r.head_dim);
         let [sa, sb, sc] = compute_core::RopeScaling::coefficients(r.scaling);
         let args = [
@@ -913,6 +915,7 @@ impl Exec<'_> {
             Arg::F32(sa),
             Arg::F32(sb),
             Arg::F32(sc),
+            Arg::U32(u32_of(op, "cache", r.cache.unwrap_or(0))?),
         ];
         self.launch(KernelId::Rope(r.layout, r.dtype), self.item_grid(pairs), &args)
     }

@@ -410,6 +410,19 @@ pub(crate) fn plan(ctx: &Context, op: &Op, inputs: &[View], output: &View, steps
             attention(ctx, name, &a, &layout, [&q, &k, &v], positions, &y, steps)?;
             narrow(ctx, name, &y, output, steps)?;
         }
+        // Into a cache: the plain rope into a scratch of the tokens' rows, then
+        // the append (`RopeSpec::cache_copy`), in the same submission.
+        Op::Rope(r) if r.cache.is_some() => {
+            let positions = if r.positions { Some(input(1)?) } else { None };
+            let len = r.seq * r.heads * r.head_dim;
+            let buffer = ctx.cache.take(ctx, Use::Storage, padded_bytes_of(len, r.dtype), name)?;
+            steps.push(Step::Scratch(buffer.clone()));
+            let rows = View { buffer, len, dtype: r.dtype };
+            plan(ctx, &Op::Rope(r.plain()), inputs, &rows, steps)?;
+            if let Some(append) = r.cache_copy() {
+                decoder::copy(ctx, name, &append, &rows, positions, output, steps)?;
+            }
+        }
         Op::Rope(r) => {
             let positions = if r.positions { Some(input(1)?) } else { None };
             match r.source {

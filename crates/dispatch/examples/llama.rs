@@ -10,7 +10,7 @@
 //! cargo run --release -p dispatch --features cuda --example llama -- \
 //!     [--config tiny|1b] [--dtype f32|f16|bf16] [--linear q4_K|q5_K|q6_K|q8_0] \
 //!     [--engine simd|wgpu|cuda] [--prompt N] [--new N] [--gguf model.gguf | --hf DIR] \
-//!     [--logits FILE] [--compare-direct] [--compare-unfused] [--sequences N [--stagger]] [--clients N [--rounds R]]
+//!     [--logits FILE] [--compare-direct] [--compare-unfused] [--compare-keys] [--sequences N [--stagger]] [--clients N [--rounds R]]
 //!     [--llama3-scaling FACTOR]
 //! ```
 //!
@@ -25,7 +25,9 @@
 //! engine records (CUDA graphs); `--compare-direct` also times the same
 //! decoding with every step queued op by op, in the same process;
 //! `--compare-unfused` the decoding with the norms and gated halves of
-//! block-quantized products as ops of their own, then fused again.
+//! block-quantized products as ops of their own, then fused again;
+//! `--compare-keys` the decoding with the keys turned and then appended to
+//! the cache (two ops a layer), then turned straight into it (one).
 //! `--sequences N` then decodes N sequences together: N different prompts
 //! prefilled together in one pass, then `--new` steps of all N timed
 //! (`Llama::step_active`), printing the prefill's and the total decode's
@@ -217,6 +219,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         (None, None, None);
     let mut compare_direct = false;
     let mut compare_unfused = false;
+    let mut compare_keys = false;
     let mut sequences = 1usize;
     let mut stagger = false;
     let (mut clients, mut rounds) = (0usize, 1usize);
@@ -249,6 +252,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--logits" => logits_path = Some(value()?),
             "--compare-direct" => compare_direct = true,
             "--compare-unfused" => compare_unfused = true,
+            "--compare-keys" => compare_keys = true,
             "--sequences" => sequences = value()?.parse()?,
             "--stagger" => stagger = true,
             "--clients" => clients = value()?.parse()?,
@@ -344,6 +348,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             model.reset();
             let (_, d, again) = timed(&mut model, &prompt, new_tokens)?;
             report_decode(&format!("fused norms {}", if on { "on" } else { "off" }), d, &again, &tokens);
+        }
+    }
+    if compare_keys {
+        // The same sequence with the keys turned, then appended (two ops a
+        // layer), then turned straight into the cache: that fusion's gain,
+        // measured in this process.
+        for on in [false, true, false, true] {
+            model.set_keys_into_cache(on);
+            model.reset();
+            model.generate(&prompt, 3)?;
+            model.reset();
+            let (_, d, again) = timed(&mut model, &prompt, new_tokens)?;
+            report_decode(&format!("keys into the cache {}", if on { "on" } else { "off" }), d, &again, &tokens);
         }
     }
     if let Some(path) = &logits_path {

@@ -62,6 +62,31 @@ fn f32_logits_and_greedy_tokens_match_the_reference() {
     assert_eq!(model.position(), prompt.len() + 7);
 }
 
+/// Keys turned straight into the cache or turned and then appended: the
+/// same logits, bit for bit, at every step (both place the same values).
+#[test]
+fn keys_into_the_cache_equal_keys_appended() {
+    let cfg = LlamaConfig::tiny();
+    let weights = HostWeights::random(cfg, 11);
+    let run = |into: bool| {
+        let cpu: Arc<dyn Backend> = Arc::new(SimdBackend::new());
+        let mut model = Llama::load(cpu, &weights, WeightFormat::dense(DType::BF16)).unwrap();
+        model.set_keys_into_cache(into);
+        let mut feed = vec![3u32, 1, 4, 1, 5];
+        let mut all = Vec::new();
+        for _ in 0..4 {
+            let logits = model.logits(&feed).unwrap();
+            feed = vec![argmax(&logits.iter().map(|&v| f64::from(v)).collect::<Vec<_>>())];
+            all.push(logits);
+        }
+        all
+    };
+    let (into, apart) = (run(true), run(false));
+    for (step, (a, b)) in into.iter().zip(&apart).enumerate() {
+        assert!(a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()), "step {step}");
+    }
+}
+
 #[test]
 fn interleaved_rotary_pairs_match_the_reference() {
     let cfg = LlamaConfig { rope_layout: RopeLayout::Interleaved, ..LlamaConfig::tiny() };

@@ -344,6 +344,15 @@ fn decoder_cases(large: bool) -> Vec<Op> {
             v.push(Op::Rope(r.with_positions()));
         }
     }
+    // The keys of a fused q/k/v product turned straight into a KV cache of
+    // [2 heads, 40 rows, 64] (host positions up to its last row, and positions
+    // read on the device), and plain rows of 3 heads into a cache of 5.
+    for (seq, layout) in [(1, RopeLayout::HalfSplit), (3, RopeLayout::Interleaved), (9, RopeLayout::HalfSplit)] {
+        let r = RopeSpec::new(seq, 2, 64, 10_000.0).with_layout(layout).from_heads(12, 8).into_cache(40);
+        v.push(Op::Rope(r.at_position(40 - seq)));
+        v.push(Op::Rope(r.with_positions()));
+    }
+    v.push(Op::Rope(RopeSpec::new(4, 3, 6, 10_000.0).into_cache(5).at_position(1)));
     // A KV cache of [heads 4, 16 slots, 8]: append 3 tokens of [3, 4, 8] at slot 5.
     let (h, cap, d) = (4usize, 16usize, 8usize);
     let cache = |offset| Strided { offset, strides: [cap * d, d, 1], len: h * cap * d };

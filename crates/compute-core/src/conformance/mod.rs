@@ -471,9 +471,11 @@ pub fn inputs_for(op: &Op, rng: &mut Rng) -> Vec<Vec<f32>> {
             v.extend(lens[v.len()..].iter().map(|&n| rng.vec(n, -1.0, 1.0)));
             v
         }
-        Op::Rope(r) if r.positions => {
-            vec![rng.vec(lens[0], -4.0, 4.0), (0..r.seq).map(|_| rng.below(20_000) as f32).collect()]
-        }
+        // Into a cache, the rows the positions pick (some not a row: nothing written).
+        Op::Rope(r) if r.positions => match r.cache {
+            Some(capacity) => vec![rng.vec(lens[0], -4.0, 4.0), copy_positions(r.seq, capacity, rng)],
+            None => vec![rng.vec(lens[0], -4.0, 4.0), (0..r.seq).map(|_| rng.below(20_000) as f32).collect()],
+        },
         Op::Copy(c) => match c.positions {
             Some(slots) => vec![rng.vec(lens[0], -4.0, 4.0), copy_positions(c.shape[1], slots, rng)],
             None => vec![rng.vec(lens[0], -4.0, 4.0)],

@@ -106,7 +106,11 @@ pub fn rope_name(layout: RopeLayout, dtype: DType) -> String {
 /// `scale_a`, `scale_b`, `scale_c` (Llama 3's frequency scaling,
 /// [`compute_core::RopeScaling::coefficients`]: the frequency `f` becomes
 /// `f·(c + s·(1 − c))`, `s = clamp(f·a + b, 0, 1)`; `0, 1, 1` leaves it
-/// exact). Launch: [`BLOCK`] threads, any grid.
+/// exact), and `cache` (0: `y` is `[seq, heads, d]`; else `y` is a KV
+/// cache `[heads, cache, d]` and token `t`'s heads go to its position's
+/// row, skipped unless a whole number below `cache`:
+/// [`compute_core::RopeSpec::into_cache`]). Launch: [`BLOCK`] threads, any
+/// grid.
 pub fn rope(layout: RopeLayout, dtype: DType, target: Target) -> Result<Kernel, BuildError> {
     let name = rope_name(layout, dtype);
     let mut b = KernelBuilder::new(&name, target);
@@ -119,7 +123,9 @@ pub fn rope(layout: RopeLayout, dtype: DType, target: Target) -> Result<Kernel, 
     b.doc("params: x, y, pairs, heads, half (d/2), position, freq_hi, freq_lo (c = -2 log2(theta)/d),");
     b.doc("positions (0, or the tokens' f32 positions, read instead of position + t),");
     b.doc("row_heads, first_head (x holds rows of row_heads heads a token; heads first_head.. are turned),");
-    b.doc("scale_a, scale_b, scale_c (llama3 frequency scaling; 0, 1, 1: none)");
+    b.doc("scale_a, scale_b, scale_c (llama3 frequency scaling; 0, 1, 1: none),");
+    b.doc("cache (0: y is [seq, heads, d]; else y is [heads, cache, d] and token t's heads go to row pos_t,");
+    b.doc("skipped unless pos_t is a whole number below cache)");
     b.doc(&format!("launch: {BLOCK} threads per block, any grid (grid-stride)"));
     b.max_threads(BLOCK);
     let x = b.param_ptr("x");
@@ -136,7 +142,9 @@ pub fn rope(layout: RopeLayout, dtype: DType, target: Target) -> Result<Kernel, 
     let scale_a = b.param::<F32>("scale_a");
     let scale_b = b.param::<F32>("scale_b");
     let scale_c = b.param::<F32>("scale_c");
+    let cache = b.param::<U32>("cache");
     let given = b.setp(Cmp::Ne, positions, 0u64);
+    let cached = b.setp(Cmp::Ne, cache, 0u32);
     let shift = elem::shift(dtype);
     let size = elem::size(dtype);
     grid_stride(&mut b, n, |b, g| {
@@ -154,14 +162,10 @@ pub fn rope(layout: RopeLayout, dtype: DType, target: Target) -> Result<Kernel, 
             RopeLayout::HalfSplit => (b.cvt::<U64, U32>(i), b.mul_wide(half, size)),
             RopeLayout::Interleaved => (b.mul_wide(i, 2u32), b.mov::<U64>(u64::from(size))),
         };
-        let at = b.add(base, pair);
-        let off = b.shl(at, shift);
         let xat = b.add(xbase, pair);
         let xoff = b.shl(xat, shift);
         let xa = b.add(x, xoff);
         let xb = b.add(xa, second);
-        let ya = b.add(y, off);
-        let yb = b.add(ya, second);
         let x1 = elem::load(b, dtype, xa, 0, 1)[0];
         let x2 = elem::load(b, dtype, xb, 0, 1)[0];
         b.comment("frequency 2^(i*c): ex2 of the rounded exponent, corrected by its rounding error");
@@ -202,8 +206,32 @@ pub fn rope(layout: RopeLayout, dtype: DType, target: Target) -> Result<Kernel, 
         let y1 = b.fma(x1, c, nx2s);
         let x1s = b.mul(x1, s);
         let y2 = b.fma(x2, c, x1s);
+        let skip = b.label("skip_store");
+        let plain = b.label("plain_row");
+        b.bra_unless(cached, plain);
+        b.comment("into the cache: row pos_t of head h, skipped unless a whole number below cache");
+        let row = b.mov::<U32>(pos);
+        let host_row = b.label("host_row");
+        b.bra_unless(given, host_row);
+        let read = b.cvt::<U32, F32>(posf);
+        let back = b.cvt::<F32, U32>(read);
+        let not_whole = b.setp(Cmp::Neu, back, posf);
+        b.bra_if(not_whole, skip);
+        b.assign(row, read);
+        b.place(host_row);
+        let past = b.setp(Cmp::Ge, row, cache);
+        b.bra_if(past, skip);
+        let hrow = b.mad(h, cache, row);
+        let cbase = b.mul_wide(hrow, d);
+        b.assign(base, cbase);
+        b.place(plain);
+        let at = b.add(base, pair);
+        let off = b.shl(at, shift);
+        let ya = b.add(y, off);
+        let yb = b.add(ya, second);
         elem::store(b, dtype, ya, 0, &[y1]);
         elem::store(b, dtype, yb, 0, &[y2]);
+        b.place(skip);
     });
     b.finish()
 }

@@ -7,7 +7,9 @@
 //! of the embedding table, one row of logits), so each runs on the calling
 //! thread with plain loops; the rotary embedding computes each token's
 //! cosines and sines once (`head_dim / 2` of them, in `f32` from the `f32`
-//! angle, as PyTorch's Llama does) and applies them to every head.
+//! angle, as PyTorch's Llama does) and applies them to every head (into a
+//! KV cache: into a small buffer of the tokens' rows, then placed as the
+//! cache append places them).
 
 use compute_core::{BackendKind, ComputeError, CopySpec, Element, HostSlice, HostSliceMut, Op, Result, RopeSpec};
 
@@ -39,7 +41,16 @@ fn run_into<T: Element>(op: &Op, inputs: &[HostSlice<'_>], out: &mut [T]) -> Res
         Op::Rope(spec) => {
             let x = inputs.first().and_then(|x| x.get::<T>()).ok_or_else(|| mismatch(op.dtype()))?;
             let positions = positions_input(op, spec.positions, inputs)?;
-            rope(&spec, x, positions, out);
+            match spec.cache_copy() {
+                // Into a cache: the tokens' turned rows (a few heads of one or
+                // a few tokens), then placed as the append would place them.
+                Some(append) => {
+                    let mut rows = vec![T::from_f32(0.0); spec.seq * spec.heads * spec.head_dim];
+                    rope(&spec, x, positions, &mut rows);
+                    copy(&append, &rows, positions, out);
+                }
+                None => rope(&spec, x, positions, out),
+            }
         }
         Op::Copy(spec) => {
             let src = inputs.first().and_then(|x| x.get::<T>()).ok_or_else(|| mismatch(op.dtype()))?;

@@ -19,7 +19,8 @@
 //! their argmax. Every step is one of the vocabulary's ops: [`Op::Gather`]
 //! (embedding), [`Op::Rows`] (RMSNorm), [`Op::Matmul`] with `Bᵀ` (a dense
 //! linear layer in `nn.Linear`'s `[out, in]` layout) or [`Op::QuantMatmul`]
-//! (a GGUF block-quantized one), [`Op::Rope`], [`Op::Copy`] (cache appends,
+//! (a GGUF block-quantized one), [`Op::Rope`] (for one sequence's step the
+//! keys straight into the cache, [`RopeSpec::into_cache`]), [`Op::Copy`] (cache appends,
 //! the query and output transposes of a multi-token step, the last row of a
 //! prompt), [`Op::Attention`] against a cache of fixed capacity,
 //! [`Op::Binary`] ([`BinaryOp::SwiGlu`], and residual adds where a product
@@ -484,6 +485,9 @@ pub struct Llama {
     /// Whether quantized products take the norm before them and the gated
     /// halves after them ([`Llama::set_fused_norms`]).
     fuse_norms: bool,
+    /// Whether one sequence's keys are turned straight into the cache
+    /// ([`Llama::set_keys_into_cache`]).
+    keys_into_cache: bool,
     /// Per step shape: `Ready` once recorded, `Warm` after one direct run,
     /// `Never` where the backend does not record.
     recordings: HashMap<Step, StepRecording>,
@@ -600,6 +604,7 @@ impl Llama {
             device_positions,
             record_steps: true,
             fuse_norms: true,
+            keys_into_cache: true,
             recordings: HashMap::new(),
         })
     }
@@ -660,6 +665,16 @@ impl Llama {
     /// their own (to compare); turning it either way drops the recorded steps.
     pub fn set_fused_norms(&mut self, on: bool) {
         self.fuse_norms = on;
+        self.recordings.clear();
+    }
+
+    /// Whether one sequence's decoding step turns its keys straight into the
+    /// KV cache ([`RopeSpec::into_cache`], where the backend takes it; on by
+    /// default): one op fewer a layer than a rope and an append. Off, the
+    /// keys are turned into the step's rows and appended (to compare);
+    /// turning it either way drops the recorded steps.
+    pub fn set_keys_into_cache(&mut self, on: bool) {
+        self.keys_into_cache = on;
         self.recordings.clear();
     }
 
@@ -967,6 +982,14 @@ impl Llama {
             Strided { offset: (c.heads + c.kv_heads) * d, strides: [d, row_heads * d, 1], len: seq * row_heads * d };
         let append_v = CopySpec::new([c.kv_heads, seq, d], v_rows, cache).with_dtype(dt);
         let append_v = Op::Copy(if dynamic { append_v.at_positions(c.max_seq) } else { append_v });
+        // One sequence's keys turned straight into the cache (one op instead of
+        // a rope and an append), where the backend takes it.
+        let several = slots > 1 || matches!(step, Step::Prefill { .. });
+        let keys_into_cache = |first: Option<usize>| {
+            let Op::Rope(r) = rope(c.kv_heads, first) else { return None };
+            let op = Op::Rope(r.into_cache(c.max_seq));
+            (self.keys_into_cache && !several && b.supports(&op)).then_some(op)
+        };
         // Several slots: each row's key/value heads go to their rows of the
         // [slots, kv_heads, capacity, d] cache (the slots tensor).
         let slotted = Op::Copy(prefill::slotted(seq * c.kv_heads, slots * c.kv_heads * c.max_seq, d).with_dtype(dt));
@@ -1003,15 +1026,20 @@ impl Llama {
             if normed_qkv.is_none() {
                 b.run_tensors(&norm, &[x, &l.attn_norm], &s.h)?;
             }
-            // The values, contiguous `[seq, kv_heads, d]`: `s.v`, or the fused rows.
-            let values = match &l.qkv {
+            // The values, contiguous `[seq, kv_heads, d]`: `s.v`, or the fused
+            // rows; and whether the keys went straight into the cache.
+            let (values, keys_placed) = match &l.qkv {
                 Qkv::Separate { wq, wk, wv } => {
                     b.run_tensors(&wq.op(seq, dt), &[&s.h, &wq.w], &s.q)?;
                     b.run_tensors(&wk.op(seq, dt), &[&s.h, &wk.w], &s.k)?;
                     b.run_tensors(&wv.op(seq, dt), &[&s.h, &wv.w], &s.v)?;
                     run(&rope(c.heads, None), &[&s.q], &s.q_rot)?;
-                    run(&rope(c.kv_heads, None), &[&s.k], &s.k_rot)?;
-                    None
+                    let placed = keys_into_cache(None);
+                    match &placed {
+                        Some(op) => run(op, &[&s.k], &l.k_cache)?,
+                        None => run(&rope(c.kv_heads, None), &[&s.k], &s.k_rot)?,
+                    }
+                    (None, placed.is_some())
                 }
                 Qkv::Fused(w) => {
                     match &normed_qkv {
@@ -1019,11 +1047,14 @@ impl Llama {
                         None => b.run_tensors(&w.op(seq, dt), &[&s.h, &w.w], &s.qkv)?,
                     }
                     run(&rope(c.heads, Some(0)), &[&s.qkv], &s.q_rot)?;
-                    run(&rope(c.kv_heads, Some(c.heads)), &[&s.qkv], &s.k_rot)?;
-                    Some(&s.qkv)
+                    let placed = keys_into_cache(Some(c.heads));
+                    match &placed {
+                        Some(op) => run(op, &[&s.qkv], &l.k_cache)?,
+                        None => run(&rope(c.kv_heads, Some(c.heads)), &[&s.qkv], &s.k_rot)?,
+                    }
+                    (Some(&s.qkv), placed.is_some())
                 }
             };
-            let several = slots > 1 || matches!(step, Step::Prefill { .. });
             match values {
                 _ if several => {
                     if let Some(qkv) = values {
@@ -1033,11 +1064,15 @@ impl Llama {
                     b.run_tensors(&slotted, &[&s.v, &s.slots], &l.v_cache)?;
                 }
                 Some(qkv) => {
-                    run(&append, &[&s.k_rot], &l.k_cache)?;
+                    if !keys_placed {
+                        run(&append, &[&s.k_rot], &l.k_cache)?;
+                    }
                     run(&append_v, &[qkv], &l.v_cache)?;
                 }
                 None => {
-                    run(&append, &[&s.k_rot], &l.k_cache)?;
+                    if !keys_placed {
+                        run(&append, &[&s.k_rot], &l.k_cache)?;
+                    }
                     run(&append, &[&s.v], &l.v_cache)?;
                 }
             }
