@@ -204,6 +204,31 @@ fn widen(x: &[f64]) -> impl Iterator<Item = f64> + '_ {
     x.iter().copied()
 }
 
+/// `c` applied to `src` (values and their scales): the destination's
+/// elements, each from its source element, NaN with the scale [`UNTOUCHED`]
+/// outside the view; with positions, row `j` goes to the slot `positions[j]`
+/// names, and nowhere where it names none ([`CopySpec::slot`]).
+fn place(c: &CopySpec, positions: Option<&[f64]>, src: (&[f64], &[f64])) -> (Vec<f64>, Vec<f64>) {
+    let mut values = vec![f64::NAN; c.dst.len];
+    let mut scale = vec![UNTOUCHED; c.dst.len];
+    let [n0, n1, n2] = c.shape;
+    for j in 0..n1 {
+        let to = match c.positions {
+            None => Some(j),
+            Some(slots) => positions.and_then(|p| CopySpec::slot(p[j] as f32, slots)),
+        };
+        let Some(to) = to else { continue };
+        for i in 0..n0 {
+            for l in 0..n2 {
+                let (from, at) = (c.src.index(i, j, l), c.dst.index(i, to, l));
+                values[at] = src.0[from];
+                scale[at] = src.1[from];
+            }
+        }
+    }
+    (values, scale)
+}
+
 /// Computes `op` on `f32` inputs in float64. Validates lengths with [`Op::check`]
 /// (not dtypes: `f32` values stand for values of any dtype here).
 pub fn run(op: &Op, inputs: &[&[f32]]) -> Result<Reference> {
@@ -332,22 +357,7 @@ pub fn run_f64(op: &Op, inputs: &[&[f64]]) -> Result<Reference> {
         Op::Rope(r) if r.cache.is_some() => {
             let plain = run_f64(&Op::Rope(r.plain()), inputs)?;
             if let Some(c) = r.cache_copy() {
-                values.resize(c.dst.len, f64::NAN);
-                scale.resize(c.dst.len, UNTOUCHED);
-                let [n0, n1, n2] = c.shape;
-                for j in 0..n1 {
-                    let to = match c.positions {
-                        None => Some(j),
-                        Some(slots) => inputs.get(1).and_then(|p| CopySpec::slot(p[j] as f32, slots)),
-                    };
-                    let Some(to) = to else { continue };
-                    for i in 0..n0 {
-                        for l in 0..n2 {
-                            values[c.dst.index(i, to, l)] = plain.values[c.src.index(i, j, l)];
-                            scale[c.dst.index(i, to, l)] = plain.scale[c.src.index(i, j, l)];
-                        }
-                    }
-                }
+                (values, scale) = place(&c, inputs.get(1).copied(), (&plain.values, &plain.scale));
             }
         }
         Op::Rope(r) => {
@@ -381,23 +391,8 @@ pub fn run_f64(op: &Op, inputs: &[&[f64]]) -> Result<Reference> {
             }
         }
         Op::Copy(c) => {
-            values.resize(c.dst.len, f64::NAN);
-            scale.resize(c.dst.len, UNTOUCHED);
-            let [n0, n1, n2] = c.shape;
-            for j in 0..n1 {
-                let to = match c.positions {
-                    None => Some(j),
-                    Some(slots) => inputs.get(1).and_then(|p| CopySpec::slot(p[j] as f32, slots)),
-                };
-                let Some(to) = to else { continue };
-                for i in 0..n0 {
-                    for l in 0..n2 {
-                        let v = inputs[0][c.src.index(i, j, l)];
-                        values[c.dst.index(i, to, l)] = v;
-                        scale[c.dst.index(i, to, l)] = v.abs();
-                    }
-                }
-            }
+            let abs: Vec<f64> = inputs[0].iter().map(|v| v.abs()).collect();
+            (values, scale) = place(&c, inputs.get(1).copied(), (inputs[0], &abs));
         }
         Op::Gather { rows, cols, .. } => {
             let (table, ids) = (inputs[0], inputs[1]);

@@ -70,6 +70,26 @@ fn report_decode(what: &str, d: f64, again: &[u32], tokens: &[u32]) {
     );
 }
 
+/// Decodes `prompt` again with `set(model, on)` off, on, off, on, each
+/// after three untimed tokens, reporting each against `tokens`: what the
+/// switch gains, measured in this process.
+fn compare_switch(
+    model: &mut Llama,
+    (prompt, new_tokens, tokens): (&[u32], usize, &[u32]),
+    what: &str,
+    set: fn(&mut Llama, bool),
+) -> Result<(), ComputeError> {
+    for on in [false, true, false, true] {
+        set(model, on);
+        model.reset();
+        model.generate(prompt, 3)?;
+        model.reset();
+        let (_, d, again) = timed(model, prompt, new_tokens)?;
+        report_decode(&format!("{what} {}", if on { "on" } else { "off" }), d, &again, tokens);
+    }
+    Ok(())
+}
+
 /// Resets `model`, then times a prefill of `prompt` and greedy decoding up
 /// to `new_tokens` tokens: `(prefill s, decode s, tokens)`.
 fn timed(model: &mut Llama, prompt: &[u32], new_tokens: usize) -> Result<(f64, f64, Vec<u32>), ComputeError> {
@@ -338,30 +358,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         model.set_recording(true);
     }
     if compare_unfused {
-        // The same sequence with the norms and gated halves of quantized
-        // products run as ops of their own, then fused again: the fusion's
-        // gain, measured in this process.
-        for on in [false, true, false, true] {
-            model.set_fused_norms(on);
-            model.reset();
-            model.generate(&prompt, 3)?;
-            model.reset();
-            let (_, d, again) = timed(&mut model, &prompt, new_tokens)?;
-            report_decode(&format!("fused norms {}", if on { "on" } else { "off" }), d, &again, &tokens);
-        }
+        // The norms and gated halves of quantized products as ops of their
+        // own, then fused again.
+        compare_switch(&mut model, (&prompt, new_tokens, &tokens), "fused norms", Llama::set_fused_norms)?;
     }
     if compare_keys {
-        // The same sequence with the keys turned, then appended (two ops a
-        // layer), then turned straight into the cache: that fusion's gain,
-        // measured in this process.
-        for on in [false, true, false, true] {
-            model.set_keys_into_cache(on);
-            model.reset();
-            model.generate(&prompt, 3)?;
-            model.reset();
-            let (_, d, again) = timed(&mut model, &prompt, new_tokens)?;
-            report_decode(&format!("keys into the cache {}", if on { "on" } else { "off" }), d, &again, &tokens);
-        }
+        // The keys turned, then appended (two ops a layer), then turned
+        // straight into the cache.
+        compare_switch(&mut model, (&prompt, new_tokens, &tokens), "keys into the cache", Llama::set_keys_into_cache)?;
     }
     if let Some(path) = &logits_path {
         model.reset();
