@@ -483,7 +483,8 @@ pub struct Llama {
     /// Whether one-token steps are recorded and replayed ([`Llama::set_recording`]).
     record_steps: bool,
     /// Whether quantized products take the norm before them and the gated
-    /// halves after them ([`Llama::set_fused_norms`]).
+    /// halves after them, and a quantized LM head the final norm
+    /// ([`Llama::set_fused_norms`]).
     fuse_norms: bool,
     /// Whether one sequence's keys are turned straight into the cache
     /// ([`Llama::set_keys_into_cache`]).
@@ -660,7 +661,8 @@ impl Llama {
     /// Whether block-quantized q/k/v and gate/up products take the RMS norm
     /// before them and the gated halves after them into the product
     /// ([`QuantMatmulSpec::with_rms_norm`], [`QuantMatmulSpec::with_glu`]; on
-    /// by default): three ops fewer a layer (one sequence's decoding step keeps its normalized
+    /// by default), and a block-quantized LM head the final norm: three ops
+    /// fewer a layer and one a step (one sequence's decoding step keeps its normalized
     /// rows in `f32` on every backend). Off, they run as ops of
     /// their own (to compare); turning it either way drops the recorded steps.
     pub fn set_fused_norms(&mut self, on: bool) {
@@ -1133,9 +1135,15 @@ impl Llama {
             b.run_tensors(&Op::Copy(copy.with_dtype(dt)), &[x], &s.last)?;
             &s.last
         };
-        let final_norm = Op::rows(RowOp::RmsNorm { eps: c.rms_eps }, batch, c.hidden).with_dtype(dt);
-        b.run_tensors(&final_norm, &[last, &self.final_norm], &s.normed)?;
-        b.run_tensors(&self.lm_head.op(batch, dt), &[&s.normed, &self.lm_head.w], &s.logits)?;
+        // A block-quantized LM head takes the final norm into its product.
+        match self.lm_head.normed(b, (batch, dt), c.rms_eps, false).filter(|_| self.fuse_norms) {
+            Some(op) => b.run_tensors(&op, &[last, &self.lm_head.w, &self.final_norm], &s.logits)?,
+            None => {
+                let final_norm = Op::rows(RowOp::RmsNorm { eps: c.rms_eps }, batch, c.hidden).with_dtype(dt);
+                b.run_tensors(&final_norm, &[last, &self.final_norm], &s.normed)?;
+                b.run_tensors(&self.lm_head.op(batch, dt), &[&s.normed, &self.lm_head.w], &s.logits)?;
+            }
+        }
         b.run_tensors(&Op::ArgMax { rows: batch, cols: c.vocab, dtype: dt }, &[&s.logits], &s.next)
     }
 }
