@@ -1136,7 +1136,8 @@ impl Llama {
             &s.last
         };
         // A block-quantized LM head takes the final norm into its product.
-        match self.lm_head.normed(b, (batch, dt), c.rms_eps, false).filter(|_| self.fuse_norms) {
+        let normed_head = if self.fuse_norms { self.lm_head.normed(b, (batch, dt), c.rms_eps, false) } else { None };
+        match normed_head {
             Some(op) => b.run_tensors(&op, &[last, &self.lm_head.w, &self.final_norm], &s.logits)?,
             None => {
                 let final_norm = Op::rows(RowOp::RmsNorm { eps: c.rms_eps }, batch, c.hidden).with_dtype(dt);
